@@ -1,0 +1,65 @@
+"""The kernel registry: symbol -> (kernel, precision, variant).
+
+Each kernel module defines ``KERNEL``; :data:`KERNEL_MODULES` lists them.  Symbols
+are ``<fp|hp>_<kernel>_<s|p>``: ``fp`` computes on fp32 tensors, ``hp`` on fp16
+(only on chips listing fp16); ``_s`` takes buffers in shared memory and a
+``core_mask``, ``_p`` in one core's private memory and a ``core``.  Dispatch goes
+through :func:`lookup`, never through chains of names.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from dataclasses import dataclass
+
+from kernels.base import PREFIX_PRECISION, Kernel
+from sim.errors import KernelArgError
+
+#: Modules under ``kernels/`` that each define a ``KERNEL``.
+KERNEL_MODULES: tuple[str, ...] = (
+    "batch_norm_grad",
+)
+
+VARIANTS = ("s", "p")
+
+
+@dataclass(frozen=True)
+class Symbol:
+    """One callable symbol of the kernel library."""
+
+    name: str
+    kernel: Kernel
+    precision: str
+    variant: str
+
+
+def _build() -> dict[str, Symbol]:
+    table: dict[str, Symbol] = {}
+    for mod_name in KERNEL_MODULES:
+        kernel = importlib.import_module(f"kernels.{mod_name}").KERNEL
+        for prefix, precision in PREFIX_PRECISION.items():
+            for variant in VARIANTS:
+                name = f"{prefix}_{kernel.name}_{variant}"
+                table[name] = Symbol(name, kernel, precision, variant)
+    return table
+
+
+REGISTRY: dict[str, Symbol] = _build()
+
+
+def lookup(symbol: object) -> Symbol:
+    """The registered symbol ``symbol``; KernelArgError (with close names) when there is none."""
+    if not isinstance(symbol, str):
+        raise KernelArgError(f"symbol: expected a kernel symbol name (str), got {symbol!r}")
+    try:
+        return REGISTRY[symbol]
+    except KeyError:
+        close = difflib.get_close_matches(symbol, REGISTRY, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(sorted(REGISTRY))}"
+        raise KernelArgError(f"symbol: unknown kernel symbol {symbol!r}{hint}") from None
+
+
+def symbols() -> list[Symbol]:
+    """Every registered symbol, sorted by name."""
+    return [REGISTRY[k] for k in sorted(REGISTRY)]

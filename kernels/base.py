@@ -1,0 +1,357 @@
+"""The kernel protocol and the plan types a kernel hands to the engine.
+
+A kernel never touches time or SimPy.  It binds the user's arguments into a
+:class:`BoundCall` (buffers with addresses, shapes and dtypes, plus attributes),
+and lowers that call into a :class:`Plan`: phases separated by barriers, each a
+list of :class:`Tile` per core.  A tile is DMA-in transfers into the core's
+scratchpad, one :class:`Compute` on scratchpad operands, and DMA-out transfers.
+The engine executes plans; kernels describe them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+import numpy as np
+
+from sim.errors import KernelArgError
+from sim.target import Target
+
+#: Precision name -> numpy dtype of the big tensors of a kernel.
+PRECISION_DTYPES: dict[str, np.dtype] = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16)}
+#: Symbol prefix -> precision name.
+PREFIX_PRECISION: dict[str, str] = {"fp": "fp32", "hp": "fp16"}
+
+
+def c_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:
+    """Byte strides of a C-ordered array of ``shape`` with ``itemsize`` bytes per element."""
+    strides: list[int] = []
+    step = itemsize
+    for n in reversed(tuple(shape)):
+        strides.append(step)
+        step *= max(int(n), 1)
+    return tuple(reversed(strides))
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One DMA descriptor: an n-d block of elements copied from ``src`` to ``dst``.
+
+    Addresses are raw chip addresses; private regions resolve to the issuing core's
+    own memory.  ``shape`` counts elements per dimension; the strides are in bytes
+    and may differ on each side (a strided gather of a channel slice into a
+    contiguous scratchpad buffer, for instance).
+    """
+
+    src: int
+    dst: int
+    shape: tuple[int, ...]
+    itemsize: int
+    src_strides: tuple[int, ...]
+    dst_strides: tuple[int, ...]
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes moved by this descriptor."""
+        n = self.itemsize
+        for d in self.shape:
+            n *= d
+        return n
+
+    @staticmethod
+    def contiguous(src: int, dst: int, size_bytes: int) -> "Transfer":
+        """A plain copy of ``size_bytes`` contiguous bytes."""
+        return Transfer(src, dst, (int(size_bytes),), 1, (1,), (1,))
+
+    @staticmethod
+    def block(src: int, dst: int, shape: Sequence[int], itemsize: int,
+              src_strides: Sequence[int], dst_strides: Sequence[int] | None = None) -> "Transfer":
+        """A strided block; ``dst_strides`` defaults to a dense C-ordered destination."""
+        shape = tuple(int(s) for s in shape)
+        dst_s = tuple(dst_strides) if dst_strides is not None else c_strides(shape, itemsize)
+        return Transfer(src, dst, shape, int(itemsize), tuple(int(s) for s in src_strides),
+                        tuple(int(s) for s in dst_s))
+
+    def span(self, side: str) -> tuple[int, int]:
+        """``(lowest address, one past the highest byte)`` touched on ``side`` ('src' or 'dst')."""
+        base = self.src if side == "src" else self.dst
+        strides = self.src_strides if side == "src" else self.dst_strides
+        lo, hi = base, base + self.itemsize
+        for n, s in zip(self.shape, strides):
+            if n <= 0:
+                return base, base
+            reach = (n - 1) * s
+            if reach >= 0:
+                hi += reach
+            else:
+                lo += reach
+        return lo, hi
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A dense C-ordered array at ``addr`` in the issuing core's view of memory."""
+
+    addr: int
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes the operand occupies."""
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+
+@dataclass(frozen=True)
+class Compute:
+    """The vector work of one tile.
+
+    ``fn`` receives the input operands as numpy arrays (read from simulated
+    memory) and returns one array per output operand, which the engine writes
+    back.  ``flops`` counts vector element operations (a fused multiply-add is
+    two), ``reductions`` the cross-lane vector reductions; the engine prices both
+    from the target file for ``precision``.
+    """
+
+    fn: Callable[..., Sequence[np.ndarray]]
+    inputs: tuple[Operand, ...]
+    outputs: tuple[Operand, ...]
+    flops: int
+    reductions: int
+    precision: str
+
+
+@dataclass(frozen=True)
+class Tile:
+    """DMA in, compute, DMA out: the unit the engine double-buffers.
+
+    ``slot`` names the scratchpad buffer set the tile uses; the engine does not
+    start a tile's loads before the previous tile of the same slot has finished
+    its stores, so a kernel that alternates two slots gets a double-buffered
+    pipeline and one that uses a single slot gets a serial one.
+    """
+
+    tile_id: int
+    loads: tuple[Transfer, ...]
+    compute: Compute | None
+    stores: tuple[Transfer, ...]
+    slot: int = 0
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Work of every participating core until the next barrier."""
+
+    name: str
+    tiles: Mapping[int, tuple[Tile, ...]]
+    barrier_after: bool = True
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A lowered kernel call: the cores it runs on and its phases."""
+
+    cores: tuple[int, ...]
+    phases: tuple[Phase, ...]
+    precision: str
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """One buffer of a call, as the layout check sees it."""
+
+    name: str
+    addr: int
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    role: str  # "input" or "output"
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes the buffer occupies."""
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+    @property
+    def end(self) -> int:
+        """One past the buffer's last byte."""
+        return self.addr + self.size_bytes
+
+
+@dataclass(frozen=True)
+class BoundCall:
+    """A kernel call with its arguments checked: buffers, attributes, precision."""
+
+    symbol: str
+    precision: str
+    variant: str  # "s" (shared memory) or "p" (private memory of one core)
+    cores: tuple[int, ...]
+    buffers: tuple[Buffer, ...]
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+
+    def buffer(self, name: str) -> Buffer:
+        """The buffer called ``name``."""
+        for b in self.buffers:
+            if b.name == name:
+                return b
+        raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    """One argument of a kernel symbol, for binding and for ``dspsim kernels``."""
+
+    name: str
+    kind: str  # "in_ptr", "out_ptr", "ints", "int", "float", "str", "bool", "params"
+    doc: str
+    default: Any = None
+    required: bool = True
+
+
+class MemoryReader(Protocol):
+    """Reads values a kernel needs at bind time (the ``params`` array of BatchNormGrad)."""
+
+    def __call__(self, addr: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    """What a kernel may know of the chip when it plans: target, cores, staging areas.
+
+    ``scratch_base``/``scratch_size_bytes`` is the per-core scratchpad region
+    where tiles are staged (the same local addresses on every core);
+    ``workspace_base``/``workspace_size_bytes`` is a shared region the cores may
+    use to exchange partial results behind a barrier.
+    """
+
+    target: Target
+    cores: tuple[int, ...]
+    precision: str
+    variant: str
+    scratch_base: int
+    scratch_size_bytes: int
+    workspace_base: int
+    workspace_size_bytes: int
+    alignment_bytes: int
+
+    @property
+    def peak_flops_per_cycle(self) -> int:
+        """Vector element operations per cycle of one core at this precision."""
+        return self.target.core.precisions[self.precision].peak_flops_per_cycle
+
+
+class Kernel(Protocol):
+    """What every kernel module provides to the registry."""
+
+    name: str
+    args: tuple[ArgSpec, ...]
+
+    def bind(self, symbol: str, precision: str, variant: str, cores: tuple[int, ...],
+             args: Mapping[str, Any], read: MemoryReader) -> BoundCall:
+        """Check ``args`` and describe the call's buffers; raise KernelArgError on bad input."""
+        ...
+
+    def plan(self, call: BoundCall, ctx: PlanContext) -> Plan:
+        """Lower the bound call into per-core tiles that fit the scratchpad."""
+        ...
+
+
+# --- argument helpers shared by the kernels -------------------------------------------------
+
+def require_int(name: str, value: Any, *, minimum: int | None = None) -> int:
+    """``value`` as an int (bools refused), at least ``minimum``; else KernelArgError naming ``name``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise KernelArgError(f"argument '{name}': expected an integer, got {value!r}")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise KernelArgError(f"argument '{name}': expected an integer >= {minimum}, got {value}")
+    return value
+
+
+def require_ints(name: str, value: Any, length: int | None = None, *,
+                 minimum: int | None = None) -> tuple[int, ...]:
+    """A sequence of ints of ``length`` (if given), each at least ``minimum``."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (Sequence, np.ndarray)):
+        raise KernelArgError(f"argument '{name}': expected a sequence of integers, got {value!r}")
+    items = tuple(value)
+    if length is not None and len(items) != length:
+        raise KernelArgError(f"argument '{name}': expected {length} integers, got {len(items)}")
+    out = []
+    for i, v in enumerate(items):
+        out.append(require_int(f"{name}[{i}]", v, minimum=minimum))
+    return tuple(out)
+
+
+def require_float(name: str, value: Any) -> float:
+    """A finite real number."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise KernelArgError(f"argument '{name}': expected a number, got {value!r}")
+    value = float(value)
+    if not np.isfinite(value):
+        raise KernelArgError(f"argument '{name}': expected a finite number, got {value}")
+    return value
+
+
+def require_choice(name: str, value: Any, choices: Sequence[str]) -> str:
+    """One of ``choices`` (exact string)."""
+    if not isinstance(value, str) or value not in choices:
+        raise KernelArgError(f"argument '{name}': expected one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def require_bool(name: str, value: Any) -> bool:
+    """A bool, or the ints 0/1 as C callers pass them."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)) and int(value) in (0, 1):
+        return bool(value)
+    raise KernelArgError(f"argument '{name}': expected a boolean (true/false or 0/1), got {value!r}")
+
+
+def require_address(name: str, value: Any) -> int:
+    """A pointer argument: a non-negative int address."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise KernelArgError(f"argument '{name}': expected an address (int), got {value!r}")
+    value = int(value)
+    if value < 0 or value >= 1 << 64:
+        raise KernelArgError(f"argument '{name}': address {value:#x} is outside the 64-bit address range")
+    return value
+
+
+def check_args(symbol: str, specs: Sequence[ArgSpec], args: Mapping[str, Any]) -> dict[str, Any]:
+    """Refuse extra and missing arguments; fill defaults.  Returns the completed mapping."""
+    known = {s.name for s in specs}
+    extra = sorted(set(args) - known)
+    if extra:
+        raise KernelArgError(f"{symbol}: unexpected argument '{extra[0]}' "
+                             f"(expected: {', '.join(s.name for s in specs)})")
+    out: dict[str, Any] = {}
+    for s in specs:
+        if s.name in args:
+            out[s.name] = args[s.name]
+        elif s.required:
+            raise KernelArgError(f"{symbol}: missing argument '{s.name}' ({s.doc})")
+        else:
+            out[s.name] = s.default
+    return out
+
+
+def align_up(value: int, alignment: int) -> int:
+    """``value`` rounded up to a multiple of ``alignment``."""
+    return -(-value // alignment) * alignment
+
+
+def split_even(total: int, parts: int) -> list[tuple[int, int]]:
+    """Split ``range(total)`` into ``parts`` contiguous ``(start, stop)`` ranges, sizes differing by one at most.
+
+    Empty ranges are dropped, so fewer than ``parts`` ranges come back when
+    ``total < parts``.
+    """
+    base, extra = divmod(total, parts)
+    out, start = [], 0
+    for i in range(parts):
+        n = base + (1 if i < extra else 0)
+        if n:
+            out.append((start, start + n))
+        start += n
+    return out

@@ -1,0 +1,17 @@
+"""dspsim: a cycle-approximate simulator of the FT78NE and MT7004 multicore DSP chips.
+
+The public API (a contract, SPEC section 3)::
+
+    import sim
+    m = sim.Simulator("FT78NE")
+    m.write(0xA0000000, x)
+    run = m.call("fp_batch_norm_grad_s", x=..., dy=..., dx=..., params=[...], core_mask=0xFF)
+    run.cycles, run.events, run.write_trace("traces/bn.json")
+"""
+
+from sim.errors import ConfigError, KernelArgError, LayoutError, MemoryFault, SimError, TargetError
+from sim.simulator import Run, Simulator
+from sim.target import Target, available_targets, load_target
+
+__all__ = ["SimError", "TargetError", "KernelArgError", "LayoutError", "MemoryFault", "ConfigError",
+           "Simulator", "Run", "Target", "load_target", "available_targets"]

@@ -1,0 +1,229 @@
+"""The SimPy model of a chip running a lowered plan.
+
+One process per core walks the plan's phases.  Each tile's loads go through the
+core's DMA engines (a SimPy store of engine ids), each transfer holding one port
+of every region it touches for ``bytes / port bandwidth`` cycles; shared regions
+have one set of ports for the whole chip, private regions one set per core, so
+contention on DDR or GSM emerges from cores queueing for ports.  The next
+tile's loads are issued while this tile computes (double buffering through the
+tiles' slots), and phases end in a barrier.  Every number comes from the target.
+The engine knows no kernel: it moves bytes and calls each tile's compute on the
+operands it reads back from simulated memory.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Generator
+
+import numpy as np
+import simpy
+
+from kernels.base import Compute, Operand, Plan, Tile, Transfer
+from sim.errors import MemoryFault, SimError
+from sim.memory import AddressSpace
+from sim.target import Region, Target
+from sim.trace import Recorder, TraceEvent
+
+
+class Engine:
+    """Runs one plan on a fresh SimPy environment; the cycle count is returned by :meth:`run`."""
+
+    def __init__(self, target: Target, memory: AddressSpace, recorder: Recorder, *, numerics: bool = True,
+                 on_tile: Callable[[int, int], None] | None = None):
+        self.target = target
+        self.memory = memory
+        self.recorder = recorder
+        self.numerics = numerics
+        self.on_tile = on_tile
+        self.env = simpy.Environment()
+        self._ports: dict[tuple[str, int], simpy.Resource] = {}
+        self._engines: dict[int, simpy.Store] = {}
+        self.core_end_cycles: dict[int, int] = {}
+
+    # -- resources ----------------------------------------------------------------------------
+
+    def _port(self, region: Region, key: int) -> simpy.Resource:
+        k = (region.name, key)
+        res = self._ports.get(k)
+        if res is None:
+            res = self._ports[k] = simpy.Resource(self.env, capacity=region.ports)
+        return res
+
+    def _dma_engines(self, core: int) -> simpy.Store:
+        store = self._engines.get(core)
+        if store is None:
+            store = self._engines[core] = simpy.Store(self.env)
+            store.items.extend(range(self.target.dma.engines_per_core))
+        return store
+
+    # -- one transfer ------------------------------------------------------------------------------
+
+    def _resolve(self, core: int, tile: Tile, t: Transfer, side: str) -> tuple[Region, int]:
+        lo, hi = t.span(side)
+        try:
+            return self.memory.map.resolve(lo, hi - lo, core, what=f"DMA {side}")
+        except MemoryFault as e:
+            raise MemoryFault(f"core {core}, tile {tile.tile_id}, cycle {self.env.now}: {e}") from None
+
+    def _transfer(self, core: int, tile: Tile, t: Transfer, kind: str, phase: str) -> Generator:
+        src_region, src_key = self._resolve(core, tile, t, "src")
+        dst_region, dst_key = self._resolve(core, tile, t, "dst")
+        engines = self._dma_engines(core)
+        engine_id = yield engines.get()
+        start = self.env.now
+        yield self.env.timeout(self.target.dma.setup_cycles)
+        # Acquire ports in a fixed order (by region base, then store) so two transfers never deadlock.
+        ends = sorted({(src_region.base, src_key, src_region), (dst_region.base, dst_key, dst_region)},
+                      key=lambda x: (x[0], x[1]))
+        queued = self.env.now
+        requests = []
+        for _, key, region in ends:
+            req = self._port(region, key).request()
+            yield req
+            requests.append((region, key, req))
+        wait = self.env.now - queued
+        bw = min(src_region.port_bandwidth_bytes_per_cycle, dst_region.port_bandwidth_bytes_per_cycle)
+        stream_cycles = max(1, math.ceil(t.size_bytes / bw))
+        if self.numerics:
+            data = self.memory.gather(src_key, t.src, t.shape, t.itemsize, t.src_strides)
+            self.memory.scatter(dst_key, t.dst, t.shape, t.itemsize, t.dst_strides, data)
+        yield self.env.timeout(stream_cycles)
+        for region, key, req in requests:
+            self._port(region, key).release(req)
+        # The last byte lands one access latency after it left the port.
+        yield self.env.timeout(max(src_region.latency_cycles, dst_region.latency_cycles))
+        engines.put(engine_id)
+        self.recorder.record(TraceEvent(
+            core=core, unit=f"dma{engine_id}", kind=kind, start=start, end=self.env.now, bytes=t.size_bytes,
+            src=t.src, dst=t.dst, src_region=src_region.name, dst_region=dst_region.name,
+            tile=tile.tile_id, phase=phase, wait_cycles=wait, wait_start=queued))
+
+    def _transfers(self, core: int, tile: Tile, transfers: tuple[Transfer, ...], kind: str,
+                   phase: str) -> Generator:
+        procs = [self.env.process(self._transfer(core, tile, t, kind, phase)) for t in transfers]
+        if procs:
+            yield self.env.all_of(procs)
+
+    # -- compute ---------------------------------------------------------------------------------
+
+    def compute_cycles(self, c: Compute) -> int:
+        """Cycles of one tile's vector work, priced from the target's core model."""
+        core = self.target.core
+        try:
+            prec = core.precisions[c.precision]
+        except KeyError:
+            raise SimError(f"plan computes in {c.precision}, which {self.target.name} lacks") from None
+        return (core.loop_overhead_cycles + core.vector_op_latency_cycles
+                + math.ceil(c.flops / prec.peak_flops_per_cycle)
+                + c.reductions * core.reduction_latency_cycles)
+
+    def _read_operand(self, core: int, tile: Tile, op: Operand) -> np.ndarray:
+        try:
+            return self.memory.read(op.addr, op.shape, op.dtype, core=core)
+        except MemoryFault as e:
+            raise MemoryFault(f"core {core}, tile {tile.tile_id}, cycle {self.env.now}: compute operand: {e}") \
+                from None
+
+    def _compute(self, core: int, tile: Tile, phase: str) -> Generator:
+        c = tile.compute
+        if c is None:
+            return
+        start = self.env.now
+        if self.numerics:
+            arrays = [self._read_operand(core, tile, op) for op in c.inputs]
+            results = c.fn(*arrays)
+            if len(results) != len(c.outputs):
+                raise SimError(f"tile {tile.tile_id}: compute returned {len(results)} arrays for "
+                               f"{len(c.outputs)} outputs")
+            for op, value in zip(c.outputs, results):
+                arr = np.asarray(value, dtype=op.dtype)
+                if arr.size != int(np.prod(op.shape, dtype=np.int64)):
+                    raise SimError(f"tile {tile.tile_id}: compute output of shape {arr.shape} does not fill "
+                                   f"operand {op.shape}")
+                try:
+                    self.memory.write(op.addr, arr.reshape(op.shape), core=core)
+                except MemoryFault as e:
+                    raise MemoryFault(f"core {core}, tile {tile.tile_id}, cycle {self.env.now}: "
+                                      f"compute output: {e}") from None
+        yield self.env.timeout(self.compute_cycles(c))
+        self.recorder.record(TraceEvent(core=core, unit="compute", kind="compute", start=start,
+                                        end=self.env.now, tile=tile.tile_id, phase=phase, flops=c.flops))
+
+    # -- a core's walk through the plan ---------------------------------------------------------
+
+    def _tiles(self, core: int, tiles: tuple[Tile, ...], phase: str) -> Generator:
+        env = self.env
+        released: dict[int, simpy.Event] = {}  # slot -> event fired when its latest tile's stores are done
+        loads: list[simpy.Process] = []
+        done_events: list[simpy.Event] = []
+
+        def load(i: int, after: simpy.Event | None) -> Generator:
+            if after is not None:
+                yield after
+            yield from self._transfers(core, tiles[i], tiles[i].loads, "dma_in", phase)
+
+        def issue(i: int) -> None:
+            slot = tiles[i].slot
+            prev = released.get(slot)
+            done = env.event()
+            released[slot] = done
+            done_events.append(done)
+            loads.append(env.process(load(i, prev)))
+
+        def store(i: int) -> Generator:
+            yield from self._transfers(core, tiles[i], tiles[i].stores, "dma_out", phase)
+            done_events[i].succeed()
+
+        if tiles:
+            issue(0)
+        for i, tile in enumerate(tiles):
+            if i + 1 < len(tiles):
+                issue(i + 1)  # prefetch: the next tile's DMA overlaps this tile's compute
+            yield loads[i]
+            yield from self._compute(core, tile, phase)
+            env.process(store(i))
+            if self.on_tile is not None:
+                self.on_tile(1, env.now)
+        if done_events:
+            yield env.all_of(done_events)
+
+    def _barrier(self, core: int, phase: str, state: dict) -> Generator:
+        arrive = self.env.now
+        state["arrived"] += 1
+        if state["arrived"] == state["expected"]:
+            release = state["release"]
+            self.env.process(self._release(release))
+        yield state["release"]
+        self.recorder.record(TraceEvent(core=core, unit="sync", kind="barrier_wait", start=arrive,
+                                        end=self.env.now, phase=phase, wait_cycles=self.env.now - arrive,
+                                        wait_start=arrive))
+
+    def _release(self, event: simpy.Event) -> Generator:
+        yield self.env.timeout(self.target.barrier_latency_cycles)
+        event.succeed()
+
+    def _core(self, core: int, plan: Plan, barriers: list[dict]) -> Generator:
+        yield self.env.timeout(self.target.launch_overhead_cycles)
+        self.recorder.record(TraceEvent(core=core, unit="sync", kind="launch", start=0, end=self.env.now))
+        for phase, state in zip(plan.phases, barriers):
+            yield from self._tiles(core, tuple(phase.tiles.get(core, ())), phase.name)
+            if state is not None:
+                yield from self._barrier(core, phase.name, state)
+        self.core_end_cycles[core] = self.env.now
+
+    def run(self, plan: Plan) -> int:
+        """Simulate ``plan``; returns the cycles from launch to the last core's end."""
+        multi = len(plan.cores) > 1
+        barriers = [
+            {"arrived": 0, "expected": len(plan.cores), "release": self.env.event()}
+            if (phase.barrier_after and multi) else None
+            for phase in plan.phases
+        ]
+        for core in plan.cores:
+            self.env.process(self._core(core, plan, barriers))
+        self.env.run()
+        missing = [c for c in plan.cores if c not in self.core_end_cycles]
+        if missing:
+            raise SimError(f"simulation stalled: cores {missing} never finished (deadlocked plan)")
+        return max(self.core_end_cycles.values())

@@ -1,0 +1,226 @@
+"""Simulated memory: the map of regions and the sparse byte store behind it.
+
+This is the only place data bytes live.  Memory is byte-addressed and
+little-endian; pages are allocated on first write, so a 2 GiB region costs
+nothing until used.  Private regions have one backing store per core.  A journal
+records the first write to every page during a call, so a failed call can be
+rolled back to the exact bytes it started from.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Sequence
+
+import numpy as np
+
+from sim.errors import MemoryFault
+from sim.target import Region, Target
+
+PAGE_BITS = 20
+PAGE_BYTES = 1 << PAGE_BITS
+
+#: Store key of shared memory; private memory is keyed by core index.
+SHARED = -1
+
+
+class MemoryMap:
+    """Address -> region lookup over a target's memory map."""
+
+    def __init__(self, target: Target):
+        self.target = target
+        self.regions: tuple[Region, ...] = tuple(sorted(target.regions, key=lambda r: r.base))
+        self._bases = [r.base for r in self.regions]
+
+    def region_at(self, addr: int) -> Region | None:
+        """The region holding ``addr``, or None."""
+        i = bisect.bisect_right(self._bases, addr) - 1
+        if i >= 0 and addr < self.regions[i].end:
+            return self.regions[i]
+        return None
+
+    def region_of(self, addr: int, size_bytes: int) -> Region | None:
+        """The region wholly holding ``[addr, addr + size_bytes)``, or None."""
+        r = self.region_at(addr)
+        if r is not None and r.contains(addr, max(size_bytes, 1)):
+            return r
+        return None
+
+    def describe(self, addr: int) -> str:
+        """Human words for where ``addr`` falls: a region, or the gap between two."""
+        r = self.region_at(addr)
+        if r is not None:
+            return f"region {r.name} [{r.base:#x}, {r.end:#x})"
+        i = bisect.bisect_right(self._bases, addr) - 1
+        before = self.regions[i].name if i >= 0 else None
+        after = self.regions[i + 1].name if i + 1 < len(self.regions) else None
+        return f"unmapped (between {before or 'the start'} and {after or 'the end'} of the map)"
+
+    def resolve(self, addr: int, size_bytes: int, core: int | None, *, what: str = "access") -> tuple[Region, int]:
+        """The region and backing-store key of an access, or MemoryFault naming why it is illegal."""
+        if not isinstance(addr, (int, np.integer)) or isinstance(addr, bool):
+            raise MemoryFault(f"{what}: address must be an int, got {addr!r}")
+        addr = int(addr)
+        r = self.region_of(addr, size_bytes)
+        if r is None:
+            start = self.region_at(addr)
+            if start is not None:
+                raise MemoryFault(f"{what} [{addr:#x}, {addr + size_bytes:#x}) runs past the end of region "
+                                  f"{start.name} [{start.base:#x}, {start.end:#x})")
+            raise MemoryFault(f"{what} [{addr:#x}, {addr + size_bytes:#x}): {self.describe(addr)}")
+        if r.shared:
+            return r, SHARED
+        if core is None:
+            raise MemoryFault(f"{what} [{addr:#x}, {addr + size_bytes:#x}) is in private region {r.name}: "
+                              f"pass core= (0..{self.target.cores - 1})")
+        if isinstance(core, bool) or not isinstance(core, (int, np.integer)) or not 0 <= core < self.target.cores:
+            raise MemoryFault(f"{what}: core={core!r} is not a core of {self.target.name} "
+                              f"(0..{self.target.cores - 1})")
+        return r, int(core)
+
+
+class AddressSpace:
+    """Sparse paged byte stores (one shared, one per core for private regions) with a rollback journal."""
+
+    def __init__(self, target: Target):
+        self.map = MemoryMap(target)
+        self._stores: dict[int, dict[int, np.ndarray]] = {}
+        self._journal: dict[tuple[int, int], np.ndarray | None] | None = None
+
+    # -- raw spans ---------------------------------------------------------------------------
+
+    def read_span(self, key: int, addr: int, size_bytes: int) -> np.ndarray:
+        """Bytes ``[addr, addr + size_bytes)`` of store ``key`` as a uint8 array (a view when on one page)."""
+        pages = self._stores.get(key, {})
+        first, last = addr >> PAGE_BITS, (addr + size_bytes - 1) >> PAGE_BITS
+        off = addr & (PAGE_BYTES - 1)
+        if size_bytes <= 0:
+            return np.zeros(0, np.uint8)
+        if first == last:
+            page = pages.get(first)
+            if page is None:
+                return np.zeros(size_bytes, np.uint8)
+            return page[off:off + size_bytes]
+        out = np.empty(size_bytes, np.uint8)
+        pos = 0
+        for idx in range(first, last + 1):
+            lo = off if idx == first else 0
+            n = min(PAGE_BYTES - lo, size_bytes - pos)
+            page = pages.get(idx)
+            if page is None:
+                out[pos:pos + n] = 0
+            else:
+                out[pos:pos + n] = page[lo:lo + n]
+            pos += n
+        return out
+
+    def _page_for_write(self, key: int, idx: int) -> np.ndarray:
+        pages = self._stores.setdefault(key, {})
+        page = pages.get(idx)
+        if self._journal is not None and (key, idx) not in self._journal:
+            self._journal[(key, idx)] = None if page is None else page.copy()
+        if page is None:
+            page = np.zeros(PAGE_BYTES, np.uint8)
+            pages[idx] = page
+        return page
+
+    def write_span(self, key: int, addr: int, data: np.ndarray) -> None:
+        """Store the uint8 array ``data`` at ``addr`` of store ``key``."""
+        size_bytes = data.size
+        pos = 0
+        while pos < size_bytes:
+            a = addr + pos
+            idx, lo = a >> PAGE_BITS, a & (PAGE_BYTES - 1)
+            n = min(PAGE_BYTES - lo, size_bytes - pos)
+            self._page_for_write(key, idx)[lo:lo + n] = data[pos:pos + n]
+            pos += n
+
+    # -- strided blocks (DMA descriptors) -----------------------------------------------------
+
+    def gather(self, key: int, addr: int, shape: Sequence[int], itemsize: int,
+               strides: Sequence[int]) -> np.ndarray:
+        """A dense uint8 array of shape ``(*shape, itemsize)`` read from a strided block."""
+        lo, hi = _span(addr, shape, itemsize, strides)
+        raw = self.read_span(key, lo, hi - lo)
+        view = np.lib.stride_tricks.as_strided(raw[addr - lo:], shape=tuple(shape) + (itemsize,),
+                                               strides=tuple(strides) + (1,), writeable=False)
+        return np.ascontiguousarray(view)
+
+    def scatter(self, key: int, addr: int, shape: Sequence[int], itemsize: int,
+                strides: Sequence[int], data: np.ndarray) -> None:
+        """Write the dense uint8 ``data`` (shape ``(*shape, itemsize)``) to a strided block."""
+        lo, hi = _span(addr, shape, itemsize, strides)
+        if _is_dense(shape, itemsize, strides):
+            self.write_span(key, lo, data.reshape(-1))
+            return
+        raw = np.array(self.read_span(key, lo, hi - lo))  # copy: read-modify-write of the span
+        view = np.lib.stride_tricks.as_strided(raw[addr - lo:], shape=tuple(shape) + (itemsize,),
+                                               strides=tuple(strides) + (1,))
+        view[...] = data.reshape(view.shape)
+        self.write_span(key, lo, raw)
+
+    # -- journal ------------------------------------------------------------------------------
+
+    def begin(self) -> None:
+        """Start recording the first write to every page, for :meth:`rollback`."""
+        self._journal = {}
+
+    def commit(self) -> None:
+        """Keep every write since :meth:`begin`."""
+        self._journal = None
+
+    def rollback(self) -> None:
+        """Restore every page written since :meth:`begin` to its bytes at that moment."""
+        journal, self._journal = self._journal or {}, None
+        for (key, idx), saved in journal.items():
+            pages = self._stores.setdefault(key, {})
+            if saved is None:
+                pages.pop(idx, None)
+            else:
+                pages[idx] = saved
+
+    def snapshot(self) -> dict[tuple[int, int], bytes]:
+        """Every allocated page's bytes (for tests that check memory is unchanged)."""
+        return {(k, i): p.tobytes() for k, pages in self._stores.items() for i, p in pages.items()
+                if p.any()}
+
+    # -- typed access ----------------------------------------------------------------------
+
+    def write(self, addr: int, array: np.ndarray, core: int | None = None) -> None:
+        """Store ``array``'s bytes (C order, little-endian) at ``addr``."""
+        data = np.ascontiguousarray(array)
+        if data.dtype.byteorder == ">":
+            data = data.astype(data.dtype.newbyteorder("<"))
+        _, key = self.map.resolve(addr, data.nbytes, core, what="write")
+        self.write_span(key, int(addr), data.reshape(-1).view(np.uint8))
+
+    def read(self, addr: int, shape: Sequence[int] | int, dtype: np.dtype | type | str,
+             core: int | None = None) -> np.ndarray:
+        """A fresh array of ``shape`` and ``dtype`` decoded from the bytes at ``addr``."""
+        dt = np.dtype(dtype).newbyteorder("<")
+        shp = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+        if any(s < 0 for s in shp):
+            raise MemoryFault(f"read: negative dimension in shape {shp}")
+        n = int(np.prod(shp, dtype=np.int64)) * dt.itemsize
+        _, key = self.map.resolve(addr, n, core, what="read")
+        return np.array(self.read_span(key, int(addr), n)).view(dt).reshape(shp)
+
+
+def _span(addr: int, shape: Sequence[int], itemsize: int, strides: Sequence[int]) -> tuple[int, int]:
+    lo, hi = addr, addr + itemsize
+    for n, s in zip(shape, strides):
+        reach = (n - 1) * s
+        if reach >= 0:
+            hi += reach
+        else:
+            lo += reach
+    return lo, hi
+
+
+def _is_dense(shape: Sequence[int], itemsize: int, strides: Sequence[int]) -> bool:
+    step = itemsize
+    for n, s in zip(reversed(tuple(shape)), reversed(tuple(strides))):
+        if n != 1 and s != step:
+            return False
+        step *= n
+    return True

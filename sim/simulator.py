@@ -1,0 +1,201 @@
+"""The :class:`Simulator` facade: a chip's memory plus kernel calls that run on it (SPEC section 3)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+import kernels
+from kernels.base import BoundCall, Plan, PlanContext
+from sim.engine import Engine
+from sim.errors import KernelArgError, LayoutError, MemoryFault, SimError
+from sim.layout import enforce_layout
+from sim.memory import AddressSpace
+from sim.summary import CoreSummary, Roofline, core_summaries, roofline, summary_table
+from sim.target import Target, load_target
+from sim.trace import Recorder, TraceEvent, write_trace
+
+
+@dataclass
+class Run:
+    """The outcome of one kernel call: cycles, trace events, bounds and summaries."""
+
+    symbol: str
+    target: Target
+    call: BoundCall
+    plan: Plan
+    cycles: int
+    events: list[TraceEvent]
+    roofline: Roofline
+    wall_seconds: float
+    args: dict = field(default_factory=dict)
+
+    @property
+    def cores(self) -> tuple[int, ...]:
+        """The cores the call ran on."""
+        return self.plan.cores
+
+    @property
+    def microseconds(self) -> float:
+        """Simulated time of the run at the target's clock."""
+        return self.cycles * 1e6 / self.target.clock_hz
+
+    @property
+    def roofline_fraction(self) -> float:
+        """Roofline bound over achieved cycles (1.0 would be a perfect run)."""
+        return self.roofline.cycles / self.cycles if self.cycles else 0.0
+
+    @property
+    def achieved_flops_per_second(self) -> float:
+        """Vector element operations per second of simulated time."""
+        return self.roofline.total_flops / (self.cycles / self.target.clock_hz) if self.cycles else 0.0
+
+    @property
+    def peak_flops_per_second(self) -> float:
+        """Peak of the cores used at the plan's compute precision."""
+        prec = self.target.core.precisions.get("fp32") or next(iter(self.target.core.precisions.values()))
+        return prec.peak_flops_per_cycle * len(self.cores) * self.target.clock_hz
+
+    def summaries(self) -> list[CoreSummary]:
+        """Per-core busy / compute / DMA / wait cycles and bytes per region."""
+        return core_summaries(self.events, self.cores, self.cycles)
+
+    def summary_text(self) -> str:
+        """A human-readable summary: per-core table, bounds, FLOP/s."""
+        rf = self.roofline
+        lines = [
+            f"{self.symbol} on {self.target.name}: {self.cycles} cycles "
+            f"({self.microseconds:.2f} us at {self.target.clock_hz / 1e9:g} GHz), cores {list(self.cores)}",
+            summary_table(self.summaries()),
+            f"roofline bound {rf.cycles:.0f} cycles, bound by {rf.bound_by} "
+            f"({100 * self.roofline_fraction:.1f}% of the bound achieved); "
+            + ", ".join(f"{k} {v:.0f}" for k, v in sorted(rf.resource_cycles.items())),
+            f"achieved {self.achieved_flops_per_second / 1e9:.2f} GFLOP/s of "
+            f"{self.peak_flops_per_second / 1e9:.1f} GFLOP/s peak on {len(self.cores)} cores",
+        ]
+        return "\n".join(lines)
+
+    def metadata(self) -> dict:
+        """Run metadata written into traces."""
+        return {"target": self.target.name, "symbol": self.symbol, "cycles": self.cycles,
+                "clock_hz": self.target.clock_hz, "cores": list(self.cores),
+                "roofline_cycles": round(self.roofline.cycles, 3), "bound_by": self.roofline.bound_by,
+                "args": {k: (f"{v:#x}" if isinstance(v, int) and k != "core" else v) for k, v in self.args.items()}}
+
+    def write_trace(self, path: str | Path) -> Path:
+        """Write the trace: Chrome trace JSON (Perfetto, chrome://tracing), or CSV for a ``.csv`` path."""
+        return write_trace(path, self.events, self.target.clock_hz, self.metadata())
+
+
+def _cores_of_mask(mask: Any, target: Target) -> tuple[int, ...]:
+    if isinstance(mask, bool) or not isinstance(mask, (int, np.integer)):
+        raise KernelArgError(f"argument 'core_mask': expected an int bitmask, got {mask!r}")
+    mask = int(mask)
+    if mask <= 0 or mask > target.all_cores_mask:
+        raise KernelArgError(f"argument 'core_mask': {mask:#x} selects no core or a core {target.name} lacks "
+                             f"(it has {target.cores} cores: masks 0x1..{target.all_cores_mask:#x})")
+    return tuple(i for i in range(target.cores) if mask >> i & 1)
+
+
+class Simulator:
+    """One chip with fresh, zeroed memory at cycle 0.  ``call`` runs kernels on it."""
+
+    def __init__(self, target: str | Path | Target = "FT78NE"):
+        self.target = load_target(target)
+        self.memory = AddressSpace(self.target)
+
+    # -- memory -----------------------------------------------------------------------------------
+
+    def write(self, addr: int, array: Any, core: int | None = None) -> None:
+        """Store an array's bytes (C order, little-endian) at ``addr``; private addresses need ``core``."""
+        arr = np.asarray(array)
+        if arr.dtype.kind not in "biuf":
+            raise SimError(f"write: expected a numeric array, got dtype {arr.dtype}")
+        self.memory.write(addr, arr, core=core)
+
+    def read(self, addr: int, shape: Sequence[int] | int, dtype: Any, core: int | None = None) -> np.ndarray:
+        """A fresh array decoded from the bytes at ``addr``; private addresses need ``core``."""
+        try:
+            dt = np.dtype(dtype)
+        except TypeError:
+            raise SimError(f"read: {dtype!r} is not a dtype") from None
+        if dt.kind not in "biuf":
+            raise SimError(f"read: expected a numeric dtype, got {dt}")
+        return self.memory.read(addr, shape, dt, core=core)
+
+    # -- calls ------------------------------------------------------------------------------------
+
+    def bind(self, symbol: str, **kwargs: Any) -> BoundCall:
+        """Check a call's symbol and arguments without running it (no layout check)."""
+        sym = kernels.lookup(symbol)
+        if sym.precision not in self.target.precisions:
+            raise KernelArgError(f"symbol '{symbol}' computes in {sym.precision}, which {self.target.name} "
+                                 f"lacks (it has: {', '.join(self.target.precisions)})")
+        args = dict(kwargs)
+        if sym.variant == "s":
+            if "core" in args:
+                raise KernelArgError(f"{symbol}: unexpected argument 'core': shared-memory (_s) symbols run on "
+                                     f"'core_mask'")
+            cores = _cores_of_mask(args.pop("core_mask", self.target.all_cores_mask), self.target)
+            owner = None
+        else:
+            if "core_mask" in args:
+                raise KernelArgError(f"{symbol}: unexpected argument 'core_mask': private-memory (_p) symbols run "
+                                     f"on one 'core'")
+            core = args.pop("core", 0)
+            if isinstance(core, bool) or not isinstance(core, (int, np.integer)) \
+                    or not 0 <= int(core) < self.target.cores:
+                raise KernelArgError(f"argument 'core': expected a core of {self.target.name} "
+                                     f"(0..{self.target.cores - 1}), got {core!r}")
+            cores = (int(core),)
+            owner = int(core)
+
+        def read(addr: int, shape: tuple[int, ...], dtype: np.dtype, name: str = "pointer") -> np.ndarray:
+            try:
+                return self.memory.read(addr, shape, dtype, core=owner)
+            except MemoryFault as e:
+                raise LayoutError(f"buffer '{name}' at {addr:#x} cannot be read: {e}") from None
+
+        return sym.kernel.bind(symbol, sym.precision, sym.variant, cores, args, read)
+
+    def context(self, call: BoundCall) -> PlanContext:
+        """What the kernel may know of the chip when planning ``call``."""
+        stage = self.target.region(self.target.staging_region)
+        ws_lo, ws_hi = self.target.workspace_range
+        return PlanContext(target=self.target, cores=call.cores, precision=call.precision, variant=call.variant,
+                           scratch_base=stage.base, scratch_size_bytes=stage.size_bytes,
+                           workspace_base=ws_lo, workspace_size_bytes=ws_hi - ws_lo,
+                           alignment_bytes=max(stage.alignment_bytes, self.target.core.vector_width_bytes))
+
+    def plan(self, symbol: str, **kwargs: Any) -> tuple[BoundCall, Plan]:
+        """Bind, layout-check and plan a call without running it."""
+        call = self.bind(symbol, **kwargs)
+        enforce_layout(call, self.target)
+        return call, self.kernel_of(call).plan(call, self.context(call))
+
+    @staticmethod
+    def kernel_of(call: BoundCall):
+        """The kernel object behind a bound call."""
+        return kernels.lookup(call.symbol).kernel
+
+    def call(self, symbol: str, *, numerics: bool = True, progress: Callable[[int, int], None] | None = None,
+             **kwargs: Any) -> Run:
+        """Run ``symbol`` with its C arguments by name; memory is rolled back if anything fails."""
+        t0 = time.perf_counter()
+        call, plan = self.plan(symbol, **kwargs)
+        recorder = Recorder()
+        engine = Engine(self.target, self.memory, recorder, numerics=numerics, on_tile=progress)
+        self.memory.begin()
+        try:
+            cycles = engine.run(plan)
+        except BaseException:
+            self.memory.rollback()
+            raise
+        self.memory.commit()
+        return Run(symbol=symbol, target=self.target, call=call, plan=plan, cycles=cycles,
+                   events=recorder.events, roofline=roofline(plan, self.target),
+                   wall_seconds=time.perf_counter() - t0, args=dict(kwargs))
