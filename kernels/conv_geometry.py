@@ -1,0 +1,123 @@
+"""Convolution geometry as TensorFlow computes it: output sizes, SAME/VALID/EXPLICIT padding, dilations.
+
+Attributes come in data_format order (NHWC or NCHW), as in TensorFlow; the
+checks name the argument and what was expected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from kernels.base import require_choice, require_ints
+from sim.errors import KernelArgError
+
+DATA_FORMATS = ("NHWC", "NCHW")
+PADDINGS = ("SAME", "VALID", "EXPLICIT")
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """Spatial geometry of a 2-D convolution in NHWC terms, whatever the data format of the tensors."""
+
+    batch: int
+    in_h: int
+    in_w: int
+    in_c: int
+    out_h: int
+    out_w: int
+    filter_h: int
+    filter_w: int
+    stride_h: int
+    stride_w: int
+    dilation_h: int
+    dilation_w: int
+    pad_top: int
+    pad_bottom: int
+    pad_left: int
+    pad_right: int
+    data_format: str
+
+    @property
+    def eff_h(self) -> int:
+        """Effective (dilated) filter height: (k - 1)·d + 1."""
+        return (self.filter_h - 1) * self.dilation_h + 1
+
+    @property
+    def eff_w(self) -> int:
+        """Effective (dilated) filter width."""
+        return (self.filter_w - 1) * self.dilation_w + 1
+
+    def nhwc_shape(self, channels: int, spatial: str = "in") -> tuple[int, int, int, int]:
+        """(batch, h, w, channels) of the input (``spatial='in'``) or output tensor."""
+        h, w = (self.in_h, self.in_w) if spatial == "in" else (self.out_h, self.out_w)
+        return (self.batch, h, w, channels)
+
+    def tensor_shape(self, channels: int, spatial: str = "in") -> tuple[int, int, int, int]:
+        """The same shape in the call's data_format order."""
+        n, h, w, c = self.nhwc_shape(channels, spatial)
+        return (n, h, w, c) if self.data_format == "NHWC" else (n, c, h, w)
+
+
+def hw_index(data_format: str) -> tuple[int, int, int, int]:
+    """Positions of (N, H, W, C) in a 4-vector of ``data_format`` order."""
+    return (0, 1, 2, 3) if data_format == "NHWC" else (0, 2, 3, 1)
+
+
+def to_nhwc(values: Sequence[int], data_format: str) -> tuple[int, int, int, int]:
+    """A 4-vector in ``data_format`` order, reordered to NHWC."""
+    n, h, w, c = hw_index(data_format)
+    return (values[n], values[h], values[w], values[c])
+
+
+def _window(name: str, size: int, eff: int, stride: int, padding: str, pads: tuple[int, int]) -> tuple[int, int, int]:
+    """(out, pad_before, pad_after) of one spatial dimension, TensorFlow's GetWindowedOutputSize."""
+    if padding == "SAME":
+        out = -(-size // stride)
+        total = max((out - 1) * stride + eff - size, 0)
+        return out, total // 2, total - total // 2
+    before, after = pads if padding == "EXPLICIT" else (0, 0)
+    out = (size + before + after - eff + stride) // stride
+    if out <= 0:
+        raise KernelArgError(f"argument '{name}': the dilated filter ({eff}) is larger than the padded input "
+                             f"({size + before + after}): the output size would be {out}")
+    return out, before, after
+
+
+def conv_geometry(input_shape: Any, filter_hw: tuple[int, int], *, strides: Any, padding: Any,
+                  explicit_paddings: Any, data_format: Any, dilations: Any,
+                  input_name: str = "input_shape") -> ConvGeometry:
+    """Check the convolution attributes and compute the geometry (KernelArgError on any bad attribute)."""
+    fmt = require_choice("data_format", data_format, DATA_FORMATS)
+    pad = require_choice("padding", padding, PADDINGS)
+    shape = require_ints(input_name, input_shape, 4, minimum=1)
+    st = require_ints("strides", strides, 4)
+    dil = require_ints("dilations", dilations if dilations is not None else (1, 1, 1, 1), 4)
+    n_i, h_i, w_i, c_i = hw_index(fmt)
+    for attr, vals in (("strides", st), ("dilations", dil)):
+        if vals[n_i] != 1 or vals[c_i] != 1:
+            raise KernelArgError(f"argument '{attr}': must be 1 in the batch and depth dimensions "
+                                 f"({fmt} order), got {list(vals)}")
+        if vals[h_i] <= 0 or vals[w_i] <= 0:
+            raise KernelArgError(f"argument '{attr}': spatial values must be > 0, got {list(vals)}")
+    if pad == "EXPLICIT":
+        ep = require_ints("explicit_paddings", explicit_paddings if explicit_paddings is not None else (), 8,
+                          minimum=0)
+        pairs = [(ep[2 * i], ep[2 * i + 1]) for i in range(4)]
+        if pairs[n_i] != (0, 0) or pairs[c_i] != (0, 0):
+            raise KernelArgError(f"argument 'explicit_paddings': batch and depth paddings must be 0 "
+                                 f"({fmt} order), got {list(ep)}")
+        pad_h, pad_w = pairs[h_i], pairs[w_i]
+    else:
+        if explicit_paddings is not None and len(tuple(explicit_paddings)) != 0:
+            raise KernelArgError(f"argument 'explicit_paddings': must be absent or empty unless padding is "
+                                 f"EXPLICIT (padding is {pad}), got {list(explicit_paddings)}")
+        pad_h = pad_w = (0, 0)
+    fh, fw = (require_ints("filter", filter_hw, 2, minimum=1))
+    eff_h, eff_w = (fh - 1) * dil[h_i] + 1, (fw - 1) * dil[w_i] + 1
+    out_h, top, bottom = _window(input_name, shape[h_i], eff_h, st[h_i], pad, pad_h)
+    out_w, left, right = _window(input_name, shape[w_i], eff_w, st[w_i], pad, pad_w)
+    return ConvGeometry(batch=shape[n_i], in_h=shape[h_i], in_w=shape[w_i], in_c=shape[c_i], out_h=out_h,
+                        out_w=out_w, filter_h=fh, filter_w=fw, stride_h=st[h_i], stride_w=st[w_i],
+                        dilation_h=dil[h_i], dilation_w=dil[w_i], pad_top=top, pad_bottom=bottom, pad_left=left,
+                        pad_right=right, data_format=fmt)
