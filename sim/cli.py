@@ -1,0 +1,110 @@
+"""The ``dspsim`` command: targets, kernels, run, validate."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import kernels
+from sim.config import load_config
+from sim.errors import SimError
+from sim.layout import check_layout, layout_map
+from sim.runner import bind, execute, prepare, save_outputs
+from sim.target import available_targets, load_target
+
+
+def cmd_targets(args: argparse.Namespace) -> int:
+    """Print each chip: cores, clock, precisions, memory map."""
+    for name in (args.names or available_targets()):
+        t = load_target(name)
+        precs = ", ".join(f"{p} ({m.lanes} lanes x {m.fmac_units} FMAC = {m.peak_flops_per_cycle} flop/cycle/core)"
+                          for p, m in t.core.precisions.items())
+        print(f"{t.name}: {t.cores} cores at {t.clock_hz / 1e9:g} GHz; {precs}; "
+              f"DMA {t.dma.engines_per_core} engines/core, setup {t.dma.setup_cycles} cycles; "
+              f"launch {t.launch_overhead_cycles} cycles, barrier {t.barrier_latency_cycles} cycles")
+        for r in t.regions:
+            role = f" {r.role}" if r.role != "storage" else ""
+            print(f"  {r.name:<4} [{r.base:#012x}, {r.end:#012x}) {r.size_bytes:>11} B  {r.kind:<7}{role:<11} "
+                  f"{r.bandwidth_bytes_per_cycle:g} B/cycle over {r.ports} port(s), {r.latency_cycles} cycles latency")
+        lo, hi = t.workspace_range
+        print(f"  staging in {t.staging_region}; workspace {t.workspace.region} [{lo:#x}, {hi:#x})")
+    return 0
+
+
+def cmd_kernels(args: argparse.Namespace) -> int:
+    """Print every symbol with its arguments."""
+    for sym in kernels.symbols():
+        where = "core_mask (int bitmask, default all cores)" if sym.variant == "s" else "core (int, default 0)"
+        print(f"{sym.name}  [{sym.precision}, {'shared' if sym.variant == 's' else 'private'} memory]")
+        for a in sym.kernel.args:
+            opt = "" if a.required else f" = {a.default!r}"
+            print(f"    {a.name}{opt}: {a.doc}")
+        print(f"    {where}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run a run-config: print the per-core summary, write the trace and the outputs."""
+    cfg = load_config(args.config)
+    m, run = execute(cfg)
+    out_dir = Path(args.out_dir)
+    print(run.summary_text())
+    trace = run.write_trace(out_dir / (args.trace or cfg.trace))
+    print(f"trace: {trace}")
+    if args.csv:
+        print(f"csv: {run.write_trace(trace.with_suffix('.csv'))}")
+    for p in save_outputs(cfg, m, out_dir):
+        print(f"output: {p}")
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """Check a run-config's layout without simulating; non-zero exit on a violation."""
+    cfg = load_config(args.config)
+    m = prepare(cfg)
+    call = bind(cfg, m)
+    violations = check_layout(call, m.target)
+    print(layout_map(call, m.target, violations))
+    if not violations:
+        m.kernel_of(call).plan(call, m.context(call))  # tiles that cannot fit the scratchpad raise here
+        print("layout OK")
+    return 1 if violations else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``dspsim``."""
+    p = argparse.ArgumentParser(prog="dspsim", description="Cycle-approximate simulator of FT78NE and MT7004 DSPs")
+    sub = p.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("targets", help="list the chips and their memory maps")
+    t.add_argument("names", nargs="*", help="chip names or target YAML paths (default: all shipped chips)")
+    t.set_defaults(func=cmd_targets)
+    sub.add_parser("kernels", help="list kernel symbols and their arguments").set_defaults(func=cmd_kernels)
+    r = sub.add_parser("run", help="run a run-config and write its trace")
+    r.add_argument("config", help="run-config YAML")
+    r.add_argument("--out-dir", default="traces", help="folder for the trace and outputs (default: traces)")
+    r.add_argument("--trace", help="trace file name (default: the config's, or <config>.json)")
+    r.add_argument("--csv", action="store_true", help="also write the trace as CSV")
+    r.set_defaults(func=cmd_run)
+    v = sub.add_parser("validate", help="check a run-config's memory layout without simulating")
+    v.add_argument("config", help="run-config YAML")
+    v.set_defaults(func=cmd_validate)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: one line per error on stderr and a non-zero exit, never a traceback for bad input."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except SimError as e:
+        print(f"dspsim: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("dspsim: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""Carrying out a run-config: place its data, call its kernel, save its outputs and trace."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from kernels.base import BoundCall
+from sim.atomic import atomic_write_bytes
+from sim.config import RunConfig
+from sim.errors import SimError
+from sim.simulator import Run, Simulator
+
+
+def prepare(cfg: RunConfig) -> Simulator:
+    """A simulator of the config's target with the config's data placed in memory."""
+    m = Simulator(cfg.target)
+    for spec in cfg.data:
+        arr = cfg.materialise(spec)
+        try:
+            m.write(spec.addr, arr, core=spec.core)
+        except SimError as e:
+            raise type(e)(f"{cfg.path}: data '{spec.name}': {e}") from None
+    return m
+
+
+def bind(cfg: RunConfig, m: Simulator) -> BoundCall:
+    """The config's call with its arguments checked (no layout check, no run)."""
+    return m.bind(cfg.symbol, **cfg.args)
+
+
+def execute(cfg: RunConfig, progress: Callable[[int, int], None] | None = None) -> tuple[Simulator, Run]:
+    """Place the data and run the call."""
+    m = prepare(cfg)
+    run = m.call(cfg.symbol, numerics=cfg.numerics, progress=progress, **cfg.args)
+    return m, run
+
+
+def save_outputs(cfg: RunConfig, m: Simulator, out_dir: Path) -> list[Path]:
+    """Read the config's outputs back and save each as ``<out_dir>/<config stem>.<name>.npy`` (atomically)."""
+    paths = []
+    for spec in cfg.outputs:
+        try:
+            arr = m.read(spec.addr, spec.shape, spec.dtype, core=spec.core)
+        except SimError as e:
+            raise type(e)(f"{cfg.path}: output '{spec.name}': {e}") from None
+        buf = io.BytesIO()
+        np.save(buf, arr, allow_pickle=False)
+        paths.append(atomic_write_bytes(out_dir / f"{cfg.path.stem}.{spec.name}.npy", buf.getvalue()))
+    return paths
