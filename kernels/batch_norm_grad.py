@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from kernels.base import (PRECISION_DTYPES, ArgSpec, BoundCall, Buffer, Compute, MemoryReader, Phase, Plan,
-                          PlanContext, Tile, Transfer, check_args, require_address, require_int, split_even)
+                          PlanContext, Tile, Transfer, align_up, check_args, require_address, require_int, split_even)
 from kernels.tiling import Arena, fits, operand_in, operand_out, padded_lanes
 from sim.errors import KernelArgError, LayoutError
 
@@ -207,7 +207,7 @@ class BatchNormGrad:
         channel, is_train = call.attrs["channel"], call.attrs["is_train"]
         align = ctx.alignment_bytes
         # Fixed block area: the block's vectors and running sums, two copies alternating by block.
-        block_bytes = 5 * ct * 4
+        block_bytes = 5 * align_up(ct * 4, align)
         area = Arena(ctx.scratch_base, ctx.scratch_size_bytes, align)
         blocks = [area.alloc(block_bytes) for _ in range(2)]
         rest = ctx.scratch_size_bytes - (area.used + align)

@@ -1,0 +1,49 @@
+"""The dspsim command on the shipped configs."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sim.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+
+
+def test_run_shared_example_prints_table_and_writes_trace(tmp_path, capsys):
+    assert main(["run", str(ROOT / "configs/ft78ne_batch_norm_grad_s.yaml"), "--out-dir", str(tmp_path),
+                 "--csv"]) == 0
+    out = capsys.readouterr().out
+    assert "core" in out and "busy" in out and "roofline bound" in out
+    trace = json.loads((tmp_path / "ft78ne_batch_norm_grad_s.json").read_text())
+    assert trace["traceEvents"] and trace["metadata"]["symbol"] == "fp_batch_norm_grad_s"
+    assert (tmp_path / "ft78ne_batch_norm_grad_s.csv").exists()
+    dx = np.load(tmp_path / "ft78ne_batch_norm_grad_s.dx.npy")
+    assert dx.shape == (4, 64) and np.isfinite(dx).all() and dx.any()
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
+def test_every_shipped_config_runs(config, tmp_path):
+    assert main(["run", str(config), "--out-dir", str(tmp_path)]) == 0
+
+
+def test_targets_and_kernels_listings(capsys):
+    assert main(["targets"]) == 0
+    out = capsys.readouterr().out
+    assert "FT78NE: 8 cores at 1.8 GHz" in out and "MT7004: 4 cores" in out and "ddr" in out
+    assert main(["kernels"]) == 0
+    out = capsys.readouterr().out
+    assert "fp_batch_norm_grad_s" in out and "hp_batch_norm_grad_p" in out and "params" in out
+
+
+def test_bad_config_is_one_line_and_nonzero(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("target: FT78NE\nsymbol: fp_batch_norm_grad_s\nargs: {x: 0xA0000000}\n")
+    proc = subprocess.run([sys.executable, "-m", "sim.cli", "run", str(bad), "--out-dir", str(tmp_path)],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode != 0
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr and "'dy'" in proc.stderr

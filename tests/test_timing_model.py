@@ -1,0 +1,138 @@
+"""Timing: hand-derived cycles of a hand-made plan, and SPEC section 6's properties for BatchNormGrad."""
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+import sim
+from kernels.base import Compute, Operand, Phase, Plan, Tile, Transfer
+from sim.engine import Engine
+from sim.memory import AddressSpace
+from sim.trace import Recorder
+
+TARGETS = Path(__file__).resolve().parent.parent / "targets"
+
+
+def run_plan(target, plan):
+    rec = Recorder()
+    mem = AddressSpace(target)
+    return Engine(target, mem, rec).run(plan), rec.events, mem
+
+
+def test_one_transfer_costs_what_the_target_file_says():
+    t = sim.load_target("FT78NE")
+    ddr, am = t.region("ddr"), t.region("am")
+    n = 6000
+    plan = Plan(cores=(0,), precision="fp32", phases=(Phase("p", {0: (
+        Tile(0, (Transfer.contiguous(ddr.base, am.base, n),), None, ()),)}),))
+    cycles, events, _ = run_plan(t, plan)
+    port_bw = min(ddr.bandwidth_bytes_per_cycle / ddr.ports, am.bandwidth_bytes_per_cycle / am.ports)
+    expect = (t.launch_overhead_cycles + t.dma.setup_cycles + math.ceil(n / port_bw)
+              + max(ddr.latency_cycles, am.latency_cycles))
+    assert cycles == expect
+
+
+def test_compute_costs_what_the_target_file_says():
+    t = sim.load_target("MT7004")
+    am = t.region("am")
+    op = Operand(am.base, (4,), np.dtype(np.float32))
+    flops = 10_000
+    c = Compute(lambda a: (a * 2,), (op,), (op,), flops=flops, reductions=3, precision="fp16")
+    plan = Plan(cores=(1,), precision="fp16", phases=(Phase("p", {1: (Tile(0, (), c, ()),)}),))
+    cycles, events, _ = run_plan(t, plan)
+    p = t.core.precisions["fp16"]
+    expect = (t.launch_overhead_cycles + t.core.loop_overhead_cycles + t.core.vector_op_latency_cycles
+              + math.ceil(flops / (p.lanes * p.fmac_units * 2)) + 3 * t.core.reduction_latency_cycles)
+    assert cycles == expect
+
+
+def test_double_buffering_overlaps_next_load_with_compute():
+    t = sim.load_target("FT78NE")
+    ddr, am = t.region("ddr"), t.region("am")
+    op = Operand(am.base, (16,), np.dtype(np.float32))
+    heavy = Compute(lambda a: (a,), (op,), (op,), flops=192 * 20000, reductions=0, precision="fp32")
+
+    def tiles(slots):
+        return tuple(Tile(i, (Transfer.contiguous(ddr.base + 4096 * i, am.base + 65536 * slots[i], 4096),),
+                          heavy, (), slot=slots[i]) for i in range(4))
+    serial, _, _ = run_plan(t, Plan((0,), (Phase("p", {0: tiles([0, 0, 0, 0])}),), "fp32"))
+    double, events, _ = run_plan(t, Plan((0,), (Phase("p", {0: tiles([0, 1, 0, 1])}),), "fp32"))
+    # Serial: each load waits for the previous tile; double buffered: loads hide under compute.
+    assert double < serial
+    loads = sorted((e for e in events if e.kind == "dma_in"), key=lambda e: e.tile)
+    comps = sorted((e for e in events if e.kind == "compute"), key=lambda e: e.tile)
+    assert loads[1].start < comps[0].end  # tile 1's DMA ran during tile 0's compute
+
+
+def test_barrier_waits_for_the_slowest_core_and_costs_its_latency():
+    t = sim.load_target("FT78NE")
+    am = t.region("am")
+    op = Operand(am.base, (1,), np.dtype(np.float32))
+    work = {c: (Tile(0, (), Compute(lambda a: (a,), (op,), (op,), flops=192 * 1000 * (c + 1), reductions=0,
+                                    precision="fp32"), ()),) for c in range(2)}
+    cycles, events, _ = run_plan(t, Plan((0, 1), (Phase("a", work, barrier_after=True), Phase("b", {})), "fp32"))
+    waits = {e.core: e for e in events if e.kind == "barrier_wait" and e.phase == "a"}
+    assert set(waits) == {0, 1}
+    assert waits[0].end == waits[1].end == waits[1].start + t.barrier_latency_cycles
+    assert waits[0].wait_cycles > waits[1].wait_cycles
+
+
+def bn_call(m, batch, channel, **kw):
+    return m.call("fp_batch_norm_grad_s", x=0x80000000, dy=0x90000000, dx=0xA0000000,
+                  params=[0xB0000000, 0xB0100000, 0xB0200000, 0xB0300000, 0xB0400000, batch, channel, 1], **kw)
+
+
+def test_determinism_same_cycles_same_trace():
+    a = bn_call(sim.Simulator("FT78NE"), 64, 512)
+    b = bn_call(sim.Simulator("FT78NE"), 64, 512)
+    assert a.cycles == b.cycles and a.events == b.events
+
+
+@pytest.mark.parametrize("chip", ["FT78NE", "MT7004"])
+@pytest.mark.parametrize("mask", [0x1, 0x3, 0xF])
+def test_never_below_the_roofline_bound(chip, mask):
+    run = bn_call(sim.Simulator(chip), 128, 300, core_mask=mask)
+    assert run.cycles >= run.roofline.cycles > 0
+    peak = sim.load_target(chip).core.precisions["fp32"].peak_flops_per_cycle * bin(mask).count("1")
+    assert run.cycles >= run.roofline.total_flops / peak
+    ddr = sim.load_target(chip).region("ddr")
+    assert run.cycles >= run.roofline.region_bytes["ddr"] / ddr.bandwidth_bytes_per_cycle
+
+
+def test_eight_cores_beat_one_by_a_wide_margin_on_a_large_case():
+    one = bn_call(sim.Simulator("FT78NE"), 256, 1024, core_mask=0x01, numerics=False)
+    eight = bn_call(sim.Simulator("FT78NE"), 256, 1024, core_mask=0xFF, numerics=False)
+    assert one.cycles / eight.cycles > 1.8
+    # Bandwidth-bound: 8 cores get close to the DDR roofline.
+    assert eight.roofline.bound_by == "ddr" and eight.roofline_fraction > 0.8
+
+
+def test_halving_ddr_bandwidth_slows_the_shared_variant(tmp_path):
+    doc = yaml.safe_load((TARGETS / "FT78NE.yaml").read_text())
+    for r in doc["regions"]:
+        if r["name"] == "ddr":
+            r["bandwidth_bytes_per_cycle"] /= 2
+    slow_path = tmp_path / "slow_ddr.yaml"
+    slow_path.write_text(yaml.safe_dump(doc))
+    fast = bn_call(sim.Simulator("FT78NE"), 256, 512)
+    slow = bn_call(sim.Simulator(sim.load_target(slow_path)), 256, 512)
+    assert slow.cycles > 1.6 * fast.cycles
+
+
+def test_private_variant_sees_no_contention_shared_variant_does():
+    m = sim.Simulator("FT78NE")
+    shared = bn_call(m, 256, 1024)
+    assert sum(e.wait_cycles for e in shared.events if e.kind.startswith("dma")) > 0
+    runs = []
+    for core in (0, 5):
+        p = m.call("fp_batch_norm_grad_p", x=0x10000000, dy=0x10200000, dx=0x10400000,
+                   params=[0x10600000, 0x10610000, 0x10620000, 0x10630000, 0x10640000, 64, 256, 1], core=core)
+        runs.append(p)
+        waits = sum(e.wait_cycles for e in p.events if e.kind.startswith("dma"))
+        # Two engines of one core share l2's two ports: never queued.
+        assert waits == 0
+        assert {e.src_region for e in p.events if e.kind == "dma_in"} <= {"l2"}
+    assert runs[0].cycles == runs[1].cycles
