@@ -9,9 +9,19 @@ The public API (a contract, SPEC section 3)::
     run.cycles, run.events, run.write_trace("traces/bn.json")
 """
 
+from typing import Any
+
 from sim.errors import ConfigError, KernelArgError, LayoutError, MemoryFault, SimError, TargetError
-from sim.simulator import Run, Simulator
 from sim.target import Target, available_targets, load_target
 
 __all__ = ["SimError", "TargetError", "KernelArgError", "LayoutError", "MemoryFault", "ConfigError",
            "Simulator", "Run", "Target", "load_target", "available_targets"]
+
+
+def __getattr__(name: str) -> Any:
+    # The facade imports the kernel registry, whose kernels import sim.errors and sim.target: loading it
+    # lazily lets either package be imported first without a cycle.
+    if name in ("Simulator", "Run"):
+        from sim import simulator
+        return getattr(simulator, name)
+    raise AttributeError(f"module 'sim' has no attribute {name!r}")
