@@ -73,6 +73,21 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 1 if violations else 0
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """Run a sweep file's grid on a local process pool or a Dask cluster; write its table and plot."""
+    from sim.sweep import load_sweep, run_sweep
+
+    spec = load_sweep(args.sweep)
+    n = len(spec.points())
+    rows = run_sweep(spec, args.out_dir, workers=args.workers, scheduler=args.scheduler)
+    failed = [r for r in rows if r.get("error")]
+    print(f"{n} points: {len(rows) - len(failed)} ran, {len(failed)} failed; table {args.out_dir}/sweep.csv, "
+          f"{args.out_dir}/sweep.parquet; plot {args.out_dir}/sweep.png")
+    for r in failed:
+        print(f"  failed {r['id']}: {r['error'].splitlines()[0]}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``dspsim``."""
     p = argparse.ArgumentParser(prog="dspsim", description="Cycle-approximate simulator of FT78NE and MT7004 DSPs")
@@ -90,6 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate", help="check a run-config's memory layout without simulating")
     v.add_argument("config", help="run-config YAML")
     v.set_defaults(func=cmd_validate)
+    w = sub.add_parser("sweep", help="run a grid of chips, shapes, core masks and target parameters")
+    w.add_argument("sweep", help="sweep YAML")
+    w.add_argument("-o", "--out-dir", default="traces/sweep", help="folder of the results (default traces/sweep)")
+    w.add_argument("--workers", type=int, default=None, help="local worker processes (default: CPU count)")
+    w.add_argument("--scheduler", help="address of a Dask distributed scheduler (tcp://host:8786)")
+    w.set_defaults(func=cmd_sweep)
     return p
 
 
