@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import io
+import math
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -18,13 +19,34 @@ from sim.simulator import Run, Simulator
 def prepare(cfg: RunConfig) -> Simulator:
     """A simulator of the config's target with the config's data placed in memory."""
     m = Simulator(cfg.target)
+    # Every placement and read-back is checked against the map before any array is generated,
+    # so a typo fails fast instead of building a large array (or running) for nothing.
+    for kind, specs in (("data", cfg.data), ("output", cfg.outputs)):
+        for spec in specs:
+            try:
+                m.memory.map.resolve(spec.addr, math.prod(spec.shape) * spec.dtype.itemsize, spec.core,
+                                     what="write" if kind == "data" else "read")
+            except SimError as e:
+                raise type(e)(f"{cfg.path}: {kind} '{spec.name}': {e}") from None
+    place_data(cfg, m, cfg.numerics)
+    return m
+
+
+def place_data(cfg: RunConfig, m: Simulator, numerics: bool) -> None:
+    """Write the config's data into ``m``.
+
+    A timing-only run (``numerics`` false) needs no tensors: only literal
+    ``values`` entries are placed, because kernels read those (pointer tables
+    such as a params array) to know what to do.
+    """
     for spec in cfg.data:
+        if not numerics and "values" not in spec.source:
+            continue
         arr = cfg.materialise(spec)
         try:
             m.write(spec.addr, arr, core=spec.core)
         except SimError as e:
             raise type(e)(f"{cfg.path}: data '{spec.name}': {e}") from None
-    return m
 
 
 def bind(cfg: RunConfig, m: Simulator) -> BoundCall:

@@ -161,7 +161,8 @@ def _target_doc(name_or_path: str, base_dir: Path) -> tuple[dict, str]:
 
 def run_point(point: dict) -> dict:
     """Run one sweep point; never raises: a failure is returned with its error."""
-    from sim.simulator import Simulator  # imported here: worker processes import it on first use
+    from sim.runner import place_data  # imported here: worker processes import the facade on first use
+    from sim.simulator import Simulator
 
     t0 = time.perf_counter()
     row: dict[str, Any] = {"id": point["id"], "config": Path(point["config"]).name, **point["settings"]}
@@ -184,10 +185,7 @@ def run_point(point: dict) -> dict:
             _set_path(doc, key.split("."), value, f"grid.target.{key}")
         chip = parse_target(doc, f"{tpath} (swept)")
         m = Simulator(chip)
-        for spec in cfg.data:
-            # Timing-only points place only literal values (pointer tables such as params arrays).
-            if point["numerics"] or "values" in spec.source:
-                m.write(spec.addr, cfg.materialise(spec), core=spec.core)
+        place_data(cfg, m, point["numerics"])
         run = m.call(symbol, numerics=point["numerics"], **args)
         row.update(chip=chip.name, symbol=symbol, cores=len(run.cores), cycles=run.cycles, roofline_cycles=run.roofline.cycles,
                    roofline_fraction=run.roofline_fraction, bound_by=run.roofline.bound_by, error="")
