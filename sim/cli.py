@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Sequence
 
 import kernels
 from sim.config import load_config
-from sim.errors import SimError
-from sim.layout import check_layout, layout_map
+from sim.errors import LayoutError, SimError
+from sim.layout import check_layout, layout_map, layout_report, plan_violation
 from sim.runner import bind, execute, prepare, save_outputs
 from sim.target import available_targets, load_target
 
@@ -61,15 +62,31 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    """Check a run-config's layout without simulating; non-zero exit on a violation."""
-    cfg = load_config(args.config)
-    m = prepare(cfg)
-    call = bind(cfg, m)
+    """Check a run-config's layout without simulating; print the map; exit 1 on a violation."""
+    try:
+        cfg = load_config(args.config)
+        m = prepare(cfg)
+        call = bind(cfg, m)
+    except SimError as e:
+        if args.format == "json":  # tools read stdout; the one-line error still goes to stderr
+            print(json.dumps({"config": str(args.config), "ok": False, "errors": [str(e)], "violations": []}))
+        raise
     violations = check_layout(call, m.target)
-    print(layout_map(call, m.target, violations))
     if not violations:
-        m.kernel_of(call).plan(call, m.context(call))  # tiles that cannot fit the scratchpad raise here
-        print("layout OK")
+        try:
+            m.kernel_of(call).plan(call, m.context(call))  # tiles that cannot fit the scratchpad fail here
+        except LayoutError as e:
+            violations = list(getattr(e, "violations", ())) or [plan_violation(call, m.target, e)]
+    report = {"config": str(cfg.path), **layout_report(call, m.target, violations)}
+    if args.format == "json":
+        print(json.dumps(report, indent=1))
+    else:
+        print(layout_map(call, m.target, violations))
+        print("layout OK" if not violations else f"{len(violations)} layout violation(s)")
+    if args.plot:
+        from sim.layout_plot import plot_layout  # matplotlib only when a picture is asked for
+        path = plot_layout(report, args.plot)
+        print(f"plot: {path}", file=sys.stderr if args.format == "json" else sys.stdout)
     return 1 if violations else 0
 
 
@@ -104,6 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_run)
     v = sub.add_parser("validate", help="check a run-config's memory layout without simulating")
     v.add_argument("config", help="run-config YAML")
+    v.add_argument("--format", choices=("text", "json"), default="text", help="text map (default) or JSON for tools")
+    v.add_argument("--plot", metavar="PICTURE", help="also draw the memory map to PICTURE (.png, .svg or .pdf)")
     v.set_defaults(func=cmd_validate)
     w = sub.add_parser("sweep", help="run a grid of chips, shapes, core masks and target parameters")
     w.add_argument("sweep", help="sweep YAML")

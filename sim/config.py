@@ -26,18 +26,20 @@ Errors name the file and the key path (:class:`ConfigError`).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
-
 from sim.errors import ConfigError
+from sim.yamlsafe import load_yaml
 
 DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
-#: Largest array a run-config may ask to generate (elements); beyond it a typo, not a test.
-MAX_ELEMENTS = 1 << 31
+#: Largest array a run-config may place or save (bytes); beyond it a typo that would exhaust the host's memory.
+MAX_ARRAY_BYTES = 1 << 31
+#: Array and trace names become file names under the output folder: no paths, no hidden files.
+NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 
 @dataclass(frozen=True)
@@ -71,36 +73,88 @@ class RunConfig:
         src = spec.source
         where = f"{self.path}: data.{spec.name}"
         if "random" in src:
-            r = src["random"] or {}
-            rng = np.random.default_rng(r.get("seed", 0))
-            low, high = r.get("low", -1.0), r.get("high", 1.0)
-            if spec.dtype.kind in "iu":
-                return rng.integers(int(low), int(high), size=spec.shape, endpoint=True).astype(spec.dtype)
-            return rng.uniform(low, high, size=spec.shape).astype(spec.dtype)
+            return _random(spec, src["random"] or {}, where)
         if "fill" in src:
-            return np.full(spec.shape, src["fill"], dtype=spec.dtype)
+            return np.full(spec.shape, _fill_value(spec, src["fill"], where), dtype=spec.dtype)
         if "values" in src:
             try:
                 arr = np.asarray(src["values"], dtype=spec.dtype)
-            except (TypeError, ValueError) as e:
-                raise ConfigError(f"{where}.values: {e}") from None
+            except (TypeError, ValueError, OverflowError) as e:
+                raise ConfigError(f"{where}.values: not {len(spec.shape)}-d {spec.dtype} numbers: {e}") from None
             if arr.shape != spec.shape:
                 raise ConfigError(f"{where}.values: shape {list(arr.shape)} does not match shape {list(spec.shape)}")
             return arr
-        p = Path(src["file"])
-        if not p.is_absolute():
-            p = self.path.parent / p
-        try:
-            arr = np.load(p, allow_pickle=False)
-        except FileNotFoundError:
-            raise ConfigError(f"{where}.file: {p} does not exist") from None
-        except (OSError, ValueError) as e:
-            raise ConfigError(f"{where}.file: {p} is not a readable .npy array: {e}") from None
-        if arr.shape != spec.shape:
-            raise ConfigError(f"{where}.file: {p} has shape {list(arr.shape)}, the config says {list(spec.shape)}")
-        if arr.dtype != spec.dtype:
-            raise ConfigError(f"{where}.file: {p} has dtype {arr.dtype}, the config says {spec.dtype}")
-        return arr
+        return _load_npy(self.path, spec, src["file"], where)
+
+
+def _random(spec: ArraySpec, r: dict, where: str) -> np.ndarray:
+    rng = np.random.default_rng(r.get("seed", 0))
+    low, high = r.get("low", -1.0), r.get("high", 1.0)
+    if low > high:
+        raise ConfigError(f"{where}.random: low ({low}) is above high ({high})")
+    if spec.dtype.kind in "iu":
+        info = np.iinfo(spec.dtype)
+        lo, hi = math.ceil(low), math.floor(high)
+        if lo > hi or lo < info.min or hi > info.max:
+            raise ConfigError(f"{where}.random: [{low}, {high}] holds no {spec.dtype} value or leaves its range "
+                              f"[{info.min}, {info.max}]")
+        return rng.integers(lo, hi, size=spec.shape, endpoint=True, dtype=spec.dtype)
+    if not math.isfinite(high - low) or max(abs(low), abs(high)) > np.finfo(spec.dtype).max:
+        raise ConfigError(f"{where}.random: [{low}, {high}] does not fit {spec.dtype}")
+    return rng.uniform(low, high, size=spec.shape).astype(spec.dtype)
+
+
+def _fill_value(spec: ArraySpec, v: int | float, where: str) -> int | float:
+    if spec.dtype.kind in "iu":
+        info = np.iinfo(spec.dtype)
+        if not (isinstance(v, int) or (math.isfinite(v) and float(v).is_integer())) \
+                or not info.min <= int(v) <= info.max:
+            raise ConfigError(f"{where}.fill: {v!r} is not a {spec.dtype} value ([{info.min}, {info.max}])")
+        return int(v)
+    if math.isfinite(v) and abs(v) > np.finfo(spec.dtype).max:
+        raise ConfigError(f"{where}.fill: {v!r} overflows {spec.dtype}")
+    return v  # NaN and inf are legal float fills (to test how a kernel propagates them)
+
+
+def _load_npy(config_path: Path, spec: ArraySpec, file: str, where: str) -> np.ndarray:
+    """A .npy file's array, its header checked against the spec before the data is read."""
+    p = Path(file)
+    if not p.is_absolute():
+        p = config_path.parent / p
+    try:
+        with open(p, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+            elif version == (2, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+            else:
+                raise ValueError(f"unsupported .npy version {version}")
+            if tuple(shape) != spec.shape:
+                raise ConfigError(f"{where}.file: {p} has shape {list(shape)}, the config says {list(spec.shape)}")
+            if dtype != spec.dtype:
+                raise ConfigError(f"{where}.file: {p} has dtype {dtype}, the config says {spec.dtype}")
+            f.seek(0)
+            arr = np.load(f, allow_pickle=False)
+    except FileNotFoundError:
+        raise ConfigError(f"{where}.file: {p} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{where}.file: {p} is a folder, not a .npy file") from None
+    except (OSError, ValueError, EOFError) as e:
+        raise ConfigError(f"{where}.file: {p} is not a readable .npy array: {e}") from None
+    if not isinstance(arr, np.ndarray) or arr.shape != spec.shape:
+        raise ConfigError(f"{where}.file: {p} holds no complete array of shape {list(spec.shape)}")
+    return arr
+
+
+def _finite_number(v: Any) -> bool:
+    """A YAML int or float that converts to a finite float (YAML ints can be arbitrarily large)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:
+        return False
 
 
 def _fail(path: Path, key: str, msg: str) -> ConfigError:
@@ -131,17 +185,22 @@ def _array_spec(path: Path, raw: Any, key: str, is_data: bool) -> ArraySpec:
     sources = {"random", "file", "fill", "values"}
     m = _mapping(path, raw, key, {"name", "addr", "shape", "dtype"}, {"core"} | (sources if is_data else set()))
     name = m["name"]
-    if not isinstance(name, str) or not name:
-        raise _fail(path, f"{key}.name", f"expected a non-empty string, got {name!r}")
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise _fail(path, f"{key}.name", f"expected a name of letters, digits, '_', '.', '-' (it names an output "
+                                         f"file), got {name!r}")
     addr = _int(path, m["addr"], f"{key}.addr")
     shape_raw = m["shape"]
     if not isinstance(shape_raw, list):
         raise _fail(path, f"{key}.shape", f"expected a list of sizes, got {shape_raw!r}")
+    if len(shape_raw) > 32:
+        raise _fail(path, f"{key}.shape", f"at most 32 dimensions, got {len(shape_raw)}")
     shape = tuple(_int(path, s, f"{key}.shape[{i}]") for i, s in enumerate(shape_raw))
-    if math.prod(shape) > MAX_ELEMENTS:
-        raise _fail(path, f"{key}.shape", f"{list(shape)} has more than {MAX_ELEMENTS} elements")
-    if m["dtype"] not in DTYPES:
+    if not isinstance(m["dtype"], str) or m["dtype"] not in DTYPES:
         raise _fail(path, f"{key}.dtype", f"expected one of {', '.join(DTYPES)}, got {m['dtype']!r}")
+    nbytes = math.prod(shape) * np.dtype(m["dtype"]).itemsize
+    if nbytes > MAX_ARRAY_BYTES:
+        raise _fail(path, f"{key}.shape", f"{list(shape)} of {m['dtype']} is {nbytes} bytes, more than the "
+                                          f"{MAX_ARRAY_BYTES} bytes a run-config may place or save")
     core = _int(path, m["core"], f"{key}.core") if m.get("core") is not None else None
     src: dict = {}
     if is_data:
@@ -152,14 +211,17 @@ def _array_spec(path: Path, raw: Any, key: str, is_data: bool) -> ArraySpec:
         if "random" in src:
             r = _mapping(path, src["random"] or {}, f"{key}.random", set(), {"seed", "low", "high"})
             for k in ("low", "high"):
-                if k in r and (isinstance(r[k], bool) or not isinstance(r[k], (int, float))
-                               or not math.isfinite(r[k])):
+                if k in r and not _finite_number(r[k]):
                     raise _fail(path, f"{key}.random.{k}", f"expected a finite number, got {r[k]!r}")
             if "seed" in r:
                 _int(path, r["seed"], f"{key}.random.seed")
+            low, high = r.get("low", -1.0), r.get("high", 1.0)
+            if low > high:
+                raise _fail(path, f"{key}.random", f"low ({low}) is above high ({high})")
         if "file" in src and not isinstance(src["file"], str):
             raise _fail(path, f"{key}.file", f"expected a path string, got {src['file']!r}")
-        if "fill" in src and (isinstance(src["fill"], bool) or not isinstance(src["fill"], (int, float))):
+        if "fill" in src and (isinstance(src["fill"], bool) or not isinstance(src["fill"], (int, float))
+                              or (isinstance(src["fill"], int) and not _finite_number(src["fill"]))):
             raise _fail(path, f"{key}.fill", f"expected a number, got {src['fill']!r}")
     return ArraySpec(name=name, addr=addr, shape=shape, dtype=np.dtype(m["dtype"]), core=core, source=src)
 
@@ -171,12 +233,11 @@ def load_config(path: str | Path) -> RunConfig:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{p}: run-config not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{p}: is a folder, not a run-config file") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{p}: cannot read run-config: {e}") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{p}: not valid YAML: {str(e).splitlines()[0]}") from None
+    doc = load_yaml(text, str(p), ConfigError)
     top = _mapping(p, doc, "<top>", {"target", "symbol", "args"},
                    {"data", "outputs", "trace", "numerics", "description"})
     for k in ("target", "symbol"):
@@ -197,10 +258,18 @@ def load_config(path: str | Path) -> RunConfig:
     if not isinstance(numerics, bool):
         raise _fail(p, "numerics", f"expected true or false, got {numerics!r}")
     trace = top.get("trace", f"{p.stem}.json")
-    if not isinstance(trace, str) or not trace or "/" in trace or "\\" in trace:
-        raise _fail(p, "trace", f"expected a file name (written under the output folder), got {trace!r}")
+    if not isinstance(trace, str) or not NAME_RE.match(trace):
+        raise _fail(p, "trace", f"expected a file name of letters, digits, '_', '.', '-' (written under the "
+                                f"output folder), got {trace!r}")
+    data_specs = tuple(_array_spec(p, d, f"data[{i}]", True) for i, d in enumerate(data))
+    out_specs = tuple(_array_spec(p, o, f"outputs[{i}]", False) for i, o in enumerate(outputs))
+    for key, specs in (("data", data_specs), ("outputs", out_specs)):
+        seen: set[str] = set()
+        for i, spec in enumerate(specs):
+            if spec.name in seen:
+                raise _fail(p, f"{key}[{i}].name", f"duplicate name {spec.name!r}")
+            seen.add(spec.name)
     return RunConfig(
         path=p, target=target, symbol=top["symbol"], args=dict(top["args"]),
-        data=tuple(_array_spec(p, d, f"data[{i}]", True) for i, d in enumerate(data)),
-        outputs=tuple(_array_spec(p, o, f"outputs[{i}]", False) for i, o in enumerate(outputs)),
+        data=data_specs, outputs=out_specs,
         trace=trace, numerics=numerics, description=str(top.get("description", "")))

@@ -1,33 +1,68 @@
 """Static layout checks of a call's buffers against the chip's memory map (SPEC section 5).
 
-Each violation names the buffer, its address range, the region and the rule,
-and suggests the nearest legal address where one exists.  The same checks run
-before every call and in ``dspsim validate``.
+The rules, each with the id a :class:`Violation` carries (see ``RULES``):
+
+* ``mapped`` / ``inside-one-region``: a buffer lies wholly inside one mapped region;
+* ``not-scratchpad``: never in the cores' tile-staging scratchpads, which kernels own during a call;
+* ``shared-memory`` / ``private-memory``: ``_s`` buffers in shared memory, ``_p`` buffers in the
+  calling core's private memory;
+* ``workspace``: never in the shared window reserved for the kernels' cross-core partial results;
+* ``alignment``: the address is a multiple of the element size, and of the region's
+  ``alignment_bytes`` where the target file sets one;
+* ``no-overlap``: an output shares no byte with another buffer of the call (inputs may alias);
+* ``scratchpad-fit``: the kernel's tiles fit the staging scratchpad (found when planning).
+
+``core_mask`` inside the chip is an argument check (:class:`~sim.errors.KernelArgError`) made when the
+call is bound.  Each violation names the buffer, its address range, the region and the rule, and
+suggests the nearest address where the buffer would break no rule, when there is one.  The same
+checks run before every call and in ``dspsim validate``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import asdict, dataclass
+from typing import Iterable, Sequence
 
 from kernels.base import Buffer, BoundCall
 from sim.errors import LayoutError
 from sim.memory import MemoryMap
 from sim.target import Region, Target
 
+#: Rule id -> the rule in words (for reports and the docs).
+RULES: dict[str, str] = {
+    "mapped": "a buffer lies wholly inside one mapped region (it starts in none)",
+    "inside-one-region": "a buffer lies wholly inside one mapped region (it runs past its region's end)",
+    "not-scratchpad": "call buffers never lie in the cores' tile-staging scratchpads",
+    "shared-memory": "buffers of an _s call lie in shared memory",
+    "private-memory": "buffers of a _p call lie in the calling core's private memory",
+    "workspace": "buffers never lie in the shared window reserved for cross-core partial results",
+    "alignment": "a buffer's address is a multiple of its element size and of its region's alignment_bytes",
+    "no-overlap": "an output shares no byte with another buffer of the call (inputs may alias one another)",
+    "scratchpad-fit": "the kernel's tiles fit the per-core staging scratchpad",
+}
+
 
 @dataclass(frozen=True)
 class Violation:
-    """One broken layout rule."""
+    """One broken layout rule: which buffer, where, in which region, and a legal address to move it to."""
 
     buffer: str
     rule: str
     message: str
     suggestion: int | None = None
+    start: int | None = None
+    end: int | None = None
+    region: str | None = None
 
     def __str__(self) -> str:
         tail = f"; nearest legal address: {self.suggestion:#x}" if self.suggestion is not None else ""
-        return f"{self.message}{tail}"
+        return f"layout rule '{self.rule}': {self.message}{tail}"
+
+    def as_dict(self) -> dict:
+        """A JSON-ready dict (addresses as ints, plus the text)."""
+        d = asdict(self)
+        d["text"] = str(self)
+        return d
 
 
 def _range(b: Buffer) -> str:
@@ -39,142 +74,256 @@ def required_alignment(b: Buffer, region: Region) -> int:
     return max(b.dtype.itemsize, region.alignment_bytes)
 
 
+def _legal_regions(target: Target, variant: str) -> list[Region]:
+    kind = "shared" if variant == "s" else "private"
+    return [r for r in target.regions if r.kind == kind and r.role == "storage"]
+
+
+def _where_words(target: Target, variant: str, core: int | None) -> str:
+    names = " or ".join(r.name for r in _legal_regions(target, variant)) or "none on this chip"
+    if variant == "s":
+        return f"shared memory ({names})"
+    return f"core {core}'s private memory ({names})"
+
+
+def _single_rule(b: Buffer, variant: str, core: int | None, target: Target, mmap: MemoryMap) \
+        -> tuple[str, str, Region | None] | None:
+    """The first rule ``b`` alone breaks, as ``(rule, message, region)``; None when it breaks none."""
+    region = mmap.region_of(b.addr, b.size_bytes)
+    if region is None:
+        start = mmap.region_at(b.addr)
+        if start is not None:
+            return ("inside-one-region",
+                    f"buffer '{b.name}' {_range(b)} ({b.size_bytes} bytes) runs past the end of region "
+                    f"{start.name} [{start.base:#x}, {start.end:#x}): a buffer must lie wholly inside one mapped "
+                    f"region", start)
+        return ("mapped", f"buffer '{b.name}' {_range(b)} is {mmap.describe(b.addr)}: a buffer must lie wholly "
+                          f"inside one mapped region", None)
+    where = f"buffer '{b.name}' {_range(b)} in region {region.name}"
+    if region.role == "scratchpad":
+        return ("not-scratchpad",
+                f"{where}: {region.name} is the cores' tile-staging scratchpad, which kernels own during a "
+                f"call; place call buffers in {_where_words(target, variant, core)}", region)
+    want_kind = "shared" if variant == "s" else "private"
+    if region.kind != want_kind:
+        rule = "shared-memory" if variant == "s" else "private-memory"
+        return (rule, f"{where} ({region.kind}): _{variant} symbols take their buffers in "
+                      f"{_where_words(target, variant, core)}", region)
+    ws_lo, ws_hi = target.workspace_range
+    if region.name == target.workspace.region and b.addr < ws_hi and ws_lo < b.end:
+        return ("workspace", f"{where} overlaps [{ws_lo:#x}, {ws_hi:#x}), the window of {region.name} reserved "
+                             f"for the kernels' cross-core partial results", region)
+    align = required_alignment(b, region)
+    if b.addr % align:
+        why = (f"the element size ({b.dtype.itemsize} bytes of {b.dtype.name})" if align == b.dtype.itemsize
+               else f"region {region.name}'s alignment_bytes ({align}) in the target file")
+        return ("alignment", f"{where} is misaligned: its address must be a multiple of {align} bytes, {why}",
+                region)
+    return None
+
+
+def _free_spans(region: Region, blocked: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``region`` minus the ``blocked`` half-open spans, as sorted half-open spans."""
+    spans, cursor = [], region.base
+    for lo, hi in sorted((max(lo, region.base), min(hi, region.end)) for lo, hi in blocked):
+        if hi <= lo:
+            continue
+        if lo > cursor:
+            spans.append((cursor, lo))
+        cursor = max(cursor, hi)
+    if cursor < region.end:
+        spans.append((cursor, region.end))
+    return spans
+
+
+def nearest_legal_address(b: Buffer, variant: str, target: Target, avoid: Sequence[Buffer] = ()) -> int | None:
+    """The address closest to ``b.addr`` where ``b`` breaks no rule and overlaps none of ``avoid``.
+
+    Ties go to the lower address; None when no region of the right kind can hold the buffer.
+    """
+    ws_lo, ws_hi = target.workspace_range
+    best: int | None = None
+    for region in _legal_regions(target, variant):
+        align = required_alignment(b, region)
+        blocked = [(o.addr, o.end) for o in avoid if o.size_bytes]
+        if region.name == target.workspace.region:
+            blocked.append((ws_lo, ws_hi))
+        for lo, hi in _free_spans(region, blocked):
+            first = -(-lo // align) * align
+            last = (hi - b.size_bytes) // align * align
+            if first > last:
+                continue
+            down = b.addr - b.addr % align
+            for cand in (min(max(down, first), last), min(max(down + align, first), last)):
+                if best is None or (abs(cand - b.addr), cand) < (abs(best - b.addr), best):
+                    best = cand
+    return best
+
+
+def _conflicts(b: Buffer, buffers: Sequence[Buffer]) -> list[Buffer]:
+    """Buffers ``b`` may not overlap: every other one for an output, the outputs for an input."""
+    return [o for o in buffers if o is not b and (b.role == "output" or o.role == "output")]
+
+
+def check_buffer(b: Buffer, variant: str, core: int | None, target: Target,
+                 avoid: Sequence[Buffer] = ()) -> Violation | None:
+    """The first rule the single buffer ``b`` breaks (overlap aside), or None.
+
+    Used before a pointer is dereferenced at bind time (the ``params`` array), when the other
+    buffers of the call are not known yet.
+    """
+    if b.size_bytes == 0:
+        return None  # touches no byte
+    found = _single_rule(b, variant, core, target, MemoryMap(target))
+    if found is None:
+        return None
+    rule, message, region = found
+    return Violation(b.name, rule, message, nearest_legal_address(b, variant, target, avoid), b.addr, b.end,
+                     region.name if region else None)
+
+
 def check_layout(call: BoundCall, target: Target) -> list[Violation]:
-    """Every layout rule ``call`` breaks, in buffer order."""
+    """Every layout rule ``call`` breaks: per buffer the first single-buffer rule, then the overlaps."""
     mmap = MemoryMap(target)
+    core = call.cores[0] if call.variant == "p" else None
     out: list[Violation] = []
     placed: list[tuple[Buffer, Region]] = []
-    ws_lo, ws_hi = target.workspace_range
-    want_kind = "shared" if call.variant == "s" else "private"
     for b in call.buffers:
         if b.size_bytes == 0:
             continue
-        region = mmap.region_of(b.addr, b.size_bytes)
-        if region is None:
-            start = mmap.region_at(b.addr)
-            if start is not None:
-                out.append(Violation(b.name, "inside-one-region",
-                                     f"buffer '{b.name}' {_range(b)} ({b.size_bytes} bytes) runs past the end of "
-                                     f"region {start.name} [{start.base:#x}, {start.end:#x}): a buffer must lie "
-                                     f"wholly inside one mapped region",
-                                     _fit_in(start, b)))
-            else:
-                out.append(Violation(b.name, "mapped",
-                                     f"buffer '{b.name}' {_range(b)} is {mmap.describe(b.addr)}: "
-                                     f"a buffer must lie wholly inside one mapped region",
-                                     _nearest_region_start(target, b, want_kind)))
+        found = _single_rule(b, call.variant, core, target, mmap)
+        if found is None:
+            placed.append((b, mmap.region_of(b.addr, b.size_bytes)))
             continue
-        where = f"buffer '{b.name}' {_range(b)} in region {region.name}"
-        if region.role == "scratchpad":
-            out.append(Violation(b.name, "not-scratchpad",
-                                 f"{where}: {region.name} is the cores' tile-staging scratchpad, which kernels "
-                                 f"own during a call; place call buffers in "
-                                 f"{'ddr or gsm' if call.variant == 's' else 'l2'}",
-                                 _nearest_region_start(target, b, want_kind)))
-            continue
-        if region.kind != want_kind:
-            rule = "shared-memory" if call.variant == "s" else "private-memory"
-            what = ("shared memory (DDR or GSM)" if call.variant == "s"
-                    else f"core {call.cores[0]}'s private memory (l2)")
-            out.append(Violation(b.name, rule,
-                                 f"{where} ({region.kind}): the _{call.variant} variant {call.symbol} takes its "
-                                 f"buffers in {what}",
-                                 _nearest_region_start(target, b, want_kind)))
-            continue
-        if b.addr < ws_hi and ws_lo < b.end and region.name == target.workspace.region:
-            out.append(Violation(b.name, "workspace",
-                                 f"{where} overlaps [{ws_lo:#x}, {ws_hi:#x}), the window of {region.name} "
-                                 f"reserved for the kernels' cross-core partial results",
-                                 ws_lo - b.size_bytes if ws_lo - b.size_bytes >= region.base else ws_hi))
-            continue
-        align = required_alignment(b, region)
-        if b.addr % align:
-            down = b.addr - b.addr % align
-            up = down + align
-            best = down if (b.addr - down <= up - b.addr and down >= region.base) else up
-            why = (f"the element size ({b.dtype.itemsize} bytes of {b.dtype.name})" if align == b.dtype.itemsize
-                   else f"the {region.name} region's {align}-byte alignment")
-            out.append(Violation(b.name, "alignment",
-                                 f"{where} is misaligned: its address must be a multiple of {align} bytes, "
-                                 f"{why}", best))
-            continue
-        placed.append((b, region))
+        rule, message, region = found
+        out.append(Violation(b.name, rule, message,
+                             nearest_legal_address(b, call.variant, target, _conflicts(b, call.buffers)),
+                             b.addr, b.end, region.name if region else None))
     for i, (a, ra) in enumerate(placed):
         for b, rb in placed[i + 1:]:
             if ra is not rb or not (a.addr < b.end and b.addr < a.end):
                 continue
             if a.role != "output" and b.role != "output":
                 continue  # inputs may alias one another
-            out_b, other = (a, b) if a.role == "output" else (b, a)
-            align = required_alignment(out_b, ra)
-            suggestion = -(-max(a.end, b.end) // align) * align
-            out.append(Violation(out_b.name, "no-overlap",
-                                 f"output buffer '{out_b.name}' {_range(out_b)} overlaps {other.role} buffer "
-                                 f"'{other.name}' {_range(other)} in region {ra.name}: an output may not share "
-                                 f"bytes with another buffer of the call",
-                                 suggestion if suggestion + out_b.size_bytes <= ra.end else None))
+            moved, other = (a, b) if a.role == "output" else (b, a)
+            out.append(Violation(
+                moved.name, "no-overlap",
+                f"output buffer '{moved.name}' {_range(moved)} overlaps {other.role} buffer '{other.name}' "
+                f"{_range(other)} in region {ra.name}: an output may not share bytes with another buffer of "
+                f"the call", nearest_legal_address(moved, call.variant, target, _conflicts(moved, call.buffers)),
+                moved.addr, moved.end, ra.name))
     return out
 
 
-def _fit_in(region: Region, b: Buffer) -> int | None:
-    addr = region.end - b.size_bytes
-    addr -= addr % max(b.dtype.itemsize, region.alignment_bytes)
-    return addr if addr >= region.base else None
-
-
-def _nearest_region_start(target: Target, b: Buffer, kind: str) -> int | None:
-    candidates = [r for r in target.regions if r.kind == kind and r.role == "storage" and r.size_bytes >= b.size_bytes]
-    if not candidates:
-        return None
-    r = min(candidates, key=lambda r: min(abs(r.base - b.addr), abs(r.end - b.addr)))
-    if r.base <= b.addr < r.end:
-        return _fit_in(r, b)
-    return r.base if b.addr < r.base else _fit_in(r, b)
+def layout_error(violations: Sequence[Violation]) -> LayoutError:
+    """One LayoutError listing ``violations`` on one line; ``.violations`` keeps them for tools."""
+    if len(violations) == 1:
+        err = LayoutError(str(violations[0]))
+    else:
+        err = LayoutError(f"{len(violations)} layout violations: "
+                          + " | ".join(f"({i}) {v}" for i, v in enumerate(violations, 1)))
+    err.violations = tuple(violations)  # type: ignore[attr-defined]
+    return err
 
 
 def enforce_layout(call: BoundCall, target: Target) -> None:
     """Raise LayoutError listing every violation of ``call``; return quietly when the layout is legal."""
     violations = check_layout(call, target)
     if violations:
-        raise LayoutError("; ".join(str(v) for v in violations))
+        raise layout_error(violations)
+
+
+def plan_violation(call: BoundCall, target: Target, err: LayoutError) -> Violation:
+    """The ``scratchpad-fit`` violation of a call whose kernel could not tile it into the scratchpad."""
+    stage = target.region(target.staging_region)
+    return Violation("<tiles>", "scratchpad-fit",
+                     f"{call.symbol}: its tiles cannot fit the {stage.name} scratchpad "
+                     f"[{stage.base:#x}, {stage.end:#x}) ({stage.size_bytes} bytes per core): {err}",
+                     None, stage.base, stage.end, stage.name)
+
+
+# --- layout maps -----------------------------------------------------------------------------------
+
+def _human(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            v = n / (1 << shift)
+            return f"{v:.0f} {unit}" if v == int(v) else f"{n} B, {v:.1f} {unit}"
+    return f"{n} B"
 
 
 def layout_rows(call: BoundCall, target: Target) -> list[dict]:
-    """The call's buffers in address order with their region, for layout maps."""
+    """The call's buffers in address order with their region and owner core (None for shared memory)."""
     mmap = MemoryMap(target)
     rows = []
     for b in sorted(call.buffers, key=lambda b: (b.addr, b.name)):
         r = mmap.region_at(b.addr)
         rows.append({"buffer": b.name, "role": b.role, "start": b.addr, "end": b.end, "size_bytes": b.size_bytes,
                      "dtype": b.dtype.name, "shape": list(b.shape), "region": r.name if r else None,
-                     "core": (call.cores[0] if (r is not None and not r.shared) else None)})
+                     # Only a _p call owns a core's private copy; an _s buffer there belongs to no core.
+                     "core": (call.cores[0] if (r is not None and not r.shared and call.variant == "p")
+                              else None)})
     return rows
 
 
-def layout_map(call: BoundCall, target: Target, violations: Sequence[Violation] = ()) -> str:
-    """A text layout map: per region, buffers in address order with the gaps between them."""
+def layout_report(call: BoundCall, target: Target, violations: Sequence[Violation] = ()) -> dict:
+    """The layout as data: regions holding buffers (in address order, with the gaps), and the violations."""
     rows = layout_rows(call, target)
-    lines = [f"{call.symbol} on {target.name} (cores {', '.join(map(str, call.cores))})"]
-    by_region: dict[str | None, list[dict]] = {}
-    for row in rows:
-        by_region.setdefault(row["region"], []).append(row)
+    ws_lo, ws_hi = target.workspace_range
+    regions = []
     for r in target.regions:
-        items = by_region.get(r.name)
+        items = [row for row in rows if row["region"] == r.name]
         if not items:
             continue
-        lines.append(f"region {r.name} [{r.base:#x}, {r.end:#x}) {r.kind}")
-        cursor = None
-        for row in items:
-            if cursor is not None and row["start"] > cursor:
-                lines.append(f"    gap  {row['start'] - cursor} bytes")
-            elif cursor is not None and row["start"] < cursor:
-                lines.append(f"    OVERLAP {cursor - row['start']} bytes")
-            owner = f" core {row['core']}" if row["core"] is not None else ""
-            lines.append(f"  {row['start']:#012x}-{row['end']:#012x}  {row['buffer']:<24} {row['role']:<6} "
-                         f"{row['size_bytes']:>12} B  {row['dtype']}{list(row['shape'])}{owner}")
-            cursor = max(cursor or 0, row["end"])
-    for row in by_region.get(None, []):
-        lines.append(f"unmapped: {row['buffer']} [{row['start']:#x}, {row['end']:#x})")
+        reserved = ([{"name": "workspace", "start": ws_lo, "end": ws_hi, "size_bytes": ws_hi - ws_lo}]
+                    if r.name == target.workspace.region else [])
+        gaps = [{"start": lo, "end": hi, "size_bytes": hi - lo}
+                for lo, hi in _free_spans(r, [(row["start"], row["end"]) for row in items]
+                                          + [(w["start"], w["end"]) for w in reserved])]
+        entry = {"name": r.name, "base": r.base, "end": r.end, "size_bytes": r.size_bytes, "kind": r.kind,
+                 "role": r.role, "alignment_bytes": r.alignment_bytes,
+                 "core": items[0]["core"], "buffers": items, "gaps": gaps, "reserved": reserved}
+        regions.append(entry)
+    return {"target": target.name, "symbol": call.symbol, "variant": call.variant, "cores": list(call.cores),
+            "regions": regions, "unmapped": [row for row in rows if row["region"] is None],
+            "violations": [v.as_dict() for v in violations], "ok": not violations}
+
+
+def layout_map(call: BoundCall, target: Target, violations: Sequence[Violation] = ()) -> str:
+    """A text layout map: per region, buffers in address order with the gaps between them, then violations."""
+    rep = layout_report(call, target, violations)
+    bad = {v.buffer for v in violations}
+    digits = (target.address_bits + 3) // 4
+
+    def a(addr: int) -> str:
+        return f"0x{addr:0{digits}x}"
+
+    lines = [f"{call.symbol} on {target.name} (cores {', '.join(map(str, call.cores))})"]
+    for reg in rep["regions"]:
+        owner = f", core {reg['core']}'s copy" if reg["core"] is not None else ""
+        lines.append(f"region {reg['name']} [{reg['base']:#x}, {reg['end']:#x}) {reg['kind']}{owner}, "
+                     f"{_human(reg['size_bytes'])}")
+        events = [("buf", row["start"], row) for row in reg["buffers"]]
+        events += [("gap", g["start"], g) for g in reg["gaps"]]
+        events += [("ws", w["start"], w) for w in reg["reserved"]]
+        cursor = reg["base"]
+        for kind, _, item in sorted(events, key=lambda e: (e[1], e[0] != "gap")):
+            if kind == "gap":
+                label = "free" if item["start"] == reg["base"] or item["end"] == reg["end"] else "gap"
+                lines.append(f"  {a(item['start'])}-{a(item['end'])}  ({label} {_human(item['size_bytes'])})")
+            elif kind == "ws":
+                lines.append(f"  {a(item['start'])}-{a(item['end'])}  [reserved: kernels' workspace, "
+                             f"{_human(item['size_bytes'])}]")
+            else:
+                if item["start"] < cursor:
+                    lines.append(f"    ^ overlaps the buffer above by {cursor - item['start']} bytes")
+                mark = "  !" if item["buffer"] in bad else ""
+                lines.append(f"  {a(item['start'])}-{a(item['end'])}  {item['buffer']:<16} {item['role']:<6} "
+                             f"{item['size_bytes']:>11} B  {item['dtype']}{item['shape']}{mark}")
+                cursor = max(cursor, item["end"])
+    for row in rep["unmapped"]:
+        lines.append(f"unmapped: {row['buffer']} [{row['start']:#x}, {row['end']:#x}) {row['size_bytes']} B "
+                     f"{row['dtype']}{row['shape']}  !")
     for v in violations:
-        lines.append(f"VIOLATION [{v.rule}] {v}")
+        lines.append(f"VIOLATION {v}")
     return "\n".join(lines)

@@ -10,6 +10,7 @@ rolled back to the exact bytes it started from.
 from __future__ import annotations
 
 import bisect
+import math
 from typing import Sequence
 
 import numpy as np
@@ -22,6 +23,30 @@ PAGE_BYTES = 1 << PAGE_BITS
 
 #: Store key of shared memory; private memory is keyed by core index.
 SHARED = -1
+#: Largest single read or write (bytes): a bigger one is a typo that would exhaust the host's memory.
+MAX_ACCESS_BYTES = 1 << 31
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def access_shape(shape: object, what: str = "read") -> tuple[int, ...]:
+    """``shape`` (an int or a sequence of ints) as a tuple of non-negative ints, else MemoryFault."""
+    if _is_int(shape):
+        dims: tuple = (shape,)
+    elif isinstance(shape, (str, bytes)) or not isinstance(shape, (Sequence, np.ndarray)):
+        raise MemoryFault(f"{what}: shape must be an int or a sequence of ints, got {shape!r}")
+    else:
+        dims = tuple(np.asarray(shape).reshape(-1)) if isinstance(shape, np.ndarray) else tuple(shape)
+    if len(dims) > 32:
+        raise MemoryFault(f"{what}: shape has {len(dims)} dimensions (at most 32)")
+    for d in dims:
+        if not _is_int(d):
+            raise MemoryFault(f"{what}: shape {shape!r} holds {d!r}, not an int")
+        if d < 0:
+            raise MemoryFault(f"{what}: negative dimension in shape {tuple(int(x) for x in dims)}")
+    return tuple(int(d) for d in dims)
 
 
 class MemoryMap:
@@ -58,9 +83,14 @@ class MemoryMap:
 
     def resolve(self, addr: int, size_bytes: int, core: int | None, *, what: str = "access") -> tuple[Region, int]:
         """The region and backing-store key of an access, or MemoryFault naming why it is illegal."""
-        if not isinstance(addr, (int, np.integer)) or isinstance(addr, bool):
+        if not _is_int(addr):
             raise MemoryFault(f"{what}: address must be an int, got {addr!r}")
         addr = int(addr)
+        if not _is_int(size_bytes) or size_bytes < 0:
+            raise MemoryFault(f"{what}: size must be a non-negative int, got {size_bytes!r}")
+        if core is not None and (not _is_int(core) or not 0 <= core < self.target.cores):
+            raise MemoryFault(f"{what}: core={core!r} is not a core of {self.target.name} "
+                              f"(0..{self.target.cores - 1})")
         r = self.region_of(addr, size_bytes)
         if r is None:
             start = self.region_at(addr)
@@ -68,14 +98,14 @@ class MemoryMap:
                 raise MemoryFault(f"{what} [{addr:#x}, {addr + size_bytes:#x}) runs past the end of region "
                                   f"{start.name} [{start.base:#x}, {start.end:#x})")
             raise MemoryFault(f"{what} [{addr:#x}, {addr + size_bytes:#x}): {self.describe(addr)}")
+        if size_bytes > MAX_ACCESS_BYTES:
+            raise MemoryFault(f"{what} of {size_bytes} bytes at {addr:#x}: larger than any single access the "
+                              f"simulator allows ({MAX_ACCESS_BYTES} bytes)")
         if r.shared:
             return r, SHARED
         if core is None:
             raise MemoryFault(f"{what} [{addr:#x}, {addr + size_bytes:#x}) is in private region {r.name}: "
                               f"pass core= (0..{self.target.cores - 1})")
-        if isinstance(core, bool) or not isinstance(core, (int, np.integer)) or not 0 <= core < self.target.cores:
-            raise MemoryFault(f"{what}: core={core!r} is not a core of {self.target.name} "
-                              f"(0..{self.target.cores - 1})")
         return r, int(core)
 
 
@@ -198,10 +228,8 @@ class AddressSpace:
              core: int | None = None) -> np.ndarray:
         """A fresh array of ``shape`` and ``dtype`` decoded from the bytes at ``addr``."""
         dt = np.dtype(dtype).newbyteorder("<")
-        shp = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
-        if any(s < 0 for s in shp):
-            raise MemoryFault(f"read: negative dimension in shape {shp}")
-        n = int(np.prod(shp, dtype=np.int64)) * dt.itemsize
+        shp = access_shape(shape, "read")
+        n = math.prod(shp) * dt.itemsize  # Python ints: an absurd shape cannot wrap around
         _, key = self.map.resolve(addr, n, core, what="read")
         return np.array(self.read_span(key, int(addr), n)).view(dt).reshape(shp)
 

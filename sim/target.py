@@ -13,15 +13,27 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
-import yaml
-
 from sim.errors import TargetError
+from sim.yamlsafe import load_yaml
 
 #: Folder of the chip files shipped with dspsim.
 TARGETS_DIR = Path(__file__).resolve().parent.parent / "targets"
 
 REGION_KINDS = ("shared", "private")
 REGION_ROLES = ("storage", "scratchpad")
+#: Smallest bandwidth a target may give (bytes/cycle); below it transfer times overflow into nonsense.
+MIN_RATE = 1e-3
+
+
+def _hint(v: Any) -> str:
+    """A hint for a YAML string that was meant as a number (YAML 1.1 reads ``1e9`` as a string)."""
+    if isinstance(v, str):
+        try:
+            float(v)
+        except ValueError:
+            return ""
+        return " (YAML read it as a string: write exponents with a decimal point, e.g. 1.0e9)"
+    return ""
 
 
 @dataclass(frozen=True)
@@ -177,17 +189,19 @@ class _Reader:
     def integer(self, m: dict, key: str, key_path: str, *, minimum: int = 0, maximum: int | None = None) -> int:
         v = m[key]
         if isinstance(v, bool) or not isinstance(v, int):
-            raise self.fail(f"{key_path}.{key}", f"expected an integer, got {v!r}")
+            raise self.fail(f"{key_path}.{key}", f"expected an integer, got {v!r}{_hint(v)}")
         if v < minimum:
             raise self.fail(f"{key_path}.{key}", f"must be >= {minimum}, got {v}")
         if maximum is not None and v > maximum:
             raise self.fail(f"{key_path}.{key}", f"must be <= {maximum}, got {v}")
         return v
 
-    def number(self, m: dict, key: str, key_path: str) -> float:
+    def number(self, m: dict, key: str, key_path: str, *, minimum: float = MIN_RATE) -> float:
         v = m[key]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-            raise self.fail(f"{key_path}.{key}", f"expected a positive finite number, got {v!r}")
+            raise self.fail(f"{key_path}.{key}", f"expected a positive finite number, got {v!r}{_hint(v)}")
+        if v < minimum:
+            raise self.fail(f"{key_path}.{key}", f"must be >= {minimum:g}, got {v!r} (a typo, not a chip)")
         return float(v)
 
     def string(self, m: dict, key: str, key_path: str, choices: tuple[str, ...] | None = None) -> str:
@@ -342,12 +356,7 @@ def load_target(name_or_path: "str | Path | Target") -> Target:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise TargetError(f"{path}: cannot read target file: {e}") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise TargetError(f"{path}: not valid YAML (or a tag that would build Python objects): "
-                          f"{str(e).splitlines()[0]}") from None
-    return _parse(doc, str(path))
+    return _parse(load_yaml(text, str(path), TargetError), str(path))
 
 
 def parse_target(doc: Any, path: str = "<memory>") -> Target:
