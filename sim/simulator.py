@@ -10,10 +10,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 import kernels
-from kernels.base import BoundCall, Plan, PlanContext
+from kernels.base import Buffer, BoundCall, Plan, PlanContext
 from sim.engine import Engine
 from sim.errors import KernelArgError, LayoutError, MemoryFault, SimError
-from sim.layout import enforce_layout
+from sim.layout import check_buffer, enforce_layout, layout_error, plan_violation
 from sim.memory import AddressSpace
 from sim.summary import CoreSummary, Roofline, core_summaries, roofline, summary_table
 from sim.target import Target, load_target
@@ -112,19 +112,22 @@ class Simulator:
 
     def write(self, addr: int, array: Any, core: int | None = None) -> None:
         """Store an array's bytes (C order, little-endian) at ``addr``; private addresses need ``core``."""
-        arr = np.asarray(array)
+        try:
+            arr = np.asarray(array)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise MemoryFault(f"write: cannot make an array of {type(array).__name__}: {e}") from None
         if arr.dtype.kind not in "biuf":
-            raise SimError(f"write: expected a numeric array, got dtype {arr.dtype}")
+            raise MemoryFault(f"write: expected a numeric array, got dtype {arr.dtype}")
         self.memory.write(addr, arr, core=core)
 
     def read(self, addr: int, shape: Sequence[int] | int, dtype: Any, core: int | None = None) -> np.ndarray:
         """A fresh array decoded from the bytes at ``addr``; private addresses need ``core``."""
         try:
             dt = np.dtype(dtype)
-        except TypeError:
-            raise SimError(f"read: {dtype!r} is not a dtype") from None
-        if dt.kind not in "biuf":
-            raise SimError(f"read: expected a numeric dtype, got {dt}")
+        except (TypeError, ValueError, SyntaxError):
+            raise MemoryFault(f"read: {dtype!r} is not a dtype") from None
+        if dt.kind not in "biuf" or dt.fields is not None or dt.subdtype is not None:
+            raise MemoryFault(f"read: expected a plain numeric dtype, got {dt}")
         return self.memory.read(addr, shape, dt, core=core)
 
     # -- calls ------------------------------------------------------------------------------------
@@ -155,6 +158,13 @@ class Simulator:
             owner = int(core)
 
         def read(addr: int, shape: tuple[int, ...], dtype: np.dtype, name: str = "pointer") -> np.ndarray:
+            # A pointer array is layout-checked before it is dereferenced: reading a misaligned or
+            # wrong-kind params array would feed the kernel garbage sizes and hide the real error.
+            if isinstance(addr, (int, np.integer)) and not isinstance(addr, bool):
+                bad = check_buffer(Buffer(name, int(addr), tuple(shape), np.dtype(dtype), "input"),
+                                   sym.variant, owner, self.target)
+                if bad is not None:
+                    raise layout_error([bad])
             try:
                 return self.memory.read(addr, shape, dtype, core=owner)
             except MemoryFault as e:
@@ -175,7 +185,13 @@ class Simulator:
         """Bind, layout-check and plan a call without running it."""
         call = self.bind(symbol, **kwargs)
         enforce_layout(call, self.target)
-        return call, self.kernel_of(call).plan(call, self.context(call))
+        try:
+            plan = self.kernel_of(call).plan(call, self.context(call))
+        except LayoutError as e:
+            if getattr(e, "violations", None):
+                raise
+            raise layout_error([plan_violation(call, self.target, e)]) from None
+        return call, plan
 
     @staticmethod
     def kernel_of(call: BoundCall):
@@ -186,6 +202,10 @@ class Simulator:
              **kwargs: Any) -> Run:
         """Run ``symbol`` with its C arguments by name; memory is rolled back if anything fails."""
         t0 = time.perf_counter()
+        if not isinstance(numerics, (bool, np.bool_)):
+            raise KernelArgError(f"call: 'numerics' must be True or False, got {numerics!r}")
+        if progress is not None and not callable(progress):
+            raise KernelArgError(f"call: 'progress' must be a callable or None, got {progress!r}")
         call, plan = self.plan(symbol, **kwargs)
         recorder = Recorder()
         engine = Engine(self.target, self.memory, recorder, numerics=numerics, on_tile=progress)
