@@ -19,6 +19,8 @@ from sim.errors import KernelArgError
 #: Modules under ``kernels/`` that each define a ``KERNEL``.
 KERNEL_MODULES: tuple[str, ...] = (
     "batch_norm_grad",
+    "fused_batch_norm_grad",
+    "fake_quant_with_min_max_vars_gradient",
 )
 
 VARIANTS = ("s", "p")

@@ -1,0 +1,587 @@
+"""TensorFlow's FusedBatchNormGrad: ``{fp,hp}_fused_batch_norm_grad_{s,p}``.
+
+Inputs ``y_backprop`` (dy) and ``x`` are 4-D in ``data_format`` order (``shape``
+gives the four sizes), ``scale``, ``reserve_space_1`` (mean) and
+``reserve_space_2`` (variance) are [C] fp32.  With m = N·H·W, rs =
+rsqrt(variance + epsilon) and x̂ = (x − mean)·rs, per channel:
+
+* offset_backprop = Σ dy, scale_backprop = Σ dy·x̂
+* training:  x_backprop = scale·rs/m · (m·dy − Σdy − x̂·Σdy·x̂)
+* inference: x_backprop = dy·scale·rs
+
+as TensorFlow's CPU kernels (FusedBatchNormGrad / FusedBatchNormFreezeGrad)
+compute them, in fp32 (fp16 tensors are widened on load and x_backprop is
+narrowed on store).
+
+Both layouts are handled as a 3-D view [A, C, B] with the channels in the
+middle: NHWC is [N·H·W, C, 1] (channels on the vector lanes, the sums are
+vertical vector adds), NCHW is [N, C, H·W] (spatial positions on the lanes, so
+every per-channel sum of a tile ends in a cross-lane reduction).
+
+Two plans:
+
+* **channels** -- when every core can get at least one vector of channels
+  (NHWC) or one channel (NCHW) and a tile of that many channels over the whole
+  batch fits half the scratchpad: channels are split over the cores, each tile
+  is a channel block over the whole batch, x and dy are read once.
+* **rows** -- otherwise the rows (A, or B when that balances the cores better)
+  are split over the cores.  Phase 1: every core sums its rows into partial
+  per-channel sums kept in a fixed scratchpad area (inference also writes
+  x_backprop here) and stores them to the shared workspace; barrier; phase 2:
+  every core loads all partials, reduces them and (training) writes x_backprop
+  for its rows; the first core stores scale/offset backprop.  Channels too many
+  for the fixed area or the workspace are done in groups, two phases each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from kernels.base import (PRECISION_DTYPES, ArgSpec, BoundCall, Buffer, Compute, MemoryReader, Operand, Phase,
+                          Plan, PlanContext, Tile, Transfer, align_up, check_args, require_address, require_bool,
+                          require_choice, require_float, require_ints, split_even)
+from kernels.tiling import Arena, fits, operand_in, operand_out, padded_lanes
+from sim.errors import KernelArgError, LayoutError
+
+F32 = np.dtype(np.float32)
+FORMATS = ("NHWC", "NCHW")
+#: The chip widens fp16 and accumulates in fp32 for both symbol precisions.
+COMPUTE_PRECISION = "fp32"
+#: Vector element operations per element of a tile (FMA = 2).
+FLOPS_XHAT = 2          # (x - mean) * rs
+FLOPS_SUMS = 3          # Σdy += dy; Σdy·x̂ += dy·x̂ (FMA)
+FLOPS_DX_TRAIN = 4      # x̂·b + a (FMA), dy − that, · k
+FLOPS_DX_INFER = 1      # dy · k
+FLOPS_WIDEN = 1         # fp16 -> fp32 per loaded element, fp32 -> fp16 per stored element
+#: Per-channel vector work: rs = rsqrt(var + eps) (2), k = scale·rs (1), a = Σdy/m, b = Σdy·x̂/m (2).
+FLOPS_CHANNEL_RS = 2
+FLOPS_CHANNEL_COEF = 3
+#: A core's share is cut into at least this many tiles when it is large enough (pipeline depth).
+MIN_TILES_PER_CORE = 4
+#: Fraction of the scratchpad the rows plan may spend on its per-channel vectors and partials.
+FIXED_AREA_FRACTION = 4
+
+
+# -- numerics (fp32, as the chip computes them) ----------------------------------------------------
+
+def rsqrt_var(variance: np.ndarray, epsilon: float) -> np.ndarray:
+    """rsqrt(variance + epsilon) in fp32."""
+    v = np.asarray(variance, F32) + F32.type(epsilon)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (F32.type(1.0) / np.sqrt(v)).astype(F32)
+
+
+def _per_channel(v: np.ndarray) -> np.ndarray:
+    return np.asarray(v, F32).reshape(1, -1, 1)
+
+
+def partial_sums(x: np.ndarray, dy: np.ndarray, mean: np.ndarray, rs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(Σdy, Σdy·x̂) per channel of a [a, c, b] block, in fp32."""
+    dyf = dy.astype(F32)
+    xh = (x.astype(F32) - _per_channel(mean)) * _per_channel(rs)
+    return dyf.sum(axis=(0, 2), dtype=F32), (dyf * xh).sum(axis=(0, 2), dtype=F32)
+
+
+def x_backprop_train(x: np.ndarray, dy: np.ndarray, mean: np.ndarray, rs: np.ndarray, scale: np.ndarray,
+                     sum_dy: np.ndarray, sum_dy_xhat: np.ndarray, m: int) -> np.ndarray:
+    """Training x_backprop of a [a, c, b] block from the whole-batch sums, in fp32."""
+    mf = F32.type(m)
+    xh = (x.astype(F32) - _per_channel(mean)) * _per_channel(rs)
+    k = _per_channel(np.asarray(scale, F32) * rs / mf)
+    return k * (mf * dy.astype(F32) - _per_channel(sum_dy) - xh * _per_channel(sum_dy_xhat))
+
+
+def x_backprop_infer(dy: np.ndarray, rs: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """Inference x_backprop of a [a, c, b] block, in fp32."""
+    return dy.astype(F32) * _per_channel(np.asarray(scale, F32) * rs)
+
+
+def fused_batch_norm_grad_reference(dy: np.ndarray, x: np.ndarray, scale: np.ndarray, mean: np.ndarray,
+                                    variance: np.ndarray, epsilon: float, data_format: str,
+                                    is_training: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(x_backprop, scale_backprop, offset_backprop) of whole 4-D tensors, computed like the chip does."""
+    v = View.of(x.shape, data_format)
+    x3, dy3 = x.reshape(v.shape), dy.reshape(v.shape)
+    rs = rsqrt_var(variance, epsilon)
+    s1, s2 = partial_sums(x3, dy3, mean, rs)
+    if is_training:
+        dx = x_backprop_train(x3, dy3, mean, rs, scale, s1, s2, v.m)
+    else:
+        dx = x_backprop_infer(dy3, rs, scale)
+    return dx.astype(x.dtype).reshape(x.shape), s2, s1
+
+
+# -- geometry ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class View:
+    """The 4-D tensor seen as [A, C, B]: channels in the middle, the summed-over positions on both sides."""
+
+    a: int
+    c: int
+    b: int
+    channels_on_lanes: bool  # NHWC: the channels fill the vector lanes; NCHW: the spatial positions do
+
+    @staticmethod
+    def of(shape: Sequence[int], data_format: str) -> "View":
+        """The view of a 4-D ``shape`` in ``data_format`` order."""
+        n, d1, d2, d3 = (int(s) for s in shape)
+        if data_format == "NHWC":
+            return View(n * d1 * d2, d3, 1, True)
+        return View(n, d1, d2 * d3, False)
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(A, C, B)."""
+        return self.a, self.c, self.b
+
+    @property
+    def m(self) -> int:
+        """Elements per channel (N·H·W)."""
+        return self.a * self.b
+
+    def lane_elems(self, na: int, nc: int, nb: int, lanes: int) -> int:
+        """Vector lanes a loop over a [na, nc, nb] block spends (its lane axis padded to whole vectors)."""
+        if self.channels_on_lanes:
+            return na * padded_lanes(nc, lanes) * nb
+        return na * nc * padded_lanes(nb, lanes)
+
+    def reductions(self, nc: int) -> int:
+        """Cross-lane reductions to finish the two per-channel sums of a block of ``nc`` channels."""
+        return 0 if self.channels_on_lanes else 2 * nc
+
+
+def _slice(op: Operand, start: int, n: int) -> Operand:
+    """Elements [start, start + n) of a 1-D fp32 operand, as an operand."""
+    return Operand(op.addr + start * op.dtype.itemsize, (n,), op.dtype)
+
+
+def _tile_dims(v: View, na: int, nc: int, nb: int, budget: int, lanes: int) -> tuple[int, int, int]:
+    """A [ta, tc, tb] tile of at most ``budget`` elements of a [na, nc, nb] share, filled from the inside.
+
+    The lane axis is cut in whole vectors; the share is cut into at least
+    MIN_TILES_PER_CORE tiles when it allows, so loads overlap compute.
+    """
+    want = min(budget, max(lanes, -(-na * nc * nb // MIN_TILES_PER_CORE)))
+    if nb <= want:
+        tb = nb
+    else:
+        tb = min(nb, max(lanes, want // lanes * lanes) if not v.channels_on_lanes else want)
+    tc = min(nc, max(1, want // tb))
+    if v.channels_on_lanes and tc < nc:
+        tc = min(nc, max(lanes, tc // lanes * lanes))
+    ta = min(na, max(1, want // (tc * tb)))
+    if ta * tc * tb > budget:
+        raise LayoutError(f"a tile of {tc} channels x {tb} positions does not fit the scratchpad "
+                          f"({budget} elements per tensor available)")
+    return ta, tc, tb
+
+
+# -- the kernel -------------------------------------------------------------------------------------
+
+class FusedBatchNormGrad:
+    """The registry entry of fused_batch_norm_grad."""
+
+    name = "fused_batch_norm_grad"
+    args = (
+        ArgSpec("y_backprop", "in_ptr", "address of y_backprop (4-D, data_format order)"),
+        ArgSpec("x", "in_ptr", "address of x (4-D, data_format order)"),
+        ArgSpec("scale", "in_ptr", "address of scale [C] fp32"),
+        ArgSpec("reserve_space_1", "in_ptr", "address of the batch (or population) mean [C] fp32"),
+        ArgSpec("reserve_space_2", "in_ptr", "address of the batch (or population) variance [C] fp32"),
+        ArgSpec("x_backprop", "out_ptr", "address of x_backprop (like x, output)"),
+        ArgSpec("scale_backprop", "out_ptr", "address of scale_backprop [C] fp32 (output)"),
+        ArgSpec("offset_backprop", "out_ptr", "address of offset_backprop [C] fp32 (output)"),
+        ArgSpec("shape", "ints", "the 4 sizes of x in data_format order"),
+        ArgSpec("epsilon", "float", "added to the variance (> 0)", 1e-4, required=False),
+        ArgSpec("data_format", "str", "NHWC or NCHW", "NHWC", required=False),
+        ArgSpec("is_training", "bool", "true: batch statistics; false: population statistics", True,
+                required=False),
+    )
+
+    def bind(self, symbol: str, precision: str, variant: str, cores: tuple[int, ...],
+             args: Mapping[str, Any], read: MemoryReader) -> BoundCall:
+        """Check the arguments and describe the call's buffers."""
+        a = check_args(symbol, self.args, args)
+        ptr = {s.name: require_address(s.name, a[s.name]) for s in self.args if s.kind in ("in_ptr", "out_ptr")}
+        shape = require_ints("shape", a["shape"], 4, minimum=1)
+        data_format = require_choice("data_format", a["data_format"], FORMATS)
+        epsilon = require_float("epsilon", a["epsilon"])
+        if not epsilon > 0 or not np.isfinite(F32.type(epsilon)) or F32.type(epsilon) <= 0:
+            raise KernelArgError(f"argument 'epsilon': expected a positive number representable in fp32, "
+                                 f"got {epsilon!r}")
+        is_training = require_bool("is_training", a["is_training"])
+        dt = PRECISION_DTYPES[precision]
+        elems = int(np.prod(shape, dtype=object))
+        if elems * dt.itemsize > 1 << 40:
+            raise KernelArgError(f"argument 'shape': {list(shape)} is {elems} elements, more than any chip's "
+                                 f"memory")
+        v = View.of(shape, data_format)
+        buffers = (
+            Buffer("y_backprop", ptr["y_backprop"], shape, dt, "input"),
+            Buffer("x", ptr["x"], shape, dt, "input"),
+            Buffer("scale", ptr["scale"], (v.c,), F32, "input"),
+            Buffer("reserve_space_1", ptr["reserve_space_1"], (v.c,), F32, "input"),
+            Buffer("reserve_space_2", ptr["reserve_space_2"], (v.c,), F32, "input"),
+            Buffer("x_backprop", ptr["x_backprop"], shape, dt, "output"),
+            Buffer("scale_backprop", ptr["scale_backprop"], (v.c,), F32, "output"),
+            Buffer("offset_backprop", ptr["offset_backprop"], (v.c,), F32, "output"),
+        )
+        return BoundCall(symbol, precision, variant, cores, buffers,
+                         {"shape": shape, "epsilon": epsilon, "data_format": data_format,
+                          "is_training": is_training, "view": v})
+
+    # -- planning -----------------------------------------------------------------------------------
+
+    def plan(self, call: BoundCall, ctx: PlanContext) -> Plan:
+        """The channels plan when every core gets whole-batch channel tiles, else the rows plan."""
+        v: View = call.attrs["view"]
+        dt = PRECISION_DTYPES[call.precision]
+        lanes = ctx.target.core.precisions[COMPUTE_PRECISION].lanes
+        unit = lanes if v.channels_on_lanes else 1
+        units = -(-v.c // unit)
+        if units >= len(call.cores) and self._whole_batch_fits(v, min(unit, v.c), dt, ctx):
+            return _ChannelsPlan(call, ctx, v, dt, lanes).build()
+        return _RowsPlan(call, ctx, v, dt, lanes).build()
+
+    @staticmethod
+    def _whole_batch_fits(v: View, ct: int, dt: np.dtype, ctx: PlanContext) -> bool:
+        return fits([v.a * ct * v.b * dt.itemsize] * 3 + [ct * 4] * 5, ctx.scratch_size_bytes // 2,
+                    ctx.alignment_bytes)
+
+
+class _PlanBase:
+    """What both plans share: the call's buffers, sizes and the tile flop counts."""
+
+    def __init__(self, call: BoundCall, ctx: PlanContext, v: View, dt: np.dtype, lanes: int):
+        self.call, self.ctx, self.v, self.dt, self.lanes = call, ctx, v, dt, lanes
+        self.buf = {b.name: b for b in call.buffers}
+        self.train: bool = call.attrs["is_training"]
+        self.eps: float = call.attrs["epsilon"]
+        self.widen = FLOPS_WIDEN if dt != F32 else 0
+
+    def addr(self, name: str) -> int:
+        """Address of buffer ``name``."""
+        return self.buf[name].addr
+
+    def tensor_in(self, op: Operand, name: str, start: tuple[int, int, int]) -> Transfer:
+        """DMA the block of the 3-D view of tensor ``name`` at ``start`` into ``op``."""
+        return operand_in(op, self.addr(name), self.v.shape, start)
+
+    def tensor_out(self, op: Operand, start: tuple[int, int, int]) -> Transfer:
+        """DMA ``op`` out to its block of x_backprop."""
+        return operand_out(op, self.addr("x_backprop"), self.v.shape, start)
+
+    def vec_in(self, op: Operand, name: str, c0: int) -> Transfer:
+        """DMA channels [c0, c0 + n) of per-channel vector ``name`` into ``op``."""
+        return operand_in(op, self.addr(name), (self.v.c,), (c0,))
+
+    def vec_out(self, op: Operand, name: str, c0: int) -> Transfer:
+        """DMA ``op`` out to channels [c0, c0 + n) of per-channel output ``name``."""
+        return operand_out(op, self.addr(name), (self.v.c,), (c0,))
+
+    def compute(self, fn: Callable, inputs: Sequence[Operand], outputs: Sequence[Operand], flops: int,
+                reductions: int = 0) -> Compute:
+        """A Compute priced in fp32."""
+        return Compute(fn, tuple(inputs), tuple(outputs), flops=int(flops), reductions=int(reductions),
+                       precision=COMPUTE_PRECISION)
+
+
+class _ChannelsPlan(_PlanBase):
+    """Channels split over the cores; each tile a channel block over the whole batch, one phase."""
+
+    def build(self) -> Plan:
+        """One phase, no barrier: the cores' channel ranges are independent."""
+        unit = self.lanes if self.v.channels_on_lanes else 1
+        units = -(-self.v.c // unit)
+        tiles: dict[int, tuple[Tile, ...]] = {}
+        for core, (u0, u1) in zip(self.call.cores, split_even(units, len(self.call.cores))):
+            c0, c1 = u0 * unit, min(self.v.c, u1 * unit)
+            tiles[core] = tuple(self._core_tiles(c0, c1, unit))
+        return Plan(cores=self.call.cores, phases=(Phase("channels", tiles, barrier_after=False),),
+                    precision=self.call.precision)
+
+    def _block(self, span: int, unit: int) -> int:
+        """Channels per tile: whole units, fits half the scratchpad, a few tiles per core when possible."""
+        want = min(span, max(unit, align_up(-(-span // MIN_TILES_PER_CORE), unit)))
+        while want > unit and not FusedBatchNormGrad._whole_batch_fits(self.v, want, self.dt, self.ctx):
+            want = max(unit, (want // 2) // unit * unit)
+        return min(want, span)
+
+    def _core_tiles(self, c0: int, c1: int, unit: int) -> list[Tile]:
+        v, dt, ctx = self.v, self.dt, self.ctx
+        ct = self._block(c1 - c0, unit)
+        half = ctx.scratch_size_bytes // 2
+        out = []
+        for i, start in enumerate(range(c0, c1, ct)):
+            n = min(ct, c1 - start)
+            arena = Arena(ctx.scratch_base + (i % 2) * half, half, ctx.alignment_bytes)
+            ox, ody, odx = (arena.operand((v.a, n, v.b), dt) for _ in range(3))
+            om, ovar, osc, osb, oob = (arena.operand((n,), F32) for _ in range(5))
+            loads = (self.tensor_in(ox, "x", (0, start, 0)), self.tensor_in(ody, "y_backprop", (0, start, 0)),
+                     self.vec_in(om, "reserve_space_1", start), self.vec_in(ovar, "reserve_space_2", start),
+                     self.vec_in(osc, "scale", start))
+            stores = (self.tensor_out(odx, (0, start, 0)), self.vec_out(osb, "scale_backprop", start),
+                      self.vec_out(oob, "offset_backprop", start))
+
+            def fn(x, dy, mean, var, scale, _eps=self.eps, _train=self.train, _m=v.m, _dt=dt):
+                rs = rsqrt_var(var, _eps)
+                s1, s2 = partial_sums(x, dy, mean, rs)
+                dx = (x_backprop_train(x, dy, mean, rs, scale, s1, s2, _m) if _train
+                      else x_backprop_infer(dy, rs, scale))
+                return dx.astype(_dt), s2, s1
+
+            elems = v.lane_elems(v.a, n, v.b, self.lanes)
+            per_elem = (FLOPS_XHAT + FLOPS_SUMS + (FLOPS_DX_TRAIN if self.train else FLOPS_DX_INFER)
+                        + 3 * self.widen)
+            chan = padded_lanes(n, self.lanes) * (FLOPS_CHANNEL_RS + FLOPS_CHANNEL_COEF)
+            out.append(Tile(i, loads, self.compute(fn, (ox, ody, om, ovar, osc), (odx, osb, oob),
+                                                   elems * per_elem + chan, v.reductions(n)), stores, slot=i % 2))
+        return out
+
+
+@dataclass
+class _Fixed:
+    """The rows plan's per-channel vectors of one channel group, at fixed scratchpad addresses."""
+
+    mean: Operand
+    rs: Operand      # loaded as the variance, turned into rsqrt(var + eps) in place
+    scale: Operand
+    sums: Operand    # [2, Cg]: Σdy, Σdy·x̂
+    partials: Operand | None  # [P, 2, Cg]: every participating core's sums, loaded from the workspace
+
+    def s1(self, c0: int, n: int) -> Operand:
+        """Σdy of channels [c0, c0 + n) of the group."""
+        return Operand(self.sums.addr + c0 * 4, (n,), F32)
+
+    def s2(self, c0: int, n: int) -> Operand:
+        """Σdy·x̂ of channels [c0, c0 + n) of the group."""
+        return Operand(self.sums.addr + (self.sums.shape[1] + c0) * 4, (n,), F32)
+
+
+@dataclass(frozen=True)
+class _Block:
+    """One tile's block of a core's rows, ``start`` + ``dims`` in the [A, Cg, B] view of a channel group.
+
+    ``addr`` is where its x and dy sit in the scratchpad and ``slot`` the engine's buffer-set key:
+    streamed blocks share the two slots (0, 1); resident blocks (training) have their own area, so
+    phase 2 finds x and dy still in the scratchpad and writes x_backprop over dy.
+    """
+
+    start: tuple[int, int, int]
+    dims: tuple[int, int, int]
+    addr: int
+    slot: int
+    resident: bool
+
+
+class _RowsPlan(_PlanBase):
+    """Rows split over the cores; per channel group a partial-sums phase and a finishing phase."""
+
+    def build(self) -> Plan:
+        """Phases per channel group: sums (+ inference x_backprop), barrier, reduce (+ training x_backprop)."""
+        self.shares = self._shares()
+        self.parts = len(self.shares)
+        group = self._group_size()
+        phases: list[Phase] = []
+        for g0 in range(0, self.v.c, group):
+            phases += self._group_phases(g0, min(self.v.c, g0 + group))
+        last = phases[-1]
+        phases[-1] = Phase(last.name, last.tiles, barrier_after=False)
+        return Plan(cores=self.call.cores, phases=tuple(phases), precision=self.call.precision)
+
+    def _shares(self) -> list[tuple[int, tuple[int, int], tuple[int, int]]]:
+        """(core, (a0, a1), (b0, b1)) per participating core: A split, or B in whole vectors if that balances better."""
+        v, n, lanes = self.v, len(self.call.cores), self.lanes
+        by_a = [((a0, a1), (0, v.b)) for a0, a1 in split_even(v.a, n)]
+        b_unit = 1 if v.channels_on_lanes else lanes
+        by_b = [((0, v.a), (u0 * b_unit, min(v.b, u1 * b_unit)))
+                for u0, u1 in split_even(-(-v.b // b_unit), n)]
+
+        def worst(shares: list) -> int:
+            return max((a1 - a0) * (b1 - b0) for (a0, a1), (b0, b1) in shares)
+
+        chosen = by_a if worst(by_a) <= worst(by_b) else by_b
+        return [(core, ab[0], ab[1]) for core, ab in zip(self.call.cores, chosen)]
+
+    def _group_size(self) -> int:
+        """Channels per group: the fixed area (≤ 1/FIXED_AREA_FRACTION of the scratchpad) and the workspace allow."""
+        ctx, parts = self.ctx, self.parts
+        per_channel = 4 * (5 + (2 * parts if parts > 1 else 0))
+        group = (ctx.scratch_size_bytes // FIXED_AREA_FRACTION - 8 * ctx.alignment_bytes) // per_channel
+        if parts > 1:
+            group = min(group, ctx.workspace_size_bytes // (8 * parts))
+        if group >= self.v.c:
+            return self.v.c
+        if group < self.lanes:
+            raise LayoutError(f"{self.call.symbol}: the scratchpad or the workspace cannot hold the per-channel "
+                              f"sums of {self.lanes} channels for {parts} cores")
+        return group // self.lanes * self.lanes
+
+    def _group_phases(self, g0: int, g1: int) -> list[Phase]:
+        ctx, cg, parts = self.ctx, g1 - g0, self.parts
+        area = Arena(ctx.scratch_base, ctx.scratch_size_bytes, ctx.alignment_bytes)
+        fixed = _Fixed(area.operand((cg,), F32), area.operand((cg,), F32), area.operand((cg,), F32),
+                       area.operand((2, cg), F32), area.operand((parts, 2, cg), F32) if parts > 1 else None)
+        free = Arena(ctx.scratch_base + align_up(area.used, ctx.alignment_bytes),
+                     ctx.scratch_size_bytes - align_up(area.used, ctx.alignment_bytes), ctx.alignment_bytes)
+        first: dict[int, list[Tile]] = {}
+        second: dict[int, list[Tile]] = {}
+        for idx, (core, (a0, a1), (b0, b1)) in enumerate(self.shares):
+            blocks = self._blocks(free, (a0, a1), cg, (b0, b1))
+            first[core] = self._sums_tiles(idx, g0, fixed, blocks)
+            second[core] = self._finish_tiles(idx, g0, fixed, blocks)
+        name = f"c{g0}-{g1}"
+        return [Phase(f"partial sums {name}", {k: tuple(t) for k, t in first.items()}),
+                Phase(f"reduce {name}", {k: tuple(t) for k, t in second.items() if t})]
+
+    # -- where the blocks live -------------------------------------------------------------------
+
+    def _cut(self, ar: tuple[int, int], cg: int, br: tuple[int, int], budget: int) -> list[tuple]:
+        """The share [a0, a1) x [0, cg) x [b0, b1) cut into (start, dims) blocks of at most ``budget`` elements."""
+        (a0, a1), (b0, b1) = ar, br
+        ta, tc, tb = _tile_dims(self.v, a1 - a0, cg, b1 - b0, budget, self.lanes)
+        return [((a, c, b), (min(ta, a1 - a), min(tc, cg - c), min(tb, b1 - b)))
+                for a in range(a0, a1, ta) for c in range(0, cg, tc) for b in range(b0, b1, tb)]
+
+    def _bytes(self, dims: tuple[int, int, int]) -> int:
+        return align_up(dims[0] * dims[1] * dims[2] * self.dt.itemsize, self.ctx.alignment_bytes)
+
+    def _blocks(self, free: Arena, ar: tuple[int, int], cg: int, br: tuple[int, int]) -> list[_Block]:
+        """The core's blocks in phase-1 order, each streamed through the two slots or resident.
+
+        Training reads x and dy twice (sums, then x_backprop); blocks that stay in
+        the scratchpad between the phases are read once.  When the whole share
+        fits (x and dy), every block is resident; otherwise two slots take a third
+        of the free scratchpad and as many trailing blocks as fit stay resident.
+        Inference reads everything once and streams through two halves.
+        """
+        align, size, item = self.ctx.alignment_bytes, free.size_bytes, self.dt.itemsize
+        if self.train:
+            blocks = self._cut(ar, cg, br, max(0, size // 2 - 2 * align) // (2 * item))
+            if sum(2 * self._bytes(d) for _, d in blocks) <= size:
+                out, addr = [], free.base
+                for j, (start, dims) in enumerate(blocks):
+                    out.append(_Block(start, dims, addr, 3 + j, True))
+                    addr += 2 * self._bytes(dims)
+                return out
+            half = size // 6 // align * align
+        else:
+            half = size // 2 // align * align
+        blocks = self._cut(ar, cg, br, max(0, half - 3 * align) // (3 * item))
+        stay = 0
+        if self.train:
+            room = size - 2 * half
+            for _, dims in reversed(blocks):
+                if room < 2 * self._bytes(dims):
+                    break
+                room -= 2 * self._bytes(dims)
+                stay += 1
+        out, addr = [], free.base + 2 * half
+        for j, (start, dims) in enumerate(blocks):
+            if j < len(blocks) - stay:
+                out.append(_Block(start, dims, free.base + (j % 2) * half, j % 2, False))
+            else:
+                out.append(_Block(start, dims, addr, 3 + j, True))
+                addr += 2 * self._bytes(dims)
+        return out
+
+    # -- tiles ----------------------------------------------------------------------------------
+
+    def _operands(self, blk: _Block) -> tuple[Operand, Operand, Operand]:
+        """x, dy and x_backprop of a block; a resident block writes x_backprop over its dy."""
+        arena = Arena(blk.addr, 3 * self._bytes(blk.dims), self.ctx.alignment_bytes)
+        ox, ody = arena.operand(blk.dims, self.dt), arena.operand(blk.dims, self.dt)
+        return ox, ody, (ody if blk.resident else arena.operand(blk.dims, self.dt))
+
+    def _stream_tile(self, tid: int, blk: _Block, g0: int, fixed: _Fixed, kind: str) -> Tile:
+        """One block of rows: 'sums' (training phase 1), 'both' (inference phase 1) or 'dx' (training phase 2)."""
+        (a, c, b), (na, nc, nb) = blk.start, blk.dims
+        v, dt = self.v, self.dt
+        ox, ody, odx = self._operands(blk)
+        start = (a, g0 + c, b)
+        loads = (self.tensor_in(ox, "x", start), self.tensor_in(ody, "y_backprop", start))
+        if kind == "dx" and blk.resident:
+            loads = ()  # x and dy are still in the scratchpad from phase 1
+        mean, rs, scale = _slice(fixed.mean, c, nc), _slice(fixed.rs, c, nc), _slice(fixed.scale, c, nc)
+        s1, s2 = fixed.s1(c, nc), fixed.s2(c, nc)
+        elems = v.lane_elems(na, nc, nb, self.lanes)
+        chan = padded_lanes(nc, self.lanes) * FLOPS_CHANNEL_COEF
+        if kind == "sums":
+            def fn(x, dy, mean, rs, s1, s2):
+                d1, d2 = partial_sums(x, dy, mean, rs)
+                return s1 + d1, s2 + d2
+            comp = self.compute(fn, (ox, ody, mean, rs, s1, s2), (s1, s2),
+                                elems * (FLOPS_XHAT + FLOPS_SUMS + 2 * self.widen), v.reductions(nc))
+            return Tile(tid, loads, comp, (), slot=blk.slot)
+        stores = (self.tensor_out(odx, start),)
+        if kind == "both":
+            def fn(x, dy, mean, rs, scale, s1, s2, _dt=dt):
+                d1, d2 = partial_sums(x, dy, mean, rs)
+                return x_backprop_infer(dy, rs, scale).astype(_dt), s1 + d1, s2 + d2
+            comp = self.compute(fn, (ox, ody, mean, rs, scale, s1, s2), (odx, s1, s2),
+                                elems * (FLOPS_XHAT + FLOPS_SUMS + FLOPS_DX_INFER + 3 * self.widen) + chan,
+                                v.reductions(nc))
+        else:
+            def fn(x, dy, mean, rs, scale, s1, s2, _m=v.m, _dt=dt):
+                return (x_backprop_train(x, dy, mean, rs, scale, s1, s2, _m).astype(_dt),)
+            comp = self.compute(fn, (ox, ody, mean, rs, scale, s1, s2), (odx,),
+                                elems * (FLOPS_XHAT + FLOPS_DX_TRAIN + 3 * self.widen) + chan)
+        return Tile(tid, loads, comp, stores, slot=blk.slot)
+
+    def _sums_tiles(self, idx: int, g0: int, fixed: _Fixed, blocks: list[_Block]) -> list[Tile]:
+        """Phase 1 of a core: load the group's vectors, stream its rows, publish its partial sums."""
+        cg = fixed.mean.shape[0]
+        prep_loads = (self.vec_in(fixed.mean, "reserve_space_1", g0), self.vec_in(fixed.rs, "reserve_space_2", g0),
+                      self.vec_in(fixed.scale, "scale", g0))
+
+        def prep(var, _eps=self.eps, _n=cg):
+            return rsqrt_var(var, _eps), np.zeros((2, _n), F32)
+        # The fixed area has its own slot (2), so the first row tile's loads overlap this one.
+        tiles = [Tile(0, prep_loads, self.compute(prep, (fixed.rs,), (fixed.rs, fixed.sums),
+                                                  padded_lanes(cg, self.lanes) * (FLOPS_CHANNEL_RS + 2)), (),
+                      slot=2)]
+        kind = "sums" if self.train else "both"
+        for blk in blocks:
+            tiles.append(self._stream_tile(len(tiles), blk, g0, fixed, kind))
+        tiles.append(Tile(len(tiles), (), None, self._publish(idx, g0, fixed), slot=2))
+        return tiles
+
+    def _publish(self, idx: int, g0: int, fixed: _Fixed) -> tuple[Transfer, ...]:
+        """Stores ending phase 1: the partial sums to the workspace, or (one core) the results themselves."""
+        if self.parts == 1:
+            return self._result_stores(g0, fixed)
+        size = fixed.sums.size_bytes
+        return (Transfer.contiguous(fixed.sums.addr, self.ctx.workspace_base + idx * size, size),)
+
+    def _result_stores(self, g0: int, fixed: _Fixed) -> tuple[Transfer, ...]:
+        cg = fixed.mean.shape[0]
+        return (self.vec_out(fixed.s1(0, cg), "offset_backprop", g0),
+                self.vec_out(fixed.s2(0, cg), "scale_backprop", g0))
+
+    def _finish_tiles(self, idx: int, g0: int, fixed: _Fixed, blocks: list[_Block]) -> list[Tile]:
+        """Phase 2 of a core: reduce the partials (every core in training, the first in inference), then x_backprop.
+
+        Resident blocks go first: they need no loads, so the streamed blocks'
+        loads overlap their compute and stores.
+        """
+        tiles: list[Tile] = []
+        if self.parts > 1 and (self.train or idx == 0):
+            part = fixed.partials
+            load = Transfer.contiguous(self.ctx.workspace_base, part.addr, part.size_bytes)
+
+            def reduce(p):
+                return (p.sum(axis=0, dtype=F32),)
+            comp = self.compute(reduce, (part,), (fixed.sums,),
+                                self.parts * 2 * padded_lanes(part.shape[2], self.lanes))
+            tiles.append(Tile(0, (load,), comp, self._result_stores(g0, fixed) if idx == 0 else (), slot=2))
+        if self.train:
+            for blk in sorted(blocks, key=lambda b: not b.resident):
+                tiles.append(self._stream_tile(len(tiles), blk, g0, fixed, "dx"))
+        return tiles
+
+
+KERNEL = FusedBatchNormGrad()
