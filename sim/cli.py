@@ -9,10 +9,12 @@ from pathlib import Path
 from typing import Sequence
 
 import kernels
+from sim.cli_trace import add_trace_commands
 from sim.config import load_config
 from sim.errors import LayoutError, SimError
 from sim.layout import check_layout, layout_map, layout_report, plan_violation
-from sim.runner import bind, execute, prepare, save_outputs
+from sim.progress import execute_with_progress
+from sim.runner import bind, prepare, save_outputs
 from sim.target import available_targets, load_target
 
 
@@ -49,7 +51,7 @@ def cmd_kernels(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     """Run a run-config: print the per-core summary, write the trace and the outputs."""
     cfg = load_config(args.config)
-    m, run = execute(cfg)
+    m, run = execute_with_progress(cfg)  # a progress bar on a terminal once the run passes a second
     out_dir = Path(args.out_dir)
     print(run.summary_text())
     trace = run.write_trace(out_dir / (args.trace or cfg.trace))
@@ -130,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--workers", type=int, default=None, help="local worker processes (default: CPU count)")
     w.add_argument("--scheduler", help="address of a Dask distributed scheduler (tcp://host:8786)")
     w.set_defaults(func=cmd_sweep)
+    add_trace_commands(sub)
     return p
 
 

@@ -17,7 +17,7 @@ from sim.layout import check_buffer, enforce_layout, layout_error, plan_violatio
 from sim.memory import AddressSpace
 from sim.summary import CoreSummary, Roofline, core_summaries, roofline, summary_table
 from sim.target import Target, load_target
-from sim.trace import Recorder, TraceEvent, write_trace
+from sim.trace import Recorder, TraceEvent, region_facts, write_trace
 
 
 @dataclass
@@ -84,7 +84,8 @@ class Run:
         return {"target": self.target.name, "symbol": self.symbol, "cycles": self.cycles,
                 "clock_hz": self.target.clock_hz, "cores": list(self.cores),
                 "roofline_cycles": round(self.roofline.cycles, 3), "bound_by": self.roofline.bound_by,
-                "args": {k: (f"{v:#x}" if isinstance(v, int) and k != "core" else v) for k, v in self.args.items()}}
+                "args": {k: (f"{v:#x}" if isinstance(v, int) and k != "core" else v) for k, v in self.args.items()},
+                "regions": region_facts(self.target)}
 
     def write_trace(self, path: str | Path) -> Path:
         """Write the trace: Chrome trace JSON (Perfetto, chrome://tracing), or CSV for a ``.csv`` path."""

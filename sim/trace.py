@@ -1,8 +1,16 @@
 """Trace events, the recorder the engine writes into, and the trace writers.
 
 Times are integer cycles from the launch of the call; writers convert to
-microseconds with the target's clock.  Nothing here reads the wall clock, so the
-same run always writes the same bytes.
+microseconds with the target's clock and keep the raw cycles in each event's
+args.  Nothing here reads the wall clock, so the same run always writes the
+same bytes.
+
+The Chrome trace-event JSON (Perfetto UI, chrome://tracing) holds one named
+process per run ("FT78NE · fp_batch_norm_grad_s"), one named track per core
+unit ("core 3 · compute", "core 3 · DMA 0", "core 3 · sync"), flow arrows from
+a tile's DMA-in to its compute and on to its DMA-out, counter tracks of the
+bytes in flight on each shared region and of each core's busy units, and the
+run's metadata.  :mod:`sim.trace_tools` reads it back.
 """
 
 from __future__ import annotations
@@ -10,14 +18,19 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections import defaultdict
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from sim.atomic import atomic_write_text
 
 #: Event kinds the engine records.
 KINDS = ("launch", "dma_in", "compute", "dma_out", "barrier_wait")
+#: Kinds that move data.
+DMA_KINDS = ("dma_in", "dma_out")
+#: The process id of the (single) run in a trace document.
+PID = 1
 
 
 @dataclass(frozen=True)
@@ -69,39 +82,217 @@ def sorted_events(events: Iterable[TraceEvent]) -> list[TraceEvent]:
                                          e.end))
 
 
-def _unit_order(unit: str) -> int:
+# -- tracks --------------------------------------------------------------------------------------
+
+
+def unit_order(unit: str) -> int:
+    """Sort key of a unit within its core: compute, DMA 0, DMA 1, ..., then sync and anything else."""
     if unit == "compute":
         return 0
-    if unit.startswith("dma"):
+    if unit.startswith("dma") and unit[3:].isdigit():
         return 1 + int(unit[3:])
     return 1000
 
 
+def unit_label(unit: str) -> str:
+    """How a unit is named on screen: ``dma0`` -> ``DMA 0``; others as they are."""
+    return "DMA " + unit[3:] if unit.startswith("dma") and unit[3:].isdigit() else unit
+
+
+def track_name(core: int, unit: str) -> str:
+    """The name of a core unit's track, e.g. ``core 3 · DMA 0``."""
+    return f"core {core} · {unit_label(unit)}"
+
+
+def tracks(events: Iterable[TraceEvent]) -> list[tuple[int, str]]:
+    """Every ``(core, unit)`` that has an event, by core then unit order."""
+    return sorted({(e.core, e.unit) for e in events}, key=lambda cu: (cu[0], unit_order(cu[1]), cu[1]))
+
+
+def run_title(metadata: Mapping[str, Any]) -> str:
+    """``chip · symbol`` of a run's metadata."""
+    parts = [str(metadata[k]) for k in ("target", "symbol") if metadata.get(k)]
+    return " · ".join(parts) or "dspsim run"
+
+
+def region_facts(target: Any) -> dict[str, dict]:
+    """The regions of a target as trace metadata: kind, role, bandwidth, ports, latency (for tools that
+    read a trace without the target file)."""
+    return {r.name: {"kind": r.kind, "role": r.role, "bandwidth_bytes_per_cycle": r.bandwidth_bytes_per_cycle,
+                     "ports": r.ports, "latency_cycles": r.latency_cycles}
+            for r in target.regions}
+
+
+def shared_regions(events: Iterable[TraceEvent], regions: Mapping[str, Mapping] | None) -> list[str]:
+    """Regions the DMAs touch that are shared between cores (all touched regions when the facts are unknown)."""
+    touched = sorted({r for e in events if e.kind in DMA_KINDS for r in (e.src_region, e.dst_region) if r})
+    if not regions:
+        return touched
+    return [r for r in touched if regions.get(r, {}).get("kind", "shared") == "shared"]
+
+
+# -- derived series -------------------------------------------------------------------------------
+
+
+def flows(events: Sequence[TraceEvent]) -> list[tuple[TraceEvent, TraceEvent]]:
+    """Causal arrows of each tile: its last DMA-in -> its compute, and its compute -> each of its DMA-outs.
+
+    Events are grouped by (core, phase, tile).  Only the DMA-in that finished
+    last is linked, because that one released the compute; a tile without
+    compute gets no arrows.
+    """
+    groups: dict[tuple, list[TraceEvent]] = defaultdict(list)
+    for e in events:
+        if e.tile is not None and e.kind in ("dma_in", "compute", "dma_out"):
+            groups[(e.core, e.phase or "", e.tile)].append(e)
+    out: list[tuple[TraceEvent, TraceEvent]] = []
+    for key in sorted(groups, key=lambda k: (k[0], k[1], k[2])):
+        group = groups[key]
+        computes = sorted((e for e in group if e.kind == "compute"), key=lambda e: e.start)
+        for i, c in enumerate(computes):
+            lo = computes[i - 1].end if i else None
+            ins = [e for e in group if e.kind == "dma_in" and e.end <= c.start and (lo is None or e.start >= lo)]
+            if ins:
+                out.append((max(ins, key=lambda e: (e.end, unit_order(e.unit))), c))
+            hi = computes[i + 1].start if i + 1 < len(computes) else None
+            outs = [e for e in group if e.kind == "dma_out" and e.start >= c.end and (hi is None or e.start < hi)]
+            out.extend((c, o) for o in sorted(outs, key=lambda e: (e.start, unit_order(e.unit))))
+    return out
+
+
+def step_series(intervals: Iterable[tuple[int, int, int]]) -> list[tuple[int, int]]:
+    """A step function from ``(start, end, value)`` intervals: ``(cycle, total from then on)`` at each change."""
+    delta: dict[int, int] = defaultdict(int)
+    for s, e, v in intervals:
+        if e > s and v:
+            delta[s] += v
+            delta[e] -= v
+    out: list[tuple[int, int]] = []
+    level = 0
+    for t in sorted(delta):
+        if not delta[t]:
+            continue
+        level += delta[t]
+        out.append((t, level))
+    return out
+
+
+def bytes_in_flight(events: Iterable[TraceEvent], region: str) -> list[tuple[int, int]]:
+    """Bytes of DMA transfers issued and not yet landed that touch ``region``, as a step series."""
+    return step_series((e.start, e.end, e.bytes) for e in events
+                       if e.kind in DMA_KINDS and region in (e.src_region, e.dst_region))
+
+
+def busy_units(events: Iterable[TraceEvent], core: int) -> list[tuple[int, int]]:
+    """How many of a core's units (compute, DMA engines) are active, as a step series (0 = idle)."""
+    return step_series((e.start, e.end, 1) for e in events
+                       if e.core == core and (e.kind == "compute" or e.kind in DMA_KINDS))
+
+
+# -- writers --------------------------------------------------------------------------------------
+
+
+class _Clock:
+    """Cycles -> microseconds, rounded to the picosecond so that a slice's end is the next one's start."""
+
+    def __init__(self, clock_hz: int):
+        self.clock_hz = clock_hz
+
+    def us(self, cycle: int) -> float:
+        return round(cycle * 1e6 / self.clock_hz, 6)
+
+    def dur(self, start: int, end: int) -> float:
+        return round(self.us(end) - self.us(start), 6)
+
+    def mid(self, e: TraceEvent) -> float:
+        # A flow endpoint binds to the slice enclosing its timestamp: the middle is never on a boundary.
+        return round((self.us(e.start) + self.us(e.end)) / 2, 7)
+
+
+def _event_args(e: TraceEvent) -> dict:
+    args = {k: v for k, v in asdict(e).items() if v is not None and k != "kind"}
+    if e.src is not None:
+        args["src"] = f"{e.src:#x}"
+    if e.dst is not None:
+        args["dst"] = f"{e.dst:#x}"
+    args["start_cycle"], args["end_cycle"], args["cycles"] = e.start, e.end, e.cycles
+    return args
+
+
+def _event_name(e: TraceEvent) -> str:
+    return e.kind if e.tile is None else f"{e.kind} t{e.tile}"
+
+
+def _metadata_events(units: list[tuple[int, str]], tids: dict, metadata: Mapping[str, Any]) -> list[dict]:
+    title = run_title(metadata)
+    labels = []
+    if metadata.get("cycles") is not None:
+        labels.append(f"{metadata['cycles']} cycles")
+    if metadata.get("clock_hz"):
+        labels.append(f"clock {metadata['clock_hz'] / 1e9:g} GHz")
+    out: list[dict] = [
+        {"ph": "M", "pid": PID, "name": "process_name", "args": {"name": title}},
+        {"ph": "M", "pid": PID, "name": "process_sort_index", "args": {"sort_index": 0}},
+    ]
+    if labels:
+        out.append({"ph": "M", "pid": PID, "name": "process_labels", "args": {"labels": ", ".join(labels)}})
+    for cu in units:
+        tid = tids[cu]
+        out.append({"ph": "M", "pid": PID, "tid": tid, "name": "thread_name", "args": {"name": track_name(*cu)}})
+        out.append({"ph": "M", "pid": PID, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": tid}})
+    return out
+
+
+def _from_zero(series: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    return series if series and series[0][0] == 0 else [(0, 0)] + series
+
+
+def _counter_events(events: Sequence[TraceEvent], clock: _Clock, metadata: Mapping[str, Any]) -> list[dict]:
+    out: list[dict] = []
+    for region in shared_regions(events, metadata.get("regions")):
+        for t, v in _from_zero(bytes_in_flight(events, region)):
+            out.append({"ph": "C", "pid": PID, "name": region, "ts": clock.us(t),
+                        "args": {"bytes in flight": v}})
+    for core in sorted({e.core for e in events}):
+        for t, v in _from_zero(busy_units(events, core)):
+            out.append({"ph": "C", "pid": PID, "name": f"core {core}", "ts": clock.us(t), "args": {"busy units": v}})
+    return out
+
+
+def _flow_events(events: Sequence[TraceEvent], tids: dict, clock: _Clock) -> list[dict]:
+    out: list[dict] = []
+    for i, (a, b) in enumerate(flows(events), start=1):
+        name = "data" if a.kind == "dma_in" else "result"
+        out.append({"ph": "s", "pid": PID, "tid": tids[(a.core, a.unit)], "id": i, "name": name, "cat": "flow",
+                    "ts": clock.mid(a)})
+        out.append({"ph": "f", "bp": "e", "pid": PID, "tid": tids[(b.core, b.unit)], "id": i, "name": name,
+                    "cat": "flow", "ts": clock.mid(b)})
+    return out
+
+
 def chrome_trace(events: Sequence[TraceEvent], clock_hz: int, metadata: dict) -> dict:
-    """A Chrome trace-event document: one process per run, one named thread per core unit."""
-    us_per_cycle = 1e6 / clock_hz
-    pid = 1
-    units = sorted({(e.core, e.unit) for e in events}, key=lambda cu: (cu[0], _unit_order(cu[1])))
+    """A Chrome trace-event document of one run (Perfetto UI, chrome://tracing).
+
+    One process named after the chip and symbol; one named thread per core
+    unit; a complete ("X") event per trace event with timestamps from the clock
+    and the raw cycles, bytes and addresses in its args; flow arrows DMA-in ->
+    compute -> DMA-out per tile; counters of bytes in flight per shared region
+    and busy units per core; the run's metadata as the document's ``metadata``
+    and as the args of a ``run`` instant event at cycle 0.
+    """
+    clock = _Clock(clock_hz)
+    units = tracks(events)
     tids = {cu: i + 1 for i, cu in enumerate(units)}
-    out: list[dict] = [{"ph": "M", "pid": pid, "name": "process_name",
-                        "args": {"name": f"{metadata.get('target', '')} {metadata.get('symbol', '')}".strip()}}]
-    for (core, unit), tid in tids.items():
-        label = "DMA " + unit[3:] if unit.startswith("dma") else unit
-        out.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name",
-                    "args": {"name": f"core {core} · {label}"}})
-        out.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": tid}})
+    meta = dict(metadata)
+    meta.setdefault("clock_hz", clock_hz)
+    out = _metadata_events(units, tids, meta)
+    out.append({"ph": "i", "s": "p", "pid": PID, "tid": 0, "name": "run", "cat": "run", "ts": 0.0, "args": meta})
     for e in sorted_events(events):
-        args = {k: v for k, v in asdict(e).items() if v is not None and k not in ("core", "unit", "kind")}
-        if e.src is not None:
-            args["src"] = f"{e.src:#x}"
-        if e.dst is not None:
-            args["dst"] = f"{e.dst:#x}"
-        args["start_cycle"], args["end_cycle"] = e.start, e.end
-        name = e.kind if e.tile is None else f"{e.kind} t{e.tile}"
-        out.append({"ph": "X", "pid": pid, "tid": tids[(e.core, e.unit)], "name": name, "cat": e.kind,
-                    "ts": round(e.start * us_per_cycle, 6), "dur": round(e.cycles * us_per_cycle, 6),
-                    "args": args})
-    return {"traceEvents": out, "displayTimeUnit": "ns", "metadata": metadata}
+        out.append({"ph": "X", "pid": PID, "tid": tids[(e.core, e.unit)], "name": _event_name(e), "cat": e.kind,
+                    "ts": clock.us(e.start), "dur": clock.dur(e.start, e.end), "args": _event_args(e)})
+    out.extend(_flow_events(events, tids, clock))
+    out.extend(_counter_events(events, clock, meta))
+    return {"traceEvents": out, "displayTimeUnit": "ns", "metadata": meta}
 
 
 def events_csv(events: Sequence[TraceEvent]) -> str:

@@ -1,0 +1,200 @@
+"""``dspsim trace plot``: a Gantt chart of a run with matplotlib (Agg backend, no display needed).
+
+A row per core unit (compute, each DMA engine, sync), a colour per kind (DMA
+in, compute, DMA out, barrier wait, launch; the part of a DMA spent queued for
+a memory port hatched), and below it a panel of the bandwidth each shared
+region delivered over time against its peak.  The x axis is in cycles, with
+microseconds along the top.
+"""
+
+from __future__ import annotations
+
+import io
+from collections import defaultdict
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from sim.atomic import atomic_write_bytes
+from sim.trace import DMA_KINDS, TraceEvent, shared_regions, track_name, tracks
+from sim.trace_tools import Trace
+
+#: Colour of each kind (Okabe-Ito palette: distinguishable with colour-blindness).
+KIND_COLOURS = {"dma_in": "#0072B2", "compute": "#E69F00", "dma_out": "#009E73", "barrier_wait": "#CC79A7",
+                "launch": "#BBBBBB"}
+KIND_LABELS = {"dma_in": "DMA in", "compute": "compute", "dma_out": "DMA out", "barrier_wait": "barrier wait",
+               "launch": "launch"}
+REGION_COLOURS = ("#D55E00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#CC79A7")
+_BINS = 400
+
+
+def stream_interval(e: TraceEvent, regions: Mapping[str, Mapping] | None) -> tuple[int, int]:
+    """The cycles during which a DMA's bytes crossed the ports: after its port wait, before the access
+    latency of the slower side (known from the trace's region facts; without them, up to its end)."""
+    s0 = (e.wait_start if e.wait_start is not None else e.start) + e.wait_cycles
+    lat = 0
+    if regions:
+        lat = max((int(regions.get(r, {}).get("latency_cycles", 0)) for r in (e.src_region, e.dst_region) if r),
+                  default=0)
+    s1 = max(s0 + 1, e.end - lat)
+    return s0, min(s1, max(e.end, s0 + 1))
+
+
+def bandwidth_series(events: Sequence[TraceEvent], region: str, horizon: int, bins: int = _BINS,
+                     regions: Mapping[str, Mapping] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Bytes per cycle moved through ``region`` in each of ``bins`` equal spans of ``[0, horizon]``.
+
+    Each transfer's bytes are spread evenly over its stream interval and
+    integrated exactly over the bins.  Returns (bin edges, bytes per cycle).
+    """
+    edges = np.linspace(0.0, float(max(horizon, 1)), bins + 1)
+    spans = [(*stream_interval(e, regions), e.bytes) for e in events
+             if e.kind in DMA_KINDS and region in (e.src_region, e.dst_region) and e.bytes]
+    if not spans:
+        return edges, np.zeros(bins)
+    arr = np.array(spans, dtype=np.float64)
+    rate = arr[:, 2] / (arr[:, 1] - arr[:, 0])
+    times = np.concatenate([arr[:, 0], arr[:, 1]])
+    dr = np.concatenate([rate, -rate])
+    order = np.argsort(times, kind="stable")
+    times, dr = times[order], dr[order]
+    level = np.cumsum(dr)                                    # rate from times[i] on
+    moved = np.concatenate([[0.0], np.cumsum(level[:-1] * np.diff(times))])  # bytes moved up to times[i]
+    cum = np.interp(edges, times, moved, left=0.0, right=moved[-1])
+    return edges, np.diff(cum) / np.diff(edges)
+
+
+def _rows(trace: Trace) -> list[tuple[int, str]]:
+    return tracks(trace.events)
+
+
+def _draw_tracks(ax, trace: Trace, rows: list[tuple[int, str]], px_per_cycle: float) -> None:
+    index = {cu: i for i, cu in enumerate(rows)}
+    bars: dict[str, list[list[tuple[int, int]]]] = defaultdict(lambda: [[] for _ in rows])
+    waits: list[list[tuple[int, int]]] = [[] for _ in rows]
+    for e in trace.events:
+        i = index[(e.core, e.unit)]
+        bars[e.kind][i].append((e.start, max(e.cycles, 0)))
+        if e.kind in DMA_KINDS and e.wait_cycles and e.wait_start is not None:
+            waits[i].append((e.wait_start, e.wait_cycles))
+    # Shade every other core's band so the rows of one core read as a group.
+    cores = sorted({c for c, _ in rows})
+    for k, core in enumerate(cores):
+        ys = [i for i, (c, _) in enumerate(rows) if c == core]
+        if k % 2 == 0:
+            ax.axhspan(min(ys) - 0.5, max(ys) + 0.5, color="#F2F2F2", zorder=0, lw=0)
+    widths = [w for kind in bars for spans in bars[kind] for _, w in spans]
+    # Hairline gaps between back-to-back transfers, unless the bars are too thin to spare them.
+    edge = "white" if widths and float(np.median(widths)) * px_per_cycle > 4 else "none"
+    for kind in [k for k in KIND_COLOURS if k in bars] + sorted(set(bars) - set(KIND_COLOURS)):
+        colour = KIND_COLOURS.get(kind, "#777777")
+        for i, spans in enumerate(bars[kind]):
+            if spans:
+                ax.broken_barh(spans, (i - 0.38, 0.76), facecolors=colour, edgecolor=edge, linewidth=0.6,
+                               zorder=2)
+    for i, spans in enumerate(waits):
+        if spans:
+            ax.broken_barh(spans, (i - 0.38, 0.76), facecolors="none", edgecolor="#333333", hatch="////",
+                           linewidth=0, zorder=3)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([track_name(c, u) for c, u in rows], fontsize=8)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.tick_params(axis="y", length=0)
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+
+
+def _legend(fig, kinds: set[str], has_wait: bool, y: float) -> None:
+    from matplotlib.patches import Patch
+    handles = [Patch(facecolor=KIND_COLOURS[k], label=KIND_LABELS[k]) for k in KIND_COLOURS if k in kinds]
+    if has_wait:
+        handles.append(Patch(facecolor="white", edgecolor="#333333", hatch="////", label="queued for a port"))
+    fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.005, y), ncol=len(handles), frameon=False,
+               fontsize=8, handlelength=1.6, columnspacing=1.4)
+
+
+def _draw_bandwidth(ax, trace: Trace) -> None:
+    regions = trace.metadata.get("regions")
+    clock = trace.clock_hz
+    names = shared_regions(trace.events, regions)
+    scale = clock / 1e9 if clock else 1.0  # bytes/cycle -> GB/s
+    unit = "GB/s" if clock else "bytes/cycle"
+    peak_top = 0.0
+    for k, name in enumerate(names):
+        colour = REGION_COLOURS[k % len(REGION_COLOURS)]
+        edges, rate = bandwidth_series(trace.events, name, trace.cycles, regions=regions)
+        ax.stairs(rate * scale, edges, fill=True, alpha=0.35, color=colour, zorder=2)
+        ax.stairs(rate * scale, edges, color=colour, lw=1.0, label=f"{name}", zorder=3)
+        bw = (regions or {}).get(name, {}).get("bandwidth_bytes_per_cycle")
+        if bw:
+            peak = bw * scale
+            peak_top = max(peak_top, peak)
+            ax.axhline(peak, color=colour, ls="--", lw=0.9, zorder=1)
+            ax.annotate(f"{name} peak {peak:.3g} {unit}", xy=(1.0, peak), xycoords=("axes fraction", "data"),
+                        xytext=(-4, 3), textcoords="offset points", ha="right", va="bottom", fontsize=7,
+                        color=colour)
+    if names:
+        ax.legend(loc="upper left", fontsize=8, frameon=False, title="shared region", title_fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no shared-region traffic", transform=ax.transAxes, ha="center", va="center",
+                color="#777777")
+    ax.set_ylabel(f"bandwidth\n({unit})", fontsize=9)
+    top = ax.get_ylim()[1]
+    ax.set_ylim(0, max(top, peak_top * 1.18, 1e-9))
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+
+
+def gantt_figure(trace: Trace, title: str | None = None, window: tuple[int, int] | None = None,
+                 dpi: int = 130):
+    """The matplotlib figure of a trace's Gantt chart and bandwidth panel."""
+    import matplotlib
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    rows = _rows(trace)
+    height = 1.9 + 0.21 * len(rows) + 1.9
+    fig, (ax, bx) = plt.subplots(2, 1, sharex=True, figsize=(13, height),
+                                 gridspec_kw={"height_ratios": [0.21 * max(len(rows), 1), 1.9], "hspace": 0.08})
+    lo, hi = window if window else (0, max(trace.cycles, 1))
+    _draw_tracks(ax, trace, rows, px_per_cycle=13 * 0.87 * dpi / max(hi - lo, 1))
+    _legend(fig, {e.kind for e in trace.events},
+            any(e.wait_cycles and e.kind in DMA_KINDS for e in trace.events), y=1 - 0.32 / height)
+    _draw_bandwidth(bx, trace)
+    bx.set_xlim(lo, hi)
+    bx.set_xlabel("cycles from launch", fontsize=9)
+    from matplotlib.ticker import FuncFormatter
+    bx.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    clock = trace.clock_hz
+    if clock:
+        top = ax.secondary_xaxis("top", functions=(lambda c: c * 1e6 / clock, lambda u: u * clock / 1e6))
+        top.set_xlabel("microseconds", fontsize=9)
+        top.tick_params(labelsize=8)
+    for a in (ax, bx):
+        a.tick_params(axis="x", labelsize=8)
+        a.grid(axis="x", color="#DDDDDD", lw=0.6, zorder=0)
+        a.set_axisbelow(True)
+    if title is None:
+        us = trace.us(trace.cycles)
+        title = (f"{trace.title}: {trace.cycles:,} cycles"
+                 + (f" ({us:.2f} µs at {clock / 1e9:g} GHz)" if us is not None else "")
+                 + f", {len(trace.cores)} core{'s' if len(trace.cores) != 1 else ''}")
+    fig.suptitle(title, fontsize=11, x=0.01, ha="left", y=1 - 0.08 / height, va="top")
+    fig.subplots_adjust(left=0.11, right=0.985, top=1 - 1.3 / height, bottom=0.45 / height)
+    return fig
+
+
+def plot_gantt(trace: Trace, path: str | Path, title: str | None = None,
+               window: tuple[int, int] | None = None, dpi: int = 130) -> Path:
+    """Draw the Gantt chart of ``trace`` into a PNG (or any format matplotlib knows by suffix), atomically."""
+    import matplotlib.pyplot as plt
+
+    fig = gantt_figure(trace, title=title, window=window, dpi=dpi)
+    buf = io.BytesIO()
+    fmt = Path(path).suffix.lstrip(".").lower() or "png"
+    try:
+        fig.savefig(buf, format=fmt, dpi=dpi)
+    finally:
+        plt.close(fig)
+    return atomic_write_bytes(path, buf.getvalue())

@@ -1,0 +1,530 @@
+"""Reading traces back, and what users ask of them: a per-core summary with the critical path and the
+top stalls (``dspsim trace summary``) and a side-by-side comparison of two runs (``dspsim trace diff``).
+
+Works on the Chrome trace JSON that :func:`sim.trace.write_trace` writes (the
+raw cycles, bytes and addresses are in each event's args, so nothing is lost to
+the microsecond timestamps) and on its CSV form (which carries no metadata).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from sim.errors import SimError
+from sim.summary import CoreSummary, _union, core_summaries, summary_table
+from sim.trace import DMA_KINDS, TraceEvent, run_title, track_name, tracks, unit_label, unit_order
+
+_WORK_KINDS = ("dma_in", "compute", "dma_out")
+_INT_FIELDS = {f.name for f in fields(TraceEvent) if f.type in ("int", "int | None")}
+_ADDR_FIELDS = ("src", "dst")
+
+
+class TraceFileError(SimError):
+    """A trace file that cannot be read back: the message names the file and what is wrong."""
+
+
+@dataclass(frozen=True)
+class Trace:
+    """The events of one run with its metadata (chip, symbol, args, cycles, clock, regions)."""
+
+    events: tuple[TraceEvent, ...]
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    source: str = ""
+
+    @property
+    def clock_hz(self) -> int | None:
+        """The chip's clock, when the trace says."""
+        return self.metadata.get("clock_hz")
+
+    @property
+    def cycles(self) -> int:
+        """Cycles from launch to the last core's end."""
+        c = self.metadata.get("cycles")
+        return int(c) if c is not None else max((e.end for e in self.events), default=0)
+
+    @property
+    def cores(self) -> tuple[int, ...]:
+        """The cores the run used."""
+        c = self.metadata.get("cores")
+        return tuple(int(x) for x in c) if c else tuple(sorted({e.core for e in self.events}))
+
+    @property
+    def title(self) -> str:
+        """``chip · symbol`` (or the file name when the trace has no metadata)."""
+        return run_title(self.metadata) if self.metadata.get("symbol") else (self.source or "trace")
+
+    def us(self, cycles: float) -> float | None:
+        """Cycles in microseconds at the trace's clock (None without a clock)."""
+        return cycles * 1e6 / self.clock_hz if self.clock_hz else None
+
+
+def trace_of_run(run: Any) -> Trace:
+    """The :class:`Trace` of a :class:`sim.simulator.Run` (no file round trip)."""
+    return Trace(events=tuple(run.events), metadata=run.metadata(), source=f"{run.target.name} {run.symbol}")
+
+
+# -- loading ---------------------------------------------------------------------------------------
+
+
+def _as_int(value: Any, what: str, path: Path) -> int | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        raise TraceFileError(f"{path}: {what}: expected an integer, got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value, 0)
+        except ValueError:
+            pass
+    raise TraceFileError(f"{path}: {what}: expected an integer, got {value!r}")
+
+
+def _event_from_fields(values: Mapping[str, Any], path: Path, where: str) -> TraceEvent:
+    kw: dict[str, Any] = {}
+    for f in fields(TraceEvent):
+        v = values.get(f.name)
+        if f.name in _INT_FIELDS or f.name in _ADDR_FIELDS:
+            v = _as_int(v, f"{where} field '{f.name}'", path)
+        elif v == "":
+            v = None
+        if v is None and f.name in ("core", "unit", "kind", "start", "end"):
+            raise TraceFileError(f"{path}: {where}: missing '{f.name}'")
+        if v is not None or f.name not in ("bytes", "flops", "wait_cycles"):
+            kw[f.name] = v
+    return TraceEvent(**kw)
+
+
+def _parse_track(name: str) -> tuple[int, str] | None:
+    # "core 3 · DMA 0" -> (3, "dma0"): traces written before the args carried core and unit.
+    head, sep, label = name.partition(" · ")
+    if not sep or not head.startswith("core ") or not head[5:].isdigit():
+        return None
+    unit = "dma" + label[4:] if label.startswith("DMA ") else label
+    return int(head[5:]), unit
+
+
+def _load_json(path: Path, doc: Any) -> Trace:
+    if isinstance(doc, list):
+        doc = {"traceEvents": doc}
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise TraceFileError(f"{path}: not a Chrome trace (expected an object with a 'traceEvents' list)")
+    names: dict[tuple, tuple[int, str]] = {}
+    for ev in doc["traceEvents"]:
+        if isinstance(ev, dict) and ev.get("ph") == "M" and ev.get("name") == "thread_name":
+            parsed = _parse_track(str((ev.get("args") or {}).get("name", "")))
+            if parsed:
+                names[(ev.get("pid"), ev.get("tid"))] = parsed
+    events = []
+    for i, ev in enumerate(doc["traceEvents"]):
+        if not isinstance(ev, dict) or ev.get("ph") != "X":
+            continue
+        args = dict(ev.get("args") or {})
+        where = f"traceEvents[{i}] ({ev.get('name', '?')})"
+        core_unit = names.get((ev.get("pid"), ev.get("tid")))
+        if "core" not in args and core_unit:
+            args["core"] = core_unit[0]
+        if "unit" not in args and core_unit:
+            args["unit"] = core_unit[1]
+        args.setdefault("kind", ev.get("cat"))
+        args["start"] = args.get("start_cycle", args.get("start"))
+        args["end"] = args.get("end_cycle", args.get("end"))
+        events.append(_event_from_fields(args, path, where))
+    if not events:
+        raise TraceFileError(f"{path}: the trace has no events of a dspsim run (no complete 'X' events)")
+    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    return Trace(events=tuple(events), metadata=meta, source=str(path))
+
+
+def _load_csv(path: Path, text: str) -> Trace:
+    rows = list(csv.DictReader(text.splitlines()))
+    if not rows or not {"core", "unit", "kind", "start", "end"} <= set(rows[0]):
+        raise TraceFileError(f"{path}: not a dspsim CSV trace (expected columns core, unit, kind, start, end)")
+    events = tuple(_event_from_fields(r, path, f"row {i + 2}") for i, r in enumerate(rows))
+    return Trace(events=events, metadata={}, source=str(path))
+
+
+def load_trace(path: str | Path) -> Trace:
+    """Read a trace written by ``dspsim run`` / ``Run.write_trace`` (Chrome JSON, or ``.csv``) back into events."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TraceFileError(f"{p}: trace file not found") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise TraceFileError(f"{p}: cannot read trace: {e}") from None
+    if p.suffix.lower() == ".csv":
+        return _load_csv(p, text)
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise TraceFileError(f"{p}: not valid JSON: {e}") from None
+    return _load_json(p, doc)
+
+
+# -- critical path ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CriticalPath:
+    """The chain of events that set the run's length, walked back from the core that finished last.
+
+    ``steps`` go from launch to the end; each step's predecessor ended at or
+    before it started (on its own core, or on the core that arrived last at a
+    barrier); ``idle`` is the total of the gaps between them.  The step
+    durations plus ``idle`` add up to ``end_cycle``.
+    """
+
+    core: int
+    end_cycle: int
+    steps: tuple[TraceEvent, ...]
+    idle: int
+
+    def cycles_by_kind(self) -> dict[str, int]:
+        """Cycles of the path per event kind (port waits of DMAs split out as ``port wait``), plus ``idle``."""
+        out: dict[str, int] = defaultdict(int)
+        for s in self.steps:
+            wait = s.wait_cycles if s.kind in DMA_KINDS else 0
+            out[s.kind] += s.cycles - wait
+            if wait:
+                out["port wait"] += wait
+        if self.idle:
+            out["idle"] += self.idle
+        return dict(out)
+
+
+def _pred_priority(cur: TraceEvent, p: TraceEvent) -> int:
+    """Which of several events ending when ``cur`` starts is its cause (lower = likelier)."""
+    same_tile = p.core == cur.core and p.tile is not None and p.tile == cur.tile and p.phase == cur.phase
+    if cur.kind == "compute":
+        order = {"dma_in": 0 if same_tile else 3, "compute": 1, "barrier_wait": 2, "launch": 2, "dma_out": 4}
+    elif cur.kind == "dma_out":
+        order = {"compute": 0 if same_tile else 3, "dma_in": 2, "dma_out": 1, "barrier_wait": 4, "launch": 4}
+    elif cur.kind == "dma_in":
+        # An engine freed by the previous transfer on it, or a scratchpad slot freed by a store.
+        order = {"dma_in": 1, "dma_out": 1, "barrier_wait": 2, "launch": 2, "compute": 3}
+        if p.unit == cur.unit:
+            return 0
+    else:
+        order = {"dma_out": 0, "compute": 1, "dma_in": 2, "barrier_wait": 3, "launch": 3}
+    return order.get(p.kind, 9)
+
+
+def _last_arrival(events: Sequence[TraceEvent], barrier: TraceEvent) -> TraceEvent:
+    same = [e for e in events if e.kind == "barrier_wait" and e.end == barrier.end and e.phase == barrier.phase]
+    return max(same, key=lambda e: (e.start, -e.core))
+
+
+def critical_path(events: Sequence[TraceEvent]) -> CriticalPath:
+    """Walk back from the last event of the core whose work finished last to the launch."""
+    work = [e for e in events if e.kind in _WORK_KINDS] or list(events)
+    if not work:
+        return CriticalPath(core=0, end_cycle=0, steps=(), idle=0)
+    last = max(work, key=lambda e: (e.end, -e.core, e.kind == "dma_out", -unit_order(e.unit)))
+    by_core: dict[int, list[TraceEvent]] = defaultdict(list)
+    for e in events:
+        by_core[e.core].append(e)
+    steps = [last]
+    idle = 0
+    cur = last
+    while cur.kind != "launch":
+        preds = [p for p in by_core[cur.core] if p.end <= cur.start and p is not cur]
+        if not preds:
+            idle += cur.start
+            break
+        best_end = max(p.end for p in preds)
+        pred = min((p for p in preds if p.end == best_end),
+                   key=lambda p: (_pred_priority(cur, p), unit_order(p.unit), p.start))
+        idle += cur.start - pred.end
+        if pred.kind == "barrier_wait":
+            pred = _last_arrival(events, pred)  # the barrier was held open by the core that arrived last
+        steps.append(pred)
+        cur = pred
+    steps.reverse()
+    core_end = max((e.end for e in by_core[last.core]), default=last.end)
+    return CriticalPath(core=last.core, end_cycle=last.end if core_end >= last.end else core_end,
+                        steps=tuple(steps), idle=idle)
+
+
+# -- stalls ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stall:
+    """A span of cycles a unit spent waiting rather than working.
+
+    ``kind`` is ``port wait`` (a DMA queued for a memory port of ``region``),
+    ``barrier`` (a core waiting for the others) or ``data wait`` (the compute
+    unit idle until its tile's DMA-in landed).
+    """
+
+    kind: str
+    core: int
+    unit: str
+    start: int
+    cycles: int
+    tile: int | None = None
+    phase: str | None = None
+    region: str | None = None
+
+    def describe(self) -> str:
+        """One line for people."""
+        tile = f" tile {self.tile}" if self.tile is not None else ""
+        if self.kind == "port wait":
+            what = f"queued for a {self.region or 'memory'} port"
+        elif self.kind == "barrier":
+            what = f"waited at the barrier after phase {self.phase}" if self.phase else "waited at a barrier"
+        else:
+            what = f"idle until its DMA-in landed"
+        return f"{track_name(self.core, self.unit)}{tile}: {what}"
+
+
+def _far_region(e: TraceEvent, shared: set[str]) -> str | None:
+    for r in (e.src_region, e.dst_region):
+        if r in shared:
+            return r
+    return e.src_region if e.kind == "dma_in" else e.dst_region
+
+
+def stalls(events: Sequence[TraceEvent], regions: Mapping[str, Mapping] | None = None) -> list[Stall]:
+    """Every stall of the run, longest first (ties by start cycle, core)."""
+    shared = {n for n, f in (regions or {}).items() if f.get("kind") == "shared"}
+    out: list[Stall] = []
+    for e in events:
+        if e.kind in DMA_KINDS and e.wait_cycles:
+            out.append(Stall("port wait", e.core, e.unit, e.wait_start if e.wait_start is not None else e.start,
+                             e.wait_cycles, e.tile, e.phase, _far_region(e, shared)))
+        elif e.kind == "barrier_wait" and e.wait_cycles:
+            out.append(Stall("barrier", e.core, e.unit, e.start, e.wait_cycles, None, e.phase))
+    by_core: dict[int, list[TraceEvent]] = defaultdict(list)
+    for e in events:
+        by_core[e.core].append(e)
+    for core, evs in by_core.items():
+        # The compute unit is free from the end of its previous compute (or of the launch / last barrier).
+        marks = sorted((e.end for e in evs if e.kind in ("compute", "launch", "barrier_wait")))
+        for c in sorted((e for e in evs if e.kind == "compute"), key=lambda e: e.start):
+            free = max((m for m in marks if m <= c.start), default=0)
+            if c.start > free:
+                out.append(Stall("data wait", core, c.unit, free, c.start - free, c.tile, c.phase))
+    out.sort(key=lambda s: (-s.cycles, s.start, s.core, unit_order(s.unit)))
+    return out
+
+
+# -- summary ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TraceSummary:
+    """What ``dspsim trace summary`` prints: the per-core table, the critical path and the top stalls."""
+
+    trace: Trace
+    cores: tuple[CoreSummary, ...]
+    critical: CriticalPath
+    top_stalls: tuple[Stall, ...]
+    stall_totals: Mapping[str, int]
+
+
+def summarize(trace: Trace, top: int = 10) -> TraceSummary:
+    """Summarise a trace: per-core cycles and bytes, the critical path, the ``top`` longest stalls."""
+    events = list(trace.events)
+    all_stalls = stalls(events, trace.metadata.get("regions"))
+    totals: dict[str, int] = defaultdict(int)
+    for s in all_stalls:
+        totals[s.kind] += s.cycles
+    return TraceSummary(trace=trace, cores=tuple(core_summaries(events, trace.cores, trace.cycles)),
+                        critical=critical_path(events), top_stalls=tuple(all_stalls[:top]),
+                        stall_totals=dict(totals))
+
+
+def _cyc(trace: Trace, cycles: float) -> str:
+    us = trace.us(cycles)
+    return f"{cycles:.0f} cycles" + (f" ({us:.3f} us)" if us is not None else "")
+
+
+def _pct(part: float, whole: float) -> str:
+    return f"{100 * part / whole:.1f}%" if whole else "-"
+
+
+def critical_text(trace: Trace, cp: CriticalPath) -> list[str]:
+    """The critical path in a few lines: who finished last and what its chain of work waited on."""
+    if not cp.steps:
+        return ["critical path: (no events)"]
+    tied = sorted({e.core for e in trace.events if e.kind in _WORK_KINDS and e.end == cp.end_cycle} - {cp.core})
+    tie = f" (tied with core{'s' if len(tied) > 1 else ''} {', '.join(map(str, tied))})" if tied else ""
+    lines = [f"critical path: core {cp.core}{tie} finished last, at cycle {cp.end_cycle}"
+             f"{'' if trace.us(cp.end_cycle) is None else f' ({trace.us(cp.end_cycle):.3f} us)'}; "
+             f"its chain of {len(cp.steps)} events took:"]
+    parts = sorted(cp.cycles_by_kind().items(), key=lambda kv: -kv[1])
+    for kind, cyc in parts:
+        lines.append(f"  {kind:<13} {cyc:>12} cycles  {_pct(cyc, cp.end_cycle):>6}")
+    hops = sorted({s.core for s in cp.steps} - {cp.core})
+    if hops:
+        lines.append(f"  (through barriers it passes through core(s) {', '.join(map(str, hops))}, "
+                     f"which arrived last)")
+    waits = [(k, v) for k, v in parts if k != "compute"]
+    what = {"dma_in": "its DMA-in transfers", "dma_out": "its DMA-out transfers",
+            "port wait": "memory ports (contention with other cores)", "launch": "the group launch",
+            "barrier_wait": "barriers", "idle": "nothing recorded (idle gaps)"}
+    if waits:
+        said = [f"{what.get(k, k)} ({v} cycles, {_pct(v, cp.end_cycle)})" for k, v in waits[:3]]
+        lines.append("  apart from computing, its time went to " + ", then ".join(said))
+    return lines
+
+
+def summary_text(s: TraceSummary) -> str:
+    """The summary as text: header, per-core table, critical path, top stalls."""
+    t = s.trace
+    lines = [f"{t.title}: {_cyc(t, t.cycles)}, cores {list(t.cores)}"]
+    if t.metadata.get("roofline_cycles") is not None:
+        rc = float(t.metadata["roofline_cycles"])
+        lines.append(f"roofline bound {rc:.0f} cycles ({t.metadata.get('bound_by', '?')}); "
+                     f"{_pct(rc, t.cycles)} of the bound achieved")
+    lines += ["", summary_table(s.cores), ""]
+    lines += critical_text(t, s.critical)
+    lines.append("")
+    if s.top_stalls:
+        lines.append(f"top {len(s.top_stalls)} stalls "
+                     f"(totals: {', '.join(f'{k} {v} cycles' for k, v in sorted(s.stall_totals.items()))}):")
+        for st in s.top_stalls:
+            lines.append(f"  {st.cycles:>10} cycles at {st.start:>10}  {st.describe()}")
+    else:
+        lines.append("no stalls: no DMA queued for a port, no barrier wait, no compute unit waited for data")
+    return "\n".join(lines)
+
+
+# -- diff ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DiffRow:
+    """One quantity in runs A and B (None where a run lacks it)."""
+
+    label: str
+    a: int | None
+    b: int | None
+
+    @property
+    def delta(self) -> int | None:
+        """B minus A."""
+        return None if self.a is None or self.b is None else self.b - self.a
+
+    @property
+    def ratio(self) -> float | None:
+        """B over A (None when A is 0 or missing)."""
+        return None if not self.a or self.b is None else self.b / self.a
+
+
+@dataclass(frozen=True)
+class TraceDiff:
+    """Two runs side by side: total cycles, per core (end, busy, compute, DMA, wait), per unit busy cycles."""
+
+    a: Trace
+    b: Trace
+    total: DiffRow
+    cores: tuple[tuple[int, tuple[DiffRow, ...]], ...]
+    units: tuple[DiffRow, ...]
+    metadata: tuple[tuple[str, Any, Any], ...]
+
+
+def unit_busy(events: Iterable[TraceEvent]) -> dict[tuple[int, str], int]:
+    """Busy cycles of each ``(core, unit)`` (union of its events' intervals)."""
+    spans: dict[tuple[int, str], list[tuple[int, int]]] = defaultdict(list)
+    for e in events:
+        spans[(e.core, e.unit)].append((e.start, e.end))
+    return {k: _union(v) for k, v in spans.items()}
+
+
+_CORE_FIELDS = (("end", "end_cycle"), ("busy", "busy_cycles"), ("compute", "compute_cycles"),
+                ("dma", "dma_cycles"), ("wait", "wait_cycles"))
+
+
+def diff_traces(a: Trace, b: Trace) -> TraceDiff:
+    """Compare two runs (another tiling, chip or core mask)."""
+    sa = {s.core: s for s in core_summaries(list(a.events), a.cores, a.cycles)}
+    sb = {s.core: s for s in core_summaries(list(b.events), b.cores, b.cycles)}
+    cores = []
+    for core in sorted(set(sa) | set(sb)):
+        rows = tuple(DiffRow(label, getattr(sa[core], attr) if core in sa else None,
+                             getattr(sb[core], attr) if core in sb else None) for label, attr in _CORE_FIELDS)
+        cores.append((core, rows))
+    ua, ub = unit_busy(a.events), unit_busy(b.events)
+    order = tracks([TraceEvent(core=c, unit=u, kind="", start=0, end=0) for c, u in set(ua) | set(ub)])
+    units = tuple(DiffRow(track_name(c, u), ua.get((c, u)), ub.get((c, u))) for c, u in order)
+    meta = []
+    for key in ("target", "symbol", "cores", "clock_hz"):
+        va, vb = a.metadata.get(key), b.metadata.get(key)
+        if va != vb:
+            meta.append((key, va, vb))
+    args_a, args_b = a.metadata.get("args") or {}, b.metadata.get("args") or {}
+    for key in sorted(set(args_a) | set(args_b), key=lambda k: (k not in args_a, k)):
+        if args_a.get(key) != args_b.get(key):
+            meta.append((f"args.{key}", args_a.get(key), args_b.get(key)))
+    return TraceDiff(a=a, b=b, total=DiffRow("run cycles", a.cycles, b.cycles), cores=tuple(cores),
+                     units=units, metadata=tuple(meta))
+
+
+def _show(v: Any) -> str:
+    if v is None:
+        return "(none)"
+    if isinstance(v, list):
+        return "[" + ", ".join(f"{x:#x}" if isinstance(x, int) and x >= 0x10000 else str(x) for x in v) + "]"
+    return str(v)
+
+
+def _fmt(v: int | None) -> str:
+    return "-" if v is None else str(v)
+
+
+def _change(r: DiffRow) -> tuple[str, str]:
+    if r.delta is None:
+        return "-", "-"
+    pct = "-" if not r.a else f"{100 * r.delta / r.a:+.1f}%"
+    return f"{r.delta:+d}", pct
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+                     for r in rows)
+
+
+def diff_text(d: TraceDiff) -> str:
+    """The comparison as text: both runs, what differs in their calls, per-core and per-unit tables."""
+    lines = [f"A: {d.a.source}: {d.a.title}, {_cyc(d.a, d.a.cycles)}, cores {list(d.a.cores)}",
+             f"B: {d.b.source}: {d.b.title}, {_cyc(d.b, d.b.cycles)}, cores {list(d.b.cores)}"]
+    if d.metadata:
+        lines.append("what differs: " + "; ".join(f"{k} {_show(va)} -> {_show(vb)}" for k, va, vb in d.metadata))
+    delta, pct = _change(d.total)
+    speed = ""
+    if d.a.cycles and d.b.cycles and d.a.cycles != d.b.cycles:
+        speed = (f", B is {d.a.cycles / d.b.cycles:.2f}x as fast" if d.b.cycles < d.a.cycles
+                 else f", B takes {d.b.cycles / d.a.cycles:.2f}x as long")
+    lines += [f"run cycles: A {d.total.a}, B {d.total.b}, change {delta} ({pct}){speed}", "", "per core (cycles):"]
+    head = ["core"]
+    for label, _ in _CORE_FIELDS:
+        head += [f"{label} A", f"{label} B", "change"]
+    rows = [head]
+    for core, drs in d.cores:
+        row = [str(core)]
+        for r in drs:
+            row += [_fmt(r.a), _fmt(r.b), _change(r)[0]]
+        rows.append(row)
+    lines += [_table(rows), "", "per unit (busy cycles):"]
+    urows = [["unit", "A", "B", "change", "%"]]
+    for r in d.units:
+        urows.append([r.label, _fmt(r.a), _fmt(r.b), *_change(r)])
+    lines.append(_table(urows))
+    return "\n".join(lines)
+
+
+__all__ = ["Trace", "TraceFileError", "load_trace", "trace_of_run", "CriticalPath", "critical_path", "Stall",
+           "stalls", "TraceSummary", "summarize", "summary_text", "critical_text", "DiffRow", "TraceDiff",
+           "diff_traces", "diff_text", "unit_busy", "unit_label"]
