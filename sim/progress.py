@@ -8,6 +8,8 @@ cycle)``; the engine calls it after each tile's compute.
 
 from __future__ import annotations
 
+import io
+import os
 import sys
 from typing import IO, Any
 
@@ -34,6 +36,14 @@ def is_terminal(stream: IO[str] | None) -> bool:
         return False
 
 
+def _columns(stream: IO[str]) -> int:
+    """The terminal's width, 0 when it reports none (a pseudo-terminal never sized, as under ``script``)."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return 0
+
+
 class RunProgress:
     """The callback ``Simulator.call(progress=...)`` expects, drawing a tqdm bar on ``stream``.
 
@@ -42,13 +52,16 @@ class RunProgress:
     """
 
     def __init__(self, total: int | None, stream: IO[str] | None = None, delay: float = DELAY_SECONDS,
-                 label: str = "simulating"):
+                 label: str = "simulating", mininterval: float = 0.2):
         from tqdm import tqdm
 
         self.stream = stream if stream is not None else sys.stderr
         self.cycle = 0
+        # Follow the terminal's width; a terminal that reports width 0 would get an empty bar: use 80x24.
+        sized = _columns(self.stream) > 0
         self._bar = tqdm(total=total, desc=label, unit="tile", file=self.stream, delay=delay, leave=False,
-                         dynamic_ncols=True, mininterval=0.2)
+                         dynamic_ncols=sized, ncols=None if sized else 80, nrows=None if sized else 24,
+                         mininterval=mininterval)
 
     def __call__(self, tiles_done: int, cycle: int) -> None:
         """Advance by ``tiles_done`` tiles; the simulation has reached ``cycle``."""
@@ -67,15 +80,16 @@ class RunProgress:
         self.close()
 
 
-def execute_with_progress(cfg: RunConfig, stream: IO[str] | None = None,
-                          delay: float = DELAY_SECONDS) -> tuple[Simulator, Run]:
+def execute_with_progress(cfg: RunConfig, stream: IO[str] | None = None, delay: float = DELAY_SECONDS,
+                          mininterval: float = 0.2) -> tuple[Simulator, Run]:
     """Run a run-config like :func:`sim.runner.execute`, with a progress bar when ``stream`` (default
-    stderr) is a terminal; otherwise exactly ``execute(cfg)``."""
+    stderr) is a terminal; otherwise exactly ``execute(cfg)``.  ``delay`` and ``mininterval`` (seconds)
+    are tqdm's: when the bar first shows, and how often it redraws."""
     stream = stream if stream is not None else sys.stderr
     if not is_terminal(stream):
         return execute(cfg)
     m = prepare(cfg)
     _, plan = m.plan(cfg.symbol, **cfg.args)  # planned once more by call(); planning is cheap next to running
-    with RunProgress(tiles_in_plan(plan), stream=stream, delay=delay) as bar:
+    with RunProgress(tiles_in_plan(plan), stream=stream, delay=delay, mininterval=mininterval) as bar:
         run = m.call(cfg.symbol, numerics=cfg.numerics, progress=bar, **cfg.args)
     return m, run

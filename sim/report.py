@@ -274,7 +274,8 @@ dl.facts dt{color:var(--muted)}dl.facts dd{margin:0}
 .legend i{display:inline-block;width:12px;height:12px;border-radius:2px;margin-right:4px;vertical-align:-2px}
 .legend i.hatch{background:repeating-linear-gradient(135deg,#333 0 1.5px,#fff 1.5px 4px);border:1px solid #333}
 .timeline{display:flex;border:1px solid var(--line);border-radius:4px;overflow:hidden;user-select:none}
-.labels{flex:0 0 auto;padding-top:34px;background:#fafafa;border-right:1px solid var(--line)}
+.labels{flex:0 0 auto;background:#fafafa;border-right:1px solid var(--line)}
+.axis-head{height:34px;font-size:10px;line-height:12px;color:var(--muted);text-align:right;padding:2px 8px 0}
 .row-label{height:18px;line-height:18px;font-size:12px;padding:0 8px;white-space:nowrap}
 .row-label.band{background:var(--band)}
 .plot{flex:1 1 auto;min-width:0;position:relative;cursor:grab}
@@ -382,8 +383,6 @@ function render() {
     var t1 = el("text", {x: x + 2, y: 13, "class": "tick"}); t1.textContent = fmtInt(c); frag.appendChild(t1);
     var t2 = el("text", {x: x + 2, y: 26, "class": "tick2"}); t2.textContent = fmtUs(us(c)); frag.appendChild(t2);
   }
-  var lab = el("text", {x: W - 4, y: 13, "class": "tick2", "text-anchor": "end"}); lab.textContent = "cycles / \u00b5s";
-  frag.appendChild(lab);
   tracks.forEach(function (ix, r) {
     var y = AXIS + r * ROW + 2, h = ROW - 4, last = null;
     for (var j = firstVisible(r, v0); j < ix.length; j++) {
@@ -396,7 +395,8 @@ function render() {
         last.node.setAttribute("data-n", last.n);
         continue;
       }
-      var node = el("rect", {x: x0, y: y, width: Math.max(x1 - x0, 1), height: h, fill: D.colours[e[1]],
+      // A pixel of air between back-to-back bars wide enough to spare it.
+      var node = el("rect", {x: x0, y: y, width: Math.max(x1 - x0 - (x1 - x0 > 4 ? 1 : 0), 1), height: h, fill: D.colours[e[1]],
                              "class": "bar k-" + D.kinds[e[1]], "data-e": i, "data-n": 1});
       frag.appendChild(node);
       last = {kind: e[1], x0: x0, x1: x1, n: 1, node: node};
@@ -534,7 +534,7 @@ def report_html(run: Run, cfg: RunConfig | None = None) -> str:
 <button id="zoom-reset" title="whole run (0)">whole run</button><span id="view-range"></span>
 <span class="hint">wheel: zoom at the pointer &middot; drag or shift+wheel: pan &middot; hover a bar: details</span></div>
 <div class="legend" id="legend"></div>
-<div class="timeline" id="timeline"><div class="labels" id="labels"></div><div class="plot" id="plot"><svg id="tl-svg" xmlns="http://www.w3.org/2000/svg"></svg></div></div>
+<div class="timeline" id="timeline"><div class="labels" id="labels"><div class="axis-head">cycles<br>&micro;s</div></div><div class="plot" id="plot"><svg id="tl-svg" xmlns="http://www.w3.org/2000/svg"></svg></div></div>
 <div id="tooltip" role="tooltip" hidden></div>
 </section>
 <section id="summary-section">

@@ -1,0 +1,469 @@
+"""Trace inspection: the Chrome/Perfetto trace JSON, reading it back, summary (critical path, stalls), diff,
+the Gantt chart, the progress bar, the HTML report (static checks; the browser test is test_report_browser.py)
+and their dspsim subcommands."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import sim
+from sim.cli import main
+from sim.config import load_config
+from sim.errors import SimError
+from sim.gantt import bandwidth_series, plot_gantt, stream_interval
+from sim.progress import RunProgress, execute_with_progress, is_terminal, tiles_in_plan
+from sim.report import report_html, timeline_data
+from sim.runner import execute
+from sim.summary import _union
+from sim.trace import TraceEvent, busy_units, bytes_in_flight, chrome_trace, flows, track_name, tracks
+from sim.trace_tools import (Trace, TraceFileError, critical_path, diff_text, diff_traces, load_trace, stalls,
+                             summarize, summary_text, trace_of_run, unit_busy)
+
+ROOT = Path(__file__).resolve().parent.parent
+BN_CONFIG = ROOT / "configs" / "ft78ne_batch_norm_grad_s.yaml"
+BATCH, CHANNEL = 64, 1024
+X, DY, DX, MEAN, INVAR, SCALE, DBIAS, DSCALE = (0xA0000000, 0xA8000000, 0xB0000000, 0xC0000000, 0xC0100000,
+                                                 0xC0200000, 0xC0300000, 0xC0400000)
+
+
+def bn_run(core_mask: int = 0xFF) -> sim.Run:
+    """A BatchNormGrad run with several tiles per core, on FT78NE, DDR-bound enough to queue for ports."""
+    m = sim.Simulator("FT78NE")
+    rng = np.random.default_rng(7)
+    m.write(X, rng.standard_normal((BATCH, CHANNEL)).astype(np.float32))
+    m.write(DY, rng.standard_normal((BATCH, CHANNEL)).astype(np.float32))
+    for a in (MEAN, INVAR, SCALE):
+        m.write(a, rng.uniform(0.5, 1.5, CHANNEL).astype(np.float32))
+    return m.call("fp_batch_norm_grad_s", x=X, dy=DY, dx=DX,
+                  params=[MEAN, INVAR, SCALE, DBIAS, DSCALE, BATCH, CHANNEL, 1], core_mask=core_mask)
+
+
+@pytest.fixture(scope="module")
+def run8() -> sim.Run:
+    return bn_run(0xFF)
+
+
+@pytest.fixture(scope="module")
+def run4() -> sim.Run:
+    return bn_run(0x0F)
+
+
+@pytest.fixture(scope="module")
+def trace_file(run8, tmp_path_factory) -> Path:
+    return run8.write_trace(tmp_path_factory.mktemp("trace") / "bn.json")
+
+
+@pytest.fixture(scope="module")
+def doc(trace_file) -> dict:
+    return json.loads(trace_file.read_text())
+
+
+def _slices(doc: dict) -> list[dict]:
+    return [e for e in doc["traceEvents"] if e["ph"] == "X"]
+
+
+# -- the trace JSON --------------------------------------------------------------------------------
+
+
+def test_process_and_tracks_are_named(doc, run8):
+    meta = [e for e in doc["traceEvents"] if e["ph"] == "M"]
+    procs = [e["args"]["name"] for e in meta if e["name"] == "process_name"]
+    assert procs == ["FT78NE · fp_batch_norm_grad_s"]
+    threads = {e["tid"]: e["args"]["name"] for e in meta if e["name"] == "thread_name"}
+    expected = {f"core {c} · {'DMA ' + u[3:] if u.startswith('dma') else u}" for c, u in
+                {(e.core, e.unit) for e in run8.events}}
+    assert set(threads.values()) == expected
+    assert "core 3 · compute" in expected and "core 3 · DMA 0" in expected and "core 3 · DMA 1" in expected
+    for name in threads.values():
+        assert re.fullmatch(r"core \d+ · (compute|DMA \d+|sync)", name), name
+    for s in _slices(doc):
+        assert s["tid"] in threads
+        core, unit = s["args"]["core"], s["args"]["unit"]
+        assert threads[s["tid"]] == track_name(core, unit)
+
+
+def test_metadata_carries_the_run(doc, run8):
+    md = doc["metadata"]
+    assert md["target"] == "FT78NE" and md["symbol"] == "fp_batch_norm_grad_s"
+    assert md["cycles"] == run8.cycles and md["clock_hz"] == 1_800_000_000
+    assert md["args"]["x"] == f"{X:#x}" and md["args"]["params"][5:] == [BATCH, CHANNEL, 1]
+    assert md["regions"]["ddr"]["kind"] == "shared" and md["regions"]["am"]["kind"] == "private"
+    run_event = [e for e in doc["traceEvents"] if e["ph"] == "i" and e["name"] == "run"]
+    assert len(run_event) == 1 and run_event[0]["args"]["cycles"] == run8.cycles
+
+
+def test_timestamps_are_exact_and_raw_cycles_are_in_args(doc, run8):
+    slices = _slices(doc)
+    assert len(slices) == len(run8.events)
+    for s in slices:
+        a = s["args"]
+        assert a["end_cycle"] - a["start_cycle"] == a["cycles"]
+        # Microseconds from cycles at 1.8 GHz, to the picosecond.
+        assert abs(s["ts"] - a["start_cycle"] / 1800.0) <= 1e-6
+        assert abs(s["ts"] + s["dur"] - a["end_cycle"] / 1800.0) <= 2e-6
+    by_track = defaultdict(list)
+    for s in slices:
+        by_track[s["tid"]].append(s)
+    for ss in by_track.values():  # back-to-back slices never overlap after rounding
+        ss.sort(key=lambda s: s["ts"])
+        for p, q in zip(ss, ss[1:]):
+            assert p["ts"] + p["dur"] <= q["ts"] + 1e-9
+
+
+def _enclosing(slices_by_tid: dict, tid: int, ts: float) -> dict:
+    inside = [s for s in slices_by_tid[tid] if s["ts"] < ts < s["ts"] + s["dur"]]
+    assert len(inside) == 1, (tid, ts, inside)
+    return inside[0]
+
+
+def test_flow_arrows_link_dma_in_compute_dma_out(doc, run8):
+    slices_by_tid = defaultdict(list)
+    for s in _slices(doc):
+        slices_by_tid[s["tid"]].append(s)
+    starts = {e["id"]: e for e in doc["traceEvents"] if e["ph"] == "s"}
+    finishes = {e["id"]: e for e in doc["traceEvents"] if e["ph"] == "f"}
+    assert starts and set(starts) == set(finishes)
+    pairs = set()
+    for fid, s in starts.items():
+        f = finishes[fid]
+        assert f["bp"] == "e"
+        a = _enclosing(slices_by_tid, s["tid"], s["ts"])
+        b = _enclosing(slices_by_tid, f["tid"], f["ts"])
+        assert (a["cat"], b["cat"]) in {("dma_in", "compute"), ("compute", "dma_out")}
+        assert a["args"]["tile"] == b["args"]["tile"] and a["args"]["core"] == b["args"]["core"]
+        assert a["args"]["end_cycle"] <= b["args"]["start_cycle"]
+        pairs.add((a["cat"], b["cat"], a["args"]["core"], a["args"]["tile"]))
+    # Every compute of a tile with loads gets its arrow in, and one out per DMA-out of its tile.
+    computes = [e for e in run8.events if e.kind == "compute"]
+    for c in computes:
+        assert ("dma_in", "compute", c.core, c.tile) in pairs
+    n_out = sum(1 for e in run8.events if e.kind == "dma_out")
+    assert sum(1 for s in starts.values() if s["name"] == "result") == n_out
+
+
+def test_the_arrow_into_a_compute_comes_from_the_dma_in_that_released_it(run8):
+    for a, b in flows(run8.events):
+        if b.kind == "compute":
+            loads = [e for e in run8.events if e.kind == "dma_in" and e.core == b.core and e.tile == b.tile
+                     and e.phase == b.phase]
+            assert a in loads and a.end == max(e.end for e in loads) <= b.start
+
+
+def test_counters_bytes_in_flight_and_busy_units(doc, run8):
+    counters = defaultdict(list)
+    for e in doc["traceEvents"]:
+        if e["ph"] == "C":
+            counters[e["name"]].append(e)
+    assert "ddr" in counters and "am" not in counters  # only shared regions get a bytes-in-flight track
+    for core in run8.cores:
+        assert f"core {core}" in counters
+    dmas = [e for e in run8.events if e.kind in ("dma_in", "dma_out")]
+    for c in counters["ddr"]:
+        t = round(c["ts"] * 1800)
+        truth = sum(e.bytes for e in dmas if e.start <= t < e.end and "ddr" in (e.src_region, e.dst_region))
+        assert c["args"]["bytes in flight"] == truth
+    assert counters["ddr"][-1]["args"]["bytes in flight"] == 0
+    for core in run8.cores:
+        for c in counters[f"core {core}"]:
+            t = round(c["ts"] * 1800)
+            truth = sum(1 for e in run8.events if e.core == core and e.kind in ("compute", "dma_in", "dma_out")
+                        and e.start <= t < e.end)
+            assert c["args"]["busy units"] == truth
+        assert counters[f"core {core}"][-1]["args"]["busy units"] == 0
+
+
+def test_step_series_by_hand():
+    ev = [TraceEvent(0, "dma0", "dma_in", 10, 30, bytes=100, src_region="ddr", dst_region="am"),
+          TraceEvent(0, "dma1", "dma_in", 20, 40, bytes=50, src_region="ddr", dst_region="am"),
+          TraceEvent(0, "compute", "compute", 40, 50)]
+    assert bytes_in_flight(ev, "ddr") == [(10, 100), (20, 150), (30, 50), (40, 0)]
+    assert busy_units(ev, 0) == [(10, 1), (20, 2), (30, 1), (50, 0)]
+
+
+def test_trace_is_deterministic(run8):
+    again = bn_run(0xFF)
+    md = run8.metadata()
+    assert chrome_trace(run8.events, 1_800_000_000, md) == chrome_trace(again.events, 1_800_000_000, again.metadata())
+
+
+# -- reading traces back -----------------------------------------------------------------------------
+
+
+def _key(e: TraceEvent):
+    return (e.core, e.unit, e.start, e.kind, e.tile if e.tile is not None else -1, e.end)
+
+
+def test_load_trace_round_trips_every_field(trace_file, run8, tmp_path):
+    t = load_trace(trace_file)
+    assert sorted(t.events, key=_key) == sorted(run8.events, key=_key)
+    assert t.cycles == run8.cycles and t.clock_hz == 1_800_000_000 and t.cores == run8.cores
+    csv_path = run8.write_trace(tmp_path / "bn.csv")
+    c = load_trace(csv_path)
+    assert sorted(c.events, key=_key) == sorted(run8.events, key=_key)
+    assert c.clock_hz is None and c.cycles == run8.cycles
+
+
+def test_load_trace_of_older_traces_uses_thread_names(doc, run8, tmp_path):
+    old = json.loads(json.dumps(doc))
+    for e in old["traceEvents"]:
+        if e["ph"] == "X":
+            e["args"].pop("core"), e["args"].pop("unit")
+    p = tmp_path / "old.json"
+    p.write_text(json.dumps(old))
+    assert sorted(load_trace(p).events, key=_key) == sorted(run8.events, key=_key)
+
+
+@pytest.mark.parametrize("content,msg", [(None, "not found"), ("{nope", "not valid JSON"),
+                                         ('{"a": 1}', "not a Chrome trace"),
+                                         ('{"traceEvents": []}', "no events"),
+                                         ('{"traceEvents": [{"ph": "X", "cat": "compute", "args": {"core": 0}}]}',
+                                          "missing 'unit'")])
+def test_load_trace_refuses_bad_files(tmp_path, content, msg):
+    p = tmp_path / "t.json"
+    if content is not None:
+        p.write_text(content)
+    with pytest.raises(TraceFileError, match=msg) as ei:
+        load_trace(p)
+    assert str(p) in str(ei.value) and isinstance(ei.value, SimError)
+
+
+# -- summary: critical path and stalls, by hand ---------------------------------------------------------
+
+# Two cores.  Core 1's DMA-in queues 200 cycles for a DDR port, so it reaches the barrier last (800);
+# the barrier opens 100 cycles later (900); core 0's phase-2 compute then ends the run at 1000.
+HAND = [
+    TraceEvent(0, "sync", "launch", 0, 100), TraceEvent(1, "sync", "launch", 0, 100),
+    TraceEvent(0, "dma0", "dma_in", 100, 300, bytes=4096, src=0xA0000000, dst=0x20000000, src_region="ddr",
+               dst_region="am", tile=0, phase="p1", wait_start=164, wait_cycles=0),
+    TraceEvent(0, "compute", "compute", 300, 400, tile=0, phase="p1", flops=1000),
+    TraceEvent(0, "dma1", "dma_out", 400, 500, bytes=4096, src=0x20000000, dst=0xA1000000, src_region="am",
+               dst_region="ddr", tile=0, phase="p1"),
+    TraceEvent(0, "sync", "barrier_wait", 500, 900, phase="p1", wait_cycles=400, wait_start=500),
+    TraceEvent(1, "dma0", "dma_in", 100, 700, bytes=4096, src=0xA0001000, dst=0x20000000, src_region="ddr",
+               dst_region="am", tile=0, phase="p1", wait_start=164, wait_cycles=200),
+    TraceEvent(1, "compute", "compute", 700, 800, tile=0, phase="p1", flops=1000),
+    TraceEvent(1, "sync", "barrier_wait", 800, 900, phase="p1", wait_cycles=100, wait_start=800),
+    TraceEvent(0, "compute", "compute", 900, 1000, tile=0, phase="p2", flops=500),
+    TraceEvent(1, "compute", "compute", 900, 950, tile=0, phase="p2", flops=250),
+]
+HAND_META = {"target": "TOY", "symbol": "fp_toy_s", "cycles": 1000, "clock_hz": 1_000_000_000, "cores": [0, 1],
+             "regions": {"ddr": {"kind": "shared", "latency_cycles": 50, "bandwidth_bytes_per_cycle": 32},
+                         "am": {"kind": "private", "latency_cycles": 4, "bandwidth_bytes_per_cycle": 128}}}
+
+
+def test_critical_path_by_hand():
+    cp = critical_path(HAND)
+    assert cp.core == 0 and cp.end_cycle == 1000
+    assert [(s.core, s.kind, s.phase) for s in cp.steps] == [
+        (1, "launch", None), (1, "dma_in", "p1"), (1, "compute", "p1"), (1, "barrier_wait", "p1"),
+        (0, "compute", "p2")]
+    assert cp.idle == 0
+    assert cp.cycles_by_kind() == {"launch": 100, "dma_in": 400, "port wait": 200, "compute": 200,
+                                   "barrier_wait": 100}
+    assert sum(cp.cycles_by_kind().values()) == cp.end_cycle
+
+
+def test_stalls_by_hand():
+    got = [(s.kind, s.core, s.unit, s.start, s.cycles, s.region) for s in stalls(HAND, HAND_META["regions"])]
+    assert got == [("data wait", 1, "compute", 100, 600, None),
+                   ("barrier", 0, "sync", 500, 400, None),
+                   ("data wait", 0, "compute", 100, 200, None),
+                   ("port wait", 1, "dma0", 164, 200, "ddr"),
+                   ("barrier", 1, "sync", 800, 100, None)]
+
+
+def test_summary_text_by_hand():
+    s = summarize(Trace(events=tuple(HAND), metadata=HAND_META), top=3)
+    assert [c.core for c in s.cores] == [0, 1] and len(s.top_stalls) == 3
+    assert s.stall_totals == {"data wait": 800, "barrier": 500, "port wait": 200}
+    text = summary_text(s)
+    assert "TOY · fp_toy_s: 1000 cycles (1.000 us)" in text
+    assert "critical path: core 0 finished last, at cycle 1000" in text
+    assert "passes through core(s) 1" in text
+    assert "core 1 · DMA 0 tile 0: queued for a ddr port" not in text  # 4th stall, beyond top 3
+    assert "core 1 · compute tile 0: idle until its DMA-in landed" in text
+
+
+def test_critical_path_of_a_real_run_accounts_for_every_cycle(run8):
+    cp = critical_path(run8.events)
+    last_work = max(e.end for e in run8.events if e.kind in ("dma_in", "compute", "dma_out"))
+    assert cp.end_cycle == last_work == run8.cycles
+    assert cp.steps[0].kind == "launch" and cp.steps[0].start == 0
+    for p, q in zip(cp.steps, cp.steps[1:]):
+        assert p.end <= q.start
+    assert sum(cp.cycles_by_kind().values()) == cp.end_cycle
+
+
+def test_summary_of_a_trace_file_matches_the_run(trace_file, run8):
+    s = summarize(load_trace(trace_file), top=1000)
+    assert list(s.cores) == run8.summaries()
+    text = summary_text(s)
+    for needle in ("busy%", "ddr bytes", "critical path", "stalls", "queued for a ddr port"):
+        assert needle in text
+
+
+# -- diff ----------------------------------------------------------------------------------------------
+
+
+def test_diff_of_8_and_4_cores(run8, run4):
+    d = diff_traces(trace_of_run(run8), trace_of_run(run4))
+    assert d.total.a == run8.cycles and d.total.b == run4.cycles and d.total.delta == run4.cycles - run8.cycles
+    cores = dict(d.cores)
+    assert set(cores) == set(range(8))
+    for core in range(4, 8):
+        assert cores[core][0].b is None and cores[core][0].delta is None
+    ends4 = {s.core: s.end_cycle for s in run4.summaries()}
+    assert {c: rows[0].b for c, rows in cores.items() if c < 4} == ends4
+    ua = {}
+    for e in run8.events:
+        ua.setdefault(track_name(e.core, e.unit), []).append((e.start, e.end))
+    assert {r.label: r.a for r in d.units} == {k: _union(v) for k, v in ua.items()}
+    text = diff_text(d)
+    assert "cores [0, 1, 2, 3, 4, 5, 6, 7] -> [0, 1, 2, 3]" in text and "args.core_mask 0xff -> 0xf" in text
+    assert f"run cycles: A {run8.cycles}, B {run4.cycles}" in text
+    assert "per unit (busy cycles):" in text and "core 7 · DMA 0" in text
+
+
+def test_unit_busy_unions_overlaps():
+    ev = [TraceEvent(0, "dma0", "dma_in", 0, 10), TraceEvent(0, "dma0", "dma_in", 5, 20),
+          TraceEvent(0, "dma0", "dma_in", 30, 31)]
+    assert unit_busy(ev) == {(0, "dma0"): 21}
+
+
+# -- Gantt chart -----------------------------------------------------------------------------------------
+
+
+def test_bandwidth_series_by_hand():
+    ev = [TraceEvent(0, "dma0", "dma_in", 60, 250, bytes=1000, src_region="ddr", dst_region="am",
+                     wait_start=80, wait_cycles=20)]
+    regions = {"ddr": {"latency_cycles": 50}, "am": {"latency_cycles": 4}}
+    assert stream_interval(ev[0], regions) == (100, 200)  # after its port wait, before DDR's latency
+    edges, rate = bandwidth_series(ev, "ddr", 400, bins=4, regions=regions)
+    np.testing.assert_allclose(edges, [0, 100, 200, 300, 400])
+    np.testing.assert_allclose(rate, [0, 10, 0, 0])
+
+
+def test_bandwidth_series_conserves_bytes(run8):
+    regions = run8.metadata()["regions"]
+    edges, rate = bandwidth_series(run8.events, "ddr", run8.cycles, regions=regions)
+    total = sum(e.bytes for e in run8.events if e.kind in ("dma_in", "dma_out") and "ddr" in
+                (e.src_region, e.dst_region))
+    assert float(np.sum(rate * np.diff(edges))) == pytest.approx(total, rel=1e-9)
+    # The port model never lets DDR deliver more than its bandwidth.
+    assert rate.max() <= regions["ddr"]["bandwidth_bytes_per_cycle"] * (1 + 1e-9)
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def test_plot_gantt_writes_a_png(trace_file, tmp_path):
+    out = plot_gantt(load_trace(trace_file), tmp_path / "g.png")
+    w, h = _png_size(out)
+    assert w > 1000 and h > 600
+    assert [p.name for p in tmp_path.iterdir()] == ["g.png"]  # written atomically: no temporary left
+
+
+def test_plot_gantt_hand_trace_and_window(tmp_path):
+    t = Trace(events=tuple(HAND), metadata=HAND_META)
+    w, h = _png_size(plot_gantt(t, tmp_path / "hand.png", window=(0, 500)))
+    assert w > 1000 and h > 300
+
+
+def test_plot_gantt_into_an_impossible_place_fails_cleanly(trace_file, tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SimError, match="cannot create"):
+        plot_gantt(load_trace(trace_file), tmp_path / "file" / "g.png")
+
+
+# -- progress ------------------------------------------------------------------------------------------
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_shows_tiles_and_cycles_on_a_terminal():
+    out = _Tty()
+    with RunProgress(total=5, stream=out, delay=0, mininterval=0) as bar:
+        for i in range(5):
+            bar(1, 1000 * (i + 1))
+    text = out.getvalue()
+    assert "5/5" in text and "cycle 5,000" in text and "tile" in text
+
+
+def test_progress_is_silent_off_a_terminal_and_before_a_second():
+    assert not is_terminal(io.StringIO()) and is_terminal(_Tty())
+    out = _Tty()
+    with RunProgress(total=3, stream=out) as bar:  # the default delay: a quick run shows nothing
+        bar(3, 10)
+    assert out.getvalue() == ""
+    quiet = io.StringIO()
+    cfg = load_config(BN_CONFIG)
+    _, run = execute_with_progress(cfg, stream=quiet, delay=0)
+    assert quiet.getvalue() == ""
+    assert run.cycles == execute(cfg)[1].cycles
+
+
+def test_progress_of_a_run_counts_every_tile():
+    cfg = load_config(BN_CONFIG)
+    out = _Tty()
+    _, run = execute_with_progress(cfg, stream=out, delay=0, mininterval=0)
+    n = tiles_in_plan(run.plan)
+    assert n > 0 and f"{n}/{n}" in out.getvalue() and f"cycle {max(e.end for e in run.events if e.kind == 'compute'):,}" \
+        in out.getvalue()
+
+
+# -- report (static) -------------------------------------------------------------------------------------
+
+
+def test_report_is_self_contained_and_deterministic(run8):
+    page = report_html(run8)
+    assert page == report_html(run8)
+    assert "Content-Security-Policy" in page and "default-src 'none'" in page
+    for bad in re.findall(r"""(?:src|href)\s*=\s*["']?([^"' >]+)""", page):
+        assert not re.match(r"(https?:)?//", bad), bad
+    assert "<link" not in page and "@import" not in page
+    data = json.loads(re.search(r'<script type="application/json" id="run-data">(.*?)</script>', page,
+                                re.S).group(1))
+    assert [t["label"] for t in data["tracks"]] == [track_name(c, u) for c, u in tracks(run8.events)]
+    assert len(data["events"]) == len(run8.events) and data["cycles"] == run8.cycles
+    for section in ("summary-table", "stalls-table", "roofline", "layout-table", "Critical path"):
+        assert section in page
+    assert timeline_data(run8)["clock_hz"] == 1_800_000_000
+
+
+# -- the dspsim subcommands -------------------------------------------------------------------------------
+
+
+def test_cli_trace_commands(trace_file, run4, tmp_path, capsys):
+    b = run4.write_trace(tmp_path / "b.json")
+    assert main(["trace", "summary", str(trace_file), "--top", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "critical path: core" in out and "top 2 stalls" in out
+    assert main(["trace", "diff", str(trace_file), str(b)]) == 0
+    assert "per core (cycles):" in capsys.readouterr().out
+    png = tmp_path / "g.png"
+    assert main(["trace", "plot", str(trace_file), "-o", str(png), "--cycles", "0:20000", "--dpi", "60"]) == 0
+    assert png.exists() and _png_size(png)[0] > 500
+    assert main(["trace", "plot", str(trace_file), "--cycles", "9:3"]) == 2
+    assert "--cycles" in capsys.readouterr().err
+    assert main(["trace", "summary", str(tmp_path / "missing.json")]) == 2
+    assert "trace file not found" in capsys.readouterr().err
+
+
+def test_cli_report(tmp_path, capsys):
+    out = tmp_path / "r.html"
+    assert main(["report", str(BN_CONFIG), "-o", str(out)]) == 0
+    assert f"report: {out}" in capsys.readouterr().out
+    assert out.read_text().startswith("<!DOCTYPE html>")
