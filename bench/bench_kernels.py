@@ -94,8 +94,31 @@ def bench_fake_quant_with_min_max_vars_gradient() -> Result:
     return Result("fp_fake_quant_with_min_max_vars_gradient_s", "16x56x56x64, 8 bits", t_sim, t_np, run)
 
 
+def bench_depthwise_conv2d_backprop_input() -> Result:
+    """fp_depthwise_conv2d_backprop_input_s, NHWC 8x112x112x64 input, 3x3 filter, multiplier 1, SAME, stride 1."""
+    from kernels.conv_geometry import conv_geometry
+    from kernels.depthwise_conv2d_backprop_input import depthwise_conv2d_backprop_input
+    sizes, fshape = [8, 112, 112, 64], [3, 3, 64, 1]
+    rng = np.random.default_rng(0)
+    filt = rng.standard_normal(fshape, dtype=np.float32)
+    dy = rng.standard_normal((8, 112, 112, 64), dtype=np.float32)
+    addr = {"filter": 0x80000000, "out_backprop": 0x90000000, "output": 0xA0000000}
+    m = sim.Simulator("FT78NE")
+    m.write(addr["filter"], filt)
+    m.write(addr["out_backprop"], dy)
+    geom = conv_geometry(sizes, (3, 3), strides=[1, 1, 1, 1], padding="SAME", explicit_paddings=None,
+                         data_format="NHWC", dilations=None)
+    t_sim, run = _timed(lambda: m.call("fp_depthwise_conv2d_backprop_input_s", **addr, input_sizes=sizes,
+                                       filter_shape=fshape, strides=[1, 1, 1, 1], padding="SAME"))
+    # The same math once in numpy: every tap (kh, kw) scatter-added with strided slices, fp32.
+    t_np, ref = _timed(lambda: depthwise_conv2d_backprop_input(filt, dy, geom))
+    np.testing.assert_allclose(m.read(addr["output"], tuple(sizes), np.float32), ref, rtol=1e-5, atol=1e-5)
+    return Result("fp_depthwise_conv2d_backprop_input_s", "8x112x112x64 NHWC, 3x3x64x1 SAME", t_sim, t_np, run)
+
+
 #: Benchmark name -> function; each kernel adds its own entry.
 BENCHES: dict[str, Callable[[], Result]] = {
+    "depthwise_conv2d_backprop_input": bench_depthwise_conv2d_backprop_input,
     "fused_batch_norm_grad": bench_fused_batch_norm_grad,
     "fake_quant_with_min_max_vars_gradient": bench_fake_quant_with_min_max_vars_gradient,
 }

@@ -18,6 +18,7 @@ from sim.errors import KernelArgError
 
 #: Modules under ``kernels/`` that each define a ``KERNEL``.
 KERNEL_MODULES: tuple[str, ...] = (
+    "depthwise_conv2d_backprop_input",
     "batch_norm_grad",
     "fused_batch_norm_grad",
     "fake_quant_with_min_max_vars_gradient",
