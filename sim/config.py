@@ -99,7 +99,7 @@ def _random(spec: ArraySpec, r: dict, where: str) -> np.ndarray:
             raise ConfigError(f"{where}.random: [{low}, {high}] holds no {spec.dtype} value or leaves its range "
                               f"[{info.min}, {info.max}]")
         return rng.integers(lo, hi, size=spec.shape, endpoint=True, dtype=spec.dtype)
-    if not math.isfinite(high - low) or max(abs(low), abs(high)) > np.finfo(spec.dtype).max:
+    if not math.isfinite(high - low) or max(abs(low), abs(high)) > float(np.finfo(spec.dtype).max):
         raise ConfigError(f"{where}.random: [{low}, {high}] does not fit {spec.dtype}")
     return rng.uniform(low, high, size=spec.shape).astype(spec.dtype)
 
@@ -111,7 +111,7 @@ def _fill_value(spec: ArraySpec, v: int | float, where: str) -> int | float:
                 or not info.min <= int(v) <= info.max:
             raise ConfigError(f"{where}.fill: {v!r} is not a {spec.dtype} value ([{info.min}, {info.max}])")
         return int(v)
-    if math.isfinite(v) and abs(v) > np.finfo(spec.dtype).max:
+    if math.isfinite(v) and abs(v) > float(np.finfo(spec.dtype).max):
         raise ConfigError(f"{where}.fill: {v!r} overflows {spec.dtype}")
     return v  # NaN and inf are legal float fills (to test how a kernel propagates them)
 

@@ -205,7 +205,11 @@ def check_layout(call: BoundCall, target: Target) -> list[Violation]:
                 continue
             if a.role != "output" and b.role != "output":
                 continue  # inputs may alias one another
-            moved, other = (a, b) if a.role == "output" else (b, a)
+            if a.role == "output" and b.role == "output":
+                # Two outputs: blame the one that lands on the other (the later start; ties: the later buffer).
+                moved, other = (b, a) if b.addr >= a.addr else (a, b)
+            else:
+                moved, other = (a, b) if a.role == "output" else (b, a)
             out.append(Violation(
                 moved.name, "no-overlap",
                 f"output buffer '{moved.name}' {_range(moved)} overlaps {other.role} buffer '{other.name}' "

@@ -264,7 +264,9 @@ def _parse(doc: Any, path: str) -> Target:
     regions: list[Region] = []
     limit = 1 << address_bits
     for i, rm in enumerate(regs_raw):
-        kp = f"regions[{i}]"
+        # Name the region in key paths as soon as its name is readable, even before the keys are checked.
+        kp = f"regions[{i}]" + (f"({rm['name']})" if isinstance(rm, dict) and isinstance(rm.get("name"), str)
+                                else "")
         rm = r.mapping(rm, kp, {"name", "base", "size_bytes", "kind", "latency_cycles",
                                 "bandwidth_bytes_per_cycle", "source"},
                        {"role", "ports", "alignment_bytes"})

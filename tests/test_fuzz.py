@@ -1,0 +1,357 @@
+"""Property-based fuzzing (hypothesis) of target files, run-configs, kernel arguments and memory access.
+
+Properties: never an exception outside SimError; never memory changed by a refused call; never a hang
+(each example runs under a wall-clock alarm); a layout the checks accept never faults while running;
+every suggested address is legal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import signal
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import kernels
+import sim
+from kernels.base import BoundCall, Buffer
+from sim.cli import main
+from sim.layout import check_layout
+
+ROOT = Path(__file__).resolve().parent.parent
+FT78NE_DOC = yaml.safe_load((ROOT / "targets" / "FT78NE.yaml").read_text())
+CONFIG_DOC = yaml.safe_load((ROOT / "configs" / "ft78ne_batch_norm_grad_s.yaml").read_text())
+TARGETS = {name: sim.load_target(name) for name in ("FT78NE", "MT7004")}
+#: Seconds one example may take before it counts as a hang.
+HANG_SECONDS = 20
+
+FUZZ = settings(max_examples=40, deadline=None, database=None, derandomize=True,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+@contextlib.contextmanager
+def no_hang(seconds: float = HANG_SECONDS) -> Iterator[None]:
+    """Fail (instead of hanging the suite) when the body runs longer than ``seconds``."""
+    def alarm(*_: Any) -> None:
+        raise TimeoutError(f"example ran longer than {seconds} s: a hang")
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+# --- strategies ----------------------------------------------------------------------------------------
+
+#: Values of every YAML type, sizes either small or absurd (mid-sized legal arrays would only be slow).
+junk = st.one_of(
+    st.none(), st.booleans(), st.integers(-8, 300), st.integers(1 << 31, 1 << 70), st.integers(-(1 << 70), -1),
+    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12),
+    st.lists(st.integers(-2, 5), max_size=4), st.dictionaries(st.text(max_size=4), st.integers(0, 3), max_size=2),
+    st.sampled_from(["0xA0000000", "1e9", "NHWC", "SAME", "float32", "l2", "ddr", "am", "shared", "private"]),
+)
+
+
+def key_paths(node: Any, prefix: tuple = ()) -> list[tuple]:
+    """Every key path of a parsed YAML document (list items by index)."""
+    out = [prefix] if prefix else []
+    if isinstance(node, dict):
+        for k, v in node.items():
+            out += key_paths(v, prefix + (k,))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            out += key_paths(v, prefix + (i,))
+    return out
+
+
+@st.composite
+def mutated(draw: st.DrawFn, doc: dict) -> dict:
+    """``doc`` with one to three keys deleted, replaced by junk, or joined by unknown keys."""
+    doc = yaml.safe_load(yaml.safe_dump(doc))
+    for _ in range(draw(st.integers(1, 3))):
+        paths = key_paths(doc)
+        if not paths:
+            break
+        path = draw(st.sampled_from(paths))
+        parent = doc
+        try:
+            for k in path[:-1]:
+                parent = parent[k]
+        except (KeyError, IndexError, TypeError):
+            continue
+        if not isinstance(parent, (dict, list)):
+            continue
+        action = draw(st.sampled_from(["delete", "junk", "junk", "unknown", "scale"]))
+        last = path[-1]
+        try:
+            if action == "delete":
+                del parent[last]
+            elif action == "junk":
+                parent[last] = draw(junk)
+            elif action == "unknown" and isinstance(parent, dict):
+                parent[draw(st.text(min_size=1, max_size=6))] = draw(junk)
+            elif action == "scale" and isinstance(parent[last], int) and not isinstance(parent[last], bool):
+                parent[last] = parent[last] * draw(st.sampled_from([0, -1, 2, 1 << 20])) + draw(st.integers(-2, 2))
+        except (KeyError, IndexError, TypeError):
+            continue
+    return doc
+
+
+# --- target files --------------------------------------------------------------------------------------
+
+S_ARGS = dict(x=0xA0000000, dy=0xB0000000, dx=0xA1000000,
+              params=[0xC0000000, 0xD0000000, 0xE0000000, 0xB1000000, 0xC1000000, 2, 8, 1])
+
+
+@FUZZ
+@given(doc=mutated(FT78NE_DOC))
+def test_fuzz_target_documents(tmp_path_factory, doc):
+    path = tmp_path_factory.mktemp("t") / "chip.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with no_hang():
+        try:
+            target = sim.load_target(path)
+        except sim.TargetError as e:
+            assert str(path) in str(e) and "\n" not in str(e)
+            return
+        # A target that loads must run a small call, or refuse it with a SimError.
+        m = sim.Simulator(target)
+        m.write(0xA0000000, np.ones((2, 8), np.float32)) if _mapped(target, 0xA0000000) else None
+        before = m.memory.snapshot()
+        try:
+            run = m.call("fp_batch_norm_grad_s", **S_ARGS)
+        except sim.SimError:
+            assert m.memory.snapshot() == before
+        else:
+            assert run.cycles > 0
+
+
+def _mapped(target: sim.Target, addr: int) -> bool:
+    return any(r.base <= addr < r.end and r.shared for r in target.regions)
+
+
+@FUZZ
+@given(text=st.one_of(st.text(max_size=200),
+                      st.lists(st.sampled_from(["name: x\n", "cores: 8\n", "regions:\n", "  - name: a\n",
+                                                "!!python/object:os.system\n", "[", "{", "&a x\n", "*a\n",
+                                                "key: !!binary aGk=\n", "? [1]\n: 2\n", "cores: 8\n",
+                                                "<<: {a: 1}\n", "\t", "\x00", "2020-13-45\n"]),
+                               max_size=8).map("".join)))
+def test_fuzz_target_text(tmp_path_factory, text):
+    path = tmp_path_factory.mktemp("t") / "chip.yaml"
+    path.write_text(text, encoding="utf-8", errors="surrogateescape")
+    with no_hang():
+        with pytest.raises(sim.TargetError):
+            sim.load_target(path)
+
+
+# --- run-configs ---------------------------------------------------------------------------------------
+
+@FUZZ
+@given(doc=mutated(CONFIG_DOC), command=st.sampled_from(["validate", "validate-json", "run"]))
+def test_fuzz_run_configs(tmp_path_factory, doc, command):
+    folder = tmp_path_factory.mktemp("c")
+    path = folder / "cfg.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    argv = {"validate": ["validate", str(path)], "validate-json": ["validate", str(path), "--format", "json"],
+            "run": ["run", str(path), "--out-dir", str(folder / "out")]}[command]
+    out, err = io.StringIO(), io.StringIO()
+    with no_hang(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(argv)
+    assert rc in (0, 1, 2)
+    if rc == 2:
+        assert err.getvalue().startswith("dspsim: error: ") and err.getvalue().count("\n") == 1
+        if command == "run":
+            assert not (folder / "out").exists() or not any((folder / "out").iterdir())
+    if rc == 1:
+        assert command != "run" and "layout rule" in out.getvalue()
+
+
+# --- kernel arguments ----------------------------------------------------------------------------------
+
+GOOD_PTRS = [0xA0000000 + k * 0x1000000 for k in range(12)] + [0x10000000 + k * 0x100000 for k in range(12)]
+BAD_PTRS = [0x60000000, 0x20000000, 0x40580000, 0xA0000002, 0xFFFFFFF0, 0x10FFFFF0, -4, 1 << 64]
+PARAMS_ADDR = {"s": 0xCF000000, "p": 0x10F00000}
+
+pointer = st.one_of(st.sampled_from(GOOD_PTRS), st.sampled_from(GOOD_PTRS), st.sampled_from(BAD_PTRS), junk)
+small_ints = st.lists(st.integers(-1, 5).map(lambda v: v if v else 1) | st.just(1), min_size=0, max_size=9)
+
+
+def arg_value(kind: str, variant: str) -> st.SearchStrategy:
+    """A plausible or junk value for an argument of ``kind`` (ArgSpec.kind)."""
+    plausible = {
+        "in_ptr": pointer, "out_ptr": pointer,
+        "ints": st.one_of(st.lists(st.integers(1, 4), min_size=4, max_size=4), small_ints),
+        "int": st.integers(-1, 9),
+        "float": st.one_of(st.floats(-2, 2), st.sampled_from([1e-4, 0.0, -1.0, math.nan, math.inf])),
+        "str": st.sampled_from(["SAME", "VALID", "EXPLICIT", "NHWC", "NCHW", "same", ""]),
+        "bool": st.sampled_from([True, False, 0, 1, 2, "yes"]),
+        "params": st.one_of(
+            st.tuples(st.lists(st.sampled_from(GOOD_PTRS), min_size=5, max_size=5), st.integers(-1, 6),
+                      st.integers(-1, 40), st.integers(-1, 2)).map(lambda t: [*t[0], t[1], t[2], t[3]]),
+            st.just(PARAMS_ADDR[variant]), st.sampled_from(BAD_PTRS)),
+    }[kind]
+    return st.one_of(plausible, plausible, plausible, junk)
+
+
+#: Plausible values by argument name where the kind alone says too little.
+HINTS: dict[str, st.SearchStrategy] = {
+    "strides": st.sampled_from([[1, 1, 1, 1], [1, 2, 2, 1], [1, 1, 2, 1]]),
+    "dilations": st.sampled_from([[1, 1, 1, 1], [1, 2, 1, 1], [1, 1, 2, 1]]),
+    "padding": st.sampled_from(["SAME", "VALID"]),
+    "data_format": st.sampled_from(["NHWC", "NCHW"]),
+    "num_bits": st.integers(2, 8),
+    "epsilon": st.sampled_from([1e-4, 1e-3, 0.5]),
+}
+
+
+@st.composite
+def call_args(draw: st.DrawFn, symbol: kernels.Symbol) -> dict:
+    """Arguments of ``symbol``: half the time all plausible (so calls get through to the layout and the
+    run), otherwise with junk, wrong pointers, missing and extra arguments mixed in."""
+    chaos = draw(st.booleans())
+    pool = GOOD_PTRS[:12] if symbol.variant == "s" else GOOD_PTRS[12:]
+    ptrs = iter(draw(st.permutations(pool)))
+    args: dict = {}
+    for spec in symbol.kernel.args:
+        if not spec.required and not (chaos and draw(st.booleans())) and spec.name not in HINTS:
+            continue
+        if chaos and not draw(st.integers(0, 20)):
+            continue  # now and then an argument is missing
+        if chaos and not draw(st.integers(0, 3)):
+            args[spec.name] = draw(arg_value(spec.kind, symbol.variant))
+        elif spec.name in HINTS:
+            args[spec.name] = draw(HINTS[spec.name])
+        elif spec.kind in ("in_ptr", "out_ptr"):
+            args[spec.name] = next(ptrs)
+        elif spec.kind == "params":
+            args[spec.name] = [next(ptrs) for _ in range(5)] + [draw(st.integers(1, 6)), draw(st.integers(1, 40)),
+                                                                draw(st.integers(0, 1))]
+        elif spec.kind == "ints":
+            args[spec.name] = draw(st.lists(st.integers(1, 3), min_size=4, max_size=4))
+        elif spec.kind == "bool":
+            args[spec.name] = draw(st.booleans())
+        else:
+            args[spec.name] = draw(arg_value(spec.kind, symbol.variant))
+    pointer_args = [a.name for a in symbol.kernel.args if a.kind in ("in_ptr", "out_ptr") and a.name in args]
+    if not chaos and pointer_args and not draw(st.integers(0, 2)):
+        # Otherwise plausible arguments with one pointer gone wrong: reaches the layout checks.
+        name = draw(st.sampled_from(pointer_args))
+        args[name] = draw(st.sampled_from(BAD_PTRS + [args[n] + 16 for n in pointer_args if n != name]))
+    if chaos and draw(st.integers(0, 5)) == 0:
+        args[draw(st.sampled_from(["core", "core_mask", "bogus"]))] = draw(st.one_of(st.integers(-1, 300), junk))
+    elif symbol.variant == "s" and draw(st.booleans()):
+        args["core_mask"] = draw(st.integers(1, 15))
+    return args
+
+
+def fresh_simulator(chip: str, variant: str) -> sim.Simulator:
+    """A simulator with data in memory (so a refused call has something to destroy) and a params array."""
+    m = sim.Simulator(TARGETS[chip])
+    core = 0 if variant == "p" else None
+    rng = np.random.default_rng(0)
+    for addr in GOOD_PTRS[:12] if variant == "s" else GOOD_PTRS[12:]:
+        m.write(addr, rng.uniform(0.5, 1.5, 256).astype(np.float32), core=core)
+    base = GOOD_PTRS[:5] if variant == "s" else GOOD_PTRS[12:17]
+    m.write(PARAMS_ADDR[variant], np.array([*base, 3, 8, 1, 0, 0, 0, 0], np.int64), core=core)
+    return m
+
+
+SYMBOLS = [s for s in kernels.symbols()]
+
+
+@pytest.mark.parametrize("symbol", SYMBOLS, ids=[s.name for s in SYMBOLS])
+def test_fuzz_kernel_arguments(symbol):
+    chip = "MT7004" if symbol.precision == "fp16" else "FT78NE"
+
+    @settings(FUZZ, max_examples=25)
+    @given(args=call_args(symbol))
+    def check(args):
+        m = fresh_simulator(chip, symbol.variant)
+        before = m.memory.snapshot()
+        with no_hang(), np.errstate(all="ignore"):  # garbage bytes read as floats may overflow: expected
+            try:
+                run = m.call(symbol.name, **args)
+            except sim.SimError as e:
+                assert m.memory.snapshot() == before, f"refused call changed memory: {e}"
+                assert str(e) and "\n" not in str(e)
+            else:
+                assert run.cycles > 0 and run.cycles >= run.roofline.cycles
+
+    check()
+
+
+# --- layout: accepted layouts never fault, suggestions are legal --------------------------------------
+
+ADDRS = st.one_of(
+    st.sampled_from([0x40000000, 0x4057FF00, 0x40580000, 0x405FFFF0, 0x7FFFFF00, 0x80000000, 0xA0000000,
+                     0xFFFFFC00, 0xFFFFFF00, 0x10000000, 0x20000000, 0x30000000, 0x0, 0x50000000]),
+    st.integers(0x40000000, 0x40000800), st.integers(0xA0000000, 0xA0000800), st.integers(0, 1 << 33))
+
+
+@FUZZ
+@given(addrs=st.lists(ADDRS, min_size=8, max_size=8), batch=st.integers(1, 4), channel=st.integers(1, 40),
+       variant=st.sampled_from(["s", "p"]))
+def test_fuzz_layouts(addrs, batch, channel, variant):
+    m = sim.Simulator(TARGETS["FT78NE"])
+    if variant == "p":  # the same layouts, moved into l2
+        addrs = [0x10000000 + (a % 0x1000000) if a >= 0x80000000 else a for a in addrs]
+    x, dy, dx, *ptrs = addrs
+    args = dict(x=x, dy=dy, dx=dx, params=[*ptrs, batch, channel, 1])
+    args.update(core=1) if variant == "p" else args.update(core_mask=0b101)
+    symbol = f"fp_batch_norm_grad_{variant}"
+    call = m.bind(symbol, **args)
+    violations = check_layout(call, m.target)
+    for v in violations:
+        if v.suggestion is None:
+            continue
+        moved = tuple(Buffer(b.name, v.suggestion, b.shape, b.dtype, b.role) if b.name == v.buffer else b
+                      for b in call.buffers)
+        again = check_layout(BoundCall(call.symbol, call.precision, call.variant, call.cores, moved, call.attrs),
+                             m.target)
+        assert v.buffer not in {w.buffer for w in again}, (str(v), [str(w) for w in again])
+    before = m.memory.snapshot()
+    with no_hang():
+        if violations:
+            with pytest.raises(sim.LayoutError):
+                m.call(symbol, **args)
+            assert m.memory.snapshot() == before
+        else:
+            assert m.call(symbol, **args).cycles > 0  # an accepted layout never faults while running
+
+
+# --- memory access ---------------------------------------------------------------------------------------
+
+@FUZZ
+@given(addr=st.one_of(ADDRS, junk), shape=st.one_of(st.integers(-2, 64), st.lists(st.integers(-1, 9), max_size=3),
+                                                     junk),
+       dtype=st.one_of(st.sampled_from(["float32", "float16", "int64", "uint8", "bool", "complex64", "O",
+                                        "V8", "U3", "f4,i4", np.float64]), junk),
+       core=st.one_of(st.none(), st.integers(-1, 9), junk))
+def test_fuzz_memory_access(addr, shape, dtype, core):
+    m = sim.Simulator(TARGETS["MT7004"])
+    m.write(0xA0000000, np.arange(64, dtype=np.float32))
+    before = m.memory.snapshot()
+    with no_hang():
+        try:
+            out = m.read(addr, shape, dtype, core=core)
+        except sim.SimError:
+            pass
+        else:
+            assert isinstance(out, np.ndarray)
+        try:
+            n = shape if type(shape) is int and 0 <= shape < 64 else 4
+            data = np.zeros(n, np.float32)
+            m.write(addr, data, core=core)
+        except sim.SimError:
+            assert m.memory.snapshot() == before
