@@ -133,15 +133,17 @@ def _draw_bandwidth(ax, trace: Trace) -> None:
             ax.axhline(peak, color=colour, ls="--", lw=0.9, zorder=1)
             ax.annotate(f"{name} peak {peak:.3g} {unit}", xy=(1.0, peak), xycoords=("axes fraction", "data"),
                         xytext=(-4, 3), textcoords="offset points", ha="right", va="bottom", fontsize=7,
-                        color=colour)
+                        color=colour, bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 0.8})
     if names:
-        ax.legend(loc="upper left", fontsize=8, frameon=False, title="shared region", title_fontsize=8)
+        # One row above the peak lines, so that the legend never hides the traffic.
+        ax.legend(loc="upper left", fontsize=8, frameon=False, ncol=len(names) + 1, borderaxespad=0.2,
+                  handlelength=1.4, title="shared regions:", title_fontsize=8, alignment="left")
     else:
         ax.text(0.5, 0.5, "no shared-region traffic", transform=ax.transAxes, ha="center", va="center",
                 color="#777777")
     ax.set_ylabel(f"bandwidth\n({unit})", fontsize=9)
     top = ax.get_ylim()[1]
-    ax.set_ylim(0, max(top, peak_top * 1.18, 1e-9))
+    ax.set_ylim(0, max(top, peak_top, 1e-9) * 1.32)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
 

@@ -188,12 +188,15 @@ def roofline_svg(run: Run) -> str:
 def _roofline_section(run: Run) -> str:
     rf = run.roofline
     res = ", ".join(f"{k} {v:,.0f}" for k, v in sorted(rf.resource_cycles.items()))
+    points = ", ".join(f"{name} {rf.total_flops / b:,.3g} flop/byte" for name, b in sorted(rf.region_bytes.items())
+                       if b)
     text = (f"<p>The run did {rf.total_flops:,} flop in {run.cycles:,} cycles: "
-            f"{run.achieved_flops_per_second / 1e9:.3g} GFLOP/s. No schedule of this plan can beat "
+            f"{run.achieved_flops_per_second / 1e9:,.1f} GFLOP/s of {run.peak_flops_per_second / 1e9:,.1f} peak. "
+            f"No schedule of this plan can beat "
             f"{rf.cycles:,.0f} cycles, set by <b>{_esc(rf.bound_by)}</b> (cycles each resource needs alone: "
             f"{_esc(res)}); the run reached {100 * run.roofline_fraction:.1f}% of that bound. "
             f"A point per memory region: its arithmetic intensity and the achieved rate (the bounding region "
-            f"drawn larger; dashed roofs are per-core scratchpads).</p>")
+            f"drawn larger; dashed roofs are per-core scratchpads): {_esc(points)}.</p>")
     return text + roofline_svg(run)
 
 
@@ -247,8 +250,14 @@ def _arg_text(value: Any) -> str:
     return "[" + ", ".join(_arg_text(v) for v in value) + "]"
 
 
+def _arg_value(name: str, value: Any) -> str:
+    if name.endswith("mask") and isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:#x}"
+    return _arg_text(value)
+
+
 def _run_section(run: Run) -> str:
-    rows = "".join(f"<tr><td class=\"l\">{_esc(k)}</td><td class=\"l\"><code>{_esc(_arg_text(v))}</code></td></tr>"
+    rows = "".join(f"<tr><td class=\"l\">{_esc(k)}</td><td class=\"l\"><code>{_esc(_arg_value(k, v))}</code></td></tr>"
                    for k, v in run.args.items())
     return ("<p>The call as the run-config wrote it:</p><table class=\"num\" id=\"args-table\"><tbody>" + rows
             + "</tbody></table>")
@@ -295,6 +304,7 @@ table.num th{background:#fafafa}table.num .l{text-align:left}
 .meter span{display:block;height:100%;background:#0072B2}
 .note{color:var(--muted);font-size:12px}
 pre{background:#f7f7f7;padding:8px 10px;border-radius:4px;overflow:auto;font-size:12px}
+pre.crit{white-space:pre-wrap}
 #roofline .grid{stroke:#eee}#roofline .tick{font-size:11px;fill:#444}#roofline .axis{font-size:12px;fill:#222}
 .layout .region{margin:8px 0}.layout .rname{font-size:12px;color:var(--muted);margin-bottom:2px}
 .layout .strip{display:flex;gap:2px;align-items:stretch}
