@@ -10,6 +10,27 @@ from typing import Callable
 from sim.errors import SimError
 
 
+def _mode_for(p: Path) -> int:
+    """The mode a replaced file had, or what a fresh file gets under the process umask."""
+    try:
+        return p.stat().st_mode & 0o7777
+    except OSError:
+        return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    # Linux reports the umask without changing it; elsewhere set-and-restore (briefly process-wide).
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
+
+
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     """Call ``write(tmp_path)`` on a temporary file beside ``path``, then rename it into place."""
     p = Path(path)
@@ -21,6 +42,7 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
         raise SimError(f"output {p}: cannot create: {e.strerror or e}") from None
     try:
         write(Path(tmp))
+        os.chmod(tmp, _mode_for(p))  # mkstemp makes 0600; an output file gets the usual permissions
         os.replace(tmp, p)
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)

@@ -397,3 +397,45 @@ def test_fault_mid_run_rolls_memory_back(monkeypatch, fault, err, symbol, args, 
     monkeypatch.undo()
     m.call(symbol, **args)
     assert m.memory.snapshot() == clean.memory.snapshot()
+
+
+# --- docs/layout-rules.md shows the real messages ---------------------------------------------------------
+
+def _tiny_am(doc: dict) -> None:
+    region_doc(doc, "am")["size_bytes"] = 0x400
+
+
+def _aligned_ddr(doc: dict) -> None:
+    region_doc(doc, "ddr")["alignment_bytes"] = 128
+
+
+#: One example per refusal: (id, symbol, arguments, edit of FT78NE or None).  docs/layout-rules.md shows
+#: each call and the message it gets; the test below re-runs them so the document cannot drift.
+DOC_EXAMPLES = [
+    ("mapped", "fp_batch_norm_grad_s", {**S, "x": 0x60000000}, None),
+    ("inside-one-region", "fp_batch_norm_grad_s", {**S, "x": 0xFFFFFF00}, None),
+    ("not-scratchpad", "fp_batch_norm_grad_s", {**S, "dx": 0x20000000}, None),
+    ("shared-memory", "fp_batch_norm_grad_s", {**S, "x": 0x10000000}, None),
+    ("private-memory", "fp_batch_norm_grad_p", {**P, "dy": 0xB0000000, "core": 2}, None),
+    ("workspace", "fp_batch_norm_grad_s", {**S, "x": 0x40580000}, None),
+    ("alignment", "fp_batch_norm_grad_s", {**S, "dx": 0xA1000002}, None),
+    ("alignment-region", "fp_batch_norm_grad_s", {**S, "x": 0xA0000040}, _aligned_ddr),
+    ("no-overlap", "fp_batch_norm_grad_s", {**S, "dx": 0xA0000100}, None),
+    ("params-pointer", "fp_batch_norm_grad_s", params(S, p0=0x60000000), None),
+    ("params-array", "fp_batch_norm_grad_s", {**S, "params": 0xC2000004}, None),
+    ("core-mask", "fp_batch_norm_grad_s", {**S, "core_mask": 0x100}, None),
+    ("scratchpad-fit", "fp_batch_norm_grad_s", S, _tiny_am),
+]
+
+
+def doc_example_message(tmp_path: Path, symbol: str, args: dict, edit) -> str:
+    m = sim.Simulator(edited_target(tmp_path, edit) if edit else "FT78NE")
+    with pytest.raises(sim.SimError) as info:
+        m.call(symbol, **args)
+    return f"{type(info.value).__name__}: {info.value}"
+
+
+@pytest.mark.parametrize("rid,symbol,args,edit", DOC_EXAMPLES, ids=[e[0] for e in DOC_EXAMPLES])
+def test_layout_rules_doc_shows_real_messages(tmp_path, rid, symbol, args, edit):
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "layout-rules.md").read_text()
+    assert doc_example_message(tmp_path, symbol, args, edit) in doc

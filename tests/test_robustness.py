@@ -480,3 +480,17 @@ def test_failed_run_writes_no_trace(tmp_path, m):
     path = run.write_trace(tmp_path / "t.json")
     assert path.read_text().strip().endswith("}")
     assert math.isfinite(run.cycles) and [p.name for p in tmp_path.iterdir()] == ["t.json"]
+
+
+def test_atomic_output_has_ordinary_permissions(tmp_path):
+    umask = os.umask(0o022)
+    try:
+        fresh = atomic_write_text(tmp_path / "fresh.json", "{}")
+        assert fresh.stat().st_mode & 0o777 == 0o644  # not mkstemp's 0600
+        kept = tmp_path / "kept.json"
+        kept.write_text("old")
+        kept.chmod(0o600)
+        atomic_write_text(kept, "new")
+        assert kept.stat().st_mode & 0o777 == 0o600 and kept.read_text() == "new"
+    finally:
+        os.umask(umask)
