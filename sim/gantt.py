@@ -118,6 +118,12 @@ def _draw_bandwidth(ax, trace: Trace) -> None:
     regions = trace.metadata.get("regions")
     clock = trace.clock_hz
     names = shared_regions(trace.events, regions)
+    heading = "shared regions:"
+    if not names and regions:
+        # A private-memory (_p) run touches no shared region: show the private memory it streams from.
+        touched = {r for e in trace.events if e.kind in DMA_KINDS for r in (e.src_region, e.dst_region) if r}
+        names = sorted(r for r in touched if regions.get(r, {}).get("role") != "scratchpad")
+        heading = "private regions (per core):"
     scale = clock / 1e9 if clock else 1.0  # bytes/cycle -> GB/s
     unit = "GB/s" if clock else "bytes/cycle"
     peak_top = 0.0
@@ -137,9 +143,9 @@ def _draw_bandwidth(ax, trace: Trace) -> None:
     if names:
         # One row above the peak lines, so that the legend never hides the traffic.
         ax.legend(loc="upper left", fontsize=8, frameon=False, ncol=len(names) + 1, borderaxespad=0.2,
-                  handlelength=1.4, title="shared regions:", title_fontsize=8, alignment="left")
+                  handlelength=1.4, title=heading, title_fontsize=8, alignment="left")
     else:
-        ax.text(0.5, 0.5, "no shared-region traffic", transform=ax.transAxes, ha="center", va="center",
+        ax.text(0.5, 0.5, "no memory traffic", transform=ax.transAxes, ha="center", va="center",
                 color="#777777")
     ax.set_ylabel(f"bandwidth\n({unit})", fontsize=9)
     top = ax.get_ylim()[1]

@@ -467,3 +467,16 @@ def test_cli_report(tmp_path, capsys):
     assert main(["report", str(BN_CONFIG), "-o", str(out)]) == 0
     assert f"report: {out}" in capsys.readouterr().out
     assert out.read_text().startswith("<!DOCTYPE html>")
+
+
+def test_plot_of_a_private_run_shows_its_private_memory(tmp_path):
+    ev = (TraceEvent(0, "sync", "launch", 0, 100),
+          TraceEvent(0, "dma0", "dma_in", 100, 400, bytes=4096, src_region="l2", dst_region="am", tile=0,
+                     wait_start=164, wait_cycles=0),
+          TraceEvent(0, "compute", "compute", 400, 500, tile=0))
+    meta = {"target": "TOY", "symbol": "fp_toy_p", "cycles": 500, "clock_hz": 10**9, "cores": [0],
+            "regions": {"l2": {"kind": "private", "role": "storage", "latency_cycles": 24,
+                               "bandwidth_bytes_per_cycle": 32},
+                        "am": {"kind": "private", "role": "scratchpad", "latency_cycles": 4,
+                               "bandwidth_bytes_per_cycle": 128}}}
+    assert _png_size(plot_gantt(Trace(events=ev, metadata=meta), tmp_path / "p.png"))[0] > 1000
