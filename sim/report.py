@@ -14,14 +14,14 @@ import html
 import json
 import math
 from pathlib import Path
-from typing import IO, Any, Sequence
+from typing import IO, Any
 
 from sim.atomic import atomic_write_text
 from sim.config import RunConfig, load_config
 from sim.layout import layout_map, layout_rows
 from sim.progress import execute_with_progress
 from sim.simulator import Run
-from sim.trace import KINDS, track_name, tracks, unit_label
+from sim.trace import KINDS, track_name, tracks
 from sim.trace_tools import TraceSummary, critical_text, summarize, trace_of_run
 
 _esc = html.escape
@@ -84,7 +84,7 @@ def _facts(run: Run, cfg: RunConfig | None) -> str:
     return "<dl class=\"facts\">" + "".join(f"<dt>{_esc(k)}</dt><dd>{_esc(v)}</dd>" for k, v in items) + "</dl>"
 
 
-def _summary_section(s: TraceSummary, clock_hz: int) -> str:
+def _summary_section(s: TraceSummary) -> str:
     regions = sorted({r for c in s.cores for r in c.bytes_by_region})
     head = ["core", "end", "busy", "compute", "DMA", "wait", "utilisation", "compute share", "flop"] + \
         [f"{r} bytes" for r in regions]
@@ -549,7 +549,7 @@ def report_html(run: Run, cfg: RunConfig | None = None) -> str:
 </section>
 <section id="summary-section">
 <h2>Per-core summary</h2>
-{_summary_section(summary, run.target.clock_hz)}
+{_summary_section(summary)}
 </section>
 <section id="roofline-section">
 <h2>Roofline</h2>

@@ -283,7 +283,7 @@ class Stall:
         elif self.kind == "barrier":
             what = f"waited at the barrier after phase {self.phase}" if self.phase else "waited at a barrier"
         else:
-            what = f"idle until its DMA-in landed"
+            what = "idle until its DMA-in landed"
         return f"{track_name(self.core, self.unit)}{tile}: {what}"
 
 

@@ -8,7 +8,6 @@ browser can be had.  Playwright's own browser downloads are never used.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
