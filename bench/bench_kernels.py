@@ -94,6 +94,29 @@ def bench_fake_quant_with_min_max_vars_gradient() -> Result:
     return Result("fp_fake_quant_with_min_max_vars_gradient_s", "16x56x56x64, 8 bits", t_sim, t_np, run)
 
 
+def bench_conv2d_backprop_filter() -> Result:
+    """fp_conv2d_backprop_filter_s, NHWC 8x56x56x64 input, 3x3x64x64 filter, SAME, stride 1 (batch over 8 cores)."""
+    shape, fsz = (8, 56, 56, 64), (3, 3, 64, 64)
+    rng = np.random.default_rng(0)
+    x, dy = rng.standard_normal(shape, dtype=np.float32), rng.standard_normal(shape, dtype=np.float32)
+    addr = dict(input=0x80000000, out_backprop=0x90000000, output=0xA0000000)
+    m = sim.Simulator("FT78NE")
+    m.write(addr["input"], x)
+    m.write(addr["out_backprop"], dy)
+
+    def numpy_im2col() -> np.ndarray:
+        # The same math once in numpy: pad, im2col by a sliding window, one matrix product.
+        xp = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
+        cols = np.lib.stride_tricks.sliding_window_view(xp, fsz[:2], axis=(1, 2)).transpose(0, 1, 2, 4, 5, 3)
+        return (cols.reshape(-1, fsz[0] * fsz[1] * fsz[2]).T @ dy.reshape(-1, fsz[3])).reshape(fsz)
+
+    t_sim, run = _timed(lambda: m.call("fp_conv2d_backprop_filter_s", **addr, input_shape=list(shape),
+                                       filter_sizes=list(fsz), strides=[1, 1, 1, 1], padding="SAME"))
+    t_np, ref = _timed(numpy_im2col)
+    np.testing.assert_allclose(m.read(addr["output"], fsz, np.float32), ref, rtol=1e-3, atol=1e-2)
+    return Result("fp_conv2d_backprop_filter_s", "8x56x56x64 NHWC, 3x3x64x64 SAME", t_sim, t_np, run)
+
+
 def bench_depthwise_conv2d_backprop_input() -> Result:
     """fp_depthwise_conv2d_backprop_input_s, NHWC 8x112x112x64 input, 3x3 filter, multiplier 1, SAME, stride 1."""
     from kernels.conv_geometry import conv_geometry
@@ -121,6 +144,7 @@ BENCHES: dict[str, Callable[[], Result]] = {
     "depthwise_conv2d_backprop_input": bench_depthwise_conv2d_backprop_input,
     "fused_batch_norm_grad": bench_fused_batch_norm_grad,
     "fake_quant_with_min_max_vars_gradient": bench_fake_quant_with_min_max_vars_gradient,
+    "conv2d_backprop_filter": bench_conv2d_backprop_filter,
 }
 
 

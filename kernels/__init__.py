@@ -22,6 +22,7 @@ KERNEL_MODULES: tuple[str, ...] = (
     "batch_norm_grad",
     "fused_batch_norm_grad",
     "fake_quant_with_min_max_vars_gradient",
+    "conv2d_backprop_filter",
 )
 
 VARIANTS = ("s", "p")
