@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import math
+import os
 import signal
 from pathlib import Path
 from typing import Any, Iterator
@@ -33,7 +34,9 @@ TARGETS = {name: sim.load_target(name) for name in ("FT78NE", "MT7004")}
 #: Seconds one example may take before it counts as a hang.
 HANG_SECONDS = 20
 
-FUZZ = settings(max_examples=40, deadline=None, database=None, derandomize=True,
+#: DSPSIM_FUZZ_EXAMPLES=500 runs a deeper, randomised search (CI runs the small derandomised one).
+DEEP = int(os.environ.get("DSPSIM_FUZZ_EXAMPLES", "0") or 0)
+FUZZ = settings(max_examples=DEEP or 40, deadline=None, database=None, derandomize=not DEEP,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 
@@ -274,7 +277,7 @@ SYMBOLS = [s for s in kernels.symbols()]
 def test_fuzz_kernel_arguments(symbol):
     chip = "MT7004" if symbol.precision == "fp16" else "FT78NE"
 
-    @settings(FUZZ, max_examples=25)
+    @settings(FUZZ, max_examples=DEEP or 25)
     @given(args=call_args(symbol))
     def check(args):
         m = fresh_simulator(chip, symbol.variant)

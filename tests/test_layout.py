@@ -439,3 +439,16 @@ def doc_example_message(tmp_path: Path, symbol: str, args: dict, edit) -> str:
 def test_layout_rules_doc_shows_real_messages(tmp_path, rid, symbol, args, edit):
     doc = (Path(__file__).resolve().parent.parent / "docs" / "layout-rules.md").read_text()
     assert doc_example_message(tmp_path, symbol, args, edit) in doc
+
+
+def test_layout_rules_doc_shows_real_fault_messages():
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "layout-rules.md").read_text()
+    good = Tile(0, (Transfer.contiguous(0xA0000000, 0x20000000, 256),), None, ())
+    bad = Tile(1, (Transfer.contiguous(0x60000000, 0x20000100, 256),), None, ())
+    with pytest.raises(sim.MemoryFault) as info:
+        run_plan((good, bad))
+    shown = re.search(r"^MemoryFault: core 0, tile 1, cycle \d+: .*$", doc, re.M).group(0)
+    assert re.sub(r"cycle \d+", "cycle N", shown) == re.sub(r"cycle \d+", "cycle N", f"MemoryFault: {info.value}")
+    with pytest.raises(sim.MemoryFault) as info:
+        sim.Simulator("FT78NE").read(0x10000000, 4, "float32")
+    assert f"MemoryFault: {info.value}" in doc
