@@ -193,14 +193,22 @@ class Conv2DBackpropFilter:
                          {"geometry": geo, "filter_sizes": fsz})
 
     def plan(self, call: BoundCall, ctx: PlanContext) -> Plan:
-        """The cheapest, by the target's numbers, of the spatial and the filter-slice splits that fit."""
+        """The tiling ``ctx.tiling`` asks for, else the cheapest by the target's numbers of those that fit."""
         p = _Planner(call, ctx)
+        requested = getattr(ctx, "tiling", None)
+        if requested:
+            return p.build(p.requested(requested))
         costs = [(cost, i, choice) for i, choice in enumerate(p.candidates())
                  if (cost := p.estimate(choice)) is not None]
         if not costs:
             raise LayoutError(f"{call.symbol}: no tile of the convolution fits the {ctx.scratch_size_bytes}-byte "
                               f"scratchpad (one output row of one channel with its input window is too big)")
         return p.build(min(costs)[2])
+
+    def tilings(self, call: BoundCall, ctx: PlanContext) -> list[dict[str, Any]]:
+        """The candidate tilings :meth:`plan` compares: ``split`` (spatial|filter), ``in_c_slice``, ``out_c_slice``."""
+        p = _Planner(call, ctx)
+        return [c.as_tiling() for c in p.candidates() if p.estimate(c) is not None]
 
 
 # --- planning ----------------------------------------------------------------------------------
@@ -242,6 +250,10 @@ class _Choice:
     kind: str
     icg: int
     ocg: int
+
+    def as_tiling(self) -> dict[str, Any]:
+        """The choice as a ``tiling`` mapping."""
+        return {"split": self.kind, "in_c_slice": self.icg, "out_c_slice": self.ocg}
 
 
 @dataclass(frozen=True)
@@ -337,16 +349,20 @@ class _Planner:
         in_rows = min((rows - 1) * g.stride_h + g.eff_h, g.in_h)
         return [nb * in_rows * self._x_cols() * icg * self.isz, nb * rows * g.out_w * ocg * self.isz]
 
+    def _slices_fit(self, icg: int, ocg: int) -> tuple[bool, bool]:
+        """(accumulator fits half the scratchpad, that and a one-row tile and a reduce row fit a slot)."""
+        sc = self._scratch(icg, ocg)
+        acc_ok = sc.slot_base - sc.acc_base <= self.ctx.scratch_size_bytes // 2
+        # One row of a reduce tile holds every core's partial row.
+        reduce_row = [ocg * F32.itemsize * len(self.ctx.cores), ocg * self.isz]
+        return acc_ok, (acc_ok and fits(self._tile_bytes(icg, ocg, 1, 1), sc.slot_bytes, self.align)
+                        and fits(reduce_row, sc.slot_bytes, self.align))
+
     def _fitting_slices(self, icg: int, ocg: int) -> tuple[int, int] | None:
         """The largest (icg, ocg) whose accumulator takes at most half the scratchpad and a one-row tile fits."""
-        half = self.ctx.scratch_size_bytes // 2
         while True:
-            sc = self._scratch(icg, ocg)
-            acc_ok = sc.slot_base - sc.acc_base <= half
-            # A one-row tile must fit a slot, and so must one row of a reduce tile (every core's partial row).
-            reduce_row = [ocg * F32.itemsize * len(self.ctx.cores), ocg * self.isz]
-            if (acc_ok and fits(self._tile_bytes(icg, ocg, 1, 1), sc.slot_bytes, self.align)
-                    and fits(reduce_row, sc.slot_bytes, self.align)):
+            acc_ok, all_ok = self._slices_fit(icg, ocg)
+            if all_ok:
                 return icg, ocg
             if icg == 1 and ocg == 1:
                 return None
@@ -361,6 +377,36 @@ class _Planner:
                 icg = self._shrink(icg)
             else:
                 ocg = self._shrink(ocg)
+
+    def requested(self, tiling: Mapping[str, Any]) -> _Choice:
+        """The choice a caller's ``tiling`` names (missing keys: the planner's own); refusals name the key."""
+        limits = {"in_c_slice": self.in_c, "out_c_slice": self.out_c}
+        for key, value in tiling.items():
+            if key == "split":
+                if value not in ("spatial", "filter"):
+                    raise KernelArgError(f"argument 'tiling.split': expected spatial or filter, got {value!r}")
+            elif key in limits:
+                if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
+                        or not 1 <= value <= limits[key]:
+                    raise KernelArgError(f"argument 'tiling.{key}': expected an integer in 1..{limits[key]}, "
+                                         f"got {value!r}")
+            else:
+                raise KernelArgError(f"argument 'tiling': unknown key '{key}' (this kernel takes: in_c_slice, "
+                                     f"out_c_slice, split)")
+        fit = self._fitting_slices(self.in_c, self.out_c) or (1, 1)
+        icg = int(tiling.get("in_c_slice", fit[0]))
+        ocg = int(tiling.get("out_c_slice", fit[1]))
+        if not self._slices_fit(icg, ocg)[1]:
+            raise LayoutError(f"{self.call.symbol}: tiling in_c_slice={icg}, out_c_slice={ocg} does not fit the "
+                              f"{self.ctx.scratch_size_bytes}-byte scratchpad (the fp32 accumulator may take half "
+                              f"of it; a one-row tile must fit one of the two slots left)")
+        kinds = [tiling["split"]] if "split" in tiling else ["spatial", "filter"]
+        costs = [(cost, i, _Choice(k, icg, ocg)) for i, k in enumerate(kinds)
+                 if (cost := self.estimate(_Choice(k, icg, ocg))) is not None]
+        if not costs:
+            raise LayoutError(f"{self.call.symbol}: tiling {dict(tiling)}: one row of every core's partial filter "
+                              f"gradient does not fit the {self.ctx.workspace_size_bytes}-byte shared workspace")
+        return min(costs)[2]
 
     def _shrink(self, n: int) -> int:
         """About half of ``n``, on whole vectors while it is more than one vector."""
@@ -655,11 +701,12 @@ class _Planner:
         peak = t.core.precisions[COMPUTE_PRECISION].peak_flops_per_cycle
         per_tile = t.core.loop_overhead_cycles + t.core.vector_op_latency_cycles
         stage = self.mmap.region_at(self.ctx.scratch_base)
+        x_region = self.mmap.region_at(self.x.addr)
         engine_rate = t.dma.engines_per_core * min(
-            stage.port_bandwidth_bytes_per_cycle,
-            *(self.mmap.region_at(b.addr).port_bandwidth_bytes_per_cycle for b in (self.x, self.dy)))
-        port = min(stage.port_bandwidth_bytes_per_cycle, self.mmap.region_at(self.x.addr).port_bandwidth_bytes_per_cycle)
-        latency = t.dma.setup_cycles + self.mmap.region_at(self.x.addr).latency_cycles
+            stage.port_bandwidth_bytes_per_cycle, x_region.port_bandwidth_bytes_per_cycle,
+            self.mmap.region_at(self.dy.addr).port_bandwidth_bytes_per_cycle)
+        port = min(stage.port_bandwidth_bytes_per_cycle, x_region.port_bandwidth_bytes_per_cycle)
+        latency = t.dma.setup_cycles + x_region.latency_cycles
         busiest = 0.0
         x_bytes = dy_bytes = out_bytes = 0
         sweeps: dict[tuple[int, int, int], tuple[float, int, int]] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,7 @@ import yaml
 
 import kernels.conv2d_backprop_filter as cbf
 import sim
+from kernels.base import PlanContext
 from golden import arrays, assert_matches, cases, chips_for
 
 KERNEL = "conv2d_backprop_filter"
@@ -450,3 +452,58 @@ def test_flops_count_the_padded_vector_work():
     tile_flops = sum(t.compute.flops for ph in run.plan.phases for ts in ph.tiles.values() for t in ts
                      if t.compute is not None and t.compute.inputs[0].shape[-1] == 3)
     assert tile_flops == mac
+
+
+def test_module_reference_agrees_with_the_definition():
+    from kernels.conv_geometry import conv_geometry
+    attrs = OWN["nchw-dilated-strided-same"]
+    x, dy = random_case(4, attrs)
+    geo = conv_geometry(attrs["input_shape"], attrs["filter_sizes"][:2], strides=attrs["strides"],
+                        padding=attrs["padding"], explicit_paddings=None, data_format="NCHW",
+                        dilations=attrs["dilations"])
+    got = cbf.conv2d_backprop_filter_reference(x, dy, geo, *attrs["filter_sizes"][:2])
+    np.testing.assert_allclose(got, reference(x, dy, **attrs), rtol=1e-5, atol=1e-5)
+
+
+# --- a caller's tiling (PlanContext.tiling, when the simulator passes one) ---------------------------------
+
+needs_tiling = pytest.mark.skipif("tiling" not in {f.name for f in dataclasses.fields(PlanContext)},
+                                  reason="this simulator's PlanContext carries no tiling")
+
+
+def _with_tiling(monkeypatch, tiling: dict) -> None:
+    original = sim.Simulator.context
+    monkeypatch.setattr(sim.Simulator, "context",
+                        lambda self, call: dataclasses.replace(original(self, call), tiling=tiling))
+
+
+@needs_tiling
+def test_every_listed_tiling_is_honoured_and_right(monkeypatch):
+    attrs = FORCED["many-slices"]
+    x, dy = random_case(12, attrs)
+    exp = reference(x, dy, **attrs)
+    m = sim.Simulator("FT78NE")
+    call = m.bind(f"fp_{KERNEL}_s", **SHARED, **attrs)
+    tilings = cbf.KERNEL.tilings(call, m.context(call))
+    assert {t["split"] for t in tilings} == {"spatial", "filter"}
+    for tiling in tilings:
+        _with_tiling(monkeypatch, tiling)
+        out, run = run_case("FT78NE", "fp32", "s", x, dy, attrs)
+        np.testing.assert_allclose(out, exp, rtol=1e-5, atol=1e-5, err_msg=str(tiling))
+        assert (run.plan.phases[0].name == "filter_slices") == (tiling["split"] == "filter")
+
+
+@needs_tiling
+@pytest.mark.parametrize("tiling,error,name", [
+    ({"rows": 4}, sim.KernelArgError, "tiling"),
+    ({"split": "batch"}, sim.KernelArgError, "tiling.split"),
+    ({"out_c_slice": 0}, sim.KernelArgError, "tiling.out_c_slice"),
+    ({"in_c_slice": 49}, sim.KernelArgError, "tiling.in_c_slice"),
+    ({"in_c_slice": 48, "out_c_slice": 40}, sim.LayoutError, "scratchpad"),
+])
+def test_bad_tilings_are_refused(monkeypatch, tmp_path, tiling, error, name):
+    attrs = FORCED["many-slices"]
+    target = small_target(tmp_path)
+    _with_tiling(monkeypatch, tiling)
+    with pytest.raises(error, match=name):
+        sim.Simulator(target).plan(f"fp_{KERNEL}_s", **SHARED, **attrs)
