@@ -10,7 +10,8 @@ The rules, each with the id a :class:`Violation` carries (see ``RULES``):
 * ``alignment``: the address is a multiple of the element size, and of the region's
   ``alignment_bytes`` where the target file sets one;
 * ``no-overlap``: an output shares no byte with another buffer of the call (inputs may alias);
-* ``scratchpad-fit``: the kernel's tiles fit the staging scratchpad (found when planning).
+* ``scratchpad-fit``: the kernel's tiles fit the staging scratchpad, and its cross-core partial
+  results the workspace (found when planning).
 
 ``core_mask`` inside the chip is an argument check (:class:`~sim.errors.KernelArgError`) made when the
 call is bound.  Each violation names the buffer, its address range, the region and the rule, and
@@ -38,7 +39,7 @@ RULES: dict[str, str] = {
     "workspace": "buffers never lie in the shared window reserved for cross-core partial results",
     "alignment": "a buffer's address is a multiple of its element size and of its region's alignment_bytes",
     "no-overlap": "an output shares no byte with another buffer of the call (inputs may alias one another)",
-    "scratchpad-fit": "the kernel's tiles fit the per-core staging scratchpad",
+    "scratchpad-fit": "the kernel's tiles fit the per-core staging scratchpad (its partial results the workspace)",
 }
 
 
@@ -238,12 +239,17 @@ def enforce_layout(call: BoundCall, target: Target) -> None:
 
 
 def plan_violation(call: BoundCall, target: Target, err: LayoutError) -> Violation:
-    """The ``scratchpad-fit`` violation of a call whose kernel could not tile it into the scratchpad."""
+    """The ``scratchpad-fit`` violation of a call whose kernel could not tile it into the staging memory."""
     stage = target.region(target.staging_region)
+    ws_lo, ws_hi = target.workspace_range
+    # Kernels name the workspace when it is the partial results, not the tiles, that do not fit.
+    region, lo, hi = ((target.workspace.region, ws_lo, ws_hi) if "workspace" in str(err)
+                      else (stage.name, stage.base, stage.end))
     return Violation("<tiles>", "scratchpad-fit",
-                     f"{call.symbol}: its tiles cannot fit the {stage.name} scratchpad "
-                     f"[{stage.base:#x}, {stage.end:#x}) ({stage.size_bytes} bytes per core): {err}",
-                     None, stage.base, stage.end, stage.name)
+                     f"{call.symbol}: the kernel cannot tile this call into the staging memory, the {stage.name} "
+                     f"scratchpad [{stage.base:#x}, {stage.end:#x}) ({stage.size_bytes} bytes per core) and the "
+                     f"{target.workspace.region} workspace [{ws_lo:#x}, {ws_hi:#x}) ({ws_hi - ws_lo} bytes): {err}",
+                     None, lo, hi, region)
 
 
 # --- layout maps -----------------------------------------------------------------------------------

@@ -122,8 +122,9 @@ def test_tiles_that_cannot_fit_the_scratchpad(tmp_path, capsys):
     p.write_text(yaml.safe_dump(doc))
     assert main(["validate", str(p)]) == 1
     out = capsys.readouterr().out
-    assert re.search(r"^VIOLATION layout rule 'scratchpad-fit': fp_batch_norm_grad_s: its tiles cannot fit the am "
-                     r"scratchpad \[0x20000000, 0x20000400\) \(1024 bytes per core\)", out, re.M)
+    assert re.search(r"^VIOLATION layout rule 'scratchpad-fit': fp_batch_norm_grad_s: the kernel cannot tile this "
+                     r"call into the staging memory, the am scratchpad \[0x20000000, 0x20000400\) \(1024 bytes per "
+                     r"core\)", out, re.M)
     assert main(["validate", str(p), "--format", "json"]) == 1
     assert json.loads(capsys.readouterr().out)["violations"][0]["rule"] == "scratchpad-fit"
 

@@ -197,7 +197,7 @@ def test_rule_scratchpad_fit(tmp_path):
         m.call("fp_batch_norm_grad_s", **S)
     msg = str(info.value)
     assert "layout rule 'scratchpad-fit'" in msg and "am scratchpad [0x20000000, 0x20000400)" in msg
-    assert "1024 bytes per core" in msg
+    assert "1024 bytes per core" in msg and "needs 1280 bytes of 1024" in msg
     assert info.value.violations[0].rule == "scratchpad-fit"
     assert m.memory.snapshot() == before
 
@@ -452,3 +452,13 @@ def test_layout_rules_doc_shows_real_fault_messages():
     with pytest.raises(sim.MemoryFault) as info:
         sim.Simulator("FT78NE").read(0x10000000, 4, "float32")
     assert f"MemoryFault: {info.value}" in doc
+
+
+def test_plan_violation_names_the_workspace_when_that_is_what_overflows():
+    from sim.layout import plan_violation
+    m = sim.Simulator("FT78NE")
+    call = m.bind("fp_batch_norm_grad_s", **S)
+    v = plan_violation(call, m.target, sim.LayoutError("the workspace cannot hold the partial sums of 8 cores"))
+    assert (v.rule, v.region, (v.start, v.end)) == ("scratchpad-fit", "gsm", m.target.workspace_range)
+    v = plan_violation(call, m.target, sim.LayoutError("tile does not fit the scratchpad"))
+    assert (v.region, v.start) == ("am", 0x20000000)
