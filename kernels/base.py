@@ -221,7 +221,9 @@ class PlanContext:
     ``scratch_base``/``scratch_size_bytes`` is the per-core scratchpad region
     where tiles are staged (the same local addresses on every core);
     ``workspace_base``/``workspace_size_bytes`` is a shared region the cores may
-    use to exchange partial results behind a barrier.
+    use to exchange partial results behind a barrier.  ``tiling``, when given,
+    names the partition and tile sizes the kernel must use (its keys are the
+    kernel's own, see ``Kernel.tilings``); None lets the kernel choose.
     """
 
     target: Target
@@ -233,6 +235,7 @@ class PlanContext:
     workspace_base: int
     workspace_size_bytes: int
     alignment_bytes: int
+    tiling: Mapping[str, Any] | None = None
 
     @property
     def peak_flops_per_cycle(self) -> int:
@@ -252,8 +255,24 @@ class Kernel(Protocol):
         ...
 
     def plan(self, call: BoundCall, ctx: PlanContext) -> Plan:
-        """Lower the bound call into per-core tiles that fit the scratchpad."""
+        """Lower the bound call into per-core tiles that fit the scratchpad (honouring ``ctx.tiling``)."""
         ...
+
+    def tilings(self, call: BoundCall, ctx: PlanContext) -> list[dict[str, Any]]:
+        """Candidate tilings (each a valid ``ctx.tiling``) the simulator compares with the cost model."""
+        ...
+
+
+def tiling_options(ctx: PlanContext, allowed: Mapping[str, Callable[[Any], bool]]) -> dict[str, Any]:
+    """The call's ``tiling`` checked against the kernel's ``allowed`` keys (key -> validity test)."""
+    given = dict(ctx.tiling or {})
+    for key, value in given.items():
+        if key not in allowed:
+            raise KernelArgError(f"argument 'tiling': unknown key '{key}' (this kernel takes: "
+                                 f"{', '.join(sorted(allowed))})")
+        if not allowed[key](value):
+            raise KernelArgError(f"argument 'tiling.{key}': invalid value {value!r}")
+    return given
 
 
 # --- argument helpers shared by the kernels -------------------------------------------------
