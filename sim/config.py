@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 from sim.errors import ConfigError
+from sim.target import key_text
 from sim.yamlsafe import load_yaml
 
 DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
@@ -166,7 +167,7 @@ def _mapping(path: Path, value: Any, key: str, required: set[str], optional: set
         raise _fail(path, key, f"expected a mapping, got {type(value).__name__}")
     unknown = sorted(str(k) for k in set(value) - required - optional)
     if unknown:
-        raise _fail(path, f"{key}.{unknown[0]}", f"unknown key (allowed: {', '.join(sorted(required | optional))})")
+        raise _fail(path, f"{key}.{key_text(unknown[0])}", f"unknown key (allowed: {', '.join(sorted(required | optional))})")
     missing = sorted(required - set(value))
     if missing:
         raise _fail(path, f"{key}.{missing[0]}", "required key is missing")
@@ -241,10 +242,10 @@ def load_config(path: str | Path) -> RunConfig:
     top = _mapping(p, doc, "<top>", {"target", "symbol", "args"},
                    {"data", "outputs", "trace", "numerics", "description"})
     for k in ("target", "symbol"):
-        if not isinstance(top[k], str) or not top[k]:
-            raise _fail(p, k, f"expected a non-empty string, got {top[k]!r}")
-    if not isinstance(top["args"], dict) or not all(isinstance(k, str) for k in top["args"]):
-        raise _fail(p, "args", "expected a mapping of argument name -> value")
+        if not isinstance(top[k], str) or not top[k] or not top[k].isprintable():
+            raise _fail(p, k, f"expected a non-empty one-line string, got {top[k]!r}")
+    if not isinstance(top["args"], dict) or not all(isinstance(k, str) and k.isidentifier() for k in top["args"]):
+        raise _fail(p, "args", "expected a mapping of argument name (an identifier) -> value")
     target = top["target"]
     if any(c in target for c in "/\\") or target.endswith((".yaml", ".yml")):
         tp = Path(target)

@@ -136,6 +136,9 @@ class Simulator:
     def bind(self, symbol: str, **kwargs: Any) -> BoundCall:
         """Check a call's symbol and arguments without running it (no layout check)."""
         sym = kernels.lookup(symbol)
+        odd = [k for k in kwargs if not k.isidentifier()]
+        if odd:
+            raise KernelArgError(f"{symbol}: argument name {odd[0]!r} is not an identifier")
         if sym.precision not in self.target.precisions:
             raise KernelArgError(f"symbol '{symbol}' computes in {sym.precision}, which {self.target.name} "
                                  f"lacks (it has: {', '.join(self.target.precisions)})")

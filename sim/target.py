@@ -25,6 +25,11 @@ REGION_ROLES = ("storage", "scratchpad")
 MIN_RATE = 1e-3
 
 
+def key_text(key: str) -> str:
+    """A key as it may appear in a one-line message: itself when plain, else its repr (no raw newlines)."""
+    return key if key.isidentifier() else repr(key)
+
+
 def _hint(v: Any) -> str:
     """A hint for a YAML string that was meant as a number (YAML 1.1 reads ``1e9`` as a string)."""
     if isinstance(v, str):
@@ -179,7 +184,7 @@ class _Reader:
                 raise self.fail(key_path, f"key {k!r} is not a string")
         unknown = sorted(set(value) - required - optional)
         if unknown:
-            raise self.fail(f"{key_path}.{unknown[0]}",
+            raise self.fail(f"{key_path}.{key_text(unknown[0])}",
                             f"unknown key (allowed: {', '.join(sorted(required | optional))})")
         missing = sorted(required - set(value))
         if missing:
@@ -208,6 +213,9 @@ class _Reader:
         v = m[key]
         if not isinstance(v, str) or not v:
             raise self.fail(f"{key_path}.{key}", f"expected a non-empty string, got {v!r}")
+        if key != "source" and not v.isprintable():
+            # Names end up in messages that must stay on one line.
+            raise self.fail(f"{key_path}.{key}", f"expected printable text without line breaks, got {v!r}")
         if choices is not None and v not in choices:
             raise self.fail(f"{key_path}.{key}", f"expected one of {', '.join(choices)}, got {v!r}")
         return v
@@ -265,8 +273,8 @@ def _parse(doc: Any, path: str) -> Target:
     limit = 1 << address_bits
     for i, rm in enumerate(regs_raw):
         # Name the region in key paths as soon as its name is readable, even before the keys are checked.
-        kp = f"regions[{i}]" + (f"({rm['name']})" if isinstance(rm, dict) and isinstance(rm.get("name"), str)
-                                else "")
+        named = isinstance(rm, dict) and isinstance(rm.get("name"), str) and rm["name"].isprintable()
+        kp = f"regions[{i}]" + (f"({rm['name']})" if named else "")
         rm = r.mapping(rm, kp, {"name", "base", "size_bytes", "kind", "latency_cycles",
                                 "bandwidth_bytes_per_cycle", "source"},
                        {"role", "ports", "alignment_bytes"})

@@ -494,3 +494,27 @@ def test_atomic_output_has_ordinary_permissions(tmp_path):
         assert kept.stat().st_mode & 0o777 == 0o600 and kept.read_text() == "new"
     finally:
         os.umask(umask)
+
+
+@pytest.mark.parametrize("change,pattern", [
+    (setter("two\nlines", value=1), r"<top>\.'two\\nlines': unknown key"),
+    (setter("l2", "name", value="l2\nx"), r"expected printable text without line breaks"),
+    (setter("name", value="chip\n"), r"<top>\.name: expected printable text"),
+])
+def test_target_messages_stay_on_one_line(tmp_path, change, pattern):
+    p = tmp_path / "chip.yaml"
+    p.write_text(edit(change))
+    with pytest.raises(sim.TargetError, match=pattern) as info:
+        sim.load_target(p)
+    assert "\n" not in str(info.value)
+
+
+def test_config_and_api_argument_names_stay_on_one_line(tmp_path, m):
+    doc = config_with()
+    doc["args"]["x\ny"] = 1
+    with pytest.raises(sim.ConfigError, match="argument name \\(an identifier\\)"):
+        load_config(write_config(tmp_path, doc))
+    with pytest.raises(sim.ConfigError, match=r"<top>\.'a b': unknown key"):
+        load_config(write_config(tmp_path, config_with(**{"a b": 1})))
+    with pytest.raises(sim.KernelArgError, match=r"argument name 'x\\ny' is not an identifier"):
+        m.call("fp_batch_norm_grad_s", **S, **{"x\ny": 1})
