@@ -212,8 +212,12 @@ class Engine:
                 yield from self._barrier(core, phase.name, state)
         self.core_end_cycles[core] = self.env.now
 
-    def run(self, plan: Plan) -> int:
-        """Simulate ``plan``; returns the cycles from launch to the last core's end."""
+    def run(self, plan: Plan, until_cycles: int | None = None) -> int | None:
+        """Simulate ``plan``; returns the cycles from launch to the last core's end.
+
+        With ``until_cycles``, stop there and return None if the plan has not
+        finished by then (a candidate already slower than the best one known).
+        """
         multi = len(plan.cores) > 1
         barriers = [
             {"arrived": 0, "expected": len(plan.cores), "release": self.env.event()}
@@ -222,7 +226,12 @@ class Engine:
         ]
         for core in plan.cores:
             self.env.process(self._core(core, plan, barriers))
-        self.env.run()
+        if until_cycles is not None:
+            self.env.run(until=until_cycles + 1)
+            if len(self.core_end_cycles) < len(plan.cores):
+                return None
+        else:
+            self.env.run()
         missing = [c for c in plan.cores if c not in self.core_end_cycles]
         if missing:
             raise SimError(f"simulation stalled: cores {missing} never finished (deadlocked plan)")

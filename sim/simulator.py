@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -18,6 +18,28 @@ from sim.memory import AddressSpace
 from sim.summary import CoreSummary, Roofline, core_summaries, roofline, summary_table
 from sim.target import Target, load_target
 from sim.trace import Recorder, TraceEvent, region_facts, write_trace
+
+
+@dataclass(frozen=True)
+class TilingChoice:
+    """The tiling a run used and how it was chosen.
+
+    ``source`` is ``given`` (the caller named it), ``cost model`` (the cheapest
+    of the kernel's candidates, each simulated in timing-only mode; their cycles
+    are in ``candidates``, None for one stopped once it was slower than the best)
+    or ``kernel`` (the kernel offers one plan only).
+    """
+
+    tiling: dict | None
+    source: str
+    candidates: tuple[tuple[dict, int | None], ...] = ()
+
+    def describe(self) -> str:
+        """One line for summaries."""
+        if self.source == "cost model":
+            others = ", ".join(f"{c} {cycles if cycles is not None else 'slower'}" for c, cycles in self.candidates)
+            return f"tiling {self.tiling} chosen by the cost model among {len(self.candidates)} candidates ({others})"
+        return f"tiling {self.tiling if self.tiling else 'the kernel default'} ({self.source})"
 
 
 @dataclass
@@ -33,6 +55,7 @@ class Run:
     roofline: Roofline
     wall_seconds: float
     args: dict = field(default_factory=dict)
+    tiling: TilingChoice | None = None
 
     @property
     def cores(self) -> tuple[int, ...]:
@@ -77,6 +100,8 @@ class Run:
             f"achieved {self.achieved_flops_per_second / 1e9:.2f} GFLOP/s of "
             f"{self.peak_flops_per_second / 1e9:.1f} GFLOP/s peak on {len(self.cores)} cores",
         ]
+        if self.tiling is not None:
+            lines.append(self.tiling.describe())
         return "\n".join(lines)
 
     def metadata(self) -> dict:
@@ -85,7 +110,8 @@ class Run:
                 "clock_hz": self.target.clock_hz, "cores": list(self.cores),
                 "roofline_cycles": round(self.roofline.cycles, 3), "bound_by": self.roofline.bound_by,
                 "args": {k: (f"{v:#x}" if isinstance(v, int) and k != "core" else v) for k, v in self.args.items()},
-                "regions": region_facts(self.target)}
+                "regions": region_facts(self.target),
+                "tiling": None if self.tiling is None else {"tiling": self.tiling.tiling, "source": self.tiling.source}}
 
     def write_trace(self, path: str | Path) -> Path:
         """Write the trace: Chrome trace JSON (Perfetto, chrome://tracing), or CSV for a ``.csv`` path."""
@@ -107,6 +133,8 @@ class Simulator:
 
     def __init__(self, target: str | Path | Target = "FT78NE"):
         self.target = load_target(target)
+        # Tiling choices already made by the cost model: call arguments -> (chosen tiling, priced candidates).
+        self._tiling_cache: dict[tuple[str, str], tuple[dict, tuple]] = {}
         self.memory = AddressSpace(self.target)
 
     # -- memory -----------------------------------------------------------------------------------
@@ -185,17 +213,68 @@ class Simulator:
                            workspace_base=ws_lo, workspace_size_bytes=ws_hi - ws_lo,
                            alignment_bytes=max(stage.alignment_bytes, self.target.core.vector_width_bytes))
 
-    def plan(self, symbol: str, **kwargs: Any) -> tuple[BoundCall, Plan]:
+    def plan(self, symbol: str, *, tiling: Mapping[str, Any] | None = None, **kwargs: Any) -> tuple[BoundCall, Plan]:
         """Bind, layout-check and plan a call without running it."""
+        call, plan, _ = self.plan_with_choice(symbol, tiling=tiling, **kwargs)
+        return call, plan
+
+    def plan_with_choice(self, symbol: str, *, tiling: Mapping[str, Any] | None = None,
+                         **kwargs: Any) -> tuple[BoundCall, Plan, TilingChoice]:
+        """Bind, layout-check and plan a call: with ``tiling`` if given, else the cheapest candidate tiling."""
         call = self.bind(symbol, **kwargs)
         enforce_layout(call, self.target)
+        kernel = self.kernel_of(call)
+        ctx = self.context(call)
+        offers = hasattr(kernel, "tilings")
+        if tiling is not None:
+            if not isinstance(tiling, Mapping):
+                raise KernelArgError(f"argument 'tiling': expected a mapping of tiling keys, got {tiling!r}")
+            if not offers:
+                raise KernelArgError(f"argument 'tiling': {symbol} takes no tiling (it has a single plan)")
+            return call, self._lower(kernel, call, replace(ctx, tiling=dict(tiling))), \
+                TilingChoice(dict(tiling), "given")
+        key = (symbol, repr(sorted(kwargs.items())))
+        cached = self._tiling_cache.get(key)
+        if cached is not None:  # same call as before: same choice, without pricing the candidates again
+            chosen, priced_list = cached
+            return call, self._lower(kernel, call, replace(ctx, tiling=chosen)), \
+                TilingChoice(chosen, "cost model", priced_list)
+        candidates = self._lower_candidates(kernel, call, ctx) if offers else []
+        if len(candidates) <= 1:
+            if candidates:
+                return call, candidates[0][1], TilingChoice(candidates[0][0], "kernel")
+            return call, self._lower(kernel, call, ctx), TilingChoice(None, "kernel")
+        priced: list[tuple[dict, int | None]] = []
+        best: tuple[int, int] | None = None  # (cycles, index)
+        for i, (cand, plan) in enumerate(candidates):
+            # Timing only: the engine moves no bytes and runs no numerics, so memory is untouched. A candidate
+            # still running when the best so far has finished cannot win and is stopped there.
+            cycles = Engine(self.target, self.memory, Recorder(), numerics=False).run(
+                plan, until_cycles=None if best is None else best[0])
+            priced.append((cand, cycles))
+            if cycles is not None and (best is None or cycles < best[0]):  # ties: the kernel's own order
+                best = (cycles, i)
+        assert best is not None
+        self._tiling_cache[key] = (candidates[best[1]][0], tuple(priced))
+        return call, candidates[best[1]][1], TilingChoice(candidates[best[1]][0], "cost model", tuple(priced))
+
+    def _lower(self, kernel: Any, call: BoundCall, ctx: PlanContext) -> Plan:
         try:
-            plan = self.kernel_of(call).plan(call, self.context(call))
+            return kernel.plan(call, ctx)
         except LayoutError as e:
             if getattr(e, "violations", None):
                 raise
             raise layout_error([plan_violation(call, self.target, e)]) from None
-        return call, plan
+
+    def _lower_candidates(self, kernel: Any, call: BoundCall, ctx: PlanContext) -> list[tuple[dict, Plan]]:
+        """The kernel's candidate tilings that plan (a candidate that cannot fit is dropped)."""
+        out = []
+        for cand in kernel.tilings(call, ctx):
+            try:
+                out.append((dict(cand), kernel.plan(call, replace(ctx, tiling=dict(cand)))))
+            except LayoutError:
+                continue
+        return out
 
     @staticmethod
     def kernel_of(call: BoundCall):
@@ -203,14 +282,14 @@ class Simulator:
         return kernels.lookup(call.symbol).kernel
 
     def call(self, symbol: str, *, numerics: bool = True, progress: Callable[[int, int], None] | None = None,
-             **kwargs: Any) -> Run:
+             tiling: Mapping[str, Any] | None = None, **kwargs: Any) -> Run:
         """Run ``symbol`` with its C arguments by name; memory is rolled back if anything fails."""
         t0 = time.perf_counter()
         if not isinstance(numerics, (bool, np.bool_)):
             raise KernelArgError(f"call: 'numerics' must be True or False, got {numerics!r}")
         if progress is not None and not callable(progress):
             raise KernelArgError(f"call: 'progress' must be a callable or None, got {progress!r}")
-        call, plan = self.plan(symbol, **kwargs)
+        call, plan, choice = self.plan_with_choice(symbol, tiling=tiling, **kwargs)
         recorder = Recorder()
         engine = Engine(self.target, self.memory, recorder, numerics=numerics, on_tile=progress)
         self.memory.begin()
@@ -222,4 +301,4 @@ class Simulator:
         self.memory.commit()
         return Run(symbol=symbol, target=self.target, call=call, plan=plan, cycles=cycles,
                    events=recorder.events, roofline=roofline(plan, self.target),
-                   wall_seconds=time.perf_counter() - t0, args=dict(kwargs))
+                   wall_seconds=time.perf_counter() - t0, args=dict(kwargs), tiling=choice)

@@ -17,9 +17,10 @@ class Roofline:
     """The least cycles any schedule of a plan could take on the cores it uses.
 
     ``resource_cycles`` maps ``compute`` and each region name to the cycles that
-    resource alone needs (flops at the cores' peak; bytes over the region's
-    bandwidth, times the cores for private regions, which every core has its own
-    copy of).  The bound is their maximum; ``bound_by`` names it.
+    resource alone needs: flops at the cores' peak; bytes over the bandwidth the
+    plan's cores can draw from the region (its ports' bandwidth, as many ports as
+    the cores' DMA engines can hold at once; times the cores for private
+    regions, which every core has its own copy of).  The bound is their maximum; ``bound_by`` names it.
     """
 
     resource_cycles: Mapping[str, float]
@@ -58,9 +59,15 @@ def roofline(plan: Plan, target: Target) -> Roofline:
     compute = sum(f / (target.core.precisions[p].peak_flops_per_cycle * n)
                   for p, f in flops_by_prec.items() if p in target.core.precisions)
     cycles["compute"] = compute
+    engines = target.dma.engines_per_core
     for name, b in region_bytes.items():
         r = target.region(name)
-        bw = r.bandwidth_bytes_per_cycle * (1 if r.shared else n)
+        # A transfer holds one port, and a core has only so many DMA engines: the cores of the plan can
+        # keep at most min(ports, cores x engines) ports of a shared region busy (per core for a private one).
+        if r.shared:
+            bw = min(r.ports, n * engines) * r.port_bandwidth_bytes_per_cycle
+        else:
+            bw = min(r.ports, engines) * r.port_bandwidth_bytes_per_cycle * n
         cycles[name] = b / bw
     return Roofline(resource_cycles=dict(cycles), total_flops=sum(flops_by_prec.values()),
                     region_bytes=dict(region_bytes))

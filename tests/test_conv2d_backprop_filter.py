@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +10,6 @@ import yaml
 
 import kernels.conv2d_backprop_filter as cbf
 import sim
-from kernels.base import PlanContext
 from golden import arrays, assert_matches, cases, chips_for
 
 KERNEL = "conv2d_backprop_filter"
@@ -87,15 +85,16 @@ def _where(m: sim.Simulator, variant: str, core: int = 1, mask: int | None = Non
 
 
 def run_case(chip, precision: str, variant: str, x: np.ndarray, dy: np.ndarray, attrs: dict, *,
-             mask: int | None = None, numerics: bool = True) -> tuple[np.ndarray, sim.Run]:
-    """Place x and dy, call the kernel, read dW back."""
+             mask: int | None = None, numerics: bool = True,
+             tiling: dict | None = None) -> tuple[np.ndarray, sim.Run]:
+    """Place x and dy, call the kernel (with ``tiling`` if given), read dW back."""
     m = sim.Simulator(chip)
     a, where, core = _where(m, variant, mask=mask)
     m.write(a["input"], x, core=core)
     m.write(a["out_backprop"], dy, core=core)
     prefix = "hp" if precision == "fp16" else "fp"
     run = m.call(f"{prefix}_{KERNEL}_{variant}", input=a["input"], out_backprop=a["out_backprop"],
-                 output=a["output"], numerics=numerics, **attrs, **where)
+                 output=a["output"], numerics=numerics, tiling=tiling, **attrs, **where)
     dt = np.float16 if precision == "fp16" else np.float32
     return m.read(a["output"], tuple(attrs["filter_sizes"]), dt, core=core), run
 
@@ -465,20 +464,9 @@ def test_module_reference_agrees_with_the_definition():
     np.testing.assert_allclose(got, reference(x, dy, **attrs), rtol=1e-5, atol=1e-5)
 
 
-# --- a caller's tiling (PlanContext.tiling, when the simulator passes one) ---------------------------------
+# --- a caller's tiling: call(..., tiling=...) -------------------------------------------------------------
 
-needs_tiling = pytest.mark.skipif("tiling" not in {f.name for f in dataclasses.fields(PlanContext)},
-                                  reason="this simulator's PlanContext carries no tiling")
-
-
-def _with_tiling(monkeypatch, tiling: dict) -> None:
-    original = sim.Simulator.context
-    monkeypatch.setattr(sim.Simulator, "context",
-                        lambda self, call: dataclasses.replace(original(self, call), tiling=tiling))
-
-
-@needs_tiling
-def test_every_listed_tiling_is_honoured_and_right(monkeypatch):
+def test_every_listed_tiling_is_honoured_and_right():
     attrs = FORCED["many-slices"]
     x, dy = random_case(12, attrs)
     exp = reference(x, dy, **attrs)
@@ -487,13 +475,12 @@ def test_every_listed_tiling_is_honoured_and_right(monkeypatch):
     tilings = cbf.KERNEL.tilings(call, m.context(call))
     assert {t["split"] for t in tilings} == {"spatial", "filter"}
     for tiling in tilings:
-        _with_tiling(monkeypatch, tiling)
-        out, run = run_case("FT78NE", "fp32", "s", x, dy, attrs)
+        out, run = run_case("FT78NE", "fp32", "s", x, dy, attrs, tiling=tiling)
+        assert run.tiling.tiling == tiling and run.tiling.source == "given"
         np.testing.assert_allclose(out, exp, rtol=1e-5, atol=1e-5, err_msg=str(tiling))
         assert (run.plan.phases[0].name == "filter_slices") == (tiling["split"] == "filter")
 
 
-@needs_tiling
 @pytest.mark.parametrize("tiling,error,name", [
     ({"rows": 4}, sim.KernelArgError, "tiling"),
     ({"split": "batch"}, sim.KernelArgError, "tiling.split"),
@@ -501,9 +488,8 @@ def test_every_listed_tiling_is_honoured_and_right(monkeypatch):
     ({"in_c_slice": 49}, sim.KernelArgError, "tiling.in_c_slice"),
     ({"in_c_slice": 48, "out_c_slice": 40}, sim.LayoutError, "scratchpad"),
 ])
-def test_bad_tilings_are_refused(monkeypatch, tmp_path, tiling, error, name):
+def test_bad_tilings_are_refused(tmp_path, tiling, error, name):
     attrs = FORCED["many-slices"]
     target = small_target(tmp_path)
-    _with_tiling(monkeypatch, tiling)
     with pytest.raises(error, match=name):
-        sim.Simulator(target).plan(f"fp_{KERNEL}_s", **SHARED, **attrs)
+        sim.Simulator(target).plan(f"fp_{KERNEL}_s", tiling=tiling, **SHARED, **attrs)

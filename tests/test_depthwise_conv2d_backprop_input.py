@@ -376,11 +376,12 @@ def test_flops_counted():
 
 
 def test_more_cores_speed_up_a_compute_bound_shape():
-    """9x9 taps, multiplier 4: compute-bound on one core; eight cores split the channels (no halo re-reads)."""
+    """9x9 taps, multiplier 4: on one core compute needs as long as the core's DMA engines can stream (within
+    10%); eight cores split the channels (no halo re-reads) and share both."""
     sizes, fshape = (1, 12, 12, 256), (9, 9, 256, 4)
     one = timing_run("FT78NE", core_mask=0x01, sizes=sizes, fshape=fshape)
     eight = timing_run("FT78NE", core_mask=0xFF, sizes=sizes, fshape=fshape)
-    assert one.roofline.bound_by == "compute"
+    assert one.roofline.resource_cycles["compute"] > 0.9 * one.roofline.cycles
     assert len([c for c, t in eight.plan.phases[0].tiles.items() if t]) == 8
     assert eight.cycles * 1.5 < one.cycles
 
