@@ -107,6 +107,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """Fit a target's free parameters to measured cycles; write the fitted target file."""
+    from sim.atomic import atomic_write_text
+    from sim.calibrate import calibrate, fitted_yaml, load_measurements, load_target_document
+
+    measurements = load_measurements(args.measurements)
+    doc, source = load_target_document(args.target)
+    names = [n.strip() for n in args.params.split(",")] if args.params else None
+    cal = calibrate(doc, measurements, names)
+    print(cal.report(measurements))
+    out = atomic_write_text(args.output, fitted_yaml(cal, source))
+    load_target(out)  # the fitted file must load like any other target
+    print(f"fitted target: {out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``dspsim``."""
     p = argparse.ArgumentParser(prog="dspsim", description="Cycle-approximate simulator of FT78NE and MT7004 DSPs")
@@ -126,6 +142,12 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--format", choices=("text", "json"), default="text", help="text map (default) or JSON for tools")
     v.add_argument("--plot", metavar="PICTURE", help="also draw the memory map to PICTURE (.png, .svg or .pdf)")
     v.set_defaults(func=cmd_validate)
+    c = sub.add_parser("calibrate", help="fit a target's free parameters to measured cycle counts")
+    c.add_argument("measurements", help="CSV: symbol, args (JSON), cycles[, core_mask | core]")
+    c.add_argument("--target", required=True, help="chip name or target YAML to start from")
+    c.add_argument("-o", "--output", required=True, help="fitted target YAML to write")
+    c.add_argument("--params", help="comma-separated free parameters to fit (default: all)")
+    c.set_defaults(func=cmd_calibrate)
     w = sub.add_parser("sweep", help="run a grid of chips, shapes, core masks and target parameters")
     w.add_argument("sweep", help="sweep YAML")
     w.add_argument("-o", "--out-dir", default="traces/sweep", help="folder of the results (default traces/sweep)")

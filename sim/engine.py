@@ -26,6 +26,19 @@ from sim.target import Region, Target
 from sim.trace import Recorder, TraceEvent
 
 
+class CountingEnvironment(simpy.Environment):
+    """A SimPy environment that counts the events it processes (the engine's unit of work)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events_processed = 0
+
+    def step(self) -> None:
+        """Process the next event and count it."""
+        super().step()
+        self.events_processed += 1
+
+
 class Engine:
     """Runs one plan on a fresh SimPy environment; the cycle count is returned by :meth:`run`."""
 
@@ -36,10 +49,15 @@ class Engine:
         self.recorder = recorder
         self.numerics = numerics
         self.on_tile = on_tile
-        self.env = simpy.Environment()
+        self.env = CountingEnvironment()
         self._ports: dict[tuple[str, int], simpy.Resource] = {}
         self._engines: dict[int, simpy.Store] = {}
         self.core_end_cycles: dict[int, int] = {}
+
+    @property
+    def sim_events(self) -> int:
+        """SimPy events processed so far by this engine's run."""
+        return self.env.events_processed
 
     # -- resources ----------------------------------------------------------------------------
 
@@ -110,12 +128,10 @@ class Engine:
     def compute_cycles(self, c: Compute) -> int:
         """Cycles of one tile's vector work, priced from the target's core model."""
         core = self.target.core
-        try:
-            prec = core.precisions[c.precision]
-        except KeyError:
+        if c.precision not in core.precisions:
             raise SimError(f"plan computes in {c.precision}, which {self.target.name} lacks") from None
         return (core.loop_overhead_cycles + core.vector_op_latency_cycles
-                + math.ceil(c.flops / prec.peak_flops_per_cycle)
+                + core.peak_fraction_cycles(c.flops, c.precision)
                 + c.reductions * core.reduction_latency_cycles)
 
     def _read_operand(self, core: int, tile: Tile, op: Operand) -> np.ndarray:

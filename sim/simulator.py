@@ -56,6 +56,7 @@ class Run:
     wall_seconds: float
     args: dict = field(default_factory=dict)
     tiling: TilingChoice | None = None
+    sim_events: int = 0  # SimPy events the engine processed (the run's event-engine work)
 
     @property
     def cores(self) -> tuple[int, ...]:
@@ -301,4 +302,5 @@ class Simulator:
         self.memory.commit()
         return Run(symbol=symbol, target=self.target, call=call, plan=plan, cycles=cycles,
                    events=recorder.events, roofline=roofline(plan, self.target),
-                   wall_seconds=time.perf_counter() - t0, args=dict(kwargs), tiling=choice)
+                   wall_seconds=time.perf_counter() - t0, args=dict(kwargs), tiling=choice,
+                   sim_events=engine.sim_events)

@@ -56,13 +56,24 @@ class PrecisionModel:
 
 @dataclass(frozen=True)
 class CoreModel:
-    """One DSP core's compute timing."""
+    """One DSP core's compute timing.
+
+    ``vector_efficiency`` (0 < e <= 1, default 1) is the fraction of the vector
+    peak a tile's inner loop achieves: a calibration knob for boards whose
+    kernels run below the lanes x FMAC peak.
+    """
 
     precisions: Mapping[str, PrecisionModel]
     vector_width_bytes: int
     vector_op_latency_cycles: int
     reduction_latency_cycles: int
     loop_overhead_cycles: int
+    vector_efficiency: float = 1.0
+
+    def peak_fraction_cycles(self, flops: int, precision: str) -> int:
+        """Cycles of ``flops`` element operations at the achieved fraction of the vector peak."""
+        peak = self.precisions[precision].peak_flops_per_cycle * self.vector_efficiency
+        return math.ceil(flops / peak)
 
 
 @dataclass(frozen=True)
@@ -240,7 +251,8 @@ def _parse(doc: Any, path: str) -> Target:
     r.source(sync, "sync")
 
     cm = r.mapping(top["core"], "core", {"precisions", "vector_width_bytes", "vector_op_latency_cycles",
-                                         "reduction_latency_cycles", "loop_overhead_cycles", "source"})
+                                         "reduction_latency_cycles", "loop_overhead_cycles", "source"},
+                   {"vector_efficiency"})
     r.source(cm, "core")
     precs_raw = r.mapping(cm["precisions"], "core.precisions", set(), {"fp32", "fp16"})
     if not precs_raw:
@@ -257,7 +269,10 @@ def _parse(doc: Any, path: str) -> Target:
         vector_op_latency_cycles=r.integer(cm, "vector_op_latency_cycles", "core"),
         reduction_latency_cycles=r.integer(cm, "reduction_latency_cycles", "core"),
         loop_overhead_cycles=r.integer(cm, "loop_overhead_cycles", "core"),
+        vector_efficiency=r.number(cm, "vector_efficiency", "core") if "vector_efficiency" in cm else 1.0,
     )
+    if core.vector_efficiency > 1:
+        raise r.fail("core.vector_efficiency", f"is a fraction of the peak, at most 1, got {core.vector_efficiency}")
     if core.vector_width_bytes & (core.vector_width_bytes - 1):
         raise r.fail("core.vector_width_bytes", f"must be a power of two, got {core.vector_width_bytes}")
 
