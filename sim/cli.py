@@ -67,7 +67,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     """Check a run-config's layout without simulating; print the map; exit 1 on a violation."""
     try:
         cfg = load_config(args.config)
-        m = prepare(cfg)
+        m = prepare(cfg, numerics=False)  # the layout needs pointers and shapes, not tensors
         call = bind(cfg, m)
     except SimError as e:
         if args.format == "json":  # tools read stdout; the one-line error still goes to stderr
@@ -169,6 +169,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("dspsim: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (``dspsim kernels | head``): not an error of ours, and nothing left to say.
+        sys.stderr.close()
+        return 141
 
 
 if __name__ == "__main__":

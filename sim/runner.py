@@ -16,8 +16,12 @@ from sim.errors import SimError
 from sim.simulator import Run, Simulator
 
 
-def prepare(cfg: RunConfig) -> Simulator:
-    """A simulator of the config's target with the config's data placed in memory."""
+def prepare(cfg: RunConfig, *, numerics: bool | None = None) -> Simulator:
+    """A simulator of the config's target with the config's data placed in memory.
+
+    ``numerics`` False places only literal ``values`` data (enough to bind and
+    lay out the call); None follows the config.
+    """
     m = Simulator(cfg.target)
     # Every placement and read-back is checked against the map before any array is generated,
     # so a typo fails fast instead of building a large array (or running) for nothing.
@@ -28,7 +32,7 @@ def prepare(cfg: RunConfig) -> Simulator:
                                      what="write" if kind == "data" else "read")
             except SimError as e:
                 raise type(e)(f"{cfg.path}: {kind} '{spec.name}': {e}") from None
-    place_data(cfg, m, cfg.numerics)
+    place_data(cfg, m, cfg.numerics if numerics is None else numerics)
     return m
 
 

@@ -47,3 +47,12 @@ def test_bad_config_is_one_line_and_nonzero(tmp_path):
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode != 0
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr and "'dy'" in proc.stderr
+
+
+def test_closed_pipe_is_no_traceback():
+    proc = subprocess.Popen([sys.executable, "-m", "sim.cli", "kernels"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=ROOT, bufsize=0)
+    proc.stdout.read(10)
+    proc.stdout.close()  # like `dspsim kernels | head -c 10`
+    _, err = proc.communicate(timeout=60)
+    assert b"Traceback" not in err
