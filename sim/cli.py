@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -171,7 +172,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         # The reader went away (``dspsim kernels | head``): not an error of ours, and nothing left to say.
-        sys.stderr.close()
+        # Point stdout at /dev/null so the interpreter's final flush does not fail again on the dead pipe.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
         return 141
 
 
