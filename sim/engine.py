@@ -1,7 +1,7 @@
 """The SimPy model of a chip running a lowered plan.
 
 One process per core walks the plan's phases.  Each tile's loads go through the
-core's DMA engines (a SimPy store of engine ids), each transfer holding one port
+core's DMA engines (a first-come-first-served pool of engine ids), each transfer holding one port
 of every region it touches for ``bytes / port bandwidth`` cycles; shared regions
 have one set of ports for the whole chip, private regions one set per core, so
 contention on DDR or GSM emerges from cores queueing for ports.  The next
@@ -14,6 +14,7 @@ operands it reads back from simulated memory.
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import Callable, Generator
 
 import numpy as np
@@ -39,6 +40,42 @@ class CountingEnvironment(simpy.Environment):
         self.events_processed += 1
 
 
+class _Pool:
+    """Identical units (the ports of a memory, the DMA engines of a core) handed out first come, first served.
+
+    A free unit is taken without a SimPy event; a request that must queue waits
+    on an event that the release of a unit triggers, handing that unit straight
+    to the oldest waiter.  Same FIFO order as ``simpy.Resource``/``Store``, with
+    no event for uncontended acquisitions and releases (most of them).
+    """
+
+    __slots__ = ("env", "free", "waiters")
+
+    def __init__(self, env: simpy.Environment, units: range):
+        self.env = env
+        self.free: deque[int] = deque(units)
+        self.waiters: deque[simpy.Event] = deque()
+
+    def acquire(self) -> simpy.Event | None:
+        """None when a unit is free (claim it with :meth:`take`); else an event whose value is the unit."""
+        if self.free:
+            return None
+        event = self.env.event()
+        self.waiters.append(event)
+        return event
+
+    def take(self) -> int:
+        """Claim the free unit :meth:`acquire` found."""
+        return self.free.popleft()
+
+    def release(self, unit: int) -> None:
+        """Give ``unit`` back: to the oldest waiter if there is one."""
+        if self.waiters:
+            self.waiters.popleft().succeed(unit)
+        else:
+            self.free.append(unit)
+
+
 class Engine:
     """Runs one plan on a fresh SimPy environment; the cycle count is returned by :meth:`run`."""
 
@@ -50,8 +87,10 @@ class Engine:
         self.numerics = numerics
         self.on_tile = on_tile
         self.env = CountingEnvironment()
-        self._ports: dict[tuple[str, int], simpy.Resource] = {}
-        self._engines: dict[int, simpy.Store] = {}
+        self._ports: dict[tuple[str, int], _Pool] = {}
+        self._engines: dict[int, _Pool] = {}
+        # (lo, hi, core) -> (region, store key): a plan touches the same spans again and again.
+        self._resolved: dict[tuple[int, int, int], tuple[Region, int]] = {}
         self.core_end_cycles: dict[int, int] = {}
 
     @property
@@ -61,66 +100,74 @@ class Engine:
 
     # -- resources ----------------------------------------------------------------------------
 
-    def _port(self, region: Region, key: int) -> simpy.Resource:
+    def _port(self, region: Region, key: int) -> "_Pool":
         k = (region.name, key)
-        res = self._ports.get(k)
-        if res is None:
-            res = self._ports[k] = simpy.Resource(self.env, capacity=region.ports)
-        return res
+        pool = self._ports.get(k)
+        if pool is None:
+            pool = self._ports[k] = _Pool(self.env, range(region.ports))
+        return pool
 
-    def _dma_engines(self, core: int) -> simpy.Store:
-        store = self._engines.get(core)
-        if store is None:
-            store = self._engines[core] = simpy.Store(self.env)
-            store.items.extend(range(self.target.dma.engines_per_core))
-        return store
+    def _dma_engines(self, core: int) -> "_Pool":
+        pool = self._engines.get(core)
+        if pool is None:
+            pool = self._engines[core] = _Pool(self.env, range(self.target.dma.engines_per_core))
+        return pool
 
     # -- one transfer ------------------------------------------------------------------------------
 
     def _resolve(self, core: int, tile: Tile, t: Transfer, side: str) -> tuple[Region, int]:
         lo, hi = t.span(side)
+        got = self._resolved.get((lo, hi, core))
+        if got is not None:
+            return got
         try:
-            return self.memory.map.resolve(lo, hi - lo, core, what=f"DMA {side}")
+            got = self._resolved[(lo, hi, core)] = self.memory.map.resolve(lo, hi - lo, core, what=f"DMA {side}")
         except MemoryFault as e:
             raise MemoryFault(f"core {core}, tile {tile.tile_id}, cycle {self.env.now}: {e}") from None
+        return got
 
     def _transfer(self, core: int, tile: Tile, t: Transfer, kind: str, phase: str) -> Generator:
         src_region, src_key = self._resolve(core, tile, t, "src")
         dst_region, dst_key = self._resolve(core, tile, t, "dst")
         engines = self._dma_engines(core)
-        engine_id = yield engines.get()
+        wait = engines.acquire()
+        engine_id = engines.take() if wait is None else (yield wait)
         start = self.env.now
         yield self.env.timeout(self.target.dma.setup_cycles)
         # Acquire ports in a fixed order (by region base, then store) so two transfers never deadlock.
         ends = sorted({(src_region.base, src_key, src_region), (dst_region.base, dst_key, dst_region)},
                       key=lambda x: (x[0], x[1]))
         queued = self.env.now
-        requests = []
-        for _, key, region in ends:
-            req = self._port(region, key).request()
-            yield req
-            requests.append((region, key, req))
-        wait = self.env.now - queued
+        pools = [self._port(region, key) for _, key, region in ends]
+        for pool in pools:
+            wait = pool.acquire()
+            if wait is None:
+                pool.take()
+            else:
+                yield wait
+        waited = self.env.now - queued
         bw = min(src_region.port_bandwidth_bytes_per_cycle, dst_region.port_bandwidth_bytes_per_cycle)
         stream_cycles = max(1, math.ceil(t.size_bytes / bw))
         if self.numerics:
             data = self.memory.gather(src_key, t.src, t.shape, t.itemsize, t.src_strides)
             self.memory.scatter(dst_key, t.dst, t.shape, t.itemsize, t.dst_strides, data)
         yield self.env.timeout(stream_cycles)
-        for region, key, req in requests:
-            self._port(region, key).release(req)
+        for pool in pools:
+            pool.release(0)
         # The last byte lands one access latency after it left the port.
         yield self.env.timeout(max(src_region.latency_cycles, dst_region.latency_cycles))
-        engines.put(engine_id)
+        engines.release(engine_id)
         self.recorder.record(TraceEvent(
             core=core, unit=f"dma{engine_id}", kind=kind, start=start, end=self.env.now, bytes=t.size_bytes,
             src=t.src, dst=t.dst, src_region=src_region.name, dst_region=dst_region.name,
-            tile=tile.tile_id, phase=phase, wait_cycles=wait, wait_start=queued))
+            tile=tile.tile_id, phase=phase, wait_cycles=waited, wait_start=queued))
 
     def _transfers(self, core: int, tile: Tile, transfers: tuple[Transfer, ...], kind: str,
                    phase: str) -> Generator:
         procs = [self.env.process(self._transfer(core, tile, t, kind, phase)) for t in transfers]
-        if procs:
+        if len(procs) == 1:
+            yield procs[0]  # one transfer: wait for it directly (an all_of would cost one more event)
+        elif procs:
             yield self.env.all_of(procs)
 
     # -- compute ---------------------------------------------------------------------------------
