@@ -1,10 +1,11 @@
 """Simulated memory: the map of regions and the sparse byte store behind it.
 
 This is the only place data bytes live.  Memory is byte-addressed and
-little-endian; pages are allocated on first write, so a 2 GiB region costs
-nothing until used.  Private regions have one backing store per core.  A journal
-records the first write to every page during a call, so a failed call can be
-rolled back to the exact bytes it started from.
+little-endian; pages are allocated on first write and zero-filled lazily by the
+operating system, so a 2 GiB region costs nothing until used.  Private regions
+have one backing store per core.  A journal records the first write to every
+1 MiB chunk during a call, so a failed call can be rolled back to the exact bytes
+it started from.
 """
 
 from __future__ import annotations
@@ -18,8 +19,12 @@ import numpy as np
 from sim.errors import MemoryFault
 from sim.target import Region, Target
 
-PAGE_BITS = 20
+#: Pages of 256 MiB: allocated on first write and zero-filled lazily by the OS, so untouched bytes cost nothing.
+PAGE_BITS = 28
 PAGE_BYTES = 1 << PAGE_BITS
+#: Journal and snapshot granularity (1 MiB): a call's first write to a chunk saves only that chunk.
+CHUNK_BITS = 20
+CHUNK_BYTES = 1 << CHUNK_BITS
 
 #: Store key of shared memory; private memory is keyed by core index.
 SHARED = -1
@@ -110,22 +115,56 @@ class MemoryMap:
 
 
 class AddressSpace:
-    """Sparse paged byte stores (one shared, one per core for private regions) with a rollback journal."""
+    """Sparse paged byte stores (one shared, one per core for private regions) with a rollback journal.
+
+    Pages are large (``PAGE_BYTES``) and zero-filled lazily by the operating
+    system, so only the bytes a run writes cost memory, and a strided DMA block
+    inside one page is copied through a single strided view (only its own bytes,
+    never the span around it).  The journal and :meth:`snapshot` work in
+    ``CHUNK_BYTES`` chunks, so a call's first write saves one chunk, not a page.
+    """
 
     def __init__(self, target: Target):
         self.map = MemoryMap(target)
         self._stores: dict[int, dict[int, np.ndarray]] = {}
+        self._written: dict[int, set[int]] = {}  # store key -> chunks ever written (all others are zero)
         self._journal: dict[tuple[int, int], np.ndarray | None] | None = None
+
+    # -- pages and chunks ----------------------------------------------------------------------
+
+    def _page(self, key: int, idx: int) -> np.ndarray:
+        """Page ``idx`` of store ``key``, allocated (zeroed lazily by the OS) on first use."""
+        pages = self._stores.setdefault(key, {})
+        page = pages.get(idx)
+        if page is None:
+            page = pages[idx] = np.zeros(PAGE_BYTES, np.uint8)
+        return page
+
+    def _chunk(self, key: int, chunk: int) -> np.ndarray:
+        """A writable view of chunk ``chunk`` (absolute index) of store ``key``."""
+        off = (chunk << CHUNK_BITS) & (PAGE_BYTES - 1)
+        return self._page(key, chunk >> (PAGE_BITS - CHUNK_BITS))[off:off + CHUNK_BYTES]
+
+    def _touch(self, key: int, lo: int, hi: int) -> None:
+        """Journal (once per call) and mark as written the chunks of ``[lo, hi)`` before they change."""
+        if hi <= lo:
+            return
+        written = self._written.setdefault(key, set())
+        journal = self._journal
+        for chunk in range(lo >> CHUNK_BITS, ((hi - 1) >> CHUNK_BITS) + 1):
+            if journal is not None and (key, chunk) not in journal:
+                journal[(key, chunk)] = self._chunk(key, chunk).copy() if chunk in written else None
+            written.add(chunk)
 
     # -- raw spans ---------------------------------------------------------------------------
 
     def read_span(self, key: int, addr: int, size_bytes: int) -> np.ndarray:
         """Bytes ``[addr, addr + size_bytes)`` of store ``key`` as a uint8 array (a view when on one page)."""
+        if size_bytes <= 0:
+            return np.zeros(0, np.uint8)
         pages = self._stores.get(key, {})
         first, last = addr >> PAGE_BITS, (addr + size_bytes - 1) >> PAGE_BITS
         off = addr & (PAGE_BYTES - 1)
-        if size_bytes <= 0:
-            return np.zeros(0, np.uint8)
         if first == last:
             page = pages.get(first)
             if page is None:
@@ -144,33 +183,38 @@ class AddressSpace:
             pos += n
         return out
 
-    def _page_for_write(self, key: int, idx: int) -> np.ndarray:
-        pages = self._stores.setdefault(key, {})
-        page = pages.get(idx)
-        if self._journal is not None and (key, idx) not in self._journal:
-            self._journal[(key, idx)] = None if page is None else page.copy()
-        if page is None:
-            page = np.zeros(PAGE_BYTES, np.uint8)
-            pages[idx] = page
-        return page
-
     def write_span(self, key: int, addr: int, data: np.ndarray) -> None:
         """Store the uint8 array ``data`` at ``addr`` of store ``key``."""
         size_bytes = data.size
+        self._touch(key, addr, addr + size_bytes)
         pos = 0
         while pos < size_bytes:
             a = addr + pos
             idx, lo = a >> PAGE_BITS, a & (PAGE_BYTES - 1)
             n = min(PAGE_BYTES - lo, size_bytes - pos)
-            self._page_for_write(key, idx)[lo:lo + n] = data[pos:pos + n]
+            self._page(key, idx)[lo:lo + n] = data[pos:pos + n]
             pos += n
 
     # -- strided blocks (DMA descriptors) -----------------------------------------------------
+
+    def _block_view(self, page: np.ndarray, addr: int, shape: Sequence[int], itemsize: int,
+                    strides: Sequence[int]) -> np.ndarray:
+        """The strided block at ``addr`` (inside ``page``) as a uint8 view of shape ``(*shape, itemsize)``."""
+        return np.ndarray(tuple(shape) + (itemsize,), np.uint8, buffer=page, offset=addr & (PAGE_BYTES - 1),
+                          strides=tuple(strides) + (1,))
 
     def gather(self, key: int, addr: int, shape: Sequence[int], itemsize: int,
                strides: Sequence[int]) -> np.ndarray:
         """A dense uint8 array of shape ``(*shape, itemsize)`` read from a strided block."""
         lo, hi = _span(addr, shape, itemsize, strides)
+        if 0 in shape:
+            return np.zeros(tuple(shape) + (itemsize,), np.uint8)
+        if lo >> PAGE_BITS == (hi - 1) >> PAGE_BITS:
+            # One page: copy exactly the block's bytes through a strided view.
+            page = self._stores.get(key, {}).get(lo >> PAGE_BITS)
+            if page is None:
+                return np.zeros(tuple(shape) + (itemsize,), np.uint8)
+            return np.ascontiguousarray(self._block_view(page, addr, shape, itemsize, strides))
         if _loop_outer(shape, itemsize, hi - lo):
             out = np.empty(tuple(shape) + (itemsize,), np.uint8)
             for i in range(shape[0]):
@@ -185,8 +229,16 @@ class AddressSpace:
                 strides: Sequence[int], data: np.ndarray) -> None:
         """Write the dense uint8 ``data`` (shape ``(*shape, itemsize)``) to a strided block."""
         lo, hi = _span(addr, shape, itemsize, strides)
+        if 0 in shape:
+            return
         if _is_dense(shape, itemsize, strides):
             self.write_span(key, lo, data.reshape(-1))
+            return
+        if lo >> PAGE_BITS == (hi - 1) >> PAGE_BITS:
+            # One page: write exactly the block's bytes through a strided view.
+            self._touch(key, lo, hi)
+            view = self._block_view(self._page(key, lo >> PAGE_BITS), addr, shape, itemsize, strides)
+            view[...] = data.reshape(view.shape)
             return
         if _loop_outer(shape, itemsize, hi - lo):
             block = data.reshape(tuple(shape) + (itemsize,))
@@ -202,7 +254,7 @@ class AddressSpace:
     # -- journal ------------------------------------------------------------------------------
 
     def begin(self) -> None:
-        """Start recording the first write to every page, for :meth:`rollback`."""
+        """Start recording the first write to every chunk, for :meth:`rollback`."""
         self._journal = {}
 
     def commit(self) -> None:
@@ -210,19 +262,24 @@ class AddressSpace:
         self._journal = None
 
     def rollback(self) -> None:
-        """Restore every page written since :meth:`begin` to its bytes at that moment."""
+        """Restore every chunk written since :meth:`begin` to its bytes at that moment."""
         journal, self._journal = self._journal or {}, None
-        for (key, idx), saved in journal.items():
-            pages = self._stores.setdefault(key, {})
+        for (key, chunk), saved in journal.items():
+            view = self._chunk(key, chunk)
             if saved is None:
-                pages.pop(idx, None)
+                view[...] = 0
             else:
-                pages[idx] = saved
+                view[...] = saved
 
     def snapshot(self) -> dict[tuple[int, int], bytes]:
-        """Every allocated page's bytes (for tests that check memory is unchanged)."""
-        return {(k, i): p.tobytes() for k, pages in self._stores.items() for i, p in pages.items()
-                if p.any()}
+        """Every written chunk's bytes that are not all zero (for tests that check memory is unchanged)."""
+        out = {}
+        for key, chunks in self._written.items():
+            for chunk in sorted(chunks):
+                view = self._chunk(key, chunk)
+                if view.any():
+                    out[(key, chunk)] = view.tobytes()
+        return out
 
     # -- typed access ----------------------------------------------------------------------
 
