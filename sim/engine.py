@@ -149,8 +149,7 @@ class Engine:
         bw = min(src_region.port_bandwidth_bytes_per_cycle, dst_region.port_bandwidth_bytes_per_cycle)
         stream_cycles = max(1, math.ceil(t.size_bytes / bw))
         if self.numerics:
-            data = self.memory.gather(src_key, t.src, t.shape, t.itemsize, t.src_strides)
-            self.memory.scatter(dst_key, t.dst, t.shape, t.itemsize, t.dst_strides, data)
+            self.memory.copy(src_key, t.src, dst_key, t.dst, t.shape, t.itemsize, t.src_strides, t.dst_strides)
         yield self.env.timeout(stream_cycles)
         for pool in pools:
             pool.release(0)

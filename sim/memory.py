@@ -197,11 +197,47 @@ class AddressSpace:
 
     # -- strided blocks (DMA descriptors) -----------------------------------------------------
 
-    def _block_view(self, page: np.ndarray, addr: int, shape: Sequence[int], itemsize: int,
+    @staticmethod
+    def _block_view(page: np.ndarray, addr: int, shape: Sequence[int], itemsize: int,
                     strides: Sequence[int]) -> np.ndarray:
-        """The strided block at ``addr`` (inside ``page``) as a uint8 view of shape ``(*shape, itemsize)``."""
-        return np.ndarray(tuple(shape) + (itemsize,), np.uint8, buffer=page, offset=addr & (PAGE_BYTES - 1),
-                          strides=tuple(strides) + (1,))
+        """The strided block at ``addr`` (inside ``page``) as a view of ``shape`` with one item per element.
+
+        Items are unsigned words of ``itemsize`` bytes (a void type for odd sizes), so copies move
+        whole items instead of bytes.
+        """
+        return np.ndarray(tuple(shape), _item_dtype(itemsize), buffer=page, offset=addr & (PAGE_BYTES - 1),
+                          strides=tuple(strides))
+
+    def _page_of_span(self, key: int, lo: int, hi: int, create: bool) -> np.ndarray | None | bool:
+        """The page holding all of ``[lo, hi)``; None when it is not allocated (and ``create`` is false);
+        False when the span crosses a page boundary."""
+        idx = lo >> PAGE_BITS
+        if idx != (hi - 1) >> PAGE_BITS:
+            return False
+        if create:
+            return self._page(key, idx)
+        return self._stores.get(key, {}).get(idx)
+
+    def copy(self, src_key: int, src: int, dst_key: int, dst: int, shape: Sequence[int], itemsize: int,
+             src_strides: Sequence[int], dst_strides: Sequence[int]) -> None:
+        """Copy a strided block to another strided block (a DMA transfer), in one pass when each side lies on
+        one page."""
+        if 0 in shape:
+            return
+        slo, shi = _span(src, shape, itemsize, src_strides)
+        dlo, dhi = _span(dst, shape, itemsize, dst_strides)
+        spage = self._page_of_span(src_key, slo, shi, create=False)
+        if spage is not False and self._page_of_span(dst_key, dlo, dhi, create=False) is not False:
+            self._touch(dst_key, dlo, dhi)
+            out = self._block_view(self._page(dst_key, dlo >> PAGE_BITS), dst, shape, itemsize, dst_strides)
+            if spage is None:
+                out[...] = 0
+            else:
+                # numpy buffers the copy itself when source and destination overlap.
+                out[...] = self._block_view(spage, src, shape, itemsize, src_strides)
+            return
+        self.scatter(dst_key, dst, shape, itemsize, dst_strides,
+                     self.gather(src_key, src, shape, itemsize, src_strides))
 
     def gather(self, key: int, addr: int, shape: Sequence[int], itemsize: int,
                strides: Sequence[int]) -> np.ndarray:
@@ -214,7 +250,8 @@ class AddressSpace:
             page = self._stores.get(key, {}).get(lo >> PAGE_BITS)
             if page is None:
                 return np.zeros(tuple(shape) + (itemsize,), np.uint8)
-            return np.ascontiguousarray(self._block_view(page, addr, shape, itemsize, strides))
+            block = np.ascontiguousarray(self._block_view(page, addr, shape, itemsize, strides))
+            return block.view(np.uint8).reshape(tuple(shape) + (itemsize,))
         if _loop_outer(shape, itemsize, hi - lo):
             out = np.empty(tuple(shape) + (itemsize,), np.uint8)
             for i in range(shape[0]):
@@ -238,7 +275,7 @@ class AddressSpace:
             # One page: write exactly the block's bytes through a strided view.
             self._touch(key, lo, hi)
             view = self._block_view(self._page(key, lo >> PAGE_BITS), addr, shape, itemsize, strides)
-            view[...] = data.reshape(view.shape)
+            view[...] = np.ascontiguousarray(data).reshape(-1).view(view.dtype).reshape(view.shape)
             return
         if _loop_outer(shape, itemsize, hi - lo):
             block = data.reshape(tuple(shape) + (itemsize,))
@@ -299,6 +336,11 @@ class AddressSpace:
         n = math.prod(shp) * dt.itemsize  # Python ints: an absurd shape cannot wrap around
         _, key = self.map.resolve(addr, n, core, what="read")
         return np.array(self.read_span(key, int(addr), n)).view(dt).reshape(shp)
+
+
+def _item_dtype(itemsize: int) -> np.dtype:
+    """An unsigned word of ``itemsize`` bytes (1, 2, 4, 8), else raw bytes of that size."""
+    return np.dtype(f"u{itemsize}") if itemsize in (1, 2, 4, 8) else np.dtype(f"V{itemsize}")
 
 
 def _span(addr: int, shape: Sequence[int], itemsize: int, strides: Sequence[int]) -> tuple[int, int]:
