@@ -180,12 +180,33 @@ class Engine:
                 + core.peak_fraction_cycles(c.flops, c.precision)
                 + c.reductions * core.reduction_latency_cycles)
 
+    def _operand_key(self, core: int, tile: Tile, op: Operand, label: str,
+                     what: str) -> tuple[int, int, np.dtype]:
+        """(store key, bytes, little-endian dtype) of a compute operand; MemoryFault if it is not mapped."""
+        dt = np.dtype(op.dtype).newbyteorder("<")
+        n = math.prod(op.shape) * dt.itemsize
+        got = self._resolved.get((op.addr, op.addr + n, core))
+        if got is None:
+            try:
+                got = self.memory.map.resolve(op.addr, n, core, what=what)
+            except MemoryFault as e:
+                raise MemoryFault(f"core {core}, tile {tile.tile_id}, cycle {self.env.now}: {label}: {e}") \
+                    from None
+            self._resolved[(op.addr, op.addr + n, core)] = got
+        return got[1], n, dt
+
     def _read_operand(self, core: int, tile: Tile, op: Operand) -> np.ndarray:
-        try:
-            return self.memory.read(op.addr, op.shape, op.dtype, core=core)
-        except MemoryFault as e:
-            raise MemoryFault(f"core {core}, tile {tile.tile_id}, cycle {self.env.now}: compute operand: {e}") \
-                from None
+        key, n, dt = self._operand_key(core, tile, op, "compute operand", "read")
+        # A fresh copy: a tile's function may keep or modify its inputs without touching simulated memory.
+        return self.memory.read_span(key, op.addr, n).copy().view(dt).reshape(op.shape)
+
+    def _write_operand(self, core: int, tile: Tile, op: Operand, value: np.ndarray) -> None:
+        key, n, dt = self._operand_key(core, tile, op, "compute output", "write")
+        arr = np.ascontiguousarray(value, dtype=dt)
+        if arr.nbytes != n:
+            raise SimError(f"tile {tile.tile_id}: compute output of shape {arr.shape} does not fill "
+                           f"operand {op.shape}")
+        self.memory.write_span(key, op.addr, arr.reshape(-1).view(np.uint8))
 
     def _compute(self, core: int, tile: Tile, phase: str) -> Generator:
         c = tile.compute
@@ -199,15 +220,7 @@ class Engine:
                 raise SimError(f"tile {tile.tile_id}: compute returned {len(results)} arrays for "
                                f"{len(c.outputs)} outputs")
             for op, value in zip(c.outputs, results):
-                arr = np.asarray(value, dtype=op.dtype)
-                if arr.size != int(np.prod(op.shape, dtype=np.int64)):
-                    raise SimError(f"tile {tile.tile_id}: compute output of shape {arr.shape} does not fill "
-                                   f"operand {op.shape}")
-                try:
-                    self.memory.write(op.addr, arr.reshape(op.shape), core=core)
-                except MemoryFault as e:
-                    raise MemoryFault(f"core {core}, tile {tile.tile_id}, cycle {self.env.now}: "
-                                      f"compute output: {e}") from None
+                self._write_operand(core, tile, op, value)
         yield self.env.timeout(self.compute_cycles(c))
         self.recorder.record(TraceEvent(core=core, unit="compute", kind="compute", start=start,
                                         end=self.env.now, tile=tile.tile_id, phase=phase, flops=c.flops))
