@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 from kernels.base import Operand, Transfer, align_up, c_strides
@@ -32,7 +33,7 @@ class Arena:
     def operand(self, shape: Sequence[int], dtype: np.dtype) -> Operand:
         """Reserve room for a dense array and describe it as a compute operand."""
         shape = tuple(int(s) for s in shape)
-        n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        n = math.prod(shape) * np.dtype(dtype).itemsize  # Python ints: exact, and cheap per tile
         return Operand(self.alloc(n), shape, np.dtype(dtype))
 
 
