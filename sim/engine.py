@@ -22,7 +22,7 @@ import simpy
 
 from kernels.base import Compute, Operand, Plan, Tile, Transfer
 from sim.errors import MemoryFault, SimError
-from sim.memory import AddressSpace
+from sim.memory import MAX_ACCESS_BYTES, SHARED, AddressSpace
 from sim.target import Region, Target
 from sim.trace import Recorder, TraceEvent
 
@@ -91,6 +91,7 @@ class Engine:
         self._engines: dict[int, _Pool] = {}
         # (lo, hi, core) -> (region, store key): a plan touches the same spans again and again.
         self._resolved: dict[tuple[int, int, int], tuple[Region, int]] = {}
+        self._routes: dict[tuple[str, int, str, int], tuple[tuple[_Pool, ...], int, int]] = {}
         self.core_end_cycles: dict[int, int] = {}
 
     @property
@@ -120,25 +121,42 @@ class Engine:
         got = self._resolved.get((lo, hi, core))
         if got is not None:
             return got
-        try:
-            got = self._resolved[(lo, hi, core)] = self.memory.map.resolve(lo, hi - lo, core, what=f"DMA {side}")
-        except MemoryFault as e:
-            raise MemoryFault(f"core {core}, tile {tile.tile_id}, cycle {self.env.now}: {e}") from None
+        region = self.memory.map.region_of(lo, hi - lo)
+        if region is not None and hi - lo <= MAX_ACCESS_BYTES:
+            got = (region, SHARED if region.shared else core)
+        else:
+            try:  # the full check, for its message
+                got = self.memory.map.resolve(lo, hi - lo, core, what=f"DMA {side}")
+            except MemoryFault as e:
+                raise MemoryFault(f"core {core}, tile {tile.tile_id}, cycle {self.env.now}: {e}") from None
+        self._resolved[(lo, hi, core)] = got
         return got
+
+    def _route(self, src_region: Region, src_key: int, dst_region: Region,
+               dst_key: int) -> tuple[tuple[_Pool, ...], int, int]:
+        """(ports to hold, in deadlock-free order; port bandwidth; access latency) of a transfer's two ends."""
+        k = (src_region.name, src_key, dst_region.name, dst_key)
+        route = self._routes.get(k)
+        if route is None:
+            # Ports are acquired in a fixed order (by region base, then store) so two transfers never deadlock.
+            ends = sorted({(src_region.base, src_key): src_region, (dst_region.base, dst_key): dst_region}.items(),
+                          key=lambda e: e[0])
+            route = self._routes[k] = (
+                tuple(self._port(region, key) for (_, key), region in ends),
+                min(src_region.port_bandwidth_bytes_per_cycle, dst_region.port_bandwidth_bytes_per_cycle),
+                max(src_region.latency_cycles, dst_region.latency_cycles))
+        return route
 
     def _transfer(self, core: int, tile: Tile, t: Transfer, kind: str, phase: str) -> Generator:
         src_region, src_key = self._resolve(core, tile, t, "src")
         dst_region, dst_key = self._resolve(core, tile, t, "dst")
+        pools, bw, latency = self._route(src_region, src_key, dst_region, dst_key)
         engines = self._dma_engines(core)
         wait = engines.acquire()
         engine_id = engines.take() if wait is None else (yield wait)
         start = self.env.now
         yield self.env.timeout(self.target.dma.setup_cycles)
-        # Acquire ports in a fixed order (by region base, then store) so two transfers never deadlock.
-        ends = sorted({(src_region.base, src_key, src_region), (dst_region.base, dst_key, dst_region)},
-                      key=lambda x: (x[0], x[1]))
         queued = self.env.now
-        pools = [self._port(region, key) for _, key, region in ends]
         for pool in pools:
             wait = pool.acquire()
             if wait is None:
@@ -146,18 +164,17 @@ class Engine:
             else:
                 yield wait
         waited = self.env.now - queued
-        bw = min(src_region.port_bandwidth_bytes_per_cycle, dst_region.port_bandwidth_bytes_per_cycle)
-        stream_cycles = max(1, math.ceil(t.size_bytes / bw))
+        size_bytes = t.size_bytes
         if self.numerics:
             self.memory.copy(src_key, t.src, dst_key, t.dst, t.shape, t.itemsize, t.src_strides, t.dst_strides)
-        yield self.env.timeout(stream_cycles)
+        yield self.env.timeout(max(1, math.ceil(size_bytes / bw)))
         for pool in pools:
             pool.release(0)
         # The last byte lands one access latency after it left the port.
-        yield self.env.timeout(max(src_region.latency_cycles, dst_region.latency_cycles))
+        yield self.env.timeout(latency)
         engines.release(engine_id)
         self.recorder.record(TraceEvent(
-            core=core, unit=f"dma{engine_id}", kind=kind, start=start, end=self.env.now, bytes=t.size_bytes,
+            core=core, unit=f"dma{engine_id}", kind=kind, start=start, end=self.env.now, bytes=size_bytes,
             src=t.src, dst=t.dst, src_region=src_region.name, dst_region=dst_region.name,
             tile=tile.tile_id, phase=phase, wait_cycles=waited, wait_start=queued))
 
