@@ -26,6 +26,14 @@ tile's DMA overlaps this tile's compute.  The tile shape is the one with the
 least estimated time among those that fit (halo re-reads against the
 unhidden first load and last store).  NCHW tensors are moved and computed in
 their own layout.
+
+Tiling (``tiling=`` of a call or run-config, all keys optional):
+``channel_parts`` -- the cores form that many channel groups (channels, or
+whole vectors of them in NHWC, split evenly), each group's cores splitting the
+rows of all images (1: rows only); ``tile_rows``, ``tile_cols``,
+``tile_channels`` -- the tile shape (input rows, input columns, channels),
+clipped to a core's share.  Without a tiling the simulator compares the
+candidates :meth:`DepthwiseConv2dBackpropInput.tilings` lists.
 """
 
 from __future__ import annotations
@@ -40,11 +48,14 @@ from kernels.base import (PRECISION_DTYPES, ArgSpec, BoundCall, Buffer, Compute,
                           require_ints, split_even)
 from kernels.conv_geometry import ConvGeometry, conv_geometry
 from kernels.tiling import Arena, block_in, block_out, fits, operand_in, padded_lanes
+from kernels.tiling_keys import int_key, tiling_keys, unique
 from sim.errors import KernelArgError, LayoutError
 
 F32 = np.dtype(np.float32)
 #: Bytes no buffer of a call may exceed (no chip addresses more).
 MAX_BUFFER_BYTES = 1 << 40
+#: The keys of a caller's ``tiling``: channel groups of the cores, and the tile shape.
+TILING_KEYS = ("channel_parts", "tile_rows", "tile_cols", "tile_channels")
 
 
 # --- geometry of one tile along one spatial axis ---------------------------------------------
@@ -290,23 +301,38 @@ def _split_cost(geom: ConvGeometry, mult: int, itemsize: int, p_rows: int, p_cha
     return max(flops / (m.flops_per_cycle * used), moved / m.bandwidth(used)), moved
 
 
-def core_shares(geom: ConvGeometry, mult: int, itemsize: int, cores: int, m: Machine) -> list[Share]:
-    """Split rows of all images and/or channels over the cores, whichever split is cheapest.
+def channel_units(geom: ConvGeometry, m: Machine) -> int:
+    """Pieces the channels may be split into over the cores: channels (NCHW) or whole vectors of them (NHWC)."""
+    return geom.in_c if geom.data_format == "NCHW" else -(-geom.in_c // m.lanes)
+
+
+def best_channel_parts(geom: ConvGeometry, mult: int, itemsize: int, cores: int, m: Machine) -> int:
+    """Channel groups the cores form (rows split within each) that the estimate finds cheapest.
 
     Row splits re-read halo rows at every cut; channel splits cost nothing in
     NCHW, and in NHWC, where channels sit on the vector lanes, are made of whole
     vectors only.  Ties go to more cores, fewer bytes, fewer channel cuts.
     """
     total_rows = geom.batch * geom.in_h
-    c_units = geom.in_c if geom.data_format == "NCHW" else -(-geom.in_c // m.lanes)
-    best: tuple[tuple[float, int, int, int], tuple[int, int]] | None = None
-    for p_chans in range(1, min(cores, c_units) + 1):
+    best: tuple[tuple[float, int, int, int], int] | None = None
+    for p_chans in range(1, min(cores, channel_units(geom, m)) + 1):
         p_rows = min(total_rows, cores // p_chans)
         cycles, moved = _split_cost(geom, mult, itemsize, p_rows, p_chans, m)
         key = (cycles, -p_rows * p_chans, moved, p_chans)
         if best is None or key < best[0]:
-            best = (key, (p_rows, p_chans))
-    p_rows, p_chans = best[1]
+            best = (key, p_chans)
+    return best[1]
+
+
+def core_shares(geom: ConvGeometry, mult: int, itemsize: int, cores: int, m: Machine,
+                p_chans: int | None = None) -> list[Share]:
+    """Split rows of all images and/or channels over the cores: ``p_chans`` channel groups, by default the
+    cheapest number (:func:`best_channel_parts`), each group's cores splitting the rows of every image."""
+    total_rows = geom.batch * geom.in_h
+    c_units = channel_units(geom, m)
+    if p_chans is None:
+        p_chans = best_channel_parts(geom, mult, itemsize, cores, m)
+    p_rows = min(total_rows, cores // p_chans)
     unit = 1 if geom.data_format == "NCHW" else m.lanes
     chans = [(a * unit, min(b * unit, geom.in_c)) for a, b in split_even(c_units, p_chans)]
     return [Share(g0, g1, c0, c1) for g0, g1 in split_even(total_rows, p_rows) for c0, c1 in chans]
@@ -379,8 +405,11 @@ def _row_options(max_rows: int, seg_rows: list[int]) -> list[int]:
     return sorted(o for o in opts if o <= max_rows)
 
 
-def choose_tile(fp: Footprint, share: Share, m: Machine, cores: int) -> TileShape:
-    """The tile shape that fits the scratchpad with the least estimated time (fewest tiles on ties)."""
+def choose_tile(fp: Footprint, share: Share, m: Machine, cores: int, fewest: bool = False) -> TileShape:
+    """The tile shape that fits the scratchpad with the least estimated time (fewest tiles on ties).
+
+    ``fewest``: the one with the fewest tiles instead (least estimated time on ties).
+    """
     geom = fp.g
     seg_rows = [r1 - r0 for _, r0, r1 in share.segments(geom.in_h)]
     chans = share.c1 - share.c0
@@ -404,6 +433,8 @@ def choose_tile(fp: Footprint, share: Share, m: Machine, cores: int) -> TileShap
             for rows in _row_options(lo, seg_rows):
                 shape = TileShape(rows, cols, ct)
                 score = fp.cycles(shape, seg_rows, chans, m, cores)
+                if fewest:
+                    score = (score[1], score[0])
                 if best is None or score < best[0]:
                     best = (score, shape)
         if best is None:
@@ -494,25 +525,56 @@ class DepthwiseConv2dBackpropInput:
         return "fp32"
 
     def plan(self, call: BoundCall, ctx: PlanContext) -> Plan:
-        """Per core: its rows (and channels) cut into halo-loading tiles, alternating two scratch slots."""
+        """Per core: its rows (and channels) cut into halo-loading tiles, alternating two scratch slots.
+
+        The split and the tile shape are the caller's ``ctx.tiling`` where it names them, else the estimate's.
+        """
         geom: ConvGeometry = call.attrs["geom"]
         machine = machine_of(ctx, call.buffer("out_backprop").addr, self._compute_precision())
         dt = call.buffer("output").dtype
-        shares = core_shares(geom, call.attrs["multiplier"], dt.itemsize, len(call.cores), machine)
+        tiling = tiling_keys(ctx, TILING_KEYS)
+        parts = int_key(tiling, "channel_parts", 1, min(len(call.cores), channel_units(geom, machine)))
+        sizes = {k: int_key(tiling, k, 1, hi) for k, hi in (("tile_rows", geom.in_h), ("tile_cols", geom.in_w),
+                                                             ("tile_channels", geom.in_c))}
+        shares = core_shares(geom, call.attrs["multiplier"], dt.itemsize, len(call.cores), machine, parts)
         tiles: dict[int, tuple[Tile, ...]] = {}
         for core, share in zip(call.cores, shares):
-            tiles[core] = tuple(self._core_tiles(call, ctx, share, machine, len(shares)))
+            tiles[core] = tuple(self._core_tiles(call, ctx, share, machine, len(shares), sizes))
         return Plan(cores=call.cores, phases=(Phase(self.name, tiles, barrier_after=False),),
                     precision=call.precision)
 
+    def tilings(self, call: BoundCall, ctx: PlanContext) -> list[dict[str, Any]]:
+        """Candidates: the estimate's split with its tile and with the fewest tiles; rows only; channels only.
+
+        Row cuts re-read halo rows, channel cuts (whole vectors in NHWC) may leave
+        cores idle or lanes empty; few large tiles spend fewer DMA setups, the
+        estimate's may keep the unhidden first load and last store short.
+        """
+        geom: ConvGeometry = call.attrs["geom"]
+        machine = machine_of(ctx, call.buffer("out_backprop").addr, self._compute_precision())
+        dt = call.buffer("output").dtype
+        mult, n = call.attrs["multiplier"], len(call.cores)
+        fp = Footprint(geom, mult, dt.itemsize, dt != F32, ctx.scratch_size_bytes, ctx.alignment_bytes)
+        best = best_channel_parts(geom, mult, dt.itemsize, n, machine)
+        out = []
+        for parts, fewest in ((best, False), (best, True), (1, False), (min(n, channel_units(geom, machine)), False)):
+            shares = core_shares(geom, mult, dt.itemsize, n, machine, parts)
+            try:
+                shape = choose_tile(fp, shares[0], machine, len(shares), fewest)
+            except LayoutError:
+                return []  # nothing fits: planning says why
+            out.append({"channel_parts": parts, "tile_rows": shape.rows, "tile_cols": shape.cols,
+                        "tile_channels": shape.chans})
+        return unique(out)
+
     def _core_tiles(self, call: BoundCall, ctx: PlanContext, share: Share, machine: Machine,
-                    busy_cores: int) -> list[Tile]:
+                    busy_cores: int, sizes: Mapping[str, int | None]) -> list[Tile]:
         """Per channel block, its tiles row by row; the block's first tile also loads its filter slice."""
         geom: ConvGeometry = call.attrs["geom"]
         mult = call.attrs["multiplier"]
         dt = call.buffer("output").dtype
         fp = Footprint(geom, mult, dt.itemsize, dt != F32, ctx.scratch_size_bytes, ctx.alignment_bytes)
-        shape = choose_tile(fp, share, machine, busy_cores)
+        shape = self._tile_shape(call, fp, share, machine, busy_cores, sizes)
         f_bytes, slot_bytes = fp.filter_bytes(shape.chans), fp.slot_bytes(shape.chans)
         slot_base = ctx.scratch_base + 2 * f_bytes
         filt = call.buffer("filter")
@@ -536,6 +598,25 @@ class DepthwiseConv2dBackpropInput:
                                               machine.lanes, machine.parts(busy_cores)))
                         filter_load = ()
         return out
+
+    @staticmethod
+    def _tile_shape(call: BoundCall, fp: Footprint, share: Share, machine: Machine, busy_cores: int,
+                    sizes: Mapping[str, int | None]) -> TileShape:
+        """The estimate's tile shape, with the sizes a caller's tiling names put in (clipped to the share)."""
+        if all(v is None for v in sizes.values()):
+            return choose_tile(fp, share, machine, busy_cores)
+        seg = max(r1 - r0 for _, r0, r1 in share.segments(fp.g.in_h))
+        given = [sizes["tile_rows"], sizes["tile_cols"], sizes["tile_channels"]]
+        if None in given:
+            own = choose_tile(fp, share, machine, busy_cores)
+            given = [own.rows if given[0] is None else given[0], own.cols if given[1] is None else given[1],
+                     own.chans if given[2] is None else given[2]]
+        shape = TileShape(min(given[0], seg), given[1], min(given[2], share.c1 - share.c0))
+        if not fp.fits(shape):
+            raise LayoutError(f"{call.symbol}: tiling tile_rows={shape.rows}, tile_cols={shape.cols}, "
+                              f"tile_channels={shape.chans} does not fit the {fp.scratch_bytes}-byte scratchpad "
+                              f"(two slots of output block and out_backprop halo beside two filter slices)")
+        return shape
 
     def _tile(self, call: BoundCall, arena: Arena, tile_id: int, slot: int, n: int, rows: AxisTaps,
               cols: AxisTaps, c0: int, o_f: Operand, filter_load: tuple[Transfer, ...], lanes: int,

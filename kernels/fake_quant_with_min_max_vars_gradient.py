@@ -22,6 +22,12 @@ compute is where bad bounds are refused), then streams tiles of gradients and
 inputs through two scratchpad slots, accumulating its two partial sums.  With
 several cores the partials go to the shared workspace, a barrier follows, and
 the first core loads, reduces and stores the two scalars.
+
+Tiling (``tiling=`` of a call or run-config): ``cores`` -- how many of the
+call's cores share the elements (the first ones; one core needs no exchange
+and no barrier), ``tile_elements`` -- elements per tile (default: a quarter of
+a core's share in whole vectors, as much as a slot holds at most).  Without
+one, the simulator compares the candidates :meth:`tilings` lists.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from kernels.base import (PRECISION_DTYPES, ArgSpec, BoundCall, Buffer, Compute,
                           Plan, PlanContext, Tile, Transfer, align_up, check_args, require_address, require_bool,
                           require_int, require_ints, split_even)
 from kernels.tiling import Arena, padded_lanes
+from kernels.tiling_keys import int_key, tiling_keys, unique
 from sim.errors import KernelArgError, LayoutError
 
 F32 = np.dtype(np.float32)
@@ -50,6 +57,10 @@ FLOPS_WIDEN = 3
 FLOPS_NUDGE = 11
 #: A core's share is cut into at least this many tiles when it is large enough (pipeline depth).
 MIN_TILES_PER_CORE = 4
+#: The short-tile candidate takes this fraction of the heuristic's tile.
+SHORT_TILE_FRACTION = 8
+#: The keys of a caller's ``tiling``: cores sharing the elements, elements per tile.
+TILING_KEYS = ("cores", "tile_elements")
 
 
 # -- numerics ---------------------------------------------------------------------------------------
@@ -161,46 +172,66 @@ class FakeQuantWithMinMaxVarsGradient:
     # -- planning -----------------------------------------------------------------------------------
 
     def plan(self, call: BoundCall, ctx: PlanContext) -> Plan:
-        """Element ranges per core; partial sums through the workspace when more than one core works."""
-        total = call.attrs["elements"]
-        lanes = ctx.target.core.precisions[COMPUTE_PRECISION].lanes
-        units = split_even(-(-total // lanes), len(call.cores))
-        shares = [(core, u0 * lanes, min(total, u1 * lanes)) for core, (u0, u1) in zip(call.cores, units)]
+        """Element ranges per core (``ctx.tiling`` may set them); partial sums through the workspace."""
+        lay = _Layout(call, ctx)
+        tiling = tiling_keys(ctx, TILING_KEYS)
+        n_cores = int_key(tiling, "cores", 1, len(call.cores)) or len(call.cores)
+        per_tile = int_key(tiling, "tile_elements", 1, call.attrs["elements"])
+        if per_tile is not None and per_tile > lay.budget:
+            raise LayoutError(f"{call.symbol}: tiling tile_elements={per_tile} does not fit the "
+                              f"{ctx.scratch_size_bytes}-byte scratchpad (a tile takes at most {lay.budget} "
+                              f"elements: gradients, inputs and their gradient in one of two slots)")
+        shares = lay.shares(call.cores[:n_cores])
         parts = len(shares)
         if parts > 1 and parts * 8 > ctx.workspace_size_bytes:
             raise LayoutError(f"{call.symbol}: the workspace cannot hold the partial sums of {parts} cores")
-        area = Arena(ctx.scratch_base, ctx.scratch_size_bytes, ctx.alignment_bytes)
-        fixed = {"bounds": area.operand((2,), F32), "nudged": area.operand((2,), F32),
-                 "acc": area.operand((2,), F32), "partials": area.operand((max(parts, 1), 2), F32)}
-        base = align_up(area.used, ctx.alignment_bytes)
-        half = (ctx.scratch_size_bytes - base) // 2 // ctx.alignment_bytes * ctx.alignment_bytes
-        slots = [ctx.scratch_base + base + s * half for s in range(2)]
-        dt = PRECISION_DTYPES[call.precision]
-        budget = (half - 3 * ctx.alignment_bytes) // (3 * dt.itemsize) // lanes * lanes
-        if budget < lanes:
-            raise LayoutError(f"{call.symbol}: a tile of one vector ({lanes} elements) does not fit the "
-                              f"{ctx.scratch_size_bytes}-byte scratchpad")
-        b = {buf.name: buf for buf in call.buffers}
         first: dict[int, tuple[Tile, ...]] = {}
         for idx, (core, e0, e1) in enumerate(shares):
-            first[core] = tuple(self._core_tiles(call, ctx, b, fixed, slots, half, budget, lanes, idx, parts, e0, e1))
+            tile = per_tile if per_tile is not None else lay.heuristic_tile(e1 - e0)
+            first[core] = tuple(self._core_tiles(call, ctx, lay, tile, idx, parts, e0, e1))
         phases = [Phase("masked gradients", first, barrier_after=parts > 1)]
         if parts > 1:
-            phases.append(Phase("reduce", {shares[0][0]: (self._reduce_tile(ctx, b, fixed, parts, lanes),)},
+            phases.append(Phase("reduce", {shares[0][0]: (self._reduce_tile(ctx, lay, parts),)},
                                 barrier_after=False))
         return Plan(cores=call.cores, phases=tuple(phases), precision=call.precision)
+
+    def tilings(self, call: BoundCall, ctx: PlanContext) -> list[dict[str, Any]]:
+        """Candidates: every core with the heuristic's tiles, the largest, short ones; half the cores; one core.
+
+        The largest tiles spend fewer DMA setups and compute loops; the
+        heuristic's (four per core) and the short ones (an eighth of those)
+        leave less of the first load and the last store unhidden.
+        Half the cores exchange fewer partial sums and contend less for the
+        memory ports, which bound this op long before the vector units do; one
+        core (for a call that fits one tile) needs no exchange and no barrier.
+        """
+        try:
+            lay = _Layout(call, ctx)
+        except LayoutError:
+            return []  # nothing fits: planning says why
+        n = len(call.cores)
+        span = lay.shares(call.cores)[0][2]
+        tile = lay.heuristic_tile(span)
+        short = min(tile, max(lay.lanes, tile // SHORT_TILE_FRACTION // lay.lanes * lay.lanes))
+        out = [{"cores": n, "tile_elements": tile}, {"cores": n, "tile_elements": lay.heuristic_tile(span, 1)},
+               {"cores": n, "tile_elements": short}]
+        if n > 1:
+            half = lay.shares(call.cores[:n // 2])[0][2]
+            out.append({"cores": n // 2, "tile_elements": lay.heuristic_tile(half)})
+        if n > 2 and lay.total <= lay.budget:
+            out.append({"cores": 1, "tile_elements": lay.total})
+        return unique(out)
 
     @staticmethod
     def _scalar_stores(b: Mapping[str, Buffer], acc: Operand) -> tuple[Transfer, ...]:
         return (Transfer.contiguous(acc.addr, b["backprop_wrt_min"].addr, 4),
                 Transfer.contiguous(acc.addr + 4, b["backprop_wrt_max"].addr, 4))
 
-    def _core_tiles(self, call: BoundCall, ctx: PlanContext, b: Mapping[str, Buffer], fixed: dict[str, Operand],
-                    slots: list[int], half: int, budget: int, lanes: int, idx: int, parts: int,
+    def _core_tiles(self, call: BoundCall, ctx: PlanContext, lay: "_Layout", per_tile: int, idx: int, parts: int,
                     e0: int, e1: int) -> list[Tile]:
-        """Nudge, stream [e0, e1) through two slots, then publish the partial sums."""
-        dt = PRECISION_DTYPES[call.precision]
-        bounds, nudged, acc = fixed["bounds"], fixed["nudged"], fixed["acc"]
+        """Nudge, stream [e0, e1) through two slots in tiles of ``per_tile`` elements, publish the partial sums."""
+        dt, lanes, b = lay.dt, lay.lanes, lay.buf
+        bounds, nudged, acc = lay.fixed["bounds"], lay.fixed["nudged"], lay.fixed["acc"]
         num_bits, narrow = call.attrs["num_bits"], call.attrs["narrow_range"]
 
         def prep(bounds_value, _bits=num_bits, _narrow=narrow):
@@ -212,13 +243,11 @@ class FakeQuantWithMinMaxVarsGradient:
         # The fixed area has its own slot (2), so the first data tile's loads overlap the nudge.
         tiles = [Tile(0, loads, Compute(prep, (bounds,), (nudged, acc), flops=FLOPS_NUDGE + 2, reductions=0,
                                         precision=COMPUTE_PRECISION), (), slot=2)]
-        span = e1 - e0
-        per_tile = min(budget, max(lanes, align_up(-(-span // MIN_TILES_PER_CORE), lanes)))
         widen = FLOPS_WIDEN if dt != F32 else 0
         for s in range(e0, e1, per_tile):
             n = min(per_tile, e1 - s)
             tid = len(tiles)
-            arena = Arena(slots[tid % 2], half, ctx.alignment_bytes)
+            arena = Arena(lay.slots[tid % 2], lay.half, ctx.alignment_bytes)
             og, ox, obp = (arena.operand((n,), dt) for _ in range(3))
             off = s * dt.itemsize
             loads = (Transfer.contiguous(b["gradients"].addr + off, og.addr, og.size_bytes),
@@ -241,16 +270,49 @@ class FakeQuantWithMinMaxVarsGradient:
         tiles.append(Tile(len(tiles), (), None, publish, slot=2))
         return tiles
 
-    def _reduce_tile(self, ctx: PlanContext, b: Mapping[str, Buffer], fixed: dict[str, Operand], parts: int,
-                     lanes: int) -> Tile:
+    def _reduce_tile(self, ctx: PlanContext, lay: "_Layout", parts: int) -> Tile:
         """The first core sums the cores' partials and stores the two scalars."""
-        part, acc = fixed["partials"], fixed["acc"]
+        acc = lay.fixed["acc"]
+        part = Operand(lay.fixed["partials"].addr, (parts, 2), F32)
         load = Transfer.contiguous(ctx.workspace_base, part.addr, part.size_bytes)
 
         def fn(p):
             return (p.sum(axis=0, dtype=F32),)
         comp = Compute(fn, (part,), (acc,), flops=parts * 2, reductions=0, precision=COMPUTE_PRECISION)
-        return Tile(0, (load,), comp, self._scalar_stores(b, acc), slot=2)
+        return Tile(0, (load,), comp, self._scalar_stores(lay.buf, acc), slot=2)
+
+
+class _Layout:
+    """The scratchpad of a call: a fixed area (bounds, nudged bounds, sums, partials), then two slots."""
+
+    def __init__(self, call: BoundCall, ctx: PlanContext):
+        self.call = call
+        self.total: int = call.attrs["elements"]
+        self.lanes = ctx.target.core.precisions[COMPUTE_PRECISION].lanes
+        self.dt = PRECISION_DTYPES[call.precision]
+        self.buf = {b.name: b for b in call.buffers}
+        area = Arena(ctx.scratch_base, ctx.scratch_size_bytes, ctx.alignment_bytes)
+        # Room for every core's partials whatever number of cores the tiling uses: the layout stays put.
+        self.fixed = {"bounds": area.operand((2,), F32), "nudged": area.operand((2,), F32),
+                      "acc": area.operand((2,), F32), "partials": area.operand((len(call.cores), 2), F32)}
+        base = align_up(area.used, ctx.alignment_bytes)
+        self.half = (ctx.scratch_size_bytes - base) // 2 // ctx.alignment_bytes * ctx.alignment_bytes
+        self.slots = [ctx.scratch_base + base + s * self.half for s in range(2)]
+        #: Most elements of a tile (whole vectors): three tensors of it fill one slot.
+        self.budget = max(0, (self.half - 3 * ctx.alignment_bytes) // (3 * self.dt.itemsize) // self.lanes
+                          * self.lanes)
+        if self.budget < self.lanes:
+            raise LayoutError(f"{call.symbol}: a tile of one vector ({self.lanes} elements) does not fit the "
+                              f"{ctx.scratch_size_bytes}-byte scratchpad")
+
+    def shares(self, cores: tuple[int, ...]) -> list[tuple[int, int, int]]:
+        """(core, first element, end element) of each core with work: whole vectors, split evenly."""
+        units = split_even(-(-self.total // self.lanes), len(cores))
+        return [(core, u0 * self.lanes, min(self.total, u1 * self.lanes)) for core, (u0, u1) in zip(cores, units)]
+
+    def heuristic_tile(self, span: int, tiles: int = MIN_TILES_PER_CORE) -> int:
+        """Elements per tile that cut a share of ``span`` into ``tiles`` tiles (whole vectors) when it fits."""
+        return min(self.total, self.budget, max(self.lanes, align_up(-(-span // tiles), self.lanes)))
 
 
 KERNEL = FakeQuantWithMinMaxVarsGradient()

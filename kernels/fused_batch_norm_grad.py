@@ -44,6 +44,7 @@ from kernels.base import (PRECISION_DTYPES, ArgSpec, BoundCall, Buffer, Compute,
                           Plan, PlanContext, Tile, Transfer, align_up, check_args, require_address, require_bool,
                           require_choice, require_float, require_ints, split_even)
 from kernels.tiling import Arena, fits, operand_in, operand_out, padded_lanes
+from kernels.tiling_keys import choice_key, int_key, tiling_keys, unique
 from sim.errors import KernelArgError, LayoutError
 
 F32 = np.dtype(np.float32)
@@ -63,6 +64,9 @@ FLOPS_CHANNEL_COEF = 3
 MIN_TILES_PER_CORE = 4
 #: Fraction of the scratchpad the rows plan may spend on its per-channel vectors and partials.
 FIXED_AREA_FRACTION = 4
+#: The two plans a caller's ``tiling`` may name, and its keys.
+SPLITS = ("channels", "rows")
+TILING_KEYS = ("split", "channel_block", "tile_elements")
 
 
 # -- numerics (fp32, as the chip computes them) ----------------------------------------------------
@@ -159,13 +163,20 @@ def _slice(op: Operand, start: int, n: int) -> Operand:
     return Operand(op.addr + start * op.dtype.itemsize, (n,), op.dtype)
 
 
-def _tile_dims(v: View, na: int, nc: int, nb: int, budget: int, lanes: int) -> tuple[int, int, int]:
-    """A [ta, tc, tb] tile of at most ``budget`` elements of a [na, nc, nb] share, filled from the inside.
+def heuristic_tile_elements(na: int, nc: int, nb: int, budget: int, lanes: int) -> int:
+    """Elements per tile that cut a [na, nc, nb] share into MIN_TILES_PER_CORE tiles, at most ``budget``."""
+    return min(budget, max(lanes, -(-na * nc * nb // MIN_TILES_PER_CORE)))
 
-    The lane axis is cut in whole vectors; the share is cut into at least
-    MIN_TILES_PER_CORE tiles when it allows, so loads overlap compute.
+
+def _tile_dims(v: View, na: int, nc: int, nb: int, budget: int, lanes: int,
+               want: int | None = None) -> tuple[int, int, int]:
+    """A [ta, tc, tb] tile of at most ``want`` (<= ``budget``) elements of a [na, nc, nb] share, filled from the inside.
+
+    The lane axis is cut in whole vectors; by default the share is cut into at
+    least MIN_TILES_PER_CORE tiles when it allows, so loads overlap compute.
     """
-    want = min(budget, max(lanes, -(-na * nc * nb // MIN_TILES_PER_CORE)))
+    if want is None:
+        want = heuristic_tile_elements(na, nc, nb, budget, lanes)
     if nb <= want:
         tb = nb
     else:
@@ -237,15 +248,73 @@ class FusedBatchNormGrad:
     # -- planning -----------------------------------------------------------------------------------
 
     def plan(self, call: BoundCall, ctx: PlanContext) -> Plan:
-        """The channels plan when every core gets whole-batch channel tiles, else the rows plan."""
+        """The plan ``ctx.tiling`` names, else the channels plan when every core gets whole-batch channel
+        tiles of whole units, else the rows plan."""
+        v: View = call.attrs["view"]
+        dt = PRECISION_DTYPES[call.precision]
+        lanes = ctx.target.core.precisions[COMPUTE_PRECISION].lanes
+        split, ct, te = self._requested(call, ctx)
+        if split is None:
+            split = "channels" if self._channels_by_default(call, ctx) else "rows"
+        if split == "channels":
+            return _ChannelsPlan(call, ctx, v, dt, lanes, ct).build()
+        return _RowsPlan(call, ctx, v, dt, lanes, te).build()
+
+    def tilings(self, call: BoundCall, ctx: PlanContext) -> list[dict[str, Any]]:
+        """Candidates: the default plan, the channels plan with its widest one-pass blocks, the other plans.
+
+        The widest one-pass channel blocks (part-filled vectors if need be) read
+        x and dy once where the rows plan reads what does not stay resident twice;
+        the rows plan keeps every core busy when channels are few; its largest
+        tiles spend fewer DMA setups than the default four tiles per core.
+        """
+        v: View = call.attrs["view"]
+        dt = PRECISION_DTYPES[call.precision]
+        lanes = ctx.target.core.precisions[COMPUTE_PRECISION].lanes
+        chans = _ChannelsPlan(call, ctx, v, dt, lanes, None)
+        out = []
+        try:
+            rows = _RowsPlan(call, ctx, v, dt, lanes, None)
+            rows.build()
+            rows_default = {"split": "rows", "tile_elements": rows.first_want}
+            rows_largest = {"split": "rows", "tile_elements": rows.largest_want}
+        except LayoutError:
+            rows_default = rows_largest = None
+        if self._channels_by_default(call, ctx):
+            out.append({"split": "channels", "channel_block": chans.default_block()})
+        elif rows_default is not None:
+            out.append(rows_default)
+        widest = chans.widest_block()
+        if widest:
+            out.append({"split": "channels", "channel_block": widest})
+        out += [t for t in (rows_default, rows_largest) if t is not None]
+        return unique(out)
+
+    @staticmethod
+    def _requested(call: BoundCall, ctx: PlanContext) -> tuple[str | None, int | None, int | None]:
+        """(split, channel_block, tile_elements) of the call's tiling, None where the kernel chooses."""
+        v: View = call.attrs["view"]
+        tiling = tiling_keys(ctx, TILING_KEYS)
+        split = choice_key(tiling, "split", SPLITS)
+        ct = int_key(tiling, "channel_block", 1, v.c)
+        te = int_key(tiling, "tile_elements", 1, v.a * v.c * v.b)
+        if ct is not None and (split == "rows" or (split is None and te is not None)):
+            raise KernelArgError("argument 'tiling.channel_block': applies to the channels split only "
+                                 "(the rows split takes tile_elements)")
+        if te is not None and split == "channels":
+            raise KernelArgError("argument 'tiling.tile_elements': applies to the rows split only "
+                                 "(the channels split takes channel_block)")
+        if split is None and (ct is not None or te is not None):
+            split = "channels" if ct is not None else "rows"
+        return split, ct, te
+
+    def _channels_by_default(self, call: BoundCall, ctx: PlanContext) -> bool:
+        """Every core gets a whole unit (a vector of channels in NHWC) whose whole-batch tile fits."""
         v: View = call.attrs["view"]
         dt = PRECISION_DTYPES[call.precision]
         lanes = ctx.target.core.precisions[COMPUTE_PRECISION].lanes
         unit = lanes if v.channels_on_lanes else 1
-        units = -(-v.c // unit)
-        if units >= len(call.cores) and self._whole_batch_fits(v, min(unit, v.c), dt, ctx):
-            return _ChannelsPlan(call, ctx, v, dt, lanes).build()
-        return _RowsPlan(call, ctx, v, dt, lanes).build()
+        return -(-v.c // unit) >= len(call.cores) and self._whole_batch_fits(v, min(unit, v.c), dt, ctx)
 
     @staticmethod
     def _whole_batch_fits(v: View, ct: int, dt: np.dtype, ctx: PlanContext) -> bool:
@@ -256,8 +325,11 @@ class FusedBatchNormGrad:
 class _PlanBase:
     """What both plans share: the call's buffers, sizes and the tile flop counts."""
 
-    def __init__(self, call: BoundCall, ctx: PlanContext, v: View, dt: np.dtype, lanes: int):
+    def __init__(self, call: BoundCall, ctx: PlanContext, v: View, dt: np.dtype, lanes: int,
+                 size: int | None = None):
         self.call, self.ctx, self.v, self.dt, self.lanes = call, ctx, v, dt, lanes
+        #: The tile size a caller's tiling names (channels per tile or elements per tile), None: the plan's own.
+        self.size = size
         self.buf = {b.name: b for b in call.buffers}
         self.train: bool = call.attrs["is_training"]
         self.eps: float = call.attrs["epsilon"]
@@ -294,15 +366,47 @@ class _ChannelsPlan(_PlanBase):
     """Channels split over the cores; each tile a channel block over the whole batch, one phase."""
 
     def build(self) -> Plan:
-        """One phase, no barrier: the cores' channel ranges are independent."""
-        unit = self.lanes if self.v.channels_on_lanes else 1
-        units = -(-self.v.c // unit)
+        """One phase, no barrier: the cores' channel ranges are independent.
+
+        By default the cores split whole units (vectors of channels in NHWC) and
+        cut their share into a few blocks; with a caller's ``channel_block`` the
+        cores split whole blocks of that many channels.
+        """
         tiles: dict[int, tuple[Tile, ...]] = {}
-        for core, (u0, u1) in zip(self.call.cores, split_even(units, len(self.call.cores))):
-            c0, c1 = u0 * unit, min(self.v.c, u1 * unit)
-            tiles[core] = tuple(self._core_tiles(c0, c1, unit))
+        if self.size is None:
+            unit = self.lanes if self.v.channels_on_lanes else 1
+            for core, (c0, c1) in zip(self.call.cores, self._ranges(unit)):
+                tiles[core] = tuple(self._core_tiles(c0, c1, self._block(c1 - c0, unit)))
+        else:
+            ct = self.size
+            if not FusedBatchNormGrad._whole_batch_fits(self.v, ct, self.dt, self.ctx):
+                raise LayoutError(f"{self.call.symbol}: tiling channel_block={ct} does not fit the "
+                                  f"{self.ctx.scratch_size_bytes}-byte scratchpad (a whole-batch tile of x, "
+                                  f"y_backprop and x_backprop takes half of it)")
+            for core, (c0, c1) in zip(self.call.cores, self._ranges(ct)):
+                tiles[core] = tuple(self._core_tiles(c0, c1, ct))
         return Plan(cores=self.call.cores, phases=(Phase("channels", tiles, barrier_after=False),),
                     precision=self.call.precision)
+
+    def _ranges(self, unit: int) -> list[tuple[int, int]]:
+        """Channel ranges of the cores with work: whole ``unit``s split evenly."""
+        return [(u0 * unit, min(self.v.c, u1 * unit))
+                for u0, u1 in split_even(-(-self.v.c // unit), len(self.call.cores))]
+
+    def default_block(self) -> int:
+        """Channels per tile of the first core's share by default."""
+        unit = self.lanes if self.v.channels_on_lanes else 1
+        c0, c1 = self._ranges(unit)[0]
+        return self._block(c1 - c0, unit)
+
+    def widest_block(self) -> int:
+        """The most channels (<= a core's even share; whole vectors when at least one) whose whole batch fits."""
+        lo, hi = 0, -(-self.v.c // len(self.call.cores))
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            fit = FusedBatchNormGrad._whole_batch_fits(self.v, mid, self.dt, self.ctx)
+            lo, hi = (mid, hi) if fit else (lo, mid - 1)
+        return lo // self.lanes * self.lanes if self.v.channels_on_lanes and lo >= self.lanes else lo
 
     def _block(self, span: int, unit: int) -> int:
         """Channels per tile: whole units, fits half the scratchpad, a few tiles per core when possible."""
@@ -311,9 +415,8 @@ class _ChannelsPlan(_PlanBase):
             want = max(unit, (want // 2) // unit * unit)
         return min(want, span)
 
-    def _core_tiles(self, c0: int, c1: int, unit: int) -> list[Tile]:
+    def _core_tiles(self, c0: int, c1: int, ct: int) -> list[Tile]:
         v, dt, ctx = self.v, self.dt, self.ctx
-        ct = self._block(c1 - c0, unit)
         half = ctx.scratch_size_bytes // 2
         out = []
         for i, start in enumerate(range(c0, c1, ct)):
@@ -383,6 +486,8 @@ class _RowsPlan(_PlanBase):
 
     def build(self) -> Plan:
         """Phases per channel group: sums (+ inference x_backprop), barrier, reduce (+ training x_backprop)."""
+        self.first_want: int | None = None
+        self.largest_want: int | None = None
         self.shares = self._shares()
         self.parts = len(self.shares)
         group = self._group_size()
@@ -441,11 +546,23 @@ class _RowsPlan(_PlanBase):
     # -- where the blocks live -------------------------------------------------------------------
 
     def _cut(self, ar: tuple[int, int], cg: int, br: tuple[int, int], budget: int) -> list[tuple]:
-        """The share [a0, a1) x [0, cg) x [b0, b1) cut into (start, dims) blocks of at most ``budget`` elements."""
+        """The share [a0, a1) x [0, cg) x [b0, b1) cut into (start, dims) blocks of at most ``budget`` elements.
+
+        The tile size is the caller's ``tile_elements`` or the heuristic's.
+        """
         (a0, a1), (b0, b1) = ar, br
-        ta, tc, tb = _tile_dims(self.v, a1 - a0, cg, b1 - b0, budget, self.lanes)
+        want = heuristic_tile_elements(a1 - a0, cg, b1 - b0, budget, self.lanes) if self.size is None \
+            else self.size
+        elems = (a1 - a0) * cg * (b1 - b0)
+        self._last_cut = (min(want, elems), min(budget, elems))
+        ta, tc, tb = _tile_dims(self.v, a1 - a0, cg, b1 - b0, budget, self.lanes, want)
         return [((a, c, b), (min(ta, a1 - a), min(tc, cg - c), min(tb, b1 - b)))
                 for a in range(a0, a1, ta) for c in range(0, cg, tc) for b in range(b0, b1, tb)]
+
+    def _remember_cut(self) -> None:
+        """Keep the first share's tile size and the largest it could take, for :meth:`FusedBatchNormGrad.tilings`."""
+        if self.first_want is None:
+            self.first_want, self.largest_want = self._last_cut
 
     def _bytes(self, dims: tuple[int, int, int]) -> int:
         return align_up(dims[0] * dims[1] * dims[2] * self.dt.itemsize, self.ctx.alignment_bytes)
@@ -460,18 +577,27 @@ class _RowsPlan(_PlanBase):
         Inference reads everything once and streams through two halves.
         """
         align, size, item = self.ctx.alignment_bytes, free.size_bytes, self.dt.itemsize
-        if self.train:
-            blocks = self._cut(ar, cg, br, max(0, size // 2 - 2 * align) // (2 * item))
+        resident_budget = max(0, size // 2 - 2 * align) // (2 * item)
+        if self.train and (self.size is None or self.size <= resident_budget):
+            blocks = self._cut(ar, cg, br, resident_budget)
             if sum(2 * self._bytes(d) for _, d in blocks) <= size:
+                self._remember_cut()
                 out, addr = [], free.base
                 for j, (start, dims) in enumerate(blocks):
                     out.append(_Block(start, dims, addr, 3 + j, True))
                     addr += 2 * self._bytes(dims)
                 return out
+        if self.train:
             half = size // 6 // align * align
         else:
             half = size // 2 // align * align
-        blocks = self._cut(ar, cg, br, max(0, half - 3 * align) // (3 * item))
+        budget = max(0, half - 3 * align) // (3 * item)
+        if self.size is not None and self.size > budget:
+            raise LayoutError(f"{self.call.symbol}: tiling tile_elements={self.size} does not fit the "
+                              f"{self.ctx.scratch_size_bytes}-byte scratchpad (at most {budget} elements per "
+                              f"tensor in a streamed tile)")
+        blocks = self._cut(ar, cg, br, budget)
+        self._remember_cut()
         stay = 0
         if self.train:
             room = size - 2 * half

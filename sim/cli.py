@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
@@ -77,7 +78,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     violations = check_layout(call, m.target)
     if not violations:
         try:
-            m.kernel_of(call).plan(call, m.context(call))  # tiles that cannot fit the scratchpad fail here
+            # Tiles that cannot fit the scratchpad fail here (with the config's tiling, if it names one).
+            m.kernel_of(call).plan(call, replace(m.context(call), tiling=cfg.tiling))
         except LayoutError as e:
             violations = list(getattr(e, "violations", ())) or [plan_violation(call, m.target, e)]
     report = {"config": str(cfg.path), **layout_report(call, m.target, violations)}

@@ -19,6 +19,16 @@ Format::
     outputs:                       # read back after the call and saved as <out_dir>/<stem>.<name>.npy
       - {name: dx, addr: 0xA1000000, shape: [4, 64], dtype: float32}
     trace: bn_shared.json          # optional trace file name (default <config stem>.json)
+    tiling:                        # optional: the partition over the cores and the tile sizes
+      split: rows                  #   (keys are the kernel's own: see its module docstring)
+      row_block: 2
+
+Without ``tiling`` the simulator plans every candidate tiling the kernel lists,
+prices each with the cost model (a timing-only run) and keeps the cheapest; the
+run's summary prints the choice.  A ``tiling`` names the kernel's keys (those a
+kernel does not know, or values it cannot take, are refused naming
+``tiling.<key>``; a tiling that cannot fit the scratchpad is a layout error);
+keys left out are the kernel's own choice.
 
 Errors name the file and the key path (:class:`ConfigError`).
 """
@@ -68,6 +78,7 @@ class RunConfig:
     trace: str
     numerics: bool = True
     description: str = ""
+    tiling: dict | None = None  # the kernel's tiling keys; None: the cost model chooses
 
     def materialise(self, spec: ArraySpec) -> np.ndarray:
         """The array a ``data`` entry describes (seeded random, a .npy file, a fill value, or literal values)."""
@@ -227,6 +238,24 @@ def _array_spec(path: Path, raw: Any, key: str, is_data: bool) -> ArraySpec:
     return ArraySpec(name=name, addr=addr, shape=shape, dtype=np.dtype(m["dtype"]), core=core, source=src)
 
 
+def _tiling(path: Path, raw: Any) -> dict | None:
+    """The optional ``tiling`` mapping: key (an identifier) -> a number, string, boolean or list of them.
+
+    Which keys and values a kernel takes is the kernel's to check when it plans.
+    """
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise _fail(path, "tiling", f"expected a mapping of tiling key -> value, got {type(raw).__name__}")
+    for k, v in raw.items():
+        if not isinstance(k, str) or not k.isidentifier():
+            raise _fail(path, f"tiling.{key_text(str(k))}", "expected a key that is an identifier")
+        items = v if isinstance(v, list) else [v]
+        if not all(isinstance(x, (int, float, str, bool)) for x in items):
+            raise _fail(path, f"tiling.{k}", f"expected a number, string, boolean or a list of them, got {v!r}")
+    return dict(raw)
+
+
 def load_config(path: str | Path) -> RunConfig:
     """Parse and check a run-config file."""
     p = Path(path)
@@ -240,7 +269,7 @@ def load_config(path: str | Path) -> RunConfig:
         raise ConfigError(f"{p}: cannot read run-config: {e}") from None
     doc = load_yaml(text, str(p), ConfigError)
     top = _mapping(p, doc, "<top>", {"target", "symbol", "args"},
-                   {"data", "outputs", "trace", "numerics", "description"})
+                   {"data", "outputs", "trace", "numerics", "description", "tiling"})
     for k in ("target", "symbol"):
         if not isinstance(top[k], str) or not top[k] or not top[k].isprintable():
             raise _fail(p, k, f"expected a non-empty one-line string, got {top[k]!r}")
@@ -262,6 +291,7 @@ def load_config(path: str | Path) -> RunConfig:
     if not isinstance(trace, str) or not NAME_RE.match(trace):
         raise _fail(p, "trace", f"expected a file name of letters, digits, '_', '.', '-' (written under the "
                                 f"output folder), got {trace!r}")
+    tiling = _tiling(p, top.get("tiling"))
     data_specs = tuple(_array_spec(p, d, f"data[{i}]", True) for i, d in enumerate(data))
     out_specs = tuple(_array_spec(p, o, f"outputs[{i}]", False) for i, o in enumerate(outputs))
     for key, specs in (("data", data_specs), ("outputs", out_specs)):
@@ -273,4 +303,4 @@ def load_config(path: str | Path) -> RunConfig:
     return RunConfig(
         path=p, target=target, symbol=top["symbol"], args=dict(top["args"]),
         data=data_specs, outputs=out_specs,
-        trace=trace, numerics=numerics, description=str(top.get("description", "")))
+        trace=trace, numerics=numerics, description=str(top.get("description", "")), tiling=tiling)

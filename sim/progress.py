@@ -89,7 +89,8 @@ def execute_with_progress(cfg: RunConfig, stream: IO[str] | None = None, delay: 
     if not is_terminal(stream):
         return execute(cfg)
     m = prepare(cfg)
-    _, plan = m.plan(cfg.symbol, **cfg.args)  # planned once more by call(); planning is cheap next to running
+    # Planned once more by call(); planning is cheap next to running.
+    _, plan = m.plan(cfg.symbol, tiling=cfg.tiling, **cfg.args)
     with RunProgress(tiles_in_plan(plan), stream=stream, delay=delay, mininterval=mininterval) as bar:
-        run = m.call(cfg.symbol, numerics=cfg.numerics, progress=bar, **cfg.args)
+        run = m.call(cfg.symbol, numerics=cfg.numerics, progress=bar, tiling=cfg.tiling, **cfg.args)
     return m, run

@@ -186,7 +186,7 @@ def run_point(point: dict) -> dict:
         chip = parse_target(doc, f"{tpath} (swept)")
         m = Simulator(chip)
         place_data(cfg, m, point["numerics"])
-        run = m.call(symbol, numerics=point["numerics"], **args)
+        run = m.call(symbol, numerics=point["numerics"], tiling=cfg.tiling, **args)
         row.update(chip=chip.name, symbol=symbol, cores=len(run.cores), cycles=run.cycles, roofline_cycles=run.roofline.cycles,
                    roofline_fraction=run.roofline_fraction, bound_by=run.roofline.bound_by, error="")
     except SimError as e:

@@ -1,0 +1,50 @@
+"""Checking a caller's ``tiling`` mapping: every refusal names ``tiling.<key>`` and what the key takes.
+
+A kernel that honours ``PlanContext.tiling`` lists its keys with a short
+description of each; :func:`tiling_keys` refuses keys it does not know and
+:func:`int_key` / :func:`choice_key` check the values.  Whether a valid tiling
+fits the scratchpad is the kernel's own question (a LayoutError naming it).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from kernels.base import PlanContext, tiling_options
+from sim.errors import KernelArgError
+
+
+def tiling_keys(ctx: PlanContext, keys: Sequence[str]) -> dict[str, Any]:
+    """The call's tiling (empty when none was given), unknown keys refused."""
+    return tiling_options(ctx, {k: (lambda _v: True) for k in keys})
+
+
+def int_key(tiling: Mapping[str, Any], key: str, lo: int, hi: int) -> int | None:
+    """``tiling[key]`` as an int in ``lo..hi``, None when absent; else KernelArgError naming ``tiling.<key>``."""
+    if key not in tiling:
+        return None
+    value = tiling[key]
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
+        raise KernelArgError(f"argument 'tiling.{key}': expected an integer in {lo}..{hi}, got {value!r}")
+    return int(value)
+
+
+def choice_key(tiling: Mapping[str, Any], key: str, choices: Sequence[str]) -> str | None:
+    """``tiling[key]`` as one of ``choices``, None when absent; else KernelArgError naming ``tiling.<key>``."""
+    if key not in tiling:
+        return None
+    value = tiling[key]
+    if not isinstance(value, str) or value not in choices:
+        raise KernelArgError(f"argument 'tiling.{key}': expected one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def unique(candidates: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``candidates`` in order with repeats dropped (the simulator prices each one it is given)."""
+    out: list[dict[str, Any]] = []
+    for c in candidates:
+        if dict(c) not in out:
+            out.append(dict(c))
+    return out
