@@ -13,6 +13,7 @@ operands it reads back from simulated memory.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import deque
 from typing import Callable, Generator
@@ -25,6 +26,39 @@ from sim.errors import MemoryFault, SimError
 from sim.memory import MAX_ACCESS_BYTES, SHARED, AddressSpace
 from sim.target import Region, Target
 from sim.trace import Recorder, TraceEvent
+
+
+def _fast_constructor(cls: type) -> Callable[..., TraceEvent]:
+    """A constructor of the frozen dataclass ``cls`` that fills the instance dict at once.
+
+    A frozen dataclass's ``__init__`` sets every field through ``object.__setattr__``,
+    which costs as much as a SimPy event for a 15-field trace event; runs record
+    one per DMA and compute.  Falls back to the class itself if it ever gains
+    slots or a ``__post_init__``.
+    """
+    if not dataclasses.is_dataclass(cls) or hasattr(cls, "__slots__") or hasattr(cls, "__post_init__"):
+        return cls
+    fields = dataclasses.fields(cls)
+    if any(f.default_factory is not dataclasses.MISSING for f in fields):
+        return cls
+    defaults = {f.name: f.default for f in fields if f.default is not dataclasses.MISSING}
+    required = frozenset(f.name for f in fields) - defaults.keys()
+    allowed = frozenset(f.name for f in fields)
+    new = object.__new__
+
+    def make(**values: object) -> TraceEvent:
+        if required - values.keys() or values.keys() - allowed:
+            return cls(**values)  # let the dataclass raise its own error
+        event = new(cls)
+        d = event.__dict__
+        d.update(defaults)
+        d.update(values)
+        return event
+
+    return make
+
+
+_trace_event = _fast_constructor(TraceEvent)
 
 
 class CountingEnvironment(simpy.Environment):
@@ -173,7 +207,7 @@ class Engine:
         # The last byte lands one access latency after it left the port.
         yield self.env.timeout(latency)
         engines.release(engine_id)
-        self.recorder.record(TraceEvent(
+        self.recorder.record(_trace_event(
             core=core, unit=f"dma{engine_id}", kind=kind, start=start, end=self.env.now, bytes=size_bytes,
             src=t.src, dst=t.dst, src_region=src_region.name, dst_region=dst_region.name,
             tile=tile.tile_id, phase=phase, wait_cycles=waited, wait_start=queued))
@@ -239,7 +273,7 @@ class Engine:
             for op, value in zip(c.outputs, results):
                 self._write_operand(core, tile, op, value)
         yield self.env.timeout(self.compute_cycles(c))
-        self.recorder.record(TraceEvent(core=core, unit="compute", kind="compute", start=start,
+        self.recorder.record(_trace_event(core=core, unit="compute", kind="compute", start=start,
                                         end=self.env.now, tile=tile.tile_id, phase=phase, flops=c.flops))
 
     # -- a core's walk through the plan ---------------------------------------------------------
@@ -287,7 +321,7 @@ class Engine:
             release = state["release"]
             self.env.process(self._release(release))
         yield state["release"]
-        self.recorder.record(TraceEvent(core=core, unit="sync", kind="barrier_wait", start=arrive,
+        self.recorder.record(_trace_event(core=core, unit="sync", kind="barrier_wait", start=arrive,
                                         end=self.env.now, phase=phase, wait_cycles=self.env.now - arrive,
                                         wait_start=arrive))
 
@@ -297,7 +331,7 @@ class Engine:
 
     def _core(self, core: int, plan: Plan, barriers: list[dict]) -> Generator:
         yield self.env.timeout(self.target.launch_overhead_cycles)
-        self.recorder.record(TraceEvent(core=core, unit="sync", kind="launch", start=0, end=self.env.now))
+        self.recorder.record(_trace_event(core=core, unit="sync", kind="launch", start=0, end=self.env.now))
         for phase, state in zip(plan.phases, barriers):
             yield from self._tiles(core, tuple(phase.tiles.get(core, ())), phase.name)
             if state is not None:
