@@ -382,7 +382,7 @@ def fq_large(m: sim.Simulator) -> None:
     m.write(FQ["max"], np.float32(6.0))
 
 
-# kernel, symbol suffix, the arguments of bench's large shape, a naive tiling (plain split, one tile size)
+# kernel, the arguments of its large shape (bench/), a naive tiling (a plain split, one tile size everywhere)
 LARGE = [
     ("batch_norm_grad", bn_args(25088, 256, 1), {"split": "channels", "channel_block": 32, "row_block": 256}),
     ("fused_batch_norm_grad", dict(FBN, shape=[8, 56, 56, 64], epsilon=1e-3, data_format="NHWC", is_training=True),
@@ -390,6 +390,10 @@ LARGE = [
     ("fake_quant_with_min_max_vars_gradient", dict(FQ, shape=[16, 56, 56, 64]), {"tile_elements": 4096}),
     ("depthwise_conv2d_backprop_input", dw_args((8, 112, 112, 64), 3, 3, 1, 1, "NHWC"),
      {"channel_parts": 1, "tile_rows": 8, "tile_cols": 112, "tile_channels": 32}),
+    # Conv2DBackpropFilter lists its own tilings already; checked here too so every kernel's large shape is.
+    ("conv2d_backprop_filter", dict(input=ADDR[0], out_backprop=ADDR[1], output=ADDR[2], input_shape=[8, 56, 56, 64],
+                                    filter_sizes=[3, 3, 64, 64], strides=[1, 1, 1, 1], padding="SAME"),
+     {"split": "spatial", "in_c_slice": 32, "out_c_slice": 32}),
 ]
 
 
