@@ -399,7 +399,7 @@ def test_fault_mid_run_rolls_memory_back(monkeypatch, fault, err, symbol, args, 
     assert m.memory.snapshot() == clean.memory.snapshot()
 
 
-# --- docs/layout-rules.md shows the real messages ---------------------------------------------------------
+# --- the README shows the real messages ---------------------------------------------------------
 
 def _tiny_am(doc: dict) -> None:
     region_doc(doc, "am")["size_bytes"] = 0x400
@@ -409,7 +409,7 @@ def _aligned_ddr(doc: dict) -> None:
     region_doc(doc, "ddr")["alignment_bytes"] = 128
 
 
-#: One example per refusal: (id, symbol, arguments, edit of FT78NE or None).  docs/layout-rules.md shows
+#: One example per refusal: (id, symbol, arguments, edit of FT78NE or None).  the README shows
 #: each call and the message it gets; the test below re-runs them so the document cannot drift.
 DOC_EXAMPLES = [
     ("mapped", "fp_batch_norm_grad_s", {**S, "x": 0x60000000}, None),
@@ -437,12 +437,12 @@ def doc_example_message(tmp_path: Path, symbol: str, args: dict, edit) -> str:
 
 @pytest.mark.parametrize("rid,symbol,args,edit", DOC_EXAMPLES, ids=[e[0] for e in DOC_EXAMPLES])
 def test_layout_rules_doc_shows_real_messages(tmp_path, rid, symbol, args, edit):
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "layout-rules.md").read_text()
+    doc = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     assert doc_example_message(tmp_path, symbol, args, edit) in doc
 
 
 def test_layout_rules_doc_shows_real_fault_messages():
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "layout-rules.md").read_text()
+    doc = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     good = Tile(0, (Transfer.contiguous(0xA0000000, 0x20000000, 256),), None, ())
     bad = Tile(1, (Transfer.contiguous(0x60000000, 0x20000100, 256),), None, ())
     with pytest.raises(sim.MemoryFault) as info:
