@@ -1,14 +1,19 @@
 """The SimPy model of a chip running a lowered plan.
 
 One process per core walks the plan's phases.  Each tile's loads go through the
-core's DMA engines (a first-come-first-served pool of engine ids), each transfer holding one port
-of every region it touches for ``bytes / port bandwidth`` cycles; shared regions
-have one set of ports for the whole chip, private regions one set per core, so
-contention on DDR or GSM emerges from cores queueing for ports.  The next
-tile's loads are issued while this tile computes (double buffering through the
-tiles' slots), and phases end in a barrier.  Every number comes from the target.
-The engine knows no kernel: it moves bytes and calls each tile's compute on the
-operands it reads back from simulated memory.
+core's DMA engines (a first-come-first-served pool of engine ids), each transfer
+holding one port of every region it touches for ``bytes / port bandwidth``
+cycles; shared regions have one set of ports for the whole chip, private regions
+one set per core, so contention on DDR or GSM emerges from cores queueing for
+ports.  The next tile's loads are issued while this tile computes (double
+buffering through the tiles' slots), and phases end in a barrier.  Every number
+comes from the target.  The engine knows no kernel: it moves bytes and calls
+each tile's compute on the operands it reads back from simulated memory.
+
+Transfers are not SimPy processes: each is a chain of timeouts (setup, stream,
+latency) whose callbacks take the next step, and a free engine or port is taken
+without an event.  A tile costs about three events per transfer plus its
+compute, so the event engine's work grows with tiles, not with elements.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Callable, Generator
 
 import numpy as np
 import simpy
+from simpy.core import EmptySchedule
 
 from kernels.base import Compute, Operand, Plan, Tile, Transfer
 from sim.errors import MemoryFault, SimError
@@ -41,9 +47,10 @@ def _fast_constructor(cls: type) -> Callable[..., TraceEvent]:
     fields = dataclasses.fields(cls)
     if any(f.default_factory is not dataclasses.MISSING for f in fields):
         return cls
-    defaults = {f.name: f.default for f in fields if f.default is not dataclasses.MISSING}
-    required = frozenset(f.name for f in fields) - defaults.keys()
-    allowed = frozenset(f.name for f in fields)
+    # Every field, in declaration order (the instance dict keeps it), with its default (None if required).
+    template = {f.name: None if f.default is dataclasses.MISSING else f.default for f in fields}
+    required = frozenset(f.name for f in fields if f.default is dataclasses.MISSING)
+    allowed = frozenset(template)
     new = object.__new__
 
     def make(**values: object) -> TraceEvent:
@@ -51,7 +58,7 @@ def _fast_constructor(cls: type) -> Callable[..., TraceEvent]:
             return cls(**values)  # let the dataclass raise its own error
         event = new(cls)
         d = event.__dict__
-        d.update(defaults)
+        d.update(template)
         d.update(values)
         return event
 
@@ -59,19 +66,6 @@ def _fast_constructor(cls: type) -> Callable[..., TraceEvent]:
 
 
 _trace_event = _fast_constructor(TraceEvent)
-
-
-class CountingEnvironment(simpy.Environment):
-    """A SimPy environment that counts the events it processes (the engine's unit of work)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.events_processed = 0
-
-    def step(self) -> None:
-        """Process the next event and count it."""
-        super().step()
-        self.events_processed += 1
 
 
 class _Pool:
@@ -110,6 +104,120 @@ class _Pool:
             self.free.append(unit)
 
 
+class _Group:
+    """Counts down the members of a group of transfers; calls ``done()`` when the last one ends."""
+
+    __slots__ = ("left", "done")
+
+    def __init__(self, members: int, done: Callable[[], None] | None):
+        self.left = members
+        self.done = done
+
+    def one_done(self) -> None:
+        """One member ended."""
+        self.left -= 1
+        if not self.left and self.done is not None:
+            self.done()
+
+
+class _Gate:
+    """Opens once; callbacks registered before run when it opens, those registered after run at once."""
+
+    __slots__ = ("is_open", "waiting")
+
+    def __init__(self) -> None:
+        self.is_open = False
+        self.waiting: list[Callable[[], None]] = []
+
+    def then(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` when the gate is open."""
+        if self.is_open:
+            callback()
+        else:
+            self.waiting.append(callback)
+
+    def open(self) -> None:
+        """Open the gate and run what waited for it."""
+        self.is_open = True
+        waiting, self.waiting = self.waiting, []
+        for callback in waiting:
+            callback()
+
+
+class _Dma:
+    """One transfer on one of a core's DMA engines, driven by SimPy timeouts and callbacks (no process).
+
+    Engine, setup, ports (in the route's fixed order), streaming, release of the
+    ports, the access latency, then the engine is free and ``done()`` runs.
+    """
+
+    __slots__ = ("eng", "core", "tile", "t", "kind", "phase", "done", "src", "dst", "pools", "bw", "latency",
+                 "engines", "engine_id", "start_cycle", "queued", "waited", "port")
+
+    def __init__(self, eng: "Engine", core: int, tile: Tile, t: Transfer, kind: str, phase: str,
+                 done: Callable[[], None]):
+        self.eng, self.core, self.tile, self.t, self.kind, self.phase, self.done = eng, core, tile, t, kind, phase, done
+        self.src = eng._resolve(core, tile, t, "src")
+        self.dst = eng._resolve(core, tile, t, "dst")
+        self.pools, self.bw, self.latency = eng._route(self.src[0], self.src[1], self.dst[0], self.dst[1])
+        self.engines = eng._dma_engines(core)
+        self.port = 0
+
+    def start(self) -> None:
+        """Ask for a DMA engine."""
+        wait = self.engines.acquire()
+        if wait is None:
+            self._engine(self.engines.take())
+        else:
+            wait.callbacks.append(lambda event: self._engine(event.value))
+
+    def _engine(self, engine_id: int) -> None:
+        self.engine_id = engine_id
+        self.start_cycle = self.eng.env.now
+        self.eng._after(self.eng.target.dma.setup_cycles, self._ports)
+
+    def _ports(self, _: simpy.Event | None = None) -> None:
+        if _ is not None:
+            self.queued = self.eng.env.now
+        pools = self.pools
+        while self.port < len(pools):
+            pool = pools[self.port]
+            self.port += 1
+            wait = pool.acquire()
+            if wait is not None:
+                wait.callbacks.append(self._granted)
+                return
+            pool.take()
+        self._stream()
+
+    def _granted(self, _: simpy.Event) -> None:
+        self._ports(None)
+
+    def _stream(self) -> None:
+        t, eng = self.t, self.eng
+        self.waited = eng.env.now - self.queued
+        if eng.numerics:
+            eng.memory.copy(self.src[1], t.src, self.dst[1], t.dst, t.shape, t.itemsize, t.src_strides,
+                            t.dst_strides)
+        eng._after(max(1, math.ceil(t.size_bytes / self.bw)), self._streamed)
+
+    def _streamed(self, _: simpy.Event) -> None:
+        for pool in self.pools:
+            pool.release(0)
+        # The last byte lands one access latency after it left the port.
+        self.eng._after(self.latency, self._landed)
+
+    def _landed(self, _: simpy.Event) -> None:
+        eng, t = self.eng, self.t
+        self.engines.release(self.engine_id)
+        now = eng.env.now
+        eng.recorder.record(_trace_event(
+            core=self.core, unit=f"dma{self.engine_id}", kind=self.kind, start=self.start_cycle, end=now,
+            bytes=t.size_bytes, src=t.src, dst=t.dst, src_region=self.src[0].name, dst_region=self.dst[0].name,
+            tile=self.tile.tile_id, phase=self.phase, wait_cycles=self.waited, wait_start=self.queued))
+        self.done()
+
+
 class Engine:
     """Runs one plan on a fresh SimPy environment; the cycle count is returned by :meth:`run`."""
 
@@ -120,7 +228,8 @@ class Engine:
         self.recorder = recorder
         self.numerics = numerics
         self.on_tile = on_tile
-        self.env = CountingEnvironment()
+        self.env = simpy.Environment()
+        self.events_processed = 0
         self._ports: dict[tuple[str, int], _Pool] = {}
         self._engines: dict[int, _Pool] = {}
         # (lo, hi, core) -> (region, store key): a plan touches the same spans again and again.
@@ -131,7 +240,7 @@ class Engine:
     @property
     def sim_events(self) -> int:
         """SimPy events processed so far by this engine's run."""
-        return self.env.events_processed
+        return self.events_processed
 
     # -- resources ----------------------------------------------------------------------------
 
@@ -181,44 +290,19 @@ class Engine:
                 max(src_region.latency_cycles, dst_region.latency_cycles))
         return route
 
-    def _transfer(self, core: int, tile: Tile, t: Transfer, kind: str, phase: str) -> Generator:
-        src_region, src_key = self._resolve(core, tile, t, "src")
-        dst_region, dst_key = self._resolve(core, tile, t, "dst")
-        pools, bw, latency = self._route(src_region, src_key, dst_region, dst_key)
-        engines = self._dma_engines(core)
-        wait = engines.acquire()
-        engine_id = engines.take() if wait is None else (yield wait)
-        start = self.env.now
-        yield self.env.timeout(self.target.dma.setup_cycles)
-        queued = self.env.now
-        for pool in pools:
-            wait = pool.acquire()
-            if wait is None:
-                pool.take()
-            else:
-                yield wait
-        waited = self.env.now - queued
-        size_bytes = t.size_bytes
-        if self.numerics:
-            self.memory.copy(src_key, t.src, dst_key, t.dst, t.shape, t.itemsize, t.src_strides, t.dst_strides)
-        yield self.env.timeout(max(1, math.ceil(size_bytes / bw)))
-        for pool in pools:
-            pool.release(0)
-        # The last byte lands one access latency after it left the port.
-        yield self.env.timeout(latency)
-        engines.release(engine_id)
-        self.recorder.record(_trace_event(
-            core=core, unit=f"dma{engine_id}", kind=kind, start=start, end=self.env.now, bytes=size_bytes,
-            src=t.src, dst=t.dst, src_region=src_region.name, dst_region=dst_region.name,
-            tile=tile.tile_id, phase=phase, wait_cycles=waited, wait_start=queued))
+    def _after(self, delay: int, callback: Callable[[simpy.Event], None]) -> None:
+        """Call ``callback`` ``delay`` cycles from now (one SimPy timeout, no process)."""
+        self.env.timeout(delay).callbacks.append(callback)
 
-    def _transfers(self, core: int, tile: Tile, transfers: tuple[Transfer, ...], kind: str,
-                   phase: str) -> Generator:
-        procs = [self.env.process(self._transfer(core, tile, t, kind, phase)) for t in transfers]
-        if len(procs) == 1:
-            yield procs[0]  # one transfer: wait for it directly (an all_of would cost one more event)
-        elif procs:
-            yield self.env.all_of(procs)
+    def _start_transfers(self, core: int, tile: Tile, transfers: tuple[Transfer, ...], kind: str, phase: str,
+                         done: Callable[[], None]) -> None:
+        """Start ``transfers`` now, all at once; ``done()`` runs when the last has landed (at once if none)."""
+        if not transfers:
+            done()
+            return
+        group = _Group(len(transfers), done)
+        for t in transfers:
+            _Dma(self, core, tile, t, kind, phase, group.one_done).start()
 
     # -- compute ---------------------------------------------------------------------------------
 
@@ -280,39 +364,48 @@ class Engine:
 
     def _tiles(self, core: int, tiles: tuple[Tile, ...], phase: str) -> Generator:
         env = self.env
-        released: dict[int, simpy.Event] = {}  # slot -> event fired when its latest tile's stores are done
-        loads: list[simpy.Process] = []
-        done_events: list[simpy.Event] = []
-
-        def load(i: int, after: simpy.Event | None) -> Generator:
-            if after is not None:
-                yield after
-            yield from self._transfers(core, tiles[i], tiles[i].loads, "dma_in", phase)
+        n = len(tiles)
+        if not n:
+            return
+        latest: dict[int, _Gate] = {}  # slot -> gate of the latest tile issued on it
+        gates: list[_Gate] = []  # per tile: opens when its stores have landed (its slot is free again)
+        loaded: list[simpy.Event] = []  # per tile: fires when its loads have landed
+        all_stored = env.event()
+        stored = _Group(n, all_stored.succeed)
 
         def issue(i: int) -> None:
-            slot = tiles[i].slot
-            prev = released.get(slot)
-            done = env.event()
-            released[slot] = done
-            done_events.append(done)
-            loads.append(env.process(load(i, prev)))
+            tile = tiles[i]
+            event = env.event()
+            loaded.append(event)
+            gate = _Gate()
+            gates.append(gate)
+            prev = latest.get(tile.slot)
+            latest[tile.slot] = gate
 
-        def store(i: int) -> Generator:
-            yield from self._transfers(core, tiles[i], tiles[i].stores, "dma_out", phase)
-            done_events[i].succeed()
+            def start() -> None:
+                self._start_transfers(core, tile, tile.loads, "dma_in", phase, event.succeed)
 
-        if tiles:
-            issue(0)
+            if prev is None:
+                start()
+            else:
+                prev.then(start)  # the slot's buffers are free once the previous tile's stores landed
+
+        issue(0)
         for i, tile in enumerate(tiles):
-            if i + 1 < len(tiles):
+            if i + 1 < n:
                 issue(i + 1)  # prefetch: the next tile's DMA overlaps this tile's compute
-            yield loads[i]
+            yield loaded[i]
             yield from self._compute(core, tile, phase)
-            env.process(store(i))
+            gate = gates[i]
+
+            def stored_one(gate: _Gate = gate) -> None:
+                gate.open()
+                stored.one_done()
+
+            self._start_transfers(core, tile, tile.stores, "dma_out", phase, stored_one)
             if self.on_tile is not None:
                 self.on_tile(1, env.now)
-        if done_events:
-            yield env.all_of(done_events)
+        yield all_stored
 
     def _barrier(self, core: int, phase: str, state: dict) -> Generator:
         arrive = self.env.now
@@ -338,6 +431,28 @@ class Engine:
                 yield from self._barrier(core, phase.name, state)
         self.core_end_cycles[core] = self.env.now
 
+    def _run_events(self, until_cycles: int | None) -> None:
+        """Process events (those up to ``until_cycles`` if given) and count them.
+
+        ``env.run`` with a counting ``step`` override would cost a call per event; this loop
+        does the same work with a local counter.
+        """
+        env, step, n = self.env, self.env.step, 0
+        try:
+            if until_cycles is None:
+                while True:
+                    step()
+                    n += 1
+            else:
+                peek = env.peek
+                while peek() <= until_cycles:
+                    step()
+                    n += 1
+        except EmptySchedule:
+            pass
+        finally:
+            self.events_processed += n
+
     def run(self, plan: Plan, until_cycles: int | None = None) -> int | None:
         """Simulate ``plan``; returns the cycles from launch to the last core's end.
 
@@ -352,12 +467,9 @@ class Engine:
         ]
         for core in plan.cores:
             self.env.process(self._core(core, plan, barriers))
-        if until_cycles is not None:
-            self.env.run(until=until_cycles + 1)
-            if len(self.core_end_cycles) < len(plan.cores):
-                return None
-        else:
-            self.env.run()
+        self._run_events(until_cycles)
+        if until_cycles is not None and len(self.core_end_cycles) < len(plan.cores):
+            return None
         missing = [c for c in plan.cores if c not in self.core_end_cycles]
         if missing:
             raise SimError(f"simulation stalled: cores {missing} never finished (deadlocked plan)")
