@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -18,6 +19,10 @@ from sim.memory import AddressSpace
 from sim.summary import CoreSummary, Roofline, core_summaries, roofline, summary_table
 from sim.target import Target, load_target
 from sim.trace import Recorder, TraceEvent, region_facts, write_trace
+
+
+#: Plans a simulator keeps for calls it may see again (least recently used dropped first).
+PLAN_CACHE_SIZE = 16
 
 
 @dataclass(frozen=True)
@@ -136,6 +141,8 @@ class Simulator:
         self.target = load_target(target)
         # Tiling choices already made by the cost model: call arguments -> (chosen tiling, priced candidates).
         self._tiling_cache: dict[tuple[str, str], tuple[dict, tuple]] = {}
+        # Plans of recent calls (plan key -> plan): a repeated call, or a sweep point, skips planning.
+        self._plans: OrderedDict[str, tuple[Callable, Plan]] = OrderedDict()
         self.memory = AddressSpace(self.target)
 
     # -- memory -----------------------------------------------------------------------------------
@@ -259,9 +266,28 @@ class Simulator:
         self._tiling_cache[key] = (candidates[best[1]][0], tuple(priced))
         return call, candidates[best[1]][1], TilingChoice(candidates[best[1]][0], "cost model", tuple(priced))
 
+    @staticmethod
+    def _plan_key(call: BoundCall, tiling: Mapping[str, Any] | None) -> str:
+        """A plan is a function of the bound call (its buffers, attributes, cores) and the tiling only."""
+        return repr((call, sorted((tiling or {}).items())))
+
+    def _cached_plan(self, kernel: Any, call: BoundCall, ctx: PlanContext) -> Plan:
+        """``kernel.plan(call, ctx)``, reused when the same call was planned with the same tiling before."""
+        key = self._plan_key(call, ctx.tiling)
+        planner = getattr(kernel.plan, "__func__", kernel.plan)  # a replaced planner must not see old plans
+        cached = self._plans.get(key)
+        if cached is not None and cached[0] is planner:
+            self._plans.move_to_end(key)
+            return cached[1]
+        plan = kernel.plan(call, ctx)
+        self._plans[key] = (planner, plan)
+        if len(self._plans) > PLAN_CACHE_SIZE:
+            self._plans.popitem(last=False)
+        return plan
+
     def _lower(self, kernel: Any, call: BoundCall, ctx: PlanContext) -> Plan:
         try:
-            return kernel.plan(call, ctx)
+            return self._cached_plan(kernel, call, ctx)
         except LayoutError as e:
             if getattr(e, "violations", None):
                 raise
@@ -272,7 +298,7 @@ class Simulator:
         out = []
         for cand in kernel.tilings(call, ctx):
             try:
-                out.append((dict(cand), kernel.plan(call, replace(ctx, tiling=dict(cand)))))
+                out.append((dict(cand), self._cached_plan(kernel, call, replace(ctx, tiling=dict(cand)))))
             except LayoutError:
                 continue
         return out
