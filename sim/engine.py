@@ -152,13 +152,16 @@ class _Dma:
     """
 
     __slots__ = ("eng", "core", "tile", "t", "kind", "phase", "done", "src", "dst", "pools", "bw", "latency",
-                 "engines", "engine_id", "start_cycle", "queued", "waited", "port")
+                 "engines", "engine_id", "start_cycle", "queued", "waited", "port", "size_bytes")
 
     def __init__(self, eng: "Engine", core: int, tile: Tile, t: Transfer, kind: str, phase: str,
                  done: Callable[[], None]):
         self.eng, self.core, self.tile, self.t, self.kind, self.phase, self.done = eng, core, tile, t, kind, phase, done
-        self.src = eng._resolve(core, tile, t, "src")
-        self.dst = eng._resolve(core, tile, t, "dst")
+        ends = eng._memo.get((id(t), core))
+        if ends is None:
+            ends = eng._memo[(id(t), core)] = (eng._resolve(core, tile, t, "src"), eng._resolve(core, tile, t, "dst"),
+                                              t.size_bytes)
+        self.src, self.dst, self.size_bytes = ends
         self.pools, self.bw, self.latency = eng._route(self.src[0], self.src[1], self.dst[0], self.dst[1])
         self.engines = eng._dma_engines(core)
         self.port = 0
@@ -199,7 +202,7 @@ class _Dma:
         if eng.numerics:
             eng.memory.copy(self.src[1], t.src, self.dst[1], t.dst, t.shape, t.itemsize, t.src_strides,
                             t.dst_strides)
-        eng._after(max(1, math.ceil(t.size_bytes / self.bw)), self._streamed)
+        eng._after(max(1, math.ceil(self.size_bytes / self.bw)), self._streamed)
 
     def _streamed(self, _: simpy.Event) -> None:
         for pool in self.pools:
@@ -213,7 +216,7 @@ class _Dma:
         now = eng.env.now
         eng.recorder.record(_trace_event(
             core=self.core, unit=f"dma{self.engine_id}", kind=self.kind, start=self.start_cycle, end=now,
-            bytes=t.size_bytes, src=t.src, dst=t.dst, src_region=self.src[0].name, dst_region=self.dst[0].name,
+            bytes=self.size_bytes, src=t.src, dst=t.dst, src_region=self.src[0].name, dst_region=self.dst[0].name,
             tile=self.tile.tile_id, phase=self.phase, wait_cycles=self.waited, wait_start=self.queued))
         self.done()
 
@@ -222,7 +225,7 @@ class Engine:
     """Runs one plan on a fresh SimPy environment; the cycle count is returned by :meth:`run`."""
 
     def __init__(self, target: Target, memory: AddressSpace, recorder: Recorder, *, numerics: bool = True,
-                 on_tile: Callable[[int, int], None] | None = None):
+                 on_tile: Callable[[int, int], None] | None = None, memo: dict | None = None):
         self.target = target
         self.memory = memory
         self.recorder = recorder
@@ -234,6 +237,9 @@ class Engine:
         self._engines: dict[int, _Pool] = {}
         # (lo, hi, core) -> (region, store key): a plan touches the same spans again and again.
         self._resolved: dict[tuple[int, int, int], tuple[Region, int]] = {}
+        # (id(transfer), core) -> its two resolved ends and size: kept with a plan (``memo``) by a caller that
+        # runs the same plan again, since resolving spans is a good part of a transfer's cost.
+        self._memo: dict = {} if memo is None else memo
         self._routes: dict[tuple[str, int, str, int], tuple[tuple[_Pool, ...], int, int]] = {}
         self.core_end_cycles: dict[int, int] = {}
 

@@ -142,7 +142,8 @@ class Simulator:
         # Tiling choices already made by the cost model: call arguments -> (chosen tiling, priced candidates).
         self._tiling_cache: dict[tuple[str, str], tuple[dict, tuple]] = {}
         # Plans of recent calls (plan key -> plan): a repeated call, or a sweep point, skips planning.
-        self._plans: OrderedDict[str, tuple[Callable, Plan]] = OrderedDict()
+        self._plans: OrderedDict[str, tuple[Callable, Plan, dict]] = OrderedDict()
+        self._memos: dict[int, tuple[Plan, dict]] = {}  # id(plan) -> (plan, memo) of the cached plans
         self.memory = AddressSpace(self.target)
 
     # -- memory -----------------------------------------------------------------------------------
@@ -257,7 +258,7 @@ class Simulator:
         for i, (cand, plan) in enumerate(candidates):
             # Timing only: the engine moves no bytes and runs no numerics, so memory is untouched. A candidate
             # still running when the best so far has finished cannot win and is stopped there.
-            cycles = Engine(self.target, self.memory, Recorder(), numerics=False).run(
+            cycles = Engine(self.target, self.memory, Recorder(), numerics=False, memo=self._memo(plan)).run(
                 plan, until_cycles=None if best is None else best[0])
             priced.append((cand, cycles))
             if cycles is not None and (best is None or cycles < best[0]):  # ties: the kernel's own order
@@ -280,10 +281,24 @@ class Simulator:
             self._plans.move_to_end(key)
             return cached[1]
         plan = kernel.plan(call, ctx)
-        self._plans[key] = (planner, plan)
+        self._plans[key] = (planner, plan, {})
         if len(self._plans) > PLAN_CACHE_SIZE:
             self._plans.popitem(last=False)
+        self._memos = {id(p): (p, memo) for _, p, memo in self._plans.values()}
         return plan
+
+    def _memo(self, plan: Plan) -> dict | None:
+        """What runs of a cached ``plan`` remember (resolved transfers, its roofline); None if not cached."""
+        entry = self._memos.get(id(plan))
+        return entry[1] if entry is not None and entry[0] is plan else None
+
+    def _roofline(self, plan: Plan) -> Roofline:
+        memo = self._memo(plan)
+        if memo is None:
+            return roofline(plan, self.target)
+        if "roofline" not in memo:
+            memo["roofline"] = roofline(plan, self.target)
+        return memo["roofline"]
 
     def _lower(self, kernel: Any, call: BoundCall, ctx: PlanContext) -> Plan:
         try:
@@ -318,7 +333,8 @@ class Simulator:
             raise KernelArgError(f"call: 'progress' must be a callable or None, got {progress!r}")
         call, plan, choice = self.plan_with_choice(symbol, tiling=tiling, **kwargs)
         recorder = Recorder()
-        engine = Engine(self.target, self.memory, recorder, numerics=numerics, on_tile=progress)
+        engine = Engine(self.target, self.memory, recorder, numerics=numerics, on_tile=progress,
+                        memo=self._memo(plan))
         self.memory.begin()
         try:
             cycles = engine.run(plan)
@@ -327,6 +343,6 @@ class Simulator:
             raise
         self.memory.commit()
         return Run(symbol=symbol, target=self.target, call=call, plan=plan, cycles=cycles,
-                   events=recorder.events, roofline=roofline(plan, self.target),
+                   events=recorder.events, roofline=self._roofline(plan),
                    wall_seconds=time.perf_counter() - t0, args=dict(kwargs), tiling=choice,
                    sim_events=engine.sim_events)
