@@ -1,0 +1,274 @@
+"""Benchmark of the simulator against numpy, per kernel, shape, chip and precision.
+
+Run from the repository root::
+
+    python3 bench/run.py                       # every case, results in bench/results.md
+    python3 bench/run.py --kernel conv2d_backprop_filter --size large --out -   # print only
+
+Each case runs in a fresh Python subprocess (so its peak memory is its own) that:
+
+* places the inputs and makes one cold call (the tiling cost model runs here: its
+  candidates are simulated in timing-only mode; later calls reuse the choice);
+* checks the simulator's outputs against the same math once in numpy;
+* times, best of ``--repeat``: a full call, a timing-only call (``numerics=False``),
+  the planning alone (bind, layout check, plan: ``Simulator.plan_with_choice``)
+  and numpy's whole-tensor computation;
+* counts the SimPy events of a call (``Run.sim_events``) and measures memory: the
+  process's peak resident set (``ru_maxrss``, inputs and numpy's result included)
+  and the peak of new allocations during one call (``tracemalloc``).
+
+The wall time of a full call splits into planning, the event engine (timing-only
+call minus planning: SimPy scheduling, DMA/port bookkeeping, trace events) and
+numerics (full minus timing-only: DMA byte moves, operand reads and writes, the
+tiles' numpy work).  ``engine share`` is the event engine's part of the full call.
+
+numpy's BLAS may run on several threads; the children inherit ``--blas-threads``
+(through OPENBLAS_NUM_THREADS / OMP_NUM_THREADS) so that both sides of the ratio
+get the same threads, and the table header states the count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import platform
+import resource
+import shlex
+import subprocess
+import sys
+import time
+import tracemalloc
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import numpy as np  # noqa: E402
+
+import cases as bench_cases  # noqa: E402
+
+#: Targets of issue 7 on large shapes.
+TARGET_RATIO = 2.0
+TARGET_ENGINE_SHARE = 0.20
+TARGET_MEMORY_BYTES = 2 << 30
+
+
+def _best(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
+    """Best wall time of ``repeat`` calls of ``fn``, and the last result."""
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def blas_threads() -> int | None:
+    """The thread count numpy's OpenBLAS uses, when it can be asked (None otherwise)."""
+    libs = Path(np.__file__).resolve().parent.parent / "numpy.libs"
+    for lib in sorted(libs.glob("*openblas*")) if libs.is_dir() else []:
+        dll = ctypes.CDLL(str(lib))
+        for sym in ("scipy_openblas_get_num_threads64_", "openblas_get_num_threads64_", "openblas_get_num_threads"):
+            fn = getattr(dll, sym, None)
+            if fn is not None:
+                fn.restype = ctypes.c_int
+                return int(fn())
+    return None
+
+
+def measure(case_id: str, repeat: int) -> dict[str, Any]:
+    """Every measurement of one case (run in a fresh process)."""
+    import sim
+    case = bench_cases.build(case_id)
+    m = sim.Simulator(case.chip)
+    for addr, arr in case.inputs.items():
+        m.write(addr, arr)
+    t0 = time.perf_counter()
+    run = m.call(case.symbol, **case.args)
+    cold = time.perf_counter() - t0
+    reference = case.numpy_fn()
+    for out, want in zip(case.outputs, reference):
+        got = m.read(out.addr, out.shape, out.dtype)
+        np.testing.assert_allclose(got.astype(np.float64), np.asarray(want).astype(out.dtype).astype(np.float64),
+                                   rtol=out.rtol, atol=out.atol, err_msg=f"{case_id}: {out.name}")
+    full, run = _best(lambda: m.call(case.symbol, **case.args), repeat)
+    timing, trun = _best(lambda: m.call(case.symbol, numerics=False, **case.args), repeat)
+    if (trun.cycles, trun.events) != (run.cycles, run.events):
+        raise AssertionError(f"{case_id}: timing-only run differs from the full run")
+    # A warm call finds its tiling and plan cached: what remains of planning is bind, layout check and lookup.
+    lookup, (call, _, choice) = _best(lambda: m.plan_with_choice(case.symbol, **case.args), repeat)
+    kernel, ctx = m.kernel_of(call), replace(m.context(call), tiling=choice.tiling)
+    plan, _ = _best(lambda: kernel.plan(call, ctx), repeat)  # the planning a first call pays (uncached)
+    numpy_s, _ = _best(case.numpy_fn, repeat)
+    tracemalloc.start()
+    m.call(case.symbol, **case.args)
+    call_peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    tiles = sum(len(ts) for ph in run.plan.phases for ts in ph.tiles.values())
+    return {
+        "case": case_id, "kernel": case.kernel, "chip": case.chip, "symbol": case.symbol, "size": case.size,
+        "shape": case.shape_text, "cycles": run.cycles, "roofline_fraction": run.roofline_fraction,
+        "bound_by": run.roofline.bound_by, "tiles": tiles, "trace_events": len(run.events),
+        "sim_events": run.sim_events, "cold_s": cold, "full_s": full, "timing_s": timing, "lookup_s": lookup,
+        "plan_s": plan,
+        "numpy_s": numpy_s, "call_peak_bytes": call_peak,
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "input_bytes": sum(a.nbytes for a in case.inputs.values()), "blas_threads": blas_threads(),
+    }
+
+
+def run_case(case_id: str, repeat: int, threads: int | None) -> dict[str, Any]:
+    """Measure one case in a fresh subprocess (its own peak memory, no state from other cases)."""
+    env = dict(os.environ)
+    if threads is not None:
+        env.update(OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", case_id, "--repeat",
+                           str(repeat)], capture_output=True, text=True, env=env, cwd=ROOT)
+    if proc.returncode != 0:
+        return {"case": case_id, "error": (proc.stderr.strip().splitlines() or ["failed"])[-1]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# -- report -------------------------------------------------------------------------------------
+
+def _mib(n: float) -> str:
+    return f"{n / (1 << 20):.0f}"
+
+
+def derived(r: dict[str, Any]) -> dict[str, float]:
+    """Ratio, engine/numerics/plan shares and event rate of one measured case."""
+    full = r["full_s"]
+    engine = max(r["timing_s"] - r["lookup_s"], 0.0)
+    return {"ratio": full / r["numpy_s"], "engine_share": engine / full, "plan_share": r["plan_s"] / full,
+            "numerics_share": max(full - r["timing_s"], 0.0) / full,
+            "events_per_s": r["sim_events"] / engine if engine > 0 else float("nan"),
+            "speedup_timing_only": full / r["timing_s"]}
+
+
+HEADER = ("| kernel | chip | symbol | size | shape | tiles | SimPy events | sim s | numpy s | ratio | "
+          "timing-only s | x faster | engine share | numerics share | planning s (uncached) | events/s | "
+          "call peak MiB | peak RSS MiB | cycles | roofline | bound |")
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    """The Markdown table of the results."""
+    lines = [HEADER, "|" + "---|" * (HEADER.count("|") - 1)]
+    for r in results:
+        if "error" in r:
+            lines.append(f"| {r['case']} | error: {r['error']} |")
+            continue
+        d = derived(r)
+        lines.append(
+            f"| {r['kernel']} | {r['chip']} | {r['symbol'][:2]} | {r['size']} | {r['shape']} | {r['tiles']} | "
+            f"{r['sim_events']} | {r['full_s']:.3f} | {r['numpy_s']:.3f} | {d['ratio']:.2f} | {r['timing_s']:.4f} | "
+            f"{d['speedup_timing_only']:.1f} | {100 * d['engine_share']:.0f}% | {100 * d['numerics_share']:.0f}% | "
+            f"{r['plan_s']:.4f} | {d['events_per_s'] / 1e3:.0f}k | {_mib(r['call_peak_bytes'])} | "
+            f"{_mib(r['peak_rss_bytes'])} | {r['cycles']} | {100 * r['roofline_fraction']:.0f}% | {r['bound_by']} |")
+    return "\n".join(lines)
+
+
+def verdict(results: list[dict[str, Any]]) -> list[str]:
+    """The large shapes that miss a target of the issue, one line each."""
+    out = []
+    for r in results:
+        if "error" in r:
+            out.append(f"- {r['case']}: failed ({r['error']})")
+            continue
+        if r["size"] != "large":
+            continue
+        d = derived(r)
+        misses = []
+        if d["ratio"] > TARGET_RATIO:
+            misses.append(f"ratio {d['ratio']:.2f} > {TARGET_RATIO}")
+        if d["engine_share"] > TARGET_ENGINE_SHARE:
+            misses.append(f"engine share {100 * d['engine_share']:.0f}% > {100 * TARGET_ENGINE_SHARE:.0f}%")
+        if r["peak_rss_bytes"] > TARGET_MEMORY_BYTES:
+            misses.append(f"peak RSS {_mib(r['peak_rss_bytes'])} MiB > 2048 MiB")
+        if misses:
+            out.append(f"- {r['case']}: " + "; ".join(misses))
+    return out
+
+
+def machine_text(results: list[dict[str, Any]], threads: int | None) -> str:
+    """Cores, CPU, Python/numpy/SimPy versions and BLAS threads of this machine."""
+    import simpy
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    blas = next((r.get("blas_threads") for r in results if r.get("blas_threads") is not None), None)
+    return (f"{os.cpu_count()} logical cores ({cpu}); Python {platform.python_version()}, numpy {np.__version__}, "
+            f"SimPy {simpy.__version__}; numpy BLAS threads in the cases: {blas if blas is not None else 'unknown'}"
+            + (f" (OPENBLAS_NUM_THREADS={threads})" if threads is not None else " (library default)"))
+
+
+def report(results: list[dict[str, Any]], command: str, threads: int | None, repeat: int) -> str:
+    """The whole results.md text."""
+    misses = verdict(results)
+    return "\n".join([
+        "# Simulator benchmark", "",
+        f"Made by `{command}` (from the repository root), every case in a fresh subprocess, "
+        f"times the best of {repeat}.", "",
+        f"Machine: {machine_text(results, threads)}.", "",
+        "Columns: *sim s* a full call (tiling choice cached; the first, cold call that runs the cost model is not "
+        "in it), *numpy s* the same math once on whole tensors in numpy (same BLAS threads), *ratio* sim / numpy, "
+        "*timing-only s* the same call with `numerics=False` and *x faster* full / timing-only; shares of the "
+        "full call: *engine* = timing-only minus planning (SimPy scheduling, port and DMA bookkeeping, trace "
+        "events), *plan* = bind + layout check + plan, *numerics* = full minus timing-only (byte moves, operand "
+        "reads/writes, tile math); *events/s* SimPy events over engine time; *call peak* new allocations during "
+        "one call (tracemalloc), *peak RSS* the whole process's peak (inputs, numpy's result and the "
+        "simulator's paged memory included).", "",
+        table(results), "",
+        f"Targets on large shapes: ratio <= {TARGET_RATIO}, engine share < {100 * TARGET_ENGINE_SHARE:.0f}%, "
+        "memory < 2 GB.", "",
+        "Large shapes missing a target:" if misses else "Every large shape meets the targets.",
+        *misses, "",
+    ])
+
+
+def main(argv: list[str]) -> int:
+    """Parse the command line; run the cases (or one, as a child) and write the report."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--kernel", action="append", choices=list(bench_cases.BUILDERS), help="only these kernels")
+    p.add_argument("--size", action="append", choices=list(bench_cases.SIZES), help="only these sizes")
+    p.add_argument("--chip", action="append", choices=sorted({c for c, _ in bench_cases.CHIP_PRECISIONS}))
+    p.add_argument("--repeat", type=int, default=3, help="timed repetitions per measurement (best is kept)")
+    p.add_argument("--blas-threads", type=int, default=None, help="OPENBLAS_NUM_THREADS of the cases")
+    p.add_argument("--out", default="bench/results.md", help="report path, or - for standard output only")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.child:
+        print(json.dumps(measure(a.child, a.repeat)))
+        return 0
+    results = []
+    for cid in bench_cases.case_ids(a.kernel, a.size, a.chip):
+        r = run_case(cid, a.repeat, a.blas_threads)
+        results.append(r)
+        if "error" in r:
+            print(f"{cid}: ERROR {r['error']}", flush=True)
+        else:
+            d = derived(r)
+            print(f"{cid:<55} sim {r['full_s']:.3f} s numpy {r['numpy_s']:.3f} s ratio {d['ratio']:.2f} "
+                  f"timing-only {r['timing_s']:.4f} s engine {100 * d['engine_share']:.0f}% "
+                  f"events {r['sim_events']} rss {_mib(r['peak_rss_bytes'])} MiB", flush=True)
+    command = "python3 bench/run.py" + ("" if not argv else " " + shlex.join(argv))
+    text = report(results, command, a.blas_threads, a.repeat)
+    if a.out == "-":
+        print(text)
+    else:
+        Path(a.out).write_text(text)
+        print(f"wrote {a.out}")
+    return 0 if all("error" not in r for r in results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
