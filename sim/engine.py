@@ -26,6 +26,7 @@ from typing import Callable, Generator
 import numpy as np
 import simpy
 from simpy.core import EmptySchedule
+from simpy.events import Timeout
 
 from kernels.base import Compute, Operand, Plan, Tile, Transfer
 from sim.errors import MemoryFault, SimError
@@ -66,6 +67,12 @@ def _fast_constructor(cls: type) -> Callable[..., TraceEvent]:
 
 
 _trace_event = _fast_constructor(TraceEvent)
+
+#: TraceEvent's fields in order; the DMA path fills an event's dict literally when they are exactly these.
+_EVENT_FIELDS = ("core", "unit", "kind", "start", "end", "bytes", "src", "dst", "src_region", "dst_region", "tile",
+                 "phase", "flops", "wait_cycles", "wait_start")
+_LITERAL_EVENTS = _trace_event is not TraceEvent and \
+    tuple(f.name for f in dataclasses.fields(TraceEvent)) == _EVENT_FIELDS
 
 
 class _Pool:
@@ -151,12 +158,13 @@ class _Dma:
     ports, the access latency, then the engine is free and ``done()`` runs.
     """
 
-    __slots__ = ("eng", "core", "tile", "t", "kind", "phase", "done", "src", "dst", "pools", "bw", "latency",
-                 "engines", "engine_id", "start_cycle", "queued", "waited", "port", "size_bytes")
+    __slots__ = ("eng", "env", "core", "tile", "t", "kind", "phase", "done", "src", "dst", "pools", "bw",
+                 "latency", "engines", "engine_id", "start_cycle", "queued", "waited", "port", "size_bytes")
 
     def __init__(self, eng: "Engine", core: int, tile: Tile, t: Transfer, kind: str, phase: str,
                  done: Callable[[], None]):
         self.eng, self.core, self.tile, self.t, self.kind, self.phase, self.done = eng, core, tile, t, kind, phase, done
+        self.env = eng.env
         ends = eng._memo.get((id(t), core))
         if ends is None:
             ends = eng._memo[(id(t), core)] = (eng._resolve(core, tile, t, "src"), eng._resolve(core, tile, t, "dst"),
@@ -176,12 +184,12 @@ class _Dma:
 
     def _engine(self, engine_id: int) -> None:
         self.engine_id = engine_id
-        self.start_cycle = self.eng.env.now
-        self.eng._after(self.eng.target.dma.setup_cycles, self._ports)
+        self.start_cycle = self.env.now
+        Timeout(self.env, self.eng.setup_cycles).callbacks.append(self._ports)
 
     def _ports(self, _: simpy.Event | None = None) -> None:
         if _ is not None:
-            self.queued = self.eng.env.now
+            self.queued = self.env.now
         pools = self.pools
         while self.port < len(pools):
             pool = pools[self.port]
@@ -198,26 +206,36 @@ class _Dma:
 
     def _stream(self) -> None:
         t, eng = self.t, self.eng
-        self.waited = eng.env.now - self.queued
+        self.waited = self.env.now - self.queued
         if eng.numerics:
             eng.memory.copy(self.src[1], t.src, self.dst[1], t.dst, t.shape, t.itemsize, t.src_strides,
                             t.dst_strides)
-        eng._after(max(1, math.ceil(self.size_bytes / self.bw)), self._streamed)
+        Timeout(self.env, max(1, math.ceil(self.size_bytes / self.bw))).callbacks.append(self._streamed)
 
     def _streamed(self, _: simpy.Event) -> None:
         for pool in self.pools:
             pool.release(0)
         # The last byte lands one access latency after it left the port.
-        self.eng._after(self.latency, self._landed)
+        Timeout(self.env, self.latency).callbacks.append(self._landed)
 
     def _landed(self, _: simpy.Event) -> None:
         eng, t = self.eng, self.t
         self.engines.release(self.engine_id)
-        now = eng.env.now
-        eng.recorder.record(_trace_event(
-            core=self.core, unit=f"dma{self.engine_id}", kind=self.kind, start=self.start_cycle, end=now,
-            bytes=self.size_bytes, src=t.src, dst=t.dst, src_region=self.src[0].name, dst_region=self.dst[0].name,
-            tile=self.tile.tile_id, phase=self.phase, wait_cycles=self.waited, wait_start=self.queued))
+        now = self.env.now
+        if _LITERAL_EVENTS:  # one DMA event per transfer: the cheapest way to build it
+            event = object.__new__(TraceEvent)
+            object.__setattr__(event, "__dict__", {
+                "core": self.core, "unit": f"dma{self.engine_id}", "kind": self.kind, "start": self.start_cycle,
+                "end": now, "bytes": self.size_bytes, "src": t.src, "dst": t.dst, "src_region": self.src[0].name,
+                "dst_region": self.dst[0].name, "tile": self.tile.tile_id, "phase": self.phase, "flops": 0,
+                "wait_cycles": self.waited, "wait_start": self.queued})
+        else:
+            event = _trace_event(
+                core=self.core, unit=f"dma{self.engine_id}", kind=self.kind, start=self.start_cycle, end=now,
+                bytes=self.size_bytes, src=t.src, dst=t.dst, src_region=self.src[0].name,
+                dst_region=self.dst[0].name, tile=self.tile.tile_id, phase=self.phase, wait_cycles=self.waited,
+                wait_start=self.queued)
+        eng.recorder.record(event)
         self.done()
 
 
@@ -233,6 +251,7 @@ class Engine:
         self.on_tile = on_tile
         self.env = simpy.Environment()
         self.events_processed = 0
+        self.setup_cycles = target.dma.setup_cycles
         self._ports: dict[tuple[str, int], _Pool] = {}
         self._engines: dict[int, _Pool] = {}
         # (lo, hi, core) -> (region, store key): a plan touches the same spans again and again.
