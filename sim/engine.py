@@ -10,15 +10,18 @@ buffering through the tiles' slots), and phases end in a barrier.  Every number
 comes from the target.  The engine knows no kernel: it moves bytes and calls
 each tile's compute on the operands it reads back from simulated memory.
 
-Transfers are not SimPy processes: each is a chain of timeouts (setup, stream,
-latency) whose callbacks take the next step, and a free engine or port is taken
-without an event.  A tile costs about three events per transfer plus its
-compute, so the event engine's work grows with tiles, not with elements.
+Transfers are not SimPy processes: each is a chain of two timeouts (setup; then
+stream plus latency) whose callbacks take the next step; a free engine or port
+is taken without an event, and a port's release time is known when its stream
+starts, so ports need an event only to wake transfers queued for them.  A tile
+costs about two events per transfer plus its compute, so the event engine's
+work grows with tiles, not with elements.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import math
 from collections import deque
 from typing import Callable, Generator
@@ -76,7 +79,7 @@ _LITERAL_EVENTS = _trace_event is not TraceEvent and \
 
 
 class _Pool:
-    """Identical units (the ports of a memory, the DMA engines of a core) handed out first come, first served.
+    """Identical units (the DMA engines of a core) handed out first come, first served.
 
     A free unit is taken without a SimPy event; a request that must queue waits
     on an event that the release of a unit triggers, handing that unit straight
@@ -109,6 +112,66 @@ class _Pool:
             self.waiters.popleft().succeed(unit)
         else:
             self.free.append(unit)
+
+
+class _Ports:
+    """The ports of a memory (per store): a transfer holds one from its grant until its stream ends.
+
+    The holder says when it will let go (:meth:`release_at`) as soon as it starts
+    streaming, so no event is spent at the end of every stream: a port whose
+    release time has passed is simply free.  Requests that find no port free wait
+    first come, first served; one timeout at the earliest release time serves them.
+    """
+
+    __slots__ = ("env", "free", "busy", "waiters", "wake_at")
+
+    def __init__(self, env: simpy.Environment, ports: int):
+        self.env = env
+        self.free = ports
+        self.busy: list[int] = []  # heap of the cycles at which held ports come free
+        self.waiters: deque[Callable[[], None]] = deque()
+        self.wake_at: int | None = None
+
+    def _collect(self) -> None:
+        busy, now = self.busy, self.env.now
+        while busy and busy[0] <= now:
+            heapq.heappop(busy)
+            self.free += 1
+
+    def acquire(self, granted: Callable[[], None]) -> bool:
+        """True if a port is taken now; else False, and ``granted()`` runs when one is handed over."""
+        if self.busy:
+            self._collect()
+        if self.free and not self.waiters:
+            self.free -= 1
+            return True
+        self.waiters.append(granted)
+        self._wake_later()
+        return False
+
+    def release_at(self, cycle: int) -> None:
+        """The port a holder took is free from ``cycle`` on (now or later)."""
+        heapq.heappush(self.busy, cycle)
+        if self.waiters:
+            self._wake_later()
+
+    def _wake_later(self) -> None:
+        if not self.busy:
+            return  # every port is held with no end known yet: the holder's release_at wakes the queue
+        at = self.busy[0]
+        if self.wake_at is not None and self.wake_at <= at:
+            return
+        self.wake_at = at
+        Timeout(self.env, at - self.env.now).callbacks.append(self._wake)
+
+    def _wake(self, _: simpy.Event) -> None:
+        self.wake_at = None
+        self._collect()
+        while self.free and self.waiters:
+            self.free -= 1
+            self.waiters.popleft()()
+        if self.waiters:
+            self._wake_later()
 
 
 class _Group:
@@ -194,29 +257,24 @@ class _Dma:
         while self.port < len(pools):
             pool = pools[self.port]
             self.port += 1
-            wait = pool.acquire()
-            if wait is not None:
-                wait.callbacks.append(self._granted)
+            if not pool.acquire(self._granted):
                 return
-            pool.take()
         self._stream()
 
-    def _granted(self, _: simpy.Event) -> None:
+    def _granted(self) -> None:
         self._ports(None)
 
     def _stream(self) -> None:
-        t, eng = self.t, self.eng
-        self.waited = self.env.now - self.queued
+        t, eng, now = self.t, self.eng, self.env.now
+        self.waited = now - self.queued
         if eng.numerics:
             eng.memory.copy(self.src[1], t.src, self.dst[1], t.dst, t.shape, t.itemsize, t.src_strides,
                             t.dst_strides)
-        Timeout(self.env, max(1, math.ceil(self.size_bytes / self.bw))).callbacks.append(self._streamed)
-
-    def _streamed(self, _: simpy.Event) -> None:
+        released = now + max(1, math.ceil(self.size_bytes / self.bw))
         for pool in self.pools:
-            pool.release(0)
+            pool.release_at(released)
         # The last byte lands one access latency after it left the port.
-        Timeout(self.env, self.latency).callbacks.append(self._landed)
+        Timeout(self.env, released - now + self.latency).callbacks.append(self._landed)
 
     def _landed(self, _: simpy.Event) -> None:
         eng, t = self.eng, self.t
@@ -252,14 +310,14 @@ class Engine:
         self.env = simpy.Environment()
         self.events_processed = 0
         self.setup_cycles = target.dma.setup_cycles
-        self._ports: dict[tuple[str, int], _Pool] = {}
+        self._ports: dict[tuple[str, int], _Ports] = {}
         self._engines: dict[int, _Pool] = {}
         # (lo, hi, core) -> (region, store key): a plan touches the same spans again and again.
         self._resolved: dict[tuple[int, int, int], tuple[Region, int]] = {}
         # (id(transfer), core) -> its two resolved ends and size: kept with a plan (``memo``) by a caller that
         # runs the same plan again, since resolving spans is a good part of a transfer's cost.
         self._memo: dict = {} if memo is None else memo
-        self._routes: dict[tuple[str, int, str, int], tuple[tuple[_Pool, ...], int, int]] = {}
+        self._routes: dict[tuple[str, int, str, int], tuple[tuple[_Ports, ...], int, int]] = {}
         self.core_end_cycles: dict[int, int] = {}
 
     @property
@@ -269,11 +327,11 @@ class Engine:
 
     # -- resources ----------------------------------------------------------------------------
 
-    def _port(self, region: Region, key: int) -> "_Pool":
+    def _port(self, region: Region, key: int) -> _Ports:
         k = (region.name, key)
         pool = self._ports.get(k)
         if pool is None:
-            pool = self._ports[k] = _Pool(self.env, range(region.ports))
+            pool = self._ports[k] = _Ports(self.env, region.ports)
         return pool
 
     def _dma_engines(self, core: int) -> "_Pool":
@@ -301,7 +359,7 @@ class Engine:
         return got
 
     def _route(self, src_region: Region, src_key: int, dst_region: Region,
-               dst_key: int) -> tuple[tuple[_Pool, ...], int, int]:
+               dst_key: int) -> tuple[tuple[_Ports, ...], int, int]:
         """(ports to hold, in deadlock-free order; port bandwidth; access latency) of a transfer's two ends."""
         k = (src_region.name, src_key, dst_region.name, dst_key)
         route = self._routes.get(k)
