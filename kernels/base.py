@@ -10,6 +10,7 @@ The engine executes plans; kernels describe them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
@@ -100,7 +101,7 @@ class Operand:
     @property
     def size_bytes(self) -> int:
         """Bytes the operand occupies."""
-        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+        return math.prod(int(d) for d in self.shape) * np.dtype(self.dtype).itemsize
 
 
 @dataclass(frozen=True)
@@ -170,7 +171,7 @@ class Buffer:
     @property
     def size_bytes(self) -> int:
         """Bytes the buffer occupies."""
-        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+        return math.prod(int(d) for d in self.shape) * np.dtype(self.dtype).itemsize
 
     @property
     def end(self) -> int:

@@ -71,9 +71,22 @@ def _fast_constructor(cls: type) -> Callable[..., TraceEvent]:
 
 _trace_event = _fast_constructor(TraceEvent)
 
+class _UnitNames(dict):
+    """``prefix<k>`` for every k, each string built once."""
+
+    def __init__(self, prefix: str):
+        super().__init__()
+        self.prefix = prefix
+
+    def __missing__(self, k: int) -> str:
+        name = self[k] = f"{self.prefix}{k}"
+        return name
+
+
 #: TraceEvent's fields in order; the DMA path fills an event's dict literally when they are exactly these.
 _EVENT_FIELDS = ("core", "unit", "kind", "start", "end", "bytes", "src", "dst", "src_region", "dst_region", "tile",
                  "phase", "flops", "wait_cycles", "wait_start")
+_DMA_UNITS = _UnitNames("dma")
 _LITERAL_EVENTS = _trace_event is not TraceEvent and \
     tuple(f.name for f in dataclasses.fields(TraceEvent)) == _EVENT_FIELDS
 
@@ -230,11 +243,11 @@ class _Dma:
         self.env = eng.env
         ends = eng._memo.get((id(t), core))
         if ends is None:
-            ends = eng._memo[(id(t), core)] = (eng._resolve(core, tile, t, "src"), eng._resolve(core, tile, t, "dst"),
-                                              t.size_bytes)
-        self.src, self.dst, self.size_bytes = ends
-        self.pools, self.bw, self.latency = eng._route(self.src[0], self.src[1], self.dst[0], self.dst[1])
-        self.engines = eng._dma_engines(core)
+            src, dst = eng._resolve(core, tile, t, "src"), eng._resolve(core, tile, t, "dst")
+            ends = eng._memo[(id(t), core)] = (src, dst, t.size_bytes, (src[0].name, src[1], dst[0].name, dst[1]))
+        self.src, self.dst, self.size_bytes, route = ends
+        self.pools, self.bw, self.latency = eng._routes.get(route) or eng._route(*self.src, *self.dst)
+        self.engines = eng._engines.get(core) or eng._dma_engines(core)
         self.port = 0
 
     def start(self) -> None:
@@ -283,7 +296,7 @@ class _Dma:
         if _LITERAL_EVENTS:  # one DMA event per transfer: the cheapest way to build it
             event = object.__new__(TraceEvent)
             object.__setattr__(event, "__dict__", {
-                "core": self.core, "unit": f"dma{self.engine_id}", "kind": self.kind, "start": self.start_cycle,
+                "core": self.core, "unit": _DMA_UNITS[self.engine_id], "kind": self.kind, "start": self.start_cycle,
                 "end": now, "bytes": self.size_bytes, "src": t.src, "dst": t.dst, "src_region": self.src[0].name,
                 "dst_region": self.dst[0].name, "tile": self.tile.tile_id, "phase": self.phase, "flops": 0,
                 "wait_cycles": self.waited, "wait_start": self.queued})
@@ -439,9 +452,20 @@ class Engine:
                                f"{len(c.outputs)} outputs")
             for op, value in zip(c.outputs, results):
                 self._write_operand(core, tile, op, value)
-        yield self.env.timeout(self.compute_cycles(c))
-        self.recorder.record(_trace_event(core=core, unit="compute", kind="compute", start=start,
-                                        end=self.env.now, tile=tile.tile_id, phase=phase, flops=c.flops))
+        cycles = self._memo.get(id(c))
+        if cycles is None:
+            cycles = self._memo[id(c)] = self.compute_cycles(c)
+        yield Timeout(self.env, cycles)
+        if _LITERAL_EVENTS:
+            event = object.__new__(TraceEvent)
+            object.__setattr__(event, "__dict__", {
+                "core": core, "unit": "compute", "kind": "compute", "start": start, "end": self.env.now, "bytes": 0,
+                "src": None, "dst": None, "src_region": None, "dst_region": None, "tile": tile.tile_id,
+                "phase": phase, "flops": c.flops, "wait_cycles": 0, "wait_start": None})
+        else:
+            event = _trace_event(core=core, unit="compute", kind="compute", start=start, end=self.env.now,
+                                 tile=tile.tile_id, phase=phase, flops=c.flops)
+        self.recorder.record(event)
 
     # -- a core's walk through the plan ---------------------------------------------------------
 
