@@ -1,7 +1,7 @@
 """The SimPy model of a chip running a lowered plan.
 
 One process per core walks the plan's phases.  Each tile's loads go through the
-core's DMA engines (a first-come-first-served pool of engine ids), each transfer
+core's DMA engines (first come, first served), each transfer
 holding one port of every region it touches for ``bytes / port bandwidth``
 cycles; shared regions have one set of ports for the whole chip, private regions
 one set per core, so contention on DDR or GSM emerges from cores queueing for
@@ -12,10 +12,10 @@ each tile's compute on the operands it reads back from simulated memory.
 
 Transfers are not SimPy processes: each is a chain of two timeouts (setup; then
 stream plus latency) whose callbacks take the next step; a free engine or port
-is taken without an event, and a port's release time is known when its stream
-starts, so ports need an event only to wake transfers queued for them.  A tile
-costs about two events per transfer plus its compute, so the event engine's
-work grows with tiles, not with elements.
+is taken without an event, and when a stream starts the cycles at which its
+ports and its engine come free are known, so they need an event only to wake
+transfers queued for them.  A tile costs about two events per transfer plus its
+compute, so the event engine's work grows with tiles, not with elements.
 """
 
 from __future__ import annotations
@@ -91,87 +91,50 @@ _LITERAL_EVENTS = _trace_event is not TraceEvent and \
     tuple(f.name for f in dataclasses.fields(TraceEvent)) == _EVENT_FIELDS
 
 
-class _Pool:
-    """Identical units (the DMA engines of a core) handed out first come, first served.
+class _Units:
+    """Identical units (the ports of a memory, the DMA engines of a core), each held by one transfer at a time.
 
-    A free unit is taken without a SimPy event; a request that must queue waits
-    on an event that the release of a unit triggers, handing that unit straight
-    to the oldest waiter.  Same FIFO order as ``simpy.Resource``/``Store``, with
-    no event for uncontended acquisitions and releases (most of them).
-    """
-
-    __slots__ = ("env", "free", "waiters")
-
-    def __init__(self, env: simpy.Environment, units: range):
-        self.env = env
-        self.free: deque[int] = deque(units)
-        self.waiters: deque[simpy.Event] = deque()
-
-    def acquire(self) -> simpy.Event | None:
-        """None when a unit is free (claim it with :meth:`take`); else an event whose value is the unit."""
-        if self.free:
-            return None
-        event = self.env.event()
-        self.waiters.append(event)
-        return event
-
-    def take(self) -> int:
-        """Claim the free unit :meth:`acquire` found."""
-        return self.free.popleft()
-
-    def release(self, unit: int) -> None:
-        """Give ``unit`` back: to the oldest waiter if there is one."""
-        if self.waiters:
-            self.waiters.popleft().succeed(unit)
-        else:
-            self.free.append(unit)
-
-
-class _Ports:
-    """The ports of a memory (per store): a transfer holds one from its grant until its stream ends.
-
-    The holder says when it will let go (:meth:`release_at`) as soon as it starts
-    streaming, so no event is spent at the end of every stream: a port whose
-    release time has passed is simply free.  Requests that find no port free wait
-    first come, first served; one timeout at the earliest release time serves them.
+    A holder says when it will let go (:meth:`release_at`) as soon as it knows
+    (when its stream starts), so no event is spent at the end of every hold: a
+    unit whose release cycle has passed is simply free, and a free unit is taken
+    without an event.  Requests that find none free wait first come, first
+    served; one timeout at the earliest release cycle hands units to them.
     """
 
     __slots__ = ("env", "free", "busy", "waiters", "wake_at")
 
-    def __init__(self, env: simpy.Environment, ports: int):
+    def __init__(self, env: simpy.Environment, units: int):
         self.env = env
-        self.free = ports
-        self.busy: list[int] = []  # heap of the cycles at which held ports come free
-        self.waiters: deque[Callable[[], None]] = deque()
+        self.free: deque[int] = deque(range(units))
+        self.busy: list[tuple[int, int]] = []  # heap of (cycle it comes free, unit) of the held units
+        self.waiters: deque[Callable[[int], None]] = deque()
         self.wake_at: int | None = None
 
     def _collect(self) -> None:
-        busy, now = self.busy, self.env.now
-        while busy and busy[0] <= now:
-            heapq.heappop(busy)
-            self.free += 1
+        busy, now, free = self.busy, self.env.now, self.free
+        while busy and busy[0][0] <= now:
+            free.append(heapq.heappop(busy)[1])
 
-    def acquire(self, granted: Callable[[], None]) -> bool:
-        """True if a port is taken now; else False, and ``granted()`` runs when one is handed over."""
+    def acquire(self, granted: Callable[[int], None]) -> int | None:
+        """A unit taken now; else None, and ``granted(unit)`` runs when one is handed over."""
         if self.busy:
             self._collect()
         if self.free and not self.waiters:
-            self.free -= 1
-            return True
+            return self.free.popleft()
         self.waiters.append(granted)
         self._wake_later()
-        return False
+        return None
 
-    def release_at(self, cycle: int) -> None:
-        """The port a holder took is free from ``cycle`` on (now or later)."""
-        heapq.heappush(self.busy, cycle)
+    def release_at(self, cycle: int, unit: int) -> None:
+        """``unit`` is free from ``cycle`` on (now or later)."""
+        heapq.heappush(self.busy, (cycle, unit))
         if self.waiters:
             self._wake_later()
 
     def _wake_later(self) -> None:
         if not self.busy:
-            return  # every port is held with no end known yet: the holder's release_at wakes the queue
-        at = self.busy[0]
+            return  # every unit is held with no end known yet: the holder's release_at wakes the queue
+        at = self.busy[0][0]
         if self.wake_at is not None and self.wake_at <= at:
             return
         self.wake_at = at
@@ -180,10 +143,10 @@ class _Ports:
     def _wake(self, _: simpy.Event) -> None:
         self.wake_at = None
         self._collect()
-        while self.free and self.waiters:
-            self.free -= 1
-            self.waiters.popleft()()
-        if self.waiters:
+        free, waiters = self.free, self.waiters
+        while free and waiters:
+            waiters.popleft()(free.popleft())
+        if waiters:
             self._wake_later()
 
 
@@ -252,11 +215,9 @@ class _Dma:
 
     def start(self) -> None:
         """Ask for a DMA engine."""
-        wait = self.engines.acquire()
-        if wait is None:
-            self._engine(self.engines.take())
-        else:
-            wait.callbacks.append(lambda event: self._engine(event.value))
+        engine_id = self.engines.acquire(self._engine)
+        if engine_id is not None:
+            self._engine(engine_id)
 
     def _engine(self, engine_id: int) -> None:
         self.engine_id = engine_id
@@ -270,11 +231,11 @@ class _Dma:
         while self.port < len(pools):
             pool = pools[self.port]
             self.port += 1
-            if not pool.acquire(self._granted):
+            if pool.acquire(self._granted) is None:
                 return
         self._stream()
 
-    def _granted(self) -> None:
+    def _granted(self, _: int) -> None:
         self._ports(None)
 
     def _stream(self) -> None:
@@ -285,13 +246,14 @@ class _Dma:
                             t.dst_strides)
         released = now + max(1, math.ceil(self.size_bytes / self.bw))
         for pool in self.pools:
-            pool.release_at(released)
-        # The last byte lands one access latency after it left the port.
-        Timeout(self.env, released - now + self.latency).callbacks.append(self._landed)
+            pool.release_at(released, 0)
+        # The last byte lands one access latency after it left the port; then the engine is free.
+        landed = released + self.latency
+        self.engines.release_at(landed, self.engine_id)
+        Timeout(self.env, landed - now).callbacks.append(self._landed)
 
     def _landed(self, _: simpy.Event) -> None:
         eng, t = self.eng, self.t
-        self.engines.release(self.engine_id)
         now = self.env.now
         if _LITERAL_EVENTS:  # one DMA event per transfer: the cheapest way to build it
             event = object.__new__(TraceEvent)
@@ -323,14 +285,14 @@ class Engine:
         self.env = simpy.Environment()
         self.events_processed = 0
         self.setup_cycles = target.dma.setup_cycles
-        self._ports: dict[tuple[str, int], _Ports] = {}
-        self._engines: dict[int, _Pool] = {}
+        self._ports: dict[tuple[str, int], _Units] = {}
+        self._engines: dict[int, _Units] = {}
         # (lo, hi, core) -> (region, store key): a plan touches the same spans again and again.
         self._resolved: dict[tuple[int, int, int], tuple[Region, int]] = {}
         # (id(transfer), core) -> its two resolved ends and size: kept with a plan (``memo``) by a caller that
         # runs the same plan again, since resolving spans is a good part of a transfer's cost.
         self._memo: dict = {} if memo is None else memo
-        self._routes: dict[tuple[str, int, str, int], tuple[tuple[_Ports, ...], int, int]] = {}
+        self._routes: dict[tuple[str, int, str, int], tuple[tuple[_Units, ...], int, int]] = {}
         self.core_end_cycles: dict[int, int] = {}
 
     @property
@@ -340,17 +302,17 @@ class Engine:
 
     # -- resources ----------------------------------------------------------------------------
 
-    def _port(self, region: Region, key: int) -> _Ports:
+    def _port(self, region: Region, key: int) -> _Units:
         k = (region.name, key)
         pool = self._ports.get(k)
         if pool is None:
-            pool = self._ports[k] = _Ports(self.env, region.ports)
+            pool = self._ports[k] = _Units(self.env, region.ports)
         return pool
 
-    def _dma_engines(self, core: int) -> "_Pool":
+    def _dma_engines(self, core: int) -> _Units:
         pool = self._engines.get(core)
         if pool is None:
-            pool = self._engines[core] = _Pool(self.env, range(self.target.dma.engines_per_core))
+            pool = self._engines[core] = _Units(self.env, self.target.dma.engines_per_core)
         return pool
 
     # -- one transfer ------------------------------------------------------------------------------
@@ -372,7 +334,7 @@ class Engine:
         return got
 
     def _route(self, src_region: Region, src_key: int, dst_region: Region,
-               dst_key: int) -> tuple[tuple[_Ports, ...], int, int]:
+               dst_key: int) -> tuple[tuple[_Units, ...], int, int]:
         """(ports to hold, in deadlock-free order; port bandwidth; access latency) of a transfer's two ends."""
         k = (src_region.name, src_key, dst_region.name, dst_key)
         route = self._routes.get(k)
