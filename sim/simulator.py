@@ -139,8 +139,8 @@ class Simulator:
 
     def __init__(self, target: str | Path | Target = "FT78NE"):
         self.target = load_target(target)
-        # Tiling choices already made by the cost model: call arguments -> (chosen tiling, priced candidates).
-        self._tiling_cache: dict[tuple[str, str], tuple[dict, tuple]] = {}
+        # Tiling choices already made: (symbol, bound call) -> (chosen tiling, priced candidates, source).
+        self._tiling_cache: dict[tuple[str, str], tuple[dict, tuple, str]] = {}
         # Plans of recent calls (plan key -> plan): a repeated call, or a sweep point, skips planning.
         self._plans: OrderedDict[str, tuple[Callable, Plan, dict]] = OrderedDict()
         self._memos: dict[int, tuple[Plan, dict]] = {}  # id(plan) -> (plan, memo) of the cached plans
@@ -242,15 +242,17 @@ class Simulator:
                 raise KernelArgError(f"argument 'tiling': {symbol} takes no tiling (it has a single plan)")
             return call, self._lower(kernel, call, replace(ctx, tiling=dict(tiling))), \
                 TilingChoice(dict(tiling), "given")
-        key = (symbol, repr(sorted(kwargs.items())))
+        # Keyed by the bound call, which holds what the kernel read from memory (a params array's sizes).
+        key = (symbol, repr(call))
         cached = self._tiling_cache.get(key)
-        if cached is not None:  # same call as before: same choice, without pricing the candidates again
-            chosen, priced_list = cached
+        if cached is not None:  # same call as before: same choice, without listing or pricing candidates again
+            chosen, priced_list, source = cached
             return call, self._lower(kernel, call, replace(ctx, tiling=chosen)), \
-                TilingChoice(chosen, "cost model", priced_list)
+                TilingChoice(chosen, source, priced_list)
         candidates = self._lower_candidates(kernel, call, ctx) if offers else []
         if len(candidates) <= 1:
             if candidates:
+                self._tiling_cache[key] = (candidates[0][0], (), "kernel")
                 return call, candidates[0][1], TilingChoice(candidates[0][0], "kernel")
             return call, self._lower(kernel, call, ctx), TilingChoice(None, "kernel")
         priced: list[tuple[dict, int | None]] = []
@@ -264,7 +266,7 @@ class Simulator:
             if cycles is not None and (best is None or cycles < best[0]):  # ties: the kernel's own order
                 best = (cycles, i)
         assert best is not None
-        self._tiling_cache[key] = (candidates[best[1]][0], tuple(priced))
+        self._tiling_cache[key] = (candidates[best[1]][0], tuple(priced), "cost model")
         return call, candidates[best[1]][1], TilingChoice(candidates[best[1]][0], "cost model", tuple(priced))
 
     @staticmethod
