@@ -151,18 +151,45 @@ class _Units:
 
 
 class _Group:
-    """Counts down the members of a group of transfers; calls ``done()`` when the last one ends."""
+    """The transfers a tile starts together; ``done()`` runs when the last of them has landed.
+
+    Each member reports its landing cycle as soon as its stream starts (it is
+    known then), so the group needs one timeout, not one per member.
+    """
+
+    __slots__ = ("env", "left", "latest", "done")
+
+    def __init__(self, env: simpy.Environment, members: int, done: Callable[[], None]):
+        self.env = env
+        self.left = members
+        self.latest = 0
+        self.done = done
+
+    def lands_at(self, cycle: int) -> None:
+        """One member will have landed at ``cycle``."""
+        self.left -= 1
+        if cycle > self.latest:
+            self.latest = cycle
+        if not self.left:
+            Timeout(self.env, self.latest - self.env.now).callbacks.append(self._landed)
+
+    def _landed(self, _: simpy.Event) -> None:
+        self.done()
+
+
+class _Count:
+    """Counts down; calls ``done()`` at zero."""
 
     __slots__ = ("left", "done")
 
-    def __init__(self, members: int, done: Callable[[], None] | None):
+    def __init__(self, members: int, done: Callable[[], None]):
         self.left = members
         self.done = done
 
     def one_done(self) -> None:
         """One member ended."""
         self.left -= 1
-        if not self.left and self.done is not None:
+        if not self.left:
             self.done()
 
 
@@ -193,16 +220,17 @@ class _Gate:
 class _Dma:
     """One transfer on one of a core's DMA engines, driven by SimPy timeouts and callbacks (no process).
 
-    Engine, setup, ports (in the route's fixed order), streaming, release of the
-    ports, the access latency, then the engine is free and ``done()`` runs.
+    Engine, setup, ports (in the route's fixed order), streaming; when the
+    stream starts, the cycles at which the ports and the engine come free and
+    the transfer lands are known, and the transfer's group is told.
     """
 
-    __slots__ = ("eng", "env", "core", "tile", "t", "kind", "phase", "done", "src", "dst", "pools", "bw",
+    __slots__ = ("eng", "env", "core", "tile", "t", "kind", "phase", "group", "src", "dst", "pools", "bw",
                  "latency", "engines", "engine_id", "start_cycle", "queued", "waited", "port", "size_bytes")
 
-    def __init__(self, eng: "Engine", core: int, tile: Tile, t: Transfer, kind: str, phase: str,
-                 done: Callable[[], None]):
-        self.eng, self.core, self.tile, self.t, self.kind, self.phase, self.done = eng, core, tile, t, kind, phase, done
+    def __init__(self, eng: "Engine", core: int, tile: Tile, t: Transfer, kind: str, phase: str, group: _Group):
+        self.eng, self.core, self.tile, self.t, self.kind, self.phase = eng, core, tile, t, kind, phase
+        self.group = group
         self.env = eng.env
         ends = eng._memo.get((id(t), core))
         if ends is None:
@@ -250,26 +278,23 @@ class _Dma:
         # The last byte lands one access latency after it left the port; then the engine is free.
         landed = released + self.latency
         self.engines.release_at(landed, self.engine_id)
-        Timeout(self.env, landed - now).callbacks.append(self._landed)
-
-    def _landed(self, _: simpy.Event) -> None:
-        eng, t = self.eng, self.t
-        now = self.env.now
+        # Everything about the transfer is known now: its trace event is recorded and its group told when it
+        # lands, so no event is spent on the landing itself.
         if _LITERAL_EVENTS:  # one DMA event per transfer: the cheapest way to build it
             event = object.__new__(TraceEvent)
             object.__setattr__(event, "__dict__", {
                 "core": self.core, "unit": _DMA_UNITS[self.engine_id], "kind": self.kind, "start": self.start_cycle,
-                "end": now, "bytes": self.size_bytes, "src": t.src, "dst": t.dst, "src_region": self.src[0].name,
-                "dst_region": self.dst[0].name, "tile": self.tile.tile_id, "phase": self.phase, "flops": 0,
-                "wait_cycles": self.waited, "wait_start": self.queued})
+                "end": landed, "bytes": self.size_bytes, "src": t.src, "dst": t.dst,
+                "src_region": self.src[0].name, "dst_region": self.dst[0].name, "tile": self.tile.tile_id,
+                "phase": self.phase, "flops": 0, "wait_cycles": self.waited, "wait_start": self.queued})
         else:
             event = _trace_event(
-                core=self.core, unit=f"dma{self.engine_id}", kind=self.kind, start=self.start_cycle, end=now,
+                core=self.core, unit=f"dma{self.engine_id}", kind=self.kind, start=self.start_cycle, end=landed,
                 bytes=self.size_bytes, src=t.src, dst=t.dst, src_region=self.src[0].name,
                 dst_region=self.dst[0].name, tile=self.tile.tile_id, phase=self.phase, wait_cycles=self.waited,
                 wait_start=self.queued)
         eng.recorder.record(event)
-        self.done()
+        self.group.lands_at(landed)
 
 
 class Engine:
@@ -358,9 +383,9 @@ class Engine:
         if not transfers:
             done()
             return
-        group = _Group(len(transfers), done)
+        group = _Group(self.env, len(transfers), done)
         for t in transfers:
-            _Dma(self, core, tile, t, kind, phase, group.one_done).start()
+            _Dma(self, core, tile, t, kind, phase, group).start()
 
     # -- compute ---------------------------------------------------------------------------------
 
@@ -440,7 +465,7 @@ class Engine:
         gates: list[_Gate] = []  # per tile: opens when its stores have landed (its slot is free again)
         loaded: list[simpy.Event] = []  # per tile: fires when its loads have landed
         all_stored = env.event()
-        stored = _Group(n, all_stored.succeed)
+        stored = _Count(n, all_stored.succeed)
 
         def issue(i: int) -> None:
             tile = tiles[i]
