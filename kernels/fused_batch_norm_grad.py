@@ -158,6 +158,18 @@ class View:
         return 0 if self.channels_on_lanes else 2 * nc
 
 
+def _channels_vectors_bytes(v: View, ctx: PlanContext) -> int:
+    """Scratch the channels plan keeps for a core's per-channel vectors (mean, variance, scale and the two
+    sums, every channel at most), loaded once and stored once per core rather than once per tile."""
+    return 5 * align_up(v.c * 4, ctx.alignment_bytes)
+
+
+def _channels_slot_bytes(v: View, ctx: PlanContext) -> int:
+    """Each of the channels plan's two tile slots: half of the scratchpad left beside the vectors."""
+    a = ctx.alignment_bytes
+    return max(0, (ctx.scratch_size_bytes - _channels_vectors_bytes(v, ctx)) // 2 // a * a)
+
+
 def _slice(op: Operand, start: int, n: int) -> Operand:
     """Elements [start, start + n) of a 1-D fp32 operand, as an operand."""
     return Operand(op.addr + start * op.dtype.itemsize, (n,), op.dtype)
@@ -318,8 +330,7 @@ class FusedBatchNormGrad:
 
     @staticmethod
     def _whole_batch_fits(v: View, ct: int, dt: np.dtype, ctx: PlanContext) -> bool:
-        return fits([v.a * ct * v.b * dt.itemsize] * 3 + [ct * 4] * 5, ctx.scratch_size_bytes // 2,
-                    ctx.alignment_bytes)
+        return fits([v.a * ct * v.b * dt.itemsize] * 3, _channels_slot_bytes(v, ctx), ctx.alignment_bytes)
 
 
 class _PlanBase:
@@ -382,7 +393,8 @@ class _ChannelsPlan(_PlanBase):
             if not FusedBatchNormGrad._whole_batch_fits(self.v, ct, self.dt, self.ctx):
                 raise LayoutError(f"{self.call.symbol}: tiling channel_block={ct} does not fit the "
                                   f"{self.ctx.scratch_size_bytes}-byte scratchpad (a whole-batch tile of x, "
-                                  f"y_backprop and x_backprop takes half of it)")
+                                  f"y_backprop and x_backprop takes half of what the per-channel vectors "
+                                  f"leave)")
             for core, (c0, c1) in zip(self.call.cores, self._ranges(ct)):
                 tiles[core] = tuple(self._core_tiles(c0, c1, ct))
         return Plan(cores=self.call.cores, phases=(Phase("channels", tiles, barrier_after=False),),
@@ -416,19 +428,27 @@ class _ChannelsPlan(_PlanBase):
         return min(want, span)
 
     def _core_tiles(self, c0: int, c1: int, ct: int) -> list[Tile]:
+        """The core's channel blocks; its per-channel vectors are loaded with the first, stored with the last."""
         v, dt, ctx = self.v, self.dt, self.ctx
-        half = ctx.scratch_size_bytes // 2
+        half = _channels_slot_bytes(v, ctx)
+        fixed = Arena(ctx.scratch_base + 2 * half, ctx.scratch_size_bytes - 2 * half, ctx.alignment_bytes)
+        vm, vvar, vsc, vsb, vob = (fixed.operand((c1 - c0,), F32) for _ in range(5))
+        vec_loads = (self.vec_in(vm, "reserve_space_1", c0), self.vec_in(vvar, "reserve_space_2", c0),
+                     self.vec_in(vsc, "scale", c0))
+        vec_stores = (self.vec_out(vsb, "scale_backprop", c0), self.vec_out(vob, "offset_backprop", c0))
+        starts = range(c0, c1, ct)
         out = []
-        for i, start in enumerate(range(c0, c1, ct)):
+        for i, start in enumerate(starts):
             n = min(ct, c1 - start)
             arena = Arena(ctx.scratch_base + (i % 2) * half, half, ctx.alignment_bytes)
             ox, ody, odx = (arena.operand((v.a, n, v.b), dt) for _ in range(3))
-            om, ovar, osc, osb, oob = (arena.operand((n,), F32) for _ in range(5))
-            loads = (self.tensor_in(ox, "x", (0, start, 0)), self.tensor_in(ody, "y_backprop", (0, start, 0)),
-                     self.vec_in(om, "reserve_space_1", start), self.vec_in(ovar, "reserve_space_2", start),
-                     self.vec_in(osc, "scale", start))
-            stores = (self.tensor_out(odx, (0, start, 0)), self.vec_out(osb, "scale_backprop", start),
-                      self.vec_out(oob, "offset_backprop", start))
+            om, ovar, osc, osb, oob = (_slice(op, start - c0, n) for op in (vm, vvar, vsc, vsb, vob))
+            loads = (self.tensor_in(ox, "x", (0, start, 0)), self.tensor_in(ody, "y_backprop", (0, start, 0)))
+            stores = (self.tensor_out(odx, (0, start, 0)),)
+            if i == 0:
+                loads += vec_loads
+            if i == len(starts) - 1:
+                stores += vec_stores  # every block's sums are in place once the last block has computed
 
             def fn(x, dy, mean, var, scale, _eps=self.eps, _train=self.train, _m=v.m, _dt=dt):
                 rs = rsqrt_var(var, _eps)
