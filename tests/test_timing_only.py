@@ -1,0 +1,170 @@
+"""Timing-only runs (``numerics=False``): the same cycles and trace as full runs, memory untouched, much faster.
+
+Every run-config of ``configs/`` (each kernel on both chips, shared and private
+variants) is run with and without numerics on the same placed data and the
+results compared exactly; a timing-only run must also not depend on the data
+(the runner places only literal ``values`` then).  On one large shape per kernel
+a warm timing-only call must take at most a tenth of a warm full call.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pytest
+
+import sim
+from sim import runner
+from sim.config import load_config
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+KERNELS = ("batch_norm_grad", "fused_batch_norm_grad", "fake_quant_with_min_max_vars_gradient",
+           "conv2d_backprop_filter", "depthwise_conv2d_backprop_input")
+
+
+def kernel_of(symbol: str) -> str:
+    """``fp_conv2d_backprop_filter_s`` -> ``conv2d_backprop_filter``."""
+    return symbol.split("_", 1)[1].rsplit("_", 1)[0]
+
+
+def test_the_configs_cover_every_kernel_on_both_chips():
+    covered = {(kernel_of(c.symbol), c.target) for c in map(load_config, CONFIGS)}
+    assert covered >= {(k, chip) for k in KERNELS for chip in ("FT78NE", "MT7004")}
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
+def test_timing_only_gives_the_same_cycles_and_trace(path):
+    cfg = replace(load_config(path), numerics=True)
+    m = runner.prepare(cfg)
+    full = m.call(cfg.symbol, tiling=cfg.tiling, **cfg.args)
+    assert full.cycles > 0 and full.events
+
+    # Same placed data, timing only: identical cycles and events, event for event; memory not touched.
+    before = m.memory.snapshot()
+    timing = m.call(cfg.symbol, numerics=False, tiling=cfg.tiling, **cfg.args)
+    assert timing.cycles == full.cycles
+    assert timing.events == full.events
+    assert timing.tiling == full.tiling and timing.sim_events == full.sim_events
+    assert m.memory.snapshot() == before
+
+    # Without the tensors (as `numerics: false` configs run): the timing cannot depend on the data.
+    bare = runner.prepare(cfg, numerics=False)
+    bare_before = bare.memory.snapshot()
+    alone = bare.call(cfg.symbol, numerics=False, tiling=cfg.tiling, **cfg.args)
+    assert (alone.cycles, alone.events) == (full.cycles, full.events)
+    assert bare.memory.snapshot() == bare_before
+
+
+def test_numerics_false_config_runs_timing_only(tmp_path):
+    """A run-config with ``numerics: false`` places no tensors and writes nothing, with the full run's cycles."""
+    path = ROOT / "configs" / "ft78ne_fused_batch_norm_grad_s.yaml"
+    text = path.read_text()
+    assert "numerics:" not in text
+    cfg_path = tmp_path / path.name
+    cfg_path.write_text(text + "\nnumerics: false\n")
+    cfg = load_config(cfg_path)
+    assert cfg.numerics is False
+    m, run = runner.execute(cfg)
+    assert m.memory.snapshot() == {}  # no tensor placed, nothing written
+    _, full = runner.execute(replace(cfg, numerics=True))
+    assert (run.cycles, run.events) == (full.cycles, full.events)
+
+
+# --- speed on large shapes ------------------------------------------------------------------------
+
+def _rand(shape: tuple[int, ...], seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape, dtype=np.float32)
+
+
+def _batch_norm_grad(m: sim.Simulator) -> tuple[str, dict]:
+    batch, channel = 25088, 256
+    m.write(0x80000000, _rand((batch, channel), 1))
+    m.write(0x90000000, _rand((batch, channel), 2))
+    for i, addr in enumerate((0xB0000000, 0xB0100000, 0xB0200000)):
+        m.write(addr, np.abs(_rand((channel,), 3 + i)) + np.float32(0.5))
+    return "fp_batch_norm_grad_s", dict(x=0x80000000, dy=0x90000000, dx=0xA0000000,
+                                        params=[0xB0000000, 0xB0100000, 0xB0200000, 0xB0300000, 0xB0400000,
+                                                batch, channel, 1])
+
+
+def _fused_batch_norm_grad(m: sim.Simulator) -> tuple[str, dict]:
+    shape = (8, 56, 56, 64)
+    m.write(0x80000000, _rand(shape, 1))
+    m.write(0x90000000, _rand(shape, 2))
+    for i, addr in enumerate((0xA0000000, 0xA0100000, 0xA0200000)):
+        m.write(addr, np.abs(_rand((64,), 3 + i)) + np.float32(0.5))
+    return "fp_fused_batch_norm_grad_s", dict(
+        y_backprop=0x80000000, x=0x90000000, scale=0xA0000000, reserve_space_1=0xA0100000,
+        reserve_space_2=0xA0200000, x_backprop=0xB0000000, scale_backprop=0xA0300000, offset_backprop=0xA0400000,
+        shape=list(shape), epsilon=1e-3, data_format="NHWC", is_training=True)
+
+
+def _fake_quant(m: sim.Simulator) -> tuple[str, dict]:
+    shape = (16, 56, 56, 64)
+    m.write(0x80000000, _rand(shape, 1))
+    m.write(0x90000000, _rand(shape, 2) * np.float32(4))
+    m.write(0xA0000000, np.float32(-6.0))
+    m.write(0xA0000040, np.float32(6.0))
+    return "fp_fake_quant_with_min_max_vars_gradient_s", dict(
+        gradients=0x80000000, inputs=0x90000000, min=0xA0000000, max=0xA0000040, backprops_wrt_input=0xB0000000,
+        backprop_wrt_min=0xA0000080, backprop_wrt_max=0xA00000C0, shape=list(shape))
+
+
+def _conv2d_backprop_filter(m: sim.Simulator) -> tuple[str, dict]:
+    shape = (8, 56, 56, 64)
+    m.write(0x80000000, _rand(shape, 1))
+    m.write(0x90000000, _rand(shape, 2))
+    return "fp_conv2d_backprop_filter_s", dict(input=0x80000000, out_backprop=0x90000000, output=0xA0000000,
+                                               input_shape=list(shape), filter_sizes=[3, 3, 64, 64],
+                                               strides=[1, 1, 1, 1], padding="SAME")
+
+
+def _depthwise_conv2d_backprop_input(m: sim.Simulator) -> tuple[str, dict]:
+    sizes = [8, 112, 112, 64]
+    m.write(0x80000000, _rand((3, 3, 64, 1), 1))
+    m.write(0x90000000, _rand(tuple(sizes), 2))
+    return "fp_depthwise_conv2d_backprop_input_s", dict(filter=0x80000000, out_backprop=0x90000000,
+                                                        output=0xA0000000, input_sizes=sizes,
+                                                        filter_shape=[3, 3, 64, 1], strides=[1, 1, 1, 1],
+                                                        padding="SAME")
+
+
+#: The large benchmark shape of each kernel (bench/cases.py), on FT78NE.
+LARGE: dict[str, Callable[[sim.Simulator], tuple[str, dict]]] = {
+    "batch_norm_grad": _batch_norm_grad,
+    "fused_batch_norm_grad": _fused_batch_norm_grad,
+    "fake_quant_with_min_max_vars_gradient": _fake_quant,
+    "conv2d_backprop_filter": _conv2d_backprop_filter,
+    "depthwise_conv2d_backprop_input": _depthwise_conv2d_backprop_input,
+}
+
+
+def _best_seconds(fn: Callable[[], object], repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+@pytest.mark.parametrize("name", list(LARGE))
+def test_timing_only_is_ten_times_faster_on_a_large_shape(name):
+    m = sim.Simulator("FT78NE")
+    symbol, args = LARGE[name](m)
+    full = m.call(symbol, **args)  # the cold call: the cost model picks the tiling; later calls reuse it
+    timing = m.call(symbol, numerics=False, **args)
+    assert (timing.cycles, timing.events) == (full.cycles, full.events)
+    # Warm calls of both kinds, best of a few (other processes share this machine); a noisy first round is
+    # measured again rather than failed.
+    for _ in range(3):
+        t_full = _best_seconds(lambda: m.call(symbol, **args), 3)
+        t_timing = _best_seconds(lambda: m.call(symbol, numerics=False, **args), 5)
+        if t_full >= 10 * t_timing:
+            break
+    assert t_full >= 10 * t_timing, f"{symbol}: full {t_full:.4f} s, timing-only {t_timing:.4f} s"
