@@ -11,16 +11,18 @@ Each case runs in a fresh Python subprocess (so its peak memory is its own) that
   candidates are simulated in timing-only mode; later calls reuse the choice);
 * checks the simulator's outputs against the same math once in numpy;
 * times, best of ``--repeat``: a full call, a timing-only call (``numerics=False``),
-  the planning alone (bind, layout check, plan: ``Simulator.plan_with_choice``)
-  and numpy's whole-tensor computation;
+  the warm planning (bind, layout check, cached tiling and plan:
+  ``Simulator.plan_with_choice``), the kernel's planning uncached
+  (``kernel.plan``, what a first call pays) and numpy's whole-tensor computation;
 * counts the SimPy events of a call (``Run.sim_events``) and measures memory: the
   process's peak resident set (``ru_maxrss``, inputs and numpy's result included)
   and the peak of new allocations during one call (``tracemalloc``).
 
-The wall time of a full call splits into planning, the event engine (timing-only
-call minus planning: SimPy scheduling, DMA/port bookkeeping, trace events) and
-numerics (full minus timing-only: DMA byte moves, operand reads and writes, the
-tiles' numpy work).  ``engine share`` is the event engine's part of the full call.
+A warm full call splits into the warm planning, the event engine (timing-only
+call minus warm planning: SimPy scheduling, port and DMA bookkeeping, trace
+events, the roofline) and numerics (full minus timing-only: DMA byte moves,
+operand reads and writes, the tiles' numpy work).  ``engine share`` is the
+event engine's part of the full call.
 
 numpy's BLAS may run on several threads; the children inherit ``--blas-threads``
 (through OPENBLAS_NUM_THREADS / OMP_NUM_THREADS) so that both sides of the ratio
@@ -144,7 +146,7 @@ def derived(r: dict[str, Any]) -> dict[str, float]:
     """Ratio, engine/numerics/plan shares and event rate of one measured case."""
     full = r["full_s"]
     engine = max(r["timing_s"] - r["lookup_s"], 0.0)
-    return {"ratio": full / r["numpy_s"], "engine_share": engine / full, "plan_share": r["plan_s"] / full,
+    return {"ratio": full / r["numpy_s"], "engine_share": engine / full,
             "numerics_share": max(full - r["timing_s"], 0.0) / full,
             "events_per_s": r["sim_events"] / engine if engine > 0 else float("nan"),
             "speedup_timing_only": full / r["timing_s"]}
@@ -206,8 +208,10 @@ def machine_text(results: list[dict[str, Any]], threads: int | None) -> str:
     except OSError:
         pass
     blas = next((r.get("blas_threads") for r in results if r.get("blas_threads") is not None), None)
-    return (f"{os.cpu_count()} logical cores ({cpu}); Python {platform.python_version()}, numpy {np.__version__}, "
-            f"SimPy {simpy.__version__}; numpy BLAS threads in the cases: {blas if blas is not None else 'unknown'}"
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (f"{os.cpu_count()} logical cores ({cpu}), load average {load} at the end; Python "
+            f"{platform.python_version()}, numpy {np.__version__}, SimPy {simpy.__version__}; numpy BLAS threads "
+            f"in the cases: {blas if blas is not None else 'unknown'}"
             + (f" (OPENBLAS_NUM_THREADS={threads})" if threads is not None else " (library default)"))
 
 
@@ -219,14 +223,19 @@ def report(results: list[dict[str, Any]], command: str, threads: int | None, rep
         f"Made by `{command}` (from the repository root), every case in a fresh subprocess, "
         f"times the best of {repeat}.", "",
         f"Machine: {machine_text(results, threads)}.", "",
-        "Columns: *sim s* a full call (tiling choice cached; the first, cold call that runs the cost model is not "
-        "in it), *numpy s* the same math once on whole tensors in numpy (same BLAS threads), *ratio* sim / numpy, "
-        "*timing-only s* the same call with `numerics=False` and *x faster* full / timing-only; shares of the "
-        "full call: *engine* = timing-only minus planning (SimPy scheduling, port and DMA bookkeeping, trace "
-        "events), *plan* = bind + layout check + plan, *numerics* = full minus timing-only (byte moves, operand "
-        "reads/writes, tile math); *events/s* SimPy events over engine time; *call peak* new allocations during "
-        "one call (tracemalloc), *peak RSS* the whole process's peak (inputs, numpy's result and the "
-        "simulator's paged memory included).", "",
+        "Columns: *tiles* and *SimPy events* of one call; *sim s* a warm full call (tiling choice and plan "
+        "cached; the first, cold call that runs the cost model is not in it), *numpy s* the same math once on "
+        "whole tensors in numpy with the same BLAS threads, *ratio* sim / numpy; *timing-only s* the same call "
+        "with `numerics=False`, *x faster* full / timing-only; shares of the full call: *engine* = timing-only "
+        "minus the warm planning (bind, layout check, cache lookups) = SimPy scheduling, port and DMA "
+        "bookkeeping, trace events, roofline; *numerics* = full minus timing-only (DMA byte moves, operand "
+        "reads/writes, the tiles' numpy work); *planning s (uncached)* the kernel's plan() alone, which a "
+        "first call pays once; *events/s* SimPy events over engine time; *call peak MiB* new allocations "
+        "during one call (tracemalloc); *peak RSS MiB* the whole process's peak (inputs, numpy's result and "
+        "the simulator's memory pages included).", "",
+        "BLAS threads: the simulator's per-tile matrix products are small and run one after another, so the "
+        "fair comparison gives numpy's whole-tensor product the same single thread (on this 2-core machine, "
+        "shared with other jobs, a 2-thread OpenBLAS also spins against the other load).", "",
         table(results), "",
         f"Targets on large shapes: ratio <= {TARGET_RATIO}, engine share < {100 * TARGET_ENGINE_SHARE:.0f}%, "
         "memory < 2 GB.", "",
