@@ -68,17 +68,17 @@ def batch_norm_grad_reference(x: np.ndarray, dy: np.ndarray, mean: np.ndarray, i
 
 
 def _sums(x: np.ndarray, dy: np.ndarray, mean: np.ndarray, invar: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    dyf = dy.astype(F32)
-    xh = (x.astype(F32) - mean) * invar
+    dyf = dy.astype(F32, copy=False)
+    xh = (x.astype(F32, copy=False) - mean) * invar
     return dyf.sum(axis=0, dtype=F32), (dyf * xh).sum(axis=0, dtype=F32)
 
 
 def _dx(x: np.ndarray, dy: np.ndarray, mean: np.ndarray, invar: np.ndarray, scale: np.ndarray,
         sdy: np.ndarray, sdyxh: np.ndarray, is_train: bool, m: int) -> np.ndarray:
-    dyf = dy.astype(F32)
+    dyf = dy.astype(F32, copy=False)
     if not is_train:
         return dyf * (scale * invar)
-    xh = (x.astype(F32) - mean) * invar
+    xh = (x.astype(F32, copy=False) - mean) * invar
     mf = F32.type(m)
     return (scale * invar / mf) * (mf * dyf - sdy - xh * sdyxh)
 

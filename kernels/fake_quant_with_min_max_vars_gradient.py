@@ -100,8 +100,8 @@ def nudge(min_value: float, max_value: float, num_bits: int, narrow_range: bool)
 def masked_gradients(gradients: np.ndarray, inputs: np.ndarray, nudged_min: np.float32,
                      nudged_max: np.float32) -> tuple[np.ndarray, np.float32, np.float32]:
     """(input gradient in fp32, Σ gradients below nudged_min, Σ gradients above nudged_max) of one block."""
-    g = gradients.astype(F32)
-    x = inputs.astype(F32)
+    g = gradients.astype(F32, copy=False)
+    x = inputs.astype(F32, copy=False)
     below, above = x < nudged_min, x > nudged_max
     if np.isneginf(nudged_min) and np.isposinf(nudged_max):
         inside = np.ones(x.shape, bool)  # min = max = 0: every gradient passes, NaN inputs included

@@ -84,8 +84,8 @@ def _per_channel(v: np.ndarray) -> np.ndarray:
 
 def partial_sums(x: np.ndarray, dy: np.ndarray, mean: np.ndarray, rs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(Σdy, Σdy·x̂) per channel of a [a, c, b] block, in fp32."""
-    dyf = dy.astype(F32)
-    xh = (x.astype(F32) - _per_channel(mean)) * _per_channel(rs)
+    dyf = dy.astype(F32, copy=False)
+    xh = (x.astype(F32, copy=False) - _per_channel(mean)) * _per_channel(rs)
     return dyf.sum(axis=(0, 2), dtype=F32), (dyf * xh).sum(axis=(0, 2), dtype=F32)
 
 
@@ -93,14 +93,14 @@ def x_backprop_train(x: np.ndarray, dy: np.ndarray, mean: np.ndarray, rs: np.nda
                      sum_dy: np.ndarray, sum_dy_xhat: np.ndarray, m: int) -> np.ndarray:
     """Training x_backprop of a [a, c, b] block from the whole-batch sums, in fp32."""
     mf = F32.type(m)
-    xh = (x.astype(F32) - _per_channel(mean)) * _per_channel(rs)
+    xh = (x.astype(F32, copy=False) - _per_channel(mean)) * _per_channel(rs)
     k = _per_channel(np.asarray(scale, F32) * rs / mf)
-    return k * (mf * dy.astype(F32) - _per_channel(sum_dy) - xh * _per_channel(sum_dy_xhat))
+    return k * (mf * dy.astype(F32, copy=False) - _per_channel(sum_dy) - xh * _per_channel(sum_dy_xhat))
 
 
 def x_backprop_infer(dy: np.ndarray, rs: np.ndarray, scale: np.ndarray) -> np.ndarray:
     """Inference x_backprop of a [a, c, b] block, in fp32."""
-    return dy.astype(F32) * _per_channel(np.asarray(scale, F32) * rs)
+    return dy.astype(F32, copy=False) * _per_channel(np.asarray(scale, F32) * rs)
 
 
 def fused_batch_norm_grad_reference(dy: np.ndarray, x: np.ndarray, scale: np.ndarray, mean: np.ndarray,
