@@ -74,6 +74,23 @@ class Transfer:
         return Transfer(src, dst, shape, int(itemsize), tuple(int(s) for s in src_strides),
                         tuple(int(s) for s in dst_s))
 
+    def runs(self, side: str) -> tuple[int, int]:
+        """``(number of contiguous runs, bytes per run)`` of ``side`` ('src' or 'dst').
+
+        The run grows from the innermost dimension outwards while each stride
+        continues the bytes before it; size-1 dimensions never break a run.
+        """
+        strides = self.src_strides if side == "src" else self.dst_strides
+        run = self.itemsize
+        for n, st in zip(reversed(self.shape), reversed(strides)):
+            if n == 1:
+                continue
+            if st != run:
+                break
+            run *= n
+        total = self.size_bytes
+        return (total // run if run else 0), run
+
     def span(self, side: str) -> tuple[int, int]:
         """``(lowest address, one past the highest byte)`` touched on ``side`` ('src' or 'dst')."""
         base = self.src if side == "src" else self.dst

@@ -40,7 +40,7 @@ import numpy as np
 from kernels.base import (PRECISION_DTYPES, ArgSpec, BoundCall, Buffer, Compute, MemoryReader, Operand, Phase,
                           Plan, PlanContext, Tile, Transfer, align_up, check_args, require_address, require_int,
                           split_even)
-from kernels.tiling import Arena, fits, operand_in, operand_out, padded_lanes
+from kernels.tiling import Arena, channel_grain, fits, operand_in, operand_out, padded_lanes
 from kernels.tiling_keys import choice_key, int_key, tiling_keys, unique
 from sim.errors import KernelArgError, LayoutError
 
@@ -173,6 +173,9 @@ class BatchNormGrad:
             except LayoutError:
                 continue
             out.append({"split": split, "channel_block": ct, "row_block": rows})
+            if split == "channels" and not largest and rows < r1 - r0 and rows >= 4:
+                # Two-pass row tiles: shorter ones fill the pipeline sooner (the first load is never hidden).
+                out.append({"split": split, "channel_block": ct, "row_block": rows // 2})
         return unique(out)
 
 
@@ -186,8 +189,11 @@ class _Planner:
         self.train: bool = call.attrs["is_train"]
         self.dt = PRECISION_DTYPES[call.precision]
         self.lanes = ctx.target.core.precisions[COMPUTE_PRECISION].lanes
+        # Channel blocks in whole vectors and whole DDR/GSM bursts of a row (flops still pad to lanes only).
         self.align = ctx.alignment_bytes
         self.b = {buf.name: buf for buf in call.buffers}
+        # Channel blocks in whole vectors and whole DDR/GSM bursts of a row (flops still pad to lanes only).
+        self.grain = channel_grain(ctx, self.b["x"].addr, self.dt.itemsize, self.lanes)
 
     # -- what to build --------------------------------------------------------------------------
 
@@ -309,7 +315,7 @@ class _Planner:
 
         ``largest``: the widest block whose whole batch fits instead.
         """
-        lanes = self.lanes
+        lanes = self.grain
         if largest:
             # The widest block whose whole batch fits: one pass over x and dy even when that takes
             # part-filled vectors (reading them twice costs more where the memory bounds the call).
@@ -341,8 +347,8 @@ class _Planner:
         """Every channel when a quarter of the rows fits a slot with them (else fewer, whole vectors)."""
         want = span_r if largest else -(-span_r // MIN_TILES_PER_PASS)
         ct = span_c
-        while ct > self.lanes and self.max_rows(ct, span_r, parts) < want:
-            ct = max(self.lanes, ct // 2 // self.lanes * self.lanes)
+        while ct > self.grain and self.max_rows(ct, span_r, parts) < want:
+            ct = max(self.grain, ct // 2 // self.grain * self.grain)
         rows = min(self.max_rows(ct, span_r, parts), want)
         if rows == 0:
             raise LayoutError(f"{self.call.symbol}: a tile of one row of {ct} channels does not fit the "

@@ -47,7 +47,7 @@ from kernels.base import (PRECISION_DTYPES, ArgSpec, BoundCall, Buffer, Compute,
                           Plan, PlanContext, Tile, Transfer, align_up, c_strides, check_args, require_address,
                           require_ints, split_even)
 from kernels.conv_geometry import ConvGeometry, conv_geometry
-from kernels.tiling import Arena, block_in, block_out, fits, operand_in, padded_lanes
+from kernels.tiling import Arena, block_in, block_out, channel_grain, fits, operand_in, padded_lanes
 from kernels.tiling_keys import int_key, tiling_keys, unique
 from sim.errors import KernelArgError, LayoutError
 
@@ -245,6 +245,7 @@ class Machine:
 
     flops_per_cycle: int
     lanes: int
+    grain: int  # NHWC channel cuts: whole vectors and whole bursts of the tensors' region
     region_bytes_per_cycle: float
     core_bytes_per_cycle: float  # one core's DMA engines, each holding one port of the tensors' region
     transfer_cycles: int  # fixed cost of one descriptor: setup plus the region's latency
@@ -265,7 +266,7 @@ class Machine:
         return max(1, min(self.engines, -(-self.ports // cores)))
 
 
-def machine_of(ctx: PlanContext, addr: int, precision: str) -> Machine:
+def machine_of(ctx: PlanContext, addr: int, precision: str, itemsize: int) -> Machine:
     """The :class:`Machine` of a call whose big tensors live at ``addr``."""
     t = ctx.target
     prec = t.core.precisions[precision]
@@ -273,6 +274,7 @@ def machine_of(ctx: PlanContext, addr: int, precision: str) -> Machine:
     if region is None:  # unmapped buffers are refused by the layout check before planning
         raise LayoutError(f"address {addr:#x} is in no region of {t.name}")
     return Machine(flops_per_cycle=prec.peak_flops_per_cycle, lanes=prec.lanes,
+                   grain=channel_grain(ctx, addr, itemsize, prec.lanes),
                    region_bytes_per_cycle=region.bandwidth_bytes_per_cycle,
                    core_bytes_per_cycle=t.dma.engines_per_core * region.port_bandwidth_bytes_per_cycle,
                    transfer_cycles=t.dma.setup_cycles + region.latency_cycles, engines=t.dma.engines_per_core,
@@ -303,7 +305,7 @@ def _split_cost(geom: ConvGeometry, mult: int, itemsize: int, p_rows: int, p_cha
 
 def channel_units(geom: ConvGeometry, m: Machine) -> int:
     """Pieces the channels may be split into over the cores: channels (NCHW) or whole vectors of them (NHWC)."""
-    return geom.in_c if geom.data_format == "NCHW" else -(-geom.in_c // m.lanes)
+    return geom.in_c if geom.data_format == "NCHW" else -(-geom.in_c // m.grain)
 
 
 def best_channel_parts(geom: ConvGeometry, mult: int, itemsize: int, cores: int, m: Machine) -> int:
@@ -333,7 +335,7 @@ def core_shares(geom: ConvGeometry, mult: int, itemsize: int, cores: int, m: Mac
     if p_chans is None:
         p_chans = best_channel_parts(geom, mult, itemsize, cores, m)
     p_rows = min(total_rows, cores // p_chans)
-    unit = 1 if geom.data_format == "NCHW" else m.lanes
+    unit = 1 if geom.data_format == "NCHW" else m.grain
     chans = [(a * unit, min(b * unit, geom.in_c)) for a, b in split_even(c_units, p_chans)]
     return [Share(g0, g1, c0, c1) for g0, g1 in split_even(total_rows, p_rows) for c0, c1 in chans]
 
@@ -414,7 +416,7 @@ def choose_tile(fp: Footprint, share: Share, m: Machine, cores: int, fewest: boo
     seg_rows = [r1 - r0 for _, r0, r1 in share.segments(geom.in_h)]
     chans = share.c1 - share.c0
     if geom.data_format == "NHWC":
-        chan_options = sorted({min(chans, k * m.lanes) for k in range(1, -(-chans // m.lanes) + 1)})
+        chan_options = sorted({min(chans, k * m.grain) for k in range(1, -(-chans // m.grain) + 1)})
         if not fp.fits(TileShape(1, geom.in_w, chan_options[0])):
             # Part-filled vectors only when a whole vector of channels cannot fit (very wide rows).
             chan_options = sorted({max(1, chans // 2 ** i) for i in range(12)})
@@ -530,7 +532,8 @@ class DepthwiseConv2dBackpropInput:
         The split and the tile shape are the caller's ``ctx.tiling`` where it names them, else the estimate's.
         """
         geom: ConvGeometry = call.attrs["geom"]
-        machine = machine_of(ctx, call.buffer("out_backprop").addr, self._compute_precision())
+        machine = machine_of(ctx, call.buffer("out_backprop").addr, self._compute_precision(),
+                             call.buffer("out_backprop").dtype.itemsize)
         dt = call.buffer("output").dtype
         tiling = tiling_keys(ctx, TILING_KEYS)
         parts = int_key(tiling, "channel_parts", 1, min(len(call.cores), channel_units(geom, machine)))
@@ -551,7 +554,8 @@ class DepthwiseConv2dBackpropInput:
         estimate's may keep the unhidden first load and last store short.
         """
         geom: ConvGeometry = call.attrs["geom"]
-        machine = machine_of(ctx, call.buffer("out_backprop").addr, self._compute_precision())
+        machine = machine_of(ctx, call.buffer("out_backprop").addr, self._compute_precision(),
+                             call.buffer("out_backprop").dtype.itemsize)
         dt = call.buffer("output").dtype
         mult, n = call.attrs["multiplier"], len(call.cores)
         fp = Footprint(geom, mult, dt.itemsize, dt != F32, ctx.scratch_size_bytes, ctx.alignment_bytes)

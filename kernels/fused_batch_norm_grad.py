@@ -290,8 +290,10 @@ class FusedBatchNormGrad:
             rows.build()
             rows_default = {"split": "rows", "tile_elements": rows.first_want}
             rows_largest = {"split": "rows", "tile_elements": rows.largest_want}
+            # Shorter tiles fill the pipeline sooner (the first load is never hidden).
+            rows_short = {"split": "rows", "tile_elements": max(lanes, rows.first_want // 4)}
         except LayoutError:
-            rows_default = rows_largest = None
+            rows_default = rows_largest = rows_short = None
         if self._channels_by_default(call, ctx):
             out.append({"split": "channels", "channel_block": chans.default_block()})
         elif rows_default is not None:
@@ -299,7 +301,7 @@ class FusedBatchNormGrad:
         widest = chans.widest_block()
         if widest:
             out.append({"split": "channels", "channel_block": widest})
-        out += [t for t in (rows_default, rows_largest) if t is not None]
+        out += [t for t in (rows_default, rows_largest, rows_short) if t is not None]
         return unique(out)
 
     @staticmethod

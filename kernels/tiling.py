@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from kernels.base import Operand, Transfer, align_up, c_strides
+import math
+
+from kernels.base import Operand, PlanContext, Transfer, align_up, c_strides
 from sim.errors import LayoutError
 
 import numpy as np
@@ -66,6 +68,14 @@ def operand_in(op: Operand, tensor_addr: int, tensor_shape: Sequence[int], start
 def operand_out(op: Operand, tensor_addr: int, tensor_shape: Sequence[int], starts: Sequence[int]) -> Transfer:
     """DMA scratch operand ``op`` out to its block of a tensor."""
     return block_out(op.addr, tensor_addr, tensor_shape, op.dtype.itemsize, starts, op.shape)
+
+
+def channel_grain(ctx: PlanContext, addr: int, itemsize: int, lanes: int) -> int:
+    """Channels a block should come in multiples of: whole vectors of ``lanes``, and whole memory bursts of the
+    region holding ``addr`` (a block of a row narrower than a burst still moves the whole burst)."""
+    region = next((r for r in ctx.target.regions if r.contains(addr, 1)), None)
+    burst_elems = max(1, (region.burst_bytes if region is not None else 1) // itemsize)
+    return math.lcm(lanes, burst_elems)
 
 
 def padded_lanes(n: int, lanes: int) -> int:

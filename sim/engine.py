@@ -217,6 +217,14 @@ class _Gate:
             callback()
 
 
+def stream_cycles(t: Transfer, src: Region, dst: Region) -> int:
+    """Cycles a transfer holds its ports: each end moves whole bursts of its contiguous runs at its port's
+    bandwidth, and the slower end sets the pace (a dense copy: bytes over the slower port)."""
+    src_cycles = src.burst_bytes_for(*t.runs("src")) / src.port_bandwidth_bytes_per_cycle
+    dst_cycles = dst.burst_bytes_for(*t.runs("dst")) / dst.port_bandwidth_bytes_per_cycle
+    return max(1, math.ceil(max(src_cycles, dst_cycles)))
+
+
 class _Dma:
     """One transfer on one of a core's DMA engines, driven by SimPy timeouts and callbacks (no process).
 
@@ -225,7 +233,7 @@ class _Dma:
     the transfer lands are known, and the transfer's group is told.
     """
 
-    __slots__ = ("eng", "env", "core", "tile", "t", "kind", "phase", "group", "src", "dst", "pools", "bw",
+    __slots__ = ("eng", "env", "core", "tile", "t", "kind", "phase", "group", "src", "dst", "pools", "stream",
                  "latency", "engines", "engine_id", "start_cycle", "queued", "waited", "port", "size_bytes")
 
     def __init__(self, eng: "Engine", core: int, tile: Tile, t: Transfer, kind: str, phase: str, group: _Group):
@@ -235,9 +243,10 @@ class _Dma:
         ends = eng._memo.get((id(t), core))
         if ends is None:
             src, dst = eng._resolve(core, tile, t, "src"), eng._resolve(core, tile, t, "dst")
-            ends = eng._memo[(id(t), core)] = (src, dst, t.size_bytes, (src[0].name, src[1], dst[0].name, dst[1]))
-        self.src, self.dst, self.size_bytes, route = ends
-        self.pools, self.bw, self.latency = eng._routes.get(route) or eng._route(*self.src, *self.dst)
+            ends = eng._memo[(id(t), core)] = (src, dst, t.size_bytes, (src[0].name, src[1], dst[0].name, dst[1]),
+                                               stream_cycles(t, src[0], dst[0]))
+        self.src, self.dst, self.size_bytes, route, self.stream = ends
+        self.pools, self.latency = eng._routes.get(route) or eng._route(*self.src, *self.dst)
         self.engines = eng._engines.get(core) or eng._dma_engines(core)
         self.port = 0
 
@@ -272,7 +281,7 @@ class _Dma:
         if eng.numerics:
             eng.memory.copy(self.src[1], t.src, self.dst[1], t.dst, t.shape, t.itemsize, t.src_strides,
                             t.dst_strides)
-        released = now + max(1, math.ceil(self.size_bytes / self.bw))
+        released = now + self.stream
         for pool in self.pools:
             pool.release_at(released, 0)
         # The last byte lands one access latency after it left the port; then the engine is free.
@@ -359,8 +368,8 @@ class Engine:
         return got
 
     def _route(self, src_region: Region, src_key: int, dst_region: Region,
-               dst_key: int) -> tuple[tuple[_Units, ...], int, int]:
-        """(ports to hold, in deadlock-free order; port bandwidth; access latency) of a transfer's two ends."""
+               dst_key: int) -> tuple[tuple[_Units, ...], int]:
+        """(ports to hold, in deadlock-free order; access latency) of a transfer's two ends."""
         k = (src_region.name, src_key, dst_region.name, dst_key)
         route = self._routes.get(k)
         if route is None:
@@ -369,7 +378,6 @@ class Engine:
                           key=lambda e: e[0])
             route = self._routes[k] = (
                 tuple(self._port(region, key) for (_, key), region in ends),
-                min(src_region.port_bandwidth_bytes_per_cycle, dst_region.port_bandwidth_bytes_per_cycle),
                 max(src_region.latency_cycles, dst_region.latency_cycles))
         return route
 

@@ -92,7 +92,9 @@ class Region:
     through ``ports``) or ``private`` (one backing store per core at the same
     addresses).  ``role`` ``scratchpad`` marks kernel staging memory that call
     buffers may not use.  ``bandwidth_bytes_per_cycle`` is the region's total;
-    each of its ``ports`` serves an equal share of it.
+    each of its ``ports`` serves an equal share of it.  ``burst_bytes`` is the
+    smallest unit the region moves: a DMA whose contiguous runs are shorter
+    (a strided slice of a few channels per row) still pays whole bursts.
     """
 
     name: str
@@ -104,6 +106,11 @@ class Region:
     bandwidth_bytes_per_cycle: float
     ports: int
     alignment_bytes: int
+    burst_bytes: int = 1
+
+    def burst_bytes_for(self, runs: int, run_bytes: int) -> int:
+        """Bytes the region moves for ``runs`` contiguous runs of ``run_bytes`` each (whole bursts)."""
+        return runs * (-(-run_bytes // self.burst_bytes) * self.burst_bytes)
 
     @property
     def end(self) -> int:
@@ -292,7 +299,7 @@ def _parse(doc: Any, path: str) -> Target:
         kp = f"regions[{i}]" + (f"({rm['name']})" if named else "")
         rm = r.mapping(rm, kp, {"name", "base", "size_bytes", "kind", "latency_cycles",
                                 "bandwidth_bytes_per_cycle", "source"},
-                       {"role", "ports", "alignment_bytes"})
+                       {"role", "ports", "alignment_bytes", "burst_bytes"})
         r.source(rm, kp)
         rname = r.string(rm, "name", kp)
         kp = f"regions[{i}]({rname})"
@@ -308,6 +315,7 @@ def _parse(doc: Any, path: str) -> Target:
             bandwidth_bytes_per_cycle=r.number(rm, "bandwidth_bytes_per_cycle", kp),
             ports=r.integer(rm, "ports", kp, minimum=1, maximum=1024) if "ports" in rm else 1,
             alignment_bytes=r.integer(rm, "alignment_bytes", kp, minimum=1) if "alignment_bytes" in rm else 1,
+            burst_bytes=r.integer(rm, "burst_bytes", kp, minimum=1, maximum=1 << 20) if "burst_bytes" in rm else 1,
         )
         if region.alignment_bytes & (region.alignment_bytes - 1):
             raise r.fail(f"{kp}.alignment_bytes", f"must be a power of two, got {region.alignment_bytes}")

@@ -29,9 +29,13 @@ def test_one_transfer_costs_what_the_target_file_says():
     plan = Plan(cores=(0,), precision="fp32", phases=(Phase("p", {0: (
         Tile(0, (Transfer.contiguous(ddr.base, am.base, n),), None, ()),)}),))
     cycles, events, _ = run_plan(t, plan)
-    port_bw = min(ddr.bandwidth_bytes_per_cycle / ddr.ports, am.bandwidth_bytes_per_cycle / am.ports)
-    expect = (t.launch_overhead_cycles + t.dma.setup_cycles + math.ceil(n / port_bw)
-              + max(ddr.latency_cycles, am.latency_cycles))
+    # Each end moves whole bursts at its port's bandwidth; the slower end sets the pace.
+    ddr_bytes = math.ceil(n / ddr.burst_bytes) * ddr.burst_bytes
+    am_bytes = math.ceil(n / am.burst_bytes) * am.burst_bytes
+    stream = math.ceil(max(ddr_bytes / (ddr.bandwidth_bytes_per_cycle / ddr.ports),
+                           am_bytes / (am.bandwidth_bytes_per_cycle / am.ports)))
+    expect = (t.launch_overhead_cycles + t.dma.setup_cycles + stream + max(ddr.latency_cycles, am.latency_cycles))
+    assert ddr_bytes > n  # 6000 bytes is not whole bursts: the last one is paid in full
     assert cycles == expect
 
 
@@ -47,6 +51,20 @@ def test_compute_costs_what_the_target_file_says():
     expect = (t.launch_overhead_cycles + t.core.loop_overhead_cycles + t.core.vector_op_latency_cycles
               + math.ceil(flops / (p.lanes * p.fmac_units * 2)) + 3 * t.core.reduction_latency_cycles)
     assert cycles == expect
+
+
+def test_short_strided_runs_pay_whole_bursts():
+    """A slice of 4 channels (16 bytes) from each of 64 DDR rows moves 64 whole 64-byte bursts."""
+    t = sim.load_target("FT78NE")
+    ddr, am = t.region("ddr"), t.region("am")
+    strided = Transfer.block(ddr.base, am.base, (64, 4), 4, (4096, 4))
+    dense = Transfer.contiguous(ddr.base, am.base, 64 * 16)
+    port = ddr.bandwidth_bytes_per_cycle / ddr.ports
+    fixed = t.launch_overhead_cycles + t.dma.setup_cycles + max(ddr.latency_cycles, am.latency_cycles)
+    for transfer, ddr_bytes in ((strided, 64 * ddr.burst_bytes), (dense, 64 * 16)):
+        plan = Plan(cores=(0,), precision="fp32", phases=(Phase("p", {0: (Tile(0, (transfer,), None, ()),)}),))
+        cycles, _, _ = run_plan(t, plan)
+        assert cycles == fixed + math.ceil(ddr_bytes / port)
 
 
 def test_double_buffering_overlaps_next_load_with_compute():
