@@ -239,6 +239,43 @@ class AddressSpace:
         self.scatter(dst_key, dst, shape, itemsize, dst_strides,
                      self.gather(src_key, src, shape, itemsize, src_strides))
 
+    def copy_plan(self, src_key: int, src: int, dst_key: int, dst: int, shape: Sequence[int], itemsize: int,
+                  src_strides: Sequence[int], dst_strides: Sequence[int]) -> tuple | None:
+        """The views a block copy moves through, for doing the same copy again and again (a plan run twice):
+        None unless each side lies on one page.  Pass the result to :meth:`copy_planned`."""
+        if 0 in shape:
+            return None
+        slo, shi = _span(src, shape, itemsize, src_strides)
+        dlo, dhi = _span(dst, shape, itemsize, dst_strides)
+        if slo >> PAGE_BITS != (shi - 1) >> PAGE_BITS or dlo >> PAGE_BITS != (dhi - 1) >> PAGE_BITS:
+            return None
+        # Pages are created (zero, costing nothing until written) so the views stay valid for good.
+        return (self._block_view(self._page(src_key, slo >> PAGE_BITS), src, shape, itemsize, src_strides),
+                self._block_view(self._page(dst_key, dlo >> PAGE_BITS), dst, shape, itemsize, dst_strides),
+                dst_key, dlo, dhi)
+
+    def copy_planned(self, planned: tuple) -> None:
+        """Do a copy :meth:`copy_plan` prepared (the destination journaled as by any write)."""
+        src_view, dst_view, dst_key, dlo, dhi = planned
+        self._touch(dst_key, dlo, dhi)
+        dst_view[...] = src_view  # numpy buffers the copy itself when source and destination overlap
+
+    def dense_view(self, key: int, addr: int, shape: Sequence[int], dtype: np.dtype) -> np.ndarray | None:
+        """A writable view of the dense array at ``addr`` (little-endian ``dtype``), None if it crosses a page.
+
+        Writing through it bypasses the journal: call :meth:`touch` on its bytes first.
+        """
+        dt = np.dtype(dtype)
+        n = math.prod(shape) * dt.itemsize
+        if n <= 0 or addr >> PAGE_BITS != (addr + n - 1) >> PAGE_BITS:
+            return None
+        off = addr & (PAGE_BYTES - 1)
+        return self._page(key, addr >> PAGE_BITS)[off:off + n].view(dt).reshape(tuple(shape))
+
+    def touch(self, key: int, lo: int, hi: int) -> None:
+        """Journal and mark as written ``[lo, hi)`` of store ``key`` before writing it through a view."""
+        self._touch(key, lo, hi)
+
     def gather(self, key: int, addr: int, shape: Sequence[int], itemsize: int,
                strides: Sequence[int]) -> np.ndarray:
         """A dense uint8 array of shape ``(*shape, itemsize)`` read from a strided block."""
