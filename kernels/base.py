@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 import numpy as np
 
 from sim.errors import KernelArgError
+from sim.memory import block_span
 from sim.target import Target
 
 #: Precision name -> numpy dtype of the big tensors of a kernel.
@@ -93,18 +94,9 @@ class Transfer:
 
     def span(self, side: str) -> tuple[int, int]:
         """``(lowest address, one past the highest byte)`` touched on ``side`` ('src' or 'dst')."""
-        base = self.src if side == "src" else self.dst
-        strides = self.src_strides if side == "src" else self.dst_strides
-        lo, hi = base, base + self.itemsize
-        for n, s in zip(self.shape, strides):
-            if n <= 0:
-                return base, base
-            reach = (n - 1) * s
-            if reach >= 0:
-                hi += reach
-            else:
-                lo += reach
-        return lo, hi
+        if side == "src":
+            return block_span(self.src, self.shape, self.itemsize, self.src_strides)
+        return block_span(self.dst, self.shape, self.itemsize, self.dst_strides)
 
 
 @dataclass(frozen=True)

@@ -224,8 +224,8 @@ class AddressSpace:
         one page."""
         if 0 in shape:
             return
-        slo, shi = _span(src, shape, itemsize, src_strides)
-        dlo, dhi = _span(dst, shape, itemsize, dst_strides)
+        slo, shi = block_span(src, shape, itemsize, src_strides)
+        dlo, dhi = block_span(dst, shape, itemsize, dst_strides)
         spage = self._page_of_span(src_key, slo, shi, create=False)
         if spage is not False and self._page_of_span(dst_key, dlo, dhi, create=False) is not False:
             self._touch(dst_key, dlo, dhi)
@@ -245,8 +245,8 @@ class AddressSpace:
         None unless each side lies on one page.  Pass the result to :meth:`copy_planned`."""
         if 0 in shape:
             return None
-        slo, shi = _span(src, shape, itemsize, src_strides)
-        dlo, dhi = _span(dst, shape, itemsize, dst_strides)
+        slo, shi = block_span(src, shape, itemsize, src_strides)
+        dlo, dhi = block_span(dst, shape, itemsize, dst_strides)
         if slo >> PAGE_BITS != (shi - 1) >> PAGE_BITS or dlo >> PAGE_BITS != (dhi - 1) >> PAGE_BITS:
             return None
         # Pages are created (zero, costing nothing until written) so the views stay valid for good.
@@ -279,7 +279,7 @@ class AddressSpace:
     def gather(self, key: int, addr: int, shape: Sequence[int], itemsize: int,
                strides: Sequence[int]) -> np.ndarray:
         """A dense uint8 array of shape ``(*shape, itemsize)`` read from a strided block."""
-        lo, hi = _span(addr, shape, itemsize, strides)
+        lo, hi = block_span(addr, shape, itemsize, strides)
         if 0 in shape:
             return np.zeros(tuple(shape) + (itemsize,), np.uint8)
         if lo >> PAGE_BITS == (hi - 1) >> PAGE_BITS:
@@ -302,7 +302,7 @@ class AddressSpace:
     def scatter(self, key: int, addr: int, shape: Sequence[int], itemsize: int,
                 strides: Sequence[int], data: np.ndarray) -> None:
         """Write the dense uint8 ``data`` (shape ``(*shape, itemsize)``) to a strided block."""
-        lo, hi = _span(addr, shape, itemsize, strides)
+        lo, hi = block_span(addr, shape, itemsize, strides)
         if 0 in shape:
             return
         if _is_dense(shape, itemsize, strides):
@@ -380,9 +380,12 @@ def _item_dtype(itemsize: int) -> np.dtype:
     return np.dtype(f"u{itemsize}") if itemsize in (1, 2, 4, 8) else np.dtype(f"V{itemsize}")
 
 
-def _span(addr: int, shape: Sequence[int], itemsize: int, strides: Sequence[int]) -> tuple[int, int]:
+def block_span(addr: int, shape: Sequence[int], itemsize: int, strides: Sequence[int]) -> tuple[int, int]:
+    """``(lowest address, one past the highest byte)`` of a strided block (an empty block spans nothing)."""
     lo, hi = addr, addr + itemsize
     for n, s in zip(shape, strides):
+        if n <= 0:
+            return addr, addr
         reach = (n - 1) * s
         if reach >= 0:
             hi += reach
