@@ -91,6 +91,10 @@ _LITERAL_EVENTS = _trace_event is not TraceEvent and \
     tuple(f.name for f in dataclasses.fields(TraceEvent)) == _EVENT_FIELDS
 
 
+#: Memo value of a copy not planned yet (None means: not plannable, copy the slow way).
+_UNPLANNED = object()
+
+
 class _Units:
     """Identical units (the ports of a memory, the DMA engines of a core), each held by one transfer at a time.
 
@@ -279,8 +283,15 @@ class _Dma:
         t, eng, now = self.t, self.eng, self.env.now
         self.waited = now - self.queued
         if eng.numerics:
-            eng.memory.copy(self.src[1], t.src, self.dst[1], t.dst, t.shape, t.itemsize, t.src_strides,
-                            t.dst_strides)
+            planned = eng._memo.get(("copy", id(t), self.core), _UNPLANNED)
+            if planned is _UNPLANNED:  # the copy's views, kept with the plan: its later runs reuse them
+                planned = eng._memo[("copy", id(t), self.core)] = eng.memory.copy_plan(
+                    self.src[1], t.src, self.dst[1], t.dst, t.shape, t.itemsize, t.src_strides, t.dst_strides)
+            if planned is None:
+                eng.memory.copy(self.src[1], t.src, self.dst[1], t.dst, t.shape, t.itemsize, t.src_strides,
+                                t.dst_strides)
+            else:
+                eng.memory.copy_planned(planned)
         released = now + self.stream
         for pool in self.pools:
             pool.release_at(released, 0)
@@ -421,18 +432,35 @@ class Engine:
             self._resolved[(op.addr, op.addr + n, core)] = got
         return got[1], n, dt
 
+    def _operand_view(self, core: int, tile: Tile, op: Operand, label: str,
+                      what: str) -> tuple[int, int, np.dtype, np.ndarray | None]:
+        """(store key, bytes, dtype, a view of the operand's bytes or None if it crosses a page), kept in the
+        memo: a cached plan's operands are the same every run."""
+        got = self._memo.get(("operand", id(op), core))
+        if got is None:
+            key, n, dt = self._operand_key(core, tile, op, label, what)
+            got = self._memo[("operand", id(op), core)] = (key, n, dt,
+                                                            self.memory.dense_view(key, op.addr, op.shape, dt))
+        return got
+
     def _read_operand(self, core: int, tile: Tile, op: Operand) -> np.ndarray:
-        key, n, dt = self._operand_key(core, tile, op, "compute operand", "read")
+        key, n, dt, view = self._operand_view(core, tile, op, "compute operand", "read")
         # A fresh copy: a tile's function may keep or modify its inputs without touching simulated memory.
+        if view is not None:
+            return view.copy()
         return self.memory.read_span(key, op.addr, n).copy().view(dt).reshape(op.shape)
 
     def _write_operand(self, core: int, tile: Tile, op: Operand, value: np.ndarray) -> None:
-        key, n, dt = self._operand_key(core, tile, op, "compute output", "write")
-        arr = np.ascontiguousarray(value, dtype=dt)
+        key, n, dt, view = self._operand_view(core, tile, op, "compute output", "write")
+        arr = np.asarray(value, dtype=dt)
         if arr.nbytes != n:
             raise SimError(f"tile {tile.tile_id}: compute output of shape {arr.shape} does not fill "
                            f"operand {op.shape}")
-        self.memory.write_span(key, op.addr, arr.reshape(-1).view(np.uint8))
+        if view is not None:
+            self.memory.touch(key, op.addr, op.addr + n)
+            view[...] = arr.reshape(op.shape)
+        else:
+            self.memory.write_span(key, op.addr, np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
 
     def _compute(self, core: int, tile: Tile, phase: str) -> Generator:
         c = tile.compute
