@@ -105,14 +105,14 @@ class _Units:
     served; one timeout at the earliest release cycle hands units to them.
     """
 
-    __slots__ = ("env", "free", "busy", "waiters", "wake_at")
+    __slots__ = ("env", "free", "busy", "waiters", "wakes")
 
     def __init__(self, env: simpy.Environment, units: int):
         self.env = env
         self.free: deque[int] = deque(range(units))
         self.busy: list[tuple[int, int]] = []  # heap of (cycle it comes free, unit) of the held units
         self.waiters: deque[Callable[[int], None]] = deque()
-        self.wake_at: int | None = None
+        self.wakes: list[int] = []  # cycles of the wake-ups already scheduled (one timeout each, never twice)
 
     def _collect(self) -> None:
         busy, now, free = self.busy, self.env.now, self.free
@@ -139,13 +139,13 @@ class _Units:
         if not self.busy:
             return  # every unit is held with no end known yet: the holder's release_at wakes the queue
         at = self.busy[0][0]
-        if self.wake_at is not None and self.wake_at <= at:
-            return
-        self.wake_at = at
+        if self.wakes and min(self.wakes) <= at:
+            return  # a wake-up at or before ``at`` is coming and will look again
+        self.wakes.append(at)
         Timeout(self.env, at - self.env.now).callbacks.append(self._wake)
 
     def _wake(self, _: simpy.Event) -> None:
-        self.wake_at = None
+        self.wakes.remove(self.env.now)
         self._collect()
         free, waiters = self.free, self.waiters
         while free and waiters:
