@@ -105,7 +105,7 @@ class _Units:
     served; one timeout at the earliest release cycle hands units to them.
     """
 
-    __slots__ = ("env", "free", "busy", "waiters", "wakes")
+    __slots__ = ("env", "free", "busy", "waiters", "wakes", "next_wake")
 
     def __init__(self, env: simpy.Environment, units: int):
         self.env = env
@@ -113,16 +113,20 @@ class _Units:
         self.busy: list[tuple[int, int]] = []  # heap of (cycle it comes free, unit) of the held units
         self.waiters: deque[Callable[[int], None]] = deque()
         self.wakes: list[int] = []  # cycles of the wake-ups already scheduled (one timeout each, never twice)
+        self.next_wake: int | None = None  # the earliest of them
 
-    def _collect(self) -> None:
-        busy, now, free = self.busy, self.env.now, self.free
+    def _collect(self, now: int) -> None:
+        busy, free = self.busy, self.free
         while busy and busy[0][0] <= now:
             free.append(heapq.heappop(busy)[1])
 
     def acquire(self, granted: Callable[[int], None]) -> int | None:
         """A unit taken now; else None, and ``granted(unit)`` runs when one is handed over."""
-        if self.busy:
-            self._collect()
+        busy = self.busy
+        if busy:
+            now = self.env.now
+            if busy[0][0] <= now:
+                self._collect(now)
         if self.free and not self.waiters:
             return self.free.popleft()
         self.waiters.append(granted)
@@ -132,21 +136,25 @@ class _Units:
     def release_at(self, cycle: int, unit: int) -> None:
         """``unit`` is free from ``cycle`` on (now or later)."""
         heapq.heappush(self.busy, (cycle, unit))
-        if self.waiters:
+        if self.waiters and (self.next_wake is None or self.next_wake > cycle):
             self._wake_later()
 
     def _wake_later(self) -> None:
         if not self.busy:
             return  # every unit is held with no end known yet: the holder's release_at wakes the queue
         at = self.busy[0][0]
-        if self.wakes and min(self.wakes) <= at:
+        if self.next_wake is not None and self.next_wake <= at:
             return  # a wake-up at or before ``at`` is coming and will look again
         self.wakes.append(at)
+        self.next_wake = at
         Timeout(self.env, at - self.env.now).callbacks.append(self._wake)
 
     def _wake(self, _: simpy.Event) -> None:
-        self.wakes.remove(self.env.now)
-        self._collect()
+        now = self.env.now
+        wakes = self.wakes
+        wakes.remove(now)
+        self.next_wake = min(wakes) if wakes else None
+        self._collect(now)
         free, waiters = self.free, self.waiters
         while free and waiters:
             waiters.popleft()(free.popleft())
