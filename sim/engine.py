@@ -325,6 +325,101 @@ class _Dma:
         self.group.lands_at(landed)
 
 
+class _Walk:
+    """A core's walk through one phase's tiles, driven by callbacks (no SimPy process, no event per step).
+
+    For each tile: issue the next tile's loads (prefetch; a tile's loads also wait
+    for the previous tile of its slot to have stored), wait for this tile's loads,
+    compute (one timeout), start its stores.  ``finished()`` runs once the walk is
+    over and every store has landed.
+    """
+
+    __slots__ = ("eng", "core", "tiles", "phase", "finished", "i", "issued", "loaded", "waiting", "latest",
+                 "gates", "stored", "walked", "compute_start")
+
+    def __init__(self, eng: "Engine", core: int, tiles: tuple[Tile, ...], phase: str,
+                 finished: Callable[[], None]):
+        self.eng, self.core, self.tiles, self.phase, self.finished = eng, core, tiles, phase, finished
+        self.i = 0  # the tile being walked
+        self.issued = 0  # tiles whose loads were issued
+        self.loaded = [False] * len(tiles)
+        self.waiting = False  # the walk waits for tile i's loads
+        self.latest: dict[int, _Gate] = {}  # slot -> gate of the latest tile issued on it
+        self.gates: list[_Gate] = []  # per tile: opens when its stores have landed (its slot is free again)
+        self.stored = _Count(len(tiles), self._stored_all)
+        self.walked = False
+        self.compute_start = 0
+
+    def _issue(self, i: int) -> None:
+        tile, eng = self.tiles[i], self.eng
+        gate = _Gate()
+        self.gates.append(gate)
+        prev = self.latest.get(tile.slot)
+        self.latest[tile.slot] = gate
+        self.issued = i + 1
+
+        def start() -> None:
+            eng._start_transfers(self.core, tile, tile.loads, "dma_in", self.phase, lambda: self._loaded(i))
+
+        if prev is None:
+            start()
+        else:
+            prev.then(start)  # the slot's buffers are free once the previous tile's stores landed
+
+    def _loaded(self, i: int) -> None:
+        self.loaded[i] = True
+        if self.waiting and i == self.i:
+            self.waiting = False
+            self.advance()
+
+    def advance(self) -> None:
+        """Walk on as far as the loads allow (a tile with compute continues in its timeout's callback)."""
+        tiles, n = self.tiles, len(self.tiles)
+        while self.i < n:
+            i = self.i
+            if self.issued <= i:
+                self._issue(i)
+            if self.issued == i + 1 and i + 1 < n:
+                self._issue(i + 1)  # prefetch: the next tile's DMA overlaps this tile's compute
+            if not self.loaded[i]:
+                self.waiting = True
+                return
+            tile = tiles[i]
+            if tile.compute is not None:
+                eng = self.eng
+                self.compute_start = eng.env.now
+                Timeout(eng.env, eng._compute_start(self.core, tile)).callbacks.append(self._computed)
+                return
+            self._store(i)
+
+        self.walked = True
+        if not self.stored.left:
+            self.finished()
+
+    def _computed(self, _: simpy.Event) -> None:
+        i = self.i
+        self.eng._compute_record(self.core, self.tiles[i], self.phase, self.compute_start)
+        self._store(i)
+        self.advance()
+
+    def _store(self, i: int) -> None:
+        """Start tile ``i``'s stores and step to the next tile."""
+        tile, gate, eng = self.tiles[i], self.gates[i], self.eng
+
+        def stored_one() -> None:
+            gate.open()
+            self.stored.one_done()
+
+        eng._start_transfers(self.core, tile, tile.stores, "dma_out", self.phase, stored_one)
+        if eng.on_tile is not None:
+            eng.on_tile(1, eng.env.now)
+        self.i = i + 1
+
+    def _stored_all(self) -> None:
+        if self.walked:
+            self.finished()
+
+
 class Engine:
     """Runs one plan on a fresh SimPy environment; the cycle count is returned by :meth:`run`."""
 
@@ -470,11 +565,9 @@ class Engine:
         else:
             self.memory.write_span(key, op.addr, np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
 
-    def _compute(self, core: int, tile: Tile, phase: str) -> Generator:
+    def _compute_start(self, core: int, tile: Tile) -> int:
+        """Run a tile's numerics (results written back now) and return the cycles its compute takes."""
         c = tile.compute
-        if c is None:
-            return
-        start = self.env.now
         if self.numerics:
             arrays = [self._read_operand(core, tile, op) for op in c.inputs]
             results = c.fn(*arrays)
@@ -486,7 +579,11 @@ class Engine:
         cycles = self._memo.get(id(c))
         if cycles is None:
             cycles = self._memo[id(c)] = self.compute_cycles(c)
-        yield Timeout(self.env, cycles)
+        return cycles
+
+    def _compute_record(self, core: int, tile: Tile, phase: str, start: int) -> None:
+        """The trace event of a tile's compute, which ran from ``start`` to now."""
+        c = tile.compute
         if _LITERAL_EVENTS:
             event = object.__new__(TraceEvent)
             object.__setattr__(event, "__dict__", {
@@ -501,49 +598,11 @@ class Engine:
     # -- a core's walk through the plan ---------------------------------------------------------
 
     def _tiles(self, core: int, tiles: tuple[Tile, ...], phase: str) -> Generator:
-        env = self.env
-        n = len(tiles)
-        if not n:
+        if not tiles:
             return
-        latest: dict[int, _Gate] = {}  # slot -> gate of the latest tile issued on it
-        gates: list[_Gate] = []  # per tile: opens when its stores have landed (its slot is free again)
-        loaded: list[simpy.Event] = []  # per tile: fires when its loads have landed
-        all_stored = env.event()
-        stored = _Count(n, all_stored.succeed)
-
-        def issue(i: int) -> None:
-            tile = tiles[i]
-            event = env.event()
-            loaded.append(event)
-            gate = _Gate()
-            gates.append(gate)
-            prev = latest.get(tile.slot)
-            latest[tile.slot] = gate
-
-            def start() -> None:
-                self._start_transfers(core, tile, tile.loads, "dma_in", phase, event.succeed)
-
-            if prev is None:
-                start()
-            else:
-                prev.then(start)  # the slot's buffers are free once the previous tile's stores landed
-
-        issue(0)
-        for i, tile in enumerate(tiles):
-            if i + 1 < n:
-                issue(i + 1)  # prefetch: the next tile's DMA overlaps this tile's compute
-            yield loaded[i]
-            yield from self._compute(core, tile, phase)
-            gate = gates[i]
-
-            def stored_one(gate: _Gate = gate) -> None:
-                gate.open()
-                stored.one_done()
-
-            self._start_transfers(core, tile, tile.stores, "dma_out", phase, stored_one)
-            if self.on_tile is not None:
-                self.on_tile(1, env.now)
-        yield all_stored
+        done = self.env.event()
+        _Walk(self, core, tiles, phase, done.succeed).advance()
+        yield done  # the last store of the phase has landed
 
     def _barrier(self, core: int, phase: str, state: dict) -> Generator:
         arrive = self.env.now
