@@ -201,3 +201,21 @@ def test_timing_only_is_ten_times_faster_with_long_tiles():
     assert (m.call(symbol, numerics=False, tiling=tiling, **args).events) == full.events
     t_full, t_timing = _speeds(m, symbol, args, tiling, 10)
     assert t_full >= 10 * t_timing, f"{symbol} {tiling}: full {t_full:.4f} s, timing-only {t_timing:.4f} s"
+
+
+def test_event_count_grows_with_tiles_not_elements():
+    """16x the elements in as many tiles: the same SimPy events (Run.sim_events), only longer cycles."""
+    runs = []
+    for elements in (1024, 16384):
+        m = sim.Simulator("FT78NE")
+        symbol, args = "fp_fake_quant_with_min_max_vars_gradient_s", dict(
+            gradients=0x80000000, inputs=0x90000000, min=0xA0000000, max=0xA0000040,
+            backprops_wrt_input=0xB0000000, backprop_wrt_min=0xA0000080, backprop_wrt_max=0xA00000C0,
+            shape=[8 * 4 * elements])
+        m.write(0xA0000000, np.float32(-6.0))
+        m.write(0xA0000040, np.float32(6.0))
+        runs.append(m.call(symbol, numerics=False, tiling={"cores": 8, "tile_elements": elements}, **args))
+    small, big = runs
+    tiles = [sum(len(ts) for phase in r.plan.phases for ts in phase.tiles.values()) for r in runs]
+    assert tiles[0] == tiles[1] and small.sim_events > 0
+    assert big.sim_events == small.sim_events and big.cycles > 8 * small.cycles
