@@ -495,10 +495,6 @@ class Engine:
                 max(src_region.latency_cycles, dst_region.latency_cycles))
         return route
 
-    def _after(self, delay: int, callback: Callable[[simpy.Event], None]) -> None:
-        """Call ``callback`` ``delay`` cycles from now (one SimPy timeout, no process)."""
-        self.env.timeout(delay).callbacks.append(callback)
-
     def _start_transfers(self, core: int, tile: Tile, transfers: tuple[Transfer, ...], kind: str, phase: str,
                          done: Callable[[], None]) -> None:
         """Start ``transfers`` now, all at once; ``done()`` runs when the last has landed (at once if none)."""
