@@ -91,7 +91,7 @@ def _longest(m: Any, case: bench_cases.Case, choice: Any) -> dict | None:
 
     def tiles(tiling: dict) -> int:
         _, plan = m.plan(case.symbol, tiling=tiling, **case.args)
-        return sum(len(ts) for ph in plan.phases for ts in ph.tiles.values())
+        return plan.tile_count
 
     return min(listed, key=tiles)
 
@@ -129,7 +129,7 @@ def measure(case_id: str, repeat: int, tiling_mode: str = "default") -> dict[str
     m.call(case.symbol, **case.args)
     call_peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    tiles = sum(len(ts) for ph in run.plan.phases for ts in ph.tiles.values())
+    tiles = run.plan.tile_count
     return {
         "case": case_id, "kernel": case.kernel, "chip": case.chip, "symbol": case.symbol, "size": case.size,
         "shape": case.shape_text, "cycles": run.cycles, "roofline_fraction": run.roofline_fraction,

@@ -166,6 +166,11 @@ class Plan:
     phases: tuple[Phase, ...]
     precision: str
 
+    @property
+    def tile_count(self) -> int:
+        """Tiles of every core in every phase."""
+        return sum(len(tiles) for phase in self.phases for tiles in phase.tiles.values())
+
 
 @dataclass(frozen=True)
 class Buffer:

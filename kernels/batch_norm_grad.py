@@ -174,8 +174,10 @@ class BatchNormGrad:
                 continue
             out.append({"split": split, "channel_block": ct, "row_block": rows})
             if split == "channels" and not largest and rows < r1 - r0 and rows >= 4:
-                # Two-pass row tiles: shorter ones fill the pipeline sooner (the first load is never hidden).
+                # Two-pass row tiles: shorter ones fill the pipeline sooner (the first load is never hidden);
+                # the longest that fit a slot spend the fewest DMA setups.
                 out.append({"split": split, "channel_block": ct, "row_block": rows // 2})
+                out.append({"split": split, "channel_block": ct, "row_block": p.max_rows(ct, r1 - r0, 1)})
         return unique(out)
 
 

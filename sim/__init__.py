@@ -15,13 +15,13 @@ from sim.errors import ConfigError, KernelArgError, LayoutError, MemoryFault, Si
 from sim.target import Target, available_targets, load_target
 
 __all__ = ["SimError", "TargetError", "KernelArgError", "LayoutError", "MemoryFault", "ConfigError",
-           "Simulator", "Run", "Target", "load_target", "available_targets"]
+           "Simulator", "Run", "TILING_TOLERANCE", "Target", "load_target", "available_targets"]
 
 
 def __getattr__(name: str) -> Any:
     # The facade imports the kernel registry, whose kernels import sim.errors and sim.target: loading it
     # lazily lets either package be imported first without a cycle.
-    if name in ("Simulator", "Run"):
+    if name in ("Simulator", "Run", "TILING_TOLERANCE"):
         from sim import simulator
         return getattr(simulator, name)
     raise AttributeError(f"module 'sim' has no attribute {name!r}")

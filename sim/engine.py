@@ -532,25 +532,30 @@ class Engine:
         return got[1], n, dt
 
     def _operand_view(self, core: int, tile: Tile, op: Operand, label: str,
-                      what: str) -> tuple[int, int, np.dtype, np.ndarray | None]:
-        """(store key, bytes, dtype, a view of the operand's bytes or None if it crosses a page), kept in the
-        memo: a cached plan's operands are the same every run."""
+                      what: str) -> tuple[int, int, np.dtype, np.ndarray | None, np.ndarray | None]:
+        """(store key, bytes, dtype, a view of the operand's bytes and a read-only one, or None twice if it
+        crosses a page), kept in the memo: a cached plan's operands are the same every run."""
         got = self._memo.get(("operand", id(op), core))
         if got is None:
             key, n, dt = self._operand_key(core, tile, op, label, what)
-            got = self._memo[("operand", id(op), core)] = (key, n, dt,
-                                                            self.memory.dense_view(key, op.addr, op.shape, dt))
+            view = self.memory.dense_view(key, op.addr, op.shape, dt)
+            frozen = None
+            if view is not None:
+                frozen = view.view()
+                frozen.flags.writeable = False
+            got = self._memo[("operand", id(op), core)] = (key, n, dt, view, frozen)
         return got
 
     def _read_operand(self, core: int, tile: Tile, op: Operand) -> np.ndarray:
-        key, n, dt, view = self._operand_view(core, tile, op, "compute operand", "read")
-        # A fresh copy: a tile's function may keep or modify its inputs without touching simulated memory.
-        if view is not None:
-            return view.copy()
+        key, n, dt, _, frozen = self._operand_view(core, tile, op, "compute operand", "read")
+        # Read-only: a tile's function cannot write simulated memory through its inputs (numpy refuses), and
+        # its results are written back only once it has returned, so no input is copied.
+        if frozen is not None:
+            return frozen
         return self.memory.read_span(key, op.addr, n).copy().view(dt).reshape(op.shape)
 
     def _write_operand(self, core: int, tile: Tile, op: Operand, value: np.ndarray) -> None:
-        key, n, dt, view = self._operand_view(core, tile, op, "compute output", "write")
+        key, n, dt, view, _ = self._operand_view(core, tile, op, "compute output", "write")
         arr = np.asarray(value, dtype=dt)
         if arr.nbytes != n:
             raise SimError(f"tile {tile.tile_id}: compute output of shape {arr.shape} does not fill "
@@ -570,6 +575,9 @@ class Engine:
             if len(results) != len(c.outputs):
                 raise SimError(f"tile {tile.tile_id}: compute returned {len(results)} arrays for "
                                f"{len(c.outputs)} outputs")
+            if len(results) > 1:
+                # A result that is (a view of) a read-only input must not change under an earlier output's write.
+                results = [r.copy() if isinstance(r, np.ndarray) and not r.flags.writeable else r for r in results]
             for op, value in zip(c.outputs, results):
                 self._write_operand(core, tile, op, value)
         cycles = self._memo.get(id(c))

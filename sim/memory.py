@@ -25,6 +25,9 @@ PAGE_BYTES = 1 << PAGE_BITS
 #: Journal and snapshot granularity (1 MiB): a call's first write to a chunk saves only that chunk.
 CHUNK_BITS = 20
 CHUNK_BYTES = 1 << CHUNK_BITS
+#: Journal buffers kept between calls for reuse (a fresh chunk-sized buffer costs a page fault per 4 KiB page,
+#: several times the copy itself; a call that rewrites its outputs would pay that on every run).
+SPARE_CHUNKS = 128
 
 #: Store key of shared memory; private memory is keyed by core index.
 SHARED = -1
@@ -129,6 +132,7 @@ class AddressSpace:
         self._stores: dict[int, dict[int, np.ndarray]] = {}
         self._written: dict[int, set[int]] = {}  # store key -> chunks ever written (all others are zero)
         self._journal: dict[tuple[int, int], np.ndarray | None] | None = None
+        self._spare: list[np.ndarray] = []  # chunk-sized journal buffers free for the next call
 
     # -- pages and chunks ----------------------------------------------------------------------
 
@@ -153,7 +157,11 @@ class AddressSpace:
         journal = self._journal
         for chunk in range(lo >> CHUNK_BITS, ((hi - 1) >> CHUNK_BITS) + 1):
             if journal is not None and (key, chunk) not in journal:
-                journal[(key, chunk)] = self._chunk(key, chunk).copy() if chunk in written else None
+                saved = None
+                if chunk in written:
+                    saved = self._spare.pop() if self._spare else np.empty(CHUNK_BYTES, np.uint8)
+                    saved[...] = self._chunk(key, chunk)
+                journal[(key, chunk)] = saved
             written.add(chunk)
 
     # -- raw spans ---------------------------------------------------------------------------
@@ -333,7 +341,8 @@ class AddressSpace:
 
     def commit(self) -> None:
         """Keep every write since :meth:`begin`."""
-        self._journal = None
+        journal, self._journal = self._journal or {}, None
+        self._recycle(journal)
 
     def rollback(self) -> None:
         """Restore every chunk written since :meth:`begin` to its bytes at that moment."""
@@ -344,6 +353,14 @@ class AddressSpace:
                 view[...] = 0
             else:
                 view[...] = saved
+        self._recycle(journal)
+
+    def _recycle(self, journal: dict[tuple[int, int], np.ndarray | None]) -> None:
+        """Keep the journal's buffers (up to SPARE_CHUNKS) for the next call's first writes."""
+        spare = self._spare
+        for saved in journal.values():
+            if saved is not None and len(spare) < SPARE_CHUNKS:
+                spare.append(saved)
 
     def snapshot(self) -> dict[tuple[int, int], bytes]:
         """Every written chunk's bytes that are not all zero (for tests that check memory is unchanged)."""

@@ -23,16 +23,23 @@ from sim.trace import Recorder, TraceEvent, region_facts, write_trace
 
 #: Plans a simulator keeps for calls it may see again (least recently used dropped first).
 PLAN_CACHE_SIZE = 16
+#: Candidate tilings whose cycles are within this fraction of the cheapest count as tied; a tie goes to the
+#: candidate with the fewest tiles.  The model is cycle-approximate: a fraction of a percent separates
+#: tilings that differ only in how long the first load and the last store stay exposed, while fewer tiles
+#: mean fewer DMA descriptors on the chip and a several times faster simulation.
+TILING_TOLERANCE = 0.01
 
 
 @dataclass(frozen=True)
 class TilingChoice:
     """The tiling a run used and how it was chosen.
 
-    ``source`` is ``given`` (the caller named it), ``cost model`` (the cheapest
-    of the kernel's candidates, each simulated in timing-only mode; their cycles
-    are in ``candidates``, None for one stopped once it was slower than the best)
-    or ``kernel`` (the kernel offers one plan only).
+    ``source`` is ``given`` (the caller named it), ``cost model`` (the
+    cheapest of the kernel's candidates, each simulated in timing-only mode,
+    where candidates within the simulator's ``tiling_tolerance`` of the
+    cheapest tie and the one with the fewest tiles wins; their cycles are in
+    ``candidates``, None for one stopped once it could no longer tie) or
+    ``kernel`` (the kernel offers one plan only).
     """
 
     tiling: dict | None
@@ -137,8 +144,14 @@ def _cores_of_mask(mask: Any, target: Target) -> tuple[int, ...]:
 class Simulator:
     """One chip with fresh, zeroed memory at cycle 0.  ``call`` runs kernels on it."""
 
-    def __init__(self, target: str | Path | Target = "FT78NE"):
+    def __init__(self, target: str | Path | Target = "FT78NE", *, tiling_tolerance: float = TILING_TOLERANCE):
         self.target = load_target(target)
+        if isinstance(tiling_tolerance, bool) or not isinstance(tiling_tolerance, (int, float)) \
+                or not 0 <= tiling_tolerance < 1:
+            raise KernelArgError(f"argument 'tiling_tolerance': expected a fraction in [0, 1), got "
+                                 f"{tiling_tolerance!r}")
+        #: Cycles within this fraction of the cheapest candidate tie; ties go to the fewest tiles (0: cheapest).
+        self.tiling_tolerance = float(tiling_tolerance)
         # Tiling choices already made: (symbol, bound call) -> (chosen tiling, priced candidates, source).
         self._tiling_cache: dict[tuple[str, str], tuple[dict, tuple, str]] = {}
         # Plans of recent calls (plan key -> plan): a repeated call, or a sweep point, skips planning.
@@ -256,18 +269,23 @@ class Simulator:
                 return call, candidates[0][1], TilingChoice(candidates[0][0], "kernel")
             return call, self._lower(kernel, call, ctx), TilingChoice(None, "kernel")
         priced: list[tuple[dict, int | None]] = []
-        best: tuple[int, int] | None = None  # (cycles, index)
-        for i, (cand, plan) in enumerate(candidates):
+        best: int | None = None  # the fewest cycles so far
+        for cand, plan in candidates:
             # Timing only: the engine moves no bytes and runs no numerics, so memory is untouched. A candidate
-            # still running when the best so far has finished cannot win and is stopped there.
+            # still running when it can no longer tie with the best so far is stopped there.
+            limit = None if best is None else int(best * (1 + self.tiling_tolerance))
             cycles = Engine(self.target, self.memory, Recorder(), numerics=False, memo=self._memo(plan)).run(
-                plan, until_cycles=None if best is None else best[0])
+                plan, until_cycles=limit)
             priced.append((cand, cycles))
-            if cycles is not None and (best is None or cycles < best[0]):  # ties: the kernel's own order
-                best = (cycles, i)
+            if cycles is not None and (best is None or cycles < best):
+                best = cycles
         assert best is not None
-        self._tiling_cache[key] = (candidates[best[1]][0], tuple(priced), "cost model")
-        return call, candidates[best[1]][1], TilingChoice(candidates[best[1]][0], "cost model", tuple(priced))
+        tied = [i for i, (_, cycles) in enumerate(priced)
+                if cycles is not None and cycles <= best * (1 + self.tiling_tolerance)]
+        # Fewest tiles, then fewest cycles, then the kernel's own order.
+        pick = min(tied, key=lambda i: (candidates[i][1].tile_count, priced[i][1], i))
+        self._tiling_cache[key] = (candidates[pick][0], tuple(priced), "cost model")
+        return call, candidates[pick][1], TilingChoice(candidates[pick][0], "cost model", tuple(priced))
 
     @staticmethod
     def _plan_key(call: BoundCall, tiling: Mapping[str, Any] | None) -> str:
