@@ -178,6 +178,11 @@ class BatchNormGrad:
                 # the longest that fit a slot spend the fewest DMA setups.
                 out.append({"split": split, "channel_block": ct, "row_block": rows // 2})
                 out.append({"split": split, "channel_block": ct, "row_block": p.max_rows(ct, r1 - r0, 1)})
+                # The core's whole share of channels per tile: as many bytes per tile in fewer, longer rows.
+                wide = (c1 - c0) // p.grain * p.grain or c1 - c0
+                wide_rows = p.max_rows(wide, r1 - r0, 1)
+                if wide > ct and wide_rows >= MIN_TILES_PER_PASS:
+                    out.append({"split": split, "channel_block": wide, "row_block": wide_rows})
         return unique(out)
 
 

@@ -10,12 +10,14 @@ buffering through the tiles' slots), and phases end in a barrier.  Every number
 comes from the target.  The engine knows no kernel: it moves bytes and calls
 each tile's compute on the operands it reads back from simulated memory.
 
-Transfers are not SimPy processes: each is a chain of two timeouts (setup; then
-stream plus latency) whose callbacks take the next step; a free engine or port
-is taken without an event, and when a stream starts the cycles at which its
-ports and its engine come free are known, so they need an event only to wake
-transfers queued for them.  A tile costs about two events per transfer plus its
-compute, so the event engine's work grows with tiles, not with elements.
+Transfers are not SimPy processes: each is a timeout (setup) whose callback
+takes the next steps; a free engine or port is taken without an event, and when
+a stream starts the cycles at which its ports and its engine come free are
+known.  A queue whose holders have all said when they let go hands its first
+waiter a unit and the cycle of its turn at once; only otherwise does it need an
+event to wake its waiters.  A tile costs about one event per transfer, one for
+its group's landing and one for its compute, so the event engine's work grows
+with tiles, not with elements.
 """
 
 from __future__ import annotations
@@ -102,26 +104,33 @@ class _Units:
     (when its stream starts), so no event is spent at the end of every hold: a
     unit whose release cycle has passed is simply free, and a free unit is taken
     without an event.  Requests that find none free wait first come, first
-    served; one timeout at the earliest release cycle hands units to them.
+    served.  While every held unit's release cycle is known, the first waiter's
+    turn is known too (the earliest release; later requests queue behind it),
+    so it is granted at once with that cycle and no event is spent on the
+    hand-over; while some holder has not said yet, one timeout at the earliest
+    known release hands units over (a later-said release may be earlier).
     """
 
-    __slots__ = ("env", "free", "busy", "waiters", "wakes", "next_wake")
+    __slots__ = ("env", "units", "free", "busy", "waiters", "wakes", "next_wake", "serving")
 
     def __init__(self, env: simpy.Environment, units: int):
         self.env = env
+        self.units = units
         self.free: deque[int] = deque(range(units))
         self.busy: list[tuple[int, int]] = []  # heap of (cycle it comes free, unit) of the held units
-        self.waiters: deque[Callable[[int], None]] = deque()
+        self.waiters: deque[Callable[[int, int], None]] = deque()
         self.wakes: list[int] = []  # cycles of the wake-ups already scheduled (one timeout each, never twice)
         self.next_wake: int | None = None  # the earliest of them
+        self.serving = False  # a hand-over loop is running (a grant's callback may release a unit again)
 
     def _collect(self, now: int) -> None:
         busy, free = self.busy, self.free
         while busy and busy[0][0] <= now:
             free.append(heapq.heappop(busy)[1])
 
-    def acquire(self, granted: Callable[[int], None]) -> int | None:
-        """A unit taken now; else None, and ``granted(unit)`` runs when one is handed over."""
+    def acquire(self, granted: Callable[[int, int], None]) -> int | None:
+        """A unit taken now; else None, and ``granted(unit, cycle)`` runs when its turn is known (the cycle it
+        gets the unit, now or later; perhaps before this returns)."""
         busy = self.busy
         if busy:
             now = self.env.now
@@ -130,14 +139,36 @@ class _Units:
         if self.free and not self.waiters:
             return self.free.popleft()
         self.waiters.append(granted)
-        self._wake_later()
+        if not self.serving:
+            self._serve()
         return None
 
     def release_at(self, cycle: int, unit: int) -> None:
         """``unit`` is free from ``cycle`` on (now or later)."""
         heapq.heappush(self.busy, (cycle, unit))
-        if self.waiters and (self.next_wake is None or self.next_wake > cycle):
-            self._wake_later()
+        if self.waiters and not self.serving:
+            self._serve()
+
+    def _serve(self) -> None:
+        """Hand units to waiters, first come first served: free ones now; while every held unit's release is
+        known, the earliest at its release cycle; else wake at the earliest known release."""
+        self.serving = True
+        try:
+            env, busy, free, waiters = self.env, self.busy, self.free, self.waiters
+            now = env.now
+            if busy and busy[0][0] <= now:
+                self._collect(now)
+            while waiters:
+                if free:
+                    waiters.popleft()(free.popleft(), now)
+                elif busy and len(busy) == self.units:
+                    cycle, unit = heapq.heappop(busy)
+                    waiters.popleft()(unit, cycle if cycle > now else now)
+                else:
+                    self._wake_later()
+                    return
+        finally:
+            self.serving = False
 
     def _wake_later(self) -> None:
         if not self.busy:
@@ -150,16 +181,11 @@ class _Units:
         Timeout(self.env, at - self.env.now).callbacks.append(self._wake)
 
     def _wake(self, _: simpy.Event) -> None:
-        now = self.env.now
         wakes = self.wakes
-        wakes.remove(now)
+        wakes.remove(self.env.now)
         self.next_wake = min(wakes) if wakes else None
-        self._collect(now)
-        free, waiters = self.free, self.waiters
-        while free and waiters:
-            waiters.popleft()(free.popleft())
-        if waiters:
-            self._wake_later()
+        if self.waiters:
+            self._serve()
 
 
 class _Group:
@@ -266,12 +292,13 @@ class _Dma:
         """Ask for a DMA engine."""
         engine_id = self.engines.acquire(self._engine)
         if engine_id is not None:
-            self._engine(engine_id)
+            self._engine(engine_id, self.env.now)
 
-    def _engine(self, engine_id: int) -> None:
+    def _engine(self, engine_id: int, at: int) -> None:
+        """Engine ``engine_id`` is this transfer's from cycle ``at`` (now or later): program it."""
         self.engine_id = engine_id
-        self.start_cycle = self.env.now
-        Timeout(self.env, self.eng.setup_cycles).callbacks.append(self._ports)
+        self.start_cycle = at
+        Timeout(self.env, at - self.env.now + self.eng.setup_cycles).callbacks.append(self._ports)
 
     def _ports(self, _: simpy.Event | None = None) -> None:
         if _ is not None:
@@ -282,14 +309,20 @@ class _Dma:
             self.port += 1
             if pool.acquire(self._granted) is None:
                 return
-        self._stream()
+        self._stream(self.env.now)
 
-    def _granted(self, _: int) -> None:
-        self._ports(None)
+    def _granted(self, _: int, at: int) -> None:
+        if self.port == len(self.pools):
+            self._stream(at)  # the last port: the stream starts at its turn, no event needed
+        elif at > self.env.now:
+            Timeout(self.env, at - self.env.now).callbacks.append(self._ports)  # the next port is asked then
+        else:
+            self._ports(None)
 
-    def _stream(self) -> None:
-        t, eng, now = self.t, self.eng, self.env.now
-        self.waited = now - self.queued
+    def _stream(self, start: int) -> None:
+        """The stream starts at cycle ``start`` (now or later): every cycle of the transfer is known now."""
+        t, eng = self.t, self.eng
+        self.waited = start - self.queued
         if eng.numerics:
             planned = eng._memo.get(("copy", id(t), self.core), _UNPLANNED)
             if planned is _UNPLANNED:  # the copy's views, kept with the plan: its later runs reuse them
@@ -300,7 +333,7 @@ class _Dma:
                                 t.dst_strides)
             else:
                 eng.memory.copy_planned(planned)
-        released = now + self.stream
+        released = start + self.stream
         for pool in self.pools:
             pool.release_at(released, 0)
         # The last byte lands one access latency after it left the port; then the engine is free.
