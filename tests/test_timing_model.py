@@ -67,6 +67,45 @@ def test_short_strided_runs_pay_whole_bursts():
         assert cycles == fixed + math.ceil(ddr_bytes / port)
 
 
+def _dense_stream(t, n: int) -> int:
+    ddr, am = t.region("ddr"), t.region("am")
+    return math.ceil(max(math.ceil(n / ddr.burst_bytes) * ddr.burst_bytes / (ddr.bandwidth_bytes_per_cycle / ddr.ports),
+                         n / (am.bandwidth_bytes_per_cycle / am.ports)))
+
+
+def test_eight_cores_queue_for_four_ddr_ports_first_come_first_served():
+    """Eight equal loads reach DDR's four ports in the same cycle: four stream, four wait exactly one stream."""
+    t = sim.load_target("FT78NE")
+    ddr, am = t.region("ddr"), t.region("am")
+    n = 8192
+    plan = Plan(cores=tuple(range(8)), precision="fp32", phases=(Phase("p", {
+        c: (Tile(0, (Transfer.contiguous(ddr.base + c * n, am.base, n),), None, ()),) for c in range(8)},
+        barrier_after=False),))
+    cycles, events, _ = run_plan(t, plan)
+    s = _dense_stream(t, n)
+    first = t.launch_overhead_cycles + t.dma.setup_cycles
+    assert ddr.ports == 4
+    assert sorted(e.wait_cycles for e in events if e.kind == "dma_in") == [0] * 4 + [s] * 4
+    assert all(e.wait_start == first for e in events if e.kind == "dma_in")
+    assert cycles == first + 2 * s + ddr.latency_cycles
+
+
+def test_a_third_load_waits_for_one_of_the_cores_two_dma_engines():
+    """Three loads of one tile on one core: two take the engines, the third takes the first engine to land."""
+    t = sim.load_target("FT78NE")
+    ddr, am = t.region("ddr"), t.region("am")
+    n = 4096
+    loads = tuple(Transfer.contiguous(ddr.base + i * n, am.base + i * n, n) for i in range(3))
+    plan = Plan(cores=(0,), precision="fp32", phases=(Phase("p", {0: (Tile(0, loads, None, ()),)}),))
+    cycles, events, _ = run_plan(t, plan)
+    one = t.dma.setup_cycles + _dense_stream(t, n) + max(ddr.latency_cycles, am.latency_cycles)
+    assert t.dma.engines_per_core == 2
+    starts = sorted(e.start for e in events if e.kind == "dma_in")
+    assert starts == [t.launch_overhead_cycles] * 2 + [t.launch_overhead_cycles + one]
+    assert all(e.wait_cycles == 0 for e in events if e.kind == "dma_in")
+    assert cycles == t.launch_overhead_cycles + 2 * one
+
+
 def test_double_buffering_overlaps_next_load_with_compute():
     t = sim.load_target("FT78NE")
     ddr, am = t.region("ddr"), t.region("am")
