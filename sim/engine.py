@@ -152,23 +152,22 @@ class _Units:
     def _serve(self) -> None:
         """Hand units to waiters, first come first served: free ones now; while every held unit's release is
         known, the earliest at its release cycle; else wake at the earliest known release."""
+        # An exception from a waiter's callback ends the whole run, so the flag needs no try/finally.
         self.serving = True
-        try:
-            env, busy, free, waiters = self.env, self.busy, self.free, self.waiters
-            now = env.now
-            if busy and busy[0][0] <= now:
-                self._collect(now)
-            while waiters:
-                if free:
-                    waiters.popleft()(free.popleft(), now)
-                elif busy and len(busy) == self.units:
-                    cycle, unit = heapq.heappop(busy)
-                    waiters.popleft()(unit, cycle if cycle > now else now)
-                else:
-                    self._wake_later()
-                    return
-        finally:
-            self.serving = False
+        busy, free, waiters, units = self.busy, self.free, self.waiters, self.units
+        now = self.env.now
+        if busy and busy[0][0] <= now:
+            self._collect(now)
+        while waiters:
+            if free:
+                waiters.popleft()(free.popleft(), now)
+            elif len(busy) == units:
+                cycle, unit = heapq.heappop(busy)
+                waiters.popleft()(unit, cycle if cycle > now else now)
+            else:
+                self._wake_later()
+                break
+        self.serving = False
 
     def _wake_later(self) -> None:
         if not self.busy:

@@ -153,8 +153,11 @@ class AddressSpace:
         """Journal (once per call) and mark as written the chunks of ``[lo, hi)`` before they change."""
         if hi <= lo:
             return
-        written = self._written.setdefault(key, set())
         journal = self._journal
+        first = lo >> CHUNK_BITS
+        if journal is not None and first == (hi - 1) >> CHUNK_BITS and (key, first) in journal:
+            return  # one chunk, journaled (and so marked written) earlier in this call: the common case
+        written = self._written.setdefault(key, set())
         for chunk in range(lo >> CHUNK_BITS, ((hi - 1) >> CHUNK_BITS) + 1):
             if journal is not None and (key, chunk) not in journal:
                 saved = None
