@@ -73,6 +73,10 @@ def _fast_constructor(cls: type) -> Callable[..., TraceEvent]:
 
 _trace_event = _fast_constructor(TraceEvent)
 
+# The engine reads SimPy's clock as ``env._now``: the public ``env.now`` is a property, a function call on
+# every read, and the hot paths read it several times per transfer.  SimPy 4 keeps the clock there (pinned
+# below 5 in pyproject.toml; tests/test_engine_internals.py checks it).
+
 class _UnitNames(dict):
     """``prefix<k>`` for every k, each string built once."""
 
@@ -133,7 +137,7 @@ class _Units:
         gets the unit, now or later; perhaps before this returns)."""
         busy = self.busy
         if busy:
-            now = self.env.now
+            now = self.env._now
             if busy[0][0] <= now:
                 self._collect(now)
         if self.free and not self.waiters:
@@ -155,7 +159,7 @@ class _Units:
         # An exception from a waiter's callback ends the whole run, so the flag needs no try/finally.
         self.serving = True
         busy, free, waiters, units = self.busy, self.free, self.waiters, self.units
-        now = self.env.now
+        now = self.env._now
         if busy and busy[0][0] <= now:
             self._collect(now)
         while waiters:
@@ -177,11 +181,11 @@ class _Units:
             return  # a wake-up at or before ``at`` is coming and will look again
         self.wakes.append(at)
         self.next_wake = at
-        Timeout(self.env, at - self.env.now).callbacks.append(self._wake)
+        Timeout(self.env, at - self.env._now).callbacks.append(self._wake)
 
     def _wake(self, _: simpy.Event) -> None:
         wakes = self.wakes
-        wakes.remove(self.env.now)
+        wakes.remove(self.env._now)
         self.next_wake = min(wakes) if wakes else None
         if self.waiters:
             self._serve()
@@ -208,7 +212,7 @@ class _Group:
         if cycle > self.latest:
             self.latest = cycle
         if not self.left:
-            Timeout(self.env, self.latest - self.env.now).callbacks.append(self._landed)
+            Timeout(self.env, self.latest - self.env._now).callbacks.append(self._landed)
 
     def _landed(self, _: simpy.Event) -> None:
         self.done()
@@ -288,33 +292,42 @@ class _Dma:
         self.port = 0
 
     def start(self) -> None:
-        """Ask for a DMA engine."""
+        """Ask for a DMA engine; program it (setup) once it is this transfer's."""
         engine_id = self.engines.acquire(self._engine)
         if engine_id is not None:
-            self._engine(engine_id, self.env.now)
+            self.engine_id = engine_id
+            self.start_cycle = self.env._now
+            Timeout(self.env, self.eng.setup_cycles).callbacks.append(self._ports)
 
     def _engine(self, engine_id: int, at: int) -> None:
         """Engine ``engine_id`` is this transfer's from cycle ``at`` (now or later): program it."""
         self.engine_id = engine_id
         self.start_cycle = at
-        Timeout(self.env, at - self.env.now + self.eng.setup_cycles).callbacks.append(self._ports)
+        Timeout(self.env, at - self.env._now + self.eng.setup_cycles).callbacks.append(self._ports)
 
     def _ports(self, _: simpy.Event | None = None) -> None:
+        now = self.env._now
         if _ is not None:
-            self.queued = self.env.now
+            self.queued = now
         pools = self.pools
         while self.port < len(pools):
             pool = pools[self.port]
             self.port += 1
-            if pool.acquire(self._granted) is None:
+            # _Units.acquire's fast path inlined: most ports are free when asked.
+            busy = pool.busy
+            if busy and busy[0][0] <= now:
+                pool._collect(now)
+            if pool.free and not pool.waiters:
+                pool.free.popleft()
+            elif pool.acquire(self._granted) is None:
                 return
-        self._stream(self.env.now)
+        self._stream(now)
 
     def _granted(self, _: int, at: int) -> None:
         if self.port == len(self.pools):
             self._stream(at)  # the last port: the stream starts at its turn, no event needed
-        elif at > self.env.now:
-            Timeout(self.env, at - self.env.now).callbacks.append(self._ports)  # the next port is asked then
+        elif at > self.env._now:
+            Timeout(self.env, at - self.env._now).callbacks.append(self._ports)  # the next port is asked then
         else:
             self._ports(None)
 
@@ -333,8 +346,10 @@ class _Dma:
             else:
                 eng.memory.copy_planned(planned)
         released = start + self.stream
-        for pool in self.pools:
-            pool.release_at(released, 0)
+        for pool in self.pools:  # _Units.release_at inlined (ports are counted, not named: unit 0)
+            heapq.heappush(pool.busy, (released, 0))
+            if pool.waiters and not pool.serving:
+                pool._serve()
         # The last byte lands one access latency after it left the port; then the engine is free.
         landed = released + self.latency
         self.engines.release_at(landed, self.engine_id)
@@ -353,7 +368,7 @@ class _Dma:
                 bytes=self.size_bytes, src=t.src, dst=t.dst, src_region=self.src[0].name,
                 dst_region=self.dst[0].name, tile=self.tile.tile_id, phase=self.phase, wait_cycles=self.waited,
                 wait_start=self.queued)
-        eng.recorder.record(event)
+        eng.record(event)
         self.group.lands_at(landed)
 
 
@@ -419,7 +434,7 @@ class _Walk:
             tile = tiles[i]
             if tile.compute is not None:
                 eng = self.eng
-                self.compute_start = eng.env.now
+                self.compute_start = eng.env._now
                 Timeout(eng.env, eng._compute_start(self.core, tile)).callbacks.append(self._computed)
                 return
             self._store(i)
@@ -444,7 +459,7 @@ class _Walk:
 
         eng._start_transfers(self.core, tile, tile.stores, "dma_out", self.phase, stored_one)
         if eng.on_tile is not None:
-            eng.on_tile(1, eng.env.now)
+            eng.on_tile(1, eng.env._now)
         self.i = i + 1
 
     def _stored_all(self) -> None:
@@ -460,6 +475,8 @@ class Engine:
         self.target = target
         self.memory = memory
         self.recorder = recorder
+        # One trace event per transfer and compute: a plain Recorder's list is appended to directly.
+        self.record = recorder.events.append if type(recorder) is Recorder else recorder.record
         self.numerics = numerics
         self.on_tile = on_tile
         self.env = simpy.Environment()
@@ -509,7 +526,7 @@ class Engine:
             try:  # the full check, for its message
                 got = self.memory.map.resolve(lo, hi - lo, core, what=f"DMA {side}")
             except MemoryFault as e:
-                raise MemoryFault(f"core {core}, tile {tile.tile_id}, cycle {self.env.now}: {e}") from None
+                raise MemoryFault(f"core {core}, tile {tile.tile_id}, cycle {self.env._now}: {e}") from None
         self._resolved[(lo, hi, core)] = got
         return got
 
@@ -558,7 +575,7 @@ class Engine:
             try:
                 got = self.memory.map.resolve(op.addr, n, core, what=what)
             except MemoryFault as e:
-                raise MemoryFault(f"core {core}, tile {tile.tile_id}, cycle {self.env.now}: {label}: {e}") \
+                raise MemoryFault(f"core {core}, tile {tile.tile_id}, cycle {self.env._now}: {label}: {e}") \
                     from None
             self._resolved[(op.addr, op.addr + n, core)] = got
         return got[1], n, dt
@@ -623,13 +640,13 @@ class Engine:
         if _LITERAL_EVENTS:
             event = object.__new__(TraceEvent)
             object.__setattr__(event, "__dict__", {
-                "core": core, "unit": "compute", "kind": "compute", "start": start, "end": self.env.now, "bytes": 0,
+                "core": core, "unit": "compute", "kind": "compute", "start": start, "end": self.env._now, "bytes": 0,
                 "src": None, "dst": None, "src_region": None, "dst_region": None, "tile": tile.tile_id,
                 "phase": phase, "flops": c.flops, "wait_cycles": 0, "wait_start": None})
         else:
-            event = _trace_event(core=core, unit="compute", kind="compute", start=start, end=self.env.now,
+            event = _trace_event(core=core, unit="compute", kind="compute", start=start, end=self.env._now,
                                  tile=tile.tile_id, phase=phase, flops=c.flops)
-        self.recorder.record(event)
+        self.record(event)
 
     # -- a core's walk through the plan ---------------------------------------------------------
 
@@ -641,14 +658,14 @@ class Engine:
         yield done  # the last store of the phase has landed
 
     def _barrier(self, core: int, phase: str, state: dict) -> Generator:
-        arrive = self.env.now
+        arrive = self.env._now
         state["arrived"] += 1
         if state["arrived"] == state["expected"]:
             release = state["release"]
             self.env.process(self._release(release))
         yield state["release"]
         self.recorder.record(_trace_event(core=core, unit="sync", kind="barrier_wait", start=arrive,
-                                        end=self.env.now, phase=phase, wait_cycles=self.env.now - arrive,
+                                        end=self.env._now, phase=phase, wait_cycles=self.env._now - arrive,
                                         wait_start=arrive))
 
     def _release(self, event: simpy.Event) -> Generator:
@@ -657,12 +674,12 @@ class Engine:
 
     def _core(self, core: int, plan: Plan, barriers: list[dict]) -> Generator:
         yield self.env.timeout(self.target.launch_overhead_cycles)
-        self.recorder.record(_trace_event(core=core, unit="sync", kind="launch", start=0, end=self.env.now))
+        self.recorder.record(_trace_event(core=core, unit="sync", kind="launch", start=0, end=self.env._now))
         for phase, state in zip(plan.phases, barriers):
             yield from self._tiles(core, tuple(phase.tiles.get(core, ())), phase.name)
             if state is not None:
                 yield from self._barrier(core, phase.name, state)
-        self.core_end_cycles[core] = self.env.now
+        self.core_end_cycles[core] = self.env._now
 
     def _run_events(self, until_cycles: int | None) -> None:
         """Process events (those up to ``until_cycles`` if given) and count them.
