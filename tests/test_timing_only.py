@@ -154,13 +154,13 @@ def _best_seconds(fn: Callable[[], object], repeat: int) -> float:
     return best
 
 
-#: Speed-up asked of timing-only runs on each large shape with the tiling the cost model picks (best of a few
-#: warm calls; measured on this 2-core machine under other load: conv2d 9-19x, depthwise 10-13x, fake quant
-#: 8-11x, batch norm 2.7-3.8x, fused batch norm 2.3-2.9x).  The issue's 10x is not met by the elementwise
-#: kernels: the burst-aware cost model picks short tiles (a fraction of a percent fewer cycles than tiles four
-#: times longer), and a short tile's numpy work is no bigger than the event engine's work for its DMAs.  The
-#: floors below catch a timing-only run that does numerics or data work again.
-SPEEDUP = {"batch_norm_grad": 2, "fused_batch_norm_grad": 2, "fake_quant_with_min_max_vars_gradient": 6,
+#: Speed-up asked of timing-only runs on each large shape on FT78NE with the tiling the cost model picks (best
+#: of a few warm calls; bench/results.md has the measured figures: conv2d and depthwise ~12x, fake quant ~12x,
+#: batch norm ~9x, fused batch norm ~3.5x).  The floors sit well below them (this 2-core machine is shared and
+#: noisy) and catch a timing-only run that does numerics or data work again.  FusedBatchNormGrad's tiles are
+#: as long as its scratchpad allows (its plan keeps part of x and dy resident between its two passes) and their
+#: numpy work is only a few times the event engine's work for their DMAs.
+SPEEDUP = {"batch_norm_grad": 5, "fused_batch_norm_grad": 2, "fake_quant_with_min_max_vars_gradient": 7,
            "conv2d_backprop_filter": 8, "depthwise_conv2d_backprop_input": 8}
 
 
@@ -194,7 +194,7 @@ def test_timing_only_is_ten_times_faster_with_long_tiles():
     default = m.call(symbol, numerics=False, **args)
 
     def tiles(tiling: dict) -> int:
-        return sum(len(ts) for phase in m.plan(symbol, tiling=tiling, **args)[1].phases for ts in phase.tiles.values())
+        return m.plan(symbol, tiling=tiling, **args)[1].tile_count
 
     tiling = min([c for c, _ in default.tiling.candidates] or [default.tiling.tiling], key=tiles)
     full = m.call(symbol, tiling=tiling, **args)
