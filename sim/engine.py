@@ -489,7 +489,7 @@ class Engine:
         # (id(transfer), core) -> its two resolved ends and size: kept with a plan (``memo``) by a caller that
         # runs the same plan again, since resolving spans is a good part of a transfer's cost.
         self._memo: dict = {} if memo is None else memo
-        self._routes: dict[tuple[str, int, str, int], tuple[tuple[_Units, ...], int, int]] = {}
+        self._routes: dict[tuple[str, int, str, int], tuple[tuple[_Units, ...], int]] = {}
         self.core_end_cycles: dict[int, int] = {}
 
     @property
