@@ -261,8 +261,9 @@ class _Planner:
     # -- tile sizes -------------------------------------------------------------------------------
 
     def whole_fits(self, ct: int, rows: int) -> bool:
-        """A one-pass tile of ``rows`` x ``ct`` (x, dy, dx and five vectors) fits half the scratchpad."""
-        return fits([rows * ct * self.dt.itemsize] * 3 + [ct * 4] * 5, self.ctx.scratch_size_bytes // 2, self.align)
+        """A one-pass tile of ``rows`` x ``ct`` (x, dy -- dx is written over dy -- and five vectors) fits half the
+        scratchpad."""
+        return fits([rows * ct * self.dt.itemsize] * 2 + [ct * 4] * 5, self.ctx.scratch_size_bytes // 2, self.align)
 
     def row_area(self, ct: int, parts: int) -> tuple[int, int]:
         """(bytes of one block area, bytes of each of the two row-tile slots) of the row-tile mode."""
@@ -271,8 +272,8 @@ class _Planner:
         return block, (self.ctx.scratch_size_bytes - (used + self.align)) // 2
 
     def row_fits(self, ct: int, rows: int, parts: int) -> bool:
-        """Row tiles of ``rows`` x ``ct`` (x, dy, dx) fit a slot of the row-tile mode."""
-        return fits([rows * ct * self.dt.itemsize] * 3, self.row_area(ct, parts)[1], self.align)
+        """Row tiles of ``rows`` x ``ct`` (x, dy; dx is written over dy) fit a slot of the row-tile mode."""
+        return fits([rows * ct * self.dt.itemsize] * 2, self.row_area(ct, parts)[1], self.align)
 
     def max_rows(self, ct: int, span_r: int, parts: int, exact: bool = True) -> int:
         """Most rows (<= span_r) of a row tile that fit a slot (0: not even one).
@@ -282,7 +283,7 @@ class _Planner:
         """
         if not exact:
             rest = self.row_area(ct, parts)[1]
-            rows = max(1, min(span_r, rest // (3 * ct * self.dt.itemsize + 3 * self.align)))
+            rows = max(1, min(span_r, rest // (2 * ct * self.dt.itemsize + 2 * self.align)))
             while rows > 1 and not self.row_fits(ct, rows, parts):
                 rows -= 1
             return rows if self.row_fits(ct, rows, parts) else 0
@@ -375,7 +376,7 @@ class _Planner:
             arena = Arena(ctx.scratch_base + (i % 2) * half, half, ctx.alignment_bytes)
             ox, ody = arena.operand((batch, n), dt), arena.operand((batch, n), dt)
             om, oi, osc = (arena.operand((n,), F32) for _ in range(3))
-            odx = arena.operand((batch, n), dt)
+            odx = ody  # dx is written over dy: the tile has read dy by then
             odb, ods = arena.operand((n,), F32), arena.operand((n,), F32)
             loads = (operand_in(ox, b["x"].addr, (batch, channel), (0, start)),
                      operand_in(ody, b["dy"].addr, (batch, channel), (0, start)),
@@ -512,7 +513,7 @@ class _RowStream:
                                   flops=elems * FLOPS_SUMS, reductions=0, precision=COMPUTE_PRECISION)
                 stores: tuple[Transfer, ...] = ()
             else:
-                odx = sl.operand((nr, n), dt)
+                odx = ody  # dx is written over dy: the tile has read dy by then
                 stores = (operand_out(odx, b["dx"].addr, (batch, channel), (r0, start)),)
                 if pname == "dx":
                     def fn(x, dy, mean, invar, scale, s1, s2, _m=batch, _dt=dt):
