@@ -15,7 +15,9 @@ Plan: channels are split over the cores (channels sit on the vector lanes, so
 the batch sums are vertical vector adds, no cross-lane reduction).  Each tile is
 a block of channels over the whole batch when that fits the scratchpad; when the
 batch is too long, a channel block is done in two passes over row tiles (sums
-first, then dx), with the sums held in the scratchpad between passes.
+first, then dx), with the sums held in the scratchpad between passes.  A tile
+writes its dx over its dy in the scratchpad (it has read dy by then), so a tile
+holds two row blocks, not three.
 
 Tiling (``tiling=`` of a call or run-config, all keys optional):
 
