@@ -22,9 +22,11 @@ Format::
     tiling:                        # optional: the partition over the cores and the tile sizes
       split: rows                  #   (keys are the kernel's own: see its module docstring)
       row_block: 2
+    tiling_tolerance: 0.01         # optional: candidates this close to the cheapest tie (0: the cheapest)
 
 Without ``tiling`` the simulator plans every candidate tiling the kernel lists,
-prices each with the cost model (a timing-only run) and keeps the cheapest; the
+prices each with the cost model (a timing-only run) and keeps the cheapest (or,
+among those within ``tiling_tolerance`` of it, the one with the fewest tiles); the
 run's summary prints the choice.  A ``tiling`` names the kernel's keys (those a
 kernel does not know, or values it cannot take, are refused naming
 ``tiling.<key>``; a tiling that cannot fit the scratchpad is a layout error);
@@ -79,6 +81,7 @@ class RunConfig:
     numerics: bool = True
     description: str = ""
     tiling: dict | None = None  # the kernel's tiling keys; None: the cost model chooses
+    tiling_tolerance: float | None = None  # the cost model's tie tolerance; None: the simulator's default
 
     def materialise(self, spec: ArraySpec) -> np.ndarray:
         """The array a ``data`` entry describes (seeded random, a .npy file, a fill value, or literal values)."""
@@ -269,7 +272,7 @@ def load_config(path: str | Path) -> RunConfig:
         raise ConfigError(f"{p}: cannot read run-config: {e}") from None
     doc = load_yaml(text, str(p), ConfigError)
     top = _mapping(p, doc, "<top>", {"target", "symbol", "args"},
-                   {"data", "outputs", "trace", "numerics", "description", "tiling"})
+                   {"data", "outputs", "trace", "numerics", "description", "tiling", "tiling_tolerance"})
     for k in ("target", "symbol"):
         if not isinstance(top[k], str) or not top[k] or not top[k].isprintable():
             raise _fail(p, k, f"expected a non-empty one-line string, got {top[k]!r}")
@@ -292,6 +295,10 @@ def load_config(path: str | Path) -> RunConfig:
         raise _fail(p, "trace", f"expected a file name of letters, digits, '_', '.', '-' (written under the "
                                 f"output folder), got {trace!r}")
     tiling = _tiling(p, top.get("tiling"))
+    tolerance = top.get("tiling_tolerance")
+    if tolerance is not None and (isinstance(tolerance, bool) or not isinstance(tolerance, (int, float))
+                                  or not 0 <= tolerance < 1):
+        raise _fail(p, "tiling_tolerance", f"expected a fraction in [0, 1), got {tolerance!r}")
     data_specs = tuple(_array_spec(p, d, f"data[{i}]", True) for i, d in enumerate(data))
     out_specs = tuple(_array_spec(p, o, f"outputs[{i}]", False) for i, o in enumerate(outputs))
     for key, specs in (("data", data_specs), ("outputs", out_specs)):
@@ -303,4 +310,5 @@ def load_config(path: str | Path) -> RunConfig:
     return RunConfig(
         path=p, target=target, symbol=top["symbol"], args=dict(top["args"]),
         data=data_specs, outputs=out_specs,
-        trace=trace, numerics=numerics, description=str(top.get("description", "")), tiling=tiling)
+        trace=trace, numerics=numerics, description=str(top.get("description", "")), tiling=tiling,
+        tiling_tolerance=None if tolerance is None else float(tolerance))

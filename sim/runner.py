@@ -22,7 +22,8 @@ def prepare(cfg: RunConfig, *, numerics: bool | None = None) -> Simulator:
     ``numerics`` False places only literal ``values`` data (enough to bind and
     lay out the call); None follows the config.
     """
-    m = Simulator(cfg.target)
+    m = Simulator(cfg.target) if cfg.tiling_tolerance is None else \
+        Simulator(cfg.target, tiling_tolerance=cfg.tiling_tolerance)
     # Every placement and read-back is checked against the map before any array is generated,
     # so a typo fails fast instead of building a large array (or running) for nothing.
     for kind, specs in (("data", cfg.data), ("output", cfg.outputs)):

@@ -45,12 +45,18 @@ class TilingChoice:
     tiling: dict | None
     source: str
     candidates: tuple[tuple[dict, int | None], ...] = ()
+    tolerance: float = 0.0  # the simulator's tiling_tolerance when the cost model chose
 
     def describe(self) -> str:
         """One line for summaries."""
         if self.source == "cost model":
             others = ", ".join(f"{c} {cycles if cycles is not None else 'slower'}" for c, cycles in self.candidates)
-            return f"tiling {self.tiling} chosen by the cost model among {len(self.candidates)} candidates ({others})"
+            priced = [cycles for _, cycles in self.candidates if cycles is not None]
+            mine = next((cycles for c, cycles in self.candidates if c == self.tiling), None)
+            why = ("" if not priced or mine is None or mine <= min(priced)
+                   else f"; the fewest tiles within {self.tolerance:.0%} of the cheapest")
+            return (f"tiling {self.tiling} chosen by the cost model among {len(self.candidates)} candidates "
+                    f"({others}{why})")
         return f"tiling {self.tiling if self.tiling else 'the kernel default'} ({self.source})"
 
 
@@ -146,18 +152,26 @@ class Simulator:
 
     def __init__(self, target: str | Path | Target = "FT78NE", *, tiling_tolerance: float = TILING_TOLERANCE):
         self.target = load_target(target)
-        if isinstance(tiling_tolerance, bool) or not isinstance(tiling_tolerance, (int, float)) \
-                or not 0 <= tiling_tolerance < 1:
-            raise KernelArgError(f"argument 'tiling_tolerance': expected a fraction in [0, 1), got "
-                                 f"{tiling_tolerance!r}")
-        #: Cycles within this fraction of the cheapest candidate tie; ties go to the fewest tiles (0: cheapest).
-        self.tiling_tolerance = float(tiling_tolerance)
-        # Tiling choices already made: (symbol, bound call) -> (chosen tiling, priced candidates, source).
-        self._tiling_cache: dict[tuple[str, str], tuple[dict, tuple, str]] = {}
+        self.tiling_tolerance = tiling_tolerance
+        # Tiling choices already made: (symbol, bound call, tolerance) -> (chosen tiling, priced candidates,
+        # source).
+        self._tiling_cache: dict[tuple[str, str, float], tuple[dict, tuple, str]] = {}
         # Plans of recent calls (plan key -> plan): a repeated call, or a sweep point, skips planning.
         self._plans: OrderedDict[str, tuple[Callable, Plan, dict]] = OrderedDict()
         self._memos: dict[int, tuple[Plan, dict]] = {}  # id(plan) -> (plan, memo) of the cached plans
         self.memory = AddressSpace(self.target)
+
+    @property
+    def tiling_tolerance(self) -> float:
+        """Cycles within this fraction of the cheapest candidate tiling tie; ties go to the fewest tiles
+        (0: the strictly cheapest)."""
+        return self._tiling_tolerance
+
+    @tiling_tolerance.setter
+    def tiling_tolerance(self, value: float) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+            raise KernelArgError(f"argument 'tiling_tolerance': expected a fraction in [0, 1), got {value!r}")
+        self._tiling_tolerance = float(value)
 
     # -- memory -----------------------------------------------------------------------------------
 
@@ -256,12 +270,12 @@ class Simulator:
             return call, self._lower(kernel, call, replace(ctx, tiling=dict(tiling))), \
                 TilingChoice(dict(tiling), "given")
         # Keyed by the bound call, which holds what the kernel read from memory (a params array's sizes).
-        key = (symbol, repr(call))
+        key = (symbol, repr(call), self.tiling_tolerance)
         cached = self._tiling_cache.get(key)
         if cached is not None:  # same call as before: same choice, without listing or pricing candidates again
             chosen, priced_list, source = cached
             return call, self._lower(kernel, call, replace(ctx, tiling=chosen)), \
-                TilingChoice(chosen, source, priced_list)
+                TilingChoice(chosen, source, priced_list, self.tiling_tolerance if source == "cost model" else 0.0)
         candidates = self._lower_candidates(kernel, call, ctx) if offers else []
         if len(candidates) <= 1:
             if candidates:
@@ -285,7 +299,8 @@ class Simulator:
         # Fewest tiles, then fewest cycles, then the kernel's own order.
         pick = min(tied, key=lambda i: (candidates[i][1].tile_count, priced[i][1], i))
         self._tiling_cache[key] = (candidates[pick][0], tuple(priced), "cost model")
-        return call, candidates[pick][1], TilingChoice(candidates[pick][0], "cost model", tuple(priced))
+        return call, candidates[pick][1], TilingChoice(candidates[pick][0], "cost model", tuple(priced),
+                                                      self.tiling_tolerance)
 
     @staticmethod
     def _plan_key(call: BoundCall, tiling: Mapping[str, Any] | None) -> str:

@@ -9,6 +9,8 @@ A sweep file::
       args.core_mask: [0x1, 0x3, 0xf]
       args.params.5: [256, 1024]    # element 5 of the params argument
       target.regions.ddr.bandwidth_bytes_per_cycle: [12, 24]   # an edit of the target file
+      tiling.row_block: [256, 1024] # a key of the kernel's tiling (merged into the config's tiling:)
+      tiling_tolerance: [0, 0.01]   # the cost model's tie tolerance (when the tiling is left to it)
     plot: {x: args.core_mask}       # the axis the plot puts on x (default: the first non-chip axis)
 
 Points run on a local process pool, or on a Dask distributed cluster given its
@@ -16,7 +18,7 @@ scheduler address.  Each finished point is appended to ``points.jsonl`` in the
 output folder as it arrives, so an interrupted sweep started again skips what
 is done; failed points are kept with their error.  At the end the table is
 written as CSV and Parquet, with a plot of cycles against the swept parameter,
-one line per chip.
+one line per chip; each row also names the tiling the point ran with.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ from sim.errors import ConfigError, SimError
 from sim.target import TARGETS_DIR, parse_target
 
 TARGET_EDIT = "target."
+TILING_KEY = "tiling."
+TOLERANCE_AXIS = "tiling_tolerance"
 #: Columns of the result table that a plot may also put on x.
 RESULT_AXES = ("cores",)
 
@@ -97,9 +101,11 @@ def load_sweep(path: str | Path) -> SweepSpec:
     if not isinstance(grid, dict):
         raise ConfigError(f"{p}: grid: expected a mapping of axis -> list of values")
     for axis, values in grid.items():
-        if not isinstance(axis, str) or not (axis in ("target", "symbol") or axis.startswith(("args.", TARGET_EDIT))):
-            raise ConfigError(f"{p}: grid.{axis}: axes are target, symbol, args.<name>[.<index>] or "
-                              f"target.<key path>")
+        if not isinstance(axis, str) or not (axis in ("target", "symbol", TOLERANCE_AXIS)
+                                             or axis.startswith(("args.", TARGET_EDIT))
+                                             or (axis.startswith(TILING_KEY) and axis[len(TILING_KEY):].isidentifier())):
+            raise ConfigError(f"{p}: grid.{axis}: axes are target, symbol, args.<name>[.<index>], "
+                              f"target.<key path>, tiling.<key> or {TOLERANCE_AXIS}")
         if not isinstance(values, list) or not values:
             raise ConfigError(f"{p}: grid.{axis}: expected a non-empty list of values")
     numerics = doc.get("numerics", False)
@@ -170,25 +176,34 @@ def run_point(point: dict) -> dict:
         cfg = load_config(point["config"])
         args = copy.deepcopy(cfg.args)
         symbol, target = cfg.symbol, cfg.target
+        tiling = dict(cfg.tiling) if cfg.tiling is not None else None
+        tolerance = cfg.tiling_tolerance
         target_edits = {}
         for axis, value in point["settings"].items():
             if axis == "target":
                 target = value
             elif axis == "symbol":
                 symbol = value
+            elif axis == TOLERANCE_AXIS:
+                tolerance = value
             elif axis.startswith(TARGET_EDIT):
                 target_edits[axis[len(TARGET_EDIT):]] = value
+            elif axis.startswith(TILING_KEY):
+                tiling = dict(tiling or {}, **{axis[len(TILING_KEY):]: value})
             else:
                 _set_path(args, axis.split(".")[1:], value, f"grid.{axis}")
         doc, tpath = _target_doc(str(target), cfg.path.parent)
         for key, value in target_edits.items():
             _set_path(doc, key.split("."), value, f"grid.target.{key}")
         chip = parse_target(doc, f"{tpath} (swept)")
-        m = Simulator(chip)
+        m = Simulator(chip) if tolerance is None else Simulator(chip, tiling_tolerance=tolerance)
         place_data(cfg, m, point["numerics"])
-        run = m.call(symbol, numerics=point["numerics"], tiling=cfg.tiling, **args)
-        row.update(chip=chip.name, symbol=symbol, cores=len(run.cores), cycles=run.cycles, roofline_cycles=run.roofline.cycles,
-                   roofline_fraction=run.roofline_fraction, bound_by=run.roofline.bound_by, error="")
+        run = m.call(symbol, numerics=point["numerics"], tiling=tiling, **args)
+        row.update(chip=chip.name, symbol=symbol, cores=len(run.cores), cycles=run.cycles,
+                   roofline_cycles=run.roofline.cycles, roofline_fraction=run.roofline_fraction,
+                   bound_by=run.roofline.bound_by, tiles=run.plan.tile_count,
+                   tiling=json.dumps(run.tiling.tiling, sort_keys=True) if run.tiling and run.tiling.tiling else "",
+                   tiling_source=run.tiling.source if run.tiling else "", error="")
     except SimError as e:
         row.update(error=f"{type(e).__name__}: {e}")
     except Exception as e:  # a bug must not lose the point either: record it whole
@@ -290,7 +305,8 @@ def plot_sweep(rows: list[dict], spec: SweepSpec, path: Path) -> Path | None:
     lines: dict[tuple, list[tuple[Any, int]]] = {}
     for r in ok:
         key = ((r.get("chip", ""),) + ((r.get("config", ""),) if several_configs else ())
-               + tuple(f"{a.removeprefix('args.').removeprefix('target.regions.')}={r.get(a)}" for a in others))
+               + tuple(f"{a.removeprefix('args.').removeprefix('target.regions.').removeprefix(TILING_KEY)}={r.get(a)}"
+                       for a in others))
         lines.setdefault(key, []).append((r.get(x_axis), r["cycles"]))
     fig, ax = plt.subplots(figsize=(9, 5))
     xs_all = [x for pts in lines.values() for x, _ in pts]

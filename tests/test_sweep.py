@@ -82,9 +82,41 @@ def test_dask_local_cluster_of_two_workers(tmp_path):
     assert not any(r["error"] for r in rows)
 
 
+def test_tiling_axes(tmp_path):
+    """``tiling.<key>`` merges into the config's tiling (a given tiling each point honours, as run by hand);
+    ``tiling_tolerance`` reaches the cost model; each row names the tiling it ran with."""
+    spec = load_sweep(write_sweep(tmp_path, {"args.params.5": [4096], "args.params.6": [64],
+                                             "tiling.split": ["rows"], "tiling.row_block": [128, 512]},
+                                  plot={"x": "tiling.row_block"}))
+    rows = run_sweep(spec, tmp_path / "t", workers=1)
+    assert not any(r["error"] for r in rows)
+    by_rows = {r["tiling.row_block"]: r for r in rows}
+    for rb, r in by_rows.items():
+        tiling = {"split": "rows", "row_block": rb}
+        run = sim.Simulator("FT78NE").call(
+            "fp_batch_norm_grad_s", numerics=False, tiling=tiling, x=0xA0000000, dy=0xB0000000, dx=0xA1000000,
+            params=[0xC0000000, 0xD0000000, 0xE0000000, 0xB1000000, 0xC1000000, 4096, 64, 1], core_mask=0xFF)
+        assert r["cycles"] == run.cycles and r["tiles"] == run.plan.tile_count
+        assert json.loads(r["tiling"])["row_block"] == rb and r["tiling_source"] == "given"
+    assert by_rows[128]["tiles"] > by_rows[512]["tiles"]
+    assert (tmp_path / "t" / "sweep.png").exists()
+    # The cost model's tie tolerance as an axis: 0 keeps the cheapest, 0.01 the fewest tiles within 1 %.
+    fused = ROOT / "configs" / "ft78ne_fused_batch_norm_grad_s.yaml"
+    doc = {"configs": [str(fused)], "numerics": False,
+           "grid": {"args.shape": [[8, 56, 56, 64]], "tiling_tolerance": [0, 0.01]}}
+    sp = tmp_path / "tol.yaml"
+    sp.write_text(json.dumps(doc))
+    rows = run_sweep(load_sweep(sp), tmp_path / "tol", workers=1)
+    assert all(r["tiling_source"] == "cost model" and not r["error"] for r in rows)
+    strict, tied = sorted(rows, key=lambda r: r["tiling_tolerance"])
+    assert strict["cycles"] <= tied["cycles"] <= strict["cycles"] * 1.01 and strict["tiles"] > tied["tiles"]
+
+
 def test_sweep_file_errors(tmp_path):
     with pytest.raises(ConfigError, match="grid.bogus"):
         load_sweep(write_sweep(tmp_path, {"bogus": [1]}))
+    with pytest.raises(ConfigError, match="tiling.<key>"):
+        load_sweep(write_sweep(tmp_path, {"tiling.a.b": [1]}))
     with pytest.raises(ConfigError, match="plot.x"):
         load_sweep(write_sweep(tmp_path, {"args.core_mask": [1]}, plot={"x": "args.nope"}))
     rows = run_sweep(load_sweep(write_sweep(tmp_path, {"target.regions.hbm.size_bytes": [1]})), tmp_path / "o",

@@ -435,12 +435,23 @@ def test_near_ties_go_to_the_fewest_tiles():
     assert runs[0.01].tiling.tiling == min(tied, key=lambda c: tiles[str(c)])
     assert runs[0.0].cycles == best and runs[0.0].plan.tile_count > runs[0.01].plan.tile_count
     assert runs[0.01].plan.tile_count == min(tiles[str(c)] for c in tied)
+    assert "the fewest tiles within 1% of the cheapest" in runs[0.01].tiling.describe()
+    assert "fewest tiles" not in runs[0.0].tiling.describe()
+    # The same simulator chooses again when its tolerance changes (choices are kept per tolerance).
+    m.tiling_tolerance = 0.0
+    assert m.call(symbol, numerics=False, **args).tiling.tiling == runs[0.0].tiling.tiling
+    m.tiling_tolerance = 0.01
+    assert m.call(symbol, numerics=False, **args).tiling.tiling == runs[0.01].tiling.tiling
 
 
-@pytest.mark.parametrize("bad", [-0.1, 1.0, "0.01", True, None])
+@pytest.mark.parametrize("bad", [-0.1, 1.0, "0.01", True, None, float("nan")])
 def test_tiling_tolerance_must_be_a_fraction(bad):
     with pytest.raises(sim.KernelArgError, match="tiling_tolerance"):
         sim.Simulator("FT78NE", tiling_tolerance=bad)
+    m = sim.Simulator("FT78NE")
+    with pytest.raises(sim.KernelArgError, match="tiling_tolerance"):
+        m.tiling_tolerance = bad
+    assert m.tiling_tolerance == sim.TILING_TOLERANCE
 
 
 # --- run-configs ---------------------------------------------------------------------------------------------
@@ -484,3 +495,28 @@ def test_run_config_tiling_the_kernel_refuses(tmp_path):
     doc["tiling"] = {"split": "channels", "channel_block": 64, "row_block": 60000}
     path.write_text(yaml.safe_dump(doc))
     assert main(["validate", str(path)]) == 1
+
+
+def test_run_config_tiling_tolerance(tmp_path):
+    """``tiling_tolerance:`` reaches the simulator: 0 keeps the strictly cheapest candidate."""
+    doc = yaml.safe_load((ROOT / "configs" / "mt7004_hp_batch_norm_grad_s.yaml").read_text())
+    # The bench's large shape, timing only: the params array in memory says 25088 rows.
+    params = next(d for d in doc["data"] if d["name"] == "params")
+    params["values"][5] = 25088
+    doc["data"], doc["outputs"], doc["numerics"] = [params], [], False
+    chosen = {}
+    for tol in (0, 0.01):
+        path = tmp_path / f"bn{tol}.yaml"
+        path.write_text(yaml.safe_dump(dict(doc, tiling_tolerance=tol)))
+        cfg = load_config(path)
+        assert cfg.tiling_tolerance == tol
+        m, run = execute(cfg)
+        assert m.tiling_tolerance == tol
+        chosen[tol] = run
+    assert chosen[0].plan.tile_count > chosen[0.01].plan.tile_count
+    assert chosen[0].cycles <= chosen[0.01].cycles <= chosen[0].cycles * 1.01
+    for bad in (-1, 1, "x", True):
+        path = tmp_path / "bad.yaml"
+        path.write_text(yaml.safe_dump(dict(doc, tiling_tolerance=bad)))
+        with pytest.raises(ConfigError, match="tiling_tolerance"):
+            load_config(path)
