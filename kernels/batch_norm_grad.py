@@ -66,7 +66,7 @@ def batch_norm_grad_reference(x: np.ndarray, dy: np.ndarray, mean: np.ndarray, i
                               scale: np.ndarray, is_train: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(dx, dbias, dscale) of whole tensors, computed in fp32 like the chip (dx in x's dtype)."""
     sdy, sdyxh = _sums(x, dy, mean, invar)
-    return _dx(x, dy, mean, invar, scale, sdy, sdyxh, is_train, x.shape[0]).astype(x.dtype), sdy, sdyxh
+    return _dx(x, dy, mean, invar, scale, sdy, sdyxh, is_train, x.shape[0]).astype(x.dtype, copy=False), sdy, sdyxh
 
 
 def _sums(x: np.ndarray, dy: np.ndarray, mean: np.ndarray, invar: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -391,7 +391,7 @@ class _Planner:
 
             def fn(x, dy, mean, invar, scale, _train=is_train, _m=batch, _dt=dt):
                 sdy, sdyxh = _sums(x, dy, mean, invar)
-                return _dx(x, dy, mean, invar, scale, sdy, sdyxh, _train, _m).astype(_dt), sdy, sdyxh
+                return _dx(x, dy, mean, invar, scale, sdy, sdyxh, _train, _m).astype(_dt, copy=False), sdy, sdyxh
 
             per_elem = FLOPS_SUMS + (FLOPS_DX_TRAIN if is_train else FLOPS_DX_INFER)
             compute = Compute(fn, (ox, ody, om, oi, osc), (odx, odb, ods),
@@ -519,13 +519,13 @@ class _RowStream:
                 stores = (operand_out(odx, b["dx"].addr, (batch, channel), (r0, start)),)
                 if pname == "dx":
                     def fn(x, dy, mean, invar, scale, s1, s2, _m=batch, _dt=dt):
-                        return (_dx(x, dy, mean, invar, scale, s1, s2, True, _m).astype(_dt),)
+                        return (_dx(x, dy, mean, invar, scale, s1, s2, True, _m).astype(_dt, copy=False),)
                     compute = Compute(fn, (ox, ody, om, oi, osc, osum, osum2), (odx,),
                                       flops=elems * FLOPS_DX_TRAIN, reductions=0, precision=COMPUTE_PRECISION)
                 else:
                     def fn(x, dy, mean, invar, scale, s1, s2, _dt=dt):
                         d1, d2 = _sums(x, dy, mean, invar)
-                        dxv = _dx(x, dy, mean, invar, scale, s1, s2, False, 1).astype(_dt)
+                        dxv = _dx(x, dy, mean, invar, scale, s1, s2, False, 1).astype(_dt, copy=False)
                         return dxv, s1 + d1, s2 + d2
                     compute = Compute(fn, (ox, ody, om, oi, osc, osum, osum2), (odx, osum, osum2),
                                       flops=elems * (FLOPS_SUMS + FLOPS_DX_INFER), reductions=0,

@@ -256,7 +256,7 @@ class FakeQuantWithMinMaxVarsGradient:
 
             def fn(g, x, nudged_value, acc_value, _dt=dt):
                 bp, below, above = masked_gradients(g, x, nudged_value[0], nudged_value[1])
-                return bp.astype(_dt), acc_value + np.array([below, above], F32)
+                return bp.astype(_dt, copy=False), acc_value + np.array([below, above], F32)
 
             # Each tile finishes its two sums with a cross-lane reduction each.
             comp = Compute(fn, (og, ox, nudged, acc), (obp, acc),

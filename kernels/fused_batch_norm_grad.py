@@ -115,7 +115,7 @@ def fused_batch_norm_grad_reference(dy: np.ndarray, x: np.ndarray, scale: np.nda
         dx = x_backprop_train(x3, dy3, mean, rs, scale, s1, s2, v.m)
     else:
         dx = x_backprop_infer(dy3, rs, scale)
-    return dx.astype(x.dtype).reshape(x.shape), s2, s1
+    return dx.astype(x.dtype, copy=False).reshape(x.shape), s2, s1
 
 
 # -- geometry ---------------------------------------------------------------------------------------
@@ -457,7 +457,7 @@ class _ChannelsPlan(_PlanBase):
                 s1, s2 = partial_sums(x, dy, mean, rs)
                 dx = (x_backprop_train(x, dy, mean, rs, scale, s1, s2, _m) if _train
                       else x_backprop_infer(dy, rs, scale))
-                return dx.astype(_dt), s2, s1
+                return dx.astype(_dt, copy=False), s2, s1
 
             elems = v.lane_elems(v.a, n, v.b, self.lanes)
             per_elem = (FLOPS_XHAT + FLOPS_SUMS + (FLOPS_DX_TRAIN if self.train else FLOPS_DX_INFER)
@@ -669,13 +669,13 @@ class _RowsPlan(_PlanBase):
         if kind == "both":
             def fn(x, dy, mean, rs, scale, s1, s2, _dt=dt):
                 d1, d2 = partial_sums(x, dy, mean, rs)
-                return x_backprop_infer(dy, rs, scale).astype(_dt), s1 + d1, s2 + d2
+                return x_backprop_infer(dy, rs, scale).astype(_dt, copy=False), s1 + d1, s2 + d2
             comp = self.compute(fn, (ox, ody, mean, rs, scale, s1, s2), (odx, s1, s2),
                                 elems * (FLOPS_XHAT + FLOPS_SUMS + FLOPS_DX_INFER + 3 * self.widen) + chan,
                                 v.reductions(nc))
         else:
             def fn(x, dy, mean, rs, scale, s1, s2, _m=v.m, _dt=dt):
-                return (x_backprop_train(x, dy, mean, rs, scale, s1, s2, _m).astype(_dt),)
+                return (x_backprop_train(x, dy, mean, rs, scale, s1, s2, _m).astype(_dt, copy=False),)
             comp = self.compute(fn, (ox, ody, mean, rs, scale, s1, s2), (odx,),
                                 elems * (FLOPS_XHAT + FLOPS_DX_TRAIN + 3 * self.widen) + chan)
         return Tile(tid, loads, comp, stores, slot=blk.slot)
