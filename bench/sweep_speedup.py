@@ -1,5 +1,5 @@
-"""Wall time of one timing-only sweep (48 conv2d backprop filter points, the default mode of sweeps) on 1 and 2 local workers and on a Dask
-LocalCluster of 1 and 2 workers.
+"""Wall time of one timing-only sweep (48 conv2d backprop filter points, the default mode of sweeps) on 1 and 2
+local workers and on a Dask LocalCluster of 1 and 2 workers.
 
 Run: python bench/sweep_speedup.py [ROUNDS]   (prints the four wall times, each the best of ROUNDS runs, default 2,
 and the speedups; not part of the tests)
@@ -48,8 +48,9 @@ def main(rounds: int = 2) -> None:
     print(f"{len(spec.points())} points")
     for k, v in times.items():
         print(f"{k:<26} {v:7.2f} s")
-    print(f"speedup 1 -> 2 workers: local pool {times['local pool, 1 worker(s)'] / times['local pool, 2 worker(s)']:.2f}x, "
-          f"dask {times['dask, 1 worker(s)'] / times['dask, 2 worker(s)']:.2f}x")
+    local = times["local pool, 1 worker(s)"] / times["local pool, 2 worker(s)"]
+    dask = times["dask, 1 worker(s)"] / times["dask, 2 worker(s)"]
+    print(f"speedup 1 -> 2 workers: local pool {local:.2f}x, dask {dask:.2f}x")
 
 
 if __name__ == "__main__":

@@ -101,9 +101,9 @@ def load_sweep(path: str | Path) -> SweepSpec:
     if not isinstance(grid, dict):
         raise ConfigError(f"{p}: grid: expected a mapping of axis -> list of values")
     for axis, values in grid.items():
-        if not isinstance(axis, str) or not (axis in ("target", "symbol", TOLERANCE_AXIS)
-                                             or axis.startswith(("args.", TARGET_EDIT))
-                                             or (axis.startswith(TILING_KEY) and axis[len(TILING_KEY):].isidentifier())):
+        tiling_key = isinstance(axis, str) and axis.startswith(TILING_KEY) and axis[len(TILING_KEY):].isidentifier()
+        if not isinstance(axis, str) or not (axis in ("target", "symbol", TOLERANCE_AXIS) or tiling_key
+                                             or axis.startswith(("args.", TARGET_EDIT))):
             raise ConfigError(f"{p}: grid.{axis}: axes are target, symbol, args.<name>[.<index>], "
                               f"target.<key path>, tiling.<key> or {TOLERANCE_AXIS}")
         if not isinstance(values, list) or not values:
