@@ -399,6 +399,25 @@ def test_fault_mid_run_rolls_memory_back(monkeypatch, fault, err, symbol, args, 
     assert m.memory.snapshot() == clean.memory.snapshot()
 
 
+def test_rollback_after_earlier_calls_restores_the_last_committed_bytes(monkeypatch):
+    """The journal reuses its chunk buffers from call to call: a fault in the third call restores exactly
+    what the second call left (not the first call's bytes, not zeros)."""
+    m = sim.Simulator("FT78NE")
+    _fill(m, S, None)
+    m.call("fp_batch_norm_grad_s", **S)
+    p = S["params"]
+    x = m.read(S["x"], (p[5], p[6]), np.float32)
+    m.write(S["x"], x * 2)  # the second call computes another dx
+    m.call("fp_batch_norm_grad_s", **S)
+    after_second = m.memory.snapshot()
+    dx_second = m.read(S["dx"], (p[5], p[6]), np.float32)
+    _faulting_plan(monkeypatch, "compute")
+    with pytest.raises(ValueError, match="kernel bug"):
+        m.call("fp_batch_norm_grad_s", **S)
+    assert m.memory.snapshot() == after_second
+    assert (m.read(S["dx"], (p[5], p[6]), np.float32) == dx_second).all()
+
+
 # --- the README shows the real messages ---------------------------------------------------------
 
 def _tiny_am(doc: dict) -> None:
