@@ -193,3 +193,29 @@ def test_private_variant_sees_no_contention_shared_variant_does():
         assert waits == 0
         assert {e.src_region for e in p.events if e.kind == "dma_in"} <= {"l2"}
     assert runs[0].cycles == runs[1].cycles
+
+
+def test_a_tile_cannot_write_simulated_memory_through_its_inputs():
+    """Compute inputs are read-only views of the scratchpad: writing into one is refused, and a result that
+    aliases an input is copied before another output lands on that input."""
+    t = sim.load_target("FT78NE")
+    am = t.region("am")
+    f32 = np.dtype(np.float32)
+    a, b = Operand(am.base, (4,), f32), Operand(am.base + 128, (4,), f32)
+
+    def scribble(x):
+        x += 1
+        return (x,)
+    plan = Plan((0,), (Phase("p", {0: (Tile(0, (), Compute(scribble, (a,), (a,), flops=4, reductions=0,
+                                                                     precision="fp32"), ()),)}),), "fp32")
+    rec, mem = Recorder(), AddressSpace(t)
+    mem.write(a.addr, np.arange(4, dtype=np.float32), core=0)
+    with pytest.raises(ValueError, match="read-only"):
+        Engine(t, mem, rec).run(plan)
+    assert (mem.read(a.addr, (4,), np.float32, core=0) == np.arange(4)).all()
+    # Swap: outputs (a, b) = inputs (b, a); the second result is a's old bytes, not what the first write left.
+    swap = Compute(lambda x, y: (y, x), (a, b), (a, b), flops=4, reductions=0, precision="fp32")
+    mem.write(b.addr, np.full(4, 9, np.float32), core=0)
+    Engine(t, mem, Recorder()).run(Plan((0,), (Phase("p", {0: (Tile(0, (), swap, ()),)}),), "fp32"))
+    assert (mem.read(a.addr, (4,), np.float32, core=0) == 9).all()
+    assert (mem.read(b.addr, (4,), np.float32, core=0) == np.arange(4)).all()
