@@ -295,9 +295,7 @@ class _Dma:
         """Ask for a DMA engine; program it (setup) once it is this transfer's."""
         engine_id = self.engines.acquire(self._engine)
         if engine_id is not None:
-            self.engine_id = engine_id
-            self.start_cycle = self.env._now
-            Timeout(self.env, self.eng.setup_cycles).callbacks.append(self._ports)
+            self._engine(engine_id, self.env._now)
 
     def _engine(self, engine_id: int, at: int) -> None:
         """Engine ``engine_id`` is this transfer's from cycle ``at`` (now or later): program it."""
@@ -313,13 +311,7 @@ class _Dma:
         while self.port < len(pools):
             pool = pools[self.port]
             self.port += 1
-            # _Units.acquire's fast path inlined: most ports are free when asked.
-            busy = pool.busy
-            if busy and busy[0][0] <= now:
-                pool._collect(now)
-            if pool.free and not pool.waiters:
-                pool.free.popleft()
-            elif pool.acquire(self._granted) is None:
+            if pool.acquire(self._granted) is None:
                 return
         self._stream(now)
 
@@ -346,10 +338,8 @@ class _Dma:
             else:
                 eng.memory.copy_planned(planned)
         released = start + self.stream
-        for pool in self.pools:  # _Units.release_at inlined (ports are counted, not named: unit 0)
-            heapq.heappush(pool.busy, (released, 0))
-            if pool.waiters and not pool.serving:
-                pool._serve()
+        for pool in self.pools:  # ports are counted, not named: unit 0
+            pool.release_at(released, 0)
         # The last byte lands one access latency after it left the port; then the engine is free.
         landed = released + self.latency
         self.engines.release_at(landed, self.engine_id)
