@@ -42,7 +42,8 @@ def _ci_dry_run() -> list[str]:
 def test_ci_runs_exactly_the_readme_commands():
     assert set(CI_BLOCKS) == {"simulate", "test"}
     assert all(b.lang == "sh" for b in CI_BLOCKS.values())
-    assert _ci_dry_run() == [CI_BLOCKS["simulate"].code, CI_BLOCKS["test"].code]
+    # First the README's two commands, verbatim and in order; checks added later come after them.
+    assert _ci_dry_run()[:2] == [CI_BLOCKS["simulate"].code, CI_BLOCKS["test"].code]
 
 
 def test_ci_fails_when_the_readme_loses_a_command(tmp_path):
