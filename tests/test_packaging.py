@@ -9,6 +9,7 @@ runs from another folder with no ``PYTHONPATH``.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import shutil
 import site
@@ -28,6 +29,10 @@ from sim.runner import execute
 REPO = Path(__file__).resolve().parent.parent
 CHIPS = ("FT78NE", "MT7004")
 CONFIG = REPO / "configs" / "ft78ne_batch_norm_grad_s.yaml"
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split(".")[:2] if p.isdigit())
 
 
 def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -57,10 +62,14 @@ def wheel(tmp_path_factory) -> Path:
 def venv(tmp_path_factory, wheel) -> Path:
     """A fresh venv with the wheel installed (no dependencies: those of this interpreter are reused)."""
     root = tmp_path_factory.mktemp("venv")
-    _run([sys.executable, "-m", "venv", "--without-pip", str(root)], cwd=root)
     python = root / ("Scripts" if os.name == "nt" else "bin") / "python"
-    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps", "--no-index",
-          str(wheel)], cwd=root)
+    install = ["install", "--quiet", "--no-deps", "--no-index", str(wheel)]
+    if _version(importlib.metadata.version("pip")) >= (22, 3):  # pip --python: no pip needed in the venv (fast)
+        _run([sys.executable, "-m", "venv", "--without-pip", str(root)], cwd=root)
+        _run([sys.executable, "-m", "pip", "--python", str(python), *install], cwd=root)
+    else:
+        _run([sys.executable, "-m", "venv", str(root)], cwd=root)
+        _run([str(python), "-m", "pip", *install], cwd=root)
     purelib = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                         cwd=root).stdout.strip())
     deps = dict.fromkeys([*site.getsitepackages(), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
