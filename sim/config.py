@@ -1,5 +1,7 @@
 """Run-configs: YAML files naming a target, a kernel symbol, its arguments, the data to place and what to save.
 
+docs/run-config.md describes every key, with a complete example that tests/test_run_config_doc.py runs.
+
 Format::
 
     target: FT78NE                 # chip name, or a path to a target YAML (relative to this file)

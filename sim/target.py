@@ -16,8 +16,10 @@ from typing import Any, Mapping
 from sim.errors import TargetError
 from sim.yamlsafe import load_yaml
 
-#: Folder of the chip files shipped with dspsim.
-TARGETS_DIR = Path(__file__).resolve().parent.parent / "targets"
+#: Folder of the chip files shipped with dspsim: ``sim/targets/`` once installed from a wheel (package
+#: data, see pyproject.toml), the checkout's top-level ``targets/`` in a source tree or an editable install.
+_SIM_DIR = Path(__file__).resolve().parent
+TARGETS_DIR = _SIM_DIR / "targets" if (_SIM_DIR / "targets").is_dir() else _SIM_DIR.parent / "targets"
 
 REGION_KINDS = ("shared", "private")
 REGION_ROLES = ("storage", "scratchpad")
