@@ -16,9 +16,9 @@ from sim.engine import Engine
 from sim.errors import KernelArgError, LayoutError, MemoryFault, SimError
 from sim.layout import check_buffer, enforce_layout, layout_error, plan_violation
 from sim.memory import AddressSpace
-from sim.summary import CoreSummary, Roofline, core_summaries, roofline, summary_table
+from sim.summary import CoreSummary, Roofline, core_summaries, peak_flops_per_cycle, roofline, run_summary_text
 from sim.target import Target, load_target
-from sim.trace import Recorder, TraceEvent, region_facts, write_trace
+from sim.trace import Recorder, TraceEvent, run_metadata, write_trace
 
 
 #: Plans a simulator keeps for calls it may see again (least recently used dropped first).
@@ -75,6 +75,7 @@ class Run:
     args: dict = field(default_factory=dict)
     tiling: TilingChoice | None = None
     sim_events: int = 0  # SimPy events the engine processed (the run's event-engine work)
+    numerics: bool = True  # False: a timing-only run (no values computed)
 
     @property
     def cores(self) -> tuple[int, ...]:
@@ -98,39 +99,20 @@ class Run:
 
     @property
     def peak_flops_per_second(self) -> float:
-        """Peak of the cores used at the plan's compute precision."""
-        prec = self.target.core.precisions.get("fp32") or next(iter(self.target.core.precisions.values()))
-        return prec.peak_flops_per_cycle * len(self.cores) * self.target.clock_hz
+        """Peak of the cores used at the precision(s) the plan's tiles compute in."""
+        return peak_flops_per_cycle(self.roofline, self.target, len(self.cores)) * self.target.clock_hz
 
     def summaries(self) -> list[CoreSummary]:
         """Per-core busy / compute / DMA / wait cycles and bytes per region."""
         return core_summaries(self.events, self.cores, self.cycles)
 
     def summary_text(self) -> str:
-        """A human-readable summary: per-core table, bounds, FLOP/s."""
-        rf = self.roofline
-        lines = [
-            f"{self.symbol} on {self.target.name}: {self.cycles} cycles "
-            f"({self.microseconds:.2f} us at {self.target.clock_hz / 1e9:g} GHz), cores {list(self.cores)}",
-            summary_table(self.summaries()),
-            f"roofline bound {rf.cycles:.0f} cycles, bound by {rf.bound_by} "
-            f"({100 * self.roofline_fraction:.1f}% of the bound achieved); "
-            + ", ".join(f"{k} {v:.0f}" for k, v in sorted(rf.resource_cycles.items())),
-            f"achieved {self.achieved_flops_per_second / 1e9:.2f} GFLOP/s of "
-            f"{self.peak_flops_per_second / 1e9:.1f} GFLOP/s peak on {len(self.cores)} cores",
-        ]
-        if self.tiling is not None:
-            lines.append(self.tiling.describe())
-        return "\n".join(lines)
+        """A human-readable summary: per-core table, bound and limit, FLOP/s, precisions, tiling."""
+        return run_summary_text(self)
 
     def metadata(self) -> dict:
-        """Run metadata written into traces."""
-        return {"target": self.target.name, "symbol": self.symbol, "cycles": self.cycles,
-                "clock_hz": self.target.clock_hz, "cores": list(self.cores),
-                "roofline_cycles": round(self.roofline.cycles, 3), "bound_by": self.roofline.bound_by,
-                "args": {k: (f"{v:#x}" if isinstance(v, int) and k != "core" else v) for k, v in self.args.items()},
-                "regions": region_facts(self.target),
-                "tiling": None if self.tiling is None else {"tiling": self.tiling.tiling, "source": self.tiling.source}}
+        """Run metadata written into traces (:func:`sim.trace.run_metadata`)."""
+        return run_metadata(self)
 
     def write_trace(self, path: str | Path) -> Path:
         """Write the trace: Chrome trace JSON (Perfetto, chrome://tracing), or CSV for a ``.csv`` path."""
@@ -380,4 +362,4 @@ class Simulator:
         return Run(symbol=symbol, target=self.target, call=call, plan=plan, cycles=cycles,
                    events=recorder.events, roofline=self._roofline(plan),
                    wall_seconds=time.perf_counter() - t0, args=dict(kwargs), tiling=choice,
-                   sim_events=engine.sim_events)
+                   sim_events=engine.sim_events, numerics=bool(numerics))
