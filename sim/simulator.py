@@ -129,6 +129,17 @@ def _cores_of_mask(mask: Any, target: Target) -> tuple[int, ...]:
     return tuple(i for i in range(target.cores) if mask >> i & 1)
 
 
+class _TileCounter:
+    """The engine's per-tile callback turned into ``progress(phase, done, total)`` calls."""
+
+    def __init__(self, progress: Callable[[str, int, int], None], phase: str, done: int, total: int):
+        self.progress, self.phase, self.done, self.total = progress, phase, done, total
+
+    def __call__(self, tiles: int, cycle: int) -> None:
+        self.done += tiles
+        self.progress(self.phase, self.done, self.total)
+
+
 class Simulator:
     """One chip with fresh, zeroed memory at cycle 0.  ``call`` runs kernels on it."""
 
@@ -237,8 +248,14 @@ class Simulator:
         return call, plan
 
     def plan_with_choice(self, symbol: str, *, tiling: Mapping[str, Any] | None = None,
+                         progress: Callable[[str, int, int], None] | None = None,
                          **kwargs: Any) -> tuple[BoundCall, Plan, TilingChoice]:
-        """Bind, layout-check and plan a call: with ``tiling`` if given, else the cheapest candidate tiling."""
+        """Bind, layout-check and plan a call: with ``tiling`` if given, else the cheapest candidate tiling.
+
+        ``progress(phase, done, total)``, when given, hears how the tiling search goes: ``planning tilings``
+        (candidates planned of those the kernel lists; a total of 0 while it lists them) and ``pricing tilings``
+        (tiles simulated of all the candidates' tiles; a candidate stopped early counts as done).
+        """
         call = self.bind(symbol, **kwargs)
         enforce_layout(call, self.target)
         kernel = self.kernel_of(call)
@@ -258,7 +275,7 @@ class Simulator:
             chosen, priced_list, source = cached
             return call, self._lower(kernel, call, replace(ctx, tiling=chosen)), \
                 TilingChoice(chosen, source, priced_list, self.tiling_tolerance if source == "cost model" else 0.0)
-        candidates = self._lower_candidates(kernel, call, ctx) if offers else []
+        candidates = self._lower_candidates(kernel, call, ctx, progress) if offers else []
         if len(candidates) <= 1:
             if candidates:
                 self._tiling_cache[key] = (candidates[0][0], (), "kernel")
@@ -266,15 +283,23 @@ class Simulator:
             return call, self._lower(kernel, call, ctx), TilingChoice(None, "kernel")
         priced: list[tuple[dict, int | None]] = []
         best: int | None = None  # the fewest cycles so far
+        total, done = sum(p.tile_count for _, p in candidates), 0
         for cand, plan in candidates:
             # Timing only: the engine moves no bytes and runs no numerics, so memory is untouched. A candidate
             # still running when it can no longer tie with the best so far is stopped there.
             limit = None if best is None else int(best * (1 + self.tiling_tolerance))
-            cycles = Engine(self.target, self.memory, Recorder(), numerics=False, memo=self._memo(plan)).run(
-                plan, until_cycles=limit)
+            tick = None
+            if progress is not None:
+                progress("pricing tilings", done, total)
+                tick = _TileCounter(progress, "pricing tilings", done, total)
+            cycles = Engine(self.target, self.memory, Recorder(), numerics=False, memo=self._memo(plan),
+                            on_tile=tick).run(plan, until_cycles=limit)
+            done += plan.tile_count
             priced.append((cand, cycles))
             if cycles is not None and (best is None or cycles < best):
                 best = cycles
+        if progress is not None:
+            progress("pricing tilings", total, total)
         assert best is not None
         tied = [i for i, (_, cycles) in enumerate(priced)
                 if cycles is not None and cycles <= best * (1 + self.tiling_tolerance)]
@@ -325,14 +350,22 @@ class Simulator:
                 raise
             raise layout_error([plan_violation(call, self.target, e)]) from None
 
-    def _lower_candidates(self, kernel: Any, call: BoundCall, ctx: PlanContext) -> list[tuple[dict, Plan]]:
+    def _lower_candidates(self, kernel: Any, call: BoundCall, ctx: PlanContext,
+                          progress: Callable[[str, int, int], None] | None = None) -> list[tuple[dict, Plan]]:
         """The kernel's candidate tilings that plan (a candidate that cannot fit is dropped)."""
         out = []
-        for cand in kernel.tilings(call, ctx):
+        if progress is not None:
+            progress("planning tilings", 0, 0)  # 0 of an unknown number: the kernel is listing its candidates
+        cands = list(kernel.tilings(call, ctx))
+        for i, cand in enumerate(cands):
+            if progress is not None:
+                progress("planning tilings", i, len(cands))
             try:
                 out.append((dict(cand), self._cached_plan(kernel, call, replace(ctx, tiling=dict(cand)))))
             except LayoutError:
                 continue
+        if progress is not None:
+            progress("planning tilings", len(cands), len(cands))
         return out
 
     @staticmethod
