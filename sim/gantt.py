@@ -122,7 +122,7 @@ def _rows(trace: Trace) -> list[tuple[int, str]]:
 
 def _draw_tracks(ax, trace: Trace, rows: list[tuple[int, str]], px_per_cycle: float) -> None:
     index = {cu: i for i, cu in enumerate(rows)}
-    bars: dict[str, list[list[tuple[int, int]]]] = defaultdict(lambda: [[] for _ in rows])
+    bars: dict[str, list[list[tuple[int, float]]]] = defaultdict(lambda: [[] for _ in rows])
     waits: list[list[tuple[int, int]]] = [[] for _ in rows]
     min_width = 1.0 / px_per_cycle  # every event at least a pixel wide, so that none vanishes
     for e in trace.events:
@@ -147,9 +147,9 @@ def _draw_tracks(ax, trace: Trace, rows: list[tuple[int, str]], px_per_cycle: fl
                 if group:
                     ax.broken_barh(group, (i - 0.38, 0.76), facecolors=colour, edgecolor=edge, linewidth=0.6,
                                    zorder=2)
-    for i, spans in enumerate(waits):
-        if spans:
-            ax.broken_barh(spans, (i - 0.38, 0.76), facecolors="none", edgecolor="#333333", hatch="////",
+    for i, held in enumerate(waits):
+        if held:
+            ax.broken_barh(held, (i - 0.38, 0.76), facecolors="none", edgecolor="#333333", hatch="////",
                            linewidth=0, zorder=3)
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([track_name(c, u) for c, u in rows], fontsize=8)

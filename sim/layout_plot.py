@@ -142,7 +142,7 @@ def _region_rows(fig: Any, spec: Any, reg: dict, bad: set[str]) -> list[Any]:
     zoomed = []
     for k, (first, last) in enumerate(segments):
         ax = fig.add_subplot(sub[1, k])
-        pad = max((last - first) / 20, 1.0)
+        pad = max((last - first) // 20, 1)
         lo, hi = first - pad, last + pad
         _draw_buffers(ax, reg, bad, lo, hi, labels=True)
         ax.set_xlim(lo, hi)

@@ -183,10 +183,10 @@ def check_entries(cfg: RunConfig, call: BoundCall, target: Target,
     # violation's business.
     seen: list[tuple[Buffer, Region, int | None]] = []
     for b in call.buffers:
-        region = mmap.region_of(b.addr, b.size_bytes)
-        if b.size_bytes == 0 or region is None or touches_violation(b.addr, b.end):
+        holder = mmap.region_of(b.addr, b.size_bytes)
+        if b.size_bytes == 0 or holder is None or touches_violation(b.addr, b.end):
             continue
-        seen.append((b, region, None if region.shared else owner))
+        seen.append((b, holder, None if holder.shared else owner))
 
     for b, region, core in seen:
         if b.role != "input":
@@ -228,13 +228,14 @@ def check_entries(cfg: RunConfig, call: BoundCall, target: Target,
         if touches_violation(lo, hi):
             continue
         name = f"outputs '{spec.name}'"
+        out_region: Region | None = None
+        err = ""
         try:
-            region, _ = mmap.resolve(lo, hi - lo, spec.core, what="read")
+            out_region, _ = mmap.resolve(lo, hi - lo, spec.core, what="read")
         except SimError as e:
-            region = None
             err = str(e)
-        core = None if region is None or region.shared else spec.core
-        holders = [b for b, r, c in seen if r is region and c == core and b.addr <= lo and hi <= b.end]
+        core = None if out_region is None or out_region.shared else spec.core
+        holders = [b for b, r, c in seen if r is out_region and c == core and b.addr <= lo and hi <= b.end]
         if holders:
             b = holders[0]
             if b.dtype != spec.dtype:
@@ -244,12 +245,12 @@ def check_entries(cfg: RunConfig, call: BoundCall, target: Target,
             continue
         outs = ", ".join(f"'{b.name}' {_range(b.addr, b.end)}" for b in call.buffers
                          if b.role == "output" and b.size_bytes)
-        where = "" if region is None else (f" in core {core}'s {region.name}" if core is not None
-                                           else f" in {region.name}")
+        where = "" if out_region is None else (f" in core {core}'s {out_region.name}" if core is not None
+                                               else f" in {out_region.name}")
         words = (f"{cfg.path}: {name} {_range(lo, hi)}{where} is not one of the call's buffers (it lies in none of "
                  f"them): {call.symbol} writes {outs or 'no buffer'}; move the entry onto one of "
                  f"them")
-        if region is None:
+        if out_region is None:
             words += f" (besides, {err})"
         issues.append(EntryIssue(name, "output-not-a-buffer", words))
     return issues

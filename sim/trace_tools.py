@@ -486,8 +486,8 @@ def _tiling_of(t: Trace) -> dict[str, Any]:
     tiling = t.metadata.get("tiling")
     if not isinstance(tiling, dict):
         return {}
-    keys = tiling.get("tiling") if isinstance(tiling.get("tiling"), dict) else {}
-    return {**keys, "source": tiling.get("source")}
+    keys = tiling.get("tiling")
+    return {**(keys if isinstance(keys, dict) else {}), "source": tiling.get("source")}
 
 
 def _show(v: Any) -> str:
