@@ -85,6 +85,11 @@ class RunProgress:
         self.close()
 
 
+#: What a phase counts, for its bar's rate.
+PHASE_UNITS = {"placing data": "array", "planning tilings": "tiling", "pricing tilings": "tile",
+               "writing outputs": "file"}
+
+
 class PhaseProgress:
     """``progress(phase, done, total)`` drawn as one tqdm bar per phase on ``stream`` (a terminal).
 
@@ -102,7 +107,7 @@ class PhaseProgress:
         self._lock = threading.Lock()
         self._bar: Any = None
         self._phase: str | None = None
-        self._started = self._drawn = 0.0
+        self._started = self._drawn = self._started_wall = 0.0
         self._done = self._total = 0
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick, name="dspsim-progress", daemon=True)
@@ -114,7 +119,7 @@ class PhaseProgress:
             now = time.monotonic()
             if phase != self._phase:
                 self._close_bar()
-                self._phase, self._started = phase, now
+                self._phase, self._started, self._started_wall = phase, now, time.time()
                 self.phases.append(phase)
             self._done, self._total = int(done), int(total)
             if now - self._drawn >= self.mininterval or done == total:
@@ -131,7 +136,8 @@ class PhaseProgress:
             sized = _columns(self.stream) > 0
             self._bar = tqdm(total=self._total or None, desc=self._phase, file=self.stream, leave=False,
                              dynamic_ncols=sized, ncols=None if sized else 80, nrows=None if sized else 24,
-                             mininterval=0, initial=self._done)
+                             mininterval=0, initial=self._done, unit=PHASE_UNITS.get(self._phase, "step"))
+            self._bar.start_t = self._started_wall  # the elapsed time is the phase's, not the bar's
         self._bar.total = self._total or None
         self._bar.n = self._done
         self._bar.refresh()
