@@ -14,9 +14,10 @@ import kernels
 from sim.cli_trace import add_trace_commands
 from sim.config import load_config
 from sim.errors import LayoutError, SimError
-from sim.layout import check_layout, layout_map, layout_report, plan_violation
-from sim.progress import execute_with_progress
-from sim.runner import bind, prepare, save_outputs
+from sim.layout import layout_map, layout_report, plan_violation
+from sim.preflight import EntryIssue, check_before_run, preflight
+from sim.progress import execute_with_progress, progress_phases
+from sim.runner import save_outputs
 from sim.target import available_targets, load_target
 
 
@@ -51,48 +52,81 @@ def cmd_kernels(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """Run a run-config: print the per-core summary, write the trace and the outputs."""
+    """Run a run-config: write the trace and the outputs, then print the per-core summary and the files.
+
+    The config is checked first like ``dspsim validate`` does (layout, then the data and outputs entries);
+    warnings go to stderr, and ``--strict`` makes them errors.  Files are written before anything is printed,
+    so a reader that goes away early (``dspsim run cfg | head -3``) loses no result.
+    """
     cfg = load_config(args.config)
-    m, run = execute_with_progress(cfg)  # a progress bar on a terminal once the run passes a second
+    check_before_run(cfg, strict=args.strict)
+    m, run = execute_with_progress(cfg)  # progress bars on a terminal once a phase passes a second
     out_dir = Path(args.out_dir)
+    with progress_phases(sys.stderr) as phases:
+        phases("writing the trace", 0, 1)
+        trace = run.write_trace(out_dir / (args.trace or cfg.trace))
+        csv = run.write_trace(trace.with_suffix(".csv")) if args.csv else None
+        # A timing-only run computed no values: its outputs would be zeros, so none are saved.
+        outputs = save_outputs(cfg, m, out_dir, progress=phases) if cfg.numerics else []
     print(run.summary_text())
-    trace = run.write_trace(out_dir / (args.trace or cfg.trace))
     print(f"trace: {trace}")
-    if args.csv:
-        print(f"csv: {run.write_trace(trace.with_suffix('.csv'))}")
-    for p in save_outputs(cfg, m, out_dir):
+    if csv is not None:
+        print(f"csv: {csv}")
+    for p in outputs:
         print(f"output: {p}")
+    if not cfg.numerics and cfg.outputs:
+        print(f"outputs: none saved (timing only: the config sets numerics: false, so the "
+              f"{len(cfg.outputs)} output(s) it names hold no computed values)")
     return 0
 
 
+def _entry_lines(issues: Sequence[EntryIssue], strict: bool) -> list[str]:
+    return [f"{'WARNING' if i.warning and not strict else 'ERROR'} {i}" for i in issues]
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
-    """Check a run-config's layout without simulating; print the map; exit 1 on a violation."""
+    """Check a run-config without simulating: the call's layout first, then its data and outputs entries.
+
+    Prints the layout map and every finding; exit 1 on a layout violation or an entry error (on a warning
+    too with ``--strict``), 2 when the config cannot be checked at all (a bad key, symbol or argument).
+    """
     try:
         cfg = load_config(args.config)
-        m = prepare(cfg, numerics=False)  # the layout needs pointers and shapes, not tensors
-        call = bind(cfg, m)
+        m, found = preflight(cfg)
     except SimError as e:
         if args.format == "json":  # tools read stdout; the one-line error still goes to stderr
-            print(json.dumps({"config": str(args.config), "ok": False, "errors": [str(e)], "violations": []}))
+            print(json.dumps({"config": str(args.config), "ok": False, "errors": [str(e)], "violations": [],
+                              "entries": [], "warnings": []}))
         raise
-    violations = check_layout(call, m.target)
+    call = found.call
+    violations = list(found.violations)
     if not violations:
         try:
             # Tiles that cannot fit the scratchpad fail here (with the config's tiling, if it names one).
             m.kernel_of(call).plan(call, replace(m.context(call), tiling=cfg.tiling))
         except LayoutError as e:
             violations = list(getattr(e, "violations", ())) or [plan_violation(call, m.target, e)]
-    report = {"config": str(cfg.path), **layout_report(call, m.target, violations)}
+    errors, warnings = found.errors(args.strict), found.warnings(args.strict)
+    report = {"config": str(cfg.path), **layout_report(call, m.target, violations),
+              "entries": [i.as_dict(args.strict) for i in found.issues],
+              "errors": [str(i) for i in errors], "warnings": [str(i) for i in warnings]}
+    report["ok"] = not violations and not errors
     if args.format == "json":
         print(json.dumps(report, indent=1))
     else:
         print(layout_map(call, m.target, violations))
-        print("layout OK" if not violations else f"{len(violations)} layout violation(s)")
+        for line in _entry_lines(found.issues, args.strict):
+            print(line)
+        status = "layout OK" if not violations else f"{len(violations)} layout violation(s)"
+        found_words = [f"{n} {w}(s)" for n, w in ((len(errors), "error"), (len(warnings), "warning")) if n]
+        if found_words:
+            status += f"; {' and '.join(found_words)} in the config's data and outputs"
+        print(status)
     if args.plot:
         from sim.layout_plot import plot_layout  # matplotlib only when a picture is asked for
         path = plot_layout(report, args.plot)
         print(f"plot: {path}", file=sys.stderr if args.format == "json" else sys.stdout)
-    return 1 if violations else 0
+    return 0 if report["ok"] else 1
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -139,11 +173,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out-dir", default="traces", help="folder for the trace and outputs (default: traces)")
     r.add_argument("--trace", help="trace file name (default: the config's, or <config>.json)")
     r.add_argument("--csv", action="store_true", help="also write the trace as CSV")
+    r.add_argument("--strict", action="store_true",
+                   help="refuse to run when the config leaves an input buffer without data (else a warning)")
     r.set_defaults(func=cmd_run)
     v = sub.add_parser("validate", help="check a run-config's memory layout without simulating")
     v.add_argument("config", help="run-config YAML")
     v.add_argument("--format", choices=("text", "json"), default="text", help="text map (default) or JSON for tools")
     v.add_argument("--plot", metavar="PICTURE", help="also draw the memory map to PICTURE (.png, .svg or .pdf)")
+    v.add_argument("--strict", action="store_true",
+                   help="count an input buffer the config places no data in as an error (else a warning)")
     v.set_defaults(func=cmd_validate)
     c = sub.add_parser("calibrate", help="fit a target's free parameters to measured cycle counts")
     c.add_argument("measurements", help="CSV: symbol, args (JSON), cycles[, core_mask | core]")
@@ -165,7 +203,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: one line per error on stderr and a non-zero exit, never a traceback for bad input."""
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a short output meets a closed pipe here rather than in the interpreter's exit
+        return code
     except SimError as e:
         print(f"dspsim: error: {e}", file=sys.stderr)
         return 2

@@ -49,7 +49,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     """Run a run-config and write its self-contained HTML report."""
     from sim.report import write_report
     out = Path(args.output) if args.output else Path("traces") / (Path(args.config).stem + ".html")
-    path, run = write_report(args.config, out, stream=sys.stderr)
+    path, run = write_report(args.config, out, stream=sys.stderr, strict=args.strict)
     print(f"{run.symbol} on {run.target.name}: {run.cycles} cycles ({run.microseconds:.2f} us)")
     print(f"report: {path}")
     return 0
@@ -77,4 +77,6 @@ def add_trace_commands(sub: argparse._SubParsersAction) -> None:
     r = sub.add_parser("report", help="run a run-config and write an interactive HTML report")
     r.add_argument("config", help="run-config YAML")
     r.add_argument("-o", "--output", help="HTML file (default: traces/<config>.html)")
+    r.add_argument("--strict", action="store_true",
+                   help="refuse to run when the config leaves an input buffer without data (else a warning)")
     r.set_defaults(func=cmd_report)

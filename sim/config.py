@@ -314,3 +314,41 @@ def load_config(path: str | Path) -> RunConfig:
         data=data_specs, outputs=out_specs,
         trace=trace, numerics=numerics, description=str(top.get("description", "")), tiling=tiling,
         tiling_tolerance=None if tolerance is None else float(tolerance))
+
+
+def check_data_file(cfg: RunConfig, spec: ArraySpec) -> None:
+    """Check a ``file:`` data entry without reading its data: a regular file holding a .npy array whose header
+    states the entry's shape and dtype.  ConfigError naming ``data.<name>.file`` otherwise (``validate``
+    refuses what placing the data would refuse, without reading large files)."""
+    import os
+    import stat
+
+    where = f"{cfg.path}: data.{spec.name}.file"
+    p = Path(spec.source["file"])
+    if not p.is_absolute():
+        p = cfg.path.parent / p
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: {p} does not exist") from None
+    except OSError as e:
+        raise ConfigError(f"{where}: {p} cannot be read: {e.strerror or e}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise ConfigError(f"{where}: {p} is a folder, not a .npy file")
+    if not stat.S_ISREG(st.st_mode):  # a pipe or a device would block or never end
+        raise ConfigError(f"{where}: {p} is not a regular file (a .npy array is read from a regular file only)")
+    try:
+        with open(p, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+            elif version == (2, 0):
+                shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+            else:
+                raise ValueError(f"unsupported .npy version {version}")
+    except (OSError, ValueError, EOFError) as e:
+        raise ConfigError(f"{where}: {p} is not a readable .npy array: {e}") from None
+    if tuple(shape) != spec.shape:
+        raise ConfigError(f"{where}: {p} has shape {list(shape)}, the config says {list(spec.shape)}")
+    if dtype != spec.dtype:
+        raise ConfigError(f"{where}: {p} has dtype {dtype}, the config says {spec.dtype}")

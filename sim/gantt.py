@@ -5,6 +5,12 @@ in, compute, DMA out, barrier wait, launch; the part of a DMA spent queued for
 a memory port hatched), and below it a panel of the bandwidth each shared
 region delivered over time against its peak.  The x axis is in cycles, with
 microseconds along the top.
+
+Every event is drawn, at least a pixel wide.  Where a bar is narrower than
+``DISTINCT_PX`` pixels and touches the one before it on its row, the two read
+as one: the chart says so under its title, with how many events of each kind
+are drawn merged at that scale (:func:`merged_events`), and ``--cycles``
+zooms in until each is seen.
 """
 
 from __future__ import annotations
@@ -27,6 +33,51 @@ KIND_LABELS = {"dma_in": "DMA in", "compute": "compute", "dma_out": "DMA out", "
                "launch": "launch"}
 REGION_COLOURS = ("#D55E00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#CC79A7")
 _BINS = 400
+#: Width of the chart in inches, and the share of it the plotting area takes (see ``subplots_adjust``).
+FIG_WIDTH_IN, PLOT_LEFT, PLOT_RIGHT = 13.0, 0.11, 0.985
+#: A bar narrower than this many pixels cannot show its boundary with a neighbour it touches.
+DISTINCT_PX = 3.0
+#: A gap of at least this many pixels separates two bars visibly.
+GAP_PX = 1.0
+
+
+def plot_px_per_cycle(window: tuple[int, int], dpi: int) -> float:
+    """Pixels per cycle of the plotting area for ``window`` at ``dpi``."""
+    lo, hi = window
+    return FIG_WIDTH_IN * (PLOT_RIGHT - PLOT_LEFT) * dpi / max(hi - lo, 1)
+
+
+def merged_events(events: Sequence[TraceEvent], window: tuple[int, int], px_per_cycle: float) \
+        -> dict[str, tuple[int, int]]:
+    """Per kind, ``(drawn merged, drawn)``: events in ``window`` whose bar cannot be told from the one before
+    it on its row (narrower than ``DISTINCT_PX`` pixels and less than ``GAP_PX`` pixels after it ends)."""
+    lo, hi = window
+    rows: dict[tuple[int, str], list[TraceEvent]] = defaultdict(list)
+    for e in events:
+        if e.end >= lo and e.start <= hi:
+            rows[(e.core, e.unit)].append(e)
+    out: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for evs in rows.values():
+        prev_end: float | None = None
+        for e in sorted(evs, key=lambda e: (e.start, e.end)):
+            width = max(e.end - e.start, 0) * px_per_cycle
+            counts = out[e.kind]
+            counts[1] += 1
+            if prev_end is not None and width < DISTINCT_PX and (e.start - prev_end) * px_per_cycle < GAP_PX:
+                counts[0] += 1
+            prev_end = e.end if prev_end is None else max(prev_end, e.end)
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+def merged_note(merged: Mapping[str, tuple[int, int]], px_per_cycle: float) -> str | None:
+    """The line the chart prints when events are drawn merged (None when every one can be seen)."""
+    parts = [f"{KIND_LABELS.get(k, k)} {m:,} of {n:,}" for k, (m, n) in
+             sorted(merged.items(), key=lambda kv: list(KIND_COLOURS).index(kv[0]) if kv[0] in KIND_COLOURS else 99)
+             if m]
+    if not parts:
+        return None
+    return (f"ticks merged at this scale ({1 / px_per_cycle:,.0f} cycles per pixel): {', '.join(parts)} events "
+            f"touch a neighbour and are drawn as one bar with it; narrow the window (--cycles START:END) to see each")
 
 
 def stream_interval(e: TraceEvent, regions: Mapping[str, Mapping] | None) -> tuple[int, int]:
@@ -71,11 +122,12 @@ def _rows(trace: Trace) -> list[tuple[int, str]]:
 
 def _draw_tracks(ax, trace: Trace, rows: list[tuple[int, str]], px_per_cycle: float) -> None:
     index = {cu: i for i, cu in enumerate(rows)}
-    bars: dict[str, list[list[tuple[int, int]]]] = defaultdict(lambda: [[] for _ in rows])
+    bars: dict[str, list[list[tuple[int, float]]]] = defaultdict(lambda: [[] for _ in rows])
     waits: list[list[tuple[int, int]]] = [[] for _ in rows]
+    min_width = 1.0 / px_per_cycle  # every event at least a pixel wide, so that none vanishes
     for e in trace.events:
         i = index[(e.core, e.unit)]
-        bars[e.kind][i].append((e.start, max(e.cycles, 0)))
+        bars[e.kind][i].append((e.start, max(e.cycles, min_width)))
         if e.kind in DMA_KINDS and e.wait_cycles and e.wait_start is not None:
             waits[i].append((e.wait_start, e.wait_cycles))
     # Shade every other core's band so the rows of one core read as a group.
@@ -84,18 +136,20 @@ def _draw_tracks(ax, trace: Trace, rows: list[tuple[int, str]], px_per_cycle: fl
         ys = [i for i, (c, _) in enumerate(rows) if c == core]
         if k % 2 == 0:
             ax.axhspan(min(ys) - 0.5, max(ys) + 0.5, color="#F2F2F2", zorder=0, lw=0)
-    widths = [w for kind in bars for spans in bars[kind] for _, w in spans]
-    # Hairline gaps between back-to-back transfers, unless the bars are too thin to spare them.
-    edge = "white" if widths and float(np.median(widths)) * px_per_cycle > 4 else "none"
     for kind in [k for k in KIND_COLOURS if k in bars] + sorted(set(bars) - set(KIND_COLOURS)):
         colour = KIND_COLOURS.get(kind, "#777777")
         for i, spans in enumerate(bars[kind]):
-            if spans:
-                ax.broken_barh(spans, (i - 0.38, 0.76), facecolors=colour, edgecolor=edge, linewidth=0.6,
-                               zorder=2)
-    for i, spans in enumerate(waits):
-        if spans:
-            ax.broken_barh(spans, (i - 0.38, 0.76), facecolors="none", edgecolor="#333333", hatch="////",
+            # Hairline gaps between back-to-back bars wide enough to spare them; a thin bar keeps all its
+            # pixels (a white edge would paint over it).
+            wide = [sp for sp in spans if sp[1] * px_per_cycle > 4]
+            thin = [sp for sp in spans if sp[1] * px_per_cycle <= 4]
+            for group, edge in ((wide, "white"), (thin, "none")):
+                if group:
+                    ax.broken_barh(group, (i - 0.38, 0.76), facecolors=colour, edgecolor=edge, linewidth=0.6,
+                                   zorder=2)
+    for i, held in enumerate(waits):
+        if held:
+            ax.broken_barh(held, (i - 0.38, 0.76), facecolors="none", edgecolor="#333333", hatch="////",
                            linewidth=0, zorder=3)
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([track_name(c, u) for c, u in rows], fontsize=8)
@@ -163,10 +217,11 @@ def gantt_figure(trace: Trace, title: str | None = None, window: tuple[int, int]
 
     rows = _rows(trace)
     height = 1.9 + 0.21 * len(rows) + 1.9
-    fig, (ax, bx) = plt.subplots(2, 1, sharex=True, figsize=(13, height),
+    fig, (ax, bx) = plt.subplots(2, 1, sharex=True, figsize=(FIG_WIDTH_IN, height),
                                  gridspec_kw={"height_ratios": [0.21 * max(len(rows), 1), 1.9], "hspace": 0.08})
     lo, hi = window if window else (0, max(trace.cycles, 1))
-    _draw_tracks(ax, trace, rows, px_per_cycle=13 * 0.87 * dpi / max(hi - lo, 1))
+    px_per_cycle = plot_px_per_cycle((lo, hi), dpi)
+    _draw_tracks(ax, trace, rows, px_per_cycle=px_per_cycle)
     _legend(fig, {e.kind for e in trace.events},
             any(e.wait_cycles and e.kind in DMA_KINDS for e in trace.events), y=1 - 0.32 / height)
     _draw_bandwidth(bx, trace)
@@ -189,7 +244,10 @@ def gantt_figure(trace: Trace, title: str | None = None, window: tuple[int, int]
                  + (f" ({us:.2f} µs at {clock / 1e9:g} GHz)" if us is not None else "")
                  + f", {len(trace.cores)} core{'s' if len(trace.cores) != 1 else ''}")
     fig.suptitle(title, fontsize=11, x=0.01, ha="left", y=1 - 0.08 / height, va="top")
-    fig.subplots_adjust(left=0.11, right=0.985, top=1 - 1.3 / height, bottom=0.45 / height)
+    note = merged_note(merged_events(trace.events, (lo, hi), px_per_cycle), px_per_cycle)
+    if note:
+        fig.text(0.01, 1 - 0.55 / height, note, fontsize=8, color="#8B0000", ha="left", va="top", gid="merged-note")
+    fig.subplots_adjust(left=PLOT_LEFT, right=PLOT_RIGHT, top=1 - 1.3 / height, bottom=0.45 / height)
     return fig
 
 

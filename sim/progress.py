@@ -1,9 +1,12 @@
-"""A progress bar for long runs: tiles done and simulated cycles (tqdm), on a terminal only.
+"""Progress bars for long work (tqdm, on a terminal only): placing data, the tiling search, the run, writing.
 
-The bar appears once a run has taken more than a second and only when the
+A bar appears once its phase has taken more than a second and only when the
 stream is a terminal, so quick runs, pipes, files and CI logs stay silent.
-:meth:`sim.simulator.Simulator.call` accepts ``progress=callable(tiles_done,
-cycle)``; the engine calls it after each tile's compute.
+Each bar names its phase.  :meth:`sim.simulator.Simulator.call` accepts
+``progress=callable(tiles_done, cycle)`` (the engine calls it after each
+tile's compute); :meth:`sim.simulator.Simulator.plan_with_choice` and
+:func:`sim.runner.prepare` accept ``progress=callable(phase, done, total)``,
+which :class:`PhaseProgress` draws.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from __future__ import annotations
 import io
 import os
 import sys
+import threading
+import time
 from typing import IO, Any
 
 from kernels.base import Plan
@@ -80,17 +85,131 @@ class RunProgress:
         self.close()
 
 
+#: What a phase counts, for its bar's rate.
+PHASE_UNITS = {"placing data": "array", "planning tilings": "tiling", "pricing tilings": "tile",
+               "writing outputs": "file"}
+
+
+class PhaseProgress:
+    """``progress(phase, done, total)`` drawn as one tqdm bar per phase on ``stream`` (a terminal).
+
+    A phase's bar appears once the phase has lasted ``delay`` seconds, even in
+    the middle of one long step (a background ticker looks every
+    ``mininterval`` seconds and keeps the elapsed time moving), and is removed
+    when the next phase starts or on :meth:`close`.  A total of 0 means not
+    known yet.  Use it as a context manager.
+    """
+
+    def __init__(self, stream: IO[str] | None = None, delay: float = DELAY_SECONDS, mininterval: float = 0.2):
+        self.stream = stream if stream is not None else sys.stderr
+        self.delay, self.mininterval = delay, mininterval
+        self.phases: list[str] = []  # every phase heard of, in order (for tests and logs)
+        self._lock = threading.Lock()
+        self._bar: Any = None
+        self._phase: str | None = None
+        self._started = self._drawn = self._started_wall = 0.0
+        self._done = self._total = 0
+        self._stop = threading.Event()
+        self._ticker = threading.Thread(target=self._tick, name="dspsim-progress", daemon=True)
+        self._ticker.start()
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        """The phase ``phase`` has done ``done`` of ``total`` steps."""
+        with self._lock:
+            now = time.monotonic()
+            if phase != self._phase:
+                self._close_bar()
+                self._phase, self._started, self._started_wall = phase, now, time.time()
+                self.phases.append(phase)
+            self._done, self._total = int(done), int(total)
+            if now - self._drawn >= self.mininterval or done == total:
+                self._show(now)
+
+    def _show(self, now: float) -> None:
+        """Open the bar once the phase is old enough; bring it up to date (with the lock held)."""
+        if self._phase is None:
+            return
+        if self._bar is None:
+            if now - self._started < self.delay:
+                return
+            from tqdm import tqdm
+            sized = _columns(self.stream) > 0
+            self._bar = tqdm(total=self._total or None, desc=self._phase, file=self.stream, leave=False,
+                             dynamic_ncols=sized, ncols=None if sized else 80, nrows=None if sized else 24,
+                             mininterval=0, initial=self._done, unit=PHASE_UNITS.get(self._phase, "step"))
+            self._bar.start_t = self._started_wall  # the elapsed time is the phase's, not the bar's
+        self._bar.total = self._total or None
+        self._bar.n = self._done
+        self._bar.refresh()
+        self._drawn = now
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.mininterval):
+            with self._lock:
+                self._show(time.monotonic())
+
+    def end_phase(self) -> None:
+        """The current phase is over: remove its bar (the next call starts a new one)."""
+        with self._lock:
+            self._close_bar()
+            self._phase = None
+
+    def _close_bar(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def close(self) -> None:
+        """Stop the ticker and remove the bar."""
+        self._stop.set()
+        self._ticker.join()
+        self.end_phase()
+
+    def __enter__(self) -> "PhaseProgress":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class _Silent:
+    """The do-nothing stand-in of :class:`PhaseProgress` off a terminal."""
+
+    phases: list[str] = []
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        """Ignore the report."""
+
+    def end_phase(self) -> None:
+        """Nothing to remove."""
+
+    def __enter__(self) -> "_Silent":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+
+def progress_phases(stream: IO[str] | None = None, delay: float = DELAY_SECONDS) -> PhaseProgress | _Silent:
+    """A :class:`PhaseProgress` on ``stream`` (default stderr) when it is a terminal, else a silent stand-in."""
+    stream = stream if stream is not None else sys.stderr
+    return PhaseProgress(stream, delay=delay) if is_terminal(stream) else _Silent()
+
+
 def execute_with_progress(cfg: RunConfig, stream: IO[str] | None = None, delay: float = DELAY_SECONDS,
                           mininterval: float = 0.2) -> tuple[Simulator, Run]:
-    """Run a run-config like :func:`sim.runner.execute`, with a progress bar when ``stream`` (default
-    stderr) is a terminal; otherwise exactly ``execute(cfg)``.  ``delay`` and ``mininterval`` (seconds)
-    are tqdm's: when the bar first shows, and how often it redraws."""
+    """Run a run-config like :func:`sim.runner.execute`, with progress bars when ``stream`` (default stderr)
+    is a terminal: placing the data, planning and pricing the candidate tilings, then simulating; otherwise
+    exactly ``execute(cfg)``.  ``delay`` and ``mininterval`` (seconds) are when a bar first shows and how
+    often it redraws."""
     stream = stream if stream is not None else sys.stderr
     if not is_terminal(stream):
         return execute(cfg)
-    m = prepare(cfg)
-    # Planned once more by call(); planning is cheap next to running.
-    _, plan = m.plan(cfg.symbol, tiling=cfg.tiling, **cfg.args)
+    with PhaseProgress(stream, delay=delay, mininterval=mininterval) as phases:
+        m = prepare(cfg, progress=phases)
+        phases("planning", 0, 1)  # a named tiling plans in one step; a search reports its own phases
+        # The search's choice is cached: call() below plans the same call again without searching.
+        _, plan, _ = m.plan_with_choice(cfg.symbol, tiling=cfg.tiling, progress=phases, **cfg.args)
     with RunProgress(tiles_in_plan(plan), stream=stream, delay=delay, mininterval=mininterval) as bar:
         run = m.call(cfg.symbol, numerics=cfg.numerics, progress=bar, tiling=cfg.tiling, **cfg.args)
     return m, run

@@ -19,8 +19,10 @@ from typing import IO, Any
 from sim.atomic import atomic_write_text
 from sim.config import RunConfig, load_config
 from sim.layout import layout_map, layout_rows
+from sim.preflight import check_before_run
 from sim.progress import execute_with_progress
 from sim.simulator import Run
+from sim.summary import limiting_resource, precision_note, resource_shares
 from sim.trace import KINDS, track_name, tracks
 from sim.trace_tools import TraceSummary, critical_text, summarize, trace_of_run
 
@@ -72,13 +74,20 @@ def _script_json(data: Any) -> str:
 
 def _facts(run: Run, cfg: RunConfig | None) -> str:
     rf = run.roofline
+    summaries = run.summaries()
+    shares = resource_shares(rf, summaries, run.cycles)
+    limit = limiting_resource(rf, summaries, run.cycles)
     items = [("chip", f"{run.target.name} ({run.target.cores} cores at {run.target.clock_hz / 1e9:g} GHz)"),
              ("symbol", run.symbol), ("cores used", ", ".join(map(str, run.cores))),
-             ("cycles", f"{run.cycles:,} ({run.microseconds:.3f} µs)"),
-             ("roofline bound", f"{rf.cycles:,.0f} cycles, bound by {rf.bound_by} "
+             ("cycles", f"{run.cycles:,} ({run.microseconds:.3f} µs)"
+                        + ("" if run.numerics else "; timing only (numerics: false): no values computed")),
+             ("roofline bound", f"{rf.cycles:,.0f} cycles, set by {rf.bound_by} "
                                 f"({100 * run.roofline_fraction:.1f}% of the bound achieved)"),
+             ("limited by", f"{limit} (" + ", ".join(f"{k} {100 * v:.1f}%" for k, v in sorted(shares.items()))
+                            + " of the run)"),
              ("throughput", f"{run.achieved_flops_per_second / 1e9:.2f} GFLOP/s of "
-                            f"{run.peak_flops_per_second / 1e9:.1f} GFLOP/s peak")]
+                            f"{run.peak_flops_per_second / 1e9:.1f} GFLOP/s peak"),
+             ("precision", precision_note(run.call, rf))]
     if cfg is not None:
         items.append(("run-config", cfg.path.name))
     return "<dl class=\"facts\">" + "".join(f"<dt>{_esc(k)}</dt><dd>{_esc(v)}</dd>" for k, v in items) + "</dl>"
@@ -86,14 +95,15 @@ def _facts(run: Run, cfg: RunConfig | None) -> str:
 
 def _summary_section(s: TraceSummary) -> str:
     regions = sorted({r for c in s.cores for r in c.bytes_by_region})
-    head = ["core", "end", "busy", "compute", "DMA", "wait", "utilisation", "compute share", "flop"] + \
+    head = ["core", "end", "compute", "overlap", "DMA", "wait", "idle", "utilisation", "compute share", "flop"] + \
         [f"{r} bytes" for r in regions]
     rows = []
     for c in s.cores:
         util = f"<span class=\"meter\"><span style=\"width:{100 * c.utilisation:.1f}%\"></span></span>" \
                f"{100 * c.utilisation:.1f}%"
-        cells = [str(c.core), f"{c.end_cycle:,}", f"{c.busy_cycles:,}", f"{c.compute_cycles:,}",
-                 f"{c.dma_cycles:,}", f"{c.wait_cycles:,}", util, f"{100 * c.compute_utilisation:.1f}%",
+        cells = [str(c.core), f"{c.end_cycle:,}", f"{c.compute_only_cycles:,}", f"{c.overlap_cycles:,}",
+                 f"{c.dma_only_cycles:,}", f"{c.wait_cycles:,}", f"{c.idle_cycles:,}", util,
+                 f"{100 * c.compute_utilisation:.1f}%",
                  f"{c.flops:,}"] + [_human_bytes(c.bytes_by_region.get(r, 0)) for r in regions]
         rows.append("<tr>" + "".join(f"<td>{v}</td>" for v in cells) + "</tr>")
     table = ("<table class=\"num\" id=\"summary-table\"><thead><tr>" + "".join(f"<th>{_esc(h)}</th>" for h in head)
@@ -107,8 +117,10 @@ def _summary_section(s: TraceSummary) -> str:
               + ("<table class=\"num\" id=\"stalls-table\"><thead><tr><th>cycles</th><th>from cycle</th><th>kind</th>"
                  "<th class=\"l\">where</th></tr></thead><tbody>" + stall_rows + "</tbody></table>"
                  if stall_rows else "<p>No unit waited.</p>"))
-    note = ("<p class=\"note\">Busy = compute or DMA active; wait = DMA queued for a memory port or a barrier wait; "
-            "utilisation = busy cycles over the run's cycles.</p>")
+    note = ("<p class=\"note\">Every cycle of the run is counted once per core: compute = the vector unit alone; "
+            "overlap = the vector unit while a DMA moves data; DMA = a DMA moving data alone; wait = nothing but a DMA "
+            "queued for a memory port, a barrier or the launch; idle = nothing. Utilisation = (compute + overlap + "
+            "DMA) over the run's cycles; compute share = (compute + overlap) over them.</p>")
     return table + note + "<h3>Critical path</h3>" + crit + stalls
 
 
@@ -570,8 +582,11 @@ def report_html(run: Run, cfg: RunConfig | None = None) -> str:
 """
 
 
-def write_report(config: str | Path, out: str | Path, stream: IO[str] | None = None) -> tuple[Path, Run]:
-    """Run a run-config (with a progress bar on a terminal) and write its report page atomically."""
+def write_report(config: str | Path, out: str | Path, stream: IO[str] | None = None,
+                 strict: bool = False) -> tuple[Path, Run]:
+    """Check a run-config as ``dspsim run`` does (warnings to ``stream``), run it (with progress bars on a
+    terminal) and write its report page atomically."""
     cfg = load_config(config)
+    check_before_run(cfg, strict=strict, warn=stream)
     _, run = execute_with_progress(cfg, stream=stream)
     return atomic_write_text(out, report_html(run, cfg)), run

@@ -16,14 +16,15 @@ from sim.errors import SimError
 from sim.simulator import Run, Simulator
 
 
-def prepare(cfg: RunConfig, *, numerics: bool | None = None) -> Simulator:
+def prepare(cfg: RunConfig, *, numerics: bool | None = None,
+            progress: Callable[[str, int, int], None] | None = None) -> Simulator:
     """A simulator of the config's target with the config's data placed in memory.
 
     ``numerics`` False places only literal ``values`` data (enough to bind and
-    lay out the call); None follows the config.
+    lay out the call); None follows the config.  ``progress(phase, done,
+    total)`` hears ``placing data`` after each array.
     """
-    m = Simulator(cfg.target) if cfg.tiling_tolerance is None else \
-        Simulator(cfg.target, tiling_tolerance=cfg.tiling_tolerance)
+    m = _simulator(cfg)
     # Every placement and read-back is checked against the map before any array is generated,
     # so a typo fails fast instead of building a large array (or running) for nothing.
     for kind, specs in (("data", cfg.data), ("output", cfg.outputs)):
@@ -33,18 +34,43 @@ def prepare(cfg: RunConfig, *, numerics: bool | None = None) -> Simulator:
                                      what="write" if kind == "data" else "read")
             except SimError as e:
                 raise type(e)(f"{cfg.path}: {kind} '{spec.name}': {e}") from None
-    place_data(cfg, m, cfg.numerics if numerics is None else numerics)
+    place_data(cfg, m, cfg.numerics if numerics is None else numerics, progress=progress)
     return m
 
 
-def place_data(cfg: RunConfig, m: Simulator, numerics: bool) -> None:
+def _simulator(cfg: RunConfig) -> Simulator:
+    return Simulator(cfg.target) if cfg.tiling_tolerance is None else \
+        Simulator(cfg.target, tiling_tolerance=cfg.tiling_tolerance)
+
+
+def bind_only(cfg: RunConfig) -> tuple[Simulator, BoundCall]:
+    """A simulator holding only the config's literal ``values`` data, and the config's call bound on it.
+
+    That is what checking a config needs (pointers and shapes, not tensors);
+    the other entries are not even resolved, so that the call's layout can be
+    judged before them (:mod:`sim.preflight`).
+    """
+    m = _simulator(cfg)
+    for spec in cfg.data:
+        if "values" in spec.source:
+            try:
+                m.write(spec.addr, cfg.materialise(spec), core=spec.core)
+            except SimError as e:
+                raise type(e)(f"{cfg.path}: data '{spec.name}': {e}") from None
+    return m, bind(cfg, m)
+
+
+def place_data(cfg: RunConfig, m: Simulator, numerics: bool,
+               progress: Callable[[str, int, int], None] | None = None) -> None:
     """Write the config's data into ``m``.
 
     A timing-only run (``numerics`` false) needs no tensors: only literal
     ``values`` entries are placed, because kernels read those (pointer tables
     such as a params array) to know what to do.
     """
-    for spec in cfg.data:
+    for i, spec in enumerate(cfg.data):
+        if progress is not None:
+            progress("placing data", i, len(cfg.data))
         if not numerics and "values" not in spec.source:
             continue
         arr = cfg.materialise(spec)
@@ -52,6 +78,8 @@ def place_data(cfg: RunConfig, m: Simulator, numerics: bool) -> None:
             m.write(spec.addr, arr, core=spec.core)
         except SimError as e:
             raise type(e)(f"{cfg.path}: data '{spec.name}': {e}") from None
+    if progress is not None:
+        progress("placing data", len(cfg.data), len(cfg.data))
 
 
 def bind(cfg: RunConfig, m: Simulator) -> BoundCall:
@@ -66,10 +94,14 @@ def execute(cfg: RunConfig, progress: Callable[[int, int], None] | None = None) 
     return m, run
 
 
-def save_outputs(cfg: RunConfig, m: Simulator, out_dir: Path) -> list[Path]:
-    """Read the config's outputs back and save each as ``<out_dir>/<config stem>.<name>.npy`` (atomically)."""
+def save_outputs(cfg: RunConfig, m: Simulator, out_dir: Path,
+                 progress: Callable[[str, int, int], None] | None = None) -> list[Path]:
+    """Read the config's outputs back and save each as ``<out_dir>/<config stem>.<name>.npy`` (atomically);
+    ``progress(phase, done, total)`` hears ``writing outputs`` before each."""
     paths = []
-    for spec in cfg.outputs:
+    for i, spec in enumerate(cfg.outputs):
+        if progress is not None:
+            progress("writing outputs", i, len(cfg.outputs))
         try:
             arr = m.read(spec.addr, spec.shape, spec.dtype, core=spec.core)
         except SimError as e:

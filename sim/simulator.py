@@ -16,9 +16,9 @@ from sim.engine import Engine
 from sim.errors import KernelArgError, LayoutError, MemoryFault, SimError
 from sim.layout import check_buffer, enforce_layout, layout_error, plan_violation
 from sim.memory import AddressSpace
-from sim.summary import CoreSummary, Roofline, core_summaries, roofline, summary_table
+from sim.summary import CoreSummary, Roofline, core_summaries, peak_flops_per_cycle, roofline, run_summary_text
 from sim.target import Target, load_target
-from sim.trace import Recorder, TraceEvent, region_facts, write_trace
+from sim.trace import Recorder, TraceEvent, run_metadata, write_trace
 
 
 #: Plans a simulator keeps for calls it may see again (least recently used dropped first).
@@ -75,6 +75,7 @@ class Run:
     args: dict = field(default_factory=dict)
     tiling: TilingChoice | None = None
     sim_events: int = 0  # SimPy events the engine processed (the run's event-engine work)
+    numerics: bool = True  # False: a timing-only run (no values computed)
 
     @property
     def cores(self) -> tuple[int, ...]:
@@ -98,39 +99,20 @@ class Run:
 
     @property
     def peak_flops_per_second(self) -> float:
-        """Peak of the cores used at the plan's compute precision."""
-        prec = self.target.core.precisions.get("fp32") or next(iter(self.target.core.precisions.values()))
-        return prec.peak_flops_per_cycle * len(self.cores) * self.target.clock_hz
+        """Peak of the cores used at the precision(s) the plan's tiles compute in."""
+        return peak_flops_per_cycle(self.roofline, self.target, len(self.cores)) * self.target.clock_hz
 
     def summaries(self) -> list[CoreSummary]:
         """Per-core busy / compute / DMA / wait cycles and bytes per region."""
         return core_summaries(self.events, self.cores, self.cycles)
 
     def summary_text(self) -> str:
-        """A human-readable summary: per-core table, bounds, FLOP/s."""
-        rf = self.roofline
-        lines = [
-            f"{self.symbol} on {self.target.name}: {self.cycles} cycles "
-            f"({self.microseconds:.2f} us at {self.target.clock_hz / 1e9:g} GHz), cores {list(self.cores)}",
-            summary_table(self.summaries()),
-            f"roofline bound {rf.cycles:.0f} cycles, bound by {rf.bound_by} "
-            f"({100 * self.roofline_fraction:.1f}% of the bound achieved); "
-            + ", ".join(f"{k} {v:.0f}" for k, v in sorted(rf.resource_cycles.items())),
-            f"achieved {self.achieved_flops_per_second / 1e9:.2f} GFLOP/s of "
-            f"{self.peak_flops_per_second / 1e9:.1f} GFLOP/s peak on {len(self.cores)} cores",
-        ]
-        if self.tiling is not None:
-            lines.append(self.tiling.describe())
-        return "\n".join(lines)
+        """A human-readable summary: per-core table, bound and limit, FLOP/s, precisions, tiling."""
+        return run_summary_text(self)
 
     def metadata(self) -> dict:
-        """Run metadata written into traces."""
-        return {"target": self.target.name, "symbol": self.symbol, "cycles": self.cycles,
-                "clock_hz": self.target.clock_hz, "cores": list(self.cores),
-                "roofline_cycles": round(self.roofline.cycles, 3), "bound_by": self.roofline.bound_by,
-                "args": {k: (f"{v:#x}" if isinstance(v, int) and k != "core" else v) for k, v in self.args.items()},
-                "regions": region_facts(self.target),
-                "tiling": None if self.tiling is None else {"tiling": self.tiling.tiling, "source": self.tiling.source}}
+        """Run metadata written into traces (:func:`sim.trace.run_metadata`)."""
+        return run_metadata(self)
 
     def write_trace(self, path: str | Path) -> Path:
         """Write the trace: Chrome trace JSON (Perfetto, chrome://tracing), or CSV for a ``.csv`` path."""
@@ -145,6 +127,17 @@ def _cores_of_mask(mask: Any, target: Target) -> tuple[int, ...]:
         raise KernelArgError(f"argument 'core_mask': {mask:#x} selects no core or a core {target.name} lacks "
                              f"(it has {target.cores} cores: masks 0x1..{target.all_cores_mask:#x})")
     return tuple(i for i in range(target.cores) if mask >> i & 1)
+
+
+class _TileCounter:
+    """The engine's per-tile callback turned into ``progress(phase, done, total)`` calls."""
+
+    def __init__(self, progress: Callable[[str, int, int], None], phase: str, done: int, total: int):
+        self.progress, self.phase, self.done, self.total = progress, phase, done, total
+
+    def __call__(self, tiles: int, cycle: int) -> None:
+        self.done += tiles
+        self.progress(self.phase, self.done, self.total)
 
 
 class Simulator:
@@ -255,8 +248,14 @@ class Simulator:
         return call, plan
 
     def plan_with_choice(self, symbol: str, *, tiling: Mapping[str, Any] | None = None,
+                         progress: Callable[[str, int, int], None] | None = None,
                          **kwargs: Any) -> tuple[BoundCall, Plan, TilingChoice]:
-        """Bind, layout-check and plan a call: with ``tiling`` if given, else the cheapest candidate tiling."""
+        """Bind, layout-check and plan a call: with ``tiling`` if given, else the cheapest candidate tiling.
+
+        ``progress(phase, done, total)``, when given, hears how the tiling search goes: ``planning tilings``
+        (candidates planned of those the kernel lists; a total of 0 while it lists them) and ``pricing tilings``
+        (tiles simulated of all the candidates' tiles; a candidate stopped early counts as done).
+        """
         call = self.bind(symbol, **kwargs)
         enforce_layout(call, self.target)
         kernel = self.kernel_of(call)
@@ -276,7 +275,7 @@ class Simulator:
             chosen, priced_list, source = cached
             return call, self._lower(kernel, call, replace(ctx, tiling=chosen)), \
                 TilingChoice(chosen, source, priced_list, self.tiling_tolerance if source == "cost model" else 0.0)
-        candidates = self._lower_candidates(kernel, call, ctx) if offers else []
+        candidates = self._lower_candidates(kernel, call, ctx, progress) if offers else []
         if len(candidates) <= 1:
             if candidates:
                 self._tiling_cache[key] = (candidates[0][0], (), "kernel")
@@ -284,15 +283,23 @@ class Simulator:
             return call, self._lower(kernel, call, ctx), TilingChoice(None, "kernel")
         priced: list[tuple[dict, int | None]] = []
         best: int | None = None  # the fewest cycles so far
+        total, done = sum(p.tile_count for _, p in candidates), 0
         for cand, plan in candidates:
             # Timing only: the engine moves no bytes and runs no numerics, so memory is untouched. A candidate
             # still running when it can no longer tie with the best so far is stopped there.
             limit = None if best is None else int(best * (1 + self.tiling_tolerance))
-            cycles = Engine(self.target, self.memory, Recorder(), numerics=False, memo=self._memo(plan)).run(
-                plan, until_cycles=limit)
+            tick = None
+            if progress is not None:
+                progress("pricing tilings", done, total)
+                tick = _TileCounter(progress, "pricing tilings", done, total)
+            cycles = Engine(self.target, self.memory, Recorder(), numerics=False, memo=self._memo(plan),
+                            on_tile=tick).run(plan, until_cycles=limit)
+            done += plan.tile_count
             priced.append((cand, cycles))
             if cycles is not None and (best is None or cycles < best):
                 best = cycles
+        if progress is not None:
+            progress("pricing tilings", total, total)
         assert best is not None
         tied = [i for i, (_, cycles) in enumerate(priced)
                 if cycles is not None and cycles <= best * (1 + self.tiling_tolerance)]
@@ -343,14 +350,22 @@ class Simulator:
                 raise
             raise layout_error([plan_violation(call, self.target, e)]) from None
 
-    def _lower_candidates(self, kernel: Any, call: BoundCall, ctx: PlanContext) -> list[tuple[dict, Plan]]:
+    def _lower_candidates(self, kernel: Any, call: BoundCall, ctx: PlanContext,
+                          progress: Callable[[str, int, int], None] | None = None) -> list[tuple[dict, Plan]]:
         """The kernel's candidate tilings that plan (a candidate that cannot fit is dropped)."""
         out = []
-        for cand in kernel.tilings(call, ctx):
+        if progress is not None:
+            progress("planning tilings", 0, 0)  # 0 of an unknown number: the kernel is listing its candidates
+        cands = list(kernel.tilings(call, ctx))
+        for i, cand in enumerate(cands):
+            if progress is not None:
+                progress("planning tilings", i, len(cands))
             try:
                 out.append((dict(cand), self._cached_plan(kernel, call, replace(ctx, tiling=dict(cand)))))
             except LayoutError:
                 continue
+        if progress is not None:
+            progress("planning tilings", len(cands), len(cands))
         return out
 
     @staticmethod
@@ -380,4 +395,4 @@ class Simulator:
         return Run(symbol=symbol, target=self.target, call=call, plan=plan, cycles=cycles,
                    events=recorder.events, roofline=self._roofline(plan),
                    wall_seconds=time.perf_counter() - t0, args=dict(kwargs), tiling=choice,
-                   sim_events=engine.sim_events)
+                   sim_events=engine.sim_events, numerics=bool(numerics))

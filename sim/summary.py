@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
-from typing import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
 
-from kernels.base import Plan
+from kernels.base import BoundCall, Plan
 from sim.memory import MemoryMap
 from sim.target import Target
 from sim.trace import TraceEvent
@@ -17,15 +17,20 @@ class Roofline:
     """The least cycles any schedule of a plan could take on the cores it uses.
 
     ``resource_cycles`` maps ``compute`` and each region name to the cycles that
-    resource alone needs: flops at the cores' peak; bytes over the bandwidth the
-    plan's cores can draw from the region (its ports' bandwidth, as many ports as
-    the cores' DMA engines can hold at once; times the cores for private
-    regions, which every core has its own copy of).  The bound is their maximum; ``bound_by`` names it.
+    resource alone needs: flops at the rate the target says a core's inner loop
+    reaches (the peak of the tile's precision times ``core.vector_efficiency``,
+    the same rate the engine charges); bytes over the bandwidth the plan's cores
+    can draw from the region (its ports' bandwidth, as many ports as the cores'
+    DMA engines can hold at once; times the cores for private regions, which
+    every core has its own copy of).  The bound is their maximum; ``bound_by``
+    names the resource that sets it.  Which resource a *run* was limited by is
+    :func:`limiting_resource`'s answer (it also looks at the trace).
     """
 
     resource_cycles: Mapping[str, float]
     total_flops: int
     region_bytes: Mapping[str, int]
+    flops_by_precision: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def cycles(self) -> float:
@@ -39,7 +44,7 @@ class Roofline:
 
 
 def roofline(plan: Plan, target: Target) -> Roofline:
-    """The roofline bound of ``plan`` on ``target`` (peak compute and bandwidth of the cores it uses)."""
+    """The roofline bound of ``plan`` on ``target`` (the compute rate and bandwidth of the cores it uses)."""
     mmap = MemoryMap(target)
     flops_by_prec: dict[str, int] = defaultdict(int)
     region_bytes: dict[str, int] = defaultdict(int)
@@ -56,7 +61,10 @@ def roofline(plan: Plan, target: Target) -> Roofline:
                             region_bytes[r.name] += t.size_bytes
     n = len(plan.cores)
     cycles: dict[str, float] = {}
-    compute = sum(f / (target.core.precisions[p].peak_flops_per_cycle * n)
+    # The engine charges flops / (peak x vector_efficiency) per tile: a bound at the bare peak would be
+    # unreachable on a calibrated chip (efficiency < 1) and name the wrong resource.
+    rate = target.core.vector_efficiency
+    compute = sum(f / (target.core.precisions[p].peak_flops_per_cycle * rate * n)
                   for p, f in flops_by_prec.items() if p in target.core.precisions)
     cycles["compute"] = compute
     engines = target.dma.engines_per_core
@@ -70,7 +78,22 @@ def roofline(plan: Plan, target: Target) -> Roofline:
             bw = min(r.ports, engines) * r.port_bandwidth_bytes_per_cycle * n
         cycles[name] = b / bw
     return Roofline(resource_cycles=dict(cycles), total_flops=sum(flops_by_prec.values()),
-                    region_bytes=dict(region_bytes))
+                    region_bytes=dict(region_bytes), flops_by_precision=dict(flops_by_prec))
+
+
+def peak_flops_per_cycle(rf: Roofline, target: Target, cores: int) -> float:
+    """The cores' peak in element operations per cycle at the precisions the plan computes in.
+
+    Flops at several precisions combine harmonically (the time each share
+    takes at its own peak); a plan without arithmetic reports the fp32 peak
+    (or the chip's first precision).
+    """
+    precs = target.core.precisions
+    timed = [(f, precs[p].peak_flops_per_cycle) for p, f in rf.flops_by_precision.items() if p in precs and f]
+    if timed:
+        return sum(f for f, _ in timed) / sum(f / peak for f, peak in timed) * cores
+    model = precs.get("fp32") or next(iter(precs.values()))
+    return float(model.peak_flops_per_cycle * cores)
 
 
 def _union(intervals: Sequence[tuple[int, int]]) -> int:
@@ -89,61 +112,220 @@ def _union(intervals: Sequence[tuple[int, int]]) -> int:
 
 @dataclass(frozen=True)
 class CoreSummary:
-    """Where one core's cycles went."""
+    """Where one core's cycles went: every cycle of the run counted in exactly one column.
+
+    ``compute_only_cycles`` (the vector unit working, no DMA moving data),
+    ``overlap_cycles`` (the vector unit working while a DMA moves data),
+    ``dma_only_cycles`` (a DMA moving data, the vector unit idle),
+    ``wait_cycles`` (neither: only a DMA queued for a memory port, a barrier
+    wait or the group launch) and ``idle_cycles`` (nothing at all, e.g. after
+    the core's last event) add up to ``run_cycles``.  A DMA "moves data" from
+    its issue to its landing except while it is queued for a port.
+    """
 
     core: int
     end_cycle: int
-    busy_cycles: int
-    compute_cycles: int
-    dma_cycles: int
+    run_cycles: int
+    compute_only_cycles: int
+    overlap_cycles: int
+    dma_only_cycles: int
     wait_cycles: int
-    utilisation: float
-    compute_utilisation: float
+    idle_cycles: int
     flops: int
     bytes_by_region: Mapping[str, int]
 
+    @property
+    def busy_cycles(self) -> int:
+        """Cycles the vector unit or a DMA was working (compute + overlap + DMA)."""
+        return self.compute_only_cycles + self.overlap_cycles + self.dma_only_cycles
+
+    @property
+    def compute_cycles(self) -> int:
+        """Cycles the vector unit was working (compute + overlap)."""
+        return self.compute_only_cycles + self.overlap_cycles
+
+    @property
+    def dma_cycles(self) -> int:
+        """Cycles a DMA was moving data (overlap + DMA only)."""
+        return self.overlap_cycles + self.dma_only_cycles
+
+    @property
+    def utilisation(self) -> float:
+        """Busy cycles over the run's."""
+        return self.busy_cycles / self.run_cycles if self.run_cycles else 0.0
+
+    @property
+    def compute_utilisation(self) -> float:
+        """The vector unit's share of the run."""
+        return self.compute_cycles / self.run_cycles if self.run_cycles else 0.0
+
+
+def _dma_moving(e: TraceEvent) -> list[tuple[int, int]]:
+    """A DMA's interval less the part it spent queued for a port."""
+    if not e.wait_cycles or e.wait_start is None:
+        return [(e.start, e.end)]
+    w0, w1 = e.wait_start, e.wait_start + e.wait_cycles
+    return [(lo, hi) for lo, hi in ((e.start, min(w0, e.end)), (max(w1, e.start), e.end)) if hi > lo]
+
+
+def _partition(compute: Sequence[tuple[int, int]], dma: Sequence[tuple[int, int]], wait: Sequence[tuple[int, int]],
+               total: int) -> tuple[int, int, int, int, int]:
+    """Cycles of ``[0, total)`` that are (compute only, overlap, DMA only, wait only, idle)."""
+    delta: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for k, spans in enumerate((compute, dma, wait)):
+        for s, e in spans:
+            s, e = max(s, 0), min(e, total)
+            if e > s:
+                delta[s][k] += 1
+                delta[e][k] -= 1
+    out = [0, 0, 0, 0, 0]
+    level = [0, 0, 0]
+    cursor = 0
+    for t in sorted(set(delta) | {total}):
+        if t > cursor:
+            c, d, w = (x > 0 for x in level)
+            out[0 if c and not d else 1 if c else 2 if d else 3 if w else 4] += t - cursor
+            cursor = t
+        if t in delta:
+            level = [a + b for a, b in zip(level, delta[t])]
+    return out[0], out[1], out[2], out[3], out[4]
+
 
 def core_summaries(events: Sequence[TraceEvent], cores: Sequence[int], total_cycles: int) -> list[CoreSummary]:
-    """Per-core busy / compute / DMA / wait cycles, utilisation (compute over the run) and bytes per region.
-
-    Busy is the union of compute and DMA activity; DMA the union of the DMA
-    engines' intervals; wait the union of barrier waits and the cycles DMAs spent
-    queued for a memory port.  Utilisation is busy over the run's cycles,
-    compute utilisation the vector unit's share of them.
-    """
+    """Per core, the run's cycles split into compute / overlap / DMA / wait / idle, plus flops and bytes per region."""
+    by_core: dict[int, list[TraceEvent]] = defaultdict(list)
+    for e in events:
+        by_core[e.core].append(e)
     out = []
     for core in cores:
-        ev = [e for e in events if e.core == core]
+        ev = by_core.get(core, [])
         comp = [(e.start, e.end) for e in ev if e.kind == "compute"]
-        dma = [(e.start, e.end) for e in ev if e.kind in ("dma_in", "dma_out")]
-        wait = _union([(e.wait_start, e.wait_start + e.wait_cycles) for e in ev
-                       if e.wait_cycles and e.wait_start is not None])
+        dma = [span for e in ev if e.kind in ("dma_in", "dma_out") for span in _dma_moving(e)]
+        wait = [(e.wait_start, e.wait_start + e.wait_cycles) for e in ev
+                if e.kind in ("dma_in", "dma_out") and e.wait_cycles and e.wait_start is not None]
+        wait += [(e.start, e.end) for e in ev if e.kind in ("barrier_wait", "launch")]
         by_region: dict[str, int] = defaultdict(int)
         for e in ev:
             if e.kind in ("dma_in", "dma_out"):
                 by_region[e.src_region] += e.bytes
                 if e.dst_region != e.src_region:
                     by_region[e.dst_region] += e.bytes
-        compute_cycles = _union(comp)
         end = max((e.end for e in ev), default=0)
-        out.append(CoreSummary(
-            core=core, end_cycle=end, busy_cycles=_union(comp + dma), compute_cycles=compute_cycles,
-            dma_cycles=_union(dma), wait_cycles=wait,
-            utilisation=_union(comp + dma) / total_cycles if total_cycles else 0.0,
-            compute_utilisation=compute_cycles / total_cycles if total_cycles else 0.0,
-            flops=sum(e.flops for e in ev), bytes_by_region=dict(sorted(by_region.items()))))
+        total = max(total_cycles, end)
+        c, o, d, w, i = _partition(comp, dma, wait, total)
+        out.append(CoreSummary(core=core, end_cycle=end, run_cycles=total, compute_only_cycles=c, overlap_cycles=o,
+                               dma_only_cycles=d, wait_cycles=w, idle_cycles=i, flops=sum(e.flops for e in ev),
+                               bytes_by_region=dict(sorted(by_region.items()))))
     return out
 
 
-def summary_table(summaries: Sequence[CoreSummary]) -> str:
-    """The per-core summary as an aligned text table."""
-    regions = sorted({r for s in summaries for r in s.bytes_by_region})
-    head = ["core", "end", "busy", "compute", "dma", "wait", "busy%", "compute%"] + [f"{r} bytes" for r in regions]
+#: What the columns of :func:`summary_table` count (printed above it).
+TABLE_LEGEND = ("per core, every cycle of the run counted once: compute (vector unit alone) + overlap (vector "
+                "unit while a DMA moves data)\n+ dma (a DMA moving data alone) + wait (only a DMA queued for a memory "
+                "port, a barrier or the launch) + idle = the run;\nbusy% = compute + overlap + dma, compute% = "
+                "compute + overlap, as shares of the run")
+
+
+def summary_table(summaries: Sequence[CoreSummary], legend: bool = True) -> str:
+    """The per-core summary as an aligned text table (with the columns' legend above it)."""
+    regions = sorted({r for s in summaries for r in s.bytes_by_region if r})
+    head = ["core", "end", "compute", "overlap", "dma", "wait", "idle", "busy%", "compute%"] + \
+        [f"{r} bytes" for r in regions]
     rows = [head]
     for s in summaries:
-        rows.append([str(s.core), str(s.end_cycle), str(s.busy_cycles), str(s.compute_cycles),
-                     str(s.dma_cycles), str(s.wait_cycles), f"{100 * s.utilisation:.1f}",
+        rows.append([str(s.core), str(s.end_cycle), str(s.compute_only_cycles), str(s.overlap_cycles),
+                     str(s.dma_only_cycles), str(s.wait_cycles), str(s.idle_cycles), f"{100 * s.utilisation:.1f}",
                      f"{100 * s.compute_utilisation:.1f}"]
                     + [str(s.bytes_by_region.get(r, 0)) for r in regions])
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows)
+    table = "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows)
+    return (TABLE_LEGEND + "\n" + table) if legend else table
+
+
+def resource_shares(rf: Roofline, summaries: Sequence[CoreSummary], cycles: int) -> dict[str, float]:
+    """How much of the run each resource was needed for, as a fraction of the run's cycles.
+
+    ``compute``: the busiest core's vector unit, as the trace shows it (its
+    tiles' arithmetic plus loop overhead, pipeline latency and reductions);
+    each region: the bytes the plan moves through it at the full bandwidth the
+    cores can draw (the roofline's figure over the run).  A share near 1 is a
+    resource the run could not have used more of.
+    """
+    if not cycles:
+        return {}
+    shares = {name: c / cycles for name, c in rf.resource_cycles.items() if name != "compute"}
+    shares["compute"] = max((s.compute_cycles for s in summaries), default=0) / cycles
+    return shares
+
+
+def limiting_resource(rf: Roofline, summaries: Sequence[CoreSummary], cycles: int) -> str:
+    """The resource the run was limited by: the one with the largest :func:`resource_shares` share.
+
+    The roofline's ``bound_by`` names the resource with the largest lower
+    bound; this one looks at the run itself, so the vector unit's overheads
+    (which the bound leaves out) count, and a run whose cores computed almost
+    all the time is called compute-limited even when another resource's bound
+    comes close.
+    """
+    shares = resource_shares(rf, summaries, cycles)
+    return max(shares.items(), key=lambda kv: (kv[1], kv[0] == "compute", kv[0]))[0] if shares else rf.bound_by
+
+
+def precision_note(call: BoundCall, rf: Roofline) -> str:
+    """What a run stores in which precision and computes in which, in one line.
+
+    The one place this text is made: derived from the call's buffers (their
+    dtypes are what the kernel reads and writes) and the plan's tiles (the
+    precision each tile's arithmetic is priced at).  A per-symbol note of the
+    kernel registry can replace the derivation here.
+    """
+    by_dtype: dict[str, list[str]] = defaultdict(list)
+    for b in call.buffers:
+        by_dtype[b.dtype.name].append(b.name)
+    stored = "; ".join(f"{_DTYPE_WORDS.get(dt, dt)}: {', '.join(names)}" for dt, names in sorted(by_dtype.items()))
+    precs = sorted(p for p, f in rf.flops_by_precision.items() if f)
+    if not precs:
+        return f"stored {stored}; no arithmetic"
+    computed = " and ".join(precs)
+    widened = ""
+    if call.precision not in precs:
+        widened = (f" ({call.precision} tensors are widened on load and the results rounded to {call.precision} "
+                   f"on store; sums accumulate in {computed})")
+    return f"stored {stored}; computed in {computed}, priced at the {computed} vector rate{widened}"
+
+
+_DTYPE_WORDS = {"float16": "fp16", "float32": "fp32", "float64": "fp64"}
+
+
+def run_summary_text(run: Any) -> str:
+    """The printed summary of a :class:`sim.simulator.Run`: per-core table, bound, limit, FLOP/s, precisions."""
+    rf = run.roofline
+    summaries = run.summaries()
+    shares = resource_shares(rf, summaries, run.cycles)
+    limit = limiting_resource(rf, summaries, run.cycles)
+    head = (f"{run.symbol} on {run.target.name}: {run.cycles} cycles "
+            f"({run.microseconds:.2f} us at {run.target.clock_hz / 1e9:g} GHz), cores {list(run.cores)}")
+    if not getattr(run, "numerics", True):
+        head += "; timing only (numerics: false): no values computed, no outputs"
+    others = ", ".join(f"{k} {100 * v:.1f}%" for k, v in sorted(shares.items()) if k != limit)
+    lines = [
+        head,
+        summary_table(summaries),
+        f"roofline bound {rf.cycles:.0f} cycles, set by {rf.bound_by} "
+        f"({100 * run.roofline_fraction:.1f}% of the bound achieved); cycles each resource needs alone: "
+        + ", ".join(f"{k} {v:.0f}" for k, v in sorted(rf.resource_cycles.items())),
+        f"limited by {limit}: {_share_words(limit, shares.get(limit, 0.0))}"
+        + (f" (others: {others})" if others else ""),
+        f"achieved {run.achieved_flops_per_second / 1e9:.2f} GFLOP/s of "
+        f"{run.peak_flops_per_second / 1e9:.1f} GFLOP/s peak on {len(run.cores)} cores",
+        f"precision: {precision_note(run.call, rf)}",
+    ]
+    if run.tiling is not None:
+        lines.append(run.tiling.describe())
+    return "\n".join(lines)
+
+
+def _share_words(resource: str, share: float) -> str:
+    if resource == "compute":
+        return f"the busiest core's vector unit worked {100 * share:.1f}% of the run"
+    return f"{resource} at full bandwidth would be busy {100 * share:.1f}% of the run"

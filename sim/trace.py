@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+import numpy as np
+
 from sim.atomic import atomic_write_text
 
 #: Event kinds the engine records.
@@ -129,6 +131,67 @@ def shared_regions(events: Iterable[TraceEvent], regions: Mapping[str, Mapping] 
     if not regions:
         return touched
     return [r for r in touched if regions.get(r, {}).get("kind", "shared") == "shared"]
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-ready copy of an argument value (numpy scalars and arrays, tuples become plain values)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def metadata_args(symbol: str, args: Mapping[str, Any], buffer_addrs: Iterable[int] = ()) -> dict:
+    """A call's arguments as trace metadata: pointers and the core mask in hex, booleans as booleans,
+    every other number as the number it is.
+
+    Pointer arguments are the kernel's ``in_ptr`` / ``out_ptr`` arguments, a
+    ``params`` argument given as the address of an array, and the entries of a
+    ``params`` list that are the address of one of the call's buffers.
+    """
+    from kernels import REGISTRY  # the registry imports kernels, which import this module's package
+
+    sym = REGISTRY.get(symbol)
+    kinds = {a.name: a.kind for a in sym.kernel.args} if sym is not None else {}
+    addrs = set(buffer_addrs)
+    out: dict[str, Any] = {}
+    for name, raw in args.items():
+        v = _plain(raw)
+        kind = kinds.get(name)
+        is_int = isinstance(v, int) and not isinstance(v, bool)
+        if is_int and (name == "core_mask" or kind in ("in_ptr", "out_ptr", "params")):
+            out[name] = f"{v:#x}"
+        elif kind == "params" and isinstance(v, list):
+            out[name] = [f"{x:#x}" if isinstance(x, int) and not isinstance(x, bool) and x in addrs else x for x in v]
+        elif kind == "bool" and is_int and v in (0, 1):
+            out[name] = bool(v)  # C callers pass 0/1 for a bool
+        else:
+            out[name] = v
+    return out
+
+
+def run_metadata(run: Any) -> dict:
+    """The metadata a :class:`sim.simulator.Run` writes into its trace: chip, call, cycles, bounds, tiling."""
+    from sim.summary import limiting_resource, precision_note, resource_shares
+
+    summaries = run.summaries()
+    tiling = run.tiling
+    return {"target": run.target.name, "symbol": run.symbol, "cycles": run.cycles,
+            "clock_hz": run.target.clock_hz, "cores": list(run.cores), "precision": run.call.precision,
+            "numerics": bool(getattr(run, "numerics", True)),
+            "roofline_cycles": round(run.roofline.cycles, 3), "bound_by": run.roofline.bound_by,
+            "limited_by": limiting_resource(run.roofline, summaries, run.cycles),
+            "resource_shares": {k: round(v, 4) for k, v in
+                                sorted(resource_shares(run.roofline, summaries, run.cycles).items())},
+            "precision_note": precision_note(run.call, run.roofline),
+            "args": metadata_args(run.symbol, run.args, (b.addr for b in run.call.buffers)),
+            "regions": region_facts(run.target),
+            "tiling": None if tiling is None else {"tiling": tiling.tiling, "source": tiling.source}}
 
 
 # -- derived series -------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from sim.errors import SimError
-from sim.summary import CoreSummary, _union, core_summaries, summary_table
+from sim.summary import TABLE_LEGEND, CoreSummary, _union, core_summaries, summary_table
 from sim.trace import DMA_KINDS, TraceEvent, run_title, track_name, tracks, unit_label, unit_order
 
 _WORK_KINDS = ("dma_in", "compute", "dma_out")
@@ -385,8 +385,13 @@ def summary_text(s: TraceSummary) -> str:
     lines = [f"{t.title}: {_cyc(t, t.cycles)}, cores {list(t.cores)}"]
     if t.metadata.get("roofline_cycles") is not None:
         rc = float(t.metadata["roofline_cycles"])
-        lines.append(f"roofline bound {rc:.0f} cycles ({t.metadata.get('bound_by', '?')}); "
-                     f"{_pct(rc, t.cycles)} of the bound achieved")
+        limit = f"; limited by {t.metadata['limited_by']}" if t.metadata.get("limited_by") else ""
+        lines.append(f"roofline bound {rc:.0f} cycles (set by {t.metadata.get('bound_by', '?')}); "
+                     f"{_pct(rc, t.cycles)} of the bound achieved{limit}")
+    if t.metadata.get("numerics") is False:
+        lines.append("timing only (numerics: false): no values were computed")
+    if t.metadata.get("precision_note"):
+        lines.append(f"precision: {t.metadata['precision_note']}")
     lines += ["", summary_table(s.cores), ""]
     lines += critical_text(t, s.critical)
     lines.append("")
@@ -424,7 +429,8 @@ class DiffRow:
 
 @dataclass(frozen=True)
 class TraceDiff:
-    """Two runs side by side: total cycles, per core (end, busy, compute, DMA, wait), per unit busy cycles."""
+    """Two runs side by side: what differs in their setup (chip, symbol, arguments, tiling), total cycles,
+    per core (end and the columns of :func:`sim.summary.summary_table`), per unit busy cycles."""
 
     a: Trace
     b: Trace
@@ -442,8 +448,8 @@ def unit_busy(events: Iterable[TraceEvent]) -> dict[tuple[int, str], int]:
     return {k: _union(v) for k, v in spans.items()}
 
 
-_CORE_FIELDS = (("end", "end_cycle"), ("busy", "busy_cycles"), ("compute", "compute_cycles"),
-                ("dma", "dma_cycles"), ("wait", "wait_cycles"))
+_CORE_FIELDS = (("end", "end_cycle"), ("compute", "compute_only_cycles"), ("overlap", "overlap_cycles"),
+                ("dma", "dma_only_cycles"), ("wait", "wait_cycles"), ("idle", "idle_cycles"))
 
 
 def diff_traces(a: Trace, b: Trace) -> TraceDiff:
@@ -459,7 +465,7 @@ def diff_traces(a: Trace, b: Trace) -> TraceDiff:
     order = tracks([TraceEvent(core=c, unit=u, kind="", start=0, end=0) for c, u in set(ua) | set(ub)])
     units = tuple(DiffRow(track_name(c, u), ua.get((c, u)), ub.get((c, u))) for c, u in order)
     meta = []
-    for key in ("target", "symbol", "cores", "clock_hz"):
+    for key in ("target", "symbol", "cores", "clock_hz", "numerics"):
         va, vb = a.metadata.get(key), b.metadata.get(key)
         if va != vb:
             meta.append((key, va, vb))
@@ -467,8 +473,21 @@ def diff_traces(a: Trace, b: Trace) -> TraceDiff:
     for key in sorted(set(args_a) | set(args_b), key=lambda k: (k not in args_a, k)):
         if args_a.get(key) != args_b.get(key):
             meta.append((f"args.{key}", args_a.get(key), args_b.get(key)))
+    til_a, til_b = _tiling_of(a), _tiling_of(b)
+    for key in sorted(set(til_a) | set(til_b), key=lambda k: (k not in til_a, k)):
+        if til_a.get(key) != til_b.get(key):
+            meta.append((f"tiling.{key}", til_a.get(key), til_b.get(key)))
     return TraceDiff(a=a, b=b, total=DiffRow("run cycles", a.cycles, b.cycles), cores=tuple(cores),
                      units=units, metadata=tuple(meta))
+
+
+def _tiling_of(t: Trace) -> dict[str, Any]:
+    """The run's tiling keys and how they were chosen (``source``), from its metadata."""
+    tiling = t.metadata.get("tiling")
+    if not isinstance(tiling, dict):
+        return {}
+    keys = tiling.get("tiling")
+    return {**(keys if isinstance(keys, dict) else {}), "source": tiling.get("source")}
 
 
 def _show(v: Any) -> str:
@@ -497,11 +516,16 @@ def _table(rows: list[list[str]]) -> str:
 
 
 def diff_text(d: TraceDiff) -> str:
-    """The comparison as text: both runs, what differs in their calls, per-core and per-unit tables."""
-    lines = [f"A: {d.a.source}: {d.a.title}, {_cyc(d.a, d.a.cycles)}, cores {list(d.a.cores)}",
-             f"B: {d.b.source}: {d.b.title}, {_cyc(d.b, d.b.cycles)}, cores {list(d.b.cores)}"]
+    """The comparison as text: what differs in the two runs' setup first (chip, symbol, arguments, tiling),
+    then both runs, the change of cycles, per-core and per-unit tables."""
     if d.metadata:
-        lines.append("what differs: " + "; ".join(f"{k} {_show(va)} -> {_show(vb)}" for k, va, vb in d.metadata))
+        lines = ["setup differs: " + "; ".join(f"{k} {_show(va)} -> {_show(vb)}" for k, va, vb in d.metadata)]
+    elif d.a.metadata and d.b.metadata:
+        lines = ["setup: the same chip, symbol, arguments and tiling"]
+    else:
+        lines = ["setup: unknown (a trace without metadata, such as a CSV trace)"]
+    lines += [f"A: {d.a.source}: {d.a.title}, {_cyc(d.a, d.a.cycles)}, cores {list(d.a.cores)}",
+              f"B: {d.b.source}: {d.b.title}, {_cyc(d.b, d.b.cycles)}, cores {list(d.b.cores)}"]
     delta, pct = _change(d.total)
     speed = ""
     if d.a.cycles and d.b.cycles and d.a.cycles != d.b.cycles:
@@ -517,7 +541,7 @@ def diff_text(d: TraceDiff) -> str:
         for r in drs:
             row += [_fmt(r.a), _fmt(r.b), _change(r)[0]]
         rows.append(row)
-    lines += [_table(rows), "", "per unit (busy cycles):"]
+    lines += [_table(rows), "(" + TABLE_LEGEND.replace("\n", " ") + ")", "", "per unit (busy cycles):"]
     urows = [["unit", "A", "B", "change", "%"]]
     for r in d.units:
         urows.append([r.label, _fmt(r.a), _fmt(r.b), *_change(r)])

@@ -64,7 +64,9 @@ def test_violations_listed_and_exit_one(tmp_path, capsys):
     found = re.findall(r"^VIOLATION layout rule '([a-z-]+)': (?:output )?buffer '(\w+)'", out, re.M)
     assert sorted(found) == sorted([("no-overlap", "dx"), ("workspace", "dy"), ("alignment", "scale"),
                                     ("not-scratchpad", "dbias")])
-    assert out.rstrip().endswith("4 layout violation(s)")
+    # The outputs entries stayed where dx and dbias were: named as no buffer of the call, after the violations.
+    assert out.rstrip().splitlines()[-1] == "4 layout violation(s); 2 error(s) in the config's data and outputs"
+    assert out.index("VIOLATION") < out.index("ERROR output-not-a-buffer: ")
     assert re.search(r"^  0xa0000100-0xa0000500  dx .*!$", out, re.M)  # marked in the map
     assert "^ overlaps the buffer above by 768 bytes" in out
     assert "[reserved: kernels' workspace, 512 KiB]" in out

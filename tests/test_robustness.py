@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -411,7 +412,6 @@ def test_bad_simulator_targets():
     (config_with(symbol="fp_batch_norm_grad_q"), "unknown kernel symbol"),
     (config_with(args__x="0xA0000000"), "'x': expected an address"),
     (config_with(target="NoChip"), "unknown target"),
-    (config_with(data__0__addr=0x60000000), "unmapped"),
     ("target: [\n", "not valid YAML"),
 ])
 def test_cli_errors_are_one_line(tmp_path, capsys, command, doc, needle):
@@ -421,6 +421,20 @@ def test_cli_errors_are_one_line(tmp_path, capsys, command, doc, needle):
     err = capsys.readouterr().err
     assert err.startswith("dspsim: error: ") and err.count("\n") == 1 and needle in err, err
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_unmapped_data_entry_fails_run_in_one_line_and_validate_reports_it(tmp_path, capsys):
+    p = write_config(tmp_path, config_with(data__0__addr=0x60000000))
+    assert main(["run", str(p), "--out-dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dspsim: error: entry-address: ") and err.count("\n") == 1 and "unmapped" in err
+    assert not (tmp_path / "out").exists()
+    # validate checks the whole config and reports the entry with the map (exit 1: a finding, not a crash).
+    assert main(["validate", str(p)]) == 1
+    out, err = capsys.readouterr()
+    assert err == "" and re.search(r"^ERROR entry-address: .*data 'x': write \[0x60000000, 0x60000400\): unmapped",
+                                   out, re.M)
+    assert "unplaced-input" not in out  # the entry's own error says why x holds no data
 
 
 def test_cli_layout_error_is_one_line_without_traceback(tmp_path):

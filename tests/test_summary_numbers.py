@@ -1,0 +1,204 @@
+"""Reported numbers must not mislead (issue 11): the bound on a calibrated chip, timing-only runs, the
+per-core table's columns, what an hp_ run computes in, trace diff's setup, trace metadata."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from kernels.base import Buffer, BoundCall
+from sim.cli import main
+from sim.config import load_config
+from sim.runner import execute
+from sim.summary import Roofline, core_summaries, precision_note, summary_table
+from sim.trace import TraceEvent
+from sim.trace_tools import diff_text, diff_traces, load_trace
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = ROOT / "configs"
+CONV = CONFIGS / "ft78ne_conv2d_backprop_filter_s.yaml"
+
+
+# --- the roofline on a calibrated chip --------------------------------------------------------------
+
+def calibrated_copy(tmp_path: Path, efficiency: float, ddr_scale: float) -> Path:
+    """FT78NE as a calibration would leave it: slower inner loops and a slower DDR, and renamed."""
+    doc = yaml.safe_load((ROOT / "targets" / "FT78NE.yaml").read_text())
+    doc["name"] = "FT78NE-calibrated"
+    doc["core"]["vector_efficiency"] = efficiency
+    ddr = next(r for r in doc["regions"] if r["name"] == "ddr")
+    ddr["bandwidth_bytes_per_cycle"] *= ddr_scale
+    p = tmp_path / "ft78ne_calibrated.yaml"
+    p.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return p
+
+
+@pytest.fixture(scope="module")
+def calibrated_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cal")
+    chip = calibrated_copy(tmp, efficiency=0.4, ddr_scale=0.5)
+    doc = yaml.safe_load(CONV.read_text())
+    doc["target"] = str(chip)
+    doc["numerics"] = False
+    p = tmp / "conv.yaml"
+    p.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return execute(load_config(p))[1]
+
+
+def test_compute_bound_uses_the_targets_vector_efficiency(calibrated_run):
+    run = calibrated_run
+    # By hand: FT78NE computes 32 lanes x 3 FMAC x 2 = 192 flop/cycle/core at the peak; the calibrated chip
+    # reaches 40% of it; the flops are what the trace's compute events did.
+    flops = sum(e.flops for e in run.events if e.kind == "compute")
+    assert run.roofline.total_flops == flops
+    expected = flops / (192 * 0.4 * len(run.cores))
+    assert run.roofline.resource_cycles["compute"] == pytest.approx(expected, rel=1e-12)
+    # At the bare peak the compute bound would be 40% of that, below DDR's bound (halved bandwidth): the old
+    # bound said "ddr". At the calibrated rate compute sets the bound, and the run cannot beat it.
+    assert expected * 0.4 < run.roofline.resource_cycles["ddr"] < expected
+    assert run.roofline.bound_by == "compute"
+    assert run.cycles >= run.roofline.cycles
+
+
+def test_the_run_is_called_compute_limited_where_the_trace_shows_compute(calibrated_run):
+    run = calibrated_run
+    busiest = max(sum(e.end - e.start for e in run.events if e.kind == "compute" and e.core == c) for c in run.cores)
+    ddr_share = run.roofline.resource_cycles["ddr"] / run.cycles
+    assert busiest / run.cycles > ddr_share  # what the trace shows: the vector units are the busier resource
+    meta = run.metadata()
+    assert meta["bound_by"] == "compute" and meta["limited_by"] == "compute"
+    assert meta["resource_shares"]["compute"] == pytest.approx(busiest / run.cycles, abs=1e-4)
+    text = run.summary_text()
+    assert "set by compute" in text and "limited by compute:" in text
+
+
+# --- timing-only runs -------------------------------------------------------------------------------
+
+def test_timing_only_run_saves_no_outputs_and_says_so(tmp_path, capsys):
+    doc = yaml.safe_load((CONFIGS / "ft78ne_batch_norm_grad_s.yaml").read_text())
+    doc["numerics"] = False
+    doc["trace"] = "bn.json"
+    cfg = tmp_path / "bn.yaml"
+    cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+    assert main(["run", str(cfg), "--out-dir", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["bn.json"]  # the trace, no .npy
+    assert "timing only" in out.splitlines()[0]
+    assert "output:" not in out and "outputs: none saved (timing only" in out
+    assert json.loads((tmp_path / "out" / "bn.json").read_text())["metadata"]["numerics"] is False
+
+
+# --- the per-core table -------------------------------------------------------------------------------
+
+def test_columns_partition_the_run_by_hand():
+    ev = [TraceEvent(0, "sync", "launch", 0, 5),
+          # queued for a port 5..8, moving 8..20
+          TraceEvent(0, "dma0", "dma_in", 5, 20, bytes=64, wait_cycles=3, wait_start=5),
+          TraceEvent(0, "compute", "compute", 20, 40, flops=100),
+          TraceEvent(0, "dma1", "dma_in", 25, 35, bytes=64),
+          TraceEvent(0, "dma0", "dma_out", 40, 50, bytes=64),
+          TraceEvent(0, "sync", "barrier_wait", 50, 60, wait_cycles=10)]
+    (s,) = core_summaries(ev, [0], 70)
+    # compute alone 20..25 and 35..40; overlap 25..35; DMA alone 8..20 and 40..50;
+    # wait: launch 0..5, queued 5..8, barrier 50..60; idle 60..70 (the run ends at 70).
+    assert (s.compute_only_cycles, s.overlap_cycles, s.dma_only_cycles, s.wait_cycles, s.idle_cycles) == \
+        (10, 10, 22, 18, 10)
+    assert s.busy_cycles == 42 and s.compute_cycles == 20 and s.dma_cycles == 32
+    assert s.utilisation == pytest.approx(42 / 70)
+
+
+@pytest.mark.parametrize("name", ["ft78ne_conv2d_backprop_filter_s", "mt7004_hp_fused_batch_norm_grad_s",
+                                  "ft78ne_fake_quant_with_min_max_vars_gradient_s"])
+def test_columns_add_up_to_the_run_on_shipped_configs(name):
+    cfg = load_config(CONFIGS / f"{name}.yaml")
+    run = execute(cfg)[1]
+    for s in run.summaries():
+        assert s.compute_only_cycles + s.overlap_cycles + s.dma_only_cycles + s.wait_cycles + s.idle_cycles \
+            == run.cycles
+        assert s.busy_cycles + s.wait_cycles + s.idle_cycles == run.cycles
+        assert s.idle_cycles >= run.cycles - s.end_cycle  # after its last event a core is idle
+    table = summary_table(run.summaries())
+    head = table.splitlines()[3].split()
+    assert head[:9] == ["core", "end", "compute", "overlap", "dma", "wait", "idle", "busy%", "compute%"]
+    assert "counted once" in table and "= the run" in table
+
+
+# --- what an hp_ run stores and computes ---------------------------------------------------------------
+
+def test_hp_summary_says_what_is_fp16_and_what_fp32(tmp_path):
+    run = execute(load_config(CONFIGS / "mt7004_hp_batch_norm_grad_s.yaml"))[1]
+    line = next(ln for ln in run.summary_text().splitlines() if ln.startswith("precision: "))
+    # The kernel's documentation: x, dy, dx are fp16 tensors; the statistics and their gradients fp32;
+    # params the int64 array of pointers and sizes; the arithmetic runs in fp32.
+    assert line.startswith("precision: stored fp16: x, dy, dx; fp32: mean, invar, scale, dbias, dscale; "
+                           "int64: params; computed in fp32")
+    assert "widened on load" in line and "accumulate in fp32" in line
+    fp = execute(load_config(CONFIGS / "ft78ne_batch_norm_grad_s.yaml"))[1]
+    note = precision_note(fp.call, fp.roofline)
+    assert note.startswith("stored fp32: x, dy, mean, invar, scale, dx, dbias, dscale; computed in fp32")
+    assert "widened" not in note
+
+
+def test_precision_note_without_arithmetic():
+    call = BoundCall("hp_x_s", "fp16", "s", (0,), (Buffer("a", 0, (2,), np.dtype(np.float16), "input"),))
+    assert precision_note(call, Roofline({}, 0, {})) == "stored fp16: a; no arithmetic"
+
+
+# --- trace diff: the setup first ----------------------------------------------------------------------
+
+def test_trace_diff_shows_the_tiling_change_first(tmp_path, capsys):
+    doc = yaml.safe_load(CONV.read_text())
+    paths = []
+    for split in ("spatial", "filter"):
+        doc["tiling"] = {"split": split}
+        doc["numerics"] = False
+        doc["trace"] = f"{split}.json"
+        doc["args"]["core_mask"] = 0xFF if split == "spatial" else 0x0F
+        p = tmp_path / f"{split}.yaml"
+        p.write_text(yaml.safe_dump(doc, sort_keys=False))
+        assert main(["run", str(p), "--out-dir", str(tmp_path)]) == 0
+        paths.append(tmp_path / f"{split}.json")
+    capsys.readouterr()
+    assert main(["trace", "diff", *map(str, paths)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("setup differs: ")
+    assert "args.core_mask 0xff -> 0xf" in first and "tiling.split spatial -> filter" in first
+    assert "cores [0, 1, 2, 3, 4, 5, 6, 7] -> [0, 1, 2, 3]" in first
+    same = diff_text(diff_traces(load_trace(paths[0]), load_trace(paths[0])))
+    assert same.splitlines()[0] == "setup: the same chip, symbol, arguments and tiling"
+
+
+# --- trace metadata ---------------------------------------------------------------------------------
+
+def test_metadata_shows_booleans_as_booleans_and_only_pointers_in_hex(tmp_path):
+    run = execute(load_config(CONFIGS / "mt7004_hp_fused_batch_norm_grad_s.yaml"))[1]
+    path = run.write_trace(tmp_path / "t.json")
+    args = json.loads(path.read_text())["metadata"]["args"]
+    assert args["is_training"] is True
+    assert args["epsilon"] == 0.0001 and args["data_format"] == "NCHW" and args["shape"] == [4, 128, 14, 14]
+    assert args["x"] == "0xa1000000" and args["scale_backprop"] == "0xc1000000" and args["core_mask"] == "0xf"
+
+    fq = execute(load_config(CONFIGS / "ft78ne_fake_quant_with_min_max_vars_gradient_s.yaml"))[1].metadata()
+    assert isinstance(fq["args"]["num_bits"], int) and not isinstance(fq["args"]["num_bits"], bool)
+    assert isinstance(fq["args"].get("narrow_range", False), bool)
+
+    bn = execute(load_config(CONFIGS / "ft78ne_batch_norm_grad_s.yaml"))[1].metadata()["args"]
+    # params: five pointers, then batch 4, channel 64, is_train 1 (a number in the C array, not a flag).
+    assert bn["params"] == ["0xc0000000", "0xd0000000", "0xe0000000", "0xb1000000", "0xc1000000", 4, 64, 1]
+
+
+def test_metadata_of_numpy_arguments_is_plain_json():
+    import sim
+    m = sim.Simulator("FT78NE")
+    run = m.call("fp_batch_norm_grad_s", x=np.int64(0xA0000000), dy=0xB0000000, dx=0xA1000000,
+                 params=np.array([0xC0000000, 0xD0000000, 0xE0000000, 0xB1000000, 0xC1000000, 4, 64, 1]),
+                 core_mask=np.int32(0xFF), numerics=False)
+    meta = json.loads(json.dumps(run.metadata()))
+    assert meta["args"]["x"] == "0xa0000000" and meta["args"]["core_mask"] == "0xff"
+    assert meta["args"]["params"][5:] == [4, 64, 1] and math.isclose(meta["roofline_cycles"], run.roofline.cycles,
+                                                                     abs_tol=1e-3)
