@@ -466,8 +466,8 @@ def fitted_yaml(cal: Calibration, target: TargetDocument, measurements_path: str
         set_path(doc, keys, new, path, create=True)
         was = "absent (1.0)" if old is None else f"{old}"
         _append_note(parent, f"{keys[-1]} fitted by dspsim calibrate to {mname} (was {was})")
-    name = doc.get("name")
-    doc["name"] = f"{name} (calibrated)"
+    name = str(doc.get("name"))
+    doc["name"] = name if name.endswith(" (calibrated)") else f"{name} (calibrated)"  # a recalibration says it once
     kept = f"; not identified, kept: {', '.join(cal.unidentified)}" if cal.unidentified else ""
     fitted = ", ".join(f"{n} {cal.before[n]:.4g} -> {cal.after[n]:.4g}" for n in cal.fitted) or "nothing"
     _append_note(doc, f"calibrated by dspsim calibrate from {target.path.name} and {len(cal.measured)} "

@@ -154,6 +154,11 @@ def _sweep_target(value: Any, sweep_dir: Path, where: str) -> tuple[str, str]:
     return str(p), _digest(_read_regular(p, "target file"))
 
 
+def _short(text: str) -> str:
+    """A key or path from the user's file, cut for a one-line message."""
+    return text if len(text) <= 80 else text[:80] + "..."
+
+
 def _symbol_args(symbol: str, where: str) -> frozenset[str]:
     """The argument names ``symbol`` takes: the kernel's own and core_mask (_s) or core (_p)."""
     try:
@@ -214,11 +219,11 @@ def _check_axis(p: Path, axis: Any, values: Any) -> None:
              or (text.startswith(ARGS_KEY) and text[len(ARGS_KEY):].split(".")[0].isidentifier())
              or (text.startswith(TARGET_EDIT) and len(text) > len(TARGET_EDIT)))
     if not known:
-        label = axis[:60] if isinstance(axis, str) else quote(axis)
+        label = _short(axis) if isinstance(axis, str) else quote(axis)
         raise ConfigError(f"{p}: grid.{label}: axes are target, symbol, cores, args.<name>[.<index>], "
                           f"target.<key path>, tiling.<key> or {TOLERANCE_AXIS}")
     if not isinstance(values, list) or not values:
-        raise ConfigError(f"{p}: grid.{axis}: expected a non-empty list of values")
+        raise ConfigError(f"{p}: grid.{_short(axis)}: expected a non-empty list of values")
     if axis == CORES_AXIS:
         for i, v in enumerate(values):
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 64:
@@ -232,7 +237,7 @@ def _check_axis(p: Path, axis: Any, values: Any) -> None:
     for i, v in enumerate(values):
         k = json.dumps(v, sort_keys=True, default=str)
         if k in seen:
-            raise ConfigError(f"{p}: grid.{axis}[{i}]: {quote(v)} is listed twice")
+            raise ConfigError(f"{p}: grid.{_short(axis)}[{i}]: {quote(v)} is listed twice")
         seen.add(k)
 
 
@@ -247,7 +252,7 @@ def _load_configs(p: Path, raw: Any, grid: dict) -> tuple[BaseConfig, ...]:
     for i, (c, cp) in enumerate(zip(raw, paths)):
         real = cp.resolve()
         if real in seen:
-            raise ConfigError(f"{p}: configs[{i}]: {c} is the same file as configs[{seen[real]}]")
+            raise ConfigError(f"{p}: configs[{i}]: {_short(c)} is the same file as configs[{seen[real]}]")
         seen[real] = i
         data = _read_regular(cp, f"configs[{i}]: run-config")
         cfg = load_config(cp)  # a broken base config is the sweep file's error, not every point's
@@ -267,11 +272,11 @@ def _load_configs(p: Path, raw: Any, grid: dict) -> tuple[BaseConfig, ...]:
             name, *rest = split_path(axis[len(ARGS_KEY):])
             for s, names_of in takes.items():
                 if name not in names_of:
-                    raise ConfigError(f"{p}: grid.{axis}: {s} takes no argument {name!r} "
+                    raise ConfigError(f"{p}: grid.{_short(axis)}: {s} takes no argument {quote(name)} "
                                       f"(it takes: {', '.join(sorted(names_of))})")
             if rest and name not in cfg.args:
-                raise ConfigError(f"{p}: grid.{axis}: {c} gives no {name} to index into; sweep the whole "
-                                  f"argument (args.{name}: [...]) or give it in the config")
+                raise ConfigError(f"{p}: grid.{_short(axis)}: {_short(c)} gives no {_short(name)} to index into; sweep the "
+                                  f"whole argument (args.{name}: [...]) or give it in the config")
         # The file name labels a config in the table, unless two configs share it: then the path as written.
         label = cp.name if names[cp.name] == 1 else c
         out.append(BaseConfig(path=cp, label=label, digest=_digest(data), symbol=cfg.symbol, target=cfg.target,
@@ -430,6 +435,9 @@ def _run_local(points: list[dict], workers: int, record: Callable[[dict], None],
                 if f.done() and not f.cancelled() and f not in recorded:
                     record(_result(f, p))
             _stop_workers(pool)
+        raise
+    except BaseException:
+        _stop_workers(pool)  # the journal cannot be written, say: no worker may outlive the sweep
         raise
     pool.shutdown(wait=True)
 

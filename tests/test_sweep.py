@@ -3,6 +3,7 @@
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -402,3 +403,19 @@ def test_dotted_paths_one_helper_for_sweeps_and_calibration():
     # Neither tool keeps a walker of its own.
     for mod in (sim.sweep, sim.calibrate):
         assert not {"_set_path", "_set", "_get"} & set(vars(mod)), mod.__name__
+
+
+def test_the_documented_example_sweep_runs_clean(tmp_path):
+    """docs/sweeps.md's example, saved where it says (configs/sweeps/), runs with no failed point; the 4-core
+    MT7004 skips the 8-core points."""
+    from markdown_blocks import blocks
+
+    (example,) = [b for b in blocks(ROOT / "docs" / "sweeps.md") if b.lang == "yaml"]
+    first, *_ = example.code.splitlines()
+    assert first == "# configs/sweeps/example.yaml"
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
+    path = tmp_path / "configs" / "sweeps" / "example.yaml"
+    path.write_text(example.code)
+    res = run_sweep(load_sweep(path), tmp_path / "o", workers=2)
+    assert not res.failed and len(res.rows) == 32 and len(res.skipped) == 4
+    assert {r["chip"] for r in res.skipped} == {"MT7004"} and res.plot is not None
