@@ -275,8 +275,8 @@ def _load_configs(p: Path, raw: Any, grid: dict) -> tuple[BaseConfig, ...]:
                     raise ConfigError(f"{p}: grid.{_short(axis)}: {s} takes no argument {quote(name)} "
                                       f"(it takes: {', '.join(sorted(names_of))})")
             if rest and name not in cfg.args:
-                raise ConfigError(f"{p}: grid.{_short(axis)}: {_short(c)} gives no {_short(name)} to index into; sweep the "
-                                  f"whole argument (args.{name}: [...]) or give it in the config")
+                raise ConfigError(f"{p}: grid.{_short(axis)}: {_short(c)} gives no {_short(name)} to index into; "
+                                  f"sweep the whole argument (args.{_short(name)}: [...]) or give it in the config")
         # The file name labels a config in the table, unless two configs share it: then the path as written.
         label = cp.name if names[cp.name] == 1 else c
         out.append(BaseConfig(path=cp, label=label, digest=_digest(data), symbol=cfg.symbol, target=cfg.target,
