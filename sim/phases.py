@@ -13,7 +13,7 @@ import threading
 import time
 from typing import IO, Any
 
-from sim.progress import is_terminal
+from sim.progress import _columns, is_terminal
 
 #: Seconds a phase must last before its bar appears.
 DELAY_SECONDS = 1.0
@@ -50,8 +50,12 @@ class PhaseBar:
         from tqdm import tqdm
 
         self._start = time.monotonic()
+        # Follow the terminal's width; a terminal that reports width 0 (never sized, as under ``script``)
+        # would get an empty bar: use 80x24 there.
+        sized = self._stream is not None and _columns(self._stream) > 0
         self._bar = tqdm(total=self._total, desc=self.label, unit=self._unit, file=self._stream,
-                         delay=self._delay, leave=False, dynamic_ncols=True, mininterval=0.2)
+                         delay=self._delay, leave=False, dynamic_ncols=sized, ncols=None if sized else 80,
+                         nrows=None if sized else 24, mininterval=0.2)
         self._thread = threading.Thread(target=self._beat, name=f"progress: {self.label}", daemon=True)
         self._thread.start()
 
