@@ -8,23 +8,44 @@ one; addresses may be ints or "0x..." strings), ``cycles``, and optionally
 timing-only mode under trial parameters; scipy's least squares minimises the
 relative error of the cycles over the parameters in log space (so they stay
 positive).  The report lists each measurement's error before and after.
+
+Not every set of measurements says something about every parameter.  Before
+the fit each parameter is moved by a factor of :data:`PROBE_FACTOR` both ways;
+one that changes no measurement by :data:`MIN_EFFECT` or more cannot be
+identified from them.  A parameter the fit drives against its bounds (a factor
+:data:`MAX_DRIFT` from the target's value, where a lone parameter goes when
+the measurements only ever ask for less of it) is not identified either.
+Both are reported and kept at the target's values; the rest are fitted again
+without them.
+
+The fitted target is written as a copy of the starting target file that keeps
+its comments, hex numbers and key order (ruamel.yaml round-trip editing):
+only the fitted values change, the ``name`` says the chip is calibrated, and
+the ``source`` notes say which values were fitted from which measurements.
 """
 
 from __future__ import annotations
 
 import copy
 import csv
+import io
 import json
 import math
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import IO, Any
 
 import numpy as np
-import yaml
 
-from sim.errors import ConfigError, SimError
-from sim.target import Target, parse_target
+from sim.docedit import get_path, set_path, split_path
+from sim.errors import ConfigError, SimError, TargetError
+from sim.phases import PhaseBar
+from sim.target import MIN_RATE, parse_target
+from sim.target import (
+    _resolve as resolve_target_file,  # the one name/path -> chip file rule
+)
+from sim.yamlsafe import load_yaml
 
 #: Free parameters: name -> key path in the target YAML and whether the value is a whole number of cycles.
 FREE_PARAMETERS: dict[str, tuple[str, bool]] = {
@@ -35,6 +56,15 @@ FREE_PARAMETERS: dict[str, tuple[str, bool]] = {
     "launch_overhead_cycles": ("sync.launch_overhead_cycles", True),
     "vector_efficiency": ("core.vector_efficiency", False),
 }
+#: A parameter is probed at its value times and divided by this factor.
+PROBE_FACTOR = 1.5
+#: Smallest relative change of some measurement's cycles that makes a probed parameter identifiable.
+MIN_EFFECT = 1e-3
+#: The fit keeps each parameter within this factor of the target's value; one that ends at that bound is
+#: not identified by the measurements.
+MAX_DRIFT = 1e3
+#: Significant digits of a fitted fractional value in the written file (far below what cycles can resolve).
+FITTED_DIGITS = 6
 
 
 @dataclass(frozen=True)
@@ -85,46 +115,44 @@ def load_measurements(path: str | Path) -> list[Measurement]:
     return out
 
 
-def _get(doc: Any, path: str) -> Any:
-    node = doc
-    for k in path.split("."):
-        node = next(r for r in node if r.get("name") == k) if isinstance(node, list) else node[k]
-    return node
-
-
-def _set(doc: Any, path: str, value: Any) -> None:
-    keys = path.split(".")
-    node = doc
-    for k in keys[:-1]:
-        node = next(r for r in node if r.get("name") == k) if isinstance(node, list) else node[k]
-    node[keys[-1]] = value
-
-
 def parameter_values(doc: Mapping, names: Sequence[str]) -> dict[str, float]:
     """Current values of the free parameters ``names`` in a target document (vector_efficiency defaults 1)."""
     out = {}
     for n in names:
         try:
-            out[n] = float(_get(doc, FREE_PARAMETERS[n][0]))
-        except (KeyError, StopIteration):
+            out[n] = float(get_path(doc, split_path(FREE_PARAMETERS[n][0]), FREE_PARAMETERS[n][0]))
+        except (ConfigError, TypeError, ValueError):
             if n != "vector_efficiency":
                 raise ConfigError(f"target has no {FREE_PARAMETERS[n][0]} to fit") from None
             out[n] = 1.0
     return out
 
 
+def stored_value(name: str, value: float) -> float | int:
+    """A parameter's value as a target file holds it: whole cycles rounded, an efficiency capped at 1."""
+    _, whole = FREE_PARAMETERS[name]
+    if name == "vector_efficiency":
+        value = min(value, 1.0)
+    return max(0, round(value)) if whole else float(value)
+
+
+def _written(name: str, value: float) -> float | int:
+    """A fitted value as the output file holds it: whole cycles, or FITTED_DIGITS significant digits."""
+    v = stored_value(name, value)
+    return v if isinstance(v, int) else float(f"{v:.{FITTED_DIGITS}g}")
+
+
 def with_parameters(doc: Mapping, values: Mapping[str, float]) -> dict:
     """A copy of the target document with the free parameters set (cycles rounded, efficiency capped at 1)."""
     new = copy.deepcopy(dict(doc))
     for n, v in values.items():
-        path, whole = FREE_PARAMETERS[n]
-        if n == "vector_efficiency":
-            v = min(v, 1.0)
-        _set(new, path, max(0, int(round(v))) if whole else float(v))
+        path = FREE_PARAMETERS[n][0]
+        set_path(new, split_path(path), stored_value(n, v), path, create=True)
     return new
 
 
-def simulate(doc: Mapping, measurements: Sequence[Measurement], label: str = "calibration") -> np.ndarray:
+def simulate(doc: Mapping, measurements: Sequence[Measurement], label: str = "calibration",
+             on_call: Callable[[], None] | None = None) -> np.ndarray:
     """Cycles of every measurement on the target document ``doc`` (timing only)."""
     from sim.simulator import Simulator
 
@@ -132,12 +160,14 @@ def simulate(doc: Mapping, measurements: Sequence[Measurement], label: str = "ca
     out = []
     for meas in measurements:
         out.append(Simulator(target).call(meas.symbol, numerics=False, **meas.args).cycles)
+        if on_call is not None:
+            on_call()
     return np.array(out, dtype=np.float64)
 
 
 @dataclass(frozen=True)
 class Calibration:
-    """The fitted parameters and the per-measurement errors before and after."""
+    """The fitted parameters, those the measurements cannot identify, and the per-measurement errors."""
 
     before: dict[str, float]
     after: dict[str, float]
@@ -145,6 +175,13 @@ class Calibration:
     cycles_before: np.ndarray
     cycles_after: np.ndarray
     document: dict
+    #: Parameters kept at the target's value because the measurements cannot identify them: name -> why.
+    unidentified: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def fitted(self) -> list[str]:
+        """The parameters the fit set (the others are the target's)."""
+        return [n for n in self.after if n not in self.unidentified]
 
     @property
     def error_before(self) -> np.ndarray:
@@ -157,10 +194,16 @@ class Calibration:
         return (self.cycles_after - self.measured) / self.measured
 
     def report(self, measurements: Sequence[Measurement]) -> str:
-        """A text report: parameters before/after, errors per measurement."""
+        """A text report: parameters before/after, which were not identified and why, errors per measurement."""
         lines = ["parameter                          start        fitted"]
         for n in self.before:
-            lines.append(f"{n:<32} {self.before[n]:>10.4g}  {self.after[n]:>10.4g}")
+            after = "kept" if n in self.unidentified else f"{self.after[n]:>10.4g}"
+            lines.append(f"{n:<32} {self.before[n]:>10.4g}  {after:>10}")
+        if self.unidentified:
+            lines.append("")
+            lines.append("not identified by these measurements (kept at the target's values):")
+            for n, why in self.unidentified.items():
+                lines.append(f"  {n}: {why}")
         lines.append("")
         lines.append("measurement                                  measured    before (err)        after (err)")
         for meas, mc, b, a, eb, ea in zip(measurements, self.measured, self.cycles_before, self.cycles_after,
@@ -171,9 +214,93 @@ class Calibration:
         return "\n".join(lines)
 
 
+def _limits(name: str, value: float) -> tuple[float, float]:
+    """The range the fit may move a parameter in: MAX_DRIFT either way of the target's value, and what a
+    target file accepts (a bandwidth or efficiency of at least MIN_RATE, an efficiency of at most 1)."""
+    floor = MIN_RATE if not FREE_PARAMETERS[name][1] else 1e-9
+    low = max(value / MAX_DRIFT, floor)
+    high = 1.0 if name == "vector_efficiency" else max(value, floor) * MAX_DRIFT
+    return low, high
+
+
+def _sensitivity(doc: Mapping, measurements: Sequence[Measurement], names: Sequence[str],
+                 values: Mapping[str, float], base: np.ndarray, bar: PhaseBar) -> np.ndarray:
+    """How the measurements respond to each parameter: column j is the change of every measurement's cycles
+    (relative to ``base``) per unit change of log(parameter j), a central difference over PROBE_FACTOR either
+    way (wide, because cycles are a staircase).  A side the simulator refuses leaves a one-sided difference."""
+    step = math.log(PROBE_FACTOR)
+    cols = []
+    for n in names:
+        sides: list[np.ndarray | None] = []
+        for factor in (PROBE_FACTOR, 1 / PROBE_FACTOR):
+            try:
+                sides.append(simulate(with_parameters(doc, dict(values, **{n: values[n] * factor})), measurements))
+            except SimError:
+                sides.append(None)
+            bar.advance()
+        up, down = sides
+        if up is None and down is None:
+            cols.append(np.full(len(base), np.inf))  # no neighbour runs at all: the measurements hinge on it
+        else:
+            width = step * ((up is not None) + (down is not None))
+            cols.append(((base if up is None else up) - (base if down is None else down)) / base / width)
+    return np.array(cols).T
+
+
+def _flat(sens: np.ndarray, names: Sequence[str], values: Mapping[str, float]) -> dict[str, str]:
+    """The parameters no measurement responds to: name -> why."""
+    out = {}
+    for j, n in enumerate(names):
+        effect = float(np.max(np.abs(sens[:, j]))) * math.log(PROBE_FACTOR)
+        if effect < MIN_EFFECT:
+            out[n] = ("its target value is 0, which a multiplicative fit cannot move" if values[n] == 0 else
+                      f"moving it by a factor of {PROBE_FACTOR:g} either way changes no measurement by "
+                      f"{100 * MIN_EFFECT:g} % or more (at most {100 * effect:.2g} %)")
+    return out
+
+
+def _alike(sens: np.ndarray, names: Sequence[str]) -> dict[str, str]:
+    """The parameters whose effect is (almost) a combination of the others': name -> why.
+
+    A pivoted QR decomposition orders the parameters by how much each adds to
+    those before it; one that adds less than a PROBE_FACTOR change moving some
+    measurement by MIN_EFFECT cannot be told apart from the ones kept.
+    """
+    from scipy.linalg import lstsq, qr
+
+    if not np.all(np.isfinite(sens)):
+        return {}
+    floor = MIN_EFFECT / math.log(PROBE_FACTOR)
+    _, r, order = qr(sens, mode="economic", pivoting=True)
+    diag = np.abs(np.diag(r))
+    rank = sum(1 for d in diag if d >= floor)
+    kept = [int(j) for j in order[:rank]]
+    out = {}
+    for j in (int(j) for j in order[rank:]):
+        coef = lstsq(sens[:, kept], sens[:, j])[0] if kept else np.zeros(0)
+        weight = np.abs(coef) * np.linalg.norm(sens[:, kept], axis=0)
+        like = [names[k] for k, w in zip(kept, weight) if w >= 0.1 * np.linalg.norm(sens[:, j])]
+        if len(names) > len(sens):
+            out[names[j]] = (f"{len(sens)} measurement(s) cannot identify {len(names)} parameters; the fit "
+                             f"keeps {', '.join(names[k] for k in kept)}")
+        else:
+            out[names[j]] = (f"its effect on these measurements is (almost) a combination of "
+                             f"{', '.join(like) or 'the other parameters'}'s: they cannot tell them apart")
+    return out
+
+
 def calibrate(doc: Mapping, measurements: Sequence[Measurement], names: Sequence[str] | None = None,
-              max_evaluations: int = 400) -> Calibration:
-    """Fit the free parameters ``names`` (default: all) of target document ``doc`` to ``measurements``."""
+              max_evaluations: int = 400, progress: IO[str] | None = None) -> Calibration:
+    """Fit the free parameters ``names`` (default: all) of target document ``doc`` to ``measurements``.
+
+    Parameters the measurements cannot identify are kept at the target's
+    values and listed in :attr:`Calibration.unidentified`: those no
+    measurement responds to (probed before the fit), those the fit drives to a
+    limit, and those whose effect at the fitted values is a combination of the
+    others' (each time the rest is fitted again without them).  ``progress`` is
+    a stream (the CLI passes stderr) on which, when it is a terminal, each
+    phase longer than a second shows a bar.
+    """
     from scipy.optimize import least_squares
 
     names = list(names or FREE_PARAMETERS)
@@ -182,47 +309,192 @@ def calibrate(doc: Mapping, measurements: Sequence[Measurement], names: Sequence
         raise ConfigError(f"unknown free parameter {unknown[0]!r} (known: {', '.join(FREE_PARAMETERS)})")
     start = parameter_values(doc, names)
     measured = np.array([m.cycles for m in measurements], dtype=np.float64)
+    n_meas = len(measurements)
     try:
-        cycles_before = simulate(with_parameters(doc, start), measurements)
+        with PhaseBar(f"calibrate: simulating {n_meas} measurements on the starting target", progress,
+                      total=n_meas, unit="call") as bar:
+            cycles_before = simulate(with_parameters(doc, start), measurements, on_call=bar.advance)
     except SimError as e:
         raise ConfigError(f"a measurement cannot run on the starting target: {e}") from None
-    # Start strictly inside the bounds: an efficiency of exactly 1 would sit on its upper bound.
-    x0 = np.log([min(max(start[n], 1e-9), 0.95) if n == "vector_efficiency" else max(start[n], 1e-9)
-                 for n in names])
-    upper = np.array([0.0 if n == "vector_efficiency" else np.inf for n in names])
+    with PhaseBar("calibrate: probing which parameters the measurements respond to", progress,
+                  total=2 * len(names), unit="probe") as bar:
+        sens = _sensitivity(doc, measurements, names, start, cycles_before, bar)
+    # Only parameters no measurement responds to are dropped here: which combinations the measurements can
+    # tell apart is judged at the fitted values, where the parameters' effects may differ from the start.
+    unidentified = _flat(sens, names, start)
 
-    def residuals(x: np.ndarray) -> np.ndarray:
-        vals = dict(zip(names, np.exp(x)))
-        return (simulate(with_parameters(doc, vals), measurements) - measured) / measured
+    def trial(x: np.ndarray, free: list[str]) -> dict[str, float]:
+        # Clamped rather than bounded: least squares runs unbounded in log space (bounds change its steps and
+        # land it in worse minima); past a limit the objective is flat, and a parameter that ends there is
+        # reported as not identified.
+        return dict(start, **{n: min(max(v, lim[n][0]), lim[n][1]) for n, v in zip(free, np.exp(x))})
 
-    # Cycles are integers, so the objective is a staircase: a finite-difference step of a few percent sees
-    # its slope where a tiny one would see flat treads.
-    fit = least_squares(residuals, x0, bounds=(-np.inf, upper + 1e-12), diff_step=0.03, x_scale=1.0,
-                        max_nfev=max_evaluations, method="trf")
-    after = dict(zip(names, np.exp(fit.x)))
+    def residuals(x: np.ndarray, free: list[str]) -> np.ndarray:
+        bar.advance()
+        return (simulate(with_parameters(doc, trial(x, free)), measurements) - measured) / measured
+
+    lim = {n: _limits(n, start[n]) for n in names}
+    fitted = dict(start)
+    while True:  # fit; drop what the fit cannot pin down; fit the rest again
+        free = [n for n in names if n not in unidentified]
+        if not free:
+            break
+        # Start strictly inside the limits: an efficiency of exactly 1 would sit on its upper bound.
+        x0 = np.log([min(max(start[n], lim[n][0]), 0.95) if n == "vector_efficiency" else max(start[n], lim[n][0])
+                     for n in free])
+        upper = np.array([0.0 if n == "vector_efficiency" else np.inf for n in free])
+        with PhaseBar(f"calibrate: fitting {len(free)} parameters ({n_meas} simulations per evaluation)",
+                      progress, unit="evaluation") as bar:
+            # Cycles are integers, so the objective is a staircase: a finite-difference step of a few percent
+            # sees its slope where a tiny one would see flat treads.
+            fit = least_squares(residuals, x0, args=(free,), bounds=(-np.inf, upper + 1e-12), diff_step=0.03,
+                                x_scale=1.0, max_nfev=max_evaluations, method="trf")
+        fitted = trial(fit.x, free)
+        at_limit = {n: float(np.exp(x)) for n, x in zip(free, fit.x)
+                    if np.exp(x) <= lim[n][0] * 1.01 or (np.exp(x) >= lim[n][1] / 1.01 and n != "vector_efficiency")}
+        for n, v in at_limit.items():
+            unidentified[n] = (f"the fit drove it to {v:.3g}, the limit of a factor {MAX_DRIFT:g} from the "
+                               f"target's {start[n]:.4g}: the measurements do not pin it down")
+        if at_limit:
+            continue
+        base = simulate(with_parameters(doc, fitted), measurements)
+        with PhaseBar("calibrate: checking the fitted parameters are identified", progress,
+                      total=2 * len(free), unit="probe") as bar:
+            sens = _sensitivity(doc, measurements, free, fitted, base, bar)
+        dropped = {**_alike(sens, free), **_flat(sens, free, fitted)}  # "no effect" says more
+        unidentified.update(dropped)
+        if not dropped:
+            break
+    after = {n: start[n] if n in unidentified else _written(n, fitted[n]) for n in names}
     fitted_doc = with_parameters(doc, after)
-    return Calibration(before=start, after={n: float(v) for n, v in after.items()}, measured=measured,
-                       cycles_before=cycles_before, cycles_after=simulate(fitted_doc, measurements),
-                       document=fitted_doc)
+    with PhaseBar(f"calibrate: simulating {n_meas} measurements on the fitted target", progress,
+                  total=n_meas, unit="call") as bar:
+        cycles_after = simulate(fitted_doc, measurements, on_call=bar.advance)
+    return Calibration(before=start, after=after, measured=measured, cycles_before=cycles_before,
+                       cycles_after=cycles_after, document=fitted_doc,
+                       unidentified={n: unidentified[n] for n in names if n in unidentified})
 
 
-def load_target_document(name_or_path: str) -> tuple[dict, str]:
-    """The YAML document of a shipped chip (by name) or of a target file."""
-    from sim.target import TARGETS_DIR
+@dataclass(frozen=True)
+class TargetDocument:
+    """A target file as read for calibration: its parsed document, its text (for the commented copy), its path."""
 
-    p = Path(name_or_path)
-    if not p.is_file():
-        matches = [t for t in TARGETS_DIR.glob("*.yaml") if t.stem.lower() == str(name_or_path).lower()]
-        if not matches:
-            raise ConfigError(f"unknown target {name_or_path!r}")
-        p = matches[0]
-    return yaml.safe_load(p.read_text(encoding="utf-8")), str(p)
+    doc: dict
+    text: str
+    path: Path
 
 
-def fitted_yaml(cal: Calibration, source_path: str) -> str:
-    """The fitted target as YAML, with a note of where its fitted numbers come from."""
-    doc = copy.deepcopy(cal.document)
-    doc["source"] = (f"{doc.get('source', '')}; calibrated from measurements by dspsim calibrate "
-                     f"(from {Path(source_path).name}): " +
-                     ", ".join(f"{n}={v:.4g}" for n, v in cal.after.items()))
-    return yaml.safe_dump(doc, sort_keys=False)
+def read_target_document(name_or_path: str | Path) -> TargetDocument:
+    """A shipped chip (by name) or a target file, read with the project's strict YAML reader."""
+    try:
+        p = resolve_target_file(name_or_path)
+        if not p.is_file():
+            raise TargetError(f"{p}: not a regular file")
+        text = p.read_text(encoding="utf-8")
+    except TargetError as e:
+        raise ConfigError(f"--target: {e}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{name_or_path}: cannot read target file: {e}") from None
+    doc = load_yaml(text, str(p), TargetError)
+    parse_target(copy.deepcopy(doc), str(p))  # a broken starting target is refused before any fitting
+    return TargetDocument(doc=doc, text=text, path=p)
+
+
+def load_target_document(name_or_path: str | Path) -> tuple[dict, str]:
+    """The YAML document of a shipped chip (by name) or of a target file, and its path."""
+    t = read_target_document(name_or_path)
+    return t.doc, str(t.path)
+
+
+def _guess_indent(text: str) -> tuple[int, int, int]:
+    """The file's mapping indent, sequence indent and dash offset, so a round trip keeps its layout."""
+    mapping = sequence = offset = None
+    prev_key_indent = None
+    parent_indent = 0
+    for line in text.splitlines():
+        stripped = line.lstrip(" ")
+        if not stripped or stripped.startswith("#"):
+            continue
+        indent = len(line) - len(stripped)
+        if stripped.startswith("- ") and sequence is None and prev_key_indent is not None:
+            offset = indent - parent_indent
+            sequence = offset + 2 + (len(stripped[2:]) - len(stripped[2:].lstrip(" ")))
+        elif mapping is None and prev_key_indent is not None and indent > prev_key_indent:
+            mapping = indent - prev_key_indent
+        if stripped.rstrip().endswith(":"):
+            prev_key_indent = parent_indent = indent
+        else:
+            prev_key_indent = None
+        if mapping is not None and sequence is not None:
+            break
+    mapping = mapping or 2
+    return mapping, sequence or mapping + 2, offset if offset is not None else 2
+
+
+def _append_note(node: Any, note: str) -> None:
+    """Append ``note`` to a mapping's ``source`` (the provenance every group of numbers in a target carries)."""
+    if isinstance(node, dict) and isinstance(node.get("source"), str):
+        node["source"] = type(node["source"])(f"{node['source']}; {note}") if node["source"] else note
+
+
+def fitted_yaml(cal: Calibration, target: TargetDocument, measurements_path: str | Path) -> str:
+    """The fitted target file: a copy of ``target`` that keeps its comments, hex numbers and key order, with
+    only the fitted values changed, ``name`` marked calibrated, and notes of what was fitted from what."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError as RuamelError
+    from ruamel.yaml.scalarint import ScalarInt
+
+    rt = YAML()  # round trip: comments, key order, quoting and number formats survive
+    rt.preserve_quotes = True
+    rt.width = 1 << 16  # never fold a long line the file did not fold
+    mapping, sequence, offset = _guess_indent(target.text)
+    rt.indent(mapping=mapping, sequence=sequence, offset=offset)
+    try:
+        doc = rt.load(target.text)
+    except RuamelError as e:
+        raise ConfigError(f"{target.path}: cannot edit a copy of this file: {' '.join(str(e).split())[:200]}") \
+            from None
+    mname = Path(measurements_path).name
+    for n in cal.fitted:
+        path, whole = FREE_PARAMETERS[n]
+        keys = split_path(path)
+        parent = get_path(doc, keys[:-1], path)
+        old = parent.get(keys[-1]) if isinstance(parent, dict) else None
+        new: Any = cal.after[n]
+        if whole and isinstance(old, ScalarInt):
+            new = type(old)(int(new))  # a hex or binary number stays hex or binary
+        set_path(doc, keys, new, path, create=True)
+        was = "absent (1.0)" if old is None else f"{old}"
+        _append_note(parent, f"{keys[-1]} fitted by dspsim calibrate to {mname} (was {was})")
+    name = str(doc.get("name"))
+    doc["name"] = name if name.endswith(" (calibrated)") else f"{name} (calibrated)"  # a recalibration says it once
+    kept = f"; not identified, kept: {', '.join(cal.unidentified)}" if cal.unidentified else ""
+    fitted = ", ".join(f"{n} {cal.before[n]:.4g} -> {cal.after[n]:.4g}" for n in cal.fitted) or "nothing"
+    _append_note(doc, f"calibrated by dspsim calibrate from {target.path.name} and {len(cal.measured)} "
+                      f"measurements in {mname}: fitted {fitted}{kept}")
+    buf = io.StringIO()
+    rt.dump(doc, buf)
+    header = (f"# Calibrated: a copy of {target.path.name} with {', '.join(cal.fitted) or 'no parameter'} fitted "
+              f"by dspsim calibrate to {mname}.\n")
+    text = header + buf.getvalue()
+    _check_copy(text, target, cal, f"calibrated copy of {target.path}")
+    return text
+
+
+def _check_copy(text: str, target: TargetDocument, cal: Calibration, where: str) -> None:
+    """The written copy reads (with the strict reader) as the target with only the fitted values, the name and
+    the source notes changed, and loads as a target."""
+    got = load_yaml(text, where, TargetError)
+    expected = with_parameters(target.doc, {n: cal.after[n] for n in cal.fitted})
+
+    def without_notes(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {k: without_notes(v) for k, v in node.items() if k not in ("source", "name")}
+        if isinstance(node, list):
+            return [without_notes(v) for v in node]
+        return node
+
+    if without_notes(got) != without_notes(expected) or not isinstance(got.get("name"), str):
+        raise ConfigError(f"{where}: the edited copy does not read back as the fitted target (a YAML construct "
+                          f"this editor cannot keep?); nothing written")
+    parse_target(got, where)

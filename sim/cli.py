@@ -130,33 +130,51 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    """Run a sweep file's grid on a local process pool or a Dask cluster; write its table and plot."""
-    from sim.sweep import load_sweep, run_sweep
+    """Run a sweep file's grid on a local process pool or a Dask cluster; write its table and plot.
+
+    Exit 0 when every point ran (or was skipped), 1 when any point failed (after writing everything),
+    130 on Ctrl-C (the finished points are kept; the same command resumes).
+    """
+    from sim.sweep import SweepInterrupted, load_sweep, run_sweep
 
     spec = load_sweep(args.sweep)
-    n = len(spec.points())
-    rows = run_sweep(spec, args.out_dir, workers=args.workers, scheduler=args.scheduler)
-    failed = [r for r in rows if r.get("error")]
-    print(f"{n} points: {len(rows) - len(failed)} ran, {len(failed)} failed; table {args.out_dir}/sweep.csv, "
-          f"{args.out_dir}/sweep.parquet; plot {args.out_dir}/sweep.png")
+    try:
+        res = run_sweep(spec, args.out_dir, workers=args.workers, scheduler=args.scheduler, progress=sys.stderr)
+    except SweepInterrupted as e:
+        again = " ".join(["dspsim", "sweep", str(args.sweep), "-o", str(args.out_dir)]
+                         + (["--workers", str(args.workers)] if args.workers else [])
+                         + (["--scheduler", args.scheduler] if args.scheduler else []))
+        print(f"dspsim: interrupted: {e.finished} of {e.total} points finished and are kept in {e.journal}; "
+              f"run `{again}` to resume (finished points are not run again)", file=sys.stderr)
+        return 130
+    rows, failed, skipped = res.rows, res.failed, res.skipped
+    reused = len(rows) - res.ran_now
+    parts = [f"{len(res.succeeded)} ran"]
+    if skipped:
+        parts.append(f"{len(skipped)} skipped (the chip has fewer cores than the point asks for)")
+    parts.append(f"{len(failed)} failed")
+    files = f"table {res.csv}, {res.parquet}" + (f"; plot {res.plot}" if res.plot else "")
+    source = f" ({reused} from {res.journal}, {res.ran_now} run now)" if reused else ""
+    print(f"{len(rows)} points{source}: {', '.join(parts)}; {files}")
     for r in failed:
         print(f"  failed {r['id']}: {r['error'].splitlines()[0]}")
-    return 0
+    return 1 if failed else 0
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    """Fit a target's free parameters to measured cycles; write the fitted target file."""
+    """Fit a target's free parameters to measured cycles; write the fitted copy of the target file."""
     from sim.atomic import atomic_write_text
-    from sim.calibrate import calibrate, fitted_yaml, load_measurements, load_target_document
+    from sim.calibrate import calibrate, fitted_yaml, load_measurements, read_target_document
 
     measurements = load_measurements(args.measurements)
-    doc, source = load_target_document(args.target)
+    target = read_target_document(args.target)
     names = [n.strip() for n in args.params.split(",")] if args.params else None
-    cal = calibrate(doc, measurements, names)
+    cal = calibrate(target.doc, measurements, names, progress=sys.stderr)
+    text = fitted_yaml(cal, target, args.measurements)  # checked to read back and load as a target
     print(cal.report(measurements))
-    out = atomic_write_text(args.output, fitted_yaml(cal, source))
-    load_target(out)  # the fitted file must load like any other target
-    print(f"fitted target: {out}")
+    out = atomic_write_text(args.output, text)
+    print(f"fitted target: {out}" + (f" ({len(cal.unidentified)} parameter(s) not identified, kept at "
+                                     f"{target.path.name}'s values)" if cal.unidentified else ""))
     return 0
 
 

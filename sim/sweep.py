@@ -5,49 +5,96 @@ A sweep file::
     configs: [../configs/ft78ne_batch_norm_grad_s.yaml]   # base run-configs (paths relative to this file)
     numerics: false                 # timing only (default); true also computes and checks the numerics
     grid:                           # every combination of these values is one point
-      target: [FT78NE, MT7004]      # the chip (name or target YAML path)
-      args.core_mask: [0x1, 0x3, 0xf]
+      target: [FT78NE, MT7004]      # the chip (a name, or a target YAML path relative to this file)
+      cores: [1, 2, 4, 8]           # the first n cores (core_mask 2**n - 1); skipped on a chip with fewer
       args.params.5: [256, 1024]    # element 5 of the params argument
+      args.epsilon: [0.001]         # any argument the symbol takes, given by the config or left to its default
       target.regions.ddr.bandwidth_bytes_per_cycle: [12, 24]   # an edit of the target file
       tiling.row_block: [256, 1024] # a key of the kernel's tiling (merged into the config's tiling:)
       tiling_tolerance: [0, 0.01]   # the cost model's tie tolerance (when the tiling is left to it)
-    plot: {x: args.core_mask}       # the axis the plot puts on x (default: the first non-chip axis)
+    plot: {x: cores}                # the axis the plot puts on x (default: the first non-chip axis)
+
+``cores`` is chip-relative, so one axis serves chips of different sizes: a
+point asking for more cores than its chip has is *skipped* (recorded with the
+reason, not run, not a failure).  ``args.core_mask`` sets the mask itself, the
+same on every chip.
 
 Points run on a local process pool, or on a Dask distributed cluster given its
 scheduler address.  Each finished point is appended to ``points.jsonl`` in the
-output folder as it arrives, so an interrupted sweep started again skips what
-is done; failed points are kept with their error.  At the end the table is
-written as CSV and Parquet, with a plot of cycles against the swept parameter,
-one line per chip; each row also names the tiling the point ran with.
+output folder as it arrives.  A point's id is a digest of everything that
+decides its result: the base config's path and content, the target file's
+content, the grid values and ``numerics``; a sweep started again into the same
+folder reuses the points that succeeded with the same id and runs the rest
+(failed points, and points whose config or target file changed).  Ctrl-C stops
+the sweep at once: the points that finished are in the journal, the ones still
+running are dropped and run again on resume.  At the end the table is written
+as CSV and Parquet, with a plot of cycles against the swept parameter, one
+line per chip; each row also names the tiling the point ran with.
 """
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import copy
 import hashlib
 import itertools
 import json
 import math
 import os
+import signal
 import time
 import traceback
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import IO, Any
 
-import yaml
-
+import kernels
 from sim.atomic import atomic_write, atomic_write_text
 from sim.config import load_config
-from sim.errors import ConfigError, SimError
-from sim.target import TARGETS_DIR, parse_target
+from sim.docedit import quote, set_path, split_path
+from sim.errors import ConfigError, SimError, TargetError
+from sim.phases import PhaseBar
+from sim.target import (
+    _resolve as resolve_target_file,  # the one name/path -> chip file rule
+)
+from sim.target import parse_target
+from sim.yamlsafe import load_yaml
 
 TARGET_EDIT = "target."
 TILING_KEY = "tiling."
+ARGS_KEY = "args."
 TOLERANCE_AXIS = "tiling_tolerance"
+CORES_AXIS = "cores"
 #: Columns of the result table that a plot may also put on x.
 RESULT_AXES = ("cores",)
+#: Part of every point id: bump it when what a row records changes, so old journals are not reused.
+ROW_FORMAT = 2
+#: Seconds between two looks at the running points (how soon Ctrl-C and the progress bar are served).
+POLL_SECONDS = 0.25
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a sweep; every finished point is in the journal (``finished`` of ``total``)."""
+
+    def __init__(self, journal: Path, finished: int, total: int):
+        super().__init__(f"sweep interrupted: {finished} of {total} points finished, kept in {journal}")
+        self.journal = journal
+        self.finished = finished
+        self.total = total
+
+
+@dataclass(frozen=True)
+class BaseConfig:
+    """A base run-config of a sweep: where it is, how the table labels it, and its content's digest."""
+
+    path: Path
+    label: str
+    digest: str
+    symbol: str
+    target: str
+    arg_names: frozenset[str]
 
 
 @dataclass(frozen=True)
@@ -55,59 +102,94 @@ class SweepSpec:
     """A parsed sweep file."""
 
     path: Path
-    configs: tuple[Path, ...]
+    configs: tuple[BaseConfig, ...]
     grid: dict[str, list]
     numerics: bool
     plot_x: str | None
+    #: Target files of the ``target`` axis values and of the configs' own targets: value -> (path, digest).
+    target_files: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def points(self) -> list[dict]:
-        """Every point of the grid: its base config and one value per axis, with a stable id."""
+        """Every point of the grid: its base config, one value per axis, and an id naming all its inputs."""
         axes = list(self.grid)
         out = []
         for cfg in self.configs:
             for values in itertools.product(*(self.grid[a] for a in axes)):
                 settings = dict(zip(axes, values))
-                key = json.dumps({"config": cfg.name, "settings": settings}, sort_keys=True, default=str)
-                out.append({"id": hashlib.sha1(key.encode()).hexdigest()[:12], "config": str(cfg),
-                            "settings": settings, "numerics": self.numerics})
+                tfile, tdigest = self.target_files[str(settings.get("target", cfg.target))]
+                where = os.path.relpath(cfg.path.resolve(), self.path.parent.resolve())
+                key = json.dumps({"format": ROW_FORMAT, "config": where, "config_sha256": cfg.digest,
+                                  "target_sha256": tdigest, "settings": settings, "numerics": self.numerics},
+                                 sort_keys=True, default=str)
+                out.append({"id": hashlib.sha256(key.encode()).hexdigest()[:16], "config": str(cfg.path),
+                            "config_label": cfg.label, "config_sha256": cfg.digest, "target_file": tfile,
+                            "target_sha256": tdigest, "settings": settings, "numerics": self.numerics})
         return out
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _read_regular(p: Path, what: str) -> bytes:
+    """The bytes of a regular file (a FIFO or device would block or never end)."""
+    try:
+        if not p.is_file():
+            raise ConfigError(f"{p}: {what} not found" if not p.exists() else f"{p}: {what} is not a regular file")
+        return p.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read {what}: {e.strerror or e}") from None
+
+
+def _sweep_target(value: Any, sweep_dir: Path, where: str) -> tuple[str, str]:
+    """The target file a ``target`` value names (a chip name, or a path relative to ``sweep_dir``) and its
+    content's digest."""
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{where}: expected a chip name or a target YAML path, got {quote(value)}")
+    is_path = any(c in value for c in "/\\") or value.endswith((".yaml", ".yml"))
+    try:
+        p = resolve_target_file(sweep_dir / value if is_path and not Path(value).is_absolute() else value)
+    except TargetError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    return str(p), _digest(_read_regular(p, "target file"))
+
+
+def _short(text: str) -> str:
+    """A key or path from the user's file, cut for a one-line message."""
+    return text if len(text) <= 80 else text[:80] + "..."
+
+
+def _symbol_args(symbol: str, where: str) -> frozenset[str]:
+    """The argument names ``symbol`` takes: the kernel's own and core_mask (_s) or core (_p)."""
+    try:
+        sym = kernels.lookup(symbol)
+    except SimError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    return frozenset(a.name for a in sym.kernel.args) | {"core_mask" if sym.variant == "s" else "core"}
 
 
 def load_sweep(path: str | Path) -> SweepSpec:
     """Parse and check a sweep file (ConfigError naming the file and key)."""
     p = Path(path)
+    text = _read_regular(p, "sweep file")
     try:
-        doc = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{p}: sweep file not found") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise ConfigError(f"{p}: cannot read sweep file: {str(e).splitlines()[0]}") from None
+        doc = load_yaml(text.decode("utf-8"), str(p), ConfigError)
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{p}: cannot read sweep file: not UTF-8 ({e.reason} at byte {e.start})") from None
     if not isinstance(doc, dict):
         raise ConfigError(f"{p}: expected a mapping with configs and grid")
-    unknown = sorted(set(doc) - {"configs", "grid", "numerics", "plot", "description"})
+    allowed = ("configs", "grid", "numerics", "plot", "description")
+    unknown = sorted(str(k) for k in set(doc) - set(allowed))
     if unknown:
-        raise ConfigError(f"{p}: {unknown[0]}: unknown key (allowed: configs, grid, numerics, plot, description)")
-    configs = doc.get("configs")
-    if not isinstance(configs, list) or not configs or not all(isinstance(c, str) for c in configs):
-        raise ConfigError(f"{p}: configs: expected a non-empty list of run-config paths")
-    paths = []
-    for i, c in enumerate(configs):
-        cp = Path(c) if Path(c).is_absolute() else p.parent / c
-        if not cp.is_file():
-            raise ConfigError(f"{p}: configs[{i}]: {cp} does not exist")
-        load_config(cp)  # a broken base config is the sweep file's error, not every point's
-        paths.append(cp)
+        raise ConfigError(f"{p}: {quote(unknown[0])}: unknown key (allowed: {', '.join(allowed)})")
+    if not isinstance(doc.get("description", ""), str):
+        raise ConfigError(f"{p}: description: expected one string, got {type(doc['description']).__name__}")
     grid = doc.get("grid") or {}
     if not isinstance(grid, dict):
         raise ConfigError(f"{p}: grid: expected a mapping of axis -> list of values")
     for axis, values in grid.items():
-        tiling_key = isinstance(axis, str) and axis.startswith(TILING_KEY) and axis[len(TILING_KEY):].isidentifier()
-        if not isinstance(axis, str) or not (axis in ("target", "symbol", TOLERANCE_AXIS) or tiling_key
-                                             or axis.startswith(("args.", TARGET_EDIT))):
-            raise ConfigError(f"{p}: grid.{axis}: axes are target, symbol, args.<name>[.<index>], "
-                              f"target.<key path>, tiling.<key> or {TOLERANCE_AXIS}")
-        if not isinstance(values, list) or not values:
-            raise ConfigError(f"{p}: grid.{axis}: expected a non-empty list of values")
+        _check_axis(p, axis, values)
+    configs = _load_configs(p, doc.get("configs"), grid)
     numerics = doc.get("numerics", False)
     if not isinstance(numerics, bool):
         raise ConfigError(f"{p}: numerics: expected true or false")
@@ -116,73 +198,122 @@ def load_sweep(path: str | Path) -> SweepSpec:
         raise ConfigError(f"{p}: plot: expected a mapping with key x")
     plot_x = plot.get("x")
     if plot_x is not None and plot_x not in grid and plot_x not in RESULT_AXES:
-        raise ConfigError(f"{p}: plot.x: {plot_x!r} is neither an axis of the grid nor one of "
+        raise ConfigError(f"{p}: plot.x: {quote(plot_x)} is neither an axis of the grid nor one of "
                           f"{', '.join(RESULT_AXES)}")
-    return SweepSpec(path=p, configs=tuple(paths), grid=dict(grid), numerics=numerics, plot_x=plot_x)
+    target_files = {}
+    for i, value in enumerate(grid.get("target", [])):
+        target_files[str(value)] = _sweep_target(value, p.parent, f"{p}: grid.target[{i}]")
+    for cfg in configs:
+        if "target" not in grid and cfg.target not in target_files:
+            # load_config made a path target absolute; a name stays a name.
+            target_files[cfg.target] = _sweep_target(cfg.target, Path(), f"{cfg.path}: target")
+    return SweepSpec(path=p, configs=configs, grid=dict(grid), numerics=numerics, plot_x=plot_x,
+                     target_files=target_files)
+
+
+def _check_axis(p: Path, axis: Any, values: Any) -> None:
+    """An axis name of a known kind with a non-empty list of values."""
+    text = axis if isinstance(axis, str) else ""
+    known = (text in ("target", "symbol", CORES_AXIS, TOLERANCE_AXIS)
+             or (text.startswith(TILING_KEY) and text[len(TILING_KEY):].isidentifier())
+             or (text.startswith(ARGS_KEY) and text[len(ARGS_KEY):].split(".")[0].isidentifier())
+             or (text.startswith(TARGET_EDIT) and len(text) > len(TARGET_EDIT)))
+    if not known:
+        label = _short(axis) if isinstance(axis, str) else quote(axis)
+        raise ConfigError(f"{p}: grid.{label}: axes are target, symbol, cores, args.<name>[.<index>], "
+                          f"target.<key path>, tiling.<key> or {TOLERANCE_AXIS}")
+    if not isinstance(values, list) or not values:
+        raise ConfigError(f"{p}: grid.{_short(axis)}: expected a non-empty list of values")
+    if axis == CORES_AXIS:
+        for i, v in enumerate(values):
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 64:
+                raise ConfigError(f"{p}: grid.cores[{i}]: expected a number of cores (1..64), got {quote(v)}")
+    if axis == "symbol":
+        for i, v in enumerate(values):
+            if not isinstance(v, str):
+                raise ConfigError(f"{p}: grid.symbol[{i}]: expected a symbol name, got {quote(v)}")
+    # Two equal values would be two points with one id: one row would shadow the other.
+    seen = set()
+    for i, v in enumerate(values):
+        k = json.dumps(v, sort_keys=True, default=str)
+        if k in seen:
+            raise ConfigError(f"{p}: grid.{_short(axis)}[{i}]: {quote(v)} is listed twice")
+        seen.add(k)
+
+
+def _load_configs(p: Path, raw: Any, grid: dict) -> tuple[BaseConfig, ...]:
+    """The base configs, each checked against the grid's axes (an axis must fit every config)."""
+    if not isinstance(raw, list) or not raw or not all(isinstance(c, str) for c in raw):
+        raise ConfigError(f"{p}: configs: expected a non-empty list of run-config paths")
+    paths = [Path(c) if Path(c).is_absolute() else p.parent / c for c in raw]
+    names = Counter(cp.name for cp in paths)
+    seen: dict[Path, int] = {}
+    out = []
+    for i, (c, cp) in enumerate(zip(raw, paths)):
+        real = cp.resolve()
+        if real in seen:
+            raise ConfigError(f"{p}: configs[{i}]: {_short(c)} is the same file as configs[{seen[real]}]")
+        seen[real] = i
+        data = _read_regular(cp, f"configs[{i}]: run-config")
+        cfg = load_config(cp)  # a broken base config is the sweep file's error, not every point's
+        symbols = grid.get("symbol", [cfg.symbol])
+        takes = {s: _symbol_args(s, f"{p}: grid.symbol" if "symbol" in grid else f"{cp}: symbol") for s in symbols}
+        for axis in grid:
+            if axis == CORES_AXIS:
+                for s, names_of in takes.items():
+                    if "core_mask" not in names_of:
+                        raise ConfigError(f"{p}: grid.cores: {s} runs on one core (a _p symbol); sweep args.core "
+                                          f"instead")
+                if "args.core_mask" in grid:
+                    raise ConfigError(f"{p}: grid.cores: both cores and args.core_mask set the core mask; "
+                                      f"keep one")
+            if not axis.startswith(ARGS_KEY):
+                continue
+            name, *rest = split_path(axis[len(ARGS_KEY):])
+            for s, names_of in takes.items():
+                if name not in names_of:
+                    raise ConfigError(f"{p}: grid.{_short(axis)}: {s} takes no argument {quote(name)} "
+                                      f"(it takes: {', '.join(sorted(names_of))})")
+            if rest and name not in cfg.args:
+                raise ConfigError(f"{p}: grid.{_short(axis)}: {_short(c)} gives no {_short(name)} to index into; "
+                                  f"sweep the whole argument (args.{_short(name)}: [...]) or give it in the config")
+        # The file name labels a config in the table, unless two configs share it: then the path as written.
+        label = cp.name if names[cp.name] == 1 else c
+        out.append(BaseConfig(path=cp, label=label, digest=_digest(data), symbol=cfg.symbol, target=cfg.target,
+                              arg_names=frozenset(cfg.args)))
+    return tuple(out)
 
 
 # --- one point (runs in a worker process) -------------------------------------------------------
 
-def _set_path(doc: Any, keys: list[str], value: Any, where: str) -> None:
-    """Set ``value`` at a dotted key path; list items are picked by index or by their ``name``."""
-    node = doc
-    for i, k in enumerate(keys):
-        last = i == len(keys) - 1
-        if isinstance(node, list):
-            if k.isdigit():
-                idx = int(k)
-            else:
-                matches = [j for j, item in enumerate(node) if isinstance(item, dict) and item.get("name") == k]
-                if not matches:
-                    raise ConfigError(f"{where}: no list item named {k!r}")
-                idx = matches[0]
-            if not 0 <= idx < len(node):
-                raise ConfigError(f"{where}: index {idx} is outside the list of {len(node)}")
-            if last:
-                node[idx] = value
-            else:
-                node = node[idx]
-        elif isinstance(node, dict):
-            if k not in node:
-                raise ConfigError(f"{where}: no key {k!r}")
-            if last:
-                node[k] = value
-            else:
-                node = node[k]
-        else:
-            raise ConfigError(f"{where}: {k!r} descends into a scalar")
-
-
-def _target_doc(name_or_path: str, base_dir: Path) -> tuple[dict, str]:
-    p = Path(name_or_path)
-    if not (p.suffix in (".yaml", ".yml") or "/" in name_or_path):
-        matches = [t for t in TARGETS_DIR.glob("*.yaml") if t.stem.lower() == name_or_path.lower()]
-        if not matches:
-            raise ConfigError(f"unknown target {name_or_path!r}")
-        p = matches[0]
-    elif not p.is_absolute():
-        p = base_dir / p
-    return yaml.safe_load(p.read_text(encoding="utf-8")), str(p)
+def _checked_text(path: str, digest: str, what: str) -> str:
+    """A file's text, refused if it changed since the sweep read it (the point's id names its content)."""
+    data = _read_regular(Path(path), what)
+    if _digest(data) != digest:
+        raise ConfigError(f"{path}: the {what} changed while the sweep ran; run the sweep again")
+    return data.decode("utf-8")
 
 
 def run_point(point: dict) -> dict:
-    """Run one sweep point; never raises: a failure is returned with its error."""
-    from sim.runner import place_data  # imported here: worker processes import the facade on first use
+    """Run one sweep point; never raises a SimError or a bug: a failure is returned with its error."""
+    from sim.runner import (
+        place_data,  # imported here: worker processes import the facade on first use
+    )
     from sim.simulator import Simulator
 
     t0 = time.perf_counter()
-    row: dict[str, Any] = {"id": point["id"], "config": Path(point["config"]).name, **point["settings"]}
+    settings = point["settings"]
+    row: dict[str, Any] = {"id": point["id"], "config": point["config_label"], **settings}
     try:
+        _checked_text(point["config"], point["config_sha256"], "run-config")
         cfg = load_config(point["config"])
         args = copy.deepcopy(cfg.args)
-        symbol, target = cfg.symbol, cfg.target
+        symbol = cfg.symbol
         tiling = dict(cfg.tiling) if cfg.tiling is not None else None
         tolerance = cfg.tiling_tolerance
         target_edits = {}
-        for axis, value in point["settings"].items():
-            if axis == "target":
-                target = value
-            elif axis == "symbol":
+        for axis, value in settings.items():
+            if axis == "symbol":
                 symbol = value
             elif axis == TOLERANCE_AXIS:
                 tolerance = value
@@ -190,12 +321,22 @@ def run_point(point: dict) -> dict:
                 target_edits[axis[len(TARGET_EDIT):]] = value
             elif axis.startswith(TILING_KEY):
                 tiling = dict(tiling or {}, **{axis[len(TILING_KEY):]: value})
-            else:
-                _set_path(args, axis.split(".")[1:], value, f"grid.{axis}")
-        doc, tpath = _target_doc(str(target), cfg.path.parent)
+            elif axis.startswith(ARGS_KEY):
+                # The argument itself may be new (left to its default); an index path must exist.
+                set_path(args, split_path(axis[len(ARGS_KEY):]), value, f"grid.{axis}", create=True)
+        tpath = point["target_file"]
+        doc = load_yaml(_checked_text(tpath, point["target_sha256"], "target file"), tpath, TargetError)
         for key, value in target_edits.items():
-            _set_path(doc, key.split("."), value, f"grid.target.{key}")
-        chip = parse_target(doc, f"{tpath} (swept)")
+            set_path(doc, split_path(key), value, f"grid.target.{key}", create=True)
+        chip = parse_target(doc, f"{tpath} (swept)" if target_edits else tpath)
+        if CORES_AXIS in settings:
+            n = settings[CORES_AXIS]
+            if n > chip.cores:
+                row.update(chip=chip.name, symbol=symbol, error="",
+                           skipped=f"{chip.name} has {chip.cores} cores, fewer than {n}",
+                           wall_seconds=time.perf_counter() - t0)
+                return row
+            args["core_mask"] = (1 << n) - 1
         m = Simulator(chip) if tolerance is None else Simulator(chip, tiling_tolerance=tolerance)
         place_data(cfg, m, point["numerics"])
         run = m.call(symbol, numerics=point["numerics"], tiling=tiling, **args)
@@ -203,79 +344,254 @@ def run_point(point: dict) -> dict:
                    roofline_cycles=run.roofline.cycles, roofline_fraction=run.roofline_fraction,
                    bound_by=run.roofline.bound_by, tiles=run.plan.tile_count,
                    tiling=json.dumps(run.tiling.tiling, sort_keys=True) if run.tiling and run.tiling.tiling else "",
-                   tiling_source=run.tiling.source if run.tiling else "", error="")
+                   tiling_source=run.tiling.source if run.tiling else "", error="", skipped="")
     except SimError as e:
         row.update(error=f"{type(e).__name__}: {e}")
-    except Exception as e:  # a bug must not lose the point either: record it whole
+    except Exception as e:  # noqa: BLE001 (a bug must not lose the point either: record it whole)
         row.update(error=f"internal {type(e).__name__}: {e} | {traceback.format_exc(limit=3)}")
     row["wall_seconds"] = time.perf_counter() - t0
-    row.setdefault("chip", str(point["settings"].get("target", "")))
+    row.setdefault("chip", str(settings.get("target", "")))
     return row
 
 
+def _failed_row(point: dict, error: str) -> dict:
+    """The row of a point whose worker died before it could report."""
+    return {"id": point["id"], "config": point["config_label"], **point["settings"],
+            "chip": str(point["settings"].get("target", "")), "error": error, "wall_seconds": 0.0}
+
+
 # --- executors ----------------------------------------------------------------------------------
+# Each calls ``record(row)`` as points finish.  On Ctrl-C it records the points that finished but were not
+# recorded yet, cancels the pending ones, stops the workers and re-raises at once: the points that were
+# running are lost (they run again on resume), none that finished.
 
-def _local(points: list[dict], workers: int) -> Iterator[dict]:
-    if workers <= 1:
-        for p in points:
-            yield run_point(p)
+def _ignore_sigint() -> None:
+    # Workers leave Ctrl-C to the parent, which stops them; otherwise each would die mid-point with a traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class _SigintIgnored:
+    """Ignore Ctrl-C while an interrupted sweep saves its finished points (a second Ctrl-C must not lose them)."""
+
+    def __enter__(self) -> None:
+        self._old = None
+        try:
+            self._old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        except ValueError:  # not the main thread: signals go to the main thread anyway
+            pass
+
+    def __exit__(self, *exc: object) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+
+
+def _stop_workers(pool: cf.ProcessPoolExecutor) -> None:
+    """Cancel what has not started and end the worker processes now (not after their current points)."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    terminate = getattr(pool, "terminate_workers", None)  # public from Python 3.14
+    if terminate is not None:
+        terminate()
         return
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(run_point, p) for p in points]
-        for f in as_completed(futures):
-            yield f.result()
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.join(timeout=2)
 
 
-def _dask(points: list[dict], scheduler: Any) -> Iterator[dict]:
-    from distributed import Client, as_completed as dask_completed
+def _result(f: Any, point: dict) -> dict:
+    """A finished future's row; a worker that died (killed, out of memory) fails its point."""
+    try:
+        return f.result()
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 (BrokenProcessPool, a lost Dask worker ...)
+        return _failed_row(point, f"internal {type(e).__name__}: {e or 'the worker process died'}")
+
+
+def _run_serial(points: list[dict], record: Callable[[dict], None], bar: PhaseBar) -> None:
+    bar.start()
+    for p in points:
+        record(run_point(p))  # Ctrl-C interrupts the point itself: it is simply not recorded
+
+
+def _run_local(points: list[dict], workers: int, record: Callable[[dict], None], bar: PhaseBar) -> None:
+    pool = cf.ProcessPoolExecutor(max_workers=workers, initializer=_ignore_sigint)
+    futures: dict[cf.Future, dict] = {}
+    recorded: set[cf.Future] = set()
+    try:
+        futures = {pool.submit(run_point, p): p for p in points}
+        bar.start()  # after the workers are forked: no thread of ours is copied into them
+        pending = set(futures)
+        while pending:
+            # A short wait, not a blocking one: Ctrl-C is served within POLL_SECONDS.
+            done, pending = cf.wait(pending, timeout=POLL_SECONDS, return_when=cf.FIRST_COMPLETED)
+            for f in done:
+                record(_result(f, futures[f]))
+                recorded.add(f)  # after recording: an interrupt in between records it twice, never not at all
+    except KeyboardInterrupt:
+        with _SigintIgnored():
+            for f, p in futures.items():
+                if f.done() and not f.cancelled() and f not in recorded:
+                    record(_result(f, p))
+            _stop_workers(pool)
+        raise
+    except BaseException:
+        _stop_workers(pool)  # the journal cannot be written, say: no worker may outlive the sweep
+        raise
+    pool.shutdown(wait=True)
+
+
+def _run_dask(points: list[dict], scheduler: Any, record: Callable[[dict], None], bar: PhaseBar) -> None:
+    from distributed import Client
+    from distributed import as_completed as dask_completed
 
     client = scheduler if isinstance(scheduler, Client) else Client(scheduler)
+    futures: list = []
+    recorded: set[str] = set()
     try:
-        futures = client.map(run_point, points, pure=False)
+        futures = client.map(run_point, points, pure=False)  # pure=False: a failed point is never reused
+        by_key = {f.key: p for f, p in zip(futures, points)}
+        bar.start()
         for f in dask_completed(futures):
-            yield f.result()
+            record(_result(f, by_key[f.key]))
+            recorded.add(f.key)
+    except KeyboardInterrupt:
+        with _SigintIgnored():
+            for f, p in zip(futures, points):
+                if f.status == "finished" and f.key not in recorded:
+                    record(_result(f, p))
+            client.cancel([f for f in futures if f.key not in recorded], force=True)
+        raise
     finally:
         if client is not scheduler:
-            client.close()
+            client.close(timeout=2)
+
+
+# --- the sweep ----------------------------------------------------------------------------------
+
+@dataclass
+class SweepResult:
+    """What a sweep wrote: one row per point of the grid (in grid order) and the files."""
+
+    rows: list[dict]
+    journal: Path
+    csv: Path
+    parquet: Path
+    plot: Path | None  # None when no point succeeded or the grid has no axis to plot against
+    ran_now: int = 0  # points run by this call (the others came from the journal)
+
+    @property
+    def failed(self) -> list[dict]:
+        """Rows of the points that failed (with their error)."""
+        return [r for r in self.rows if r.get("error")]
+
+    @property
+    def skipped(self) -> list[dict]:
+        """Rows of the points not run because the chip lacks what they ask for (more cores than it has)."""
+        return [r for r in self.rows if not r.get("error") and r.get("skipped")]
+
+    @property
+    def succeeded(self) -> list[dict]:
+        """Rows of the points that ran and have cycles."""
+        return [r for r in self.rows if not r.get("error") and not r.get("skipped")]
 
 
 def run_sweep(spec: SweepSpec, out_dir: str | Path, *, workers: int | None = None, scheduler: Any = None,
-              on_point: Callable[[dict], None] | None = None) -> list[dict]:
-    """Run every point not already in ``out_dir/points.jsonl``; write the table, Parquet and plot."""
+              on_point: Callable[[dict], None] | None = None, progress: IO[str] | None = None) -> SweepResult:
+    """Run every point that has no successful row with the same id in ``out_dir/points.jsonl``; write the
+    table, Parquet and plot.
+
+    ``progress`` is a stream (the CLI passes stderr) on which, when it is a
+    terminal, each phase longer than a second shows a bar.  Ctrl-C raises
+    :class:`SweepInterrupted` within about a second, every finished point kept.
+    """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise SimError(f"output {out}: cannot create: {e.strerror or e}") from None
     journal = out / "points.jsonl"
-    done = {r["id"]: r for r in _read_jsonl(journal)}
-    todo = [p for p in spec.points() if p["id"] not in done]
-    results = (_dask(todo, scheduler) if scheduler is not None
-               else _local(todo, workers or max(1, (os.cpu_count() or 1))))
-    with journal.open("a", encoding="utf-8") as fh:
-        for row in results:
-            fh.write(json.dumps(row, default=str) + "\n")
+    points = spec.points()
+    # Only successes are reused: a failed point runs again (its cause may be fixed outside the inputs).
+    done = {r["id"]: r for r in _read_jsonl(journal) if isinstance(r, dict) and "id" in r and not r.get("error")}
+    todo = [p for p in points if p["id"] not in done]
+    ran_now = 0
+    bar = PhaseBar(f"sweep: running {len(todo)} points", progress, total=len(todo), unit="point")
+    latest: dict[str, dict] = {}  # rows recorded by this call, failures included
+    with _open_journal(journal) as fh:
+        failures = 0
+
+        def record(row: dict) -> None:
+            nonlocal ran_now, failures
+            fh.write(json.dumps(row, default=str) + "\n")  # one write: a line is never half-written by Ctrl-C
             fh.flush()  # each finished point survives an interruption
-            done[row["id"]] = row
+            if not row.get("error"):
+                done[row["id"]] = row
+            else:
+                failures += 1
+            ran_now += 1
+            latest[row["id"]] = row
+            bar.advance(note=f"{failures} failed" if failures else None)
             if on_point is not None:
                 on_point(row)
-    order = [p["id"] for p in spec.points()]
-    rows = [done[i] for i in order if i in done]
-    write_tables(rows, out)
-    plot_sweep(rows, spec, out / "sweep.png")
-    return rows
+
+        try:
+            if scheduler is not None:
+                _run_dask(todo, scheduler, record, bar)
+            elif (workers or os.cpu_count() or 1) <= 1 or len(todo) <= 1:
+                _run_serial(todo, record, bar)
+            else:
+                _run_local(todo, min(workers or os.cpu_count() or 1, len(todo)), record, bar)
+        except KeyboardInterrupt:
+            raise SweepInterrupted(journal, sum(1 for p in points if p["id"] in done or p["id"] in latest),
+                                   len(points)) from None
+        finally:
+            bar.close()
+    rows = [latest.get(p["id"]) or done[p["id"]] for p in points if p["id"] in latest or p["id"] in done]
+    with PhaseBar("sweep: writing the table and the plot", progress, total=3, unit="file") as wbar:
+        csv, parquet = write_tables(rows, out, wbar)
+        plot = plot_sweep(rows, spec, out / "sweep.png")
+        wbar.advance()
+    if plot is None:
+        (out / "sweep.png").unlink(missing_ok=True)  # a plot of an earlier run would not match this table
+    return SweepResult(rows=rows, journal=journal, csv=csv, parquet=parquet, plot=plot, ran_now=ran_now)
+
+
+class _open_journal:
+    """The journal opened for appending, starting on a fresh line (a line cut by a kill stays cut alone)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self) -> IO[str]:
+        try:
+            needs_newline = self.path.exists() and self.path.stat().st_size > 0 and \
+                self.path.read_bytes()[-1:] != b"\n"
+            self._fh = self.path.open("a", encoding="utf-8")
+        except OSError as e:
+            raise SimError(f"output {self.path}: cannot open the journal: {e.strerror or e}") from None
+        if needs_newline:
+            self._fh.write("\n")
+        return self._fh
+
+    def __exit__(self, *exc: object) -> None:
+        self._fh.close()
 
 
 def _read_jsonl(path: Path) -> Iterable[dict]:
     if not path.exists():
         return []
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError:
-            continue  # a line cut by an interruption: that point runs again
+            continue  # a line cut by a kill: that point runs again
     return rows
 
 
-def write_tables(rows: list[dict], out: Path) -> None:
+def write_tables(rows: list[dict], out: Path, bar: PhaseBar | None = None) -> tuple[Path, Path]:
     """The sweep's table as ``sweep.csv`` and ``sweep.parquet`` (atomically)."""
     import pandas as pd
 
@@ -283,21 +599,27 @@ def write_tables(rows: list[dict], out: Path) -> None:
     for col in df.columns:
         if df[col].dtype == object:
             df[col] = df[col].map(lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v))
-    atomic_write_text(out / "sweep.csv", df.to_csv(index=False))
-    atomic_write(out / "sweep.parquet", lambda tmp: df.to_parquet(tmp, index=False))
+    csv = atomic_write_text(out / "sweep.csv", df.to_csv(index=False))
+    if bar is not None:
+        bar.advance()
+    parquet = atomic_write(out / "sweep.parquet", lambda tmp: df.to_parquet(tmp, index=False))
+    if bar is not None:
+        bar.advance()
+    return csv, parquet
 
 
 def plot_sweep(rows: list[dict], spec: SweepSpec, path: Path) -> Path | None:
-    """Cycles against the swept parameter, one line per chip (and per value of the other axes)."""
+    """Cycles against the swept parameter, one line per chip (and per value of the other axes); None (and no
+    file) when no point has cycles or the grid has no axis to put on x."""
+    axes = [a for a in spec.grid if a != "target"]
+    x_axis = spec.plot_x or (axes[0] if axes else None)
+    ok = [r for r in rows if not r.get("error") and not r.get("skipped")]
+    if x_axis is None or not ok:
+        return None
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    axes = [a for a in spec.grid if a != "target"]
-    x_axis = spec.plot_x or (axes[0] if axes else None)
-    ok = [r for r in rows if not r.get("error")]
-    if x_axis is None or not ok:
-        return None
     # Legend entries name only what varies: the chip, the config when there are several, the other axes.
     others = [a for a in spec.grid if a not in (x_axis, "target") and len(spec.grid[a]) > 1
               and not (x_axis == "cores" and a == "args.core_mask")]

@@ -1,14 +1,27 @@
-"""dspsim calibrate: a target perturbed by up to 40% is recovered from its own measurements."""
+"""dspsim calibrate: a target perturbed by up to 40% is recovered from its own measurements; parameters the
+measurements cannot identify are said and kept; the fitted file is a commented copy of the target."""
 
 import csv
+import io
 import json
+import re
+from pathlib import Path
 
 import pytest
 import yaml
 
 import sim
-from sim.calibrate import FREE_PARAMETERS, load_measurements, load_target_document, parameter_values, \
-    simulate, with_parameters, Measurement
+import sim.phases
+from sim.calibrate import (
+    FREE_PARAMETERS,
+    Measurement,
+    calibrate,
+    load_measurements,
+    load_target_document,
+    parameter_values,
+    simulate,
+    with_parameters,
+)
 from sim.cli import main
 from sim.errors import ConfigError
 
@@ -46,12 +59,15 @@ CALLS = [
 FACTORS = [1.3, 0.7, 1.4, 1.35, 1.25, 0.75]  # truth = nominal x factor, in FREE_PARAMETERS order
 
 
-def write_measurements(path, doc):
-    cycles = simulate(doc, [Measurement(s, a, 1) for s, a in CALLS])
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write_measurements(path, doc, calls=CALLS):
+    cycles = simulate(doc, [Measurement(s, a, 1) for s, a in calls])
     with path.open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["symbol", "args", "cycles"])
-        for (symbol, args), c in zip(CALLS, cycles):
+        for (symbol, args), c in zip(calls, cycles):
             w.writerow([symbol, json.dumps({k: (f"{v:#x}" if k in ("x", "dy", "dx", "input", "output") else v)
                                             for k, v in args.items()}), int(c)])
     return cycles
@@ -78,6 +94,111 @@ def test_perturbed_target_is_recovered_within_5_percent(tmp_path, capsys):
     assert (abs(again - measured) / measured).max() < 0.02
     before = simulate(doc, [Measurement(s, a, 1) for s, a in CALLS])
     assert (abs(before - measured) / measured).max() > 0.1  # the start really was off
+    assert "not identified" not in report  # these measurements lean on every parameter
+    assert_only_fitted_lines_changed((ROOT / "targets" / "FT78NE.yaml").read_text(), out.read_text(), names)
+
+
+#: Keys of the free parameters as they appear on a target file's lines.
+PARAM_KEYS = {n: FREE_PARAMETERS[n][0].rsplit(".", 1)[-1] for n in FREE_PARAMETERS}
+
+
+def assert_only_fitted_lines_changed(original: str, written: str, fitted):
+    """The written file is the original line for line (comments, hex, order, quoting), but for one comment on
+    top, the name, the source notes and the fitted values."""
+    head, *lines = written.splitlines()
+    assert head.startswith("# Calibrated: a copy of") and all(n in head for n in fitted)
+    old = original.splitlines()
+    added = [x for x in lines if x.strip().startswith("vector_efficiency:")] \
+        if "vector_efficiency:" not in original else []
+    lines = [x for x in lines if x not in added]
+    assert len(lines) == len(old)
+    changed = {a.split(":")[0].strip() for a, b in zip(old, lines) if a != b}
+    assert changed <= {"name", "source"} | {PARAM_KEYS[n] for n in fitted}, changed
+    for a, b in zip(old, lines):
+        key = a.split(":")[0].strip()
+        if key == "name":
+            assert b == a + " (calibrated)"
+        elif key == "source" and a != b:
+            assert b.startswith(a.removesuffix('"')) and "dspsim calibrate" in b
+        elif key in ("bandwidth_bytes_per_cycle", "setup_cycles", "loop_overhead_cycles", "launch_overhead_cycles",
+                     "vector_efficiency"):
+            assert b.split(":")[0] == a.split(":")[0]  # same key, same indentation
+    assert "0x" in written and original.count("0x") == written.count("0x") - written.splitlines()[0].count("0x")
+
+
+def test_unidentified_parameters_are_named_and_kept_and_the_copy_keeps_the_file(tmp_path, capsys):
+    """Three measurements (a DDR stream, a private and a shared convolution) say nothing about the DMA setup
+    and per-tile overheads, and the fit would drive the launch overhead towards zero (the old code wrote
+    3e-27): all three are reported and kept at the target's values, the others fitted."""
+    doc, _ = load_target_document("FT78NE")
+    names = list(FREE_PARAMETERS)
+    nominal = parameter_values(doc, names)
+    truth = with_parameters(doc, {n: nominal[n] * f for n, f in zip(names, FACTORS)})
+    calls = [CALLS[1], CALLS[5], CALLS[8]]
+    write_measurements(tmp_path / "m.csv", truth, calls)
+    # The starting target: a user's file with its own comments, hex numbers, and vector_efficiency left out.
+    original = (ROOT / "targets" / "FT78NE.yaml").read_text()
+    original = original.replace("  vector_efficiency: 1.0\n", "").replace(
+        "dma:\n", "dma:  # measured on board 3\n").replace("burst_bytes: 64", "burst_bytes: 0x40")
+    start = tmp_path / "board.yaml"
+    start.write_text(original)
+    out = tmp_path / "fitted.yaml"
+    assert main(["calibrate", str(tmp_path / "m.csv"), "--target", str(start), "-o", str(out)]) == 0
+    report = capsys.readouterr().out
+    section = report.split("not identified by these measurements (kept at the target's values):\n")[1]
+    why = dict(re.findall(r"^  (\w+): (.*)$", section, re.MULTILINE))
+    assert set(why) == {"dma_setup_cycles", "loop_overhead_cycles", "launch_overhead_cycles"}
+    assert "changes no measurement" in why["dma_setup_cycles"] and "changes no measurement" in why[
+        "loop_overhead_cycles"]
+    assert "the fit drove it to" in why["launch_overhead_cycles"]
+    assert "3 parameter(s) not identified, kept at board.yaml's values" in report
+    written = yaml.safe_load(out.read_text())
+    got = parameter_values(written, names)
+    for n in ("dma_setup_cycles", "loop_overhead_cycles", "launch_overhead_cycles"):
+        assert got[n] == nominal[n]
+    for n in ("ddr_bandwidth_bytes_per_cycle", "gsm_bandwidth_bytes_per_cycle", "vector_efficiency"):
+        assert got[n] == pytest.approx(parameter_values(truth, [n])[n], rel=0.05), n
+    assert written["name"] == "FT78NE (calibrated)" and "not identified, kept: dma_setup_cycles" in written["source"]
+    assert sim.load_target(out).name == "FT78NE (calibrated)"
+    text = out.read_text()
+    assert "dma:  # measured on board 3" in text and "burst_bytes: 0x40" in text
+    assert_only_fitted_lines_changed(original, text, ["ddr_bandwidth_bytes_per_cycle",
+                                                      "gsm_bandwidth_bytes_per_cycle", "vector_efficiency"])
+
+
+def test_more_parameters_than_one_measurement_can_identify(tmp_path):
+    """One DDR stream: its cycles move with the DDR bandwidth, the launch overhead and the efficiency alike, so
+    only one of them can be fitted; the others are named and kept."""
+    doc, _ = load_target_document("FT78NE")
+    m = [Measurement(CALLS[1][0], CALLS[1][1], 105553)]
+    cal = calibrate(doc, m, ["ddr_bandwidth_bytes_per_cycle", "launch_overhead_cycles", "vector_efficiency"])
+    assert set(cal.unidentified) == {"launch_overhead_cycles", "vector_efficiency"}
+    assert all("1 measurement(s) cannot identify 3 parameters" in w for w in cal.unidentified.values())
+    assert cal.after["launch_overhead_cycles"] == 1800 and cal.after["vector_efficiency"] == 1.0
+    assert abs(cal.error_after[0]) < 0.005 and cal.fitted == ["ddr_bandwidth_bytes_per_cycle"]
+
+
+class FakeTerminal(io.StringIO):
+    """A stream that says it is a terminal (what tqdm draws on)."""
+
+    def isatty(self):
+        return True
+
+
+def test_calibrate_shows_each_phase_on_a_terminal_only(monkeypatch):
+    monkeypatch.setattr(sim.phases, "DELAY_SECONDS", 0.0)
+    doc, _ = load_target_document("FT78NE")
+    m = [Measurement(CALLS[0][0], CALLS[0][1], 4000)]
+    tty = FakeTerminal()
+    calibrate(doc, m, ["launch_overhead_cycles"], progress=tty)
+    for phase in ("calibrate: simulating 1 measurements on the starting target",
+                  "calibrate: probing which parameters the measurements respond to",
+                  "calibrate: fitting 1 parameters", "calibrate: checking the fitted parameters are identified",
+                  "calibrate: simulating 1 measurements on the fitted target"):
+        assert phase in tty.getvalue(), phase
+    pipe = io.StringIO()
+    calibrate(doc, m, ["launch_overhead_cycles"], progress=pipe)
+    assert pipe.getvalue() == ""
 
 
 def test_bad_measurement_files(tmp_path):
