@@ -290,8 +290,9 @@ class FusedBatchNormGrad:
             rows.build()
             rows_default = {"split": "rows", "tile_elements": rows.first_want}
             rows_largest = {"split": "rows", "tile_elements": rows.largest_want}
-            # Shorter tiles fill the pipeline sooner (the first load is never hidden).
-            rows_short = {"split": "rows", "tile_elements": max(lanes, rows.first_want // 4)}
+            # Shorter tiles fill the pipeline sooner (the first load is never hidden).  Never longer than the
+            # default tile: a call of fewer elements than a vector has lanes has no shorter tile to offer.
+            rows_short = {"split": "rows", "tile_elements": min(rows.first_want, max(lanes, rows.first_want // 4))}
         except LayoutError:
             rows_default = rows_largest = rows_short = None
         if self._channels_by_default(call, ctx):
