@@ -1,8 +1,9 @@
 """The kernel registry: symbol -> (kernel, precision, variant).
 
 Each kernel module defines ``KERNEL``; :data:`KERNEL_MODULES` lists them.  Symbols
-are ``<fp|hp>_<kernel>_<s|p>``: ``fp`` computes on fp32 tensors, ``hp`` on fp16
-(only on chips listing fp16); ``_s`` takes buffers in shared memory and a
+are ``<fp|hp>_<kernel>_<s|p>``: ``fp`` takes fp32 tensors, ``hp`` fp16 ones (only
+on chips listing fp16; what each stores and computes in which precision is
+:attr:`Symbol.precision_note`); ``_s`` takes buffers in shared memory and a
 ``core_mask``, ``_p`` in one core's private memory and a ``core``.  Dispatch goes
 through :func:`lookup`, never through chains of names.
 """
@@ -13,7 +14,7 @@ import difflib
 import importlib
 from dataclasses import dataclass
 
-from kernels.base import PREFIX_PRECISION, Kernel
+from kernels.base import PREFIX_PRECISION, Kernel, precision_note
 from sim.errors import KernelArgError
 
 #: Modules under ``kernels/`` that each define a ``KERNEL``.
@@ -36,6 +37,11 @@ class Symbol:
     kernel: Kernel
     precision: str
     variant: str
+
+    @property
+    def precision_note(self) -> str:
+        """What the symbol stores in fp16 and in fp32 and in which precision it computes, in one plain line."""
+        return precision_note(self.kernel, self.precision)
 
 
 def _build() -> dict[str, Symbol]:

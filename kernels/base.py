@@ -119,9 +119,16 @@ class Compute:
 
     ``fn`` receives the input operands as numpy arrays (read from simulated
     memory) and returns one array per output operand, which the engine writes
-    back.  ``flops`` counts vector element operations (a fused multiply-add is
-    two), ``reductions`` the cross-lane vector reductions; the engine prices both
-    from the target file for ``precision``.
+    back.  ``flops`` counts the math's own element operations on this tile's
+    elements (a fused multiply-add is two): summed over a plan they are the
+    operation's flops, whatever the tiling or the storage precision.
+    ``extra_ops`` counts the other vector element operations the tile issues:
+    fp16 <-> fp32 conversions, layout transpositions, the empty lanes of
+    part-filled vectors, zero-fills and casts, and work a tiling repeats
+    (partial sums exchanged between cores, values recomputed in a second pass).
+    The engine prices ``flops + extra_ops`` alike and ``reductions`` (cross-lane
+    vector reductions) apart, from the target file for ``precision``; runs
+    report ``flops`` only as FLOP.
     """
 
     fn: Callable[..., Sequence[np.ndarray]]
@@ -130,6 +137,12 @@ class Compute:
     flops: int
     reductions: int
     precision: str
+    extra_ops: int = 0
+
+    @property
+    def vector_ops(self) -> int:
+        """Every vector element operation the tile issues: the math's and the extra ones (what time is priced on)."""
+        return self.flops + self.extra_ops
 
 
 @dataclass(frozen=True)
@@ -259,7 +272,14 @@ class PlanContext:
 
 
 class Kernel(Protocol):
-    """What every kernel module provides to the registry."""
+    """What every kernel module provides to the registry.
+
+    A kernel may also say what its ``hp_`` symbols store and compute in which
+    precision (see :func:`precision_note`): ``tensors_in_precision`` names the
+    buffers stored in the symbol's precision, ``fp32_tensors`` those always in
+    fp32, and ``fp16_arithmetic`` says how an ``hp_`` call computes and what
+    its conversions cost.
+    """
 
     name: str
     args: tuple[ArgSpec, ...]
@@ -276,6 +296,23 @@ class Kernel(Protocol):
     def tilings(self, call: BoundCall, ctx: PlanContext) -> list[dict[str, Any]]:
         """Candidate tilings (each a valid ``ctx.tiling``) the simulator compares with the cost model."""
         ...
+
+
+def precision_note(kernel: Any, precision: str) -> str:
+    """One plain line: which buffers of ``kernel`` a ``precision`` symbol stores in fp16 and which in fp32, and in
+    which precision it computes (for ``dspsim kernels``, run summaries and docs)."""
+    if precision == "fp32":
+        return "fp32 storage and fp32 arithmetic throughout"
+    pointers = [a.name for a in kernel.args if a.kind in ("in_ptr", "out_ptr")]
+    narrow = list(getattr(kernel, "tensors_in_precision", pointers))
+    wide = list(getattr(kernel, "fp32_tensors", [n for n in pointers if n not in narrow]))
+    how = getattr(kernel, "fp16_arithmetic", None)
+    parts = [f"stored in {precision}: {', '.join(narrow)}"]
+    if wide:
+        parts.append(f"stored in fp32: {', '.join(wide)}")
+    if how:
+        parts.append(how)
+    return "; ".join(parts)
 
 
 def tiling_options(ctx: PlanContext, allowed: Mapping[str, Callable[[Any], bool]]) -> dict[str, Any]:

@@ -11,6 +11,12 @@ and scale, with m = batch and x̂ = (x - mean)·invar:
 [3] dbias* (out), [4] dscale* (out), [5] batch, [6] channel, [7] is_train; given
 as a sequence of 8 to 12 ints or as the address of an int64[12] array.
 
+Precision: ``fp_`` symbols store and compute everything in fp32.  ``hp_``
+symbols store x, dy and dx in fp16 and the per-channel vectors (mean, invar,
+scale, dbias, dscale) in fp32; they compute in fp32 at the chip's fp32 vector
+rate (x and dy widened on load, dx rounded to fp16 once on store; the
+conversions cost no cycles in this model), so they report the same flops.
+
 Plan: channels are split over the cores (channels sit on the vector lanes, so
 the batch sums are vertical vector adds, no cross-lane reduction).  Each tile is
 a block of channels over the whole batch when that fits the scratchpad; when the
@@ -89,6 +95,12 @@ class BatchNormGrad:
     """The registry entry of batch_norm_grad."""
 
     name = "batch_norm_grad"
+    #: What an hp_ call stores in fp16 (the rest, and the params array's int64, in fp32) and how it computes.
+    tensors_in_precision = ("x", "dy", "dx")
+    fp32_tensors = ("mean", "invar", "scale", "dbias", "dscale")
+    fp16_arithmetic = ("computed in fp32 at the chip's fp32 vector rate: x and dy are widened as they are loaded, "
+                       "the sums accumulate in fp32 and dx is rounded to fp16 once, as it is stored (no cycles are "
+                       "charged for the conversions)")
     args = (
         ArgSpec("x", "in_ptr", "address of x [batch, channel]"),
         ArgSpec("dy", "in_ptr", "address of dy [batch, channel]"),
@@ -395,8 +407,8 @@ class _Planner:
 
             per_elem = FLOPS_SUMS + (FLOPS_DX_TRAIN if is_train else FLOPS_DX_INFER)
             compute = Compute(fn, (ox, ody, om, oi, osc), (odx, odb, ods),
-                              flops=batch * padded_lanes(n, lanes) * per_elem, reductions=0,
-                              precision=COMPUTE_PRECISION)
+                              flops=batch * n * per_elem, reductions=0, precision=COMPUTE_PRECISION,
+                              extra_ops=batch * (padded_lanes(n, lanes) - n) * per_elem)
             out.append(Tile(tile_id=i, loads=loads, compute=compute, stores=stores, slot=i % 2))
         return out
 
@@ -443,8 +455,8 @@ class _RowStream:
             osum, osum2 = ops[3], ops[4]
             zero = (lambda _n=n: (np.zeros(_n, F32), np.zeros(_n, F32)))
             self._add(out, Tile(self.tid, self._vec_loads(ops, start),
-                                Compute(zero, (), (osum, osum2), flops=2 * padded_lanes(n, p.lanes), reductions=0,
-                                        precision=COMPUTE_PRECISION), (), slot=2 + k % 2))
+                                Compute(zero, (), (osum, osum2), flops=0, reductions=0, precision=COMPUTE_PRECISION,
+                                        extra_ops=2 * padded_lanes(n, p.lanes)), (), slot=2 + k % 2))
             passes = (("sums", "dx") if self.parts == 1 else ("sums",)) if p.train else ("both",)
             for pname in passes:
                 self._pass(out, pname, rr, start, n, ops)
@@ -486,9 +498,10 @@ class _RowStream:
 
             tiles: list[Tile] = []
             self._add(tiles, Tile(self.tid, (self._vec_loads(ops, start) if p.train else ()) + (part_load,),
-                                  Compute(reduce, (opart,), (osum, osum2),
-                                          flops=2 * self.parts * padded_lanes(n, p.lanes), reductions=0,
-                                          precision=COMPUTE_PRECISION), stores, slot=2 + k % 2))
+                                  Compute(reduce, (opart,), (osum, osum2), flops=0, reductions=0,
+                                          precision=COMPUTE_PRECISION,
+                                          extra_ops=2 * self.parts * padded_lanes(n, p.lanes)),
+                                  stores, slot=2 + k % 2))
             if p.train:
                 self._pass(tiles, "dx", rr, start, n, ops)
             out += [(me if p.train else cores[k % self.parts], t) for t in tiles]
@@ -506,13 +519,15 @@ class _RowStream:
             ox, ody = sl.operand((nr, n), dt), sl.operand((nr, n), dt)
             loads = (operand_in(ox, b["x"].addr, (batch, channel), (r0, start)),
                      operand_in(ody, b["dy"].addr, (batch, channel), (r0, start)))
-            elems = nr * padded_lanes(n, p.lanes)
+            elems = nr * n  # the math's elements; the vector loop also spends the empty lanes of the last vector
+            empty = nr * (padded_lanes(n, p.lanes) - n)
             if pname == "sums":
                 def fn(x, dy, mean, invar, s1, s2):
                     d1, d2 = _sums(x, dy, mean, invar)
                     return s1 + d1, s2 + d2
                 compute = Compute(fn, (ox, ody, om, oi, osum, osum2), (osum, osum2),
-                                  flops=elems * FLOPS_SUMS, reductions=0, precision=COMPUTE_PRECISION)
+                                  flops=elems * FLOPS_SUMS, reductions=0, precision=COMPUTE_PRECISION,
+                                  extra_ops=empty * FLOPS_SUMS)
                 stores: tuple[Transfer, ...] = ()
             else:
                 odx = ody  # dx is written over dy: the tile has read dy by then
@@ -521,7 +536,8 @@ class _RowStream:
                     def fn(x, dy, mean, invar, scale, s1, s2, _m=batch, _dt=dt):
                         return (_dx(x, dy, mean, invar, scale, s1, s2, True, _m).astype(_dt, copy=False),)
                     compute = Compute(fn, (ox, ody, om, oi, osc, osum, osum2), (odx,),
-                                      flops=elems * FLOPS_DX_TRAIN, reductions=0, precision=COMPUTE_PRECISION)
+                                      flops=elems * FLOPS_DX_TRAIN, reductions=0, precision=COMPUTE_PRECISION,
+                                      extra_ops=empty * FLOPS_DX_TRAIN)
                 else:
                     def fn(x, dy, mean, invar, scale, s1, s2, _dt=dt):
                         d1, d2 = _sums(x, dy, mean, invar)
@@ -529,7 +545,7 @@ class _RowStream:
                         return dxv, s1 + d1, s2 + d2
                     compute = Compute(fn, (ox, ody, om, oi, osc, osum, osum2), (odx, osum, osum2),
                                       flops=elems * (FLOPS_SUMS + FLOPS_DX_INFER), reductions=0,
-                                      precision=COMPUTE_PRECISION)
+                                      precision=COMPUTE_PRECISION, extra_ops=empty * (FLOPS_SUMS + FLOPS_DX_INFER))
             self._add(out, Tile(self.tid, loads, compute, stores, slot=self.tid % 2))
 
 

@@ -25,6 +25,11 @@ whichever the target's numbers favour for the shape:
 * **filter**: filter slices (out_c, and in_c when needed) are split over the
   cores; each core sweeps the whole input for its slices, no exchange.
 
+Precision: ``fp_`` symbols store and compute in fp32; ``hp_`` symbols store
+input, out_backprop and output in fp16, convert each loaded block to fp32 (one
+vector op per element, an extra op in the cycle count, not a flop), accumulate
+dW in fp32 and round it to fp16 once, as it is stored.
+
 When dW does not fit the scratchpad it is cut into filter slices swept one after
 the other.  Compute is an im2col per tile and one matrix product, accumulated in
 fp32; NCHW blocks are moved in their own layout and transposed by the compute
@@ -143,6 +148,12 @@ class Conv2DBackpropFilter:
     """The registry entry of conv2d_backprop_filter."""
 
     name = "conv2d_backprop_filter"
+    #: What an hp_ call stores in fp16 and how it computes.
+    tensors_in_precision = ("input", "out_backprop", "output")
+    fp32_tensors = ()
+    fp16_arithmetic = ("computed in fp32 at the chip's fp32 vector rate: input and out_backprop blocks are converted "
+                       "to fp32 in the scratchpad (one vector op per element, priced as extra vector ops, not flops), "
+                       "dW accumulates in fp32 and is rounded to fp16 once, as it is stored")
     args = (
         ArgSpec("input", "in_ptr", "address of the input [input_shape, data_format order]"),
         ArgSpec("out_backprop", "in_ptr", "address of the output gradient [batch, out_h, out_w, out_c] "
@@ -471,7 +482,7 @@ class _Planner:
         return max(top, 0), min(bottom, g.in_h)
 
     def _tile_cost(self, blk: _Block, grp: _Group) -> tuple[int, int, int]:
-        """(flops, input bytes, dy bytes) of the row tile ``blk`` of filter slice ``grp``."""
+        """(vector ops, input bytes, dy bytes) of the row tile ``blk`` of filter slice ``grp``."""
         g = self.geo
         nb, rows = blk.n1 - blk.n0, blk.r1 - blk.r0
         h0, h1 = self._window_rows(blk)
@@ -507,8 +518,12 @@ class _Planner:
         if not first:
             inputs.append(acc)
         fn = _TileFn(g, self.fh, self.fw, (blk.r0, blk.r1), self.nchw, bool(hl), first, x_shape)
-        stream.add(loads, Compute(fn, tuple(inputs), (acc,), flops=self._tile_cost(blk, grp)[0], reductions=0,
-                                  precision=COMPUTE_PRECISION), ())
+        ops = self._tile_cost(blk, grp)[0]
+        # The math: a multiply-add per tap, position and (in, out) channel pair; the rest of the ops are empty
+        # lanes, fp16 conversion and NCHW transposition.
+        math = 2 * self.taps * nb * rows * g.out_w * grp.icg * grp.ocg
+        stream.add(loads, Compute(fn, tuple(inputs), (acc,), flops=math, reductions=0, precision=COMPUTE_PRECISION,
+                                  extra_ops=ops - math), ())
 
     def _accumulate(self, stream: _CoreStream, blocks: Sequence[_Block], grp: _Group, sc: _Scratch) -> None:
         for i, blk in enumerate(blocks):
@@ -545,9 +560,9 @@ class _Planner:
             m1 = min(m_rows, m0 + per)
             acc_rows = Operand(sc.acc_base + m0 * grp.ocg * F32.itemsize, (m1 - m0, grp.ocg), F32)
             dst = sc.arena(stream.slot).operand((m1 - m0, grp.ocg), self.dt)
-            compute = Compute(_cast_to(self.dt), (acc_rows,), (dst,),
-                              flops=(m1 - m0) * padded_lanes(grp.ocg, self.lanes), reductions=0,
-                              precision=COMPUTE_PRECISION)
+            compute = Compute(_cast_to(self.dt), (acc_rows,), (dst,), flops=0, reductions=0,
+                              precision=COMPUTE_PRECISION,
+                              extra_ops=(m1 - m0) * padded_lanes(grp.ocg, self.lanes))  # a cast, not math
             stream.add((), compute, self._rows_out(dst.addr, m0, m1, grp))
 
     # -- the filter split -----------------------------------------------------------------------
@@ -647,9 +662,10 @@ class _Planner:
                 # One 2-D descriptor gathers the rows from every core's partial (they lie ``stride`` apart).
                 load = Transfer.block(self.ctx.workspace_base + a * row_bytes, parts.addr,
                                       (n, (b - a) * grp.ocg), F32.itemsize, (stride, F32.itemsize))
-                flops = ((n - 1) + int(self.isz != F32.itemsize)) * (b - a) * padded_lanes(grp.ocg, self.lanes)
-                compute = Compute(_sum_partials(self.dt), (parts,), (dst,), flops=flops, reductions=0,
-                                  precision=COMPUTE_PRECISION)
+                ops = ((n - 1) + int(self.isz != F32.itemsize)) * (b - a) * padded_lanes(grp.ocg, self.lanes)
+                # Adding the cores' partials is work the spatial split adds, not the math's.
+                compute = Compute(_sum_partials(self.dt), (parts,), (dst,), flops=0, reductions=0,
+                                  precision=COMPUTE_PRECISION, extra_ops=ops)
                 stream.add((load,), compute, self._rows_out(dst.addr, ma + a, ma + b, grp))
 
     # -- cost estimate --------------------------------------------------------------------------

@@ -17,15 +17,17 @@ class Roofline:
     """The least cycles any schedule of a plan could take on the cores it uses.
 
     ``resource_cycles`` maps ``compute`` and each region name to the cycles that
-    resource alone needs: flops at the cores' peak; bytes over the bandwidth the
+    resource alone needs: vector operations (the math's flops and the extra ops,
+    see ``Compute``) at the cores' peak; bytes over the bandwidth the
     plan's cores can draw from the region (its ports' bandwidth, as many ports as
     the cores' DMA engines can hold at once; times the cores for private
     regions, which every core has its own copy of).  The bound is their maximum; ``bound_by`` names it.
     """
 
     resource_cycles: Mapping[str, float]
-    total_flops: int
+    total_flops: int  # the math's flops only: the same for every tiling and storage precision of a call
     region_bytes: Mapping[str, int]
+    extra_ops: int = 0  # vector operations beyond the math (conversions, empty lanes, repeated work)
 
     @property
     def cycles(self) -> float:
@@ -41,13 +43,15 @@ class Roofline:
 def roofline(plan: Plan, target: Target) -> Roofline:
     """The roofline bound of ``plan`` on ``target`` (peak compute and bandwidth of the cores it uses)."""
     mmap = MemoryMap(target)
-    flops_by_prec: dict[str, int] = defaultdict(int)
+    ops_by_prec: dict[str, int] = defaultdict(int)  # every vector operation, which the compute time counts
+    flops = 0
     region_bytes: dict[str, int] = defaultdict(int)
     for phase in plan.phases:
         for tiles in phase.tiles.values():
             for tile in tiles:
                 if tile.compute is not None:
-                    flops_by_prec[tile.compute.precision] += tile.compute.flops
+                    ops_by_prec[tile.compute.precision] += tile.compute.vector_ops
+                    flops += tile.compute.flops
                 for t in tile.loads + tile.stores:
                     for side in ("src", "dst"):
                         lo, hi = t.span(side)
@@ -57,7 +61,7 @@ def roofline(plan: Plan, target: Target) -> Roofline:
     n = len(plan.cores)
     cycles: dict[str, float] = {}
     compute = sum(f / (target.core.precisions[p].peak_flops_per_cycle * n)
-                  for p, f in flops_by_prec.items() if p in target.core.precisions)
+                  for p, f in ops_by_prec.items() if p in target.core.precisions)
     cycles["compute"] = compute
     engines = target.dma.engines_per_core
     for name, b in region_bytes.items():
@@ -69,8 +73,8 @@ def roofline(plan: Plan, target: Target) -> Roofline:
         else:
             bw = min(r.ports, engines) * r.port_bandwidth_bytes_per_cycle * n
         cycles[name] = b / bw
-    return Roofline(resource_cycles=dict(cycles), total_flops=sum(flops_by_prec.values()),
-                    region_bytes=dict(region_bytes))
+    return Roofline(resource_cycles=dict(cycles), total_flops=flops, region_bytes=dict(region_bytes),
+                    extra_ops=sum(ops_by_prec.values()) - flops)
 
 
 def _union(intervals: Sequence[tuple[int, int]]) -> int:
