@@ -14,7 +14,7 @@ import difflib
 import importlib
 from dataclasses import dataclass
 
-from kernels.base import PREFIX_PRECISION, Kernel, precision_note
+from kernels.base import PREFIX_PRECISION, RESERVED_ARGUMENT_NAMES, Kernel, precision_note
 from sim.errors import KernelArgError
 
 #: Modules under ``kernels/`` that each define a ``KERNEL``.
@@ -48,6 +48,9 @@ def _build() -> dict[str, Symbol]:
     table: dict[str, Symbol] = {}
     for mod_name in KERNEL_MODULES:
         kernel = importlib.import_module(f"kernels.{mod_name}").KERNEL
+        clash = [a.name for a in kernel.args if a.name in RESERVED_ARGUMENT_NAMES]
+        if clash:  # a kernel author's mistake: such an argument could never be passed to call()
+            raise TypeError(f"kernel {kernel.name}: argument name '{clash[0]}' is reserved by Simulator.call()")
         for prefix, precision in PREFIX_PRECISION.items():
             for variant in VARIANTS:
                 name = f"{prefix}_{kernel.name}_{variant}"

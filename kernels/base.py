@@ -389,6 +389,28 @@ def require_address(name: str, value: Any) -> int:
     return value
 
 
+#: Names a kernel argument may not have: ``Simulator.call()``'s own parameters (``self``, the positional
+#: ``symbol``, and the keywords ``numerics``, ``progress``, ``tiling``), with where each belongs instead.
+RESERVED_ARGUMENT_NAMES: dict[str, str] = {
+    "symbol": "the symbol is the call's first, positional argument (a run-config's top-level 'symbol:')",
+    "self": "no kernel takes it",
+    "numerics": "it is call(numerics=...) (a run-config's top-level 'numerics:')",
+    "progress": "it is call(progress=...)",
+    "tiling": "it is call(tiling=...) (a run-config's top-level 'tiling:')",
+}
+
+
+def check_argument_names(args: Mapping[str, Any], where: str = "argument") -> None:
+    """Refuse a kernel argument named like one of ``Simulator.call()``'s own parameters, naming the key
+    (``where`` prefixes it: ``argument`` for the API, ``<file>: args`` for a run-config)."""
+    for key in args:
+        if key in RESERVED_ARGUMENT_NAMES:
+            sep = "." if where.endswith("args") else " "
+            raise KernelArgError(f"{where}{sep}'{key}': '{key}' is a parameter of Simulator.call() itself, not a "
+                                 f"kernel argument: {RESERVED_ARGUMENT_NAMES[key]} (reserved names: "
+                                 f"{', '.join(RESERVED_ARGUMENT_NAMES)})")
+
+
 def check_args(symbol: str, specs: Sequence[ArgSpec], args: Mapping[str, Any]) -> dict[str, Any]:
     """Refuse extra and missing arguments; fill defaults.  Returns the completed mapping."""
     known = {s.name for s in specs}

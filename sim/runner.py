@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from kernels.base import BoundCall
+from kernels.base import BoundCall, check_argument_names
 from sim.atomic import atomic_write_bytes
 from sim.config import RunConfig
 from sim.errors import SimError
@@ -22,6 +22,9 @@ def prepare(cfg: RunConfig, *, numerics: bool | None = None) -> Simulator:
     ``numerics`` False places only literal ``values`` data (enough to bind and
     lay out the call); None follows the config.
     """
+    # Arguments are passed to call() as keywords: one named like call()'s own parameters must be refused here,
+    # as a SimError naming the key, before Python's TypeError ("got multiple values for argument").
+    check_argument_names(cfg.args, f"{cfg.path}: args")
     m = Simulator(cfg.target) if cfg.tiling_tolerance is None else \
         Simulator(cfg.target, tiling_tolerance=cfg.tiling_tolerance)
     # Every placement and read-back is checked against the map before any array is generated,

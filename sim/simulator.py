@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 import kernels
-from kernels.base import Buffer, BoundCall, Plan, PlanContext
+from kernels.base import Buffer, BoundCall, Plan, PlanContext, check_argument_names
 from sim.engine import Engine
 from sim.errors import KernelArgError, LayoutError, MemoryFault, SimError
 from sim.layout import check_buffer, enforce_layout, layout_error, plan_violation
@@ -197,8 +197,9 @@ class Simulator:
 
     # -- calls ------------------------------------------------------------------------------------
 
-    def bind(self, symbol: str, **kwargs: Any) -> BoundCall:
+    def bind(self, symbol: str, /, **kwargs: Any) -> BoundCall:
         """Check a call's symbol and arguments without running it (no layout check)."""
+        check_argument_names(kwargs)
         sym = kernels.lookup(symbol)
         odd = [k for k in kwargs if not k.isidentifier()]
         if odd:
@@ -249,12 +250,12 @@ class Simulator:
                            workspace_base=ws_lo, workspace_size_bytes=ws_hi - ws_lo,
                            alignment_bytes=max(stage.alignment_bytes, self.target.core.vector_width_bytes))
 
-    def plan(self, symbol: str, *, tiling: Mapping[str, Any] | None = None, **kwargs: Any) -> tuple[BoundCall, Plan]:
+    def plan(self, symbol: str, /, *, tiling: Mapping[str, Any] | None = None, **kwargs: Any) -> tuple[BoundCall, Plan]:
         """Bind, layout-check and plan a call without running it."""
         call, plan, _ = self.plan_with_choice(symbol, tiling=tiling, **kwargs)
         return call, plan
 
-    def plan_with_choice(self, symbol: str, *, tiling: Mapping[str, Any] | None = None,
+    def plan_with_choice(self, symbol: str, /, *, tiling: Mapping[str, Any] | None = None,
                          **kwargs: Any) -> tuple[BoundCall, Plan, TilingChoice]:
         """Bind, layout-check and plan a call: with ``tiling`` if given, else the cheapest candidate tiling."""
         call = self.bind(symbol, **kwargs)
@@ -358,7 +359,7 @@ class Simulator:
         """The kernel object behind a bound call."""
         return kernels.lookup(call.symbol).kernel
 
-    def call(self, symbol: str, *, numerics: bool = True, progress: Callable[[int, int], None] | None = None,
+    def call(self, symbol: str, /, *, numerics: bool = True, progress: Callable[[int, int], None] | None = None,
              tiling: Mapping[str, Any] | None = None, **kwargs: Any) -> Run:
         """Run ``symbol`` with its C arguments by name; memory is rolled back if anything fails."""
         t0 = time.perf_counter()
