@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from kernels.base import PREFIX_PRECISION, RESERVED_ARGUMENT_NAMES, Kernel, precision_note
 from sim.errors import KernelArgError
+from sim.messages import shown
 
 #: Modules under ``kernels/`` that each define a ``KERNEL``.
 KERNEL_MODULES: tuple[str, ...] = (
@@ -64,13 +65,14 @@ REGISTRY: dict[str, Symbol] = _build()
 def lookup(symbol: object) -> Symbol:
     """The registered symbol ``symbol``; KernelArgError (with close names) when there is none."""
     if not isinstance(symbol, str):
-        raise KernelArgError(f"symbol: expected a kernel symbol name (str), got {symbol!r}")
+        raise KernelArgError(f"symbol: expected a kernel symbol name (str), got {shown(symbol)}")
     try:
         return REGISTRY[symbol]
     except KeyError:
-        close = difflib.get_close_matches(symbol, REGISTRY, n=3)
+        # difflib is quadratic in the name's length: a name far longer than any symbol gets no suggestions.
+        close = difflib.get_close_matches(symbol, REGISTRY, n=3) if len(symbol) < 100 else []
         hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(sorted(REGISTRY))}"
-        raise KernelArgError(f"symbol: unknown kernel symbol {symbol!r}{hint}") from None
+        raise KernelArgError(f"symbol: unknown kernel symbol {shown(symbol)}{hint}") from None
 
 
 def symbols() -> list[Symbol]:

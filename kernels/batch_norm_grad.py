@@ -9,7 +9,8 @@ and scale, with m = batch and x̂ = (x - mean)·invar:
 
 ``params`` is the C ``long long params[12]``: [0] mean*, [1] invar*, [2] scale*,
 [3] dbias* (out), [4] dscale* (out), [5] batch, [6] channel, [7] is_train; given
-as a sequence of 8 to 12 ints or as the address of an int64[12] array.
+as a sequence of 8 to 12 ints or as the address of an int64[12] array.  Slots
+[8]..[11] are reserved: when present they must be 0.
 
 Precision: ``fp_`` symbols store and compute everything in fp32.  ``hp_``
 symbols store x, dy and dx in fp16 and the per-channel vectors (mean, invar,
@@ -51,6 +52,7 @@ from kernels.base import (PRECISION_DTYPES, ArgSpec, BoundCall, Buffer, Compute,
 from kernels.tiling import Arena, channel_grain, fits, operand_in, operand_out, padded_lanes
 from kernels.tiling_keys import choice_key, int_key, tiling_keys, unique
 from sim.errors import KernelArgError, LayoutError
+from sim.messages import shown
 
 F32 = np.dtype(np.float32)
 I64 = np.dtype(np.int64)
@@ -106,7 +108,8 @@ class BatchNormGrad:
         ArgSpec("dy", "in_ptr", "address of dy [batch, channel]"),
         ArgSpec("dx", "out_ptr", "address of dx [batch, channel] (output)"),
         ArgSpec("params", "params", "long long params[12]: mean*, invar*, scale*, dbias*, dscale*, batch, "
-                                    "channel, is_train -- 8..12 ints, or the address of an int64[12] array"),
+                                    "channel, is_train, then reserved slots that must be 0 -- 8..12 ints, or the "
+                                    "address of an int64[12] array"),
     )
 
     def bind(self, symbol: str, precision: str, variant: str, cores: tuple[int, ...],
@@ -121,15 +124,15 @@ class BatchNormGrad:
             buffers.append(Buffer("params", paddr, (12,), I64, "input"))
             values: Sequence[Any] = [int(v) for v in read(paddr, (12,), I64, "params")]
             origin = f"params array at {paddr:#x}"
-        elif isinstance(raw, (list, tuple, np.ndarray)):
-            values = list(raw)
-            if not 8 <= len(values) <= 12:
+        elif isinstance(raw, (list, tuple)) or (isinstance(raw, np.ndarray) and raw.ndim == 1):
+            if not 8 <= len(raw) <= 12:  # before copying it: a huge sequence is refused by its length alone
                 raise KernelArgError(f"argument 'params': expected 8 to 12 ints ({', '.join(PARAM_NAMES)}), "
-                                     f"got {len(values)}")
+                                     f"got {len(raw)}")
+            values = list(raw)
             origin = "params"
         else:
             raise KernelArgError(f"argument 'params': expected a sequence of 8 to 12 ints or the address of an "
-                                 f"int64[12] array, got {raw!r}")
+                                 f"int64[12] array, got {shown(raw)}")
         ptrs = [require_address(f"params[{i}] ({PARAM_NAMES[i]})", values[i]) for i in range(5)]
         batch = require_int(f"params[5] (batch)", values[5])
         channel = require_int(f"params[6] (channel)", values[6])
@@ -143,7 +146,11 @@ class BatchNormGrad:
         if is_train not in (0, 1):
             raise KernelArgError(f"argument 'params[7] (is_train)': expected 0 or 1, got {is_train}")
         for i in range(8, len(values)):
-            require_int(f"params[{i}] (reserved)", values[i])
+            # Reserved: no meaning yet, so anything but 0 is a mistake (an entry shifted out of place, an
+            # uninitialised array) that must not pass silently, nor change meaning when a slot gets one.
+            if require_int(f"params[{i}] (reserved)", values[i]) != 0:
+                raise KernelArgError(f"argument 'params[{i}] (reserved)': slots [8]..[11] are reserved and must be "
+                                     f"0, got {values[i]} (from {origin})")
         dt = PRECISION_DTYPES[precision]
         if batch * channel * dt.itemsize > 1 << 40:
             raise KernelArgError(f"arguments 'params[5] (batch)' x 'params[6] (channel)': {batch} x {channel} "

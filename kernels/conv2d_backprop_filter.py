@@ -51,6 +51,7 @@ from kernels.conv_geometry import ConvGeometry, conv_geometry
 from kernels.tiling import Arena, block_in, block_out, fits, padded_lanes
 from sim.errors import KernelArgError, LayoutError
 from sim.memory import MemoryMap
+from sim.messages import shown
 
 F32 = np.dtype(np.float32)
 #: Largest buffer a call may describe (bytes); beyond it no chip has the memory.
@@ -63,6 +64,20 @@ PIPELINE_TILES = 4
 
 # --- numerics ----------------------------------------------------------------------------------
 
+def _tap_slices(offset: int, n_out: int, stride: int, lo: int, length: int) -> tuple[slice, slice] | None:
+    """(output positions, input positions) of one tap along one axis, or None when none lands on the input.
+
+    Output position i reads window position ``offset + i·stride``; the loaded input covers window
+    positions [lo, lo + length).
+    """
+    first = max(0, -(-(lo - offset) // stride))
+    last = min(n_out - 1, (lo + length - 1 - offset) // stride)
+    if length <= 0 or first > last:
+        return None
+    start = offset + first * stride - lo
+    return slice(first, last + 1), slice(start, start + (last - first) * stride + 1, stride)
+
+
 def filter_grad_block(x: np.ndarray, dy: np.ndarray, geo: ConvGeometry, fh: int, fw: int,
                       rows: tuple[int, int], nchw: bool) -> np.ndarray:
     """dW contribution [fh, fw, icg, ocg] (fp32) of output rows ``rows`` of a block of images.
@@ -70,7 +85,9 @@ def filter_grad_block(x: np.ndarray, dy: np.ndarray, geo: ConvGeometry, fh: int,
     ``x`` holds the input rows the window of those output rows touches, clipped to the
     input ([nb, h, w, icg], or [nb, icg, h, w] when ``nchw``; h may be 0), ``dy`` the
     output rows ([nb, rows, out_w, ocg] or [nb, ocg, rows, out_w]).  Rows and columns
-    outside the input read as zero (the padding).
+    outside the input read as zero (the padding).  The im2col matrix is filled tap by tap
+    from the input itself: the padded window is never built, so its size (a large
+    dilation or padding) costs no memory.
     """
     r0, r1 = rows
     nrows = r1 - r0
@@ -78,22 +95,19 @@ def filter_grad_block(x: np.ndarray, dy: np.ndarray, geo: ConvGeometry, fh: int,
     dyf = dy.transpose(0, 2, 3, 1) if nchw else dy
     nb, hl, wl, icg = xf.shape
     ocg = dyf.shape[3]
-    win_h = (nrows - 1) * geo.stride_h + geo.eff_h
-    win_w = (geo.out_w - 1) * geo.stride_w + geo.eff_w
+    # Window positions (relative to the first output row's window) of the loaded input: x starts at input
+    # row max(top, 0) and input column 0, which sits pad_left into the window.
     top = r0 * geo.stride_h - geo.pad_top
-    # The padded window of the tile, zeros where it lies outside the input; x starts at row max(top, 0).
-    xp = np.zeros((nb, win_h, win_w, icg), F32)
     h0 = max(top, 0) - top
-    hl, wl = max(min(hl, win_h - h0), 0), max(min(wl, win_w - geo.pad_left), 0)
-    if hl and wl:
-        xp[:, h0:h0 + hl, geo.pad_left:geo.pad_left + wl, :] = xf[:, :hl, :wl, :]
-    cols = np.empty((nb, nrows, geo.out_w, fh, fw, icg), F32)
+    cols = np.zeros((nb, nrows, geo.out_w, fh, fw, icg), F32)
     for kh in range(fh):
-        hs = slice(kh * geo.dilation_h, kh * geo.dilation_h + (nrows - 1) * geo.stride_h + 1, geo.stride_h)
+        hs = _tap_slices(kh * geo.dilation_h, nrows, geo.stride_h, h0, hl)
+        if hs is None:
+            continue
         for kw in range(fw):
-            ws = slice(kw * geo.dilation_w, kw * geo.dilation_w + (geo.out_w - 1) * geo.stride_w + 1,
-                       geo.stride_w)
-            cols[:, :, :, kh, kw, :] = xp[:, hs, ws, :]
+            ws = _tap_slices(kw * geo.dilation_w, geo.out_w, geo.stride_w, geo.pad_left, wl)
+            if ws is not None:
+                cols[:, hs[0], ws[0], kh, kw, :] = xf[:, hs[1], ws[1], :]
     positions = nb * nrows * geo.out_w
     dmat = np.ascontiguousarray(dyf, dtype=F32).reshape(positions, ocg)
     return (cols.reshape(positions, fh * fw * icg).T @ dmat).reshape(fh, fw, icg, ocg)
@@ -181,7 +195,7 @@ class Conv2DBackpropFilter:
         fsz = require_ints("filter_sizes", a["filter_sizes"], 4, minimum=1)
         geo = conv_geometry(a["input_shape"], (fsz[0], fsz[1]), strides=a["strides"], padding=a["padding"],
                             explicit_paddings=a["explicit_paddings"], data_format=a["data_format"],
-                            dilations=a["dilations"])
+                            dilations=a["dilations"], filter_name="filter_sizes")
         if fsz[2] != geo.in_c:
             raise KernelArgError(f"argument 'filter_sizes': in_c (filter_sizes[2] = {fsz[2]}) must equal the "
                                  f"input's channels ({geo.in_c}); grouped convolution is not supported")
@@ -395,12 +409,12 @@ class _Planner:
         for key, value in tiling.items():
             if key == "split":
                 if value not in ("spatial", "filter"):
-                    raise KernelArgError(f"argument 'tiling.split': expected spatial or filter, got {value!r}")
+                    raise KernelArgError(f"argument 'tiling.split': expected spatial or filter, got {shown(value)}")
             elif key in limits:
                 if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
                         or not 1 <= value <= limits[key]:
                     raise KernelArgError(f"argument 'tiling.{key}': expected an integer in 1..{limits[key]}, "
-                                         f"got {value!r}")
+                                         f"got {shown(value)}")
             else:
                 raise KernelArgError(f"argument 'tiling': unknown key '{key}' (this kernel takes: in_c_slice, "
                                      f"out_c_slice, split)")

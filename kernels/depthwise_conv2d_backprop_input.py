@@ -512,7 +512,7 @@ class DepthwiseConv2dBackpropInput:
         filter_shape = require_ints("filter_shape", a["filter_shape"], 4, minimum=1)
         geom = conv_geometry(input_sizes, filter_shape[:2], strides=a["strides"], padding=a["padding"],
                              explicit_paddings=a["explicit_paddings"], data_format=a["data_format"],
-                             dilations=a["dilations"], input_name="input_sizes")
+                             dilations=a["dilations"], filter_name="filter_shape", input_name="input_sizes")
         if filter_shape[2] != geom.in_c:
             raise KernelArgError(f"argument 'filter_shape': filter_shape[2] (in_c) is {filter_shape[2]} but "
                                  f"input_sizes has {geom.in_c} channels ({geom.data_format}); they must be equal")

@@ -245,7 +245,8 @@ class FusedBatchNormGrad:
         shape = require_ints("shape", a["shape"], 4, minimum=1)
         data_format = require_choice("data_format", a["data_format"], FORMATS)
         epsilon = require_float("epsilon", a["epsilon"])
-        if not epsilon > 0 or not np.isfinite(F32.type(epsilon)) or F32.type(epsilon) <= 0:
+        # Compared before any cast: casting a value beyond fp32 to fp32 overflows (with numpy's warning).
+        if not 0 < epsilon <= float(np.finfo(F32).max) or F32.type(epsilon) <= 0:
             raise KernelArgError(f"argument 'epsilon': expected a positive number representable in fp32, "
                                  f"got {epsilon!r}")
         is_training = require_bool("is_training", a["is_training"])

@@ -16,6 +16,7 @@ from sim.engine import Engine
 from sim.errors import KernelArgError, LayoutError, MemoryFault, SimError
 from sim.layout import check_buffer, enforce_layout, layout_error, plan_violation
 from sim.memory import AddressSpace
+from sim.messages import shown
 from sim.summary import CoreSummary, Roofline, core_summaries, roofline, summary_table
 from sim.target import Target, load_target
 from sim.trace import Recorder, TraceEvent, region_facts, write_trace
@@ -139,10 +140,11 @@ class Run:
 
 def _cores_of_mask(mask: Any, target: Target) -> tuple[int, ...]:
     if isinstance(mask, bool) or not isinstance(mask, (int, np.integer)):
-        raise KernelArgError(f"argument 'core_mask': expected an int bitmask, got {mask!r}")
+        raise KernelArgError(f"argument 'core_mask': expected an int bitmask, got {shown(mask)}")
     mask = int(mask)
     if mask <= 0 or mask > target.all_cores_mask:
-        raise KernelArgError(f"argument 'core_mask': {mask:#x} selects no core or a core {target.name} lacks "
+        text = f"{mask:#x}" if -(1 << 64) < mask < 1 << 64 else shown(mask)
+        raise KernelArgError(f"argument 'core_mask': {text} selects no core or a core {target.name} lacks "
                              f"(it has {target.cores} cores: masks 0x1..{target.all_cores_mask:#x})")
     return tuple(i for i in range(target.cores) if mask >> i & 1)
 
@@ -170,7 +172,7 @@ class Simulator:
     @tiling_tolerance.setter
     def tiling_tolerance(self, value: float) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-            raise KernelArgError(f"argument 'tiling_tolerance': expected a fraction in [0, 1), got {value!r}")
+            raise KernelArgError(f"argument 'tiling_tolerance': expected a fraction in [0, 1), got {shown(value)}")
         self._tiling_tolerance = float(value)
 
     # -- memory -----------------------------------------------------------------------------------
@@ -190,7 +192,7 @@ class Simulator:
         try:
             dt = np.dtype(dtype)
         except (TypeError, ValueError, SyntaxError):
-            raise MemoryFault(f"read: {dtype!r} is not a dtype") from None
+            raise MemoryFault(f"read: {shown(dtype)} is not a dtype") from None
         if dt.kind not in "biuf" or dt.fields is not None or dt.subdtype is not None:
             raise MemoryFault(f"read: expected a plain numeric dtype, got {dt}")
         return self.memory.read(addr, shape, dt, core=core)
@@ -203,7 +205,7 @@ class Simulator:
         sym = kernels.lookup(symbol)
         odd = [k for k in kwargs if not k.isidentifier()]
         if odd:
-            raise KernelArgError(f"{symbol}: argument name {odd[0]!r} is not an identifier")
+            raise KernelArgError(f"{symbol}: argument name {shown(odd[0])} is not an identifier")
         if sym.precision not in self.target.precisions:
             raise KernelArgError(f"symbol '{symbol}' computes in {sym.precision}, which {self.target.name} "
                                  f"lacks (it has: {', '.join(self.target.precisions)})")
@@ -222,7 +224,7 @@ class Simulator:
             if isinstance(core, bool) or not isinstance(core, (int, np.integer)) \
                     or not 0 <= int(core) < self.target.cores:
                 raise KernelArgError(f"argument 'core': expected a core of {self.target.name} "
-                                     f"(0..{self.target.cores - 1}), got {core!r}")
+                                     f"(0..{self.target.cores - 1}), got {shown(core)}")
             cores = (int(core),)
             owner = int(core)
 
@@ -265,7 +267,7 @@ class Simulator:
         offers = hasattr(kernel, "tilings")
         if tiling is not None:
             if not isinstance(tiling, Mapping):
-                raise KernelArgError(f"argument 'tiling': expected a mapping of tiling keys, got {tiling!r}")
+                raise KernelArgError(f"argument 'tiling': expected a mapping of tiling keys, got {shown(tiling)}")
             if not offers:
                 raise KernelArgError(f"argument 'tiling': {symbol} takes no tiling (it has a single plan)")
             return call, self._lower(kernel, call, replace(ctx, tiling=dict(tiling))), \
@@ -364,9 +366,9 @@ class Simulator:
         """Run ``symbol`` with its C arguments by name; memory is rolled back if anything fails."""
         t0 = time.perf_counter()
         if not isinstance(numerics, (bool, np.bool_)):
-            raise KernelArgError(f"call: 'numerics' must be True or False, got {numerics!r}")
+            raise KernelArgError(f"call: 'numerics' must be True or False, got {shown(numerics)}")
         if progress is not None and not callable(progress):
-            raise KernelArgError(f"call: 'progress' must be a callable or None, got {progress!r}")
+            raise KernelArgError(f"call: 'progress' must be a callable or None, got {shown(progress)}")
         call, plan, choice = self.plan_with_choice(symbol, tiling=tiling, **kwargs)
         recorder = Recorder()
         engine = Engine(self.target, self.memory, recorder, numerics=numerics, on_tile=progress,

@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
+import time
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 import sim
 from sim.cli import main
@@ -19,6 +24,10 @@ ROOT = Path(__file__).resolve().parent.parent
 BN_CONFIG = yaml.safe_load((ROOT / "configs" / "ft78ne_batch_norm_grad_s.yaml").read_text())
 BN_ARGS = dict(x=0xA0000000, dy=0xB0000000, dx=0xA1000000,
                params=[0xC0000000, 0xD0000000, 0xE0000000, 0xB1000000, 0xC1000000, 4, 64, 1])
+
+
+#: Wall-clock allowances scale by this on a loaded machine (DSPSIM_SLOW=3 triples them).
+SLOW_MACHINE = float(os.environ.get("DSPSIM_SLOW", "1"))
 
 
 def cli(argv: list[str]) -> tuple[int, str, str]:
@@ -72,3 +81,216 @@ def test_no_kernel_declares_a_reserved_argument_name():
     assert set(RESERVED_ARGUMENT_NAMES) == set(RESERVED)
     for s in kernels.symbols():
         assert not {a.name for a in s.kernel.args} & set(RESERVED)
+
+
+# --- item 3: huge numbers in kernel arguments ---------------------------------------------------------------
+
+FUSED_ARGS = dict(y_backprop=0x80000000, x=0x81000000, scale=0x82000000, reserve_space_1=0x82100000,
+                  reserve_space_2=0x82200000, x_backprop=0x83000000, scale_backprop=0x84000000,
+                  offset_backprop=0x84100000, shape=[1, 2, 2, 4])
+#: A valid call of every kernel, to put one huge value into.
+VALID = {
+    "batch_norm_grad": BN_ARGS,
+    "fused_batch_norm_grad": FUSED_ARGS,
+    "conv2d_backprop_filter": dict(input=0x80000000, out_backprop=0x90000000, output=0xA0000000,
+                                   input_shape=[1, 8, 8, 4], filter_sizes=[3, 3, 4, 4], strides=[1, 1, 1, 1],
+                                   padding="EXPLICIT", explicit_paddings=[0, 0, 1, 1, 1, 1, 0, 0],
+                                   dilations=[1, 1, 1, 1], out_backprop_shape=[1, 8, 8, 4]),
+    "depthwise_conv2d_backprop_input": dict(filter=0xB0000000, out_backprop=0x80000000, output=0xA0000000,
+                                            input_sizes=[1, 8, 8, 4], filter_shape=[3, 3, 4, 1],
+                                            strides=[1, 1, 1, 1], padding="EXPLICIT",
+                                            explicit_paddings=[0, 0, 1, 1, 1, 1, 0, 0], dilations=[1, 1, 1, 1]),
+    "fake_quant_with_min_max_vars_gradient": dict(gradients=0x80000000, inputs=0x81000000, min=0x82000000,
+                                                  max=0x82000100, backprops_wrt_input=0x83000000,
+                                                  backprop_wrt_min=0x84000000, backprop_wrt_max=0x84000100,
+                                                  shape=[4, 5], num_bits=8, narrow_range=False),
+}
+PARAM_POINTERS = ("mean", "invar", "scale", "dbias", "dscale")
+HUGE = [10 ** 400, -10 ** 400, 2 ** 63, -(2 ** 63) - 1, 2 ** 64, 2 ** 70, 10 ** 19, 10 ** 5000]
+
+
+def test_epsilon_beyond_any_float_is_a_kernel_arg_error_naming_it():
+    m = sim.Simulator("FT78NE")
+    for eps in (10 ** 400, -10 ** 400, 10 ** 5000, 1e300, 1e39):
+        with pytest.raises(sim.KernelArgError, match="argument 'epsilon'"):
+            m.call("fp_fused_batch_norm_grad_s", **FUSED_ARGS, epsilon=eps)
+
+
+def test_run_config_epsilon_beyond_any_float_is_one_line_exit_2(tmp_path):
+    doc = yaml.safe_load((ROOT / "configs" / "ft78ne_fused_batch_norm_grad_s.yaml").read_text())
+    doc["args"]["epsilon"] = 10 ** 400
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    for command in (["run", str(path), "--out-dir", str(tmp_path / "out")], ["validate", str(path)]):
+        rc, _, err = cli(command)
+        assert rc == 2 and err.count("\n") == 1 and "'epsilon'" in err and "OverflowError" not in err, err
+        assert len(err) < 400  # the 401-digit number is described, not printed
+
+
+def _huge_variants(kernel: str):
+    """(argument name, arguments) with one number of ``kernel``'s call replaced by a huge one."""
+    import kernels
+    base = VALID[kernel]
+    spec = {a.name: a for a in kernels.lookup(f"fp_{kernel}_s").kernel.args}
+    for name, value in base.items():
+        kind = spec[name].kind if name in spec else "params"
+        for huge in HUGE:
+            if isinstance(value, list):
+                for i in range(len(value)):
+                    # A huge pointer in params is refused as an address or by the layout of its buffer.
+                    label = PARAM_POINTERS[i] if kind == "params" and i < 5 else f"{name}[{i}]"
+                    yield label, {**base, name: value[:i] + [huge] + value[i + 1:]}
+            elif isinstance(value, int) and not isinstance(value, bool):
+                yield name, {**base, name: huge}
+
+
+@pytest.mark.parametrize("kernel", sorted(VALID))
+def test_every_number_of_a_call_refuses_huge_values_naming_the_argument(kernel):
+    m = sim.Simulator("MT7004")
+    for name, args in _huge_variants(kernel):
+        with pytest.raises(sim.SimError) as info:
+            m.call(f"fp_{kernel}_s", numerics=False, **args)
+        message = str(info.value)
+        assert name in message and len(message) < 600 and "\n" not in message, (name, message)
+
+
+# --- item 4: absurd convolution geometry is refused before planning ----------------------------------------
+
+def test_huge_dilation_of_the_issue_is_refused_naming_it():
+    m = sim.Simulator("FT78NE")
+    with pytest.raises(sim.KernelArgError, match="argument 'dilations'.*rule"):
+        m.call("fp_conv2d_backprop_filter_s", numerics=False, input=0x80000000, out_backprop=0x90000000,
+               output=0xA0000000, input_shape=[1, 8, 8, 4], filter_sizes=[3, 3, 4, 4], strides=[1, 1, 1, 1],
+               padding="SAME", dilations=[1, 2 ** 40, 1, 1])
+
+
+def test_huge_stride_and_paddings_of_the_issue_are_refused_naming_them():
+    m = sim.Simulator("FT78NE")
+    common = dict(filter=0xB0000000, out_backprop=0x80000000, output=0xA0000000, input_sizes=[1, 4, 8, 8],
+                  filter_shape=[3, 3, 4, 1], data_format="NCHW", padding="EXPLICIT")
+    with pytest.raises(sim.KernelArgError, match="argument 'strides'.*width.*rule"):
+        m.call("fp_depthwise_conv2d_backprop_input_s", numerics=False, strides=[1, 1, 1, 662001],
+               explicit_paddings=[0, 0, 0, 0, 1, 1, 1, 1], **common)
+    with pytest.raises(sim.KernelArgError, match="argument 'explicit_paddings'.*rule"):
+        m.call("fp_depthwise_conv2d_backprop_input_s", numerics=False, strides=[1, 1, 1, 1],
+               explicit_paddings=[0, 0, 0, 0, 134315, 134315, 134315, 134315], **common)
+
+
+@pytest.mark.parametrize("kernel", ["conv2d_backprop_filter", "depthwise_conv2d_backprop_input"])
+@pytest.mark.parametrize("fmt", ["NHWC", "NCHW"])
+def test_realistic_geometry_near_the_bounds_still_runs(kernel, fmt):
+    """Strides and dilations past a tiny input, a dilated filter far larger than it, full padding."""
+    from kernels.conv_geometry import geometry_limit
+    m = sim.Simulator("FT78NE")
+    base = VALID[kernel]
+    order = (lambda n, h, w, c: [n, h, w, c]) if fmt == "NHWC" else (lambda n, h, w, c: [n, c, h, w])
+    size = "input_shape" if kernel == "conv2d_backprop_filter" else "input_sizes"
+    limit = geometry_limit(2)
+    for strides, dilations, padding, pads in (
+            ((limit, limit), (1, 1), "SAME", None),
+            ((1, 1), ((limit - 1) // 2, 36), "SAME", None),  # a 3x3 filter dilated as far as the rule allows
+            ((3, 2), (1, 1), "EXPLICIT", (2, 2)),  # full padding: eff - 1 on each side
+            ((1, 1), (1, 1), "EXPLICIT", (limit, limit))):
+        args = {k: v for k, v in base.items() if k not in ("out_backprop_shape",)}
+        args.update({size: order(1, 2, 2, 4), "data_format": fmt, "strides": order(1, *strides, 1),
+                     "dilations": order(1, *dilations, 1), "padding": padding})
+        if pads is None:
+            args.pop("explicit_paddings")
+        else:
+            args["explicit_paddings"] = [x for p in order((0, 0), pads, pads, (0, 0)) for x in p]
+        assert m.call(f"fp_{kernel}_s", numerics=False, **args).cycles > 0
+
+
+_WARM: list[sim.Simulator] = []
+
+
+def warm_simulator() -> sim.Simulator:
+    """One simulator for every example, its memory pages already allocated by a call of each kernel.
+
+    Simulated memory is allocated in 256 MiB pages, zeroed lazily by the OS: tracemalloc would count a page a
+    call touches first as 256 MiB, though it costs the host next to nothing until written.
+    """
+    if not _WARM:
+        m = sim.Simulator("FT78NE")
+        for kernel in ("conv2d_backprop_filter", "depthwise_conv2d_backprop_input"):
+            m.call(f"fp_{kernel}_s", **VALID[kernel])
+        _WARM.append(m)
+    return _WARM[0]
+
+
+SMALL = st.integers(1, 4)
+BIG = st.one_of(st.integers(5, 2 ** 20), st.integers(2 ** 20, 2 ** 70),
+                st.sampled_from([2 ** 40, 662001, 134315, 2 ** 63 - 1, 10 ** 30]))
+#: The numbers of a convolution's geometry, each of which may be drawn huge.
+GEOMETRY_KNOBS = ("filter_h", "filter_w", "stride_h", "stride_w", "dilation_h", "dilation_w", "pad_top",
+                  "pad_bottom", "pad_left", "pad_right")
+
+
+@settings(max_examples=80, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(kernel=st.sampled_from(["conv2d_backprop_filter", "depthwise_conv2d_backprop_input"]),
+       fmt=st.sampled_from(["NHWC", "NCHW"]), padding=st.sampled_from(["SAME", "VALID", "EXPLICIT"]),
+       hw=st.tuples(st.integers(1, 9), st.integers(1, 9)),
+       knobs=st.fixed_dictionaries({k: SMALL for k in GEOMETRY_KNOBS}),
+       huge=st.dictionaries(st.sampled_from(GEOMETRY_KNOBS), BIG, min_size=1, max_size=2),
+       numerics=st.booleans())
+@example(kernel="conv2d_backprop_filter", fmt="NHWC", padding="SAME", hw=(8, 8),  # the issue's 320 TiB
+         knobs={**{k: 1 for k in GEOMETRY_KNOBS}, "filter_h": 3, "filter_w": 3}, huge={"dilation_h": 2 ** 40},
+         numerics=True)
+@example(kernel="depthwise_conv2d_backprop_input", fmt="NCHW", padding="EXPLICIT", hw=(8, 8),
+         knobs={**{k: 1 for k in GEOMETRY_KNOBS}, "filter_h": 3, "filter_w": 3},
+         huge={"stride_w": 662001, "pad_top": 134315}, numerics=True)
+def test_huge_geometry_answers_within_a_second_and_bounded_memory(kernel, fmt, padding, hw, knobs, huge, numerics):
+    m = warm_simulator()
+    g = {**knobs, **huge}
+    order = (lambda n, h, w, c: [n, h, w, c]) if fmt == "NHWC" else (lambda n, h, w, c: [n, c, h, w])
+    base = {k: v for k, v in VALID[kernel].items() if k not in ("out_backprop_shape", "explicit_paddings")}
+    size, fname = (("input_shape", "filter_sizes") if kernel == "conv2d_backprop_filter"
+                   else ("input_sizes", "filter_shape"))
+    args = {**base, size: order(1, hw[0], hw[1], 4), fname: [g["filter_h"], g["filter_w"], 4, 1],
+            "data_format": fmt, "padding": padding, "strides": order(1, g["stride_h"], g["stride_w"], 1),
+            "dilations": order(1, g["dilation_h"], g["dilation_w"], 1)}
+    if padding == "EXPLICIT":
+        pairs = order((0, 0), (g["pad_top"], g["pad_bottom"]), (g["pad_left"], g["pad_right"]), (0, 0))
+        args["explicit_paddings"] = [x for p in pairs for x in p]
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    try:
+        m.call(f"fp_{kernel}_s", numerics=numerics, **args)
+    except sim.SimError as e:
+        assert "\n" not in str(e) and len(str(e)) < 600
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    assert time.perf_counter() - t0 < 1.0 * SLOW_MACHINE
+    assert peak < 256 << 20, f"{peak / 2 ** 20:.0f} MiB"
+
+
+# --- item 11: messages report values as given; the reserved params slots ------------------------------------
+
+@pytest.mark.parametrize("value,shown", [("x", "got 'x'"), (5, "got 5"), ("SAME", "got 'SAME'"),
+                                         ([1, 2], "got [1, 2]")])
+def test_explicit_paddings_reported_as_given(value, shown):
+    args = {**VALID["depthwise_conv2d_backprop_input"], "padding": "SAME", "explicit_paddings": value}
+    with pytest.raises(sim.KernelArgError, match="argument 'explicit_paddings'") as info:
+        sim.Simulator("FT78NE").bind("fp_depthwise_conv2d_backprop_input_s", **args)
+    assert shown in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("value", [2 ** 70, -1, 1, 0x80000000, -(2 ** 63)])
+@pytest.mark.parametrize("slot", [8, 11])
+def test_reserved_params_slots_must_be_zero(value, slot):
+    m = sim.Simulator("FT78NE")
+    params = BN_ARGS["params"] + [0] * 4
+    params[slot] = value
+    with pytest.raises(sim.KernelArgError, match=rf"params\[{slot}\] \(reserved\)"):
+        m.bind("fp_batch_norm_grad_s", **{**BN_ARGS, "params": params})
+    if -(2 ** 63) <= value < 2 ** 63:  # the address form: an int64[12] array in memory
+        m.write(0xC2000000, np.array(params, np.int64))
+        with pytest.raises(sim.KernelArgError, match=rf"params\[{slot}\] \(reserved\).*params array at"):
+            m.bind("fp_batch_norm_grad_s", **{**BN_ARGS, "params": 0xC2000000})
+
+
+def test_reserved_params_slots_of_zero_are_accepted():
+    m = sim.Simulator("FT78NE")
+    assert m.call("fp_batch_norm_grad_s", numerics=False, **{**BN_ARGS, "params": BN_ARGS["params"] + [0] * 4})
