@@ -385,21 +385,44 @@ class AddressSpace:
     # -- typed access ----------------------------------------------------------------------
 
     def write(self, addr: int, array: np.ndarray, core: int | None = None) -> None:
-        """Store ``array``'s bytes (C order, little-endian) at ``addr``."""
-        data = np.ascontiguousarray(array)
+        """Store ``array``'s bytes (C order, little-endian) at ``addr``.
+
+        The access is checked from the array's shape and dtype alone, before its data is copied or
+        converted: an unmapped address or an absurd size (a broadcast view of 2**34 elements) is refused at
+        once, without allocating anything.
+        """
+        if isinstance(array, np.ma.MaskedArray):
+            raise MemoryFault("write: a masked array's mask cannot be stored (only its data would be)")
+        arr = np.asarray(array)  # no copy for an ndarray (a broadcast view stays a view)
+        size_bytes = math.prod(arr.shape) * arr.dtype.itemsize  # Python ints: no overflow, no data touched
+        _, key = self.map.resolve(addr, size_bytes, core, what="write")
+        data = np.ascontiguousarray(arr)
         if data.dtype.byteorder == ">":
             data = data.astype(data.dtype.newbyteorder("<"))
-        _, key = self.map.resolve(addr, data.nbytes, core, what="write")
         self.write_span(key, int(addr), data.reshape(-1).view(np.uint8))
 
     def read(self, addr: int, shape: Sequence[int] | int, dtype: np.dtype | type | str,
              core: int | None = None) -> np.ndarray:
         """A fresh array of ``shape`` and ``dtype`` decoded from the bytes at ``addr``."""
-        dt = np.dtype(dtype).newbyteorder("<")
+        dt = checked_dtype(dtype).newbyteorder("<")
         shp = access_shape(shape, "read")
         n = math.prod(shp) * dt.itemsize  # Python ints: an absurd shape cannot wrap around
         _, key = self.map.resolve(addr, n, core, what="read")
         return np.array(self.read_span(key, int(addr), n)).view(dt).reshape(shp)
+
+
+def checked_dtype(dtype: object, what: str = "read") -> np.dtype:
+    """``dtype`` as a plain numeric numpy dtype, else MemoryFault (None is refused: numpy reads it as float64)."""
+    if dtype is None:
+        raise MemoryFault(f"{what}: dtype is required (None would silently mean float64): name the element "
+                          f"type, e.g. np.float32")
+    try:
+        dt = np.dtype(dtype)  # type: ignore[call-overload]
+    except (TypeError, ValueError, SyntaxError):
+        raise MemoryFault(f"{what}: {shown(dtype)} is not a dtype") from None
+    if dt.kind not in "biuf" or dt.fields is not None or dt.subdtype is not None:
+        raise MemoryFault(f"{what}: expected a plain numeric dtype, got {dt}")
+    return dt
 
 
 def _item_dtype(itemsize: int) -> np.dtype:

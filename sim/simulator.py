@@ -15,7 +15,7 @@ from kernels.base import Buffer, BoundCall, Plan, PlanContext, check_argument_na
 from sim.engine import Engine
 from sim.errors import KernelArgError, LayoutError, MemoryFault, SimError
 from sim.layout import check_buffer, enforce_layout, layout_error, plan_violation
-from sim.memory import AddressSpace
+from sim.memory import AddressSpace, checked_dtype
 from sim.messages import shown
 from sim.summary import CoreSummary, Roofline, core_summaries, roofline, summary_table
 from sim.target import Target, load_target
@@ -178,24 +178,27 @@ class Simulator:
     # -- memory -----------------------------------------------------------------------------------
 
     def write(self, addr: int, array: Any, core: int | None = None) -> None:
-        """Store an array's bytes (C order, little-endian) at ``addr``; private addresses need ``core``."""
+        """Store an array's bytes (C order, little-endian) at ``addr``; private addresses need ``core``.
+
+        The address, the region and the size (from the array's shape and dtype) are checked before the
+        array's data is touched: a refused write costs no copy, whatever its size.  Masked arrays are
+        refused (their mask would be silently dropped).
+        """
+        if isinstance(array, np.ma.MaskedArray):
+            raise MemoryFault("write: a masked array's mask cannot be stored (only its data would be): pass "
+                              "np.ma.getdata(a), or a.filled(value) to decide what masked elements hold")
         try:
             arr = np.asarray(array)
         except (TypeError, ValueError, OverflowError) as e:
-            raise MemoryFault(f"write: cannot make an array of {type(array).__name__}: {e}") from None
+            raise MemoryFault(f"write: cannot make an array of {type(array).__name__}: {shown(str(e))}") from None
         if arr.dtype.kind not in "biuf":
             raise MemoryFault(f"write: expected a numeric array, got dtype {arr.dtype}")
         self.memory.write(addr, arr, core=core)
 
     def read(self, addr: int, shape: Sequence[int] | int, dtype: Any, core: int | None = None) -> np.ndarray:
-        """A fresh array decoded from the bytes at ``addr``; private addresses need ``core``."""
-        try:
-            dt = np.dtype(dtype)
-        except (TypeError, ValueError, SyntaxError):
-            raise MemoryFault(f"read: {shown(dtype)} is not a dtype") from None
-        if dt.kind not in "biuf" or dt.fields is not None or dt.subdtype is not None:
-            raise MemoryFault(f"read: expected a plain numeric dtype, got {dt}")
-        return self.memory.read(addr, shape, dt, core=core)
+        """A fresh array decoded from the bytes at ``addr``; private addresses need ``core``.  ``dtype`` is
+        required (numpy would read None as float64)."""
+        return self.memory.read(addr, shape, checked_dtype(dtype), core=core)
 
     # -- calls ------------------------------------------------------------------------------------
 

@@ -294,3 +294,73 @@ def test_reserved_params_slots_must_be_zero(value, slot):
 def test_reserved_params_slots_of_zero_are_accepted():
     m = sim.Simulator("FT78NE")
     assert m.call("fp_batch_norm_grad_s", numerics=False, **{**BN_ARGS, "params": BN_ARGS["params"] + [0] * 4})
+
+
+# --- item 5: write checks address, region and size before touching the data; read needs a dtype -------------
+
+def _refused_at_once(write, *args, **kw) -> sim.SimError:
+    """``write(*args)`` raises a SimError within a fraction of a second, allocating next to nothing."""
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    try:
+        with pytest.raises(sim.SimError) as info:
+            write(*args, **kw)
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    assert time.perf_counter() - t0 < 0.5 * SLOW_MACHINE
+    assert peak < 16 << 20, f"{peak / 2 ** 20:.0f} MiB allocated by a refused write"
+    return info.value
+
+
+@pytest.mark.parametrize("elements", [2 ** 29, 2 ** 34, 2 ** 60])
+@pytest.mark.parametrize("addr,needle", [(0x60000000, "unmapped"), (0xF0000000, "runs past the end"),
+                                         (0xFFFFFF00, "runs past the end")])
+@pytest.mark.parametrize("via", ["simulator", "address space"])
+def test_huge_broadcast_write_is_refused_before_its_data_is_copied(elements, addr, needle, via):
+    m = sim.Simulator("FT78NE")
+    m.write(0xA0000000, np.arange(16, dtype=np.float32))
+    before = m.memory.snapshot()
+    data = np.broadcast_to(np.float32(1), (elements,))
+    write = m.write if via == "simulator" else m.memory.write
+    err = _refused_at_once(write, addr, data)
+    assert isinstance(err, sim.MemoryFault) and needle in str(err), str(err)
+    assert m.memory.snapshot() == before
+
+
+def test_private_write_without_core_is_refused_before_the_copy():
+    m = sim.Simulator("FT78NE")
+    err = _refused_at_once(m.write, 0x10000000, np.broadcast_to(np.float32(1), (2 ** 22,)))
+    assert "pass core=" in str(err)
+
+
+@pytest.mark.parametrize("dtype", [None])
+def test_read_without_a_dtype_is_refused(dtype):
+    m = sim.Simulator("FT78NE")
+    m.write(0xA0000000, np.arange(4, dtype=np.float32))
+    with pytest.raises(sim.MemoryFault, match="dtype is required"):
+        m.read(0xA0000000, (4,), dtype)
+    with pytest.raises(sim.MemoryFault, match="dtype is required"):
+        m.memory.read(0xA0000000, (4,), dtype)
+
+
+@pytest.mark.parametrize("via", ["simulator", "address space"])
+def test_masked_arrays_are_refused_for_write(via):
+    m = sim.Simulator("FT78NE")
+    m.write(0xA0000000, np.arange(4, dtype=np.float32))
+    before = m.memory.snapshot()
+    masked = np.ma.masked_array(np.ones(4, np.float32), mask=[0, 1, 0, 1])
+    write = m.write if via == "simulator" else m.memory.write
+    with pytest.raises(sim.MemoryFault, match="mask"):
+        write(0xA0000000, masked)
+    assert m.memory.snapshot() == before
+    m.write(0xA0000000, np.ma.getdata(masked))  # the documented way to store the data alone
+    assert m.read(0xA0000000, (4,), np.float32).tolist() == [1, 1, 1, 1]
+
+
+def test_a_legal_broadcast_write_still_lands():
+    m = sim.Simulator("FT78NE")
+    m.write(0xA0000000, np.broadcast_to(np.float32(2.5), (1000,)))
+    assert (m.read(0xA0000000, (1000,), np.float32) == 2.5).all()
+    m.write(0xA0001000, np.arange(6, dtype=">f4").reshape(2, 3).T)  # big-endian, non-contiguous
+    assert m.read(0xA0001000, (3, 2), np.float32).tolist() == [[0, 3], [1, 4], [2, 5]]
