@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypeVar, cast
 
 import numpy as np
 
@@ -21,6 +23,8 @@ from sim.summary import CoreSummary, Roofline, core_summaries, roofline, summary
 from sim.target import Target, load_target
 from sim.trace import Recorder, TraceEvent, region_facts, write_trace
 
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 #: Plans a simulator keeps for calls it may see again (least recently used dropped first).
 PLAN_CACHE_SIZE = 16
@@ -149,10 +153,34 @@ def _cores_of_mask(mask: Any, target: Target) -> tuple[int, ...]:
     return tuple(i for i in range(target.cores) if mask >> i & 1)
 
 
+def _locked(method: F) -> F:
+    """Run ``method`` holding the simulator's lock (see :class:`Simulator` on threads)."""
+    @functools.wraps(method)
+    def locked(sim: "Simulator", /, *args: Any, **kwargs: Any) -> Any:  # positional-only: self= is a kwarg
+        with sim._lock:
+            return method(sim, *args, **kwargs)
+    return cast(F, locked)
+
+
 class Simulator:
-    """One chip with fresh, zeroed memory at cycle 0.  ``call`` runs kernels on it."""
+    """One chip with fresh, zeroed memory at cycle 0.  ``call`` runs kernels on it.
+
+    Threads: a Simulator may be shared by threads.  ``call``, ``bind``, ``plan``,
+    ``plan_with_choice``, ``read`` and ``write`` each hold the simulator's lock
+    while they run, so they happen one at a time: a ``read`` or ``write`` from
+    another thread during a running call waits until the call has finished (or
+    rolled back) and sees memory as the call left it, never half-written
+    outputs; two calls from two threads run one after the other.  The lock is
+    re-entrant, so a ``progress`` callback may read memory from the calling
+    thread (a callback that waits for another thread to use the simulator
+    deadlocks).  ``m.memory`` accessed directly bypasses the lock.  For calls
+    that run in parallel, give each thread its own Simulator.
+    """
 
     def __init__(self, target: str | Path | Target = "FT78NE", *, tiling_tolerance: float = TILING_TOLERANCE):
+        # Re-entrant: a locked method calls others (call -> plan_with_choice -> bind), and a progress callback
+        # runs inside call on the calling thread.
+        self._lock = threading.RLock()
         self.target = load_target(target)
         self.tiling_tolerance = tiling_tolerance
         # Tiling choices already made: (symbol, bound call, tolerance) -> (chosen tiling, priced candidates,
@@ -177,6 +205,7 @@ class Simulator:
 
     # -- memory -----------------------------------------------------------------------------------
 
+    @_locked
     def write(self, addr: int, array: Any, core: int | None = None) -> None:
         """Store an array's bytes (C order, little-endian) at ``addr``; private addresses need ``core``.
 
@@ -195,6 +224,7 @@ class Simulator:
             raise MemoryFault(f"write: expected a numeric array, got dtype {arr.dtype}")
         self.memory.write(addr, arr, core=core)
 
+    @_locked
     def read(self, addr: int, shape: Sequence[int] | int, dtype: Any, core: int | None = None) -> np.ndarray:
         """A fresh array decoded from the bytes at ``addr``; private addresses need ``core``.  ``dtype`` is
         required (numpy would read None as float64)."""
@@ -202,6 +232,7 @@ class Simulator:
 
     # -- calls ------------------------------------------------------------------------------------
 
+    @_locked
     def bind(self, symbol: str, /, **kwargs: Any) -> BoundCall:
         """Check a call's symbol and arguments without running it (no layout check)."""
         check_argument_names(kwargs)
@@ -255,11 +286,13 @@ class Simulator:
                            workspace_base=ws_lo, workspace_size_bytes=ws_hi - ws_lo,
                            alignment_bytes=max(stage.alignment_bytes, self.target.core.vector_width_bytes))
 
+    @_locked
     def plan(self, symbol: str, /, *, tiling: Mapping[str, Any] | None = None, **kwargs: Any) -> tuple[BoundCall, Plan]:
         """Bind, layout-check and plan a call without running it."""
         call, plan, _ = self.plan_with_choice(symbol, tiling=tiling, **kwargs)
         return call, plan
 
+    @_locked
     def plan_with_choice(self, symbol: str, /, *, tiling: Mapping[str, Any] | None = None,
                          **kwargs: Any) -> tuple[BoundCall, Plan, TilingChoice]:
         """Bind, layout-check and plan a call: with ``tiling`` if given, else the cheapest candidate tiling."""
@@ -364,6 +397,7 @@ class Simulator:
         """The kernel object behind a bound call."""
         return kernels.lookup(call.symbol).kernel
 
+    @_locked
     def call(self, symbol: str, /, *, numerics: bool = True, progress: Callable[[int, int], None] | None = None,
              tiling: Mapping[str, Any] | None = None, **kwargs: Any) -> Run:
         """Run ``symbol`` with its C arguments by name; memory is rolled back if anything fails."""

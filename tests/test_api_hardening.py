@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import threading
 import time
 import tracemalloc
 from pathlib import Path
@@ -364,3 +365,141 @@ def test_a_legal_broadcast_write_still_lands():
     assert (m.read(0xA0000000, (1000,), np.float32) == 2.5).all()
     m.write(0xA0001000, np.arange(6, dtype=">f4").reshape(2, 3).T)  # big-endian, non-contiguous
     assert m.read(0xA0001000, (3, 2), np.float32).tolist() == [[0, 3], [1, 4], [2, 5]]
+
+
+# --- item 12: one Simulator shared by threads --------------------------------------------------------------
+
+#: A call long enough to be caught in the middle: many tiles writing dx one block at a time.
+LONG_BN = dict(x=0xA0000000, dy=0xA4000000, dx=0xA8000000,
+               params=[0xC0000000, 0xC0100000, 0xC0200000, 0xC0300000, 0xC0400000, 4096, 256, 1])
+SENTINEL = -7.0
+
+
+def _long_call_setup() -> sim.Simulator:
+    m = sim.Simulator("FT78NE")
+    rng = np.random.default_rng(0)
+    m.write(0xA0000000, rng.standard_normal((4096, 256)).astype(np.float32))
+    m.write(0xA4000000, rng.standard_normal((4096, 256)).astype(np.float32))
+    for k, lo in enumerate((-0.5, 0.5, 0.5)):
+        m.write(0xC0000000 + k * 0x100000, rng.uniform(lo, 1.5, 256).astype(np.float32))
+    m.write(0xA8000000, np.full((4096, 256), SENTINEL, np.float32))
+    return m
+
+
+def _pause_at_third_tile(m: sim.Simulator, mid_call: threading.Event, attempting: threading.Event):
+    """A progress callback that, a third of the way through the call's tiles, lets the other thread go and
+    waits until it is using the simulator (then a moment longer, so it is blocked or racing)."""
+    _, plan = m.plan("fp_batch_norm_grad_s", **LONG_BN)
+    assert plan.tile_count >= 12
+    done = [0]
+
+    def progress(tiles: int, cycle: int) -> None:
+        done[0] += tiles
+        if done[0] == plan.tile_count // 3:
+            mid_call.set()
+            attempting.wait(30)
+            time.sleep(0.05)
+    return progress
+
+
+def test_a_read_from_another_thread_during_a_call_waits_and_is_never_torn():
+    m = _long_call_setup()
+    mid_call, attempting, call_done = threading.Event(), threading.Event(), threading.Event()
+    seen: list[np.ndarray] = []
+    read_finished_after_call: list[bool] = []
+
+    def reader():
+        mid_call.wait(30)
+        attempting.set()
+        seen.append(m.read(0xA8000000, (4096, 256), np.float32))
+        read_finished_after_call.append(call_done.is_set())
+
+    progress = _pause_at_third_tile(m, mid_call, attempting)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    m.call("fp_batch_norm_grad_s", progress=progress, **LONG_BN)
+    call_done.set()
+    t.join(30)
+    final = m.read(0xA8000000, (4096, 256), np.float32)
+    assert not (final == SENTINEL).any()
+    assert len(seen) == 1 and np.array_equal(seen[0], final), "the read saw dx half-written"
+    assert read_finished_after_call == [True]
+
+
+def test_a_write_from_another_thread_waits_for_the_running_call():
+    m = _long_call_setup()
+    expected = _long_call_setup()
+    expected.call("fp_batch_norm_grad_s", **LONG_BN)
+    want = expected.read(0xA8000000, (4096, 256), np.float32)
+    mid_call, attempting = threading.Event(), threading.Event()
+
+    def writer():
+        mid_call.wait(30)
+        attempting.set()
+        m.write(0xA0000000, np.zeros((4096, 256), np.float32))  # x: the call must not see it change
+
+    progress = _pause_at_third_tile(m, mid_call, attempting)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    m.call("fp_batch_norm_grad_s", progress=progress, **LONG_BN)
+    t.join(30)
+    assert np.array_equal(m.read(0xA8000000, (4096, 256), np.float32), want)
+    assert not m.read(0xA0000000, (4096, 256), np.float32).any()  # the write landed, after the call
+
+
+def test_calls_from_several_threads_on_one_simulator_give_the_serial_results():
+    m = sim.Simulator("MT7004")
+    rng = np.random.default_rng(1)
+    shapes = {k: (64 * (k + 1), 96) for k in range(4)}
+    for k, (b, c) in shapes.items():
+        base = 0x80000000 + k * 0x4000000
+        m.write(base, rng.standard_normal((b, c)).astype(np.float32))
+        m.write(base + 0x1000000, rng.standard_normal((b, c)).astype(np.float32))
+        for j in range(3):
+            m.write(base + 0x3000000 + j * 0x10000, rng.uniform(0.5, 1.5, c).astype(np.float32))
+
+    def args(k):
+        b, c = shapes[k]
+        base = 0x80000000 + k * 0x4000000
+        return dict(x=base, dy=base + 0x1000000, dx=base + 0x2000000,
+                    params=[base + 0x3000000 + j * 0x10000 for j in range(5)] + [b, c, 1])
+
+    serial = sim.Simulator("MT7004")
+    for base in range(0x80000000, 0x90000000, 0x4000000):  # the same data in a simulator of its own
+        for off in (0, 0x1000000, 0x3000000, 0x3010000, 0x3020000):
+            b, c = shapes[(base - 0x80000000) // 0x4000000]
+            shape = (b, c) if off < 0x3000000 else (c,)
+            serial.write(base + off, m.read(base + off, shape, np.float32))
+    want = {}
+    for k in shapes:
+        run = serial.call("fp_batch_norm_grad_s", **args(k))
+        want[k] = (run.cycles, serial.read(args(k)["dx"], shapes[k], np.float32))
+    errors: list[BaseException] = []
+    got: dict[int, tuple] = {}
+
+    def worker(k):
+        try:
+            for _ in range(3):
+                run = m.call("fp_batch_norm_grad_s", **args(k))
+                got[k] = (run.cycles, m.read(args(k)["dx"], shapes[k], np.float32))
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in shapes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    for k in shapes:
+        assert got[k][0] == want[k][0] and np.array_equal(got[k][1], want[k][1])
+
+
+def test_a_progress_callback_may_read_memory_from_the_calling_thread():
+    m = _long_call_setup()
+    peeks = []
+    m.call("fp_batch_norm_grad_s", progress=lambda tiles, cycle: peeks.append(
+        m.read(0xA8000000, (1, 4), np.float32)), **LONG_BN)
+    assert peeks and all(p.shape == (1, 4) for p in peeks)
