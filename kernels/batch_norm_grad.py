@@ -134,8 +134,8 @@ class BatchNormGrad:
             raise KernelArgError(f"argument 'params': expected a sequence of 8 to 12 ints or the address of an "
                                  f"int64[12] array, got {shown(raw)}")
         ptrs = [require_address(f"params[{i}] ({PARAM_NAMES[i]})", values[i]) for i in range(5)]
-        batch = require_int(f"params[5] (batch)", values[5])
-        channel = require_int(f"params[6] (channel)", values[6])
+        batch = require_int("params[5] (batch)", values[5])
+        channel = require_int("params[6] (channel)", values[6])
         if batch <= 0:
             raise KernelArgError(f"argument 'params[5] (batch)': expected a positive batch, got {batch} "
                                  f"(from {origin})")

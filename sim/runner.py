@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import math
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 

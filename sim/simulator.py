@@ -15,7 +15,7 @@ import numpy as np
 import kernels
 from kernels.base import Buffer, BoundCall, Plan, PlanContext, check_argument_names
 from sim.engine import Engine
-from sim.errors import KernelArgError, LayoutError, MemoryFault, SimError
+from sim.errors import KernelArgError, LayoutError, MemoryFault
 from sim.layout import check_buffer, enforce_layout, layout_error, plan_violation
 from sim.memory import AddressSpace, checked_dtype
 from sim.messages import shown

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,8 +80,8 @@ class Conv:
         out = dict(strides=self.order(1, self.sh, self.sw, 1), padding=self.padding, data_format=self.fmt,
                    dilations=self.order(1, self.dh, self.dw, 1))
         if self.padding == "EXPLICIT":
-            t, b, l, r = self.pads
-            pairs = self.order((0, 0), (t, b), (l, r), (0, 0))
+            top, bottom, left, right = self.pads
+            pairs = self.order((0, 0), (top, bottom), (left, right), (0, 0))
             out["explicit_paddings"] = [p for pair in pairs for p in pair]
         return out
 
@@ -340,7 +341,10 @@ def tiny_spec(kind: str) -> st.SearchStrategy:
     return st.fixed_dictionaries(dict(conv=tiny_conv()))
 
 
-SWEEP = settings(max_examples=12, deadline=None, database=None, derandomize=True,
+#: DSPSIM_FUZZ_EXAMPLES=200 sweeps deeper, randomised (the suite runs a small derandomised sweep: about 12
+#: tiny calls per symbol and chip, a few seconds in all).
+DEEP = int(os.environ.get("DSPSIM_FUZZ_EXAMPLES", "0") or 0)
+SWEEP = settings(max_examples=DEEP or 12, deadline=None, database=None, derandomize=not DEEP,
                  suppress_health_check=[HealthCheck.too_slow])
 
 
