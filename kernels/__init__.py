@@ -1,8 +1,9 @@
 """The kernel registry: symbol -> (kernel, precision, variant).
 
 Each kernel module defines ``KERNEL``; :data:`KERNEL_MODULES` lists them.  Symbols
-are ``<fp|hp>_<kernel>_<s|p>``: ``fp`` computes on fp32 tensors, ``hp`` on fp16
-(only on chips listing fp16); ``_s`` takes buffers in shared memory and a
+are ``<fp|hp>_<kernel>_<s|p>``: ``fp`` takes fp32 tensors, ``hp`` fp16 ones (only
+on chips listing fp16; what each stores and computes in which precision is
+:attr:`Symbol.precision_note`); ``_s`` takes buffers in shared memory and a
 ``core_mask``, ``_p`` in one core's private memory and a ``core``.  Dispatch goes
 through :func:`lookup`, never through chains of names.
 """
@@ -13,8 +14,9 @@ import difflib
 import importlib
 from dataclasses import dataclass
 
-from kernels.base import PREFIX_PRECISION, Kernel
+from kernels.base import PREFIX_PRECISION, RESERVED_ARGUMENT_NAMES, Kernel, precision_note
 from sim.errors import KernelArgError
+from sim.messages import shown
 
 #: Modules under ``kernels/`` that each define a ``KERNEL``.
 KERNEL_MODULES: tuple[str, ...] = (
@@ -37,11 +39,19 @@ class Symbol:
     precision: str
     variant: str
 
+    @property
+    def precision_note(self) -> str:
+        """What the symbol stores in fp16 and in fp32 and in which precision it computes, in one plain line."""
+        return precision_note(self.kernel, self.precision)
+
 
 def _build() -> dict[str, Symbol]:
     table: dict[str, Symbol] = {}
     for mod_name in KERNEL_MODULES:
         kernel = importlib.import_module(f"kernels.{mod_name}").KERNEL
+        clash = [a.name for a in kernel.args if a.name in RESERVED_ARGUMENT_NAMES]
+        if clash:  # a kernel author's mistake: such an argument could never be passed to call()
+            raise TypeError(f"kernel {kernel.name}: argument name '{clash[0]}' is reserved by Simulator.call()")
         for prefix, precision in PREFIX_PRECISION.items():
             for variant in VARIANTS:
                 name = f"{prefix}_{kernel.name}_{variant}"
@@ -55,13 +65,14 @@ REGISTRY: dict[str, Symbol] = _build()
 def lookup(symbol: object) -> Symbol:
     """The registered symbol ``symbol``; KernelArgError (with close names) when there is none."""
     if not isinstance(symbol, str):
-        raise KernelArgError(f"symbol: expected a kernel symbol name (str), got {symbol!r}")
+        raise KernelArgError(f"symbol: expected a kernel symbol name (str), got {shown(symbol)}")
     try:
         return REGISTRY[symbol]
     except KeyError:
-        close = difflib.get_close_matches(symbol, REGISTRY, n=3)
+        # difflib is quadratic in the name's length: a name far longer than any symbol gets no suggestions.
+        close = difflib.get_close_matches(symbol, REGISTRY, n=3) if len(symbol) < 100 else []
         hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(sorted(REGISTRY))}"
-        raise KernelArgError(f"symbol: unknown kernel symbol {symbol!r}{hint}") from None
+        raise KernelArgError(f"symbol: unknown kernel symbol {shown(symbol)}{hint}") from None
 
 
 def symbols() -> list[Symbol]:

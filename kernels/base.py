@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 import numpy as np
 
 from sim.errors import KernelArgError
+from sim.messages import shown
 from sim.memory import block_span
 from sim.target import Target
 
@@ -119,9 +120,16 @@ class Compute:
 
     ``fn`` receives the input operands as numpy arrays (read from simulated
     memory) and returns one array per output operand, which the engine writes
-    back.  ``flops`` counts vector element operations (a fused multiply-add is
-    two), ``reductions`` the cross-lane vector reductions; the engine prices both
-    from the target file for ``precision``.
+    back.  ``flops`` counts the math's own element operations on this tile's
+    elements (a fused multiply-add is two): summed over a plan they are the
+    operation's flops, whatever the tiling or the storage precision.
+    ``extra_ops`` counts the other vector element operations the tile issues:
+    fp16 <-> fp32 conversions, layout transpositions, the empty lanes of
+    part-filled vectors, zero-fills and casts, and work a tiling repeats
+    (partial sums exchanged between cores, values recomputed in a second pass).
+    The engine prices ``flops + extra_ops`` alike and ``reductions`` (cross-lane
+    vector reductions) apart, from the target file for ``precision``; runs
+    report ``flops`` only as FLOP.
     """
 
     fn: Callable[..., Sequence[np.ndarray]]
@@ -130,6 +138,12 @@ class Compute:
     flops: int
     reductions: int
     precision: str
+    extra_ops: int = 0
+
+    @property
+    def vector_ops(self) -> int:
+        """Every vector element operation the tile issues: the math's and the extra ones (what time is priced on)."""
+        return self.flops + self.extra_ops
 
 
 @dataclass(frozen=True)
@@ -259,7 +273,14 @@ class PlanContext:
 
 
 class Kernel(Protocol):
-    """What every kernel module provides to the registry."""
+    """What every kernel module provides to the registry.
+
+    A kernel may also say what its ``hp_`` symbols store and compute in which
+    precision (see :func:`precision_note`): ``tensors_in_precision`` names the
+    buffers stored in the symbol's precision, ``fp32_tensors`` those always in
+    fp32, and ``fp16_arithmetic`` says how an ``hp_`` call computes and what
+    its conversions cost.
+    """
 
     name: str
     args: tuple[ArgSpec, ...]
@@ -278,6 +299,23 @@ class Kernel(Protocol):
         ...
 
 
+def precision_note(kernel: Any, precision: str) -> str:
+    """One plain line: which buffers of ``kernel`` a ``precision`` symbol stores in fp16 and which in fp32, and in
+    which precision it computes (for ``dspsim kernels``, run summaries and docs)."""
+    if precision == "fp32":
+        return "fp32 storage and fp32 arithmetic throughout"
+    pointers = [a.name for a in kernel.args if a.kind in ("in_ptr", "out_ptr")]
+    narrow = list(getattr(kernel, "tensors_in_precision", pointers))
+    wide = list(getattr(kernel, "fp32_tensors", [n for n in pointers if n not in narrow]))
+    how = getattr(kernel, "fp16_arithmetic", None)
+    parts = [f"stored in {precision}: {', '.join(narrow)}"]
+    if wide:
+        parts.append(f"stored in fp32: {', '.join(wide)}")
+    if how:
+        parts.append(how)
+    return "; ".join(parts)
+
+
 def tiling_options(ctx: PlanContext, allowed: Mapping[str, Callable[[Any], bool]]) -> dict[str, Any]:
     """The call's ``tiling`` checked against the kernel's ``allowed`` keys (key -> validity test)."""
     given = dict(ctx.tiling or {})
@@ -286,40 +324,57 @@ def tiling_options(ctx: PlanContext, allowed: Mapping[str, Callable[[Any], bool]
             raise KernelArgError(f"argument 'tiling': unknown key '{key}' (this kernel takes: "
                                  f"{', '.join(sorted(allowed))})")
         if not allowed[key](value):
-            raise KernelArgError(f"argument 'tiling.{key}': invalid value {value!r}")
+            raise KernelArgError(f"argument 'tiling.{key}': invalid value {shown(value)}")
     return given
 
 
 # --- argument helpers shared by the kernels -------------------------------------------------
 
-def require_int(name: str, value: Any, *, minimum: int | None = None) -> int:
-    """``value`` as an int (bools refused), at least ``minimum``; else KernelArgError naming ``name``."""
+#: Integer arguments are C ``long long`` values: anything outside int64 is refused as absurd.
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+#: Most integers a sequence argument (a shape, strides, paddings) may hold.
+MAX_SEQUENCE_LENGTH = 32
+#: Largest magnitude of a float argument: a C double's (a larger int cannot even be converted).
+FLOAT_MAX = float(np.finfo(np.float64).max)
+
+
+def require_int(name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    """``value`` as an int (bools refused) within int64 and ``minimum``..``maximum``; else KernelArgError
+    naming ``name``."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise KernelArgError(f"argument '{name}': expected an integer, got {value!r}")
+        raise KernelArgError(f"argument '{name}': expected an integer, got {shown(value)}")
     value = int(value)
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise KernelArgError(f"argument '{name}': {shown(value)} is outside the int64 range the C library takes")
     if minimum is not None and value < minimum:
         raise KernelArgError(f"argument '{name}': expected an integer >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise KernelArgError(f"argument '{name}': expected an integer <= {maximum}, got {value}")
     return value
 
 
 def require_ints(name: str, value: Any, length: int | None = None, *,
                  minimum: int | None = None) -> tuple[int, ...]:
-    """A sequence of ints of ``length`` (if given), each at least ``minimum``."""
+    """A sequence of ints of ``length`` (if given; at most MAX_SEQUENCE_LENGTH), each at least ``minimum``."""
     if isinstance(value, (str, bytes)) or not isinstance(value, (Sequence, np.ndarray)):
-        raise KernelArgError(f"argument '{name}': expected a sequence of integers, got {value!r}")
-    items = tuple(value)
-    if length is not None and len(items) != length:
-        raise KernelArgError(f"argument '{name}': expected {length} integers, got {len(items)}")
-    out = []
-    for i, v in enumerate(items):
-        out.append(require_int(f"{name}[{i}]", v, minimum=minimum))
-    return tuple(out)
+        raise KernelArgError(f"argument '{name}': expected a sequence of integers, got {shown(value)}")
+    if isinstance(value, np.ndarray) and value.ndim != 1:
+        raise KernelArgError(f"argument '{name}': expected a sequence of integers, got an array of shape "
+                             f"{value.shape}")
+    n = len(value)  # before materialising it: a huge sequence is refused by its length alone
+    if length is not None and n != length:
+        raise KernelArgError(f"argument '{name}': expected {length} integers, got {n}")
+    if n > MAX_SEQUENCE_LENGTH:
+        raise KernelArgError(f"argument '{name}': expected at most {MAX_SEQUENCE_LENGTH} integers, got {n}")
+    return tuple(require_int(f"{name}[{i}]", v, minimum=minimum) for i, v in enumerate(value))
 
 
 def require_float(name: str, value: Any) -> float:
-    """A finite real number."""
+    """A finite real number (an int too large for a double is refused, never an OverflowError)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise KernelArgError(f"argument '{name}': expected a number, got {value!r}")
+        raise KernelArgError(f"argument '{name}': expected a number, got {shown(value)}")
+    if isinstance(value, (int, np.integer)) and abs(int(value)) > FLOAT_MAX:
+        raise KernelArgError(f"argument '{name}': {shown(int(value))} is beyond any float (at most about 1.8e308)")
     value = float(value)
     if not np.isfinite(value):
         raise KernelArgError(f"argument '{name}': expected a finite number, got {value}")
@@ -329,7 +384,7 @@ def require_float(name: str, value: Any) -> float:
 def require_choice(name: str, value: Any, choices: Sequence[str]) -> str:
     """One of ``choices`` (exact string)."""
     if not isinstance(value, str) or value not in choices:
-        raise KernelArgError(f"argument '{name}': expected one of {', '.join(choices)}, got {value!r}")
+        raise KernelArgError(f"argument '{name}': expected one of {', '.join(choices)}, got {shown(value)}")
     return value
 
 
@@ -339,17 +394,40 @@ def require_bool(name: str, value: Any) -> bool:
         return bool(value)
     if isinstance(value, (int, np.integer)) and int(value) in (0, 1):
         return bool(value)
-    raise KernelArgError(f"argument '{name}': expected a boolean (true/false or 0/1), got {value!r}")
+    raise KernelArgError(f"argument '{name}': expected a boolean (true/false or 0/1), got {shown(value)}")
 
 
 def require_address(name: str, value: Any) -> int:
     """A pointer argument: a non-negative int address."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise KernelArgError(f"argument '{name}': expected an address (int), got {value!r}")
+        raise KernelArgError(f"argument '{name}': expected an address (int), got {shown(value)}")
     value = int(value)
     if value < 0 or value >= 1 << 64:
-        raise KernelArgError(f"argument '{name}': address {value:#x} is outside the 64-bit address range")
+        shown_value = f"address {value:#x}" if -(1 << 80) < value < 1 << 80 else shown(value)
+        raise KernelArgError(f"argument '{name}': {shown_value} is outside the 64-bit address range")
     return value
+
+
+#: Names a kernel argument may not have: ``Simulator.call()``'s own parameters (``self``, the positional
+#: ``symbol``, and the keywords ``numerics``, ``progress``, ``tiling``), with where each belongs instead.
+RESERVED_ARGUMENT_NAMES: dict[str, str] = {
+    "symbol": "the symbol is the call's first, positional argument (a run-config's top-level 'symbol:')",
+    "self": "no kernel takes it",
+    "numerics": "it is call(numerics=...) (a run-config's top-level 'numerics:')",
+    "progress": "it is call(progress=...)",
+    "tiling": "it is call(tiling=...) (a run-config's top-level 'tiling:')",
+}
+
+
+def check_argument_names(args: Mapping[str, Any], where: str = "argument") -> None:
+    """Refuse a kernel argument named like one of ``Simulator.call()``'s own parameters, naming the key
+    (``where`` prefixes it: ``argument`` for the API, ``<file>: args`` for a run-config)."""
+    for key in args:
+        if key in RESERVED_ARGUMENT_NAMES:
+            sep = "." if where.endswith("args") else " "
+            raise KernelArgError(f"{where}{sep}'{key}': '{key}' is a parameter of Simulator.call() itself, not a "
+                                 f"kernel argument: {RESERVED_ARGUMENT_NAMES[key]} (reserved names: "
+                                 f"{', '.join(RESERVED_ARGUMENT_NAMES)})")
 
 
 def check_args(symbol: str, specs: Sequence[ArgSpec], args: Mapping[str, Any]) -> dict[str, Any]:

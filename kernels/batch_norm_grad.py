@@ -9,7 +9,14 @@ and scale, with m = batch and x̂ = (x - mean)·invar:
 
 ``params`` is the C ``long long params[12]``: [0] mean*, [1] invar*, [2] scale*,
 [3] dbias* (out), [4] dscale* (out), [5] batch, [6] channel, [7] is_train; given
-as a sequence of 8 to 12 ints or as the address of an int64[12] array.
+as a sequence of 8 to 12 ints or as the address of an int64[12] array.  Slots
+[8]..[11] are reserved: when present they must be 0.
+
+Precision: ``fp_`` symbols store and compute everything in fp32.  ``hp_``
+symbols store x, dy and dx in fp16 and the per-channel vectors (mean, invar,
+scale, dbias, dscale) in fp32; they compute in fp32 at the chip's fp32 vector
+rate (x and dy widened on load, dx rounded to fp16 once on store; the
+conversions cost no cycles in this model), so they report the same flops.
 
 Plan: channels are split over the cores (channels sit on the vector lanes, so
 the batch sums are vertical vector adds, no cross-lane reduction).  Each tile is
@@ -45,6 +52,7 @@ from kernels.base import (PRECISION_DTYPES, ArgSpec, BoundCall, Buffer, Compute,
 from kernels.tiling import Arena, channel_grain, fits, operand_in, operand_out, padded_lanes
 from kernels.tiling_keys import choice_key, int_key, tiling_keys, unique
 from sim.errors import KernelArgError, LayoutError
+from sim.messages import shown
 
 F32 = np.dtype(np.float32)
 I64 = np.dtype(np.int64)
@@ -89,12 +97,19 @@ class BatchNormGrad:
     """The registry entry of batch_norm_grad."""
 
     name = "batch_norm_grad"
+    #: What an hp_ call stores in fp16 (the rest, and the params array's int64, in fp32) and how it computes.
+    tensors_in_precision = ("x", "dy", "dx")
+    fp32_tensors = ("mean", "invar", "scale", "dbias", "dscale")
+    fp16_arithmetic = ("computed in fp32 at the chip's fp32 vector rate: x and dy are widened as they are loaded, "
+                       "the sums accumulate in fp32 and dx is rounded to fp16 once, as it is stored (no cycles are "
+                       "charged for the conversions)")
     args = (
         ArgSpec("x", "in_ptr", "address of x [batch, channel]"),
         ArgSpec("dy", "in_ptr", "address of dy [batch, channel]"),
         ArgSpec("dx", "out_ptr", "address of dx [batch, channel] (output)"),
         ArgSpec("params", "params", "long long params[12]: mean*, invar*, scale*, dbias*, dscale*, batch, "
-                                    "channel, is_train -- 8..12 ints, or the address of an int64[12] array"),
+                                    "channel, is_train, then reserved slots that must be 0 -- 8..12 ints, or the "
+                                    "address of an int64[12] array"),
     )
 
     def bind(self, symbol: str, precision: str, variant: str, cores: tuple[int, ...],
@@ -109,18 +124,18 @@ class BatchNormGrad:
             buffers.append(Buffer("params", paddr, (12,), I64, "input"))
             values: Sequence[Any] = [int(v) for v in read(paddr, (12,), I64, "params")]
             origin = f"params array at {paddr:#x}"
-        elif isinstance(raw, (list, tuple, np.ndarray)):
-            values = list(raw)
-            if not 8 <= len(values) <= 12:
+        elif isinstance(raw, (list, tuple)) or (isinstance(raw, np.ndarray) and raw.ndim == 1):
+            if not 8 <= len(raw) <= 12:  # before copying it: a huge sequence is refused by its length alone
                 raise KernelArgError(f"argument 'params': expected 8 to 12 ints ({', '.join(PARAM_NAMES)}), "
-                                     f"got {len(values)}")
+                                     f"got {len(raw)}")
+            values = list(raw)
             origin = "params"
         else:
             raise KernelArgError(f"argument 'params': expected a sequence of 8 to 12 ints or the address of an "
-                                 f"int64[12] array, got {raw!r}")
+                                 f"int64[12] array, got {shown(raw)}")
         ptrs = [require_address(f"params[{i}] ({PARAM_NAMES[i]})", values[i]) for i in range(5)]
-        batch = require_int(f"params[5] (batch)", values[5])
-        channel = require_int(f"params[6] (channel)", values[6])
+        batch = require_int("params[5] (batch)", values[5])
+        channel = require_int("params[6] (channel)", values[6])
         if batch <= 0:
             raise KernelArgError(f"argument 'params[5] (batch)': expected a positive batch, got {batch} "
                                  f"(from {origin})")
@@ -131,7 +146,11 @@ class BatchNormGrad:
         if is_train not in (0, 1):
             raise KernelArgError(f"argument 'params[7] (is_train)': expected 0 or 1, got {is_train}")
         for i in range(8, len(values)):
-            require_int(f"params[{i}] (reserved)", values[i])
+            # Reserved: no meaning yet, so anything but 0 is a mistake (an entry shifted out of place, an
+            # uninitialised array) that must not pass silently, nor change meaning when a slot gets one.
+            if require_int(f"params[{i}] (reserved)", values[i]) != 0:
+                raise KernelArgError(f"argument 'params[{i}] (reserved)': slots [8]..[11] are reserved and must be "
+                                     f"0, got {values[i]} (from {origin})")
         dt = PRECISION_DTYPES[precision]
         if batch * channel * dt.itemsize > 1 << 40:
             raise KernelArgError(f"arguments 'params[5] (batch)' x 'params[6] (channel)': {batch} x {channel} "
@@ -395,8 +414,8 @@ class _Planner:
 
             per_elem = FLOPS_SUMS + (FLOPS_DX_TRAIN if is_train else FLOPS_DX_INFER)
             compute = Compute(fn, (ox, ody, om, oi, osc), (odx, odb, ods),
-                              flops=batch * padded_lanes(n, lanes) * per_elem, reductions=0,
-                              precision=COMPUTE_PRECISION)
+                              flops=batch * n * per_elem, reductions=0, precision=COMPUTE_PRECISION,
+                              extra_ops=batch * (padded_lanes(n, lanes) - n) * per_elem)
             out.append(Tile(tile_id=i, loads=loads, compute=compute, stores=stores, slot=i % 2))
         return out
 
@@ -443,8 +462,8 @@ class _RowStream:
             osum, osum2 = ops[3], ops[4]
             zero = (lambda _n=n: (np.zeros(_n, F32), np.zeros(_n, F32)))
             self._add(out, Tile(self.tid, self._vec_loads(ops, start),
-                                Compute(zero, (), (osum, osum2), flops=2 * padded_lanes(n, p.lanes), reductions=0,
-                                        precision=COMPUTE_PRECISION), (), slot=2 + k % 2))
+                                Compute(zero, (), (osum, osum2), flops=0, reductions=0, precision=COMPUTE_PRECISION,
+                                        extra_ops=2 * padded_lanes(n, p.lanes)), (), slot=2 + k % 2))
             passes = (("sums", "dx") if self.parts == 1 else ("sums",)) if p.train else ("both",)
             for pname in passes:
                 self._pass(out, pname, rr, start, n, ops)
@@ -486,9 +505,10 @@ class _RowStream:
 
             tiles: list[Tile] = []
             self._add(tiles, Tile(self.tid, (self._vec_loads(ops, start) if p.train else ()) + (part_load,),
-                                  Compute(reduce, (opart,), (osum, osum2),
-                                          flops=2 * self.parts * padded_lanes(n, p.lanes), reductions=0,
-                                          precision=COMPUTE_PRECISION), stores, slot=2 + k % 2))
+                                  Compute(reduce, (opart,), (osum, osum2), flops=0, reductions=0,
+                                          precision=COMPUTE_PRECISION,
+                                          extra_ops=2 * self.parts * padded_lanes(n, p.lanes)),
+                                  stores, slot=2 + k % 2))
             if p.train:
                 self._pass(tiles, "dx", rr, start, n, ops)
             out += [(me if p.train else cores[k % self.parts], t) for t in tiles]
@@ -506,13 +526,15 @@ class _RowStream:
             ox, ody = sl.operand((nr, n), dt), sl.operand((nr, n), dt)
             loads = (operand_in(ox, b["x"].addr, (batch, channel), (r0, start)),
                      operand_in(ody, b["dy"].addr, (batch, channel), (r0, start)))
-            elems = nr * padded_lanes(n, p.lanes)
+            elems = nr * n  # the math's elements; the vector loop also spends the empty lanes of the last vector
+            empty = nr * (padded_lanes(n, p.lanes) - n)
             if pname == "sums":
                 def fn(x, dy, mean, invar, s1, s2):
                     d1, d2 = _sums(x, dy, mean, invar)
                     return s1 + d1, s2 + d2
                 compute = Compute(fn, (ox, ody, om, oi, osum, osum2), (osum, osum2),
-                                  flops=elems * FLOPS_SUMS, reductions=0, precision=COMPUTE_PRECISION)
+                                  flops=elems * FLOPS_SUMS, reductions=0, precision=COMPUTE_PRECISION,
+                                  extra_ops=empty * FLOPS_SUMS)
                 stores: tuple[Transfer, ...] = ()
             else:
                 odx = ody  # dx is written over dy: the tile has read dy by then
@@ -521,7 +543,8 @@ class _RowStream:
                     def fn(x, dy, mean, invar, scale, s1, s2, _m=batch, _dt=dt):
                         return (_dx(x, dy, mean, invar, scale, s1, s2, True, _m).astype(_dt, copy=False),)
                     compute = Compute(fn, (ox, ody, om, oi, osc, osum, osum2), (odx,),
-                                      flops=elems * FLOPS_DX_TRAIN, reductions=0, precision=COMPUTE_PRECISION)
+                                      flops=elems * FLOPS_DX_TRAIN, reductions=0, precision=COMPUTE_PRECISION,
+                                      extra_ops=empty * FLOPS_DX_TRAIN)
                 else:
                     def fn(x, dy, mean, invar, scale, s1, s2, _dt=dt):
                         d1, d2 = _sums(x, dy, mean, invar)
@@ -529,7 +552,7 @@ class _RowStream:
                         return dxv, s1 + d1, s2 + d2
                     compute = Compute(fn, (ox, ody, om, oi, osc, osum, osum2), (odx, osum, osum2),
                                       flops=elems * (FLOPS_SUMS + FLOPS_DX_INFER), reductions=0,
-                                      precision=COMPUTE_PRECISION)
+                                      precision=COMPUTE_PRECISION, extra_ops=empty * (FLOPS_SUMS + FLOPS_DX_INFER))
             self._add(out, Tile(self.tid, loads, compute, stores, slot=self.tid % 2))
 
 

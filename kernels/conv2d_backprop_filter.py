@@ -25,6 +25,11 @@ whichever the target's numbers favour for the shape:
 * **filter**: filter slices (out_c, and in_c when needed) are split over the
   cores; each core sweeps the whole input for its slices, no exchange.
 
+Precision: ``fp_`` symbols store and compute in fp32; ``hp_`` symbols store
+input, out_backprop and output in fp16, convert each loaded block to fp32 (one
+vector op per element, an extra op in the cycle count, not a flop), accumulate
+dW in fp32 and round it to fp16 once, as it is stored.
+
 When dW does not fit the scratchpad it is cut into filter slices swept one after
 the other.  Compute is an im2col per tile and one matrix product, accumulated in
 fp32; NCHW blocks are moved in their own layout and transposed by the compute
@@ -46,6 +51,7 @@ from kernels.conv_geometry import ConvGeometry, conv_geometry
 from kernels.tiling import Arena, block_in, block_out, fits, padded_lanes
 from sim.errors import KernelArgError, LayoutError
 from sim.memory import MemoryMap
+from sim.messages import shown
 
 F32 = np.dtype(np.float32)
 #: Largest buffer a call may describe (bytes); beyond it no chip has the memory.
@@ -58,6 +64,20 @@ PIPELINE_TILES = 4
 
 # --- numerics ----------------------------------------------------------------------------------
 
+def _tap_slices(offset: int, n_out: int, stride: int, lo: int, length: int) -> tuple[slice, slice] | None:
+    """(output positions, input positions) of one tap along one axis, or None when none lands on the input.
+
+    Output position i reads window position ``offset + i·stride``; the loaded input covers window
+    positions [lo, lo + length).
+    """
+    first = max(0, -(-(lo - offset) // stride))
+    last = min(n_out - 1, (lo + length - 1 - offset) // stride)
+    if length <= 0 or first > last:
+        return None
+    start = offset + first * stride - lo
+    return slice(first, last + 1), slice(start, start + (last - first) * stride + 1, stride)
+
+
 def filter_grad_block(x: np.ndarray, dy: np.ndarray, geo: ConvGeometry, fh: int, fw: int,
                       rows: tuple[int, int], nchw: bool) -> np.ndarray:
     """dW contribution [fh, fw, icg, ocg] (fp32) of output rows ``rows`` of a block of images.
@@ -65,7 +85,9 @@ def filter_grad_block(x: np.ndarray, dy: np.ndarray, geo: ConvGeometry, fh: int,
     ``x`` holds the input rows the window of those output rows touches, clipped to the
     input ([nb, h, w, icg], or [nb, icg, h, w] when ``nchw``; h may be 0), ``dy`` the
     output rows ([nb, rows, out_w, ocg] or [nb, ocg, rows, out_w]).  Rows and columns
-    outside the input read as zero (the padding).
+    outside the input read as zero (the padding).  The im2col matrix is filled tap by tap
+    from the input itself: the padded window is never built, so its size (a large
+    dilation or padding) costs no memory.
     """
     r0, r1 = rows
     nrows = r1 - r0
@@ -73,22 +95,19 @@ def filter_grad_block(x: np.ndarray, dy: np.ndarray, geo: ConvGeometry, fh: int,
     dyf = dy.transpose(0, 2, 3, 1) if nchw else dy
     nb, hl, wl, icg = xf.shape
     ocg = dyf.shape[3]
-    win_h = (nrows - 1) * geo.stride_h + geo.eff_h
-    win_w = (geo.out_w - 1) * geo.stride_w + geo.eff_w
+    # Window positions (relative to the first output row's window) of the loaded input: x starts at input
+    # row max(top, 0) and input column 0, which sits pad_left into the window.
     top = r0 * geo.stride_h - geo.pad_top
-    # The padded window of the tile, zeros where it lies outside the input; x starts at row max(top, 0).
-    xp = np.zeros((nb, win_h, win_w, icg), F32)
     h0 = max(top, 0) - top
-    hl, wl = max(min(hl, win_h - h0), 0), max(min(wl, win_w - geo.pad_left), 0)
-    if hl and wl:
-        xp[:, h0:h0 + hl, geo.pad_left:geo.pad_left + wl, :] = xf[:, :hl, :wl, :]
-    cols = np.empty((nb, nrows, geo.out_w, fh, fw, icg), F32)
+    cols = np.zeros((nb, nrows, geo.out_w, fh, fw, icg), F32)
     for kh in range(fh):
-        hs = slice(kh * geo.dilation_h, kh * geo.dilation_h + (nrows - 1) * geo.stride_h + 1, geo.stride_h)
+        hs = _tap_slices(kh * geo.dilation_h, nrows, geo.stride_h, h0, hl)
+        if hs is None:
+            continue
         for kw in range(fw):
-            ws = slice(kw * geo.dilation_w, kw * geo.dilation_w + (geo.out_w - 1) * geo.stride_w + 1,
-                       geo.stride_w)
-            cols[:, :, :, kh, kw, :] = xp[:, hs, ws, :]
+            ws = _tap_slices(kw * geo.dilation_w, geo.out_w, geo.stride_w, geo.pad_left, wl)
+            if ws is not None:
+                cols[:, hs[0], ws[0], kh, kw, :] = xf[:, hs[1], ws[1], :]
     positions = nb * nrows * geo.out_w
     dmat = np.ascontiguousarray(dyf, dtype=F32).reshape(positions, ocg)
     return (cols.reshape(positions, fh * fw * icg).T @ dmat).reshape(fh, fw, icg, ocg)
@@ -143,6 +162,12 @@ class Conv2DBackpropFilter:
     """The registry entry of conv2d_backprop_filter."""
 
     name = "conv2d_backprop_filter"
+    #: What an hp_ call stores in fp16 and how it computes.
+    tensors_in_precision = ("input", "out_backprop", "output")
+    fp32_tensors = ()
+    fp16_arithmetic = ("computed in fp32 at the chip's fp32 vector rate: input and out_backprop blocks are converted "
+                       "to fp32 in the scratchpad (one vector op per element, priced as extra vector ops, not flops), "
+                       "dW accumulates in fp32 and is rounded to fp16 once, as it is stored")
     args = (
         ArgSpec("input", "in_ptr", "address of the input [input_shape, data_format order]"),
         ArgSpec("out_backprop", "in_ptr", "address of the output gradient [batch, out_h, out_w, out_c] "
@@ -170,7 +195,7 @@ class Conv2DBackpropFilter:
         fsz = require_ints("filter_sizes", a["filter_sizes"], 4, minimum=1)
         geo = conv_geometry(a["input_shape"], (fsz[0], fsz[1]), strides=a["strides"], padding=a["padding"],
                             explicit_paddings=a["explicit_paddings"], data_format=a["data_format"],
-                            dilations=a["dilations"])
+                            dilations=a["dilations"], filter_name="filter_sizes")
         if fsz[2] != geo.in_c:
             raise KernelArgError(f"argument 'filter_sizes': in_c (filter_sizes[2] = {fsz[2]}) must equal the "
                                  f"input's channels ({geo.in_c}); grouped convolution is not supported")
@@ -384,12 +409,12 @@ class _Planner:
         for key, value in tiling.items():
             if key == "split":
                 if value not in ("spatial", "filter"):
-                    raise KernelArgError(f"argument 'tiling.split': expected spatial or filter, got {value!r}")
+                    raise KernelArgError(f"argument 'tiling.split': expected spatial or filter, got {shown(value)}")
             elif key in limits:
                 if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
                         or not 1 <= value <= limits[key]:
                     raise KernelArgError(f"argument 'tiling.{key}': expected an integer in 1..{limits[key]}, "
-                                         f"got {value!r}")
+                                         f"got {shown(value)}")
             else:
                 raise KernelArgError(f"argument 'tiling': unknown key '{key}' (this kernel takes: in_c_slice, "
                                      f"out_c_slice, split)")
@@ -471,7 +496,7 @@ class _Planner:
         return max(top, 0), min(bottom, g.in_h)
 
     def _tile_cost(self, blk: _Block, grp: _Group) -> tuple[int, int, int]:
-        """(flops, input bytes, dy bytes) of the row tile ``blk`` of filter slice ``grp``."""
+        """(vector ops, input bytes, dy bytes) of the row tile ``blk`` of filter slice ``grp``."""
         g = self.geo
         nb, rows = blk.n1 - blk.n0, blk.r1 - blk.r0
         h0, h1 = self._window_rows(blk)
@@ -507,8 +532,12 @@ class _Planner:
         if not first:
             inputs.append(acc)
         fn = _TileFn(g, self.fh, self.fw, (blk.r0, blk.r1), self.nchw, bool(hl), first, x_shape)
-        stream.add(loads, Compute(fn, tuple(inputs), (acc,), flops=self._tile_cost(blk, grp)[0], reductions=0,
-                                  precision=COMPUTE_PRECISION), ())
+        ops = self._tile_cost(blk, grp)[0]
+        # The math: a multiply-add per tap, position and (in, out) channel pair; the rest of the ops are empty
+        # lanes, fp16 conversion and NCHW transposition.
+        math = 2 * self.taps * nb * rows * g.out_w * grp.icg * grp.ocg
+        stream.add(loads, Compute(fn, tuple(inputs), (acc,), flops=math, reductions=0, precision=COMPUTE_PRECISION,
+                                  extra_ops=ops - math), ())
 
     def _accumulate(self, stream: _CoreStream, blocks: Sequence[_Block], grp: _Group, sc: _Scratch) -> None:
         for i, blk in enumerate(blocks):
@@ -545,9 +574,9 @@ class _Planner:
             m1 = min(m_rows, m0 + per)
             acc_rows = Operand(sc.acc_base + m0 * grp.ocg * F32.itemsize, (m1 - m0, grp.ocg), F32)
             dst = sc.arena(stream.slot).operand((m1 - m0, grp.ocg), self.dt)
-            compute = Compute(_cast_to(self.dt), (acc_rows,), (dst,),
-                              flops=(m1 - m0) * padded_lanes(grp.ocg, self.lanes), reductions=0,
-                              precision=COMPUTE_PRECISION)
+            compute = Compute(_cast_to(self.dt), (acc_rows,), (dst,), flops=0, reductions=0,
+                              precision=COMPUTE_PRECISION,
+                              extra_ops=(m1 - m0) * padded_lanes(grp.ocg, self.lanes))  # a cast, not math
             stream.add((), compute, self._rows_out(dst.addr, m0, m1, grp))
 
     # -- the filter split -----------------------------------------------------------------------
@@ -647,9 +676,10 @@ class _Planner:
                 # One 2-D descriptor gathers the rows from every core's partial (they lie ``stride`` apart).
                 load = Transfer.block(self.ctx.workspace_base + a * row_bytes, parts.addr,
                                       (n, (b - a) * grp.ocg), F32.itemsize, (stride, F32.itemsize))
-                flops = ((n - 1) + int(self.isz != F32.itemsize)) * (b - a) * padded_lanes(grp.ocg, self.lanes)
-                compute = Compute(_sum_partials(self.dt), (parts,), (dst,), flops=flops, reductions=0,
-                                  precision=COMPUTE_PRECISION)
+                ops = ((n - 1) + int(self.isz != F32.itemsize)) * (b - a) * padded_lanes(grp.ocg, self.lanes)
+                # Adding the cores' partials is work the spatial split adds, not the math's.
+                compute = Compute(_sum_partials(self.dt), (parts,), (dst,), flops=0, reductions=0,
+                                  precision=COMPUTE_PRECISION, extra_ops=ops)
                 stream.add((load,), compute, self._rows_out(dst.addr, ma + a, ma + b, grp))
 
     # -- cost estimate --------------------------------------------------------------------------

@@ -9,11 +9,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import numpy as np
+
 from kernels.base import require_choice, require_ints
 from sim.errors import KernelArgError
+from sim.messages import shown
 
 DATA_FORMATS = ("NHWC", "NCHW")
 PADDINGS = ("SAME", "VALID", "EXPLICIT")
+#: Along each spatial axis of n input positions, the effective (dilated) filter, the stride and each explicit
+#: padding may be at most GEOMETRY_FACTOR·n + GEOMETRY_SLACK.  Every TensorFlow convolution worth running fits,
+#: with room to spare: a 3x3 filter dilated by 36 on a 1x1 map, strides and dilations well past a tiny input,
+#: "full" padding of eff - 1, a stride-32 patchify stem.  Beyond it windows read nothing but padding, or only
+#: the first output exists, and the numbers only serve to exhaust the host (a dilation of 2**40, a stride of
+#: 662001 with paddings of 134315).  The output extent follows: at most n + 2·(GEOMETRY_FACTOR·n + GEOMETRY_SLACK).
+GEOMETRY_FACTOR = 16
+GEOMETRY_SLACK = 256
 
 
 @dataclass(frozen=True)
@@ -84,10 +95,37 @@ def _window(name: str, size: int, eff: int, stride: int, padding: str, pads: tup
     return out, before, after
 
 
+def geometry_limit(size: int) -> int:
+    """The largest effective filter, stride or explicit padding an axis of ``size`` input positions takes."""
+    return GEOMETRY_FACTOR * size + GEOMETRY_SLACK
+
+
+def _check_extent(attr: str, what: str, value: int, axis: str, size: int, input_name: str) -> None:
+    """Refuse ``value`` (``what`` along ``axis``) when it is absurd for ``size`` input positions."""
+    limit = geometry_limit(size)
+    if value > limit:
+        raise KernelArgError(f"argument '{attr}': {what} along {axis} is {shown(value)}, absurd for the "
+                             f"{size} {axis} positions of {input_name} (rule: at most {GEOMETRY_FACTOR} x the "
+                             f"input's extent + {GEOMETRY_SLACK} = {limit})")
+
+
+def _no_explicit_paddings(value: Any) -> bool:
+    """True when ``value`` is absent or an empty sequence (what a non-EXPLICIT padding takes)."""
+    if value is None:
+        return True
+    if isinstance(value, (list, tuple)):
+        return len(value) == 0
+    return isinstance(value, np.ndarray) and value.size == 0
+
+
 def conv_geometry(input_shape: Any, filter_hw: tuple[int, int], *, strides: Any, padding: Any,
                   explicit_paddings: Any, data_format: Any, dilations: Any,
-                  input_name: str = "input_shape") -> ConvGeometry:
-    """Check the convolution attributes and compute the geometry (KernelArgError on any bad attribute)."""
+                  input_name: str = "input_shape", filter_name: str = "filter") -> ConvGeometry:
+    """Check the convolution attributes and compute the geometry (KernelArgError on any bad attribute).
+
+    Besides TensorFlow's own rules, the effective filter, the strides and the explicit paddings of each
+    spatial axis are bounded by the input's extent (:func:`geometry_limit`), before anything is planned.
+    """
     fmt = require_choice("data_format", data_format, DATA_FORMATS)
     pad = require_choice("padding", padding, PADDINGS)
     shape = require_ints(input_name, input_shape, 4, minimum=1)
@@ -109,12 +147,19 @@ def conv_geometry(input_shape: Any, filter_hw: tuple[int, int], *, strides: Any,
                                  f"({fmt} order), got {list(ep)}")
         pad_h, pad_w = pairs[h_i], pairs[w_i]
     else:
-        if explicit_paddings is not None and len(tuple(explicit_paddings)) != 0:
+        if not _no_explicit_paddings(explicit_paddings):
             raise KernelArgError(f"argument 'explicit_paddings': must be absent or empty unless padding is "
-                                 f"EXPLICIT (padding is {pad}), got {list(explicit_paddings)}")
+                                 f"EXPLICIT (padding is {pad}), got {shown(explicit_paddings)}")
         pad_h = pad_w = (0, 0)
-    fh, fw = (require_ints("filter", filter_hw, 2, minimum=1))
+    fh, fw = (require_ints(filter_name, filter_hw, 2, minimum=1))
     eff_h, eff_w = (fh - 1) * dil[h_i] + 1, (fw - 1) * dil[w_i] + 1
+    for axis, size, stride, eff, k, pads in (("height", shape[h_i], st[h_i], eff_h, fh, pad_h),
+                                             ("width", shape[w_i], st[w_i], eff_w, fw, pad_w)):
+        _check_extent("strides", "the stride", stride, axis, size, input_name)
+        _check_extent("dilations" if eff > k else filter_name, "the effective filter (k - 1)·d + 1", eff, axis,
+                      size, input_name)
+        for side, p in zip(("before", "after"), pads):
+            _check_extent("explicit_paddings", f"the padding {side}", p, axis, size, input_name)
     out_h, top, bottom = _window(input_name, shape[h_i], eff_h, st[h_i], pad, pad_h)
     out_w, left, right = _window(input_name, shape[w_i], eff_w, st[w_i], pad, pad_w)
     return ConvGeometry(batch=shape[n_i], in_h=shape[h_i], in_w=shape[w_i], in_c=shape[c_i], out_h=out_h,

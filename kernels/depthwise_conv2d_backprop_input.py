@@ -12,6 +12,11 @@ convolution
 
 Dilations > 1 are computed (TensorFlow's CPU kernel refuses them).
 
+Precision: ``fp_`` symbols store and compute in fp32; ``hp_`` symbols store
+filter, out_backprop and output in fp16, widen them on load, accumulate each
+output block in an fp32 scratch buffer and round it to fp16 once, on store
+(the conversions cost no cycles in this model).
+
 Plan: the work is cut into tiles of (image, block of input rows, block of
 input columns, block of channels).  The cores split the rows of all images,
 or the channels, or both — whichever an estimate from the target's numbers
@@ -476,6 +481,12 @@ class DepthwiseConv2dBackpropInput:
     """The registry entry of depthwise_conv2d_backprop_input."""
 
     name = "depthwise_conv2d_backprop_input"
+    #: What an hp_ call stores in fp16 and how it computes.
+    tensors_in_precision = ("filter", "out_backprop", "output")
+    fp32_tensors = ()
+    fp16_arithmetic = ("computed in fp32 at the chip's fp32 vector rate: filter and out_backprop are widened as they "
+                       "are loaded, each output block accumulates in an fp32 buffer and is rounded to fp16 once, as "
+                       "it is stored (no cycles are charged for the conversions)")
     args = (
         ArgSpec("filter", "in_ptr", "address of filter [fh, fw, in_c, depth_multiplier]"),
         ArgSpec("out_backprop", "in_ptr", "address of out_backprop [batch, out_h, out_w, in_c*multiplier] "
@@ -501,7 +512,7 @@ class DepthwiseConv2dBackpropInput:
         filter_shape = require_ints("filter_shape", a["filter_shape"], 4, minimum=1)
         geom = conv_geometry(input_sizes, filter_shape[:2], strides=a["strides"], padding=a["padding"],
                              explicit_paddings=a["explicit_paddings"], data_format=a["data_format"],
-                             dilations=a["dilations"], input_name="input_sizes")
+                             dilations=a["dilations"], filter_name="filter_shape", input_name="input_sizes")
         if filter_shape[2] != geom.in_c:
             raise KernelArgError(f"argument 'filter_shape': filter_shape[2] (in_c) is {filter_shape[2]} but "
                                  f"input_sizes has {geom.in_c} channels ({geom.data_format}); they must be equal")
@@ -647,9 +658,10 @@ class DepthwiseConv2dBackpropInput:
             arena.alloc(o_out.size_bytes * F32.itemsize // dt.itemsize)  # where the fp32 accumulator lives
         loads = filter_load + split_transfers(o_dy, b["out_backprop"], order(n, rows.o_lo, cols.o_lo, c0 * mult),
                                               parts, inbound=True)
-        compute = Compute(_tile_fn(rows, cols, geom, ct, dt), (o_f, o_dy), (o_out,),
-                          flops=self._flops(rows, cols, ct, mult, lanes, nchw), reductions=0,
-                          precision=self._compute_precision())
+        ops = self._flops(rows, cols, ct, mult, lanes, nchw)
+        math = 2 * mult * ct * rows.pairs * cols.pairs  # a multiply-add per (tap, output position) pair
+        compute = Compute(_tile_fn(rows, cols, geom, ct, dt), (o_f, o_dy), (o_out,), flops=math, reductions=0,
+                          precision=self._compute_precision(), extra_ops=ops - math)
         return Tile(tile_id, loads, compute, stores, slot=slot)
 
     @staticmethod

@@ -16,6 +16,11 @@ then ``backprops_wrt_input = gradients · (nudged_min ≤ x ≤ nudged_max)``,
 gradient and gives zero min/max gradients; min > max, min = max ≠ 0 or a
 non-finite bound raise KernelArgError when the values are read.
 
+Precision: ``fp_`` symbols store and compute in fp32; ``hp_`` symbols store
+gradients, inputs and backprops_wrt_input in fp16 and the four scalars in
+fp32, compare and sum in fp32 (three conversions per element, priced in
+cycles as extra vector ops, not counted as flops).
+
 Plan: the flattened elements are split over the cores in whole vectors.  Each
 core first loads min and max into its scratchpad and nudges them (that tile's
 compute is where bad bounds are refused), then streams tiles of gradients and
@@ -127,6 +132,13 @@ class FakeQuantWithMinMaxVarsGradient:
     """The registry entry of fake_quant_with_min_max_vars_gradient."""
 
     name = "fake_quant_with_min_max_vars_gradient"
+    #: What an hp_ call stores in fp16 (the rest in fp32) and how it computes.
+    tensors_in_precision = ("gradients", "inputs", "backprops_wrt_input")
+    fp32_tensors = ("min", "max", "backprop_wrt_min", "backprop_wrt_max")
+    fp16_arithmetic = ("computed in fp32 at the chip's fp32 vector rate: gradients and inputs are widened (the masks "
+                       "compare fp32 values with the fp32 nudged bounds), the min/max sums accumulate in fp32 and "
+                       "backprops_wrt_input is rounded to fp16 as it is stored; the three conversions per element are "
+                       "priced as extra vector ops, not flops")
     args = (
         ArgSpec("gradients", "in_ptr", "address of the gradients (shape)"),
         ArgSpec("inputs", "in_ptr", "address of the inputs of the forward op (shape)"),
@@ -241,8 +253,10 @@ class FakeQuantWithMinMaxVarsGradient:
         loads = (Transfer.contiguous(b["min"].addr, bounds.addr, 4),
                  Transfer.contiguous(b["max"].addr, bounds.addr + 4, 4))
         # The fixed area has its own slot (2), so the first data tile's loads overlap the nudge.
-        tiles = [Tile(0, loads, Compute(prep, (bounds,), (nudged, acc), flops=FLOPS_NUDGE + 2, reductions=0,
-                                        precision=COMPUTE_PRECISION), (), slot=2)]
+        # Every core nudges the bounds; the math counts one nudge (and zeroing the sums is no math).
+        tiles = [Tile(0, loads, Compute(prep, (bounds,), (nudged, acc), flops=FLOPS_NUDGE if idx == 0 else 0,
+                                        reductions=0, precision=COMPUTE_PRECISION,
+                                        extra_ops=2 + (0 if idx == 0 else FLOPS_NUDGE)), (), slot=2)]
         widen = FLOPS_WIDEN if dt != F32 else 0
         for s in range(e0, e1, per_tile):
             n = min(per_tile, e1 - s)
@@ -259,9 +273,9 @@ class FakeQuantWithMinMaxVarsGradient:
                 return bp.astype(_dt, copy=False), acc_value + np.array([below, above], F32)
 
             # Each tile finishes its two sums with a cross-lane reduction each.
-            comp = Compute(fn, (og, ox, nudged, acc), (obp, acc),
-                           flops=padded_lanes(n, lanes) * (FLOPS_PER_ELEMENT + widen), reductions=2,
-                           precision=COMPUTE_PRECISION)
+            comp = Compute(fn, (og, ox, nudged, acc), (obp, acc), flops=n * FLOPS_PER_ELEMENT, reductions=2,
+                           precision=COMPUTE_PRECISION,
+                           extra_ops=padded_lanes(n, lanes) * (FLOPS_PER_ELEMENT + widen) - n * FLOPS_PER_ELEMENT)
             tiles.append(Tile(tid, loads, comp, stores, slot=tid % 2))
         if parts > 1:
             publish = (Transfer.contiguous(acc.addr, ctx.workspace_base + idx * acc.size_bytes, acc.size_bytes),)
@@ -278,7 +292,8 @@ class FakeQuantWithMinMaxVarsGradient:
 
         def fn(p):
             return (p.sum(axis=0, dtype=F32),)
-        comp = Compute(fn, (part,), (acc,), flops=parts * 2, reductions=0, precision=COMPUTE_PRECISION)
+        # Adding the cores' partials is work the split adds, not the math's.
+        comp = Compute(fn, (part,), (acc,), flops=0, reductions=0, precision=COMPUTE_PRECISION, extra_ops=parts * 2)
         return Tile(0, (load,), comp, self._scalar_stores(lay.buf, acc), slot=2)
 
 

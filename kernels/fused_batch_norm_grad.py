@@ -13,6 +13,12 @@ as TensorFlow's CPU kernels (FusedBatchNormGrad / FusedBatchNormFreezeGrad)
 compute them, in fp32 (fp16 tensors are widened on load and x_backprop is
 narrowed on store).
 
+Precision: ``fp_`` symbols store and compute everything in fp32.  ``hp_``
+symbols store y_backprop, x and x_backprop in fp16 and the per-channel vectors
+in fp32, and compute in fp32 at the chip's fp32 vector rate; widening each
+loaded element and narrowing each stored one is a vector op priced in cycles
+as an extra op, not counted as a flop (both precisions report the same flops).
+
 Both layouts are handled as a 3-D view [A, C, B] with the channels in the
 middle: NHWC is [N·H·W, C, 1] (channels on the vector lanes, the sums are
 vertical vector adds), NCHW is [N, C, H·W] (spatial positions on the lanes, so
@@ -209,6 +215,12 @@ class FusedBatchNormGrad:
     """The registry entry of fused_batch_norm_grad."""
 
     name = "fused_batch_norm_grad"
+    #: What an hp_ call stores in fp16 (the rest in fp32) and how it computes.
+    tensors_in_precision = ("y_backprop", "x", "x_backprop")
+    fp32_tensors = ("scale", "reserve_space_1", "reserve_space_2", "scale_backprop", "offset_backprop")
+    fp16_arithmetic = ("computed in fp32 at the chip's fp32 vector rate: y_backprop and x are widened as they are "
+                       "loaded and x_backprop is rounded to fp16 as it is stored, one vector op per element each, "
+                       "priced as extra vector ops (not flops)")
     args = (
         ArgSpec("y_backprop", "in_ptr", "address of y_backprop (4-D, data_format order)"),
         ArgSpec("x", "in_ptr", "address of x (4-D, data_format order)"),
@@ -233,7 +245,8 @@ class FusedBatchNormGrad:
         shape = require_ints("shape", a["shape"], 4, minimum=1)
         data_format = require_choice("data_format", a["data_format"], FORMATS)
         epsilon = require_float("epsilon", a["epsilon"])
-        if not epsilon > 0 or not np.isfinite(F32.type(epsilon)) or F32.type(epsilon) <= 0:
+        # Compared before any cast: casting a value beyond fp32 to fp32 overflows (with numpy's warning).
+        if not 0 < epsilon <= float(np.finfo(F32).max) or F32.type(epsilon) <= 0:
             raise KernelArgError(f"argument 'epsilon': expected a positive number representable in fp32, "
                                  f"got {epsilon!r}")
         is_training = require_bool("is_training", a["is_training"])
@@ -290,8 +303,9 @@ class FusedBatchNormGrad:
             rows.build()
             rows_default = {"split": "rows", "tile_elements": rows.first_want}
             rows_largest = {"split": "rows", "tile_elements": rows.largest_want}
-            # Shorter tiles fill the pipeline sooner (the first load is never hidden).
-            rows_short = {"split": "rows", "tile_elements": max(lanes, rows.first_want // 4)}
+            # Shorter tiles fill the pipeline sooner (the first load is never hidden).  Never longer than the
+            # default tile: a call of fewer elements than a vector has lanes has no shorter tile to offer.
+            rows_short = {"split": "rows", "tile_elements": min(rows.first_want, max(lanes, rows.first_want // 4))}
         except LayoutError:
             rows_default = rows_largest = rows_short = None
         if self._channels_by_default(call, ctx):
@@ -368,11 +382,12 @@ class _PlanBase:
         """DMA ``op`` out to channels [c0, c0 + n) of per-channel output ``name``."""
         return operand_out(op, self.addr(name), (self.v.c,), (c0,))
 
-    def compute(self, fn: Callable, inputs: Sequence[Operand], outputs: Sequence[Operand], flops: int,
-                reductions: int = 0) -> Compute:
-        """A Compute priced in fp32."""
+    def compute(self, fn: Callable, inputs: Sequence[Operand], outputs: Sequence[Operand], ops: int,
+                reductions: int = 0, *, flops: int = 0) -> Compute:
+        """A Compute priced in fp32: ``ops`` vector operations in all, ``flops`` of them the math's own (the rest:
+        conversions, empty lanes, work the rows plan repeats, see ``Compute``)."""
         return Compute(fn, tuple(inputs), tuple(outputs), flops=int(flops), reductions=int(reductions),
-                       precision=COMPUTE_PRECISION)
+                       precision=COMPUTE_PRECISION, extra_ops=int(ops) - int(flops))
 
 
 class _ChannelsPlan(_PlanBase):
@@ -463,8 +478,11 @@ class _ChannelsPlan(_PlanBase):
             per_elem = (FLOPS_XHAT + FLOPS_SUMS + (FLOPS_DX_TRAIN if self.train else FLOPS_DX_INFER)
                         + 3 * self.widen)
             chan = padded_lanes(n, self.lanes) * (FLOPS_CHANNEL_RS + FLOPS_CHANNEL_COEF)
+            math = (v.a * n * v.b * (FLOPS_XHAT + FLOPS_SUMS + (FLOPS_DX_TRAIN if self.train else FLOPS_DX_INFER))
+                    + n * (FLOPS_CHANNEL_RS + FLOPS_CHANNEL_COEF))
             out.append(Tile(i, loads, self.compute(fn, (ox, ody, om, ovar, osc), (odx, osb, oob),
-                                                   elems * per_elem + chan, v.reductions(n)), stores, slot=i % 2))
+                                                   elems * per_elem + chan, v.reductions(n), flops=math),
+                            stores, slot=i % 2))
         return out
 
 
@@ -658,12 +676,17 @@ class _RowsPlan(_PlanBase):
         s1, s2 = fixed.s1(c, nc), fixed.s2(c, nc)
         elems = v.lane_elems(na, nc, nb, self.lanes)
         chan = padded_lanes(nc, self.lanes) * FLOPS_CHANNEL_COEF
+        count = na * nc * nb
+        # The per-channel coefficients count as the math's once per channel: in the block holding the channel's
+        # first element (every other block recomputes them).
+        coef = nc * FLOPS_CHANNEL_COEF if a == 0 and b == 0 else 0
         if kind == "sums":
             def fn(x, dy, mean, rs, s1, s2):
                 d1, d2 = partial_sums(x, dy, mean, rs)
                 return s1 + d1, s2 + d2
             comp = self.compute(fn, (ox, ody, mean, rs, s1, s2), (s1, s2),
-                                elems * (FLOPS_XHAT + FLOPS_SUMS + 2 * self.widen), v.reductions(nc))
+                                elems * (FLOPS_XHAT + FLOPS_SUMS + 2 * self.widen), v.reductions(nc),
+                                flops=count * (FLOPS_XHAT + FLOPS_SUMS))
             return Tile(tid, loads, comp, (), slot=blk.slot)
         stores = (self.tensor_out(odx, start),)
         if kind == "both":
@@ -672,12 +695,13 @@ class _RowsPlan(_PlanBase):
                 return x_backprop_infer(dy, rs, scale).astype(_dt, copy=False), s1 + d1, s2 + d2
             comp = self.compute(fn, (ox, ody, mean, rs, scale, s1, s2), (odx, s1, s2),
                                 elems * (FLOPS_XHAT + FLOPS_SUMS + FLOPS_DX_INFER + 3 * self.widen) + chan,
-                                v.reductions(nc))
+                                v.reductions(nc), flops=count * (FLOPS_XHAT + FLOPS_SUMS + FLOPS_DX_INFER) + coef)
         else:
             def fn(x, dy, mean, rs, scale, s1, s2, _m=v.m, _dt=dt):
                 return (x_backprop_train(x, dy, mean, rs, scale, s1, s2, _m).astype(_dt, copy=False),)
             comp = self.compute(fn, (ox, ody, mean, rs, scale, s1, s2), (odx,),
-                                elems * (FLOPS_XHAT + FLOPS_DX_TRAIN + 3 * self.widen) + chan)
+                                elems * (FLOPS_XHAT + FLOPS_DX_TRAIN + 3 * self.widen) + chan,
+                                flops=count * FLOPS_DX_TRAIN + coef)  # x̂ was the sums pass's math
         return Tile(tid, loads, comp, stores, slot=blk.slot)
 
     def _sums_tiles(self, idx: int, g0: int, fixed: _Fixed, blocks: list[_Block]) -> list[Tile]:
@@ -690,7 +714,8 @@ class _RowsPlan(_PlanBase):
             return rsqrt_var(var, _eps), np.zeros((2, _n), F32)
         # The fixed area has its own slot (2), so the first row tile's loads overlap this one.
         tiles = [Tile(0, prep_loads, self.compute(prep, (fixed.rs,), (fixed.rs, fixed.sums),
-                                                  padded_lanes(cg, self.lanes) * (FLOPS_CHANNEL_RS + 2)), (),
+                                                  padded_lanes(cg, self.lanes) * (FLOPS_CHANNEL_RS + 2),
+                                                  flops=cg * FLOPS_CHANNEL_RS if idx == 0 else 0), (),
                       slot=2)]
         kind = "sums" if self.train else "both"
         for blk in blocks:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-import math
 
 from kernels.base import Operand, PlanContext, Transfer, align_up, c_strides
 from sim.errors import LayoutError

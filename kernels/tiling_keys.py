@@ -14,6 +14,7 @@ import numpy as np
 
 from kernels.base import PlanContext, tiling_options
 from sim.errors import KernelArgError
+from sim.messages import shown
 
 
 def tiling_keys(ctx: PlanContext, keys: Sequence[str]) -> dict[str, Any]:
@@ -27,7 +28,7 @@ def int_key(tiling: Mapping[str, Any], key: str, lo: int, hi: int) -> int | None
         return None
     value = tiling[key]
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
-        raise KernelArgError(f"argument 'tiling.{key}': expected an integer in {lo}..{hi}, got {value!r}")
+        raise KernelArgError(f"argument 'tiling.{key}': expected an integer in {lo}..{hi}, got {shown(value)}")
     return int(value)
 
 
@@ -37,7 +38,7 @@ def choice_key(tiling: Mapping[str, Any], key: str, choices: Sequence[str]) -> s
         return None
     value = tiling[key]
     if not isinstance(value, str) or value not in choices:
-        raise KernelArgError(f"argument 'tiling.{key}': expected one of {', '.join(choices)}, got {value!r}")
+        raise KernelArgError(f"argument 'tiling.{key}': expected one of {', '.join(choices)}, got {shown(value)}")
     return value
 
 

@@ -40,10 +40,11 @@ def cmd_targets(args: argparse.Namespace) -> int:
 
 
 def cmd_kernels(args: argparse.Namespace) -> int:
-    """Print every symbol with its arguments."""
+    """Print every symbol with what it stores and computes in which precision, and its arguments."""
     for sym in kernels.symbols():
         where = "core_mask (int bitmask, default all cores)" if sym.variant == "s" else "core (int, default 0)"
         print(f"{sym.name}  [{sym.precision}, {'shared' if sym.variant == 's' else 'private'} memory]")
+        print(f"    precision: {sym.precision_note}")
         for a in sym.kernel.args:
             opt = "" if a.required else f" = {a.default!r}"
             print(f"    {a.name}{opt}: {a.doc}")

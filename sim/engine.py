@@ -552,7 +552,7 @@ class Engine:
         if c.precision not in core.precisions:
             raise SimError(f"plan computes in {c.precision}, which {self.target.name} lacks") from None
         return (core.loop_overhead_cycles + core.vector_op_latency_cycles
-                + core.peak_fraction_cycles(c.flops, c.precision)
+                + core.peak_fraction_cycles(c.vector_ops, c.precision)
                 + c.reductions * core.reduction_latency_cycles)
 
     def _operand_key(self, core: int, tile: Tile, op: Operand, label: str,

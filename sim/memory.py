@@ -17,6 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from sim.errors import MemoryFault
+from sim.messages import shown
 from sim.target import Region, Target
 
 #: Pages of 256 MiB: allocated on first write and zero-filled lazily by the OS, so untouched bytes cost nothing.
@@ -39,19 +40,25 @@ def _is_int(v: object) -> bool:
     return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
 
+def _hex(value: int) -> str:
+    """An address for a message: hex, or (absurdly large) its size in digits."""
+    return f"{value:#x}" if -(1 << 80) < value < 1 << 80 else shown(value)
+
+
 def access_shape(shape: object, what: str = "read") -> tuple[int, ...]:
     """``shape`` (an int or a sequence of ints) as a tuple of non-negative ints, else MemoryFault."""
     if _is_int(shape):
         dims: tuple = (shape,)
     elif isinstance(shape, (str, bytes)) or not isinstance(shape, (Sequence, np.ndarray)):
-        raise MemoryFault(f"{what}: shape must be an int or a sequence of ints, got {shape!r}")
+        raise MemoryFault(f"{what}: shape must be an int or a sequence of ints, got {shown(shape)}")
     else:
+        n = shape.size if isinstance(shape, np.ndarray) else len(shape)
+        if n > 32:  # before copying it: a huge sequence is refused by its length alone
+            raise MemoryFault(f"{what}: shape has {n} dimensions (at most 32)")
         dims = tuple(np.asarray(shape).reshape(-1)) if isinstance(shape, np.ndarray) else tuple(shape)
-    if len(dims) > 32:
-        raise MemoryFault(f"{what}: shape has {len(dims)} dimensions (at most 32)")
     for d in dims:
         if not _is_int(d):
-            raise MemoryFault(f"{what}: shape {shape!r} holds {d!r}, not an int")
+            raise MemoryFault(f"{what}: shape {shown(shape)} holds {shown(d)}, not an int")
         if d < 0:
             raise MemoryFault(f"{what}: negative dimension in shape {tuple(int(x) for x in dims)}")
     return tuple(int(d) for d in dims)
@@ -92,20 +99,20 @@ class MemoryMap:
     def resolve(self, addr: int, size_bytes: int, core: int | None, *, what: str = "access") -> tuple[Region, int]:
         """The region and backing-store key of an access, or MemoryFault naming why it is illegal."""
         if not _is_int(addr):
-            raise MemoryFault(f"{what}: address must be an int, got {addr!r}")
+            raise MemoryFault(f"{what}: address must be an int, got {shown(addr)}")
         addr = int(addr)
         if not _is_int(size_bytes) or size_bytes < 0:
-            raise MemoryFault(f"{what}: size must be a non-negative int, got {size_bytes!r}")
+            raise MemoryFault(f"{what}: size must be a non-negative int, got {shown(size_bytes)}")
         if core is not None and (not _is_int(core) or not 0 <= core < self.target.cores):
-            raise MemoryFault(f"{what}: core={core!r} is not a core of {self.target.name} "
+            raise MemoryFault(f"{what}: core={shown(core)} is not a core of {self.target.name} "
                               f"(0..{self.target.cores - 1})")
         r = self.region_of(addr, size_bytes)
         if r is None:
             start = self.region_at(addr)
             if start is not None:
-                raise MemoryFault(f"{what} [{addr:#x}, {addr + size_bytes:#x}) runs past the end of region "
+                raise MemoryFault(f"{what} [{_hex(addr)}, {_hex(addr + size_bytes)}) runs past the end of region "
                                   f"{start.name} [{start.base:#x}, {start.end:#x})")
-            raise MemoryFault(f"{what} [{addr:#x}, {addr + size_bytes:#x}): {self.describe(addr)}")
+            raise MemoryFault(f"{what} [{_hex(addr)}, {_hex(addr + size_bytes)}): {self.describe(addr)}")
         if size_bytes > MAX_ACCESS_BYTES:
             raise MemoryFault(f"{what} of {size_bytes} bytes at {addr:#x}: larger than any single access the "
                               f"simulator allows ({MAX_ACCESS_BYTES} bytes)")
@@ -378,21 +385,44 @@ class AddressSpace:
     # -- typed access ----------------------------------------------------------------------
 
     def write(self, addr: int, array: np.ndarray, core: int | None = None) -> None:
-        """Store ``array``'s bytes (C order, little-endian) at ``addr``."""
-        data = np.ascontiguousarray(array)
+        """Store ``array``'s bytes (C order, little-endian) at ``addr``.
+
+        The access is checked from the array's shape and dtype alone, before its data is copied or
+        converted: an unmapped address or an absurd size (a broadcast view of 2**34 elements) is refused at
+        once, without allocating anything.
+        """
+        if isinstance(array, np.ma.MaskedArray):
+            raise MemoryFault("write: a masked array's mask cannot be stored (only its data would be)")
+        arr = np.asarray(array)  # no copy for an ndarray (a broadcast view stays a view)
+        size_bytes = math.prod(arr.shape) * arr.dtype.itemsize  # Python ints: no overflow, no data touched
+        _, key = self.map.resolve(addr, size_bytes, core, what="write")
+        data = np.ascontiguousarray(arr)
         if data.dtype.byteorder == ">":
             data = data.astype(data.dtype.newbyteorder("<"))
-        _, key = self.map.resolve(addr, data.nbytes, core, what="write")
         self.write_span(key, int(addr), data.reshape(-1).view(np.uint8))
 
     def read(self, addr: int, shape: Sequence[int] | int, dtype: np.dtype | type | str,
              core: int | None = None) -> np.ndarray:
         """A fresh array of ``shape`` and ``dtype`` decoded from the bytes at ``addr``."""
-        dt = np.dtype(dtype).newbyteorder("<")
+        dt = checked_dtype(dtype).newbyteorder("<")
         shp = access_shape(shape, "read")
         n = math.prod(shp) * dt.itemsize  # Python ints: an absurd shape cannot wrap around
         _, key = self.map.resolve(addr, n, core, what="read")
         return np.array(self.read_span(key, int(addr), n)).view(dt).reshape(shp)
+
+
+def checked_dtype(dtype: object, what: str = "read") -> np.dtype:
+    """``dtype`` as a plain numeric numpy dtype, else MemoryFault (None is refused: numpy reads it as float64)."""
+    if dtype is None:
+        raise MemoryFault(f"{what}: dtype is required (None would silently mean float64): name the element "
+                          f"type, e.g. np.float32")
+    try:
+        dt = np.dtype(dtype)  # type: ignore[call-overload]
+    except (TypeError, ValueError, SyntaxError):
+        raise MemoryFault(f"{what}: {shown(dtype)} is not a dtype") from None
+    if dt.kind not in "biuf" or dt.fields is not None or dt.subdtype is not None:
+        raise MemoryFault(f"{what}: expected a plain numeric dtype, got {dt}")
+    return dt
 
 
 def _item_dtype(itemsize: int) -> np.dtype:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import io
 import math
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
-from kernels.base import BoundCall
+from kernels.base import BoundCall, check_argument_names
 from sim.atomic import atomic_write_bytes
 from sim.config import RunConfig
 from sim.errors import SimError
@@ -39,6 +39,10 @@ def prepare(cfg: RunConfig, *, numerics: bool | None = None,
 
 
 def _simulator(cfg: RunConfig) -> Simulator:
+    """A fresh simulator of the config's target and tolerance, the config's arguments checked first."""
+    # Arguments are passed to call() as keywords: one named like call()'s own parameters must be refused here,
+    # as a SimError naming the key, before Python's TypeError ("got multiple values for argument").
+    check_argument_names(cfg.args, f"{cfg.path}: args")
     return Simulator(cfg.target) if cfg.tiling_tolerance is None else \
         Simulator(cfg.target, tiling_tolerance=cfg.tiling_tolerance)
 

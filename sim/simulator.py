@@ -2,24 +2,29 @@
 
 from __future__ import annotations
 
+import functools
+import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypeVar, cast
 
 import numpy as np
 
 import kernels
-from kernels.base import Buffer, BoundCall, Plan, PlanContext
+from kernels.base import Buffer, BoundCall, Plan, PlanContext, check_argument_names
 from sim.engine import Engine
-from sim.errors import KernelArgError, LayoutError, MemoryFault, SimError
+from sim.errors import KernelArgError, LayoutError, MemoryFault
 from sim.layout import check_buffer, enforce_layout, layout_error, plan_violation
-from sim.memory import AddressSpace
+from sim.memory import AddressSpace, checked_dtype
+from sim.messages import shown
 from sim.summary import CoreSummary, Roofline, core_summaries, peak_flops_per_cycle, roofline, run_summary_text
 from sim.target import Target, load_target
 from sim.trace import Recorder, TraceEvent, run_metadata, write_trace
 
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 #: Plans a simulator keeps for calls it may see again (least recently used dropped first).
 PLAN_CACHE_SIZE = 16
@@ -121,10 +126,11 @@ class Run:
 
 def _cores_of_mask(mask: Any, target: Target) -> tuple[int, ...]:
     if isinstance(mask, bool) or not isinstance(mask, (int, np.integer)):
-        raise KernelArgError(f"argument 'core_mask': expected an int bitmask, got {mask!r}")
+        raise KernelArgError(f"argument 'core_mask': expected an int bitmask, got {shown(mask)}")
     mask = int(mask)
     if mask <= 0 or mask > target.all_cores_mask:
-        raise KernelArgError(f"argument 'core_mask': {mask:#x} selects no core or a core {target.name} lacks "
+        text = f"{mask:#x}" if -(1 << 64) < mask < 1 << 64 else shown(mask)
+        raise KernelArgError(f"argument 'core_mask': {text} selects no core or a core {target.name} lacks "
                              f"(it has {target.cores} cores: masks 0x1..{target.all_cores_mask:#x})")
     return tuple(i for i in range(target.cores) if mask >> i & 1)
 
@@ -140,10 +146,34 @@ class _TileCounter:
         self.progress(self.phase, self.done, self.total)
 
 
+def _locked(method: F) -> F:
+    """Run ``method`` holding the simulator's lock (see :class:`Simulator` on threads)."""
+    @functools.wraps(method)
+    def locked(sim: "Simulator", /, *args: Any, **kwargs: Any) -> Any:  # positional-only: self= is a kwarg
+        with sim._lock:
+            return method(sim, *args, **kwargs)
+    return cast(F, locked)
+
+
 class Simulator:
-    """One chip with fresh, zeroed memory at cycle 0.  ``call`` runs kernels on it."""
+    """One chip with fresh, zeroed memory at cycle 0.  ``call`` runs kernels on it.
+
+    Threads: a Simulator may be shared by threads.  ``call``, ``bind``, ``plan``,
+    ``plan_with_choice``, ``read`` and ``write`` each hold the simulator's lock
+    while they run, so they happen one at a time: a ``read`` or ``write`` from
+    another thread during a running call waits until the call has finished (or
+    rolled back) and sees memory as the call left it, never half-written
+    outputs; two calls from two threads run one after the other.  The lock is
+    re-entrant, so a ``progress`` callback may read memory from the calling
+    thread (a callback that waits for another thread to use the simulator
+    deadlocks).  ``m.memory`` accessed directly bypasses the lock.  For calls
+    that run in parallel, give each thread its own Simulator.
+    """
 
     def __init__(self, target: str | Path | Target = "FT78NE", *, tiling_tolerance: float = TILING_TOLERANCE):
+        # Re-entrant: a locked method calls others (call -> plan_with_choice -> bind), and a progress callback
+        # runs inside call on the calling thread.
+        self._lock = threading.RLock()
         self.target = load_target(target)
         self.tiling_tolerance = tiling_tolerance
         # Tiling choices already made: (symbol, bound call, tolerance) -> (chosen tiling, priced candidates,
@@ -163,39 +193,46 @@ class Simulator:
     @tiling_tolerance.setter
     def tiling_tolerance(self, value: float) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-            raise KernelArgError(f"argument 'tiling_tolerance': expected a fraction in [0, 1), got {value!r}")
+            raise KernelArgError(f"argument 'tiling_tolerance': expected a fraction in [0, 1), got {shown(value)}")
         self._tiling_tolerance = float(value)
 
     # -- memory -----------------------------------------------------------------------------------
 
+    @_locked
     def write(self, addr: int, array: Any, core: int | None = None) -> None:
-        """Store an array's bytes (C order, little-endian) at ``addr``; private addresses need ``core``."""
+        """Store an array's bytes (C order, little-endian) at ``addr``; private addresses need ``core``.
+
+        The address, the region and the size (from the array's shape and dtype) are checked before the
+        array's data is touched: a refused write costs no copy, whatever its size.  Masked arrays are
+        refused (their mask would be silently dropped).
+        """
+        if isinstance(array, np.ma.MaskedArray):
+            raise MemoryFault("write: a masked array's mask cannot be stored (only its data would be): pass "
+                              "np.ma.getdata(a), or a.filled(value) to decide what masked elements hold")
         try:
             arr = np.asarray(array)
         except (TypeError, ValueError, OverflowError) as e:
-            raise MemoryFault(f"write: cannot make an array of {type(array).__name__}: {e}") from None
+            raise MemoryFault(f"write: cannot make an array of {type(array).__name__}: {shown(str(e))}") from None
         if arr.dtype.kind not in "biuf":
             raise MemoryFault(f"write: expected a numeric array, got dtype {arr.dtype}")
         self.memory.write(addr, arr, core=core)
 
+    @_locked
     def read(self, addr: int, shape: Sequence[int] | int, dtype: Any, core: int | None = None) -> np.ndarray:
-        """A fresh array decoded from the bytes at ``addr``; private addresses need ``core``."""
-        try:
-            dt = np.dtype(dtype)
-        except (TypeError, ValueError, SyntaxError):
-            raise MemoryFault(f"read: {dtype!r} is not a dtype") from None
-        if dt.kind not in "biuf" or dt.fields is not None or dt.subdtype is not None:
-            raise MemoryFault(f"read: expected a plain numeric dtype, got {dt}")
-        return self.memory.read(addr, shape, dt, core=core)
+        """A fresh array decoded from the bytes at ``addr``; private addresses need ``core``.  ``dtype`` is
+        required (numpy would read None as float64)."""
+        return self.memory.read(addr, shape, checked_dtype(dtype), core=core)
 
     # -- calls ------------------------------------------------------------------------------------
 
-    def bind(self, symbol: str, **kwargs: Any) -> BoundCall:
+    @_locked
+    def bind(self, symbol: str, /, **kwargs: Any) -> BoundCall:
         """Check a call's symbol and arguments without running it (no layout check)."""
+        check_argument_names(kwargs)
         sym = kernels.lookup(symbol)
         odd = [k for k in kwargs if not k.isidentifier()]
         if odd:
-            raise KernelArgError(f"{symbol}: argument name {odd[0]!r} is not an identifier")
+            raise KernelArgError(f"{symbol}: argument name {shown(odd[0])} is not an identifier")
         if sym.precision not in self.target.precisions:
             raise KernelArgError(f"symbol '{symbol}' computes in {sym.precision}, which {self.target.name} "
                                  f"lacks (it has: {', '.join(self.target.precisions)})")
@@ -214,7 +251,7 @@ class Simulator:
             if isinstance(core, bool) or not isinstance(core, (int, np.integer)) \
                     or not 0 <= int(core) < self.target.cores:
                 raise KernelArgError(f"argument 'core': expected a core of {self.target.name} "
-                                     f"(0..{self.target.cores - 1}), got {core!r}")
+                                     f"(0..{self.target.cores - 1}), got {shown(core)}")
             cores = (int(core),)
             owner = int(core)
 
@@ -242,12 +279,14 @@ class Simulator:
                            workspace_base=ws_lo, workspace_size_bytes=ws_hi - ws_lo,
                            alignment_bytes=max(stage.alignment_bytes, self.target.core.vector_width_bytes))
 
-    def plan(self, symbol: str, *, tiling: Mapping[str, Any] | None = None, **kwargs: Any) -> tuple[BoundCall, Plan]:
+    @_locked
+    def plan(self, symbol: str, /, *, tiling: Mapping[str, Any] | None = None, **kwargs: Any) -> tuple[BoundCall, Plan]:
         """Bind, layout-check and plan a call without running it."""
         call, plan, _ = self.plan_with_choice(symbol, tiling=tiling, **kwargs)
         return call, plan
 
-    def plan_with_choice(self, symbol: str, *, tiling: Mapping[str, Any] | None = None,
+    @_locked
+    def plan_with_choice(self, symbol: str, /, *, tiling: Mapping[str, Any] | None = None,
                          progress: Callable[[str, int, int], None] | None = None,
                          **kwargs: Any) -> tuple[BoundCall, Plan, TilingChoice]:
         """Bind, layout-check and plan a call: with ``tiling`` if given, else the cheapest candidate tiling.
@@ -263,7 +302,7 @@ class Simulator:
         offers = hasattr(kernel, "tilings")
         if tiling is not None:
             if not isinstance(tiling, Mapping):
-                raise KernelArgError(f"argument 'tiling': expected a mapping of tiling keys, got {tiling!r}")
+                raise KernelArgError(f"argument 'tiling': expected a mapping of tiling keys, got {shown(tiling)}")
             if not offers:
                 raise KernelArgError(f"argument 'tiling': {symbol} takes no tiling (it has a single plan)")
             return call, self._lower(kernel, call, replace(ctx, tiling=dict(tiling))), \
@@ -373,14 +412,15 @@ class Simulator:
         """The kernel object behind a bound call."""
         return kernels.lookup(call.symbol).kernel
 
-    def call(self, symbol: str, *, numerics: bool = True, progress: Callable[[int, int], None] | None = None,
+    @_locked
+    def call(self, symbol: str, /, *, numerics: bool = True, progress: Callable[[int, int], None] | None = None,
              tiling: Mapping[str, Any] | None = None, **kwargs: Any) -> Run:
         """Run ``symbol`` with its C arguments by name; memory is rolled back if anything fails."""
         t0 = time.perf_counter()
         if not isinstance(numerics, (bool, np.bool_)):
-            raise KernelArgError(f"call: 'numerics' must be True or False, got {numerics!r}")
+            raise KernelArgError(f"call: 'numerics' must be True or False, got {shown(numerics)}")
         if progress is not None and not callable(progress):
-            raise KernelArgError(f"call: 'progress' must be a callable or None, got {progress!r}")
+            raise KernelArgError(f"call: 'progress' must be a callable or None, got {shown(progress)}")
         call, plan, choice = self.plan_with_choice(symbol, tiling=tiling, **kwargs)
         recorder = Recorder()
         engine = Engine(self.target, self.memory, recorder, numerics=numerics, on_tile=progress,

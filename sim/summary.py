@@ -17,20 +17,22 @@ class Roofline:
     """The least cycles any schedule of a plan could take on the cores it uses.
 
     ``resource_cycles`` maps ``compute`` and each region name to the cycles that
-    resource alone needs: flops at the rate the target says a core's inner loop
-    reaches (the peak of the tile's precision times ``core.vector_efficiency``,
-    the same rate the engine charges); bytes over the bandwidth the plan's cores
-    can draw from the region (its ports' bandwidth, as many ports as the cores'
-    DMA engines can hold at once; times the cores for private regions, which
-    every core has its own copy of).  The bound is their maximum; ``bound_by``
-    names the resource that sets it.  Which resource a *run* was limited by is
+    resource alone needs: vector operations (the math's flops and the extra ops,
+    see ``Compute``) at the rate the target says a core's inner loop reaches (the
+    peak of the tile's precision times ``core.vector_efficiency``, the same rate
+    the engine charges); bytes over the bandwidth the plan's cores can draw from
+    the region (its ports' bandwidth, as many ports as the cores' DMA engines can
+    hold at once; times the cores for private regions, which every core has its
+    own copy of).  The bound is their maximum; ``bound_by`` names the resource
+    that sets it.  Which resource a *run* was limited by is
     :func:`limiting_resource`'s answer (it also looks at the trace).
     """
 
     resource_cycles: Mapping[str, float]
-    total_flops: int
+    total_flops: int  # the math's flops only: the same for every tiling and storage precision of a call
     region_bytes: Mapping[str, int]
     flops_by_precision: Mapping[str, int] = field(default_factory=dict)
+    extra_ops: int = 0  # vector operations beyond the math (conversions, empty lanes, repeated work)
 
     @property
     def cycles(self) -> float:
@@ -46,12 +48,14 @@ class Roofline:
 def roofline(plan: Plan, target: Target) -> Roofline:
     """The roofline bound of ``plan`` on ``target`` (the compute rate and bandwidth of the cores it uses)."""
     mmap = MemoryMap(target)
-    flops_by_prec: dict[str, int] = defaultdict(int)
+    ops_by_prec: dict[str, int] = defaultdict(int)  # every vector operation, which the compute time counts
+    flops_by_prec: dict[str, int] = defaultdict(int)  # the math's own flops (reported)
     region_bytes: dict[str, int] = defaultdict(int)
     for phase in plan.phases:
         for tiles in phase.tiles.values():
             for tile in tiles:
                 if tile.compute is not None:
+                    ops_by_prec[tile.compute.precision] += tile.compute.vector_ops
                     flops_by_prec[tile.compute.precision] += tile.compute.flops
                 for t in tile.loads + tile.stores:
                     for side in ("src", "dst"):
@@ -61,11 +65,11 @@ def roofline(plan: Plan, target: Target) -> Roofline:
                             region_bytes[r.name] += t.size_bytes
     n = len(plan.cores)
     cycles: dict[str, float] = {}
-    # The engine charges flops / (peak x vector_efficiency) per tile: a bound at the bare peak would be
+    # The engine charges vector ops / (peak x vector_efficiency) per tile: a bound at the bare peak would be
     # unreachable on a calibrated chip (efficiency < 1) and name the wrong resource.
     rate = target.core.vector_efficiency
     compute = sum(f / (target.core.precisions[p].peak_flops_per_cycle * rate * n)
-                  for p, f in flops_by_prec.items() if p in target.core.precisions)
+                  for p, f in ops_by_prec.items() if p in target.core.precisions)
     cycles["compute"] = compute
     engines = target.dma.engines_per_core
     for name, b in region_bytes.items():
@@ -78,7 +82,8 @@ def roofline(plan: Plan, target: Target) -> Roofline:
             bw = min(r.ports, engines) * r.port_bandwidth_bytes_per_cycle * n
         cycles[name] = b / bw
     return Roofline(resource_cycles=dict(cycles), total_flops=sum(flops_by_prec.values()),
-                    region_bytes=dict(region_bytes), flops_by_precision=dict(flops_by_prec))
+                    region_bytes=dict(region_bytes), flops_by_precision=dict(flops_by_prec),
+                    extra_ops=sum(ops_by_prec.values()) - sum(flops_by_prec.values()))
 
 
 def peak_flops_per_cycle(rf: Roofline, target: Target, cores: int) -> float:

@@ -443,14 +443,15 @@ def test_private_runs_see_no_port_contention():
     assert run.cycles >= run.roofline.cycles
 
 
-def test_flops_count_the_padded_vector_work():
+def test_flops_count_the_multiply_adds_and_the_vector_work_their_padding():
     attrs = dict(input_shape=[1, 5, 5, 3], filter_sizes=[3, 3, 3, 64], strides=[1, 1, 1, 1], padding="SAME")
     x, dy = random_case(1, attrs)
     _, run = run_case("FT78NE", "fp32", "p", x, dy, attrs)
     mac = 2 * 3 * 3 * 3 * 64 * 5 * 5  # out_c = 64 is two whole vectors of 32 lanes: no padding
-    tile_flops = sum(t.compute.flops for ph in run.plan.phases for ts in ph.tiles.values() for t in ts
-                     if t.compute is not None and t.compute.inputs[0].shape[-1] == 3)
-    assert tile_flops == mac
+    row_tiles = [t.compute for ph in run.plan.phases for ts in ph.tiles.values() for t in ts
+                 if t.compute is not None and t.compute.inputs[0].shape[-1] == 3]
+    assert sum(c.flops for c in row_tiles) == mac
+    assert sum(c.vector_ops for c in row_tiles) == mac
 
 
 def test_module_reference_agrees_with_the_definition():

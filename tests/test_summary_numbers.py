@@ -53,10 +53,13 @@ def calibrated_run(tmp_path_factory):
 def test_compute_bound_uses_the_targets_vector_efficiency(calibrated_run):
     run = calibrated_run
     # By hand: FT78NE computes 32 lanes x 3 FMAC x 2 = 192 flop/cycle/core at the peak; the calibrated chip
-    # reaches 40% of it; the flops are what the trace's compute events did.
+    # reaches 40% of it; the flops are what the trace's compute events did, and the engine prices them with
+    # the plan's extra vector ops (conversions, empty lanes).
     flops = sum(e.flops for e in run.events if e.kind == "compute")
     assert run.roofline.total_flops == flops
-    expected = flops / (192 * 0.4 * len(run.cores))
+    ops = sum(t.compute.vector_ops for ph in run.plan.phases for ts in ph.tiles.values() for t in ts if t.compute)
+    assert ops == flops + run.roofline.extra_ops
+    expected = ops / (192 * 0.4 * len(run.cores))
     assert run.roofline.resource_cycles["compute"] == pytest.approx(expected, rel=1e-12)
     # At the bare peak the compute bound would be 40% of that, below DDR's bound (halved bandwidth): the old
     # bound said "ddr". At the calibrated rate compute sets the bound, and the run cannot beat it.
