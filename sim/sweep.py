@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import kernels
+from kernels.base import check_argument_names
 from sim.atomic import atomic_write, atomic_write_text
 from sim.config import load_config
 from sim.docedit import quote, set_path, split_path
@@ -337,6 +338,8 @@ def run_point(point: dict) -> dict:
                            wall_seconds=time.perf_counter() - t0)
                 return row
             args["core_mask"] = (1 << n) - 1
+        # Arguments go to call() as keywords: one named like call()'s own parameters is refused naming the key.
+        check_argument_names(args, f"{cfg.path}: args")
         m = Simulator(chip) if tolerance is None else Simulator(chip, tiling_tolerance=tolerance)
         place_data(cfg, m, point["numerics"])
         run = m.call(symbol, numerics=point["numerics"], tiling=tiling, **args)

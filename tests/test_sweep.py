@@ -419,3 +419,18 @@ def test_the_documented_example_sweep_runs_clean(tmp_path):
     res = run_sweep(load_sweep(path), tmp_path / "o", workers=2)
     assert not res.failed and len(res.rows) == 32 and len(res.skipped) == 4
     assert {r["chip"] for r in res.skipped} == {"MT7004"} and res.plot is not None
+
+
+def test_a_config_argument_named_like_a_call_parameter_is_a_clear_point_error(tmp_path):
+    """A base config whose args use one of call()'s own names fails its points naming the key, not with a
+    TypeError from Python's call machinery (the axis form is refused when the sweep file loads)."""
+    import yaml
+    doc = yaml.safe_load((ROOT / "configs" / "ft78ne_batch_norm_grad_s.yaml").read_text())
+    doc["args"]["numerics"] = True
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(doc))
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text("configs: [c.yaml]\ngrid:\n  tiling_tolerance: [0, 0.01]\n")
+    from sim.sweep import load_sweep, run_sweep
+    result = run_sweep(load_sweep(sweep), tmp_path / "out", workers=1)
+    assert len(result.failed) == 2
+    assert all("'numerics'" in r["error"] and "TypeError" not in r["error"] for r in result.rows)
