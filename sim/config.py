@@ -46,13 +46,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sim.errors import ConfigError
-from sim.target import key_text
-from sim.yamlsafe import load_yaml
+
+from sim.errors import ConfigError, brief
+from sim.regular_file import NotRegularFile, open_regular
+from sim.target import MAX_CORES, MAX_PATH_CHARS, key_text
+from sim.yamlsafe import read_yaml_file
 
 DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 #: Largest array a run-config may place or save (bytes); beyond it a typo that would exhaust the host's memory.
 MAX_ARRAY_BYTES = 1 << 31
+#: Largest address a run-config may give (addresses are at most 64 bits wide in every target).
+MAX_ADDRESS = (1 << 64) - 1
+#: Largest random seed (numpy takes any non-negative integer; 128 bits are more than enough).
+MAX_SEED = (1 << 128) - 1
 #: Array and trace names become file names under the output folder: no paths, no hidden files.
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
@@ -108,16 +114,16 @@ def _random(spec: ArraySpec, r: dict, where: str) -> np.ndarray:
     rng = np.random.default_rng(r.get("seed", 0))
     low, high = r.get("low", -1.0), r.get("high", 1.0)
     if low > high:
-        raise ConfigError(f"{where}.random: low ({low}) is above high ({high})")
+        raise ConfigError(f"{where}.random: low ({brief(low)}) is above high ({brief(high)})")
     if spec.dtype.kind in "iu":
         info = np.iinfo(spec.dtype)
         lo, hi = math.ceil(low), math.floor(high)
         if lo > hi or lo < info.min or hi > info.max:
-            raise ConfigError(f"{where}.random: [{low}, {high}] holds no {spec.dtype} value or leaves its range "
+            raise ConfigError(f"{where}.random: [{brief(low)}, {brief(high)}] holds no {spec.dtype} value or leaves its range "
                               f"[{info.min}, {info.max}]")
         return rng.integers(lo, hi, size=spec.shape, endpoint=True, dtype=spec.dtype)
     if not math.isfinite(high - low) or max(abs(low), abs(high)) > float(np.finfo(spec.dtype).max):
-        raise ConfigError(f"{where}.random: [{low}, {high}] does not fit {spec.dtype}")
+        raise ConfigError(f"{where}.random: [{brief(low)}, {brief(high)}] does not fit {spec.dtype}")
     return rng.uniform(low, high, size=spec.shape).astype(spec.dtype)
 
 
@@ -126,10 +132,10 @@ def _fill_value(spec: ArraySpec, v: int | float, where: str) -> int | float:
         info = np.iinfo(spec.dtype)
         if not (isinstance(v, int) or (math.isfinite(v) and float(v).is_integer())) \
                 or not info.min <= int(v) <= info.max:
-            raise ConfigError(f"{where}.fill: {v!r} is not a {spec.dtype} value ([{info.min}, {info.max}])")
+            raise ConfigError(f"{where}.fill: {brief(v)} is not a {spec.dtype} value ([{info.min}, {info.max}])")
         return int(v)
     if math.isfinite(v) and abs(v) > float(np.finfo(spec.dtype).max):
-        raise ConfigError(f"{where}.fill: {v!r} overflows {spec.dtype}")
+        raise ConfigError(f"{where}.fill: {brief(v)} overflows {spec.dtype}")
     return v  # NaN and inf are legal float fills (to test how a kernel propagates them)
 
 
@@ -138,8 +144,9 @@ def _load_npy(config_path: Path, spec: ArraySpec, file: str, where: str) -> np.n
     p = Path(file)
     if not p.is_absolute():
         p = config_path.parent / p
+    shown = str(p) if len(str(p)) <= 200 else brief(str(p), 200)
     try:
-        with open(p, "rb") as f:
+        with open_regular(p) as f:  # a named pipe or a device would block or never end: refused at once
             version = np.lib.format.read_magic(f)
             if version == (1, 0):
                 shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
@@ -148,19 +155,19 @@ def _load_npy(config_path: Path, spec: ArraySpec, file: str, where: str) -> np.n
             else:
                 raise ValueError(f"unsupported .npy version {version}")
             if tuple(shape) != spec.shape:
-                raise ConfigError(f"{where}.file: {p} has shape {list(shape)}, the config says {list(spec.shape)}")
+                raise ConfigError(f"{where}.file: {shown} has shape {list(shape)}, the config says {list(spec.shape)}")
             if dtype != spec.dtype:
-                raise ConfigError(f"{where}.file: {p} has dtype {dtype}, the config says {spec.dtype}")
+                raise ConfigError(f"{where}.file: {shown} has dtype {dtype}, the config says {spec.dtype}")
             f.seek(0)
             arr = np.load(f, allow_pickle=False)
     except FileNotFoundError:
-        raise ConfigError(f"{where}.file: {p} does not exist") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{where}.file: {p} is a folder, not a .npy file") from None
+        raise ConfigError(f"{where}.file: {shown} does not exist") from None
+    except NotRegularFile as e:
+        raise ConfigError(f"{where}.file: {shown} {e}") from None
     except (OSError, ValueError, EOFError) as e:
-        raise ConfigError(f"{where}.file: {p} is not a readable .npy array: {e}") from None
+        raise ConfigError(f"{where}.file: {shown} is not a readable .npy array: {brief(str(e), 160)[1:-1]}") from None
     if not isinstance(arr, np.ndarray) or arr.shape != spec.shape:
-        raise ConfigError(f"{where}.file: {p} holds no complete array of shape {list(spec.shape)}")
+        raise ConfigError(f"{where}.file: {shown} holds no complete array of shape {list(spec.shape)}")
     return arr
 
 
@@ -190,11 +197,14 @@ def _mapping(path: Path, value: Any, key: str, required: set[str], optional: set
     return value
 
 
-def _int(path: Path, value: Any, key: str, minimum: int = 0) -> int:
+def _int(path: Path, value: Any, key: str, minimum: int = 0, maximum: int = MAX_ADDRESS, why: str = "") -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(path, key, f"expected an integer (hex like 0xA0000000 is fine), got {value!r}")
+        raise _fail(path, key, f"expected an integer (hex like 0xA0000000 is fine), got {brief(value)}")
     if value < minimum:
-        raise _fail(path, key, f"must be >= {minimum}, got {value}")
+        raise _fail(path, key, f"must be >= {minimum}, got {brief(value)}")
+    if value > maximum:
+        raise _fail(path, key, f"must be <= {maximum:#x}{why}, got {brief(value)}" if maximum == MAX_ADDRESS
+                    else f"must be <= {maximum}{why}, got {brief(value)}")
     return value
 
 
@@ -204,21 +214,14 @@ def _array_spec(path: Path, raw: Any, key: str, is_data: bool) -> ArraySpec:
     name = m["name"]
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise _fail(path, f"{key}.name", f"expected a name of letters, digits, '_', '.', '-' (it names an output "
-                                         f"file), got {name!r}")
-    addr = _int(path, m["addr"], f"{key}.addr")
-    shape_raw = m["shape"]
-    if not isinstance(shape_raw, list):
-        raise _fail(path, f"{key}.shape", f"expected a list of sizes, got {shape_raw!r}")
-    if len(shape_raw) > 32:
-        raise _fail(path, f"{key}.shape", f"at most 32 dimensions, got {len(shape_raw)}")
-    shape = tuple(_int(path, s, f"{key}.shape[{i}]") for i, s in enumerate(shape_raw))
+                                         f"file), got {brief(name)}")
+    addr = _int(path, m["addr"], f"{key}.addr", why=" (addresses are at most 64 bits)")
     if not isinstance(m["dtype"], str) or m["dtype"] not in DTYPES:
-        raise _fail(path, f"{key}.dtype", f"expected one of {', '.join(DTYPES)}, got {m['dtype']!r}")
-    nbytes = math.prod(shape) * np.dtype(m["dtype"]).itemsize
-    if nbytes > MAX_ARRAY_BYTES:
-        raise _fail(path, f"{key}.shape", f"{list(shape)} of {m['dtype']} is {nbytes} bytes, more than the "
-                                          f"{MAX_ARRAY_BYTES} bytes a run-config may place or save")
-    core = _int(path, m["core"], f"{key}.core") if m.get("core") is not None else None
+        raise _fail(path, f"{key}.dtype", f"expected one of {', '.join(DTYPES)}, got {brief(m['dtype'])}")
+    dtype = np.dtype(m["dtype"])
+    shape = _shape(path, m["shape"], f"{key}.shape", dtype)
+    core = _int(path, m["core"], f"{key}.core", maximum=MAX_CORES - 1, why=" (no chip has more cores)") \
+        if m.get("core") is not None else None
     src: dict = {}
     if is_data:
         given = sorted(sources & set(m))
@@ -229,18 +232,44 @@ def _array_spec(path: Path, raw: Any, key: str, is_data: bool) -> ArraySpec:
             r = _mapping(path, src["random"] or {}, f"{key}.random", set(), {"seed", "low", "high"})
             for k in ("low", "high"):
                 if k in r and not _finite_number(r[k]):
-                    raise _fail(path, f"{key}.random.{k}", f"expected a finite number, got {r[k]!r}")
+                    raise _fail(path, f"{key}.random.{k}", f"expected a finite number, got {brief(r[k])}")
             if "seed" in r:
-                _int(path, r["seed"], f"{key}.random.seed")
+                _int(path, r["seed"], f"{key}.random.seed", maximum=MAX_SEED, why=" (a 128-bit seed)")
             low, high = r.get("low", -1.0), r.get("high", 1.0)
             if low > high:
-                raise _fail(path, f"{key}.random", f"low ({low}) is above high ({high})")
+                raise _fail(path, f"{key}.random", f"low ({brief(low)}) is above high ({brief(high)})")
         if "file" in src and not isinstance(src["file"], str):
-            raise _fail(path, f"{key}.file", f"expected a path string, got {src['file']!r}")
+            raise _fail(path, f"{key}.file", f"expected a path string, got {brief(src['file'])}")
         if "fill" in src and (isinstance(src["fill"], bool) or not isinstance(src["fill"], (int, float))
                               or (isinstance(src["fill"], int) and not _finite_number(src["fill"]))):
-            raise _fail(path, f"{key}.fill", f"expected a number, got {src['fill']!r}")
-    return ArraySpec(name=name, addr=addr, shape=shape, dtype=np.dtype(m["dtype"]), core=core, source=src)
+            raise _fail(path, f"{key}.fill", f"expected a number, got {brief(src['fill'])}")
+    return ArraySpec(name=name, addr=addr, shape=shape, dtype=dtype, core=core, source=src)
+
+
+def _shape(path: Path, raw: Any, key: str, dtype: np.dtype) -> tuple[int, ...]:
+    """A shape whose array fits :data:`MAX_ARRAY_BYTES`: checked per dimension and for the whole.
+
+    A zero-size array passes a bytes check whatever its other dimensions, but numpy still refuses to build
+    ``[0, 2**62, 2**62]`` ("array is too big"): so each dimension alone, and the product of the non-zero
+    ones, must fit as well.
+    """
+    if not isinstance(raw, list):
+        raise _fail(path, key, f"expected a list of sizes, got {brief(raw)}")
+    if len(raw) > 32:
+        raise _fail(path, key, f"at most 32 dimensions, got {len(raw)}")
+    most = MAX_ARRAY_BYTES // dtype.itemsize
+    shape = tuple(_int(path, s, f"{key}[{i}]", maximum=most,
+                       why=f" (the elements of a {dtype} array of at most {MAX_ARRAY_BYTES} bytes)")
+                  for i, s in enumerate(raw))
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes > MAX_ARRAY_BYTES:
+        raise _fail(path, key, f"{list(shape)} of {dtype} is {nbytes} bytes, more than the "
+                               f"{MAX_ARRAY_BYTES} bytes a run-config may place or save")
+    nonzero = math.prod(d for d in shape if d)
+    if nonzero > most:
+        raise _fail(path, key, f"{list(shape)}: an empty array, but its other dimensions hold {nonzero} "
+                               f"elements, more than a {dtype} array of at most {MAX_ARRAY_BYTES} bytes")
+    return shape
 
 
 def _tiling(path: Path, raw: Any) -> dict | None:
@@ -257,27 +286,25 @@ def _tiling(path: Path, raw: Any) -> dict | None:
             raise _fail(path, f"tiling.{key_text(str(k))}", "expected a key that is an identifier")
         items = v if isinstance(v, list) else [v]
         if not all(isinstance(x, (int, float, str, bool)) for x in items):
-            raise _fail(path, f"tiling.{k}", f"expected a number, string, boolean or a list of them, got {v!r}")
+            raise _fail(path, f"tiling.{k}", f"expected a number, string, boolean or a list of them, got {brief(v)}")
     return dict(raw)
 
 
 def load_config(path: str | Path) -> RunConfig:
     """Parse and check a run-config file."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{p}: run-config not found") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{p}: is a folder, not a run-config file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{p}: cannot read run-config: {e}") from None
-    doc = load_yaml(text, str(p), ConfigError)
+    doc = read_yaml_file(p, str(p), ConfigError, what="run-config")
     top = _mapping(p, doc, "<top>", {"target", "symbol", "args"},
                    {"data", "outputs", "trace", "numerics", "description", "tiling", "tiling_tolerance"})
     for k in ("target", "symbol"):
         if not isinstance(top[k], str) or not top[k] or not top[k].isprintable():
-            raise _fail(p, k, f"expected a non-empty one-line string, got {top[k]!r}")
+            raise _fail(p, k, f"expected a non-empty one-line string, got {brief(top[k])}")
+        if len(top[k]) > MAX_PATH_CHARS:
+            raise _fail(p, k, f"at most {MAX_PATH_CHARS} characters, got {len(top[k])}: {brief(top[k], 40)}")
+    description = top.get("description")
+    if description is not None and not isinstance(description, str):
+        raise _fail(p, "description", f"expected text, got {type(description).__name__} {brief(description, 40)} "
+                                      f"(put it in quotes to make it text)")
     if not isinstance(top["args"], dict) or not all(isinstance(k, str) and k.isidentifier() for k in top["args"]):
         raise _fail(p, "args", "expected a mapping of argument name (an identifier) -> value")
     target = top["target"]
@@ -291,16 +318,16 @@ def load_config(path: str | Path) -> RunConfig:
             raise _fail(p, key, f"expected a list, got {type(val).__name__}")
     numerics = top.get("numerics", True)
     if not isinstance(numerics, bool):
-        raise _fail(p, "numerics", f"expected true or false, got {numerics!r}")
+        raise _fail(p, "numerics", f"expected true or false, got {brief(numerics)}")
     trace = top.get("trace", f"{p.stem}.json")
     if not isinstance(trace, str) or not NAME_RE.match(trace):
         raise _fail(p, "trace", f"expected a file name of letters, digits, '_', '.', '-' (written under the "
-                                f"output folder), got {trace!r}")
+                                f"output folder), got {brief(trace)}")
     tiling = _tiling(p, top.get("tiling"))
     tolerance = top.get("tiling_tolerance")
     if tolerance is not None and (isinstance(tolerance, bool) or not isinstance(tolerance, (int, float))
                                   or not 0 <= tolerance < 1):
-        raise _fail(p, "tiling_tolerance", f"expected a fraction in [0, 1), got {tolerance!r}")
+        raise _fail(p, "tiling_tolerance", f"expected a fraction in [0, 1), got {brief(tolerance)}")
     data_specs = tuple(_array_spec(p, d, f"data[{i}]", True) for i, d in enumerate(data))
     out_specs = tuple(_array_spec(p, o, f"outputs[{i}]", False) for i, o in enumerate(outputs))
     for key, specs in (("data", data_specs), ("outputs", out_specs)):
@@ -312,7 +339,7 @@ def load_config(path: str | Path) -> RunConfig:
     return RunConfig(
         path=p, target=target, symbol=top["symbol"], args=dict(top["args"]),
         data=data_specs, outputs=out_specs,
-        trace=trace, numerics=numerics, description=str(top.get("description", "")), tiling=tiling,
+        trace=trace, numerics=numerics, description=description or "", tiling=tiling,
         tiling_tolerance=None if tolerance is None else float(tolerance))
 
 
