@@ -283,6 +283,12 @@ def read_yaml_file(path: str | Path, where: str, error: type[SimError], what: st
     Only a regular file is read: a folder, a named pipe or a device is refused at once (opening a pipe
     would wait for a writer forever); so is a file over :data:`MAX_YAML_BYTES` or one that is not UTF-8.
     """
+    return load_yaml(read_yaml_text(path, where, error, what), where, error)
+
+
+def read_yaml_text(path: str | Path, where: str, error: type[SimError], what: str = "file") -> str:
+    """The text of the YAML file ``path``, read as :func:`read_yaml_file` reads it (regular files only, at
+    most :data:`MAX_YAML_BYTES`, UTF-8), for a caller that also needs the text (a round-trip edit)."""
     try:
         data = read_regular(path, MAX_YAML_BYTES)
     except FileNotFoundError:
@@ -297,7 +303,6 @@ def read_yaml_file(path: str | Path, where: str, error: type[SimError], what: st
     except ValueError as e:  # a path with a NUL byte
         raise error(f"{where}: cannot read {what}: {e}") from None
     try:
-        text = data.decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise error(f"{where}: cannot read {what}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    return load_yaml(text, where, error)
