@@ -39,11 +39,13 @@ Errors name the file and the key path (:class:`ConfigError`).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -141,34 +143,55 @@ def _fill_value(spec: ArraySpec, v: int | float, where: str) -> int | float:
 
 def _load_npy(config_path: Path, spec: ArraySpec, file: str, where: str) -> np.ndarray:
     """A .npy file's array, its header checked against the spec before the data is read."""
+    with _open_npy(config_path, spec, file, f"{where}.file") as (f, shown):
+        try:
+            f.seek(0)
+            arr = np.load(f, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as e:
+            raise ConfigError(f"{where}.file: {shown} is not a readable .npy array: {brief(str(e), 160)[1:-1]}") \
+                from None
+    if not isinstance(arr, np.ndarray) or arr.shape != spec.shape:
+        raise ConfigError(f"{where}.file: {shown} holds no complete array of shape {list(spec.shape)}")
+    return arr
+
+
+@contextlib.contextmanager
+def _open_npy(config_path: Path, spec: ArraySpec, file: str, where: str) -> Iterator[tuple[BinaryIO, str]]:
+    """The .npy file of a ``file:`` entry, open, its header read and checked against ``spec``; yields the
+    file and the path as messages show it.  ``where`` names the key (``<config>: data.<name>.file``).
+
+    Only a regular file is opened (a named pipe would block, ``/dev/zero`` never end), checked on the
+    open file itself, before any byte is read.
+    """
     p = Path(file)
     if not p.is_absolute():
         p = config_path.parent / p
     shown = str(p) if len(str(p)) <= 200 else brief(str(p), 200)
     try:
-        with open_regular(p) as f:  # a named pipe or a device would block or never end: refused at once
+        f = open_regular(p)
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: {shown} does not exist") from None
+    except NotRegularFile as e:
+        raise ConfigError(f"{where}: {shown} {e}") from None
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{where}: {shown} cannot be read: {brief(str(e), 160)[1:-1]}") from None
+    with f:
+        try:
             version = np.lib.format.read_magic(f)
             if version == (1, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+                shape, _, dtype = np.lib.format.read_array_header_1_0(f)
             elif version == (2, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+                shape, _, dtype = np.lib.format.read_array_header_2_0(f)
             else:
                 raise ValueError(f"unsupported .npy version {version}")
-            if tuple(shape) != spec.shape:
-                raise ConfigError(f"{where}.file: {shown} has shape {list(shape)}, the config says {list(spec.shape)}")
-            if dtype != spec.dtype:
-                raise ConfigError(f"{where}.file: {shown} has dtype {dtype}, the config says {spec.dtype}")
-            f.seek(0)
-            arr = np.load(f, allow_pickle=False)
-    except FileNotFoundError:
-        raise ConfigError(f"{where}.file: {shown} does not exist") from None
-    except NotRegularFile as e:
-        raise ConfigError(f"{where}.file: {shown} {e}") from None
-    except (OSError, ValueError, EOFError) as e:
-        raise ConfigError(f"{where}.file: {shown} is not a readable .npy array: {brief(str(e), 160)[1:-1]}") from None
-    if not isinstance(arr, np.ndarray) or arr.shape != spec.shape:
-        raise ConfigError(f"{where}.file: {shown} holds no complete array of shape {list(spec.shape)}")
-    return arr
+        except (OSError, ValueError, EOFError) as e:
+            raise ConfigError(f"{where}: {shown} is not a readable .npy array: {brief(str(e), 160)[1:-1]}") \
+                from None
+        if tuple(shape) != spec.shape:
+            raise ConfigError(f"{where}: {shown} has shape {list(shape)}, the config says {list(spec.shape)}")
+        if dtype != spec.dtype:
+            raise ConfigError(f"{where}: {shown} has dtype {dtype}, the config says {spec.dtype}")
+        yield f, shown
 
 
 def _finite_number(v: Any) -> bool:
@@ -347,35 +370,5 @@ def check_data_file(cfg: RunConfig, spec: ArraySpec) -> None:
     """Check a ``file:`` data entry without reading its data: a regular file holding a .npy array whose header
     states the entry's shape and dtype.  ConfigError naming ``data.<name>.file`` otherwise (``validate``
     refuses what placing the data would refuse, without reading large files)."""
-    import os
-    import stat
-
-    where = f"{cfg.path}: data.{spec.name}.file"
-    p = Path(spec.source["file"])
-    if not p.is_absolute():
-        p = cfg.path.parent / p
-    try:
-        st = os.stat(p)
-    except FileNotFoundError:
-        raise ConfigError(f"{where}: {p} does not exist") from None
-    except OSError as e:
-        raise ConfigError(f"{where}: {p} cannot be read: {e.strerror or e}") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise ConfigError(f"{where}: {p} is a folder, not a .npy file")
-    if not stat.S_ISREG(st.st_mode):  # a pipe or a device would block or never end
-        raise ConfigError(f"{where}: {p} is not a regular file (a .npy array is read from a regular file only)")
-    try:
-        with open(p, "rb") as f:
-            version = np.lib.format.read_magic(f)
-            if version == (1, 0):
-                shape, _, dtype = np.lib.format.read_array_header_1_0(f)
-            elif version == (2, 0):
-                shape, _, dtype = np.lib.format.read_array_header_2_0(f)
-            else:
-                raise ValueError(f"unsupported .npy version {version}")
-    except (OSError, ValueError, EOFError) as e:
-        raise ConfigError(f"{where}: {p} is not a readable .npy array: {e}") from None
-    if tuple(shape) != spec.shape:
-        raise ConfigError(f"{where}: {p} has shape {list(shape)}, the config says {list(spec.shape)}")
-    if dtype != spec.dtype:
-        raise ConfigError(f"{where}: {p} has dtype {dtype}, the config says {spec.dtype}")
+    with _open_npy(cfg.path, spec, spec.source["file"], f"{cfg.path}: data.{spec.name}.file"):
+        pass
