@@ -466,7 +466,10 @@ def available_targets() -> list[str]:
 def _resolve(name_or_path: str | Path) -> Path:
     if isinstance(name_or_path, Path) or any(c in str(name_or_path) for c in "/\\") \
             or str(name_or_path).endswith((".yaml", ".yml")):
-        return Path(name_or_path)  # read_yaml_file says if it is missing or not a regular file
+        p = Path(name_or_path)
+        if not p.exists():  # a folder, a pipe or a device exists: the reader refuses it, naming what it is
+            raise TargetError(f"{_shown(p)}: target file not found")
+        return p
     if not isinstance(name_or_path, str) or not name_or_path:
         raise TargetError(f"target: expected a chip name or a YAML path, got {brief(name_or_path)}")
     for p in TARGETS_DIR.glob("*.yaml"):
@@ -483,8 +486,13 @@ def load_target(name_or_path: "str | Path | Target") -> Target:
     if not isinstance(name_or_path, (str, Path)):
         raise TargetError(f"target: expected a chip name or a YAML path, got {type(name_or_path).__name__}")
     path = _resolve(name_or_path)
-    where = str(path) if len(str(path)) <= MAX_PATH_CHARS else brief(str(path), MAX_PATH_CHARS)
+    where = _shown(path)
     return _parse(read_yaml_file(path, where, TargetError, what="target file"), where)
+
+
+def _shown(path: Path) -> str:
+    """A path as messages show it: whole, unless absurdly long."""
+    return str(path) if len(str(path)) <= MAX_PATH_CHARS else brief(str(path), MAX_PATH_CHARS)
 
 
 def parse_target(doc: Any, path: str = "<memory>") -> Target:

@@ -315,7 +315,7 @@ def test_named_pipe_as_target_or_run_config_is_refused_at_once(tmp_path):
             sim.load_target(fifo(tmp_path / "chip.yaml"))
         with pytest.raises(sim.ConfigError, match=r"cfg\.yaml: is a named pipe, not a regular file"):
             load_config(fifo(tmp_path / "cfg.yaml"))
-        with pytest.raises(sim.TargetError, match=r"is a named pipe"):
+        with pytest.raises(sim.ConfigError, match=r"--target: .*cal\.yaml: is a named pipe, not a regular file"):
             load_target_document(str(fifo(tmp_path / "cal.yaml")))
         with pytest.raises(sim.ConfigError, match=r"is a named pipe"):
             load_measurements(fifo(tmp_path / "m.csv"))
