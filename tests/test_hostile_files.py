@@ -117,6 +117,18 @@ def test_billion_laughs_as_a_run_config_description_is_refused_in_a_second(tmp_p
         assert "aliases repeat more than" in out["message"]
 
 
+def test_billion_laughs_in_a_sweep_file_and_a_calibration_target_is_refused_in_a_second(tmp_path):
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(f"configs: [{CONFIG_S}]\ngrid: {{args.params.6: {laughs(9)}}}\n")
+    out = bounded(REFUSE_IN_CHILD.format(path=str(sweep), call="__import__('sim.sweep').sweep.load_sweep(path)"))
+    assert out["error"] == "ConfigError" and out["seconds"] < 1.0 and "aliases repeat more than" in out["message"]
+    chip = tmp_path / "chip.yaml"
+    chip.write_text(FT78NE.replace("name: FT78NE", f"name: {laughs(9)}"))
+    out = bounded(REFUSE_IN_CHILD.format(path=str(chip),
+                                         call="__import__('sim.calibrate').calibrate.load_target_document(path)"))
+    assert out["error"] == "TargetError" and out["seconds"] < 1.0 and "aliases repeat more than" in out["message"]
+
+
 def test_alias_budget_counts_what_aliases_repeat_not_the_text():
     # 40 aliases of a 300-value list: 400 bytes of text, 12000 values once expanded.
     text = "base: &b [" + ", ".join(["1"] * 299) + "]\n" + "copies: [" + ", ".join(["*b"] * 40) + "]\n"
