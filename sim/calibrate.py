@@ -41,11 +41,12 @@ import numpy as np
 from sim.docedit import get_path, set_path, split_path
 from sim.errors import ConfigError, SimError, TargetError
 from sim.phases import PhaseBar
-from sim.target import MIN_RATE, parse_target
+from sim.regular_file import read_regular
+from sim.target import MAX_CYCLES, MAX_RATE, MIN_RATE, parse_target
 from sim.target import (
     _resolve as resolve_target_file,  # the one name/path -> chip file rule
 )
-from sim.yamlsafe import load_yaml
+from sim.yamlsafe import load_yaml, read_yaml_text
 
 #: Free parameters: name -> key path in the target YAML and whether the value is a whole number of cycles.
 FREE_PARAMETERS: dict[str, tuple[str, bool]] = {
@@ -63,6 +64,8 @@ MIN_EFFECT = 1e-3
 #: The fit keeps each parameter within this factor of the target's value; one that ends at that bound is
 #: not identified by the measurements.
 MAX_DRIFT = 1e3
+#: Largest measurements CSV read (bytes): thousands of rows fit in far less.
+MAX_MEASUREMENT_BYTES = 16 << 20
 #: Significant digits of a fitted fractional value in the written file (far below what cycles can resolve).
 FITTED_DIGITS = 6
 
@@ -88,8 +91,9 @@ def load_measurements(path: str | Path) -> list[Measurement]:
     """Read a measurements CSV (ConfigError naming the row and column on a bad one)."""
     p = Path(path)
     try:
-        rows = list(csv.DictReader(p.read_text(encoding="utf-8").splitlines()))
-    except (OSError, UnicodeDecodeError) as e:
+        # Only a regular file: a named pipe would block forever (issue 12).
+        rows = list(csv.DictReader(read_regular(p, MAX_MEASUREMENT_BYTES).decode("utf-8").splitlines()))
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise ConfigError(f"{p}: cannot read measurements: {e}") from None
     out = []
     for i, row in enumerate(rows, start=2):
@@ -216,10 +220,12 @@ class Calibration:
 
 def _limits(name: str, value: float) -> tuple[float, float]:
     """The range the fit may move a parameter in: MAX_DRIFT either way of the target's value, and what a
-    target file accepts (a bandwidth or efficiency of at least MIN_RATE, an efficiency of at most 1)."""
+    target file accepts (a bandwidth or efficiency of at least MIN_RATE, an efficiency of at most 1, a
+    bandwidth of at most MAX_RATE, a cycle count of at most MAX_CYCLES)."""
     floor = MIN_RATE if not FREE_PARAMETERS[name][1] else 1e-9
+    ceiling = MAX_CYCLES if FREE_PARAMETERS[name][1] else MAX_RATE  # the target file's own ranges
     low = max(value / MAX_DRIFT, floor)
-    high = 1.0 if name == "vector_efficiency" else max(value, floor) * MAX_DRIFT
+    high = 1.0 if name == "vector_efficiency" else min(max(value, floor) * MAX_DRIFT, ceiling)
     return low, high
 
 
@@ -388,13 +394,10 @@ def read_target_document(name_or_path: str | Path) -> TargetDocument:
     """A shipped chip (by name) or a target file, read with the project's strict YAML reader."""
     try:
         p = resolve_target_file(name_or_path)
-        if not p.is_file():
-            raise TargetError(f"{p}: not a regular file")
-        text = p.read_text(encoding="utf-8")
+        # Regular files only (a named pipe would block), at most 1 MiB, UTF-8: the strict reader's rules.
+        text = read_yaml_text(p, str(p), TargetError, what="target file")
     except TargetError as e:
         raise ConfigError(f"--target: {e}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{name_or_path}: cannot read target file: {e}") from None
     doc = load_yaml(text, str(p), TargetError)
     parse_target(copy.deepcopy(doc), str(p))  # a broken starting target is refused before any fitting
     return TargetDocument(doc=doc, text=text, path=p)

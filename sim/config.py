@@ -39,20 +39,28 @@ Errors name the file and the key path (:class:`ConfigError`).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
-from sim.errors import ConfigError
-from sim.target import key_text
-from sim.yamlsafe import load_yaml
+
+from sim.errors import ConfigError, brief
+from sim.regular_file import NotRegularFile, open_regular
+from sim.target import MAX_CORES, MAX_PATH_CHARS, key_text
+from sim.yamlsafe import read_yaml_file
 
 DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 #: Largest array a run-config may place or save (bytes); beyond it a typo that would exhaust the host's memory.
 MAX_ARRAY_BYTES = 1 << 31
+#: Largest address a run-config may give (addresses are at most 64 bits wide in every target).
+MAX_ADDRESS = (1 << 64) - 1
+#: Largest random seed (numpy takes any non-negative integer; 128 bits are more than enough).
+MAX_SEED = (1 << 128) - 1
 #: Array and trace names become file names under the output folder: no paths, no hidden files.
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
@@ -108,16 +116,16 @@ def _random(spec: ArraySpec, r: dict, where: str) -> np.ndarray:
     rng = np.random.default_rng(r.get("seed", 0))
     low, high = r.get("low", -1.0), r.get("high", 1.0)
     if low > high:
-        raise ConfigError(f"{where}.random: low ({low}) is above high ({high})")
+        raise ConfigError(f"{where}.random: low ({brief(low)}) is above high ({brief(high)})")
     if spec.dtype.kind in "iu":
         info = np.iinfo(spec.dtype)
         lo, hi = math.ceil(low), math.floor(high)
         if lo > hi or lo < info.min or hi > info.max:
-            raise ConfigError(f"{where}.random: [{low}, {high}] holds no {spec.dtype} value or leaves its range "
+            raise ConfigError(f"{where}.random: [{brief(low)}, {brief(high)}] holds no {spec.dtype} value or leaves its range "
                               f"[{info.min}, {info.max}]")
         return rng.integers(lo, hi, size=spec.shape, endpoint=True, dtype=spec.dtype)
     if not math.isfinite(high - low) or max(abs(low), abs(high)) > float(np.finfo(spec.dtype).max):
-        raise ConfigError(f"{where}.random: [{low}, {high}] does not fit {spec.dtype}")
+        raise ConfigError(f"{where}.random: [{brief(low)}, {brief(high)}] does not fit {spec.dtype}")
     return rng.uniform(low, high, size=spec.shape).astype(spec.dtype)
 
 
@@ -126,42 +134,64 @@ def _fill_value(spec: ArraySpec, v: int | float, where: str) -> int | float:
         info = np.iinfo(spec.dtype)
         if not (isinstance(v, int) or (math.isfinite(v) and float(v).is_integer())) \
                 or not info.min <= int(v) <= info.max:
-            raise ConfigError(f"{where}.fill: {v!r} is not a {spec.dtype} value ([{info.min}, {info.max}])")
+            raise ConfigError(f"{where}.fill: {brief(v)} is not a {spec.dtype} value ([{info.min}, {info.max}])")
         return int(v)
     if math.isfinite(v) and abs(v) > float(np.finfo(spec.dtype).max):
-        raise ConfigError(f"{where}.fill: {v!r} overflows {spec.dtype}")
+        raise ConfigError(f"{where}.fill: {brief(v)} overflows {spec.dtype}")
     return v  # NaN and inf are legal float fills (to test how a kernel propagates them)
 
 
 def _load_npy(config_path: Path, spec: ArraySpec, file: str, where: str) -> np.ndarray:
     """A .npy file's array, its header checked against the spec before the data is read."""
+    with _open_npy(config_path, spec, file, f"{where}.file") as (f, shown):
+        try:
+            f.seek(0)
+            arr = np.load(f, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as e:
+            raise ConfigError(f"{where}.file: {shown} is not a readable .npy array: {brief(str(e), 160)[1:-1]}") \
+                from None
+    if not isinstance(arr, np.ndarray) or arr.shape != spec.shape:
+        raise ConfigError(f"{where}.file: {shown} holds no complete array of shape {list(spec.shape)}")
+    return arr
+
+
+@contextlib.contextmanager
+def _open_npy(config_path: Path, spec: ArraySpec, file: str, where: str) -> Iterator[tuple[BinaryIO, str]]:
+    """The .npy file of a ``file:`` entry, open, its header read and checked against ``spec``; yields the
+    file and the path as messages show it.  ``where`` names the key (``<config>: data.<name>.file``).
+
+    Only a regular file is opened (a named pipe would block, ``/dev/zero`` never end), checked on the
+    open file itself, before any byte is read.
+    """
     p = Path(file)
     if not p.is_absolute():
         p = config_path.parent / p
+    shown = str(p) if len(str(p)) <= 200 else brief(str(p), 200)
     try:
-        with open(p, "rb") as f:
+        f = open_regular(p)
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: {shown} does not exist") from None
+    except NotRegularFile as e:
+        raise ConfigError(f"{where}: {shown} {e}") from None
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{where}: {shown} cannot be read: {brief(str(e), 160)[1:-1]}") from None
+    with f:
+        try:
             version = np.lib.format.read_magic(f)
             if version == (1, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+                shape, _, dtype = np.lib.format.read_array_header_1_0(f)
             elif version == (2, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+                shape, _, dtype = np.lib.format.read_array_header_2_0(f)
             else:
                 raise ValueError(f"unsupported .npy version {version}")
-            if tuple(shape) != spec.shape:
-                raise ConfigError(f"{where}.file: {p} has shape {list(shape)}, the config says {list(spec.shape)}")
-            if dtype != spec.dtype:
-                raise ConfigError(f"{where}.file: {p} has dtype {dtype}, the config says {spec.dtype}")
-            f.seek(0)
-            arr = np.load(f, allow_pickle=False)
-    except FileNotFoundError:
-        raise ConfigError(f"{where}.file: {p} does not exist") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{where}.file: {p} is a folder, not a .npy file") from None
-    except (OSError, ValueError, EOFError) as e:
-        raise ConfigError(f"{where}.file: {p} is not a readable .npy array: {e}") from None
-    if not isinstance(arr, np.ndarray) or arr.shape != spec.shape:
-        raise ConfigError(f"{where}.file: {p} holds no complete array of shape {list(spec.shape)}")
-    return arr
+        except (OSError, ValueError, EOFError) as e:
+            raise ConfigError(f"{where}: {shown} is not a readable .npy array: {brief(str(e), 160)[1:-1]}") \
+                from None
+        if tuple(shape) != spec.shape:
+            raise ConfigError(f"{where}: {shown} has shape {list(shape)}, the config says {list(spec.shape)}")
+        if dtype != spec.dtype:
+            raise ConfigError(f"{where}: {shown} has dtype {dtype}, the config says {spec.dtype}")
+        yield f, shown
 
 
 def _finite_number(v: Any) -> bool:
@@ -190,11 +220,14 @@ def _mapping(path: Path, value: Any, key: str, required: set[str], optional: set
     return value
 
 
-def _int(path: Path, value: Any, key: str, minimum: int = 0) -> int:
+def _int(path: Path, value: Any, key: str, minimum: int = 0, maximum: int = MAX_ADDRESS, why: str = "") -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(path, key, f"expected an integer (hex like 0xA0000000 is fine), got {value!r}")
+        raise _fail(path, key, f"expected an integer (hex like 0xA0000000 is fine), got {brief(value)}")
     if value < minimum:
-        raise _fail(path, key, f"must be >= {minimum}, got {value}")
+        raise _fail(path, key, f"must be >= {minimum}, got {brief(value)}")
+    if value > maximum:
+        raise _fail(path, key, f"must be <= {maximum:#x}{why}, got {brief(value)}" if maximum == MAX_ADDRESS
+                    else f"must be <= {maximum}{why}, got {brief(value)}")
     return value
 
 
@@ -204,21 +237,14 @@ def _array_spec(path: Path, raw: Any, key: str, is_data: bool) -> ArraySpec:
     name = m["name"]
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise _fail(path, f"{key}.name", f"expected a name of letters, digits, '_', '.', '-' (it names an output "
-                                         f"file), got {name!r}")
-    addr = _int(path, m["addr"], f"{key}.addr")
-    shape_raw = m["shape"]
-    if not isinstance(shape_raw, list):
-        raise _fail(path, f"{key}.shape", f"expected a list of sizes, got {shape_raw!r}")
-    if len(shape_raw) > 32:
-        raise _fail(path, f"{key}.shape", f"at most 32 dimensions, got {len(shape_raw)}")
-    shape = tuple(_int(path, s, f"{key}.shape[{i}]") for i, s in enumerate(shape_raw))
+                                         f"file), got {brief(name)}")
+    addr = _int(path, m["addr"], f"{key}.addr", why=" (addresses are at most 64 bits)")
     if not isinstance(m["dtype"], str) or m["dtype"] not in DTYPES:
-        raise _fail(path, f"{key}.dtype", f"expected one of {', '.join(DTYPES)}, got {m['dtype']!r}")
-    nbytes = math.prod(shape) * np.dtype(m["dtype"]).itemsize
-    if nbytes > MAX_ARRAY_BYTES:
-        raise _fail(path, f"{key}.shape", f"{list(shape)} of {m['dtype']} is {nbytes} bytes, more than the "
-                                          f"{MAX_ARRAY_BYTES} bytes a run-config may place or save")
-    core = _int(path, m["core"], f"{key}.core") if m.get("core") is not None else None
+        raise _fail(path, f"{key}.dtype", f"expected one of {', '.join(DTYPES)}, got {brief(m['dtype'])}")
+    dtype = np.dtype(m["dtype"])
+    shape = _shape(path, m["shape"], f"{key}.shape", dtype)
+    core = _int(path, m["core"], f"{key}.core", maximum=MAX_CORES - 1, why=" (no chip has more cores)") \
+        if m.get("core") is not None else None
     src: dict = {}
     if is_data:
         given = sorted(sources & set(m))
@@ -229,18 +255,44 @@ def _array_spec(path: Path, raw: Any, key: str, is_data: bool) -> ArraySpec:
             r = _mapping(path, src["random"] or {}, f"{key}.random", set(), {"seed", "low", "high"})
             for k in ("low", "high"):
                 if k in r and not _finite_number(r[k]):
-                    raise _fail(path, f"{key}.random.{k}", f"expected a finite number, got {r[k]!r}")
+                    raise _fail(path, f"{key}.random.{k}", f"expected a finite number, got {brief(r[k])}")
             if "seed" in r:
-                _int(path, r["seed"], f"{key}.random.seed")
+                _int(path, r["seed"], f"{key}.random.seed", maximum=MAX_SEED, why=" (a 128-bit seed)")
             low, high = r.get("low", -1.0), r.get("high", 1.0)
             if low > high:
-                raise _fail(path, f"{key}.random", f"low ({low}) is above high ({high})")
+                raise _fail(path, f"{key}.random", f"low ({brief(low)}) is above high ({brief(high)})")
         if "file" in src and not isinstance(src["file"], str):
-            raise _fail(path, f"{key}.file", f"expected a path string, got {src['file']!r}")
+            raise _fail(path, f"{key}.file", f"expected a path string, got {brief(src['file'])}")
         if "fill" in src and (isinstance(src["fill"], bool) or not isinstance(src["fill"], (int, float))
                               or (isinstance(src["fill"], int) and not _finite_number(src["fill"]))):
-            raise _fail(path, f"{key}.fill", f"expected a number, got {src['fill']!r}")
-    return ArraySpec(name=name, addr=addr, shape=shape, dtype=np.dtype(m["dtype"]), core=core, source=src)
+            raise _fail(path, f"{key}.fill", f"expected a number, got {brief(src['fill'])}")
+    return ArraySpec(name=name, addr=addr, shape=shape, dtype=dtype, core=core, source=src)
+
+
+def _shape(path: Path, raw: Any, key: str, dtype: np.dtype) -> tuple[int, ...]:
+    """A shape whose array fits :data:`MAX_ARRAY_BYTES`: checked per dimension and for the whole.
+
+    A zero-size array passes a bytes check whatever its other dimensions, but numpy still refuses to build
+    ``[0, 2**62, 2**62]`` ("array is too big"): so each dimension alone, and the product of the non-zero
+    ones, must fit as well.
+    """
+    if not isinstance(raw, list):
+        raise _fail(path, key, f"expected a list of sizes, got {brief(raw)}")
+    if len(raw) > 32:
+        raise _fail(path, key, f"at most 32 dimensions, got {len(raw)}")
+    most = MAX_ARRAY_BYTES // dtype.itemsize
+    shape = tuple(_int(path, s, f"{key}[{i}]", maximum=most,
+                       why=f" (the elements of a {dtype} array of at most {MAX_ARRAY_BYTES} bytes)")
+                  for i, s in enumerate(raw))
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes > MAX_ARRAY_BYTES:
+        raise _fail(path, key, f"{list(shape)} of {dtype} is {nbytes} bytes, more than the "
+                               f"{MAX_ARRAY_BYTES} bytes a run-config may place or save")
+    nonzero = math.prod(d for d in shape if d)
+    if nonzero > most:
+        raise _fail(path, key, f"{list(shape)}: an empty array, but its other dimensions hold {nonzero} "
+                               f"elements, more than a {dtype} array of at most {MAX_ARRAY_BYTES} bytes")
+    return shape
 
 
 def _tiling(path: Path, raw: Any) -> dict | None:
@@ -257,27 +309,25 @@ def _tiling(path: Path, raw: Any) -> dict | None:
             raise _fail(path, f"tiling.{key_text(str(k))}", "expected a key that is an identifier")
         items = v if isinstance(v, list) else [v]
         if not all(isinstance(x, (int, float, str, bool)) for x in items):
-            raise _fail(path, f"tiling.{k}", f"expected a number, string, boolean or a list of them, got {v!r}")
+            raise _fail(path, f"tiling.{k}", f"expected a number, string, boolean or a list of them, got {brief(v)}")
     return dict(raw)
 
 
 def load_config(path: str | Path) -> RunConfig:
     """Parse and check a run-config file."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{p}: run-config not found") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{p}: is a folder, not a run-config file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{p}: cannot read run-config: {e}") from None
-    doc = load_yaml(text, str(p), ConfigError)
+    doc = read_yaml_file(p, str(p), ConfigError, what="run-config")
     top = _mapping(p, doc, "<top>", {"target", "symbol", "args"},
                    {"data", "outputs", "trace", "numerics", "description", "tiling", "tiling_tolerance"})
     for k in ("target", "symbol"):
         if not isinstance(top[k], str) or not top[k] or not top[k].isprintable():
-            raise _fail(p, k, f"expected a non-empty one-line string, got {top[k]!r}")
+            raise _fail(p, k, f"expected a non-empty one-line string, got {brief(top[k])}")
+        if len(top[k]) > MAX_PATH_CHARS:
+            raise _fail(p, k, f"at most {MAX_PATH_CHARS} characters, got {len(top[k])}: {brief(top[k], 40)}")
+    description = top.get("description")
+    if description is not None and not isinstance(description, str):
+        raise _fail(p, "description", f"expected text, got {type(description).__name__} {brief(description, 40)} "
+                                      f"(put it in quotes to make it text)")
     if not isinstance(top["args"], dict) or not all(isinstance(k, str) and k.isidentifier() for k in top["args"]):
         raise _fail(p, "args", "expected a mapping of argument name (an identifier) -> value")
     target = top["target"]
@@ -291,16 +341,16 @@ def load_config(path: str | Path) -> RunConfig:
             raise _fail(p, key, f"expected a list, got {type(val).__name__}")
     numerics = top.get("numerics", True)
     if not isinstance(numerics, bool):
-        raise _fail(p, "numerics", f"expected true or false, got {numerics!r}")
+        raise _fail(p, "numerics", f"expected true or false, got {brief(numerics)}")
     trace = top.get("trace", f"{p.stem}.json")
     if not isinstance(trace, str) or not NAME_RE.match(trace):
         raise _fail(p, "trace", f"expected a file name of letters, digits, '_', '.', '-' (written under the "
-                                f"output folder), got {trace!r}")
+                                f"output folder), got {brief(trace)}")
     tiling = _tiling(p, top.get("tiling"))
     tolerance = top.get("tiling_tolerance")
     if tolerance is not None and (isinstance(tolerance, bool) or not isinstance(tolerance, (int, float))
                                   or not 0 <= tolerance < 1):
-        raise _fail(p, "tiling_tolerance", f"expected a fraction in [0, 1), got {tolerance!r}")
+        raise _fail(p, "tiling_tolerance", f"expected a fraction in [0, 1), got {brief(tolerance)}")
     data_specs = tuple(_array_spec(p, d, f"data[{i}]", True) for i, d in enumerate(data))
     out_specs = tuple(_array_spec(p, o, f"outputs[{i}]", False) for i, o in enumerate(outputs))
     for key, specs in (("data", data_specs), ("outputs", out_specs)):
@@ -312,7 +362,7 @@ def load_config(path: str | Path) -> RunConfig:
     return RunConfig(
         path=p, target=target, symbol=top["symbol"], args=dict(top["args"]),
         data=data_specs, outputs=out_specs,
-        trace=trace, numerics=numerics, description=str(top.get("description", "")), tiling=tiling,
+        trace=trace, numerics=numerics, description=description or "", tiling=tiling,
         tiling_tolerance=None if tolerance is None else float(tolerance))
 
 
@@ -320,35 +370,5 @@ def check_data_file(cfg: RunConfig, spec: ArraySpec) -> None:
     """Check a ``file:`` data entry without reading its data: a regular file holding a .npy array whose header
     states the entry's shape and dtype.  ConfigError naming ``data.<name>.file`` otherwise (``validate``
     refuses what placing the data would refuse, without reading large files)."""
-    import os
-    import stat
-
-    where = f"{cfg.path}: data.{spec.name}.file"
-    p = Path(spec.source["file"])
-    if not p.is_absolute():
-        p = cfg.path.parent / p
-    try:
-        st = os.stat(p)
-    except FileNotFoundError:
-        raise ConfigError(f"{where}: {p} does not exist") from None
-    except OSError as e:
-        raise ConfigError(f"{where}: {p} cannot be read: {e.strerror or e}") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise ConfigError(f"{where}: {p} is a folder, not a .npy file")
-    if not stat.S_ISREG(st.st_mode):  # a pipe or a device would block or never end
-        raise ConfigError(f"{where}: {p} is not a regular file (a .npy array is read from a regular file only)")
-    try:
-        with open(p, "rb") as f:
-            version = np.lib.format.read_magic(f)
-            if version == (1, 0):
-                shape, _, dtype = np.lib.format.read_array_header_1_0(f)
-            elif version == (2, 0):
-                shape, _, dtype = np.lib.format.read_array_header_2_0(f)
-            else:
-                raise ValueError(f"unsupported .npy version {version}")
-    except (OSError, ValueError, EOFError) as e:
-        raise ConfigError(f"{where}: {p} is not a readable .npy array: {e}") from None
-    if tuple(shape) != spec.shape:
-        raise ConfigError(f"{where}: {p} has shape {list(shape)}, the config says {list(spec.shape)}")
-    if dtype != spec.dtype:
-        raise ConfigError(f"{where}: {p} has dtype {dtype}, the config says {spec.dtype}")
+    with _open_npy(cfg.path, spec, spec.source["file"], f"{cfg.path}: data.{spec.name}.file"):
+        pass

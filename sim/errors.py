@@ -1,6 +1,15 @@
-"""The exceptions of dspsim.  Every refusal the simulator makes derives from :class:`SimError`."""
+"""The exceptions of dspsim.  Every refusal the simulator makes derives from :class:`SimError`.
+
+Also :func:`brief`, the one way a message shows a value the user gave: a message must stay one short line
+whatever the value is (a 400-digit number, a megabyte string, a list built from YAML aliases).
+"""
 
 from __future__ import annotations
+
+import itertools
+import math
+import reprlib
+from typing import Any
 
 
 class SimError(Exception):
@@ -25,3 +34,58 @@ class MemoryFault(SimError):
 
 class ConfigError(SimError):
     """A run-config file is malformed; the message names the file and key path."""
+
+
+#: Integers below this are shown digit by digit (head and tail); larger ones only by their length, since
+#: Python refuses to print an integer of more than 4300 digits and takes quadratic time to do so.
+_PRINTABLE_INT = 10 ** 1000
+
+
+class _BriefRepr(reprlib.Repr):
+    """reprlib with small limits: the work done is bounded whatever the size of the value."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel = 3
+        self.maxlist = self.maxtuple = self.maxset = self.maxfrozenset = self.maxdeque = self.maxarray = 6
+        self.maxdict = 4
+        self.maxstring = self.maxother = 60
+        self.maxlong = 24
+
+    def repr_int(self, x: int, level: int) -> str:
+        """An integer: head, tail and digit count when long; only its size when huge."""
+        if -_PRINTABLE_INT < x < _PRINTABLE_INT:
+            s = repr(x)
+            if len(s) <= self.maxlong:
+                return s
+            digits = len(s.lstrip("-"))
+            return f"{s[:10]}...{s[-4:]} ({digits} digits)"
+        return f"<an integer of about {int(x.bit_length() * math.log10(2)) + 1} digits>"
+
+    def repr_dict(self, x: dict, level: int) -> str:
+        """The first keys of a mapping in their own order."""
+        # reprlib sorts every key first (n log n on a huge mapping): show the first keys in their order.
+        if not x:
+            return "{}"
+        if level <= 0:
+            return "{...}"
+        items = [f"{self.repr1(k, level - 1)}: {self.repr1(x[k], level - 1)}"
+                 for k in itertools.islice(x, self.maxdict)]
+        return "{" + ", ".join(items) + (", ..." if len(x) > self.maxdict else "") + "}"
+
+
+_BRIEF = _BriefRepr()
+
+
+def brief(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` for a message: at most ``limit`` characters, one line, in bounded time and memory.
+
+    Long strings, huge integers and big or deeply nested containers are cut (``...``); a value that
+    cannot be shown at all is named by its type.
+    """
+    try:
+        text = _BRIEF.repr(value)
+    except Exception:  # noqa: BLE001 (a value whose repr fails must not replace the error being reported)
+        text = f"<{type(value).__name__}>"
+    text = " ".join(text.splitlines())  # repr of a str escapes newlines; a foreign __repr__ may not
+    return text if len(text) <= limit else text[: max(limit - 3, 1)] + "..."

@@ -1,8 +1,32 @@
 """Chip descriptions: frozen dataclasses built only by :func:`load_target` from a YAML file.
 
-Every field carries its unit.  The loader checks types, required keys, positive
-sizes, non-overlapping regions inside the address width, and rejects unknown
-keys, naming the file and the key path of the first problem.  No SimPy here.
+Every field carries its unit.  The loader checks types, required keys, non-overlapping regions inside the
+address width, and rejects unknown keys, naming the file and the key path of the first problem.  Every
+number must lie in a range a real chip could have (a value outside it is a typo, and a 400-digit one would
+overflow the timing arithmetic):
+
+==========================================================  ==========================================
+field                                                       range
+==========================================================  ==========================================
+``clock_hz``                                                1 MHz .. 100 GHz
+``address_bits``                                            8 .. 64
+``cores``                                                   1 .. 64
+``core.vector_width_bytes``                                 1 .. 4096, a power of two
+``core.precisions.*.lanes`` / ``fmac_units``                1 .. 4096 / 1 .. 64
+``core.vector_efficiency``                                  0.001 .. 1
+every ``*_cycles`` (latencies, overheads, DMA setup)        0 .. 10,000,000 (10 ms at 1 GHz)
+``dma.engines_per_core``                                    1 .. 64
+``regions``                                                 1 .. 64 regions
+``regions[].base`` / ``size_bytes``                         inside the ``address_bits`` address space
+``regions[].bandwidth_bytes_per_cycle``                     0.001 .. 65536
+``regions[].ports``                                         1 .. 1024
+``regions[].alignment_bytes`` / ``burst_bytes``             1 .. 2**30 (a power of two) / 1 .. 2**20
+``workspace.offset_bytes`` / ``size_bytes``                 inside the workspace's region
+names (``name``, region names)                              printable, one line, at most 64 characters
+==========================================================  ==========================================
+
+The YAML itself is read by :mod:`sim.yamlsafe` (YAML 1.2 numbers, no alias bombs, regular files only).
+No SimPy here.
 """
 
 from __future__ import annotations
@@ -13,8 +37,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from sim.errors import TargetError
-from sim.yamlsafe import load_yaml
+from sim.errors import TargetError, brief
+from sim.yamlsafe import read_yaml_file
 
 #: Folder of the chip files shipped with dspsim: ``sim/targets/`` once installed from a wheel (package
 #: data, see pyproject.toml), the checkout's top-level ``targets/`` in a source tree or an editable install.
@@ -25,21 +49,45 @@ REGION_KINDS = ("shared", "private")
 REGION_ROLES = ("storage", "scratchpad")
 #: Smallest bandwidth a target may give (bytes/cycle); below it transfer times overflow into nonsense.
 MIN_RATE = 1e-3
+#: Largest bandwidth (bytes/cycle): 64 TB/s at 1 GHz, beyond any memory or fabric built.
+MAX_RATE = float(1 << 16)
+#: Longest latency, overhead or setup time (cycles): 10 ms at 1 GHz, beyond any launch, barrier, memory
+#: or DMA of a real chip (a 1e20-cycle latency is a typo, as a 1e-20 bandwidth is).
+MAX_CYCLES = 10_000_000
+_CYCLES_WHY = " cycles (10 ms at 1 GHz)"
+MIN_CLOCK_HZ = 1_000_000
+MAX_CLOCK_HZ = 100_000_000_000
+#: Most cores a chip may have (core masks are at most 64 bits).
+MAX_CORES = 64
+MAX_VECTOR_WIDTH_BYTES = 4096
+MAX_LANES = 4096
+MAX_FMAC_UNITS = 64
+MAX_DMA_ENGINES = 64
+MAX_REGIONS = 64
+MAX_PORTS = 1024
+MAX_ALIGNMENT_BYTES = 1 << 30
+MAX_BURST_BYTES = 1 << 20
+#: Longest chip or region name: names appear in every message and table.
+MAX_NAME_CHARS = 64
+#: Longest file path shown whole in a message (no real path is longer; a pasted megabyte is cut).
+MAX_PATH_CHARS = 4096
 
 
 def key_text(key: str) -> str:
-    """A key as it may appear in a one-line message: itself when plain, else its repr (no raw newlines)."""
-    return key if key.isidentifier() else repr(key)
+    """A key as it may appear in a one-line message: itself when a short identifier, else a cut repr."""
+    return key if key.isidentifier() and len(key) <= MAX_NAME_CHARS else brief(key, 40)
 
 
 def _hint(v: Any) -> str:
-    """A hint for a YAML string that was meant as a number (YAML 1.1 reads ``1e9`` as a string)."""
+    """Why a value of the wrong type may have been meant right: a quoted number, or a float for an integer."""
     if isinstance(v, str):
         try:
             float(v)
         except ValueError:
             return ""
-        return " (YAML read it as a string: write exponents with a decimal point, e.g. 1.0e9)"
+        return " (YAML read it as text: write the number without quotes)"
+    if isinstance(v, float) and math.isfinite(v) and v.is_integer():
+        return " (a decimal point or an exponent makes a float: write the whole number, e.g. 1000000000)"
     return ""
 
 
@@ -188,7 +236,7 @@ class Target:
 # --- loading ---------------------------------------------------------------------------------
 
 class _Reader:
-    """Walks a parsed YAML mapping, checking keys and types, naming file and key path in errors."""
+    """Walks a parsed YAML mapping, checking keys, types and ranges, naming file and key path in errors."""
 
     def __init__(self, path: str):
         self.path = path
@@ -196,12 +244,13 @@ class _Reader:
     def fail(self, key_path: str, message: str) -> TargetError:
         return TargetError(f"{self.path}: {key_path}: {message}")
 
-    def mapping(self, value: Any, key_path: str, required: set[str], optional: set[str] = frozenset()) -> dict:
+    def mapping(self, value: Any, key_path: str, required: set[str], optional: frozenset[str] | set[str] = frozenset()
+                ) -> dict:
         if not isinstance(value, dict):
             raise self.fail(key_path, f"expected a mapping, got {type(value).__name__}")
         for k in value:
             if not isinstance(k, str):
-                raise self.fail(key_path, f"key {k!r} is not a string")
+                raise self.fail(key_path, f"key {brief(k, 40)} is not a string")
         unknown = sorted(set(value) - required - optional)
         if unknown:
             raise self.fail(f"{key_path}.{key_text(unknown[0])}",
@@ -211,38 +260,66 @@ class _Reader:
             raise self.fail(f"{key_path}.{missing[0]}", "required key is missing")
         return value
 
-    def integer(self, m: dict, key: str, key_path: str, *, minimum: int = 0, maximum: int | None = None) -> int:
+    def integer(self, m: dict, key: str, key_path: str, *, minimum: int, maximum: int, why: str = "",
+                hexa: bool = False) -> int:
+        """``m[key]``, an integer in ``[minimum, maximum]``; ``why`` says what the maximum stands for;
+        ``hexa`` shows the bound and the value in hex (addresses and sizes)."""
         v = m[key]
         if isinstance(v, bool) or not isinstance(v, int):
-            raise self.fail(f"{key_path}.{key}", f"expected an integer, got {v!r}{_hint(v)}")
+            raise self.fail(f"{key_path}.{key}", f"expected an integer, got {brief(v)}{_hint(v)}")
+
+        def show(n: int) -> str:
+            return f"{n:#x}" if hexa and 0 <= n < 1 << 128 else brief(n)
         if v < minimum:
-            raise self.fail(f"{key_path}.{key}", f"must be >= {minimum}, got {v}")
-        if maximum is not None and v > maximum:
-            raise self.fail(f"{key_path}.{key}", f"must be <= {maximum}, got {v}")
+            raise self.fail(f"{key_path}.{key}", f"must be >= {minimum}, got {show(v)}")
+        if v > maximum:
+            raise self.fail(f"{key_path}.{key}", f"must be <= {show(maximum)}{why}, got {show(v)}")
         return v
 
-    def number(self, m: dict, key: str, key_path: str, *, minimum: float = MIN_RATE) -> float:
+    def cycles(self, m: dict, key: str, key_path: str) -> int:
+        """A latency, overhead or setup time: a whole number of cycles in ``[0, MAX_CYCLES]``."""
+        return self.integer(m, key, key_path, minimum=0, maximum=MAX_CYCLES, why=_CYCLES_WHY)
+
+    def number(self, m: dict, key: str, key_path: str, *, minimum: float = MIN_RATE,
+               maximum: float = MAX_RATE, why: str = "") -> float:
+        """``m[key]``, a finite number (int or float) in ``[minimum, maximum]``."""
         v = m[key]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-            raise self.fail(f"{key_path}.{key}", f"expected a positive finite number, got {v!r}{_hint(v)}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v)):
+            raise self.fail(f"{key_path}.{key}", f"expected a positive finite number, got {brief(v)}{_hint(v)}")
+        # Compared before any float(): a 400-digit int would overflow it; Python compares int and float exactly.
         if v < minimum:
-            raise self.fail(f"{key_path}.{key}", f"must be >= {minimum:g}, got {v!r} (a typo, not a chip)")
+            raise self.fail(f"{key_path}.{key}", f"must be >= {minimum:g}, got {brief(v)} (a typo, not a chip)")
+        if v > maximum:
+            raise self.fail(f"{key_path}.{key}", f"must be <= {maximum:g}{why}, got {brief(v)} (a typo, not a chip)")
         return float(v)
 
     def string(self, m: dict, key: str, key_path: str, choices: tuple[str, ...] | None = None) -> str:
         v = m[key]
         if not isinstance(v, str) or not v:
-            raise self.fail(f"{key_path}.{key}", f"expected a non-empty string, got {v!r}")
-        if key != "source" and not v.isprintable():
+            raise self.fail(f"{key_path}.{key}", f"expected a non-empty string, got {brief(v)}")
+        if not v.isprintable():
             # Names end up in messages that must stay on one line.
-            raise self.fail(f"{key_path}.{key}", f"expected printable text without line breaks, got {v!r}")
+            raise self.fail(f"{key_path}.{key}", f"expected printable text without line breaks, got {brief(v)}")
         if choices is not None and v not in choices:
-            raise self.fail(f"{key_path}.{key}", f"expected one of {', '.join(choices)}, got {v!r}")
+            raise self.fail(f"{key_path}.{key}", f"expected one of {', '.join(choices)}, got {brief(v)}")
+        if len(v) > MAX_NAME_CHARS:
+            raise self.fail(f"{key_path}.{key}", f"a name of at most {MAX_NAME_CHARS} characters, got {len(v)}: "
+                                                 f"{brief(v, 40)}")
         return v
+
+    def text(self, m: dict, key: str, key_path: str, *, required: bool) -> None:
+        """A free-text note (``source``, ``description``): a string, any length, line breaks allowed."""
+        if key not in m and not required:
+            return
+        v = m[key]
+        if not isinstance(v, str) or (required and not v.strip()):
+            raise self.fail(f"{key_path}.{key}", f"expected {'non-empty ' if required else ''}text, got "
+                                                 f"{type(v).__name__} {brief(v, 40)} (put it in quotes to make "
+                                                 f"it text)")
 
     def source(self, m: dict, key_path: str) -> None:
         """Every group of numbers must say where they come from."""
-        self.string(m, "source", key_path)
+        self.text(m, "source", key_path, required=True)
 
 
 def _parse(doc: Any, path: str) -> Target:
@@ -251,10 +328,11 @@ def _parse(doc: Any, path: str) -> Target:
                                    "regions", "staging_region", "workspace", "source"},
                     {"description"})
     r.source(top, "<top>")
+    r.text(top, "description", "<top>", required=False)
     name = r.string(top, "name", "<top>")
-    clock_hz = r.integer(top, "clock_hz", "<top>", minimum=1)
+    clock_hz = r.integer(top, "clock_hz", "<top>", minimum=MIN_CLOCK_HZ, maximum=MAX_CLOCK_HZ, why=" (100 GHz)")
     address_bits = r.integer(top, "address_bits", "<top>", minimum=8, maximum=64)
-    cores = r.integer(top, "cores", "<top>", minimum=1, maximum=64)
+    cores = r.integer(top, "cores", "<top>", minimum=1, maximum=MAX_CORES)
 
     sync = r.mapping(top["sync"], "sync", {"launch_overhead_cycles", "barrier_latency_cycles", "source"})
     r.source(sync, "sync")
@@ -270,34 +348,40 @@ def _parse(doc: Any, path: str) -> Target:
     for pname, pm in precs_raw.items():
         kp = f"core.precisions.{pname}"
         pm = r.mapping(pm, kp, {"lanes", "fmac_units"})
-        precisions[pname] = PrecisionModel(lanes=r.integer(pm, "lanes", kp, minimum=1),
-                                           fmac_units=r.integer(pm, "fmac_units", kp, minimum=1))
+        precisions[pname] = PrecisionModel(lanes=r.integer(pm, "lanes", kp, minimum=1, maximum=MAX_LANES),
+                                           fmac_units=r.integer(pm, "fmac_units", kp, minimum=1,
+                                                                maximum=MAX_FMAC_UNITS))
+    if "vector_efficiency" in cm and _is_number(cm["vector_efficiency"]) and cm["vector_efficiency"] > 1:
+        raise r.fail("core.vector_efficiency",
+                     f"is a fraction of the peak, at most 1, got {brief(cm['vector_efficiency'])}")
     core = CoreModel(
         precisions=MappingProxyType(precisions),
-        vector_width_bytes=r.integer(cm, "vector_width_bytes", "core", minimum=1),
-        vector_op_latency_cycles=r.integer(cm, "vector_op_latency_cycles", "core"),
-        reduction_latency_cycles=r.integer(cm, "reduction_latency_cycles", "core"),
-        loop_overhead_cycles=r.integer(cm, "loop_overhead_cycles", "core"),
-        vector_efficiency=r.number(cm, "vector_efficiency", "core") if "vector_efficiency" in cm else 1.0,
+        vector_width_bytes=r.integer(cm, "vector_width_bytes", "core", minimum=1, maximum=MAX_VECTOR_WIDTH_BYTES),
+        vector_op_latency_cycles=r.cycles(cm, "vector_op_latency_cycles", "core"),
+        reduction_latency_cycles=r.cycles(cm, "reduction_latency_cycles", "core"),
+        loop_overhead_cycles=r.cycles(cm, "loop_overhead_cycles", "core"),
+        vector_efficiency=r.number(cm, "vector_efficiency", "core", maximum=1.0) if "vector_efficiency" in cm else 1.0,
     )
-    if core.vector_efficiency > 1:
-        raise r.fail("core.vector_efficiency", f"is a fraction of the peak, at most 1, got {core.vector_efficiency}")
     if core.vector_width_bytes & (core.vector_width_bytes - 1):
         raise r.fail("core.vector_width_bytes", f"must be a power of two, got {core.vector_width_bytes}")
 
     dm = r.mapping(top["dma"], "dma", {"engines_per_core", "setup_cycles", "source"})
     r.source(dm, "dma")
-    dma = DmaModel(engines_per_core=r.integer(dm, "engines_per_core", "dma", minimum=1, maximum=64),
-                   setup_cycles=r.integer(dm, "setup_cycles", "dma"))
+    dma = DmaModel(engines_per_core=r.integer(dm, "engines_per_core", "dma", minimum=1, maximum=MAX_DMA_ENGINES),
+                   setup_cycles=r.cycles(dm, "setup_cycles", "dma"))
 
     regs_raw = top["regions"]
     if not isinstance(regs_raw, list) or not regs_raw:
         raise r.fail("regions", "expected a non-empty list of regions")
+    if len(regs_raw) > MAX_REGIONS:
+        raise r.fail("regions", f"at most {MAX_REGIONS} regions, got {len(regs_raw)}")
     regions: list[Region] = []
     limit = 1 << address_bits
+    space = f" (the {address_bits}-bit address space)"
     for i, rm in enumerate(regs_raw):
         # Name the region in key paths as soon as its name is readable, even before the keys are checked.
-        named = isinstance(rm, dict) and isinstance(rm.get("name"), str) and rm["name"].isprintable()
+        named = isinstance(rm, dict) and isinstance(rm.get("name"), str) and rm["name"].isprintable() \
+            and len(rm["name"]) <= MAX_NAME_CHARS
         kp = f"regions[{i}]" + (f"({rm['name']})" if named else "")
         rm = r.mapping(rm, kp, {"name", "base", "size_bytes", "kind", "latency_cycles",
                                 "bandwidth_bytes_per_cycle", "source"},
@@ -309,15 +393,17 @@ def _parse(doc: Any, path: str) -> Target:
         role = r.string(rm, "role", kp, REGION_ROLES) if "role" in rm else "storage"
         region = Region(
             name=rname,
-            base=r.integer(rm, "base", kp),
-            size_bytes=r.integer(rm, "size_bytes", kp, minimum=1),
+            base=r.integer(rm, "base", kp, minimum=0, maximum=limit - 1, why=space, hexa=True),
+            size_bytes=r.integer(rm, "size_bytes", kp, minimum=1, maximum=limit, why=space, hexa=True),
             kind=kind,
             role=role,
-            latency_cycles=r.integer(rm, "latency_cycles", kp),
+            latency_cycles=r.cycles(rm, "latency_cycles", kp),
             bandwidth_bytes_per_cycle=r.number(rm, "bandwidth_bytes_per_cycle", kp),
-            ports=r.integer(rm, "ports", kp, minimum=1, maximum=1024) if "ports" in rm else 1,
-            alignment_bytes=r.integer(rm, "alignment_bytes", kp, minimum=1) if "alignment_bytes" in rm else 1,
-            burst_bytes=r.integer(rm, "burst_bytes", kp, minimum=1, maximum=1 << 20) if "burst_bytes" in rm else 1,
+            ports=r.integer(rm, "ports", kp, minimum=1, maximum=MAX_PORTS) if "ports" in rm else 1,
+            alignment_bytes=r.integer(rm, "alignment_bytes", kp, minimum=1, maximum=MAX_ALIGNMENT_BYTES)
+            if "alignment_bytes" in rm else 1,
+            burst_bytes=r.integer(rm, "burst_bytes", kp, minimum=1, maximum=MAX_BURST_BYTES)
+            if "burst_bytes" in rm else 1,
         )
         if region.alignment_bytes & (region.alignment_bytes - 1):
             raise r.fail(f"{kp}.alignment_bytes", f"must be a power of two, got {region.alignment_bytes}")
@@ -341,22 +427,35 @@ def _parse(doc: Any, path: str) -> Target:
 
     wm = r.mapping(top["workspace"], "workspace", {"region", "offset_bytes", "size_bytes", "source"})
     r.source(wm, "workspace")
-    workspace = Workspace(region=r.string(wm, "region", "workspace"),
-                          offset_bytes=r.integer(wm, "offset_bytes", "workspace"),
-                          size_bytes=r.integer(wm, "size_bytes", "workspace", minimum=1))
-    wreg = by_name.get(workspace.region)
+    wname = r.string(wm, "region", "workspace")
+    wreg = by_name.get(wname)
     if wreg is None or wreg.kind != "shared":
-        raise r.fail("workspace.region", f"must name a shared region, got {workspace.region!r}")
+        raise r.fail("workspace.region", f"must name a shared region, got {wname!r}")
+    inside = f" (inside region {wreg.name} of {wreg.size_bytes:#x} bytes)"
+    workspace = Workspace(region=wname,
+                          offset_bytes=r.integer(wm, "offset_bytes", "workspace", minimum=0,
+                                                 maximum=wreg.size_bytes - 1, why=inside, hexa=True),
+                          size_bytes=r.integer(wm, "size_bytes", "workspace", minimum=1,
+                                               maximum=wreg.size_bytes, why=inside, hexa=True))
     if workspace.offset_bytes + workspace.size_bytes > wreg.size_bytes:
-        raise r.fail("workspace.size_bytes", f"window runs past the end of region {wreg.name}")
+        # Both fit the region alone: the offset places the window, so the offset is what runs it out.
+        base = wreg.base + workspace.offset_bytes
+        raise r.fail("workspace.offset_bytes",
+                     f"window [{base:#x}, {base + workspace.size_bytes:#x}) (offset_bytes "
+                     f"{workspace.offset_bytes:#x} + size_bytes {workspace.size_bytes:#x}) runs past the end of "
+                     f"region {wreg.name} at {wreg.end:#x}: at most {wreg.size_bytes - workspace.size_bytes:#x}")
 
     return Target(
         name=name, path=path, clock_hz=clock_hz, address_bits=address_bits, cores=cores,
-        launch_overhead_cycles=r.integer(sync, "launch_overhead_cycles", "sync"),
-        barrier_latency_cycles=r.integer(sync, "barrier_latency_cycles", "sync"),
+        launch_overhead_cycles=r.cycles(sync, "launch_overhead_cycles", "sync"),
+        barrier_latency_cycles=r.cycles(sync, "barrier_latency_cycles", "sync"),
         core=core, dma=dma, regions=tuple(sorted(regions, key=lambda g: g.base)),
         staging_region=staging, workspace=workspace,
     )
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def available_targets() -> list[str]:
@@ -368,15 +467,15 @@ def _resolve(name_or_path: str | Path) -> Path:
     if isinstance(name_or_path, Path) or any(c in str(name_or_path) for c in "/\\") \
             or str(name_or_path).endswith((".yaml", ".yml")):
         p = Path(name_or_path)
-        if not p.is_file():
-            raise TargetError(f"{p}: target file not found")
+        if not p.exists():  # a folder, a pipe or a device exists: the reader refuses it, naming what it is
+            raise TargetError(f"{_shown(p)}: target file not found")
         return p
     if not isinstance(name_or_path, str) or not name_or_path:
-        raise TargetError(f"target: expected a chip name or a YAML path, got {name_or_path!r}")
+        raise TargetError(f"target: expected a chip name or a YAML path, got {brief(name_or_path)}")
     for p in TARGETS_DIR.glob("*.yaml"):
         if p.stem.lower() == name_or_path.lower():
             return p
-    raise TargetError(f"unknown target {name_or_path!r} (known: {', '.join(available_targets())}; "
+    raise TargetError(f"unknown target {brief(name_or_path, 60)} (known: {', '.join(available_targets())}; "
                       f"or pass a path to a YAML file)")
 
 
@@ -387,11 +486,13 @@ def load_target(name_or_path: "str | Path | Target") -> Target:
     if not isinstance(name_or_path, (str, Path)):
         raise TargetError(f"target: expected a chip name or a YAML path, got {type(name_or_path).__name__}")
     path = _resolve(name_or_path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise TargetError(f"{path}: cannot read target file: {e}") from None
-    return _parse(load_yaml(text, str(path), TargetError), str(path))
+    where = _shown(path)
+    return _parse(read_yaml_file(path, where, TargetError, what="target file"), where)
+
+
+def _shown(path: Path) -> str:
+    """A path as messages show it: whole, unless absurdly long."""
+    return str(path) if len(str(path)) <= MAX_PATH_CHARS else brief(str(path), MAX_PATH_CHARS)
 
 
 def parse_target(doc: Any, path: str = "<memory>") -> Target:

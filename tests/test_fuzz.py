@@ -1,6 +1,11 @@
 """Property-based fuzzing (hypothesis) of target files, run-configs, kernel arguments and memory access.
 
-Properties: never an exception outside SimError; never memory changed by a refused call; never a hang
+Target files and run-configs are fuzzed as documents (the shipped files with keys deleted or replaced by
+junk: huge integers and floats, megabyte strings, lists, mappings, nested alias trees) and as text (YAML
+fragments: anchors and aliases, recursive aliases, YAML 1.1 octal and base-60 numbers, deep nesting).
+
+Properties: never an exception outside SimError; loading refuses within seconds, in a short one-line
+message; never memory changed by a refused call; never a hang
 (each example runs under a wall-clock alarm); a layout the checks accept never faults while running;
 every suggested address is legal.
 """
@@ -12,6 +17,7 @@ import io
 import math
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -25,7 +31,9 @@ import kernels
 import sim
 from kernels.base import BoundCall, Buffer
 from sim.cli import main
+from sim.config import load_config
 from sim.layout import check_layout
+from sim.runner import prepare
 
 ROOT = Path(__file__).resolve().parent.parent
 FT78NE_DOC = yaml.safe_load((ROOT / "targets" / "FT78NE.yaml").read_text())
@@ -33,6 +41,11 @@ CONFIG_DOC = yaml.safe_load((ROOT / "configs" / "ft78ne_batch_norm_grad_s.yaml")
 TARGETS = {name: sim.load_target(name) for name in ("FT78NE", "MT7004")}
 #: Seconds one example may take before it counts as a hang.
 HANG_SECONDS = 20
+#: Seconds loading one hostile target or run-config may take (issue 12: "within a second"; slack for a busy
+#: machine).
+LOAD_SECONDS = 3
+#: Longest refusal message, beyond the file's path: user values in messages are cut (sim.errors.brief).
+MESSAGE_CHARS = 600
 
 #: DSPSIM_FUZZ_EXAMPLES=500 runs a deeper, randomised search (CI runs the small derandomised one).
 DEEP = int(os.environ.get("DSPSIM_FUZZ_EXAMPLES", "0") or 0)
@@ -56,24 +69,47 @@ def no_hang(seconds: float = HANG_SECONDS) -> Iterator[None]:
 
 # --- strategies ----------------------------------------------------------------------------------------
 
+def alias_bomb(levels: int, as_mapping: bool = False) -> Any:
+    """A "billion laughs": ``levels`` nested lists (or mappings) of nine references to one shared value.
+
+    Python shares the inner value, so it costs nothing here; ``yaml.safe_dump`` writes it as anchors and
+    aliases (a few hundred bytes), which a naive reader expands to 9**levels strings.
+    """
+    node: Any = "lol"
+    for _ in range(levels):
+        node = {f"k{i}": node for i in range(9)} if as_mapping else [node] * 9
+    return node
+
+
 #: Values of every YAML type, sizes either small or absurd (mid-sized legal arrays would only be slow).
 junk = st.one_of(
     st.none(), st.booleans(), st.integers(-8, 300), st.integers(1 << 31, 1 << 70), st.integers(-(1 << 70), -1),
     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12),
     st.lists(st.integers(-2, 5), max_size=4), st.dictionaries(st.text(max_size=4), st.integers(0, 3), max_size=2),
     st.sampled_from(["0xA0000000", "1e9", "NHWC", "SAME", "float32", "l2", "ddr", "am", "shared", "private"]),
+    # Issue 12: huge numbers, long text, nested aliases.
+    st.sampled_from([10 ** 400, -(10 ** 400), 10 ** 20, 2 ** 64, 1 << 3000, 1e20, 1e300, -1e300, 5e-324]),
+    st.integers(2000, 100_000).map(lambda n: "x" * n),
+    st.builds(alias_bomb, st.integers(2, 9), st.booleans()),
+    st.lists(st.sampled_from(["a", "1", "0x10", "[", "lol"]), min_size=1, max_size=5),
 )
 
 
-def key_paths(node: Any, prefix: tuple = ()) -> list[tuple]:
-    """Every key path of a parsed YAML document (list items by index)."""
+def key_paths(node: Any, prefix: tuple = (), seen: set | None = None) -> list[tuple]:
+    """Every key path of a parsed YAML document (list items by index); a shared value is walked only once,
+    so an alias bomb put in by an earlier mutation is not expanded here."""
+    seen = set() if seen is None else seen
     out = [prefix] if prefix else []
+    if isinstance(node, (dict, list)):
+        if id(node) in seen:
+            return out
+        seen.add(id(node))
     if isinstance(node, dict):
         for k, v in node.items():
-            out += key_paths(v, prefix + (k,))
+            out += key_paths(v, prefix + (k,), seen)
     elif isinstance(node, list):
         for i, v in enumerate(node):
-            out += key_paths(v, prefix + (i,))
+            out += key_paths(v, prefix + (i,), seen)
     return out
 
 
@@ -94,7 +130,7 @@ def mutated(draw: st.DrawFn, doc: dict) -> dict:
             continue
         if not isinstance(parent, (dict, list)):
             continue
-        action = draw(st.sampled_from(["delete", "junk", "junk", "unknown", "scale"]))
+        action = draw(st.sampled_from(["delete", "junk", "junk", "unknown", "scale", "huge", "bomb"]))
         last = path[-1]
         try:
             if action == "delete":
@@ -105,6 +141,10 @@ def mutated(draw: st.DrawFn, doc: dict) -> dict:
                 parent[draw(st.text(min_size=1, max_size=6))] = draw(junk)
             elif action == "scale" and isinstance(parent[last], int) and not isinstance(parent[last], bool):
                 parent[last] = parent[last] * draw(st.sampled_from([0, -1, 2, 1 << 20])) + draw(st.integers(-2, 2))
+            elif action == "huge":
+                parent[last] = draw(st.sampled_from([10 ** 400, -(10 ** 400), 10 ** 20, 1e20, 1e300, 2 ** 64]))
+            elif action == "bomb":
+                parent[last] = alias_bomb(draw(st.integers(4, 9)), draw(st.booleans()))
         except (KeyError, IndexError, TypeError):
             continue
     return doc
@@ -122,11 +162,14 @@ def test_fuzz_target_documents(tmp_path_factory, doc):
     path = tmp_path_factory.mktemp("t") / "chip.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     with no_hang():
+        t0 = time.perf_counter()
         try:
             target = sim.load_target(path)
         except sim.TargetError as e:
-            assert str(path) in str(e) and "\n" not in str(e)
+            assert str(path) in str(e) and "\n" not in str(e) and len(str(e)) < len(str(path)) + MESSAGE_CHARS
             return
+        finally:
+            assert time.perf_counter() - t0 < LOAD_SECONDS
         # A target that loads must run a small call, or refuse it with a SimError.
         m = sim.Simulator(target)
         m.write(0xA0000000, np.ones((2, 8), np.float32)) if _mapped(target, 0xA0000000) else None
@@ -148,14 +191,22 @@ def _mapped(target: sim.Target, addr: int) -> bool:
                       st.lists(st.sampled_from(["name: x\n", "cores: 8\n", "regions:\n", "  - name: a\n",
                                                 "!!python/object:os.system\n", "[", "{", "&a x\n", "*a\n",
                                                 "key: !!binary aGk=\n", "? [1]\n: 2\n", "cores: 8\n",
-                                                "<<: {a: 1}\n", "\t", "\x00", "2020-13-45\n"]),
+                                                "<<: {a: 1}\n", "\t", "\x00", "2020-13-45\n",
+                                                "name: &n [x, x, x]\n", "cores: &c [*n, *n, *n]\n",
+                                                "x: [*c, *c, *c, *c]\n", "y: &y [*y]\n", "cores: 010\n",
+                                                "latency_cycles: 1:30\n", "cores: 0o10\n", "clock_hz: 1e9\n",
+                                                "base: " + "9" * 400 + "\n", "x: " + "[" * 80 + "\n",
+                                                "x: *undefined\n"]),
                                max_size=8).map("".join)))
 def test_fuzz_target_text(tmp_path_factory, text):
     path = tmp_path_factory.mktemp("t") / "chip.yaml"
     path.write_text(text, encoding="utf-8", errors="surrogateescape")
     with no_hang():
-        with pytest.raises(sim.TargetError):
+        t0 = time.perf_counter()
+        with pytest.raises(sim.TargetError) as info:
             sim.load_target(path)
+        assert time.perf_counter() - t0 < LOAD_SECONDS
+    assert "\n" not in str(info.value) and len(str(info.value)) < len(str(path)) + MESSAGE_CHARS
 
 
 # --- run-configs ---------------------------------------------------------------------------------------
@@ -178,6 +229,47 @@ def test_fuzz_run_configs(tmp_path_factory, doc, command):
             assert not (folder / "out").exists() or not any((folder / "out").iterdir())
     if rc == 1:
         assert command != "run" and "layout rule" in out.getvalue()
+
+
+def load_and_place(path: Path) -> None:
+    """Load a run-config and place its data: only SimError, loading within LOAD_SECONDS, a short one-line
+    message."""
+    with no_hang():
+        try:
+            t0 = time.perf_counter()
+            try:
+                cfg = load_config(path)
+            finally:
+                assert time.perf_counter() - t0 < LOAD_SECONDS
+            if sum(math.prod(d.shape) * d.dtype.itemsize for d in cfg.data) <= 1 << 24:
+                prepare(cfg)  # (legal arrays of up to 2 GiB would only make the fuzzing slow)
+        except sim.SimError as e:
+            assert "\n" not in str(e) and len(str(e)) < len(str(path)) + MESSAGE_CHARS, str(e)[:1000]
+
+
+@FUZZ
+@given(doc=mutated(CONFIG_DOC))
+def test_fuzz_run_config_loading(tmp_path_factory, doc):
+    """Loading and placing a mutated run-config: only SimError, quickly, in a short one-line message."""
+    folder = tmp_path_factory.mktemp("c")
+    path = folder / "cfg.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    load_and_place(path)
+
+
+@FUZZ
+@given(text=st.lists(st.sampled_from(["target: FT78NE\n", "symbol: fp_batch_norm_grad_s\n", "args: {}\n",
+                                      "args: {x: 012}\n", "description: &d [a, b, c]\n",
+                                      "description: [*d, *d, *d]\n", "numerics: 1:30\n", "data:\n",
+                                      ("  - {name: x, addr: 0xA0000000, shape: [0, 4611686018427387904], "
+                                       "dtype: float32, fill: 0}\n"), "  - &e {name: y}\n", "  - *e\n",
+                                      "outputs: &o [*o]\n", "trace: 2020-13-45\n", "tiling: {a: " + "9" * 1200 + "}\n",
+                                      "data: [" + "[" * 70 + "\n", "\x00"]),
+                     max_size=8).map("".join))
+def test_fuzz_run_config_text(tmp_path_factory, text):
+    path = tmp_path_factory.mktemp("c") / "cfg.yaml"
+    path.write_text(text, encoding="utf-8", errors="surrogateescape")
+    load_and_place(path)
 
 
 # --- kernel arguments ----------------------------------------------------------------------------------

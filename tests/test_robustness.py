@@ -74,7 +74,8 @@ TARGET_CASES = [
     ("duplicate region", edit(setter("sm", "name", value="am")), r"duplicate region name 'am'"),
     ("past the address width", edit(setter("ddr", "size_bytes", value=0x80000001)),
      r"ends past the 32-bit address space"),
-    ("base past the address width", edit(setter("ddr", "base", value=1 << 40)), r"ends past the 32-bit"),
+    ("base past the address width", edit(setter("ddr", "base", value=1 << 40)),
+     r"\(ddr\)\.base: must be <= 0xffffffff \(the 32-bit address space\), got 0x10000000000"),
     ("address width absurd", edit(setter("address_bits", value=4096)), r"address_bits: must be <= 64"),
     ("python object tag", FT78NE + "\nhack: !!python/object/apply:os.system ['echo owned']\n",
      r"line \d+: refused YAML tag 'tag:yaml\.org,2002:python/object/apply:os\.system'"),
@@ -83,8 +84,10 @@ TARGET_CASES = [
     ("duplicate key", FT78NE + "\ncores: 4\n", r"line \d+, column 1: duplicate key 'cores' \(first on line \d+\)"),
     ("impossible date", FT78NE + "\nbuilt: 2024-13-45\n", r"month must be in 1\.\.12"),
     ("deep nesting", FT78NE + "\nx: " + "[" * 200 + "]" * 200 + "\n", r"nesting deeper than 64 levels"),
-    ("exponent read as string", edit(setter("ddr", "bandwidth_bytes_per_cycle", value="2e1")),
-     r"got '2e1' \(YAML read it as a string"),
+    ("quoted number", FT78NE.replace("bandwidth_bytes_per_cycle: 24", "bandwidth_bytes_per_cycle: '2e1'"),
+     r"\(ddr\)\.bandwidth_bytes_per_cycle: .*got '2e1' \(YAML read it as text: write the number without quotes"),
+    ("exponent for an integer", edit(setter("clock_hz", value=1e9)),
+     r"<top>\.clock_hz: expected an integer, got 1000000000\.0 \(a decimal point or an exponent makes a float"),
     ("bandwidth absurdly small", edit(setter("ddr", "bandwidth_bytes_per_cycle", value=1e-300)),
      r"must be >= 0\.001"),
     ("bandwidth infinite", edit(setter("ddr", "bandwidth_bytes_per_cycle", value=float("inf"))),
@@ -135,8 +138,9 @@ def test_bad_target_names(arg, pattern):
 
 
 def test_target_folder_and_binary_file(tmp_path):
-    with pytest.raises(sim.TargetError, match="not found"):
-        sim.load_target(tmp_path / "dir.yaml" if (tmp_path / "dir.yaml").mkdir() is None else None)
+    (tmp_path / "dir.yaml").mkdir()
+    with pytest.raises(sim.TargetError, match="is a folder, not a regular file: dspsim reads only regular files"):
+        sim.load_target(tmp_path / "dir.yaml")
     b = tmp_path / "bin.yaml"
     b.write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(sim.TargetError, match="cannot read"):
