@@ -1,4 +1,5 @@
-"""Property-based fuzzing (hypothesis) of target files, run-configs, kernel arguments and memory access.
+"""Property-based fuzzing (hypothesis) of target files, run-configs, sweep files, kernel arguments and memory
+access.
 
 Target files and run-configs are fuzzed as documents (the shipped files with keys deleted or replaced by
 junk: huge integers and floats, megabyte strings, lists, mappings, nested alias trees) and as text (YAML
@@ -270,6 +271,41 @@ def test_fuzz_run_config_text(tmp_path_factory, text):
     path = tmp_path_factory.mktemp("c") / "cfg.yaml"
     path.write_text(text, encoding="utf-8", errors="surrogateescape")
     load_and_place(path)
+
+
+# --- sweep files ---------------------------------------------------------------------------------------
+
+SWEEP_DOC = {"description": "fuzzed", "configs": ["cfg.yaml"], "numerics": False,
+             "grid": {"target": ["FT78NE", "MT7004"], "cores": [1, 2], "args.params.5": [2, 4],
+                      "target.regions.ddr.bandwidth_bytes_per_cycle": [12, 24], "tiling_tolerance": [0, 0.01]},
+             "plot": {"x": "cores"}}
+SMALL_CONFIG = dict(CONFIG_DOC, args=dict(CONFIG_DOC["args"], params=[0xC0000000, 0xD0000000, 0xE0000000,
+                                                                        0xB1000000, 0xC1000000, 4, 64, 1]))
+
+
+@FUZZ
+@given(doc=mutated(SWEEP_DOC))
+def test_fuzz_sweep_files(tmp_path_factory, doc):
+    """A mutated sweep file: loading refuses with a ConfigError (one short line) within seconds, or the sweep's
+    points each run or fail with a message of their own; never another exception."""
+    from sim.sweep import load_sweep, run_sweep
+    folder = tmp_path_factory.mktemp("s")
+    (folder / "cfg.yaml").write_text(yaml.safe_dump(SMALL_CONFIG, sort_keys=False))
+    path = folder / "sweep.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with no_hang():
+        t0 = time.perf_counter()
+        try:
+            spec = load_sweep(path)
+        except sim.SimError as e:
+            assert time.perf_counter() - t0 < LOAD_SECONDS
+            assert "\n" not in str(e) and len(str(e)) < len(str(path)) + MESSAGE_CHARS, str(e)[:1000]
+            return
+        if len(spec.points()) > 64:
+            return  # a legal but large grid would only make the fuzzing slow
+        result = run_sweep(spec, folder / "out", workers=1)
+    assert len(result.rows) == len(spec.points())
+    assert all(r.get("error") or r.get("skipped") or r.get("cycles") for r in result.rows)
 
 
 # --- kernel arguments ----------------------------------------------------------------------------------
