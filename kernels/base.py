@@ -18,8 +18,8 @@ import numpy as np
 
 from sim.errors import KernelArgError
 from sim.messages import shown
-from sim.memory import block_span
-from sim.target import Target
+from sim.model.memory import block_span
+from sim.model.target import Target
 
 #: Precision name -> numpy dtype of the big tensors of a kernel.
 PRECISION_DTYPES: dict[str, np.dtype] = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16)}

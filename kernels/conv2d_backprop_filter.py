@@ -50,7 +50,7 @@ from kernels.base import (PRECISION_DTYPES, ArgSpec, BoundCall, Buffer, Compute,
 from kernels.conv_geometry import ConvGeometry, conv_geometry
 from kernels.tiling import Arena, block_in, block_out, fits, padded_lanes
 from sim.errors import KernelArgError, LayoutError
-from sim.memory import MemoryMap
+from sim.model.memory import MemoryMap
 from sim.messages import shown
 
 F32 = np.dtype(np.float32)

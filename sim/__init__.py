@@ -12,14 +12,15 @@ The public API (a contract, SPEC section 3)::
 from typing import Any
 
 from sim.errors import ConfigError, KernelArgError, LayoutError, MemoryFault, SimError, TargetError
-from sim.target import Target, available_targets, load_target
+from sim.model.target_loader import available_targets, load_target
+from sim.model.target import Target
 
 __all__ = ["SimError", "TargetError", "KernelArgError", "LayoutError", "MemoryFault", "ConfigError",
            "Simulator", "Run", "TILING_TOLERANCE", "Target", "load_target", "available_targets"]
 
 
 def __getattr__(name: str) -> Any:
-    # The facade imports the kernel registry, whose kernels import sim.errors and sim.target: loading it
+    # The facade imports the kernel registry, whose kernels import sim.errors and sim.model.target_loader: loading it
     # lazily lets either package be imported first without a cycle.
     if name in ("Simulator", "Run", "TILING_TOLERANCE"):
         from sim import simulator

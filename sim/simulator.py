@@ -14,14 +14,16 @@ import numpy as np
 
 import kernels
 from kernels.base import Buffer, BoundCall, Plan, PlanContext, check_argument_names
-from sim.engine import Engine
+from sim.engine.engine import Engine
 from sim.errors import KernelArgError, LayoutError, MemoryFault
-from sim.layout import check_buffer, enforce_layout, layout_error, plan_violation
-from sim.memory import AddressSpace, checked_dtype
+from sim.model.layout import check_buffer, enforce_layout, layout_error, plan_violation
+from sim.model.memory import AddressSpace, checked_dtype
 from sim.messages import shown
-from sim.summary import CoreSummary, Roofline, core_summaries, peak_flops_per_cycle, roofline, run_summary_text
-from sim.target import Target, load_target
-from sim.trace import Recorder, TraceEvent, run_metadata, write_trace
+from sim.inspect.summary import CoreSummary, Roofline, core_summaries, peak_flops_per_cycle, roofline, run_summary_text
+from sim.model.target_loader import load_target
+from sim.model.target import Target
+from sim.inspect.trace import run_metadata, write_trace
+from sim.engine.events import Recorder, TraceEvent
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -116,7 +118,7 @@ class Run:
         return run_summary_text(self)
 
     def metadata(self) -> dict:
-        """Run metadata written into traces (:func:`sim.trace.run_metadata`)."""
+        """Run metadata written into traces (:func:`sim.inspect.trace.run_metadata`)."""
         return run_metadata(self)
 
     def write_trace(self, path: str | Path) -> Path:

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 import sim
-import sim.phases
-from sim.calibrate import (
+import sim.tools.phases
+from sim.tools.calibrate import (
     FREE_PARAMETERS,
     Measurement,
     calibrate,
@@ -186,7 +186,7 @@ class FakeTerminal(io.StringIO):
 
 
 def test_calibrate_shows_each_phase_on_a_terminal_only(monkeypatch):
-    monkeypatch.setattr(sim.phases, "DELAY_SECONDS", 0.0)
+    monkeypatch.setattr(sim.tools.phases, "DELAY_SECONDS", 0.0)
     doc, _ = load_target_document("FT78NE")
     m = [Measurement(CALLS[0][0], CALLS[0][1], 4000)]
     tty = FakeTerminal()

@@ -13,10 +13,11 @@ import yaml
 import sim
 from kernels import batch_norm_grad
 from kernels.base import BoundCall, Buffer, Phase, Plan, Tile, Transfer, Compute, Operand
-from sim.engine import Engine
-from sim.layout import RULES, check_layout, layout_map, layout_report, nearest_legal_address
-from sim.memory import AddressSpace
-from sim.trace import Recorder
+from sim.engine.engine import Engine
+from sim.model.layout import RULES, check_layout, nearest_legal_address
+from sim.inspect.layout_map import layout_map, layout_report
+from sim.model.memory import AddressSpace
+from sim.engine.events import Recorder
 
 F32 = np.dtype(np.float32)
 TARGETS = Path(__file__).resolve().parent.parent / "targets"
@@ -474,7 +475,7 @@ def test_layout_rules_doc_shows_real_fault_messages():
 
 
 def test_plan_violation_names_the_workspace_when_that_is_what_overflows():
-    from sim.layout import plan_violation
+    from sim.model.layout import plan_violation
     m = sim.Simulator("FT78NE")
     call = m.bind("fp_batch_norm_grad_s", **S)
     v = plan_violation(call, m.target, sim.LayoutError("the workspace cannot hold the partial sums of 8 cores"))

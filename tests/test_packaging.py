@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 
 import sim
-from sim.config import load_config
-from sim.runner import execute
+from sim.tools.config import load_config
+from sim.tools.runner import execute
 
 REPO = Path(__file__).resolve().parent.parent
 CHIPS = ("FT78NE", "MT7004")
@@ -89,8 +89,8 @@ def test_wheel_ships_the_chip_files(wheel):
 
 def test_installed_wheel_loads_both_chips_outside_the_tree(venv, tmp_path):
     bindir = venv / ("Scripts" if os.name == "nt" else "bin")
-    code = ("import sim, sim.target\n"
-            "print(sim.__file__)\nprint(sim.target.TARGETS_DIR)\nprint(sim.available_targets())\n"
+    code = ("import sim, sim.model.target_loader\n"
+            "print(sim.__file__)\nprint(sim.model.target_loader.TARGETS_DIR)\nprint(sim.available_targets())\n"
             "for c in ('FT78NE', 'MT7004'):\n"
             "    t = sim.Simulator(c).target\n    print(t.name, t.cores, len(t.regions), t.clock_hz)\n")
     out = _run([str(bindir / "python"), "-c", code], cwd=tmp_path).stdout.splitlines()

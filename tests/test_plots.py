@@ -16,10 +16,10 @@ from matplotlib.collections import PolyCollection  # noqa: E402
 from matplotlib.colors import to_rgba  # noqa: E402
 
 from sim.cli import main  # noqa: E402
-from sim.gantt import KIND_COLOURS, gantt_figure, merged_events, plot_px_per_cycle  # noqa: E402
-from sim.layout_plot import layout_figure, zoom_segments  # noqa: E402
-from sim.trace import TraceEvent  # noqa: E402
-from sim.trace_tools import Trace  # noqa: E402
+from sim.inspect.gantt import KIND_COLOURS, gantt_figure, merged_events, plot_px_per_cycle  # noqa: E402
+from sim.inspect.layout_plot import layout_figure, zoom_segments  # noqa: E402
+from sim.engine.events import TraceEvent
+from sim.inspect.trace_tools import Trace  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -98,7 +98,7 @@ def test_gantt_of_a_fused_batch_norm_run_names_the_merged_ticks(tmp_path):
     cfg = tmp_path / "fbng.yaml"
     cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
     assert main(["run", str(cfg), "--out-dir", str(tmp_path)]) == 0
-    from sim.trace_tools import load_trace
+    from sim.inspect.trace_tools import load_trace
     trace = load_trace(tmp_path / "fbng.json")
     fig = gantt_figure(trace)
     try:

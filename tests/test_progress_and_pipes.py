@@ -12,9 +12,9 @@ from pathlib import Path
 
 import yaml
 
-from sim.config import load_config
-from sim.progress import PhaseProgress, execute_with_progress, progress_phases
-from sim.runner import execute, prepare
+from sim.tools.config import load_config
+from sim.tools.progress import PhaseProgress, execute_with_progress, progress_phases
+from sim.tools.runner import execute, prepare
 
 ROOT = Path(__file__).resolve().parent.parent
 CONV = ROOT / "configs" / "ft78ne_conv2d_backprop_filter_s.yaml"

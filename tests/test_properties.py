@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 import sim
-from sim.target import parse_target
+from sim.model.target_loader import parse_target
 
 ROOT = Path(__file__).resolve().parent.parent
 A, B, C, D = 0x80000000, 0x90000000, 0xA0000000, 0xB0000000  # DDR

@@ -77,8 +77,8 @@ def test_layout_message_names_range_region_and_rule():
 def test_fault_during_run_rolls_back_memory():
     """A plan whose DMA leaves the map faults mid-run; bytes written before the fault are undone."""
     from kernels.base import Phase, Plan, Tile, Transfer
-    from sim.engine import Engine
-    from sim.trace import Recorder
+    from sim.engine.engine import Engine
+    from sim.engine.events import Recorder
     m = sim.Simulator("FT78NE")
     m.write(0x80000000, np.arange(64, dtype=np.float32))
     before = m.memory.snapshot()
@@ -107,7 +107,7 @@ def test_memory_faults_of_read_and_write():
 
 
 def test_bad_target_files(tmp_path):
-    src = yaml.safe_load((Path(sim.target.TARGETS_DIR) / "FT78NE.yaml").read_text())
+    src = yaml.safe_load((Path(sim.model.target_loader.TARGETS_DIR) / "FT78NE.yaml").read_text())
 
     def bad(mutate, needle):
         doc = yaml.safe_load(yaml.safe_dump(src))

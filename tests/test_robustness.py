@@ -18,10 +18,10 @@ import pytest
 import yaml
 
 import sim
-from sim.atomic import atomic_write, atomic_write_text
+from sim.files.atomic import atomic_write, atomic_write_text
 from sim.cli import main
-from sim.config import load_config
-from sim.runner import prepare
+from sim.tools.config import load_config
+from sim.tools.runner import prepare
 
 ROOT = Path(__file__).resolve().parent.parent
 FT78NE = (ROOT / "targets" / "FT78NE.yaml").read_text()

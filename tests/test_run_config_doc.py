@@ -2,7 +2,7 @@
 
 The page's blocks run in order in a temporary folder, as a user would follow them: the python block
 writes the ``.npy`` input, the yaml block is saved under the name on its first line, the shell block
-runs ``dspsim validate`` and ``dspsim run`` through the CLI.  The keys ``sim/config.py`` accepts are
+runs ``dspsim validate`` and ``dspsim run`` through the CLI.  The keys ``sim/tools/config.py`` accepts are
 read from its own refusal of an unknown key, so a key added there fails here until it is documented.
 The saved outputs are checked against BatchNormGrad computed with numpy from inputs rebuilt the way the
 page says each data source builds them.
@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 import yaml
 
-import sim.config
+import sim.tools.config
 from markdown_blocks import REPO, blocks, dspsim_lines, run_dspsim, run_python
-from sim.config import load_config
+from sim.tools.config import load_config
 from sim.errors import ConfigError
 
 DOC = REPO / "docs" / "run-config.md"
@@ -144,4 +144,4 @@ def test_without_tiling_the_cost_model_chooses(followed, tmp_path, capsys):
 
 def test_the_format_is_linked_from_the_readme_and_config_py():
     assert "](docs/run-config.md)" in (REPO / "README.md").read_text()
-    assert "docs/run-config.md" in (sim.config.__doc__ or "")
+    assert "docs/run-config.md" in (sim.tools.config.__doc__ or "")

@@ -14,9 +14,9 @@ import yaml
 import kernels
 import sim
 from sim.cli import main
-from sim.config import load_config
+from sim.tools.config import load_config
 from sim.errors import ConfigError
-from sim.runner import execute
+from sim.tools.runner import execute
 
 ROOT = Path(__file__).resolve().parent.parent
 # Every test tensor lives in DDR, 64 MiB apart (room for the large shapes).

@@ -9,9 +9,9 @@ import yaml
 
 import sim
 from kernels.base import Compute, Operand, Phase, Plan, Tile, Transfer
-from sim.engine import Engine
-from sim.memory import AddressSpace
-from sim.trace import Recorder
+from sim.engine.engine import Engine
+from sim.model.memory import AddressSpace
+from sim.engine.events import Recorder
 
 TARGETS = Path(__file__).resolve().parent.parent / "targets"
 

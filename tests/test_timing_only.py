@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 import sim
-from sim import runner
-from sim.config import load_config
+from sim.tools import runner
+from sim.tools.config import load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))

@@ -18,7 +18,7 @@ import numpy as np
 
 from sim.errors import MemoryFault
 from sim.messages import shown
-from sim.target import Region, Target
+from sim.model.target import Region, Target
 
 #: Pages of 256 MiB: allocated on first write and zero-filled lazily by the OS, so untouched bytes cost nothing.
 PAGE_BITS = 28

@@ -39,7 +39,7 @@ from typing import Any
 import yaml
 
 from sim.errors import SimError, brief
-from sim.regular_file import FileTooLarge, NotRegularFile, read_regular
+from sim.files.regular_file import FileTooLarge, NotRegularFile, read_regular
 
 #: Deeper nesting than this is refused before the recursive composer can overflow the stack.
 MAX_DEPTH = 64

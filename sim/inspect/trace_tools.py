@@ -1,7 +1,7 @@
 """Reading traces back, and what users ask of them: a per-core summary with the critical path and the
 top stalls (``dspsim trace summary``) and a side-by-side comparison of two runs (``dspsim trace diff``).
 
-Works on the Chrome trace JSON that :func:`sim.trace.write_trace` writes (the
+Works on the Chrome trace JSON that :func:`sim.inspect.trace.write_trace` writes (the
 raw cycles, bytes and addresses are in each event's args, so nothing is lost to
 the microsecond timestamps) and on its CSV form (which carries no metadata).
 """
@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from sim.errors import SimError
-from sim.summary import TABLE_LEGEND, CoreSummary, _union, core_summaries, summary_table
-from sim.trace import DMA_KINDS, TraceEvent, run_title, track_name, tracks, unit_label, unit_order
+from sim.inspect.summary import TABLE_LEGEND, CoreSummary, _union, core_summaries, summary_table
+from sim.inspect.trace import run_title, track_name, tracks, unit_label, unit_order
+from sim.engine.events import DMA_KINDS, TraceEvent
 
 _WORK_KINDS = ("dma_in", "compute", "dma_out")
 _INT_FIELDS = {f.name for f in fields(TraceEvent) if f.type in ("int", "int | None")}
@@ -430,7 +431,7 @@ class DiffRow:
 @dataclass(frozen=True)
 class TraceDiff:
     """Two runs side by side: what differs in their setup (chip, symbol, arguments, tiling), total cycles,
-    per core (end and the columns of :func:`sim.summary.summary_table`), per unit busy cycles."""
+    per core (end and the columns of :func:`sim.inspect.summary.summary_table`), per unit busy cycles."""
 
     a: Trace
     b: Trace

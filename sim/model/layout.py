@@ -26,8 +26,8 @@ from typing import Iterable, Sequence
 
 from kernels.base import Buffer, BoundCall
 from sim.errors import LayoutError
-from sim.memory import MemoryMap
-from sim.target import Region, Target
+from sim.model.memory import MemoryMap
+from sim.model.target import Region, Target
 
 #: Rule id -> the rule in words (for reports and the docs).
 RULES: dict[str, str] = {
@@ -123,7 +123,7 @@ def _single_rule(b: Buffer, variant: str, core: int | None, target: Target, mmap
     return None
 
 
-def _free_spans(region: Region, blocked: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+def free_spans(region: Region, blocked: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     """``region`` minus the ``blocked`` half-open spans, as sorted half-open spans."""
     spans, cursor = [], region.base
     for lo, hi in sorted((max(lo, region.base), min(hi, region.end)) for lo, hi in blocked):
@@ -149,7 +149,7 @@ def nearest_legal_address(b: Buffer, variant: str, target: Target, avoid: Sequen
         blocked = [(o.addr, o.end) for o in avoid if o.size_bytes]
         if region.name == target.workspace.region:
             blocked.append((ws_lo, ws_hi))
-        for lo, hi in _free_spans(region, blocked):
+        for lo, hi in free_spans(region, blocked):
             first = -(-lo // align) * align
             last = (hi - b.size_bytes) // align * align
             if first > last:
@@ -250,90 +250,3 @@ def plan_violation(call: BoundCall, target: Target, err: LayoutError) -> Violati
                      f"scratchpad [{stage.base:#x}, {stage.end:#x}) ({stage.size_bytes} bytes per core) and the "
                      f"{target.workspace.region} workspace [{ws_lo:#x}, {ws_hi:#x}) ({ws_hi - ws_lo} bytes): {err}",
                      None, lo, hi, region)
-
-
-# --- layout maps -----------------------------------------------------------------------------------
-
-def _human(n: int) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift:
-            v = n / (1 << shift)
-            return f"{v:.0f} {unit}" if v == int(v) else f"{n} B, {v:.1f} {unit}"
-    return f"{n} B"
-
-
-def layout_rows(call: BoundCall, target: Target) -> list[dict]:
-    """The call's buffers in address order with their region and owner core (None for shared memory)."""
-    mmap = MemoryMap(target)
-    rows = []
-    for b in sorted(call.buffers, key=lambda b: (b.addr, b.name)):
-        r = mmap.region_at(b.addr)
-        rows.append({"buffer": b.name, "role": b.role, "start": b.addr, "end": b.end, "size_bytes": b.size_bytes,
-                     "dtype": b.dtype.name, "shape": list(b.shape), "region": r.name if r else None,
-                     # Only a _p call owns a core's private copy; an _s buffer there belongs to no core.
-                     "core": (call.cores[0] if (r is not None and not r.shared and call.variant == "p")
-                              else None)})
-    return rows
-
-
-def layout_report(call: BoundCall, target: Target, violations: Sequence[Violation] = ()) -> dict:
-    """The layout as data: regions holding buffers (in address order, with the gaps), and the violations."""
-    rows = layout_rows(call, target)
-    ws_lo, ws_hi = target.workspace_range
-    regions = []
-    for r in target.regions:
-        items = [row for row in rows if row["region"] == r.name]
-        if not items:
-            continue
-        reserved = ([{"name": "workspace", "start": ws_lo, "end": ws_hi, "size_bytes": ws_hi - ws_lo}]
-                    if r.name == target.workspace.region else [])
-        gaps = [{"start": lo, "end": hi, "size_bytes": hi - lo}
-                for lo, hi in _free_spans(r, [(row["start"], row["end"]) for row in items]
-                                          + [(w["start"], w["end"]) for w in reserved])]
-        entry = {"name": r.name, "base": r.base, "end": r.end, "size_bytes": r.size_bytes, "kind": r.kind,
-                 "role": r.role, "alignment_bytes": r.alignment_bytes,
-                 "core": items[0]["core"], "buffers": items, "gaps": gaps, "reserved": reserved}
-        regions.append(entry)
-    return {"target": target.name, "symbol": call.symbol, "variant": call.variant, "cores": list(call.cores),
-            "regions": regions, "unmapped": [row for row in rows if row["region"] is None],
-            "violations": [v.as_dict() for v in violations], "ok": not violations}
-
-
-def layout_map(call: BoundCall, target: Target, violations: Sequence[Violation] = ()) -> str:
-    """A text layout map: per region, buffers in address order with the gaps between them, then violations."""
-    rep = layout_report(call, target, violations)
-    bad = {v.buffer for v in violations}
-    digits = (target.address_bits + 3) // 4
-
-    def a(addr: int) -> str:
-        return f"0x{addr:0{digits}x}"
-
-    lines = [f"{call.symbol} on {target.name} (cores {', '.join(map(str, call.cores))})"]
-    for reg in rep["regions"]:
-        owner = f", core {reg['core']}'s copy" if reg["core"] is not None else ""
-        lines.append(f"region {reg['name']} [{reg['base']:#x}, {reg['end']:#x}) {reg['kind']}{owner}, "
-                     f"{_human(reg['size_bytes'])}")
-        events = [("buf", row["start"], row) for row in reg["buffers"]]
-        events += [("gap", g["start"], g) for g in reg["gaps"]]
-        events += [("ws", w["start"], w) for w in reg["reserved"]]
-        cursor = reg["base"]
-        for kind, _, item in sorted(events, key=lambda e: (e[1], e[0] != "gap")):
-            if kind == "gap":
-                label = "free" if item["start"] == reg["base"] or item["end"] == reg["end"] else "gap"
-                lines.append(f"  {a(item['start'])}-{a(item['end'])}  ({label} {_human(item['size_bytes'])})")
-            elif kind == "ws":
-                lines.append(f"  {a(item['start'])}-{a(item['end'])}  [reserved: kernels' workspace, "
-                             f"{_human(item['size_bytes'])}]")
-            else:
-                if item["start"] < cursor:
-                    lines.append(f"    ^ overlaps the buffer above by {cursor - item['start']} bytes")
-                mark = "  !" if item["buffer"] in bad else ""
-                lines.append(f"  {a(item['start'])}-{a(item['end'])}  {item['buffer']:<16} {item['role']:<6} "
-                             f"{item['size_bytes']:>11} B  {item['dtype']}{item['shape']}{mark}")
-                cursor = max(cursor, item["end"])
-    for row in rep["unmapped"]:
-        lines.append(f"unmapped: {row['buffer']} [{row['start']:#x}, {row['end']:#x}) {row['size_bytes']} B "
-                     f"{row['dtype']}{row['shape']}  !")
-    for v in violations:
-        lines.append(f"VIOLATION {v}")
-    return "\n".join(lines)

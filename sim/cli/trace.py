@@ -11,14 +11,14 @@ from sim.errors import SimError
 
 def cmd_trace_summary(args: argparse.Namespace) -> int:
     """Print a trace's per-core table, critical path and top stalls."""
-    from sim.trace_tools import load_trace, summarize, summary_text
+    from sim.inspect.trace_tools import load_trace, summarize, summary_text
     print(summary_text(summarize(load_trace(args.trace), top=args.top)))
     return 0
 
 
 def cmd_trace_diff(args: argparse.Namespace) -> int:
     """Print two runs side by side: cycles per core and per unit, and the change."""
-    from sim.trace_tools import diff_text, diff_traces, load_trace
+    from sim.inspect.trace_tools import diff_text, diff_traces, load_trace
     print(diff_text(diff_traces(load_trace(args.a), load_trace(args.b))))
     return 0
 
@@ -37,8 +37,8 @@ def _window(text: str | None) -> tuple[int, int] | None:
 
 def cmd_trace_plot(args: argparse.Namespace) -> int:
     """Draw a trace's Gantt chart (a row per core unit, shared-region bandwidth below) into an image."""
-    from sim.gantt import plot_gantt
-    from sim.trace_tools import load_trace
+    from sim.inspect.gantt import plot_gantt
+    from sim.inspect.trace_tools import load_trace
     trace = load_trace(args.trace)
     out = Path(args.output) if args.output else Path(args.trace).with_suffix(".png")
     print(f"gantt: {plot_gantt(trace, out, title=args.title, window=_window(args.cycles), dpi=args.dpi)}")
@@ -47,7 +47,7 @@ def cmd_trace_plot(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Run a run-config and write its self-contained HTML report."""
-    from sim.report import write_report
+    from sim.tools.report import write_report
     out = Path(args.output) if args.output else Path("traces") / (Path(args.config).stem + ".html")
     path, run = write_report(args.config, out, stream=sys.stderr, strict=args.strict)
     print(f"{run.symbol} on {run.target.name}: {run.cycles} cycles ({run.microseconds:.2f} us)")

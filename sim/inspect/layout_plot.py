@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sim.atomic import atomic_write
+from sim.files.atomic import atomic_write
 from sim.errors import SimError
 
 #: Output formats by file suffix.
@@ -182,7 +182,7 @@ def _sizes_panel(ax: Any, report: dict, bad: set[str]) -> None:
 
 
 def layout_figure(report: dict) -> Any:
-    """The matplotlib figure of ``report`` (from :func:`sim.layout.layout_report`): per region an overview and
+    """The matplotlib figure of ``report`` (from :func:`sim.model.layout.layout_report`): per region an overview and
     a zoomed broken-axis row, then the sizes panel."""
     import matplotlib
     matplotlib.use("Agg")
@@ -207,7 +207,7 @@ def layout_figure(report: dict) -> Any:
 
 
 def plot_layout(report: dict, path: str | Path) -> Path:
-    """Draw ``report`` (from :func:`sim.layout.layout_report`) to ``path`` (.png, .svg or .pdf), atomically."""
+    """Draw ``report`` (from :func:`sim.model.layout.layout_report`) to ``path`` (.png, .svg or .pdf), atomically."""
     p = Path(path)
     fmt = FORMATS.get(p.suffix.lower())
     if fmt is None:

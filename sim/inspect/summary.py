@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from kernels.base import BoundCall, Plan
-from sim.memory import MemoryMap
-from sim.target import Target
-from sim.trace import TraceEvent
+from sim.model.memory import MemoryMap
+from sim.model.target import Target
+from sim.engine.events import TraceEvent
 
 
 @dataclass(frozen=True)

@@ -52,16 +52,14 @@ from typing import IO, Any
 
 import kernels
 from kernels.base import check_argument_names
-from sim.atomic import atomic_write, atomic_write_text
-from sim.config import load_config
-from sim.docedit import quote, set_path, split_path
+from sim.files.atomic import atomic_write, atomic_write_text
+from sim.tools.config import load_config
+from sim.tools.docedit import quote, set_path, split_path
 from sim.errors import ConfigError, SimError, TargetError
-from sim.phases import PhaseBar
-from sim.target import (
-    _resolve as resolve_target_file,  # the one name/path -> chip file rule
-)
-from sim.target import parse_target
-from sim.yamlsafe import load_yaml
+from sim.tools.phases import PhaseBar
+from sim.model.target_loader import _resolve as resolve_target_file
+from sim.model.target_loader import parse_target
+from sim.files.yamlsafe import load_yaml
 
 TARGET_EDIT = "target."
 TILING_KEY = "tiling."
@@ -297,7 +295,7 @@ def _checked_text(path: str, digest: str, what: str) -> str:
 
 def run_point(point: dict) -> dict:
     """Run one sweep point; never raises a SimError or a bug: a failure is returned with its error."""
-    from sim.runner import (
+    from sim.tools.runner import (
         place_data,  # imported here: worker processes import the facade on first use
     )
     from sim.simulator import Simulator

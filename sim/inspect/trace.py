@@ -10,7 +10,7 @@ process per run ("FT78NE · fp_batch_norm_grad_s"), one named track per core
 unit ("core 3 · compute", "core 3 · DMA 0", "core 3 · sync"), flow arrows from
 a tile's DMA-in to its compute and on to its DMA-out, counter tracks of the
 bytes in flight on each shared region and of each core's busy units, and the
-run's metadata.  :mod:`sim.trace_tools` reads it back.
+run's metadata.  :mod:`sim.inspect.trace_tools` reads it back.
 """
 
 from __future__ import annotations
@@ -19,63 +19,17 @@ import csv
 import io
 import json
 from collections import defaultdict
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from sim.atomic import atomic_write_text
+from sim.engine.events import DMA_KINDS, TraceEvent
+from sim.files.atomic import atomic_write_text
 
-#: Event kinds the engine records.
-KINDS = ("launch", "dma_in", "compute", "dma_out", "barrier_wait")
-#: Kinds that move data.
-DMA_KINDS = ("dma_in", "dma_out")
 #: The process id of the (single) run in a trace document.
 PID = 1
-
-
-@dataclass(frozen=True)
-class TraceEvent:
-    """One interval of activity of one unit of one core.
-
-    ``unit`` is ``compute``, ``dma<k>`` (engine k of the core) or ``sync``
-    (launch and barriers).  ``wait_cycles`` is the part of a DMA spent queued for
-    a memory port (contention, from ``wait_start``) or of a barrier spent waiting
-    for other cores.
-    """
-
-    core: int
-    unit: str
-    kind: str
-    start: int
-    end: int
-    bytes: int = 0
-    src: int | None = None
-    dst: int | None = None
-    src_region: str | None = None
-    dst_region: str | None = None
-    tile: int | None = None
-    phase: str | None = None
-    flops: int = 0
-    wait_cycles: int = 0
-    wait_start: int | None = None
-
-    @property
-    def cycles(self) -> int:
-        """Duration of the event."""
-        return self.end - self.start
-
-
-class Recorder:
-    """Collects the events of one run in the order the engine emits them."""
-
-    def __init__(self) -> None:
-        self.events: list[TraceEvent] = []
-
-    def record(self, event: TraceEvent) -> None:
-        """Append one event."""
-        self.events.append(event)
 
 
 def sorted_events(events: Iterable[TraceEvent]) -> list[TraceEvent]:
@@ -177,7 +131,7 @@ def metadata_args(symbol: str, args: Mapping[str, Any], buffer_addrs: Iterable[i
 
 def run_metadata(run: Any) -> dict:
     """The metadata a :class:`sim.simulator.Run` writes into its trace: chip, call, cycles, bounds, tiling."""
-    from sim.summary import limiting_resource, precision_note, resource_shares
+    from sim.inspect.summary import limiting_resource, precision_note, resource_shares
 
     summaries = run.summaries()
     tiling = run.tiling

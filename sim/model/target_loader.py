@@ -25,24 +25,24 @@ every ``*_cycles`` (latencies, overheads, DMA setup)        0 .. 10,000,000 (10 
 names (``name``, region names)                              printable, one line, at most 64 characters
 ==========================================================  ==========================================
 
-The YAML itself is read by :mod:`sim.yamlsafe` (YAML 1.2 numbers, no alias bombs, regular files only).
+The YAML itself is read by :mod:`sim.files.yamlsafe` (YAML 1.2 numbers, no alias bombs, regular files only).
 No SimPy here.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from sim.errors import TargetError, brief
-from sim.yamlsafe import read_yaml_file
+from sim.files.yamlsafe import read_yaml_file
+from sim.model.target import CoreModel, DmaModel, PrecisionModel, Region, Target, Workspace
 
 #: Folder of the chip files shipped with dspsim: ``sim/targets/`` once installed from a wheel (package
 #: data, see pyproject.toml), the checkout's top-level ``targets/`` in a source tree or an editable install.
-_SIM_DIR = Path(__file__).resolve().parent
+_SIM_DIR = Path(__file__).resolve().parent.parent
 TARGETS_DIR = _SIM_DIR / "targets" if (_SIM_DIR / "targets").is_dir() else _SIM_DIR.parent / "targets"
 
 REGION_KINDS = ("shared", "private")
@@ -89,148 +89,6 @@ def _hint(v: Any) -> str:
     if isinstance(v, float) and math.isfinite(v) and v.is_integer():
         return " (a decimal point or an exponent makes a float: write the whole number, e.g. 1000000000)"
     return ""
-
-
-@dataclass(frozen=True)
-class PrecisionModel:
-    """Vector throughput of one core at one precision."""
-
-    lanes: int
-    fmac_units: int
-
-    @property
-    def peak_flops_per_cycle(self) -> int:
-        """Element operations per cycle: lanes x FMAC units x 2 (a multiply-add counts two)."""
-        return self.lanes * self.fmac_units * 2
-
-
-@dataclass(frozen=True)
-class CoreModel:
-    """One DSP core's compute timing.
-
-    ``vector_efficiency`` (0 < e <= 1, default 1) is the fraction of the vector
-    peak a tile's inner loop achieves: a calibration knob for boards whose
-    kernels run below the lanes x FMAC peak.
-    """
-
-    precisions: Mapping[str, PrecisionModel]
-    vector_width_bytes: int
-    vector_op_latency_cycles: int
-    reduction_latency_cycles: int
-    loop_overhead_cycles: int
-    vector_efficiency: float = 1.0
-
-    def peak_fraction_cycles(self, flops: int, precision: str) -> int:
-        """Cycles of ``flops`` element operations at the achieved fraction of the vector peak."""
-        peak = self.precisions[precision].peak_flops_per_cycle * self.vector_efficiency
-        return math.ceil(flops / peak)
-
-
-@dataclass(frozen=True)
-class DmaModel:
-    """The DMA engines of each core."""
-
-    engines_per_core: int
-    setup_cycles: int
-
-
-@dataclass(frozen=True)
-class Region:
-    """A mapped address range.
-
-    ``kind`` is ``shared`` (one backing store seen by every core, contended
-    through ``ports``) or ``private`` (one backing store per core at the same
-    addresses).  ``role`` ``scratchpad`` marks kernel staging memory that call
-    buffers may not use.  ``bandwidth_bytes_per_cycle`` is the region's total;
-    each of its ``ports`` serves an equal share of it.  ``burst_bytes`` is the
-    smallest unit the region moves: a DMA whose contiguous runs are shorter
-    (a strided slice of a few channels per row) still pays whole bursts.
-    """
-
-    name: str
-    base: int
-    size_bytes: int
-    kind: str
-    role: str
-    latency_cycles: int
-    bandwidth_bytes_per_cycle: float
-    ports: int
-    alignment_bytes: int
-    burst_bytes: int = 1
-
-    def burst_bytes_for(self, runs: int, run_bytes: int) -> int:
-        """Bytes the region moves for ``runs`` contiguous runs of ``run_bytes`` each (whole bursts)."""
-        return runs * (-(-run_bytes // self.burst_bytes) * self.burst_bytes)
-
-    @property
-    def end(self) -> int:
-        """One past the last address of the region."""
-        return self.base + self.size_bytes
-
-    @property
-    def shared(self) -> bool:
-        """True for memory every core sees at the same bytes."""
-        return self.kind == "shared"
-
-    @property
-    def port_bandwidth_bytes_per_cycle(self) -> float:
-        """Bandwidth one port delivers."""
-        return self.bandwidth_bytes_per_cycle / self.ports
-
-    def contains(self, addr: int, size_bytes: int) -> bool:
-        """True when ``[addr, addr + size_bytes)`` lies wholly inside the region."""
-        return self.base <= addr and addr + size_bytes <= self.end
-
-
-@dataclass(frozen=True)
-class Workspace:
-    """The window of a shared region reserved for cross-core partial results."""
-
-    region: str
-    offset_bytes: int
-    size_bytes: int
-
-
-@dataclass(frozen=True)
-class Target:
-    """A whole chip: cores, clock, memory map, DMA, synchronisation costs."""
-
-    name: str
-    path: str
-    clock_hz: int
-    address_bits: int
-    cores: int
-    launch_overhead_cycles: int
-    barrier_latency_cycles: int
-    core: CoreModel
-    dma: DmaModel
-    regions: tuple[Region, ...]
-    staging_region: str
-    workspace: Workspace
-
-    @property
-    def precisions(self) -> tuple[str, ...]:
-        """Precision names the cores compute in."""
-        return tuple(self.core.precisions)
-
-    @property
-    def all_cores_mask(self) -> int:
-        """The core_mask with every core set."""
-        return (1 << self.cores) - 1
-
-    def region(self, name: str) -> Region:
-        """The region called ``name``."""
-        for r in self.regions:
-            if r.name == name:
-                return r
-        raise KeyError(name)
-
-    @property
-    def workspace_range(self) -> tuple[int, int]:
-        """``(base, end)`` of the shared workspace window."""
-        r = self.region(self.workspace.region)
-        base = r.base + self.workspace.offset_bytes
-        return base, base + self.workspace.size_bytes
 
 
 # --- loading ---------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import threading
 import time
 from typing import IO, Any
 
-from sim.progress import _columns, is_terminal
+from sim.tools.progress import _columns, is_terminal
 
 #: Seconds a phase must last before its bar appears.
 DELAY_SECONDS = 1.0

@@ -35,9 +35,9 @@ from simpy.events import Timeout
 
 from kernels.base import Compute, Operand, Plan, Tile, Transfer
 from sim.errors import MemoryFault, SimError
-from sim.memory import MAX_ACCESS_BYTES, SHARED, AddressSpace
-from sim.target import Region, Target
-from sim.trace import Recorder, TraceEvent
+from sim.model.memory import MAX_ACCESS_BYTES, SHARED, AddressSpace
+from sim.model.target import Region, Target
+from sim.engine.events import Recorder, TraceEvent
 
 
 def _fast_constructor(cls: type) -> Callable[..., TraceEvent]:

@@ -22,9 +22,10 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from sim.atomic import atomic_write_bytes
-from sim.trace import DMA_KINDS, TraceEvent, shared_regions, track_name, tracks
-from sim.trace_tools import Trace
+from sim.files.atomic import atomic_write_bytes
+from sim.inspect.trace import shared_regions, track_name, tracks
+from sim.engine.events import DMA_KINDS, TraceEvent
+from sim.inspect.trace_tools import Trace
 
 #: Colour of each kind (Okabe-Ito palette: distinguishable with colour-blindness).
 KIND_COLOURS = {"dma_in": "#0072B2", "compute": "#E69F00", "dma_out": "#009E73", "barrier_wait": "#CC79A7",

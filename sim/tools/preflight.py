@@ -1,6 +1,6 @@
 """What ``dspsim validate`` and ``dspsim run`` check before simulating a run-config.
 
-First the call's layout (:func:`sim.layout.check_layout`: the rules every call
+First the call's layout (:func:`sim.model.layout.check_layout`: the rules every call
 obeys), then the config's own ``data`` and ``outputs`` entries against the call:
 
 * ``entry-address``: an entry's range is unmapped, or private without a ``core`` (error);
@@ -31,11 +31,11 @@ from dataclasses import asdict, dataclass
 from typing import IO, TYPE_CHECKING, Sequence
 
 from kernels.base import BoundCall, Buffer
-from sim.config import ArraySpec, RunConfig, check_data_file
+from sim.tools.config import ArraySpec, RunConfig, check_data_file
 from sim.errors import ConfigError, SimError
-from sim.layout import Violation, check_layout, layout_error
-from sim.memory import MemoryMap
-from sim.target import Region, Target
+from sim.model.layout import Violation, check_layout, layout_error
+from sim.model.memory import MemoryMap
+from sim.model.target import Region, Target
 
 if TYPE_CHECKING:
     from sim.simulator import Simulator
@@ -263,7 +263,7 @@ def preflight(cfg: RunConfig) -> tuple[Simulator, Preflight]:
     Errors that stop the check itself (an unknown symbol, a bad argument, a ``values`` entry that cannot
     be placed) propagate as they are.
     """
-    from sim.runner import bind_only  # the runner imports the facade, which imports the kernels
+    from sim.tools.runner import bind_only  # the runner imports the facade, which imports the kernels
 
     m, call = bind_only(cfg)
     violations = tuple(check_layout(call, m.target))

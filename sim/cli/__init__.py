@@ -11,14 +11,15 @@ from pathlib import Path
 from typing import Sequence
 
 import kernels
-from sim.cli_trace import add_trace_commands
-from sim.config import load_config
+from sim.cli.trace import add_trace_commands
+from sim.tools.config import load_config
 from sim.errors import LayoutError, SimError
-from sim.layout import layout_map, layout_report, plan_violation
-from sim.preflight import EntryIssue, check_before_run, preflight
-from sim.progress import execute_with_progress, progress_phases
-from sim.runner import save_outputs
-from sim.target import available_targets, load_target
+from sim.model.layout import plan_violation
+from sim.inspect.layout_map import layout_map, layout_report
+from sim.tools.preflight import EntryIssue, check_before_run, preflight
+from sim.tools.progress import execute_with_progress, progress_phases
+from sim.tools.runner import save_outputs
+from sim.model.target_loader import available_targets, load_target
 
 
 def cmd_targets(args: argparse.Namespace) -> int:
@@ -124,7 +125,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             status += f"; {' and '.join(found_words)} in the config's data and outputs"
         print(status)
     if args.plot:
-        from sim.layout_plot import plot_layout  # matplotlib only when a picture is asked for
+        from sim.inspect.layout_plot import plot_layout  # matplotlib only when a picture is asked for
         path = plot_layout(report, args.plot)
         print(f"plot: {path}", file=sys.stderr if args.format == "json" else sys.stdout)
     return 0 if report["ok"] else 1
@@ -136,7 +137,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     Exit 0 when every point ran (or was skipped), 1 when any point failed (after writing everything),
     130 on Ctrl-C (the finished points are kept; the same command resumes).
     """
-    from sim.sweep import SweepInterrupted, load_sweep, run_sweep
+    from sim.tools.sweep import SweepInterrupted, load_sweep, run_sweep
 
     spec = load_sweep(args.sweep)
     try:
@@ -164,8 +165,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Fit a target's free parameters to measured cycles; write the fitted copy of the target file."""
-    from sim.atomic import atomic_write_text
-    from sim.calibrate import calibrate, fitted_yaml, load_measurements, read_target_document
+    from sim.files.atomic import atomic_write_text
+    from sim.tools.calibrate import calibrate, fitted_yaml, load_measurements, read_target_document
 
     measurements = load_measurements(args.measurements)
     target = read_target_document(args.target)
@@ -238,6 +239,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 141
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -5,7 +5,7 @@ stream is a terminal, so quick runs, pipes, files and CI logs stay silent.
 Each bar names its phase.  :meth:`sim.simulator.Simulator.call` accepts
 ``progress=callable(tiles_done, cycle)`` (the engine calls it after each
 tile's compute); :meth:`sim.simulator.Simulator.plan_with_choice` and
-:func:`sim.runner.prepare` accept ``progress=callable(phase, done, total)``,
+:func:`sim.tools.runner.prepare` accept ``progress=callable(phase, done, total)``,
 which :class:`PhaseProgress` draws.
 """
 
@@ -19,8 +19,8 @@ import time
 from typing import IO, Any
 
 from kernels.base import Plan
-from sim.config import RunConfig
-from sim.runner import execute, prepare
+from sim.tools.config import RunConfig
+from sim.tools.runner import execute, prepare
 from sim.simulator import Run, Simulator
 
 #: Seconds a run must last before its bar appears.
@@ -198,7 +198,7 @@ def progress_phases(stream: IO[str] | None = None, delay: float = DELAY_SECONDS)
 
 def execute_with_progress(cfg: RunConfig, stream: IO[str] | None = None, delay: float = DELAY_SECONDS,
                           mininterval: float = 0.2) -> tuple[Simulator, Run]:
-    """Run a run-config like :func:`sim.runner.execute`, with progress bars when ``stream`` (default stderr)
+    """Run a run-config like :func:`sim.tools.runner.execute`, with progress bars when ``stream`` (default stderr)
     is a terminal: placing the data, planning and pricing the candidate tilings, then simulating; otherwise
     exactly ``execute(cfg)``.  ``delay`` and ``mininterval`` (seconds) are when a bar first shows and how
     often it redraws."""

@@ -10,8 +10,8 @@ from typing import Callable
 import numpy as np
 
 from kernels.base import BoundCall, check_argument_names
-from sim.atomic import atomic_write_bytes
-from sim.config import RunConfig
+from sim.files.atomic import atomic_write_bytes
+from sim.tools.config import RunConfig
 from sim.errors import SimError
 from sim.simulator import Run, Simulator
 
@@ -52,7 +52,7 @@ def bind_only(cfg: RunConfig) -> tuple[Simulator, BoundCall]:
 
     That is what checking a config needs (pointers and shapes, not tensors);
     the other entries are not even resolved, so that the call's layout can be
-    judged before them (:mod:`sim.preflight`).
+    judged before them (:mod:`sim.tools.preflight`).
     """
     m = _simulator(cfg)
     for spec in cfg.data:

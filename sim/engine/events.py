@@ -1,0 +1,55 @@
+"""What the engine records: one :class:`TraceEvent` per interval of activity of a core's unit.
+
+:mod:`sim.inspect.trace` writes them out (Chrome trace JSON, CSV) and reads them back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Event kinds the engine records.
+KINDS = ("launch", "dma_in", "compute", "dma_out", "barrier_wait")
+#: Kinds that move data.
+DMA_KINDS = ("dma_in", "dma_out")
+
+@dataclass(frozen=True)
+class TraceEvent:
+    """One interval of activity of one unit of one core.
+
+    ``unit`` is ``compute``, ``dma<k>`` (engine k of the core) or ``sync``
+    (launch and barriers).  ``wait_cycles`` is the part of a DMA spent queued for
+    a memory port (contention, from ``wait_start``) or of a barrier spent waiting
+    for other cores.
+    """
+
+    core: int
+    unit: str
+    kind: str
+    start: int
+    end: int
+    bytes: int = 0
+    src: int | None = None
+    dst: int | None = None
+    src_region: str | None = None
+    dst_region: str | None = None
+    tile: int | None = None
+    phase: str | None = None
+    flops: int = 0
+    wait_cycles: int = 0
+    wait_start: int | None = None
+
+    @property
+    def cycles(self) -> int:
+        """Duration of the event."""
+        return self.end - self.start
+
+
+class Recorder:
+    """Collects the events of one run in the order the engine emits them."""
+
+    def __init__(self) -> None:
+        self.events: list[TraceEvent] = []
+
+    def record(self, event: TraceEvent) -> None:
+        """Append one event."""
+        self.events.append(event)
