@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import cases as bench_cases  # noqa: E402
+
 import sim  # noqa: E402
 
 

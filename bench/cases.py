@@ -116,7 +116,9 @@ def fused_batch_norm_grad(chip: str, prefix: str, size: str) -> Case:
 
 def fake_quant_with_min_max_vars_gradient(chip: str, prefix: str, size: str) -> Case:
     """FakeQuantWithMinMaxVarsGradient, 8 bits, [-6, 6], inputs spread over [-8, 8]."""
-    from kernels.fake_quant_with_min_max_vars_gradient import fake_quant_gradient_reference
+    from kernels.fake_quant_with_min_max_vars_gradient import (
+        fake_quant_gradient_reference,
+    )
     shape = {"medium": (4, 56, 56, 64), "large": (16, 56, 56, 64)}[size]
     dt = _dtype(prefix)
     rng = np.random.default_rng(0)
@@ -166,7 +168,9 @@ def conv2d_backprop_filter(chip: str, prefix: str, size: str) -> Case:
 def depthwise_conv2d_backprop_input(chip: str, prefix: str, size: str) -> Case:
     """DepthwiseConv2dBackpropInput NHWC, 3x3 filter, multiplier 1, SAME, stride 1."""
     from kernels.conv_geometry import conv_geometry
-    from kernels.depthwise_conv2d_backprop_input import depthwise_conv2d_backprop_input as reference
+    from kernels.depthwise_conv2d_backprop_input import (
+        depthwise_conv2d_backprop_input as reference,
+    )
     sizes = {"medium": [8, 56, 56, 64], "large": [8, 112, 112, 64]}[size]
     fshape = [3, 3, sizes[3], 1]
     dt = _dtype(prefix)

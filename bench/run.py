@@ -50,9 +50,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import numpy as np  # noqa: E402
-
 import cases as bench_cases  # noqa: E402
+import numpy as np  # noqa: E402
 
 #: Targets of issue 7 on large shapes.
 TARGET_RATIO = 2.0

@@ -46,13 +46,22 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from kernels.base import (PRECISION_DTYPES, ArgSpec, BoundCall, Buffer, Compute, MemoryReader, Operand, Phase,
-                          Plan, PlanContext, Tile, Transfer, align_up, check_args, require_address, require_int,
-                          split_even)
-from kernels.tiling import Arena, channel_grain, fits, operand_in, operand_out, padded_lanes
+from kernels.base import PRECISION_DTYPES, PlanContext
+from kernels.common.args import check_args, require_address, require_int
+from kernels.tiling import (
+    Arena,
+    align_up,
+    channel_grain,
+    fits,
+    operand_in,
+    operand_out,
+    padded_lanes,
+    split_even,
+)
 from kernels.tiling_keys import choice_key, int_key, tiling_keys, unique
-from sim.errors import KernelArgError, LayoutError
-from sim.messages import shown
+from sim.errors import KernelArgError, LayoutError, brief
+from sim.model.call import ArgSpec, BoundCall, Buffer, MemoryReader
+from sim.model.plan import Compute, Operand, Phase, Plan, Tile, Transfer
 
 F32 = np.dtype(np.float32)
 I64 = np.dtype(np.int64)
@@ -132,7 +141,7 @@ class BatchNormGrad:
             origin = "params"
         else:
             raise KernelArgError(f"argument 'params': expected a sequence of 8 to 12 ints or the address of an "
-                                 f"int64[12] array, got {shown(raw)}")
+                                 f"int64[12] array, got {brief(raw)}")
         ptrs = [require_address(f"params[{i}] ({PARAM_NAMES[i]})", values[i]) for i in range(5)]
         batch = require_int("params[5] (batch)", values[5])
         channel = require_int("params[6] (channel)", values[6])

@@ -44,14 +44,22 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from kernels.base import (PRECISION_DTYPES, ArgSpec, BoundCall, Buffer, Compute, MemoryReader, Operand, Phase,
-                          Plan, PlanContext, Tile, Transfer, align_up, check_args, require_address,
-                          require_ints, split_even)
+from kernels.base import PRECISION_DTYPES, PlanContext
+from kernels.common.args import check_args, require_address, require_ints
 from kernels.conv_geometry import ConvGeometry, conv_geometry
-from kernels.tiling import Arena, block_in, block_out, fits, padded_lanes
-from sim.errors import KernelArgError, LayoutError
+from kernels.tiling import (
+    Arena,
+    align_up,
+    block_in,
+    block_out,
+    fits,
+    padded_lanes,
+    split_even,
+)
+from sim.errors import KernelArgError, LayoutError, brief
+from sim.model.call import ArgSpec, BoundCall, Buffer, MemoryReader
 from sim.model.memory import MemoryMap
-from sim.messages import shown
+from sim.model.plan import Compute, Operand, Phase, Plan, Tile, Transfer
 
 F32 = np.dtype(np.float32)
 #: Largest buffer a call may describe (bytes); beyond it no chip has the memory.
@@ -409,12 +417,12 @@ class _Planner:
         for key, value in tiling.items():
             if key == "split":
                 if value not in ("spatial", "filter"):
-                    raise KernelArgError(f"argument 'tiling.split': expected spatial or filter, got {shown(value)}")
+                    raise KernelArgError(f"argument 'tiling.split': expected spatial or filter, got {brief(value)}")
             elif key in limits:
                 if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
                         or not 1 <= value <= limits[key]:
                     raise KernelArgError(f"argument 'tiling.{key}': expected an integer in 1..{limits[key]}, "
-                                         f"got {shown(value)}")
+                                         f"got {brief(value)}")
             else:
                 raise KernelArgError(f"argument 'tiling': unknown key '{key}' (this kernel takes: in_c_slice, "
                                      f"out_c_slice, split)")

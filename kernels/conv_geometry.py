@@ -11,9 +11,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from kernels.base import require_choice, require_ints
-from sim.errors import KernelArgError
-from sim.messages import shown
+from kernels.common.args import require_choice, require_ints
+from sim.errors import KernelArgError, brief
 
 DATA_FORMATS = ("NHWC", "NCHW")
 PADDINGS = ("SAME", "VALID", "EXPLICIT")
@@ -104,7 +103,7 @@ def _check_extent(attr: str, what: str, value: int, axis: str, size: int, input_
     """Refuse ``value`` (``what`` along ``axis``) when it is absurd for ``size`` input positions."""
     limit = geometry_limit(size)
     if value > limit:
-        raise KernelArgError(f"argument '{attr}': {what} along {axis} is {shown(value)}, absurd for the "
+        raise KernelArgError(f"argument '{attr}': {what} along {axis} is {brief(value)}, absurd for the "
                              f"{size} {axis} positions of {input_name} (rule: at most {GEOMETRY_FACTOR} x the "
                              f"input's extent + {GEOMETRY_SLACK} = {limit})")
 
@@ -149,7 +148,7 @@ def conv_geometry(input_shape: Any, filter_hw: tuple[int, int], *, strides: Any,
     else:
         if not _no_explicit_paddings(explicit_paddings):
             raise KernelArgError(f"argument 'explicit_paddings': must be absent or empty unless padding is "
-                                 f"EXPLICIT (padding is {pad}), got {shown(explicit_paddings)}")
+                                 f"EXPLICIT (padding is {pad}), got {brief(explicit_paddings)}")
         pad_h = pad_w = (0, 0)
     fh, fw = (require_ints(filter_name, filter_hw, 2, minimum=1))
     eff_h, eff_w = (fh - 1) * dil[h_i] + 1, (fw - 1) * dil[w_i] + 1

@@ -48,13 +48,24 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from kernels.base import (PRECISION_DTYPES, ArgSpec, BoundCall, Buffer, Compute, MemoryReader, Operand, Phase,
-                          Plan, PlanContext, Tile, Transfer, align_up, c_strides, check_args, require_address,
-                          require_ints, split_even)
+from kernels.base import PRECISION_DTYPES, PlanContext
+from kernels.common.args import check_args, require_address, require_ints
 from kernels.conv_geometry import ConvGeometry, conv_geometry
-from kernels.tiling import Arena, block_in, block_out, channel_grain, fits, operand_in, padded_lanes
+from kernels.tiling import (
+    Arena,
+    align_up,
+    block_in,
+    block_out,
+    channel_grain,
+    fits,
+    operand_in,
+    padded_lanes,
+    split_even,
+)
 from kernels.tiling_keys import int_key, tiling_keys, unique
 from sim.errors import KernelArgError, LayoutError
+from sim.model.call import ArgSpec, BoundCall, Buffer, MemoryReader
+from sim.model.plan import Compute, Operand, Phase, Plan, Tile, Transfer, c_strides
 
 F32 = np.dtype(np.float32)
 #: Bytes no buffer of a call may exceed (no chip addresses more).

@@ -42,12 +42,19 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from kernels.base import (PRECISION_DTYPES, ArgSpec, BoundCall, Buffer, Compute, MemoryReader, Operand, Phase,
-                          Plan, PlanContext, Tile, Transfer, align_up, check_args, require_address, require_bool,
-                          require_int, require_ints, split_even)
-from kernels.tiling import Arena, padded_lanes
+from kernels.base import PRECISION_DTYPES, PlanContext
+from kernels.common.args import (
+    check_args,
+    require_address,
+    require_bool,
+    require_int,
+    require_ints,
+)
+from kernels.tiling import Arena, align_up, padded_lanes, split_even
 from kernels.tiling_keys import int_key, tiling_keys, unique
 from sim.errors import KernelArgError, LayoutError
+from sim.model.call import ArgSpec, BoundCall, Buffer, MemoryReader
+from sim.model.plan import Compute, Operand, Phase, Plan, Tile, Transfer
 
 F32 = np.dtype(np.float32)
 #: Masks compare the fp32 value of each element with fp32 bounds, for both symbol precisions.

@@ -46,12 +46,28 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from kernels.base import (PRECISION_DTYPES, ArgSpec, BoundCall, Buffer, Compute, MemoryReader, Operand, Phase,
-                          Plan, PlanContext, Tile, Transfer, align_up, check_args, require_address, require_bool,
-                          require_choice, require_float, require_ints, split_even)
-from kernels.tiling import Arena, fits, operand_in, operand_out, padded_lanes
+from kernels.base import PRECISION_DTYPES, PlanContext
+from kernels.common.args import (
+    check_args,
+    require_address,
+    require_bool,
+    require_choice,
+    require_float,
+    require_ints,
+)
+from kernels.tiling import (
+    Arena,
+    align_up,
+    fits,
+    operand_in,
+    operand_out,
+    padded_lanes,
+    split_even,
+)
 from kernels.tiling_keys import choice_key, int_key, tiling_keys, unique
 from sim.errors import KernelArgError, LayoutError
+from sim.model.call import ArgSpec, BoundCall, Buffer, MemoryReader
+from sim.model.plan import Compute, Operand, Phase, Plan, Tile, Transfer
 
 F32 = np.dtype(np.float32)
 FORMATS = ("NHWC", "NCHW")

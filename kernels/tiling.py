@@ -5,11 +5,16 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-
-from kernels.base import Operand, PlanContext, Transfer, align_up, c_strides
-from sim.errors import LayoutError
-
 import numpy as np
+
+from kernels.base import PlanContext
+from sim.errors import LayoutError
+from sim.model.plan import Operand, Transfer, c_strides
+
+
+def align_up(value: int, alignment: int) -> int:
+    """``value`` rounded up to a multiple of ``alignment``."""
+    return -(-value // alignment) * alignment
 
 
 class Arena:
@@ -80,3 +85,19 @@ def channel_grain(ctx: PlanContext, addr: int, itemsize: int, lanes: int) -> int
 def padded_lanes(n: int, lanes: int) -> int:
     """``n`` rounded up to whole vectors of ``lanes``: the lanes a vector loop actually spends."""
     return align_up(max(n, 1), lanes)
+
+
+def split_even(total: int, parts: int) -> list[tuple[int, int]]:
+    """Split ``range(total)`` into ``parts`` contiguous ``(start, stop)`` ranges, sizes differing by one at most.
+
+    Empty ranges are dropped, so fewer than ``parts`` ranges come back when
+    ``total < parts``.
+    """
+    base, extra = divmod(total, parts)
+    out, start = [], 0
+    for i in range(parts):
+        n = base + (1 if i < extra else 0)
+        if n:
+            out.append((start, start + n))
+        start += n
+    return out

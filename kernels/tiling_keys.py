@@ -8,13 +8,12 @@ fits the scratchpad is the kernel's own question (a LayoutError naming it).
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from kernels.base import PlanContext, tiling_options
-from sim.errors import KernelArgError
-from sim.messages import shown
+from kernels.base import PlanContext
+from sim.errors import KernelArgError, brief
 
 
 def tiling_keys(ctx: PlanContext, keys: Sequence[str]) -> dict[str, Any]:
@@ -28,7 +27,7 @@ def int_key(tiling: Mapping[str, Any], key: str, lo: int, hi: int) -> int | None
         return None
     value = tiling[key]
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
-        raise KernelArgError(f"argument 'tiling.{key}': expected an integer in {lo}..{hi}, got {shown(value)}")
+        raise KernelArgError(f"argument 'tiling.{key}': expected an integer in {lo}..{hi}, got {brief(value)}")
     return int(value)
 
 
@@ -38,7 +37,7 @@ def choice_key(tiling: Mapping[str, Any], key: str, choices: Sequence[str]) -> s
         return None
     value = tiling[key]
     if not isinstance(value, str) or value not in choices:
-        raise KernelArgError(f"argument 'tiling.{key}': expected one of {', '.join(choices)}, got {shown(value)}")
+        raise KernelArgError(f"argument 'tiling.{key}': expected one of {', '.join(choices)}, got {brief(value)}")
     return value
 
 
@@ -49,3 +48,15 @@ def unique(candidates: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         if dict(c) not in out:
             out.append(dict(c))
     return out
+
+
+def tiling_options(ctx: PlanContext, allowed: Mapping[str, Callable[[Any], bool]]) -> dict[str, Any]:
+    """The call's ``tiling`` checked against the kernel's ``allowed`` keys (key -> validity test)."""
+    given = dict(ctx.tiling or {})
+    for key, value in given.items():
+        if key not in allowed:
+            raise KernelArgError(f"argument 'tiling': unknown key '{key}' (this kernel takes: "
+                                 f"{', '.join(sorted(allowed))})")
+        if not allowed[key](value):
+            raise KernelArgError(f"argument 'tiling.{key}': invalid value {brief(value)}")
+    return given

@@ -9,20 +9,17 @@ The public API (a contract, SPEC section 3)::
     run.cycles, run.events, run.write_trace("traces/bn.json")
 """
 
-from typing import Any
-
-from sim.errors import ConfigError, KernelArgError, LayoutError, MemoryFault, SimError, TargetError
-from sim.model.target_loader import available_targets, load_target
+from sim.errors import (
+           ConfigError,
+           KernelArgError,
+           LayoutError,
+           MemoryFault,
+           SimError,
+           TargetError,
+)
 from sim.model.target import Target
+from sim.model.target_loader import available_targets, load_target
+from sim.simulator import TILING_TOLERANCE, Run, Simulator
 
 __all__ = ["SimError", "TargetError", "KernelArgError", "LayoutError", "MemoryFault", "ConfigError",
            "Simulator", "Run", "TILING_TOLERANCE", "Target", "load_target", "available_targets"]
-
-
-def __getattr__(name: str) -> Any:
-    # The facade imports the kernel registry, whose kernels import sim.errors and sim.model.target_loader: loading it
-    # lazily lets either package be imported first without a cycle.
-    if name in ("Simulator", "Run", "TILING_TOLERANCE"):
-        from sim import simulator
-        return getattr(simulator, name)
-    raise AttributeError(f"module 'sim' has no attribute {name!r}")

@@ -12,19 +12,26 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar, cast
 
 import numpy as np
 
-import kernels
-from kernels.base import Buffer, BoundCall, Plan, PlanContext, check_argument_names
+from kernels.base import PlanContext, check_argument_names
+from kernels.registry import Symbol, lookup, symbols
 from sim.engine.engine import Engine
-from sim.errors import KernelArgError, LayoutError, MemoryFault
+from sim.engine.events import Recorder, TraceEvent
+from sim.errors import KernelArgError, LayoutError, MemoryFault, brief
+from sim.inspect.summary import (
+    CoreSummary,
+    Roofline,
+    core_summaries,
+    peak_flops_per_cycle,
+    roofline,
+    run_summary_text,
+)
+from sim.inspect.trace import run_metadata, write_trace
+from sim.model.call import BoundCall, Buffer
 from sim.model.layout import check_buffer, enforce_layout, layout_error, plan_violation
 from sim.model.memory import AddressSpace, checked_dtype
-from sim.messages import shown
-from sim.inspect.summary import CoreSummary, Roofline, core_summaries, peak_flops_per_cycle, roofline, run_summary_text
-from sim.model.target_loader import load_target
+from sim.model.plan import Plan
 from sim.model.target import Target
-from sim.inspect.trace import run_metadata, write_trace
-from sim.engine.events import Recorder, TraceEvent
-
+from sim.model.target_loader import load_target
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -83,6 +90,7 @@ class Run:
     tiling: TilingChoice | None = None
     sim_events: int = 0  # SimPy events the engine processed (the run's event-engine work)
     numerics: bool = True  # False: a timing-only run (no values computed)
+    arg_kinds: Mapping[str, str] = field(default_factory=dict)  # argument name -> its ArgSpec kind
 
     @property
     def cores(self) -> tuple[int, ...]:
@@ -126,12 +134,23 @@ class Run:
         return write_trace(path, self.events, self.target.clock_hz, self.metadata())
 
 
+def find_symbol(symbol: object) -> Symbol:
+    """The registered kernel symbol ``symbol`` (its kernel, precision and variant); KernelArgError naming close
+    names when there is none.  Tools reach the kernel registry through the facade, never directly."""
+    return lookup(symbol)
+
+
+def kernel_symbols() -> list[Symbol]:
+    """Every registered kernel symbol, sorted by name."""
+    return symbols()
+
+
 def _cores_of_mask(mask: Any, target: Target) -> tuple[int, ...]:
     if isinstance(mask, bool) or not isinstance(mask, (int, np.integer)):
-        raise KernelArgError(f"argument 'core_mask': expected an int bitmask, got {shown(mask)}")
+        raise KernelArgError(f"argument 'core_mask': expected an int bitmask, got {brief(mask)}")
     mask = int(mask)
     if mask <= 0 or mask > target.all_cores_mask:
-        text = f"{mask:#x}" if -(1 << 64) < mask < 1 << 64 else shown(mask)
+        text = f"{mask:#x}" if -(1 << 64) < mask < 1 << 64 else brief(mask)
         raise KernelArgError(f"argument 'core_mask': {text} selects no core or a core {target.name} lacks "
                              f"(it has {target.cores} cores: masks 0x1..{target.all_cores_mask:#x})")
     return tuple(i for i in range(target.cores) if mask >> i & 1)
@@ -195,7 +214,7 @@ class Simulator:
     @tiling_tolerance.setter
     def tiling_tolerance(self, value: float) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-            raise KernelArgError(f"argument 'tiling_tolerance': expected a fraction in [0, 1), got {shown(value)}")
+            raise KernelArgError(f"argument 'tiling_tolerance': expected a fraction in [0, 1), got {brief(value)}")
         self._tiling_tolerance = float(value)
 
     # -- memory -----------------------------------------------------------------------------------
@@ -214,7 +233,7 @@ class Simulator:
         try:
             arr = np.asarray(array)
         except (TypeError, ValueError, OverflowError) as e:
-            raise MemoryFault(f"write: cannot make an array of {type(array).__name__}: {shown(str(e))}") from None
+            raise MemoryFault(f"write: cannot make an array of {type(array).__name__}: {brief(str(e))}") from None
         if arr.dtype.kind not in "biuf":
             raise MemoryFault(f"write: expected a numeric array, got dtype {arr.dtype}")
         self.memory.write(addr, arr, core=core)
@@ -231,10 +250,10 @@ class Simulator:
     def bind(self, symbol: str, /, **kwargs: Any) -> BoundCall:
         """Check a call's symbol and arguments without running it (no layout check)."""
         check_argument_names(kwargs)
-        sym = kernels.lookup(symbol)
+        sym = lookup(symbol)
         odd = [k for k in kwargs if not k.isidentifier()]
         if odd:
-            raise KernelArgError(f"{symbol}: argument name {shown(odd[0])} is not an identifier")
+            raise KernelArgError(f"{symbol}: argument name {brief(odd[0])} is not an identifier")
         if sym.precision not in self.target.precisions:
             raise KernelArgError(f"symbol '{symbol}' computes in {sym.precision}, which {self.target.name} "
                                  f"lacks (it has: {', '.join(self.target.precisions)})")
@@ -253,7 +272,7 @@ class Simulator:
             if isinstance(core, bool) or not isinstance(core, (int, np.integer)) \
                     or not 0 <= int(core) < self.target.cores:
                 raise KernelArgError(f"argument 'core': expected a core of {self.target.name} "
-                                     f"(0..{self.target.cores - 1}), got {shown(core)}")
+                                     f"(0..{self.target.cores - 1}), got {brief(core)}")
             cores = (int(core),)
             owner = int(core)
 
@@ -304,7 +323,7 @@ class Simulator:
         offers = hasattr(kernel, "tilings")
         if tiling is not None:
             if not isinstance(tiling, Mapping):
-                raise KernelArgError(f"argument 'tiling': expected a mapping of tiling keys, got {shown(tiling)}")
+                raise KernelArgError(f"argument 'tiling': expected a mapping of tiling keys, got {brief(tiling)}")
             if not offers:
                 raise KernelArgError(f"argument 'tiling': {symbol} takes no tiling (it has a single plan)")
             return call, self._lower(kernel, call, replace(ctx, tiling=dict(tiling))), \
@@ -412,7 +431,7 @@ class Simulator:
     @staticmethod
     def kernel_of(call: BoundCall):
         """The kernel object behind a bound call."""
-        return kernels.lookup(call.symbol).kernel
+        return lookup(call.symbol).kernel
 
     @_locked
     def call(self, symbol: str, /, *, numerics: bool = True, progress: Callable[[int, int], None] | None = None,
@@ -420,9 +439,9 @@ class Simulator:
         """Run ``symbol`` with its C arguments by name; memory is rolled back if anything fails."""
         t0 = time.perf_counter()
         if not isinstance(numerics, (bool, np.bool_)):
-            raise KernelArgError(f"call: 'numerics' must be True or False, got {shown(numerics)}")
+            raise KernelArgError(f"call: 'numerics' must be True or False, got {brief(numerics)}")
         if progress is not None and not callable(progress):
-            raise KernelArgError(f"call: 'progress' must be a callable or None, got {shown(progress)}")
+            raise KernelArgError(f"call: 'progress' must be a callable or None, got {brief(progress)}")
         call, plan, choice = self.plan_with_choice(symbol, tiling=tiling, **kwargs)
         recorder = Recorder()
         engine = Engine(self.target, self.memory, recorder, numerics=numerics, on_tile=progress,
@@ -437,4 +456,5 @@ class Simulator:
         return Run(symbol=symbol, target=self.target, call=call, plan=plan, cycles=cycles,
                    events=recorder.events, roofline=self._roofline(plan),
                    wall_seconds=time.perf_counter() - t0, args=dict(kwargs), tiling=choice,
-                   sim_events=engine.sim_events, numerics=bool(numerics))
+                   sim_events=engine.sim_events, numerics=bool(numerics),
+                   arg_kinds={a.name: a.kind for a in self.kernel_of(call).args})

@@ -2,9 +2,9 @@
 
 import numpy as np
 import pytest
+from golden import arrays, assert_matches, cases, chips_for
 
 import sim
-from golden import arrays, assert_matches, cases, chips_for
 
 SHARED = dict(x=0xA0000000, dy=0xA4000000, dx=0xA8000000, mean=0xC0000000, invar=0xC0100000,
               scale=0xC0200000, dbias=0xC0300000, dscale=0xC0400000, params=0xC0500000)

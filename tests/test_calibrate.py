@@ -12,6 +12,8 @@ import yaml
 
 import sim
 import sim.tools.phases
+from sim.cli import main
+from sim.errors import ConfigError
 from sim.tools.calibrate import (
     FREE_PARAMETERS,
     Measurement,
@@ -22,8 +24,6 @@ from sim.tools.calibrate import (
     simulate,
     with_parameters,
 )
-from sim.cli import main
-from sim.errors import ConfigError
 
 G = 0x40000000
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from golden import arrays, assert_matches, cases, chips_for
 
 import kernels.conv2d_backprop_filter as cbf
 import sim
-from golden import arrays, assert_matches, cases, chips_for
 
 KERNEL = "conv2d_backprop_filter"
 SHARED = dict(input=0xA0000000, out_backprop=0xA4000000, output=0xA8000000)

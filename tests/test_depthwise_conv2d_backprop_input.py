@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from golden import arrays, assert_matches, cases, chips_for
 
 import sim
-from golden import arrays, assert_matches, cases, chips_for
 
 KERNEL = "depthwise_conv2d_backprop_input"
 SHARED = dict(filter=0xA0000000, out_backprop=0xA1000000, output=0xB0000000)

@@ -6,9 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from golden import arrays, assert_matches, cases, chips_for
 
 import sim
-from golden import arrays, assert_matches, cases, chips_for
 
 KERNEL = "fake_quant_with_min_max_vars_gradient"
 OUTPUTS = ("backprops_wrt_input", "backprop_wrt_min", "backprop_wrt_max")

@@ -6,9 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from golden import arrays, assert_matches, cases, chips_for
 
 import sim
-from golden import arrays, assert_matches, cases, chips_for
 
 KERNEL = "fused_batch_norm_grad"
 INPUTS = ("y_backprop", "x", "scale", "reserve_space_1", "reserve_space_2")

@@ -30,10 +30,10 @@ from hypothesis import strategies as st
 
 import kernels
 import sim
-from kernels.base import BoundCall, Buffer
 from sim.cli import main
-from sim.tools.config import load_config
+from sim.model.call import BoundCall, Buffer
 from sim.model.layout import check_layout
+from sim.tools.config import load_config
 from sim.tools.runner import prepare
 
 ROOT = Path(__file__).resolve().parent.parent

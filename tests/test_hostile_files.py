@@ -27,12 +27,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sim
-from sim.tools.calibrate import load_measurements, load_target_document
 from sim.cli import main
-from sim.tools.config import load_config
 from sim.errors import brief
+from sim.files.yamlsafe import (
+    MAX_ALIAS_NODES,
+    MAX_NODES,
+    MAX_YAML_BYTES,
+    load_yaml,
+    read_yaml_file,
+)
+from sim.tools.calibrate import load_measurements, load_target_document
+from sim.tools.config import load_config
 from sim.tools.runner import prepare
-from sim.files.yamlsafe import MAX_ALIAS_NODES, MAX_NODES, MAX_YAML_BYTES, load_yaml, read_yaml_file
 
 ROOT = Path(__file__).resolve().parent.parent
 FT78NE = (ROOT / "targets" / "FT78NE.yaml").read_text()

@@ -12,12 +12,13 @@ import yaml
 
 import sim
 from kernels import batch_norm_grad
-from kernels.base import BoundCall, Buffer, Phase, Plan, Tile, Transfer, Compute, Operand
 from sim.engine.engine import Engine
-from sim.model.layout import RULES, check_layout, nearest_legal_address
-from sim.inspect.layout_map import layout_map, layout_report
-from sim.model.memory import AddressSpace
 from sim.engine.events import Recorder
+from sim.inspect.layout_map import layout_map, layout_report
+from sim.model.call import BoundCall, Buffer
+from sim.model.layout import RULES, check_layout, nearest_legal_address
+from sim.model.memory import AddressSpace
+from sim.model.plan import Compute, Operand, Phase, Plan, Tile, Transfer
 
 F32 = np.dtype(np.float32)
 TARGETS = Path(__file__).resolve().parent.parent / "targets"

@@ -16,9 +16,14 @@ from matplotlib.collections import PolyCollection  # noqa: E402
 from matplotlib.colors import to_rgba  # noqa: E402
 
 from sim.cli import main  # noqa: E402
-from sim.inspect.gantt import KIND_COLOURS, gantt_figure, merged_events, plot_px_per_cycle  # noqa: E402
-from sim.inspect.layout_plot import layout_figure, zoom_segments  # noqa: E402
 from sim.engine.events import TraceEvent
+from sim.inspect.gantt import (  # noqa: E402
+    KIND_COLOURS,
+    gantt_figure,
+    merged_events,
+    plot_px_per_cycle,
+)
+from sim.inspect.layout_plot import layout_figure, zoom_segments  # noqa: E402
 from sim.inspect.trace_tools import Trace  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -76,9 +76,9 @@ def test_layout_message_names_range_region_and_rule():
 
 def test_fault_during_run_rolls_back_memory():
     """A plan whose DMA leaves the map faults mid-run; bytes written before the fault are undone."""
-    from kernels.base import Phase, Plan, Tile, Transfer
     from sim.engine.engine import Engine
     from sim.engine.events import Recorder
+    from sim.model.plan import Phase, Plan, Tile, Transfer
     m = sim.Simulator("FT78NE")
     m.write(0x80000000, np.arange(64, dtype=np.float32))
     before = m.memory.snapshot()

@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 import sim
-from sim.files.atomic import atomic_write, atomic_write_text
 from sim.cli import main
+from sim.files.atomic import atomic_write, atomic_write_text
 from sim.tools.config import load_config
 from sim.tools.runner import prepare
 

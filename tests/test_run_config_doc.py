@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from markdown_blocks import REPO, blocks, dspsim_lines, run_dspsim, run_python
 
 import sim.tools.config
-from markdown_blocks import REPO, blocks, dspsim_lines, run_dspsim, run_python
-from sim.tools.config import load_config
 from sim.errors import ConfigError
+from sim.tools.config import load_config
 
 DOC = REPO / "docs" / "run-config.md"
 DOC_TEXT = DOC.read_text(encoding="utf-8")

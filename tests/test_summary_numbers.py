@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import yaml
 
-from kernels.base import Buffer, BoundCall
 from sim.cli import main
+from sim.engine.events import TraceEvent
+from sim.inspect.summary import Roofline, core_summaries, precision_note, summary_table
+from sim.inspect.trace_tools import diff_text, diff_traces, load_trace
+from sim.model.call import BoundCall, Buffer
 from sim.tools.config import load_config
 from sim.tools.runner import execute
-from sim.inspect.summary import Roofline, core_summaries, precision_note, summary_table
-from sim.engine.events import TraceEvent
-from sim.inspect.trace_tools import diff_text, diff_traces, load_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs"

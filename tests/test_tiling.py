@@ -14,8 +14,8 @@ import yaml
 import kernels
 import sim
 from sim.cli import main
-from sim.tools.config import load_config
 from sim.errors import ConfigError
+from sim.tools.config import load_config
 from sim.tools.runner import execute
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -8,10 +8,10 @@ import pytest
 import yaml
 
 import sim
-from kernels.base import Compute, Operand, Phase, Plan, Tile, Transfer
 from sim.engine.engine import Engine
-from sim.model.memory import AddressSpace
 from sim.engine.events import Recorder
+from sim.model.memory import AddressSpace
+from sim.model.plan import Compute, Operand, Phase, Plan, Tile, Transfer
 
 TARGETS = Path(__file__).resolve().parent.parent / "targets"
 

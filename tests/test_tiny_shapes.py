@@ -18,12 +18,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from golden import arrays, assert_matches, cases, chips_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kernels
 import sim
-from golden import arrays, assert_matches, cases, chips_for
 
 CHIPS = ("FT78NE", "MT7004")
 TARGETS = {c: sim.load_target(c) for c in CHIPS}

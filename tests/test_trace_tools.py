@@ -15,17 +15,40 @@ import pytest
 
 import sim
 from sim.cli import main
-from sim.tools.config import load_config
+from sim.engine.events import TraceEvent
 from sim.errors import SimError
 from sim.inspect.gantt import bandwidth_series, plot_gantt, stream_interval
-from sim.tools.progress import RunProgress, execute_with_progress, is_terminal, tiles_in_plan
+from sim.inspect.summary import _union
+from sim.inspect.trace import (
+    busy_units,
+    bytes_in_flight,
+    chrome_trace,
+    flows,
+    track_name,
+    tracks,
+)
+from sim.inspect.trace_tools import (
+    Trace,
+    TraceFileError,
+    critical_path,
+    diff_text,
+    diff_traces,
+    load_trace,
+    stalls,
+    summarize,
+    summary_text,
+    trace_of_run,
+    unit_busy,
+)
+from sim.tools.config import load_config
+from sim.tools.progress import (
+    RunProgress,
+    execute_with_progress,
+    is_terminal,
+    tiles_in_plan,
+)
 from sim.tools.report import report_html, timeline_data
 from sim.tools.runner import execute
-from sim.inspect.summary import _union
-from sim.inspect.trace import busy_units, bytes_in_flight, chrome_trace, flows, track_name, tracks
-from sim.engine.events import TraceEvent
-from sim.inspect.trace_tools import (Trace, TraceFileError, critical_path, diff_text, diff_traces, load_trace, stalls,
-                             summarize, summary_text, trace_of_run, unit_busy)
 
 ROOT = Path(__file__).resolve().parent.parent
 BN_CONFIG = ROOT / "configs" / "ft78ne_batch_norm_grad_s.yaml"

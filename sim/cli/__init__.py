@@ -10,16 +10,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-import kernels
 from sim.cli.trace import add_trace_commands
-from sim.tools.config import load_config
 from sim.errors import LayoutError, SimError
-from sim.model.layout import plan_violation
 from sim.inspect.layout_map import layout_map, layout_report
+from sim.model.layout import plan_violation
+from sim.model.target_loader import available_targets, load_target
+from sim.simulator import kernel_symbols
+from sim.tools.config import load_config
 from sim.tools.preflight import EntryIssue, check_before_run, preflight
 from sim.tools.progress import execute_with_progress, progress_phases
 from sim.tools.runner import save_outputs
-from sim.model.target_loader import available_targets, load_target
 
 
 def cmd_targets(args: argparse.Namespace) -> int:
@@ -42,7 +42,7 @@ def cmd_targets(args: argparse.Namespace) -> int:
 
 def cmd_kernels(args: argparse.Namespace) -> int:
     """Print every symbol with what it stores and computes in which precision, and its arguments."""
-    for sym in kernels.symbols():
+    for sym in kernel_symbols():
         where = "core_mask (int bitmask, default all cores)" if sym.variant == "s" else "core (int, default 0)"
         print(f"{sym.name}  [{sym.precision}, {'shared' if sym.variant == 's' else 'private'} memory]")
         print(f"    precision: {sym.precision_note}")
@@ -125,7 +125,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
             status += f"; {' and '.join(found_words)} in the config's data and outputs"
         print(status)
     if args.plot:
-        from sim.inspect.layout_plot import plot_layout  # matplotlib only when a picture is asked for
+        from sim.inspect.layout_plot import (
+            plot_layout,  # matplotlib only when a picture is asked for
+        )
         path = plot_layout(report, args.plot)
         print(f"plot: {path}", file=sys.stderr if args.format == "json" else sys.stdout)
     return 0 if report["ok"] else 1
@@ -166,7 +168,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Fit a target's free parameters to measured cycles; write the fitted copy of the target file."""
     from sim.files.atomic import atomic_write_text
-    from sim.tools.calibrate import calibrate, fitted_yaml, load_measurements, read_target_document
+    from sim.tools.calibrate import (
+        calibrate,
+        fitted_yaml,
+        load_measurements,
+        read_target_document,
+    )
 
     measurements = load_measurements(args.measurements)
     target = read_target_document(args.target)

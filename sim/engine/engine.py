@@ -33,11 +33,11 @@ import simpy
 from simpy.core import EmptySchedule
 from simpy.events import Timeout
 
-from kernels.base import Compute, Operand, Plan, Tile, Transfer
+from sim.engine.events import Recorder, TraceEvent
 from sim.errors import MemoryFault, SimError
 from sim.model.memory import MAX_ACCESS_BYTES, SHARED, AddressSpace
+from sim.model.plan import Compute, Operand, Plan, Tile, Transfer
 from sim.model.target import Region, Target
-from sim.engine.events import Recorder, TraceEvent
 
 
 def _fast_constructor(cls: type) -> Callable[..., TraceEvent]:

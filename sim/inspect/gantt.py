@@ -22,9 +22,9 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from sim.engine.events import DMA_KINDS, TraceEvent
 from sim.files.atomic import atomic_write_bytes
 from sim.inspect.trace import shared_regions, track_name, tracks
-from sim.engine.events import DMA_KINDS, TraceEvent
 from sim.inspect.trace_tools import Trace
 
 #: Colour of each kind (Okabe-Ito palette: distinguishable with colour-blindness).

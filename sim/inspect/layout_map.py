@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from kernels.base import BoundCall
+from sim.model.call import BoundCall
 from sim.model.layout import Violation, free_spans
 from sim.model.memory import MemoryMap
 from sim.model.target import Target

@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sim.files.atomic import atomic_write
 from sim.errors import SimError
+from sim.files.atomic import atomic_write
 
 #: Output formats by file suffix.
 FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}

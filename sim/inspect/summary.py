@@ -6,10 +6,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from kernels.base import BoundCall, Plan
-from sim.model.memory import MemoryMap
-from sim.model.target import Target
 from sim.engine.events import TraceEvent
+from sim.model.call import BoundCall
+from sim.model.memory import MemoryMap
+from sim.model.plan import Plan
+from sim.model.target import Target
 
 
 @dataclass(frozen=True)

@@ -100,18 +100,15 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def metadata_args(symbol: str, args: Mapping[str, Any], buffer_addrs: Iterable[int] = ()) -> dict:
+def metadata_args(kinds: Mapping[str, str], args: Mapping[str, Any], buffer_addrs: Iterable[int] = ()) -> dict:
     """A call's arguments as trace metadata: pointers and the core mask in hex, booleans as booleans,
     every other number as the number it is.
 
+    ``kinds`` maps each kernel argument to its kind (``in_ptr``, ``params`` ..., see ``ArgSpec``).
     Pointer arguments are the kernel's ``in_ptr`` / ``out_ptr`` arguments, a
     ``params`` argument given as the address of an array, and the entries of a
     ``params`` list that are the address of one of the call's buffers.
     """
-    from kernels import REGISTRY  # the registry imports kernels, which import this module's package
-
-    sym = REGISTRY.get(symbol)
-    kinds = {a.name: a.kind for a in sym.kernel.args} if sym is not None else {}
     addrs = set(buffer_addrs)
     out: dict[str, Any] = {}
     for name, raw in args.items():
@@ -143,7 +140,7 @@ def run_metadata(run: Any) -> dict:
             "resource_shares": {k: round(v, 4) for k, v in
                                 sorted(resource_shares(run.roofline, summaries, run.cycles).items())},
             "precision_note": precision_note(run.call, run.roofline),
-            "args": metadata_args(run.symbol, run.args, (b.addr for b in run.call.buffers)),
+            "args": metadata_args(run.arg_kinds, run.args, (b.addr for b in run.call.buffers)),
             "regions": region_facts(run.target),
             "tiling": None if tiling is None else {"tiling": tiling.tiling, "source": tiling.source}}
 

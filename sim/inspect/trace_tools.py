@@ -15,10 +15,16 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from sim.errors import SimError
-from sim.inspect.summary import TABLE_LEGEND, CoreSummary, _union, core_summaries, summary_table
-from sim.inspect.trace import run_title, track_name, tracks, unit_label, unit_order
 from sim.engine.events import DMA_KINDS, TraceEvent
+from sim.errors import SimError
+from sim.inspect.summary import (
+    TABLE_LEGEND,
+    CoreSummary,
+    _union,
+    core_summaries,
+    summary_table,
+)
+from sim.inspect.trace import run_title, track_name, tracks, unit_label, unit_order
 
 _WORK_KINDS = ("dma_in", "compute", "dma_out")
 _INT_FIELDS = {f.name for f in fields(TraceEvent) if f.type in ("int", "int | None")}

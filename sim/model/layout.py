@@ -24,8 +24,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Iterable, Sequence
 
-from kernels.base import Buffer, BoundCall
 from sim.errors import LayoutError
+from sim.model.call import BoundCall, Buffer
 from sim.model.memory import MemoryMap
 from sim.model.target import Region, Target
 

@@ -16,8 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from sim.errors import MemoryFault
-from sim.messages import shown
+from sim.errors import MemoryFault, brief
 from sim.model.target import Region, Target
 
 #: Pages of 256 MiB: allocated on first write and zero-filled lazily by the OS, so untouched bytes cost nothing.
@@ -42,7 +41,7 @@ def _is_int(v: object) -> bool:
 
 def _hex(value: int) -> str:
     """An address for a message: hex, or (absurdly large) its size in digits."""
-    return f"{value:#x}" if -(1 << 80) < value < 1 << 80 else shown(value)
+    return f"{value:#x}" if -(1 << 80) < value < 1 << 80 else brief(value)
 
 
 def access_shape(shape: object, what: str = "read") -> tuple[int, ...]:
@@ -50,7 +49,7 @@ def access_shape(shape: object, what: str = "read") -> tuple[int, ...]:
     if _is_int(shape):
         dims: tuple = (shape,)
     elif isinstance(shape, (str, bytes)) or not isinstance(shape, (Sequence, np.ndarray)):
-        raise MemoryFault(f"{what}: shape must be an int or a sequence of ints, got {shown(shape)}")
+        raise MemoryFault(f"{what}: shape must be an int or a sequence of ints, got {brief(shape)}")
     else:
         n = shape.size if isinstance(shape, np.ndarray) else len(shape)
         if n > 32:  # before copying it: a huge sequence is refused by its length alone
@@ -58,7 +57,7 @@ def access_shape(shape: object, what: str = "read") -> tuple[int, ...]:
         dims = tuple(np.asarray(shape).reshape(-1)) if isinstance(shape, np.ndarray) else tuple(shape)
     for d in dims:
         if not _is_int(d):
-            raise MemoryFault(f"{what}: shape {shown(shape)} holds {shown(d)}, not an int")
+            raise MemoryFault(f"{what}: shape {brief(shape)} holds {brief(d)}, not an int")
         if d < 0:
             raise MemoryFault(f"{what}: negative dimension in shape {tuple(int(x) for x in dims)}")
     return tuple(int(d) for d in dims)
@@ -99,12 +98,12 @@ class MemoryMap:
     def resolve(self, addr: int, size_bytes: int, core: int | None, *, what: str = "access") -> tuple[Region, int]:
         """The region and backing-store key of an access, or MemoryFault naming why it is illegal."""
         if not _is_int(addr):
-            raise MemoryFault(f"{what}: address must be an int, got {shown(addr)}")
+            raise MemoryFault(f"{what}: address must be an int, got {brief(addr)}")
         addr = int(addr)
         if not _is_int(size_bytes) or size_bytes < 0:
-            raise MemoryFault(f"{what}: size must be a non-negative int, got {shown(size_bytes)}")
+            raise MemoryFault(f"{what}: size must be a non-negative int, got {brief(size_bytes)}")
         if core is not None and (not _is_int(core) or not 0 <= core < self.target.cores):
-            raise MemoryFault(f"{what}: core={shown(core)} is not a core of {self.target.name} "
+            raise MemoryFault(f"{what}: core={brief(core)} is not a core of {self.target.name} "
                               f"(0..{self.target.cores - 1})")
         r = self.region_of(addr, size_bytes)
         if r is None:
@@ -419,7 +418,7 @@ def checked_dtype(dtype: object, what: str = "read") -> np.dtype:
     try:
         dt = np.dtype(dtype)  # type: ignore[call-overload]
     except (TypeError, ValueError, SyntaxError):
-        raise MemoryFault(f"{what}: {shown(dtype)} is not a dtype") from None
+        raise MemoryFault(f"{what}: {brief(dtype)} is not a dtype") from None
     if dt.kind not in "biuf" or dt.fields is not None or dt.subdtype is not None:
         raise MemoryFault(f"{what}: expected a plain numeric dtype, got {dt}")
     return dt

@@ -38,7 +38,14 @@ from typing import Any
 
 from sim.errors import TargetError, brief
 from sim.files.yamlsafe import read_yaml_file
-from sim.model.target import CoreModel, DmaModel, PrecisionModel, Region, Target, Workspace
+from sim.model.target import (
+    CoreModel,
+    DmaModel,
+    PrecisionModel,
+    Region,
+    Target,
+    Workspace,
+)
 
 #: Folder of the chip files shipped with dspsim: ``sim/targets/`` once installed from a wheel (package
 #: data, see pyproject.toml), the checkout's top-level ``targets/`` in a source tree or an editable install.

@@ -38,13 +38,13 @@ from typing import IO, Any
 
 import numpy as np
 
-from sim.tools.docedit import get_path, set_path, split_path
 from sim.errors import ConfigError, SimError, TargetError
-from sim.tools.phases import PhaseBar
 from sim.files.regular_file import read_regular
+from sim.files.yamlsafe import load_yaml, read_yaml_text
 from sim.model.target_loader import MAX_CYCLES, MAX_RATE, MIN_RATE, parse_target
 from sim.model.target_loader import _resolve as resolve_target_file
-from sim.files.yamlsafe import load_yaml, read_yaml_text
+from sim.tools.docedit import get_path, set_path, split_path
+from sim.tools.phases import PhaseBar
 
 #: Free parameters: name -> key path in the target YAML and whether the value is a whole number of cycles.
 FREE_PARAMETERS: dict[str, tuple[str, bool]] = {

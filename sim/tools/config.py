@@ -51,8 +51,8 @@ import numpy as np
 
 from sim.errors import ConfigError, brief
 from sim.files.regular_file import NotRegularFile, open_regular
-from sim.model.target_loader import MAX_CORES, MAX_PATH_CHARS, key_text
 from sim.files.yamlsafe import read_yaml_file
+from sim.model.target_loader import MAX_CORES, MAX_PATH_CHARS, key_text
 
 DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 #: Largest array a run-config may place or save (bytes); beyond it a typo that would exhaust the host's memory.

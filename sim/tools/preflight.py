@@ -30,12 +30,12 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import IO, TYPE_CHECKING, Sequence
 
-from kernels.base import BoundCall, Buffer
-from sim.tools.config import ArraySpec, RunConfig, check_data_file
 from sim.errors import ConfigError, SimError
+from sim.model.call import BoundCall, Buffer
 from sim.model.layout import Violation, check_layout, layout_error
 from sim.model.memory import MemoryMap
 from sim.model.target import Region, Target
+from sim.tools.config import ArraySpec, RunConfig, check_data_file
 
 if TYPE_CHECKING:
     from sim.simulator import Simulator
@@ -263,7 +263,9 @@ def preflight(cfg: RunConfig) -> tuple[Simulator, Preflight]:
     Errors that stop the check itself (an unknown symbol, a bad argument, a ``values`` entry that cannot
     be placed) propagate as they are.
     """
-    from sim.tools.runner import bind_only  # the runner imports the facade, which imports the kernels
+    from sim.tools.runner import (
+        bind_only,  # the runner imports the facade, which imports the kernels
+    )
 
     m, call = bind_only(cfg)
     violations = tuple(check_layout(call, m.target))

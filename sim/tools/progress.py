@@ -18,10 +18,10 @@ import threading
 import time
 from typing import IO, Any
 
-from kernels.base import Plan
+from sim.model.plan import Plan
+from sim.simulator import Run, Simulator
 from sim.tools.config import RunConfig
 from sim.tools.runner import execute, prepare
-from sim.simulator import Run, Simulator
 
 #: Seconds a run must last before its bar appears.
 DELAY_SECONDS = 1.0

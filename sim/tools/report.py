@@ -16,16 +16,16 @@ import math
 from pathlib import Path
 from typing import IO, Any
 
+from sim.engine.events import KINDS
 from sim.files.atomic import atomic_write_text
-from sim.tools.config import RunConfig, load_config
 from sim.inspect.layout_map import layout_map, layout_rows
-from sim.tools.preflight import check_before_run
-from sim.tools.progress import execute_with_progress
-from sim.simulator import Run
 from sim.inspect.summary import limiting_resource, precision_note, resource_shares
 from sim.inspect.trace import track_name, tracks
-from sim.engine.events import KINDS
 from sim.inspect.trace_tools import TraceSummary, critical_text, summarize, trace_of_run
+from sim.simulator import Run
+from sim.tools.config import RunConfig, load_config
+from sim.tools.preflight import check_before_run
+from sim.tools.progress import execute_with_progress
 
 _esc = html.escape
 

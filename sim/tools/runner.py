@@ -9,11 +9,11 @@ from typing import Callable
 
 import numpy as np
 
-from kernels.base import BoundCall, check_argument_names
-from sim.files.atomic import atomic_write_bytes
-from sim.tools.config import RunConfig
 from sim.errors import SimError
-from sim.simulator import Run, Simulator
+from sim.files.atomic import atomic_write_bytes
+from sim.model.call import BoundCall
+from sim.simulator import Run, Simulator, check_argument_names
+from sim.tools.config import RunConfig
 
 
 def prepare(cfg: RunConfig, *, numerics: bool | None = None,

@@ -50,16 +50,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-import kernels
-from kernels.base import check_argument_names
-from sim.files.atomic import atomic_write, atomic_write_text
-from sim.tools.config import load_config
-from sim.tools.docedit import quote, set_path, split_path
 from sim.errors import ConfigError, SimError, TargetError
-from sim.tools.phases import PhaseBar
+from sim.files.atomic import atomic_write, atomic_write_text
+from sim.files.yamlsafe import load_yaml
 from sim.model.target_loader import _resolve as resolve_target_file
 from sim.model.target_loader import parse_target
-from sim.files.yamlsafe import load_yaml
+from sim.simulator import check_argument_names, find_symbol
+from sim.tools.config import load_config
+from sim.tools.docedit import quote, set_path, split_path
+from sim.tools.phases import PhaseBar
 
 TARGET_EDIT = "target."
 TILING_KEY = "tiling."
@@ -161,7 +160,7 @@ def _short(text: str) -> str:
 def _symbol_args(symbol: str, where: str) -> frozenset[str]:
     """The argument names ``symbol`` takes: the kernel's own and core_mask (_s) or core (_p)."""
     try:
-        sym = kernels.lookup(symbol)
+        sym = find_symbol(symbol)
     except SimError as e:
         raise ConfigError(f"{where}: {e}") from None
     return frozenset(a.name for a in sym.kernel.args) | {"core_mask" if sym.variant == "s" else "core"}
@@ -295,10 +294,10 @@ def _checked_text(path: str, digest: str, what: str) -> str:
 
 def run_point(point: dict) -> dict:
     """Run one sweep point; never raises a SimError or a bug: a failure is returned with its error."""
+    from sim.simulator import Simulator
     from sim.tools.runner import (
         place_data,  # imported here: worker processes import the facade on first use
     )
-    from sim.simulator import Simulator
 
     t0 = time.perf_counter()
     settings = point["settings"]

@@ -1,0 +1,1 @@
+"""What the kernels share: argument checking (more of the kernel scaffold lands here)."""

@@ -1,0 +1,70 @@
+"""A kernel call as the simulator sees it once its arguments are checked: buffers, attributes, precision.
+
+:class:`ArgSpec` declares one argument of a kernel; a kernel's ``bind`` turns the user's arguments into a
+:class:`BoundCall` whose :class:`Buffer` list is what the layout check (:mod:`sim.model.layout`) sees.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """One buffer of a call, as the layout check sees it."""
+
+    name: str
+    addr: int
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    role: str  # "input" or "output"
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes the buffer occupies."""
+        return math.prod(int(d) for d in self.shape) * np.dtype(self.dtype).itemsize
+
+    @property
+    def end(self) -> int:
+        """One past the buffer's last byte."""
+        return self.addr + self.size_bytes
+
+
+@dataclass(frozen=True)
+class BoundCall:
+    """A kernel call with its arguments checked: buffers, attributes, precision."""
+
+    symbol: str
+    precision: str
+    variant: str  # "s" (shared memory) or "p" (private memory of one core)
+    cores: tuple[int, ...]
+    buffers: tuple[Buffer, ...]
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+
+    def buffer(self, name: str) -> Buffer:
+        """The buffer called ``name``."""
+        for b in self.buffers:
+            if b.name == name:
+                return b
+        raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    """One argument of a kernel symbol, for binding and for ``dspsim kernels``."""
+
+    name: str
+    kind: str  # "in_ptr", "out_ptr", "ints", "int", "float", "str", "bool", "params"
+    doc: str
+    default: Any = None
+    required: bool = True
+
+
+class MemoryReader(Protocol):
+    """Reads values a kernel needs at bind time (the ``params`` array of BatchNormGrad)."""
+
+    def __call__(self, addr: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray: ...

@@ -1,0 +1,177 @@
+"""The plan IR: what a kernel hands the engine, as plain frozen data (public: user kernels build it too).
+
+A kernel lowers a bound call (:mod:`sim.model.call`) into a :class:`Plan`: phases separated by
+barriers, each a list of :class:`Tile` per core.  A tile is DMA-in :class:`Transfer` descriptors into the
+core's staging memory, one :class:`Compute` on staged :class:`Operand` arrays, and DMA-out transfers.
+The engine (:mod:`sim.engine`) executes plans and :mod:`sim.timing` prices them; kernels only describe
+them.  Addresses are raw chip addresses; private regions resolve to the issuing core's own memory.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from sim.model.memory import block_span
+
+
+def c_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:
+    """Byte strides of a C-ordered array of ``shape`` with ``itemsize`` bytes per element."""
+    strides: list[int] = []
+    step = itemsize
+    for n in reversed(tuple(shape)):
+        strides.append(step)
+        step *= max(int(n), 1)
+    return tuple(reversed(strides))
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One DMA descriptor: an n-d block of elements copied from ``src`` to ``dst``.
+
+    Addresses are raw chip addresses; private regions resolve to the issuing core's
+    own memory.  ``shape`` counts elements per dimension; the strides are in bytes
+    and may differ on each side (a strided gather of a channel slice into a
+    contiguous scratchpad buffer, for instance).
+    """
+
+    src: int
+    dst: int
+    shape: tuple[int, ...]
+    itemsize: int
+    src_strides: tuple[int, ...]
+    dst_strides: tuple[int, ...]
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes moved by this descriptor."""
+        n = self.itemsize
+        for d in self.shape:
+            n *= d
+        return n
+
+    @staticmethod
+    def contiguous(src: int, dst: int, size_bytes: int) -> "Transfer":
+        """A plain copy of ``size_bytes`` contiguous bytes."""
+        return Transfer(src, dst, (int(size_bytes),), 1, (1,), (1,))
+
+    @staticmethod
+    def block(src: int, dst: int, shape: Sequence[int], itemsize: int,
+              src_strides: Sequence[int], dst_strides: Sequence[int] | None = None) -> "Transfer":
+        """A strided block; ``dst_strides`` defaults to a dense C-ordered destination."""
+        shape = tuple(int(s) for s in shape)
+        dst_s = tuple(dst_strides) if dst_strides is not None else c_strides(shape, itemsize)
+        return Transfer(src, dst, shape, int(itemsize), tuple(int(s) for s in src_strides),
+                        tuple(int(s) for s in dst_s))
+
+    def runs(self, side: str) -> tuple[int, int]:
+        """``(number of contiguous runs, bytes per run)`` of ``side`` ('src' or 'dst').
+
+        The run grows from the innermost dimension outwards while each stride
+        continues the bytes before it; size-1 dimensions never break a run.
+        """
+        strides = self.src_strides if side == "src" else self.dst_strides
+        run = self.itemsize
+        for n, st in zip(reversed(self.shape), reversed(strides)):
+            if n == 1:
+                continue
+            if st != run:
+                break
+            run *= n
+        total = self.size_bytes
+        return (total // run if run else 0), run
+
+    def span(self, side: str) -> tuple[int, int]:
+        """``(lowest address, one past the highest byte)`` touched on ``side`` ('src' or 'dst')."""
+        if side == "src":
+            return block_span(self.src, self.shape, self.itemsize, self.src_strides)
+        return block_span(self.dst, self.shape, self.itemsize, self.dst_strides)
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A dense C-ordered array at ``addr`` in the issuing core's view of memory."""
+
+    addr: int
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes the operand occupies."""
+        return math.prod(int(d) for d in self.shape) * np.dtype(self.dtype).itemsize
+
+
+@dataclass(frozen=True)
+class Compute:
+    """The vector work of one tile.
+
+    ``fn`` receives the input operands as numpy arrays (read from simulated
+    memory) and returns one array per output operand, which the engine writes
+    back.  ``flops`` counts the math's own element operations on this tile's
+    elements (a fused multiply-add is two): summed over a plan they are the
+    operation's flops, whatever the tiling or the storage precision.
+    ``extra_ops`` counts the other vector element operations the tile issues:
+    fp16 <-> fp32 conversions, layout transpositions, the empty lanes of
+    part-filled vectors, zero-fills and casts, and work a tiling repeats
+    (partial sums exchanged between cores, values recomputed in a second pass).
+    The engine prices ``flops + extra_ops`` alike and ``reductions`` (cross-lane
+    vector reductions) apart, from the target file for ``precision``; runs
+    report ``flops`` only as FLOP.
+    """
+
+    fn: Callable[..., Sequence[np.ndarray]]
+    inputs: tuple[Operand, ...]
+    outputs: tuple[Operand, ...]
+    flops: int
+    reductions: int
+    precision: str
+    extra_ops: int = 0
+
+    @property
+    def vector_ops(self) -> int:
+        """Every vector element operation the tile issues: the math's and the extra ones (what time is priced on)."""
+        return self.flops + self.extra_ops
+
+
+@dataclass(frozen=True)
+class Tile:
+    """DMA in, compute, DMA out: the unit the engine double-buffers.
+
+    ``slot`` names the scratchpad buffer set the tile uses; the engine does not
+    start a tile's loads before the previous tile of the same slot has finished
+    its stores, so a kernel that alternates two slots gets a double-buffered
+    pipeline and one that uses a single slot gets a serial one.
+    """
+
+    tile_id: int
+    loads: tuple[Transfer, ...]
+    compute: Compute | None
+    stores: tuple[Transfer, ...]
+    slot: int = 0
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Work of every participating core until the next barrier."""
+
+    name: str
+    tiles: Mapping[int, tuple[Tile, ...]]
+    barrier_after: bool = True
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A lowered kernel call: the cores it runs on and its phases."""
+
+    cores: tuple[int, ...]
+    phases: tuple[Phase, ...]
+    precision: str
+
+    @property
+    def tile_count(self) -> int:
+        """Tiles of every core in every phase."""
+        return sum(len(tiles) for phase in self.phases for tiles in phase.tiles.values())
