@@ -16,7 +16,8 @@ import numpy as np
 from sim.errors import KernelArgError
 from sim.model.call import ArgSpec, BoundCall, MemoryReader
 from sim.model.plan import Plan
-from sim.model.target import Target
+from sim.model.target import StagingArea, Target
+from sim.timing import estimate
 
 #: Precision name -> numpy dtype of the big tensors of a kernel.
 PRECISION_DTYPES: dict[str, np.dtype] = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16)}
@@ -26,31 +27,90 @@ PREFIX_PRECISION: dict[str, str] = {"fp": "fp32", "hp": "fp16"}
 
 @dataclass(frozen=True)
 class PlanContext:
-    """What a kernel may know of the chip when it plans: target, cores, staging areas.
+    """What a kernel may know of the chip when it plans: target, cores, precision, staging levels, tiling.
 
-    ``scratch_base``/``scratch_size_bytes`` is the per-core scratchpad region
-    where tiles are staged (the same local addresses on every core);
-    ``workspace_base``/``workspace_size_bytes`` is a shared region the cores may
-    use to exchange partial results behind a barrier.  ``tiling``, when given,
-    names the partition and tile sizes the kernel must use (its keys are the
-    kernel's own, see ``Kernel.tilings``); None lets the kernel choose.
+    ``levels`` are the staging areas a plan may use, outermost first (see
+    :class:`~sim.model.target.StagingArea`): :attr:`shared_level` is a window of
+    shared memory where cores exchange partial results behind a barrier;
+    :attr:`vector_level` the per-core memory where compute operands live (the
+    same local addresses on every core); :attr:`scalar_level` a per-core level
+    beside it, if the chip has one.  ``tiling``, when given, names the partition
+    and tile sizes the kernel must use (its keys are the kernel's own, see
+    ``Kernel.tilings``); None lets the kernel choose.  :meth:`estimate` prices a
+    plan with the timing model, without simulating it.
     """
 
     target: Target
     cores: tuple[int, ...]
     precision: str
     variant: str
-    scratch_base: int
-    scratch_size_bytes: int
-    workspace_base: int
-    workspace_size_bytes: int
-    alignment_bytes: int
+    levels: tuple[StagingArea, ...]
     tiling: Mapping[str, Any] | None = None
+
+    def level(self, name: str) -> StagingArea:
+        """The staging level called ``name``; KeyError naming the levels there are when none is."""
+        for area in self.levels:
+            if area.name == name:
+                return area
+        raise KeyError(f"no staging level {name!r} (levels: {', '.join(a.name for a in self.levels)})")
+
+    @property
+    def shared_level(self) -> StagingArea | None:
+        """The outermost staging level in shared memory (where cores exchange partial results), or None."""
+        return next((a for a in self.levels if a.shared), None)
+
+    @property
+    def vector_level(self) -> StagingArea:
+        """The innermost per-core level that is not beside another: where compute operands live."""
+        return [a for a in self.levels if not a.shared and a.beside is None][-1]
+
+    @property
+    def scalar_level(self) -> StagingArea | None:
+        """A per-core level beside the vector level (scalar operands), or None."""
+        vector = self.vector_level.name
+        return next((a for a in self.levels if a.beside == vector), None)
+
+    def estimate(self, plan: Plan) -> int:
+        """The cycles ``plan`` would take on this chip, in closed form (:func:`sim.timing.estimate`)."""
+        return estimate(plan, self.target)
 
     @property
     def peak_flops_per_cycle(self) -> int:
         """Vector element operations per cycle of one core at this precision."""
         return self.target.core.precisions[self.precision].peak_flops_per_cycle
+
+    # The single-level view the kernels were written against (they move to the levels above).
+
+    @property
+    def scratch_base(self) -> int:
+        """Base of the vector level (per-core staging scratchpad)."""
+        return self.vector_level.base
+
+    @property
+    def scratch_size_bytes(self) -> int:
+        """Size of the vector level."""
+        return self.vector_level.size_bytes
+
+    @property
+    def alignment_bytes(self) -> int:
+        """Alignment of allocations in the vector level."""
+        return self.vector_level.alignment_bytes
+
+    @property
+    def workspace_base(self) -> int:
+        """Base of the shared level (the cross-core partial-results window)."""
+        return self._shared().base
+
+    @property
+    def workspace_size_bytes(self) -> int:
+        """Size of the shared level."""
+        return self._shared().size_bytes
+
+    def _shared(self) -> StagingArea:
+        area = self.shared_level
+        if area is None:
+            raise KeyError(f"{self.target.name} has no shared staging level")
+        return area
 
 
 class Kernel(Protocol):

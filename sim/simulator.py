@@ -17,20 +17,14 @@ from kernels.registry import Symbol, lookup, symbols
 from sim.engine.engine import Engine
 from sim.engine.events import Recorder, TraceEvent
 from sim.errors import KernelArgError, LayoutError, MemoryFault, brief
-from sim.inspect.summary import (
-    CoreSummary,
-    Roofline,
-    core_summaries,
-    peak_flops_per_cycle,
-    roofline,
-    run_summary_text,
-)
+from sim.inspect.summary import CoreSummary, core_summaries, run_summary_text
 from sim.inspect.trace import run_metadata, write_trace
 from sim.model.call import BoundCall, Buffer
 from sim.model.layout import check_buffer, enforce_layout, layout_error, plan_violation
 from sim.model.memory import AddressSpace, checked_dtype
 from sim.model.plan import Plan
-from sim.model.target import Target
+from sim.timing import Roofline, peak_flops_per_cycle, roofline
+from sim.model.target import StagingArea, Target
 from sim.model.target_loader import load_target
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -132,6 +126,19 @@ class Run:
     def write_trace(self, path: str | Path) -> Path:
         """Write the trace: Chrome trace JSON (Perfetto, chrome://tracing), or CSV for a ``.csv`` path."""
         return write_trace(path, self.events, self.target.clock_hz, self.metadata())
+
+
+def staging_areas(target: Target) -> tuple[StagingArea, ...]:
+    """The staging levels of ``target`` as plans see them, outermost first: the shared workspace window, then
+    the per-core staging scratchpad (allocations aligned to its alignment and the vector width)."""
+    stage = target.region(target.staging_region)
+    shared = target.region(target.workspace.region)
+    ws_lo, ws_hi = target.workspace_range
+    vector_width = target.core.vector_width_bytes
+    return (StagingArea(shared.name, shared.name, ws_lo, ws_hi - ws_lo, True,
+                        max(shared.alignment_bytes, vector_width)),
+            StagingArea(stage.name, stage.name, stage.base, stage.size_bytes, False,
+                        max(stage.alignment_bytes, vector_width)))
 
 
 def find_symbol(symbol: object) -> Symbol:
@@ -293,12 +300,8 @@ class Simulator:
 
     def context(self, call: BoundCall) -> PlanContext:
         """What the kernel may know of the chip when planning ``call``."""
-        stage = self.target.region(self.target.staging_region)
-        ws_lo, ws_hi = self.target.workspace_range
         return PlanContext(target=self.target, cores=call.cores, precision=call.precision, variant=call.variant,
-                           scratch_base=stage.base, scratch_size_bytes=stage.size_bytes,
-                           workspace_base=ws_lo, workspace_size_bytes=ws_hi - ws_lo,
-                           alignment_bytes=max(stage.alignment_bytes, self.target.core.vector_width_bytes))
+                           levels=staging_areas(self.target))
 
     @_locked
     def plan(self, symbol: str, /, *, tiling: Mapping[str, Any] | None = None, **kwargs: Any) -> tuple[BoundCall, Plan]:

@@ -13,7 +13,8 @@ import yaml
 
 from sim.cli import main
 from sim.engine.events import TraceEvent
-from sim.inspect.summary import Roofline, core_summaries, precision_note, summary_table
+from sim.inspect.summary import core_summaries, precision_note, summary_table
+from sim.timing import Roofline
 from sim.inspect.trace_tools import diff_text, diff_traces, load_trace
 from sim.model.call import BoundCall, Buffer
 from sim.tools.config import load_config

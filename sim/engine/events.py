@@ -5,16 +5,22 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 #: Event kinds the engine records.
 KINDS = ("launch", "dma_in", "compute", "dma_out", "barrier_wait")
 #: Kinds that move data.
 DMA_KINDS = ("dma_in", "dma_out")
 
-@dataclass(frozen=True)
-class TraceEvent:
-    """One interval of activity of one unit of one core.
+
+class TraceEvent(NamedTuple):
+    """One interval of activity of one unit of one core (immutable).
+
+    A named tuple rather than a frozen dataclass: a run records one event per
+    DMA and compute, and a frozen dataclass's constructor sets each of its 15
+    fields through ``object.__setattr__`` (as slow as a SimPy event); a named
+    tuple is built in one call, with the same fields, defaults and keywords.
+    ``TraceEvent._fields`` names the fields in order.
 
     ``unit`` is ``compute``, ``dma<k>`` (engine k of the core) or ``sync``
     (launch and barriers).  ``wait_cycles`` is the part of a DMA spent queued for
@@ -53,3 +59,9 @@ class Recorder:
     def record(self, event: TraceEvent) -> None:
         """Append one event."""
         self.events.append(event)
+
+
+#: The fields holding integers (cycles, bytes, addresses, ids, counts); the others hold text.
+INT_FIELDS: frozenset[str] = frozenset(
+    name for name, kind in TraceEvent.__annotations__.items()
+    if getattr(kind, "__forward_arg__", kind) in ("int", "int | None"))

@@ -1,105 +1,14 @@
-"""Roofline bound of a plan and the per-core summary of a run's events."""
+"""The per-core summary of a run's events, and the run summary text (the roofline itself is :mod:`sim.timing`'s)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from sim.engine.events import TraceEvent
 from sim.model.call import BoundCall
-from sim.model.memory import MemoryMap
-from sim.model.plan import Plan
-from sim.model.target import Target
-
-
-@dataclass(frozen=True)
-class Roofline:
-    """The least cycles any schedule of a plan could take on the cores it uses.
-
-    ``resource_cycles`` maps ``compute`` and each region name to the cycles that
-    resource alone needs: vector operations (the math's flops and the extra ops,
-    see ``Compute``) at the rate the target says a core's inner loop reaches (the
-    peak of the tile's precision times ``core.vector_efficiency``, the same rate
-    the engine charges); bytes over the bandwidth the plan's cores can draw from
-    the region (its ports' bandwidth, as many ports as the cores' DMA engines can
-    hold at once; times the cores for private regions, which every core has its
-    own copy of).  The bound is their maximum; ``bound_by`` names the resource
-    that sets it.  Which resource a *run* was limited by is
-    :func:`limiting_resource`'s answer (it also looks at the trace).
-    """
-
-    resource_cycles: Mapping[str, float]
-    total_flops: int  # the math's flops only: the same for every tiling and storage precision of a call
-    region_bytes: Mapping[str, int]
-    flops_by_precision: Mapping[str, int] = field(default_factory=dict)
-    extra_ops: int = 0  # vector operations beyond the math (conversions, empty lanes, repeated work)
-
-    @property
-    def cycles(self) -> float:
-        """The bound in cycles."""
-        return max(self.resource_cycles.values(), default=0.0)
-
-    @property
-    def bound_by(self) -> str:
-        """The resource that sets the bound."""
-        return max(self.resource_cycles.items(), key=lambda kv: (kv[1], kv[0]))[0] if self.resource_cycles else "-"
-
-
-def roofline(plan: Plan, target: Target) -> Roofline:
-    """The roofline bound of ``plan`` on ``target`` (the compute rate and bandwidth of the cores it uses)."""
-    mmap = MemoryMap(target)
-    ops_by_prec: dict[str, int] = defaultdict(int)  # every vector operation, which the compute time counts
-    flops_by_prec: dict[str, int] = defaultdict(int)  # the math's own flops (reported)
-    region_bytes: dict[str, int] = defaultdict(int)
-    for phase in plan.phases:
-        for tiles in phase.tiles.values():
-            for tile in tiles:
-                if tile.compute is not None:
-                    ops_by_prec[tile.compute.precision] += tile.compute.vector_ops
-                    flops_by_prec[tile.compute.precision] += tile.compute.flops
-                for t in tile.loads + tile.stores:
-                    for side in ("src", "dst"):
-                        lo, hi = t.span(side)
-                        r = mmap.region_at(lo)
-                        if r is not None:
-                            region_bytes[r.name] += t.size_bytes
-    n = len(plan.cores)
-    cycles: dict[str, float] = {}
-    # The engine charges vector ops / (peak x vector_efficiency) per tile: a bound at the bare peak would be
-    # unreachable on a calibrated chip (efficiency < 1) and name the wrong resource.
-    rate = target.core.vector_efficiency
-    compute = sum(f / (target.core.precisions[p].peak_flops_per_cycle * rate * n)
-                  for p, f in ops_by_prec.items() if p in target.core.precisions)
-    cycles["compute"] = compute
-    engines = target.dma.engines_per_core
-    for name, b in region_bytes.items():
-        r = target.region(name)
-        # A transfer holds one port, and a core has only so many DMA engines: the cores of the plan can
-        # keep at most min(ports, cores x engines) ports of a shared region busy (per core for a private one).
-        if r.shared:
-            bw = min(r.ports, n * engines) * r.port_bandwidth_bytes_per_cycle
-        else:
-            bw = min(r.ports, engines) * r.port_bandwidth_bytes_per_cycle * n
-        cycles[name] = b / bw
-    return Roofline(resource_cycles=dict(cycles), total_flops=sum(flops_by_prec.values()),
-                    region_bytes=dict(region_bytes), flops_by_precision=dict(flops_by_prec),
-                    extra_ops=sum(ops_by_prec.values()) - sum(flops_by_prec.values()))
-
-
-def peak_flops_per_cycle(rf: Roofline, target: Target, cores: int) -> float:
-    """The cores' peak in element operations per cycle at the precisions the plan computes in.
-
-    Flops at several precisions combine harmonically (the time each share
-    takes at its own peak); a plan without arithmetic reports the fp32 peak
-    (or the chip's first precision).
-    """
-    precs = target.core.precisions
-    timed = [(f, precs[p].peak_flops_per_cycle) for p, f in rf.flops_by_precision.items() if p in precs and f]
-    if timed:
-        return sum(f for f, _ in timed) / sum(f / peak for f, peak in timed) * cores
-    model = precs.get("fp32") or next(iter(precs.values()))
-    return float(model.peak_flops_per_cycle * cores)
+from sim.timing import Roofline
 
 
 def _union(intervals: Sequence[tuple[int, int]]) -> int:

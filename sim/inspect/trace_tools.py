@@ -11,11 +11,11 @@ from __future__ import annotations
 import csv
 import json
 from collections import defaultdict
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from sim.engine.events import DMA_KINDS, TraceEvent
+from sim.engine.events import INT_FIELDS, DMA_KINDS, TraceEvent
 from sim.errors import SimError
 from sim.inspect.summary import (
     TABLE_LEGEND,
@@ -27,7 +27,7 @@ from sim.inspect.summary import (
 from sim.inspect.trace import run_title, track_name, tracks, unit_label, unit_order
 
 _WORK_KINDS = ("dma_in", "compute", "dma_out")
-_INT_FIELDS = {f.name for f in fields(TraceEvent) if f.type in ("int", "int | None")}
+_INT_FIELDS = INT_FIELDS
 _ADDR_FIELDS = ("src", "dst")
 
 
@@ -97,16 +97,16 @@ def _as_int(value: Any, what: str, path: Path) -> int | None:
 
 def _event_from_fields(values: Mapping[str, Any], path: Path, where: str) -> TraceEvent:
     kw: dict[str, Any] = {}
-    for f in fields(TraceEvent):
-        v = values.get(f.name)
-        if f.name in _INT_FIELDS or f.name in _ADDR_FIELDS:
-            v = _as_int(v, f"{where} field '{f.name}'", path)
+    for name in TraceEvent._fields:
+        v = values.get(name)
+        if name in _INT_FIELDS or name in _ADDR_FIELDS:
+            v = _as_int(v, f"{where} field '{name}'", path)
         elif v == "":
             v = None
-        if v is None and f.name in ("core", "unit", "kind", "start", "end"):
-            raise TraceFileError(f"{path}: {where}: missing '{f.name}'")
-        if v is not None or f.name not in ("bytes", "flops", "wait_cycles"):
-            kw[f.name] = v
+        if v is None and name in ("core", "unit", "kind", "start", "end"):
+            raise TraceFileError(f"{path}: {where}: missing '{name}'")
+        if v is not None or name not in ("bytes", "flops", "wait_cycles"):
+            kw[name] = v
     return TraceEvent(**kw)
 
 

@@ -6,7 +6,6 @@ target file and builds these; :mod:`sim.timing` turns their numbers into cycles.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -39,11 +38,6 @@ class CoreModel:
     reduction_latency_cycles: int
     loop_overhead_cycles: int
     vector_efficiency: float = 1.0
-
-    def peak_fraction_cycles(self, flops: int, precision: str) -> int:
-        """Cycles of ``flops`` element operations at the achieved fraction of the vector peak."""
-        peak = self.precisions[precision].peak_flops_per_cycle * self.vector_efficiency
-        return math.ceil(flops / peak)
 
 
 @dataclass(frozen=True)
@@ -109,6 +103,31 @@ class Workspace:
     region: str
     offset_bytes: int
     size_bytes: int
+
+
+@dataclass(frozen=True)
+class StagingArea:
+    """One staging level as a plan sees it: a window of addresses a kernel owns during a call.
+
+    ``region`` is the memory region holding it; ``base``/``size_bytes`` the window
+    (the whole region for a per-core scratchpad; the same local addresses on every
+    core of a private region); ``shared`` whether every core sees the same bytes;
+    ``alignment_bytes`` the alignment allocations in it keep; ``beside`` the name of
+    the per-core level it sits beside (a scalar memory next to the vector one), or None.
+    """
+
+    name: str
+    region: str
+    base: int
+    size_bytes: int
+    shared: bool
+    alignment_bytes: int
+    beside: str | None = None
+
+    @property
+    def end(self) -> int:
+        """One past the window's last address."""
+        return self.base + self.size_bytes
 
 
 @dataclass(frozen=True)

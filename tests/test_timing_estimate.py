@@ -1,0 +1,116 @@
+"""sim.timing: the one module of cycle formulas; its closed-form estimate against hand-derived values, the
+roofline and the simulation."""
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import sim
+from sim.engine.engine import Engine
+from sim.engine.events import Recorder
+from sim.model.memory import AddressSpace
+from sim.model.plan import Compute, Operand, Phase, Plan, Tile, Transfer
+from sim.timing import compute_cycles, estimate, roofline, stream_cycles, transfer_latency_cycles
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def simulate(target, plan) -> int:
+    return Engine(target, AddressSpace(target), Recorder(), numerics=False).run(plan)
+
+
+def test_one_transfer_estimate_is_exact_and_hand_derived():
+    t = sim.load_target("FT78NE")
+    ddr, am = t.region("ddr"), t.region("am")
+    n = 6000
+    tr = Transfer.contiguous(ddr.base, am.base, n)
+    plan = Plan(cores=(0,), precision="fp32", phases=(Phase("p", {0: (Tile(0, (tr,), None, ()),)}),))
+    stream = math.ceil(max(math.ceil(n / ddr.burst_bytes) * ddr.burst_bytes / (ddr.bandwidth_bytes_per_cycle / ddr.ports),
+                           math.ceil(n / am.burst_bytes) * am.burst_bytes / (am.bandwidth_bytes_per_cycle / am.ports)))
+    assert stream_cycles(tr, ddr, am) == stream
+    assert transfer_latency_cycles(ddr, am) == max(ddr.latency_cycles, am.latency_cycles)
+    expect = t.launch_overhead_cycles + t.dma.setup_cycles + stream + max(ddr.latency_cycles, am.latency_cycles)
+    assert estimate(plan, t) == expect == simulate(t, plan)
+
+
+def test_serial_tile_estimate_is_load_plus_compute_plus_store():
+    t = sim.load_target("MT7004")
+    ddr, am = t.region("ddr"), t.region("am")
+    op = Operand(am.base, (1024,), np.dtype(np.float32))
+    c = Compute(lambda a: (a,), (op,), (op,), flops=50_000, reductions=2, precision="fp32")
+    load, store = Transfer.contiguous(ddr.base, am.base, 4096), Transfer.contiguous(am.base, ddr.base, 4096)
+    plan = Plan(cores=(0,), precision="fp32", phases=(Phase("p", {0: (Tile(0, (load,), c, (store,)),)}),))
+    p = t.core.precisions["fp32"]
+    compute = (t.core.loop_overhead_cycles + t.core.vector_op_latency_cycles
+               + math.ceil(50_000 / (p.lanes * p.fmac_units * 2 * t.core.vector_efficiency))
+               + 2 * t.core.reduction_latency_cycles)
+    assert compute_cycles(c, t) == compute
+    fixed = t.dma.setup_cycles + max(ddr.latency_cycles, am.latency_cycles)
+    expect = (t.launch_overhead_cycles + (fixed + stream_cycles(load, ddr, am)) + compute
+              + (fixed + stream_cycles(store, am, ddr)))
+    assert estimate(plan, t) == expect == simulate(t, plan)
+
+
+def test_barriers_join_the_cores_and_cost_their_latency():
+    t = sim.load_target("FT78NE")
+    am = t.region("am")
+    op = Operand(am.base, (4,), np.dtype(np.float32))
+
+    def work(flops):
+        return Tile(0, (), Compute(lambda a: (a,), (op,), (op,), flops=flops, reductions=0, precision="fp32"), ())
+
+    plan = Plan(cores=(0, 1), precision="fp32", phases=(
+        Phase("a", {0: (work(10_000),), 1: (work(1_000),)}),
+        Phase("b", {0: (work(1_000),), 1: (work(10_000),)}, barrier_after=False)))
+    slow, fast = (compute_cycles(work(f).compute, t) for f in (10_000, 1_000))
+    expect = t.launch_overhead_cycles + slow + t.barrier_latency_cycles + slow
+    assert estimate(plan, t) == expect == simulate(t, plan)
+
+
+def _bench_runs():
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import cases
+    finally:
+        sys.path.pop(0)
+    for case_id in cases.case_ids(sizes=["medium"]):
+        case = cases.build(case_id)
+        m = sim.Simulator(case.chip)
+        for addr, arr in case.inputs.items():
+            m.write(addr, arr)
+        yield case_id, m, m.call(case.symbol, numerics=False, **case.args)
+
+
+@pytest.fixture(scope="module")
+def bench_runs():
+    return list(_bench_runs())
+
+
+def test_estimate_is_never_below_the_roofline_and_close_to_the_simulation(bench_runs):
+    """On the bench cases (the shapes the tiling search is for) the estimate stays within 3 % of the
+    simulation; never below the roofline, whatever the plan."""
+    for case_id, m, run in bench_runs:
+        est = estimate(run.plan, m.target)
+        assert est >= roofline(run.plan, m.target).cycles, case_id
+        assert abs(est - run.cycles) <= 0.03 * run.cycles, (case_id, est, run.cycles)
+
+
+def test_plan_context_estimate_is_the_timing_modules(bench_runs):
+    case_id, m, run = bench_runs[0]
+    ctx = m.context(run.call)
+    assert ctx.estimate(run.plan) == estimate(run.plan, m.target)
+
+
+def test_nothing_but_sim_timing_prices_compute_or_streams():
+    """The cycle formulas live in sim/timing.py alone: no other module of sim/ divides by a port bandwidth or
+    charges a core's loop overhead."""
+    for path in (ROOT / "sim").rglob("*.py"):
+        if path.name == "timing.py":
+            continue
+        text = path.read_text()
+        for formula in ("loop_overhead_cycles +", "/ src.port_bandwidth", "reduction_latency_cycles +",
+                        "* core.reduction_latency_cycles"):
+            assert formula not in text, f"{path}: {formula}"
