@@ -14,7 +14,7 @@ import numpy as np
 
 from kernels.base import PlanContext, check_argument_names
 from kernels.registry import Symbol, lookup, symbols
-from sim.engine.engine import Engine
+from sim.engine.engine import Engine, EngineMemo
 from sim.engine.events import Recorder, TraceEvent
 from sim.errors import KernelArgError, LayoutError, MemoryFault, brief
 from sim.inspect.summary import CoreSummary, core_summaries, run_summary_text
@@ -24,6 +24,7 @@ from sim.model.layout import check_buffer, enforce_layout, layout_error, plan_vi
 from sim.model.memory import AddressSpace, checked_dtype
 from sim.model.plan import Plan
 from sim.timing import Roofline, peak_flops_per_cycle, roofline
+from sim.tuning import TILING_TOLERANCE, Progress, TilingCache, TilingChoice, choose_tiling
 from sim.model.target import StagingArea, Target
 from sim.model.target_loader import load_target
 
@@ -31,41 +32,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: Plans a simulator keeps for calls it may see again (least recently used dropped first).
 PLAN_CACHE_SIZE = 16
-#: Candidate tilings whose cycles are within this fraction of the cheapest count as tied; a tie goes to the
-#: candidate with the fewest tiles.  The model is cycle-approximate: a fraction of a percent separates
-#: tilings that differ only in how long the first load and the last store stay exposed, while fewer tiles
-#: mean fewer DMA descriptors on the chip and a several times faster simulation.
-TILING_TOLERANCE = 0.01
-
-
-@dataclass(frozen=True)
-class TilingChoice:
-    """The tiling a run used and how it was chosen.
-
-    ``source`` is ``given`` (the caller named it), ``cost model`` (the
-    cheapest of the kernel's candidates, each simulated in timing-only mode,
-    where candidates within the simulator's ``tiling_tolerance`` of the
-    cheapest tie and the one with the fewest tiles wins; their cycles are in
-    ``candidates``, None for one stopped once it could no longer tie) or
-    ``kernel`` (the kernel offers one plan only).
-    """
-
-    tiling: dict | None
-    source: str
-    candidates: tuple[tuple[dict, int | None], ...] = ()
-    tolerance: float = 0.0  # the simulator's tiling_tolerance when the cost model chose
-
-    def describe(self) -> str:
-        """One line for summaries."""
-        if self.source == "cost model":
-            others = ", ".join(f"{c} {cycles if cycles is not None else 'slower'}" for c, cycles in self.candidates)
-            priced = [cycles for _, cycles in self.candidates if cycles is not None]
-            mine = next((cycles for c, cycles in self.candidates if c == self.tiling), None)
-            why = ("" if not priced or mine is None or mine <= min(priced)
-                   else f"; the fewest tiles within {self.tolerance:.0%} of the cheapest")
-            return (f"tiling {self.tiling} chosen by the cost model among {len(self.candidates)} candidates "
-                    f"({others}{why})")
-        return f"tiling {self.tiling if self.tiling else 'the kernel default'} ({self.source})"
 
 
 @dataclass
@@ -163,17 +129,6 @@ def _cores_of_mask(mask: Any, target: Target) -> tuple[int, ...]:
     return tuple(i for i in range(target.cores) if mask >> i & 1)
 
 
-class _TileCounter:
-    """The engine's per-tile callback turned into ``progress(phase, done, total)`` calls."""
-
-    def __init__(self, progress: Callable[[str, int, int], None], phase: str, done: int, total: int):
-        self.progress, self.phase, self.done, self.total = progress, phase, done, total
-
-    def __call__(self, tiles: int, cycle: int) -> None:
-        self.done += tiles
-        self.progress(self.phase, self.done, self.total)
-
-
 def _locked(method: F) -> F:
     """Run ``method`` holding the simulator's lock (see :class:`Simulator` on threads)."""
     @functools.wraps(method)
@@ -181,6 +136,54 @@ def _locked(method: F) -> F:
         with sim._lock:
             return method(sim, *args, **kwargs)
     return cast(F, locked)
+
+
+@dataclass
+class CachedPlan:
+    """A plan the simulator keeps, with what runs of it remember: the engine's memo (resolved transfers and
+    operands, compute cycles) and the plan's roofline once computed."""
+
+    plan: Plan
+    engine_memo: EngineMemo = field(default_factory=EngineMemo)
+    _roofline: Roofline | None = None
+
+    def roofline(self, target: Target) -> Roofline:
+        """The plan's roofline on ``target``, computed once."""
+        if self._roofline is None:
+            self._roofline = roofline(self.plan, target)
+        return self._roofline
+
+
+class PlanCache:
+    """The plans of recent calls by (bound call, tiling), least recently used dropped first: a repeated call,
+    or a sweep point, skips planning."""
+
+    def __init__(self, size: int = PLAN_CACHE_SIZE):
+        self.size = size
+        self._plans: OrderedDict[str, CachedPlan] = OrderedDict()
+
+    @staticmethod
+    def key(call: BoundCall, tiling: Mapping[str, Any] | None) -> str:
+        """A plan is a function of the bound call (its buffers, attributes, cores) and the tiling only."""
+        return repr((call, sorted((tiling or {}).items())))
+
+    def get(self, key: str) -> CachedPlan | None:
+        """The entry under ``key`` (now the most recently used), or None."""
+        entry = self._plans.get(key)
+        if entry is not None:
+            self._plans.move_to_end(key)
+        return entry
+
+    def put(self, key: str, plan: Plan) -> CachedPlan:
+        """Keep ``plan`` under ``key``; returns its entry."""
+        entry = self._plans[key] = CachedPlan(plan)
+        if len(self._plans) > self.size:
+            self._plans.popitem(last=False)
+        return entry
+
+    def clear(self) -> None:
+        """Forget every plan."""
+        self._plans.clear()
 
 
 class Simulator:
@@ -204,12 +207,8 @@ class Simulator:
         self._lock = threading.RLock()
         self.target = load_target(target)
         self.tiling_tolerance = tiling_tolerance
-        # Tiling choices already made: (symbol, bound call, tolerance) -> (chosen tiling, priced candidates,
-        # source).
-        self._tiling_cache: dict[tuple[str, str, float], tuple[dict, tuple, str]] = {}
-        # Plans of recent calls (plan key -> plan): a repeated call, or a sweep point, skips planning.
-        self._plans: OrderedDict[str, tuple[Callable, Plan, dict]] = OrderedDict()
-        self._memos: dict[int, tuple[Plan, dict]] = {}  # id(plan) -> (plan, memo) of the cached plans
+        self._tilings = TilingCache()
+        self._plans = PlanCache()
         self.memory = AddressSpace(self.target)
 
     @property
@@ -311,7 +310,7 @@ class Simulator:
 
     @_locked
     def plan_with_choice(self, symbol: str, /, *, tiling: Mapping[str, Any] | None = None,
-                         progress: Callable[[str, int, int], None] | None = None,
+                         progress: Progress | None = None,
                          **kwargs: Any) -> tuple[BoundCall, Plan, TilingChoice]:
         """Bind, layout-check and plan a call: with ``tiling`` if given, else the cheapest candidate tiling.
 
@@ -319,6 +318,21 @@ class Simulator:
         (candidates planned of those the kernel lists; a total of 0 while it lists them) and ``pricing tilings``
         (tiles simulated of all the candidates' tiles; a candidate stopped early counts as done).
         """
+        call, entry, choice = self._plan_entry(symbol, tiling, progress, kwargs)
+        return call, entry.plan, choice
+
+    @_locked
+    def clear_caches(self) -> None:
+        """Forget the plans and tiling choices this simulator remembers, so that the next call plans afresh.
+
+        Plans are cached by the bound call and the tiling: after replacing a kernel's planner (as tests do to
+        inject a fault), call this so that no plan of the old planner is reused.
+        """
+        self._plans.clear()
+        self._tilings.clear()
+
+    def _plan_entry(self, symbol: str, tiling: Mapping[str, Any] | None, progress: Progress | None,
+                    kwargs: Mapping[str, Any]) -> tuple[BoundCall, CachedPlan, TilingChoice]:
         call = self.bind(symbol, **kwargs)
         enforce_layout(call, self.target)
         kernel = self.kernel_of(call)
@@ -332,89 +346,38 @@ class Simulator:
             return call, self._lower(kernel, call, replace(ctx, tiling=dict(tiling))), \
                 TilingChoice(dict(tiling), "given")
         # Keyed by the bound call, which holds what the kernel read from memory (a params array's sizes).
-        key = (symbol, repr(call), self.tiling_tolerance)
-        cached = self._tiling_cache.get(key)
+        cached = self._tilings.get(symbol, call, self.tiling_tolerance)
         if cached is not None:  # same call as before: same choice, without listing or pricing candidates again
-            chosen, priced_list, source = cached
-            return call, self._lower(kernel, call, replace(ctx, tiling=chosen)), \
-                TilingChoice(chosen, source, priced_list, self.tiling_tolerance if source == "cost model" else 0.0)
+            return call, self._lower(kernel, call, replace(ctx, tiling=cached.tiling)), cached
         candidates = self._lower_candidates(kernel, call, ctx, progress) if offers else []
         if len(candidates) <= 1:
             if candidates:
-                self._tiling_cache[key] = (candidates[0][0], (), "kernel")
-                return call, candidates[0][1], TilingChoice(candidates[0][0], "kernel")
+                choice = TilingChoice(candidates[0][0], "kernel")
+                self._tilings.put(symbol, call, self.tiling_tolerance, choice)
+                return call, candidates[0][1], choice
             return call, self._lower(kernel, call, ctx), TilingChoice(None, "kernel")
-        priced: list[tuple[dict, int | None]] = []
-        best: int | None = None  # the fewest cycles so far
-        total, done = sum(p.tile_count for _, p in candidates), 0
-        for cand, plan in candidates:
-            # Timing only: the engine moves no bytes and runs no numerics, so memory is untouched. A candidate
-            # still running when it can no longer tie with the best so far is stopped there.
-            limit = None if best is None else int(best * (1 + self.tiling_tolerance))
-            tick = None
-            if progress is not None:
-                progress("pricing tilings", done, total)
-                tick = _TileCounter(progress, "pricing tilings", done, total)
-            cycles = Engine(self.target, self.memory, Recorder(), numerics=False, memo=self._memo(plan),
-                            on_tile=tick).run(plan, until_cycles=limit)
-            done += plan.tile_count
-            priced.append((cand, cycles))
-            if cycles is not None and (best is None or cycles < best):
-                best = cycles
-        if progress is not None:
-            progress("pricing tilings", total, total)
-        assert best is not None
-        tied = [i for i, (_, cycles) in enumerate(priced)
-                if cycles is not None and cycles <= best * (1 + self.tiling_tolerance)]
-        # Fewest tiles, then fewest cycles, then the kernel's own order.
-        pick = min(tied, key=lambda i: (candidates[i][1].tile_count, priced[i][1], i))
-        self._tiling_cache[key] = (candidates[pick][0], tuple(priced), "cost model")
-        return call, candidates[pick][1], TilingChoice(candidates[pick][0], "cost model", tuple(priced),
-                                                      self.tiling_tolerance)
+        pick, choice = choose_tiling([(c, e.plan, e.engine_memo) for c, e in candidates], self.target, self.memory,
+                                     self.tiling_tolerance, progress)
+        self._tilings.put(symbol, call, self.tiling_tolerance, choice)
+        return call, candidates[pick][1], choice
 
-    @staticmethod
-    def _plan_key(call: BoundCall, tiling: Mapping[str, Any] | None) -> str:
-        """A plan is a function of the bound call (its buffers, attributes, cores) and the tiling only."""
-        return repr((call, sorted((tiling or {}).items())))
-
-    def _cached_plan(self, kernel: Any, call: BoundCall, ctx: PlanContext) -> Plan:
-        """``kernel.plan(call, ctx)``, reused when the same call was planned with the same tiling before."""
-        key = self._plan_key(call, ctx.tiling)
-        planner = getattr(kernel.plan, "__func__", kernel.plan)  # a replaced planner must not see old plans
-        cached = self._plans.get(key)
-        if cached is not None and cached[0] is planner:
-            self._plans.move_to_end(key)
-            return cached[1]
-        plan = kernel.plan(call, ctx)
-        self._plans[key] = (planner, plan, {})
-        if len(self._plans) > PLAN_CACHE_SIZE:
-            self._plans.popitem(last=False)
-        self._memos = {id(p): (p, memo) for _, p, memo in self._plans.values()}
-        return plan
-
-    def _memo(self, plan: Plan) -> dict | None:
-        """What runs of a cached ``plan`` remember (resolved transfers, its roofline); None if not cached."""
-        entry = self._memos.get(id(plan))
-        return entry[1] if entry is not None and entry[0] is plan else None
-
-    def _roofline(self, plan: Plan) -> Roofline:
-        memo = self._memo(plan)
-        if memo is None:
-            return roofline(plan, self.target)
-        if "roofline" not in memo:
-            memo["roofline"] = roofline(plan, self.target)
-        return memo["roofline"]
-
-    def _lower(self, kernel: Any, call: BoundCall, ctx: PlanContext) -> Plan:
+    def _lower(self, kernel: Any, call: BoundCall, ctx: PlanContext) -> CachedPlan:
+        """``kernel.plan(call, ctx)``, reused when the same call was planned with the same tiling before; a
+        tiling that does not fit becomes the ``scratchpad-fit`` layout violation."""
+        key = PlanCache.key(call, ctx.tiling)
+        entry = self._plans.get(key)
+        if entry is not None:
+            return entry
         try:
-            return self._cached_plan(kernel, call, ctx)
+            plan = kernel.plan(call, ctx)
         except LayoutError as e:
             if getattr(e, "violations", None):
                 raise
             raise layout_error([plan_violation(call, self.target, e)]) from None
+        return self._plans.put(key, plan)
 
     def _lower_candidates(self, kernel: Any, call: BoundCall, ctx: PlanContext,
-                          progress: Callable[[str, int, int], None] | None = None) -> list[tuple[dict, Plan]]:
+                          progress: Progress | None = None) -> list[tuple[dict, CachedPlan]]:
         """The kernel's candidate tilings that plan (a candidate that cannot fit is dropped)."""
         out = []
         if progress is not None:
@@ -424,7 +387,7 @@ class Simulator:
             if progress is not None:
                 progress("planning tilings", i, len(cands))
             try:
-                out.append((dict(cand), self._cached_plan(kernel, call, replace(ctx, tiling=dict(cand)))))
+                out.append((dict(cand), self._lower(kernel, call, replace(ctx, tiling=dict(cand)))))
             except LayoutError:
                 continue
         if progress is not None:
@@ -445,10 +408,11 @@ class Simulator:
             raise KernelArgError(f"call: 'numerics' must be True or False, got {brief(numerics)}")
         if progress is not None and not callable(progress):
             raise KernelArgError(f"call: 'progress' must be a callable or None, got {brief(progress)}")
-        call, plan, choice = self.plan_with_choice(symbol, tiling=tiling, **kwargs)
+        call, entry, choice = self._plan_entry(symbol, tiling, None, kwargs)
+        plan = entry.plan
         recorder = Recorder()
         engine = Engine(self.target, self.memory, recorder, numerics=numerics, on_tile=progress,
-                        memo=self._memo(plan))
+                        memo=entry.engine_memo)
         self.memory.begin()
         try:
             cycles = engine.run(plan)
@@ -457,7 +421,7 @@ class Simulator:
             raise
         self.memory.commit()
         return Run(symbol=symbol, target=self.target, call=call, plan=plan, cycles=cycles,
-                   events=recorder.events, roofline=self._roofline(plan),
+                   events=recorder.events, roofline=entry.roofline(self.target),
                    wall_seconds=time.perf_counter() - t0, args=dict(kwargs), tiling=choice,
                    sim_events=engine.sim_events, numerics=bool(numerics),
                    arg_kinds={a.name: a.kind for a in self.kernel_of(call).args})

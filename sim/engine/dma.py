@@ -48,10 +48,10 @@ class Dma:
         self.eng, self.core, self.tile, self.t, self.kind, self.phase = eng, core, tile, t, kind, phase
         self.group = group
         self.env = eng.env
-        ends = eng._memo.get((id(t), core))
+        ends = eng._memo.transfers.get((id(t), core))
         if ends is None:
             src, dst = eng._resolve(core, tile, t, "src"), eng._resolve(core, tile, t, "dst")
-            ends = eng._memo[(id(t), core)] = (src, dst, t.size_bytes, (src[0].name, src[1], dst[0].name, dst[1]),
+            ends = eng._memo.transfers[(id(t), core)] = (src, dst, t.size_bytes, (src[0].name, src[1], dst[0].name, dst[1]),
                                                stream_cycles(t, src[0], dst[0]))
         self.src, self.dst, self.size_bytes, route, self.stream = ends
         self.pools, self.latency = eng._routes.get(route) or eng._route(*self.src, *self.dst)
@@ -95,9 +95,9 @@ class Dma:
         t, eng = self.t, self.eng
         self.waited = start - self.queued
         if eng.numerics:
-            planned = eng._memo.get(("copy", id(t), self.core), _UNPLANNED)
+            planned = eng._memo.copies.get((id(t), self.core), _UNPLANNED)
             if planned is _UNPLANNED:  # the copy's views, kept with the plan: its later runs reuse them
-                planned = eng._memo[("copy", id(t), self.core)] = eng.memory.copy_plan(
+                planned = eng._memo.copies[(id(t), self.core)] = eng.memory.copy_plan(
                     self.src[1], t.src, self.dst[1], t.dst, t.shape, t.itemsize, t.src_strides, t.dst_strides)
             if planned is None:
                 eng.memory.copy(self.src[1], t.src, self.dst[1], t.dst, t.shape, t.itemsize, t.src_strides,

@@ -40,11 +40,30 @@ from sim.model.target import Region, Target
 from sim.timing import compute_cycles, transfer_latency_cycles
 
 
+class EngineMemo:
+    """What runs of one plan remember between runs, kept with the plan by a caller that runs it again.
+
+    Keyed by the ``id()`` of the plan's own transfers, operands and computes, which stay alive (and their ids
+    unique) as long as the plan the memo is kept with: ``transfers`` maps (transfer, core) to its resolved
+    ends, size, route and stream cycles; ``copies`` (transfer, core) to the planned byte copy (None: copy the
+    slow way); ``operands`` (operand, core) to its store key, size, dtype and views; ``compute`` a compute to
+    its cycles.
+    """
+
+    __slots__ = ("transfers", "copies", "operands", "compute")
+
+    def __init__(self) -> None:
+        self.transfers: dict[tuple[int, int], tuple] = {}
+        self.copies: dict[tuple[int, int], object] = {}
+        self.operands: dict[tuple[int, int], tuple] = {}
+        self.compute: dict[int, int] = {}
+
+
 class Engine:
     """Runs one plan on a fresh SimPy environment; the cycle count is returned by :meth:`run`."""
 
     def __init__(self, target: Target, memory: AddressSpace, recorder: Recorder, *, numerics: bool = True,
-                 on_tile: Callable[[int, int], None] | None = None, memo: dict | None = None):
+                 on_tile: Callable[[int, int], None] | None = None, memo: EngineMemo | None = None):
         self.target = target
         self.memory = memory
         self.recorder = recorder
@@ -59,9 +78,9 @@ class Engine:
         self._engines: dict[int, Units] = {}
         # (lo, hi, core) -> (region, store key): a plan touches the same spans again and again.
         self._resolved: dict[tuple[int, int, int], tuple[Region, int]] = {}
-        # (id(transfer), core) -> its two resolved ends and size: kept with a plan (``memo``) by a caller that
-        # runs the same plan again, since resolving spans is a good part of a transfer's cost.
-        self._memo: dict = {} if memo is None else memo
+        # Kept with a plan (``memo``) by a caller that runs the same plan again, since resolving spans is a good
+        # part of a transfer's cost.
+        self._memo = EngineMemo() if memo is None else memo
         self._routes: dict[tuple[str, int, str, int], tuple[tuple[Units, ...], int]] = {}
         self.core_end_cycles: dict[int, int] = {}
 
@@ -148,7 +167,7 @@ class Engine:
                       what: str) -> tuple[int, int, np.dtype, np.ndarray | None, np.ndarray | None]:
         """(store key, bytes, dtype, a view of the operand's bytes and a read-only one, or None twice if it
         crosses a page), kept in the memo: a cached plan's operands are the same every run."""
-        got = self._memo.get(("operand", id(op), core))
+        got = self._memo.operands.get((id(op), core))
         if got is None:
             key, n, dt = self._operand_key(core, tile, op, label, what)
             view = self.memory.dense_view(key, op.addr, op.shape, dt)
@@ -156,7 +175,7 @@ class Engine:
             if view is not None:
                 frozen = view.view()
                 frozen.flags.writeable = False
-            got = self._memo[("operand", id(op), core)] = (key, n, dt, view, frozen)
+            got = self._memo.operands[(id(op), core)] = (key, n, dt, view, frozen)
         return got
 
     def _read_operand(self, core: int, tile: Tile, op: Operand) -> np.ndarray:
@@ -193,9 +212,9 @@ class Engine:
                 results = [r.copy() if isinstance(r, np.ndarray) and not r.flags.writeable else r for r in results]
             for op, value in zip(c.outputs, results):
                 self._write_operand(core, tile, op, value)
-        cycles = self._memo.get(id(c))
+        cycles = self._memo.compute.get(id(c))
         if cycles is None:
-            cycles = self._memo[id(c)] = compute_cycles(c, self.target)
+            cycles = self._memo.compute[id(c)] = compute_cycles(c, self.target)
         return cycles
 
     def _compute_record(self, core: int, tile: Tile, phase: str, start: int) -> None:

@@ -65,6 +65,10 @@ class ArgSpec:
 
 
 class MemoryReader(Protocol):
-    """Reads values a kernel needs at bind time (the ``params`` array of BatchNormGrad)."""
+    """Reads values a kernel needs at bind time (the ``params`` array of BatchNormGrad).
 
-    def __call__(self, addr: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray: ...
+    ``name`` names the pointer in messages: the array is layout-checked as a buffer of that name before it
+    is read, and a refusal names it.
+    """
+
+    def __call__(self, addr: int, shape: tuple[int, ...], dtype: np.dtype, name: str = "pointer") -> np.ndarray: ...], dtype: np.dtype) -> np.ndarray: ...
