@@ -71,4 +71,6 @@ class MemoryReader(Protocol):
     is read, and a refusal names it.
     """
 
-    def __call__(self, addr: int, shape: tuple[int, ...], dtype: np.dtype, name: str = "pointer") -> np.ndarray: ...], dtype: np.dtype) -> np.ndarray: ...
+    def __call__(self, addr: int, shape: tuple[int, ...], dtype: np.dtype, name: str = "pointer") -> np.ndarray:
+        """The array of ``shape`` and ``dtype`` at ``addr``, read from simulated memory."""
+        ...
