@@ -8,8 +8,7 @@ from typing import Sequence
 import numpy as np
 
 from kernels.base import PlanContext
-from sim.errors import LayoutError
-from sim.model.plan import Operand, Transfer, c_strides
+from sim.model.plan import DoesNotFit, Operand, Transfer, c_strides
 
 
 def align_up(value: int, alignment: int) -> int:
@@ -18,21 +17,28 @@ def align_up(value: int, alignment: int) -> int:
 
 
 class Arena:
-    """A bump allocator over one core's staging scratchpad (the same local addresses on every core)."""
+    """A bump allocator over one core's staging scratchpad (the same local addresses on every core).
 
-    def __init__(self, base: int, size_bytes: int, alignment: int, what: str = "scratchpad"):
+    ``resource`` names the staging level it allocates in (None: the vector level), for the
+    :class:`~sim.model.plan.DoesNotFit` it raises when full.
+    """
+
+    def __init__(self, base: int, size_bytes: int, alignment: int, what: str = "scratchpad",
+                 resource: str | None = None):
         self.base = base
         self.size_bytes = size_bytes
         self.alignment = alignment
         self.what = what
+        self.resource = resource
         self.used = 0
 
     def alloc(self, size_bytes: int) -> int:
-        """Reserve ``size_bytes`` (aligned); LayoutError when the scratchpad is full."""
+        """Reserve ``size_bytes`` (aligned); DoesNotFit when the scratchpad is full."""
         start = align_up(self.used, self.alignment)
         if start + size_bytes > self.size_bytes:
-            raise LayoutError(f"tile does not fit the {self.what}: needs {start + size_bytes} bytes of "
-                              f"{self.size_bytes} at [{self.base:#x}, {self.base + self.size_bytes:#x})")
+            raise DoesNotFit(self.resource, start + size_bytes, self.size_bytes,
+                             f"tile does not fit the {self.what}: needs {start + size_bytes} bytes of "
+                             f"{self.size_bytes} at [{self.base:#x}, {self.base + self.size_bytes:#x})")
         self.used = start + size_bytes
         return self.base + start
 

@@ -20,9 +20,9 @@ from sim.errors import KernelArgError, LayoutError, MemoryFault, brief
 from sim.inspect.summary import CoreSummary, core_summaries, run_summary_text
 from sim.inspect.trace import run_metadata, write_trace
 from sim.model.call import BoundCall, Buffer
-from sim.model.layout import check_buffer, enforce_layout, layout_error, plan_violation
+from sim.model.layout import check_buffer, enforce_layout, layout_error, fit_violation
 from sim.model.memory import AddressSpace, checked_dtype
-from sim.model.plan import Plan
+from sim.model.plan import DoesNotFit, Plan
 from sim.timing import Roofline, peak_flops_per_cycle, roofline
 from sim.tuning import TILING_TOLERANCE, Progress, TilingCache, TilingChoice, choose_tiling
 from sim.model.target import StagingArea, Target
@@ -361,6 +361,13 @@ class Simulator:
         self._tilings.put(symbol, call, self.tiling_tolerance, choice)
         return call, candidates[pick][1], choice
 
+    @_locked
+    def plan_bound(self, call: BoundCall, tiling: Mapping[str, Any] | None = None) -> Plan:
+        """Plan an already bound call with ``tiling`` (None: the kernel's default plan), without a tiling search;
+        a tiling that does not fit raises the ``scratchpad-fit`` LayoutError (``dspsim validate`` uses it)."""
+        ctx = self.context(call)
+        return self._lower(self.kernel_of(call), call, replace(ctx, tiling=dict(tiling) if tiling else None)).plan
+
     def _lower(self, kernel: Any, call: BoundCall, ctx: PlanContext) -> CachedPlan:
         """``kernel.plan(call, ctx)``, reused when the same call was planned with the same tiling before; a
         tiling that does not fit becomes the ``scratchpad-fit`` layout violation."""
@@ -370,10 +377,12 @@ class Simulator:
             return entry
         try:
             plan = kernel.plan(call, ctx)
-        except LayoutError as e:
+        except DoesNotFit as e:
+            raise layout_error([fit_violation(call, self.target, e)]) from None
+        except LayoutError as e:  # a kernel not yet moved to DoesNotFit: counts against the vector level
             if getattr(e, "violations", None):
                 raise
-            raise layout_error([plan_violation(call, self.target, e)]) from None
+            raise layout_error([fit_violation(call, self.target, e)]) from None
         return self._plans.put(key, plan)
 
     def _lower_candidates(self, kernel: Any, call: BoundCall, ctx: PlanContext,

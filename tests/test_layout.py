@@ -477,11 +477,25 @@ def test_layout_rules_doc_shows_real_fault_messages():
     assert f"MemoryFault: {info.value}" in doc
 
 
-def test_plan_violation_names_the_workspace_when_that_is_what_overflows():
-    from sim.model.layout import plan_violation
+def test_fit_violation_names_the_staging_level_the_signal_names_never_the_message():
+    from sim.model.layout import fit_violation
+    from sim.model.plan import DoesNotFit
     m = sim.Simulator("FT78NE")
     call = m.bind("fp_batch_norm_grad_s", **S)
-    v = plan_violation(call, m.target, sim.LayoutError("the workspace cannot hold the partial sums of 8 cores"))
+    v = fit_violation(call, m.target, DoesNotFit("gsm", 4096, 1024, "the partial sums of 8 cores"))
     assert (v.rule, v.region, (v.start, v.end)) == ("scratchpad-fit", "gsm", m.target.workspace_range)
-    v = plan_violation(call, m.target, sim.LayoutError("tile does not fit the scratchpad"))
+    v = fit_violation(call, m.target, DoesNotFit(None, 4096, 1024, "the workspace is not what overflowed"))
     assert (v.region, v.start) == ("am", 0x20000000)
+    # A kernel's LayoutError counts against the per-core scratchpad, whatever its message says.
+    v = fit_violation(call, m.target, sim.LayoutError("the workspace cannot hold the partial sums of 8 cores"))
+    assert (v.region, v.start) == ("am", 0x20000000)
+
+
+def test_a_tile_over_the_scratchpad_is_a_typed_does_not_fit():
+    from kernels.tiling import Arena
+    from sim.model.plan import DoesNotFit
+    arena = Arena(0x20000000, 1024, 64)
+    arena.alloc(1000)
+    with pytest.raises(DoesNotFit) as info:
+        arena.alloc(100)
+    assert (info.value.resource, info.value.needed_bytes, info.value.available_bytes) == (None, 1124, 1024)

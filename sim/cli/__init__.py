@@ -6,14 +6,12 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
 from sim.cli.trace import add_trace_commands
 from sim.errors import LayoutError, SimError
 from sim.inspect.layout_map import layout_map, layout_report
-from sim.model.layout import plan_violation
 from sim.model.target_loader import available_targets, load_target
 from sim.simulator import kernel_symbols
 from sim.tools.config import load_config
@@ -105,9 +103,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if not violations:
         try:
             # Tiles that cannot fit the scratchpad fail here (with the config's tiling, if it names one).
-            m.kernel_of(call).plan(call, replace(m.context(call), tiling=cfg.tiling))
+            m.plan_bound(call, cfg.tiling)
         except LayoutError as e:
-            violations = list(getattr(e, "violations", ())) or [plan_violation(call, m.target, e)]
+            violations = list(e.violations)  # type: ignore[attr-defined]  (layout_error sets them)
     errors, warnings = found.errors(args.strict), found.warnings(args.strict)
     report = {"config": str(cfg.path), **layout_report(call, m.target, violations),
               "entries": [i.as_dict(args.strict) for i in found.issues],

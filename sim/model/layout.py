@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import Iterable, Sequence
 
 from sim.errors import LayoutError
+from sim.model.plan import DoesNotFit
 from sim.model.call import BoundCall, Buffer
 from sim.model.memory import MemoryMap
 from sim.model.target import Region, Target
@@ -238,13 +239,19 @@ def enforce_layout(call: BoundCall, target: Target) -> None:
         raise layout_error(violations)
 
 
-def plan_violation(call: BoundCall, target: Target, err: LayoutError) -> Violation:
-    """The ``scratchpad-fit`` violation of a call whose kernel could not tile it into the staging memory."""
+def fit_violation(call: BoundCall, target: Target, err: DoesNotFit | LayoutError) -> Violation:
+    """The ``scratchpad-fit`` violation of a call whose kernel could not tile it into the staging memory.
+
+    The one place "does not fit" becomes a violation: a :class:`~sim.model.plan.DoesNotFit` names the staging
+    level that overflowed (the shared workspace window or the per-core scratchpad); a plain LayoutError from
+    a kernel (not yet moved to DoesNotFit) counts against the per-core scratchpad.
+    """
     stage = target.region(target.staging_region)
     ws_lo, ws_hi = target.workspace_range
-    # Kernels name the workspace when it is the partial results, not the tiles, that do not fit.
-    region, lo, hi = ((target.workspace.region, ws_lo, ws_hi) if "workspace" in str(err)
-                      else (stage.name, stage.base, stage.end))
+    levels = {stage.name: (stage.name, stage.base, stage.end),
+              target.workspace.region: (target.workspace.region, ws_lo, ws_hi)}
+    resource = err.resource if isinstance(err, DoesNotFit) else None
+    region, lo, hi = levels.get(resource or stage.name, levels[stage.name])
     return Violation("<tiles>", "scratchpad-fit",
                      f"{call.symbol}: the kernel cannot tile this call into the staging memory, the {stage.name} "
                      f"scratchpad [{stage.base:#x}, {stage.end:#x}) ({stage.size_bytes} bytes per core) and the "

@@ -15,6 +15,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from sim.errors import LayoutError
 from sim.model.memory import block_span
 
 
@@ -175,3 +176,23 @@ class Plan:
     def tile_count(self) -> int:
         """Tiles of every core in every phase."""
         return sum(len(tiles) for phase in self.phases for tiles in phase.tiles.values())
+
+
+class DoesNotFit(LayoutError):
+    """Planning's typed "does not fit": what a plan needs of a staging level is more than the level has.
+
+    ``resource`` names the staging level (``PlanContext.level(name)``: ``am``, ``gsm`` ...); None means the
+    vector level (the per-core level compute operands live in).  ``needed_bytes`` and ``available_bytes``
+    say by how much.  The facade turns it into the ``scratchpad-fit`` layout violation
+    (:func:`sim.model.layout.fit_violation`); a kernel's candidate tiling that raises it is dropped.  A
+    LayoutError (the ``scratchpad-fit`` rule is a layout rule), so that kernels catching LayoutError to try
+    another tiling keep working while they move to it.
+    """
+
+    def __init__(self, resource: str | None, needed_bytes: int, available_bytes: int, message: str | None = None):
+        self.resource = resource
+        self.needed_bytes = int(needed_bytes)
+        self.available_bytes = int(available_bytes)
+        where = f"staging level {resource}" if resource is not None else "the vector staging level"
+        super().__init__(message or f"does not fit {where}: needs {self.needed_bytes} bytes of "
+                                    f"{self.available_bytes}")
