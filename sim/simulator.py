@@ -51,6 +51,7 @@ class Run:
     sim_events: int = 0  # SimPy events the engine processed (the run's event-engine work)
     numerics: bool = True  # False: a timing-only run (no values computed)
     arg_kinds: Mapping[str, str] = field(default_factory=dict)  # argument name -> its ArgSpec kind
+    precision_note: str = ""  # what the symbol stores in fp16 and fp32 and computes in (the registry's note)
 
     @property
     def cores(self) -> tuple[int, ...]:
@@ -418,6 +419,7 @@ class Simulator:
         if progress is not None and not callable(progress):
             raise KernelArgError(f"call: 'progress' must be a callable or None, got {brief(progress)}")
         call, entry, choice = self._plan_entry(symbol, tiling, None, kwargs)
+        sym = lookup(call.symbol)
         plan = entry.plan
         recorder = Recorder()
         engine = Engine(self.target, self.memory, recorder, numerics=numerics, on_tile=progress,
@@ -433,4 +435,4 @@ class Simulator:
                    events=recorder.events, roofline=entry.roofline(self.target),
                    wall_seconds=time.perf_counter() - t0, args=dict(kwargs), tiling=choice,
                    sim_events=engine.sim_events, numerics=bool(numerics),
-                   arg_kinds={a.name: a.kind for a in self.kernel_of(call).args})
+                   arg_kinds={a.name: a.kind for a in sym.kernel.args}, precision_note=sym.precision_note)

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 import sim
-import sim.tools.phases
+import sim.tools.progress
 from sim.cli import main
 from sim.errors import ConfigError
 from sim.tools.calibrate import (
@@ -186,7 +186,7 @@ class FakeTerminal(io.StringIO):
 
 
 def test_calibrate_shows_each_phase_on_a_terminal_only(monkeypatch):
-    monkeypatch.setattr(sim.tools.phases, "DELAY_SECONDS", 0.0)
+    monkeypatch.setattr(sim.tools.progress, "DELAY_SECONDS", 0.0)
     doc, _ = load_target_document("FT78NE")
     m = [Measurement(CALLS[0][0], CALLS[0][1], 4000)]
     tty = FakeTerminal()

@@ -17,10 +17,9 @@ import contextlib
 import io
 import math
 import os
-import signal
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -29,6 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kernels
+import hang
 import sim
 from sim.cli import main
 from sim.model.call import BoundCall, Buffer
@@ -54,18 +54,9 @@ FUZZ = settings(max_examples=DEEP or 40, deadline=None, database=None, derandomi
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 
-@contextlib.contextmanager
-def no_hang(seconds: float = HANG_SECONDS) -> Iterator[None]:
-    """Fail (instead of hanging the suite) when the body runs longer than ``seconds``."""
-    def alarm(*_: Any) -> None:
-        raise TimeoutError(f"example ran longer than {seconds} s: a hang")
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+def no_hang(seconds: float = HANG_SECONDS) -> contextlib.AbstractContextManager[None]:
+    """Fail instead of hanging the suite (see tests/hang.py)."""
+    return hang.no_hang(seconds)
 
 
 # --- strategies ----------------------------------------------------------------------------------------

@@ -11,12 +11,10 @@ import contextlib
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import hang
 import sim
 from sim.cli import main
 from sim.errors import brief
@@ -55,18 +54,9 @@ def laughs(levels: int) -> str:
     return "[" + ", ".join(items) + "]"
 
 
-@contextlib.contextmanager
-def no_hang(seconds: float = 10) -> Iterator[None]:
-    """Fail instead of hanging (an open() blocked on a named pipe is interrupted by the alarm)."""
-    def alarm(*_: Any) -> None:
-        raise TimeoutError(f"still running after {seconds} s: a hang")
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+def no_hang(seconds: float = 10) -> contextlib.AbstractContextManager[None]:
+    """Fail instead of hanging the suite (see tests/hang.py)."""
+    return hang.no_hang(seconds)
 
 
 def bounded(code: str, seconds: float = 20, memory_bytes: int = 1 << 30) -> dict:

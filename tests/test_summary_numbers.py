@@ -11,12 +11,11 @@ import numpy as np
 import pytest
 import yaml
 
+import kernels
 from sim.cli import main
 from sim.engine.events import TraceEvent
-from sim.inspect.summary import core_summaries, precision_note, summary_table
-from sim.timing import Roofline
+from sim.inspect.summary import core_summaries, summary_table
 from sim.inspect.trace_tools import diff_text, diff_traces, load_trace
-from sim.model.call import BoundCall, Buffer
 from sim.tools.config import load_config
 from sim.tools.runner import execute
 
@@ -134,23 +133,19 @@ def test_columns_add_up_to_the_run_on_shipped_configs(name):
 
 # --- what an hp_ run stores and computes ---------------------------------------------------------------
 
-def test_hp_summary_says_what_is_fp16_and_what_fp32(tmp_path):
+def test_summary_and_trace_say_what_is_fp16_and_what_fp32_in_the_registrys_words(tmp_path):
+    """One precision note per symbol: the registry's (derived from the kernel's declared tensors), carried by
+    the run into the summary and the trace metadata; never derived a second way."""
     run = execute(load_config(CONFIGS / "mt7004_hp_batch_norm_grad_s.yaml"))[1]
     line = next(ln for ln in run.summary_text().splitlines() if ln.startswith("precision: "))
     # The kernel's documentation: x, dy, dx are fp16 tensors; the statistics and their gradients fp32;
-    # params the int64 array of pointers and sizes; the arithmetic runs in fp32.
-    assert line.startswith("precision: stored fp16: x, dy, dx; fp32: mean, invar, scale, dbias, dscale; "
-                           "int64: params; computed in fp32")
-    assert "widened on load" in line and "accumulate in fp32" in line
+    # the arithmetic runs in fp32.
+    assert line == f"precision: {kernels.lookup('hp_batch_norm_grad_s').precision_note}"
+    assert line.startswith("precision: stored in fp16: x, dy, dx; stored in fp32: mean, invar, scale, dbias, dscale; "
+                           "computed in fp32")
+    assert run.metadata()["precision_note"] == run.precision_note
     fp = execute(load_config(CONFIGS / "ft78ne_batch_norm_grad_s.yaml"))[1]
-    note = precision_note(fp.call, fp.roofline)
-    assert note.startswith("stored fp32: x, dy, mean, invar, scale, dx, dbias, dscale; computed in fp32")
-    assert "widened" not in note
-
-
-def test_precision_note_without_arithmetic():
-    call = BoundCall("hp_x_s", "fp16", "s", (0,), (Buffer("a", 0, (2,), np.dtype(np.float16), "input"),))
-    assert precision_note(call, Roofline({}, 0, {})) == "stored fp16: a; no arithmetic"
+    assert fp.precision_note == "fp32 storage and fp32 arithmetic throughout"
 
 
 # --- trace diff: the setup first ----------------------------------------------------------------------

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 import sim
-import sim.tools.phases
+import sim.tools.progress
 from sim.cli import main
 from sim.errors import ConfigError
 from sim.tools.sweep import load_sweep, run_point, run_sweep
@@ -319,7 +319,7 @@ class FakeTerminal(io.StringIO):
 
 
 def test_progress_names_the_phase_on_a_terminal_only(tmp_path, monkeypatch):
-    monkeypatch.setattr(sim.tools.phases, "DELAY_SECONDS", 0.0)
+    monkeypatch.setattr(sim.tools.progress, "DELAY_SECONDS", 0.0)
     spec = load_sweep(write_sweep(tmp_path, {"args.core_mask": [1, 3]}))
     tty = FakeTerminal()
     run_sweep(spec, tmp_path / "a", workers=2, progress=tty)

@@ -45,7 +45,6 @@ from sim.tools.progress import (
     RunProgress,
     execute_with_progress,
     is_terminal,
-    tiles_in_plan,
 )
 from sim.tools.report import report_html, timeline_data
 from sim.tools.runner import execute
@@ -443,7 +442,7 @@ def test_progress_of_a_run_counts_every_tile():
     cfg = load_config(BN_CONFIG)
     out = _Tty()
     _, run = execute_with_progress(cfg, stream=out, delay=0, mininterval=0)
-    n = tiles_in_plan(run.plan)
+    n = run.plan.tile_count
     assert n > 0 and f"{n}/{n}" in out.getvalue() and f"cycle {max(e.end for e in run.events if e.kind == 'compute'):,}" \
         in out.getvalue()
 

@@ -286,11 +286,11 @@ def read_yaml_file(path: str | Path, where: str, error: type[SimError], what: st
     return load_yaml(read_yaml_text(path, where, error, what), where, error)
 
 
-def read_yaml_text(path: str | Path, where: str, error: type[SimError], what: str = "file") -> str:
-    """The text of the YAML file ``path``, read as :func:`read_yaml_file` reads it (regular files only, at
-    most :data:`MAX_YAML_BYTES`, UTF-8), for a caller that also needs the text (a round-trip edit)."""
+def read_yaml_bytes(path: str | Path, where: str, error: type[SimError], what: str = "file") -> bytes:
+    """The bytes of the YAML file ``path`` (regular files only, at most :data:`MAX_YAML_BYTES`), for a caller
+    that needs them as they are (a digest of the content); any problem raises ``error`` naming ``where``."""
     try:
-        data = read_regular(path, MAX_YAML_BYTES)
+        return read_regular(path, MAX_YAML_BYTES)
     except FileNotFoundError:
         raise error(f"{where}: {what} not found") from None
     except NotRegularFile as e:
@@ -302,7 +302,17 @@ def read_yaml_text(path: str | Path, where: str, error: type[SimError], what: st
         raise error(f"{where}: cannot read {what}: {e.strerror or e}") from None
     except ValueError as e:  # a path with a NUL byte
         raise error(f"{where}: cannot read {what}: {e}") from None
+
+
+def decode_yaml_bytes(data: bytes, where: str, error: type[SimError], what: str = "file") -> str:
+    """``data`` as UTF-8 text; ``error`` naming ``where`` when it is not."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise error(f"{where}: cannot read {what}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
+def read_yaml_text(path: str | Path, where: str, error: type[SimError], what: str = "file") -> str:
+    """The text of the YAML file ``path``, read as :func:`read_yaml_file` reads it (regular files only, at
+    most :data:`MAX_YAML_BYTES`, UTF-8), for a caller that also needs the text (a round-trip edit)."""
+    return decode_yaml_bytes(read_yaml_bytes(path, where, error, what), where, error, what)

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from sim.engine.events import TraceEvent
-from sim.model.call import BoundCall
 from sim.timing import Roofline
 
 
@@ -186,32 +185,6 @@ def limiting_resource(rf: Roofline, summaries: Sequence[CoreSummary], cycles: in
     return max(shares.items(), key=lambda kv: (kv[1], kv[0] == "compute", kv[0]))[0] if shares else rf.bound_by
 
 
-def precision_note(call: BoundCall, rf: Roofline) -> str:
-    """What a run stores in which precision and computes in which, in one line.
-
-    The one place this text is made: derived from the call's buffers (their
-    dtypes are what the kernel reads and writes) and the plan's tiles (the
-    precision each tile's arithmetic is priced at).  A per-symbol note of the
-    kernel registry can replace the derivation here.
-    """
-    by_dtype: dict[str, list[str]] = defaultdict(list)
-    for b in call.buffers:
-        by_dtype[b.dtype.name].append(b.name)
-    stored = "; ".join(f"{_DTYPE_WORDS.get(dt, dt)}: {', '.join(names)}" for dt, names in sorted(by_dtype.items()))
-    precs = sorted(p for p, f in rf.flops_by_precision.items() if f)
-    if not precs:
-        return f"stored {stored}; no arithmetic"
-    computed = " and ".join(precs)
-    widened = ""
-    if call.precision not in precs:
-        widened = (f" ({call.precision} tensors are widened on load and the results rounded to {call.precision} "
-                   f"on store; sums accumulate in {computed})")
-    return f"stored {stored}; computed in {computed}, priced at the {computed} vector rate{widened}"
-
-
-_DTYPE_WORDS = {"float16": "fp16", "float32": "fp32", "float64": "fp64"}
-
-
 def run_summary_text(run: Any) -> str:
     """The printed summary of a :class:`sim.simulator.Run`: per-core table, bound, limit, FLOP/s, precisions."""
     rf = run.roofline
@@ -233,7 +206,7 @@ def run_summary_text(run: Any) -> str:
         + (f" (others: {others})" if others else ""),
         f"achieved {run.achieved_flops_per_second / 1e9:.2f} GFLOP/s of "
         f"{run.peak_flops_per_second / 1e9:.1f} GFLOP/s peak on {len(run.cores)} cores",
-        f"precision: {precision_note(run.call, rf)}",
+        f"precision: {run.precision_note}",
     ]
     if run.tiling is not None:
         lines.append(run.tiling.describe())

@@ -127,7 +127,7 @@ def metadata_args(kinds: Mapping[str, str], args: Mapping[str, Any], buffer_addr
 
 def run_metadata(run: Any) -> dict:
     """The metadata a :class:`sim.simulator.Run` writes into its trace: chip, call, cycles, bounds, tiling."""
-    from sim.inspect.summary import limiting_resource, precision_note, resource_shares
+    from sim.inspect.summary import limiting_resource, resource_shares
 
     summaries = run.summaries()
     tiling = run.tiling
@@ -138,7 +138,7 @@ def run_metadata(run: Any) -> dict:
             "limited_by": limiting_resource(run.roofline, summaries, run.cycles),
             "resource_shares": {k: round(v, 4) for k, v in
                                 sorted(resource_shares(run.roofline, summaries, run.cycles).items())},
-            "precision_note": precision_note(run.call, run.roofline),
+            "precision_note": run.precision_note,
             "args": metadata_args(run.arg_kinds, run.args, (b.addr for b in run.call.buffers)),
             "regions": region_facts(run.target),
             "tiling": None if tiling is None else {"tiling": tiling.tiling, "source": tiling.source}}

@@ -328,10 +328,23 @@ def available_targets() -> list[str]:
     return sorted(p.stem for p in TARGETS_DIR.glob("*.yaml"))
 
 
-def _resolve(name_or_path: str | Path) -> Path:
-    if isinstance(name_or_path, Path) or any(c in str(name_or_path) for c in "/\\") \
-            or str(name_or_path).endswith((".yaml", ".yml")):
+def is_target_path(name_or_path: str | Path) -> bool:
+    """Whether a ``target`` value names a file (a path, or a name ending in .yaml/.yml) rather than a chip."""
+    text = str(name_or_path)
+    return isinstance(name_or_path, Path) or any(c in text for c in "/\\") or text.endswith((".yaml", ".yml"))
+
+
+def resolve_target_path(name_or_path: str | Path, relative_to: Path | None = None) -> Path:
+    """The one rule from a chip name or a target path to its file.
+
+    A path (see :func:`is_target_path`) is taken as it is, or relative to ``relative_to`` (the folder of the
+    file that names it) when given and not absolute; TargetError when no such file exists.  A name is a
+    shipped chip's, matched case-insensitively; TargetError listing the known chips when there is none.
+    """
+    if is_target_path(name_or_path):
         p = Path(name_or_path)
+        if relative_to is not None and not p.is_absolute():
+            p = relative_to / p
         if not p.exists():  # a folder, a pipe or a device exists: the reader refuses it, naming what it is
             raise TargetError(f"{_shown(p)}: target file not found")
         return p
@@ -350,7 +363,7 @@ def load_target(name_or_path: "str | Path | Target") -> Target:
         return name_or_path
     if not isinstance(name_or_path, (str, Path)):
         raise TargetError(f"target: expected a chip name or a YAML path, got {type(name_or_path).__name__}")
-    path = _resolve(name_or_path)
+    path = resolve_target_path(name_or_path)
     where = _shown(path)
     return _parse(read_yaml_file(path, where, TargetError, what="target file"), where)
 

@@ -42,9 +42,9 @@ from sim.errors import ConfigError, SimError, TargetError
 from sim.files.regular_file import read_regular
 from sim.files.yamlsafe import load_yaml, read_yaml_text
 from sim.model.target_loader import MAX_CYCLES, MAX_RATE, MIN_RATE, parse_target
-from sim.model.target_loader import _resolve as resolve_target_file
+from sim.model.target_loader import resolve_target_path
 from sim.tools.docedit import get_path, set_path, split_path
-from sim.tools.phases import PhaseBar
+from sim.tools.progress import PhaseBar
 
 #: Free parameters: name -> key path in the target YAML and whether the value is a whole number of cycles.
 FREE_PARAMETERS: dict[str, tuple[str, bool]] = {
@@ -391,7 +391,7 @@ class TargetDocument:
 def read_target_document(name_or_path: str | Path) -> TargetDocument:
     """A shipped chip (by name) or a target file, read with the project's strict YAML reader."""
     try:
-        p = resolve_target_file(name_or_path)
+        p = resolve_target_path(name_or_path)
         # Regular files only (a named pipe would block), at most 1 MiB, UTF-8: the strict reader's rules.
         text = read_yaml_text(p, str(p), TargetError, what="target file")
     except TargetError as e:

@@ -52,7 +52,7 @@ import numpy as np
 from sim.errors import ConfigError, brief
 from sim.files.regular_file import NotRegularFile, open_regular
 from sim.files.yamlsafe import read_yaml_file
-from sim.model.target_loader import MAX_CORES, MAX_PATH_CHARS, key_text
+from sim.model.target_loader import MAX_CORES, MAX_PATH_CHARS, is_target_path, key_text
 
 DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 #: Largest array a run-config may place or save (bytes); beyond it a typo that would exhaust the host's memory.
@@ -331,7 +331,7 @@ def load_config(path: str | Path) -> RunConfig:
     if not isinstance(top["args"], dict) or not all(isinstance(k, str) and k.isidentifier() for k in top["args"]):
         raise _fail(p, "args", "expected a mapping of argument name (an identifier) -> value")
     target = top["target"]
-    if any(c in target for c in "/\\") or target.endswith((".yaml", ".yml")):
+    if is_target_path(target):
         tp = Path(target)
         target = str(tp if tp.is_absolute() else p.parent / tp)
     data = top.get("data") or []

@@ -1,4 +1,5 @@
-"""Progress bars for long work (tqdm, on a terminal only): placing data, the tiling search, the run, writing.
+"""Progress bars for long work (tqdm, on a terminal only): placing data, the tiling search, the run, writing;
+the phases of sweeps and calibrations.
 
 A bar appears once its phase has taken more than a second and only when the
 stream is a terminal, so quick runs, pipes, files and CI logs stay silent.
@@ -6,7 +7,8 @@ Each bar names its phase.  :meth:`sim.simulator.Simulator.call` accepts
 ``progress=callable(tiles_done, cycle)`` (the engine calls it after each
 tile's compute); :meth:`sim.simulator.Simulator.plan_with_choice` and
 :func:`sim.tools.runner.prepare` accept ``progress=callable(phase, done, total)``,
-which :class:`PhaseProgress` draws.
+which :class:`PhaseProgress` draws; sweeps and calibrations draw each of their phases with a
+:class:`PhaseBar` over it.
 """
 
 from __future__ import annotations
@@ -18,18 +20,12 @@ import threading
 import time
 from typing import IO, Any
 
-from sim.model.plan import Plan
 from sim.simulator import Run, Simulator
 from sim.tools.config import RunConfig
 from sim.tools.runner import execute, prepare
 
 #: Seconds a run must last before its bar appears.
 DELAY_SECONDS = 1.0
-
-
-def tiles_in_plan(plan: Plan) -> int:
-    """How many tiles the engine will run (it reports each after its compute)."""
-    return sum(len(tiles) for phase in plan.phases for tiles in phase.tiles.values())
 
 
 def is_terminal(stream: IO[str] | None) -> bool:
@@ -100,9 +96,12 @@ class PhaseProgress:
     known yet.  Use it as a context manager.
     """
 
-    def __init__(self, stream: IO[str] | None = None, delay: float = DELAY_SECONDS, mininterval: float = 0.2):
+    def __init__(self, stream: IO[str] | None = None, delay: float = DELAY_SECONDS, mininterval: float = 0.2,
+                 units: dict[str, str] | None = None):
         self.stream = stream if stream is not None else sys.stderr
         self.delay, self.mininterval = delay, mininterval
+        self.units = {**PHASE_UNITS, **(units or {})}
+        self._note: str | None = None
         self.phases: list[str] = []  # every phase heard of, in order (for tests and logs)
         self._lock = threading.Lock()
         self._bar: Any = None
@@ -113,15 +112,18 @@ class PhaseProgress:
         self._ticker = threading.Thread(target=self._tick, name="dspsim-progress", daemon=True)
         self._ticker.start()
 
-    def __call__(self, phase: str, done: int, total: int) -> None:
-        """The phase ``phase`` has done ``done`` of ``total`` steps."""
+    def __call__(self, phase: str, done: int, total: int, note: str | None = None) -> None:
+        """The phase ``phase`` has done ``done`` of ``total`` steps; ``note``, when given, is shown after the bar."""
         with self._lock:
             now = time.monotonic()
             if phase != self._phase:
                 self._close_bar()
                 self._phase, self._started, self._started_wall = phase, now, time.time()
                 self.phases.append(phase)
+                self._note = None
             self._done, self._total = int(done), int(total)
+            if note is not None:
+                self._note = note
             if now - self._drawn >= self.mininterval or done == total:
                 self._show(now)
 
@@ -136,10 +138,12 @@ class PhaseProgress:
             sized = _columns(self.stream) > 0
             self._bar = tqdm(total=self._total or None, desc=self._phase, file=self.stream, leave=False,
                              dynamic_ncols=sized, ncols=None if sized else 80, nrows=None if sized else 24,
-                             mininterval=0, initial=self._done, unit=PHASE_UNITS.get(self._phase, "step"))
+                             mininterval=0, initial=self._done, unit=self.units.get(self._phase, "step"))
             self._bar.start_t = self._started_wall  # the elapsed time is the phase's, not the bar's
         self._bar.total = self._total or None
         self._bar.n = self._done
+        if self._note is not None:
+            self._bar.set_postfix_str(self._note, refresh=False)
         self._bar.refresh()
         self._drawn = now
 
@@ -169,6 +173,55 @@ class PhaseProgress:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class PhaseBar:
+    """One named phase of a long command (a sweep, a calibration) drawn on ``stream`` when it is a terminal,
+    after the phase has lasted ``delay`` seconds (default :data:`DELAY_SECONDS`); a no-op otherwise.
+
+    A :class:`PhaseProgress` with a single phase, started on the first :meth:`advance` (or :meth:`start`): a
+    caller that forks worker processes starts the bar after forking, so that no thread of the bar's is
+    running while the process is copied.  Use it as a context manager so that the bar is closed (and
+    erased) when the phase ends or fails.
+    """
+
+    def __init__(self, label: str, stream: IO[str] | None, total: int | None = None, unit: str = "step",
+                 delay: float | None = None):
+        self.label = label
+        self.enabled = stream is not None and is_terminal(stream)
+        self._stream = stream
+        self._total = total or 0  # 0: not known
+        self._unit = unit
+        self._delay = DELAY_SECONDS if delay is None else delay
+        self._done = 0
+        self._phases: PhaseProgress | None = None
+
+    def start(self) -> None:
+        """Draw from now on (the first :meth:`advance` starts it too)."""
+        if not self.enabled or self._phases is not None:
+            return
+        self._phases = PhaseProgress(self._stream, delay=self._delay, units={self.label: self._unit})
+        self._phases(self.label, 0, self._total)
+
+    def advance(self, steps: int = 1, note: str | None = None) -> None:
+        """Count ``steps`` more steps done; ``note`` replaces the text after the bar."""
+        self.start()
+        if self._phases is None:
+            return
+        self._done += steps
+        self._phases(self.label, self._done, self._total, note)
+
+    def close(self) -> None:
+        """Stop the bar's ticker and remove the bar."""
+        if self._phases is not None:
+            self._phases.close()
+
+    def __enter__(self) -> "PhaseBar":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -210,6 +263,6 @@ def execute_with_progress(cfg: RunConfig, stream: IO[str] | None = None, delay: 
         phases("planning", 0, 1)  # a named tiling plans in one step; a search reports its own phases
         # The search's choice is cached: call() below plans the same call again without searching.
         _, plan, _ = m.plan_with_choice(cfg.symbol, tiling=cfg.tiling, progress=phases, **cfg.args)
-    with RunProgress(tiles_in_plan(plan), stream=stream, delay=delay, mininterval=mininterval) as bar:
+    with RunProgress(plan.tile_count, stream=stream, delay=delay, mininterval=mininterval) as bar:
         run = m.call(cfg.symbol, numerics=cfg.numerics, progress=bar, tiling=cfg.tiling, **cfg.args)
     return m, run

@@ -19,7 +19,7 @@ from typing import IO, Any
 from sim.engine.events import KINDS
 from sim.files.atomic import atomic_write_text
 from sim.inspect.layout_map import layout_map, layout_rows
-from sim.inspect.summary import limiting_resource, precision_note, resource_shares
+from sim.inspect.summary import limiting_resource, resource_shares
 from sim.inspect.trace import track_name, tracks
 from sim.inspect.trace_tools import TraceSummary, critical_text, summarize, trace_of_run
 from sim.simulator import Run
@@ -88,7 +88,7 @@ def _facts(run: Run, cfg: RunConfig | None) -> str:
                             + " of the run)"),
              ("throughput", f"{run.achieved_flops_per_second / 1e9:.2f} GFLOP/s of "
                             f"{run.peak_flops_per_second / 1e9:.1f} GFLOP/s peak"),
-             ("precision", precision_note(run.call, rf))]
+             ("precision", run.precision_note)]
     if cfg is not None:
         items.append(("run-config", cfg.path.name))
     return "<dl class=\"facts\">" + "".join(f"<dt>{_esc(k)}</dt><dd>{_esc(v)}</dd>" for k, v in items) + "</dl>"

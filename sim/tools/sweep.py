@@ -52,13 +52,13 @@ from typing import IO, Any
 
 from sim.errors import ConfigError, SimError, TargetError
 from sim.files.atomic import atomic_write, atomic_write_text
-from sim.files.yamlsafe import load_yaml
-from sim.model.target_loader import _resolve as resolve_target_file
+from sim.files.yamlsafe import decode_yaml_bytes, load_yaml, read_yaml_bytes
+from sim.model.target_loader import resolve_target_path
 from sim.model.target_loader import parse_target
 from sim.simulator import check_argument_names, find_symbol
 from sim.tools.config import load_config
 from sim.tools.docedit import quote, set_path, split_path
-from sim.tools.phases import PhaseBar
+from sim.tools.progress import PhaseBar
 
 TARGET_EDIT = "target."
 TILING_KEY = "tiling."
@@ -129,27 +129,16 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _read_regular(p: Path, what: str) -> bytes:
-    """The bytes of a regular file (a FIFO or device would block or never end)."""
-    try:
-        if not p.is_file():
-            raise ConfigError(f"{p}: {what} not found" if not p.exists() else f"{p}: {what} is not a regular file")
-        return p.read_bytes()
-    except OSError as e:
-        raise ConfigError(f"{p}: cannot read {what}: {e.strerror or e}") from None
-
-
 def _sweep_target(value: Any, sweep_dir: Path, where: str) -> tuple[str, str]:
     """The target file a ``target`` value names (a chip name, or a path relative to ``sweep_dir``) and its
     content's digest."""
     if not isinstance(value, str) or not value:
         raise ConfigError(f"{where}: expected a chip name or a target YAML path, got {quote(value)}")
-    is_path = any(c in value for c in "/\\") or value.endswith((".yaml", ".yml"))
     try:
-        p = resolve_target_file(sweep_dir / value if is_path and not Path(value).is_absolute() else value)
+        p = resolve_target_path(value, relative_to=sweep_dir)
     except TargetError as e:
         raise ConfigError(f"{where}: {e}") from None
-    return str(p), _digest(_read_regular(p, "target file"))
+    return str(p), _digest(read_yaml_bytes(p, str(p), ConfigError, "target file"))
 
 
 def _short(text: str) -> str:
@@ -169,11 +158,9 @@ def _symbol_args(symbol: str, where: str) -> frozenset[str]:
 def load_sweep(path: str | Path) -> SweepSpec:
     """Parse and check a sweep file (ConfigError naming the file and key)."""
     p = Path(path)
-    text = _read_regular(p, "sweep file")
-    try:
-        doc = load_yaml(text.decode("utf-8"), str(p), ConfigError)
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{p}: cannot read sweep file: not UTF-8 ({e.reason} at byte {e.start})") from None
+    text = decode_yaml_bytes(read_yaml_bytes(p, str(p), ConfigError, "sweep file"), str(p), ConfigError,
+                             "sweep file")
+    doc = load_yaml(text, str(p), ConfigError)
     if not isinstance(doc, dict):
         raise ConfigError(f"{p}: expected a mapping with configs and grid")
     allowed = ("configs", "grid", "numerics", "plot", "description")
@@ -252,7 +239,7 @@ def _load_configs(p: Path, raw: Any, grid: dict) -> tuple[BaseConfig, ...]:
         if real in seen:
             raise ConfigError(f"{p}: configs[{i}]: {_short(c)} is the same file as configs[{seen[real]}]")
         seen[real] = i
-        data = _read_regular(cp, f"configs[{i}]: run-config")
+        data = read_yaml_bytes(cp, str(cp), ConfigError, f"configs[{i}]: run-config")
         cfg = load_config(cp)  # a broken base config is the sweep file's error, not every point's
         symbols = grid.get("symbol", [cfg.symbol])
         takes = {s: _symbol_args(s, f"{p}: grid.symbol" if "symbol" in grid else f"{cp}: symbol") for s in symbols}
@@ -286,10 +273,10 @@ def _load_configs(p: Path, raw: Any, grid: dict) -> tuple[BaseConfig, ...]:
 
 def _checked_text(path: str, digest: str, what: str) -> str:
     """A file's text, refused if it changed since the sweep read it (the point's id names its content)."""
-    data = _read_regular(Path(path), what)
+    data = read_yaml_bytes(path, path, ConfigError, what)
     if _digest(data) != digest:
         raise ConfigError(f"{path}: the {what} changed while the sweep ran; run the sweep again")
-    return data.decode("utf-8")
+    return decode_yaml_bytes(data, path, ConfigError, what)
 
 
 def run_point(point: dict) -> dict:
