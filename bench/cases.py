@@ -9,8 +9,9 @@ to :data:`BUILDERS`; :func:`all_cases` expands them over chips, precisions and s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

@@ -8,8 +8,9 @@ the engine executes plans, kernels describe them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 

@@ -42,7 +42,9 @@ Without a tiling the simulator compares the candidates :meth:`tilings` lists.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+import functools
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -264,7 +266,7 @@ class _Planner:
             raise LayoutError(f"{self.call.symbol}: the {self.ctx.workspace_size_bytes}-byte workspace cannot hold "
                               f"the partial sums of {self.channel} channels for {parts} cores")
         first: dict[int, tuple[Tile, ...]] = {}
-        second: dict[int, list[Tile]] = {}
+        second: dict[int, list[tuple[int, Tile]]] = {}  # core -> its reduce tiles, each with the core that runs it
         for idx, (core, (r0, r1), (c0, c1)) in enumerate(shares):
             bct, brows = self.blocks(split, c1 - c0, r1 - r0, ct, rows, False)
             if parts == 1 and brows >= r1 - r0:
@@ -279,7 +281,7 @@ class _Planner:
                         precision=self.call.precision)
         # Inference: the reduce tiles of the channel blocks are dealt over the cores.
         merged: dict[int, list[Tile]] = {}
-        for core, tiles in second.items():
+        for tiles in second.values():
             for owner, tile in tiles:
                 merged.setdefault(owner, []).append(tile)
         phase2 = {core: tuple(Tile(i, t.loads, t.compute, t.stores, t.slot) for i, t in enumerate(tiles))
@@ -335,11 +337,13 @@ class _Planner:
             ct, rows = (self._channel_heuristic(span_c, span_r, largest) if split == "channels"
                         else self._row_heuristic(span_c, span_r, parts, largest))
         elif rows is None:
+            assert ct is not None
             rows = (span_r if split == "channels" and self.whole_fits(min(ct, span_c), span_r)
                     else max(1, self.max_rows(min(ct, span_c), span_r, parts)))
         elif ct is None:
             ct = (self._channel_heuristic(span_c, span_r, largest)[0] if split == "channels"
                   else self._row_heuristic(span_c, span_r, parts, largest)[0])
+        assert ct is not None and rows is not None
         ct, rows = min(ct, span_c), min(rows, span_r)
         one_pass = parts == 1 and rows >= span_r
         if not (self.whole_fits(ct, rows) if one_pass else self.row_fits(ct, rows, parts)):
@@ -464,12 +468,13 @@ class _RowStream:
 
     def first_phase(self, idx: int, rr: tuple[int, int], cr: tuple[int, int]) -> list[Tile]:
         """The tiles up to the barrier (all of them with one part)."""
-        p, out = self.p, []
+        p = self.p
+        out: list[Tile] = []
         for k, start in enumerate(range(cr[0], cr[1], self.ct)):
             n = min(self.ct, cr[1] - start)
             ops = self._vectors(k, n)
             osum, osum2 = ops[3], ops[4]
-            zero = (lambda _n=n: (np.zeros(_n, F32), np.zeros(_n, F32)))
+            zero = functools.partial(_zero_pair, n)
             self._add(out, Tile(self.tid, self._vec_loads(ops, start),
                                 Compute(zero, (), (osum, osum2), flops=0, reductions=0, precision=COMPUTE_PRECISION,
                                         extra_ops=2 * padded_lanes(n, p.lanes)), (), slot=2 + k % 2))
@@ -549,20 +554,25 @@ class _RowStream:
                 odx = ody  # dx is written over dy: the tile has read dy by then
                 stores = (operand_out(odx, b["dx"].addr, (batch, channel), (r0, start)),)
                 if pname == "dx":
-                    def fn(x, dy, mean, invar, scale, s1, s2, _m=batch, _dt=dt):
+                    def fn_dx(x, dy, mean, invar, scale, s1, s2, _m=batch, _dt=dt):
                         return (_dx(x, dy, mean, invar, scale, s1, s2, True, _m).astype(_dt, copy=False),)
-                    compute = Compute(fn, (ox, ody, om, oi, osc, osum, osum2), (odx,),
+                    compute = Compute(fn_dx, (ox, ody, om, oi, osc, osum, osum2), (odx,),
                                       flops=elems * FLOPS_DX_TRAIN, reductions=0, precision=COMPUTE_PRECISION,
                                       extra_ops=empty * FLOPS_DX_TRAIN)
                 else:
-                    def fn(x, dy, mean, invar, scale, s1, s2, _dt=dt):
+                    def fn_infer(x, dy, mean, invar, scale, s1, s2, _dt=dt):
                         d1, d2 = _sums(x, dy, mean, invar)
                         dxv = _dx(x, dy, mean, invar, scale, s1, s2, False, 1).astype(_dt, copy=False)
                         return dxv, s1 + d1, s2 + d2
-                    compute = Compute(fn, (ox, ody, om, oi, osc, osum, osum2), (odx, osum, osum2),
+                    compute = Compute(fn_infer, (ox, ody, om, oi, osc, osum, osum2), (odx, osum, osum2),
                                       flops=elems * (FLOPS_SUMS + FLOPS_DX_INFER), reductions=0,
                                       precision=COMPUTE_PRECISION, extra_ops=empty * (FLOPS_SUMS + FLOPS_DX_INFER))
             self._add(out, Tile(self.tid, loads, compute, stores, slot=self.tid % 2))
 
 
 KERNEL = BatchNormGrad()
+
+
+def _zero_pair(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Two fp32 vectors of ``n`` zeros (a tile's fresh running sums)."""
+    return np.zeros(n, F32), np.zeros(n, F32)

@@ -39,8 +39,9 @@ fp32; NCHW blocks are moved in their own layout and transposed by the compute
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -60,6 +61,7 @@ from sim.errors import KernelArgError, LayoutError, brief
 from sim.model.call import ArgSpec, BoundCall, Buffer, MemoryReader
 from sim.model.memory import MemoryMap
 from sim.model.plan import Compute, Operand, Phase, Plan, Tile, Transfer
+from sim.model.target import Region
 
 F32 = np.dtype(np.float32)
 #: Largest buffer a call may describe (bytes); beyond it no chip has the memory.
@@ -136,8 +138,8 @@ class _TileFn:
         self.geo, self.fh, self.fw, self.rows, self.nchw = geo, fh, fw, rows, nchw
         self.has_x, self.first, self.x_shape = has_x, first, x_shape
 
-    def __call__(self, *ops: np.ndarray) -> tuple[np.ndarray]:
-        ops = list(ops)
+    def __call__(self, *operands: np.ndarray) -> tuple[np.ndarray]:
+        ops = list(operands)
         # A tile whose window lies wholly in the padding loads no input: its x is an empty block.
         x = ops.pop(0) if self.has_x else np.zeros(self.x_shape, F32)
         dy = ops.pop(0)
@@ -710,7 +712,7 @@ class _Planner:
         shares = [self._blocks(a, b, choice.icg, choice.ocg, sc)
                   for a, b in split_even(g.batch * g.out_h, len(active))]
         t = self.ctx.target
-        ws = t.region(self.mmap.region_at(self.ctx.workspace_base).name)
+        ws = t.region(self._region_at(self.ctx.workspace_base).name)
         total = 0.0
         for grp in groups:
             total += self._sweep_cycles([(blocks, [grp]) for blocks in shares], drain=len(active) == 1)
@@ -725,8 +727,14 @@ class _Planner:
                           + 2 * len(rounds) * t.barrier_latency_cycles)
         return total
 
+    def _region_at(self, addr: int) -> Region:
+        """The region holding ``addr`` (every address planned here was layout-checked: it lies in one)."""
+        region = self.mmap.region_at(addr)
+        assert region is not None
+        return region
+
     def _bandwidth(self, buf: Buffer) -> float:
-        return self.ctx.target.region(self.mmap.region_at(buf.addr).name).bandwidth_bytes_per_cycle
+        return self.ctx.target.region(self._region_at(buf.addr).name).bandwidth_bytes_per_cycle
 
     def _sweep_cycles(self, work: Sequence[tuple[Sequence[_Block], Sequence[_Group]]], drain: bool) -> float:
         """Cycles of one phase where core k accumulates ``work[k]`` = (row tiles, filter slices).
@@ -738,11 +746,11 @@ class _Planner:
         t = self.ctx.target
         peak = t.core.precisions[COMPUTE_PRECISION].peak_flops_per_cycle
         per_tile = t.core.loop_overhead_cycles + t.core.vector_op_latency_cycles
-        stage = self.mmap.region_at(self.ctx.scratch_base)
-        x_region = self.mmap.region_at(self.x.addr)
+        stage = self._region_at(self.ctx.scratch_base)
+        x_region = self._region_at(self.x.addr)
         engine_rate = t.dma.engines_per_core * min(
             stage.port_bandwidth_bytes_per_cycle, x_region.port_bandwidth_bytes_per_cycle,
-            self.mmap.region_at(self.dy.addr).port_bandwidth_bytes_per_cycle)
+            self._region_at(self.dy.addr).port_bandwidth_bytes_per_cycle)
         port = min(stage.port_bandwidth_bytes_per_cycle, x_region.port_bandwidth_bytes_per_cycle)
         latency = t.dma.setup_cycles + x_region.latency_cycles
         busiest = 0.0

@@ -43,8 +43,9 @@ candidates :meth:`DepthwiseConv2dBackpropInput.tilings` lists.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -339,6 +340,7 @@ def best_channel_parts(geom: ConvGeometry, mult: int, itemsize: int, cores: int,
         key = (cycles, -p_rows * p_chans, moved, p_chans)
         if best is None or key < best[0]:
             best = (key, p_chans)
+    assert best is not None  # the loop runs at least once (one channel part)
     return best[1]
 
 
@@ -438,7 +440,7 @@ def choose_tile(fp: Footprint, share: Share, m: Machine, cores: int, fewest: boo
             chan_options = sorted({max(1, chans // 2 ** i) for i in range(12)})
     else:
         chan_options = sorted({max(1, -(-chans // 2 ** i)) for i in range(12)})
-    best: tuple[tuple[float, int], TileShape] | None = None
+    best: tuple[tuple[float, float], TileShape] | None = None
     cols = geom.in_w
     while best is None:
         for ct in chan_options:
@@ -450,9 +452,8 @@ def choose_tile(fp: Footprint, share: Share, m: Machine, cores: int, fewest: boo
                 lo, hi = (mid, hi) if fp.fits(TileShape(mid, cols, ct)) else (lo, mid - 1)
             for rows in _row_options(lo, seg_rows):
                 shape = TileShape(rows, cols, ct)
-                score = fp.cycles(shape, seg_rows, chans, m, cores)
-                if fewest:
-                    score = (score[1], score[0])
+                cycles, tiles = fp.cycles(shape, seg_rows, chans, m, cores)
+                score: tuple[float, float] = (tiles, cycles) if fewest else (cycles, tiles)
                 if best is None or score < best[0]:
                     best = (score, shape)
         if best is None:
@@ -521,9 +522,10 @@ class DepthwiseConv2dBackpropInput:
         ptrs = {n: require_address(n, a[n]) for n in ("filter", "out_backprop", "output")}
         input_sizes = require_ints("input_sizes", a["input_sizes"], 4, minimum=1)
         filter_shape = require_ints("filter_shape", a["filter_shape"], 4, minimum=1)
-        geom = conv_geometry(input_sizes, filter_shape[:2], strides=a["strides"], padding=a["padding"],
-                             explicit_paddings=a["explicit_paddings"], data_format=a["data_format"],
-                             dilations=a["dilations"], filter_name="filter_shape", input_name="input_sizes")
+        geom = conv_geometry(input_sizes, (filter_shape[0], filter_shape[1]), strides=a["strides"],
+                             padding=a["padding"], explicit_paddings=a["explicit_paddings"],
+                             data_format=a["data_format"], dilations=a["dilations"], filter_name="filter_shape",
+                             input_name="input_sizes")
         if filter_shape[2] != geom.in_c:
             raise KernelArgError(f"argument 'filter_shape': filter_shape[2] (in_c) is {filter_shape[2]} but "
                                  f"input_sizes has {geom.in_c} channels ({geom.data_format}); they must be equal")
@@ -632,12 +634,10 @@ class DepthwiseConv2dBackpropInput:
         if all(v is None for v in sizes.values()):
             return choose_tile(fp, share, machine, busy_cores)
         seg = max(r1 - r0 for _, r0, r1 in share.segments(fp.g.in_h))
-        given = [sizes["tile_rows"], sizes["tile_cols"], sizes["tile_channels"]]
-        if None in given:
-            own = choose_tile(fp, share, machine, busy_cores)
-            given = [own.rows if given[0] is None else given[0], own.cols if given[1] is None else given[1],
-                     own.chans if given[2] is None else given[2]]
-        shape = TileShape(min(given[0], seg), given[1], min(given[2], share.c1 - share.c0))
+        asked = [sizes["tile_rows"], sizes["tile_cols"], sizes["tile_channels"]]
+        own = choose_tile(fp, share, machine, busy_cores) if None in asked else None
+        rows, cols, chans = (v if v is not None else getattr(own, k) for v, k in zip(asked, ("rows", "cols", "chans")))
+        shape = TileShape(min(rows, seg), cols, min(chans, share.c1 - share.c0))
         if not fp.fits(shape):
             raise LayoutError(f"{call.symbol}: tiling tile_rows={shape.rows}, tile_cols={shape.cols}, "
                               f"tile_channels={shape.chans} does not fit the {fp.scratch_bytes}-byte scratchpad "

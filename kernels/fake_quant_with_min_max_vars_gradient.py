@@ -38,7 +38,8 @@ one, the simulator compares the candidates :meth:`tilings` lists.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -246,7 +247,7 @@ class FakeQuantWithMinMaxVarsGradient:
         return (Transfer.contiguous(acc.addr, b["backprop_wrt_min"].addr, 4),
                 Transfer.contiguous(acc.addr + 4, b["backprop_wrt_max"].addr, 4))
 
-    def _core_tiles(self, call: BoundCall, ctx: PlanContext, lay: "_Layout", per_tile: int, idx: int, parts: int,
+    def _core_tiles(self, call: BoundCall, ctx: PlanContext, lay: _Layout, per_tile: int, idx: int, parts: int,
                     e0: int, e1: int) -> list[Tile]:
         """Nudge, stream [e0, e1) through two slots in tiles of ``per_tile`` elements, publish the partial sums."""
         dt, lanes, b = lay.dt, lay.lanes, lay.buf
@@ -284,6 +285,7 @@ class FakeQuantWithMinMaxVarsGradient:
                            precision=COMPUTE_PRECISION,
                            extra_ops=padded_lanes(n, lanes) * (FLOPS_PER_ELEMENT + widen) - n * FLOPS_PER_ELEMENT)
             tiles.append(Tile(tid, loads, comp, stores, slot=tid % 2))
+        publish: tuple[Transfer, ...]
         if parts > 1:
             publish = (Transfer.contiguous(acc.addr, ctx.workspace_base + idx * acc.size_bytes, acc.size_bytes),)
         else:
@@ -291,7 +293,7 @@ class FakeQuantWithMinMaxVarsGradient:
         tiles.append(Tile(len(tiles), (), None, publish, slot=2))
         return tiles
 
-    def _reduce_tile(self, ctx: PlanContext, lay: "_Layout", parts: int) -> Tile:
+    def _reduce_tile(self, ctx: PlanContext, lay: _Layout, parts: int) -> Tile:
         """The first core sums the cores' partials and stores the two scalars."""
         acc = lay.fixed["acc"]
         part = Operand(lay.fixed["partials"].addr, (parts, 2), F32)

@@ -41,8 +41,9 @@ Two plans:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -152,7 +153,7 @@ class View:
     channels_on_lanes: bool  # NHWC: the channels fill the vector lanes; NCHW: the spatial positions do
 
     @staticmethod
-    def of(shape: Sequence[int], data_format: str) -> "View":
+    def of(shape: Sequence[int], data_format: str) -> View:
         """The view of a 4-D ``shape`` in ``data_format`` order."""
         n, d1, d2, d3 = (int(s) for s in shape)
         if data_format == "NHWC":
@@ -313,10 +314,14 @@ class FusedBatchNormGrad:
         dt = PRECISION_DTYPES[call.precision]
         lanes = ctx.target.core.precisions[COMPUTE_PRECISION].lanes
         chans = _ChannelsPlan(call, ctx, v, dt, lanes, None)
-        out = []
+        out: list[dict[str, Any]] = []
+        rows_default: dict[str, Any] | None = None
+        rows_largest: dict[str, Any] | None = None
+        rows_short: dict[str, Any] | None = None
         try:
             rows = _RowsPlan(call, ctx, v, dt, lanes, None)
             rows.build()
+            assert rows.first_want is not None  # build() sets it
             rows_default = {"split": "rows", "tile_elements": rows.first_want}
             rows_largest = {"split": "rows", "tile_elements": rows.largest_want}
             # Shorter tiles fill the pipeline sooner (the first load is never hidden).  Never longer than the
@@ -476,8 +481,9 @@ class _ChannelsPlan(_PlanBase):
             arena = Arena(ctx.scratch_base + (i % 2) * half, half, ctx.alignment_bytes)
             ox, ody, odx = (arena.operand((v.a, n, v.b), dt) for _ in range(3))
             om, ovar, osc, osb, oob = (_slice(op, start - c0, n) for op in (vm, vvar, vsc, vsb, vob))
-            loads = (self.tensor_in(ox, "x", (0, start, 0)), self.tensor_in(ody, "y_backprop", (0, start, 0)))
-            stores = (self.tensor_out(odx, (0, start, 0)),)
+            loads: tuple[Transfer, ...] = (self.tensor_in(ox, "x", (0, start, 0)),
+                                           self.tensor_in(ody, "y_backprop", (0, start, 0)))
+            stores: tuple[Transfer, ...] = (self.tensor_out(odx, (0, start, 0)),)
             if i == 0:
                 loads += vec_loads
             if i == len(starts) - 1:
@@ -685,7 +691,7 @@ class _RowsPlan(_PlanBase):
         v, dt = self.v, self.dt
         ox, ody, odx = self._operands(blk)
         start = (a, g0 + c, b)
-        loads = (self.tensor_in(ox, "x", start), self.tensor_in(ody, "y_backprop", start))
+        loads: tuple[Transfer, ...] = (self.tensor_in(ox, "x", start), self.tensor_in(ody, "y_backprop", start))
         if kind == "dx" and blk.resident:
             loads = ()  # x and dy are still in the scratchpad from phase 1
         mean, rs, scale = _slice(fixed.mean, c, nc), _slice(fixed.rs, c, nc), _slice(fixed.scale, c, nc)
@@ -706,16 +712,16 @@ class _RowsPlan(_PlanBase):
             return Tile(tid, loads, comp, (), slot=blk.slot)
         stores = (self.tensor_out(odx, start),)
         if kind == "both":
-            def fn(x, dy, mean, rs, scale, s1, s2, _dt=dt):
+            def fn_both(x, dy, mean, rs, scale, s1, s2, _dt=dt):
                 d1, d2 = partial_sums(x, dy, mean, rs)
                 return x_backprop_infer(dy, rs, scale).astype(_dt, copy=False), s1 + d1, s2 + d2
-            comp = self.compute(fn, (ox, ody, mean, rs, scale, s1, s2), (odx, s1, s2),
+            comp = self.compute(fn_both, (ox, ody, mean, rs, scale, s1, s2), (odx, s1, s2),
                                 elems * (FLOPS_XHAT + FLOPS_SUMS + FLOPS_DX_INFER + 3 * self.widen) + chan,
                                 v.reductions(nc), flops=count * (FLOPS_XHAT + FLOPS_SUMS + FLOPS_DX_INFER) + coef)
         else:
-            def fn(x, dy, mean, rs, scale, s1, s2, _m=v.m, _dt=dt):
+            def fn_dx(x, dy, mean, rs, scale, s1, s2, _m=v.m, _dt=dt):
                 return (x_backprop_train(x, dy, mean, rs, scale, s1, s2, _m).astype(_dt, copy=False),)
-            comp = self.compute(fn, (ox, ody, mean, rs, scale, s1, s2), (odx,),
+            comp = self.compute(fn_dx, (ox, ody, mean, rs, scale, s1, s2), (odx,),
                                 elems * (FLOPS_XHAT + FLOPS_DX_TRAIN + 3 * self.widen) + chan,
                                 flops=count * FLOPS_DX_TRAIN + coef)  # x̂ was the sums pass's math
         return Tile(tid, loads, comp, stores, slot=blk.slot)
@@ -760,6 +766,7 @@ class _RowsPlan(_PlanBase):
         tiles: list[Tile] = []
         if self.parts > 1 and (self.train or idx == 0):
             part = fixed.partials
+            assert part is not None  # set whenever partial sums are exchanged (parts > 1)
             load = Transfer.contiguous(self.ctx.workspace_base, part.addr, part.size_bytes)
 
             def reduce(p):

@@ -8,7 +8,8 @@ fits the scratchpad is the kernel's own question (a LayoutError naming it).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -25,7 +25,12 @@ class KernelArgError(SimError):
 
 
 class LayoutError(SimError):
-    """A buffer of a call is unmapped, in the wrong memory, misaligned or overlapping."""
+    """A buffer of a call is unmapped, in the wrong memory, misaligned or overlapping.
+
+    ``violations`` lists the broken rules (``sim.model.layout.Violation``) when the layout check raised it.
+    """
+
+    violations: tuple = ()
 
 
 class MemoryFault(SimError):

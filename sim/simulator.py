@@ -6,9 +6,10 @@ import functools
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -20,13 +21,13 @@ from sim.errors import KernelArgError, LayoutError, MemoryFault, brief
 from sim.inspect.summary import CoreSummary, core_summaries, run_summary_text
 from sim.inspect.trace import run_metadata, write_trace
 from sim.model.call import BoundCall, Buffer
-from sim.model.layout import check_buffer, enforce_layout, layout_error, fit_violation
+from sim.model.layout import check_buffer, enforce_layout, fit_violation, layout_error
 from sim.model.memory import AddressSpace, checked_dtype
 from sim.model.plan import DoesNotFit, Plan
-from sim.timing import Roofline, peak_flops_per_cycle, roofline
-from sim.tuning import TILING_TOLERANCE, Progress, TilingCache, TilingChoice, choose_tiling
 from sim.model.target import StagingArea, Target
 from sim.model.target_loader import load_target
+from sim.timing import Roofline, peak_flops_per_cycle, roofline
+from sim.tuning import TILING_TOLERANCE, Progress, TilingCache, TilingChoice, choose_tiling
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -133,7 +134,7 @@ def _cores_of_mask(mask: Any, target: Target) -> tuple[int, ...]:
 def _locked(method: F) -> F:
     """Run ``method`` holding the simulator's lock (see :class:`Simulator` on threads)."""
     @functools.wraps(method)
-    def locked(sim: "Simulator", /, *args: Any, **kwargs: Any) -> Any:  # positional-only: self= is a kwarg
+    def locked(sim: Simulator, /, *args: Any, **kwargs: Any) -> Any:  # positional-only: self= is a kwarg
         with sim._lock:
             return method(sim, *args, **kwargs)
     return cast(F, locked)
@@ -427,6 +428,7 @@ class Simulator:
         self.memory.begin()
         try:
             cycles = engine.run(plan)
+            assert cycles is not None  # run to the end (no until_cycles)
         except BaseException:
             self.memory.rollback()
             raise

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from sim.errors import SimError
 from sim.model.memory import MemoryMap

@@ -8,8 +8,9 @@ the tie goes to the fewest tiles.  A candidate still running when it can no long
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from sim.engine.engine import Engine, EngineMemo
 from sim.engine.events import Recorder

@@ -235,7 +235,7 @@ def test_deterministic():
     r1, o1 = run_kernel(sim.Simulator("FT78NE"), "fp", "s", data, shape=[2, 8, 8, 40])
     r2, o2 = run_kernel(sim.Simulator("FT78NE"), "fp", "s", data, shape=[2, 8, 8, 40])
     assert r1.cycles == r2.cycles
-    assert [e.__dict__ for e in r1.events] == [e.__dict__ for e in r2.events]
+    assert [e._asdict() for e in r1.events] == [e._asdict() for e in r2.events]
     for name in OUTPUTS:
         np.testing.assert_array_equal(o1[name], o2[name])
 

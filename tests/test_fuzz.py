@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import hang
 import numpy as np
 import pytest
 import yaml
@@ -28,7 +29,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kernels
-import hang
 import sim
 from sim.cli import main
 from sim.model.call import BoundCall, Buffer

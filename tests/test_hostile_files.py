@@ -18,13 +18,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import hang
 import numpy as np
 import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import hang
 import sim
 from sim.cli import main
 from sim.errors import brief

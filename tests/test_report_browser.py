@@ -134,7 +134,8 @@ def test_zoom_and_pan(page, run):
     box = page.locator("#plot").bounding_box()
     page.mouse.move(box["x"] + box["width"] / 2, box["y"] + 100)
     page.mouse.wheel(0, -600)
-    page.wait_for_function(f"document.getElementById('tl-svg').getAttribute('data-view') !== '{full[0]:.3f},{full[1]:.3f}'")
+    view = f"{full[0]:.3f},{full[1]:.3f}"
+    page.wait_for_function(f"document.getElementById('tl-svg').getAttribute('data-view') !== '{view}'")
     z0, z1 = _view(page)
     assert z1 - z0 < (full[1] - full[0]) / 2 and 0 <= z0 < z1 <= full[1]
     page.mouse.down()

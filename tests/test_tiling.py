@@ -230,7 +230,7 @@ def test_fake_quant_every_tiling_right_and_honoured(n):
         assert len(busy) == min(cores, -(-n // 32))
         assert len(run.plan.phases) == (2 if len(busy) > 1 else 1)
         sizes = [s[0] // 4 for s in loaded_blocks(run, "gradients")]  # contiguous copies count bytes
-        share = -(-(-(-n // 32)) // len(busy)) * 32 if len(busy) > 1 else n
+        share = -(-(-(-n // 32)) // len(busy)) * 32  # noqa: B002 (ceil divisions, not decrements) if len(busy) > 1 else n
         assert max(sizes) == min(tiling["tile_elements"], share)
 
 

@@ -28,8 +28,9 @@ def test_one_transfer_estimate_is_exact_and_hand_derived():
     n = 6000
     tr = Transfer.contiguous(ddr.base, am.base, n)
     plan = Plan(cores=(0,), precision="fp32", phases=(Phase("p", {0: (Tile(0, (tr,), None, ()),)}),))
-    stream = math.ceil(max(math.ceil(n / ddr.burst_bytes) * ddr.burst_bytes / (ddr.bandwidth_bytes_per_cycle / ddr.ports),
-                           math.ceil(n / am.burst_bytes) * am.burst_bytes / (am.bandwidth_bytes_per_cycle / am.ports)))
+    ddr_port, am_port = ddr.bandwidth_bytes_per_cycle / ddr.ports, am.bandwidth_bytes_per_cycle / am.ports
+    stream = math.ceil(max(math.ceil(n / ddr.burst_bytes) * ddr.burst_bytes / ddr_port,
+                           math.ceil(n / am.burst_bytes) * am.burst_bytes / am_port))
     assert stream_cycles(tr, ddr, am) == stream
     assert transfer_latency_cycles(ddr, am) == max(ddr.latency_cycles, am.latency_cycles)
     expect = t.launch_overhead_cycles + t.dma.setup_cycles + stream + max(ddr.latency_cycles, am.latency_cycles)

@@ -11,9 +11,9 @@ SPEEDUP for how much, and why not 10x everywhere).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pytest

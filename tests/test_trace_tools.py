@@ -443,8 +443,8 @@ def test_progress_of_a_run_counts_every_tile():
     out = _Tty()
     _, run = execute_with_progress(cfg, stream=out, delay=0, mininterval=0)
     n = run.plan.tile_count
-    assert n > 0 and f"{n}/{n}" in out.getvalue() and f"cycle {max(e.end for e in run.events if e.kind == 'compute'):,}" \
-        in out.getvalue()
+    last = max(e.end for e in run.events if e.kind == "compute")
+    assert n > 0 and f"{n}/{n}" in out.getvalue() and f"cycle {last:,}" in out.getvalue()
 
 
 # -- report (static) -------------------------------------------------------------------------------------

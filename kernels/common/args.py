@@ -6,7 +6,8 @@ the argument; :func:`check_args` refuses extra and missing arguments and fills d
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -6,8 +6,8 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from sim.cli.trace import add_trace_commands
 from sim.errors import LayoutError, SimError
@@ -105,7 +105,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             # Tiles that cannot fit the scratchpad fail here (with the config's tiling, if it names one).
             m.plan_bound(call, cfg.tiling)
         except LayoutError as e:
-            violations = list(e.violations)  # type: ignore[attr-defined]  (layout_error sets them)
+            violations = list(e.violations)
     errors, warnings = found.errors(args.strict), found.warnings(args.strict)
     report = {"config": str(cfg.path), **layout_report(call, m.target, violations),
               "entries": [i.as_dict(args.strict) for i in found.issues],

@@ -51,8 +51,9 @@ class Dma:
         ends = eng._memo.transfers.get((id(t), core))
         if ends is None:
             src, dst = eng._resolve(core, tile, t, "src"), eng._resolve(core, tile, t, "dst")
-            ends = eng._memo.transfers[(id(t), core)] = (src, dst, t.size_bytes, (src[0].name, src[1], dst[0].name, dst[1]),
-                                               stream_cycles(t, src[0], dst[0]))
+            route = (src[0].name, src[1], dst[0].name, dst[1])
+            ends = eng._memo.transfers[(id(t), core)] = (src, dst, t.size_bytes, route,
+                                                         stream_cycles(t, src[0], dst[0]))
         self.src, self.dst, self.size_bytes, route, self.stream = ends
         self.pools, self.latency = eng._routes.get(route) or eng._route(*self.src, *self.dst)
         self.engines = eng._engines.get(core) or eng._dma_engines(core)

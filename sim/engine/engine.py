@@ -23,7 +23,8 @@ with tiles, not with elements.
 from __future__ import annotations
 
 import math
-from typing import Callable, Generator
+from collections.abc import Callable, Generator
+from typing import Any
 
 import numpy as np
 import simpy
@@ -54,7 +55,7 @@ class EngineMemo:
 
     def __init__(self) -> None:
         self.transfers: dict[tuple[int, int], tuple] = {}
-        self.copies: dict[tuple[int, int], object] = {}
+        self.copies: dict[tuple[int, int], Any] = {}  # a planned copy, or None
         self.operands: dict[tuple[int, int], tuple] = {}
         self.compute: dict[int, int] = {}
 
@@ -201,6 +202,7 @@ class Engine:
     def _compute_start(self, core: int, tile: Tile) -> int:
         """Run a tile's numerics (results written back now) and return the cycles its compute takes."""
         c = tile.compute
+        assert c is not None  # the walk computes only tiles that have a compute
         if self.numerics:
             arrays = [self._read_operand(core, tile, op) for op in c.inputs]
             results = c.fn(*arrays)
@@ -220,6 +222,7 @@ class Engine:
     def _compute_record(self, core: int, tile: Tile, phase: str, start: int) -> None:
         """The trace event of a tile's compute, which ran from ``start`` to now."""
         c = tile.compute
+        assert c is not None
         self.record(TraceEvent(core, "compute", "compute", start, self.env._now, 0, None, None, None, None,
                                tile.tile_id, phase, c.flops, 0, None))
 
@@ -247,7 +250,7 @@ class Engine:
         yield self.env.timeout(self.target.barrier_latency_cycles)
         event.succeed()
 
-    def _core(self, core: int, plan: Plan, barriers: list[dict]) -> Generator:
+    def _core(self, core: int, plan: Plan, barriers: list[dict[str, Any] | None]) -> Generator:
         yield self.env.timeout(self.target.launch_overhead_cycles)
         self.recorder.record(TraceEvent(core=core, unit="sync", kind="launch", start=0, end=self.env._now))
         for phase, state in zip(plan.phases, barriers):

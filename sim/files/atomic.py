@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from sim.errors import SimError
 
@@ -31,7 +31,7 @@ def _umask() -> int:
     return umask
 
 
-def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
+def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
     """Call ``write(tmp_path)`` on a temporary file beside ``path``, then rename it into place."""
     p = Path(path)
     try:

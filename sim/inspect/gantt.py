@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import io
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -242,7 +242,7 @@ def gantt_figure(trace: Trace, title: str | None = None, window: tuple[int, int]
     if title is None:
         us = trace.us(trace.cycles)
         title = (f"{trace.title}: {trace.cycles:,} cycles"
-                 + (f" ({us:.2f} µs at {clock / 1e9:g} GHz)" if us is not None else "")
+                 + (f" ({us:.2f} µs at {clock / 1e9:g} GHz)" if us is not None and clock else "")
                  + f", {len(trace.cores)} core{'s' if len(trace.cores) != 1 else ''}")
     fig.suptitle(title, fontsize=11, x=0.01, ha="left", y=1 - 0.08 / height, va="top")
     note = merged_note(merged_events(trace.events, (lo, hi), px_per_cycle), px_per_cycle)

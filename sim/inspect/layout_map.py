@@ -3,7 +3,7 @@ violations, as text (``dspsim validate``) and as data (JSON, reports)."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from sim.model.call import BoundCall
 from sim.model.layout import Violation, free_spans

@@ -56,7 +56,7 @@ JOIN_FACTOR = 4
 def zoom_segments(reg: dict) -> list[tuple[int, int]]:
     """The address spans of a region's zoomed row: one per cluster of nearby buffers, from the first byte of
     its first buffer to the end of its last (drawn with a 5% margin on each side)."""
-    items = sorted(((b["start"], max(b["end"], b["start"] + 1)) for b in reg["buffers"]))
+    items = sorted((b["start"], max(b["end"], b["start"] + 1)) for b in reg["buffers"])
     clusters: list[list[int]] = []
     for lo, hi in items:
         if clusters:

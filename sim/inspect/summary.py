@@ -3,24 +3,27 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from sim.engine.events import TraceEvent
 from sim.timing import Roofline
 
 
 def _union(intervals: Sequence[tuple[int, int]]) -> int:
-    total, cur_s, cur_e = 0, None, None
+    """Cycles covered by at least one of the half-open ``intervals``."""
+    total = 0
+    cur: tuple[int, int] | None = None  # the run of overlapping intervals being merged
     for s, e in sorted(intervals):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
+        if cur is None or s > cur[1]:
+            if cur is not None:
+                total += cur[1] - cur[0]
+            cur = (s, e)
         else:
-            cur_e = max(cur_e, e)
-    if cur_e is not None:
-        total += cur_e - cur_s
+            cur = (cur[0], max(cur[1], e))
+    if cur is not None:
+        total += cur[1] - cur[0]
     return total
 
 
@@ -121,9 +124,9 @@ def core_summaries(events: Sequence[TraceEvent], cores: Sequence[int], total_cyc
         by_region: dict[str, int] = defaultdict(int)
         for e in ev:
             if e.kind in ("dma_in", "dma_out"):
-                by_region[e.src_region] += e.bytes
+                by_region[e.src_region or ""] += e.bytes
                 if e.dst_region != e.src_region:
-                    by_region[e.dst_region] += e.bytes
+                    by_region[e.dst_region or ""] += e.bytes
         end = max((e.end for e in ev), default=0)
         total = max(total_cycles, end)
         c, o, d, w, i = _partition(comp, dma, wait, total)

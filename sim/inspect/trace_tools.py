@@ -11,11 +11,12 @@ from __future__ import annotations
 import csv
 import json
 from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
-from sim.engine.events import INT_FIELDS, DMA_KINDS, TraceEvent
+from sim.engine.events import DMA_KINDS, INT_FIELDS, TraceEvent
 from sim.errors import SimError
 from sim.inspect.summary import (
     TABLE_LEGEND,
@@ -147,7 +148,7 @@ def _load_json(path: Path, doc: Any) -> Trace:
         events.append(_event_from_fields(args, path, where))
     if not events:
         raise TraceFileError(f"{path}: the trace has no events of a dspsim run (no complete 'X' events)")
-    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    meta: dict = doc["metadata"] if isinstance(doc.get("metadata"), dict) else {}
     return Trace(events=tuple(events), metadata=meta, source=str(path))
 
 
@@ -316,7 +317,7 @@ def stalls(events: Sequence[TraceEvent], regions: Mapping[str, Mapping] | None =
         by_core[e.core].append(e)
     for core, evs in by_core.items():
         # The compute unit is free from the end of its previous compute (or of the launch / last barrier).
-        marks = sorted((e.end for e in evs if e.kind in ("compute", "launch", "barrier_wait")))
+        marks = sorted(e.end for e in evs if e.kind in ("compute", "launch", "barrier_wait"))
         for c in sorted((e for e in evs if e.kind == "compute"), key=lambda e: e.start):
             free = max((m for m in marks if m <= c.start), default=0)
             if c.start > free:

@@ -21,13 +21,13 @@ checks run before every call and in ``dspsim validate``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Iterable, Sequence
 
 from sim.errors import LayoutError
-from sim.model.plan import DoesNotFit
 from sim.model.call import BoundCall, Buffer
 from sim.model.memory import MemoryMap
+from sim.model.plan import DoesNotFit
 from sim.model.target import Region, Target
 
 #: Rule id -> the rule in words (for reports and the docs).
@@ -194,8 +194,11 @@ def check_layout(call: BoundCall, target: Target) -> list[Violation]:
         if b.size_bytes == 0:
             continue
         found = _single_rule(b, call.variant, core, target, mmap)
+        region = mmap.region_of(b.addr, b.size_bytes)
+        if found is None and region is not None:  # (a buffer breaking no rule lies in a region)
+            placed.append((b, region))
+            continue
         if found is None:
-            placed.append((b, mmap.region_of(b.addr, b.size_bytes)))
             continue
         rule, message, region = found
         out.append(Violation(b.name, rule, message,
@@ -228,7 +231,7 @@ def layout_error(violations: Sequence[Violation]) -> LayoutError:
     else:
         err = LayoutError(f"{len(violations)} layout violations: "
                           + " | ".join(f"({i}) {v}" for i, v in enumerate(violations, 1)))
-    err.violations = tuple(violations)  # type: ignore[attr-defined]
+    err.violations = tuple(violations)
     return err
 
 

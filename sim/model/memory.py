@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -247,7 +247,7 @@ class AddressSpace:
         if spage is not False and self._page_of_span(dst_key, dlo, dhi, create=False) is not False:
             self._touch(dst_key, dlo, dhi)
             out = self._block_view(self._page(dst_key, dlo >> PAGE_BITS), dst, shape, itemsize, dst_strides)
-            if spage is None:
+            if spage is None or spage is True:  # (True is never returned: the page or None or False)
                 out[...] = 0
             else:
                 # numpy buffers the copy itself when source and destination overlap.

@@ -10,8 +10,8 @@ them.  Addresses are raw chip addresses; private regions resolve to the issuing 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -55,13 +55,13 @@ class Transfer:
         return n
 
     @staticmethod
-    def contiguous(src: int, dst: int, size_bytes: int) -> "Transfer":
+    def contiguous(src: int, dst: int, size_bytes: int) -> Transfer:
         """A plain copy of ``size_bytes`` contiguous bytes."""
         return Transfer(src, dst, (int(size_bytes),), 1, (1,), (1,))
 
     @staticmethod
     def block(src: int, dst: int, shape: Sequence[int], itemsize: int,
-              src_strides: Sequence[int], dst_strides: Sequence[int] | None = None) -> "Transfer":
+              src_strides: Sequence[int], dst_strides: Sequence[int] | None = None) -> Transfer:
         """A strided block; ``dst_strides`` defaults to a dense C-ordered destination."""
         shape = tuple(int(s) for s in shape)
         dst_s = tuple(dst_strides) if dst_strides is not None else c_strides(shape, itemsize)

@@ -6,8 +6,8 @@ target file and builds these; :mod:`sim.timing` turns their numbers into cycles.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 
 @dataclass(frozen=True)

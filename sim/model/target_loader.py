@@ -357,7 +357,7 @@ def resolve_target_path(name_or_path: str | Path, relative_to: Path | None = Non
                       f"or pass a path to a YAML file)")
 
 
-def load_target(name_or_path: "str | Path | Target") -> Target:
+def load_target(name_or_path: str | Path | Target) -> Target:
     """Load a chip by name (case-insensitive, from ``targets/``) or from a YAML file path."""
     if isinstance(name_or_path, Target):
         return name_or_path

@@ -41,8 +41,7 @@ import numpy as np
 from sim.errors import ConfigError, SimError, TargetError
 from sim.files.regular_file import read_regular
 from sim.files.yamlsafe import load_yaml, read_yaml_text
-from sim.model.target_loader import MAX_CYCLES, MAX_RATE, MIN_RATE, parse_target
-from sim.model.target_loader import resolve_target_path
+from sim.model.target_loader import MAX_CYCLES, MAX_RATE, MIN_RATE, parse_target, resolve_target_path
 from sim.tools.docedit import get_path, set_path, split_path
 from sim.tools.progress import PhaseBar
 

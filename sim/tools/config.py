@@ -121,8 +121,8 @@ def _random(spec: ArraySpec, r: dict, where: str) -> np.ndarray:
         info = np.iinfo(spec.dtype)
         lo, hi = math.ceil(low), math.floor(high)
         if lo > hi or lo < info.min or hi > info.max:
-            raise ConfigError(f"{where}.random: [{brief(low)}, {brief(high)}] holds no {spec.dtype} value or leaves its range "
-                              f"[{info.min}, {info.max}]")
+            raise ConfigError(f"{where}.random: [{brief(low)}, {brief(high)}] holds no {spec.dtype} value or leaves "
+                              f"its range [{info.min}, {info.max}]")
         return rng.integers(lo, hi, size=spec.shape, endpoint=True, dtype=spec.dtype)
     if not math.isfinite(high - low) or max(abs(low), abs(high)) > float(np.finfo(spec.dtype).max):
         raise ConfigError(f"{where}.random: [{brief(low)}, {brief(high)}] does not fit {spec.dtype}")
@@ -213,7 +213,8 @@ def _mapping(path: Path, value: Any, key: str, required: set[str], optional: set
         raise _fail(path, key, f"expected a mapping, got {type(value).__name__}")
     unknown = sorted(str(k) for k in set(value) - required - optional)
     if unknown:
-        raise _fail(path, f"{key}.{key_text(unknown[0])}", f"unknown key (allowed: {', '.join(sorted(required | optional))})")
+        raise _fail(path, f"{key}.{key_text(unknown[0])}",
+                    f"unknown key (allowed: {', '.join(sorted(required | optional))})")
     missing = sorted(required - set(value))
     if missing:
         raise _fail(path, f"{key}.{missing[0]}", "required key is missing")

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import IO, TYPE_CHECKING, Sequence
+from typing import IO, TYPE_CHECKING
 
 from sim.errors import ConfigError, SimError
 from sim.model.call import BoundCall, Buffer

@@ -74,7 +74,7 @@ class RunProgress:
         """Remove the bar."""
         self._bar.close()
 
-    def __enter__(self) -> "RunProgress":
+    def __enter__(self) -> RunProgress:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -169,7 +169,7 @@ class PhaseProgress:
         self._ticker.join()
         self.end_phase()
 
-    def __enter__(self) -> "PhaseProgress":
+    def __enter__(self) -> PhaseProgress:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -217,7 +217,7 @@ class PhaseBar:
         if self._phases is not None:
             self._phases.close()
 
-    def __enter__(self) -> "PhaseBar":
+    def __enter__(self) -> PhaseBar:
         self.start()
         return self
 
@@ -236,7 +236,7 @@ class _Silent:
     def end_phase(self) -> None:
         """Nothing to remove."""
 
-    def __enter__(self) -> "_Silent":
+    def __enter__(self) -> _Silent:
         return self
 
     def __exit__(self, *exc: Any) -> None:

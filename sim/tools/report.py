@@ -187,7 +187,8 @@ def roofline_svg(run: Run) -> str:
                      f"{_esc(name)} {bw / 1e9:,.4g} GB/s</text>")
         if math.isfinite(ai):
             bound = name == rf.bound_by
-            parts.append(f"<circle class=\"point\" cx=\"{px(ai):.1f}\" cy=\"{py(achieved):.1f}\" r=\"{6 if bound else 4}\" "
+            parts.append(f"<circle class=\"point\" cx=\"{px(ai):.1f}\" cy=\"{py(achieved):.1f}\" "
+                         f"r=\"{6 if bound else 4}\" "
                          f"fill=\"{colour}\" stroke=\"#000\" stroke-width=\"{1.5 if bound else 0.5}\">"
                          f"<title>{_esc(name)}: {ai:.3g} flop/byte, {achieved / 1e9:.3g} GFLOP/s achieved</title>"
                          f"</circle>")
@@ -221,7 +222,7 @@ def _layout_section(run: Run) -> str:
     strips = []
     for name, items in by_region.items():
         region = next((r for r in run.target.regions if r.name == name), None)
-        head = (f"{_esc(name)} [{region.base:#x}, {region.end:#x}) {region.kind}" if region
+        head = (f"{_esc(name)} [{region.base:#x}, {region.end:#x}) {region.kind}" if region and name
                 else "unmapped")
         blocks, cursor = [], None
         for row in items:

@@ -53,8 +53,7 @@ from typing import IO, Any
 from sim.errors import ConfigError, SimError, TargetError
 from sim.files.atomic import atomic_write, atomic_write_text
 from sim.files.yamlsafe import decode_yaml_bytes, load_yaml, read_yaml_bytes
-from sim.model.target_loader import resolve_target_path
-from sim.model.target_loader import parse_target
+from sim.model.target_loader import parse_target, resolve_target_path
 from sim.simulator import check_argument_names, find_symbol
 from sim.tools.config import load_config
 from sim.tools.docedit import quote, set_path, split_path
