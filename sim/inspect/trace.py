@@ -1,4 +1,4 @@
-"""Trace events, the recorder the engine writes into, and the trace writers.
+"""The trace writers: a run's events (:mod:`sim.engine.events`) as Chrome trace JSON or CSV, with its metadata.
 
 Times are integer cycles from the launch of the call; writers convert to
 microseconds with the target's clock and keep the raw cycles in each event's

@@ -1,4 +1,4 @@
-"""Chip descriptions: frozen dataclasses built only by :func:`load_target` from a YAML file.
+"""Loading chip descriptions: :func:`load_target` builds the frozen :mod:`sim.model.target` dataclasses from YAML.
 
 Every field carries its unit.  The loader checks types, required keys, non-overlapping regions inside the
 address width, and rejects unknown keys, naming the file and the key path of the first problem.  Every
