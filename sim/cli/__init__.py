@@ -33,8 +33,13 @@ def cmd_targets(args: argparse.Namespace) -> int:
             role = f" {r.role}" if r.role != "storage" else ""
             print(f"  {r.name:<4} [{r.base:#012x}, {r.end:#012x}) {r.size_bytes:>11} B  {r.kind:<7}{role:<11} "
                   f"{r.bandwidth_bytes_per_cycle:g} B/cycle over {r.ports} port(s), {r.latency_cycles} cycles latency")
-        lo, hi = t.workspace_range
-        print(f"  staging in {t.staging_region}; workspace {t.workspace.region} [{lo:#x}, {hi:#x})")
+        print("  staging levels, outermost first:")
+        for lv in t.staging:
+            where = "shared" if lv.shared else "per core"
+            role = (" (the kernels' workspace)" if lv == t.shared_levels[0] else "") if lv.shared else \
+                (f", beside {lv.beside}" if lv.beside else " (compute operands)" if lv == t.vector_level else "")
+            print(f"    {lv.name:<4} in {lv.region:<4} [{lv.base:#012x}, {lv.end:#012x}) {lv.size_bytes:>11} B  "
+                  f"{where}{role}")
     return 0
 
 
