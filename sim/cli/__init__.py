@@ -217,7 +217,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("measurements", help="CSV: symbol, args (JSON), cycles[, core_mask | core]")
     c.add_argument("--target", required=True, help="chip name or target YAML to start from")
     c.add_argument("-o", "--output", required=True, help="fitted target YAML to write")
-    c.add_argument("--params", help="comma-separated free parameters to fit (default: all)")
+    c.add_argument("--params", help="comma-separated free parameters to fit, by key path in the target file "
+                                    "(e.g. regions.ddr.bandwidth_bytes_per_cycle,dma.setup_cycles; default: "
+                                    "every shared region's bandwidth, the DMA setup, per-tile and launch "
+                                    "overheads, vector efficiency)")
     c.set_defaults(func=cmd_calibrate)
     w = sub.add_parser("sweep", help="run a grid of chips, shapes, core masks and target parameters")
     w.add_argument("sweep", help="sweep YAML")
