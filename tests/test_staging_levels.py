@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from markdown_blocks import blocks
 
 import sim
 from sim.cli import main
@@ -21,15 +22,23 @@ from sim.tools.config import load_config
 from sim.tools.runner import execute
 
 ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
 F32 = np.dtype(np.float32)
 S = dict(x=0xA0000000, dy=0xB0000000, dx=0xA1000000,
          params=[0xC0000000, 0xD0000000, 0xE0000000, 0xB1000000, 0xC1000000, 4, 64, 1])
 
-#: A per-core L1 under AM, as the README tells a user to add one: a private scratchpad region, and a level
-#: after am in the list (the scalar memory moves beside it, the innermost vector level).
-L1_REGION = {"name": "l1", "source": "what-if: a 64 KiB per-core L1 under AM, 256 B/cycle", "base": 0x38000000,
-             "size_bytes": 0x10000, "kind": "private", "role": "scratchpad", "latency_cycles": 2,
-             "bandwidth_bytes_per_cycle": 256, "ports": 2, "alignment_bytes": 128}
+
+
+def readme_staging_blocks() -> tuple[dict, dict]:
+    """The two yaml blocks of the README's 'Staging levels' section: FT78NE's staging block, and what a copy
+    adds for a per-core L1 under AM."""
+    text = README.read_text()
+    start = text.index("\n## Staging levels\n")
+    end = text.index("\n## ", start + 1)
+    found = [yaml.safe_load(b.code) for b in blocks(README) if b.lang == "yaml"
+             and start < text.index(b.code) < end]
+    assert len(found) == 2
+    return found[0], found[1]
 
 
 def chip_copy(tmp_path: Path, edit, name: str = "chip.yaml") -> Path:
@@ -42,8 +51,10 @@ def chip_copy(tmp_path: Path, edit, name: str = "chip.yaml") -> Path:
 
 
 def add_l1(doc: dict) -> None:
-    doc["regions"].append(dict(L1_REGION))
-    doc["staging"]["levels"][2:] = [{"name": "l1", "region": "l1"}, {"name": "sm", "region": "sm", "beside": "l1"}]
+    """The README's recipe for a per-core L1 under AM: its region added, its staging levels taken."""
+    _, l1 = readme_staging_blocks()
+    doc["regions"] += l1["regions"]
+    doc["staging"]["levels"] = l1["staging"]["levels"]
 
 
 # --- the shipped chips ------------------------------------------------------------------------------
@@ -58,6 +69,11 @@ def test_shipped_chips_list_gsm_window_am_and_sm_beside_it(chip, gsm_lo, am_size
                    ("sm", "sm", 0x30000000, 0x10000, False, "am")]
     assert t.staging_level("gsm").end == t.region("gsm").end  # the top of GSM
     assert t.vector_level.name == "am" and [lv.name for lv in t.shared_levels] == ["gsm"]
+
+
+def test_the_readme_shows_the_shipped_staging_block():
+    shown, _ = readme_staging_blocks()
+    assert shown == {"staging": yaml.safe_load((ROOT / "targets" / "FT78NE.yaml").read_text())["staging"]}
 
 
 def test_plans_see_the_levels_from_the_schema_sm_as_the_scalar_level():

@@ -23,8 +23,14 @@ every ``*_cycles`` (latencies, overheads, DMA setup)        0 .. 10,000,000 (10 
 ``regions[].alignment_bytes`` / ``burst_bytes``             1 .. 2**30 (a power of two) / 1 .. 2**20
 ``staging.levels``                                          1 .. 16 levels
 ``staging.levels[].offset_bytes`` / ``size_bytes``          inside the level's region
-names (``name``, region names)                              printable, one line, at most 64 characters
+names (``name``, region and level names)                    printable, one line, at most 64 characters
 ==========================================================  ==========================================
+
+The staging levels (``staging.levels``, outermost first) are checked too: a level on a shared region is a
+window inside it; a level on a private region must be a region with role scratchpad and covers all of it
+unless ``offset_bytes``/``size_bytes`` are given; ``beside`` names an earlier per-core level; names are unique;
+at least one level is per core; shared levels come first; no two levels overlap.  A file still written with
+``staging_region``/``workspace`` is refused with the ``staging:`` block to write instead.
 
 The YAML itself is read by :mod:`sim.files.yamlsafe` (YAML 1.2 numbers, no alias bombs, regular files only).
 No SimPy here.
