@@ -234,7 +234,7 @@ class _Planner:
         if self.budget < self.lanes:
             one = self.scratch.fixed_bytes + 2 * 3 * align_up(self.lanes * self.dt.itemsize, level.alignment_bytes)
             raise DoesNotFit(level.name, one, level.size_bytes,
-                             f"{call.symbol}: a tile of one vector ({self.lanes} elements) does not fit the "
+                             f"a tile of one vector ({self.lanes} elements) does not fit the "
                              f"{level.size_bytes}-byte {level.name} scratchpad")
 
     def shares(self, cores: int) -> list[tuple[int, int, int]]:
@@ -254,7 +254,7 @@ class _Planner:
         if per_tile is not None and per_tile > self.budget:
             sc = self.scratch
             raise sc.refuse(3 * align_up(per_tile * self.dt.itemsize, sc.alignment), sc.slot_bytes,
-                            f"{call.symbol}: tiling tile_elements={per_tile} does not fit the "
+                            f"tiling tile_elements={per_tile} does not fit the "
                             f"{sc.area.size_bytes}-byte {sc.area.name} scratchpad (a tile takes at most "
                             f"{self.budget} elements: gradients, inputs and their gradient in one of two slots)")
         shares = self.shares(tiling["cores"] or len(call.cores))

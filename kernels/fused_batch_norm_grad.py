@@ -432,9 +432,10 @@ class _ChannelsPlan(_PlanBase):
                 raise DoesNotFit(self.level.name, 2 * 3 * align_up(self.v.a * ct * self.v.b * self.dt.itemsize,
                                                                    self.align) + self.vectors_bytes,
                                  self.level.size_bytes,
-                                 f"{self.call.symbol}: tiling channel_block={ct} does not fit the "
+                                 f"tiling channel_block={ct} does not fit the "
                                  f"{self.level.size_bytes}-byte {self.level.name} scratchpad (a whole-batch tile of "
-                                 f"x, y_backprop and x_backprop takes half of what the per-channel vectors leave)")
+                                 f"{self.names.x}, {self.names.dy} and {self.names.dx} takes half of what the "
+                                 f"per-channel vectors leave)")
             for core, (c0, c1) in zip(self.call.cores, split_units(self.v.c, ct, len(self.call.cores))):
                 tiles[core] = self._core_tiles(c0, c1, ct)
         return plan_of(self.call, [Phase("channels", tiles)])
@@ -569,10 +570,11 @@ class _RowsPlan(_PlanBase):
         least = min(lanes, self.v.c)  # a group of fewer channels would leave vector lanes empty
         group = (level.size_bytes // FIXED_AREA_FRACTION - 8 * self.align) // per_channel
         if group < least:
-            raise DoesNotFit(level.name, FIXED_AREA_FRACTION * (per_channel * least + 8 * self.align),
-                             level.size_bytes,
-                             f"{self.call.symbol}: a quarter of the {level.size_bytes}-byte {level.name} scratchpad "
-                             f"cannot hold the per-channel vectors and sums of {least} channels for {parts} cores")
+            needed, room = per_channel * least + 8 * self.align, level.size_bytes // FIXED_AREA_FRACTION
+            raise DoesNotFit(level.name, needed, room,
+                             f"the per-channel vectors and sums of {least} channels for {parts} "
+                             f"cores do not fit a quarter of the {level.size_bytes}-byte {level.name} scratchpad: "
+                             f"need {needed} bytes of {room}")
         if parts > 1:
             shared = Exchange.share_bytes(self.ctx, parts, 1) // 8  # channels whose two sums fit each core's share
             if shared < least:  # the DoesNotFit naming the shared level
@@ -630,7 +632,7 @@ class _RowsPlan(_PlanBase):
         ta = min(na, max(1, want // (tc * tb)))
         if ta * tc * tb > budget:
             raise DoesNotFit(self.level.name, ta * tc * tb * self.dt.itemsize, budget * self.dt.itemsize,
-                             f"{self.call.symbol}: a tile of {tc} channels x {tb} positions does not fit the "
+                             f"a tile of {tc} channels x {tb} positions does not fit the "
                              f"{self.level.name} scratchpad ({budget} elements per tensor available)")
         return ta, tc, tb
 
@@ -665,7 +667,7 @@ class _RowsPlan(_PlanBase):
         budget = slots.elements_per_slot(3, item)
         if self.size is not None and self.size > budget:
             raise slots.refuse(3 * align_up(self.size * item, align), half,
-                               f"{self.call.symbol}: tiling tile_elements={self.size} does not fit the "
+                               f"tiling tile_elements={self.size} does not fit the "
                                f"{self.level.size_bytes}-byte {self.level.name} scratchpad (at most {budget} "
                                f"elements per tensor in a streamed tile)")
         blocks = self._cut(ar, cg, br, budget)
