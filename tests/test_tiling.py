@@ -13,6 +13,7 @@ import yaml
 
 import kernels
 import sim
+from kernels.examples import KERNELS, example
 from sim.cli import main
 from sim.errors import ConfigError
 from sim.tools.config import load_config
@@ -374,39 +375,33 @@ def test_bad_tilings_are_refused(symbol, args, tiling, error, match):
 
 # --- the cost model's default against a fixed naive tiling on the large shapes ------------------------------
 
-def fq_large(m: sim.Simulator) -> None:
-    m.write(FQ["min"], np.float32(-6.0))
-    m.write(FQ["max"], np.float32(6.0))
-
-
-# kernel, the arguments of its large shape (bench/), a naive tiling (a plain split, one tile size everywhere)
-LARGE = [
-    ("batch_norm_grad", bn_args(25088, 256, 1), {"split": "rows", "tile_elements": 4096}),
-    ("fused_batch_norm_grad", dict(FBN, shape=[8, 56, 56, 64], epsilon=1e-3, data_format="NHWC", is_training=True),
-     {"split": "rows", "tile_elements": 4096}),
-    ("fake_quant_with_min_max_vars_gradient", dict(FQ, shape=[16, 56, 56, 64]), {"tile_elements": 4096}),
-    ("depthwise_conv2d_backprop_input", dw_args((8, 112, 112, 64), 3, 3, 1, 1, "NHWC"),
-     {"channel_parts": 1, "tile_rows": 8, "tile_cols": 112, "tile_channels": 32}),
+# kernel, a naive tiling of its large example (the benchmark's): a plain split, one tile size everywhere
+NAIVE = [
+    ("batch_norm_grad", {"split": "rows", "tile_elements": 4096}),
+    ("fused_batch_norm_grad", {"split": "rows", "tile_elements": 4096}),
+    ("fake_quant_with_min_max_vars_gradient", {"tile_elements": 4096}),
+    ("depthwise_conv2d_backprop_input", {"channel_parts": 1, "tile_rows": 8, "tile_cols": 112, "tile_channels": 32}),
     # Conv2DBackpropFilter lists its own tilings already; checked here too so every kernel's large shape is.
-    ("conv2d_backprop_filter", dict(input=ADDR[0], out_backprop=ADDR[1], output=ADDR[2], input_shape=[8, 56, 56, 64],
-                                    filter_sizes=[3, 3, 64, 64], strides=[1, 1, 1, 1], padding="SAME"),
-     {"split": "spatial", "in_c_slice": 32, "out_c_slice": 32}),
+    ("conv2d_backprop_filter", {"split": "spatial", "in_c_slice": 32, "out_c_slice": 32}),
 ]
 
 
+def test_every_kernel_has_a_naive_tiling_here():
+    assert {k for k, _ in NAIVE} == set(KERNELS)
+
+
 @pytest.mark.parametrize("chip,prefix", [("FT78NE", "fp"), ("MT7004", "hp")])
-@pytest.mark.parametrize("name,args,naive", LARGE, ids=[k for k, _, _ in LARGE])
-def test_default_never_slower_than_naive_on_large_shapes(name, args, naive, chip, prefix):
+@pytest.mark.parametrize("name,naive", NAIVE, ids=[k for k, _ in NAIVE])
+def test_default_never_slower_than_naive_on_large_shapes(name, naive, chip, prefix):
     """Strictly cheapest (tolerance 0): never slower than the naive tiling.  Default: within the tolerance of
     that, and never more tiles than the strict choice."""
-    symbol = f"{prefix}_{name}_s"
+    e = example(name, "large", chip, prefix)
     runs = {}
     for label, tiling, tolerance in (("strict", None, 0.0), ("default", None, sim.TILING_TOLERANCE),
                                      ("naive", naive, 0.0)):
         m = sim.Simulator(chip, tiling_tolerance=tolerance)
-        if name.startswith("fake_quant"):
-            fq_large(m)
-        runs[label] = m.call(symbol, numerics=False, tiling=tiling, **args)
+        e.place_values(m.write)
+        runs[label] = m.call(e.symbol, numerics=False, tiling=tiling, **e.args)
     strict, default, naive_run = runs["strict"], runs["default"], runs["naive"]
     assert strict.tiling.source == default.tiling.source == "cost model" and naive_run.tiling.source == "given"
     assert strict.cycles <= naive_run.cycles, (strict.tiling.describe(), naive_run.cycles)
@@ -419,8 +414,8 @@ def test_near_ties_go_to_the_fewest_tiles():
     """MT7004 fp16 BatchNormGrad, large shape: rows-split tiles of 3538 elements are the cheapest, and tiles of
     14154 elements cost within 0.02 % of them in a quarter of the tiles; the default takes the fewest tiles
     within 1 %, tolerance 0 the cheapest."""
-    args = bn_args(25088, 256, 1)
-    symbol = "hp_batch_norm_grad_s"
+    e = example("batch_norm_grad", "large", "MT7004", "hp")
+    args, symbol = e.args, e.symbol
     runs = {tol: sim.Simulator("MT7004", tiling_tolerance=tol).call(symbol, numerics=False, **args)
             for tol in (0.0, 0.01)}
     priced = [(c, cycles) for c, cycles in runs[0.01].tiling.candidates if cycles is not None]

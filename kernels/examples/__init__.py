@@ -123,6 +123,13 @@ class Example:
         for d in self.data:
             write(d.addr, arrays[d.name], core=d.core)
 
+    def place_values(self, write: Callable[..., Any]) -> None:
+        """Write only the literal inputs (a params array, min/max scalars): all a timing-only run reads, as a
+        run-config with ``numerics: false`` places."""
+        for d in self.data:
+            if d.random is None:
+                write(d.addr, d.array(), core=d.core)
+
 
 def tolerance(prefix: str, rtol: float, atol: float) -> tuple[float, float]:
     """An output's tolerance: fp16 outputs are compared after rounding (both sides round the same fp32 value, up
