@@ -1,6 +1,6 @@
 """DepthwiseConv2dBackpropInput's tilings: every tiling it lists right (a float64 scatter written here from the
 op's definition) and honoured (visible in the plan); bad tilings refused naming ``tiling.<key>`` or the
-scratchpad.  (Its other tests are in tests/test_depthwise_conv2d_backprop_input.py.)"""
+scratchpad.  (Its other tests are in tests/kernels/test_depthwise_conv2d_backprop_input.py.)"""
 
 import numpy as np
 import pytest
