@@ -33,10 +33,21 @@ Two plans:
 * **rows** -- otherwise the rows (A, or B when that balances the cores better)
   are split over the cores.  Phase 1: every core sums its rows into partial
   per-channel sums kept in a fixed scratchpad area (inference also writes
-  x_backprop here) and stores them to the shared workspace; barrier; phase 2:
-  every core loads all partials, reduces them and (training) writes x_backprop
-  for its rows; the first core stores scale/offset backprop.  Channels too many
-  for the fixed area or the workspace are done in groups, two phases each.
+  x_backprop here) and stores them to the shared staging level; barrier; phase
+  2: every core loads all partials, reduces them and (training) writes
+  x_backprop for its rows; the first core stores scale/offset backprop.
+  Channels too many for the fixed area or the shared level are done in groups,
+  two phases each.
+
+Tiling (``tiling=`` of a call or run-config, all keys optional): ``split``
+(``channels`` or ``rows``), ``channel_block`` (channels per tile, channels
+split), ``tile_elements`` (elements per tile, rows split).  Without one the
+simulator compares the candidates :func:`batch_norm_tilings` lists.
+
+BatchNormGrad (:mod:`kernels.batch_norm_grad`) is this kernel's NHWC case with
+H = W = 1 whose caller gives rs instead of the variance: its calls bind to the
+same :class:`BatchNormAttrs` and are planned here, with the same numerics and
+flop table.
 """
 
 from __future__ import annotations

@@ -273,3 +273,53 @@ def test_typed_attributes_come_back_typed():
     assert attrs_of(call, Attrs).n == 4 and call.buffers[0].name == "x"
     with pytest.raises(TypeError, match="expected dict"):
         attrs_of(call, dict)
+
+
+# --- the kernels on the scaffold: "does not fit" names the staging level --------------------------------------
+
+def shrunk(ctx: PlanContext, name: str, size_bytes: int) -> PlanContext:
+    """``ctx`` with staging level ``name`` cut to ``size_bytes``."""
+    from dataclasses import replace
+    return replace(ctx, levels=tuple(replace(a, size_bytes=size_bytes) if a.name == name else a
+                                     for a in ctx.levels))
+
+
+ON_THE_SCAFFOLD = ["batch_norm_grad", "fused_batch_norm_grad", "fake_quant_with_min_max_vars_gradient"]
+
+
+@pytest.mark.parametrize("kernel", ON_THE_SCAFFOLD)
+def test_a_tile_over_the_vector_level_is_a_does_not_fit_naming_it(kernel):
+    import kernels
+    from kernels.examples import example
+    e = example(kernel, "small", "FT78NE")
+    m = sim.Simulator(e.chip)
+    call = m.bind(e.symbol, **e.args)
+    ctx = m.context(call)
+    vector = ctx.vector_level.name
+    with pytest.raises(DoesNotFit) as info:
+        kernels.lookup(e.symbol).kernel.plan(call, shrunk(ctx, vector, 512))
+    assert info.value.resource == vector and info.value.needed_bytes > info.value.available_bytes
+
+
+@pytest.mark.parametrize("kernel", ON_THE_SCAFFOLD)
+def test_partial_sums_over_the_shared_level_are_a_does_not_fit_naming_it(kernel):
+    """Eight cores exchange partial sums (the rows split of the batch norms; fake quant's min/max sums): a
+    shared level of 8 bytes cannot hold them, and the refusal names that level, not the scratchpad."""
+    import kernels
+    from kernels.examples import example
+    e = example(kernel, "small", "FT78NE")
+    m = sim.Simulator(e.chip)
+    call = m.bind(e.symbol, **e.args)
+    tiling = {"split": "rows"} if "batch_norm" in kernel else {"cores": 8}
+    ctx = replace_tiling(m.context(call), tiling)
+    shared = ctx.shared_level
+    assert shared is not None
+    with pytest.raises(DoesNotFit) as info:
+        kernels.lookup(e.symbol).kernel.plan(call, shrunk(ctx, shared.name, 8))
+    assert (info.value.resource, info.value.available_bytes) == (shared.name, 8)
+    assert shared.name in str(info.value)
+
+
+def replace_tiling(ctx: PlanContext, tiling: dict) -> PlanContext:
+    from dataclasses import replace
+    return replace(ctx, tiling=tiling)
