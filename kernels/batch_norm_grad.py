@@ -33,20 +33,11 @@ from typing import Any
 
 import numpy as np
 
-from kernels.base import PlanContext
 from kernels.common.args import require_address, require_int
 from kernels.common.binding import bind_arguments, bound_call
-from kernels.fused_batch_norm_grad import (
-    BatchNormAttrs,
-    Tensors,
-    View,
-    batch_norm_backprop,
-    batch_norm_tilings,
-    plan_batch_norm,
-)
+from kernels.fused_batch_norm_grad import BatchNormAttrs, BatchNormPlanning, Tensors, View, batch_norm_backprop
 from sim.errors import KernelArgError, brief
 from sim.model.call import ArgSpec, BoundCall, MemoryReader
-from sim.model.plan import Plan
 
 F32 = np.dtype(np.float32)
 I64 = np.dtype(np.int64)
@@ -64,8 +55,8 @@ def batch_norm_grad_reference(x: np.ndarray, dy: np.ndarray, mean: np.ndarray, i
     return dx.reshape(x.shape), dbias, dscale
 
 
-class BatchNormGrad:
-    """The registry entry of batch_norm_grad."""
+class BatchNormGrad(BatchNormPlanning):
+    """The registry entry of batch_norm_grad: its own binding, FusedBatchNormGrad's planning."""
 
     name = "batch_norm_grad"
     #: What an hp_ call stores in fp16 (the rest, and the params array's int64, in fp32) and how it computes.
@@ -129,14 +120,6 @@ class BatchNormGrad:
         buffers += [a.buffer(n, (channel,), F32, addr=vec[n], role="output") for n in ("dbias", "dscale")]
         attrs = BatchNormAttrs(View(batch, channel, 1, channels_on_lanes=True), bool(is_train), None, TENSORS)
         return bound_call(a, variant, cores, buffers, attrs)
-
-    def plan(self, call: BoundCall, ctx: PlanContext) -> Plan:
-        """FusedBatchNormGrad's plan of the call (:func:`kernels.fused_batch_norm_grad.plan_batch_norm`)."""
-        return plan_batch_norm(call, ctx)
-
-    def tilings(self, call: BoundCall, ctx: PlanContext) -> list[dict[str, Any]]:
-        """FusedBatchNormGrad's candidates (:func:`kernels.fused_batch_norm_grad.batch_norm_tilings`)."""
-        return batch_norm_tilings(call, ctx)
 
 
 KERNEL = BatchNormGrad()

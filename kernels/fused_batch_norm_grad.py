@@ -42,7 +42,7 @@ Two plans:
 Tiling (``tiling=`` of a call or run-config, all keys optional): ``split``
 (``channels`` or ``rows``), ``channel_block`` (channels per tile, channels
 split), ``tile_elements`` (elements per tile, rows split).  Without one the
-simulator compares the candidates :func:`batch_norm_tilings` lists.
+simulator compares the candidates :meth:`BatchNormPlanning.tilings` lists.
 
 BatchNormGrad (:mod:`kernels.batch_norm_grad`) is this kernel's NHWC case with
 H = W = 1 whose caller gives rs instead of the variance: its calls bind to the
@@ -231,7 +231,53 @@ FUSED_TENSORS = Tensors("y_backprop", "x", "scale", "reserve_space_1", "reserve_
 
 # -- the kernel -------------------------------------------------------------------------------------
 
-class FusedBatchNormGrad:
+class BatchNormPlanning:
+    """The planning of a batch-norm gradient call bound to :class:`BatchNormAttrs` (both kernels' ``plan`` and
+    ``tilings``)."""
+
+    def plan(self, call: BoundCall, ctx: PlanContext) -> Plan:
+        """The plan ``ctx.tiling`` names, else the channels plan when every core gets whole-batch channel tiles of
+        whole units, else the rows plan."""
+        t = tiling_space(attrs_of(call, BatchNormAttrs).view).parse(ctx)
+        split, ct, te = t["split"], t["channel_block"], t["tile_elements"]
+        if split is None:
+            split = "channels" if _channels_by_default(call, ctx) else "rows"
+        if split == "channels":
+            return _ChannelsPlan(call, ctx, ct).build()
+        return _RowsPlan(call, ctx, te).build()
+
+    def tilings(self, call: BoundCall, ctx: PlanContext) -> list[dict[str, Any]]:
+        """Candidates: the default plan, the channels plan with its widest one-pass blocks, the other plans.
+
+        The widest one-pass channel blocks (part-filled vectors if need be) read
+        x and dy once where the rows plan reads what does not stay resident twice;
+        the rows plan keeps every core busy when channels are few; its largest
+        tiles spend fewer DMA setups than the default four tiles per core.
+        """
+        chans = _ChannelsPlan(call, ctx, None)
+        space = tiling_space(chans.v)
+        rows_default = rows_largest = rows_short = None
+        try:
+            rows = _RowsPlan(call, ctx, None)
+            rows.build()
+            assert rows.first_want is not None and rows.largest_want is not None  # build() sets them
+            rows_default = space.candidate(split="rows", tile_elements=rows.first_want)
+            rows_largest = space.candidate(split="rows", tile_elements=rows.largest_want)
+            # Shorter tiles fill the pipeline sooner (the first load is never hidden).  Never longer than the
+            # default tile: a call of fewer elements than a vector has lanes has no shorter tile to offer.
+            rows_short = space.candidate(split="rows",
+                                         tile_elements=min(rows.first_want, max(chans.lanes, rows.first_want // 4)))
+        except DoesNotFit:
+            pass
+        out = [space.candidate(split="channels", channel_block=chans.default_block())
+               if _channels_by_default(call, ctx) else rows_default]
+        widest = chans.widest_block()
+        if widest:
+            out.append(space.candidate(split="channels", channel_block=widest))
+        return unique(out + [rows_default, rows_largest, rows_short])
+
+
+class FusedBatchNormGrad(BatchNormPlanning):
     """The registry entry of fused_batch_norm_grad."""
 
     name = "fused_batch_norm_grad"
@@ -278,14 +324,6 @@ class FusedBatchNormGrad:
                                               vec["reserve_space_2"], big["x_backprop"], vec["scale_backprop"],
                                               vec["offset_backprop"]), attrs)
 
-    def plan(self, call: BoundCall, ctx: PlanContext) -> Plan:
-        """See :func:`plan_batch_norm`."""
-        return plan_batch_norm(call, ctx)
-
-    def tilings(self, call: BoundCall, ctx: PlanContext) -> list[dict[str, Any]]:
-        """See :func:`batch_norm_tilings`."""
-        return batch_norm_tilings(call, ctx)
-
 
 # -- the tiling space and the choice of plan ---------------------------------------------------------
 
@@ -293,65 +331,8 @@ def tiling_space(v: View) -> TilingSpace:
     """The keys a caller's ``tiling`` may set for a call of view ``v``."""
     return TilingSpace(ChoiceKey("split", SPLITS, "channels: channel blocks of the whole batch per core; rows: "
                                                   "rows per core, partial sums exchanged"),
-                       IntKey("channel_block", 1, v.c, "channels per tile (channels split)"),
-                       IntKey("tile_elements", 1, v.a * v.c * v.b, "elements per tile (rows split)"))
-
-
-def plan_batch_norm(call: BoundCall, ctx: PlanContext) -> Plan:
-    """The plan ``ctx.tiling`` names, else the channels plan when every core gets whole-batch channel tiles of
-    whole units, else the rows plan."""
-    split, ct, te = _requested(call, ctx)
-    if split is None:
-        split = "channels" if _channels_by_default(call, ctx) else "rows"
-    if split == "channels":
-        return _ChannelsPlan(call, ctx, ct).build()
-    return _RowsPlan(call, ctx, te).build()
-
-
-def batch_norm_tilings(call: BoundCall, ctx: PlanContext) -> list[dict[str, Any]]:
-    """Candidates: the default plan, the channels plan with its widest one-pass blocks, the other plans.
-
-    The widest one-pass channel blocks (part-filled vectors if need be) read
-    x and dy once where the rows plan reads what does not stay resident twice;
-    the rows plan keeps every core busy when channels are few; its largest
-    tiles spend fewer DMA setups than the default four tiles per core.
-    """
-    chans = _ChannelsPlan(call, ctx, None)
-    space = tiling_space(chans.v)
-    rows_default = rows_largest = rows_short = None
-    try:
-        rows = _RowsPlan(call, ctx, None)
-        rows.build()
-        assert rows.first_want is not None and rows.largest_want is not None  # build() sets them
-        rows_default = space.candidate(split="rows", tile_elements=rows.first_want)
-        rows_largest = space.candidate(split="rows", tile_elements=rows.largest_want)
-        # Shorter tiles fill the pipeline sooner (the first load is never hidden).  Never longer than the
-        # default tile: a call of fewer elements than a vector has lanes has no shorter tile to offer.
-        rows_short = space.candidate(split="rows",
-                                     tile_elements=min(rows.first_want, max(chans.lanes, rows.first_want // 4)))
-    except DoesNotFit:
-        pass
-    out = [space.candidate(split="channels", channel_block=chans.default_block())
-           if _channels_by_default(call, ctx) else rows_default]
-    widest = chans.widest_block()
-    if widest:
-        out.append(space.candidate(split="channels", channel_block=widest))
-    return unique(out + [rows_default, rows_largest, rows_short])
-
-
-def _requested(call: BoundCall, ctx: PlanContext) -> tuple[str | None, int | None, int | None]:
-    """(split, channel_block, tile_elements) of the call's tiling, None where the kernel chooses."""
-    t = tiling_space(attrs_of(call, BatchNormAttrs).view).parse(ctx)
-    split, ct, te = t["split"], t["channel_block"], t["tile_elements"]
-    if ct is not None and (split == "rows" or (split is None and te is not None)):
-        raise KernelArgError("argument 'tiling.channel_block': applies to the channels split only "
-                             "(the rows split takes tile_elements)")
-    if te is not None and split == "channels":
-        raise KernelArgError("argument 'tiling.tile_elements': applies to the rows split only "
-                             "(the channels split takes channel_block)")
-    if split is None and (ct is not None or te is not None):
-        split = "channels" if ct is not None else "rows"
-    return split, ct, te
+                       IntKey("channel_block", 1, v.c, "channels per tile", only=("split", "channels")),
+                       IntKey("tile_elements", 1, v.a * v.c * v.b, "elements per tile", only=("split", "rows")))
 
 
 def _channels_by_default(call: BoundCall, ctx: PlanContext) -> bool:
@@ -506,11 +487,6 @@ class _ChannelsPlan(_PlanBase):
         return tuple(stream.tiles)
 
 
-def heuristic_tile_elements(na: int, nc: int, nb: int, budget: int, lanes: int) -> int:
-    """Elements per tile that cut a [na, nc, nb] share into MIN_TILES_PER_CORE tiles, at most ``budget``."""
-    return min(budget, max(lanes, pipeline_tile(na * nc * nb)))
-
-
 @dataclass
 class _Fixed:
     """The rows plan's per-channel vectors of one channel group, at fixed addresses of the vector level."""
@@ -622,7 +598,8 @@ class _RowsPlan(_PlanBase):
         """
         (a0, a1), (b0, b1) = ar, br
         na, nb = a1 - a0, b1 - b0
-        want = heuristic_tile_elements(na, cg, nb, budget, self.lanes) if self.size is None else self.size
+        # By default a few tiles per core (pipeline_tile), at least a vector's worth, at most what fits.
+        want = min(budget, max(self.lanes, pipeline_tile(na * cg * nb))) if self.size is None else self.size
         elems = na * cg * nb
         self._last_cut = (min(want, elems), min(budget, elems))
         ta, tc, tb = self._tile_dims(na, cg, nb, budget, want)
@@ -648,7 +625,7 @@ class _RowsPlan(_PlanBase):
         return ta, tc, tb
 
     def _remember_cut(self) -> None:
-        """Keep the first share's tile size and the largest it could take, for :func:`batch_norm_tilings`."""
+        """Keep the first share's tile size and the largest it could take, for :meth:`BatchNormPlanning.tilings`."""
         if self.first_want is None:
             self.first_want, self.largest_want = self._last_cut
 

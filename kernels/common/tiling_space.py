@@ -28,12 +28,14 @@ MIN_TILES_PER_CORE = 4
 
 @dataclass(frozen=True)
 class IntKey:
-    """An integer key in ``lo..hi``."""
+    """An integer key in ``lo..hi``; ``only`` = (another key, one of its choices): the key applies to that choice
+    only, and giving it without that key chooses it (``channel_block`` applies to ``split: channels``)."""
 
     name: str
     lo: int
     hi: int
     doc: str = ""
+    only: tuple[str, str] | None = None
 
     def check(self, value: Any) -> int:
         """``value`` as an int in range; else KernelArgError naming ``tiling.<name>``."""
@@ -51,6 +53,7 @@ class ChoiceKey:
     name: str
     choices: tuple[str, ...]
     doc: str = ""
+    only: tuple[str, str] | None = None
 
     def check(self, value: Any) -> str:
         """``value`` if it is one of the choices; else KernelArgError naming ``tiling.<name>``."""
@@ -76,7 +79,17 @@ class TilingSpace:
     def check(self, tiling: Mapping[str, Any]) -> dict[str, Any]:
         """``tiling`` checked against the space: unknown keys and bad values refused naming the key."""
         self.check_names(tiling)
-        return {name: (k.check(tiling[name]) if name in tiling else None) for name, k in self.keys.items()}
+        out = {name: (k.check(tiling[name]) if name in tiling else None) for name, k in self.keys.items()}
+        for name, k in self.keys.items():
+            if k.only is None or out[name] is None:
+                continue
+            other, choice = k.only
+            if out[other] is None:
+                out[other] = choice  # the key says which choice it belongs to
+            elif out[other] != choice:
+                raise KernelArgError(f"argument 'tiling.{name}': applies to {other} {choice!r} only, not to "
+                                     f"{out[other]!r}")
+        return out
 
     def check_names(self, tiling: Mapping[str, Any]) -> None:
         """Refuse a key of ``tiling`` the space does not have, naming the keys it has."""
@@ -97,7 +110,8 @@ class TilingSpace:
         lines = []
         for k in self.keys.values():
             takes = f"{k.lo}..{k.hi}" if isinstance(k, IntKey) else " | ".join(k.choices)
-            lines.append(f"{k.name}: {takes}" + (f" -- {k.doc}" if k.doc else ""))
+            when = f" (with {k.only[0]} {k.only[1]})" if k.only else ""
+            lines.append(f"{k.name}: {takes}{when}" + (f" -- {k.doc}" if k.doc else ""))
         return "\n".join(lines)
 
 

@@ -205,6 +205,20 @@ def test_bad_tilings_name_the_key(tiling, match):
         SPACE.parse(ctx(tiling=tiling))
 
 
+def test_a_key_that_applies_to_one_choice_chooses_it_or_is_refused():
+    space = TilingSpace(ChoiceKey("split", ("channels", "rows")),
+                        IntKey("channel_block", 1, 70, only=("split", "channels")),
+                        IntKey("tile_elements", 1, 1000, only=("split", "rows")))
+    assert space.check({"channel_block": 8}) == {"split": "channels", "channel_block": 8, "tile_elements": None}
+    assert space.check({"split": "rows", "tile_elements": 9})["split"] == "rows"
+    with pytest.raises(sim.KernelArgError, match=r"'tiling.channel_block': applies to split 'channels' only, not "
+                                                 r"to 'rows'"):
+        space.check({"split": "rows", "channel_block": 8})
+    with pytest.raises(sim.KernelArgError, match=r"'tiling.tile_elements': applies to split 'rows' only"):
+        space.check({"channel_block": 8, "tile_elements": 9})
+    assert "channel_block: 1..70 (with split channels)" in space.describe()
+
+
 def test_a_candidate_outside_the_space_is_the_kernels_bug_caught_at_once():
     with pytest.raises(sim.KernelArgError, match="tiling.channel_block"):
         SPACE.candidate(channel_block=71)
