@@ -56,6 +56,8 @@ CALLS = [
     ("fp_conv2d_backprop_filter_s", {"input": 0x80000000, "out_backprop": 0x90000000, "output": 0xA0000000,
                                      "input_shape": [8, 28, 28, 64], "filter_sizes": [3, 3, 64, 64],
                                      "strides": [1, 1, 1, 1], "padding": "SAME"}),
+    # One core through 64 tiles of 4 rows: the per-tile overhead shows even where the vector work is slow.
+    ("fp_batch_norm_grad_s", {**bn(256, 64, mask=0x1), "tiling": {"split": "rows", "tile_elements": 256}}),
 ]
 #: FT78NE's free parameters (its shared regions' bandwidths, DDR outermost, then the chip's), truth = nominal x factor.
 FACTORS = {"regions.ddr.bandwidth_bytes_per_cycle": 1.3, "regions.gsm.bandwidth_bytes_per_cycle": 0.7,
@@ -155,7 +157,8 @@ def test_unidentified_parameters_are_named_and_kept_and_the_copy_keeps_the_file(
     assert set(why) == {"dma.setup_cycles", "core.loop_overhead_cycles", "sync.launch_overhead_cycles"}
     assert "changes no measurement" in why["dma.setup_cycles"] and "changes no measurement" in why[
         "core.loop_overhead_cycles"]
-    assert "the fit drove it to" in why["sync.launch_overhead_cycles"]
+    # Driven towards zero: to its limit, or (here, to a few cycles) where it no longer changes any measurement.
+    assert re.search(r"the fit drove it to|changes no measurement", why["sync.launch_overhead_cycles"])
     assert "3 parameter(s) not identified, kept at board.yaml's values" in report
     written = yaml.safe_load(out.read_text())
     got = parameter_values(written, names)
@@ -174,10 +177,10 @@ def test_unidentified_parameters_are_named_and_kept_and_the_copy_keeps_the_file(
 
 
 def test_more_parameters_than_one_measurement_can_identify(tmp_path):
-    """One DDR stream: its cycles move with the DDR bandwidth, the launch overhead and the efficiency alike, so
-    only one of them can be fitted; the others are named and kept."""
+    """One DDR stream (on one core, whose last tile's compute shows): its cycles move with the DDR bandwidth, the
+    launch overhead and the efficiency alike, so only one of them can be fitted; the others are named and kept."""
     doc, _ = load_target_document("FT78NE")
-    m = [Measurement(CALLS[1][0], CALLS[1][1], 105553)]
+    m = [Measurement(CALLS[2][0], CALLS[2][1], 15000)]
     cal = calibrate(doc, m, ["regions.ddr.bandwidth_bytes_per_cycle", "sync.launch_overhead_cycles",
                              "core.vector_efficiency"])
     assert set(cal.unidentified) == {"sync.launch_overhead_cycles", "core.vector_efficiency"}

@@ -24,14 +24,15 @@ def taps_pairs(size: int, out: int, k: int, stride: int, dilation: int, pad: int
 
 #: kernel -> (arguments, the math's flops by hand)
 CASES = {
-    # x̂ (2), Σdy (1), Σdy·x̂ (2) and dx (training 5) per element.
+    # BatchNormGrad is FusedBatchNormGrad with H = W = 1 and rs (invar) given, so the same table without the
+    # rsqrt: x̂ (2), the two sums (3), dx (training 4) per element; coefficients (3) per channel.
     "batch_norm_grad-train": (
         dict(x=A, dy=B, dx=C, params=[D, D + 0x10000, D + 0x20000, D + 0x30000, D + 0x40000, 700, 83, 1]),
-        700 * 83 * 10),
-    # ... inference dx = dy·(scale·invar): 2.
+        700 * 83 * 9 + 83 * 3),
+    # ... inference dx = dy·k: 1.
     "batch_norm_grad-infer": (
         dict(x=A, dy=B, dx=C, params=[D, D + 0x10000, D + 0x20000, D + 0x30000, D + 0x40000, 9, 4000, 0]),
-        9 * 4000 * 7),
+        9 * 4000 * 6 + 4000 * 3),
     # x̂ (2), the two sums (3), x_backprop (training 4) per element; rsqrt (2) and coefficients (3) per channel.
     "fused_batch_norm_grad-nhwc-train": (
         dict(y_backprop=A, x=B, scale=D, reserve_space_1=D + 0x10000, reserve_space_2=D + 0x20000, x_backprop=C,

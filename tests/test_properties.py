@@ -10,35 +10,19 @@ import pytest
 import yaml
 
 import sim
+from kernels.examples import KERNELS as EXAMPLE_KERNELS
+from kernels.examples import scaled_args
 from sim.model.target_loader import parse_target
 
 ROOT = Path(__file__).resolve().parent.parent
-A, B, C, D = 0x80000000, 0x90000000, 0xA0000000, 0xB0000000  # DDR
-PA, PB, PC, PD = 0x10000000, 0x10400000, 0x10800000, 0x10C00000  # private l2
 
 
-def args_of(kernel: str, n: int, variant: str = "s", base: tuple = (A, B, C, D)) -> dict:
-    """Arguments of ``kernel`` whose work grows linearly with ``n`` (the batch)."""
-    a, b, c, d = base if variant == "s" else (PA, PB, PC, PD)
-    if kernel == "batch_norm_grad":
-        return dict(x=a, dy=b, dx=c, params=[d, d + 0x10000, d + 0x20000, d + 0x30000, d + 0x40000, 64 * n, 512, 1])
-    if kernel == "fused_batch_norm_grad":
-        return dict(y_backprop=a, x=b, scale=d, reserve_space_1=d + 0x10000, reserve_space_2=d + 0x20000,
-                    x_backprop=c, scale_backprop=d + 0x30000, offset_backprop=d + 0x40000, shape=[2 * n, 28, 28, 64])
-    if kernel == "depthwise_conv2d_backprop_input":
-        return dict(filter=d, out_backprop=a, output=c, input_sizes=[2 * n, 28, 28, 64], filter_shape=[3, 3, 64, 1],
-                    strides=[1, 1, 1, 1], padding="SAME")
-    if kernel == "conv2d_backprop_filter":
-        return dict(input=a, out_backprop=b, output=c, input_shape=[2 * n, 28, 28, 64], filter_sizes=[3, 3, 64, 64],
-                    strides=[1, 1, 1, 1], padding="SAME")
-    if kernel == "fake_quant_with_min_max_vars_gradient":
-        return dict(gradients=a, inputs=b, min=d, max=d + 0x100, backprops_wrt_input=c, backprop_wrt_min=d + 0x200,
-                    backprop_wrt_max=d + 0x300, shape=[64 * n, 1024])
-    raise KeyError(kernel)
+def args_of(kernel: str, n: int, variant: str = "s", base: tuple | None = None) -> dict:
+    """Arguments of ``kernel`` whose work grows linearly with ``n`` (the kernel's examples module says how)."""
+    return scaled_args(kernel, n, variant, base)
 
 
-KERNELS = ["batch_norm_grad", "fused_batch_norm_grad", "depthwise_conv2d_backprop_input", "conv2d_backprop_filter",
-           "fake_quant_with_min_max_vars_gradient"]
+KERNELS = list(EXAMPLE_KERNELS)
 CHIPS = ["FT78NE", "MT7004"]
 
 

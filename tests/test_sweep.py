@@ -285,18 +285,18 @@ def test_tiling_axes(tmp_path):
     """``tiling.<key>`` merges into the config's tiling (a given tiling each point honours, as run by hand);
     ``tiling_tolerance`` reaches the cost model; each row names the tiling it ran with."""
     spec = load_sweep(write_sweep(tmp_path, {"args.params.5": [4096], "args.params.6": [64],
-                                             "tiling.split": ["rows"], "tiling.row_block": [128, 512]},
-                                  plot={"x": "tiling.row_block"}))
+                                             "tiling.split": ["rows"], "tiling.tile_elements": [128 * 64, 512 * 64]},
+                                  plot={"x": "tiling.tile_elements"}))
     rows = run_sweep(spec, tmp_path / "t", workers=1).rows
     assert not any(r["error"] for r in rows)
-    by_rows = {r["tiling.row_block"]: r for r in rows}
+    by_rows = {r["tiling.tile_elements"] // 64: r for r in rows}
     for rb, r in by_rows.items():
-        tiling = {"split": "rows", "row_block": rb}
+        tiling = {"split": "rows", "tile_elements": rb * 64}
         run = sim.Simulator("FT78NE").call(
             "fp_batch_norm_grad_s", numerics=False, tiling=tiling, x=0xA0000000, dy=0xB0000000, dx=0xA1000000,
             params=[0xC0000000, 0xD0000000, 0xE0000000, 0xB1000000, 0xC1000000, 4096, 64, 1], core_mask=0xFF)
         assert r["cycles"] == run.cycles and r["tiles"] == run.plan.tile_count
-        assert json.loads(r["tiling"])["row_block"] == rb and r["tiling_source"] == "given"
+        assert json.loads(r["tiling"])["tile_elements"] == rb * 64 and r["tiling_source"] == "given"
     assert by_rows[128]["tiles"] > by_rows[512]["tiles"]
     assert (tmp_path / "t" / "sweep.png").exists()
     # The cost model's tie tolerance as an axis: 0 keeps the cheapest, 0.01 the fewest tiles within 1 %.

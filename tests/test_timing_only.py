@@ -19,13 +19,14 @@ import numpy as np
 import pytest
 
 import sim
+from kernels.examples import KERNELS as EXAMPLE_KERNELS
+from kernels.examples import example
 from sim.tools import runner
 from sim.tools.config import load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
-KERNELS = ("batch_norm_grad", "fused_batch_norm_grad", "fake_quant_with_min_max_vars_gradient",
-           "conv2d_backprop_filter", "depthwise_conv2d_backprop_input")
+KERNELS = EXAMPLE_KERNELS
 
 
 def kernel_of(symbol: str) -> str:
@@ -78,71 +79,15 @@ def test_numerics_false_config_runs_timing_only(tmp_path):
 
 # --- speed on large shapes ------------------------------------------------------------------------
 
-def _rand(shape: tuple[int, ...], seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal(shape, dtype=np.float32)
+def large(name: str, m: sim.Simulator) -> tuple[str, dict]:
+    """The large example of kernel ``name`` on FT78NE (the benchmark's large shape), placed in ``m``."""
+    e = example(name, "large", "FT78NE")
+    e.place(m.write)
+    return e.symbol, dict(e.args)
 
 
-def _batch_norm_grad(m: sim.Simulator) -> tuple[str, dict]:
-    batch, channel = 25088, 256
-    m.write(0x80000000, _rand((batch, channel), 1))
-    m.write(0x90000000, _rand((batch, channel), 2))
-    for i, addr in enumerate((0xB0000000, 0xB0100000, 0xB0200000)):
-        m.write(addr, np.abs(_rand((channel,), 3 + i)) + np.float32(0.5))
-    return "fp_batch_norm_grad_s", dict(x=0x80000000, dy=0x90000000, dx=0xA0000000,
-                                        params=[0xB0000000, 0xB0100000, 0xB0200000, 0xB0300000, 0xB0400000,
-                                                batch, channel, 1])
-
-
-def _fused_batch_norm_grad(m: sim.Simulator) -> tuple[str, dict]:
-    shape = (8, 56, 56, 64)
-    m.write(0x80000000, _rand(shape, 1))
-    m.write(0x90000000, _rand(shape, 2))
-    for i, addr in enumerate((0xA0000000, 0xA0100000, 0xA0200000)):
-        m.write(addr, np.abs(_rand((64,), 3 + i)) + np.float32(0.5))
-    return "fp_fused_batch_norm_grad_s", dict(
-        y_backprop=0x80000000, x=0x90000000, scale=0xA0000000, reserve_space_1=0xA0100000,
-        reserve_space_2=0xA0200000, x_backprop=0xB0000000, scale_backprop=0xA0300000, offset_backprop=0xA0400000,
-        shape=list(shape), epsilon=1e-3, data_format="NHWC", is_training=True)
-
-
-def _fake_quant(m: sim.Simulator) -> tuple[str, dict]:
-    shape = (16, 56, 56, 64)
-    m.write(0x80000000, _rand(shape, 1))
-    m.write(0x90000000, _rand(shape, 2) * np.float32(4))
-    m.write(0xA0000000, np.float32(-6.0))
-    m.write(0xA0000040, np.float32(6.0))
-    return "fp_fake_quant_with_min_max_vars_gradient_s", dict(
-        gradients=0x80000000, inputs=0x90000000, min=0xA0000000, max=0xA0000040, backprops_wrt_input=0xB0000000,
-        backprop_wrt_min=0xA0000080, backprop_wrt_max=0xA00000C0, shape=list(shape))
-
-
-def _conv2d_backprop_filter(m: sim.Simulator) -> tuple[str, dict]:
-    shape = (8, 56, 56, 64)
-    m.write(0x80000000, _rand(shape, 1))
-    m.write(0x90000000, _rand(shape, 2))
-    return "fp_conv2d_backprop_filter_s", dict(input=0x80000000, out_backprop=0x90000000, output=0xA0000000,
-                                               input_shape=list(shape), filter_sizes=[3, 3, 64, 64],
-                                               strides=[1, 1, 1, 1], padding="SAME")
-
-
-def _depthwise_conv2d_backprop_input(m: sim.Simulator) -> tuple[str, dict]:
-    sizes = [8, 112, 112, 64]
-    m.write(0x80000000, _rand((3, 3, 64, 1), 1))
-    m.write(0x90000000, _rand(tuple(sizes), 2))
-    return "fp_depthwise_conv2d_backprop_input_s", dict(filter=0x80000000, out_backprop=0x90000000,
-                                                        output=0xA0000000, input_sizes=sizes,
-                                                        filter_shape=[3, 3, 64, 1], strides=[1, 1, 1, 1],
-                                                        padding="SAME")
-
-
-#: The large benchmark shape of each kernel (bench/cases.py), on FT78NE.
-LARGE: dict[str, Callable[[sim.Simulator], tuple[str, dict]]] = {
-    "batch_norm_grad": _batch_norm_grad,
-    "fused_batch_norm_grad": _fused_batch_norm_grad,
-    "fake_quant_with_min_max_vars_gradient": _fake_quant,
-    "conv2d_backprop_filter": _conv2d_backprop_filter,
-    "depthwise_conv2d_backprop_input": _depthwise_conv2d_backprop_input,
-}
+#: The kernels whose large example is timed.
+LARGE = KERNELS
 
 
 def _best_seconds(fn: Callable[[], object], repeat: int) -> float:
@@ -156,18 +101,18 @@ def _best_seconds(fn: Callable[[], object], repeat: int) -> float:
 
 #: Speed-up asked of timing-only runs on each large shape on FT78NE with the tiling the cost model picks (best
 #: of a few warm calls; bench/results.md has the measured figures: conv2d and depthwise ~12x, fake quant ~12x,
-#: batch norm ~9x, fused batch norm ~3.5x).  The floors sit well below them (this 2-core machine is shared and
-#: noisy) and catch a timing-only run that does numerics or data work again.  FusedBatchNormGrad's tiles are
-#: as long as its scratchpad allows (its plan keeps part of x and dy resident between its two passes) and their
-#: numpy work is only a few times the event engine's work for their DMAs.
-SPEEDUP = {"batch_norm_grad": 5, "fused_batch_norm_grad": 2, "fake_quant_with_min_max_vars_gradient": 7,
+#: fused batch norm ~3.5x).  The floors sit well below them (this 2-core machine is shared and noisy) and catch a
+#: timing-only run that does numerics or data work again.  FusedBatchNormGrad's tiles (and BatchNormGrad's, which
+#: it plans) are as long as its scratchpad allows (its plan keeps part of x and dy resident between its two
+#: passes) and their numpy work is only a few times the event engine's work for their DMAs.
+SPEEDUP = {"batch_norm_grad": 2, "fused_batch_norm_grad": 2, "fake_quant_with_min_max_vars_gradient": 7,
            "conv2d_backprop_filter": 8, "depthwise_conv2d_backprop_input": 8}
 
 
-@pytest.mark.parametrize("name", list(LARGE))
+@pytest.mark.parametrize("name", LARGE)
 def test_timing_only_is_much_faster_on_a_large_shape(name):
     m = sim.Simulator("FT78NE")
-    symbol, args = LARGE[name](m)
+    symbol, args = large(name, m)
     full = m.call(symbol, **args)  # the cold call: the cost model picks the tiling; later calls reuse it
     timing = m.call(symbol, numerics=False, **args)
     assert (timing.cycles, timing.events) == (full.cycles, full.events)
@@ -190,7 +135,7 @@ def test_timing_only_is_ten_times_faster_with_long_tiles():
     """With the longest tiles its cost model priced, Conv2DBackpropFilter's large shape runs 10x faster timing
     only (19x measured): where a tile carries real numerics, timing only costs a tenth of a run or less."""
     m = sim.Simulator("FT78NE")
-    symbol, args = LARGE["conv2d_backprop_filter"](m)
+    symbol, args = large("conv2d_backprop_filter", m)
     default = m.call(symbol, numerics=False, **args)
 
     def tiles(tiling: dict) -> int:

@@ -23,7 +23,7 @@ Format::
     trace: bn_shared.json          # optional trace file name (default <config stem>.json)
     tiling:                        # optional: the partition over the cores and the tile sizes
       split: rows                  #   (keys are the kernel's own: see its module docstring)
-      row_block: 2
+      tile_elements: 128
     tiling_tolerance: 0.01         # optional: candidates this close to the cheapest tie (0: the cheapest)
 
 Without ``tiling`` the simulator plans every candidate tiling the kernel lists,

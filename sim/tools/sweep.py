@@ -10,7 +10,7 @@ A sweep file::
       args.params.5: [256, 1024]    # element 5 of the params argument
       args.epsilon: [0.001]         # any argument the symbol takes, given by the config or left to its default
       target.regions.ddr.bandwidth_bytes_per_cycle: [12, 24]   # an edit of the target file
-      tiling.row_block: [256, 1024] # a key of the kernel's tiling (merged into the config's tiling:)
+      tiling.tile_elements: [256, 1024] # a key of the kernel's tiling (merged into the config's tiling:)
       tiling_tolerance: [0, 0.01]   # the cost model's tie tolerance (when the tiling is left to it)
     plot: {x: cores}                # the axis the plot puts on x (default: the first non-chip axis)
 

@@ -14,7 +14,7 @@ import sim
 KERNEL = "depthwise_conv2d_backprop_input"
 SHARED = dict(filter=0xA0000000, out_backprop=0xA1000000, output=0xB0000000)
 PRIVATE = dict(filter=0x10000000, out_backprop=0x10100000, output=0x10800000)
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # --- an independent float64 reference: the definition, looped over output positions and taps ---------

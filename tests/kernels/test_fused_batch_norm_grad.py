@@ -1,4 +1,5 @@
-"""FusedBatchNormGrad: TensorFlow's golden cases, a float64 reference, argument refusals, timing properties."""
+"""FusedBatchNormGrad: TensorFlow's golden cases, a float64 reference, argument refusals, timing properties, and
+its tilings (every one it lists right and honoured, bad ones refused)."""
 
 import re
 from pathlib import Path
@@ -7,6 +8,13 @@ import numpy as np
 import pytest
 import yaml
 from golden import arrays, assert_matches, cases, chips_for
+from tilings import (
+    ADDR,
+    assert_first_candidate_is_the_kernels_own_plan,
+    assert_refused,
+    batch_norm_honoured,
+    candidates,
+)
 
 import sim
 
@@ -19,7 +27,7 @@ SHARED = dict(y_backprop=0xA0000000, x=0xA1000000, scale=0xA2000000, reserve_spa
 PRIVATE = dict(y_backprop=0x10000000, x=0x10200000, scale=0x10400000, reserve_space_1=0x10410000,
                reserve_space_2=0x10420000, x_backprop=0x10500000, scale_backprop=0x10700000,
                offset_backprop=0x10710000)
-TARGETS = Path(__file__).resolve().parent.parent / "targets"
+TARGETS = Path(__file__).resolve().parents[2] / "targets"
 
 
 def run_kernel(m: sim.Simulator, prefix: str, variant: str, data: dict, core: int = 1, **attrs):
@@ -290,3 +298,93 @@ def test_private_run_sees_no_port_contention(data_format):
     assert dma and all(e.core == 5 for e in dma)
     assert sum(e.wait_cycles for e in dma) == 0
     assert run.cycles >= run.roofline.cycles
+
+
+# --- tilings -------------------------------------------------------------------------------
+
+FBN = dict(y_backprop=ADDR[0], x=ADDR[1], x_backprop=ADDR[2], scale=ADDR[3], reserve_space_1=ADDR[3] + 0x10000,
+           reserve_space_2=ADDR[3] + 0x20000, scale_backprop=ADDR[3] + 0x30000, offset_backprop=ADDR[3] + 0x40000)
+
+
+def fbn_run(shape, fmt: str, train: bool, tiling: dict | None, chip="FT78NE", prefix="fp"):
+    """Run and check against TensorFlow's formulas in float64."""
+    rng = np.random.default_rng(sum(shape))
+    dt = np.float16 if prefix == "hp" else np.float32
+    c = shape[3] if fmt == "NHWC" else shape[1]
+    dy, x = rng.uniform(-1, 1, shape).astype(dt), rng.uniform(-2, 2, shape).astype(dt)
+    scale, mean, var = (rng.uniform(lo, hi, c).astype(np.float32) for lo, hi in ((.5, 1.5), (-.5, .5), (.5, 2)))
+    m = sim.Simulator(chip)
+    for name, arr in (("y_backprop", dy), ("x", x), ("scale", scale), ("reserve_space_1", mean),
+                      ("reserve_space_2", var)):
+        m.write(FBN[name], arr)
+    run = m.call(f"{prefix}_fused_batch_norm_grad_s", tiling=tiling, **FBN, shape=list(shape), epsilon=1e-3,
+                 data_format=fmt, is_training=train)
+    axes, bshape = ((0, 1, 2), (1, 1, 1, -1)) if fmt == "NHWC" else ((0, 2, 3), (1, -1, 1, 1))
+    x64, dy64 = x.astype(np.float64), dy.astype(np.float64)
+    mean64, var64, scale64 = (v.astype(np.float64).reshape(bshape) for v in (mean, var, scale))
+    rs = 1 / np.sqrt(var64 + 1e-3)
+    xc = x64 - mean64
+    if train:
+        want = scale64 * rs * (dy64 - dy64.mean(axes, keepdims=True) - xc * rs ** 2 * (dy64 * xc).mean(axes,
+                                                                                                       keepdims=True))
+    else:
+        want = dy64 * scale64 * rs
+    tol = 3e-3 if prefix == "hp" else 2e-5
+    np.testing.assert_allclose(m.read(FBN["x_backprop"], shape, dt).astype(np.float64), want, rtol=tol, atol=tol)
+    np.testing.assert_allclose(m.read(FBN["offset_backprop"], (c,), np.float32), dy64.sum(axes), rtol=1e-4,
+                               atol=1e-3)
+    np.testing.assert_allclose(m.read(FBN["scale_backprop"], (c,), np.float32), (dy64 * xc * rs).sum(axes),
+                               rtol=1e-4, atol=1e-3)
+    return run
+
+
+FBN_SHAPES = [((2, 8, 8, 40), "NHWC", True), ((2, 8, 8, 40), "NHWC", False), ((1, 3, 16, 40), "NCHW", True)]
+
+
+@pytest.mark.parametrize("shape,fmt,train", FBN_SHAPES, ids=[f"{f}-{'train' if t else 'infer'}"
+                                                             for _, f, t in FBN_SHAPES])
+def test_fused_batch_norm_grad_every_tiling_right_and_honoured(shape, fmt, train):
+    listed = candidates(sim.Simulator("FT78NE"), "fp_fused_batch_norm_grad_s", **FBN, shape=list(shape),
+                        epsilon=1e-3, data_format=fmt, is_training=train)
+    assert 2 <= len(listed) <= 6 and {t["split"] for t in listed} == {"channels", "rows"}
+    for tiling in listed + [{"split": "rows", "tile_elements": 100}, {"split": "channels", "channel_block": 2}]:
+        run = fbn_run(shape, fmt, train, tiling)
+        assert run.tiling.tiling == tiling and run.tiling.source == "given"
+        batch_norm_honoured(run, tiling)
+
+
+def test_fused_batch_norm_grad_fp16_tilings_on_mt7004():
+    shape = (2, 6, 6, 24)
+    listed = candidates(sim.Simulator("MT7004"), "hp_fused_batch_norm_grad_s", **FBN, shape=list(shape),
+                        epsilon=1e-3, data_format="NHWC", is_training=True)
+    for tiling in listed:
+        batch_norm_honoured(fbn_run(shape, "NHWC", True, tiling, "MT7004", "hp"), tiling)
+
+
+FIRST = [("fp_fused_batch_norm_grad_s", dict(FBN, shape=[2, 8, 8, 256], data_format="NHWC", is_training=True)),
+         ("fp_fused_batch_norm_grad_s", dict(FBN, shape=[2, 8, 8, 40], data_format="NHWC", is_training=True))]
+
+
+@pytest.mark.parametrize("symbol,args", FIRST, ids=[str(i) for i in range(len(FIRST))])
+def test_fused_batch_norm_grad_first_candidate_is_the_kernels_own_plan(symbol, args):
+    assert_first_candidate_is_the_kernels_own_plan(symbol, args)
+
+
+REFUSALS = [
+    ("fp_fused_batch_norm_grad_s", dict(FBN, shape=[2, 8, 8, 40]), {"tile": 4}, sim.KernelArgError, "'tiling'"),
+    ("fp_fused_batch_norm_grad_s", dict(FBN, shape=[2, 8, 8, 40]), {"split": "rows", "channel_block": 8},
+     sim.KernelArgError, "tiling.channel_block"),
+    ("fp_fused_batch_norm_grad_s", dict(FBN, shape=[2, 8, 8, 40]), {"split": "channels", "tile_elements": 8},
+     sim.KernelArgError, "tiling.tile_elements"),
+    ("fp_fused_batch_norm_grad_s", dict(FBN, shape=[2, 8, 8, 40]), {"channel_block": 41}, sim.KernelArgError,
+     "tiling.channel_block"),
+    ("fp_fused_batch_norm_grad_s", dict(FBN, shape=[8, 56, 56, 64]), {"channel_block": 2}, sim.LayoutError,
+     "scratchpad"),
+    ("fp_fused_batch_norm_grad_s", dict(FBN, shape=[8, 56, 56, 64]), {"tile_elements": 10 ** 6}, sim.LayoutError,
+     "scratchpad"),
+]
+
+
+@pytest.mark.parametrize("symbol,args,tiling,error,match", REFUSALS, ids=[str(t) for _, _, t, _, _ in REFUSALS])
+def test_fused_batch_norm_grad_bad_tilings_are_refused(symbol, args, tiling, error, match):
+    assert_refused(symbol, args, tiling, error, match)

@@ -15,7 +15,7 @@ import sim
 KERNEL = "conv2d_backprop_filter"
 SHARED = dict(input=0xA0000000, out_backprop=0xA4000000, output=0xA8000000)
 PRIVATE = dict(input=0x10000000, out_backprop=0x10400000, output=0x10800000)
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # --- an independent float64 reference: the definition, looped over taps and output positions ----------

@@ -1,4 +1,5 @@
-"""FakeQuantWithMinMaxVarsGradient: golden cases, TensorFlow's XLA test table, refusals, timing properties."""
+"""FakeQuantWithMinMaxVarsGradient: golden cases, TensorFlow's XLA test table, refusals, timing properties, and
+its tilings (every one it lists right and honoured, bad ones refused)."""
 
 import re
 from pathlib import Path
@@ -7,6 +8,13 @@ import numpy as np
 import pytest
 import yaml
 from golden import arrays, assert_matches, cases, chips_for
+from tilings import (
+    ADDR,
+    assert_first_candidate_is_the_kernels_own_plan,
+    assert_refused,
+    candidates,
+    loaded_blocks,
+)
 
 import sim
 
@@ -16,7 +24,7 @@ SHARED = dict(gradients=0xA0000000, inputs=0xA1000000, min=0xA2000000, max=0xA20
               backprops_wrt_input=0xA3000000, backprop_wrt_min=0xA4000000, backprop_wrt_max=0xA4000040)
 PRIVATE = dict(gradients=0x10000000, inputs=0x10200000, min=0x10400000, max=0x10400040,
                backprops_wrt_input=0x10500000, backprop_wrt_min=0x10700000, backprop_wrt_max=0x10700040)
-TARGETS = Path(__file__).resolve().parent.parent / "targets"
+TARGETS = Path(__file__).resolve().parents[2] / "targets"
 
 
 def run_kernel(m, prefix, variant, gradients, inputs, lo, hi, core=2, **attrs):
@@ -284,3 +292,76 @@ def test_private_run_sees_no_port_contention():
     assert dma and all(e.core == 6 for e in dma)
     assert sum(e.wait_cycles for e in dma) == 0
     assert not [e for e in run.events if e.kind == "barrier_wait"]
+
+
+# --- tilings --------------------------------------------------------------------
+
+FQ = dict(gradients=ADDR[0], inputs=ADDR[1], backprops_wrt_input=ADDR[2], min=ADDR[3], max=ADDR[3] + 0x40,
+          backprop_wrt_min=ADDR[3] + 0x80, backprop_wrt_max=ADDR[3] + 0xC0)
+
+
+def fq_run(n: int, tiling: dict | None, chip="FT78NE"):
+    """Run with [-2.3, 3.1] on 8 bits; inputs kept 1e-3 away from the nudged bounds (float64 nudge)."""
+    lo, hi = -2.3, 3.1
+    step = (hi - lo) / 255
+    zp = np.floor(min(max(-lo / step, 0), 255) + 0.5)
+    nmin, nmax = -zp * step, (255 - zp) * step
+    rng = np.random.default_rng(n)
+    x = rng.uniform(-4, 4, 3 * n)
+    x = x[(np.abs(x - nmin) > 1e-3) & (np.abs(x - nmax) > 1e-3)][:n].astype(np.float32)
+    g = rng.standard_normal(n).astype(np.float32)
+    m = sim.Simulator(chip)
+    m.write(FQ["gradients"], g)
+    m.write(FQ["inputs"], x)
+    m.write(FQ["min"], np.float32(lo))
+    m.write(FQ["max"], np.float32(hi))
+    run = m.call("fp_fake_quant_with_min_max_vars_gradient_s", tiling=tiling, **FQ, shape=[n])
+    xd, gd = x.astype(np.float64), g.astype(np.float64)
+    np.testing.assert_array_equal(m.read(FQ["backprops_wrt_input"], (n,), np.float32),
+                                  np.where((xd >= nmin) & (xd <= nmax), g, 0))
+    np.testing.assert_allclose(m.read(FQ["backprop_wrt_min"], (), np.float32), gd[xd < nmin].sum(), rtol=1e-5,
+                               atol=1e-4)
+    np.testing.assert_allclose(m.read(FQ["backprop_wrt_max"], (), np.float32), gd[xd > nmax].sum(), rtol=1e-5,
+                               atol=1e-4)
+    return run
+
+
+@pytest.mark.parametrize("n", [40, 3000])
+def test_fake_quant_every_tiling_right_and_honoured(n):
+    listed = candidates(sim.Simulator("FT78NE"), "fp_fake_quant_with_min_max_vars_gradient_s", **FQ, shape=[n])
+    assert 2 <= len(listed) <= 6
+    if n == 40:
+        assert {"cores": 1, "tile_elements": 40} in listed  # a call that fits one tile may skip the exchange
+    for tiling in listed + [{"cores": 3, "tile_elements": 16}, {"tile_elements": 7}]:
+        run = fq_run(n, tiling)
+        assert run.tiling.tiling == tiling and run.tiling.source == "given"
+        cores = tiling.get("cores", 8)
+        busy = [c for c, tiles in run.plan.phases[0].tiles.items() if tiles]
+        assert len(busy) == min(cores, -(-n // 32))
+        assert len(run.plan.phases) == (2 if len(busy) > 1 else 1)
+        sizes = [s[0] // 4 for s in loaded_blocks(run, "gradients")]  # contiguous copies count bytes
+        share = -(-(-(-n // 32)) // len(busy)) * 32  # noqa: B002 (ceil divisions, not decrements) if len(busy) > 1 else n
+        assert max(sizes) == min(tiling["tile_elements"], share)
+
+
+FIRST = [("fp_fake_quant_with_min_max_vars_gradient_s", dict(FQ, shape=[4096]))]
+
+
+@pytest.mark.parametrize("symbol,args", FIRST, ids=[str(i) for i in range(len(FIRST))])
+def test_fake_quant_first_candidate_is_the_kernels_own_plan(symbol, args):
+    assert_first_candidate_is_the_kernels_own_plan(symbol, args)
+
+
+REFUSALS = [
+    ("fp_fake_quant_with_min_max_vars_gradient_s", dict(FQ, shape=[3000]), {"cores": 9}, sim.KernelArgError,
+     "tiling.cores"),
+    ("fp_fake_quant_with_min_max_vars_gradient_s", dict(FQ, shape=[3000]), {"tile_elements": True},
+     sim.KernelArgError, "tiling.tile_elements"),
+    ("fp_fake_quant_with_min_max_vars_gradient_s", dict(FQ, shape=[10 ** 7]), {"tile_elements": 10 ** 6},
+     sim.LayoutError, "scratchpad"),
+]
+
+
+@pytest.mark.parametrize("symbol,args,tiling,error,match", REFUSALS, ids=[str(t) for _, _, t, _, _ in REFUSALS])
+def test_fake_quant_bad_tilings_are_refused(symbol, args, tiling, error, match):
+    assert_refused(symbol, args, tiling, error, match)
