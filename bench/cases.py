@@ -143,8 +143,8 @@ def fake_quant_with_min_max_vars_gradient(chip: str, prefix: str, size: str) -> 
 
 def conv2d_backprop_filter(chip: str, prefix: str, size: str) -> Case:
     """Conv2DBackpropFilter NHWC, 3x3 filter, 64 -> 64 channels, SAME, stride 1 (the SPEC's target shape)."""
+    from kernels.common.geometry import conv_geometry
     from kernels.conv2d_backprop_filter import conv2d_backprop_filter_reference
-    from kernels.conv_geometry import conv_geometry
     shape = {"medium": (4, 28, 28, 64), "large": (8, 56, 56, 64)}[size]
     fsz = (3, 3, 64, 64)
     dt = _dtype(prefix)
@@ -168,7 +168,7 @@ def conv2d_backprop_filter(chip: str, prefix: str, size: str) -> Case:
 
 def depthwise_conv2d_backprop_input(chip: str, prefix: str, size: str) -> Case:
     """DepthwiseConv2dBackpropInput NHWC, 3x3 filter, multiplier 1, SAME, stride 1."""
-    from kernels.conv_geometry import conv_geometry
+    from kernels.common.geometry import conv_geometry
     from kernels.depthwise_conv2d_backprop_input import (
         depthwise_conv2d_backprop_input as reference,
     )

@@ -7,7 +7,7 @@ from the geometry: [batch, out_h, out_w, out_c] in data_format order), the outpu
     dW[kh, kw, c, o] = Σ_{n, i, j} x[n, i·sh + kh·dh − pad_top, j·sw + kw·dw − pad_left, c] · dy[n, i, j, o]
 
 with x read as zero outside the input (SAME / VALID / EXPLICIT padding, see
-:mod:`kernels.conv_geometry`).  Dilations > 1 are computed (TensorFlow's CPU kernel
+:mod:`kernels.common.geometry`).  Dilations > 1 are computed (TensorFlow's CPU kernel
 refuses them).  Grouped convolution is out of scope: ``filter_sizes[2]`` must equal
 the input's channels.  ``out_backprop_shape`` (optional) states the shape the caller
 believes dy has; it must equal the computed one, as TensorFlow checks its tensor.
@@ -47,7 +47,7 @@ import numpy as np
 
 from kernels.base import PRECISION_DTYPES, PlanContext
 from kernels.common.args import check_args, require_address, require_ints
-from kernels.conv_geometry import ConvGeometry, conv_geometry
+from kernels.common.geometry import ConvGeometry, axis_taps, conv_geometry, window_bound
 from kernels.tiling import (
     Arena,
     align_up,
@@ -74,20 +74,6 @@ PIPELINE_TILES = 4
 
 # --- numerics ----------------------------------------------------------------------------------
 
-def _tap_slices(offset: int, n_out: int, stride: int, lo: int, length: int) -> tuple[slice, slice] | None:
-    """(output positions, input positions) of one tap along one axis, or None when none lands on the input.
-
-    Output position i reads window position ``offset + i·stride``; the loaded input covers window
-    positions [lo, lo + length).
-    """
-    first = max(0, -(-(lo - offset) // stride))
-    last = min(n_out - 1, (lo + length - 1 - offset) // stride)
-    if length <= 0 or first > last:
-        return None
-    start = offset + first * stride - lo
-    return slice(first, last + 1), slice(start, start + (last - first) * stride + 1, stride)
-
-
 def filter_grad_block(x: np.ndarray, dy: np.ndarray, geo: ConvGeometry, fh: int, fw: int,
                       rows: tuple[int, int], nchw: bool) -> np.ndarray:
     """dW contribution [fh, fw, icg, ocg] (fp32) of output rows ``rows`` of a block of images.
@@ -108,16 +94,16 @@ def filter_grad_block(x: np.ndarray, dy: np.ndarray, geo: ConvGeometry, fh: int,
     # Window positions (relative to the first output row's window) of the loaded input: x starts at input
     # row max(top, 0) and input column 0, which sits pad_left into the window.
     top = r0 * geo.stride_h - geo.pad_top
-    h0 = max(top, 0) - top
+    rows_in = axis_taps(0, hl, nrows, fh, geo.stride_h, geo.dilation_h, max(top, 0) - top)
+    cols_in = axis_taps(0, wl, geo.out_w, fw, geo.stride_w, geo.dilation_w, geo.pad_left)
     cols = np.zeros((nb, nrows, geo.out_w, fh, fw, icg), F32)
-    for kh in range(fh):
-        hs = _tap_slices(kh * geo.dilation_h, nrows, geo.stride_h, h0, hl)
-        if hs is None:
-            continue
-        for kw in range(fw):
-            ws = _tap_slices(kw * geo.dilation_w, geo.out_w, geo.stride_w, geo.pad_left, wl)
-            if ws is not None:
-                cols[:, hs[0], ws[0], kh, kw, :] = xf[:, hs[1], ws[1], :]
+    sh, sw = geo.stride_h, geo.stride_w
+    for kh, oh, nh, ih in rows_in.taps:
+        oh += rows_in.o_lo
+        for kw, ow, nw, iw in cols_in.taps:
+            ow += cols_in.o_lo
+            taps = xf[:, ih:ih + (nh - 1) * sh + 1:sh, iw:iw + (nw - 1) * sw + 1:sw]
+            cols[:, oh:oh + nh, ow:ow + nw, kh, kw, :] = taps
     positions = nb * nrows * geo.out_w
     dmat = np.ascontiguousarray(dyf, dtype=F32).reshape(positions, ocg)
     return (cols.reshape(positions, fh * fw * icg).T @ dmat).reshape(fh, fw, icg, ocg)
@@ -375,13 +361,12 @@ class _Planner:
 
     def _x_cols(self) -> int:
         """Input columns any window touches (all but those right of the last window)."""
-        g = self.geo
-        return max(0, min(g.in_w, (g.out_w - 1) * g.stride_w + g.eff_w - g.pad_left))
+        return max(0, self.geo.input_cols(0, self.geo.out_w)[1])
 
     def _tile_bytes(self, icg: int, ocg: int, nb: int, rows: int) -> list[int]:
         """Bytes of a row tile's input window and dy rows (upper bound: the window unclipped at the top)."""
         g = self.geo
-        in_rows = min((rows - 1) * g.stride_h + g.eff_h, g.in_h)
+        in_rows = min(window_bound(rows, g.eff_h, g.stride_h), g.in_h)
         return [nb * in_rows * self._x_cols() * icg * self.isz, nb * rows * g.out_w * ocg * self.isz]
 
     def _slices_fit(self, icg: int, ocg: int) -> tuple[bool, bool]:
@@ -498,18 +483,11 @@ class _Planner:
         """Lane-padded icg x ocg products per tap and position: the vector loop runs along the cheaper axis."""
         return min(padded_lanes(icg, self.lanes) * ocg, icg * padded_lanes(ocg, self.lanes))
 
-    def _window_rows(self, blk: _Block) -> tuple[int, int]:
-        """Input rows [h0, h1) the windows of the block's output rows touch, clipped to the input."""
-        g = self.geo
-        top = blk.r0 * g.stride_h - g.pad_top
-        bottom = (blk.r1 - 1) * g.stride_h - g.pad_top + g.eff_h
-        return max(top, 0), min(bottom, g.in_h)
-
     def _tile_cost(self, blk: _Block, grp: _Group) -> tuple[int, int, int]:
         """(vector ops, input bytes, dy bytes) of the row tile ``blk`` of filter slice ``grp``."""
         g = self.geo
         nb, rows = blk.n1 - blk.n0, blk.r1 - blk.r0
-        h0, h1 = self._window_rows(blk)
+        h0, h1 = self.geo.input_rows(blk.r0, blk.r1)
         x_elems = nb * max(h1 - h0, 0) * self._x_cols() * grp.icg
         dy_elems = nb * rows * g.out_w * grp.ocg
         flops = 2 * self.taps * nb * rows * g.out_w * self._vector_elems(grp.icg, grp.ocg)
@@ -524,7 +502,7 @@ class _Planner:
         arena = sc.arena(stream.slot)
         acc = Operand(sc.acc_base, (self.fh, self.fw, grp.icg, grp.ocg), F32)
         nb, rows = blk.n1 - blk.n0, blk.r1 - blk.r0
-        h0, h1 = self._window_rows(blk)
+        h0, h1 = self.geo.input_rows(blk.r0, blk.r1)
         cols = self._x_cols()
         hl = max(h1 - h0, 0) if cols else 0
         x_shape = (nb, grp.icg, hl, cols) if self.nchw else (nb, hl, cols, grp.icg)

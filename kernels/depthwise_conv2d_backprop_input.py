@@ -51,7 +51,7 @@ import numpy as np
 
 from kernels.base import PRECISION_DTYPES, PlanContext
 from kernels.common.args import check_args, require_address, require_ints
-from kernels.conv_geometry import ConvGeometry, conv_geometry
+from kernels.common.geometry import AxisTaps, ConvGeometry, axis_taps, conv_geometry, halo_bound, image_segments
 from kernels.tiling import (
     Arena,
     align_up,
@@ -73,51 +73,6 @@ F32 = np.dtype(np.float32)
 MAX_BUFFER_BYTES = 1 << 40
 #: The keys of a caller's ``tiling``: channel groups of the cores, and the tile shape.
 TILING_KEYS = ("channel_parts", "tile_rows", "tile_cols", "tile_channels")
-
-
-# --- geometry of one tile along one spatial axis ---------------------------------------------
-
-@dataclass(frozen=True)
-class AxisTaps:
-    """One spatial axis of a tile: input range [lo, hi) and the output range [o_lo, o_lo + o_n) it reads.
-
-    ``taps`` lists, per filter tap k that reaches the tile, ``(k, o_start, count,
-    i_start)``: the output positions ``o_lo + o_start ..`` (``count`` of them)
-    land on input positions ``lo + i_start``, ``+ stride`` each.
-    """
-
-    lo: int
-    hi: int
-    o_lo: int
-    o_n: int
-    taps: tuple[tuple[int, int, int, int], ...]
-
-    @property
-    def pairs(self) -> int:
-        """(tap, output position) pairs of this axis: the multiply-adds per element of the other axes."""
-        return sum(t[2] for t in self.taps)
-
-
-def axis_taps(lo: int, hi: int, out_n: int, ksize: int, stride: int, dilation: int, pad: int) -> AxisTaps:
-    """Which outputs of an axis of ``out_n`` reach inputs [lo, hi): input = out·stride − pad + k·dilation."""
-    found = []
-    for k in range(ksize):
-        off = k * dilation - pad
-        a = max(0, -(-(lo - off) // stride))
-        b = min(out_n - 1, (hi - 1 - off) // stride)
-        if a <= b:
-            found.append((k, a, b - a + 1, a * stride + off - lo))
-    if not found:
-        return AxisTaps(lo, hi, 0, 0, ())
-    o_lo = min(t[1] for t in found)
-    o_hi = max(t[1] + t[2] for t in found)
-    taps = tuple((k, a - o_lo, n, i) for k, a, n, i in found)
-    return AxisTaps(lo, hi, o_lo, o_hi - o_lo, taps)
-
-
-def halo_bound(n_in: int, eff: int, stride: int) -> int:
-    """The most output positions whose receptive field reaches ``n_in`` consecutive inputs."""
-    return (n_in - 1 + eff - 1) // stride + 1
 
 
 # --- numerics ----------------------------------------------------------------------------------
@@ -246,14 +201,7 @@ class Share:
 
     def segments(self, in_h: int) -> list[tuple[int, int, int]]:
         """(image, first row, end row) pieces of the share, one per image it touches."""
-        out = []
-        g = self.g0
-        while g < self.g1:
-            n, r = divmod(g, in_h)
-            stop = min(self.g1, (n + 1) * in_h)
-            out.append((n, r, r + stop - g))
-            g = stop
-        return out
+        return image_segments(self.g0, self.g1, in_h)
 
 
 @dataclass(frozen=True)

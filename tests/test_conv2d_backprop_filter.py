@@ -37,7 +37,7 @@ def _axis(size: int, k: int, s: int, d: int, padding: str, explicit: tuple[int, 
 
 def geometry(input_shape, filter_sizes, strides, padding, explicit_paddings=None, data_format="NHWC",
              dilations=(1, 1, 1, 1)) -> dict:
-    """Output sizes and pads of a call, written independently of kernels/conv_geometry.py."""
+    """Output sizes and pads of a call, written independently of kernels/common/geometry.py."""
     o = _order(data_format)
     ep = explicit_paddings or [0] * 8
     fh, fw = filter_sizes[:2]
@@ -455,7 +455,7 @@ def test_flops_count_the_multiply_adds_and_the_vector_work_their_padding():
 
 
 def test_module_reference_agrees_with_the_definition():
-    from kernels.conv_geometry import conv_geometry
+    from kernels.common.geometry import conv_geometry
     attrs = OWN["nchw-dilated-strided-same"]
     x, dy = random_case(4, attrs)
     geo = conv_geometry(attrs["input_shape"], attrs["filter_sizes"][:2], strides=attrs["strides"],
