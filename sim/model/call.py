@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -37,14 +36,18 @@ class Buffer:
 
 @dataclass(frozen=True)
 class BoundCall:
-    """A kernel call with its arguments checked: buffers, attributes, precision."""
+    """A kernel call with its arguments checked: buffers, attributes, precision.
+
+    ``attrs`` is the kernel's own: the shipped kernels keep a frozen dataclass of typed attributes there (the
+    simulator never reads it); a user kernel may keep any value, a dict for instance.
+    """
 
     symbol: str
     precision: str
     variant: str  # "s" (shared memory) or "p" (private memory of one core)
     cores: tuple[int, ...]
     buffers: tuple[Buffer, ...]
-    attrs: Mapping[str, Any] = field(default_factory=dict)
+    attrs: Any = field(default_factory=dict)
 
     def buffer(self, name: str) -> Buffer:
         """The buffer called ``name``."""
