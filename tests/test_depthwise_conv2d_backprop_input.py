@@ -96,8 +96,8 @@ def out_shape(input_sizes, filter_shape, strides, padding, explicit_paddings=Non
     return (input_sizes[0], oh, ow, k) if data_format == "NHWC" else (input_sizes[0], k, oh, ow)
 
 
-def run_kernel(chip, symbol, filt, dy, attrs, variant="s", core=None, **where):
-    """Place the inputs, call the symbol, return (output, run)."""
+def run_kernel(chip, symbol, filt, dy, attrs, variant="s", core=None, tiling=None, **where):
+    """Place the inputs, call the symbol (with ``tiling`` if given), return (output, run)."""
     m = sim.Simulator(chip)
     a = SHARED if variant == "s" else PRIVATE
     core = None if variant == "s" else (0 if core is None else core)
@@ -105,7 +105,7 @@ def run_kernel(chip, symbol, filt, dy, attrs, variant="s", core=None, **where):
     m.write(a["out_backprop"], dy, core=core)
     if variant == "p":
         where = {"core": core}
-    run = m.call(symbol, **a, **attrs, **where)
+    run = m.call(symbol, **a, **attrs, **where, tiling=tiling)
     return m.read(a["output"], tuple(attrs["input_sizes"]), filt.dtype, core=core), run
 
 
@@ -265,12 +265,14 @@ def test_nothing_fits_is_a_layout_error(tmp_path):
         run_kernel(target, f"fp_{KERNEL}_s", filt, dy, attrs)
 
 
-def test_cores_share_the_work():
+@pytest.mark.parametrize("tiling,busy", [(None, None), ({"channel_parts": 1}, 3), ({"channel_parts": 2}, 6)])
+def test_cores_share_the_work(tiling, busy):
+    """3 input rows, 2 channel vectors of 32: rows only keeps 3 cores busy, two channel groups 3 x 2."""
     filt, dy, attrs = random_case(1, [1, 3, 16, 64], [3, 3, 64, 1], [1, 1, 1, 1], "SAME")
-    got, run = run_kernel("FT78NE", f"fp_{KERNEL}_s", filt, dy, attrs, core_mask=0xFF)
+    got, run = run_kernel("FT78NE", f"fp_{KERNEL}_s", filt, dy, attrs, core_mask=0xFF, tiling=tiling)
     np.testing.assert_allclose(got, reference(filt, dy, **attrs), rtol=1e-5, atol=1e-5)
-    busy = [c for c, tiles in run.plan.phases[0].tiles.items() if tiles]
-    assert len(busy) == 6  # 3 rows x 2 channel vectors of 32
+    used = [c for c, tiles in run.plan.phases[0].tiles.items() if tiles]
+    assert len(used) == (busy or 3 * run.tiling.tiling["channel_parts"])
     assert set(run.plan.cores) == set(range(8))
 
 
