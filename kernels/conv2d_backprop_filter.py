@@ -57,12 +57,12 @@ from kernels.common.geometry import ConvGeometry, axis_taps, conv_geometry, wind
 from kernels.common.scratch import Scratch, align_up, aligned_bytes, fits
 from kernels.common.streams import CoreStream, phase_of, plan_of
 from kernels.common.tiling_space import (
-    MIN_TILES_PER_CORE,
     ChoiceKey,
     IntKey,
     TilingSpace,
     largest,
     padded_lanes,
+    pipeline_tile,
     split_even,
 )
 from kernels.common.transfers import block_in, block_out
@@ -213,7 +213,7 @@ class Conv2DBackpropFilter:
     def tilings(self, call: BoundCall, ctx: PlanContext) -> list[dict[str, Any]]:
         """The candidate tilings :meth:`plan` compares: ``split`` (spatial|filter), ``in_c_slice``, ``out_c_slice``."""
         p = _Planner(call, ctx)
-        return [p.space.candidate(**c.as_tiling()) for c in p.candidates() if p.exchanges(c)]
+        return [p.space.candidate(**c.as_tiling()) for c in p.candidates() if p.feasible(c)]
 
 
 # --- the tiling space --------------------------------------------------------------------------
@@ -290,9 +290,9 @@ class _Planner:
         """The plan of the caller's tiling (the cheaper split when it names none), else of the cheapest candidate."""
         tiling = self.space.parse(self.ctx)
         if all(v is None for v in tiling.values()):
-            choices = [c for c in self.candidates() if self.exchanges(c)]
+            choices = [c for c in self.candidates() if self.feasible(c)]
             if not choices:
-                raise DoesNotFit(None, self._needed_bytes(1, 1), self.level.size_bytes,
+                raise DoesNotFit(self.level.name, self._needed_bytes(1, 1), self.level.size_bytes,
                                  f"{self.call.symbol}: no tile of the convolution fits the {self.level.size_bytes}-"
                                  f"byte {self.level.name} scratchpad (one output row of one channel with its input "
                                  f"window is too big)")
@@ -301,17 +301,19 @@ class _Planner:
         icg = tiling["in_c_slice"] or fit[0]
         ocg = tiling["out_c_slice"] or fit[1]
         if not self._slices_fit(icg, ocg)[1]:
-            raise DoesNotFit(None, self._needed_bytes(icg, ocg), self.level.size_bytes,
+            raise DoesNotFit(self.level.name, self._needed_bytes(icg, ocg), self.level.size_bytes,
                              f"{self.call.symbol}: tiling in_c_slice={icg}, out_c_slice={ocg} does not fit the "
                              f"{self.level.size_bytes}-byte {self.level.name} scratchpad (the fp32 accumulator may "
                              f"take half of it; a one-row tile must fit one of the two slots left)")
         choices = [_Choice(k, icg, ocg) for k in ([tiling["split"]] if tiling["split"] else SPLITS)]
-        return self._cheapest([c for c in choices if self.exchanges(c)] or choices[:1])
+        return self._cheapest([c for c in choices if self.feasible(c)] or choices[:1])
 
     def _cheapest(self, choices: Sequence[_Choice]) -> Plan:
         """The plan of ``choices`` the timing model's estimate finds cheapest (the first on a tie)."""
         plans = [self.build(c) for c in choices]
-        costs = [self.ctx.estimate(p) for p in plans] if len(plans) > 1 else [0]
+        if len(plans) == 1:
+            return plans[0]
+        costs = [self.ctx.estimate(p) for p in plans]
         return plans[costs.index(min(costs))]
 
     def candidates(self) -> list[_Choice]:
@@ -331,7 +333,7 @@ class _Planner:
                     out.append(_Choice("filter", icg, o))
         return out
 
-    def exchanges(self, choice: _Choice) -> bool:
+    def feasible(self, choice: _Choice) -> bool:
         """True unless ``choice`` is a spatial split whose cores cannot each put one row of their partial dW in
         their share of the shared staging level."""
         if choice.kind == "filter" or len(self.active) == 1:
@@ -416,11 +418,11 @@ class _Planner:
     def _blocks(self, start: int, stop: int, icg: int, ocg: int, sc: Scratch) -> list[_Block]:
         """Row tiles covering flattened (image, output row) indices [start, stop), each fitting a slot.
 
-        Tiles take at most a quarter of the range when they can, so the DMA of the
-        next tile has a tile's compute to hide behind (pipeline depth).
+        Tiles take at most 1/MIN_TILES_PER_CORE of the range when they can, so the DMA of
+        the next tile has a tile's compute to hide behind (pipeline depth).
         """
         g = self.geo
-        cap = max(1, -(-(stop - start) // MIN_TILES_PER_CORE))
+        cap = pipeline_tile(stop - start)
         rows_max = min(largest(g.out_h, lambda r: fits(self._tile_bytes(icg, ocg, 1, r), sc.slot_bytes, self.align),
                                lo=1), cap)
         images_max = 1
@@ -580,12 +582,19 @@ class _Planner:
         return plan_of(self.call, phases)
 
     def _exchange(self, grp: _Group) -> tuple[Exchange, list[tuple[int, int]]]:
-        """The exchange of a slice's partials (each core's share of the shared level) and the row ranges of dW
-        it moves per round (every core's rows of a round must fit its share); DoesNotFit naming the shared
+        """The exchange of a slice's partials (each core's aligned share of the shared level) and the row ranges
+        of dW it moves per round (every core's rows of a round must fit its share); DoesNotFit naming the shared
         level when not one row does."""
-        n = len(self.active)
+        n, row_bytes = len(self.active), grp.ocg * F32.itemsize
         stride = Exchange.share_bytes(self.ctx, n, self.align)
-        rounds = Exchange.rounds(self.taps * grp.icg, stride // (grp.ocg * F32.itemsize))
+        rounds = Exchange.rounds(self.taps * grp.icg, stride // row_bytes)
+        level = self.ctx.shared_level
+        if not rounds and level is not None:
+            needed = n * align_up(row_bytes, self.align)
+            raise DoesNotFit(level.name, needed, level.size_bytes,
+                             f"{self.call.symbol}: the {level.name} staging window ({level.size_bytes} bytes) cannot "
+                             f"hold one row of each of {n} cores' partial filter gradient ({n} shares of {row_bytes} "
+                             f"bytes, each aligned to {self.align}: {needed} bytes)")
         rows = max((b - a for a, b in rounds), default=1)
         return Exchange.through(self.ctx, n, rows * grp.ocg, F32, stride_bytes=stride,
                                 what="partial filter gradients"), rounds

@@ -52,7 +52,7 @@ import numpy as np
 from kernels.base import PlanContext
 from kernels.common.args import require_ints
 from kernels.common.binding import attrs_of, bind_arguments, bound_call
-from kernels.common.geometry import AxisTaps, ConvGeometry, axis_taps, conv_geometry, halo_bound, image_segments
+from kernels.common.geometry import AxisTaps, ConvGeometry, conv_geometry, halo_bound, image_segments
 from kernels.common.scratch import Scratch, align_up, aligned_bytes, fits
 from kernels.common.streams import CoreStream, phase_of, plan_of
 from kernels.common.tiling_space import IntKey, TilingSpace, largest, padded_lanes, split_even, split_units, unique
@@ -133,34 +133,30 @@ def accumulate_taps(acc: np.ndarray, dy: np.ndarray, filt: np.ndarray, rows: Axi
         _taps_channels_last(acc, dy, filt, rows, cols, stride_h, stride_w)
 
 
-def depthwise_conv2d_backprop_input(filt: np.ndarray, out_backprop: np.ndarray, geom: ConvGeometry) -> np.ndarray:
+def depthwise_conv2d_backprop_input(filt: np.ndarray, out_backprop: np.ndarray, geo: ConvGeometry) -> np.ndarray:
     """The whole input gradient in one vectorised pass (fp32 accumulation, result in the inputs' dtype).
 
-    Tensors are in ``geom.data_format`` order; this is the math each tile runs, on the whole tensor.
+    Tensors are in ``geo.data_format`` order; this is the math each tile runs, on the whole tensor.
     """
-    nchw = geom.data_format == "NCHW"
     f = filt.astype(F32, copy=False)
     dy = out_backprop.astype(F32, copy=False)
-    acc = np.zeros(geom.tensor_shape(geom.in_c), F32)
-    rows = axis_taps(0, geom.in_h, geom.out_h, geom.filter_h, geom.stride_h, geom.dilation_h, geom.pad_top)
-    cols = axis_taps(0, geom.in_w, geom.out_w, geom.filter_w, geom.stride_w, geom.dilation_w, geom.pad_left)
-    for n in range(geom.batch):
-        halo = dy[n, :, rows.o_lo:, cols.o_lo:] if nchw else dy[n, rows.o_lo:, cols.o_lo:]
-        accumulate_taps(acc[n], halo, f, rows, cols, geom.stride_h, geom.stride_w, nchw)
+    acc = np.zeros(geo.tensor_shape(geo.in_c), F32)
+    rows, cols = geo.row_taps(0, geo.in_h), geo.col_taps(0, geo.in_w)
+    for n in range(geo.batch):
+        halo = dy[n, :, rows.o_lo:, cols.o_lo:] if geo.nchw else dy[n, rows.o_lo:, cols.o_lo:]
+        accumulate_taps(acc[n], halo, f, rows, cols, geo.stride_h, geo.stride_w, geo.nchw)
     return acc.astype(out_backprop.dtype, copy=False)
 
 
-def _tile_fn(rows: AxisTaps, cols: AxisTaps, geom: ConvGeometry, ct: int,
+def _tile_fn(rows: AxisTaps, cols: AxisTaps, geo: ConvGeometry, ct: int,
              out_dtype: np.dtype) -> Callable[..., tuple[np.ndarray]]:
     """The compute of one tile: (filter slice, out_backprop halo) -> output block, in the tensors' layout."""
-    nchw = geom.data_format == "NCHW"
-    shape = (ct, rows.hi - rows.lo, cols.hi - cols.lo) if nchw else (rows.hi - rows.lo, cols.hi - cols.lo, ct)
-    sh, sw = geom.stride_h, geom.stride_w
+    shape = geo.order(1, rows.hi - rows.lo, cols.hi - cols.lo, ct)[1:]
 
     def fn(filt: np.ndarray, dy: np.ndarray) -> tuple[np.ndarray]:
         acc = np.zeros(shape, F32)
-        accumulate_taps(acc, dy[0].astype(F32, copy=False), filt.astype(F32, copy=False), rows, cols, sh, sw,
-                        nchw)
+        accumulate_taps(acc, dy[0].astype(F32, copy=False), filt.astype(F32, copy=False), rows, cols, geo.stride_h,
+                        geo.stride_w, geo.nchw)
         return (acc[None].astype(out_dtype, copy=False),)
 
     return fn
@@ -384,7 +380,7 @@ class _Planner:
         if not self.fits(t):
             needed = 2 * self.filter_bytes(t.chans) + 2 * aligned_bytes(self.tile_bytes(t), self.align)
             g = self.geo
-            raise DoesNotFit(None, needed, self.level.size_bytes,
+            raise DoesNotFit(self.level.name, needed, self.level.size_bytes,
                              f"{self.call.symbol}: a tile of {t.rows} rows x {t.cols} columns x {t.chans} channels "
                              f"does not fit the {self.level.size_bytes}-byte {self.level.name} scratchpad (two slots "
                              f"of output block and out_backprop halo beside two {g.filter_h}x{g.filter_w} filter "
