@@ -25,8 +25,8 @@ Plan: the flattened elements are split over the cores in whole vectors.  Each
 core first loads min and max into its scratchpad and nudges them (that tile's
 compute is where bad bounds are refused), then streams tiles of gradients and
 inputs through two scratchpad slots, accumulating its two partial sums.  With
-several cores the partials go to the shared workspace, a barrier follows, and
-the first core loads, reduces and stores the two scalars.
+several cores the partials go to the shared staging level, a barrier follows,
+and the first core loads, reduces and stores the two scalars.
 
 Tiling (``tiling=`` of a call or run-config): ``cores`` -- how many of the
 call's cores share the elements (the first ones; one core needs no exchange
@@ -39,28 +39,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from kernels.base import PRECISION_DTYPES, PlanContext
-from kernels.common.args import (
-    check_args,
-    require_address,
-    require_bool,
-    require_int,
-    require_ints,
-)
-from kernels.tiling import Arena, align_up, padded_lanes, split_even
-from kernels.tiling_keys import int_key, tiling_keys, unique
-from sim.errors import KernelArgError, LayoutError
-from sim.model.call import ArgSpec, BoundCall, Buffer, MemoryReader
-from sim.model.plan import Compute, Operand, Phase, Plan, Tile, Transfer
+from kernels.common.args import require_bool, require_int, require_ints
+from kernels.common.binding import attrs_of, bind_arguments, bound_call
+from kernels.common.exchange import Exchange
+from kernels.common.scratch import Scratch, align_up, aligned_bytes
+from kernels.common.streams import FIXED_SLOT, CoreStream, plan_of
+from kernels.common.tiling_space import IntKey, TilingSpace, padded_lanes, pipeline_tile, split_units, unique
+from sim.errors import KernelArgError
+from sim.model.call import ArgSpec, BoundCall, MemoryReader
+from sim.model.plan import Compute, DoesNotFit, Operand, Phase, Plan, Tile, Transfer
 
 F32 = np.dtype(np.float32)
 #: Masks compare the fp32 value of each element with fp32 bounds, for both symbol precisions.
 COMPUTE_PRECISION = "fp32"
-NUM_BITS_RANGE = (2, 8)
 #: Vector element operations per element: x < nmin, x > nmax, select the input gradient (2),
 #: masked accumulation of the min and max sums (2 each).
 FLOPS_PER_ELEMENT = 8
@@ -68,12 +65,8 @@ FLOPS_PER_ELEMENT = 8
 FLOPS_WIDEN = 3
 #: The scalar nudge, counted as vector ops on one lane each: sub, div, sub-div, round, clamp (2), 2 × (sub, mul).
 FLOPS_NUDGE = 11
-#: A core's share is cut into at least this many tiles when it is large enough (pipeline depth).
-MIN_TILES_PER_CORE = 4
 #: The short-tile candidate takes this fraction of the heuristic's tile.
 SHORT_TILE_FRACTION = 8
-#: The keys of a caller's ``tiling``: cores sharing the elements, elements per tile.
-TILING_KEYS = ("cores", "tile_elements")
 
 
 # -- numerics ---------------------------------------------------------------------------------------
@@ -136,6 +129,20 @@ def fake_quant_gradient_reference(gradients: np.ndarray, inputs: np.ndarray, min
 
 # -- the kernel -------------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class FakeQuantAttrs:
+    """The call's checked attributes."""
+
+    shape: tuple[int, ...]
+    num_bits: int
+    narrow_range: bool
+
+    @property
+    def elements(self) -> int:
+        """Elements of gradients (and of inputs)."""
+        return math.prod(self.shape)
+
+
 class FakeQuantWithMinMaxVarsGradient:
     """The registry entry of fake_quant_with_min_max_vars_gradient."""
 
@@ -164,56 +171,18 @@ class FakeQuantWithMinMaxVarsGradient:
     def bind(self, symbol: str, precision: str, variant: str, cores: tuple[int, ...],
              args: Mapping[str, Any], read: MemoryReader) -> BoundCall:
         """Check the arguments and describe the call's buffers (min/max values are checked when the kernel runs)."""
-        a = check_args(symbol, self.args, args)
-        ptr = {s.name: require_address(s.name, a[s.name]) for s in self.args if s.kind in ("in_ptr", "out_ptr")}
+        a = bind_arguments(symbol, precision, self.args, args)
         shape = require_ints("shape", a["shape"], minimum=1)
-        num_bits = require_int("num_bits", a["num_bits"])
-        if not NUM_BITS_RANGE[0] <= num_bits <= NUM_BITS_RANGE[1]:
-            raise KernelArgError(f"argument 'num_bits': expected an integer in {NUM_BITS_RANGE[0]}.."
-                                 f"{NUM_BITS_RANGE[1]}, got {num_bits}")
-        narrow_range = require_bool("narrow_range", a["narrow_range"])
-        dt = PRECISION_DTYPES[precision]
-        elems = math.prod(shape)
-        if elems * dt.itemsize > 1 << 40:
-            raise KernelArgError(f"argument 'shape': {list(shape)} is {elems} elements, more than any chip's "
-                                 f"memory")
-        buffers = (
-            Buffer("gradients", ptr["gradients"], shape, dt, "input"),
-            Buffer("inputs", ptr["inputs"], shape, dt, "input"),
-            Buffer("min", ptr["min"], (), F32, "input"),
-            Buffer("max", ptr["max"], (), F32, "input"),
-            Buffer("backprops_wrt_input", ptr["backprops_wrt_input"], shape, dt, "output"),
-            Buffer("backprop_wrt_min", ptr["backprop_wrt_min"], (), F32, "output"),
-            Buffer("backprop_wrt_max", ptr["backprop_wrt_max"], (), F32, "output"),
-        )
-        return BoundCall(symbol, precision, variant, cores, buffers,
-                         {"shape": shape, "num_bits": num_bits, "narrow_range": narrow_range, "elements": elems})
-
-    # -- planning -----------------------------------------------------------------------------------
+        attrs = FakeQuantAttrs(shape, require_int("num_bits", a["num_bits"], minimum=2, maximum=8),
+                               require_bool("narrow_range", a["narrow_range"]))
+        big = [a.buffer(n, shape, size_arg="shape") for n in ("gradients", "inputs", "backprops_wrt_input")]
+        scalars = {n: a.buffer(n, (), F32) for n in ("min", "max", "backprop_wrt_min", "backprop_wrt_max")}
+        return bound_call(a, variant, cores, (big[0], big[1], scalars["min"], scalars["max"], big[2],
+                                              scalars["backprop_wrt_min"], scalars["backprop_wrt_max"]), attrs)
 
     def plan(self, call: BoundCall, ctx: PlanContext) -> Plan:
-        """Element ranges per core (``ctx.tiling`` may set them); partial sums through the workspace."""
-        lay = _Layout(call, ctx)
-        tiling = tiling_keys(ctx, TILING_KEYS)
-        n_cores = int_key(tiling, "cores", 1, len(call.cores)) or len(call.cores)
-        per_tile = int_key(tiling, "tile_elements", 1, call.attrs["elements"])
-        if per_tile is not None and per_tile > lay.budget:
-            raise LayoutError(f"{call.symbol}: tiling tile_elements={per_tile} does not fit the "
-                              f"{ctx.scratch_size_bytes}-byte scratchpad (a tile takes at most {lay.budget} "
-                              f"elements: gradients, inputs and their gradient in one of two slots)")
-        shares = lay.shares(call.cores[:n_cores])
-        parts = len(shares)
-        if parts > 1 and parts * 8 > ctx.workspace_size_bytes:
-            raise LayoutError(f"{call.symbol}: the workspace cannot hold the partial sums of {parts} cores")
-        first: dict[int, tuple[Tile, ...]] = {}
-        for idx, (core, e0, e1) in enumerate(shares):
-            tile = per_tile if per_tile is not None else lay.heuristic_tile(e1 - e0)
-            first[core] = tuple(self._core_tiles(call, ctx, lay, tile, idx, parts, e0, e1))
-        phases = [Phase("masked gradients", first, barrier_after=parts > 1)]
-        if parts > 1:
-            phases.append(Phase("reduce", {shares[0][0]: (self._reduce_tile(ctx, lay, parts),)},
-                                barrier_after=False))
-        return Plan(cores=call.cores, phases=tuple(phases), precision=call.precision)
+        """Element ranges per core (``ctx.tiling`` may set them); partial sums through the shared level."""
+        return _Planner(call, ctx).build()
 
     def tilings(self, call: BoundCall, ctx: PlanContext) -> list[dict[str, Any]]:
         """Candidates: every core with the heuristic's tiles, the largest, short ones; half the cores; one core.
@@ -226,117 +195,127 @@ class FakeQuantWithMinMaxVarsGradient:
         core (for a call that fits one tile) needs no exchange and no barrier.
         """
         try:
-            lay = _Layout(call, ctx)
-        except LayoutError:
+            p = _Planner(call, ctx)
+        except DoesNotFit:
             return []  # nothing fits: planning says why
-        n = len(call.cores)
-        span = lay.shares(call.cores)[0][2]
-        tile = lay.heuristic_tile(span)
-        short = min(tile, max(lay.lanes, tile // SHORT_TILE_FRACTION // lay.lanes * lay.lanes))
-        out = [{"cores": n, "tile_elements": tile}, {"cores": n, "tile_elements": lay.heuristic_tile(span, 1)},
-               {"cores": n, "tile_elements": short}]
+        n, lanes, total = len(call.cores), p.lanes, p.total
+        span = p.shares(n)[0][2]
+        tile = p.heuristic_tile(span)
+        short = min(tile, max(lanes, tile // SHORT_TILE_FRACTION // lanes * lanes))
+        out = [p.space.candidate(cores=n, tile_elements=t) for t in (tile, p.heuristic_tile(span, 1), short)]
         if n > 1:
-            half = lay.shares(call.cores[:n // 2])[0][2]
-            out.append({"cores": n // 2, "tile_elements": lay.heuristic_tile(half)})
-        if n > 2 and lay.total <= lay.budget:
-            out.append({"cores": 1, "tile_elements": lay.total})
+            out.append(p.space.candidate(cores=n // 2, tile_elements=p.heuristic_tile(p.shares(n // 2)[0][2])))
+        if n > 2 and total <= p.budget:
+            out.append(p.space.candidate(cores=1, tile_elements=total))
         return unique(out)
 
-    @staticmethod
-    def _scalar_stores(b: Mapping[str, Buffer], acc: Operand) -> tuple[Transfer, ...]:
-        return (Transfer.contiguous(acc.addr, b["backprop_wrt_min"].addr, 4),
-                Transfer.contiguous(acc.addr + 4, b["backprop_wrt_max"].addr, 4))
 
-    def _core_tiles(self, call: BoundCall, ctx: PlanContext, lay: _Layout, per_tile: int, idx: int, parts: int,
-                    e0: int, e1: int) -> list[Tile]:
+class _Planner:
+    """The vector level of a call: a fixed area (bounds, nudged bounds, sums, partials), then two slots."""
+
+    def __init__(self, call: BoundCall, ctx: PlanContext):
+        self.call, self.ctx = call, ctx
+        self.attrs = attrs_of(call, FakeQuantAttrs)
+        self.total = self.attrs.elements
+        self.lanes = ctx.target.core.precisions[COMPUTE_PRECISION].lanes
+        self.dt = PRECISION_DTYPES[call.precision]
+        self.buf = {b.name: b for b in call.buffers}
+        self.space = TilingSpace(IntKey("cores", 1, len(call.cores), "how many of the call's cores share the work"),
+                                 IntKey("tile_elements", 1, self.total, "elements per tile"))
+        level = ctx.vector_level
+        # Room for every core's partials whatever number of cores the tiling uses: the layout stays put.
+        sizes = (8, 8, 8, 8 * len(call.cores))  # bounds, nudged bounds, the two sums, the partials
+        self.scratch = Scratch(level, aligned_bytes(sizes, level.alignment_bytes))
+        fixed = self.scratch.fixed()
+        self.bounds, self.nudged, self.acc = (fixed.operand((2,), F32) for _ in range(3))
+        self.partials = fixed.operand((len(call.cores), 2), F32)
+        #: Most elements of a tile (whole vectors): three tensors of it fill one slot.
+        self.budget = self.scratch.elements_per_slot(3, self.dt.itemsize, self.lanes)
+        if self.budget < self.lanes:
+            one = self.scratch.fixed_bytes + 2 * 3 * align_up(self.lanes * self.dt.itemsize, level.alignment_bytes)
+            raise DoesNotFit(level.name, one, level.size_bytes,
+                             f"{call.symbol}: a tile of one vector ({self.lanes} elements) does not fit the "
+                             f"{level.size_bytes}-byte {level.name} scratchpad")
+
+    def shares(self, cores: int) -> list[tuple[int, int, int]]:
+        """(core, first element, end element) of each of the first ``cores`` with work: whole vectors, even."""
+        return [(core, e0, e1) for core, (e0, e1) in zip(self.call.cores,
+                                                         split_units(self.total, self.lanes, cores))]
+
+    def heuristic_tile(self, span: int, tiles: int | None = None) -> int:
+        """Elements per tile that cut a share of ``span`` into ``tiles`` tiles (whole vectors) when it fits."""
+        return min(self.total, self.budget,
+                   pipeline_tile(span, self.lanes) if tiles is None else pipeline_tile(span, self.lanes, tiles))
+
+    def build(self) -> Plan:
+        """Phase 1: every core nudges, streams its share and publishes its sums; phase 2: the first core reduces."""
+        tiling, call = self.space.parse(self.ctx), self.call
+        per_tile = tiling["tile_elements"]
+        if per_tile is not None and per_tile > self.budget:
+            sc = self.scratch
+            raise sc.refuse(3 * align_up(per_tile * self.dt.itemsize, sc.alignment), sc.slot_bytes,
+                            f"{call.symbol}: tiling tile_elements={per_tile} does not fit the "
+                            f"{sc.area.size_bytes}-byte {sc.area.name} scratchpad (a tile takes at most "
+                            f"{self.budget} elements: gradients, inputs and their gradient in one of two slots)")
+        shares = self.shares(tiling["cores"] or len(call.cores))
+        parts = len(shares)
+        exchange = Exchange.through(self.ctx, parts, 2, what="min/max partial sums") if parts > 1 else None
+        first = {core: self._core_tiles(per_tile or self.heuristic_tile(e1 - e0), idx, exchange, e0, e1)
+                 for idx, (core, e0, e1) in enumerate(shares)}
+        phases = [Phase("masked gradients", first)]
+        if exchange is not None:
+            phases.append(Phase("reduce", {shares[0][0]: (self._reduce_tile(exchange),)}))
+        return plan_of(call, phases)
+
+    def _scalar_stores(self) -> tuple[Transfer, ...]:
+        return (Transfer.contiguous(self.acc.addr, self.buf["backprop_wrt_min"].addr, 4),
+                Transfer.contiguous(self.acc.addr + 4, self.buf["backprop_wrt_max"].addr, 4))
+
+    def _core_tiles(self, per_tile: int, idx: int, exchange: Exchange | None, e0: int, e1: int) -> tuple[Tile, ...]:
         """Nudge, stream [e0, e1) through two slots in tiles of ``per_tile`` elements, publish the partial sums."""
-        dt, lanes, b = lay.dt, lay.lanes, lay.buf
-        bounds, nudged, acc = lay.fixed["bounds"], lay.fixed["nudged"], lay.fixed["acc"]
-        num_bits, narrow = call.attrs["num_bits"], call.attrs["narrow_range"]
+        dt, b, attrs = self.dt, self.buf, self.attrs
 
-        def prep(bounds_value, _bits=num_bits, _narrow=narrow):
+        def prep(bounds_value, _bits=attrs.num_bits, _narrow=attrs.narrow_range):
             nmin, nmax = nudge(bounds_value[0], bounds_value[1], _bits, _narrow)
             return np.array([nmin, nmax], F32), np.zeros(2, F32)
 
-        loads = (Transfer.contiguous(b["min"].addr, bounds.addr, 4),
-                 Transfer.contiguous(b["max"].addr, bounds.addr + 4, 4))
-        # The fixed area has its own slot (2), so the first data tile's loads overlap the nudge.
+        stream = CoreStream()
+        # The fixed area has its own slot, so the first data tile's loads overlap the nudge.
         # Every core nudges the bounds; the math counts one nudge (and zeroing the sums is no math).
-        tiles = [Tile(0, loads, Compute(prep, (bounds,), (nudged, acc), flops=FLOPS_NUDGE if idx == 0 else 0,
-                                        reductions=0, precision=COMPUTE_PRECISION,
-                                        extra_ops=2 + (0 if idx == 0 else FLOPS_NUDGE)), (), slot=2)]
+        stream.add((Transfer.contiguous(b["min"].addr, self.bounds.addr, 4),
+                    Transfer.contiguous(b["max"].addr, self.bounds.addr + 4, 4)),
+                   Compute(prep, (self.bounds,), (self.nudged, self.acc), flops=FLOPS_NUDGE if idx == 0 else 0,
+                           reductions=0, precision=COMPUTE_PRECISION, extra_ops=2 + (0 if idx == 0 else FLOPS_NUDGE)),
+                   (), slot=FIXED_SLOT)
         widen = FLOPS_WIDEN if dt != F32 else 0
         for s in range(e0, e1, per_tile):
             n = min(per_tile, e1 - s)
-            tid = len(tiles)
-            arena = Arena(lay.slots[tid % 2], lay.half, ctx.alignment_bytes)
-            og, ox, obp = (arena.operand((n,), dt) for _ in range(3))
+            slot = self.scratch.slot(stream.slot)
+            og, ox, obp = (slot.operand((n,), dt) for _ in range(3))
             off = s * dt.itemsize
-            loads = (Transfer.contiguous(b["gradients"].addr + off, og.addr, og.size_bytes),
-                     Transfer.contiguous(b["inputs"].addr + off, ox.addr, ox.size_bytes))
-            stores = (Transfer.contiguous(obp.addr, b["backprops_wrt_input"].addr + off, obp.size_bytes),)
 
             def fn(g, x, nudged_value, acc_value, _dt=dt):
                 bp, below, above = masked_gradients(g, x, nudged_value[0], nudged_value[1])
                 return bp.astype(_dt, copy=False), acc_value + np.array([below, above], F32)
 
             # Each tile finishes its two sums with a cross-lane reduction each.
-            comp = Compute(fn, (og, ox, nudged, acc), (obp, acc), flops=n * FLOPS_PER_ELEMENT, reductions=2,
-                           precision=COMPUTE_PRECISION,
-                           extra_ops=padded_lanes(n, lanes) * (FLOPS_PER_ELEMENT + widen) - n * FLOPS_PER_ELEMENT)
-            tiles.append(Tile(tid, loads, comp, stores, slot=tid % 2))
-        publish: tuple[Transfer, ...]
-        if parts > 1:
-            publish = (Transfer.contiguous(acc.addr, ctx.workspace_base + idx * acc.size_bytes, acc.size_bytes),)
-        else:
-            publish = self._scalar_stores(b, acc)
-        tiles.append(Tile(len(tiles), (), None, publish, slot=2))
-        return tiles
+            stream.add((Transfer.contiguous(b["gradients"].addr + off, og.addr, og.size_bytes),
+                        Transfer.contiguous(b["inputs"].addr + off, ox.addr, ox.size_bytes)),
+                       Compute(fn, (og, ox, self.nudged, self.acc), (obp, self.acc), flops=n * FLOPS_PER_ELEMENT,
+                               reductions=2, precision=COMPUTE_PRECISION,
+                               extra_ops=padded_lanes(n, self.lanes) * (FLOPS_PER_ELEMENT + widen)
+                               - n * FLOPS_PER_ELEMENT),
+                       (Transfer.contiguous(obp.addr, b["backprops_wrt_input"].addr + off, obp.size_bytes),))
+        publish = (exchange.store(idx, self.acc.addr),) if exchange is not None else self._scalar_stores()
+        stream.add((), None, publish, slot=FIXED_SLOT)
+        return tuple(stream.tiles)
 
-    def _reduce_tile(self, ctx: PlanContext, lay: _Layout, parts: int) -> Tile:
+    def _reduce_tile(self, exchange: Exchange) -> Tile:
         """The first core sums the cores' partials and stores the two scalars."""
-        acc = lay.fixed["acc"]
-        part = Operand(lay.fixed["partials"].addr, (parts, 2), F32)
-        load = Transfer.contiguous(ctx.workspace_base, part.addr, part.size_bytes)
-
-        def fn(p):
-            return (p.sum(axis=0, dtype=F32),)
-        # Adding the cores' partials is work the split adds, not the math's.
-        comp = Compute(fn, (part,), (acc,), flops=0, reductions=0, precision=COMPUTE_PRECISION, extra_ops=parts * 2)
-        return Tile(0, (load,), comp, self._scalar_stores(lay.buf, acc), slot=2)
-
-
-class _Layout:
-    """The scratchpad of a call: a fixed area (bounds, nudged bounds, sums, partials), then two slots."""
-
-    def __init__(self, call: BoundCall, ctx: PlanContext):
-        self.call = call
-        self.total: int = call.attrs["elements"]
-        self.lanes = ctx.target.core.precisions[COMPUTE_PRECISION].lanes
-        self.dt = PRECISION_DTYPES[call.precision]
-        self.buf = {b.name: b for b in call.buffers}
-        area = Arena(ctx.scratch_base, ctx.scratch_size_bytes, ctx.alignment_bytes)
-        # Room for every core's partials whatever number of cores the tiling uses: the layout stays put.
-        self.fixed = {"bounds": area.operand((2,), F32), "nudged": area.operand((2,), F32),
-                      "acc": area.operand((2,), F32), "partials": area.operand((len(call.cores), 2), F32)}
-        base = align_up(area.used, ctx.alignment_bytes)
-        self.half = (ctx.scratch_size_bytes - base) // 2 // ctx.alignment_bytes * ctx.alignment_bytes
-        self.slots = [ctx.scratch_base + base + s * self.half for s in range(2)]
-        #: Most elements of a tile (whole vectors): three tensors of it fill one slot.
-        self.budget = max(0, (self.half - 3 * ctx.alignment_bytes) // (3 * self.dt.itemsize) // self.lanes
-                          * self.lanes)
-        if self.budget < self.lanes:
-            raise LayoutError(f"{call.symbol}: a tile of one vector ({self.lanes} elements) does not fit the "
-                              f"{ctx.scratch_size_bytes}-byte scratchpad")
-
-    def shares(self, cores: tuple[int, ...]) -> list[tuple[int, int, int]]:
-        """(core, first element, end element) of each core with work: whole vectors, split evenly."""
-        units = split_even(-(-self.total // self.lanes), len(cores))
-        return [(core, u0 * self.lanes, min(self.total, u1 * self.lanes)) for core, (u0, u1) in zip(cores, units)]
-
-    def heuristic_tile(self, span: int, tiles: int = MIN_TILES_PER_CORE) -> int:
-        """Elements per tile that cut a share of ``span`` into ``tiles`` tiles (whole vectors) when it fits."""
-        return min(self.total, self.budget, max(self.lanes, align_up(-(-span // tiles), self.lanes)))
+        part = Operand(self.partials.addr, (exchange.parts, 2), F32)
+        return Tile(0, (exchange.gather(part.addr),),
+                    exchange.reduce(part, self.acc, exchange.parts * 2, COMPUTE_PRECISION), self._scalar_stores(),
+                    slot=FIXED_SLOT)
 
 
 KERNEL = FakeQuantWithMinMaxVarsGradient()

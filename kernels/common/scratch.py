@@ -123,6 +123,13 @@ class Scratch:
             self.spare_base = self.slot_base + slots * self.slot_bytes
             self.spare_bytes = area.end - self.spare_base
 
+    @staticmethod
+    def slot_bytes_for(area: StagingArea, fixed_bytes: int, slots: int = 2) -> int:
+        """The size of each slot of the default layout (what is left beside the fixed area, split evenly and
+        rounded down to the alignment; 0 when nothing is left), without building it (nor raising)."""
+        free = area.size_bytes - align_up(max(0, fixed_bytes), area.alignment_bytes)
+        return align_down(free // slots, area.alignment_bytes) if slots else 0
+
     @property
     def resource(self) -> str:
         """The staging level's name (what a DoesNotFit from this layout names)."""
