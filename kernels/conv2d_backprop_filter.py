@@ -372,7 +372,7 @@ class _Planner:
         """(accumulator fits half the scratchpad, that and a one-row tile and a reduce row fit a slot)."""
         if self._acc_bytes(icg, ocg) > self.level.size_bytes // 2:
             return False, False
-        slot = self._scratch(icg, ocg).slot_bytes
+        slot = Scratch.slot_bytes_for(self.level, self._acc_bytes(icg, ocg))
         return True, (fits(self._tile_bytes(icg, ocg, 1, 1), slot, self.align)
                       and fits(self._reduce_row_bytes(ocg), slot, self.align))
 

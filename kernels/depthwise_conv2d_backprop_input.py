@@ -64,8 +64,9 @@ from sim.model.plan import Compute, DoesNotFit, Operand, Plan, Transfer, c_strid
 F32 = np.dtype(np.float32)
 #: Both symbol precisions accumulate in fp32 lanes.
 COMPUTE_PRECISION = "fp32"
-#: Splits whose estimated cycles lie within this fraction of the cheapest count as tied: the estimate is a few
-#: tenths of a percent from the simulation on average, and splits it cannot separate differ by less.
+#: Splits whose estimated cycles lie within this fraction of the cheapest count as tied: on the bench cases the
+#: estimate is 0.4 % from the simulation on average (docs/timing-model.md), more than the splits it cannot tell
+#: apart differ by (a few hundred cycles of first loads queueing in another order).
 ESTIMATE_TIE = 0.01
 
 
@@ -233,11 +234,9 @@ class DepthwiseConv2dBackpropInput:
         p = _Planner(call, ctx)
         tiling = p.space.parse(ctx)
         parts = tiling["channel_parts"] or p.best_parts()
-        sizes = [tiling["tile_rows"], tiling["tile_cols"], tiling["tile_channels"]]
-        if None in sizes:
-            own = p.choose_shape(parts)
-            sizes = [v or o for v, o in zip(sizes, (own.rows, own.cols, own.chans))]
-        return p.build(parts, TileShape(*(int(v or 0) for v in sizes)))
+        asked = (tiling["tile_rows"], tiling["tile_cols"], tiling["tile_channels"])
+        own = p.choose_shape(parts) if None in asked else TileShape(0, 0, 0)
+        return p.build(parts, TileShape(*(a or o for a, o in zip(asked, (own.rows, own.cols, own.chans)))))
 
     def tilings(self, call: BoundCall, ctx: PlanContext) -> list[dict[str, Any]]:
         """Candidates: the cheapest split with its cheapest tile and with its fewest tiles; rows only; channels only.
@@ -371,9 +370,8 @@ class _Planner:
 
     def fits(self, t: TileShape) -> bool:
         """True when two filter slices and two slots of tiles of shape ``t`` fit the vector level."""
-        fixed = 2 * self.filter_bytes(t.chans)
-        return fixed <= self.level.size_bytes and fits(self.tile_bytes(t), Scratch(self.level, fixed).slot_bytes,
-                                                        self.align)
+        slot = Scratch.slot_bytes_for(self.level, 2 * self.filter_bytes(t.chans))
+        return slot > 0 and fits(self.tile_bytes(t), slot, self.align)
 
     def scratch(self, t: TileShape) -> Scratch:
         """The layout of tiles of shape ``t``; DoesNotFit naming the vector level when they do not fit."""
