@@ -7,7 +7,7 @@ from the geometry: [batch, out_h, out_w, out_c] in data_format order), the outpu
     dW[kh, kw, c, o] = Σ_{n, i, j} x[n, i·sh + kh·dh − pad_top, j·sw + kw·dw − pad_left, c] · dy[n, i, j, o]
 
 with x read as zero outside the input (SAME / VALID / EXPLICIT padding, see
-:mod:`kernels.conv_geometry`).  Dilations > 1 are computed (TensorFlow's CPU kernel
+:mod:`kernels.common.geometry`).  Dilations > 1 are computed (TensorFlow's CPU kernel
 refuses them).  Grouped convolution is out of scope: ``filter_sizes[2]`` must equal
 the input's channels.  ``out_backprop_shape`` (optional) states the shape the caller
 believes dy has; it must equal the computed one, as TensorFlow checks its tensor.
@@ -16,12 +16,12 @@ Plan.  The work is the sum over (image, output row); the accumulator dW block
 [fh, fw, icg, ocg] (fp32) stays in the core's scratchpad while tiles of output
 rows stream through the two slots (input rows with their halo for the dilated,
 strided window; padding handled inside the compute).  Two ways to use the cores,
-whichever the target's numbers favour for the shape:
+whichever the timing model's estimate of the two plans favours (``ctx.estimate``):
 
 * **spatial**: the (image, row) space is split over the cores; each core
-  accumulates a partial dW, writes it to the shared workspace, barrier, then each
-  core reduces a slice of rows of dW from all partials and stores it (in rounds
-  when the partials exceed the workspace);
+  accumulates a partial dW, writes it to the shared staging level, barrier, then
+  each core reduces a slice of rows of dW from all partials and stores it (in
+  rounds when the partials exceed the level's window);
 * **filter**: filter slices (out_c, and in_c when needed) are split over the
   cores; each core sweeps the whole input for its slices, no exchange.
 
@@ -34,59 +34,50 @@ When dW does not fit the scratchpad it is cut into filter slices swept one after
 the other.  Compute is an im2col per tile and one matrix product, accumulated in
 fp32; NCHW blocks are moved in their own layout and transposed by the compute
 (priced as one vector op per element), fp16 blocks are converted likewise.
+
+Tiling (``tiling=`` of a call or run-config, all keys optional): ``split``
+(spatial or filter), ``in_c_slice`` and ``out_c_slice`` (the filter slice each
+accumulator holds).  Without a tiling the simulator compares the candidates
+:meth:`Conv2DBackpropFilter.tilings` lists.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from kernels.base import PRECISION_DTYPES, PlanContext
-from kernels.common.args import check_args, require_address, require_ints
-from kernels.conv_geometry import ConvGeometry, conv_geometry
-from kernels.tiling import (
-    Arena,
-    align_up,
-    block_in,
-    block_out,
-    fits,
+from kernels.base import PlanContext
+from kernels.common.args import require_ints
+from kernels.common.binding import attrs_of, bind_arguments, bound_call
+from kernels.common.exchange import Exchange
+from kernels.common.geometry import ConvGeometry, axis_taps, conv_geometry, window_bound
+from kernels.common.scratch import Scratch, align_up, aligned_bytes, fits
+from kernels.common.streams import CoreStream, phase_of, plan_of
+from kernels.common.tiling_space import (
+    ChoiceKey,
+    IntKey,
+    TilingSpace,
+    largest,
     padded_lanes,
+    pipeline_tile,
     split_even,
 )
-from sim.errors import KernelArgError, LayoutError, brief
-from sim.model.call import ArgSpec, BoundCall, Buffer, MemoryReader
-from sim.model.memory import MemoryMap
-from sim.model.plan import Compute, Operand, Phase, Plan, Tile, Transfer
-from sim.model.target import Region
+from kernels.common.transfers import block_in, block_out
+from sim.errors import KernelArgError
+from sim.model.call import ArgSpec, BoundCall, MemoryReader
+from sim.model.plan import Compute, DoesNotFit, Operand, Phase, Plan, Transfer
 
 F32 = np.dtype(np.float32)
-#: Largest buffer a call may describe (bytes); beyond it no chip has the memory.
-MAX_BUFFER_BYTES = 1 << 40
 #: The chip accumulates in fp32 whatever the tensors' precision.
 COMPUTE_PRECISION = "fp32"
-#: Row tiles per core's sweep when the work allows: the double-buffered pipeline needs a few to hide DMA.
-PIPELINE_TILES = 4
+#: The two ways to use the cores (the ``split`` key of a tiling).
+SPLITS = ("spatial", "filter")
 
 
 # --- numerics ----------------------------------------------------------------------------------
-
-def _tap_slices(offset: int, n_out: int, stride: int, lo: int, length: int) -> tuple[slice, slice] | None:
-    """(output positions, input positions) of one tap along one axis, or None when none lands on the input.
-
-    Output position i reads window position ``offset + i·stride``; the loaded input covers window
-    positions [lo, lo + length).
-    """
-    first = max(0, -(-(lo - offset) // stride))
-    last = min(n_out - 1, (lo + length - 1 - offset) // stride)
-    if length <= 0 or first > last:
-        return None
-    start = offset + first * stride - lo
-    return slice(first, last + 1), slice(start, start + (last - first) * stride + 1, stride)
-
 
 def filter_grad_block(x: np.ndarray, dy: np.ndarray, geo: ConvGeometry, fh: int, fw: int,
                       rows: tuple[int, int], nchw: bool) -> np.ndarray:
@@ -108,16 +99,16 @@ def filter_grad_block(x: np.ndarray, dy: np.ndarray, geo: ConvGeometry, fh: int,
     # Window positions (relative to the first output row's window) of the loaded input: x starts at input
     # row max(top, 0) and input column 0, which sits pad_left into the window.
     top = r0 * geo.stride_h - geo.pad_top
-    h0 = max(top, 0) - top
+    rows_in = axis_taps(0, hl, nrows, fh, geo.stride_h, geo.dilation_h, max(top, 0) - top)
+    cols_in = axis_taps(0, wl, geo.out_w, fw, geo.stride_w, geo.dilation_w, geo.pad_left)
     cols = np.zeros((nb, nrows, geo.out_w, fh, fw, icg), F32)
-    for kh in range(fh):
-        hs = _tap_slices(kh * geo.dilation_h, nrows, geo.stride_h, h0, hl)
-        if hs is None:
-            continue
-        for kw in range(fw):
-            ws = _tap_slices(kw * geo.dilation_w, geo.out_w, geo.stride_w, geo.pad_left, wl)
-            if ws is not None:
-                cols[:, hs[0], ws[0], kh, kw, :] = xf[:, hs[1], ws[1], :]
+    sh, sw = geo.stride_h, geo.stride_w
+    for kh, oh, nh, ih in rows_in.taps:
+        oh += rows_in.o_lo
+        for kw, ow, nw, iw in cols_in.taps:
+            ow += cols_in.o_lo
+            taps = xf[:, ih:ih + (nh - 1) * sh + 1:sh, iw:iw + (nw - 1) * sw + 1:sw]
+            cols[:, oh:oh + nh, ow:ow + nw, kh, kw, :] = taps
     positions = nb * nrows * geo.out_w
     dmat = np.ascontiguousarray(dyf, dtype=F32).reshape(positions, ocg)
     return (cols.reshape(positions, fh * fw * icg).T @ dmat).reshape(fh, fw, icg, ocg)
@@ -147,11 +138,6 @@ class _TileFn:
         return (part if self.first else np.add(ops[0], part, out=part),)
 
 
-def _sum_partials(dtype: np.dtype):
-    """Compute.fn of a reduce tile: Σ over the cores' partial blocks [cores, rows, ocg] in fp32, cast."""
-    return lambda parts: (parts.sum(axis=0, dtype=F32).astype(dtype),)
-
-
 def _cast_to(dtype: np.dtype):
     """Compute.fn of a drain tile: the fp32 accumulator rows, cast to the output dtype."""
     return lambda acc: (acc.astype(dtype),)
@@ -159,13 +145,12 @@ def _cast_to(dtype: np.dtype):
 
 # --- binding -----------------------------------------------------------------------------------
 
-def _refuse_absurd(name: str, shape: Sequence[int], itemsize: int) -> None:
-    size = itemsize
-    for d in shape:
-        size *= d
-    if size > MAX_BUFFER_BYTES:
-        raise KernelArgError(f"argument '{name}': shape {list(shape)} needs {size} bytes, more than any "
-                             f"chip's memory (2**40 bytes)")
+@dataclass(frozen=True)
+class FilterGradAttrs:
+    """What binding found out about a call: its geometry and the filter's sizes [fh, fw, in_c, out_c]."""
+
+    geometry: ConvGeometry
+    filter_sizes: tuple[int, ...]
 
 
 class Conv2DBackpropFilter:
@@ -200,8 +185,7 @@ class Conv2DBackpropFilter:
     def bind(self, symbol: str, precision: str, variant: str, cores: tuple[int, ...],
              args: Mapping[str, Any], read: MemoryReader) -> BoundCall:
         """Check the arguments (TensorFlow's rules) and describe the call's buffers."""
-        a = check_args(symbol, self.args, args)
-        x_addr, dy_addr, out_addr = (require_address(n, a[n]) for n in ("input", "out_backprop", "output"))
+        a = bind_arguments(symbol, precision, self.args, args)
         fsz = require_ints("filter_sizes", a["filter_sizes"], 4, minimum=1)
         geo = conv_geometry(a["input_shape"], (fsz[0], fsz[1]), strides=a["strides"], padding=a["padding"],
                             explicit_paddings=a["explicit_paddings"], data_format=a["data_format"],
@@ -209,44 +193,30 @@ class Conv2DBackpropFilter:
         if fsz[2] != geo.in_c:
             raise KernelArgError(f"argument 'filter_sizes': in_c (filter_sizes[2] = {fsz[2]}) must equal the "
                                  f"input's channels ({geo.in_c}); grouped convolution is not supported")
-        dt = PRECISION_DTYPES[precision]
-        x_shape = geo.tensor_shape(geo.in_c, "in")
         dy_shape = geo.tensor_shape(fsz[3], "out")
-        _refuse_absurd("input_shape", x_shape, dt.itemsize)
-        _refuse_absurd("filter_sizes", fsz, dt.itemsize)
-        _refuse_absurd("out_backprop", dy_shape, dt.itemsize)
+        buffers = (a.buffer("input", geo.tensor_shape(geo.in_c), size_arg="input_shape"),
+                   a.buffer("out_backprop", dy_shape),
+                   a.buffer("output", fsz, size_arg="filter_sizes"))
         if a["out_backprop_shape"] is not None:
             given = require_ints("out_backprop_shape", a["out_backprop_shape"], 4, minimum=1)
             if given != dy_shape:
                 raise KernelArgError(f"argument 'out_backprop_shape': {list(given)} does not match the shape "
                                      f"computed from input_shape, filter_sizes, strides, padding and dilations "
                                      f"({geo.data_format}): {list(dy_shape)}")
-        buffers = (Buffer("input", x_addr, x_shape, dt, "input"),
-                   Buffer("out_backprop", dy_addr, dy_shape, dt, "input"),
-                   Buffer("output", out_addr, fsz, dt, "output"))
-        return BoundCall(symbol, precision, variant, cores, buffers,
-                         {"geometry": geo, "filter_sizes": fsz})
+        return bound_call(a, variant, cores, buffers, FilterGradAttrs(geo, fsz))
 
     def plan(self, call: BoundCall, ctx: PlanContext) -> Plan:
-        """The tiling ``ctx.tiling`` asks for, else the cheapest by the target's numbers of those that fit."""
-        p = _Planner(call, ctx)
-        requested = getattr(ctx, "tiling", None)
-        if requested:
-            return p.build(p.requested(requested))
-        costs = [(cost, i, choice) for i, choice in enumerate(p.candidates())
-                 if (cost := p.estimate(choice)) is not None]
-        if not costs:
-            raise LayoutError(f"{call.symbol}: no tile of the convolution fits the {ctx.scratch_size_bytes}-byte "
-                              f"scratchpad (one output row of one channel with its input window is too big)")
-        return p.build(min(costs)[2])
+        """The tiling ``ctx.tiling`` asks for (its missing keys: the planner's own), else the candidate whose plan
+        ``ctx.estimate`` finds cheapest."""
+        return _Planner(call, ctx).plan()
 
     def tilings(self, call: BoundCall, ctx: PlanContext) -> list[dict[str, Any]]:
         """The candidate tilings :meth:`plan` compares: ``split`` (spatial|filter), ``in_c_slice``, ``out_c_slice``."""
         p = _Planner(call, ctx)
-        return [c.as_tiling() for c in p.candidates() if p.estimate(c) is not None]
+        return [p.space.candidate(**c.as_tiling()) for c in p.candidates() if p.feasible(c)]
 
 
-# --- planning ----------------------------------------------------------------------------------
+# --- the tiling space --------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class _Group:
@@ -291,57 +261,60 @@ class _Choice:
         return {"split": self.kind, "in_c_slice": self.icg, "out_c_slice": self.ocg}
 
 
-@dataclass(frozen=True)
-class _Scratch:
-    """The scratchpad of a plan: the fp32 accumulator of a full slice at its base, then two slots."""
-
-    acc_base: int
-    slot_base: int
-    slot_bytes: int
-    align: int
-
-    def arena(self, slot: int) -> Arena:
-        """A fresh allocator over slot ``slot`` (0 or 1)."""
-        return Arena(self.slot_base + slot * self.slot_bytes, self.slot_bytes, self.align)
-
-
-class _CoreStream:
-    """The tiles of one core in one phase, with running tile ids and alternating slots."""
-
-    def __init__(self, first_id: int):
-        self.tiles: list[Tile] = []
-        self.next_id = first_id
-
-    @property
-    def slot(self) -> int:
-        """The slot the next tile takes (0/1 alternating: the engine double-buffers them)."""
-        return len(self.tiles) % 2
-
-    def add(self, loads: Sequence[Transfer], compute: Compute | None, stores: Sequence[Transfer]) -> None:
-        """Append a tile in the next slot."""
-        self.tiles.append(Tile(self.next_id, tuple(loads), compute, tuple(stores), slot=self.slot))
-        self.next_id += 1
-
-
 class _Planner:
-    """Builds the candidate plans of one call and estimates their cycles from the target."""
+    """The candidate plans of one call: which fit, and how each is built."""
 
     def __init__(self, call: BoundCall, ctx: PlanContext):
         self.call, self.ctx = call, ctx
-        self.geo: ConvGeometry = call.attrs["geometry"]
-        self.fh, self.fw, self.in_c, self.out_c = call.attrs["filter_sizes"]
-        self.dt = PRECISION_DTYPES[call.precision]
-        self.isz = self.dt.itemsize
-        self.nchw = self.geo.data_format == "NCHW"
-        self.lanes = ctx.target.core.precisions[COMPUTE_PRECISION].lanes
-        self.align = ctx.alignment_bytes
-        self.x = call.buffer("input")
-        self.dy = call.buffer("out_backprop")
-        self.out = call.buffer("output")
+        attrs = attrs_of(call, FilterGradAttrs)
+        self.geo = attrs.geometry
+        self.fh, self.fw, self.in_c, self.out_c = attrs.filter_sizes
         self.taps = self.fh * self.fw
-        self.mmap = MemoryMap(ctx.target)
+        self.x, self.dy, self.out = (call.buffer(n) for n in ("input", "out_backprop", "output"))
+        self.dt = self.out.dtype
+        self.isz = self.dt.itemsize
+        self.lanes = ctx.target.core.precisions[COMPUTE_PRECISION].lanes
+        self.level = ctx.vector_level
+        self.align = self.level.alignment_bytes
+        # Cores with (image, row) work in the spatial split.
+        self.active = ctx.cores[:min(len(ctx.cores), self.geo.batch * self.geo.out_h)]
+        self.space = TilingSpace(
+            ChoiceKey("split", SPLITS, "spatial: the (image, row) space over the cores, partials exchanged; "
+                                       "filter: filter slices over the cores"),
+            IntKey("in_c_slice", 1, self.in_c, "input channels of a filter slice"),
+            IntKey("out_c_slice", 1, self.out_c, "output channels of a filter slice"))
 
-    # -- candidates -----------------------------------------------------------------------------
+    # -- choosing -------------------------------------------------------------------------------
+
+    def plan(self) -> Plan:
+        """The plan of the caller's tiling (the cheaper split when it names none), else of the cheapest candidate."""
+        tiling = self.space.parse(self.ctx)
+        if all(v is None for v in tiling.values()):
+            choices = [c for c in self.candidates() if self.feasible(c)]
+            if not choices:
+                raise DoesNotFit(self.level.name, self._needed_bytes(1, 1), self.level.size_bytes,
+                                 f"{self.call.symbol}: no tile of the convolution fits the {self.level.size_bytes}-"
+                                 f"byte {self.level.name} scratchpad (one output row of one channel with its input "
+                                 f"window is too big)")
+            return self._cheapest(choices)
+        fit = self._fitting_slices(self.in_c, self.out_c) or (1, 1)
+        icg = tiling["in_c_slice"] or fit[0]
+        ocg = tiling["out_c_slice"] or fit[1]
+        if not self._slices_fit(icg, ocg)[1]:
+            raise DoesNotFit(self.level.name, self._needed_bytes(icg, ocg), self.level.size_bytes,
+                             f"{self.call.symbol}: tiling in_c_slice={icg}, out_c_slice={ocg} does not fit the "
+                             f"{self.level.size_bytes}-byte {self.level.name} scratchpad (the fp32 accumulator may "
+                             f"take half of it; a one-row tile must fit one of the two slots left)")
+        choices = [_Choice(k, icg, ocg) for k in ([tiling["split"]] if tiling["split"] else SPLITS)]
+        return self._cheapest([c for c in choices if self.feasible(c)] or choices[:1])
+
+    def _cheapest(self, choices: Sequence[_Choice]) -> Plan:
+        """The plan of ``choices`` the timing model's estimate finds cheapest (the first on a tie)."""
+        plans = [self.build(c) for c in choices]
+        if len(plans) == 1:
+            return plans[0]
+        costs = [self.ctx.estimate(p) for p in plans]
+        return plans[costs.index(min(costs))]
 
     def candidates(self) -> list[_Choice]:
         """Spatial split with the largest slices that fit; filter split with those and with finer slices."""
@@ -360,38 +333,56 @@ class _Planner:
                     out.append(_Choice("filter", icg, o))
         return out
 
+    def feasible(self, choice: _Choice) -> bool:
+        """True unless ``choice`` is a spatial split whose cores cannot each put one row of their partial dW in
+        their share of the shared staging level."""
+        if choice.kind == "filter" or len(self.active) == 1:
+            return True
+        return Exchange.share_bytes(self.ctx, len(self.active), self.align) >= choice.ocg * F32.itemsize
+
     def build(self, choice: _Choice) -> Plan:
-        """The plan of ``choice`` (one :meth:`estimate` did not refuse)."""
+        """The plan of ``choice``."""
         if choice.kind == "spatial":
-            plan = self._spatial_plan(choice.icg, choice.ocg)
-            assert plan is not None
-            return plan
+            return self._spatial_plan(choice.icg, choice.ocg)
         return self._filter_plan(choice.icg, choice.ocg)
 
-    def _scratch(self, icg: int, ocg: int) -> _Scratch:
-        acc = align_up(self.taps * icg * ocg * F32.itemsize, self.align)
-        slot = max((self.ctx.scratch_size_bytes - acc) // 2 // self.align * self.align, 0)
-        return _Scratch(self.ctx.scratch_base, self.ctx.scratch_base + acc, slot, self.align)
+    # -- what fits the scratchpad: the fp32 accumulator of a slice, then two slots of row tiles -------
+
+    def _acc_bytes(self, icg: int, ocg: int) -> int:
+        return align_up(self.taps * icg * ocg * F32.itemsize, self.align)
+
+    def _scratch(self, icg: int, ocg: int) -> Scratch:
+        return Scratch(self.level, self._acc_bytes(icg, ocg))
 
     def _x_cols(self) -> int:
         """Input columns any window touches (all but those right of the last window)."""
-        g = self.geo
-        return max(0, min(g.in_w, (g.out_w - 1) * g.stride_w + g.eff_w - g.pad_left))
+        return max(0, self.geo.input_cols(0, self.geo.out_w)[1])
 
     def _tile_bytes(self, icg: int, ocg: int, nb: int, rows: int) -> list[int]:
         """Bytes of a row tile's input window and dy rows (upper bound: the window unclipped at the top)."""
         g = self.geo
-        in_rows = min((rows - 1) * g.stride_h + g.eff_h, g.in_h)
+        in_rows = min(window_bound(rows, g.eff_h, g.stride_h), g.in_h)
         return [nb * in_rows * self._x_cols() * icg * self.isz, nb * rows * g.out_w * ocg * self.isz]
+
+    def _reduce_row_bytes(self, ocg: int) -> list[int]:
+        """One row of a reduce tile: every core's partial row and the result row."""
+        return [ocg * F32.itemsize * len(self.ctx.cores), ocg * self.isz]
 
     def _slices_fit(self, icg: int, ocg: int) -> tuple[bool, bool]:
         """(accumulator fits half the scratchpad, that and a one-row tile and a reduce row fit a slot)."""
-        sc = self._scratch(icg, ocg)
-        acc_ok = sc.slot_base - sc.acc_base <= self.ctx.scratch_size_bytes // 2
-        # One row of a reduce tile holds every core's partial row.
-        reduce_row = [ocg * F32.itemsize * len(self.ctx.cores), ocg * self.isz]
-        return acc_ok, (acc_ok and fits(self._tile_bytes(icg, ocg, 1, 1), sc.slot_bytes, self.align)
-                        and fits(reduce_row, sc.slot_bytes, self.align))
+        if self._acc_bytes(icg, ocg) > self.level.size_bytes // 2:
+            return False, False
+        slot = Scratch.slot_bytes_for(self.level, self._acc_bytes(icg, ocg))
+        return True, (fits(self._tile_bytes(icg, ocg, 1, 1), slot, self.align)
+                      and fits(self._reduce_row_bytes(ocg), slot, self.align))
+
+    def _needed_bytes(self, icg: int, ocg: int) -> int:
+        """Bytes of the scratchpad slices of icg x ocg channels need: the accumulator (at most half of it) and two
+        slots of a one-row tile or reduce row, whichever is larger."""
+        row = max(aligned_bytes(self._tile_bytes(icg, ocg, 1, 1), self.align),
+                  aligned_bytes(self._reduce_row_bytes(ocg), self.align))
+        acc = self._acc_bytes(icg, ocg)
+        return max(2 * acc, acc + 2 * row)
 
     def _fitting_slices(self, icg: int, ocg: int) -> tuple[int, int] | None:
         """The largest (icg, ocg) whose accumulator takes at most half the scratchpad and a one-row tile fits."""
@@ -413,36 +404,6 @@ class _Planner:
             else:
                 ocg = self._shrink(ocg)
 
-    def requested(self, tiling: Mapping[str, Any]) -> _Choice:
-        """The choice a caller's ``tiling`` names (missing keys: the planner's own); refusals name the key."""
-        limits = {"in_c_slice": self.in_c, "out_c_slice": self.out_c}
-        for key, value in tiling.items():
-            if key == "split":
-                if value not in ("spatial", "filter"):
-                    raise KernelArgError(f"argument 'tiling.split': expected spatial or filter, got {brief(value)}")
-            elif key in limits:
-                if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
-                        or not 1 <= value <= limits[key]:
-                    raise KernelArgError(f"argument 'tiling.{key}': expected an integer in 1..{limits[key]}, "
-                                         f"got {brief(value)}")
-            else:
-                raise KernelArgError(f"argument 'tiling': unknown key '{key}' (this kernel takes: in_c_slice, "
-                                     f"out_c_slice, split)")
-        fit = self._fitting_slices(self.in_c, self.out_c) or (1, 1)
-        icg = int(tiling.get("in_c_slice", fit[0]))
-        ocg = int(tiling.get("out_c_slice", fit[1]))
-        if not self._slices_fit(icg, ocg)[1]:
-            raise LayoutError(f"{self.call.symbol}: tiling in_c_slice={icg}, out_c_slice={ocg} does not fit the "
-                              f"{self.ctx.scratch_size_bytes}-byte scratchpad (the fp32 accumulator may take half "
-                              f"of it; a one-row tile must fit one of the two slots left)")
-        kinds = [tiling["split"]] if "split" in tiling else ["spatial", "filter"]
-        costs = [(cost, i, _Choice(k, icg, ocg)) for i, k in enumerate(kinds)
-                 if (cost := self.estimate(_Choice(k, icg, ocg))) is not None]
-        if not costs:
-            raise LayoutError(f"{self.call.symbol}: tiling {dict(tiling)}: one row of every core's partial filter "
-                              f"gradient does not fit the {self.ctx.workspace_size_bytes}-byte shared workspace")
-        return min(costs)[2]
-
     def _shrink(self, n: int) -> int:
         """About half of ``n``, on whole vectors while it is more than one vector."""
         half = -(-n // 2)
@@ -454,20 +415,20 @@ class _Planner:
 
     # -- row tiles ------------------------------------------------------------------------------
 
-    def _blocks(self, start: int, stop: int, icg: int, ocg: int, sc: _Scratch) -> list[_Block]:
+    def _blocks(self, start: int, stop: int, icg: int, ocg: int, sc: Scratch) -> list[_Block]:
         """Row tiles covering flattened (image, output row) indices [start, stop), each fitting a slot.
 
-        Tiles take at most a quarter of the range when they can, so the DMA of the
-        next tile has a tile's compute to hide behind (pipeline depth).
+        Tiles take at most 1/MIN_TILES_PER_CORE of the range when they can, so the DMA of
+        the next tile has a tile's compute to hide behind (pipeline depth).
         """
         g = self.geo
-        cap = max(1, -(-(stop - start) // PIPELINE_TILES))
-        rows_max = min(self._max_rows(icg, ocg, sc.slot_bytes), cap)
+        cap = pipeline_tile(stop - start)
+        rows_max = min(largest(g.out_h, lambda r: fits(self._tile_bytes(icg, ocg, 1, r), sc.slot_bytes, self.align),
+                               lo=1), cap)
         images_max = 1
-        if g.out_h <= cap and rows_max >= g.out_h:
-            while (images_max < g.batch and (images_max + 1) * g.out_h <= cap
-                   and fits(self._tile_bytes(icg, ocg, images_max + 1, g.out_h), sc.slot_bytes, self.align)):
-                images_max += 1
+        if rows_max >= g.out_h:
+            images_max = largest(g.batch, lambda k: k * g.out_h <= cap and fits(
+                self._tile_bytes(icg, ocg, k, g.out_h), sc.slot_bytes, self.align), lo=1)
         out: list[_Block] = []
         pos = start
         while pos < stop:
@@ -484,72 +445,49 @@ class _Planner:
             pos += seg
         return out
 
-    def _max_rows(self, icg: int, ocg: int, slot: int) -> int:
-        lo, hi = 1, self.geo.out_h
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if fits(self._tile_bytes(icg, ocg, 1, mid), slot, self.align):
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
-
-    def _vector_elems(self, icg: int, ocg: int) -> int:
-        """Lane-padded icg x ocg products per tap and position: the vector loop runs along the cheaper axis."""
-        return min(padded_lanes(icg, self.lanes) * ocg, icg * padded_lanes(ocg, self.lanes))
-
-    def _window_rows(self, blk: _Block) -> tuple[int, int]:
-        """Input rows [h0, h1) the windows of the block's output rows touch, clipped to the input."""
-        g = self.geo
-        top = blk.r0 * g.stride_h - g.pad_top
-        bottom = (blk.r1 - 1) * g.stride_h - g.pad_top + g.eff_h
-        return max(top, 0), min(bottom, g.in_h)
-
-    def _tile_cost(self, blk: _Block, grp: _Group) -> tuple[int, int, int]:
-        """(vector ops, input bytes, dy bytes) of the row tile ``blk`` of filter slice ``grp``."""
+    def _tile_ops(self, blk: _Block, grp: _Group) -> int:
+        """Vector operations of the row tile ``blk`` of filter slice ``grp``: the multiply-adds on lane-padded
+        vectors (along the cheaper channel axis), the fp16 -> fp32 conversion and the NCHW -> NHWC
+        transposition of the staged blocks (one op per element each)."""
         g = self.geo
         nb, rows = blk.n1 - blk.n0, blk.r1 - blk.r0
-        h0, h1 = self._window_rows(blk)
-        x_elems = nb * max(h1 - h0, 0) * self._x_cols() * grp.icg
-        dy_elems = nb * rows * g.out_w * grp.ocg
-        flops = 2 * self.taps * nb * rows * g.out_w * self._vector_elems(grp.icg, grp.ocg)
-        # Staging: fp16 -> fp32 conversion and the NCHW -> NHWC transposition, one vector op per element each.
-        staging = int(self.isz != F32.itemsize) + int(self.nchw)
-        flops += staging * padded_lanes(x_elems + dy_elems, self.lanes) if staging else 0
-        return flops, x_elems * self.isz, dy_elems * self.isz
+        h0, h1 = g.input_rows(blk.r0, blk.r1)
+        staged = nb * max(h1 - h0, 0) * self._x_cols() * grp.icg + nb * rows * g.out_w * grp.ocg
+        lanes = min(padded_lanes(grp.icg, self.lanes) * grp.ocg, grp.icg * padded_lanes(grp.ocg, self.lanes))
+        staging = int(self.isz != F32.itemsize) + int(g.nchw)
+        return 2 * self.taps * nb * rows * g.out_w * lanes + staging * padded_lanes(staged, self.lanes)
 
-    def _row_tile(self, stream: _CoreStream, blk: _Block, grp: _Group, sc: _Scratch, first: bool) -> None:
+    def _row_tile(self, stream: CoreStream, blk: _Block, grp: _Group, sc: Scratch, first: bool) -> None:
         """DMA the block's input window and dy rows, accumulate its contribution into the accumulator."""
         g = self.geo
-        arena = sc.arena(stream.slot)
-        acc = Operand(sc.acc_base, (self.fh, self.fw, grp.icg, grp.ocg), F32)
+        arena = sc.slot(stream.slot)
+        acc = Operand(sc.fixed_base, (self.fh, self.fw, grp.icg, grp.ocg), F32)
         nb, rows = blk.n1 - blk.n0, blk.r1 - blk.r0
-        h0, h1 = self._window_rows(blk)
+        h0, h1 = g.input_rows(blk.r0, blk.r1)
         cols = self._x_cols()
         hl = max(h1 - h0, 0) if cols else 0
-        x_shape = (nb, grp.icg, hl, cols) if self.nchw else (nb, hl, cols, grp.icg)
+        x_shape = g.order(nb, hl, cols, grp.icg)
         loads, inputs = [], []
         if hl:
             ox = arena.operand(x_shape, self.dt)
-            starts = (blk.n0, grp.ic0, h0, 0) if self.nchw else (blk.n0, h0, 0, grp.ic0)
-            loads.append(block_in(self.x.addr, self.x.shape, self.isz, starts, x_shape, ox.addr))
+            loads.append(block_in(self.x.addr, self.x.shape, self.isz, g.order(blk.n0, h0, 0, grp.ic0), x_shape,
+                                  ox.addr))
             inputs.append(ox)
-        dy_shape = (nb, grp.ocg, rows, g.out_w) if self.nchw else (nb, rows, g.out_w, grp.ocg)
+        dy_shape = g.order(nb, rows, g.out_w, grp.ocg)
         ody = arena.operand(dy_shape, self.dt)
-        starts = (blk.n0, grp.oc0, blk.r0, 0) if self.nchw else (blk.n0, blk.r0, 0, grp.oc0)
-        loads.append(block_in(self.dy.addr, self.dy.shape, self.isz, starts, dy_shape, ody.addr))
+        loads.append(block_in(self.dy.addr, self.dy.shape, self.isz, g.order(blk.n0, blk.r0, 0, grp.oc0), dy_shape,
+                              ody.addr))
         inputs.append(ody)
         if not first:
             inputs.append(acc)
-        fn = _TileFn(g, self.fh, self.fw, (blk.r0, blk.r1), self.nchw, bool(hl), first, x_shape)
-        ops = self._tile_cost(blk, grp)[0]
+        fn = _TileFn(g, self.fh, self.fw, (blk.r0, blk.r1), g.nchw, bool(hl), first, x_shape)
         # The math: a multiply-add per tap, position and (in, out) channel pair; the rest of the ops are empty
         # lanes, fp16 conversion and NCHW transposition.
         math = 2 * self.taps * nb * rows * g.out_w * grp.icg * grp.ocg
         stream.add(loads, Compute(fn, tuple(inputs), (acc,), flops=math, reductions=0, precision=COMPUTE_PRECISION,
-                                  extra_ops=ops - math), ())
+                                  extra_ops=self._tile_ops(blk, grp) - math), ())
 
-    def _accumulate(self, stream: _CoreStream, blocks: Sequence[_Block], grp: _Group, sc: _Scratch) -> None:
+    def _accumulate(self, stream: CoreStream, blocks: Sequence[_Block], grp: _Group, sc: Scratch) -> None:
         for i, blk in enumerate(blocks):
             self._row_tile(stream, blk, grp, sc, first=(i == 0))
 
@@ -572,18 +510,16 @@ class _Planner:
     def _rows_per_tile(self, row_bytes: Sequence[int], total: int, slot: int) -> int:
         """Most rows (<= total) whose operands of ``row_bytes`` per row each fit one slot."""
         per = max(1, min(total, slot // max(sum(row_bytes), 1)))
-        while per > 1 and not fits([per * b for b in row_bytes], slot, self.align):
-            per -= 1
-        return per
+        return largest(per, lambda k: fits([k * b for b in row_bytes], slot, self.align), lo=1)
 
-    def _drain(self, stream: _CoreStream, grp: _Group, sc: _Scratch) -> None:
+    def _drain(self, stream: CoreStream, grp: _Group, sc: Scratch) -> None:
         """Cast the finished accumulator into the slots (freeing it for the next slice) and store it."""
         m_rows = self.taps * grp.icg
         per = self._rows_per_tile([grp.ocg * self.isz], m_rows, sc.slot_bytes)
         for m0 in range(0, m_rows, per):
             m1 = min(m_rows, m0 + per)
-            acc_rows = Operand(sc.acc_base + m0 * grp.ocg * F32.itemsize, (m1 - m0, grp.ocg), F32)
-            dst = sc.arena(stream.slot).operand((m1 - m0, grp.ocg), self.dt)
+            acc_rows = Operand(sc.fixed_base + m0 * grp.ocg * F32.itemsize, (m1 - m0, grp.ocg), F32)
+            dst = sc.slot(stream.slot).operand((m1 - m0, grp.ocg), self.dt)
             compute = Compute(_cast_to(self.dt), (acc_rows,), (dst,), flops=0, reductions=0,
                               precision=COMPUTE_PRECISION,
                               extra_ops=(m1 - m0) * padded_lanes(grp.ocg, self.lanes))  # a cast, not math
@@ -597,189 +533,87 @@ class _Planner:
         sc = self._scratch(icg, ocg)
         groups = self._groups(icg, ocg)
         blocks = self._blocks(0, g.batch * g.out_h, icg, ocg, sc)
-        tiles: dict[int, tuple[Tile, ...]] = {}
+        streams: dict[int, CoreStream] = {}
         for core, (a, b) in zip(self.ctx.cores, split_even(len(groups), len(self.ctx.cores))):
-            stream = _CoreStream(0)
+            stream = streams[core] = CoreStream()
             for grp in groups[a:b]:
                 self._accumulate(stream, blocks, grp, sc)
                 self._drain(stream, grp, sc)
-            tiles[core] = tuple(stream.tiles)
-        return Plan(cores=self.ctx.cores, phases=(Phase("filter_slices", tiles, barrier_after=False),),
-                    precision=self.call.precision)
+        return plan_of(self.call, [phase_of("filter_slices", streams, barrier_after=False)])
 
     # -- the spatial split ----------------------------------------------------------------------
 
-    def _spatial_plan(self, icg: int, ocg: int) -> Plan | None:
-        """(image, row) space over the cores; partial dW exchanged through the workspace, reduced by slices."""
+    def _spatial_plan(self, icg: int, ocg: int) -> Plan:
+        """(image, row) space over the cores; partial dW exchanged through the shared level, reduced by slices."""
         g = self.geo
-        cores = self.ctx.cores
         sc = self._scratch(icg, ocg)
-        active = cores[:min(len(cores), g.batch * g.out_h)]
+        active = self.active
         shares = split_even(g.batch * g.out_h, len(active))
         blocks = {core: self._blocks(a, b, icg, ocg, sc) for core, (a, b) in zip(active, shares)}
         phases: list[Phase] = []
-        next_id = {c: 0 for c in cores}
+        next_id = dict.fromkeys(self.ctx.cores, 0)
+
+        def streams() -> dict[int, CoreStream]:
+            return {c: CoreStream(next_id[c]) for c in active}
+
+        def phase(name: str, of: dict[int, CoreStream], barrier: bool = True) -> None:
+            next_id.update({c: s.next_id for c, s in of.items()})
+            phases.append(phase_of(name, of, barrier))
+
         for gi, grp in enumerate(self._groups(icg, ocg)):
-            streams = {c: _CoreStream(next_id[c]) for c in active}
+            accumulating = streams()
             for core in active:
-                self._accumulate(streams[core], blocks[core], grp, sc)
+                self._accumulate(accumulating[core], blocks[core], grp, sc)
             if len(active) == 1:
-                self._drain(streams[active[0]], grp, sc)
-                phases.append(self._phase(f"slice{gi}:accumulate", streams, next_id, barrier=False))
+                self._drain(accumulating[active[0]], grp, sc)
+                phase(f"slice{gi}:accumulate", accumulating, barrier=False)
                 continue
-            rounds = self._exchange_rounds(grp, len(active))
-            if rounds is None:
-                return None
+            ex, rounds = self._exchange(grp)
+            row_bytes = grp.ocg * F32.itemsize
             for ri, (ma, mb) in enumerate(rounds):
-                if ri:
-                    streams = {c: _CoreStream(next_id[c]) for c in active}
-                self._store_partials(streams, active, grp, sc, ma, mb)
-                phases.append(self._phase(f"slice{gi}:partials{ri}", streams, next_id, barrier=True))
-                red = {c: _CoreStream(next_id[c]) for c in active}
-                self._reduce(red, active, grp, sc, ma, mb)
-                phases.append(self._phase(f"slice{gi}:reduce{ri}", red, next_id, barrier=True))
-        last = phases[-1]
-        phases[-1] = Phase(last.name, last.tiles, barrier_after=False)
-        return Plan(cores=cores, phases=tuple(phases), precision=self.call.precision)
+                # Each core stores rows [ma, mb) of its partial (contiguous in the accumulator) to its share.
+                storing = accumulating if ri == 0 else streams()
+                for j, core in enumerate(active):
+                    storing[core].add((), None, (ex.store(j, sc.fixed_base + ma * row_bytes, 0, (mb - ma) * grp.ocg),))
+                phase(f"slice{gi}:partials{ri}", storing)
+                reducing = streams()
+                self._reduce(reducing, ex, grp, sc, ma, mb)
+                phase(f"slice{gi}:reduce{ri}", reducing)
+        return plan_of(self.call, phases)
 
-    @staticmethod
-    def _phase(name: str, streams: Mapping[int, _CoreStream], next_id: dict[int, int], barrier: bool) -> Phase:
-        for c, s in streams.items():
-            next_id[c] = s.next_id
-        return Phase(name, {c: tuple(s.tiles) for c, s in streams.items()}, barrier_after=barrier)
+    def _exchange(self, grp: _Group) -> tuple[Exchange, list[tuple[int, int]]]:
+        """The exchange of a slice's partials (each core's aligned share of the shared level) and the row ranges
+        of dW it moves per round (every core's rows of a round must fit its share); DoesNotFit naming the shared
+        level when not one row does."""
+        n, row_bytes = len(self.active), grp.ocg * F32.itemsize
+        stride = Exchange.share_bytes(self.ctx, n, self.align)
+        rounds = Exchange.rounds(self.taps * grp.icg, stride // row_bytes)
+        level = self.ctx.shared_level
+        if not rounds and level is not None:
+            needed = n * align_up(row_bytes, self.align)
+            raise DoesNotFit(level.name, needed, level.size_bytes,
+                             f"{self.call.symbol}: the {level.name} staging window ({level.size_bytes} bytes) cannot "
+                             f"hold one row of each of {n} cores' partial filter gradient ({n} shares of {row_bytes} "
+                             f"bytes, each aligned to {self.align}: {needed} bytes)")
+        rows = max((b - a for a, b in rounds), default=1)
+        return Exchange.through(self.ctx, n, rows * grp.ocg, F32, stride_bytes=stride,
+                                what="partial filter gradients"), rounds
 
-    def _partial_stride(self, n_active: int) -> int:
-        return self.ctx.workspace_size_bytes // n_active // self.align * self.align
-
-    def _exchange_rounds(self, grp: _Group, n_active: int) -> list[tuple[int, int]] | None:
-        """Row ranges of dW exchanged per round: every core's partial rows must fit its workspace share."""
-        per = self._partial_stride(n_active) // (grp.ocg * F32.itemsize)
-        if per < 1:
-            return None
-        m_rows = self.taps * grp.icg
-        return split_even(m_rows, -(-m_rows // per))
-
-    def _store_partials(self, streams: Mapping[int, _CoreStream], active: Sequence[int], grp: _Group,
-                        sc: _Scratch, ma: int, mb: int) -> None:
-        """Each core DMAs rows [ma, mb) of its partial (contiguous in the accumulator) to its workspace share."""
-        row_bytes = grp.ocg * F32.itemsize
-        stride = self._partial_stride(len(active))
-        for j, core in enumerate(active):
-            src = sc.acc_base + ma * row_bytes
-            dst = self.ctx.workspace_base + j * stride
-            streams[core].add((), None, (Transfer.contiguous(src, dst, (mb - ma) * row_bytes),))
-
-    def _reduce(self, streams: Mapping[int, _CoreStream], active: Sequence[int], grp: _Group, sc: _Scratch,
-                ma: int, mb: int) -> None:
+    def _reduce(self, streams: Mapping[int, CoreStream], ex: Exchange, grp: _Group, sc: Scratch, ma: int,
+                mb: int) -> None:
         """Each core sums its share of rows [ma, mb) over every core's partial and stores it to ``output``."""
-        n = len(active)
-        row_bytes = grp.ocg * F32.itemsize
-        stride = self._partial_stride(n)
-        per = self._rows_per_tile([row_bytes] * n + [grp.ocg * self.isz], mb - ma, sc.slot_bytes)
-        for core, (s0, s1) in zip(active, split_even(mb - ma, n)):
+        n = ex.parts
+        per = self._rows_per_tile([grp.ocg * F32.itemsize] * n + [grp.ocg * self.isz], mb - ma, sc.slot_bytes)
+        for core, (s0, s1) in zip(self.active, split_even(mb - ma, n)):
             stream = streams[core]
             for a in range(s0, s1, per):
                 b = min(s1, a + per)
-                arena = sc.arena(stream.slot)
+                arena = sc.slot(stream.slot)
                 parts = arena.operand((n, b - a, grp.ocg), F32)
                 dst = arena.operand((b - a, grp.ocg), self.dt)
-                # One 2-D descriptor gathers the rows from every core's partial (they lie ``stride`` apart).
-                load = Transfer.block(self.ctx.workspace_base + a * row_bytes, parts.addr,
-                                      (n, (b - a) * grp.ocg), F32.itemsize, (stride, F32.itemsize))
                 ops = ((n - 1) + int(self.isz != F32.itemsize)) * (b - a) * padded_lanes(grp.ocg, self.lanes)
-                # Adding the cores' partials is work the spatial split adds, not the math's.
-                compute = Compute(_sum_partials(self.dt), (parts,), (dst,), flops=0, reductions=0,
-                                  precision=COMPUTE_PRECISION, extra_ops=ops)
-                stream.add((load,), compute, self._rows_out(dst.addr, ma + a, ma + b, grp))
-
-    # -- cost estimate --------------------------------------------------------------------------
-
-    def estimate(self, choice: _Choice) -> float | None:
-        """Cycles ``choice`` would take by the target's numbers (None when it cannot be planned).
-
-        Per phase, the slowest of the busiest core's compute and each memory's bytes
-        over its bandwidth; the spatial split adds its exchange through the workspace.
-        """
-        g = self.geo
-        sc = self._scratch(choice.icg, choice.ocg)
-        groups = self._groups(choice.icg, choice.ocg)
-        cores = self.ctx.cores
-        if choice.kind == "filter":
-            blocks = self._blocks(0, g.batch * g.out_h, choice.icg, choice.ocg, sc)
-            per_core = [groups[a:b] for a, b in split_even(len(groups), len(cores))]
-            return self._sweep_cycles([(blocks, gs) for gs in per_core], drain=True)
-        active = cores[:min(len(cores), g.batch * g.out_h)]
-        shares = [self._blocks(a, b, choice.icg, choice.ocg, sc)
-                  for a, b in split_even(g.batch * g.out_h, len(active))]
-        t = self.ctx.target
-        ws = t.region(self._region_at(self.ctx.workspace_base).name)
-        total = 0.0
-        for grp in groups:
-            total += self._sweep_cycles([(blocks, [grp]) for blocks in shares], drain=len(active) == 1)
-            if len(active) > 1:
-                rounds = self._exchange_rounds(grp, len(active))
-                if rounds is None:
-                    return None
-                acc = self.taps * grp.icg * grp.ocg * F32.itemsize
-                # Partials out and back through the workspace, the reduced slice to the output.
-                total += (2 * len(active) * acc / ws.bandwidth_bytes_per_cycle
-                          + acc * self.isz / F32.itemsize / self._bandwidth(self.out)
-                          + 2 * len(rounds) * t.barrier_latency_cycles)
-        return total
-
-    def _region_at(self, addr: int) -> Region:
-        """The region holding ``addr`` (every address planned here was layout-checked: it lies in one)."""
-        region = self.mmap.region_at(addr)
-        assert region is not None
-        return region
-
-    def _bandwidth(self, buf: Buffer) -> float:
-        return self.ctx.target.region(self._region_at(buf.addr).name).bandwidth_bytes_per_cycle
-
-    def _sweep_cycles(self, work: Sequence[tuple[Sequence[_Block], Sequence[_Group]]], drain: bool) -> float:
-        """Cycles of one phase where core k accumulates ``work[k]`` = (row tiles, filter slices).
-
-        The slowest of: the busiest core's compute; its loads through its own DMA
-        engines (each holds one port of each side); every core's loads through the
-        memories' total bandwidth.
-        """
-        t = self.ctx.target
-        peak = t.core.precisions[COMPUTE_PRECISION].peak_flops_per_cycle
-        per_tile = t.core.loop_overhead_cycles + t.core.vector_op_latency_cycles
-        stage = self._region_at(self.ctx.scratch_base)
-        x_region = self._region_at(self.x.addr)
-        engine_rate = t.dma.engines_per_core * min(
-            stage.port_bandwidth_bytes_per_cycle, x_region.port_bandwidth_bytes_per_cycle,
-            self._region_at(self.dy.addr).port_bandwidth_bytes_per_cycle)
-        port = min(stage.port_bandwidth_bytes_per_cycle, x_region.port_bandwidth_bytes_per_cycle)
-        latency = t.dma.setup_cycles + x_region.latency_cycles
-        busiest = 0.0
-        x_bytes = dy_bytes = out_bytes = 0
-        sweeps: dict[tuple[int, int, int], tuple[float, int, int]] = {}
-        for blocks, grps in work:
-            cycles, loaded = 0.0, 0
-            for grp in grps:
-                # Slices of one size cost the same over the same tiles: price each size once.
-                key = (id(blocks), grp.icg, grp.ocg)
-                if key not in sweeps:
-                    costs = [self._tile_cost(blk, grp) for blk in blocks]
-                    sweeps[key] = (sum(per_tile + math.ceil(f / peak) for f, _, _ in costs),
-                                   sum(c[1] for c in costs), sum(c[2] for c in costs))
-                c, xb, db = sweeps[key]
-                cycles += c
-                loaded += xb + db
-                x_bytes += xb
-                dy_bytes += db
-                if drain:
-                    out_bytes += self.taps * grp.icg * grp.ocg * self.isz
-            # The first tile's input window streams through one port before any compute starts.
-            fill = latency + self._tile_cost(blocks[0], grps[0])[1] / port if blocks and grps else 0.0
-            busiest = max(busiest, fill + max(cycles, loaded / engine_rate))
-        if self.mmap.region_at(self.x.addr) is self.mmap.region_at(self.dy.addr):
-            memory = (x_bytes + dy_bytes) / self._bandwidth(self.x)
-        else:
-            memory = max(x_bytes / self._bandwidth(self.x), dy_bytes / self._bandwidth(self.dy))
-        return max(busiest, memory) + out_bytes / self._bandwidth(self.out)
+                stream.add((ex.gather(parts.addr, a * grp.ocg, (b - a) * grp.ocg),),
+                           ex.reduce(parts, dst, ops, COMPUTE_PRECISION), self._rows_out(dst.addr, ma + a, ma + b, grp))
 
 
 KERNEL = Conv2DBackpropFilter()

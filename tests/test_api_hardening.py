@@ -181,7 +181,7 @@ def test_huge_stride_and_paddings_of_the_issue_are_refused_naming_them():
 @pytest.mark.parametrize("fmt", ["NHWC", "NCHW"])
 def test_realistic_geometry_near_the_bounds_still_runs(kernel, fmt):
     """Strides and dilations past a tiny input, a dilated filter far larger than it, full padding."""
-    from kernels.conv_geometry import geometry_limit
+    from kernels.common.geometry import geometry_limit
     m = sim.Simulator("FT78NE")
     base = VALID[kernel]
     order = (lambda n, h, w, c: [n, h, w, c]) if fmt == "NHWC" else (lambda n, h, w, c: [n, c, h, w])

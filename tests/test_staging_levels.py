@@ -176,16 +176,19 @@ def test_a_copy_of_ft78ne_with_an_l1_under_am_runs_a_shipped_config(tmp_path):
 
 
 def test_a_chip_without_a_shared_level_refuses_an_exchange_as_a_fit_violation(tmp_path, capsys):
-    """No shared level: calls that need no exchange run; a kernel that must exchange partial results across
-    cores is refused with the scratchpad-fit rule, on one line, not a traceback."""
+    """No shared level: calls that need no exchange run (conv2d falls back to its filter split, which exchanges
+    nothing); a tiling that must exchange partial results across cores is refused with the scratchpad-fit rule,
+    on one line, not a traceback."""
     path = chip_copy(tmp_path, lambda doc: doc["staging"]["levels"].pop(0))
     t = sim.load_target(path)
     assert t.shared_levels == () and staging_areas(t)[0].name == "am"
     assert sim.Simulator(path).call("fp_batch_norm_grad_s", numerics=False, **S).cycles > 0
     args = {"input": 0x80000000, "out_backprop": 0x90000000, "output": 0xA0000000, "input_shape": [8, 28, 28, 64],
             "filter_sizes": [3, 3, 64, 64], "strides": [1, 1, 1, 1], "padding": "SAME"}
+    run = sim.Simulator(path).call("fp_conv2d_backprop_filter_s", numerics=False, **args)
+    assert run.tiling is not None and run.tiling.tiling["split"] == "filter"
     with pytest.raises(sim.LayoutError) as info:
-        sim.Simulator(path).call("fp_conv2d_backprop_filter_s", numerics=False, **args)
+        sim.Simulator(path).call("fp_conv2d_backprop_filter_s", numerics=False, tiling={"split": "spatial"}, **args)
     assert str(info.value).startswith("layout rule 'scratchpad-fit': fp_conv2d_backprop_filter_s: the kernel "
                                       "cannot tile this call into the staging memory, the am scratchpad")
     assert "has no shared staging level" in str(info.value)

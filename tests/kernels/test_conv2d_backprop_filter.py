@@ -37,7 +37,7 @@ def _axis(size: int, k: int, s: int, d: int, padding: str, explicit: tuple[int, 
 
 def geometry(input_shape, filter_sizes, strides, padding, explicit_paddings=None, data_format="NHWC",
              dilations=(1, 1, 1, 1)) -> dict:
-    """Output sizes and pads of a call, written independently of kernels/conv_geometry.py."""
+    """Output sizes and pads of a call, written independently of kernels/common/geometry.py."""
     o = _order(data_format)
     ep = explicit_paddings or [0] * 8
     fh, fw = filter_sizes[:2]
@@ -456,7 +456,7 @@ def test_flops_count_the_multiply_adds_and_the_vector_work_their_padding():
 
 
 def test_module_reference_agrees_with_the_definition():
-    from kernels.conv_geometry import conv_geometry
+    from kernels.common.geometry import conv_geometry
     attrs = OWN["nchw-dilated-strided-same"]
     x, dy = random_case(4, attrs)
     geo = conv_geometry(attrs["input_shape"], attrs["filter_sizes"][:2], strides=attrs["strides"],
@@ -495,3 +495,61 @@ def test_bad_tilings_are_refused(tmp_path, tiling, error, name):
     target = small_target(tmp_path)
     with pytest.raises(error, match=name):
         sim.Simulator(target).plan(f"fp_{KERNEL}_s", tiling=tiling, **SHARED, **attrs)
+
+
+# --- planning on the scaffold: typed "does not fit", the timing model's choice, no private cost model -----
+
+def _context(m: sim.Simulator, attrs: dict, tiling: dict | None = None):
+    from dataclasses import replace
+    call = m.bind(f"fp_{KERNEL}_s", **SHARED, **attrs)
+    return call, replace(m.context(call), tiling=tiling)
+
+
+def test_an_exchange_too_big_for_the_shared_level_names_it(tmp_path):
+    # 256 bytes of workspace over 8 cores: a core's share (32 bytes, aligned down to the scratchpad's 64) cannot
+    # hold one row of its partial dW, so the spatial split is not a candidate and asking for it names the level.
+    from sim.model.plan import DoesNotFit
+    m = sim.Simulator(small_target(tmp_path, workspace_bytes=0x100))
+    attrs = FORCED["many-slices"]
+    call, ctx = _context(m, attrs)
+    assert {t["split"] for t in cbf.KERNEL.tilings(call, ctx)} == {"filter"}
+    with pytest.raises(DoesNotFit) as err:
+        cbf.KERNEL.plan(call, _context(m, attrs, {"split": "spatial"})[1])
+    assert err.value.resource == ctx.shared_level.name == "gsm"
+    assert err.value.available_bytes == 0x100 and err.value.needed_bytes > 0x100
+    with pytest.raises(sim.LayoutError, match="workspace") as layout:
+        m.plan(f"fp_{KERNEL}_s", tiling={"split": "spatial"}, **SHARED, **attrs)
+    (violation,) = layout.value.violations
+    assert (violation.rule, violation.region) == ("scratchpad-fit", "gsm")
+
+
+def test_slices_too_big_for_the_scratchpad_name_the_vector_level(tmp_path):
+    from sim.model.plan import DoesNotFit
+    m = sim.Simulator(small_target(tmp_path))
+    _, ctx = _context(m, FORCED["many-slices"])
+    call, asked = _context(m, FORCED["many-slices"], {"in_c_slice": 48, "out_c_slice": 40})
+    with pytest.raises(DoesNotFit) as err:
+        cbf.KERNEL.plan(call, asked)
+    # The accumulator alone, 3x3x48x40 fp32, is 69120 bytes: more than half the 32 KiB scratchpad.
+    assert err.value.resource == ctx.vector_level.name == "am"
+    assert err.value.available_bytes == 0x8000 and err.value.needed_bytes >= 2 * 69120
+
+
+@pytest.mark.parametrize("name", ["many-slices", "in-c-slices", "nchw-rows"])
+def test_the_default_plan_is_the_candidate_the_estimate_finds_cheapest(tmp_path, name):
+    from dataclasses import replace
+    m = sim.Simulator(small_target(tmp_path))
+    call, ctx = _context(m, FORCED[name])
+    estimates = [ctx.estimate(cbf.KERNEL.plan(call, replace(ctx, tiling=t))) for t in cbf.KERNEL.tilings(call, ctx)]
+    assert len(estimates) >= 2
+    assert ctx.estimate(cbf.KERNEL.plan(call, ctx)) == min(estimates)
+
+
+def test_the_kernel_keeps_no_timing_model_of_its_own():
+    """The target's timing numbers are read by sim.timing only: the kernel prices plans with ctx.estimate."""
+    import ast
+    tree = ast.parse(Path(cbf.__file__).read_text())
+    timing = {"bandwidth_bytes_per_cycle", "port_bandwidth_bytes_per_cycle", "latency_cycles", "setup_cycles",
+              "peak_flops_per_cycle", "loop_overhead_cycles", "vector_op_latency_cycles", "barrier_latency_cycles",
+              "vector_efficiency", "launch_overhead_cycles"}
+    assert not {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)} & timing

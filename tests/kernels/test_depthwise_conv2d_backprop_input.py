@@ -96,8 +96,8 @@ def out_shape(input_sizes, filter_shape, strides, padding, explicit_paddings=Non
     return (input_sizes[0], oh, ow, k) if data_format == "NHWC" else (input_sizes[0], k, oh, ow)
 
 
-def run_kernel(chip, symbol, filt, dy, attrs, variant="s", core=None, **where):
-    """Place the inputs, call the symbol, return (output, run)."""
+def run_kernel(chip, symbol, filt, dy, attrs, variant="s", core=None, tiling=None, **where):
+    """Place the inputs, call the symbol (with ``tiling`` if given), return (output, run)."""
     m = sim.Simulator(chip)
     a = SHARED if variant == "s" else PRIVATE
     core = None if variant == "s" else (0 if core is None else core)
@@ -105,7 +105,7 @@ def run_kernel(chip, symbol, filt, dy, attrs, variant="s", core=None, **where):
     m.write(a["out_backprop"], dy, core=core)
     if variant == "p":
         where = {"core": core}
-    run = m.call(symbol, **a, **attrs, **where)
+    run = m.call(symbol, **a, **attrs, **where, tiling=tiling)
     return m.read(a["output"], tuple(attrs["input_sizes"]), filt.dtype, core=core), run
 
 
@@ -265,12 +265,14 @@ def test_nothing_fits_is_a_layout_error(tmp_path):
         run_kernel(target, f"fp_{KERNEL}_s", filt, dy, attrs)
 
 
-def test_cores_share_the_work():
+@pytest.mark.parametrize("tiling,busy", [(None, None), ({"channel_parts": 1}, 3), ({"channel_parts": 2}, 6)])
+def test_cores_share_the_work(tiling, busy):
+    """3 input rows, 2 channel vectors of 32: rows only keeps 3 cores busy, two channel groups 3 x 2."""
     filt, dy, attrs = random_case(1, [1, 3, 16, 64], [3, 3, 64, 1], [1, 1, 1, 1], "SAME")
-    got, run = run_kernel("FT78NE", f"fp_{KERNEL}_s", filt, dy, attrs, core_mask=0xFF)
+    got, run = run_kernel("FT78NE", f"fp_{KERNEL}_s", filt, dy, attrs, core_mask=0xFF, tiling=tiling)
     np.testing.assert_allclose(got, reference(filt, dy, **attrs), rtol=1e-5, atol=1e-5)
-    busy = [c for c, tiles in run.plan.phases[0].tiles.items() if tiles]
-    assert len(busy) == 6  # 3 rows x 2 channel vectors of 32
+    used = [c for c, tiles in run.plan.phases[0].tiles.items() if tiles]
+    assert len(used) == (busy or 3 * run.tiling.tiling["channel_parts"])
     assert set(run.plan.cores) == set(range(8))
 
 
@@ -404,3 +406,68 @@ def test_private_run_sees_no_port_contention():
     dma = [e for e in run.events if e.kind in ("dma_in", "dma_out")]
     assert dma and sum(e.wait_cycles for e in dma) == 0
     assert {e.core for e in run.events} == {4}
+
+
+# --- planning on the scaffold: typed "does not fit", the timing model's choice, no private cost model -----
+
+def _context(m, attrs, tiling=None, **where):
+    from dataclasses import replace
+    call = m.bind(f"fp_{KERNEL}_s", **SHARED, **attrs, **where)
+    return call, replace(m.context(call), tiling=tiling)
+
+
+def test_a_tile_too_big_for_the_scratchpad_names_the_vector_level(tmp_path):
+    import kernels.depthwise_conv2d_backprop_input as dw
+    from sim.model.plan import DoesNotFit
+    m = sim.Simulator(small_scratch_target(tmp_path, 4 * 1024))
+    _, _, attrs = random_case(0, [1, 8, 8, 32], [3, 3, 32, 1], [1, 1, 1, 1], "SAME")
+    call, ctx = _context(m, attrs, {"tile_rows": 8, "tile_cols": 8, "tile_channels": 32}, core_mask=0x01)
+    with pytest.raises(DoesNotFit, match="does not fit") as err:
+        dw.KERNEL.plan(call, ctx)
+    # Two slots of an 8x8x32 fp32 output block and its halo (8 output rows and columns reach 8 SAME inputs):
+    # 2 x (8192 + 8192) bytes, beside two 3x3x32 fp32 filter slices of 1152 bytes.
+    assert err.value.resource == ctx.vector_level.name == "am"
+    assert (err.value.needed_bytes, err.value.available_bytes) == (2 * (8192 + 8192) + 2 * 1152, 4 * 1024)
+
+
+@pytest.mark.parametrize("chip,sizes,fshape", [("FT78NE", [2, 20, 20, 64], [3, 3, 64, 2]),
+                                               ("MT7004", [1, 16, 18, 64], [5, 5, 64, 1]),
+                                               ("FT78NE", [2, 12, 14, 40], [3, 3, 40, 1])])
+def test_the_default_plan_is_within_the_tie_of_the_cheapest_candidate(chip, sizes, fshape):
+    """plan() without a tiling: the candidate the estimate prices cheapest, up to ESTIMATE_TIE (ties go to fewer
+    channel cuts); the first candidate tilings() lists is that plan."""
+    from dataclasses import replace
+
+    import kernels.depthwise_conv2d_backprop_input as dw
+    m = sim.Simulator(chip)
+    _, _, attrs = random_case(3, sizes, fshape, [1, 1, 1, 1], "SAME")
+    call, ctx = _context(m, attrs)
+    listed = dw.KERNEL.tilings(call, ctx)
+    estimates = [ctx.estimate(dw.KERNEL.plan(call, replace(ctx, tiling=t))) for t in listed]
+    default = ctx.estimate(dw.KERNEL.plan(call, ctx))
+    assert default <= min(estimates) * (1 + dw.ESTIMATE_TIE)
+    assert default == estimates[0]
+
+
+def test_pricing_one_share_on_every_core_is_the_whole_plans_estimate():
+    """Shares of equal size (8 images of 16 rows over 8 cores): the estimate of the plan built for every core
+    equals that of the first core's tiles repeated on each."""
+    import kernels.depthwise_conv2d_backprop_input as dw
+    m = sim.Simulator("FT78NE")
+    _, _, attrs = random_case(3, [8, 16, 16, 64], [3, 3, 64, 1], [1, 1, 1, 1], "SAME")
+    call, ctx = _context(m, attrs)
+    p = dw._Planner(call, ctx)
+    for parts, shape in ((1, dw.TileShape(4, 16, 32)), (2, dw.TileShape(16, 16, 32)), (2, dw.TileShape(3, 8, 32))):
+        assert p.price(parts, shape)[0] == ctx.estimate(p.build(parts, shape))
+
+
+def test_the_kernel_keeps_no_timing_model_of_its_own():
+    """The target's timing numbers are read by sim.timing only: the kernel prices plans with ctx.estimate."""
+    import ast
+
+    import kernels.depthwise_conv2d_backprop_input as dw
+    tree = ast.parse(Path(dw.__file__).read_text())
+    timing = {"bandwidth_bytes_per_cycle", "port_bandwidth_bytes_per_cycle", "latency_cycles", "setup_cycles",
+              "peak_flops_per_cycle", "loop_overhead_cycles", "vector_op_latency_cycles", "barrier_latency_cycles",
+              "vector_efficiency", "launch_overhead_cycles"}
+    assert not {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)} & timing

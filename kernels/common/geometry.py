@@ -1,7 +1,15 @@
-"""Convolution geometry as TensorFlow computes it: output sizes, SAME/VALID/EXPLICIT padding, dilations.
+"""Convolution geometry: TensorFlow's output sizes and paddings, and which outputs reach which inputs.
 
-Attributes come in data_format order (NHWC or NCHW), as in TensorFlow; the
-checks name the argument and what was expected.
+* :func:`conv_geometry` checks a convolution's attributes (data_format order, NHWC or NCHW, as in
+  TensorFlow; refusals name the argument and what was expected), bounds absurd geometry once
+  (:func:`geometry_limit`) and returns a :class:`ConvGeometry` in NHWC terms;
+* along one spatial axis, :func:`axis_taps` says which output positions of each filter tap land on a
+  range of inputs (a tile's halo and the strided slices its compute takes), :func:`input_range` which
+  inputs a range of outputs reads, and :func:`halo_bound` / :func:`window_bound` bound both for tile
+  sizing;
+* :func:`image_segments` cuts a range of the flattened (image, row) space into one piece per image.
+
+Both convolution kernels plan and compute with these; nothing here knows a kernel.
 """
 
 from __future__ import annotations
@@ -68,6 +76,99 @@ class ConvGeometry:
         """The same shape in the call's data_format order."""
         n, h, w, c = self.nhwc_shape(channels, spatial)
         return (n, h, w, c) if self.data_format == "NHWC" else (n, c, h, w)
+
+    @property
+    def nchw(self) -> bool:
+        """True when the tensors are channels-first."""
+        return self.data_format == "NCHW"
+
+    def order(self, n: int, h: int, w: int, c: int) -> tuple[int, int, int, int]:
+        """An NHWC 4-tuple (an index, a start or a block shape) in the call's data_format order."""
+        return (n, c, h, w) if self.nchw else (n, h, w, c)
+
+    def row_taps(self, lo: int, hi: int) -> AxisTaps:
+        """Which output rows of each tap land on input rows [lo, hi)."""
+        return axis_taps(lo, hi, self.out_h, self.filter_h, self.stride_h, self.dilation_h, self.pad_top)
+
+    def col_taps(self, lo: int, hi: int) -> AxisTaps:
+        """Which output columns of each tap land on input columns [lo, hi)."""
+        return axis_taps(lo, hi, self.out_w, self.filter_w, self.stride_w, self.dilation_w, self.pad_left)
+
+    def input_rows(self, o0: int, o1: int) -> tuple[int, int]:
+        """Input rows [lo, hi) the windows of output rows [o0, o1) read, clipped to the input (hi may be <= lo)."""
+        return input_range(o0, o1, self.in_h, self.eff_h, self.stride_h, self.pad_top)
+
+    def input_cols(self, o0: int, o1: int) -> tuple[int, int]:
+        """Input columns [lo, hi) the windows of output columns [o0, o1) read, clipped to the input."""
+        return input_range(o0, o1, self.in_w, self.eff_w, self.stride_w, self.pad_left)
+
+
+# --- one spatial axis: which outputs reach which inputs -------------------------------------------
+
+@dataclass(frozen=True)
+class AxisTaps:
+    """One spatial axis of a tile: input range [lo, hi) and the output range [o_lo, o_lo + o_n) it reads.
+
+    ``taps`` lists, per filter tap k that reaches the tile, ``(k, o_start, count,
+    i_start)``: the output positions ``o_lo + o_start ..`` (``count`` of them)
+    land on input positions ``lo + i_start``, ``+ stride`` each.
+    """
+
+    lo: int
+    hi: int
+    o_lo: int
+    o_n: int
+    taps: tuple[tuple[int, int, int, int], ...]
+
+    @property
+    def pairs(self) -> int:
+        """(tap, output position) pairs of this axis: the multiply-adds per element of the other axes."""
+        return sum(t[2] for t in self.taps)
+
+
+def axis_taps(lo: int, hi: int, out_n: int, ksize: int, stride: int, dilation: int, pad: int) -> AxisTaps:
+    """Which outputs of an axis of ``out_n`` reach inputs [lo, hi): input = out·stride − pad + k·dilation."""
+    found = []
+    for k in range(ksize):
+        off = k * dilation - pad
+        a = max(0, -(-(lo - off) // stride))
+        b = min(out_n - 1, (hi - 1 - off) // stride)
+        if a <= b:
+            found.append((k, a, b - a + 1, a * stride + off - lo))
+    if not found:
+        return AxisTaps(lo, hi, 0, 0, ())
+    o_lo = min(t[1] for t in found)
+    o_hi = max(t[1] + t[2] for t in found)
+    taps = tuple((k, a - o_lo, n, i) for k, a, n, i in found)
+    return AxisTaps(lo, hi, o_lo, o_hi - o_lo, taps)
+
+
+def input_range(o0: int, o1: int, n_in: int, eff: int, stride: int, pad: int) -> tuple[int, int]:
+    """Inputs [lo, hi) the windows of outputs [o0, o1) read, clipped to the ``n_in`` inputs (hi may be <= lo
+    when every window lies in the padding)."""
+    return max(o0 * stride - pad, 0), min((o1 - 1) * stride - pad + eff, n_in)
+
+
+def halo_bound(n_in: int, eff: int, stride: int) -> int:
+    """The most output positions whose receptive field reaches ``n_in`` consecutive inputs."""
+    return (n_in - 1 + eff - 1) // stride + 1
+
+
+def window_bound(n_out: int, eff: int, stride: int) -> int:
+    """The most input positions the windows of ``n_out`` consecutive outputs read (before clipping)."""
+    return (n_out - 1) * stride + eff
+
+
+def image_segments(g0: int, g1: int, rows: int) -> list[tuple[int, int, int]]:
+    """(image, first row, end row) pieces of the flattened (image·rows + row) range [g0, g1), one per image."""
+    out = []
+    g = g0
+    while g < g1:
+        n, r = divmod(g, rows)
+        stop = min(g1, (n + 1) * rows)
+        out.append((n, r, r + stop - g))
+        g = stop
+    return out
 
 
 def hw_index(data_format: str) -> tuple[int, int, int, int]:
