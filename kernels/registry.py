@@ -285,6 +285,25 @@ def registered_kernel(kernel: Kernel, *, replace: bool = False, origin: str | No
                 _STATE.rebuild()
 
 
+@contextlib.contextmanager
+def registry_restored() -> Iterator[None]:
+    """Undo, after the block, every registration made inside it, and what a test did to the entry-point state (it
+    may mark them unloaded to install fake ones): the test suite wraps each test in it."""
+    with _STATE.lock:
+        _load_entry_points()  # before saving: the installed ones are loaded once, not again after every block
+        saved = (dict(_STATE.user), _STATE.entry_points_loaded, list(_STATE.entry_point_errors))
+    try:
+        yield
+    finally:
+        with _STATE.lock:
+            changed = _STATE.user != saved[0]
+            _STATE.user.clear()
+            _STATE.user.update(saved[0])
+            _STATE.entry_points_loaded, _STATE.entry_point_errors[:] = saved[1], saved[2]
+            if changed:
+                _STATE.rebuild()
+
+
 def _entry_point_words(ep: importlib.metadata.EntryPoint) -> str:
     dist = getattr(ep, "dist", None)
     dist_words = f"distribution '{dist.metadata['Name']} {dist.version}'" if dist is not None else "a distribution"

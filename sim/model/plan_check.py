@@ -57,7 +57,17 @@ RULES: dict[str, str] = {
 
 
 def _is_int(v: object) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+    return type(v) is int or (isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)))
+
+
+_JUST_INT = {int}
+
+
+def _ints(values: tuple, minimum: int | None = None) -> bool:
+    """Whether ``values`` are all ints (numpy ints too, never bools), each at least ``minimum`` if given."""
+    if not set(map(type, values)) <= _JUST_INT and not all(_is_int(v) for v in values):  # (the first test: C speed)
+        return False
+    return minimum is None or not values or min(values) >= minimum
 
 
 def _span(lo: int, hi: int) -> str:
@@ -92,8 +102,12 @@ class _Checker:
         sized = [b for b in call.buffers if b.size_bytes]
         self.inputs = [b for b in sized if b.role != "output"]
         self.outputs = sorted(((b.addr, b.end, b) for b in sized if b.role == "output"), key=lambda t: t[:2])
-        # (lo, hi, writing) -> the rule that side breaks and why, or None: a plan meets the same spans again and again
-        self._sides: dict[tuple[int, int, bool], tuple[str, str] | None] = {}
+        # The spans a transfer's source may lie in (a mapped region, but no private storage for an _s call) and
+        # its destination (a staging level, an output buffer): a side wholly inside one needs no further look.
+        self.readable = [(r.base, r.end) for r in target.regions
+                         if not (r.kind == "private" and r.role != "scratchpad" and call.variant == "s")]
+        self.writable = [(a.base, a.end) for a in self.levels] + [(lo, hi) for lo, hi, _ in self.outputs]
+        self._operands: dict[Any, tuple[int, int, int]] = {}  # (addr, shape, dtype) -> its span and level index
 
     # -- structure -----------------------------------------------------------------------------
 
@@ -137,7 +151,7 @@ class _Checker:
         self.where.phase = None
 
     def tile(self, tile: Any, ids: set[int]) -> None:
-        if not isinstance(tile, Tile):
+        if type(tile) is not Tile and not isinstance(tile, Tile):
             raise self.fail("plan-structure", f"expected a Tile, got {brief(tile)}")
         if not _is_int(tile.tile_id):
             raise self.fail("plan-structure", f"Tile.tile_id must be an int, got {brief(tile.tile_id)}")
@@ -149,40 +163,41 @@ class _Checker:
         if not _is_int(tile.slot):
             raise self.fail("plan-structure", f"Tile.slot must be an int, got {brief(tile.slot)}")
         for kind, transfers in (("load", tile.loads), ("store", tile.stores)):
-            if not isinstance(transfers, tuple):
+            if type(transfers) is not tuple:
                 raise self.fail("plan-structure", f"Tile.{kind}s must be a tuple of Transfer, got "
                                                   f"{brief(transfers)}")
             for i, t in enumerate(transfers):
-                self.transfer(t, f"{kind} {i}")
+                self.transfer(t, kind, i)
         if tile.compute is not None:
             self.compute(tile.compute)
 
-    def transfer(self, t: Any, label: str) -> None:
-        if not isinstance(t, Transfer):
-            raise self.fail("plan-structure", f"{label}: expected a Transfer, got {brief(t)}")
-        shape, ss, ds = t.shape, t.src_strides, t.dst_strides
-        if not (isinstance(shape, tuple) and isinstance(ss, tuple) and isinstance(ds, tuple)
-                and len(shape) == len(ss) == len(ds) and _is_int(t.src) and _is_int(t.dst)
-                and _is_int(t.itemsize) and t.itemsize >= 1 and all(_is_int(n) and n >= 0 for n in shape)
-                and all(_is_int(s) for s in ss) and all(_is_int(s) for s in ds)):
-            raise self.fail("plan-structure", f"{label}: a Transfer needs int addresses, an itemsize >= 1, and one "
-                                              f"size >= 0 and two int strides per dimension, got {brief(t, 160)}")
+    def transfer(self, t: Any, kind: str, index: int) -> None:
+        if type(t) is not Transfer and not isinstance(t, Transfer):
+            raise self.fail("plan-structure", f"{kind} {index}: expected a Transfer, got {brief(t)}")
+        shape, ss, ds, item = t.shape, t.src_strides, t.dst_strides, t.itemsize
+        if not (type(shape) is tuple and type(ss) is tuple and type(ds) is tuple and len(shape) == len(ss) == len(ds)
+                and _ints((t.src, t.dst, item) + shape + ss + ds) and item >= 1 and (not shape or min(shape) >= 0)):
+            raise self.fail("plan-structure", f"{kind} {index}: a Transfer needs int addresses, an itemsize >= 1, and "
+                                              f"one size >= 0 and two int strides per dimension, got {brief(t, 160)}")
         if 0 in shape:
             return  # moves nothing
-        for side, writing in (("src", False), ("dst", True)):
-            lo, hi = block_span(t.src if side == "src" else t.dst, shape, t.itemsize, ss if side == "src" else ds)
-            key = (lo, hi, writing)
-            if key in self._sides:
-                verdict = self._sides[key]
+        for addr, strides, legal, writing in ((t.src, ss, self.readable, False), (t.dst, ds, self.writable, True)):
+            if len(shape) == 1 and strides[0] >= 0:  # the common case, without a call
+                lo, hi = addr, addr + item + (shape[0] - 1) * strides[0]
             else:
-                verdict = self._sides[key] = self._judge(lo, hi, writing)
-            if verdict is not None:
-                rule, text = verdict
-                what = "reads" if side == "src" else "writes"
-                raise self.fail(rule, f"{label} ({t.size_bytes} bytes) {what} {_span(lo, hi)}: {text}")
+                lo, hi = block_span(addr, shape, item, strides)
+            for w_lo, w_hi in legal:
+                if w_lo <= lo and hi <= w_hi:
+                    break  # wholly inside one span this side may touch: the common case, decided here
+            else:
+                verdict = self._judge(lo, hi, writing)
+                if verdict is not None:
+                    rule, text = verdict
+                    raise self.fail(rule, f"{kind} {index} ({t.size_bytes} bytes) {'writes' if writing else 'reads'} "
+                                          f"{_span(lo, hi)}: {text}")
 
     def _judge(self, lo: int, hi: int, writing: bool) -> tuple[str, str] | None:
-        """The rule a transfer's side ``[lo, hi)`` breaks (and why), or None."""
+        """The rule a transfer's side ``[lo, hi)`` breaks (and why), or None (a write over two adjacent outputs)."""
         region = self.mmap.region_of(lo, hi - lo)
         if region is None:
             start = self.mmap.region_at(lo)
@@ -217,56 +232,61 @@ class _Checker:
         return cursor >= hi
 
     def compute(self, c: Any) -> None:
-        if not isinstance(c, Compute):
+        if type(c) is not Compute and not isinstance(c, Compute):
             raise self.fail("plan-structure", f"Tile.compute must be a Compute or None, got {brief(c)}")
         if not callable(c.fn):
             raise self.fail("plan-structure", f"Compute.fn must be callable, got {brief(c.fn)}")
-        for field in ("flops", "reductions", "extra_ops"):
-            v = getattr(c, field)
-            if not _is_int(v) or v < 0:
-                raise self.fail("plan-structure", f"Compute.{field} must be an int >= 0, got {brief(v)}")
+        if not _ints((c.flops, c.reductions, c.extra_ops), 0):
+            raise self.fail("plan-structure", f"Compute.flops, reductions and extra_ops must be ints >= 0, got "
+                                              f"{brief((c.flops, c.reductions, c.extra_ops))}")
         if c.precision not in self.target.core.precisions:
             raise self.fail("plan-structure", f"the compute is in precision {brief(c.precision)}, which "
                                               f"{self.target.name} lacks (it has: {', '.join(self.target.precisions)})")
-        if not isinstance(c.inputs, tuple) or not isinstance(c.outputs, tuple):
+        if type(c.inputs) is not tuple or type(c.outputs) is not tuple:
             raise self.fail("plan-structure", "Compute.inputs and Compute.outputs must be tuples of Operand")
-        by_level: dict[str, dict[tuple[int, int], None]] = {}
-        spans: list[tuple[int, int, str]] = []
-        for role, ops in (("input", c.inputs), ("output", c.outputs)):
-            for i, op in enumerate(ops):
-                lo, hi, level = self.operand(op, f"{role} operand {i}")
-                by_level.setdefault(level.name, {})[(lo, hi)] = None
-                if role == "output":
-                    spans.append((lo, hi, f"output operand {i}"))
-        for level in self.operand_levels:
-            distinct = by_level.get(level.name)
-            if distinct:
-                total = sum(hi - lo for lo, hi in distinct)
-                if total > level.size_bytes:
-                    raise self.fail("tile-size", f"the compute's {len(distinct)} distinct operands in staging level "
-                                                 f"{level.name} take {total} bytes, more than the level's "
-                                                 f"{level.size_bytes}")
-        spans.sort()
-        for (a_lo, a_hi, a), (b_lo, b_hi, b) in zip(spans, spans[1:]):
-            if b_lo < a_hi and a_lo < a_hi and b_lo < b_hi:
-                raise self.fail("output-overlap", f"{a} {_span(a_lo, a_hi)} and {b} {_span(b_lo, b_hi)} share "
-                                                  f"bytes: the engine would write one over the other")
+        # Each operand's (lo, hi, level index) once: an in-place operand (an output over an input) counts once.
+        distinct = {self.operand(op, "input", i) for i, op in enumerate(c.inputs)}
+        outs = [self.operand(op, "output", i) for i, op in enumerate(c.outputs)]
+        distinct.update(outs)
+        for li, level in enumerate(self.operand_levels):
+            total = sum(hi - lo for lo, hi, at in distinct if at == li)
+            if total > level.size_bytes:
+                raise self.fail("tile-size", f"the compute's distinct operands in staging level {level.name} take "
+                                             f"{total} bytes, more than the level's {level.size_bytes}")
+        if len(outs) > 1:
+            spans = sorted((lo, hi, i) for i, (lo, hi, _) in enumerate(outs))
+            for (a_lo, a_hi, a), (b_lo, b_hi, b) in zip(spans, spans[1:]):
+                if b_lo < a_hi and a_lo < a_hi and b_lo < b_hi:
+                    raise self.fail("output-overlap", f"output operand {a} {_span(a_lo, a_hi)} and output operand "
+                                                      f"{b} {_span(b_lo, b_hi)} share bytes: the engine would write "
+                                                      f"one over the other")
 
-    def operand(self, op: Any, label: str) -> tuple[int, int, StagingArea]:
-        """``(lo, hi, level)`` of a compute operand; PlanError when it is malformed or outside the levels."""
+    def operand(self, op: Any, role: str, index: int) -> tuple[int, int, int]:
+        """``(lo, hi, level)`` of a compute operand (``level`` indexes ``operand_levels``); PlanError when it is
+        malformed or outside the levels."""
+        key = None
+        if type(op) is Operand:
+            key = (op.addr, op.shape, op.dtype)
+            try:
+                known = self._operands.get(key)  # tiles reuse the same slots: most operands were judged before
+            except TypeError:  # unhashable: a malformed operand (a list for a shape)
+                key = known = None
+            if known is not None:
+                return known
+        label = f"{role} operand {index}"
         try:
-            ok = (isinstance(op, Operand) and _is_int(op.addr) and isinstance(op.shape, tuple)
-                  and all(_is_int(n) and n >= 0 for n in op.shape))
-            size = math.prod(int(n) for n in op.shape) * np.dtype(op.dtype).itemsize if ok else 0
+            ok = key is not None and _is_int(op.addr) and type(op.shape) is tuple and _ints(op.shape, 0)
+            size = math.prod(op.shape) * np.dtype(op.dtype).itemsize if ok else 0
         except TypeError:
             ok = False
         if not ok:
             raise self.fail("plan-structure", f"{label}: an Operand needs an int address, a tuple shape of sizes "
                                               f">= 0 and a numpy dtype, got {brief(op, 160)}")
-        lo, hi = int(op.addr), int(op.addr) + size
-        for level in self.operand_levels:
+        lo, hi = int(op.addr), int(op.addr) + int(size)
+        for li, level in enumerate(self.operand_levels):
             if level.base <= lo and hi <= level.end:
-                return lo, hi, level
+                self._operands[key] = (lo, hi, li)
+                return lo, hi, li
         names = " or ".join(f"{a.name} {_span(a.base, a.end)}" for a in self.operand_levels)
         biggest = max(a.size_bytes for a in self.operand_levels)
         if size > biggest:
