@@ -39,8 +39,9 @@ TILES_PER_CORE = 4
 # -- numerics ----------------------------------------------------------------------------------------
 
 def relu_grad(dy: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """``dy * (x > 0)`` in the gradients' dtype (a NaN or inf gradient times 0 stays NaN, as in TensorFlow)."""
-    return dy * (x > 0).astype(dy.dtype)
+    """``dy * (x > 0)`` in the gradients' dtype (a NaN or inf gradient times 0 is NaN, as in TensorFlow)."""
+    with np.errstate(invalid="ignore"):  # inf * 0 = NaN is the answer, not a mistake to warn about
+        return dy * (x > 0).astype(dy.dtype)
 
 
 def relu_grad_tile(dy: np.ndarray, x: np.ndarray) -> tuple[np.ndarray]:

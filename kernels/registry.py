@@ -31,7 +31,7 @@ from kernels.base import (
     Kernel,
     precision_note,
 )
-from sim.errors import KernelArgError, KernelDefinitionError, brief
+from sim.errors import KernelArgError, KernelDefinitionError, brief, one_line
 from sim.model.call import ARG_KINDS, ArgSpec
 
 #: Modules under ``kernels/`` that each define a ``KERNEL``.
@@ -333,8 +333,10 @@ def _load_entry_points() -> None:
                     obj = obj.KERNEL
                 register_kernel(obj, origin=where)
             except Exception as e:  # noqa: BLE001 (any failure of a package's code is that package's, reported)
-                text = str(e) if isinstance(e, KernelDefinitionError) else f"{type(e).__name__}: {e}"
-                _STATE.entry_point_errors.append(f"{where} failed to load: {brief(text, 300)[1:-1]}")
+                # (a refusal of the registry names the kernel by where it came from: said once is enough)
+                text = str(e).replace(f" ({where})", "") if isinstance(e, KernelDefinitionError) \
+                    else f"{type(e).__name__}: {e}"
+                _STATE.entry_point_errors.append(f"{where} failed to load: {one_line(text)}")
 
 
 def entry_point_errors() -> list[str]:

@@ -121,3 +121,10 @@ def brief(value: Any, limit: int = 80) -> str:
         text = f"<{type(value).__name__}>"
     text = " ".join(text.splitlines())  # repr of a str escapes newlines; a foreign __repr__ may not
     return text if len(text) <= limit else text[: max(limit - 3, 1)] + "..."
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """``text`` (a message from code outside dspsim: an exception of a user's kernel) on one line of at most
+    ``limit`` characters, whitespace runs joined."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: max(limit - 3, 1)] + "..."

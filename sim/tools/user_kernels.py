@@ -21,7 +21,7 @@ import types
 from collections.abc import Sequence
 from pathlib import Path
 
-from sim.errors import ConfigError, SimError, brief
+from sim.errors import ConfigError, SimError, one_line
 from sim.simulator import register_kernel, registry_generation
 from sim.tools.config import KernelSource, RunConfig
 
@@ -39,7 +39,7 @@ def _failure(e: BaseException, path: Path | None) -> str:
         frames = [f for f in traceback.extract_tb(e.__traceback__) if Path(f.filename) == path]
         line = frames[-1].lineno if frames else None
     at = f" (line {line})" if line else ""
-    return f"importing it raised {type(e).__name__}{at}: {brief(str(e), 240)[1:-1]}"
+    return f"importing it raised {type(e).__name__}{at}: {one_line(str(e), 240)}"
 
 
 def _import_file(path: Path) -> tuple[types.ModuleType, bool]:
