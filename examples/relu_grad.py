@@ -104,7 +104,7 @@ class ReluGrad:
                     precision=call.precision)
 
     def tilings(self, call: BoundCall, ctx: PlanContext) -> list[dict[str, Any]]:
-        """Candidate tilings: the heuristic's tiles, half and twice as many, and the largest a slot holds."""
+        """Candidate tilings: four tiles per core (the heuristic), two, eight, and one as large as a slot holds."""
         try:
             lay = _Layout(call, ctx)
         except DoesNotFit:
