@@ -11,6 +11,7 @@ check: every shipped config and bench case runs in tests/test_frozen_cycles.py a
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import sys
 from collections.abc import Callable
@@ -263,3 +264,8 @@ def test_the_cli_reports_a_hostile_kernel_in_one_line(tmp_path):
         assert len(lines) == 1 and lines[0].startswith(
             "dspsim: error: kernel 'hostile_dma', core 0, tile 0, phase 'dma': breaks the plan rule "
             "'transfer-unmapped': load 0 (1024 bytes) reads [0x60000000, 0x60000400)"), proc.stderr
+    # validate --format json: tools read the refusal from stdout too.
+    proc = subprocess.run([sys.executable, "-m", "sim.cli", "validate", "--format", "json", "hostile.yaml"],
+                          cwd=tmp_path, capture_output=True, text=True, check=False)
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 2 and report["ok"] is False and "'transfer-unmapped'" in report["errors"][0]

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sim.cli.trace import add_trace_commands
-from sim.errors import ConfigError, LayoutError, SimError
+from sim.errors import ConfigError, LayoutError, PlanError, SimError
 from sim.inspect.layout_map import layout_map, layout_report
 from sim.model.target_loader import available_targets, load_target
 from sim.simulator import SHIPPED, kernel_entry_point_errors, kernel_symbols
@@ -103,22 +103,29 @@ def cmd_validate(args: argparse.Namespace) -> int:
     Prints the layout map and every finding; exit 1 on a layout violation or an entry error (on a warning
     too with ``--strict``), 2 when the config cannot be checked at all (a bad key, symbol or argument).
     """
+    def unchecked(e: SimError) -> None:
+        if args.format == "json":  # tools read stdout; the one-line error still goes to stderr
+            print(json.dumps({"config": str(args.config), "ok": False, "errors": [str(e)], "violations": [],
+                              "entries": [], "warnings": []}))
+
     try:
         cfg = load_config(args.config)
         m, found = preflight(cfg)
     except SimError as e:
-        if args.format == "json":  # tools read stdout; the one-line error still goes to stderr
-            print(json.dumps({"config": str(args.config), "ok": False, "errors": [str(e)], "violations": [],
-                              "entries": [], "warnings": []}))
+        unchecked(e)
         raise
     call = found.call
     violations = list(found.violations)
     if not violations:
         try:
-            # Tiles that cannot fit the scratchpad fail here (with the config's tiling, if it names one).
+            # Tiles that cannot fit the scratchpad fail here (with the config's tiling, if it names one); a plan
+            # that breaks the IR's rules (a user's kernel) cannot be checked further.
             m.plan_bound(call, cfg.tiling)
         except LayoutError as e:
             violations = list(e.violations)
+        except PlanError as e:
+            unchecked(e)
+            raise
     errors, warnings = found.errors(args.strict), found.warnings(args.strict)
     report = {"config": str(cfg.path), **layout_report(call, m.target, violations),
               "entries": [i.as_dict(args.strict) for i in found.issues],
