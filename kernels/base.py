@@ -16,7 +16,7 @@ import numpy as np
 
 from sim.errors import KernelArgError
 from sim.model.call import ArgSpec, BoundCall, MemoryReader
-from sim.model.plan import Plan
+from sim.model.plan import DoesNotFit, Plan
 from sim.model.target import StagingArea, Target
 from sim.timing import estimate
 
@@ -109,8 +109,9 @@ class PlanContext:
 
     def _shared(self) -> StagingArea:
         area = self.shared_level
-        if area is None:
-            raise KeyError(f"{self.target.name} has no shared staging level")
+        if area is None:  # a chip may list no shared level: then no plan exchanges anything across cores
+            raise DoesNotFit(None, 1, 0, f"{self.target.name} has no shared staging level to exchange partial "
+                                         f"results between cores through")
         return area
 
 

@@ -120,16 +120,12 @@ class Run:
 
 
 def staging_areas(target: Target) -> tuple[StagingArea, ...]:
-    """The staging levels of ``target`` as plans see them, outermost first: the shared workspace window, then
-    the per-core staging scratchpad (allocations aligned to its alignment and the vector width)."""
-    stage = target.region(target.staging_region)
-    shared = target.region(target.workspace.region)
-    ws_lo, ws_hi = target.workspace_range
+    """The staging levels of ``target`` (``staging.levels`` of its file) as plans see them, outermost first:
+    each level's window, with allocations in it aligned to its region's alignment and the vector width."""
     vector_width = target.core.vector_width_bytes
-    return (StagingArea(shared.name, shared.name, ws_lo, ws_hi - ws_lo, True,
-                        max(shared.alignment_bytes, vector_width)),
-            StagingArea(stage.name, stage.name, stage.base, stage.size_bytes, False,
-                        max(stage.alignment_bytes, vector_width)))
+    return tuple(StagingArea(level.name, level.region, level.base, level.size_bytes, level.shared,
+                             max(target.region(level.region).alignment_bytes, vector_width), level.beside)
+                 for level in target.staging)
 
 
 def find_symbol(symbol: object) -> Symbol:
@@ -475,7 +471,10 @@ class Simulator:
         out = []
         if progress is not None:
             progress("planning tilings", 0, 0)  # 0 of an unknown number: the kernel is listing its candidates
-        cands = list(kernel.tilings(call, ctx))
+        try:
+            cands = list(kernel.tilings(call, ctx))
+        except DoesNotFit as e:  # no candidate can fit at all (a chip without the level the kernel needs)
+            raise layout_error([fit_violation(call, self.target, e)]) from None
         for i, cand in enumerate(cands):
             if progress is not None:
                 progress("planning tilings", i, len(cands))

@@ -14,10 +14,11 @@ import sim
 import sim.tools.progress
 from sim.cli import main
 from sim.errors import ConfigError
+from sim.model.target_loader import parse_target
 from sim.tools.calibrate import (
-    FREE_PARAMETERS,
     Measurement,
     calibrate,
+    free_parameters,
     load_measurements,
     load_target_document,
     parameter_values,
@@ -56,7 +57,10 @@ CALLS = [
                                      "input_shape": [8, 28, 28, 64], "filter_sizes": [3, 3, 64, 64],
                                      "strides": [1, 1, 1, 1], "padding": "SAME"}),
 ]
-FACTORS = [1.3, 0.7, 1.4, 1.35, 1.25, 0.75]  # truth = nominal x factor, in FREE_PARAMETERS order
+#: FT78NE's free parameters (its shared regions' bandwidths, DDR outermost, then the chip's), truth = nominal x factor.
+FACTORS = {"regions.ddr.bandwidth_bytes_per_cycle": 1.3, "regions.gsm.bandwidth_bytes_per_cycle": 0.7,
+           "dma.setup_cycles": 1.4, "core.loop_overhead_cycles": 1.35, "sync.launch_overhead_cycles": 1.25,
+           "core.vector_efficiency": 0.75}
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,9 +79,10 @@ def write_measurements(path, doc, calls=CALLS):
 
 def test_perturbed_target_is_recovered_within_5_percent(tmp_path, capsys):
     doc, _ = load_target_document("FT78NE")
-    names = list(FREE_PARAMETERS)
+    names = free_parameters(doc)
+    assert names == list(FACTORS)
     nominal = parameter_values(doc, names)
-    truth_doc = with_parameters(doc, {n: nominal[n] * f for n, f in zip(names, FACTORS)})
+    truth_doc = with_parameters(doc, {n: nominal[n] * FACTORS[n] for n in names})
     truth = parameter_values(truth_doc, names)  # as stored: cycles rounded to whole numbers
     measured = write_measurements(tmp_path / "m.csv", truth_doc)
     out = tmp_path / "my_chip.yaml"
@@ -89,7 +94,7 @@ def test_perturbed_target_is_recovered_within_5_percent(tmp_path, capsys):
         assert fitted[n] == pytest.approx(truth[n], rel=0.05), (n, fitted[n], truth[n])
     # The fitted file is an ordinary target, and it reproduces the measurements within 2%.
     chip = sim.load_target(out)
-    assert chip.core.vector_efficiency == pytest.approx(truth["vector_efficiency"], rel=0.05)
+    assert chip.core.vector_efficiency == pytest.approx(truth["core.vector_efficiency"], rel=0.05)
     again = simulate(yaml.safe_load(out.read_text()), [Measurement(s, a, 1) for s, a in CALLS])
     assert (abs(again - measured) / measured).max() < 0.02
     before = simulate(doc, [Measurement(s, a, 1) for s, a in CALLS])
@@ -99,7 +104,7 @@ def test_perturbed_target_is_recovered_within_5_percent(tmp_path, capsys):
 
 
 #: Keys of the free parameters as they appear on a target file's lines.
-PARAM_KEYS = {n: FREE_PARAMETERS[n][0].rsplit(".", 1)[-1] for n in FREE_PARAMETERS}
+PARAM_KEYS = {n: n.rsplit(".", 1)[-1] for n in FACTORS}
 
 
 def assert_only_fitted_lines_changed(original: str, written: str, fitted):
@@ -131,9 +136,9 @@ def test_unidentified_parameters_are_named_and_kept_and_the_copy_keeps_the_file(
     and per-tile overheads, and the fit would drive the launch overhead towards zero (the old code wrote
     3e-27): all three are reported and kept at the target's values, the others fitted."""
     doc, _ = load_target_document("FT78NE")
-    names = list(FREE_PARAMETERS)
+    names = free_parameters(doc)
     nominal = parameter_values(doc, names)
-    truth = with_parameters(doc, {n: nominal[n] * f for n, f in zip(names, FACTORS)})
+    truth = with_parameters(doc, {n: nominal[n] * FACTORS[n] for n in names})
     calls = [CALLS[1], CALLS[5], CALLS[8]]
     write_measurements(tmp_path / "m.csv", truth, calls)
     # The starting target: a user's file with its own comments, hex numbers, and vector_efficiency left out.
@@ -146,24 +151,26 @@ def test_unidentified_parameters_are_named_and_kept_and_the_copy_keeps_the_file(
     assert main(["calibrate", str(tmp_path / "m.csv"), "--target", str(start), "-o", str(out)]) == 0
     report = capsys.readouterr().out
     section = report.split("not identified by these measurements (kept at the target's values):\n")[1]
-    why = dict(re.findall(r"^  (\w+): (.*)$", section, re.MULTILINE))
-    assert set(why) == {"dma_setup_cycles", "loop_overhead_cycles", "launch_overhead_cycles"}
-    assert "changes no measurement" in why["dma_setup_cycles"] and "changes no measurement" in why[
-        "loop_overhead_cycles"]
-    assert "the fit drove it to" in why["launch_overhead_cycles"]
+    why = dict(re.findall(r"^  ([\w.]+): (.*)$", section, re.MULTILINE))
+    assert set(why) == {"dma.setup_cycles", "core.loop_overhead_cycles", "sync.launch_overhead_cycles"}
+    assert "changes no measurement" in why["dma.setup_cycles"] and "changes no measurement" in why[
+        "core.loop_overhead_cycles"]
+    assert "the fit drove it to" in why["sync.launch_overhead_cycles"]
     assert "3 parameter(s) not identified, kept at board.yaml's values" in report
     written = yaml.safe_load(out.read_text())
     got = parameter_values(written, names)
-    for n in ("dma_setup_cycles", "loop_overhead_cycles", "launch_overhead_cycles"):
+    for n in ("dma.setup_cycles", "core.loop_overhead_cycles", "sync.launch_overhead_cycles"):
         assert got[n] == nominal[n]
-    for n in ("ddr_bandwidth_bytes_per_cycle", "gsm_bandwidth_bytes_per_cycle", "vector_efficiency"):
+    for n in ("regions.ddr.bandwidth_bytes_per_cycle", "regions.gsm.bandwidth_bytes_per_cycle",
+              "core.vector_efficiency"):
         assert got[n] == pytest.approx(parameter_values(truth, [n])[n], rel=0.05), n
-    assert written["name"] == "FT78NE (calibrated)" and "not identified, kept: dma_setup_cycles" in written["source"]
+    assert written["name"] == "FT78NE (calibrated)" and "not identified, kept: dma.setup_cycles" in written["source"]
     assert sim.load_target(out).name == "FT78NE (calibrated)"
     text = out.read_text()
     assert "dma:  # measured on board 3" in text and "burst_bytes: 0x40" in text
-    assert_only_fitted_lines_changed(original, text, ["ddr_bandwidth_bytes_per_cycle",
-                                                      "gsm_bandwidth_bytes_per_cycle", "vector_efficiency"])
+    assert_only_fitted_lines_changed(original, text, ["regions.ddr.bandwidth_bytes_per_cycle",
+                                                      "regions.gsm.bandwidth_bytes_per_cycle",
+                                                      "core.vector_efficiency"])
 
 
 def test_more_parameters_than_one_measurement_can_identify(tmp_path):
@@ -171,11 +178,12 @@ def test_more_parameters_than_one_measurement_can_identify(tmp_path):
     only one of them can be fitted; the others are named and kept."""
     doc, _ = load_target_document("FT78NE")
     m = [Measurement(CALLS[1][0], CALLS[1][1], 105553)]
-    cal = calibrate(doc, m, ["ddr_bandwidth_bytes_per_cycle", "launch_overhead_cycles", "vector_efficiency"])
-    assert set(cal.unidentified) == {"launch_overhead_cycles", "vector_efficiency"}
+    cal = calibrate(doc, m, ["regions.ddr.bandwidth_bytes_per_cycle", "sync.launch_overhead_cycles",
+                             "core.vector_efficiency"])
+    assert set(cal.unidentified) == {"sync.launch_overhead_cycles", "core.vector_efficiency"}
     assert all("1 measurement(s) cannot identify 3 parameters" in w for w in cal.unidentified.values())
-    assert cal.after["launch_overhead_cycles"] == 1800 and cal.after["vector_efficiency"] == 1.0
-    assert abs(cal.error_after[0]) < 0.005 and cal.fitted == ["ddr_bandwidth_bytes_per_cycle"]
+    assert cal.after["sync.launch_overhead_cycles"] == 1800 and cal.after["core.vector_efficiency"] == 1.0
+    assert abs(cal.error_after[0]) < 0.005 and cal.fitted == ["regions.ddr.bandwidth_bytes_per_cycle"]
 
 
 class FakeTerminal(io.StringIO):
@@ -190,15 +198,64 @@ def test_calibrate_shows_each_phase_on_a_terminal_only(monkeypatch):
     doc, _ = load_target_document("FT78NE")
     m = [Measurement(CALLS[0][0], CALLS[0][1], 4000)]
     tty = FakeTerminal()
-    calibrate(doc, m, ["launch_overhead_cycles"], progress=tty)
+    calibrate(doc, m, ["sync.launch_overhead_cycles"], progress=tty)
     for phase in ("calibrate: simulating 1 measurements on the starting target",
                   "calibrate: probing which parameters the measurements respond to",
                   "calibrate: fitting 1 parameters", "calibrate: checking the fitted parameters are identified",
                   "calibrate: simulating 1 measurements on the fitted target"):
         assert phase in tty.getvalue(), phase
     pipe = io.StringIO()
-    calibrate(doc, m, ["launch_overhead_cycles"], progress=pipe)
+    calibrate(doc, m, ["sync.launch_overhead_cycles"], progress=pipe)
     assert pipe.getvalue() == ""
+
+
+#: A shared on-chip L3 added to FT78NE (a region set of its own: calibration must find and fit it).
+L3 = 0x50000000
+L3_REGION = {"name": "l3", "source": "what-if: a 16 MiB shared L3 at 0x50000000, 48 B/cycle", "base": L3,
+             "size_bytes": 0x1000000, "kind": "shared", "latency_cycles": 60, "bandwidth_bytes_per_cycle": 48,
+             "ports": 4, "burst_bytes": 32}
+
+
+def test_a_chip_with_another_region_set_calibrates_its_own_regions(tmp_path):
+    """A copy of FT78NE with an extra shared l3: its bandwidth is a free parameter (DDR and l3 hold no staging
+    level, GSM does: outermost first), and measurements streaming from l3 recover its perturbed value; a chip
+    whose shared on-chip memory is called sram has no gsm parameter at all."""
+    doc, _ = load_target_document("FT78NE")
+    doc["regions"].append(dict(L3_REGION))
+    bandwidths = ["regions.ddr.bandwidth_bytes_per_cycle", "regions.l3.bandwidth_bytes_per_cycle",
+                  "regions.gsm.bandwidth_bytes_per_cycle"]
+    assert free_parameters(doc) == bandwidths + ["dma.setup_cycles", "core.loop_overhead_cycles",
+                                                 "sync.launch_overhead_cycles", "core.vector_efficiency"]
+    truth = with_parameters(doc, {bandwidths[0]: 24 * 1.3, bandwidths[1]: 48 * 0.6, bandwidths[2]: 64 * 0.7})
+    calls = [CALLS[1], ("fp_batch_norm_grad_s", bn(256, 1024, base=L3)), CALLS[3]]
+    measured = simulate(truth, [Measurement(s, a, 1) for s, a in calls])
+    cal = calibrate(doc, [Measurement(s, a, int(c)) for (s, a), c in zip(calls, measured)], bandwidths)
+    assert cal.fitted == bandwidths and not cal.unidentified
+    for n, want in zip(bandwidths, (24 * 1.3, 48 * 0.6, 64 * 0.7)):
+        assert cal.after[n] == pytest.approx(want, rel=0.05), n
+    assert parse_target(cal.document).region("l3").bandwidth_bytes_per_cycle == cal.after[bandwidths[1]]
+    renamed = yaml.safe_load((ROOT / "targets" / "FT78NE.yaml").read_text())
+    next(r for r in renamed["regions"] if r["name"] == "gsm")["name"] = "sram"
+    renamed["staging"]["levels"][0]["region"] = "sram"
+    assert free_parameters(renamed)[:2] == ["regions.ddr.bandwidth_bytes_per_cycle",
+                                            "regions.sram.bandwidth_bytes_per_cycle"]
+    with pytest.raises(ConfigError, match=r"unknown free parameter 'regions\.gsm\.bandwidth_bytes_per_cycle' "
+                                          r"\(this chip's, by key path: regions\.ddr\.bandwidth_bytes_per_cycle, "
+                                          r"regions\.sram\.bandwidth_bytes_per_cycle, dma\.setup_cycles"):
+        calibrate(renamed, [Measurement(calls[0][0], calls[0][1], 100000)], ["regions.gsm.bandwidth_bytes_per_cycle"])
+
+
+def test_an_old_style_parameter_name_is_refused_naming_its_key_path(tmp_path, capsys):
+    doc, _ = load_target_document("FT78NE")
+    with pytest.raises(ConfigError, match=r"unknown free parameter 'ddr_bandwidth_bytes_per_cycle'; did you mean "
+                                          r"regions\.ddr\.bandwidth_bytes_per_cycle\?"):
+        calibrate(doc, [Measurement(CALLS[0][0], CALLS[0][1], 4000)], ["ddr_bandwidth_bytes_per_cycle"])
+    p = tmp_path / "m.csv"
+    write_measurements(p, doc, CALLS[:1])
+    assert main(["calibrate", str(p), "--target", "FT78NE", "-o", str(tmp_path / "o.yaml"),
+                 "--params", "vector_efficiency"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "did you mean core.vector_efficiency?" in err
 
 
 def test_bad_measurement_files(tmp_path):

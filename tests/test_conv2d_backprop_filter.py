@@ -120,7 +120,7 @@ def small_target(tmp_path: Path, base: str = "FT78NE", am_bytes: int = 0x8000, w
             r["size_bytes"] = am_bytes
         if r["name"] == "ddr":
             r["bandwidth_bytes_per_cycle"] = r["bandwidth_bytes_per_cycle"] * ddr_scale
-    doc["workspace"]["size_bytes"] = workspace_bytes
+    next(lv for lv in doc["staging"]["levels"] if lv["name"] == "gsm")["size_bytes"] = workspace_bytes
     path = tmp_path / f"{base}_small.yaml"
     path.write_text(yaml.safe_dump(doc))
     return sim.load_target(path)
@@ -417,7 +417,8 @@ def test_barrier_and_workspace_exchange_when_split_over_the_batch():
     assert names[0] == "slice0:partials0" and "slice0:reduce0" in names
     waits = [e for e in run.events if e.kind == "barrier_wait"]
     assert {e.core for e in waits} == set(range(8))
-    ws_lo, ws_hi = run.target.workspace_range
+    ws = run.target.staging_level("gsm")
+    ws_lo, ws_hi = ws.base, ws.end
     to_ws = [e for e in run.events if e.kind == "dma_out" and ws_lo <= e.dst < ws_hi and e.phase == names[0]]
     from_ws = [e for e in run.events if e.kind == "dma_in" and ws_lo <= e.src < ws_hi and e.phase == names[1]]
     assert {e.core for e in to_ws} == set(range(8)) and {e.core for e in from_ws} == set(range(8))

@@ -206,12 +206,16 @@ NUMERIC_PATHS = numeric_paths(yaml.safe_load(FT78NE))
 
 
 def key_path_text(path: tuple, doc: dict) -> str:
-    """How the loader names ``path`` in messages: ``<top>.clock_hz``, ``regions[4](ddr).ports``."""
+    """How the loader names ``path`` in messages: ``<top>.clock_hz``, ``regions[4](ddr).ports``,
+    ``staging.levels[0](gsm).size_bytes``."""
     if len(path) == 1:
         return f"<top>.{path[0]}"
     if path[0] == "regions":
         index = [r["name"] for r in doc["regions"]].index(path[1])
         return f"regions[{index}]({path[1]})." + ".".join(path[2:])
+    if path[:2] == ("staging", "levels"):
+        index = [lv["name"] for lv in doc["staging"]["levels"]].index(path[2])
+        return f"staging.levels[{index}]({path[2]})." + ".".join(path[3:])
     return ".".join(path)
 
 
@@ -411,18 +415,58 @@ def test_empty_arrays_of_sane_dimensions_still_work(tmp_path):
 # --- item 11: messages -------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("offset,size,pattern", [
-    (0x700000, 0x80000, r"workspace\.offset_bytes: must be <= 0x5fffff \(inside region gsm of 0x600000 bytes\), "
-                        r"got 0x700000"),
-    (0x5C0000, 0x80000, r"workspace\.offset_bytes: window \[0x405c0000, 0x40640000\) \(offset_bytes 0x5c0000 \+ "
-                        r"size_bytes 0x80000\) runs past the end of region gsm at 0x40600000: at most 0x580000"),
-    (0x0, 0x700000, r"workspace\.size_bytes: must be <= 0x600000 \(inside region gsm of 0x600000 bytes\)"),
+    (0x700000, 0x80000, r"staging\.levels\[0\]\(gsm\)\.offset_bytes: must be <= 0x5fffff \(inside region gsm of "
+                        r"0x600000 bytes\), got 0x700000"),
+    (0x5C0000, 0x80000, r"staging\.levels\[0\]\(gsm\)\.offset_bytes: window \[0x405c0000, 0x40640000\) \(offset_bytes "
+                        r"0x5c0000 \+ size_bytes 0x80000\) runs past the end of region gsm at 0x40600000: at most "
+                        r"0x580000"),
+    (0x0, 0x700000, r"staging\.levels\[0\]\(gsm\)\.size_bytes: must be <= 0x600000 \(inside region gsm of 0x600000 "
+                    r"bytes\)"),
 ])
-def test_workspace_messages_name_the_key_at_fault(tmp_path, offset, size, pattern):
+def test_staging_window_messages_name_the_key_at_fault(tmp_path, offset, size, pattern):
     doc = yaml.safe_load(FT78NE)
-    doc["workspace"].update(offset_bytes=offset, size_bytes=size)
+    doc["staging"]["levels"][0].update(offset_bytes=offset, size_bytes=size)
     p = tmp_path / "chip.yaml"
     p.write_text(yaml.safe_dump(doc))
     with pytest.raises(sim.TargetError, match=pattern):
+        sim.load_target(p)
+
+
+#: FT78NE.yaml as it was written before staging levels: one staging region and one workspace window.
+OLD_STAGING = """staging_region: am
+
+workspace:
+  source: "assumed: the top 512 KiB of GSM is reserved for the kernels' cross-core partial results"
+  region: gsm
+  offset_bytes: 0x580000
+  size_bytes: 0x80000
+"""
+
+
+def test_a_file_with_the_old_staging_keys_is_refused_with_the_levels_to_write(tmp_path, capsys):
+    """A target file still using staging_region/workspace is refused on one line that spells out the
+    staging block to write from the file's own values; that block, pasted in, loads as the shipped chip."""
+    text = FT78NE[:FT78NE.index("# Staging levels")] + OLD_STAGING + "\n" + FT78NE[FT78NE.index("regions:"):]
+    p = tmp_path / "old.yaml"
+    p.write_text(text)
+    with pytest.raises(sim.TargetError) as info:
+        sim.load_target(p)
+    msg = str(info.value)
+    assert msg.startswith(f"{p}: staging_region: staging_region and workspace were replaced by a list of staging "
+                          f"levels, outermost first; write instead: staging: ")
+    assert "\n" not in msg and "0x580000" in msg and "beside: am" in msg
+    assert main(["targets", str(p)]) == 2 and capsys.readouterr().err.count("\n") == 1
+    # The block the message spells out (with the scalar memory it suggests) is the shipped chip's staging.
+    block = re.search(r"write instead: staging: (\{.*\]\})", msg).group(1)
+    suggested = yaml.safe_load(block.replace('"..."', '"from the message"'))
+    suggested["levels"].append(yaml.safe_load(re.search(r"adds (\{[^}]*\})", msg).group(1)))
+    doc = yaml.safe_load(FT78NE)
+    assert suggested["levels"] == doc["staging"]["levels"]
+    # Only one of the two old keys left: still refused, naming the one there is.
+    doc.pop("staging")
+    doc["workspace"] = {"region": "gsm", "offset_bytes": 0x580000, "size_bytes": 0x80000}
+    p.write_text(yaml.safe_dump(doc))
+    with pytest.raises(sim.TargetError, match=r": workspace: workspace was replaced by a list of staging levels"):
         sim.load_target(p)
 
 

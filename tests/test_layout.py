@@ -100,7 +100,8 @@ def test_rule_private_memory_for_p_symbols():
 
 
 def test_rule_workspace_window_is_reserved():
-    lo, hi = sim.load_target("FT78NE").workspace_range
+    ws = sim.load_target("FT78NE").staging_level("gsm")
+    lo, hi = ws.base, ws.end
     v = only(violations("fp_batch_norm_grad_s", {**S, "x": lo + 0x1000}), "workspace", "x")
     assert f"[{lo:#x}, {hi:#x})" in str(v)
     assert v.suggestion == lo - 0x400  # just below the window
@@ -266,7 +267,7 @@ def test_nearest_legal_address_avoids_buffers_and_workspace():
     other = Buffer("x", 0xA0000000, (256,), F32, "input")
     assert nearest_legal_address(b, "s", t, [other]) == 0x9FFFFC00  # 1 KiB below or above: ties go down
     assert nearest_legal_address(Buffer("dx", 0xA0000100, (256,), F32, "output"), "s", t, [other]) == 0xA0000400
-    lo, hi = t.workspace_range
+    lo, hi = t.staging_level("gsm").base, t.staging_level("gsm").end
     inside = Buffer("w", lo + 16, (4,), F32, "input")
     assert nearest_legal_address(inside, "s", t) == lo - 16
     near_top = Buffer("w", hi - 8, (4,), F32, "input")
@@ -301,8 +302,8 @@ def test_layout_report_marks_overlap_and_reserved_window():
     vs = check_layout(call, m.target)
     rep = layout_report(call, m.target, vs)
     gsm = next(r for r in rep["regions"] if r["name"] == "gsm")
-    assert gsm["reserved"][0]["start"] == m.target.workspace_range[0]
-    assert gsm["gaps"][-1]["end"] == m.target.workspace_range[0]  # free space stops at the window
+    assert gsm["reserved"][0]["start"] == m.target.staging_level("gsm").base
+    assert gsm["gaps"][-1]["end"] == m.target.staging_level("gsm").base  # free space stops at the window
     assert rep["ok"] is True  # dx no longer overlaps x (moved to gsm)
     call = m.bind("fp_batch_norm_grad_s", **{**S, "dx": 0xA0000100})
     text = layout_map(call, m.target, check_layout(call, m.target))
@@ -488,7 +489,7 @@ def test_fit_violation_names_the_staging_level_the_signal_names_never_the_messag
     m = sim.Simulator("FT78NE")
     call = m.bind("fp_batch_norm_grad_s", **S)
     v = fit_violation(call, m.target, DoesNotFit("gsm", 4096, 1024, "the partial sums of 8 cores"))
-    assert (v.rule, v.region, (v.start, v.end)) == ("scratchpad-fit", "gsm", m.target.workspace_range)
+    assert (v.rule, v.region, (v.start, v.end)) == ("scratchpad-fit", "gsm", (0x40580000, 0x40600000))
     v = fit_violation(call, m.target, DoesNotFit(None, 4096, 1024, "the workspace is not what overflowed"))
     assert (v.region, v.start) == ("am", 0x20000000)
     # A kernel's LayoutError counts against the per-core scratchpad, whatever its message says.

@@ -43,6 +43,17 @@ def region(doc: dict, name: str) -> dict:
     return next(r for r in doc["regions"] if r["name"] == name)
 
 
+def level(name: str, key: str, value=None, delete=False):
+    """A change that sets (or deletes) ``key`` of the staging level called ``name``."""
+    def change(doc: dict) -> None:
+        node = next(lv for lv in doc["staging"]["levels"] if lv["name"] == name)
+        if delete:
+            del node[key]
+        else:
+            node[key] = value
+    return change
+
+
 def setter(*path, value=None, delete=False):
     """A change that sets (or deletes) the key at ``path``; region names stand for their entries."""
     def change(doc: dict) -> None:
@@ -99,10 +110,44 @@ TARGET_CASES = [
     ("empty file", "", r"<top>: expected a mapping, got NoneType"),
     ("not YAML", "name: [unclosed\n", r"not valid YAML"),
     ("NUL byte", "name: a\x00b\n", r"not valid YAML"),
-    ("staging not a scratchpad", edit(setter("staging_region", value="l2")), r"must be private with role"),
-    ("staging unknown", edit(setter("staging_region", value="l9")), r"staging_region: names no region"),
-    ("workspace past region", edit(setter("workspace", "offset_bytes", value=0x5C0000)), r"runs past the end"),
-    ("workspace private", edit(setter("workspace", "region", value="l2")), r"must name a shared region"),
+    ("staging not a scratchpad", edit(level("am", "region", value="l2")),
+     r"staging\.levels\[1\]\(am\)\.region: region l2 is private with role storage: a per-core level must be a "
+     r"region with role scratchpad"),
+    ("staging unknown", edit(level("am", "region", value="l9")),
+     r"staging\.levels\[1\]\(am\)\.region: names no region \(l2, am, sm, gsm, ddr\)"),
+    ("workspace past region", edit(level("gsm", "offset_bytes", value=0x5C0000)),
+     r"staging\.levels\[0\]\(gsm\)\.offset_bytes: window .* runs past the end"),
+    ("shared level not a window", edit(level("gsm", "size_bytes", delete=True)),
+     r"staging\.levels\[0\]\(gsm\)\.size_bytes: required key is missing: a level in shared region gsm is a "
+     r"window of it"),
+    ("duplicate level", edit(level("sm", "name", value="am")), r"staging\.levels\[2\]\(am\)\.name: duplicate level "
+     r"name 'am'"),
+    ("beside unknown", edit(level("sm", "beside", value="l1")),
+     r"staging\.levels\[2\]\(sm\)\.beside: must name an earlier per-core level that is beside no other \(here: "
+     r"am\), got 'l1'"),
+    ("beside a shared level", edit(level("sm", "beside", value="gsm")), r"\(sm\)\.beside: must name an earlier "
+     r"per-core level"),
+    ("beside on a shared level", edit(level("gsm", "beside", value="am")),
+     r"\(gsm\)\.beside: a shared level sits beside no other"),
+    ("no per-core level", edit(setter("staging", "levels", value=[{"name": "gsm", "region": "gsm",
+                                                                   "offset_bytes": 0, "size_bytes": 4096}])),
+     r"staging\.levels: at least one per-core level"),
+    ("no level", edit(setter("staging", "levels", value=[])), r"staging\.levels: expected a non-empty list"),
+    ("levels overlap", edit(setter("staging", "levels", value=[{"name": "am", "region": "am"},
+                                                               {"name": "l1", "region": "am", "size_bytes": 64}])),
+     r"staging\.levels\[1\]\(l1\): window \[0x20000000, 0x20000040\) of am overlaps level am"),
+    ("shared after per-core", edit(setter("staging", "levels", value=[
+        {"name": "am", "region": "am"}, {"name": "gsm", "region": "gsm", "offset_bytes": 0, "size_bytes": 64}])),
+     r"staging\.levels\[1\]\(gsm\): shared level gsm comes after per-core level am: levels are listed outermost "
+     r"first"),
+    ("level offset past the region", edit(level("am", "offset_bytes", value=0xC0000)),
+     r"\(am\)\.offset_bytes: must be <= 0xbffff \(inside region am of 0xc0000 bytes\), got 0xc0000"),
+    ("level size as text", edit(level("am", "size_bytes", value="64K")), r"\(am\)\.size_bytes: expected an integer"),
+    ("unknown level key", edit(level("am", "speed", value=1)), r"staging\.levels\[1\]\(am\)\.speed: unknown key"),
+    ("too many levels", edit(setter("staging", "levels", value=[{"name": f"a{i}", "region": "am", "offset_bytes": i,
+                                                                 "size_bytes": 1} for i in range(17)])),
+     r"staging\.levels: at most 16 levels, got 17"),
+    ("no staging source", edit(setter("staging", "source", delete=True)), r"staging\.source: required key"),
     ("no source", edit(setter("dma", "source", delete=True)), r"dma\.source: required key is missing"),
 ]
 

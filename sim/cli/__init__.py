@@ -34,8 +34,13 @@ def cmd_targets(args: argparse.Namespace) -> int:
             role = f" {r.role}" if r.role != "storage" else ""
             print(f"  {r.name:<4} [{r.base:#012x}, {r.end:#012x}) {r.size_bytes:>11} B  {r.kind:<7}{role:<11} "
                   f"{r.bandwidth_bytes_per_cycle:g} B/cycle over {r.ports} port(s), {r.latency_cycles} cycles latency")
-        lo, hi = t.workspace_range
-        print(f"  staging in {t.staging_region}; workspace {t.workspace.region} [{lo:#x}, {hi:#x})")
+        print("  staging levels, outermost first:")
+        for lv in t.staging:
+            where = "shared" if lv.shared else "per core"
+            role = (" (the kernels' workspace)" if lv == t.shared_levels[0] else "") if lv.shared else \
+                (f", beside {lv.beside}" if lv.beside else " (compute operands)" if lv == t.vector_level else "")
+            print(f"    {lv.name:<4} in {lv.region:<4} [{lv.base:#012x}, {lv.end:#012x}) {lv.size_bytes:>11} B  "
+                  f"{where}{role}")
     return 0
 
 
@@ -236,7 +241,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("measurements", help="CSV: symbol, args (JSON), cycles[, core_mask | core]")
     c.add_argument("--target", required=True, help="chip name or target YAML to start from")
     c.add_argument("-o", "--output", required=True, help="fitted target YAML to write")
-    c.add_argument("--params", help="comma-separated free parameters to fit (default: all)")
+    c.add_argument("--params", help="comma-separated free parameters to fit, by key path in the target file "
+                                    "(e.g. regions.ddr.bandwidth_bytes_per_cycle,dma.setup_cycles; default: "
+                                    "every shared region's bandwidth, the DMA setup, per-tile and launch "
+                                    "overheads, vector efficiency)")
     c.set_defaults(func=cmd_calibrate)
     w = sub.add_parser("sweep", help="run a grid of chips, shapes, core masks and target parameters")
     w.add_argument("sweep", help="sweep YAML")

@@ -36,14 +36,15 @@ def layout_rows(call: BoundCall, target: Target) -> list[dict]:
 def layout_report(call: BoundCall, target: Target, violations: Sequence[Violation] = ()) -> dict:
     """The layout as data: regions holding buffers (in address order, with the gaps), and the violations."""
     rows = layout_rows(call, target)
-    ws_lo, ws_hi = target.workspace_range
     regions = []
     for r in target.regions:
         items = [row for row in rows if row["region"] == r.name]
         if not items:
             continue
-        reserved = ([{"name": "workspace", "start": ws_lo, "end": ws_hi, "size_bytes": ws_hi - ws_lo}]
-                    if r.name == target.workspace.region else [])
+        # The shared staging windows: the first is the kernels' workspace (cross-core partial results).
+        reserved = [{"name": "workspace" if i == 0 else level.name, "level": level.name, "start": level.base,
+                     "end": level.end, "size_bytes": level.size_bytes}
+                    for i, level in enumerate(target.shared_levels) if level.region == r.name]
         gaps = [{"start": lo, "end": hi, "size_bytes": hi - lo}
                 for lo, hi in free_spans(r, [(row["start"], row["end"]) for row in items]
                                           + [(w["start"], w["end"]) for w in reserved])]
@@ -79,7 +80,8 @@ def layout_map(call: BoundCall, target: Target, violations: Sequence[Violation] 
                 label = "free" if item["start"] == reg["base"] or item["end"] == reg["end"] else "gap"
                 lines.append(f"  {a(item['start'])}-{a(item['end'])}  ({label} {_human(item['size_bytes'])})")
             elif kind == "ws":
-                lines.append(f"  {a(item['start'])}-{a(item['end'])}  [reserved: kernels' workspace, "
+                what = "workspace" if item["name"] == "workspace" else f"staging level {item['level']}"
+                lines.append(f"  {a(item['start'])}-{a(item['end'])}  [reserved: kernels' {what}, "
                              f"{_human(item['size_bytes'])}]")
             else:
                 if item["start"] < cursor:

@@ -5,8 +5,9 @@ zoomed spans shaded), and below it a broken axis that zooms on the buffers: the 
 clusters of nearby addresses (:func:`zoom_segments`), and each cluster gets a segment of the axis scaled to
 its own span, so that a 768-byte overlap in a 2 GiB region is as visible as the buffers themselves.
 Inputs are blue, outputs orange, buffers breaking a rule outlined red; overlapping buffers stack in lanes.
-The reserved workspace is hatched.  Buffer sizes span many decades, so a last panel shows every buffer's
-size on a log axis.  Drawn with matplotlib's Agg backend (no display) and written atomically.
+The shared staging windows the kernels own (the workspace) are hatched.  Buffer sizes span many decades,
+so a last panel shows every buffer's size on a log axis.  Drawn with matplotlib's Agg backend (no display)
+and written atomically.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def _span_words(n: int) -> str:
 
 
 def _draw_buffers(ax: Any, reg: dict, bad: set[str], lo: int, hi: int, labels: bool) -> None:
-    """The region's buffers (and workspace) that fall in ``[lo, hi)``, each at least visible."""
+    """The region's buffers (and shared staging windows) that fall in ``[lo, hi)``, each at least visible."""
     from matplotlib.patches import Rectangle
 
     span = hi - lo
@@ -94,7 +95,7 @@ def _draw_buffers(ax: Any, reg: dict, bad: set[str], lo: int, hi: int, labels: b
         if w["end"] > lo and w["start"] < hi:
             ax.add_patch(Rectangle((w["start"], 0), w["end"] - w["start"], n_lanes, facecolor="none",
                                    edgecolor="#999999", hatch="///", linewidth=0.5))
-            ax.text(max(w["start"], lo), -0.05, "workspace", fontsize=6, color="#666666", va="top")
+            ax.text(max(w["start"], lo), -0.05, w["name"], fontsize=6, color="#666666", va="top")
     last_x, bump = None, 0
     for it, lane in zip(items, lanes):
         if it["end"] <= lo or it["start"] >= hi:

@@ -3,15 +3,17 @@
 The rules, each with the id a :class:`Violation` carries (see ``RULES``):
 
 * ``mapped`` / ``inside-one-region``: a buffer lies wholly inside one mapped region;
-* ``not-scratchpad``: never in the cores' tile-staging scratchpads, which kernels own during a call;
+* ``not-scratchpad``: never in the cores' tile-staging scratchpads (every region of a per-core staging
+  level, and every region with role scratchpad), which kernels own during a call;
 * ``shared-memory`` / ``private-memory``: ``_s`` buffers in shared memory, ``_p`` buffers in the
   calling core's private memory;
-* ``workspace``: never in the shared window reserved for the kernels' cross-core partial results;
+* ``workspace``: never in a window of shared memory the kernels own as a staging level (the first one
+  holds their cross-core partial results);
 * ``alignment``: the address is a multiple of the element size, and of the region's
   ``alignment_bytes`` where the target file sets one;
 * ``no-overlap``: an output shares no byte with another buffer of the call (inputs may alias);
-* ``scratchpad-fit``: the kernel's tiles fit the staging scratchpad, and its cross-core partial
-  results the workspace (found when planning).
+* ``scratchpad-fit``: the kernel's tiles fit the staging levels: the per-core scratchpad, and its
+  cross-core partial results the shared workspace window (found when planning).
 
 ``core_mask`` inside the chip is an argument check (:class:`~sim.errors.KernelArgError`) made when the
 call is bound.  Each violation names the buffer, its address range, the region and the rule, and
@@ -28,7 +30,7 @@ from sim.errors import LayoutError
 from sim.model.call import BoundCall, Buffer
 from sim.model.memory import MemoryMap
 from sim.model.plan import DoesNotFit
-from sim.model.target import Region, Target
+from sim.model.target import Region, StagingLevel, Target
 
 #: Rule id -> the rule in words (for reports and the docs).
 RULES: dict[str, str] = {
@@ -37,10 +39,12 @@ RULES: dict[str, str] = {
     "not-scratchpad": "call buffers never lie in the cores' tile-staging scratchpads",
     "shared-memory": "buffers of an _s call lie in shared memory",
     "private-memory": "buffers of a _p call lie in the calling core's private memory",
-    "workspace": "buffers never lie in the shared window reserved for cross-core partial results",
+    "workspace": "buffers never lie in a shared window the kernels own as a staging level (cross-core partial "
+                 "results)",
     "alignment": "a buffer's address is a multiple of its element size and of its region's alignment_bytes",
     "no-overlap": "an output shares no byte with another buffer of the call (inputs may alias one another)",
-    "scratchpad-fit": "the kernel's tiles fit the per-core staging scratchpad (its partial results the workspace)",
+    "scratchpad-fit": "the kernel's tiles fit the staging levels: the per-core scratchpad, its partial results the "
+                      "shared workspace window",
 }
 
 
@@ -102,7 +106,7 @@ def _single_rule(b: Buffer, variant: str, core: int | None, target: Target, mmap
         return ("mapped", f"buffer '{b.name}' {_range(b)} is {mmap.describe(b.addr)}: a buffer must lie wholly "
                           f"inside one mapped region", None)
     where = f"buffer '{b.name}' {_range(b)} in region {region.name}"
-    if region.role == "scratchpad":
+    if region.role == "scratchpad" or any(level.region == region.name for level in target.private_levels):
         return ("not-scratchpad",
                 f"{where}: {region.name} is the cores' tile-staging scratchpad, which kernels own during a "
                 f"call; place call buffers in {_where_words(target, variant, core)}", region)
@@ -111,10 +115,10 @@ def _single_rule(b: Buffer, variant: str, core: int | None, target: Target, mmap
         rule = "shared-memory" if variant == "s" else "private-memory"
         return (rule, f"{where} ({region.kind}): _{variant} symbols take their buffers in "
                       f"{_where_words(target, variant, core)}", region)
-    ws_lo, ws_hi = target.workspace_range
-    if region.name == target.workspace.region and b.addr < ws_hi and ws_lo < b.end:
-        return ("workspace", f"{where} overlaps [{ws_lo:#x}, {ws_hi:#x}), the window of {region.name} reserved "
-                             f"for the kernels' cross-core partial results", region)
+    for level in target.shared_levels:
+        if level.region == region.name and b.addr < level.end and level.base < b.end:
+            return ("workspace", f"{where} overlaps [{level.base:#x}, {level.end:#x}), the window of {region.name} "
+                                 f"{_window_purpose(target, level)}", region)
     align = required_alignment(b, region)
     if b.addr % align:
         why = (f"the element size ({b.dtype.itemsize} bytes of {b.dtype.name})" if align == b.dtype.itemsize
@@ -122,6 +126,14 @@ def _single_rule(b: Buffer, variant: str, core: int | None, target: Target, mmap
         return ("alignment", f"{where} is misaligned: its address must be a multiple of {align} bytes, {why}",
                 region)
     return None
+
+
+def _window_purpose(target: Target, level: StagingLevel) -> str:
+    """What a shared staging window is for, in a layout message: the first holds the kernels' cross-core
+    partial results (the workspace); any further one is named as the level it is."""
+    if level == target.shared_levels[0]:
+        return "reserved for the kernels' cross-core partial results"
+    return f"the kernels own as staging level {level.name} during a call"
 
 
 def free_spans(region: Region, blocked: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -143,13 +155,11 @@ def nearest_legal_address(b: Buffer, variant: str, target: Target, avoid: Sequen
 
     Ties go to the lower address; None when no region of the right kind can hold the buffer.
     """
-    ws_lo, ws_hi = target.workspace_range
     best: int | None = None
     for region in _legal_regions(target, variant):
         align = required_alignment(b, region)
         blocked = [(o.addr, o.end) for o in avoid if o.size_bytes]
-        if region.name == target.workspace.region:
-            blocked.append((ws_lo, ws_hi))
+        blocked += [(level.base, level.end) for level in target.shared_levels if level.region == region.name]
         for lo, hi in free_spans(region, blocked):
             first = -(-lo // align) * align
             last = (hi - b.size_bytes) // align * align
@@ -246,17 +256,22 @@ def fit_violation(call: BoundCall, target: Target, err: DoesNotFit | LayoutError
     """The ``scratchpad-fit`` violation of a call whose kernel could not tile it into the staging memory.
 
     The one place "does not fit" becomes a violation: a :class:`~sim.model.plan.DoesNotFit` names the staging
-    level that overflowed (the shared workspace window or the per-core scratchpad); a plain LayoutError from
-    a kernel (not yet moved to DoesNotFit) counts against the per-core scratchpad.
+    level that overflowed (its ``resource``; None: the vector level, where compute operands live), and the
+    violation carries that level's region and window.  A plain LayoutError from a kernel (not yet moved to
+    DoesNotFit) counts against the vector level.  The message names the vector level and the shared
+    workspace window (the first shared level), and the level that overflowed when it is another.
     """
-    stage = target.region(target.staging_region)
-    ws_lo, ws_hi = target.workspace_range
-    levels = {stage.name: (stage.name, stage.base, stage.end),
-              target.workspace.region: (target.workspace.region, ws_lo, ws_hi)}
+    vector = target.vector_level
+    shared = target.shared_levels[0] if target.shared_levels else None
     resource = err.resource if isinstance(err, DoesNotFit) else None
-    region, lo, hi = levels.get(resource or stage.name, levels[stage.name])
+    named = next((level for level in target.staging if level.name == resource), vector)
+    parts = [f"the {vector.name} scratchpad [{vector.base:#x}, {vector.end:#x}) ({vector.size_bytes} bytes per core)"]
+    if shared is not None:
+        parts.append(f"the {shared.name} workspace [{shared.base:#x}, {shared.end:#x}) ({shared.size_bytes} bytes)")
+    if named not in (vector, shared):
+        per = "" if named.shared else " per core"
+        parts.append(f"the {named.name} level [{named.base:#x}, {named.end:#x}) ({named.size_bytes} bytes{per})")
+    listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
     return Violation("<tiles>", "scratchpad-fit",
-                     f"{call.symbol}: the kernel cannot tile this call into the staging memory, the {stage.name} "
-                     f"scratchpad [{stage.base:#x}, {stage.end:#x}) ({stage.size_bytes} bytes per core) and the "
-                     f"{target.workspace.region} workspace [{ws_lo:#x}, {ws_hi:#x}) ({ws_hi - ws_lo} bytes): {err}",
-                     None, lo, hi, region)
+                     f"{call.symbol}: the kernel cannot tile this call into the staging memory, {listed}: {err}",
+                     None, named.base, named.end, named.region)

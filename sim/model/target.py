@@ -97,12 +97,29 @@ class Region:
 
 
 @dataclass(frozen=True)
-class Workspace:
-    """The window of a shared region reserved for cross-core partial results."""
+class StagingLevel:
+    """One staging level of the chip (an entry of ``staging.levels`` in the target file).
 
+    A staging level is memory the kernels own during a call to stage data in: a
+    window ``[base, base + size_bytes)`` of region ``region``.  ``shared`` levels
+    lie in shared memory (one window every core sees: cross-core partial
+    results); the others in a private scratchpad region (the same local addresses
+    in every core's own copy).  ``beside`` names the per-core level this one sits
+    next to rather than under (a scalar memory beside the vector one), or None.
+    The chip's levels are listed outermost first (``Target.staging``).
+    """
+
+    name: str
     region: str
-    offset_bytes: int
+    base: int
     size_bytes: int
+    shared: bool
+    beside: str | None = None
+
+    @property
+    def end(self) -> int:
+        """One past the window's last address."""
+        return self.base + self.size_bytes
 
 
 @dataclass(frozen=True)
@@ -132,7 +149,7 @@ class StagingArea:
 
 @dataclass(frozen=True)
 class Target:
-    """A whole chip: cores, clock, memory map, DMA, synchronisation costs."""
+    """A whole chip: cores, clock, memory map, DMA, synchronisation costs, staging levels (outermost first)."""
 
     name: str
     path: str
@@ -144,8 +161,7 @@ class Target:
     core: CoreModel
     dma: DmaModel
     regions: tuple[Region, ...]
-    staging_region: str
-    workspace: Workspace
+    staging: tuple[StagingLevel, ...]
 
     @property
     def precisions(self) -> tuple[str, ...]:
@@ -164,9 +180,24 @@ class Target:
                 return r
         raise KeyError(name)
 
+    def staging_level(self, name: str) -> StagingLevel:
+        """The staging level called ``name``."""
+        for level in self.staging:
+            if level.name == name:
+                return level
+        raise KeyError(name)
+
     @property
-    def workspace_range(self) -> tuple[int, int]:
-        """``(base, end)`` of the shared workspace window."""
-        r = self.region(self.workspace.region)
-        base = r.base + self.workspace.offset_bytes
-        return base, base + self.workspace.size_bytes
+    def shared_levels(self) -> tuple[StagingLevel, ...]:
+        """The staging levels in shared memory (windows no call buffer may use), outermost first."""
+        return tuple(level for level in self.staging if level.shared)
+
+    @property
+    def private_levels(self) -> tuple[StagingLevel, ...]:
+        """The per-core staging levels (in private scratchpad regions), outermost first."""
+        return tuple(level for level in self.staging if not level.shared)
+
+    @property
+    def vector_level(self) -> StagingLevel:
+        """The innermost per-core staging level beside no other: where a tile's compute operands live."""
+        return [level for level in self.staging if not level.shared and level.beside is None][-1]

@@ -21,9 +21,16 @@ every ``*_cycles`` (latencies, overheads, DMA setup)        0 .. 10,000,000 (10 
 ``regions[].bandwidth_bytes_per_cycle``                     0.001 .. 65536
 ``regions[].ports``                                         1 .. 1024
 ``regions[].alignment_bytes`` / ``burst_bytes``             1 .. 2**30 (a power of two) / 1 .. 2**20
-``workspace.offset_bytes`` / ``size_bytes``                 inside the workspace's region
-names (``name``, region names)                              printable, one line, at most 64 characters
+``staging.levels``                                          1 .. 16 levels
+``staging.levels[].offset_bytes`` / ``size_bytes``          inside the level's region
+names (``name``, region and level names)                    printable, one line, at most 64 characters
 ==========================================================  ==========================================
+
+The staging levels (``staging.levels``, outermost first) are checked too: a level on a shared region is a
+window inside it; a level on a private region must be a region with role scratchpad and covers all of it
+unless ``offset_bytes``/``size_bytes`` are given; ``beside`` names an earlier per-core level; names are unique;
+at least one level is per core; shared levels come first; no two levels overlap.  A file still written with
+``staging_region``/``workspace`` is refused with the ``staging:`` block to write instead.
 
 The YAML itself is read by :mod:`sim.files.yamlsafe` (YAML 1.2 numbers, no alias bombs, regular files only).
 No SimPy here.
@@ -43,8 +50,8 @@ from sim.model.target import (
     DmaModel,
     PrecisionModel,
     Region,
+    StagingLevel,
     Target,
-    Workspace,
 )
 
 #: Folder of the chip files shipped with dspsim: ``sim/targets/`` once installed from a wheel (package
@@ -74,6 +81,8 @@ MAX_REGIONS = 64
 MAX_PORTS = 1024
 MAX_ALIGNMENT_BYTES = 1 << 30
 MAX_BURST_BYTES = 1 << 20
+#: Most staging levels a chip may have (a deep hierarchy has a handful).
+MAX_LEVELS = 16
 #: Longest chip or region name: names appear in every message and table.
 MAX_NAME_CHARS = 64
 #: Longest file path shown whole in a message (no real path is longer; a pasted megabyte is cut).
@@ -189,8 +198,10 @@ class _Reader:
 
 def _parse(doc: Any, path: str) -> Target:
     r = _Reader(path)
+    if isinstance(doc, dict):
+        _refuse_old_staging_keys(r, doc)
     top = r.mapping(doc, "<top>", {"name", "clock_hz", "address_bits", "cores", "sync", "core", "dma",
-                                   "regions", "staging_region", "workspace", "source"},
+                                   "regions", "staging", "source"},
                     {"description"})
     r.source(top, "<top>")
     r.text(top, "description", "<top>", required=False)
@@ -284,39 +295,114 @@ def _parse(doc: Any, path: str) -> Target:
         regions.append(region)
     by_name = {reg.name: reg for reg in regions}
 
-    staging = r.string(top, "staging_region", "<top>")
-    if staging not in by_name:
-        raise r.fail("staging_region", f"names no region ({', '.join(by_name)})")
-    if by_name[staging].kind != "private" or by_name[staging].role != "scratchpad":
-        raise r.fail("staging_region", f"region {staging} must be private with role scratchpad")
-
-    wm = r.mapping(top["workspace"], "workspace", {"region", "offset_bytes", "size_bytes", "source"})
-    r.source(wm, "workspace")
-    wname = r.string(wm, "region", "workspace")
-    wreg = by_name.get(wname)
-    if wreg is None or wreg.kind != "shared":
-        raise r.fail("workspace.region", f"must name a shared region, got {wname!r}")
-    inside = f" (inside region {wreg.name} of {wreg.size_bytes:#x} bytes)"
-    workspace = Workspace(region=wname,
-                          offset_bytes=r.integer(wm, "offset_bytes", "workspace", minimum=0,
-                                                 maximum=wreg.size_bytes - 1, why=inside, hexa=True),
-                          size_bytes=r.integer(wm, "size_bytes", "workspace", minimum=1,
-                                               maximum=wreg.size_bytes, why=inside, hexa=True))
-    if workspace.offset_bytes + workspace.size_bytes > wreg.size_bytes:
-        # Both fit the region alone: the offset places the window, so the offset is what runs it out.
-        base = wreg.base + workspace.offset_bytes
-        raise r.fail("workspace.offset_bytes",
-                     f"window [{base:#x}, {base + workspace.size_bytes:#x}) (offset_bytes "
-                     f"{workspace.offset_bytes:#x} + size_bytes {workspace.size_bytes:#x}) runs past the end of "
-                     f"region {wreg.name} at {wreg.end:#x}: at most {wreg.size_bytes - workspace.size_bytes:#x}")
+    staging = _staging(r, top["staging"], by_name)
 
     return Target(
         name=name, path=path, clock_hz=clock_hz, address_bits=address_bits, cores=cores,
         launch_overhead_cycles=r.cycles(sync, "launch_overhead_cycles", "sync"),
         barrier_latency_cycles=r.cycles(sync, "barrier_latency_cycles", "sync"),
         core=core, dma=dma, regions=tuple(sorted(regions, key=lambda g: g.base)),
-        staging_region=staging, workspace=workspace,
+        staging=staging,
     )
+
+
+def _refuse_old_staging_keys(r: _Reader, top: dict) -> None:
+    """A file written for the single staging level (``staging_region`` + ``workspace``) is refused, with the
+    ``staging:`` block that says the same thing written out from the file's own values."""
+    old = [k for k in ("staging_region", "workspace") if k in top]
+    if not old:
+        return
+    ws = top.get("workspace")
+    ws = ws if isinstance(ws, dict) else {}
+
+    def shown(v: Any, default: str) -> str:
+        if isinstance(v, bool) or v is None:
+            return default
+        if isinstance(v, int):
+            return f"{v:#x}" if 0 <= v < 1 << 64 else default
+        return v if isinstance(v, str) and v.isidentifier() and len(v) <= MAX_NAME_CHARS else default
+
+    shared = shown(ws.get("region"), "gsm")
+    stage = shown(top.get("staging_region"), "am")
+    levels = (f"{{name: {shared}, region: {shared}, offset_bytes: {shown(ws.get('offset_bytes'), 'OFFSET')}, "
+              f"size_bytes: {shown(ws.get('size_bytes'), 'SIZE')}}}, {{name: {stage}, region: {stage}}}")
+    verb = "were" if len(old) > 1 else "was"
+    raise r.fail(old[0], f"{' and '.join(old)} {verb} replaced by a list of staging levels, outermost first; write "
+                         f"instead: staging: {{source: \"...\", levels: [{levels}]}} (a per-core level beside "
+                         f"another, such as a scalar memory, adds {{name: sm, region: sm, beside: {stage}}}; see "
+                         f"the README's 'Staging levels')")
+
+
+def _staging(r: _Reader, value: Any, by_name: dict[str, Region]) -> tuple[StagingLevel, ...]:
+    """The ``staging`` block: levels outermost first, each a window of a shared region or a private scratchpad
+    region (whole unless offset/size are given); names unique; ``beside`` an earlier per-core level; at least
+    one per-core level; shared levels before the per-core ones; no two levels' windows overlap."""
+    sm = r.mapping(value, "staging", {"levels", "source"})
+    r.source(sm, "staging")
+    raw = sm["levels"]
+    if not isinstance(raw, list) or not raw:
+        raise r.fail("staging.levels", "expected a non-empty list of staging levels, outermost first")
+    if len(raw) > MAX_LEVELS:
+        raise r.fail("staging.levels", f"at most {MAX_LEVELS} levels, got {len(raw)}")
+    levels: list[StagingLevel] = []
+    for i, lm in enumerate(raw):
+        named = isinstance(lm, dict) and isinstance(lm.get("name"), str) and lm["name"].isprintable() \
+            and len(lm["name"]) <= MAX_NAME_CHARS
+        kp = f"staging.levels[{i}]" + (f"({lm['name']})" if named else "")
+        lm = r.mapping(lm, kp, {"name", "region"}, {"offset_bytes", "size_bytes", "beside"})
+        name = r.string(lm, "name", kp)
+        kp = f"staging.levels[{i}]({name})"
+        if any(other.name == name for other in levels):
+            raise r.fail(f"{kp}.name", f"duplicate level name {name!r}")
+        rname = r.string(lm, "region", kp)
+        reg = by_name.get(rname)
+        if reg is None:
+            raise r.fail(f"{kp}.region", f"names no region ({', '.join(by_name)})")
+        if reg.shared:
+            for key in ("offset_bytes", "size_bytes"):
+                if key not in lm:
+                    raise r.fail(f"{kp}.{key}", f"required key is missing: a level in shared region {rname} is a "
+                                                f"window of it (offset_bytes and size_bytes), never the whole "
+                                                f"region call buffers live in")
+            if levels and not levels[-1].shared:
+                raise r.fail(kp, f"shared level {name} comes after per-core level {levels[-1].name}: levels are "
+                                 f"listed outermost first, shared memory before the cores' own")
+        elif reg.role != "scratchpad":
+            raise r.fail(f"{kp}.region", f"region {rname} is private with role {reg.role}: a per-core level "
+                                         f"must be a region with role scratchpad (call buffers may not use it)")
+        inside = f" (inside region {rname} of {reg.size_bytes:#x} bytes)"
+        offset = r.integer(lm, "offset_bytes", kp, minimum=0, maximum=reg.size_bytes - 1, why=inside, hexa=True) \
+            if "offset_bytes" in lm else 0
+        size = r.integer(lm, "size_bytes", kp, minimum=1, maximum=reg.size_bytes, why=inside, hexa=True) \
+            if "size_bytes" in lm else reg.size_bytes - offset
+        if offset + size > reg.size_bytes:
+            # Both fit the region alone: the offset places the window, so the offset is what runs it out.
+            base = reg.base + offset
+            raise r.fail(f"{kp}.offset_bytes",
+                         f"window [{base:#x}, {base + size:#x}) (offset_bytes {offset:#x} + size_bytes "
+                         f"{size:#x}) runs past the end of region {rname} at {reg.end:#x}: at most "
+                         f"{reg.size_bytes - size:#x}")
+        beside = r.string(lm, "beside", kp) if "beside" in lm else None
+        if beside is not None:
+            if reg.shared:
+                raise r.fail(f"{kp}.beside", "a shared level sits beside no other: only a per-core level "
+                                             "(a scalar memory beside the vector one) says beside")
+            earlier = next((lv for lv in levels if lv.name == beside), None)
+            if earlier is None or earlier.shared or earlier.beside is not None:
+                per_core = [lv.name for lv in levels if not lv.shared and lv.beside is None]
+                raise r.fail(f"{kp}.beside", f"must name an earlier per-core level that is beside no other "
+                                             f"(here: {', '.join(per_core) or 'none'}), got {beside!r}")
+        level = StagingLevel(name=name, region=rname, base=reg.base + offset, size_bytes=size, shared=reg.shared,
+                             beside=beside)
+        for other in levels:
+            if other.region == rname and level.base < other.end and other.base < level.end:
+                raise r.fail(kp, f"window [{level.base:#x}, {level.end:#x}) of {rname} overlaps level "
+                                 f"{other.name} [{other.base:#x}, {other.end:#x})")
+        levels.append(level)
+    if all(level.shared for level in levels):
+        raise r.fail("staging.levels", "at least one per-core level (a private scratchpad region, where compute "
+                                       "operands live) is required")
+    return tuple(levels)
 
 
 def _is_number(v: Any) -> bool:

@@ -9,6 +9,12 @@ timing-only mode under trial parameters; scipy's least squares minimises the
 relative error of the cycles over the parameters in log space (so they stay
 positive).  The report lists each measurement's error before and after.
 
+The free parameters come from the chip at hand (:func:`free_parameters`), each named by its key path in the
+target file: the bandwidth of every shared region (``regions.<name>.bandwidth_bytes_per_cycle``, outermost
+first), ``dma.setup_cycles``, ``core.loop_overhead_cycles`` (the per-tile overhead),
+``sync.launch_overhead_cycles`` and ``core.vector_efficiency``.  A chip with other shared regions (an extra
+``l3``, no ``gsm``) calibrates its own.
+
 Not every set of measurements says something about every parameter.  Before
 the fit each parameter is moved by a factor of :data:`PROBE_FACTOR` both ways;
 one that changes no measurement by :data:`MIN_EFFECT` or more cannot be
@@ -45,15 +51,11 @@ from sim.model.target_loader import MAX_CYCLES, MAX_RATE, MIN_RATE, parse_target
 from sim.tools.docedit import get_path, set_path, split_path
 from sim.tools.progress import PhaseBar
 
-#: Free parameters: name -> key path in the target YAML and whether the value is a whole number of cycles.
-FREE_PARAMETERS: dict[str, tuple[str, bool]] = {
-    "ddr_bandwidth_bytes_per_cycle": ("regions.ddr.bandwidth_bytes_per_cycle", False),
-    "gsm_bandwidth_bytes_per_cycle": ("regions.gsm.bandwidth_bytes_per_cycle", False),
-    "dma_setup_cycles": ("dma.setup_cycles", True),
-    "loop_overhead_cycles": ("core.loop_overhead_cycles", True),
-    "launch_overhead_cycles": ("sync.launch_overhead_cycles", True),
-    "vector_efficiency": ("core.vector_efficiency", False),
-}
+#: The free parameters every chip has besides its shared regions' bandwidths (key paths in the target file).
+CHIP_PARAMETERS = ("dma.setup_cycles", "core.loop_overhead_cycles", "sync.launch_overhead_cycles",
+                   "core.vector_efficiency")
+#: The one free parameter that is a fraction (at most 1, absent from a file means 1).
+EFFICIENCY = "core.vector_efficiency"
 #: A parameter is probed at its value times and divided by this factor.
 PROBE_FACTOR = 1.5
 #: Smallest relative change of some measurement's cycles that makes a probed parameter identifiable.
@@ -116,25 +118,56 @@ def load_measurements(path: str | Path) -> list[Measurement]:
     return out
 
 
+def free_parameters(doc: Mapping) -> list[str]:
+    """The free parameters of the chip target document ``doc`` describes, as key paths: the bandwidth of each
+    of its shared regions, outermost first (regions holding no staging level in the file's order, then those
+    holding one in the order of the levels), then :data:`CHIP_PARAMETERS`.  TargetError when ``doc`` is not
+    a valid target."""
+    target = parse_target(copy.deepcopy(dict(doc)), "calibration target")
+    in_file = [r.get("name") for r in doc["regions"]]  # a valid target: a list of mappings with names
+    depth: dict[str, int] = {}
+    for i, level in enumerate(target.staging):
+        depth.setdefault(level.region, i)
+    shared = sorted((r.name for r in target.regions if r.shared), key=lambda n: (depth.get(n, -1), in_file.index(n)))
+    return [f"regions.{name}.bandwidth_bytes_per_cycle" for name in shared] + list(CHIP_PARAMETERS)
+
+
+def _is_cycles(name: str) -> bool:
+    """Whether the free parameter ``name`` is a whole number of cycles (every ``*_cycles`` key)."""
+    return name.endswith("_cycles")
+
+
+def check_parameter_names(names: Sequence[str], known: Sequence[str]) -> None:
+    """ConfigError naming the first of ``names`` that is not a free parameter of the chip (``known``), with
+    the key path meant when it is an old-style name such as ``ddr_bandwidth_bytes_per_cycle``."""
+    for n in names:
+        if n in known:
+            continue
+        flat = {k: k.replace("regions.", "", 1).replace(".", "_") for k in known}  # the names before key paths
+        meant = [k for k in known if flat[k] == n or flat[k].endswith("_" + n)]
+        hint = f"; did you mean {meant[0]}?" if len(meant) == 1 else ""
+        raise ConfigError(f"unknown free parameter {n[:80]!r}{hint} (this chip's, by key path: {', '.join(known)})")
+
+
 def parameter_values(doc: Mapping, names: Sequence[str]) -> dict[str, float]:
-    """Current values of the free parameters ``names`` in a target document (vector_efficiency defaults 1)."""
+    """Current values of the free parameters ``names`` (key paths) in a target document (a missing
+    ``core.vector_efficiency`` is 1)."""
     out = {}
     for n in names:
         try:
-            out[n] = float(get_path(doc, split_path(FREE_PARAMETERS[n][0]), FREE_PARAMETERS[n][0]))
+            out[n] = float(get_path(doc, split_path(n), n))
         except (ConfigError, TypeError, ValueError):
-            if n != "vector_efficiency":
-                raise ConfigError(f"target has no {FREE_PARAMETERS[n][0]} to fit") from None
+            if n != EFFICIENCY:
+                raise ConfigError(f"target has no {n} to fit") from None
             out[n] = 1.0
     return out
 
 
 def stored_value(name: str, value: float) -> float | int:
     """A parameter's value as a target file holds it: whole cycles rounded, an efficiency capped at 1."""
-    _, whole = FREE_PARAMETERS[name]
-    if name == "vector_efficiency":
+    if name == EFFICIENCY:
         value = min(value, 1.0)
-    return max(0, round(value)) if whole else float(value)
+    return max(0, round(value)) if _is_cycles(name) else float(value)
 
 
 def _written(name: str, value: float) -> float | int:
@@ -147,8 +180,7 @@ def with_parameters(doc: Mapping, values: Mapping[str, float]) -> dict:
     """A copy of the target document with the free parameters set (cycles rounded, efficiency capped at 1)."""
     new = copy.deepcopy(dict(doc))
     for n, v in values.items():
-        path = FREE_PARAMETERS[n][0]
-        set_path(new, split_path(path), stored_value(n, v), path, create=True)
+        set_path(new, split_path(n), stored_value(n, v), n, create=True)
     return new
 
 
@@ -196,10 +228,11 @@ class Calibration:
 
     def report(self, measurements: Sequence[Measurement]) -> str:
         """A text report: parameters before/after, which were not identified and why, errors per measurement."""
-        lines = ["parameter                          start        fitted"]
+        width = max(32, *(len(n) for n in self.before))
+        lines = [f"{'parameter':<{width}}   start        fitted"]
         for n in self.before:
             after = "kept" if n in self.unidentified else f"{self.after[n]:>10.4g}"
-            lines.append(f"{n:<32} {self.before[n]:>10.4g}  {after:>10}")
+            lines.append(f"{n:<{width}} {self.before[n]:>10.4g}  {after:>10}")
         if self.unidentified:
             lines.append("")
             lines.append("not identified by these measurements (kept at the target's values):")
@@ -219,10 +252,10 @@ def _limits(name: str, value: float) -> tuple[float, float]:
     """The range the fit may move a parameter in: MAX_DRIFT either way of the target's value, and what a
     target file accepts (a bandwidth or efficiency of at least MIN_RATE, an efficiency of at most 1, a
     bandwidth of at most MAX_RATE, a cycle count of at most MAX_CYCLES)."""
-    floor = MIN_RATE if not FREE_PARAMETERS[name][1] else 1e-9
-    ceiling = MAX_CYCLES if FREE_PARAMETERS[name][1] else MAX_RATE  # the target file's own ranges
+    floor = 1e-9 if _is_cycles(name) else MIN_RATE
+    ceiling = MAX_CYCLES if _is_cycles(name) else MAX_RATE  # the target file's own ranges
     low = max(value / MAX_DRIFT, floor)
-    high = 1.0 if name == "vector_efficiency" else min(max(value, floor) * MAX_DRIFT, ceiling)
+    high = 1.0 if name == EFFICIENCY else min(max(value, floor) * MAX_DRIFT, ceiling)
     return low, high
 
 
@@ -294,7 +327,8 @@ def _alike(sens: np.ndarray, names: Sequence[str]) -> dict[str, str]:
 
 def calibrate(doc: Mapping, measurements: Sequence[Measurement], names: Sequence[str] | None = None,
               max_evaluations: int = 400, progress: IO[str] | None = None) -> Calibration:
-    """Fit the free parameters ``names`` (default: all) of target document ``doc`` to ``measurements``.
+    """Fit the free parameters ``names`` (key paths; default: all of the chip's, :func:`free_parameters`) of
+    target document ``doc`` to ``measurements``.
 
     Parameters the measurements cannot identify are kept at the target's
     values and listed in :attr:`Calibration.unidentified`: those no
@@ -306,10 +340,12 @@ def calibrate(doc: Mapping, measurements: Sequence[Measurement], names: Sequence
     """
     from scipy.optimize import least_squares
 
-    names = list(names or FREE_PARAMETERS)
-    unknown = [n for n in names if n not in FREE_PARAMETERS]
-    if unknown:
-        raise ConfigError(f"unknown free parameter {unknown[0]!r} (known: {', '.join(FREE_PARAMETERS)})")
+    try:
+        known = free_parameters(doc)
+    except TargetError as e:
+        raise ConfigError(f"the starting target: {e}") from None
+    names = list(names or known)
+    check_parameter_names(names, known)
     start = parameter_values(doc, names)
     measured = np.array([m.cycles for m in measurements], dtype=np.float64)
     n_meas = len(measurements)
@@ -343,9 +379,9 @@ def calibrate(doc: Mapping, measurements: Sequence[Measurement], names: Sequence
         if not free:
             break
         # Start strictly inside the limits: an efficiency of exactly 1 would sit on its upper bound.
-        x0 = np.log([min(max(start[n], lim[n][0]), 0.95) if n == "vector_efficiency" else max(start[n], lim[n][0])
+        x0 = np.log([min(max(start[n], lim[n][0]), 0.95) if n == EFFICIENCY else max(start[n], lim[n][0])
                      for n in free])
-        upper = np.array([0.0 if n == "vector_efficiency" else np.inf for n in free])
+        upper = np.array([0.0 if n == EFFICIENCY else np.inf for n in free])
         with PhaseBar(f"calibrate: fitting {len(free)} parameters ({n_meas} simulations per evaluation)",
                       progress, unit="evaluation") as bar:
             # Cycles are integers, so the objective is a staircase: a finite-difference step of a few percent
@@ -354,7 +390,7 @@ def calibrate(doc: Mapping, measurements: Sequence[Measurement], names: Sequence
                                 x_scale=1.0, max_nfev=max_evaluations, method="trf")
         fitted = trial(fit.x, free)
         at_limit = {n: float(np.exp(x)) for n, x in zip(free, fit.x)
-                    if np.exp(x) <= lim[n][0] * 1.01 or (np.exp(x) >= lim[n][1] / 1.01 and n != "vector_efficiency")}
+                    if np.exp(x) <= lim[n][0] * 1.01 or (np.exp(x) >= lim[n][1] / 1.01 and n != EFFICIENCY)}
         for n, v in at_limit.items():
             unidentified[n] = (f"the fit drove it to {v:.3g}, the limit of a factor {MAX_DRIFT:g} from the "
                                f"target's {start[n]:.4g}: the measurements do not pin it down")
@@ -456,14 +492,13 @@ def fitted_yaml(cal: Calibration, target: TargetDocument, measurements_path: str
             from None
     mname = Path(measurements_path).name
     for n in cal.fitted:
-        path, whole = FREE_PARAMETERS[n]
-        keys = split_path(path)
-        parent = get_path(doc, keys[:-1], path)
+        keys = split_path(n)
+        parent = get_path(doc, keys[:-1], n)
         old = parent.get(keys[-1]) if isinstance(parent, dict) else None
         new: Any = cal.after[n]
-        if whole and isinstance(old, ScalarInt):
+        if _is_cycles(n) and isinstance(old, ScalarInt):
             new = type(old)(int(new))  # a hex or binary number stays hex or binary
-        set_path(doc, keys, new, path, create=True)
+        set_path(doc, keys, new, n, create=True)
         was = "absent (1.0)" if old is None else f"{old}"
         _append_note(parent, f"{keys[-1]} fitted by dspsim calibrate to {mname} (was {was})")
     name = str(doc.get("name"))
