@@ -76,10 +76,11 @@ HOSTILE: dict[str, tuple[Breaker, str, str]] = {
     "write-outside-outputs": (store_to(Y + 4 * N), "s", "writes [0xa0101000, 0xa0101800): in region ddr, neither "
                                                         "a staging level"),
     "operand-level": (compute_with(outputs=lambda x: (Operand(Y, (512,), F32),)), "s",
-                      "output operand 0 [0xa0100000, 0xa0100800) lies outside the staging level compute reads and "
-                      "writes (am [0x20000000, 0x200c0000))"),
+                      "output operand 0 [0xa0100000, 0xa0100800) lies outside the staging levels compute operands "
+                      "may lie in (am [0x20000000, 0x200c0000) or sm [0x30000000, 0x30010000)): DMA it there first"),
     "tile-size": (compute_with(inputs=lambda x: (Operand(x.vector_level.base, (0xC0000 // 4 + 32,), F32),)), "s",
-                  "input operand 0 [0x20000000, 0x200c0080) takes 786560 bytes, more than staging level am"),
+                  "input operand 0 [0x20000000, 0x200c0080) takes 786560 bytes, more than the largest staging level "
+                  "compute operands may lie in (am: 786432 bytes)"),
     "output-overlap": (compute_with(outputs=lambda x: (_op(0x8000, 512)(x), _op(0x8400, 512)(x)),
                                     fn=lambda a: (a, a)), "s",
                        "output operand 0 [0x20008000, 0x20008800) and output operand 1 [0x20008400, 0x20008c00) "

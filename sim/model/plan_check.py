@@ -288,12 +288,13 @@ class _Checker:
                 self._operands[key] = (lo, hi, li)
                 return lo, hi, li
         names = " or ".join(f"{a.name} {_span(a.base, a.end)}" for a in self.operand_levels)
-        biggest = max(a.size_bytes for a in self.operand_levels)
-        if size > biggest:
-            raise self.fail("tile-size", f"{label} {_span(lo, hi)} takes {size} bytes, more than staging level "
-                                         f"{names} holds")
-        raise self.fail("operand-level", f"{label} {_span(lo, hi)} lies outside the staging level compute reads "
-                                         f"and writes ({names}): DMA it there first")
+        biggest = max(self.operand_levels, key=lambda a: a.size_bytes)
+        if size > biggest.size_bytes:
+            raise self.fail("tile-size", f"{label} {_span(lo, hi)} takes {size} bytes, more than the largest staging "
+                                         f"level compute operands may lie in ({biggest.name}: {biggest.size_bytes} "
+                                         f"bytes)")
+        raise self.fail("operand-level", f"{label} {_span(lo, hi)} lies outside the staging levels compute operands "
+                                         f"may lie in ({names}): DMA it there first")
 
 
 def check_plan(plan: object, call: BoundCall, target: Target, levels: Sequence[StagingArea],
