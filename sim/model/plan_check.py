@@ -65,7 +65,8 @@ _JUST_INT = {int}
 
 def _ints(values: tuple, minimum: int | None = None) -> bool:
     """Whether ``values`` are all ints (numpy ints too, never bools), each at least ``minimum`` if given."""
-    if not set(map(type, values)) <= _JUST_INT and not all(_is_int(v) for v in values):  # (the first test: C speed)
+    # The first test runs at C speed and settles the common case (plain ints); numpy ints take the slow one.
+    if not set(map(type, values)) <= _JUST_INT and not all(_is_int(v) for v in values):
         return False
     return minimum is None or not values or min(values) >= minimum
 
@@ -90,7 +91,8 @@ class _Where:
 
 
 class _Checker:
-    """One check of one plan against one call (memoising the verdict on each span it meets)."""
+    """One check of one plan against one call (memoising the verdict on each operand it meets: tiles reuse their
+    slots' operands)."""
 
     def __init__(self, call: BoundCall, target: Target, levels: Sequence[StagingArea],
                  operand_levels: Sequence[StagingArea], kernel: str):
@@ -248,8 +250,10 @@ class _Checker:
         distinct = {self.operand(op, "input", i) for i, op in enumerate(c.inputs)}
         outs = [self.operand(op, "output", i) for i, op in enumerate(c.outputs)]
         distinct.update(outs)
-        for li, level in enumerate(self.operand_levels):
-            total = sum(hi - lo for lo, hi, at in distinct if at == li)
+        used = [0] * len(self.operand_levels)
+        for lo, hi, li in distinct:
+            used[li] += hi - lo
+        for total, level in zip(used, self.operand_levels):
             if total > level.size_bytes:
                 raise self.fail("tile-size", f"the compute's distinct operands in staging level {level.name} take "
                                              f"{total} bytes, more than the level's {level.size_bytes}")
