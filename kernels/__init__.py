@@ -6,6 +6,20 @@ initialised before the first kernel module starts.
 """
 
 import sim  # noqa: F401  (first: see above)
-from kernels.registry import KERNEL_MODULES, REGISTRY, VARIANTS, Symbol, lookup, symbols
+from kernels.registry import (
+    ENTRY_POINT_GROUP,
+    KERNEL_MODULES,
+    REGISTRY,
+    VARIANTS,
+    KernelInfo,
+    Symbol,
+    kernels,
+    lookup,
+    register_kernel,
+    registered_kernel,
+    symbols,
+    unregister_kernel,
+)
 
-__all__ = ["KERNEL_MODULES", "REGISTRY", "VARIANTS", "Symbol", "lookup", "symbols"]
+__all__ = ["ENTRY_POINT_GROUP", "KERNEL_MODULES", "REGISTRY", "VARIANTS", "KernelInfo", "Symbol", "kernels",
+           "lookup", "register_kernel", "registered_kernel", "symbols", "unregister_kernel"]

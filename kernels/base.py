@@ -116,13 +116,19 @@ class PlanContext:
 
 
 class Kernel(Protocol):
-    """What every kernel module provides to the registry.
+    """What every kernel provides to the registry (shipped kernels, and users' through
+    :func:`kernels.registry.register_kernel`; docs/writing-a-kernel.md walks through one).
 
-    A kernel may also say what its ``hp_`` symbols store and compute in which
-    precision (see :func:`precision_note`): ``tensors_in_precision`` names the
-    buffers stored in the symbol's precision, ``fp32_tensors`` those always in
-    fp32, and ``fp16_arithmetic`` says how an ``hp_`` call computes and what
-    its conversions cost.
+    ``name`` (an identifier: the symbols are ``<fp|hp>_<name>_<s|p>``), ``args``
+    (its ArgSpecs), ``bind`` and ``plan`` are required; ``tilings`` is optional
+    (without it a call takes no ``tiling``).  Optional attributes: ``precisions``
+    (the precisions it has symbols for, default ``("fp32", "fp16")``) and
+    ``variants`` (default ``("s", "p")``).  A kernel may also say what its
+    ``hp_`` symbols store and compute in which precision (see
+    :func:`precision_note`): ``tensors_in_precision`` names the buffers stored
+    in the symbol's precision, ``fp32_tensors`` those always in fp32, and
+    ``fp16_arithmetic`` says how an ``hp_`` call computes and what its
+    conversions cost.
     """
 
     name: str

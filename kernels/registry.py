@@ -1,18 +1,29 @@
-"""The kernel registry: symbol -> (kernel, precision, variant).
+"""The kernel registry: symbol -> (kernel, precision, variant), for the shipped kernels and those users write.
 
-Each kernel module defines ``KERNEL``; :data:`KERNEL_MODULES` lists them.  Symbols
-are ``<fp|hp>_<kernel>_<s|p>``: ``fp`` takes fp32 tensors, ``hp`` fp16 ones (only
-on chips listing fp16; what each stores and computes in which precision is
-:attr:`Symbol.precision_note`); ``_s`` takes buffers in shared memory and a
-``core_mask``, ``_p`` in one core's private memory and a ``core``.  Dispatch goes
-through :func:`lookup`, never through chains of names.
+Each shipped kernel module defines ``KERNEL``; :data:`KERNEL_MODULES` lists them.  A user's kernel joins
+through :func:`register_kernel` (from Python, or a run-config's ``kernels:`` list), or through an installed
+package declaring it in the ``dspsim.kernels`` entry-point group, loaded on the first lookup or listing (a
+broken entry point is reported naming its distribution and never breaks the shipped kernels).
+
+Symbols are ``<fp|hp>_<kernel>_<s|p>``: ``fp`` takes fp32 tensors, ``hp`` fp16 ones (only on chips listing
+fp16; what each stores and computes in which precision is :attr:`Symbol.precision_note`); ``_s`` takes
+buffers in shared memory and a ``core_mask``, ``_p`` in one core's private memory and a ``core``.  A kernel
+offering fewer precisions or variants (its ``precisions`` and ``variants`` attributes) has fewer symbols.
+Dispatch goes through :func:`lookup`, never through chains of names.
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
+import importlib.metadata
+import sys
+import threading
+import types
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from kernels.base import (
     PREFIX_PRECISION,
@@ -20,7 +31,8 @@ from kernels.base import (
     Kernel,
     precision_note,
 )
-from sim.errors import KernelArgError, brief
+from sim.errors import KernelArgError, KernelDefinitionError, brief, one_line
+from sim.model.call import ARG_KINDS, ArgSpec
 
 #: Modules under ``kernels/`` that each define a ``KERNEL``.
 KERNEL_MODULES: tuple[str, ...] = (
@@ -32,16 +44,28 @@ KERNEL_MODULES: tuple[str, ...] = (
 )
 
 VARIANTS = ("s", "p")
+#: The entry-point group installed packages declare their kernels in (each a Kernel object, or a module
+#: defining ``KERNEL``).
+ENTRY_POINT_GROUP = "dspsim.kernels"
+#: Argument names a kernel may not declare: ``Simulator.call()``'s own parameters, and the core selection the
+#: simulator takes off before a kernel binds (``core_mask`` of ``_s`` symbols, ``core`` of ``_p`` symbols).
+RESERVED_KERNEL_ARGUMENTS: dict[str, str] = {
+    **RESERVED_ARGUMENT_NAMES,
+    "core_mask": "the simulator selects an _s symbol's cores from it before the kernel binds",
+    "core": "the simulator selects a _p symbol's core from it before the kernel binds",
+}
+SHIPPED = "shipped with dspsim"
 
 
 @dataclass(frozen=True)
 class Symbol:
-    """One callable symbol of the kernel library."""
+    """One callable symbol of the kernel library; ``origin`` says where its kernel came from."""
 
     name: str
     kernel: Kernel
     precision: str
     variant: str
+    origin: str = SHIPPED
 
     @property
     def precision_note(self) -> str:
@@ -49,36 +73,332 @@ class Symbol:
         return precision_note(self.kernel, self.precision)
 
 
-def _build() -> dict[str, Symbol]:
-    table: dict[str, Symbol] = {}
+@dataclass(frozen=True)
+class KernelInfo:
+    """A registered kernel, the symbols it has and where it came from (for ``dspsim kernels``)."""
+
+    kernel: Kernel
+    origin: str
+    precisions: tuple[str, ...]
+    variants: tuple[str, ...]
+
+    @property
+    def shipped(self) -> bool:
+        """Whether the kernel ships with dspsim."""
+        return self.origin == SHIPPED
+
+    def symbol_names(self) -> list[str]:
+        """The kernel's symbols, ``fp`` before ``hp``, ``_s`` before ``_p``."""
+        return [f"{_prefix(p)}_{self.kernel.name}_{v}" for p in self.precisions for v in self.variants]
+
+
+def _prefix(precision: str) -> str:
+    return next(k for k, v in PREFIX_PRECISION.items() if v == precision)
+
+
+def _kernel_words(kernel: Any, origin: str) -> str:
+    name = getattr(kernel, "name", None)
+    shown = repr(name) if isinstance(name, str) and len(name) <= 80 else brief(kernel)
+    return f"kernel {shown} ({origin})"
+
+
+def _names(value: Any, what: str, where: str) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, (tuple, list)) or not all(isinstance(v, str) for v in value):
+        raise KernelDefinitionError(f"{where}: '{what}' must be a tuple of strings, got {brief(value)}")
+    return tuple(value)
+
+
+def check_kernel(kernel: Any, origin: str) -> KernelInfo:
+    """The kernel's :class:`KernelInfo` once it meets the Kernel protocol; KernelDefinitionError naming the
+    kernel, where it came from and what is wrong otherwise.
+
+    The protocol: ``name`` an identifier; ``args`` a tuple of ArgSpec (identifier names, each once, none
+    reserved, kinds from ``ARG_KINDS``); ``bind`` and ``plan`` callable; ``tilings`` callable when present;
+    ``precisions`` (default fp32 and fp16) and ``variants`` (default s and p) non-empty tuples of known
+    names; ``tensors_in_precision``/``fp32_tensors`` are tuples of tensor names, ``fp16_arithmetic`` is text.
+    """
+    where = _kernel_words(kernel, origin)
+    if isinstance(kernel, (type, types.ModuleType)):
+        raise KernelDefinitionError(f"{where}: expected a kernel object (an instance), got the "
+                                    f"{'class' if isinstance(kernel, type) else 'module'} {brief(kernel)}"
+                                    + (": register its KERNEL" if isinstance(kernel, types.ModuleType) else
+                                       ": register an instance of it"))
+    name = getattr(kernel, "name", None)
+    if not isinstance(name, str) or not name.isidentifier() or not name.isascii():
+        raise KernelDefinitionError(f"{where}: 'name' must be an ASCII identifier (symbols are "
+                                    f"<fp|hp>_<name>_<s|p>), got {brief(name)}")
+    args = getattr(kernel, "args", None)
+    if not isinstance(args, (tuple, list)) or not all(isinstance(a, ArgSpec) for a in args):
+        raise KernelDefinitionError(f"{where}: 'args' must be a tuple of sim.model.call.ArgSpec, got "
+                                    f"{brief(args)}")
+    seen: set[str] = set()
+    for i, a in enumerate(args):
+        if not isinstance(a.name, str) or not a.name.isidentifier():
+            raise KernelDefinitionError(f"{where}: args[{i}]: the name must be an identifier, got {brief(a.name)}")
+        if a.name in seen:
+            raise KernelDefinitionError(f"{where}: args[{i}]: argument '{a.name}' is declared twice")
+        seen.add(a.name)
+        if a.name in RESERVED_KERNEL_ARGUMENTS:
+            raise KernelDefinitionError(f"{where}: args[{i}]: argument name '{a.name}' is reserved: "
+                                        f"{RESERVED_KERNEL_ARGUMENTS[a.name]}")
+        if a.kind not in ARG_KINDS:
+            raise KernelDefinitionError(f"{where}: args[{i}] '{a.name}': kind {brief(a.kind)} is not one of "
+                                        f"{', '.join(ARG_KINDS)}")
+        if not isinstance(a.doc, str):
+            raise KernelDefinitionError(f"{where}: args[{i}] '{a.name}': doc must be text, got {brief(a.doc)}")
+    for method in ("bind", "plan"):
+        if not callable(getattr(kernel, method, None)):
+            raise KernelDefinitionError(f"{where}: it has no '{method}' method (the Kernel protocol of "
+                                        f"kernels.base: bind(...) -> BoundCall, plan(call, ctx) -> Plan)")
+    if getattr(kernel, "tilings", None) is not None and not callable(kernel.tilings):
+        raise KernelDefinitionError(f"{where}: 'tilings' must be a method tilings(call, ctx) -> list of dicts, got "
+                                    f"{brief(kernel.tilings)}")
+    precisions = _names(getattr(kernel, "precisions", ("fp32", "fp16")), "precisions", where)
+    known = tuple(PREFIX_PRECISION.values())
+    bad = [p for p in precisions if p not in known]
+    if not precisions or bad or len(set(precisions)) != len(precisions):
+        raise KernelDefinitionError(f"{where}: 'precisions' must list some of {', '.join(known)}, each once, got "
+                                    f"{brief(precisions)}")
+    variants = _names(getattr(kernel, "variants", VARIANTS), "variants", where)
+    if not variants or any(v not in VARIANTS for v in variants) or len(set(variants)) != len(variants):
+        raise KernelDefinitionError(f"{where}: 'variants' must list some of {', '.join(VARIANTS)} (shared-memory "
+                                    f"_s, private-memory _p), each once, got {brief(variants)}")
+    for attr in ("tensors_in_precision", "fp32_tensors"):
+        if hasattr(kernel, attr):
+            _names(getattr(kernel, attr), attr, where)
+    if getattr(kernel, "fp16_arithmetic", None) is not None and not isinstance(kernel.fp16_arithmetic, str):
+        raise KernelDefinitionError(f"{where}: 'fp16_arithmetic' must be text, got {brief(kernel.fp16_arithmetic)}")
+    return KernelInfo(kernel, origin, tuple(p for p in known if p in precisions),
+                      tuple(v for v in VARIANTS if v in variants))
+
+
+class _Registry:
+    """The kernels by name: shipped ones, then those registered since (which may replace a shipped one)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.shipped: dict[str, KernelInfo] = {}
+        self.user: dict[str, KernelInfo] = {}
+        self.symbols: dict[str, Symbol] = {}  # the live symbol table (REGISTRY)
+        self.generation = 0
+        self.entry_points_loaded = False
+        self.entry_point_errors: list[str] = []
+
+    def active(self, name: str) -> KernelInfo | None:
+        return self.user.get(name) or self.shipped.get(name)
+
+    def rebuild(self) -> None:
+        """The symbol table from the active kernels (shipped ones first, then users', sorted by name)."""
+        table: dict[str, Symbol] = {}
+        for name in sorted(set(self.shipped) | set(self.user)):
+            info = self.active(name)
+            assert info is not None
+            for precision in info.precisions:
+                for variant in info.variants:
+                    sym = f"{_prefix(precision)}_{name}_{variant}"
+                    table[sym] = Symbol(sym, info.kernel, precision, variant, info.origin)
+        self.symbols.clear()
+        self.symbols.update(table)
+        self.generation += 1
+
+
+_STATE = _Registry()
+#: The live symbol table (name -> Symbol).  Entry-point kernels join it on the first lookup or listing:
+#: use :func:`lookup` and :func:`symbols`, which load them, rather than reading this directly.
+REGISTRY: dict[str, Symbol] = _STATE.symbols
+
+
+def _build_shipped() -> None:
     for mod_name in KERNEL_MODULES:
         kernel = importlib.import_module(f"kernels.{mod_name}").KERNEL
-        clash = [a.name for a in kernel.args if a.name in RESERVED_ARGUMENT_NAMES]
-        if clash:  # a kernel author's mistake: such an argument could never be passed to call()
-            raise TypeError(f"kernel {kernel.name}: argument name '{clash[0]}' is reserved by Simulator.call()")
-        for prefix, precision in PREFIX_PRECISION.items():
-            for variant in VARIANTS:
-                name = f"{prefix}_{kernel.name}_{variant}"
-                table[name] = Symbol(name, kernel, precision, variant)
-    return table
+        info = check_kernel(kernel, SHIPPED)
+        _STATE.shipped[info.kernel.name] = info
+    _STATE.rebuild()
 
 
-REGISTRY: dict[str, Symbol] = _build()
+def _caller_origin(kernel: Any) -> str:
+    """Where a kernel registered from Python comes from: its class's module (and file)."""
+    module = sys.modules.get(type(kernel).__module__)
+    path = getattr(module, "__file__", None)
+    return f"registered from module {type(kernel).__module__}" + (f" ({path})" if path else "")
+
+
+def register_kernel(kernel: Kernel, *, replace: bool = False, origin: str | None = None) -> Kernel:
+    """Register a kernel written against the public plan IR; returns it.
+
+    ``kernel`` must meet the Kernel protocol (:class:`kernels.base.Kernel`; see :func:`check_kernel`): its
+    symbols ``{fp,hp}_<name>_{s,p}`` (for the precisions and variants it offers) then work wherever a shipped
+    kernel's do.  A name already taken by another kernel is refused naming both, unless ``replace`` (then
+    the new kernel shadows the old one until :func:`unregister_kernel`).  Registering the same object again
+    changes nothing.  ``origin`` says where it came from in ``dspsim kernels`` (default: its module and file).
+    """
+    with _STATE.lock:
+        _load_entry_points()
+        info = check_kernel(kernel, origin or _caller_origin(kernel))
+        name = info.kernel.name
+        old = _STATE.active(name)
+        if old is not None and old.kernel is kernel:
+            if origin is not None and origin != old.origin and name in _STATE.user:
+                _STATE.user[name] = info
+                _STATE.rebuild()
+            return kernel
+        if old is not None and not replace:
+            raise KernelDefinitionError(
+                f"{_kernel_words(kernel, info.origin)}: the name is taken by {_kernel_words(old.kernel, old.origin)}"
+                f"; choose another name, or pass replace=True to shadow it")
+        _STATE.user[name] = info
+        _STATE.rebuild()
+        return kernel
+
+
+def unregister_kernel(kernel: Kernel | str) -> None:
+    """Forget a kernel registered with :func:`register_kernel` (by object or name); a shipped kernel it replaced
+    comes back.  KernelDefinitionError when no such kernel was registered (shipped kernels stay)."""
+    with _STATE.lock:
+        name = kernel if isinstance(kernel, str) else getattr(kernel, "name", None)
+        info = _STATE.user.get(name) if isinstance(name, str) else None
+        if not isinstance(name, str) or info is None or (not isinstance(kernel, str) and info.kernel is not kernel):
+            shipped = " (shipped kernels cannot be unregistered)" if name in _STATE.shipped else ""
+            raise KernelDefinitionError(f"unregister_kernel: no kernel {brief(name)} was registered{shipped}")
+        del _STATE.user[name]
+        _STATE.rebuild()
+
+
+@contextlib.contextmanager
+def registered_kernel(kernel: Kernel, *, replace: bool = False, origin: str | None = None) -> Iterator[Kernel]:
+    """``with registered_kernel(k):`` registers ``k`` for the block and restores the registry after it (the
+    kernel it replaced, if any, comes back): the way tests register kernels."""
+    with _STATE.lock:
+        name = getattr(kernel, "name", None)
+        before = _STATE.user.get(name) if isinstance(name, str) else None
+        already = before is not None and before.kernel is kernel
+        register_kernel(kernel, replace=replace, origin=origin)
+    try:
+        yield kernel
+    finally:
+        with _STATE.lock:
+            if not already and isinstance(name, str):
+                if before is not None:
+                    _STATE.user[name] = before
+                else:
+                    _STATE.user.pop(name, None)
+                _STATE.rebuild()
+
+
+@contextlib.contextmanager
+def registry_restored() -> Iterator[None]:
+    """Undo, after the block, every registration made inside it, and what a test did to the entry-point state (it
+    may mark them unloaded to install fake ones): the test suite wraps each test in it."""
+    with _STATE.lock:
+        _load_entry_points()  # before saving: the installed ones are loaded once, not again after every block
+        saved = (dict(_STATE.user), _STATE.entry_points_loaded, list(_STATE.entry_point_errors))
+    try:
+        yield
+    finally:
+        with _STATE.lock:
+            changed = _STATE.user != saved[0]
+            _STATE.user.clear()
+            _STATE.user.update(saved[0])
+            _STATE.entry_points_loaded, _STATE.entry_point_errors[:] = saved[1], saved[2]
+            if changed:
+                _STATE.rebuild()
+
+
+def _entry_point_words(ep: importlib.metadata.EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    dist_words = f"distribution '{dist.metadata['Name']} {dist.version}'" if dist is not None else "a distribution"
+    return f"entry point '{ep.name} = {ep.value}' (group {ENTRY_POINT_GROUP}) of {dist_words}"
+
+
+def _load_entry_points() -> None:
+    """Register the kernels installed packages declare (once per process); a broken one is recorded, not raised,
+    so that the shipped kernels and the other packages' keep working."""
+    with _STATE.lock:
+        if _STATE.entry_points_loaded:
+            return
+        _STATE.entry_points_loaded = True  # first: a package registering itself on import comes back here
+        try:
+            eps = sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: (e.value, e.name))
+        except Exception as e:  # noqa: BLE001 (broken metadata of some package must not break the shipped kernels)
+            _STATE.entry_point_errors.append(f"the {ENTRY_POINT_GROUP} entry points cannot be listed: "
+                                             f"{type(e).__name__}: {brief(str(e), 200)}")
+            return
+        for ep in eps:
+            where = _entry_point_words(ep)
+            try:
+                obj = ep.load()
+                if isinstance(obj, types.ModuleType):
+                    if not hasattr(obj, "KERNEL"):
+                        raise KernelDefinitionError(f"module {obj.__name__} defines no KERNEL")
+                    obj = obj.KERNEL
+                register_kernel(obj, origin=where)
+            except Exception as e:  # noqa: BLE001 (any failure of a package's code is that package's, reported)
+                # (a refusal of the registry names the kernel by where it came from: said once is enough)
+                text = str(e).replace(f" ({where})", "") if isinstance(e, KernelDefinitionError) \
+                    else f"{type(e).__name__}: {e}"
+                _STATE.entry_point_errors.append(f"{where} failed to load: {one_line(text)}")
+
+
+def entry_point_errors() -> list[str]:
+    """One line per ``dspsim.kernels`` entry point that failed to load (after loading them)."""
+    _load_entry_points()
+    return list(_STATE.entry_point_errors)
+
+
+def generation() -> int:
+    """A number that changes whenever the registry does (a simulator forgets its plans when it changed)."""
+    return _STATE.generation
+
+
+def _not_found_hint(symbol: str) -> str:
+    parts = symbol.split("_")
+    if len(parts) >= 3 and parts[0] in PREFIX_PRECISION and parts[-1] in VARIANTS:
+        info = _STATE.active("_".join(parts[1:-1]))
+        if info is not None:
+            return (f"; kernel {info.kernel.name} ({info.origin}) offers precisions {', '.join(info.precisions)} "
+                    f"and variants {', '.join(info.variants)}: {', '.join(info.symbol_names())}")
+    close = difflib.get_close_matches(symbol, _STATE.symbols, n=3) if len(symbol) < 100 else []
+    # difflib is quadratic in the name's length: a name far longer than any symbol gets no suggestions.
+    return f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(sorted(_STATE.symbols))}"
 
 
 def lookup(symbol: object) -> Symbol:
     """The registered symbol ``symbol``; KernelArgError (with close names) when there is none."""
     if not isinstance(symbol, str):
         raise KernelArgError(f"symbol: expected a kernel symbol name (str), got {brief(symbol)}")
+    if not _STATE.entry_points_loaded:
+        _load_entry_points()
     try:
-        return REGISTRY[symbol]
+        return _STATE.symbols[symbol]
     except KeyError:
-        # difflib is quadratic in the name's length: a name far longer than any symbol gets no suggestions.
-        close = difflib.get_close_matches(symbol, REGISTRY, n=3) if len(symbol) < 100 else []
-        hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(sorted(REGISTRY))}"
-        raise KernelArgError(f"symbol: unknown kernel symbol {brief(symbol)}{hint}") from None
+        pass
+    hint = _not_found_hint(symbol)
+    broken = _STATE.entry_point_errors
+    if broken:
+        hint += f" ({len(broken)} kernel entry point(s) failed to load: {broken[0]})"
+    raise KernelArgError(f"symbol: unknown kernel symbol {brief(symbol)}{hint}") from None
 
 
 def symbols() -> list[Symbol]:
     """Every registered symbol, sorted by name."""
-    return [REGISTRY[k] for k in sorted(REGISTRY)]
+    _load_entry_points()
+    return [_STATE.symbols[k] for k in sorted(_STATE.symbols)]
+
+
+def kernels() -> list[KernelInfo]:
+    """Every active kernel (shipped ones first, then users' by name), with where it came from."""
+    _load_entry_points()
+    with _STATE.lock:
+        infos = [_STATE.active(n) for n in sorted(set(_STATE.shipped) | set(_STATE.user))]
+    return sorted((i for i in infos if i is not None), key=lambda i: (not i.shipped, i.kernel.name))
+
+
+def origin_of(kernel: Kernel) -> str:
+    """Where ``kernel`` came from (``shipped with dspsim``, a file, a module, an entry point)."""
+    for info in (*_STATE.user.values(), *_STATE.shipped.values()):
+        if info.kernel is kernel:
+            return info.origin
+    return _caller_origin(kernel)
+
+
+_build_shipped()

@@ -41,6 +41,33 @@ class ConfigError(SimError):
     """A run-config file is malformed; the message names the file and key path."""
 
 
+class KernelDefinitionError(SimError):
+    """A kernel object cannot be registered: it breaks the Kernel protocol (a name that is not an identifier,
+    arguments that are not ArgSpecs or use reserved names, no ``bind``/``plan``, an unknown precision or
+    variant), or its name is already taken; the message names the kernel and where it came from."""
+
+
+class PlanError(SimError):
+    """A kernel's plan breaks a rule of the plan IR (:mod:`sim.model.plan_check`); the plan never ran.
+
+    The message names the kernel, the core, the tile and the rule; the same facts are attributes (``kernel``,
+    ``core``, ``tile``, ``phase``, ``rule``; None where the rule concerns the whole plan).
+    """
+
+    def __init__(self, rule: str, detail: str, *, kernel: str | None = None, core: int | None = None,
+                 tile: int | None = None, phase: str | None = None):
+        self.rule, self.detail = rule, detail
+        self.kernel, self.core, self.tile, self.phase = kernel, core, tile, phase
+        where = [f"kernel {kernel!r}" if kernel is not None else "plan"]
+        if core is not None:
+            where.append(f"core {core}")
+        if tile is not None:
+            where.append(f"tile {tile}")
+        if phase is not None:
+            where.append(f"phase {brief(phase, 40)}")
+        super().__init__(f"{', '.join(where)}: breaks the plan rule '{rule}': {detail}")
+
+
 #: Integers below this are shown digit by digit (head and tail); larger ones only by their length, since
 #: Python refuses to print an integer of more than 4300 digits and takes quadratic time to do so.
 _PRINTABLE_INT = 10 ** 1000
@@ -94,3 +121,10 @@ def brief(value: Any, limit: int = 80) -> str:
         text = f"<{type(value).__name__}>"
     text = " ".join(text.splitlines())  # repr of a str escapes newlines; a foreign __repr__ may not
     return text if len(text) <= limit else text[: max(limit - 3, 1)] + "..."
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """``text`` (a message from code outside dspsim: an exception of a user's kernel) on one line of at most
+    ``limit`` characters, whitespace runs joined."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: max(limit - 3, 1)] + "..."

@@ -1,4 +1,8 @@
-"""The :class:`Simulator` facade: a chip's memory plus kernel calls that run on it (SPEC section 3)."""
+"""The :class:`Simulator` facade: a chip's memory plus kernel calls that run on it (SPEC section 3).
+
+It also re-exports the kernel registry's public functions (:func:`register_kernel`, :func:`unregister_kernel`,
+:func:`registered_kernel`): tools and users reach the registry through the facade.
+"""
 
 from __future__ import annotations
 
@@ -14,16 +18,29 @@ from typing import Any, TypeVar, cast
 import numpy as np
 
 from kernels.base import PlanContext, check_argument_names
-from kernels.registry import Symbol, lookup, symbols
+from kernels.registry import (
+    SHIPPED,
+    KernelInfo,
+    Symbol,
+    entry_point_errors,
+    generation,
+    kernels,
+    lookup,
+    register_kernel,  # noqa: F401 (re-exported: sim.register_kernel)
+    registered_kernel,  # noqa: F401 (re-exported: sim.registered_kernel)
+    symbols,
+    unregister_kernel,  # noqa: F401 (re-exported: sim.unregister_kernel)
+)
 from sim.engine.engine import Engine, EngineMemo
 from sim.engine.events import Recorder, TraceEvent
-from sim.errors import KernelArgError, LayoutError, MemoryFault, brief
+from sim.errors import KernelArgError, KernelDefinitionError, LayoutError, MemoryFault, brief
 from sim.inspect.summary import CoreSummary, core_summaries, run_summary_text
 from sim.inspect.trace import run_metadata, write_trace
 from sim.model.call import BoundCall, Buffer
 from sim.model.layout import check_buffer, enforce_layout, fit_violation, layout_error
 from sim.model.memory import AddressSpace, checked_dtype
 from sim.model.plan import DoesNotFit, Plan
+from sim.model.plan_check import check_plan
 from sim.model.target import StagingArea, Target
 from sim.model.target_loader import load_target
 from sim.timing import Roofline, peak_flops_per_cycle, roofline
@@ -53,6 +70,12 @@ class Run:
     numerics: bool = True  # False: a timing-only run (no values computed)
     arg_kinds: Mapping[str, str] = field(default_factory=dict)  # argument name -> its ArgSpec kind
     precision_note: str = ""  # what the symbol stores in fp16 and fp32 and computes in (the registry's note)
+    kernel_origin: str = ""  # where the symbol's kernel came from (shipped, a file, a module, an entry point)
+
+    @property
+    def user_kernel(self) -> bool:
+        """Whether the symbol's kernel is a user's (registered, or from an installed package), not shipped."""
+        return bool(self.kernel_origin) and self.kernel_origin != SHIPPED
 
     @property
     def cores(self) -> tuple[int, ...]:
@@ -114,6 +137,49 @@ def find_symbol(symbol: object) -> Symbol:
 def kernel_symbols() -> list[Symbol]:
     """Every registered kernel symbol, sorted by name."""
     return symbols()
+
+
+def registry_generation() -> int:
+    """A number that changes whenever a kernel is registered, replaced or unregistered."""
+    return generation()
+
+
+def kernel_infos() -> list[KernelInfo]:
+    """Every registered kernel with where it came from (shipped ones first), and its symbols."""
+    return kernels()
+
+
+def kernel_entry_point_errors() -> list[str]:
+    """One line per installed ``dspsim.kernels`` entry point that failed to load."""
+    return entry_point_errors()
+
+
+def _checked_bound_call(sym: Symbol, got: Any, cores: tuple[int, ...]) -> BoundCall:
+    """What a kernel's ``bind`` returned, once it is a BoundCall of this very call with well-formed buffers (the
+    layout check and the plan check rely on them); KernelDefinitionError naming the kernel otherwise."""
+    where = f"kernel {sym.kernel.name!r} ({sym.origin}): bind() returned"
+    if not isinstance(got, BoundCall):
+        raise KernelDefinitionError(f"{where} {brief(got)}, not a sim.model.call.BoundCall")
+    want = (sym.name, sym.precision, sym.variant, cores)
+    if (got.symbol, got.precision, got.variant, got.cores) != want:
+        raise KernelDefinitionError(f"{where} a call of (symbol, precision, variant, cores) = "
+                                    f"{brief((got.symbol, got.precision, got.variant, got.cores))}, not the "
+                                    f"{brief(want)} it was given")
+    if not isinstance(got.buffers, tuple):
+        raise KernelDefinitionError(f"{where} buffers {brief(got.buffers)}, not a tuple of Buffer")
+    names: set[str] = set()
+    for b in got.buffers:
+        ok = (isinstance(b, Buffer) and isinstance(b.name, str) and b.role in ("input", "output")
+              and isinstance(b.addr, (int, np.integer)) and not isinstance(b.addr, bool)
+              and isinstance(b.shape, tuple) and all(isinstance(n, (int, np.integer)) and n >= 0 for n in b.shape)
+              and isinstance(b.dtype, np.dtype))
+        if not ok:
+            raise KernelDefinitionError(f"{where} a malformed buffer {brief(b, 160)} (a Buffer needs a name, an int "
+                                        f"address, a tuple shape, a numpy dtype and the role input or output)")
+        if b.name in names:
+            raise KernelDefinitionError(f"{where} two buffers named {b.name!r}")
+        names.add(b.name)
+    return got
 
 
 def _cores_of_mask(mask: Any, target: Target) -> tuple[int, ...]:
@@ -207,6 +273,7 @@ class Simulator:
         self.tiling_tolerance = tiling_tolerance
         self._tilings = TilingCache()
         self._plans = PlanCache()
+        self._registry_generation = generation()
         self.memory = AddressSpace(self.target)
 
     @property
@@ -293,7 +360,8 @@ class Simulator:
             except MemoryFault as e:
                 raise LayoutError(f"buffer '{name}' at {addr:#x} cannot be read: {e}") from None
 
-        return sym.kernel.bind(symbol, sym.precision, sym.variant, cores, args, read)
+        return _checked_bound_call(sym, sym.kernel.bind(symbol, sym.precision, sym.variant, cores, args, read),
+                                   cores)
 
     def context(self, call: BoundCall) -> PlanContext:
         """What the kernel may know of the chip when planning ``call``."""
@@ -329,9 +397,19 @@ class Simulator:
         self._plans.clear()
         self._tilings.clear()
 
+    def _forget_plans_of_replaced_kernels(self) -> None:
+        """Plans are cached by the bound call, which names a symbol: when the registry changed (a kernel
+        registered, replaced or unregistered), the plans and choices of the kernels it held go."""
+        now = generation()
+        if now != self._registry_generation:
+            self._plans.clear()
+            self._tilings.clear()
+            self._registry_generation = now
+
     def _plan_entry(self, symbol: str, tiling: Mapping[str, Any] | None, progress: Progress | None,
                     kwargs: Mapping[str, Any]) -> tuple[BoundCall, CachedPlan, TilingChoice]:
         call = self.bind(symbol, **kwargs)
+        self._forget_plans_of_replaced_kernels()
         enforce_layout(call, self.target)
         kernel = self.kernel_of(call)
         ctx = self.context(call)
@@ -363,6 +441,7 @@ class Simulator:
     def plan_bound(self, call: BoundCall, tiling: Mapping[str, Any] | None = None) -> Plan:
         """Plan an already bound call with ``tiling`` (None: the kernel's default plan), without a tiling search;
         a tiling that does not fit raises the ``scratchpad-fit`` LayoutError (``dspsim validate`` uses it)."""
+        self._forget_plans_of_replaced_kernels()
         ctx = self.context(call)
         return self._lower(self.kernel_of(call), call, replace(ctx, tiling=dict(tiling) if tiling else None)).plan
 
@@ -381,6 +460,9 @@ class Simulator:
             if getattr(e, "violations", None):
                 raise
             raise layout_error([fit_violation(call, self.target, e)]) from None
+        # Before anything runs it (the cost model's timing-only runs included), once per plan: cached plans passed.
+        check_plan(plan, call, self.target, ctx.levels,
+                   (ctx.vector_level,) + ((ctx.scalar_level,) if ctx.scalar_level is not None else ()), kernel.name)
         return self._plans.put(key, plan)
 
     def _lower_candidates(self, kernel: Any, call: BoundCall, ctx: PlanContext,
@@ -436,4 +518,5 @@ class Simulator:
                    events=recorder.events, roofline=entry.roofline(self.target),
                    wall_seconds=time.perf_counter() - t0, args=dict(kwargs), tiling=choice,
                    sim_events=engine.sim_events, numerics=bool(numerics),
-                   arg_kinds={a.name: a.kind for a in sym.kernel.args}, precision_note=sym.precision_note)
+                   arg_kinds={a.name: a.kind for a in sym.kernel.args}, precision_note=sym.precision_note,
+                   kernel_origin=sym.origin)

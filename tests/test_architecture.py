@@ -111,6 +111,19 @@ def test_kernels_import_only_the_model_timing_and_errors_of_sim(path):
             assert mod.startswith(KERNEL_MAY_IMPORT), f"{path}: kernels import only {', '.join(KERNEL_MAY_IMPORT)}"
 
 
+@pytest.mark.parametrize("path", sorted((ROOT / "examples").rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_example_kernels_use_only_the_public_pieces_a_kernel_may(path):
+    """A user's kernel (examples/) builds on what the shipped ones may import: the plan IR and call types, the
+    errors, the timing module, and kernels.base / kernels.common (never the engine, the facade or simpy)."""
+    for mod in imported_modules(path):
+        top = mod.split(".")[0]
+        assert top != "simpy", f"{path}: a kernel never imports simpy"
+        if top == "sim":
+            assert mod.startswith(KERNEL_MAY_IMPORT), f"{path}: a kernel imports only {', '.join(KERNEL_MAY_IMPORT)}"
+        if top == "kernels":
+            assert mod.startswith(("kernels.base", "kernels.common")), f"{path}: {mod} is not public"
+
+
 def test_the_architecture_test_catches_a_kernels_import_outside_the_facade(tmp_path):
     """The rule bites: a module of sim/ other than the facade that imports kernels is refused."""
     bad = tmp_path / "bad.py"

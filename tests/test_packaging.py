@@ -1,4 +1,5 @@
-"""A real wheel install works outside the source tree: the chip files ship inside the package.
+"""A real wheel install works outside the source tree: the chip files ship inside the package; and a user's kernel
+package (examples/relu_grad_pkg) installed beside it joins through the ``dspsim.kernels`` entry points.
 
 The wheel is built from a copy of the project's files (so the checkout stays clean) without build
 isolation (offline: setuptools comes with the ``test`` extra), installed with ``--no-deps`` into a fresh
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 import sim
 from sim.tools.config import load_config
@@ -113,3 +115,53 @@ def test_installed_dspsim_runs_a_shipped_config_outside_the_tree(venv, tmp_path)
     for spec in cfg.outputs:
         saved = np.load(tmp_path / "out" / f"{CONFIG.stem}.{spec.name}.npy")
         np.testing.assert_array_equal(saved, m.read(spec.addr, spec.shape, spec.dtype))
+
+
+# --- a user's kernel package: examples/relu_grad_pkg through the dspsim.kernels entry points -----------
+
+EXAMPLES = REPO / "examples"
+
+
+@pytest.fixture(scope="module")
+def example_wheel(tmp_path_factory) -> Path:
+    """The example kernel package's wheel, built (offline) from a copy of examples/: its pyproject takes the
+    module from the folder above it, examples/relu_grad.py itself."""
+    src = tmp_path_factory.mktemp("example-src")
+    shutil.copy(EXAMPLES / "relu_grad.py", src / "relu_grad.py")
+    shutil.copytree(EXAMPLES / "relu_grad_pkg", src / "relu_grad_pkg",
+                    ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
+    dist = tmp_path_factory.mktemp("example-dist")
+    _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
+          "--wheel-dir", str(dist), str(src / "relu_grad_pkg")], cwd=src)
+    (whl,) = dist.glob("dspsim_relu_grad_example-*.whl")
+    with zipfile.ZipFile(whl) as z:
+        assert z.read("relu_grad.py") == (EXAMPLES / "relu_grad.py").read_bytes()
+    return whl
+
+
+def test_an_installed_kernel_package_works_through_its_entry_point(venv, example_wheel, tmp_path):
+    bindir = venv / ("Scripts" if os.name == "nt" else "bin")
+    python = bindir / "python"
+    install = ["install", "--quiet", "--no-deps", "--no-index", str(example_wheel)]
+    if _version(importlib.metadata.version("pip")) >= (22, 3):
+        _run([sys.executable, "-m", "pip", "--python", str(python), *install], cwd=tmp_path)
+    else:
+        _run([str(python), "-m", "pip", *install], cwd=tmp_path)
+    listing = _run([str(bindir / "dspsim"), "kernels"], cwd=tmp_path)
+    assert listing.stderr == ""  # no broken entry point
+    block = listing.stdout[listing.stdout.index("fp_relu_grad_s  [fp32, shared memory]"):]
+    assert block.splitlines()[2] == ("    kernel: entry point 'relu_grad = relu_grad:KERNEL' (group dspsim.kernels) of "
+                                     "distribution 'dspsim-relu-grad-example 0.1.0'")
+    # The example's run-config without its kernels: list: the installed package provides the kernel.
+    doc = yaml.safe_load((EXAMPLES / "relu_grad.yaml").read_text())
+    del doc["kernels"]
+    config = tmp_path / "relu_grad_installed.yaml"
+    config.write_text(yaml.safe_dump(doc))
+    out = _run([str(bindir / "dspsim"), "run", str(config), "--out-dir", "out"], cwd=tmp_path).stdout
+    assert "kernel: entry point 'relu_grad = relu_grad:KERNEL'" in out
+    # It computes what the checkout's copy of the example computes (named by the config's kernels:), in the same
+    # cycles.
+    m, run = execute(load_config(EXAMPLES / "relu_grad.yaml"))
+    assert f"fp_relu_grad_s on FT78NE: {run.cycles} cycles" in out
+    saved = np.load(tmp_path / "out" / "relu_grad_installed.dx.npy")
+    np.testing.assert_array_equal(saved, m.read(0xA2000000, (256, 4096), np.float32))

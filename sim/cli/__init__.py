@@ -10,14 +10,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sim.cli.trace import add_trace_commands
-from sim.errors import LayoutError, SimError
+from sim.errors import ConfigError, LayoutError, PlanError, SimError
 from sim.inspect.layout_map import layout_map, layout_report
 from sim.model.target_loader import available_targets, load_target
-from sim.simulator import kernel_symbols
-from sim.tools.config import load_config
+from sim.simulator import SHIPPED, kernel_entry_point_errors, kernel_symbols
+from sim.tools.config import kernel_source, load_config
 from sim.tools.preflight import EntryIssue, check_before_run, preflight
 from sim.tools.progress import execute_with_progress, progress_phases
 from sim.tools.runner import save_outputs
+from sim.tools.user_kernels import load_kernel
 
 
 def cmd_targets(args: argparse.Namespace) -> int:
@@ -44,11 +45,23 @@ def cmd_targets(args: argparse.Namespace) -> int:
 
 
 def cmd_kernels(args: argparse.Namespace) -> int:
-    """Print every symbol with what it stores and computes in which precision, and its arguments."""
+    """Print every symbol with what it stores and computes in which precision, and its arguments; a user's
+    kernel also says where it came from.  ``--load`` imports kernel files or modules first (as a run-config's
+    ``kernels:`` does); a ``dspsim.kernels`` entry point that fails to load is a warning on stderr."""
+    for text in args.load or []:
+        try:
+            source = kernel_source(text, Path.cwd())
+        except ValueError as e:
+            raise ConfigError(f"--load {text}: {e}") from None
+        load_kernel(source, f"--load {text}")
+    for line in kernel_entry_point_errors():
+        print(f"dspsim: warning: {line}", file=sys.stderr)
     for sym in kernel_symbols():
         where = "core_mask (int bitmask, default all cores)" if sym.variant == "s" else "core (int, default 0)"
         print(f"{sym.name}  [{sym.precision}, {'shared' if sym.variant == 's' else 'private'} memory]")
         print(f"    precision: {sym.precision_note}")
+        if sym.origin != SHIPPED:
+            print(f"    kernel: {sym.origin}")
         for a in sym.kernel.args:
             opt = "" if a.required else f" = {a.default!r}"
             print(f"    {a.name}{opt}: {a.doc}")
@@ -95,22 +108,29 @@ def cmd_validate(args: argparse.Namespace) -> int:
     Prints the layout map and every finding; exit 1 on a layout violation or an entry error (on a warning
     too with ``--strict``), 2 when the config cannot be checked at all (a bad key, symbol or argument).
     """
+    def unchecked(e: SimError) -> None:
+        if args.format == "json":  # tools read stdout; the one-line error still goes to stderr
+            print(json.dumps({"config": str(args.config), "ok": False, "errors": [str(e)], "violations": [],
+                              "entries": [], "warnings": []}))
+
     try:
         cfg = load_config(args.config)
         m, found = preflight(cfg)
     except SimError as e:
-        if args.format == "json":  # tools read stdout; the one-line error still goes to stderr
-            print(json.dumps({"config": str(args.config), "ok": False, "errors": [str(e)], "violations": [],
-                              "entries": [], "warnings": []}))
+        unchecked(e)
         raise
     call = found.call
     violations = list(found.violations)
     if not violations:
         try:
-            # Tiles that cannot fit the scratchpad fail here (with the config's tiling, if it names one).
+            # Tiles that cannot fit the scratchpad fail here (with the config's tiling, if it names one); a plan
+            # that breaks the IR's rules (a user's kernel) cannot be checked further.
             m.plan_bound(call, cfg.tiling)
         except LayoutError as e:
             violations = list(e.violations)
+        except PlanError as e:
+            unchecked(e)
+            raise
     errors, warnings = found.errors(args.strict), found.warnings(args.strict)
     report = {"config": str(cfg.path), **layout_report(call, m.target, violations),
               "entries": [i.as_dict(args.strict) for i in found.issues],
@@ -197,7 +217,11 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("targets", help="list the chips and their memory maps")
     t.add_argument("names", nargs="*", help="chip names or target YAML paths (default: all shipped chips)")
     t.set_defaults(func=cmd_targets)
-    sub.add_parser("kernels", help="list kernel symbols and their arguments").set_defaults(func=cmd_kernels)
+    k = sub.add_parser("kernels", help="list kernel symbols and their arguments (and where users' kernels come from)")
+    k.add_argument("--load", action="append", metavar="FILE_OR_MODULE",
+                   help="import a Python file (.py) or module defining a kernel first, as a run-config's kernels: "
+                        "does (repeatable)")
+    k.set_defaults(func=cmd_kernels)
     r = sub.add_parser("run", help="run a run-config and write its trace")
     r.add_argument("config", help="run-config YAML")
     r.add_argument("--out-dir", default="traces", help="folder for the trace and outputs (default: traces)")

@@ -211,6 +211,8 @@ def run_summary_text(run: Any) -> str:
         f"{run.peak_flops_per_second / 1e9:.1f} GFLOP/s peak on {len(run.cores)} cores",
         f"precision: {run.precision_note}",
     ]
+    if getattr(run, "user_kernel", False):  # a user's kernel: say where it came from
+        lines.append(f"kernel: {run.kernel_origin}")
     if run.tiling is not None:
         lines.append(run.tiling.describe())
     return "\n".join(lines)

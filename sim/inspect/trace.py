@@ -127,7 +127,8 @@ def metadata_args(kinds: Mapping[str, str], args: Mapping[str, Any], buffer_addr
 
 
 def run_metadata(run: Any) -> dict:
-    """The metadata a :class:`sim.simulator.Run` writes into its trace: chip, call, cycles, bounds, tiling."""
+    """The metadata a :class:`sim.simulator.Run` writes into its trace: chip, call (and where its kernel came
+    from), cycles, bounds, tiling."""
     from sim.inspect.summary import limiting_resource, resource_shares
 
     summaries = run.summaries()
@@ -140,6 +141,7 @@ def run_metadata(run: Any) -> dict:
             "resource_shares": {k: round(v, 4) for k, v in
                                 sorted(resource_shares(run.roofline, summaries, run.cycles).items())},
             "precision_note": run.precision_note,
+            "kernel_origin": getattr(run, "kernel_origin", ""),
             "args": metadata_args(run.arg_kinds, run.args, (b.addr for b in run.call.buffers)),
             "regions": region_facts(run.target),
             "tiling": None if tiling is None else {"tiling": tiling.tiling, "source": tiling.source}}

@@ -57,12 +57,19 @@ class BoundCall:
         raise KeyError(name)
 
 
+#: The kinds of kernel arguments: a pointer to an input or output buffer, an int or a list of ints, a float, a
+#: string, a boolean, or a list of pointers and sizes (BatchNormGrad's ``params``).  Traces and reports show
+#: ``in_ptr``/``out_ptr``/``params`` values as addresses.
+ARG_KINDS: tuple[str, ...] = ("in_ptr", "out_ptr", "ints", "int", "float", "str", "bool", "params")
+
+
 @dataclass(frozen=True)
 class ArgSpec:
-    """One argument of a kernel symbol, for binding and for ``dspsim kernels``."""
+    """One argument of a kernel symbol, for binding and for ``dspsim kernels``; ``kind`` is one of
+    :data:`ARG_KINDS`."""
 
     name: str
-    kind: str  # "in_ptr", "out_ptr", "ints", "int", "float", "str", "bool", "params"
+    kind: str
     doc: str
     default: Any = None
     required: bool = True

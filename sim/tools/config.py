@@ -25,6 +25,7 @@ Format::
       split: rows                  #   (keys are the kernel's own: see its module docstring)
       tile_elements: 128
     tiling_tolerance: 0.01         # optional: candidates this close to the cheapest tie (0: the cheapest)
+    kernels: [relu_grad.py]        # optional: Python files (relative to this file) or modules defining kernels
 
 Without ``tiling`` the simulator plans every candidate tiling the kernel lists,
 prices each with the cost model (a timing-only run) and keeps the cheapest (or,
@@ -33,6 +34,11 @@ run's summary prints the choice.  A ``tiling`` names the kernel's keys (those a
 kernel does not know, or values it cannot take, are refused naming
 ``tiling.<key>``; a tiling that cannot fit the scratchpad is a layout error);
 keys left out are the kernel's own choice.
+
+``kernels`` names kernels of the user's own (docs/writing-a-kernel.md): each entry is a Python file (a value
+ending in ``.py`` or holding a ``/``; relative to the config's folder unless absolute) or an importable module
+name, imported (and its ``KERNEL`` registered) by :mod:`sim.tools.user_kernels` before the call is bound.
+Importing runs the file's code: use only configs you trust.
 
 Errors name the file and the key path (:class:`ConfigError`).
 """
@@ -78,6 +84,15 @@ class ArraySpec:
 
 
 @dataclass(frozen=True)
+class KernelSource:
+    """An entry of a run-config's ``kernels`` list: a Python file (``path``) or a module name (``module``)."""
+
+    text: str  # as the config wrote it (for messages)
+    path: Path | None = None
+    module: str | None = None
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """A parsed run-config."""
 
@@ -92,6 +107,7 @@ class RunConfig:
     description: str = ""
     tiling: dict | None = None  # the kernel's tiling keys; None: the cost model chooses
     tiling_tolerance: float | None = None  # the cost model's tie tolerance; None: the simulator's default
+    kernels: tuple[KernelSource, ...] = ()  # user kernels to import before binding
 
     def materialise(self, spec: ArraySpec) -> np.ndarray:
         """The array a ``data`` entry describes (seeded random, a .npy file, a fill value, or literal values)."""
@@ -314,12 +330,46 @@ def _tiling(path: Path, raw: Any) -> dict | None:
     return dict(raw)
 
 
+def kernel_source(text: str, folder: Path) -> KernelSource:
+    """A ``kernels`` entry: a Python file (ending in ``.py`` or holding a ``/``; relative to ``folder`` unless
+    absolute), which must exist, or a module name (dotted identifiers); ValueError saying why not otherwise."""
+    if text.endswith(".py") or "/" in text or "\\" in text:
+        p = Path(text)
+        p = p if p.is_absolute() else folder / p
+        if not p.is_file():
+            raise ValueError(f"{brief(str(p), 200)[1:-1]} is not a file (a Python file defining a kernel)")
+        return KernelSource(text, path=p)
+    if all(part.isidentifier() for part in text.split(".")):
+        return KernelSource(text, module=text)
+    raise ValueError(f"{brief(text)} is neither a Python file (ending in .py) nor a module name (dotted "
+                     f"identifiers)")
+
+
+def _kernel_sources(path: Path, raw: Any) -> tuple[KernelSource, ...]:
+    """The optional ``kernels`` list: Python files (relative to the config's folder) or module names."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise _fail(path, "kernels", f"expected a list of Python files or module names, got {brief(raw)}")
+    out = []
+    for i, entry in enumerate(raw):
+        key = f"kernels[{i}]"
+        if not isinstance(entry, str) or not entry or not entry.isprintable() or len(entry) > MAX_PATH_CHARS:
+            raise _fail(path, key, f"expected a Python file or a module name (one line of at most "
+                                   f"{MAX_PATH_CHARS} characters), got {brief(entry)}")
+        try:
+            out.append(kernel_source(entry, path.parent))
+        except ValueError as e:
+            raise _fail(path, key, str(e)) from None
+    return tuple(out)
+
+
 def load_config(path: str | Path) -> RunConfig:
     """Parse and check a run-config file."""
     p = Path(path)
     doc = read_yaml_file(p, str(p), ConfigError, what="run-config")
     top = _mapping(p, doc, "<top>", {"target", "symbol", "args"},
-                   {"data", "outputs", "trace", "numerics", "description", "tiling", "tiling_tolerance"})
+                   {"data", "outputs", "trace", "numerics", "description", "tiling", "tiling_tolerance", "kernels"})
     for k in ("target", "symbol"):
         if not isinstance(top[k], str) or not top[k] or not top[k].isprintable():
             raise _fail(p, k, f"expected a non-empty one-line string, got {brief(top[k])}")
@@ -364,7 +414,8 @@ def load_config(path: str | Path) -> RunConfig:
         path=p, target=target, symbol=top["symbol"], args=dict(top["args"]),
         data=data_specs, outputs=out_specs,
         trace=trace, numerics=numerics, description=description or "", tiling=tiling,
-        tiling_tolerance=None if tolerance is None else float(tolerance))
+        tiling_tolerance=None if tolerance is None else float(tolerance),
+        kernels=_kernel_sources(p, top.get("kernels")))
 
 
 def check_data_file(cfg: RunConfig, spec: ArraySpec) -> None:

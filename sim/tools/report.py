@@ -89,6 +89,8 @@ def _facts(run: Run, cfg: RunConfig | None) -> str:
              ("throughput", f"{run.achieved_flops_per_second / 1e9:.2f} GFLOP/s of "
                             f"{run.peak_flops_per_second / 1e9:.1f} GFLOP/s peak"),
              ("precision", run.precision_note)]
+    if run.user_kernel:
+        items.append(("kernel", run.kernel_origin))
     if cfg is not None:
         items.append(("run-config", cfg.path.name))
     return "<dl class=\"facts\">" + "".join(f"<dt>{_esc(k)}</dt><dd>{_esc(v)}</dd>" for k, v in items) + "</dl>"

@@ -14,6 +14,7 @@ from sim.files.atomic import atomic_write_bytes
 from sim.model.call import BoundCall
 from sim.simulator import Run, Simulator, check_argument_names
 from sim.tools.config import RunConfig
+from sim.tools.user_kernels import load_kernels
 
 
 def prepare(cfg: RunConfig, *, numerics: bool | None = None,
@@ -39,10 +40,12 @@ def prepare(cfg: RunConfig, *, numerics: bool | None = None,
 
 
 def _simulator(cfg: RunConfig) -> Simulator:
-    """A fresh simulator of the config's target and tolerance, the config's arguments checked first."""
+    """A fresh simulator of the config's target and tolerance, the config's arguments checked first and its
+    ``kernels`` imported."""
     # Arguments are passed to call() as keywords: one named like call()'s own parameters must be refused here,
     # as a SimError naming the key, before Python's TypeError ("got multiple values for argument").
     check_argument_names(cfg.args, f"{cfg.path}: args")
+    load_kernels(cfg)
     return Simulator(cfg.target) if cfg.tiling_tolerance is None else \
         Simulator(cfg.target, tiling_tolerance=cfg.tiling_tolerance)
 

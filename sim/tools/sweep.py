@@ -58,6 +58,7 @@ from sim.simulator import check_argument_names, find_symbol
 from sim.tools.config import load_config
 from sim.tools.docedit import quote, set_path, split_path
 from sim.tools.progress import PhaseBar
+from sim.tools.user_kernels import load_kernels, source_digest
 
 TARGET_EDIT = "target."
 TILING_KEY = "tiling."
@@ -92,6 +93,8 @@ class BaseConfig:
     symbol: str
     target: str
     arg_names: frozenset[str]
+    #: Digests of the config's kernel files (module names as they are): an edited kernel's points run again.
+    kernel_digests: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -115,12 +118,15 @@ class SweepSpec:
                 settings = dict(zip(axes, values))
                 tfile, tdigest = self.target_files[str(settings.get("target", cfg.target))]
                 where = os.path.relpath(cfg.path.resolve(), self.path.parent.resolve())
-                key = json.dumps({"format": ROW_FORMAT, "config": where, "config_sha256": cfg.digest,
-                                  "target_sha256": tdigest, "settings": settings, "numerics": self.numerics},
-                                 sort_keys=True, default=str)
+                inputs = {"format": ROW_FORMAT, "config": where, "config_sha256": cfg.digest,
+                          "target_sha256": tdigest, "settings": settings, "numerics": self.numerics}
+                if cfg.kernel_digests:  # (only then: the ids of sweeps over shipped kernels stay as they were)
+                    inputs["kernels_sha256"] = list(cfg.kernel_digests)
+                key = json.dumps(inputs, sort_keys=True, default=str)
                 out.append({"id": hashlib.sha256(key.encode()).hexdigest()[:16], "config": str(cfg.path),
                             "config_label": cfg.label, "config_sha256": cfg.digest, "target_file": tfile,
-                            "target_sha256": tdigest, "settings": settings, "numerics": self.numerics})
+                            "target_sha256": tdigest, "settings": settings, "numerics": self.numerics,
+                            "kernels_sha256": list(cfg.kernel_digests)})
         return out
 
 
@@ -240,6 +246,7 @@ def _load_configs(p: Path, raw: Any, grid: dict) -> tuple[BaseConfig, ...]:
         seen[real] = i
         data = read_yaml_bytes(cp, str(cp), ConfigError, f"configs[{i}]: run-config")
         cfg = load_config(cp)  # a broken base config is the sweep file's error, not every point's
+        load_kernels(cfg)  # its own kernels, before its symbol is looked up
         symbols = grid.get("symbol", [cfg.symbol])
         takes = {s: _symbol_args(s, f"{p}: grid.symbol" if "symbol" in grid else f"{cp}: symbol") for s in symbols}
         for axis in grid:
@@ -264,7 +271,8 @@ def _load_configs(p: Path, raw: Any, grid: dict) -> tuple[BaseConfig, ...]:
         # The file name labels a config in the table, unless two configs share it: then the path as written.
         label = cp.name if names[cp.name] == 1 else c
         out.append(BaseConfig(path=cp, label=label, digest=_digest(data), symbol=cfg.symbol, target=cfg.target,
-                              arg_names=frozenset(cfg.args)))
+                              arg_names=frozenset(cfg.args),
+                              kernel_digests=tuple(source_digest(k) for k in cfg.kernels)))
     return tuple(out)
 
 
@@ -291,6 +299,9 @@ def run_point(point: dict) -> dict:
     try:
         _checked_text(point["config"], point["config_sha256"], "run-config")
         cfg = load_config(point["config"])
+        if [source_digest(k) for k in cfg.kernels] != point.get("kernels_sha256", []):
+            raise ConfigError(f"{cfg.path}: a kernel file it names changed while the sweep ran; run the sweep again")
+        load_kernels(cfg)  # a worker process imports the config's kernel files too
         args = copy.deepcopy(cfg.args)
         symbol = cfg.symbol
         tiling = dict(cfg.tiling) if cfg.tiling is not None else None

@@ -1,0 +1,313 @@
+"""The rules every plan obeys, checked before it runs: a plan that breaks one raises :class:`~sim.errors.PlanError`.
+
+A kernel describes its work as a :class:`~sim.model.plan.Plan`; the engine would run whatever it is given.
+:func:`check_plan` stands between them, so that a kernel written by a user (or a shipped kernel with a bug)
+cannot move bytes the call does not own, compute on operands outside the staging memory, or confuse the
+engine.  The rules, each with the id a :class:`~sim.errors.PlanError` names (see :data:`RULES`):
+
+* ``plan-structure``: a Plan of Phases whose tiles map a core to Tiles of well-formed Transfers and
+  Computes (int addresses and shapes, strides per dimension, a precision the chip computes in);
+* ``cores``: the plan runs on cores of the call only, each once, and a phase has tiles on the plan's cores
+  only;
+* ``tile-ids``: a tile id appears once per core in a phase (traces and messages name a tile by phase and id);
+* ``transfer-unmapped``: a transfer's source and destination each lie wholly inside one mapped region;
+* ``private-memory``: a transfer never touches private memory the call has no buffer in (an ``_s`` call's
+  buffers are all shared, so no core's private storage is the call's; a ``_p`` call runs on its own core);
+* ``input-written``: a transfer never writes into an input buffer of the call;
+* ``write-outside-outputs``: a transfer writes only into the call's output buffers and the staging levels;
+* ``operand-level``: a compute operand lies wholly inside the innermost per-core staging level (the vector
+  level), or the scalar level beside it;
+* ``tile-size``: the operands of a tile fit the size of the staging level they lie in;
+* ``output-overlap``: the output operands of one compute share no byte.
+
+The check reads the plan only (no memory, no SimPy) and costs a few microseconds per transfer; the facade
+runs it once per plan it builds (plans are cached), before anything runs, so a refused plan leaves memory
+exactly as it was.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from sim.errors import PlanError, brief
+from sim.model.call import BoundCall
+from sim.model.memory import MemoryMap, block_span
+from sim.model.plan import Compute, Operand, Phase, Plan, Tile, Transfer
+from sim.model.target import StagingArea, Target
+
+#: Rule id -> the rule in words (for the docs and for tools).
+RULES: dict[str, str] = {
+    "plan-structure": "a plan is a Plan of Phases whose tiles map a core to Tiles of well-formed Transfers and "
+                      "Computes",
+    "cores": "a plan runs on cores of the call only, each once; a phase has tiles on the plan's cores only",
+    "tile-ids": "a tile id appears once per core in a phase",
+    "transfer-unmapped": "a transfer's source and destination each lie wholly inside one mapped region",
+    "private-memory": "a transfer never touches private memory the call has no buffer in",
+    "input-written": "a transfer never writes into an input buffer of the call",
+    "write-outside-outputs": "a transfer writes only into the call's output buffers and the staging levels",
+    "operand-level": "a compute operand lies wholly inside the innermost per-core staging level (the vector "
+                     "level) or the scalar level beside it",
+    "tile-size": "the operands of a tile fit the size of the staging level they lie in",
+    "output-overlap": "the output operands of one compute share no byte",
+}
+
+
+def _is_int(v: object) -> bool:
+    return type(v) is int or (isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)))
+
+
+_JUST_INT = {int}
+
+
+def _ints(values: tuple, minimum: int | None = None) -> bool:
+    """Whether ``values`` are all ints (numpy ints too, never bools), each at least ``minimum`` if given."""
+    # The first test runs at C speed and settles the common case (plain ints); numpy ints take the slow one.
+    if not set(map(type, values)) <= _JUST_INT and not all(_is_int(v) for v in values):
+        return False
+    return minimum is None or not values or min(values) >= minimum
+
+
+def _span(lo: int, hi: int) -> str:
+    return f"[{lo:#x}, {hi:#x})"
+
+
+class _Where:
+    """Where the check is (kernel, core, tile, phase): the PlanError it raises names them."""
+
+    __slots__ = ("kernel", "core", "tile", "phase")
+
+    def __init__(self, kernel: str) -> None:
+        self.kernel = kernel
+        self.core: int | None = None
+        self.tile: int | None = None
+        self.phase: str | None = None
+
+    def error(self, rule: str, detail: str) -> PlanError:
+        return PlanError(rule, detail, kernel=self.kernel, core=self.core, tile=self.tile, phase=self.phase)
+
+
+class _Checker:
+    """One check of one plan against one call (memoising the verdict on each operand it meets: tiles reuse their
+    slots' operands)."""
+
+    def __init__(self, call: BoundCall, target: Target, levels: Sequence[StagingArea],
+                 operand_levels: Sequence[StagingArea], kernel: str):
+        self.call, self.target = call, target
+        self.levels = tuple(levels)
+        self.operand_levels = tuple(operand_levels)
+        self.where = _Where(kernel)
+        self.mmap = MemoryMap(target)
+        sized = [b for b in call.buffers if b.size_bytes]
+        self.inputs = [b for b in sized if b.role != "output"]
+        self.outputs = sorted(((b.addr, b.end, b) for b in sized if b.role == "output"), key=lambda t: t[:2])
+        # The spans a transfer's source may lie in (a mapped region, but no private storage for an _s call) and
+        # its destination (a staging level, an output buffer): a side wholly inside one needs no further look.
+        self.readable = [(r.base, r.end) for r in target.regions
+                         if not (r.kind == "private" and r.role != "scratchpad" and call.variant == "s")]
+        self.writable = [(a.base, a.end) for a in self.levels] + [(lo, hi) for lo, hi, _ in self.outputs]
+        self._operands: dict[Any, tuple[int, int, int]] = {}  # (addr, shape, dtype) -> its span and level index
+
+    # -- structure -----------------------------------------------------------------------------
+
+    def fail(self, rule: str, detail: str) -> PlanError:
+        return self.where.error(rule, detail)
+
+    def plan(self, plan: Any) -> None:
+        if not isinstance(plan, Plan):
+            raise self.fail("plan-structure", f"the kernel's plan() returned {brief(plan)}, not a Plan")
+        cores = plan.cores
+        if not isinstance(cores, tuple) or not cores or not all(_is_int(c) for c in cores):
+            raise self.fail("plan-structure", f"Plan.cores must be a non-empty tuple of core numbers, got "
+                                              f"{brief(cores)}")
+        outside = [int(c) for c in cores if int(c) not in self.call.cores]
+        if outside:
+            raise self.fail("cores", f"the plan runs on core {outside[0]}, which the call does not (it runs on "
+                                     f"cores {', '.join(map(str, self.call.cores))})")
+        if len(set(cores)) != len(cores):
+            raise self.fail("cores", f"Plan.cores lists a core twice: {brief(cores)}")
+        if not isinstance(plan.phases, tuple) or not all(isinstance(p, Phase) for p in plan.phases):
+            raise self.fail("plan-structure", f"Plan.phases must be a tuple of Phase, got {brief(plan.phases)}")
+        plan_cores = {int(c) for c in cores}
+        for phase in plan.phases:
+            self.where.phase = phase.name if isinstance(phase.name, str) else brief(phase.name)
+            if not isinstance(phase.tiles, Mapping):
+                raise self.fail("plan-structure", f"Phase.tiles must map a core to its tiles, got "
+                                                  f"{brief(phase.tiles)}")
+            for core, tiles in phase.tiles.items():
+                self.where.core, self.where.tile = None, None
+                if not _is_int(core) or int(core) not in plan_cores:
+                    raise self.fail("cores", f"the phase has tiles on core {brief(core)}, which is not one of the "
+                                             f"plan's cores ({', '.join(map(str, cores))}): they would never run")
+                self.where.core = int(core)
+                if not isinstance(tiles, (tuple, list)):
+                    raise self.fail("plan-structure", f"the tiles of a core must be a tuple of Tile, got "
+                                                      f"{brief(tiles)}")
+                ids: set[int] = set()  # a trace names a tile by its phase and id: ids restart in each phase
+                for tile in tiles:
+                    self.tile(tile, ids)
+            self.where.core = self.where.tile = None
+        self.where.phase = None
+
+    def tile(self, tile: Any, ids: set[int]) -> None:
+        if type(tile) is not Tile and not isinstance(tile, Tile):
+            raise self.fail("plan-structure", f"expected a Tile, got {brief(tile)}")
+        if not _is_int(tile.tile_id):
+            raise self.fail("plan-structure", f"Tile.tile_id must be an int, got {brief(tile.tile_id)}")
+        self.where.tile = int(tile.tile_id)
+        if tile.tile_id in ids:
+            raise self.fail("tile-ids", f"tile id {tile.tile_id} is used twice on core {self.where.core} in this "
+                                        f"phase: traces and messages name a core's tiles by phase and id")
+        ids.add(tile.tile_id)
+        if not _is_int(tile.slot):
+            raise self.fail("plan-structure", f"Tile.slot must be an int, got {brief(tile.slot)}")
+        for kind, transfers in (("load", tile.loads), ("store", tile.stores)):
+            if type(transfers) is not tuple:
+                raise self.fail("plan-structure", f"Tile.{kind}s must be a tuple of Transfer, got "
+                                                  f"{brief(transfers)}")
+            for i, t in enumerate(transfers):
+                self.transfer(t, kind, i)
+        if tile.compute is not None:
+            self.compute(tile.compute)
+
+    def transfer(self, t: Any, kind: str, index: int) -> None:
+        if type(t) is not Transfer and not isinstance(t, Transfer):
+            raise self.fail("plan-structure", f"{kind} {index}: expected a Transfer, got {brief(t)}")
+        shape, ss, ds, item = t.shape, t.src_strides, t.dst_strides, t.itemsize
+        if not (type(shape) is tuple and type(ss) is tuple and type(ds) is tuple and len(shape) == len(ss) == len(ds)
+                and _ints((t.src, t.dst, item) + shape + ss + ds) and item >= 1 and (not shape or min(shape) >= 0)):
+            raise self.fail("plan-structure", f"{kind} {index}: a Transfer needs int addresses, an itemsize >= 1, and "
+                                              f"one size >= 0 and two int strides per dimension, got {brief(t, 160)}")
+        if 0 in shape:
+            return  # moves nothing
+        for addr, strides, legal, writing in ((t.src, ss, self.readable, False), (t.dst, ds, self.writable, True)):
+            if len(shape) == 1 and strides[0] >= 0:  # the common case, without a call
+                lo, hi = addr, addr + item + (shape[0] - 1) * strides[0]
+            else:
+                lo, hi = block_span(addr, shape, item, strides)
+            for w_lo, w_hi in legal:
+                if w_lo <= lo and hi <= w_hi:
+                    break  # wholly inside one span this side may touch: the common case, decided here
+            else:
+                verdict = self._judge(lo, hi, writing)
+                if verdict is not None:
+                    rule, text = verdict
+                    raise self.fail(rule, f"{kind} {index} ({t.size_bytes} bytes) {'writes' if writing else 'reads'} "
+                                          f"{_span(lo, hi)}: {text}")
+
+    def _judge(self, lo: int, hi: int, writing: bool) -> tuple[str, str] | None:
+        """The rule a transfer's side ``[lo, hi)`` breaks (and why), or None (a write over two adjacent outputs)."""
+        region = self.mmap.region_of(lo, hi - lo)
+        if region is None:
+            start = self.mmap.region_at(lo)
+            return "transfer-unmapped", (self.mmap.describe(lo) if start is None else
+                                         f"it runs past the end of region {start.name} {_span(start.base, start.end)}")
+        if any(a.region == region.name and a.base <= lo and hi <= a.end for a in self.levels):
+            return None  # a staging level: the kernel's own during the call
+        if region.kind == "private" and region.role != "scratchpad" and self.call.variant == "s":
+            return "private-memory", (f"region {region.name} is each core's private memory, and this _s call's "
+                                      f"buffers all lie in shared memory: no core's {region.name} is the call's")
+        if not writing:
+            return None
+        for b in self.inputs:
+            if b.addr < hi and lo < b.end:
+                return "input-written", f"it overlaps input buffer '{b.name}' {_span(b.addr, b.end)}"
+        if not self._covered_by_outputs(lo, hi):
+            outs = ", ".join(f"'{b.name}' {_span(lo_, hi_)}" for lo_, hi_, b in self.outputs) or "none"
+            levels = ", ".join(f"{a.name} {_span(a.base, a.end)}" for a in self.levels)
+            return "write-outside-outputs", (f"in region {region.name}, neither a staging level ({levels}) nor "
+                                             f"inside the call's output buffers ({outs})")
+        return None
+
+    def _covered_by_outputs(self, lo: int, hi: int) -> bool:
+        cursor = lo
+        for b_lo, b_hi, _ in self.outputs:  # sorted by start: sweep [lo, hi) across them
+            if b_lo > cursor:
+                break
+            if b_hi > cursor:
+                cursor = b_hi
+                if cursor >= hi:
+                    return True
+        return cursor >= hi
+
+    def compute(self, c: Any) -> None:
+        if type(c) is not Compute and not isinstance(c, Compute):
+            raise self.fail("plan-structure", f"Tile.compute must be a Compute or None, got {brief(c)}")
+        if not callable(c.fn):
+            raise self.fail("plan-structure", f"Compute.fn must be callable, got {brief(c.fn)}")
+        if not _ints((c.flops, c.reductions, c.extra_ops), 0):
+            raise self.fail("plan-structure", f"Compute.flops, reductions and extra_ops must be ints >= 0, got "
+                                              f"{brief((c.flops, c.reductions, c.extra_ops))}")
+        if c.precision not in self.target.core.precisions:
+            raise self.fail("plan-structure", f"the compute is in precision {brief(c.precision)}, which "
+                                              f"{self.target.name} lacks (it has: {', '.join(self.target.precisions)})")
+        if type(c.inputs) is not tuple or type(c.outputs) is not tuple:
+            raise self.fail("plan-structure", "Compute.inputs and Compute.outputs must be tuples of Operand")
+        # Each operand's (lo, hi, level index) once: an in-place operand (an output over an input) counts once.
+        distinct = {self.operand(op, "input", i) for i, op in enumerate(c.inputs)}
+        outs = [self.operand(op, "output", i) for i, op in enumerate(c.outputs)]
+        distinct.update(outs)
+        used = [0] * len(self.operand_levels)
+        for lo, hi, li in distinct:
+            used[li] += hi - lo
+        for total, level in zip(used, self.operand_levels):
+            if total > level.size_bytes:
+                raise self.fail("tile-size", f"the compute's distinct operands in staging level {level.name} take "
+                                             f"{total} bytes, more than the level's {level.size_bytes}")
+        if len(outs) > 1:
+            spans = sorted((lo, hi, i) for i, (lo, hi, _) in enumerate(outs))
+            for (a_lo, a_hi, a), (b_lo, b_hi, b) in zip(spans, spans[1:]):
+                if b_lo < a_hi and a_lo < a_hi and b_lo < b_hi:
+                    raise self.fail("output-overlap", f"output operand {a} {_span(a_lo, a_hi)} and output operand "
+                                                      f"{b} {_span(b_lo, b_hi)} share bytes: the engine would write "
+                                                      f"one over the other")
+
+    def operand(self, op: Any, role: str, index: int) -> tuple[int, int, int]:
+        """``(lo, hi, level)`` of a compute operand (``level`` indexes ``operand_levels``); PlanError when it is
+        malformed or outside the levels."""
+        key = None
+        if type(op) is Operand:
+            key = (op.addr, op.shape, op.dtype)
+            try:
+                known = self._operands.get(key)  # tiles reuse the same slots: most operands were judged before
+            except TypeError:  # unhashable: a malformed operand (a list for a shape)
+                key = known = None
+            if known is not None:
+                return known
+        label = f"{role} operand {index}"
+        try:
+            ok = key is not None and _is_int(op.addr) and type(op.shape) is tuple and _ints(op.shape, 0)
+            size = math.prod(op.shape) * np.dtype(op.dtype).itemsize if ok else 0
+        except TypeError:
+            ok = False
+        if not ok:
+            raise self.fail("plan-structure", f"{label}: an Operand needs an int address, a tuple shape of sizes "
+                                              f">= 0 and a numpy dtype, got {brief(op, 160)}")
+        lo, hi = int(op.addr), int(op.addr) + int(size)
+        for li, level in enumerate(self.operand_levels):
+            if level.base <= lo and hi <= level.end:
+                self._operands[key] = (lo, hi, li)
+                return lo, hi, li
+        names = " or ".join(f"{a.name} {_span(a.base, a.end)}" for a in self.operand_levels)
+        biggest = max(self.operand_levels, key=lambda a: a.size_bytes)
+        if size > biggest.size_bytes:
+            raise self.fail("tile-size", f"{label} {_span(lo, hi)} takes {size} bytes, more than the largest staging "
+                                         f"level compute operands may lie in ({biggest.name}: {biggest.size_bytes} "
+                                         f"bytes)")
+        raise self.fail("operand-level", f"{label} {_span(lo, hi)} lies outside the staging levels compute operands "
+                                         f"may lie in ({names}): DMA it there first")
+
+
+def check_plan(plan: object, call: BoundCall, target: Target, levels: Sequence[StagingArea],
+               operand_levels: Sequence[StagingArea], kernel: str) -> None:
+    """Raise :class:`~sim.errors.PlanError` for the first rule ``plan`` breaks (see the module's rules).
+
+    ``levels`` are the staging levels the plan may use (``PlanContext.levels``); ``operand_levels`` those
+    compute operands may lie in (``PlanContext.vector_level`` and, if the chip has one, the scalar level beside
+    it).  ``kernel`` names the kernel in the message.
+    """
+    _Checker(call, target, levels, operand_levels, kernel).plan(plan)
+

@@ -1,0 +1,272 @@
+"""The plan IR's rules (sim/model/plan_check.py): one hostile user kernel per rule, refused before it runs.
+
+Each hostile kernel is a correct two-tile kernel (y = 2x, the two halves of x through the vector staging
+level) whose plan is then broken in one way on tile 1 of core 0.  The refusal must be a ``sim.PlanError``
+naming the kernel, the core, the tile and the rule, and memory must be exactly as before: the good tile 0
+never ran either (the output keeps its sentinel value).  A fault that only shows while the plan runs (a
+compute that raises, or returns the wrong shape) rolls memory back.  The shipped kernels' plans pass the
+check: every shipped config and bench case runs in tests/test_frozen_cycles.py and tests/test_cli.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tiny_kernels import Breaker, Twice
+
+import sim
+from kernels.base import PlanContext
+from sim.model.plan import Operand, Phase, Plan, Transfer
+from sim.model.plan_check import RULES
+
+REPO = Path(__file__).resolve().parent.parent
+N = 1024  # elements of x and y (two tiles of 512)
+X, Y = 0xA0000000, 0xA0100000  # in FT78NE's DDR
+L2 = 0x10000000  # FT78NE's private per-core memory
+GSM = 0x40000000  # FT78NE's shared GSM (its staging window is at +0x580000)
+SENTINEL = 7.0
+F32 = np.dtype(np.float32)
+
+
+def tile1(plan: Plan, **changes) -> Plan:
+    """``plan`` with tile 1 of its first core changed."""
+    phase = plan.phases[0]
+    core = plan.cores[0]
+    t0, t1 = phase.tiles[core]
+    return dataclasses.replace(plan, phases=(dataclasses.replace(
+        phase, tiles={**phase.tiles, core: (t0, dataclasses.replace(t1, **changes))}),))
+
+
+def load_from(addr: int) -> Breaker:
+    return lambda p, c, x: tile1(p, loads=(Transfer.contiguous(addr, x.vector_level.base, 2048),))
+
+
+def store_to(addr: int) -> Breaker:
+    return lambda p, c, x: tile1(p, stores=(Transfer.contiguous(x.vector_level.base + 0x18000, addr, 2048),))
+
+
+def compute_with(inputs=None, outputs=None, **fields) -> Breaker:
+    def breaker(p, c, x):
+        old = p.phases[0].tiles[p.cores[0]][1].compute
+        new = dataclasses.replace(old, **({"inputs": inputs(x)} if inputs else {}),
+                                  **({"outputs": outputs(x)} if outputs else {}), **fields)
+        return tile1(p, compute=new)
+    return breaker
+
+
+def _op(offset: int, n: int) -> Callable[[PlanContext], Operand]:
+    return lambda x: Operand(x.vector_level.base + offset, (n,), F32)
+
+
+#: rule -> (how the plan is broken, variant, a phrase of the detail)
+HOSTILE: dict[str, tuple[Breaker, str, str]] = {
+    "transfer-unmapped": (load_from(0x60000000), "s", "load 0 (2048 bytes) reads [0x60000000, 0x60000800): "
+                                                      "unmapped (between gsm and ddr of the map)"),
+    "private-memory": (load_from(L2), "s", "load 0 (2048 bytes) reads [0x10000000, 0x10000800): region l2 is "
+                                           "each core's private memory"),
+    "input-written": (store_to(X + 2048), "s", "store 0 (2048 bytes) writes [0xa0000800, 0xa0001000): it overlaps "
+                                               "input buffer 'x' [0xa0000000, 0xa0001000)"),
+    "write-outside-outputs": (store_to(Y + 4 * N), "s", "writes [0xa0101000, 0xa0101800): in region ddr, neither "
+                                                        "a staging level"),
+    "operand-level": (compute_with(outputs=lambda x: (Operand(Y, (512,), F32),)), "s",
+                      "output operand 0 [0xa0100000, 0xa0100800) lies outside the staging levels compute operands "
+                      "may lie in (am [0x20000000, 0x200c0000) or sm [0x30000000, 0x30010000)): DMA it there first"),
+    "tile-size": (compute_with(inputs=lambda x: (Operand(x.vector_level.base, (0xC0000 // 4 + 32,), F32),)), "s",
+                  "input operand 0 [0x20000000, 0x200c0080) takes 786560 bytes, more than the largest staging level "
+                  "compute operands may lie in (am: 786432 bytes)"),
+    "output-overlap": (compute_with(outputs=lambda x: (_op(0x8000, 512)(x), _op(0x8400, 512)(x)),
+                                    fn=lambda a: (a, a)), "s",
+                       "output operand 0 [0x20008000, 0x20008800) and output operand 1 [0x20008400, 0x20008c00) "
+                       "share bytes"),
+    "tile-ids": (lambda p, c, x: tile1(p, tile_id=0), "s", "tile id 0 is used twice on core 0 in this phase"),
+    "cores": (lambda p, c, x: dataclasses.replace(p, phases=(dataclasses.replace(
+        p.phases[0], tiles={**p.phases[0].tiles, 5: p.phases[0].tiles[p.cores[0]]}),)), "s",
+        "the phase has tiles on core 5, which is not one of the plan's cores (0, 1)"),
+    "plan-structure": (compute_with(precision="fp64"), "s", "the compute is in precision 'fp64', which FT78NE lacks"),
+}
+
+
+def _machine(variant: str) -> tuple[sim.Simulator, dict, int | None]:
+    """A simulator with x placed and y holding the sentinel; the call's arguments; the private core or None."""
+    m = sim.Simulator("FT78NE")
+    core = 2 if variant == "p" else None
+    x_addr, y_addr = (L2, L2 + 0x100000) if variant == "p" else (X, Y)
+    m.write(x_addr, np.arange(N, dtype=F32), core=core)
+    m.write(y_addr, np.full(N, SENTINEL, F32), core=core)
+    args = {"x": x_addr, "y": y_addr, "n": N, **({"core": core} if variant == "p" else {"core_mask": 0x3})}
+    return m, args, core
+
+
+def test_the_unbroken_kernel_runs():
+    """The base of the hostile kernels is a correct kernel: without a breaker its plan passes and computes 2x."""
+    for variant in ("s", "p"):
+        with sim.registered_kernel(Twice("twice_ok")):
+            m, args, core = _machine(variant)
+            m.call(f"fp_twice_ok_{variant}", **args)
+            np.testing.assert_array_equal(m.read(args["y"], N, F32, core=core), 2 * np.arange(N, dtype=F32))
+
+
+def test_every_rule_has_a_hostile_kernel():
+    assert set(HOSTILE) == set(RULES)
+
+
+@pytest.mark.parametrize("rule", sorted(HOSTILE))
+def test_a_hostile_kernel_is_refused_before_it_runs(rule):
+    breaker, variant, detail = HOSTILE[rule]
+    name = f"hostile_{rule.replace('-', '_')}"
+    with sim.registered_kernel(Twice(name, breaker)):
+        m, args, core = _machine(variant)
+        before = m.memory.snapshot()
+        with pytest.raises(sim.PlanError) as info:
+            m.call(f"fp_{name}_{variant}", **args)
+    err = info.value
+    assert isinstance(err, sim.SimError) and err.rule == rule and err.kernel == name
+    text = str(err)
+    # A tile on a core outside the plan is refused before any of its tiles is looked at; a duplicate id names
+    # the tile by the id it has.
+    tile = {"cores": None, "tile-ids": 0}.get(rule, 1)
+    where = f"kernel '{name}'" + ("" if tile is None else f", core 0, tile {tile}") + ", phase 'twice'"
+    assert text.startswith(f"{where}: breaks the plan rule '{rule}': "), text
+    assert detail in text, text
+    assert "\n" not in text
+    assert m.memory.snapshot() == before  # the good tile 0 never ran either
+    assert (m.read(args["y"], N, F32, core=core) == SENTINEL).all()
+
+
+def test_a_p_call_may_not_run_on_another_core():
+    """A _p call's plan with tiles on a core other than the call's: the other core's private memory is not the
+    call's (its buffers are in the calling core's copy)."""
+    def on_core_3(p, c, x):
+        return Plan((3,), (Phase("twice", {3: p.phases[0].tiles[c.cores[0]]}, barrier_after=False),), "fp32")
+
+    with sim.registered_kernel(Twice("elsewhere", on_core_3)):
+        m, args, core = _machine("p")
+        before = m.memory.snapshot()
+        with pytest.raises(sim.PlanError, match=r"^kernel 'elsewhere': breaks the plan rule 'cores': the plan runs "
+                                                r"on core 3, which the call does not \(it runs on cores 2\)"):
+            m.call("fp_elsewhere_p", **args)
+        assert m.memory.snapshot() == before
+
+
+def test_a_write_into_a_p_calls_own_input_is_refused_in_private_memory():
+    with sim.registered_kernel(Twice("scribble", store_to(L2))):
+        m, args, core = _machine("p")
+        with pytest.raises(sim.PlanError, match=r"core 2, tile 1, phase 'twice': breaks the plan rule "
+                                                r"'input-written': store 0 \(2048 bytes\) writes \[0x10000000, "):
+            m.call("fp_scribble_p", **args)
+
+
+@pytest.mark.parametrize("what,breaker,rule", [
+    ("a list instead of a Plan", lambda p, c, x: [p], "plan-structure"),
+    ("float sizes", lambda p, c, x: tile1(p, loads=(Transfer(X, x.vector_level.base, (512.0,), 4, (4,), (4,)),)),
+     "plan-structure"),
+    ("a compute that is not callable", compute_with(fn="not a function"), "plan-structure"),
+    ("a write into GSM outside its staging window", store_to(GSM), "write-outside-outputs"),
+    ("operands that together overflow the level",
+     compute_with(inputs=lambda x: (_op(0, 0x70000 // 4)(x), _op(0x40000, 0x70000 // 4)(x))), "tile-size"),
+])
+def test_more_hostile_plans(what, breaker, rule):
+    with sim.registered_kernel(Twice("hostile", breaker)):
+        m, args, _ = _machine("s")
+        before = m.memory.snapshot()
+        with pytest.raises(sim.PlanError) as info:
+            m.call("fp_hostile_s", **args)
+        assert info.value.rule == rule, (what, str(info.value))
+        assert m.memory.snapshot() == before
+
+
+def test_writes_into_the_staging_levels_and_across_adjacent_outputs_are_legal():
+    """The shared staging window (GSM at +0x580000) and the vector level are the kernel's own; a store over two
+    adjacent output buffers is inside the outputs."""
+    def via_gsm(p, c, x):
+        window = x.shared_level
+        assert window is not None
+        return tile1(p, stores=(Transfer.contiguous(x.vector_level.base + 0x18000, window.base, 2048),))
+
+    with sim.registered_kernel(Twice("via_gsm", via_gsm)):
+        m, args, _ = _machine("s")
+        m.call("fp_via_gsm_s", **args)  # legal: tile 1's half goes to the window, not to y
+        assert (m.read(Y + 2048, 512, F32) == SENTINEL).all()
+
+
+def test_a_hostile_candidate_tiling_is_refused_not_dropped():
+    """The cost model prices candidate tilings by running them (timing only): each is checked first, and a
+    candidate that breaks a rule is the kernel's bug, reported, not quietly skipped like one that does not fit."""
+    class Candidates(Twice):
+        def tilings(self, call, ctx):
+            return [{"hostile": False}, {"hostile": True}]
+
+        def plan(self, call, ctx):
+            self.breaker = load_from(0x60000000) if (ctx.tiling or {}).get("hostile") else None
+            return super().plan(call, ctx)
+
+    with sim.registered_kernel(Candidates("candidates")):
+        m, args, _ = _machine("s")
+        before = m.memory.snapshot()
+        with pytest.raises(sim.PlanError, match="'transfer-unmapped'"):
+            m.call("fp_candidates_s", **args)
+        assert m.memory.snapshot() == before
+        m.call("fp_candidates_s", tiling={"hostile": False}, **args)  # the good tiling alone runs
+
+
+@pytest.mark.parametrize("fault", ["raises", "wrong shape"])
+def test_a_fault_while_the_plan_runs_rolls_memory_back(fault):
+    """Tile 0 stores its half of y, then tile 1's compute fails: every byte goes back to before the call."""
+    def bad(a):
+        if fault == "raises":
+            raise ValueError("kernel bug in tile 1")
+        return (a[:10],)
+
+    with sim.registered_kernel(Twice("faulty", compute_with(fn=bad))):
+        m, args, core = _machine("s")
+        before = m.memory.snapshot()
+        with pytest.raises((ValueError, sim.SimError)) as info:
+            m.call("fp_faulty_s", **args)
+        assert ("kernel bug" if fault == "raises" else "does not fill operand") in str(info.value)
+        assert m.memory.snapshot() == before
+        assert (m.read(Y, N, F32) == SENTINEL).all()
+    # Without the fault the same plan writes y: the rollback undid real writes.
+    with sim.registered_kernel(Twice("faultless")):
+        m, args, _ = _machine("s")
+        m.call("fp_faultless_s", **args)
+        assert not (m.read(Y, N, F32) == SENTINEL).any()
+
+
+def test_the_cli_reports_a_hostile_kernel_in_one_line(tmp_path):
+    """A hostile kernel named in a run-config's kernels: list: dspsim run and validate print one line, exit 2."""
+    (tmp_path / "hostile.py").write_text(
+        "import numpy as np\n"
+        "from sim.model.call import ArgSpec, BoundCall, Buffer\n"
+        "from sim.model.plan import Phase, Plan, Tile, Transfer\n"
+        "class Hostile:\n"
+        "    name = 'hostile_dma'\n"
+        "    args = (ArgSpec('y', 'out_ptr', 'output'),)\n"
+        "    def bind(self, symbol, precision, variant, cores, args, read):\n"
+        "        return BoundCall(symbol, precision, variant, cores,\n"
+        "                         (Buffer('y', args['y'], (256,), np.dtype(np.float32), 'output'),))\n"
+        "    def plan(self, call, ctx):\n"
+        "        t = Tile(0, (Transfer.contiguous(0x60000000, ctx.vector_level.base, 1024),), None, ())\n"
+        "        return Plan(call.cores, (Phase('dma', {call.cores[0]: (t,)}),), call.precision)\n"
+        "KERNEL = Hostile()\n")
+    (tmp_path / "hostile.yaml").write_text("target: FT78NE\nsymbol: fp_hostile_dma_s\nkernels: [hostile.py]\n"
+                                           "args: {y: 0xA0000000, core_mask: 1}\n")
+    for command in ("run", "validate"):
+        proc = subprocess.run([sys.executable, "-m", "sim.cli", command, "hostile.yaml"], cwd=tmp_path,
+                              capture_output=True, text=True, check=False)
+        assert proc.returncode == 2, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(
+            "dspsim: error: kernel 'hostile_dma', core 0, tile 0, phase 'dma': breaks the plan rule "
+            "'transfer-unmapped': load 0 (1024 bytes) reads [0x60000000, 0x60000400)"), proc.stderr
+    # validate --format json: tools read the refusal from stdout too.
+    proc = subprocess.run([sys.executable, "-m", "sim.cli", "validate", "--format", "json", "hostile.yaml"],
+                          cwd=tmp_path, capture_output=True, text=True, check=False)
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 2 and report["ok"] is False and "'transfer-unmapped'" in report["errors"][0]
