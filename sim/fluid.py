@@ -83,6 +83,8 @@ def _ratio(value: object, what: str) -> tuple[int, int]:
 
 def _add(n: int, d: int, an: int, ad: int) -> tuple[int, int]:
     """n/d + an/ad, reduced (d, ad > 0)."""
+    if d == 1 and ad == 1:
+        return n + an, 1
     if d == ad:
         n += an
     else:
@@ -103,7 +105,7 @@ class Link:
     Made by :meth:`FlowNetwork.add_link`.  ``capacity`` is exact (bytes per cycle, a Fraction).
     """
 
-    __slots__ = ("_cd", "_cn", "_free", "_ld", "_ln", "_members", "_net", "_stamp", "_sumd", "_sumn", "_ud", "_un",
+    __slots__ = ("_cd", "_cn", "_free", "_members", "_net", "_stamp", "_sumd", "_sumn", "_ud", "_un",
                  "_wd", "_wn", "capacity", "name")
 
     def __init__(self, net: FlowNetwork, name: str, cn: int, cd: int):
@@ -116,8 +118,8 @@ class Link:
         self._sumn, self._sumd = 0, 1  # the sum of the members' coefficients, kept as they come and go
         self._stamp = 0
         # Scratch of one progressive filling: usage of the frozen flows (_un/_ud), sum of the unfrozen flows'
-        # coefficients (_wn/_wd), how many are unfrozen, and the level at which the link saturates (_ln/_ld).
-        self._un = self._ud = self._wn = self._wd = self._free = self._ln = self._ld = 0
+        # coefficients (_wn/_wd), how many are unfrozen.
+        self._un = self._ud = self._wn = self._wd = self._free = 0
 
     @property
     def flows(self) -> tuple[Flow, ...]:
@@ -153,8 +155,11 @@ class Flow:
         coefs = []
         capn = capd = 0
         for link, b in zip(links, nbytes):
-            g = gcd(b, size)
-            an, ad = b // g, size // g
+            if b == size:
+                an = ad = 1
+            else:
+                g = gcd(b, size)
+                an, ad = b // g, size // g
             coefs.append((an, ad))
             n, d = link._cn * ad, link._cd * an  # capacity / coefficient
             if not capd or n * capd < capn * d:
@@ -227,7 +232,10 @@ class FlowNetwork:
         self._flows_scratch: list[Flow] = []
         self._links_scratch: list[Link] = []
         self._stack: list[Link] = []
-        self._batch: list[Flow] = []
+        self._batch: list[Flow] = []  # flows frozen in one round of the filling
+        self._capped: list[Flow] = []  # flows whose own cap is the round's level
+        self._tight: list[Link] = []  # shared links saturating at the round's level
+        self._shared: list[Link] = []  # the links more than one flow crosses now
         # Flows that ended at this cycle, their on_done still to call (from this cycle's wake).  A flow
         # starting at the cycle another ends takes it off its links first, so its bandwidth is free at once.
         self._done: list[Flow] = []
@@ -274,31 +282,14 @@ class FlowNetwork:
             except (TypeError, ValueError):
                 raise FlowError(f"start: links_with_bytes must hold (link, bytes) pairs, got {brief(pair)}") \
                     from None
-            if isinstance(lk, str):
-                link = self._links.get(lk)
-                if link is None:
-                    raise FlowError(f"start: no link named {brief(lk)} (add it with add_link first)")
-            elif isinstance(lk, Link) and lk._net is self:
-                link = lk
+            if type(lk) is not Link or lk._net is not self or type(b) is not int or b <= 0:
+                lk, b = self._demand(lk, b)
+                if not b:
+                    continue
+            if lk in links:
+                nbytes[links.index(lk)] += b
             else:
-                raise FlowError(f"start: {brief(lk)} is not a link of this network")
-            if isinstance(b, bool):
-                raise FlowError(f"start: bytes through {link.name!r} must be an int >= 0, got {brief(b)}")
-            try:
-                b = operator.index(b)
-            except TypeError:
-                raise FlowError(f"start: bytes through {link.name!r} must be an int >= 0, got {brief(b)}") \
-                    from None
-            if b < 0:
-                raise FlowError(f"start: bytes through {link.name!r} must be >= 0, got {b}")
-            if b == 0:
-                continue
-            for i, seen in enumerate(links):
-                if seen is link:
-                    nbytes[i] += b
-                    break
-            else:
-                links.append(link)
+                links.append(lk)
                 nbytes.append(b)
         if not callable(on_done):
             raise FlowError(f"start: on_done must be callable, got {brief(on_done)}")
@@ -310,7 +301,10 @@ class FlowNetwork:
         f = Flow(now, on_done, links, nbytes)
         self._active.append(f)
         for link, (an, ad) in zip(links, f._coefs):
-            link._members.append((f, an, ad))
+            members = link._members
+            members.append((f, an, ad))
+            if len(members) == 2:
+                self._shared.append(link)
             link._sumn, link._sumd = _add(link._sumn, link._sumd, an, ad)
         retired.extend(links)
         if retired:
@@ -318,10 +312,38 @@ class FlowNetwork:
         self._reschedule(now)
         return f
 
+    def _demand(self, lk: object, b: object) -> tuple[Link, int]:
+        """One (link, bytes) pair of :meth:`start` checked: a name looked up, bytes an int >= 0."""
+        if isinstance(lk, str):
+            link = self._links.get(lk)
+            if link is None:
+                raise FlowError(f"start: no link named {brief(lk)} (add it with add_link first)")
+        elif isinstance(lk, Link) and lk._net is self:
+            link = lk
+        else:
+            raise FlowError(f"start: {brief(lk)} is not a link of this network")
+        if isinstance(b, bool):
+            raise FlowError(f"start: bytes through {link.name!r} must be an int >= 0, got {brief(b)}")
+        try:
+            n = operator.index(b)  # type: ignore[arg-type]
+        except TypeError:
+            raise FlowError(f"start: bytes through {link.name!r} must be an int >= 0, got {brief(b)}") from None
+        if n < 0:
+            raise FlowError(f"start: bytes through {link.name!r} must be >= 0, got {n}")
+        return link, n
+
     # -- rates -------------------------------------------------------------------------------------------
 
     def _recompute(self, seeds: Iterable[Link], now: int) -> None:
         """Max-min fair rates for the flows connected to ``seeds`` through links; their finish cycles."""
+        active = self._active
+        if not active:
+            return
+        for link in seeds:
+            if len(link._members) == len(active):
+                # A link every active flow crosses (DDR in a shared call): the group is everything.
+                self._fill(active, self._shared, now)
+                return
         self._stamp += 1
         stamp = self._stamp
         flows, multi, stack = self._flows_scratch, self._links_scratch, self._stack
@@ -346,48 +368,63 @@ class FlowNetwork:
                             link._stamp = stamp
                             stack.append(link)
                             multi.append(link)
-        if not flows:
-            return
-        self.recomputations += 1
+        if flows:
+            self._fill(flows, multi, now)
 
+    def _fill(self, flows: list[Flow], multi: list[Link], now: int) -> None:
+        """Max-min fair rates of ``flows`` (a connected group; ``multi``: its links with more than one flow)
+        by progressive filling, and the new finish cycles of those whose rate changed."""
+        self.recomputations += 1
         # Progressive filling: every flow unfrozen, shared links with no frozen usage yet.
         for link in multi:
             link._un, link._ud, link._wn, link._wd, link._free = 0, 1, link._sumn, link._sumd, len(link._members)
         for f in flows:
             f._frozen = False
         left = len(flows)
-        batch = self._batch
+        batch, capped, tight = self._batch, self._capped, self._tight
         while left:
-            # The lowest level at which something binds: a flow's own cap, or a shared link saturating.
+            # The lowest level at which something binds: a flow's own cap, or a shared link saturating; the
+            # flows and links binding at it.
             bn, bd = 0, 0
+            capped.clear()
+            tight.clear()
             for f in flows:
-                if not f._frozen and (not bd or f._capn * bd < bn * f._capd):
-                    bn, bd = f._capn, f._capd
+                if not f._frozen:
+                    x, y = f._capn * bd, bn * f._capd
+                    if x < y or not bd:
+                        bn, bd = f._capn, f._capd
+                        capped.clear()
+                        capped.append(f)
+                    elif x == y:
+                        capped.append(f)
             for link in multi:
                 if link._free:
                     ud = link._ud
                     ln = (link._cn * ud - link._un * link._cd) * link._wd
                     ld = link._cd * ud * link._wn
-                    link._ln, link._ld = ln, ld
-                    if ln * bd < bn * ld:
+                    x, y = ln * bd, bn * ld
+                    if x < y:
                         bn, bd = ln, ld
+                        capped.clear()
+                        tight.clear()
+                        tight.append(link)
+                    elif x == y:
+                        tight.append(link)
             g = gcd(bn, bd)
             bn, bd = bn // g, bd // g
             # Freeze every flow at its cap, and every unfrozen flow of a link saturating, at this level.
             batch.clear()
-            for f in flows:
-                if not f._frozen and f._capn * bd == bn * f._capd:
-                    f._frozen = True
-                    f._newn, f._newd = bn, bd
-                    batch.append(f)
-            for link in multi:
-                if link._free and link._ln * bd == bn * link._ld:
-                    for m in link._members:
-                        f = m[0]
-                        if not f._frozen:
-                            f._frozen = True
-                            f._newn, f._newd = bn, bd
-                            batch.append(f)
+            for f in capped:
+                f._frozen = True
+                f._newn, f._newd = bn, bd
+                batch.append(f)
+            for link in tight:
+                for m in link._members:
+                    f = m[0]
+                    if not f._frozen:
+                        f._frozen = True
+                        f._newn, f._newd = bn, bd
+                        batch.append(f)
             left -= len(batch)
             if not left:
                 break  # the last round: the links' bookkeeping is not needed any more
@@ -445,6 +482,8 @@ class FlowNetwork:
                 for i, m in enumerate(members):
                     if m[0] is f:
                         del members[i]
+                        if len(members) == 1:
+                            self._shared.remove(link)
                         link._sumn, link._sumd = _sub(link._sumn, link._sumd, m[1], m[2])
                         break
                 seeds.append(link)
