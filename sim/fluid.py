@@ -14,20 +14,24 @@ flows on one link get half each; a flow capped elsewhere (by its engine, by a pr
 rest of a shared link to the others.  Rates are recomputed whenever a flow starts or ends, for the flows
 connected to it through shared links (the others' rates cannot change).
 
-Exactness and time.  Everything is exact rational arithmetic on Python integers (pairs of numerator and
-denominator; no floats), so the same inputs give the same cycles bit for bit.  Time is integer cycles: rates
-change only at integer cycles (a flow's start, a flow's completion), each flow's remaining bytes are kept
-exactly, and a flow whose bytes are all moved at the exact (rational) time t completes at ``ceil(t)``.  Until
-that cycle it keeps its share of its links; the sub-cycle remainder of that share is idle, never lent to
-another flow.  Hence:
+Exactness and time.  Rates are exact rationals on Python integers (numerator and denominator pairs; no
+floats), so the same inputs give the same cycles bit for bit.  Time is integer cycles: rates change only at
+integer cycles (a flow's start, a flow's completion), each flow's remaining bytes are kept exactly, and a
+flow whose bytes are all moved at the exact (rational) time t completes at ``ceil(t)``.  Until that cycle it
+keeps its share of its links; the sub-cycle remainder of that share is idle, never lent to another flow (a
+flow starting at that cycle, though, finds it free).  Hence:
 
 - no flow finishes before its bytes could have moved: at every moment the flows' demands on a link add up to
   at most its capacity, so the bytes of the flows that started at or after cycle a and finished by cycle b
   never exceed ``capacity * (b - a)`` on any link;
 - a lone flow of n bytes on a link of capacity c takes exactly ``ceil(n / c)`` cycles (in general a lone
-  flow takes ``ceil(max over its links of bytes_l / capacity_l)`` cycles: :attr:`Flow.alone_cycles`);
-- the remaining work's denominators stay bounded (all rate changes happen at integer times), so the integers
-  do not grow over a long run.
+  flow takes ``ceil(max over its links of bytes_l / capacity_l)`` cycles: :attr:`Flow.alone_cycles`), and a
+  flow never ends before its alone time (:attr:`Flow.wait_cycles` >= 0).
+
+One exception keeps the integers small: flows moving bytes in many different ratios through their links
+give rates with large denominators, and a flow's exact remaining work would pile them up change after
+change.  When its denominator passes 2**64, the remaining work is rounded up to a multiple of 2**-64 byte:
+the flow ends at most that much later than exact, never earlier, and the guarantees above still hold.
 
 SimPy.  The network holds one pending timeout, at the next completion cycle; when a recomputation moves
 that cycle, a new timeout is scheduled and the old one is left to fire as a no-op (its version is stale).
@@ -261,7 +265,7 @@ class FlowNetwork:
 
     @property
     def active(self) -> tuple[Flow, ...]:
-        """The flows streaming now, in start order (including those finishing at this cycle)."""
+        """The flows streaming now, in start order (a flow ending at this cycle may still be among them)."""
         return tuple(self._active)
 
     # -- flows -------------------------------------------------------------------------------------------
@@ -470,10 +474,11 @@ class FlowNetwork:
         seeds: list[Link] = []
         if self._wake_at is None or self._wake_at > now:
             return seeds
-        keep = []
+        kept = 0
         for f in active:
             if f._finish > now:
-                keep.append(f)
+                active[kept] = f
+                kept += 1
                 continue
             f.end_cycle = now
             self._done.append(f)
@@ -487,7 +492,7 @@ class FlowNetwork:
                         link._sumn, link._sumd = _sub(link._sumn, link._sumd, m[1], m[2])
                         break
                 seeds.append(link)
-        active[:] = keep
+        del active[kept:]  # the flows still streaming, in start order, compacted in place
         return seeds
 
     def _reschedule(self, now: int) -> None:
