@@ -60,8 +60,8 @@ Capacity = int | Fraction | float
 
 
 #: The finest fraction of a byte kept in a flow's remaining work: while its exact value has a denominator up
-#: to this, it is kept exactly; beyond, it is rounded up to a multiple of 1 / _GRID byte (a flow ends at most
-#: a few 2**-64 cycles later than exact per rate change, never earlier), so the integers stay small.
+#: to this, it is kept exactly; beyond, it is rounded up to a multiple of 1 / _GRID byte (less than 2**-64 byte
+#: more per rate change: the flow may end a negligible fraction of a cycle later, never earlier).
 _GRID = 1 << 64
 
 

@@ -415,7 +415,7 @@ def check_max_min(net: FlowNetwork) -> None:
                    for link, _ in f.demands), f"{f} has no bottleneck"
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(networks())
 def test_random_networks_are_fair_within_capacity_and_match_the_reference(case):
     links, flows = case
