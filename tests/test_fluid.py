@@ -1,4 +1,4 @@
-"""The fluid bandwidth network (sim/fluid.py): max-min fair shares of links, exact, in integer SimPy cycles.
+"""The fluid bandwidth network (sim/engine/fluid.py): max-min fair shares of links, exact, in integer SimPy cycles.
 
 Every expected cycle below is derived by hand in the comment next to it.  Rates are levels: bytes per cycle
 of a flow's size (the most bytes it moves through one link); a flow moving b bytes through link l at level
@@ -19,9 +19,9 @@ import simpy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim import fluid
+from sim.engine import fluid
 from sim.errors import SimError
-from sim.fluid import FlowError, FlowNetwork
+from sim.engine.fluid import FlowError, FlowNetwork
 
 
 def at(env: simpy.Environment, cycle: int, fn) -> None:
