@@ -62,6 +62,7 @@ from sim.model.call import ArgSpec, BoundCall, Buffer, MemoryReader
 from sim.model.memory import MemoryMap
 from sim.model.plan import Compute, Operand, Phase, Plan, Tile, Transfer
 from sim.model.target import Region
+from sim.timing import lone_stream_bytes_per_cycle
 
 F32 = np.dtype(np.float32)
 #: Largest buffer a call may describe (bytes); beyond it no chip has the memory.
@@ -740,18 +741,18 @@ class _Planner:
         """Cycles of one phase where core k accumulates ``work[k]`` = (row tiles, filter slices).
 
         The slowest of: the busiest core's compute; its loads through its own DMA
-        engines (each holds one port of each side); every core's loads through the
-        memories' total bandwidth.
+        engines (each at most the engine's rate and each side's bandwidth); every
+        core's loads through the memories' total bandwidth.
         """
         t = self.ctx.target
         peak = t.core.precisions[COMPUTE_PRECISION].peak_flops_per_cycle
         per_tile = t.core.loop_overhead_cycles + t.core.vector_op_latency_cycles
         stage = self._region_at(self.ctx.scratch_base)
         x_region = self._region_at(self.x.addr)
-        engine_rate = t.dma.engines_per_core * min(
-            stage.port_bandwidth_bytes_per_cycle, x_region.port_bandwidth_bytes_per_cycle,
-            self._region_at(self.dy.addr).port_bandwidth_bytes_per_cycle)
-        port = min(stage.port_bandwidth_bytes_per_cycle, x_region.port_bandwidth_bytes_per_cycle)
+        dy_region = self._region_at(self.dy.addr)
+        engine_rate = min(t.dma.engines_per_core * t.dma.engine_bytes_per_cycle,
+                          *(r.bandwidth_bytes_per_cycle for r in (stage, x_region, dy_region)))
+        stream = lone_stream_bytes_per_cycle(t.dma, stage, x_region)
         latency = t.dma.setup_cycles + x_region.latency_cycles
         busiest = 0.0
         x_bytes = dy_bytes = out_bytes = 0
@@ -772,8 +773,8 @@ class _Planner:
                 dy_bytes += db
                 if drain:
                     out_bytes += self.taps * grp.icg * grp.ocg * self.isz
-            # The first tile's input window streams through one port before any compute starts.
-            fill = latency + self._tile_cost(blocks[0], grps[0])[1] / port if blocks and grps else 0.0
+            # The first tile's input window streams (one descriptor) before any compute starts.
+            fill = latency + self._tile_cost(blocks[0], grps[0])[1] / stream if blocks and grps else 0.0
             busiest = max(busiest, fill + max(cycles, loaded / engine_rate))
         if self.mmap.region_at(self.x.addr) is self.mmap.region_at(self.dy.addr):
             memory = (x_bytes + dy_bytes) / self._bandwidth(self.x)

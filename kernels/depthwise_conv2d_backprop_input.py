@@ -43,6 +43,7 @@ candidates :meth:`DepthwiseConv2dBackpropInput.tilings` lists.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -67,6 +68,7 @@ from kernels.tiling_keys import int_key, tiling_keys, unique
 from sim.errors import KernelArgError, LayoutError
 from sim.model.call import ArgSpec, BoundCall, Buffer, MemoryReader
 from sim.model.plan import Compute, Operand, Phase, Plan, Tile, Transfer, c_strides
+from sim.timing import lone_stream_bytes_per_cycle
 
 F32 = np.dtype(np.float32)
 #: Bytes no buffer of a call may exceed (no chip addresses more).
@@ -264,23 +266,24 @@ class Machine:
     lanes: int
     grain: int  # NHWC channel cuts: whole vectors and whole bursts of the tensors' region
     region_bytes_per_cycle: float
-    core_bytes_per_cycle: float  # one core's DMA engines, each holding one port of the tensors' region
+    core_bytes_per_cycle: float  # one core's DMA engines together, each at most the engine's rate
     transfer_cycles: int  # fixed cost of one descriptor: setup plus the region's latency
     engines: int
     compute_cycles: int  # fixed cost of one tile's compute: loop control plus the pipeline latency
-    ports: int  # of the tensors' region (per core for a private region)
+    streams_to_fill: int  # descriptors streaming at once that it takes to use all of the tensors' region
 
     def bandwidth(self, cores: int) -> float:
         """Bytes per cycle ``cores`` cores can move from the tensors' region together."""
         return min(self.region_bytes_per_cycle, cores * self.core_bytes_per_cycle)
 
     def parts(self, cores: int) -> int:
-        """Descriptors to cut each big transfer into: enough for ``cores`` cores to keep every port busy.
+        """Descriptors to cut each big transfer into: enough for ``cores`` cores to use all of the region.
 
-        One descriptor holds one port, so a lone core streaming one block at a
-        time would leave the other ports idle; with many cores, one each suffices.
+        One descriptor streams at most its DMA engine's rate, so where a region
+        is faster than an engine a lone core cuts its blocks to stream on several
+        engines at once; with many cores, one each suffices.
         """
-        return max(1, min(self.engines, -(-self.ports // cores)))
+        return max(1, min(self.engines, -(-self.streams_to_fill // cores)))
 
 
 def machine_of(ctx: PlanContext, addr: int, precision: str, itemsize: int) -> Machine:
@@ -293,10 +296,10 @@ def machine_of(ctx: PlanContext, addr: int, precision: str, itemsize: int) -> Ma
     return Machine(flops_per_cycle=prec.peak_flops_per_cycle, lanes=prec.lanes,
                    grain=channel_grain(ctx, addr, itemsize, prec.lanes),
                    region_bytes_per_cycle=region.bandwidth_bytes_per_cycle,
-                   core_bytes_per_cycle=t.dma.engines_per_core * region.port_bandwidth_bytes_per_cycle,
+                   core_bytes_per_cycle=t.dma.engines_per_core * lone_stream_bytes_per_cycle(t.dma, region),
                    transfer_cycles=t.dma.setup_cycles + region.latency_cycles, engines=t.dma.engines_per_core,
                    compute_cycles=t.core.loop_overhead_cycles + t.core.vector_op_latency_cycles,
-                   ports=region.ports)
+                   streams_to_fill=math.ceil(region.bandwidth_bytes_per_cycle / t.dma.engine_bytes_per_cycle))
 
 
 def _split_cost(geom: ConvGeometry, mult: int, itemsize: int, p_rows: int, p_chans: int,

@@ -155,7 +155,9 @@ def test_unidentified_parameters_are_named_and_kept_and_the_copy_keeps_the_file(
     assert set(why) == {"dma.setup_cycles", "core.loop_overhead_cycles", "sync.launch_overhead_cycles"}
     assert "changes no measurement" in why["dma.setup_cycles"] and "changes no measurement" in why[
         "core.loop_overhead_cycles"]
-    assert "the fit drove it to" in why["sync.launch_overhead_cycles"]
+    # The fit drives the launch overhead down until it is at its limit or moves no measurement any more.
+    assert re.match("the fit drove it to|moving it by a factor of 1.5 either way changes no measurement",
+                    why["sync.launch_overhead_cycles"])
     assert "3 parameter(s) not identified, kept at board.yaml's values" in report
     written = yaml.safe_load(out.read_text())
     got = parameter_values(written, names)
@@ -213,7 +215,7 @@ def test_calibrate_shows_each_phase_on_a_terminal_only(monkeypatch):
 L3 = 0x50000000
 L3_REGION = {"name": "l3", "source": "what-if: a 16 MiB shared L3 at 0x50000000, 48 B/cycle", "base": L3,
              "size_bytes": 0x1000000, "kind": "shared", "latency_cycles": 60, "bandwidth_bytes_per_cycle": 48,
-             "ports": 4, "burst_bytes": 32}
+             "burst_bytes": 32}
 
 
 def test_a_chip_with_another_region_set_calibrates_its_own_regions(tmp_path):

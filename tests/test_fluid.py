@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim.engine import fluid
-from sim.errors import SimError
 from sim.engine.fluid import FlowError, FlowNetwork
+from sim.errors import SimError
 
 
 def at(env: simpy.Environment, cycle: int, fn) -> None:
@@ -214,7 +214,7 @@ def test_same_inputs_same_cycles():
         links = {"ddr": 24, "gsm": Fraction(64, 3), **{f"am{c}": 128 for c in range(4)},
                  **{f"e{c}{e}": 32 for c in range(4) for e in range(2)}}
         flows = []
-        for i in range(200):
+        for _i in range(200):
             c, e = rnd.randrange(4), rnd.randrange(2)
             n = 64 * rnd.randrange(1, 40)
             src = rnd.choice(["ddr", "gsm"])

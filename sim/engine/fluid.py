@@ -277,7 +277,9 @@ class FlowNetwork:
         bytes are not crossed; a flow of no bytes at all ends at this cycle.  ``on_done(cycle)`` is called at
         the first integer cycle at or after the flow's last byte has moved.
         """
-        pairs = links_with_bytes.items() if isinstance(links_with_bytes, Mapping) else links_with_bytes
+        pairs = links_with_bytes
+        if type(pairs) is not tuple and isinstance(pairs, Mapping):  # (a tuple, the engine's form, is no mapping)
+            pairs = pairs.items()
         links: list[Link] = []
         nbytes: list[int] = []
         for pair in pairs:
