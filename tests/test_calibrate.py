@@ -228,12 +228,12 @@ def test_a_chip_with_another_region_set_calibrates_its_own_regions(tmp_path):
                   "regions.gsm.bandwidth_bytes_per_cycle"]
     assert free_parameters(doc) == bandwidths + ["dma.setup_cycles", "core.loop_overhead_cycles",
                                                  "sync.launch_overhead_cycles", "core.vector_efficiency"]
-    truth = with_parameters(doc, {bandwidths[0]: 24 * 1.3, bandwidths[1]: 48 * 0.6, bandwidths[2]: 64 * 0.7})
+    truth = with_parameters(doc, {bandwidths[0]: 20 * 1.3, bandwidths[1]: 48 * 0.6, bandwidths[2]: 64 * 0.7})
     calls = [CALLS[1], ("fp_batch_norm_grad_s", bn(256, 1024, base=L3)), CALLS[3]]
     measured = simulate(truth, [Measurement(s, a, 1) for s, a in calls])
     cal = calibrate(doc, [Measurement(s, a, int(c)) for (s, a), c in zip(calls, measured)], bandwidths)
     assert cal.fitted == bandwidths and not cal.unidentified
-    for n, want in zip(bandwidths, (24 * 1.3, 48 * 0.6, 64 * 0.7)):
+    for n, want in zip(bandwidths, (20 * 1.3, 48 * 0.6, 64 * 0.7)):
         assert cal.after[n] == pytest.approx(want, rel=0.05), n
     assert parse_target(cal.document).region("l3").bandwidth_bytes_per_cycle == cal.after[bandwidths[1]]
     renamed = yaml.safe_load((ROOT / "targets" / "FT78NE.yaml").read_text())

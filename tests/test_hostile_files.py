@@ -531,8 +531,8 @@ def test_yaml_1_2_numbers_read_as_written(tmp_path):
     p.write_text(text.replace("clock_hz: 1.8e9", "clock_hz: 1_800_000_000"))
     target = sim.load_target(p)
     assert (target.cores, target.dma.setup_cycles, target.region("ddr").latency_cycles) == (8, 64, 200)
-    p.write_text(FT78NE.replace("bandwidth_bytes_per_cycle: 24", "bandwidth_bytes_per_cycle: 2.4e1"))
-    assert sim.load_target(p).region("ddr").bandwidth_bytes_per_cycle == 24.0
+    p.write_text(FT78NE.replace("bandwidth_bytes_per_cycle: 20", "bandwidth_bytes_per_cycle: 2.0e1"))
+    assert sim.load_target(p).region("ddr").bandwidth_bytes_per_cycle == 20.0
 
 
 def test_yaml_1_1_octal_address_is_refused_in_a_run_config(tmp_path):

@@ -29,12 +29,12 @@ def test_one_transfer_estimate_is_exact_and_hand_derived():
     tr = Transfer.contiguous(ddr.base, am.base, n)
     plan = Plan(cores=(0,), precision="fp32", phases=(Phase("p", {0: (Tile(0, (tr,), None, ()),)}),))
     # Alone, each region moves its whole bursts at its whole bandwidth and the engine the larger end's bytes at
-    # its rate; the slowest sets the pace (DDR: ceil(6016 / 24) = 251 cycles on FT78NE).
+    # its rate; the slowest sets the pace (DDR: ceil(6016 / 20) = 301 cycles on FT78NE).
     ddr_bytes = math.ceil(n / ddr.burst_bytes) * ddr.burst_bytes
     stream = math.ceil(max(ddr_bytes / ddr.bandwidth_bytes_per_cycle,
                            math.ceil(n / am.burst_bytes) * am.burst_bytes / am.bandwidth_bytes_per_cycle,
                            ddr_bytes / t.dma.engine_bytes_per_cycle))
-    assert stream_cycles(tr, ddr, am, t.dma) == stream == 251
+    assert stream_cycles(tr, ddr, am, t.dma) == stream == 301
     assert transfer_latency_cycles(ddr, am) == max(ddr.latency_cycles, am.latency_cycles)
     expect = t.launch_overhead_cycles + t.dma.setup_cycles + stream + max(ddr.latency_cycles, am.latency_cycles)
     assert estimate(plan, t) == expect == simulate(t, plan)

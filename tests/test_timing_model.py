@@ -41,12 +41,12 @@ def test_compute_costs_what_the_target_file_says():
 # Hand-derived DMA timing (the fluid model, docs/timing-model.md).  FT78NE's numbers, which the derivations in the
 # comments use (each test checks them first):
 #   launch 1800 cycles; DMA: 2 engines per core, setup 64 cycles, 64 B/cycle per engine;
-#   ddr: shared, 24 B/cycle, latency 200, 64-byte bursts; gsm: shared, 64 B/cycle, latency 40, 32-byte bursts;
+#   ddr: shared, 20 B/cycle, latency 200, 64-byte bursts; gsm: shared, 64 B/cycle, latency 40, 32-byte bursts;
 #   am: per core, 128 B/cycle, latency 4; l2: per core, 32 B/cycle, latency 24, 32-byte bursts.
 # A transfer holds an engine from `start` (the trace event's start), streams from start + setup (`wait_start`),
 # and lands the slower end's latency after its last byte left: its event ends then.  Its `wait_cycles` are what
 # sharing cost its stream: stream cycles - the stream's cycles alone (sim.timing.stream_cycles).
-FT78NE_NUMBERS = dict(launch=1800, setup=64, engines=2, engine=64, ddr=(24, 200, 64), gsm=(64, 40, 32),
+FT78NE_NUMBERS = dict(launch=1800, setup=64, engines=2, engine=64, ddr=(20, 200, 64), gsm=(64, 40, 32),
                       am=(128, 4, 1), l2=(32, 24, 32))
 
 
@@ -73,28 +73,28 @@ def dma_events(events):
 
 def test_one_transfer_alone_costs_setup_stream_and_latency():
     """6000 bytes DDR -> AM on one core, alone: DDR moves ceil(6000 / 64) = 94 bursts = 6016 bytes, AM 6000, the
-    engine 6016.  Alone, the stream takes ceil(max(6016 / 24, 6000 / 128, 6016 / 64)) = ceil(250.67) = 251 cycles
+    engine 6016.  Alone, the stream takes ceil(max(6016 / 20, 6000 / 128, 6016 / 64)) = ceil(300.8) = 301 cycles
     (DDR is the slowest: a lone transfer gets all of it).  It starts after launch and setup, 1800 + 64 = 1864,
-    and lands 251 + max(200, 4) = 451 cycles later: 2315."""
+    and lands 301 + max(200, 4) = 501 cycles later: 2365."""
     t = ft78ne()
     ddr, am = t.region("ddr"), t.region("am")
     tr = Transfer.contiguous(ddr.base, am.base, 6000)
-    assert stream_cycles(tr, ddr, am, t.dma) == 251
+    assert stream_cycles(tr, ddr, am, t.dma) == 301
     cycles, events, _ = run_plan(t, loads_plan({0: [tr]}))
     (e,) = dma_events(events)
-    assert (e.start, e.wait_start, e.end, e.wait_cycles, e.bytes) == (1800, 1864, 2315, 0, 6000)
-    assert cycles == 2315
+    assert (e.start, e.wait_start, e.end, e.wait_cycles, e.bytes) == (1800, 1864, 2365, 0, 6000)
+    assert cycles == 2365
 
 
 def test_short_strided_runs_pay_whole_bursts():
     """A slice of 4 fp32 channels (16 bytes) from each of 64 DDR rows 4096 bytes apart moves 64 whole 64-byte
-    bursts on the DDR side (4096 bytes, also the engine's) and 1024 dense bytes into AM: ceil(max(4096 / 24,
-    1024 / 128, 4096 / 64)) = ceil(170.67) = 171 cycles; the same 1024 bytes dense take ceil(1024 / 24) = 43."""
+    bursts on the DDR side (4096 bytes, also the engine's) and 1024 dense bytes into AM: ceil(max(4096 / 20,
+    1024 / 128, 4096 / 64)) = ceil(204.8) = 205 cycles; the same 1024 bytes dense take ceil(1024 / 20) = 52."""
     t = ft78ne()
     ddr, am = t.region("ddr"), t.region("am")
     strided = Transfer.block(ddr.base, am.base, (64, 4), 4, (4096, 4))
     dense = Transfer.contiguous(ddr.base, am.base, 64 * 16)
-    for transfer, stream in ((strided, 171), (dense, 43)):
+    for transfer, stream in ((strided, 205), (dense, 52)):
         cycles, _, _ = run_plan(t, loads_plan({0: [transfer]}))
         assert cycles == 1800 + 64 + stream + 200
 
@@ -111,62 +111,62 @@ def test_a_copy_within_one_region_pays_its_read_and_its_write():
 
 
 def test_two_equal_transfers_from_two_cores_share_ddr_equally():
-    """Cores 0 and 1 each load 8192 bytes (128 bursts) from DDR at cycle 1864: each gets half of DDR, 12 B/cycle,
-    and both streams end at 1864 + ceil(8192 / 12) = 1864 + ceil(682.67) = 2547, landing at 2747.  Alone each
-    would take ceil(8192 / 24) = 342 cycles: sharing cost each 683 - 342 = 341."""
+    """Cores 0 and 1 each load 8192 bytes (128 bursts) from DDR at cycle 1864: each gets half of DDR, 10 B/cycle,
+    and both streams end at 1864 + ceil(8192 / 10) = 1864 + ceil(819.2) = 2684, landing at 2884.  Alone each
+    would take ceil(8192 / 20) = 410 cycles: sharing cost each 820 - 410 = 410."""
     t = ft78ne()
     ddr, am = t.region("ddr"), t.region("am")
     n = 8192
     cycles, events, _ = run_plan(t, loads_plan({c: [Transfer.contiguous(ddr.base + c * n, am.base, n)]
                                                 for c in (0, 1)}))
     assert [(e.core, e.wait_start, e.end, e.wait_cycles) for e in dma_events(events)] == [
-        (0, 1864, 2747, 341), (1, 1864, 2747, 341)]
-    assert cycles == 2747
+        (0, 1864, 2884, 410), (1, 1864, 2884, 410)]
+    assert cycles == 2884
 
 
 def test_the_long_transfer_speeds_up_when_the_short_one_ends():
-    """Core 0 loads 2304 bytes (36 bursts), core 1 9600 bytes (150 bursts), both from DDR at cycle 1864.  Both
-    stream at 12 B/cycle until the short one is done: 2304 / 12 = 192 cycles, at 2056 exactly (it lands at
-    2256; alone it takes 2304 / 24 = 96 cycles: sharing cost it 96).  The long one has moved 2304 bytes by then;
-    its 7296 left go at all of DDR, 24 B/cycle: 304 cycles, to 2360 (lands at 2560).  Its stream took 496 cycles
-    against 400 alone: sharing cost it 96 too."""
+    """Core 0 loads 2560 bytes (40 bursts), core 1 9600 bytes (150 bursts), both from DDR at cycle 1864.  Both
+    stream at 10 B/cycle until the short one is done: 2560 / 10 = 256 cycles, at 2120 exactly (it lands at
+    2320; alone it takes 2560 / 20 = 128 cycles: sharing cost it 128).  The long one has moved 2560 bytes by
+    then; its 7040 left go at all of DDR, 20 B/cycle: 352 cycles, to 2472 (lands at 2672).  Its stream took 608
+    cycles against 480 alone: sharing cost it 128 too."""
     t = ft78ne()
     ddr, am = t.region("ddr"), t.region("am")
-    short = Transfer.contiguous(ddr.base, am.base, 2304)
+    short = Transfer.contiguous(ddr.base, am.base, 2560)
     long = Transfer.contiguous(ddr.base + 0x100000, am.base, 9600)
     cycles, events, _ = run_plan(t, loads_plan({0: [short], 1: [long]}))
     assert [(e.core, e.wait_start, e.end, e.wait_cycles) for e in dma_events(events)] == [
-        (0, 1864, 2256, 96), (1, 1864, 2560, 96)]
-    assert cycles == 2560
+        (0, 1864, 2320, 128), (1, 1864, 2672, 128)]
+    assert cycles == 2672
 
 
 def test_eight_cores_streaming_from_ddr_share_it_eight_ways():
-    """Eight cores each load 8192 bytes from DDR at cycle 1864: each gets 24 / 8 = 3 B/cycle, and every stream
-    ends at 1864 + ceil(8192 / 3) = 1864 + ceil(2730.67) = 4595, landing at 4795: DDR moved 65536 bytes in 2731
-    cycles, its 24 B/cycle.  Each stream lost 2731 - 342 = 2389 cycles to sharing.  With two loads per core
-    (sixteen streams, 4096 bytes each) DDR is shared sixteen ways, 1.5 B/cycle each: the same 2731 cycles."""
+    """Eight cores each load 8192 bytes from DDR at cycle 1864: each gets 20 / 8 = 2.5 B/cycle, and every stream
+    ends at 1864 + ceil(8192 / 2.5) = 1864 + ceil(3276.8) = 5141, landing at 5341: DDR moved 65536 bytes in 3277
+    cycles, its 20 B/cycle.  Each stream lost 3277 - 410 = 2867 cycles to sharing.  With two loads per core
+    (sixteen streams, 4096 bytes each) DDR is shared sixteen ways, 1.25 B/cycle each: the same 3277 cycles."""
     t = ft78ne()
     ddr, am = t.region("ddr"), t.region("am")
     n = 8192
     cycles, events, _ = run_plan(t, loads_plan({c: [Transfer.contiguous(ddr.base + c * n, am.base, n)]
                                                 for c in range(8)}))
-    assert {(e.wait_start, e.end, e.wait_cycles) for e in dma_events(events)} == {(1864, 4795, 2389)}
-    assert cycles == 4795
+    assert {(e.wait_start, e.end, e.wait_cycles) for e in dma_events(events)} == {(1864, 5341, 2867)}
+    assert cycles == 5341
     half = n // 2
     cycles, events, _ = run_plan(t, loads_plan({c: [Transfer.contiguous(ddr.base + c * n + i * half,
                                                                         am.base + i * half, half)
                                                     for i in range(2)] for c in range(8)}))
-    # Alone each half would take ceil(4096 / 24) = 171 cycles: sharing cost 2731 - 171 = 2560.
+    # Alone each half would take ceil(4096 / 20) = 205 cycles: sharing cost 3277 - 205 = 3072.
     assert {(e.unit, e.wait_start, e.end, e.wait_cycles) for e in dma_events(events)} == {
-        ("dma0", 1864, 4795, 2560), ("dma1", 1864, 4795, 2560)}
-    assert cycles == 4795
+        ("dma0", 1864, 5341, 3072), ("dma1", 1864, 5341, 3072)}
+    assert cycles == 5341
 
 
 def test_a_transfer_capped_by_its_engine_leaves_the_rest_of_ddr_to_others(tmp_path):
     """A copy of FT78NE whose DMA engines stream at most 16 B/cycle: a lone 8192-byte DDR -> AM load takes
-    ceil(max(8192 / 24, 8192 / 16)) = 512 cycles (the engine, not DDR, sets the pace; no sharing: wait 0) and
-    lands at 1864 + 512 + 200 = 2576.  Two cores' loads want 16 each, 32 in all, more than DDR's 24: they share
-    it, 12 each, ceil(8192 / 12) = 683 cycles (lost to sharing: 683 - 512 = 171), landing at 2747."""
+    ceil(max(8192 / 20, 8192 / 16)) = 512 cycles (the engine, not DDR, sets the pace; no sharing: wait 0) and
+    lands at 1864 + 512 + 200 = 2576.  Two cores' loads want 16 each, 32 in all, more than DDR's 20: they share
+    it, 10 each, ceil(8192 / 10) = 820 cycles (lost to sharing: 820 - 512 = 308), landing at 2884."""
     doc = yaml.safe_load((TARGETS / "FT78NE.yaml").read_text())
     doc["dma"]["engine_bytes_per_cycle"] = 16
     path = tmp_path / "slow_engines.yaml"
@@ -180,8 +180,8 @@ def test_a_transfer_capped_by_its_engine_leaves_the_rest_of_ddr_to_others(tmp_pa
     assert cycles == 2576 and dma_events(events)[0].wait_cycles == 0
     cycles, events, _ = run_plan(t, loads_plan({c: [Transfer.contiguous(ddr.base + c * n, am.base, n)]
                                                 for c in (0, 1)}))
-    assert {(e.end, e.wait_cycles) for e in dma_events(events)} == {(2747, 171)}
-    assert cycles == 2747
+    assert {(e.end, e.wait_cycles) for e in dma_events(events)} == {(2884, 308)}
+    assert cycles == 2884
 
 
 def test_a_private_transfer_sees_no_other_core():
@@ -227,16 +227,17 @@ def test_a_private_call_on_one_core_pays_only_its_own_streams():
 
 def test_a_third_load_waits_for_one_of_the_cores_two_dma_engines():
     """Three 4096-byte loads of one tile on one core: two take the engines at 1800 and share DDR from 1864,
-    12 B/cycle each, ceil(4096 / 12) = 342 cycles, landing at 1864 + 342 + 200 = 2406, when the third takes the
-    first engine; it streams alone from 2470, ceil(4096 / 24) = 171 cycles, and lands at 2841."""
+    10 B/cycle each, ceil(4096 / 10) = 410 cycles, landing at 1864 + 410 + 200 = 2474, when the third takes the
+    first engine; it streams alone from 2538, ceil(4096 / 20) = 205 cycles, and lands at 2943.  The first two
+    lost 410 - 205 = 205 cycles to sharing."""
     t = ft78ne()
     ddr, am = t.region("ddr"), t.region("am")
     n = 4096
     loads = [Transfer.contiguous(ddr.base + i * n, am.base + i * n, n) for i in range(3)]
     cycles, events, _ = run_plan(t, loads_plan({0: loads}))
     assert sorted((e.start, e.wait_start, e.end, e.wait_cycles) for e in dma_events(events)) == [
-        (1800, 1864, 2406, 171), (1800, 1864, 2406, 171), (2406, 2470, 2841, 0)]
-    assert cycles == 2841
+        (1800, 1864, 2474, 205), (1800, 1864, 2474, 205), (2474, 2538, 2943, 0)]
+    assert cycles == 2943
 
 
 def test_a_lone_core_streams_a_big_tile_at_all_of_ddr():
