@@ -159,8 +159,9 @@ def _best_seconds(fn: Callable[[], object], repeat: int) -> float:
 #: conv2d ~7.5x, depthwise ~6x, batch norm ~4.5x, fake quant ~4.5x, fused batch norm ~2x.  Each stream's start and
 #: end recomputes the max-min shares of every stream it shares a region with (sim/engine/fluid.py: ~20 us per
 #: transfer with sixteen streams on DDR), so the DMA-heavy kernels' timing-only runs gain less over full runs
-#: than under the old port model (9-12x; conv2d 10.8x measured the same way).  The floors sit well below the figures (the machine is noisy) and
-#: catch a timing-only run that does numerics or data work again (which brings it near 1x).
+#: than under the old port model (9-12x; conv2d 10.8x measured the same way).  The floors sit well below the
+#: figures (the machine is noisy) and catch a timing-only run that does numerics or data work again (which
+#: brings it near 1x).
 #: FusedBatchNormGrad's tiles are as long as its scratchpad allows (its plan keeps part of x and dy resident
 #: between its two passes) and their numpy work is only about the event engine's work for their DMAs.
 SPEEDUP = {"batch_norm_grad": 3, "fused_batch_norm_grad": 1.4, "fake_quant_with_min_max_vars_gradient": 3,
