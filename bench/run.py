@@ -19,8 +19,8 @@ Each case runs in a fresh Python subprocess (so its peak memory is its own) that
   and the peak of new allocations during one call (``tracemalloc``).
 
 A warm full call splits into the warm planning, the event engine (timing-only
-call minus warm planning: SimPy scheduling, port and DMA bookkeeping, trace
-events, the roofline) and numerics (full minus timing-only: DMA byte moves,
+call minus warm planning: SimPy scheduling, DMA engines and the shared
+bandwidth's recomputations, trace events, the roofline) and numerics (full minus timing-only: DMA byte moves,
 operand reads and writes, the tiles' numpy work).  ``engine share`` is the
 event engine's part of the full call.
 
@@ -277,12 +277,12 @@ def report(results: list[dict[str, Any]], command: str, threads: int | None, rep
         "cached; the first, cold call that runs the cost model is not in it), *numpy s* the same math once on "
         "whole tensors in numpy with the same BLAS threads, *ratio* sim / numpy; *timing-only s* the same call "
         "with `numerics=False`, *x faster* full / timing-only; shares of the full call: *engine* = timing-only "
-        "minus the warm planning (bind, layout check, cache lookups) = SimPy scheduling, port and DMA "
-        "bookkeeping, trace events, roofline; *numerics* = full minus timing-only (DMA byte moves, operand "
-        "reads/writes, the tiles' numpy work); *planning s (uncached)* the kernel's plan() alone, which a "
-        "first call pays once; *events/s* SimPy events over engine time; *call peak MiB* new allocations "
-        "during one call (tracemalloc); *peak RSS MiB* the whole process's peak (inputs, numpy's result and "
-        "the simulator's memory pages included).", "",
+        "minus the warm planning (bind, layout check, cache lookups) = SimPy scheduling, DMA engines and shared "
+        "bandwidth's recomputations, trace events, roofline; *numerics* = full minus timing-only (DMA byte "
+        "moves, operand reads/writes, the tiles' numpy work); *planning s (uncached)* the kernel's plan() "
+        "alone, which a first call pays once; *events/s* SimPy events over engine time; *call peak MiB* new "
+        "allocations during one call (tracemalloc); *peak RSS MiB* the whole process's peak (inputs, numpy's "
+        "result and the simulator's memory pages included).", "",
         "BLAS threads: the simulator's per-tile matrix products are small and run one after another, so the "
         "fair comparison gives numpy's whole-tensor product the same single thread (on this 2-core machine, "
         "shared with other jobs, a 2-thread OpenBLAS also spins against the other load).", "",

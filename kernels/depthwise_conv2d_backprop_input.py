@@ -60,6 +60,7 @@ from kernels.common.transfers import block_in, block_out, channel_grain, operand
 from sim.errors import KernelArgError
 from sim.model.call import ArgSpec, BoundCall, Buffer, MemoryReader
 from sim.model.plan import Compute, DoesNotFit, Operand, Plan, Transfer, c_strides
+from sim.timing import streams_to_fill
 
 F32 = np.dtype(np.float32)
 #: Both symbol precisions accumulate in fp32 lanes.
@@ -345,10 +346,11 @@ class _Planner:
         return [Share(g0, g1, c0, c1) for g0, g1 in split_even(g.batch * g.in_h, p_rows) for c0, c1 in chans]
 
     def descriptors(self, busy_cores: int) -> int:
-        """Descriptors to cut each big transfer into: enough for ``busy_cores`` cores to keep every port of the
-        tensors' region busy (a descriptor holds one port, a core has so many DMA engines)."""
-        region = next(r for r in self.ctx.target.regions if r.contains(self.dy.addr, 1))
-        return max(1, min(self.ctx.target.dma.engines_per_core, -(-region.ports // busy_cores)))
+        """Descriptors to cut each big transfer into: enough for ``busy_cores`` cores to use all of the tensors'
+        region (one descriptor streams at most its DMA engine's rate, a core has so many engines)."""
+        t = self.ctx.target
+        region = next(r for r in t.regions if r.contains(self.dy.addr, 1))
+        return max(1, min(t.dma.engines_per_core, -(-streams_to_fill(t.dma, region) // busy_cores)))
 
     # -- the scratchpad: two filter slices (alternating by channel block), then two slots of tiles -------
 

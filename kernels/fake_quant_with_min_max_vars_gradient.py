@@ -190,9 +190,10 @@ class FakeQuantWithMinMaxVarsGradient:
         The largest tiles spend fewer DMA setups and compute loops; the
         heuristic's (four per core) and the short ones (an eighth of those)
         leave less of the first load and the last store unhidden.
-        Half the cores exchange fewer partial sums and contend less for the
-        memory ports, which bound this op long before the vector units do; one
-        core (for a call that fits one tile) needs no exchange and no barrier.
+        Half the cores exchange fewer partial sums and split the memory
+        bandwidth, which bounds this op long before the vector units do, among
+        fewer streams; one core (for a call that fits one tile) needs no
+        exchange and no barrier.
         """
         try:
             p = _Planner(call, ctx)

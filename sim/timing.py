@@ -1,15 +1,18 @@
 """The timing model: every formula that turns a plan's work into cycles, from the target's numbers only.
 
-* :func:`stream_cycles` and :func:`transfer_latency_cycles`: how long a DMA transfer holds its ports, and
-  how long after its last byte left them it lands;
+* :func:`transfer_bytes`, :func:`stream_cycles` and :func:`transfer_latency_cycles`: the bytes each end of a
+  DMA transfer moves (whole bursts), how long it streams when it has its regions and its engine to itself,
+  and how long after its last byte left it lands;
 * :func:`vector_cycles` and :func:`compute_cycles`: a tile's vector work;
 * :class:`Roofline` / :func:`roofline`: the least cycles any schedule of a plan could take;
 * :func:`estimate`: a closed-form estimate of a plan's cycles without simulating it.
 
 The engine (:mod:`sim.engine`) charges exactly these formulas while it schedules transfers and computes
-on SimPy; the run summaries report the roofline; kernels price candidate tilings with
-``PlanContext.estimate`` (this module's :func:`estimate`).  Nothing else in ``sim/`` or ``kernels/``
-computes cycles.  See docs/timing-model.md for the model in words.
+on SimPy; transfers streaming at the same time share their regions' bandwidth there, as a fluid
+(:mod:`sim.engine.fluid`: max-min fair shares, so a transfer never streams faster than :func:`stream_cycles`
+says and slows down only while others share its regions).  The run summaries report the roofline; kernels
+price candidate tilings with ``PlanContext.estimate`` (this module's :func:`estimate`).  Nothing else in
+``sim/`` or ``kernels/`` computes cycles.  See docs/timing-model.md for the model in words.
 """
 
 from __future__ import annotations
@@ -18,25 +21,67 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from sim.errors import SimError
 from sim.model.memory import MemoryMap
 from sim.model.plan import Compute, Plan, Transfer
-from sim.model.target import CoreModel, Region, Target
+from sim.model.target import CoreModel, DmaModel, Region, Target
 
 # --- transfers ------------------------------------------------------------------------------------
 
 
-def stream_cycles(t: Transfer, src: Region, dst: Region) -> int:
-    """Cycles a transfer holds its ports: each end moves whole bursts of its contiguous runs at its port's
-    bandwidth, and the slower end sets the pace (a dense copy: bytes over the slower port)."""
-    src_cycles = src.burst_bytes_for(*t.runs("src")) / src.port_bandwidth_bytes_per_cycle
-    dst_cycles = dst.burst_bytes_for(*t.runs("dst")) / dst.port_bandwidth_bytes_per_cycle
-    return max(1, math.ceil(max(src_cycles, dst_cycles)))
+def exact_rate(bytes_per_cycle: float) -> Fraction:
+    """A bandwidth from the target file as an exact fraction: the decimal the file wrote (12.8 is 64/5, not the
+    binary double nearest to it), as the fluid network takes it, so that both agree to the cycle."""
+    return Fraction(repr(bytes_per_cycle)) if isinstance(bytes_per_cycle, float) else Fraction(bytes_per_cycle)
+
+
+def transfer_bytes(t: Transfer, src: Region, dst: Region) -> tuple[int, int]:
+    """(bytes the source moves, bytes the destination moves): each end's contiguous runs in whole bursts of its
+    region (a dense copy: its bytes rounded up to a burst; a slice of a few channels per row: a burst a row)."""
+    return src.burst_bytes_for(*t.runs("src")), dst.burst_bytes_for(*t.runs("dst"))
+
+
+def stream_demands(src: Region, dst: Region, src_bytes: int, dst_bytes: int) -> tuple[tuple[Region, int], ...]:
+    """What a transfer asks of each region it crosses: (region, bytes); a copy within one region reads and
+    writes it, so that region carries both ends' bytes."""
+    if src is dst:
+        return ((src, src_bytes + dst_bytes),)
+    return ((src, src_bytes), (dst, dst_bytes))
+
+
+def engine_bytes(src_bytes: int, dst_bytes: int) -> int:
+    """Bytes a transfer moves through its DMA engine: the larger end's."""
+    return max(src_bytes, dst_bytes)
+
+
+def lone_stream_bytes_per_cycle(dma: DmaModel, *regions: Region) -> float:
+    """The most bytes per cycle one transfer streams between ``regions`` with them and its engine to itself: the
+    smallest of their bandwidths and the engine's rate (what a kernel may count on for one descriptor)."""
+    return min([dma.engine_bytes_per_cycle, *(r.bandwidth_bytes_per_cycle for r in regions)])
+
+
+def streams_to_fill(dma: DmaModel, region: Region) -> int:
+    """How many transfers streaming at once it takes to use all of ``region``'s bandwidth: each streams at most
+    its DMA engine's rate (a kernel cuts its blocks into that many descriptors where one core streams alone)."""
+    return max(1, math.ceil(region.bandwidth_bytes_per_cycle / dma.engine_bytes_per_cycle))
+
+
+def stream_cycles(t: Transfer, src: Region, dst: Region, dma: DmaModel) -> int:
+    """Cycles a transfer streams with its regions and its DMA engine to itself: every region it crosses moves its
+    bytes (:func:`transfer_bytes`, :func:`stream_demands`) at that region's whole bandwidth and the engine the
+    larger end's at ``dma.engine_bytes_per_cycle``; the slowest of them sets the pace (a dense copy from DDR:
+    ``ceil(bytes / min(DDR bandwidth, engine rate))``).  Sharing only slows it (:mod:`sim.engine.fluid`)."""
+    sb, db = transfer_bytes(t, src, dst)
+    worst = Fraction(engine_bytes(sb, db)) / exact_rate(dma.engine_bytes_per_cycle)
+    for region, nbytes in stream_demands(src, dst, sb, db):
+        worst = max(worst, nbytes / exact_rate(region.bandwidth_bytes_per_cycle))
+    return math.ceil(worst)
 
 
 def transfer_latency_cycles(src: Region, dst: Region) -> int:
-    """Cycles from a transfer's last byte leaving its ports to its landing: the slower end's access latency."""
+    """Cycles from a transfer's last byte leaving its source to its landing: the slower end's access latency."""
     return max(src.latency_cycles, dst.latency_cycles)
 
 
@@ -64,20 +109,26 @@ def compute_cycles(c: Compute, target: Target) -> int:
 # --- the roofline ---------------------------------------------------------------------------------
 
 
+#: The roofline's name for the DMA engines' resource (the busiest core's engines at their total rate).
+DMA_ENGINES = "dma engines"
+
+
 @dataclass(frozen=True)
 class Roofline:
     """The least cycles any schedule of a plan could take on the cores it uses.
 
-    ``resource_cycles`` maps ``compute`` and each region name to the cycles that
-    resource alone needs: vector operations (the math's flops and the extra ops,
-    see ``Compute``) at the rate the target says a core's inner loop reaches (the
-    peak of the tile's precision times ``core.vector_efficiency``, the same rate
-    the engine charges); bytes over the bandwidth the plan's cores can draw from
-    the region (its ports' bandwidth, as many ports as the cores' DMA engines can
-    hold at once; times the cores for private regions, which every core has its
-    own copy of).  The bound is their maximum; ``bound_by`` names the resource
-    that sets it.  Which resource a *run* was limited by is
-    :func:`sim.inspect.summary.limiting_resource`'s answer (it also looks at the trace).
+    ``resource_cycles`` maps ``compute``, each region name and ``dma engines``
+    (:data:`DMA_ENGINES`) to the cycles that resource alone needs: vector
+    operations (the math's flops and the extra ops, see ``Compute``) at the rate
+    the target says a core's inner loop reaches (the peak of the tile's precision
+    times ``core.vector_efficiency``, the same rate the engine charges); a
+    region's bytes over its bandwidth (a shared region's whole bandwidth, which
+    its transfers share; a private region's times the cores, each of which has
+    its own copy); and the busiest core's transfer bytes over its DMA engines'
+    total rate (``engines_per_core × engine_bytes_per_cycle``).  The bound is
+    their maximum; ``bound_by`` names the resource that sets it.  Which resource a
+    *run* was limited by is :func:`sim.inspect.summary.limiting_resource`'s answer
+    (it also looks at the trace).
     """
 
     resource_cycles: Mapping[str, float]
@@ -103,13 +154,15 @@ def roofline(plan: Plan, target: Target) -> Roofline:
     ops_by_prec: dict[str, int] = defaultdict(int)  # every vector operation, which the compute time counts
     flops_by_prec: dict[str, int] = defaultdict(int)  # the math's own flops (reported)
     region_bytes: dict[str, int] = defaultdict(int)
+    core_bytes: dict[int, int] = defaultdict(int)  # bytes through each core's DMA engines
     for phase in plan.phases:
-        for tiles in phase.tiles.values():
+        for core, tiles in phase.tiles.items():
             for tile in tiles:
                 if tile.compute is not None:
                     ops_by_prec[tile.compute.precision] += tile.compute.vector_ops
                     flops_by_prec[tile.compute.precision] += tile.compute.flops
                 for t in tile.loads + tile.stores:
+                    core_bytes[core] += t.size_bytes
                     for side in ("src", "dst"):
                         lo, _ = t.span(side)
                         r = mmap.region_at(lo)
@@ -123,16 +176,14 @@ def roofline(plan: Plan, target: Target) -> Roofline:
     compute = sum(f / (target.core.precisions[p].peak_flops_per_cycle * rate * n)
                   for p, f in ops_by_prec.items() if p in target.core.precisions)
     cycles["compute"] = compute
-    engines = target.dma.engines_per_core
     for name, b in region_bytes.items():
         r = target.region(name)
-        # A transfer holds one port, and a core has only so many DMA engines: the cores of the plan can
-        # keep at most min(ports, cores x engines) ports of a shared region busy (per core for a private one).
-        if r.shared:
-            bw = min(r.ports, n * engines) * r.port_bandwidth_bytes_per_cycle
-        else:
-            bw = min(r.ports, engines) * r.port_bandwidth_bytes_per_cycle * n
-        cycles[name] = b / bw
+        # Whatever the transfers, a region never delivers more than its bandwidth (each core's own copy of a
+        # private region its own), and a lone transfer may take all of it.
+        cycles[name] = b / (r.bandwidth_bytes_per_cycle * (1 if r.shared else n))
+    if core_bytes:
+        cycles[DMA_ENGINES] = max(core_bytes.values()) / (target.dma.engines_per_core
+                                                          * target.dma.engine_bytes_per_cycle)
     return Roofline(resource_cycles=dict(cycles), total_flops=sum(flops_by_prec.values()),
                     region_bytes=dict(region_bytes), flops_by_precision=dict(flops_by_prec),
                     extra_ops=sum(ops_by_prec.values()) - sum(flops_by_prec.values()))
@@ -182,64 +233,99 @@ def estimate(plan: Plan, target: Target) -> int:
     * its pipeline's compute side: the tiles' :func:`compute_cycles` summed, plus the first tile's loads
       (nothing to overlap them with) and the last tile's stores;
     * its DMA side: the time its DMA engines are held (per transfer: setup, :func:`stream_cycles` and
-      :func:`transfer_latency_cycles`), spread over the core's engines; and the port time it asks of each of
-      its private regions (stream cycles over the region's ports);
+      :func:`transfer_latency_cycles`), spread over the core's engines; and the time its bytes need at each
+      of its private regions' bandwidth;
 
-    and the phase lasts, for the cores a barrier joins, the longest core's time, or the port time every
-    core together asks of a shared region (its stream cycles over its ports), whichever is longer, plus the
-    barrier's latency.  Queueing for ports and engines beyond these totals is left out, so the estimate is
-    optimistic when transfers collide in bursts and pessimistic when a core's loads hide behind another's
-    compute; it is never below :func:`roofline` (it is raised to it), and on the bench cases it lies within
-    a few percent of the simulation (docs/timing-model.md lists the figures).
+    and the phase lasts, for the cores a barrier joins, the longest core's time, or the time every core's
+    bytes together need at a shared region's bandwidth, whichever is longer, plus the barrier's latency.  A
+    tile's group of transfers (its loads, its stores) takes the longest of them alone, all of them spread over
+    the core's engines, or their bytes at each region's bandwidth (they share it) plus one setup and latency.
+    The cores start a phase together and, with the same work, end it together, so their first loads and their
+    last stores share the shared regions: the first loads end when the region has moved, for every engine, as
+    much as the largest first load (streams share a region equally, and an engine whose first load is done
+    streams the next tile's meanwhile), the last stores when it has moved all of them.  Sharing beyond these
+    totals is left out, so the estimate is optimistic when transfers collide in bursts and pessimistic when a
+    core's loads hide behind another's compute; it is never below :func:`roofline` (it is raised to it), and on
+    the bench cases it lies within a few percent of the simulation (docs/timing-model.md lists the figures).
     """
     regions = _Regions(target)
-    engines = target.dma.engines_per_core
-    setup = target.dma.setup_cycles
+    dma = target.dma
+    engines = dma.engines_per_core
+    setup = dma.setup_cycles
     multi = len(plan.cores) > 1
     clock = {core: float(target.launch_overhead_cycles) for core in plan.cores}
     for phase in plan.phases:
-        shared_port: dict[str, float] = defaultdict(float)  # shared region -> port cycles of every core
-        first_port: dict[str, float] = defaultdict(float)  # the same, of the cores' first loads only
-        first_fixed = 0  # setup and latency of the slowest first load
-        cores: dict[int, tuple[int, int, int, float]] = {}  # core -> (compute, first loads, last stores, dma)
+        shared_time: dict[str, float] = defaultdict(float)  # shared region -> every core's bytes at its bandwidth
+        first_bytes: dict[str, int] = defaultdict(int)  # shared region -> the cores' first tiles' load bytes
+        largest_first: dict[str, int] = defaultdict(int)  # shared region -> the largest of those loads
+        early_bytes: dict[tuple[int, str], int] = defaultdict(int)  # (core, shared region) -> tiles 0 and 1 loads
+        last_bytes: dict[str, int] = defaultdict(int)  # shared region -> the cores' last tiles' store bytes
+        first_fixed = last_fixed = 0  # setup and latency of the slowest first load, last store
+        cores: dict[int, tuple[int, float, float, float]] = {}  # core -> (compute, first loads, last stores, dma)
         for core in plan.cores:
             tiles = phase.tiles.get(core, ())
             compute = 0
             engine_time = 0
-            private_port: dict[str, float] = defaultdict(float)
-            first_loads = last_stores = 0
+            private_time: dict[str, float] = defaultdict(float)
+            first_loads = last_stores = 0.0
             for i, tile in enumerate(tiles):
                 if tile.compute is not None:
                     compute += compute_cycles(tile.compute, target)
                 for kind, transfers in (("load", tile.loads), ("store", tile.stores)):
-                    longest = total = 0
+                    first, last = kind == "load" and i == 0, kind == "store" and i == len(tiles) - 1
+                    longest = total = fixed_max = 0
+                    group_time: dict[str, float] = defaultdict(float)  # this group's bytes at each region's bandwidth
                     for t in transfers:
                         src, dst = regions.of(t, "src"), regions.of(t, "dst")
-                        stream = stream_cycles(t, src, dst)
+                        stream = stream_cycles(t, src, dst, dma)
                         fixed = setup + transfer_latency_cycles(src, dst)
                         engine_time += stream + fixed
                         longest = max(longest, stream + fixed)
                         total += stream + fixed
-                        for r in ((src,) if src is dst else (src, dst)):
-                            (shared_port if r.shared else private_port)[r.name] += stream / r.ports
-                            if r.shared and kind == "load" and i == 0:
-                                first_port[r.name] += stream / r.ports
+                        fixed_max = max(fixed_max, fixed)
+                        for r, nbytes in stream_demands(src, dst, *transfer_bytes(t, src, dst)):
+                            need = nbytes / r.bandwidth_bytes_per_cycle
+                            (shared_time if r.shared else private_time)[r.name] += need
+                            group_time[r.name] += need
+                            if not r.shared:
+                                continue
+                            if kind == "load" and i <= 1:
+                                early_bytes[(core, r.name)] += nbytes
+                            if first:
+                                first_bytes[r.name] += nbytes
+                                largest_first[r.name] = max(largest_first[r.name], nbytes)
                                 first_fixed = max(first_fixed, fixed)
-                    # A tile's transfers share the core's engines: the longest, or all of them spread over the
-                    # engines, whichever is longer.
-                    if kind == "load" and i == 0:
-                        first_loads = max(longest, math.ceil(total / engines))
-                    if kind == "store" and i == len(tiles) - 1:
-                        last_stores = max(longest, math.ceil(total / engines))
-            dma = max(engine_time / engines, max(private_port.values(), default=0.0))
-            cores[core] = (compute, first_loads, last_stores, dma)
-        # The cores start a phase together, so their first loads queue for the shared regions' ports at once.
-        queued_first = max(first_port.values(), default=0.0) + first_fixed
+                            if last:
+                                last_bytes[r.name] += nbytes
+                                last_fixed = max(last_fixed, fixed)
+                    # A tile's transfers share the core's engines and the regions' bandwidth: the longest alone,
+                    # all of them spread over the engines, or their bytes at a region's bandwidth, whichever is
+                    # longest.
+                    group = max(longest, math.ceil(total / engines),
+                                max(group_time.values(), default=0.0) + fixed_max) if transfers else 0.0
+                    if first:
+                        first_loads = group
+                    if last:
+                        last_stores = group
+            dma_side = max(engine_time / engines, max(private_time.values(), default=0.0))
+            cores[core] = (compute, first_loads, last_stores, dma_side)
+        # The first loads of all cores share each shared region: the largest ends once every engine has streamed
+        # as much (or all its first two tiles' loads, if less), the smaller ones' engines going on to the next
+        # tile's loads meanwhile.
+        shared_first = 0.0
+        for name, nbytes in first_bytes.items():
+            during = sum(min(b, engines * largest_first[name]) for (_, r), b in early_bytes.items() if r == name)
+            bw = target.region(name).bandwidth_bytes_per_cycle
+            shared_first = max(shared_first, max(nbytes, during) / bw)
+        shared_first += first_fixed
+        shared_last = max((b / target.region(name).bandwidth_bytes_per_cycle for name, b in last_bytes.items()),
+                          default=0.0) + last_fixed
         ends: dict[int, float] = {}
-        for core, (compute, first_loads, last_stores, dma) in cores.items():
-            pipeline = compute + max(first_loads, queued_first if first_loads else 0) + last_stores
-            ends[core] = clock[core] + max(pipeline, dma)
-        shared = max(shared_port.values(), default=0.0)
+        for core, (compute, first_loads, last_stores, dma_side) in cores.items():
+            pipeline = (compute + max(first_loads, shared_first if first_loads else 0)
+                        + max(last_stores, shared_last if last_stores else 0))
+            ends[core] = clock[core] + max(pipeline, dma_side)
+        shared = max(shared_time.values(), default=0.0)
         if shared:  # the last transfer still lands a setup and an access latency after its stream
             shared += first_fixed
         if phase.barrier_after and multi:

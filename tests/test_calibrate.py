@@ -157,8 +157,8 @@ def test_unidentified_parameters_are_named_and_kept_and_the_copy_keeps_the_file(
     assert set(why) == {"dma.setup_cycles", "core.loop_overhead_cycles", "sync.launch_overhead_cycles"}
     assert "changes no measurement" in why["dma.setup_cycles"] and "changes no measurement" in why[
         "core.loop_overhead_cycles"]
-    # Driven towards zero: to its limit, or (here, to a few cycles) where it no longer changes any measurement.
-    assert re.search(r"the fit drove it to|changes no measurement", why["sync.launch_overhead_cycles"])
+    # The fit drives the launch overhead down until it is at its limit or moves no measurement any more.
+    assert re.search("the fit drove it to|changes no measurement", why["sync.launch_overhead_cycles"])
     assert "3 parameter(s) not identified, kept at board.yaml's values" in report
     written = yaml.safe_load(out.read_text())
     got = parameter_values(written, names)
@@ -216,7 +216,7 @@ def test_calibrate_shows_each_phase_on_a_terminal_only(monkeypatch):
 L3 = 0x50000000
 L3_REGION = {"name": "l3", "source": "what-if: a 16 MiB shared L3 at 0x50000000, 48 B/cycle", "base": L3,
              "size_bytes": 0x1000000, "kind": "shared", "latency_cycles": 60, "bandwidth_bytes_per_cycle": 48,
-             "ports": 4, "burst_bytes": 32}
+             "burst_bytes": 32}
 
 
 def test_a_chip_with_another_region_set_calibrates_its_own_regions(tmp_path):
@@ -229,12 +229,12 @@ def test_a_chip_with_another_region_set_calibrates_its_own_regions(tmp_path):
                   "regions.gsm.bandwidth_bytes_per_cycle"]
     assert free_parameters(doc) == bandwidths + ["dma.setup_cycles", "core.loop_overhead_cycles",
                                                  "sync.launch_overhead_cycles", "core.vector_efficiency"]
-    truth = with_parameters(doc, {bandwidths[0]: 24 * 1.3, bandwidths[1]: 48 * 0.6, bandwidths[2]: 64 * 0.7})
+    truth = with_parameters(doc, {bandwidths[0]: 20 * 1.3, bandwidths[1]: 48 * 0.6, bandwidths[2]: 64 * 0.7})
     calls = [CALLS[1], ("fp_batch_norm_grad_s", bn(256, 1024, base=L3)), CALLS[3]]
     measured = simulate(truth, [Measurement(s, a, 1) for s, a in calls])
     cal = calibrate(doc, [Measurement(s, a, int(c)) for (s, a), c in zip(calls, measured)], bandwidths)
     assert cal.fitted == bandwidths and not cal.unidentified
-    for n, want in zip(bandwidths, (24 * 1.3, 48 * 0.6, 64 * 0.7)):
+    for n, want in zip(bandwidths, (20 * 1.3, 48 * 0.6, 64 * 0.7)):
         assert cal.after[n] == pytest.approx(want, rel=0.05), n
     assert parse_target(cal.document).region("l3").bandwidth_bytes_per_cycle == cal.after[bandwidths[1]]
     renamed = yaml.safe_load((ROOT / "targets" / "FT78NE.yaml").read_text())

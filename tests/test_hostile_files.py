@@ -259,7 +259,8 @@ def test_absurd_numbers_are_refused_naming_the_key(tmp_path, path, value):
      r"bandwidth_bytes_per_cycle: must be <= 65536, got 1000000000\.\.\.0000 \(401 digits\) \(a typo"),
     (("core", "precisions", "fp32", "lanes"), 10 ** 400, r"core\.precisions\.fp32\.lanes: must be <= 4096"),
     (("core", "vector_efficiency"), 10 ** 400, r"core\.vector_efficiency: is a fraction of the peak, at most 1"),
-    (("regions", "gsm", "ports"), 4096, r"\(gsm\)\.ports: must be <= 1024"),
+    (("dma", "engine_bytes_per_cycle"), 10 ** 400, r"dma\.engine_bytes_per_cycle: must be <= 65536"),
+    (("dma", "engine_bytes_per_cycle"), 0, r"dma\.engine_bytes_per_cycle: must be >= 0\.001"),
 ])
 def test_range_messages_say_the_bound(tmp_path, path, value, pattern):
     p = tmp_path / "chip.yaml"
@@ -470,6 +471,40 @@ def test_a_file_with_the_old_staging_keys_is_refused_with_the_levels_to_write(tm
         sim.load_target(p)
 
 
+def test_a_file_written_for_memory_ports_is_refused_with_what_to_delete(tmp_path, capsys):
+    """A target file of the port model (``ports`` per region, no engine rate) is refused on one line: the first
+    region that gives ports, what replaced them (a region's bandwidth shared fluidly, each transfer capped by its
+    engine), every region to delete them from and the DMA key to add; done so, it loads as the shipped chip."""
+    doc = yaml.safe_load(FT78NE)
+    engine_rate = doc["dma"].pop("engine_bytes_per_cycle")
+    for r in doc["regions"]:
+        if r["name"] in ("am", "gsm", "ddr"):
+            r["ports"] = 4
+    p = tmp_path / "ports.yaml"
+    p.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(sim.TargetError) as info:
+        sim.load_target(p)
+    msg = str(info.value)
+    assert msg.startswith(f"{p}: regions[1](am).ports: ports are gone: a region's bandwidth_bytes_per_cycle is now "
+                          f"shared fluidly among the transfers streaming through it")
+    assert "delete ports: from every region (3 give it: am, gsm, ddr)" in msg
+    assert msg.endswith("and give dma.engine_bytes_per_cycle (the most bytes per cycle one DMA engine streams, "
+                        "e.g. 64)")
+    assert "\n" not in msg and len(msg) < MESSAGE_CHARS
+    assert main(["targets", str(p)]) == 2 and capsys.readouterr().err.count("\n") == 1
+    # Without ports but still without the engine's rate: refused, naming the key.
+    for r in doc["regions"]:
+        r.pop("ports", None)
+    p.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(sim.TargetError, match=r": dma\.engine_bytes_per_cycle: required key is missing: the most "
+                                              r"bytes per cycle one DMA engine streams"):
+        sim.load_target(p)
+    doc["dma"]["engine_bytes_per_cycle"] = engine_rate
+    p.write_text(yaml.safe_dump(doc, sort_keys=False))
+    assert sim.load_target(p).dma == sim.load_target("FT78NE").dma
+    assert sim.load_target(p).regions == sim.load_target("FT78NE").regions
+
+
 @pytest.mark.parametrize("old,new,pattern", [
     ("cores: 8", "cores: 010", r"line \d+, column 8: 010: a leading zero is octal in YAML 1\.1 \(8\) and decimal in "
                                r"YAML 1\.2 \(10\); write 0o10 for octal 8 or 10 for decimal"),
@@ -496,8 +531,8 @@ def test_yaml_1_2_numbers_read_as_written(tmp_path):
     p.write_text(text.replace("clock_hz: 1.8e9", "clock_hz: 1_800_000_000"))
     target = sim.load_target(p)
     assert (target.cores, target.dma.setup_cycles, target.region("ddr").latency_cycles) == (8, 64, 200)
-    p.write_text(FT78NE.replace("bandwidth_bytes_per_cycle: 24", "bandwidth_bytes_per_cycle: 2.4e1"))
-    assert sim.load_target(p).region("ddr").bandwidth_bytes_per_cycle == 24.0
+    p.write_text(FT78NE.replace("bandwidth_bytes_per_cycle: 20", "bandwidth_bytes_per_cycle: 2.0e1"))
+    assert sim.load_target(p).region("ddr").bandwidth_bytes_per_cycle == 20.0
 
 
 def test_yaml_1_1_octal_address_is_refused_in_a_run_config(tmp_path):

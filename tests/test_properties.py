@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from streams import assert_private_streams
 
 import sim
 from kernels.examples import KERNELS as EXAMPLE_KERNELS
@@ -119,8 +120,7 @@ def test_gsm_bandwidth_matters_only_to_buffers_in_gsm():
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_private_runs_see_no_contention(chip, kernel):
     run = timing(chip, kernel, variant="p")
-    assert {e.core for e in run.events} == {1}
-    assert sum(e.wait_cycles for e in run.events if e.kind in ("dma_in", "dma_out")) == 0
+    assert_private_streams(run, 1)
 
 
 @pytest.mark.parametrize("kernel", ["conv2d_backprop_filter", "fake_quant_with_min_max_vars_gradient"])

@@ -100,7 +100,7 @@ def test_timing_only_run_saves_no_outputs_and_says_so(tmp_path, capsys):
 
 def test_columns_partition_the_run_by_hand():
     ev = [TraceEvent(0, "sync", "launch", 0, 5),
-          # queued for a port 5..8, moving 8..20
+          # its stream (from wait_start 5) lost 3 cycles to sharing, counted from the stream's start: 5..8
           TraceEvent(0, "dma0", "dma_in", 5, 20, bytes=64, wait_cycles=3, wait_start=5),
           TraceEvent(0, "compute", "compute", 20, 40, flops=100),
           TraceEvent(0, "dma1", "dma_in", 25, 35, bytes=64),
@@ -108,7 +108,7 @@ def test_columns_partition_the_run_by_hand():
           TraceEvent(0, "sync", "barrier_wait", 50, 60, wait_cycles=10)]
     (s,) = core_summaries(ev, [0], 70)
     # compute alone 20..25 and 35..40; overlap 25..35; DMA alone 8..20 and 40..50;
-    # wait: launch 0..5, queued 5..8, barrier 50..60; idle 60..70 (the run ends at 70).
+    # wait: launch 0..5, lost to sharing 5..8, barrier 50..60; idle 60..70 (the run ends at 70).
     assert (s.compute_only_cycles, s.overlap_cycles, s.dma_only_cycles, s.wait_cycles, s.idle_cycles) == \
         (10, 10, 22, 18, 10)
     assert s.busy_cycles == 42 and s.compute_cycles == 20 and s.dma_cycles == 32

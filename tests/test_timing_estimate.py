@@ -28,10 +28,13 @@ def test_one_transfer_estimate_is_exact_and_hand_derived():
     n = 6000
     tr = Transfer.contiguous(ddr.base, am.base, n)
     plan = Plan(cores=(0,), precision="fp32", phases=(Phase("p", {0: (Tile(0, (tr,), None, ()),)}),))
-    ddr_port, am_port = ddr.bandwidth_bytes_per_cycle / ddr.ports, am.bandwidth_bytes_per_cycle / am.ports
-    stream = math.ceil(max(math.ceil(n / ddr.burst_bytes) * ddr.burst_bytes / ddr_port,
-                           math.ceil(n / am.burst_bytes) * am.burst_bytes / am_port))
-    assert stream_cycles(tr, ddr, am) == stream
+    # Alone, each region moves its whole bursts at its whole bandwidth and the engine the larger end's bytes at
+    # its rate; the slowest sets the pace (DDR: ceil(6016 / 20) = 301 cycles on FT78NE).
+    ddr_bytes = math.ceil(n / ddr.burst_bytes) * ddr.burst_bytes
+    stream = math.ceil(max(ddr_bytes / ddr.bandwidth_bytes_per_cycle,
+                           math.ceil(n / am.burst_bytes) * am.burst_bytes / am.bandwidth_bytes_per_cycle,
+                           ddr_bytes / t.dma.engine_bytes_per_cycle))
+    assert stream_cycles(tr, ddr, am, t.dma) == stream == 301
     assert transfer_latency_cycles(ddr, am) == max(ddr.latency_cycles, am.latency_cycles)
     expect = t.launch_overhead_cycles + t.dma.setup_cycles + stream + max(ddr.latency_cycles, am.latency_cycles)
     assert estimate(plan, t) == expect == simulate(t, plan)
@@ -50,8 +53,9 @@ def test_serial_tile_estimate_is_load_plus_compute_plus_store():
                + 2 * t.core.reduction_latency_cycles)
     assert compute_cycles(c, t) == compute
     fixed = t.dma.setup_cycles + max(ddr.latency_cycles, am.latency_cycles)
-    expect = (t.launch_overhead_cycles + (fixed + stream_cycles(load, ddr, am)) + compute
-              + (fixed + stream_cycles(store, am, ddr)))
+    # 4096 bytes at MT7004's 16 B/cycle of DDR: 256 cycles each way.
+    assert stream_cycles(load, ddr, am, t.dma) == stream_cycles(store, am, ddr, t.dma) == 256
+    expect = t.launch_overhead_cycles + (fixed + 256) + compute + (fixed + 256)
     assert estimate(plan, t) == expect == simulate(t, plan)
 
 
@@ -106,12 +110,40 @@ def test_plan_context_estimate_is_the_timing_modules(bench_runs):
 
 
 def test_nothing_but_sim_timing_prices_compute_or_streams():
-    """The cycle formulas live in sim/timing.py alone: no other module of sim/ divides by a port bandwidth or
-    charges a core's loop overhead."""
+    """The cycle formulas live in sim/timing.py alone: no other module of sim/ divides bytes by a bandwidth or
+    charges a core's loop overhead (the fluid network shares bandwidth; the cycles it charges a stream alone are
+    sim.timing.stream_cycles')."""
     for path in (ROOT / "sim").rglob("*.py"):
         if path.name == "timing.py":
             continue
         text = path.read_text()
-        for formula in ("loop_overhead_cycles +", "/ src.port_bandwidth", "reduction_latency_cycles +",
+        for formula in ("loop_overhead_cycles +", "/ src.bandwidth", "/ exact_rate(", "reduction_latency_cycles +",
                         "* core.reduction_latency_cycles"):
             assert formula not in text, f"{path}: {formula}"
+
+
+def test_a_lone_transfer_streams_for_exactly_the_timing_modules_cycles(tmp_path):
+    """Whatever its shape and regions, a transfer alone on the chip lands setup + stream_cycles + latency after
+    its launch: the fluid network and sim.timing agree to the cycle, decimal bandwidths (12.8) included."""
+    import random
+
+    import yaml
+    doc = yaml.safe_load((ROOT / "targets" / "MT7004.yaml").read_text())
+    next(r for r in doc["regions"] if r["name"] == "ddr")["bandwidth_bytes_per_cycle"] = 12.8
+    path = tmp_path / "decimal.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    t = sim.load_target(path)
+    rnd = random.Random(7)
+    pairs = [("ddr", "am"), ("am", "ddr"), ("l2", "am"), ("gsm", "am"), ("ddr", "gsm"), ("gsm", "gsm"),
+             ("ddr", "ddr")]
+    for k in range(40):
+        src_name, dst_name = pairs[k % len(pairs)]
+        src, dst = t.region(src_name), t.region(dst_name)
+        rows, cols = rnd.randrange(1, 40), rnd.randrange(1, 90)
+        itemsize = rnd.choice((1, 2, 4))
+        pitch = cols * itemsize + rnd.choice((0, 4, 64, 200))
+        tr = Transfer.block(src.base, dst.base + 0x40000, (rows, cols), itemsize, (pitch, itemsize))
+        plan = Plan(cores=(0,), precision="fp32", phases=(Phase("p", {0: (Tile(0, (tr,), None, ()),)}),))
+        expect = (t.launch_overhead_cycles + t.dma.setup_cycles + stream_cycles(tr, src, dst, t.dma)
+                  + transfer_latency_cycles(src, dst))
+        assert simulate(t, plan) == expect == estimate(plan, t), (src_name, dst_name, rows, cols, itemsize, pitch)

@@ -6,12 +6,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from streams import assert_private_streams
 
 import sim
 from sim.engine.engine import Engine
 from sim.engine.events import Recorder
-from sim.model.memory import AddressSpace
+from sim.model.memory import AddressSpace, MemoryMap
 from sim.model.plan import Compute, Operand, Phase, Plan, Tile, Transfer
+from sim.timing import stream_cycles
 
 TARGETS = Path(__file__).resolve().parent.parent / "targets"
 
@@ -20,23 +22,6 @@ def run_plan(target, plan):
     rec = Recorder()
     mem = AddressSpace(target)
     return Engine(target, mem, rec).run(plan), rec.events, mem
-
-
-def test_one_transfer_costs_what_the_target_file_says():
-    t = sim.load_target("FT78NE")
-    ddr, am = t.region("ddr"), t.region("am")
-    n = 6000
-    plan = Plan(cores=(0,), precision="fp32", phases=(Phase("p", {0: (
-        Tile(0, (Transfer.contiguous(ddr.base, am.base, n),), None, ()),)}),))
-    cycles, events, _ = run_plan(t, plan)
-    # Each end moves whole bursts at its port's bandwidth; the slower end sets the pace.
-    ddr_bytes = math.ceil(n / ddr.burst_bytes) * ddr.burst_bytes
-    am_bytes = math.ceil(n / am.burst_bytes) * am.burst_bytes
-    stream = math.ceil(max(ddr_bytes / (ddr.bandwidth_bytes_per_cycle / ddr.ports),
-                           am_bytes / (am.bandwidth_bytes_per_cycle / am.ports)))
-    expect = (t.launch_overhead_cycles + t.dma.setup_cycles + stream + max(ddr.latency_cycles, am.latency_cycles))
-    assert ddr_bytes > n  # 6000 bytes is not whole bursts: the last one is paid in full
-    assert cycles == expect
 
 
 def test_compute_costs_what_the_target_file_says():
@@ -53,57 +38,223 @@ def test_compute_costs_what_the_target_file_says():
     assert cycles == expect
 
 
-def test_short_strided_runs_pay_whole_bursts():
-    """A slice of 4 channels (16 bytes) from each of 64 DDR rows moves 64 whole 64-byte bursts."""
+# Hand-derived DMA timing (the fluid model, docs/timing-model.md).  FT78NE's numbers, which the derivations in the
+# comments use (each test checks them first):
+#   launch 1800 cycles; DMA: 2 engines per core, setup 64 cycles, 64 B/cycle per engine;
+#   ddr: shared, 20 B/cycle, latency 200, 64-byte bursts; gsm: shared, 64 B/cycle, latency 40, 32-byte bursts;
+#   am: per core, 128 B/cycle, latency 4; l2: per core, 32 B/cycle, latency 24, 32-byte bursts.
+# A transfer holds an engine from `start` (the trace event's start), streams from start + setup (`wait_start`),
+# and lands the slower end's latency after its last byte left: its event ends then.  Its `wait_cycles` are what
+# sharing cost its stream: stream cycles - the stream's cycles alone (sim.timing.stream_cycles).
+FT78NE_NUMBERS = dict(launch=1800, setup=64, engines=2, engine=64, ddr=(20, 200, 64), gsm=(64, 40, 32),
+                      am=(128, 4, 1), l2=(32, 24, 32))
+
+
+def ft78ne():
+    """FT78NE, after checking it still has the numbers the hand derivations below use."""
     t = sim.load_target("FT78NE")
+    got = dict(launch=t.launch_overhead_cycles, setup=t.dma.setup_cycles, engines=t.dma.engines_per_core,
+               engine=t.dma.engine_bytes_per_cycle,
+               **{n: (t.region(n).bandwidth_bytes_per_cycle, t.region(n).latency_cycles, t.region(n).burst_bytes)
+                  for n in ("ddr", "gsm", "am", "l2")})
+    assert got == FT78NE_NUMBERS, "FT78NE changed: derive the figures of tests/test_timing_model.py again"
+    return t
+
+
+def loads_plan(loads_by_core):
+    """One phase, one tile per core holding that core's loads (no compute, no barrier)."""
+    return Plan(cores=tuple(loads_by_core), precision="fp32", phases=(Phase("p", {
+        c: (Tile(0, tuple(loads), None, ()),) for c, loads in loads_by_core.items()}, barrier_after=False),))
+
+
+def dma_events(events):
+    return sorted((e for e in events if e.kind in ("dma_in", "dma_out")), key=lambda e: (e.core, e.unit, e.start))
+
+
+def test_one_transfer_alone_costs_setup_stream_and_latency():
+    """6000 bytes DDR -> AM on one core, alone: DDR moves ceil(6000 / 64) = 94 bursts = 6016 bytes, AM 6000, the
+    engine 6016.  Alone, the stream takes ceil(max(6016 / 20, 6000 / 128, 6016 / 64)) = ceil(300.8) = 301 cycles
+    (DDR is the slowest: a lone transfer gets all of it).  It starts after launch and setup, 1800 + 64 = 1864,
+    and lands 301 + max(200, 4) = 501 cycles later: 2365."""
+    t = ft78ne()
+    ddr, am = t.region("ddr"), t.region("am")
+    tr = Transfer.contiguous(ddr.base, am.base, 6000)
+    assert stream_cycles(tr, ddr, am, t.dma) == 301
+    cycles, events, _ = run_plan(t, loads_plan({0: [tr]}))
+    (e,) = dma_events(events)
+    assert (e.start, e.wait_start, e.end, e.wait_cycles, e.bytes) == (1800, 1864, 2365, 0, 6000)
+    assert cycles == 2365
+
+
+def test_short_strided_runs_pay_whole_bursts():
+    """A slice of 4 fp32 channels (16 bytes) from each of 64 DDR rows 4096 bytes apart moves 64 whole 64-byte
+    bursts on the DDR side (4096 bytes, also the engine's) and 1024 dense bytes into AM: ceil(max(4096 / 20,
+    1024 / 128, 4096 / 64)) = ceil(204.8) = 205 cycles; the same 1024 bytes dense take ceil(1024 / 20) = 52."""
+    t = ft78ne()
     ddr, am = t.region("ddr"), t.region("am")
     strided = Transfer.block(ddr.base, am.base, (64, 4), 4, (4096, 4))
     dense = Transfer.contiguous(ddr.base, am.base, 64 * 16)
-    port = ddr.bandwidth_bytes_per_cycle / ddr.ports
-    fixed = t.launch_overhead_cycles + t.dma.setup_cycles + max(ddr.latency_cycles, am.latency_cycles)
-    for transfer, ddr_bytes in ((strided, 64 * ddr.burst_bytes), (dense, 64 * 16)):
-        plan = Plan(cores=(0,), precision="fp32", phases=(Phase("p", {0: (Tile(0, (transfer,), None, ()),)}),))
-        cycles, _, _ = run_plan(t, plan)
-        assert cycles == fixed + math.ceil(ddr_bytes / port)
+    for transfer, stream in ((strided, 205), (dense, 52)):
+        cycles, _, _ = run_plan(t, loads_plan({0: [transfer]}))
+        assert cycles == 1800 + 64 + stream + 200
 
 
-def _dense_stream(t, n: int) -> int:
-    ddr, am = t.region("ddr"), t.region("am")
-    return math.ceil(max(math.ceil(n / ddr.burst_bytes) * ddr.burst_bytes / (ddr.bandwidth_bytes_per_cycle / ddr.ports),
-                         n / (am.bandwidth_bytes_per_cycle / am.ports)))
+def test_a_copy_within_one_region_pays_its_read_and_its_write():
+    """4096 bytes GSM -> GSM: GSM's link carries both ends, 8192 bytes at 64 B/cycle = 128 cycles (the engine
+    only 4096 / 64 = 64): it lands at 1864 + 128 + 40 = 2032."""
+    t = ft78ne()
+    gsm = t.region("gsm")
+    tr = Transfer.contiguous(gsm.base, gsm.base + 0x10000, 4096)
+    assert stream_cycles(tr, gsm, gsm, t.dma) == 128
+    cycles, events, _ = run_plan(t, loads_plan({0: [tr]}))
+    assert cycles == 2032 and dma_events(events)[0].wait_cycles == 0
 
 
-def test_eight_cores_queue_for_four_ddr_ports_first_come_first_served():
-    """Eight equal loads reach DDR's four ports in the same cycle: four stream, four wait exactly one stream."""
-    t = sim.load_target("FT78NE")
+def test_two_equal_transfers_from_two_cores_share_ddr_equally():
+    """Cores 0 and 1 each load 8192 bytes (128 bursts) from DDR at cycle 1864: each gets half of DDR, 10 B/cycle,
+    and both streams end at 1864 + ceil(8192 / 10) = 1864 + ceil(819.2) = 2684, landing at 2884.  Alone each
+    would take ceil(8192 / 20) = 410 cycles: sharing cost each 820 - 410 = 410."""
+    t = ft78ne()
     ddr, am = t.region("ddr"), t.region("am")
     n = 8192
-    plan = Plan(cores=tuple(range(8)), precision="fp32", phases=(Phase("p", {
-        c: (Tile(0, (Transfer.contiguous(ddr.base + c * n, am.base, n),), None, ()),) for c in range(8)},
-        barrier_after=False),))
-    cycles, events, _ = run_plan(t, plan)
-    s = _dense_stream(t, n)
-    first = t.launch_overhead_cycles + t.dma.setup_cycles
-    assert ddr.ports == 4
-    assert sorted(e.wait_cycles for e in events if e.kind == "dma_in") == [0] * 4 + [s] * 4
-    assert all(e.wait_start == first for e in events if e.kind == "dma_in")
-    assert cycles == first + 2 * s + ddr.latency_cycles
+    cycles, events, _ = run_plan(t, loads_plan({c: [Transfer.contiguous(ddr.base + c * n, am.base, n)]
+                                                for c in (0, 1)}))
+    assert [(e.core, e.wait_start, e.end, e.wait_cycles) for e in dma_events(events)] == [
+        (0, 1864, 2884, 410), (1, 1864, 2884, 410)]
+    assert cycles == 2884
+
+
+def test_the_long_transfer_speeds_up_when_the_short_one_ends():
+    """Core 0 loads 2560 bytes (40 bursts), core 1 9600 bytes (150 bursts), both from DDR at cycle 1864.  Both
+    stream at 10 B/cycle until the short one is done: 2560 / 10 = 256 cycles, at 2120 exactly (it lands at
+    2320; alone it takes 2560 / 20 = 128 cycles: sharing cost it 128).  The long one has moved 2560 bytes by
+    then; its 7040 left go at all of DDR, 20 B/cycle: 352 cycles, to 2472 (lands at 2672).  Its stream took 608
+    cycles against 480 alone: sharing cost it 128 too."""
+    t = ft78ne()
+    ddr, am = t.region("ddr"), t.region("am")
+    short = Transfer.contiguous(ddr.base, am.base, 2560)
+    long = Transfer.contiguous(ddr.base + 0x100000, am.base, 9600)
+    cycles, events, _ = run_plan(t, loads_plan({0: [short], 1: [long]}))
+    assert [(e.core, e.wait_start, e.end, e.wait_cycles) for e in dma_events(events)] == [
+        (0, 1864, 2320, 128), (1, 1864, 2672, 128)]
+    assert cycles == 2672
+
+
+def test_eight_cores_streaming_from_ddr_share_it_eight_ways():
+    """Eight cores each load 8192 bytes from DDR at cycle 1864: each gets 20 / 8 = 2.5 B/cycle, and every stream
+    ends at 1864 + ceil(8192 / 2.5) = 1864 + ceil(3276.8) = 5141, landing at 5341: DDR moved 65536 bytes in 3277
+    cycles, its 20 B/cycle.  Each stream lost 3277 - 410 = 2867 cycles to sharing.  With two loads per core
+    (sixteen streams, 4096 bytes each) DDR is shared sixteen ways, 1.25 B/cycle each: the same 3277 cycles."""
+    t = ft78ne()
+    ddr, am = t.region("ddr"), t.region("am")
+    n = 8192
+    cycles, events, _ = run_plan(t, loads_plan({c: [Transfer.contiguous(ddr.base + c * n, am.base, n)]
+                                                for c in range(8)}))
+    assert {(e.wait_start, e.end, e.wait_cycles) for e in dma_events(events)} == {(1864, 5341, 2867)}
+    assert cycles == 5341
+    half = n // 2
+    cycles, events, _ = run_plan(t, loads_plan({c: [Transfer.contiguous(ddr.base + c * n + i * half,
+                                                                        am.base + i * half, half)
+                                                    for i in range(2)] for c in range(8)}))
+    # Alone each half would take ceil(4096 / 20) = 205 cycles: sharing cost 3277 - 205 = 3072.
+    assert {(e.unit, e.wait_start, e.end, e.wait_cycles) for e in dma_events(events)} == {
+        ("dma0", 1864, 5341, 3072), ("dma1", 1864, 5341, 3072)}
+    assert cycles == 5341
+
+
+def test_a_transfer_capped_by_its_engine_leaves_the_rest_of_ddr_to_others(tmp_path):
+    """A copy of FT78NE whose DMA engines stream at most 16 B/cycle: a lone 8192-byte DDR -> AM load takes
+    ceil(max(8192 / 20, 8192 / 16)) = 512 cycles (the engine, not DDR, sets the pace; no sharing: wait 0) and
+    lands at 1864 + 512 + 200 = 2576.  Two cores' loads want 16 each, 32 in all, more than DDR's 20: they share
+    it, 10 each, ceil(8192 / 10) = 820 cycles (lost to sharing: 820 - 512 = 308), landing at 2884."""
+    doc = yaml.safe_load((TARGETS / "FT78NE.yaml").read_text())
+    doc["dma"]["engine_bytes_per_cycle"] = 16
+    path = tmp_path / "slow_engines.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    t = sim.load_target(path)
+    ddr, am = t.region("ddr"), t.region("am")
+    n = 8192
+    tr = Transfer.contiguous(ddr.base, am.base, n)
+    assert stream_cycles(tr, ddr, am, t.dma) == 512
+    cycles, events, _ = run_plan(t, loads_plan({0: [tr]}))
+    assert cycles == 2576 and dma_events(events)[0].wait_cycles == 0
+    cycles, events, _ = run_plan(t, loads_plan({c: [Transfer.contiguous(ddr.base + c * n, am.base, n)]
+                                                for c in (0, 1)}))
+    assert {(e.end, e.wait_cycles) for e in dma_events(events)} == {(2884, 308)}
+    assert cycles == 2884
+
+
+def test_a_private_transfer_sees_no_other_core():
+    """Core 0 loads 8192 bytes from its own l2 into its AM: ceil(max(8192 / 32, 8192 / 128, 8192 / 64)) = 256
+    cycles, landing at 1864 + 256 + max(24, 4) = 2144, exactly as alone, while the seven other cores stream from
+    DDR and from their own l2 at the same time (they share DDR among themselves; each l2 is its core's)."""
+    t = ft78ne()
+    ddr, am, l2 = t.region("ddr"), t.region("am"), t.region("l2")
+    n = 8192
+    mine = Transfer.contiguous(l2.base, am.base, n)
+    others = {c: [Transfer.contiguous(ddr.base + c * n, am.base, n), Transfer.contiguous(l2.base, am.base + n, n)]
+              for c in range(1, 8)}
+    _, events, _ = run_plan(t, loads_plan({0: [mine], **others}))
+    (e,) = [e for e in dma_events(events) if e.core == 0]
+    assert (e.wait_start, e.end, e.wait_cycles) == (1864, 2144, 0)
+    assert any(e.wait_cycles for e in dma_events(events) if e.core != 0)  # the others did share DDR
+
+
+def test_a_private_call_on_one_core_pays_only_its_own_streams():
+    """A ``_p`` BatchNormGrad on one core: every DMA took setup + its stream alone (sim.timing.stream_cycles)
+    + latency + what sharing cost it, and sharing cost it something only while another stream of its own core
+    ran; the same call on another core takes the same cycles."""
+    m = sim.Simulator("FT78NE")
+    t = m.target
+    runs = []
+    for core in (0, 5):
+        run = m.call("fp_batch_norm_grad_p", x=0x10000000, dy=0x10200000, dx=0x10400000,
+                     params=[0x10600000, 0x10610000, 0x10620000, 0x10630000, 0x10640000, 64, 256, 1], core=core,
+                     numerics=False)
+        assert_private_streams(run, core)
+        mmap = MemoryMap(t)
+        for e in dma_events(run.events):
+            tr = Transfer.contiguous(e.src, e.dst, e.bytes)  # BatchNormGrad's _p transfers are dense
+            src, dst = mmap.region_at(e.src), mmap.region_at(e.dst)
+            alone = stream_cycles(tr, src, dst, t.dma)
+            assert e.end - e.start == t.dma.setup_cycles + alone + e.wait_cycles + max(src.latency_cycles,
+                                                                                        dst.latency_cycles)
+        runs.append(run)
+    assert runs[0].cycles == runs[1].cycles
+    # Without another stream of its core beside it, a transfer takes exactly its alone figure.
+    assert any(not e.wait_cycles for e in dma_events(runs[0].events))
 
 
 def test_a_third_load_waits_for_one_of_the_cores_two_dma_engines():
-    """Three loads of one tile on one core: two take the engines, the third takes the first engine to land."""
-    t = sim.load_target("FT78NE")
+    """Three 4096-byte loads of one tile on one core: two take the engines at 1800 and share DDR from 1864,
+    10 B/cycle each, ceil(4096 / 10) = 410 cycles, landing at 1864 + 410 + 200 = 2474, when the third takes the
+    first engine; it streams alone from 2538, ceil(4096 / 20) = 205 cycles, and lands at 2943.  The first two
+    lost 410 - 205 = 205 cycles to sharing."""
+    t = ft78ne()
     ddr, am = t.region("ddr"), t.region("am")
     n = 4096
-    loads = tuple(Transfer.contiguous(ddr.base + i * n, am.base + i * n, n) for i in range(3))
-    plan = Plan(cores=(0,), precision="fp32", phases=(Phase("p", {0: (Tile(0, loads, None, ()),)}),))
-    cycles, events, _ = run_plan(t, plan)
-    one = t.dma.setup_cycles + _dense_stream(t, n) + max(ddr.latency_cycles, am.latency_cycles)
-    assert t.dma.engines_per_core == 2
-    starts = sorted(e.start for e in events if e.kind == "dma_in")
-    assert starts == [t.launch_overhead_cycles] * 2 + [t.launch_overhead_cycles + one]
-    assert all(e.wait_cycles == 0 for e in events if e.kind == "dma_in")
-    assert cycles == t.launch_overhead_cycles + 2 * one
+    loads = [Transfer.contiguous(ddr.base + i * n, am.base + i * n, n) for i in range(3)]
+    cycles, events, _ = run_plan(t, loads_plan({0: loads}))
+    assert sorted((e.start, e.wait_start, e.end, e.wait_cycles) for e in dma_events(events)) == [
+        (1800, 1864, 2474, 205), (1800, 1864, 2474, 205), (2474, 2538, 2943, 0)]
+    assert cycles == 2943
+
+
+def test_a_lone_core_streams_a_big_tile_at_all_of_ddr():
+    """The issue's GEMM-shaped Conv2DBackpropFilter (1x1 filter, 16384 positions x 32 -> 1024 channels) on one
+    core: its big tile is one descriptor, which now draws all of DDR, so the run is compute-bound and close to
+    its roofline (66.6 % of it when a descriptor held one of DDR's four ports)."""
+    m = sim.Simulator("FT78NE")
+    run = m.call("fp_conv2d_backprop_filter_s", input=0x80000000, out_backprop=0xA0000000, output=0xC0000000,
+                 input_shape=[16384, 1, 1, 32], filter_sizes=[1, 1, 32, 1024], strides=[1, 1, 1, 1],
+                 padding="VALID", core_mask=0x1, numerics=False)
+    assert run.roofline.bound_by == "compute"
+    assert run.roofline_fraction > 0.98
+    ddr = run.target.region("ddr")
+    # Its biggest DDR loads stream at DDR's whole bandwidth (no other stream shares it at the time).
+    big = max((e for e in dma_events(run.events) if e.src_region == "ddr"), key=lambda e: e.bytes)
+    stream = big.end - big.wait_start - max(ddr.latency_cycles, run.target.region("am").latency_cycles)
+    assert stream - big.wait_cycles <= big.bytes / ddr.bandwidth_bytes_per_cycle + 1
 
 
 def test_double_buffering_overlaps_next_load_with_compute():
@@ -159,12 +310,13 @@ def test_never_below_the_roofline_bound(chip, mask):
     assert run.cycles >= run.roofline.region_bytes["ddr"] / ddr.bandwidth_bytes_per_cycle
 
 
-def test_eight_cores_beat_one_by_a_wide_margin_on_a_large_case():
+def test_one_core_and_eight_both_stream_at_ddrs_bandwidth_on_a_large_case():
+    """Bandwidth-bound: a lone core's streams may use all of DDR, so eight cores are no faster than DDR allows;
+    both get close to the DDR roofline."""
     one = bn_call(sim.Simulator("FT78NE"), 256, 1024, core_mask=0x01, numerics=False)
     eight = bn_call(sim.Simulator("FT78NE"), 256, 1024, core_mask=0xFF, numerics=False)
-    assert one.cycles / eight.cycles > 1.8
-    # Bandwidth-bound: 8 cores get close to the DDR roofline.
-    assert eight.roofline.bound_by == "ddr" and eight.roofline_fraction > 0.8
+    for run in (one, eight):
+        assert run.roofline.bound_by == "ddr" and run.roofline_fraction > 0.9
 
 
 def test_halving_ddr_bandwidth_slows_the_shared_variant(tmp_path):
@@ -183,16 +335,12 @@ def test_private_variant_sees_no_contention_shared_variant_does():
     m = sim.Simulator("FT78NE")
     shared = bn_call(m, 256, 1024)
     assert sum(e.wait_cycles for e in shared.events if e.kind.startswith("dma")) > 0
-    runs = []
+    assert {e.src_region for e in shared.events if e.kind == "dma_in"} == {"ddr"}
     for core in (0, 5):
         p = m.call("fp_batch_norm_grad_p", x=0x10000000, dy=0x10200000, dx=0x10400000,
                    params=[0x10600000, 0x10610000, 0x10620000, 0x10630000, 0x10640000, 64, 256, 1], core=core)
-        runs.append(p)
-        waits = sum(e.wait_cycles for e in p.events if e.kind.startswith("dma"))
-        # Two engines of one core share l2's two ports: never queued.
-        assert waits == 0
+        assert_private_streams(p, core)
         assert {e.src_region for e in p.events if e.kind == "dma_in"} <= {"l2"}
-    assert runs[0].cycles == runs[1].cycles
 
 
 def test_a_tile_cannot_write_simulated_memory_through_its_inputs():

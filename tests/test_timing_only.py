@@ -100,13 +100,17 @@ def _best_seconds(fn: Callable[[], object], repeat: int) -> float:
 
 
 #: Speed-up asked of timing-only runs on each large shape on FT78NE with the tiling the cost model picks (best
-#: of a few warm calls; bench/results.md has the measured figures: conv2d and depthwise ~12x, fake quant ~12x,
-#: fused batch norm ~3.5x).  The floors sit well below them (this 2-core machine is shared and noisy) and catch a
-#: timing-only run that does numerics or data work again.  FusedBatchNormGrad's tiles (and BatchNormGrad's, which
-#: it plans) are as long as its scratchpad allows (its plan keeps part of x and dy resident between its two
-#: passes) and their numpy work is only a few times the event engine's work for their DMAs.
-SPEEDUP = {"batch_norm_grad": 2, "fused_batch_norm_grad": 2, "fake_quant_with_min_max_vars_gradient": 7,
-           "conv2d_backprop_filter": 8, "depthwise_conv2d_backprop_input": 8}
+#: of a few warm calls).  Measured with the fluid bandwidth model on this 2-core machine (shared with other work):
+#: conv2d ~7.5x, depthwise ~6x, batch norm ~4.5x, fake quant ~4.5x, fused batch norm ~2x.  Each stream's start and
+#: end recomputes the max-min shares of every stream it shares a region with (sim/engine/fluid.py: ~20 us per
+#: transfer with sixteen streams on DDR), so the DMA-heavy kernels' timing-only runs gain less over full runs
+#: than under the old port model (9-12x; conv2d 10.8x measured the same way).  The floors sit well below the
+#: figures (the machine is noisy) and catch a timing-only run that does numerics or data work again (which
+#: brings it near 1x).
+#: FusedBatchNormGrad's tiles are as long as its scratchpad allows (its plan keeps part of x and dy resident
+#: between its two passes) and their numpy work is only about the event engine's work for their DMAs.
+SPEEDUP = {"batch_norm_grad": 1.4, "fused_batch_norm_grad": 1.4, "fake_quant_with_min_max_vars_gradient": 3,
+           "conv2d_backprop_filter": 5, "depthwise_conv2d_backprop_input": 4}
 
 
 @pytest.mark.parametrize("name", LARGE)
@@ -131,9 +135,10 @@ def _speeds(m: sim.Simulator, symbol: str, args: dict, tiling: dict | None, want
     return t_full, t_timing
 
 
-def test_timing_only_is_ten_times_faster_with_long_tiles():
-    """With the longest tiles its cost model priced, Conv2DBackpropFilter's large shape runs 10x faster timing
-    only (19x measured): where a tile carries real numerics, timing only costs a tenth of a run or less."""
+def test_timing_only_is_five_times_faster_with_long_tiles():
+    """With the longest tiles its cost model priced, Conv2DBackpropFilter's large shape runs 5x faster timing
+    only (8x measured; 19x before the fluid bandwidth model made each transfer's events costlier): where a tile
+    carries real numerics, timing only costs a fifth of a run or less."""
     m = sim.Simulator("FT78NE")
     symbol, args = large("conv2d_backprop_filter", m)
     default = m.call(symbol, numerics=False, **args)
@@ -144,12 +149,18 @@ def test_timing_only_is_ten_times_faster_with_long_tiles():
     tiling = min([c for c, _ in default.tiling.candidates] or [default.tiling.tiling], key=tiles)
     full = m.call(symbol, tiling=tiling, **args)
     assert (m.call(symbol, numerics=False, tiling=tiling, **args).events) == full.events
-    t_full, t_timing = _speeds(m, symbol, args, tiling, 10)
-    assert t_full >= 10 * t_timing, f"{symbol} {tiling}: full {t_full:.4f} s, timing-only {t_timing:.4f} s"
+    t_full, t_timing = _speeds(m, symbol, args, tiling, 5)
+    assert t_full >= 5 * t_timing, f"{symbol} {tiling}: full {t_full:.4f} s, timing-only {t_timing:.4f} s"
 
 
 def test_event_count_grows_with_tiles_not_elements():
-    """16x the elements in as many tiles: the same SimPy events (Run.sim_events), only longer cycles."""
+    """16x the elements in as many tiles: about the same SimPy events (Run.sim_events), only longer cycles.
+
+    A transfer costs its setup's timeout and its share of the fluid network's wake-ups (one per cycle at which
+    streams end, plus a superseded one whenever a stream's start or end moves the next completion), a tile's
+    group one for its landing and one for its compute: a few events per transfer, whatever its bytes.  How
+    often a start moves the next completion depends on how the streams overlap, so the counts differ by a few.
+    """
     runs = []
     for elements in (1024, 16384):
         m = sim.Simulator("FT78NE")
@@ -163,4 +174,7 @@ def test_event_count_grows_with_tiles_not_elements():
     small, big = runs
     tiles = [sum(len(ts) for phase in r.plan.phases for ts in phase.tiles.values()) for r in runs]
     assert tiles[0] == tiles[1] and small.sim_events > 0
-    assert big.sim_events == small.sim_events and big.cycles > 8 * small.cycles
+    transfers = sum(len(t.loads) + len(t.stores) for phase in small.plan.phases for ts in phase.tiles.values()
+                    for t in ts)
+    assert abs(big.sim_events - small.sim_events) <= 0.02 * small.sim_events and big.cycles > 8 * small.cycles
+    assert small.sim_events <= 3 * (transfers + tiles[0])

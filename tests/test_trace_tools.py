@@ -259,7 +259,7 @@ def test_load_trace_refuses_bad_files(tmp_path, content, msg):
 
 # -- summary: critical path and stalls, by hand ---------------------------------------------------------
 
-# Two cores.  Core 1's DMA-in queues 200 cycles for a DDR port, so it reaches the barrier last (800);
+# Two cores.  Core 1's DMA-in loses 200 cycles to sharing DDR, so it reaches the barrier last (800);
 # the barrier opens 100 cycles later (900); core 0's phase-2 compute then ends the run at 1000.
 HAND = [
     TraceEvent(0, "sync", "launch", 0, 100), TraceEvent(1, "sync", "launch", 0, 100),
@@ -288,7 +288,7 @@ def test_critical_path_by_hand():
         (1, "launch", None), (1, "dma_in", "p1"), (1, "compute", "p1"), (1, "barrier_wait", "p1"),
         (0, "compute", "p2")]
     assert cp.idle == 0
-    assert cp.cycles_by_kind() == {"launch": 100, "dma_in": 400, "port wait": 200, "compute": 200,
+    assert cp.cycles_by_kind() == {"launch": 100, "dma_in": 400, "sharing": 200, "compute": 200,
                                    "barrier_wait": 100}
     assert sum(cp.cycles_by_kind().values()) == cp.end_cycle
 
@@ -298,19 +298,19 @@ def test_stalls_by_hand():
     assert got == [("data wait", 1, "compute", 100, 600, None),
                    ("barrier", 0, "sync", 500, 400, None),
                    ("data wait", 0, "compute", 100, 200, None),
-                   ("port wait", 1, "dma0", 164, 200, "ddr"),
+                   ("sharing", 1, "dma0", 164, 200, "ddr"),
                    ("barrier", 1, "sync", 800, 100, None)]
 
 
 def test_summary_text_by_hand():
     s = summarize(Trace(events=tuple(HAND), metadata=HAND_META), top=3)
     assert [c.core for c in s.cores] == [0, 1] and len(s.top_stalls) == 3
-    assert s.stall_totals == {"data wait": 800, "barrier": 500, "port wait": 200}
+    assert s.stall_totals == {"data wait": 800, "barrier": 500, "sharing": 200}
     text = summary_text(s)
     assert "TOY · fp_toy_s: 1000 cycles (1.000 us)" in text
     assert "critical path: core 0 finished last, at cycle 1000" in text
     assert "passes through core(s) 1" in text
-    assert "core 1 · DMA 0 tile 0: queued for a ddr port" not in text  # 4th stall, beyond top 3
+    assert "core 1 · DMA 0 tile 0: slowed by sharing ddr bandwidth" not in text  # 4th stall, beyond top 3
     assert "core 1 · compute tile 0: idle until its DMA-in landed" in text
 
 
@@ -328,7 +328,7 @@ def test_summary_of_a_trace_file_matches_the_run(trace_file, run8):
     s = summarize(load_trace(trace_file), top=1000)
     assert list(s.cores) == run8.summaries()
     text = summary_text(s)
-    for needle in ("busy%", "ddr bytes", "critical path", "stalls", "queued for a ddr port"):
+    for needle in ("busy%", "ddr bytes", "critical path", "stalls", "slowed by sharing ddr bandwidth"):
         assert needle in text
 
 
@@ -364,13 +364,36 @@ def test_unit_busy_unions_overlaps():
 
 
 def test_bandwidth_series_by_hand():
+    """One transfer: its stream runs from its start (after the setup) to DDR's latency before its end, 80..200;
+    without DDR's bandwidth its 1000 bytes spread evenly (8.33 B/cycle, 20 cycles of them in the first bin); with
+    it, replayed alone at the rate it had alone (1000 bytes in 120 - 20 = 100 cycles), 80..180."""
     ev = [TraceEvent(0, "dma0", "dma_in", 60, 250, bytes=1000, src_region="ddr", dst_region="am",
                      wait_start=80, wait_cycles=20)]
     regions = {"ddr": {"latency_cycles": 50}, "am": {"latency_cycles": 4}}
-    assert stream_interval(ev[0], regions) == (100, 200)  # after its port wait, before DDR's latency
+    assert stream_interval(ev[0], regions) == (80, 200)
     edges, rate = bandwidth_series(ev, "ddr", 400, bins=4, regions=regions)
     np.testing.assert_allclose(edges, [0, 100, 200, 300, 400])
-    np.testing.assert_allclose(rate, [0, 10, 0, 0])
+    np.testing.assert_allclose(rate, [1000 / 120 * 20 / 100, 1000 / 120 * 100 / 100, 0, 0])
+    regions["ddr"].update(kind="shared", bandwidth_bytes_per_cycle=32)
+    _, rate = bandwidth_series(ev, "ddr", 400, bins=4, regions=regions)
+    np.testing.assert_allclose(rate, [2, 8, 0, 0])
+
+
+def test_bandwidth_series_replays_the_sharing():
+    """Two streams from cycle 0 on a 20 B/cycle region, each alone at 20 B/cycle: A (1000 bytes) shares it, 10
+    B/cycle, until 100; B (3000 bytes) has moved 1000 by then and its 2000 left go at 20 B/cycle until 200.  The
+    trace says so (streams 0..100 and 0..200, each 50 cycles lost to sharing); the panel shows the region at
+    20 B/cycle throughout, where spreading each transfer evenly would show 25 then 15."""
+    ev = [TraceEvent(0, "dma0", "dma_in", 0, 100, bytes=1000, src_region="ddr", dst_region="am", wait_start=0,
+                     wait_cycles=50),
+          TraceEvent(1, "dma0", "dma_in", 0, 200, bytes=3000, src_region="ddr", dst_region="am", wait_start=0,
+                     wait_cycles=50)]
+    regions = {"ddr": {"kind": "shared", "latency_cycles": 0, "bandwidth_bytes_per_cycle": 20},
+               "am": {"kind": "private", "latency_cycles": 0, "bandwidth_bytes_per_cycle": 128}}
+    _, rate = bandwidth_series(ev, "ddr", 200, bins=2, regions=regions)
+    np.testing.assert_allclose(rate, [20, 20])
+    _, rate = bandwidth_series(ev, "ddr", 200, bins=2, regions={k: {"latency_cycles": 0} for k in regions})
+    np.testing.assert_allclose(rate, [25, 15])
 
 
 def test_bandwidth_series_conserves_bytes(run8):
@@ -379,7 +402,7 @@ def test_bandwidth_series_conserves_bytes(run8):
     total = sum(e.bytes for e in run8.events if e.kind in ("dma_in", "dma_out") and "ddr" in
                 (e.src_region, e.dst_region))
     assert float(np.sum(rate * np.diff(edges))) == pytest.approx(total, rel=1e-9)
-    # The port model never lets DDR deliver more than its bandwidth.
+    # Replayed as the engine shares it, DDR never delivers more than its bandwidth.
     assert rate.max() <= regions["ddr"]["bandwidth_bytes_per_cycle"] * (1 + 1e-9)
 
 

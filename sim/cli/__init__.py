@@ -28,12 +28,14 @@ def cmd_targets(args: argparse.Namespace) -> int:
         precs = ", ".join(f"{p} ({m.lanes} lanes x {m.fmac_units} FMAC = {m.peak_flops_per_cycle} flop/cycle/core)"
                           for p, m in t.core.precisions.items())
         print(f"{t.name}: {t.cores} cores at {t.clock_hz / 1e9:g} GHz; {precs}; "
-              f"DMA {t.dma.engines_per_core} engines/core, setup {t.dma.setup_cycles} cycles; "
+              f"DMA {t.dma.engines_per_core} engines/core at {t.dma.engine_bytes_per_cycle:g} B/cycle each, "
+              f"setup {t.dma.setup_cycles} cycles; "
               f"launch {t.launch_overhead_cycles} cycles, barrier {t.barrier_latency_cycles} cycles")
         for r in t.regions:
             role = f" {r.role}" if r.role != "storage" else ""
             print(f"  {r.name:<4} [{r.base:#012x}, {r.end:#012x}) {r.size_bytes:>11} B  {r.kind:<7}{role:<11} "
-                  f"{r.bandwidth_bytes_per_cycle:g} B/cycle over {r.ports} port(s), {r.latency_cycles} cycles latency")
+                  f"{r.bandwidth_bytes_per_cycle:g} B/cycle {'shared by all cores' if r.shared else 'per core'}, "
+                  f"{r.latency_cycles} cycles latency")
         print("  staging levels, outermost first:")
         for lv in t.staging:
             where = "shared" if lv.shared else "per core"

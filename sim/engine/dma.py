@@ -1,4 +1,4 @@
-"""One DMA transfer on one of a core's engines: engine, setup, ports, stream, landing (no SimPy process)."""
+"""One DMA transfer on one of a core's engines: engine, setup, a stream through the fluid network, landing."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import simpy
 from simpy.events import Timeout
 
 from sim.engine.events import TraceEvent
+from sim.engine.fluid import Flow
 from sim.engine.units import Group
 from sim.model.plan import Tile, Transfer
-from sim.timing import stream_cycles
+from sim.timing import engine_bytes, transfer_bytes
 
 if TYPE_CHECKING:
     from sim.engine.engine import Engine
@@ -36,13 +37,17 @@ _UNPLANNED = object()
 class Dma:
     """One transfer on one of a core's DMA engines, driven by SimPy timeouts and callbacks (no process).
 
-    Engine, setup, ports (in the route's fixed order), streaming; when the
-    stream starts, the cycles at which the ports and the engine come free and
-    the transfer lands are known, and the transfer's group is told.
+    Engine (first come, first served), setup, then a stream: a flow through the
+    chip's fluid network (:mod:`sim.engine.fluid`) across its source region, its
+    destination region and its engine, each end moving its bytes in whole bursts,
+    at the max-min fair share the other streams leave it.  When the stream ends,
+    the last byte lands the slower end's access latency later; the engine is free
+    then, and the transfer's group is told.
     """
 
-    __slots__ = ("eng", "env", "core", "tile", "t", "kind", "phase", "group", "src", "dst", "pools", "stream",
-                 "latency", "engines", "engine_id", "start_cycle", "queued", "waited", "port", "size_bytes")
+    __slots__ = ("eng", "env", "core", "tile", "t", "kind", "phase", "group", "src", "dst", "src_link",
+                 "dst_link", "src_bytes", "dst_bytes", "latency", "engines", "engine_id", "start_cycle",
+                 "stream_start", "flow", "size_bytes")
 
     def __init__(self, eng: Engine, core: int, tile: Tile, t: Transfer, kind: str, phase: str, group: Group):
         self.eng, self.core, self.tile, self.t, self.kind, self.phase = eng, core, tile, t, kind, phase
@@ -53,11 +58,10 @@ class Dma:
             src, dst = eng._resolve(core, tile, t, "src"), eng._resolve(core, tile, t, "dst")
             route = (src[0].name, src[1], dst[0].name, dst[1])
             ends = eng._memo.transfers[(id(t), core)] = (src, dst, t.size_bytes, route,
-                                                         stream_cycles(t, src[0], dst[0]))
-        self.src, self.dst, self.size_bytes, route, self.stream = ends
-        self.pools, self.latency = eng._routes.get(route) or eng._route(*self.src, *self.dst)
+                                                         *transfer_bytes(t, src[0], dst[0]))
+        self.src, self.dst, self.size_bytes, route, self.src_bytes, self.dst_bytes = ends
+        self.src_link, self.dst_link, self.latency = eng._routes.get(route) or eng._route(*self.src, *self.dst)
         self.engines = eng._engines.get(core) or eng._dma_engines(core)
-        self.port = 0
 
     def start(self) -> None:
         """Ask for a DMA engine; program it (setup) once it is this transfer's."""
@@ -69,32 +73,12 @@ class Dma:
         """Engine ``engine_id`` is this transfer's from cycle ``at`` (now or later): program it."""
         self.engine_id = engine_id
         self.start_cycle = at
-        Timeout(self.env, at - self.env._now + self.eng.setup_cycles).callbacks.append(self._ports)
+        Timeout(self.env, at - self.env._now + self.eng.setup_cycles).callbacks.append(self._stream)
 
-    def _ports(self, _: simpy.Event | None = None) -> None:
-        now = self.env._now
-        if _ is not None:
-            self.queued = now
-        pools = self.pools
-        while self.port < len(pools):
-            pool = pools[self.port]
-            self.port += 1
-            if pool.acquire(self._granted) is None:
-                return
-        self._stream(now)
-
-    def _granted(self, _: int, at: int) -> None:
-        if self.port == len(self.pools):
-            self._stream(at)  # the last port: the stream starts at its turn, no event needed
-        elif at > self.env._now:
-            Timeout(self.env, at - self.env._now).callbacks.append(self._ports)  # the next port is asked then
-        else:
-            self._ports(None)
-
-    def _stream(self, start: int) -> None:
-        """The stream starts at cycle ``start`` (now or later): every cycle of the transfer is known now."""
+    def _stream(self, _: simpy.Event) -> None:
+        """Setup done: the bytes move now (in simulated memory) and the stream joins the fluid network."""
         t, eng = self.t, self.eng
-        self.waited = start - self.queued
+        self.stream_start = self.env._now
         if eng.numerics:
             planned = eng._memo.copies.get((id(t), self.core), _UNPLANNED)
             if planned is _UNPLANNED:  # the copy's views, kept with the plan: its later runs reuse them
@@ -105,15 +89,22 @@ class Dma:
                                 t.dst_strides)
             else:
                 eng.memory.copy_planned(planned)
-        released = start + self.stream
-        for pool in self.pools:  # ports are counted, not named: unit 0
-            pool.release_at(released, 0)
-        # The last byte lands one access latency after it left the port; then the engine is free.
-        landed = released + self.latency
+        engine = eng._engine_links.get((self.core, self.engine_id)) or eng._engine_link(self.core, self.engine_id)
+        # A copy within one region names its link twice: the network adds both ends' bytes on it.
+        self.flow = eng.net.start(((self.src_link, self.src_bytes), (self.dst_link, self.dst_bytes),
+                                   (engine, engine_bytes(self.src_bytes, self.dst_bytes))), self._streamed)
+
+    def _streamed(self, cycle: int) -> None:
+        """The stream's last byte left at ``cycle`` (now): it lands one access latency later, the engine is free
+        then, and the trace event and the group's landing are known."""
+        landed = cycle + self.latency
         self.engines.release_at(landed, self.engine_id)
-        # Everything about the transfer is known now: its trace event is recorded and its group told when it
-        # lands, so no event is spent on the landing itself.
-        eng.record(TraceEvent(self.core, _DMA_UNITS[self.engine_id], self.kind, self.start_cycle, landed,
-                              self.size_bytes, t.src, t.dst, self.src[0].name, self.dst[0].name, self.tile.tile_id,
-                              self.phase, 0, self.waited, self.queued))
+        flow: Flow = self.flow
+        t = self.t
+        # wait_cycles: what sharing cost the stream (its cycles beyond its alone time, Flow.wait_cycles), from the
+        # stream's start.
+        self.eng.record(TraceEvent(self.core, _DMA_UNITS[self.engine_id], self.kind, self.start_cycle, landed,
+                                   self.size_bytes, t.src, t.dst, self.src[0].name, self.dst[0].name,
+                                   self.tile.tile_id, self.phase, 0, cycle - self.stream_start - flow.alone_cycles,
+                                   self.stream_start))
         self.group.lands_at(landed)

@@ -1,23 +1,26 @@
 """The SimPy model of a chip running a lowered plan.
 
 One process per core walks the plan's phases.  Each tile's loads go through the
-core's DMA engines (first come, first served), each transfer
-holding one port of every region it touches for ``bytes / port bandwidth``
-cycles; shared regions have one set of ports for the whole chip, private regions
-one set per core, so contention on DDR or GSM emerges from cores queueing for
-ports.  The next tile's loads are issued while this tile computes (double
-buffering through the tiles' slots), and phases end in a barrier.  Every number
-comes from the target.  The engine knows no kernel: it moves bytes and calls
-each tile's compute on the operands it reads back from simulated memory.
+core's DMA engines (first come, first served); once a transfer holds an engine
+and its setup is done, it streams as a flow through the chip's fluid network
+(:mod:`sim.engine.fluid`): a link per shared region for the whole chip, a link
+per private region and core, a link per DMA engine, each with its bandwidth
+from the target, divided max-min fairly among the flows streaming through it
+at each moment and recomputed whenever one starts or ends.  A lone transfer
+thus gets all its regions and its engine allow, and contention on DDR or GSM
+emerges from the flows sharing it.  The next tile's loads are issued while this
+tile computes (double buffering through the tiles' slots), and phases end in a
+barrier.  Every number comes from the target.  The engine knows no kernel: it
+moves bytes and calls each tile's compute on the operands it reads back from
+simulated memory.
 
 Transfers are not SimPy processes: each is a timeout (setup) whose callback
-takes the next steps; a free engine or port is taken without an event, and when
-a stream starts the cycles at which its ports and its engine come free are
-known.  A queue whose holders have all said when they let go hands its first
-waiter a unit and the cycle of its turn at once; only otherwise does it need an
-event to wake its waiters.  A tile costs about one event per transfer, one for
-its group's landing and one for its compute, so the event engine's work grows
-with tiles, not with elements.
+starts its flow; the network holds one pending timeout (its next completion)
+and calls each flow back when it ends; a free engine is taken without an
+event, and an engine queue whose holders have all said when they let go hands
+its first waiter an engine and the cycle of its turn at once.  A tile costs a
+few events per transfer, one for its group's landing and one for its compute,
+so the event engine's work grows with tiles, not with elements.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from simpy.core import EmptySchedule
 
 from sim.engine.dma import Dma
 from sim.engine.events import Recorder, TraceEvent
+from sim.engine.fluid import FlowNetwork, Link
 from sim.engine.units import Group, Units
 from sim.engine.walk import Walk
 from sim.errors import MemoryFault, SimError
@@ -46,9 +50,9 @@ class EngineMemo:
 
     Keyed by the ``id()`` of the plan's own transfers, operands and computes, which stay alive (and their ids
     unique) as long as the plan the memo is kept with: ``transfers`` maps (transfer, core) to its resolved
-    ends, size, route and stream cycles; ``copies`` (transfer, core) to the planned byte copy (None: copy the
-    slow way); ``operands`` (operand, core) to its store key, size, dtype and views; ``compute`` a compute to
-    its cycles.
+    ends, size, route and the bytes each end moves (whole bursts); ``copies`` (transfer, core) to the planned
+    byte copy (None: copy the slow way); ``operands`` (operand, core) to its store key, size, dtype and views;
+    ``compute`` a compute to its cycles.
     """
 
     __slots__ = ("transfers", "copies", "operands", "compute")
@@ -75,14 +79,17 @@ class Engine:
         self.env = simpy.Environment()
         self.events_processed = 0
         self.setup_cycles = target.dma.setup_cycles
-        self._ports: dict[tuple[str, int], Units] = {}
+        # The shared bandwidth: one network per run, its links made on first use.
+        self.net = FlowNetwork(self.env)
+        self._region_links: dict[tuple[str, int], Link] = {}
+        self._engine_links: dict[tuple[int, int], Link] = {}
         self._engines: dict[int, Units] = {}
         # (lo, hi, core) -> (region, store key): a plan touches the same spans again and again.
         self._resolved: dict[tuple[int, int, int], tuple[Region, int]] = {}
         # Kept with a plan (``memo``) by a caller that runs the same plan again, since resolving spans is a good
         # part of a transfer's cost.
         self._memo = EngineMemo() if memo is None else memo
-        self._routes: dict[tuple[str, int, str, int], tuple[tuple[Units, ...], int]] = {}
+        self._routes: dict[tuple[str, int, str, int], tuple[Link, Link, int]] = {}
         self.core_end_cycles: dict[int, int] = {}
 
     @property
@@ -92,12 +99,20 @@ class Engine:
 
     # -- resources ----------------------------------------------------------------------------
 
-    def _port(self, region: Region, key: int) -> Units:
+    def _region_link(self, region: Region, key: int) -> Link:
+        """The link of ``region`` (its one store for a shared region; core ``key``'s for a private one)."""
         k = (region.name, key)
-        pool = self._ports.get(k)
-        if pool is None:
-            pool = self._ports[k] = Units(self.env, region.ports)
-        return pool
+        link = self._region_links.get(k)
+        if link is None:
+            name = region.name if region.shared else f"{region.name}@core{key}"
+            link = self._region_links[k] = self.net.add_link(name, region.bandwidth_bytes_per_cycle)
+        return link
+
+    def _engine_link(self, core: int, engine_id: int) -> Link:
+        """The link of DMA engine ``engine_id`` of ``core`` (its rate caps the one transfer it streams)."""
+        link = self._engine_links[(core, engine_id)] = self.net.add_link(
+            f"dma{engine_id}@core{core}", self.target.dma.engine_bytes_per_cycle)
+        return link
 
     def _dma_engines(self, core: int) -> Units:
         pool = self._engines.get(core)
@@ -123,18 +138,11 @@ class Engine:
         self._resolved[(lo, hi, core)] = got
         return got
 
-    def _route(self, src_region: Region, src_key: int, dst_region: Region,
-               dst_key: int) -> tuple[tuple[Units, ...], int]:
-        """(ports to hold, in deadlock-free order; access latency) of a transfer's two ends."""
-        k = (src_region.name, src_key, dst_region.name, dst_key)
-        route = self._routes.get(k)
-        if route is None:
-            # Ports are acquired in a fixed order (by region base, then store) so two transfers never deadlock.
-            ends = sorted({(src_region.base, src_key): src_region, (dst_region.base, dst_key): dst_region}.items(),
-                          key=lambda e: e[0])
-            route = self._routes[k] = (
-                tuple(self._port(region, key) for (_, key), region in ends),
-                transfer_latency_cycles(src_region, dst_region))
+    def _route(self, src_region: Region, src_key: int, dst_region: Region, dst_key: int) -> tuple[Link, Link, int]:
+        """(source link, destination link, access latency) of a transfer's two ends."""
+        route = self._routes[(src_region.name, src_key, dst_region.name, dst_key)] = (
+            self._region_link(src_region, src_key), self._region_link(dst_region, dst_key),
+            transfer_latency_cycles(src_region, dst_region))
         return route
 
     def _start_transfers(self, core: int, tile: Tile, transfers: tuple[Transfer, ...], kind: str, phase: str,

@@ -23,8 +23,10 @@ class TraceEvent(NamedTuple):
     ``TraceEvent._fields`` names the fields in order.
 
     ``unit`` is ``compute``, ``dma<k>`` (engine k of the core) or ``sync``
-    (launch and barriers).  ``wait_cycles`` is the part of a DMA spent queued for
-    a memory port (contention, from ``wait_start``) or of a barrier spent waiting
+    (launch and barriers).  ``wait_cycles`` is, for a DMA, the cycles sharing
+    bandwidth with other streams cost it (its stream's cycles beyond what they
+    would be with its regions and engine to itself; ``wait_start`` is its
+    stream's start, after the setup), and for a barrier the time spent waiting
     for other cores.
     """
 

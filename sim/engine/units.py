@@ -19,10 +19,10 @@ from simpy.events import Timeout
 
 
 class Units:
-    """Identical units (the ports of a memory, the DMA engines of a core), each held by one transfer at a time.
+    """Identical units (the DMA engines of a core), each held by one transfer at a time.
 
     A holder says when it will let go (:meth:`release_at`) as soon as it knows
-    (when its stream starts), so no event is spent at the end of every hold: a
+    (when its stream ends: it lands one access latency later), so no event is spent at the end of every hold: a
     unit whose release cycle has passed is simply free, and a free unit is taken
     without an event.  Requests that find none free wait first come, first
     served.  While every held unit's release cycle is known, the first waiter's

@@ -1,9 +1,10 @@
 """``dspsim trace plot``: a Gantt chart of a run with matplotlib (Agg backend, no display needed).
 
 A row per core unit (compute, each DMA engine, sync), a colour per kind (DMA
-in, compute, DMA out, barrier wait, launch; the part of a DMA spent queued for
-a memory port hatched), and below it a panel of the bandwidth each shared
-region delivered over time against its peak.  The x axis is in cycles, with
+in, compute, DMA out, barrier wait, launch; the cycles a DMA lost to sharing
+bandwidth with other streams hatched, from its stream's start), and below it a
+panel of the bandwidth each shared region delivered over time against its
+peak.  The x axis is in cycles, with
 microseconds along the top.
 
 Every event is drawn, at least a pixel wide.  Where a bar is narrower than
@@ -16,13 +17,18 @@ zooms in until each is seen.
 from __future__ import annotations
 
 import io
+import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
+import simpy
+from simpy.events import Timeout
 
 from sim.engine.events import DMA_KINDS, TraceEvent
+from sim.engine.fluid import Flow, FlowNetwork, Link
 from sim.files.atomic import atomic_write_bytes
 from sim.inspect.trace import shared_regions, track_name, tracks
 from sim.inspect.trace_tools import Trace
@@ -82,9 +88,10 @@ def merged_note(merged: Mapping[str, tuple[int, int]], px_per_cycle: float) -> s
 
 
 def stream_interval(e: TraceEvent, regions: Mapping[str, Mapping] | None) -> tuple[int, int]:
-    """The cycles during which a DMA's bytes crossed the ports: after its port wait, before the access
-    latency of the slower side (known from the trace's region facts; without them, up to its end)."""
-    s0 = (e.wait_start if e.wait_start is not None else e.start) + e.wait_cycles
+    """The cycles during which a DMA's bytes streamed: from its stream's start (``wait_start``, after its setup),
+    before the access latency of the slower side (known from the trace's region facts; without them, up to its
+    end)."""
+    s0 = e.wait_start if e.wait_start is not None else e.start
     lat = 0
     if regions:
         lat = max((int(regions.get(r, {}).get("latency_cycles", 0)) for r in (e.src_region, e.dst_region) if r),
@@ -93,22 +100,92 @@ def stream_interval(e: TraceEvent, regions: Mapping[str, Mapping] | None) -> tup
     return s0, min(s1, max(e.end, s0 + 1))
 
 
+def _replayed_rates(spans: Sequence[tuple[int, int, int, int]], capacity: float) -> tuple[np.ndarray, np.ndarray]:
+    """The region's traffic as the engine shares it, replayed: ``spans`` are (stream start, stream end, bytes,
+    cycles the stream takes alone); the streams share ``capacity`` max-min fairly, each at most its rate alone
+    (its bytes over those cycles).  Returns the cycles at which the region's rate changes and the changes (each
+    stream's rate counted until its last byte has moved, to the fraction of a cycle)."""
+    env = simpy.Environment()
+    net = FlowNetwork(env)
+    link = net.add_link("region", capacity)
+    segments: dict[int, list[tuple[int, float]]] = defaultdict(list)  # stream -> (cycle, rate from then on)
+    ids: dict[Flow, int] = {}  # flow -> stream (the flows kept alive, so that none is mistaken for another)
+    sizes: list[int] = []
+
+    def observe(n: FlowNetwork) -> None:
+        now = int(env.now)
+        for f in n.active:
+            k = ids.get(f)
+            if f.end_cycle is None and k is not None:  # (a stream being started is observed once it has an id)
+                seg = segments[k]
+                rate = float(f.usage(link))
+                if seg and seg[-1][0] == now:
+                    seg[-1] = (now, rate)
+                elif not seg or seg[-1][1] != rate:
+                    seg.append((now, rate))
+
+    net.observer = observe
+    for k, (start, _, nbytes, alone) in enumerate(sorted(spans)):
+        cap = net.add_link(f"cap{k}", Fraction(nbytes, alone))  # the stream's own rate alone
+        sizes.append(nbytes)
+
+        def begin(_: object, k: int = k, cap: Link = cap, nbytes: int = nbytes) -> None:
+            ids[net.start(((link, nbytes), (cap, nbytes)), lambda _cycle: None)] = k
+            observe(net)  # its first rate (a start observed before its id was known)
+        Timeout(env, start).callbacks.append(begin)
+    env.run()
+    times: list[float] = []
+    changes: list[float] = []
+    for k, seg in segments.items():
+        moved, need = 0.0, float(sizes[k])
+        for i, (t, rate) in enumerate(seg):
+            if rate <= 0:
+                continue
+            t_next = seg[i + 1][0] if i + 1 < len(seg) else math.inf
+            stop = min(t_next, t + (need - moved) / rate)  # the last byte moves within the last segment
+            times += [t, stop]
+            changes += [rate, -rate]
+            moved += rate * (stop - t)
+            if stop < t_next:
+                break
+    return np.array(times, dtype=np.float64), np.array(changes, dtype=np.float64)
+
+
 def bandwidth_series(events: Sequence[TraceEvent], region: str, horizon: int, bins: int = _BINS,
                      regions: Mapping[str, Mapping] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Bytes per cycle moved through ``region`` in each of ``bins`` equal spans of ``[0, horizon]``.
 
-    Each transfer's bytes are spread evenly over its stream interval and
-    integrated exactly over the bins.  Returns (bin edges, bytes per cycle).
+    Each transfer streamed over its :func:`stream_interval` and, alone, would have taken ``wait_cycles``
+    fewer cycles (the cost of sharing).  Where the trace gives the region's bandwidth, its traffic is replayed
+    as the engine shares it: the streams of a moment share the region's bandwidth max-min fairly (a private
+    region's per core), each at most the rate it had alone, so the panel never shows more than the region
+    delivers; without it, each transfer's bytes are spread evenly over its stream.  A copy within the region
+    counts its read and its write.  Returns (bin edges, bytes per cycle), integrated exactly over the bins.
     """
     edges = np.linspace(0.0, float(max(horizon, 1)), bins + 1)
-    spans = [(*stream_interval(e, regions), e.bytes) for e in events
-             if e.kind in DMA_KINDS and region in (e.src_region, e.dst_region) and e.bytes]
-    if not spans:
+    facts = (regions or {}).get(region, {})
+    groups: dict[int | None, list[tuple[int, int, int, int]]] = defaultdict(list)
+    for e in events:
+        if e.kind in DMA_KINDS and region in (e.src_region, e.dst_region) and e.bytes:
+            s0, s1 = stream_interval(e, regions)
+            nbytes = e.bytes * (2 if e.src_region == e.dst_region else 1)
+            key = None if facts.get("kind", "shared") == "shared" else e.core
+            groups[key].append((s0, s1, nbytes, max(s1 - s0 - e.wait_cycles, 1)))
+    if not groups:
         return edges, np.zeros(bins)
-    arr = np.array(spans, dtype=np.float64)
-    rate = arr[:, 2] / (arr[:, 1] - arr[:, 0])
-    times = np.concatenate([arr[:, 0], arr[:, 1]])
-    dr = np.concatenate([rate, -rate])
+    bw = facts.get("bandwidth_bytes_per_cycle")
+    times_parts, rate_parts = [], []
+    for spans in groups.values():
+        if bw:
+            t, dr = _replayed_rates(spans, bw)
+        else:
+            arr = np.array(spans, dtype=np.float64)
+            rate = arr[:, 2] / (arr[:, 1] - arr[:, 0])
+            t = np.concatenate([arr[:, 0], arr[:, 1]])
+            dr = np.concatenate([rate, -rate])
+        times_parts.append(t)
+        rate_parts.append(dr)
+    times, dr = np.concatenate(times_parts), np.concatenate(rate_parts)
     order = np.argsort(times, kind="stable")
     times, dr = times[order], dr[order]
     level = np.cumsum(dr)                                    # rate from times[i] on
@@ -164,7 +241,8 @@ def _legend(fig, kinds: set[str], has_wait: bool, y: float) -> None:
     from matplotlib.patches import Patch
     handles = [Patch(facecolor=KIND_COLOURS[k], label=KIND_LABELS[k]) for k in KIND_COLOURS if k in kinds]
     if has_wait:
-        handles.append(Patch(facecolor="white", edgecolor="#333333", hatch="////", label="queued for a port"))
+        handles.append(Patch(facecolor="white", edgecolor="#333333", hatch="////",
+                             label="slowed by sharing (cycles lost)"))
     fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.005, y), ncol=len(handles), frameon=False,
                fontsize=8, handlelength=1.6, columnspacing=1.4)
 

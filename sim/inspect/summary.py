@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.engine.events import TraceEvent
-from sim.timing import Roofline
+from sim.timing import DMA_ENGINES, Roofline
 
 
 def _union(intervals: Sequence[tuple[int, int]]) -> int:
@@ -34,10 +34,13 @@ class CoreSummary:
     ``compute_only_cycles`` (the vector unit working, no DMA moving data),
     ``overlap_cycles`` (the vector unit working while a DMA moves data),
     ``dma_only_cycles`` (a DMA moving data, the vector unit idle),
-    ``wait_cycles`` (neither: only a DMA queued for a memory port, a barrier
-    wait or the group launch) and ``idle_cycles`` (nothing at all, e.g. after
-    the core's last event) add up to ``run_cycles``.  A DMA "moves data" from
-    its issue to its landing except while it is queued for a port.
+    ``wait_cycles`` (neither: only the cycles a DMA lost to sharing bandwidth
+    with other streams, a barrier wait or the group launch) and
+    ``idle_cycles`` (nothing at all, e.g. after the core's last event) add up
+    to ``run_cycles``.  A DMA "moves data" from its issue to its landing except
+    for the cycles sharing cost it: its stream beyond what it would take with
+    its regions and engine to itself (``wait_cycles`` of its trace event),
+    counted from its stream's start (``wait_start``).
     """
 
     core: int
@@ -78,7 +81,7 @@ class CoreSummary:
 
 
 def _dma_moving(e: TraceEvent) -> list[tuple[int, int]]:
-    """A DMA's interval less the part it spent queued for a port."""
+    """A DMA's interval less the cycles sharing bandwidth cost it (counted from its stream's start)."""
     if not e.wait_cycles or e.wait_start is None:
         return [(e.start, e.end)]
     w0, w1 = e.wait_start, e.wait_start + e.wait_cycles
@@ -138,8 +141,9 @@ def core_summaries(events: Sequence[TraceEvent], cores: Sequence[int], total_cyc
 
 #: What the columns of :func:`summary_table` count (printed above it).
 TABLE_LEGEND = ("per core, every cycle of the run counted once: compute (vector unit alone) + overlap (vector "
-                "unit while a DMA moves data)\n+ dma (a DMA moving data alone) + wait (only a DMA queued for a memory "
-                "port, a barrier or the launch) + idle = the run;\nbusy% = compute + overlap + dma, compute% = "
+                "unit while a DMA moves data)\n+ dma (a DMA moving data alone) + wait (only cycles a DMA lost to "
+                "sharing bandwidth, a barrier or the launch) + idle = the run;\nbusy% = compute + overlap + dma, "
+                "compute% = "
                 "compute + overlap, as shares of the run")
 
 
@@ -165,7 +169,8 @@ def resource_shares(rf: Roofline, summaries: Sequence[CoreSummary], cycles: int)
     ``compute``: the busiest core's vector unit, as the trace shows it (its
     tiles' arithmetic plus loop overhead, pipeline latency and reductions);
     each region: the bytes the plan moves through it at the full bandwidth the
-    cores can draw (the roofline's figure over the run).  A share near 1 is a
+    cores can draw, and the DMA engines: the busiest core's bytes at its
+    engines' total rate (the roofline's figures over the run).  A share near 1 is a
     resource the run could not have used more of.
     """
     if not cycles:
@@ -221,4 +226,6 @@ def run_summary_text(run: Any) -> str:
 def _share_words(resource: str, share: float) -> str:
     if resource == "compute":
         return f"the busiest core's vector unit worked {100 * share:.1f}% of the run"
+    if resource == DMA_ENGINES:
+        return f"the busiest core's DMA engines at their full rate would be busy {100 * share:.1f}% of the run"
     return f"{resource} at full bandwidth would be busy {100 * share:.1f}% of the run"

@@ -72,10 +72,10 @@ def run_title(metadata: Mapping[str, Any]) -> str:
 
 
 def region_facts(target: Any) -> dict[str, dict]:
-    """The regions of a target as trace metadata: kind, role, bandwidth, ports, latency (for tools that
-    read a trace without the target file)."""
+    """The regions of a target as trace metadata: kind, role, bandwidth, latency (for tools that read a trace
+    without the target file)."""
     return {r.name: {"kind": r.kind, "role": r.role, "bandwidth_bytes_per_cycle": r.bandwidth_bytes_per_cycle,
-                     "ports": r.ports, "latency_cycles": r.latency_cycles}
+                     "latency_cycles": r.latency_cycles}
             for r in target.regions}
 
 

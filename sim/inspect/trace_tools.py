@@ -197,13 +197,14 @@ class CriticalPath:
     idle: int
 
     def cycles_by_kind(self) -> dict[str, int]:
-        """Cycles of the path per event kind (port waits of DMAs split out as ``port wait``), plus ``idle``."""
+        """Cycles of the path per event kind (what sharing bandwidth cost its DMAs split out as ``sharing``),
+        plus ``idle``."""
         out: dict[str, int] = defaultdict(int)
         for s in self.steps:
             wait = s.wait_cycles if s.kind in DMA_KINDS else 0
             out[s.kind] += s.cycles - wait
             if wait:
-                out["port wait"] += wait
+                out["sharing"] += wait
         if self.idle:
             out["idle"] += self.idle
         return dict(out)
@@ -269,7 +270,7 @@ def critical_path(events: Sequence[TraceEvent]) -> CriticalPath:
 class Stall:
     """A span of cycles a unit spent waiting rather than working.
 
-    ``kind`` is ``port wait`` (a DMA queued for a memory port of ``region``),
+    ``kind`` is ``sharing`` (the cycles a DMA lost to sharing ``region``'s bandwidth with other streams),
     ``barrier`` (a core waiting for the others) or ``data wait`` (the compute
     unit idle until its tile's DMA-in landed).
     """
@@ -286,8 +287,8 @@ class Stall:
     def describe(self) -> str:
         """One line for people."""
         tile = f" tile {self.tile}" if self.tile is not None else ""
-        if self.kind == "port wait":
-            what = f"queued for a {self.region or 'memory'} port"
+        if self.kind == "sharing":
+            what = f"slowed by sharing {self.region or 'memory'} bandwidth"
         elif self.kind == "barrier":
             what = f"waited at the barrier after phase {self.phase}" if self.phase else "waited at a barrier"
         else:
@@ -308,7 +309,7 @@ def stalls(events: Sequence[TraceEvent], regions: Mapping[str, Mapping] | None =
     out: list[Stall] = []
     for e in events:
         if e.kind in DMA_KINDS and e.wait_cycles:
-            out.append(Stall("port wait", e.core, e.unit, e.wait_start if e.wait_start is not None else e.start,
+            out.append(Stall("sharing", e.core, e.unit, e.wait_start if e.wait_start is not None else e.start,
                              e.wait_cycles, e.tile, e.phase, _far_region(e, shared)))
         elif e.kind == "barrier_wait" and e.wait_cycles:
             out.append(Stall("barrier", e.core, e.unit, e.start, e.wait_cycles, None, e.phase))
@@ -379,7 +380,7 @@ def critical_text(trace: Trace, cp: CriticalPath) -> list[str]:
                      f"which arrived last)")
     waits = [(k, v) for k, v in parts if k != "compute"]
     what = {"dma_in": "its DMA-in transfers", "dma_out": "its DMA-out transfers",
-            "port wait": "memory ports (contention with other cores)", "launch": "the group launch",
+            "sharing": "sharing memory bandwidth with other streams", "launch": "the group launch",
             "barrier_wait": "barriers", "idle": "nothing recorded (idle gaps)"}
     if waits:
         said = [f"{what.get(k, k)} ({v} cycles, {_pct(v, cp.end_cycle)})" for k, v in waits[:3]]
@@ -409,7 +410,7 @@ def summary_text(s: TraceSummary) -> str:
         for st in s.top_stalls:
             lines.append(f"  {st.cycles:>10} cycles at {st.start:>10}  {st.describe()}")
     else:
-        lines.append("no stalls: no DMA queued for a port, no barrier wait, no compute unit waited for data")
+        lines.append("no stalls: no DMA slowed by sharing, no barrier wait, no compute unit waited for data")
     return "\n".join(lines)
 
 

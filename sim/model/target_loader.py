@@ -16,10 +16,10 @@ field                                                       range
 ``core.vector_efficiency``                                  0.001 .. 1
 every ``*_cycles`` (latencies, overheads, DMA setup)        0 .. 10,000,000 (10 ms at 1 GHz)
 ``dma.engines_per_core``                                    1 .. 64
+``dma.engine_bytes_per_cycle``                              0.001 .. 65536
 ``regions``                                                 1 .. 64 regions
 ``regions[].base`` / ``size_bytes``                         inside the ``address_bits`` address space
 ``regions[].bandwidth_bytes_per_cycle``                     0.001 .. 65536
-``regions[].ports``                                         1 .. 1024
 ``regions[].alignment_bytes`` / ``burst_bytes``             1 .. 2**30 (a power of two) / 1 .. 2**20
 ``staging.levels``                                          1 .. 16 levels
 ``staging.levels[].offset_bytes`` / ``size_bytes``          inside the level's region
@@ -30,7 +30,9 @@ The staging levels (``staging.levels``, outermost first) are checked too: a leve
 window inside it; a level on a private region must be a region with role scratchpad and covers all of it
 unless ``offset_bytes``/``size_bytes`` are given; ``beside`` names an earlier per-core level; names are unique;
 at least one level is per core; shared levels come first; no two levels overlap.  A file still written with
-``staging_region``/``workspace`` is refused with the ``staging:`` block to write instead.
+``staging_region``/``workspace`` is refused with the ``staging:`` block to write instead, and one whose regions
+still give ``ports`` is refused with what to delete (a region's bandwidth is shared fluidly among the transfers
+streaming through it, each capped by its engine's ``dma.engine_bytes_per_cycle``).
 
 The YAML itself is read by :mod:`sim.files.yamlsafe` (YAML 1.2 numbers, no alias bombs, regular files only).
 No SimPy here.
@@ -78,7 +80,6 @@ MAX_LANES = 4096
 MAX_FMAC_UNITS = 64
 MAX_DMA_ENGINES = 64
 MAX_REGIONS = 64
-MAX_PORTS = 1024
 MAX_ALIGNMENT_BYTES = 1 << 30
 MAX_BURST_BYTES = 1 << 20
 #: Most staging levels a chip may have (a deep hierarchy has a handful).
@@ -200,6 +201,7 @@ def _parse(doc: Any, path: str) -> Target:
     r = _Reader(path)
     if isinstance(doc, dict):
         _refuse_old_staging_keys(r, doc)
+        _refuse_ports(r, doc)
     top = r.mapping(doc, "<top>", {"name", "clock_hz", "address_bits", "cores", "sync", "core", "dma",
                                    "regions", "staging", "source"},
                     {"description"})
@@ -241,10 +243,15 @@ def _parse(doc: Any, path: str) -> Target:
     if core.vector_width_bytes & (core.vector_width_bytes - 1):
         raise r.fail("core.vector_width_bytes", f"must be a power of two, got {core.vector_width_bytes}")
 
-    dm = r.mapping(top["dma"], "dma", {"engines_per_core", "setup_cycles", "source"})
+    if isinstance(top["dma"], dict) and "engine_bytes_per_cycle" not in top["dma"]:
+        raise r.fail("dma.engine_bytes_per_cycle", "required key is missing: the most bytes per cycle one DMA "
+                                                   "engine streams (a transfer's rate is capped by it and by the "
+                                                   "regions it crosses; the shipped chips assume 64)")
+    dm = r.mapping(top["dma"], "dma", {"engines_per_core", "setup_cycles", "engine_bytes_per_cycle", "source"})
     r.source(dm, "dma")
     dma = DmaModel(engines_per_core=r.integer(dm, "engines_per_core", "dma", minimum=1, maximum=MAX_DMA_ENGINES),
-                   setup_cycles=r.cycles(dm, "setup_cycles", "dma"))
+                   setup_cycles=r.cycles(dm, "setup_cycles", "dma"),
+                   engine_bytes_per_cycle=r.number(dm, "engine_bytes_per_cycle", "dma"))
 
     regs_raw = top["regions"]
     if not isinstance(regs_raw, list) or not regs_raw:
@@ -261,7 +268,7 @@ def _parse(doc: Any, path: str) -> Target:
         kp = f"regions[{i}]" + (f"({rm['name']})" if named else "")
         rm = r.mapping(rm, kp, {"name", "base", "size_bytes", "kind", "latency_cycles",
                                 "bandwidth_bytes_per_cycle", "source"},
-                       {"role", "ports", "alignment_bytes", "burst_bytes"})
+                       {"role", "alignment_bytes", "burst_bytes"})
         r.source(rm, kp)
         rname = r.string(rm, "name", kp)
         kp = f"regions[{i}]({rname})"
@@ -275,7 +282,6 @@ def _parse(doc: Any, path: str) -> Target:
             role=role,
             latency_cycles=r.cycles(rm, "latency_cycles", kp),
             bandwidth_bytes_per_cycle=r.number(rm, "bandwidth_bytes_per_cycle", kp),
-            ports=r.integer(rm, "ports", kp, minimum=1, maximum=MAX_PORTS) if "ports" in rm else 1,
             alignment_bytes=r.integer(rm, "alignment_bytes", kp, minimum=1, maximum=MAX_ALIGNMENT_BYTES)
             if "alignment_bytes" in rm else 1,
             burst_bytes=r.integer(rm, "burst_bytes", kp, minimum=1, maximum=MAX_BURST_BYTES)
@@ -331,6 +337,32 @@ def _refuse_old_staging_keys(r: _Reader, top: dict) -> None:
                          f"instead: staging: {{source: \"...\", levels: [{levels}]}} (a per-core level beside "
                          f"another, such as a scalar memory, adds {{name: sm, region: sm, beside: {stage}}}; see "
                          f"the README's 'Staging levels')")
+
+
+def _refuse_ports(r: _Reader, top: dict) -> None:
+    """A file written for the port model (``regions[].ports``) is refused, naming the first region that gives
+    ports and saying what replaced them and what to delete."""
+    regions = top.get("regions")
+    if not isinstance(regions, list):
+        return
+    with_ports = [(i, rm) for i, rm in enumerate(regions) if isinstance(rm, dict) and "ports" in rm]
+    if not with_ports:
+        return
+    i, rm = with_ports[0]
+    name = rm.get("name")
+    kp = f"regions[{i}]" + (f"({name})" if isinstance(name, str) and name.isprintable()
+                            and len(name) <= MAX_NAME_CHARS else "")
+    names = [rm.get("name") for _, rm in with_ports]
+    shown = ", ".join(n if isinstance(n, str) and n.isidentifier() and len(n) <= MAX_NAME_CHARS else "?"
+                      for n in names[:8]) + (", ..." if len(names) > 8 else "")
+    dma = top.get("dma")
+    add = "" if isinstance(dma, dict) and "engine_bytes_per_cycle" in dma else \
+        " and give dma.engine_bytes_per_cycle (the most bytes per cycle one DMA engine streams, e.g. 64)"
+    raise r.fail(f"{kp}.ports", f"ports are gone: a region's bandwidth_bytes_per_cycle is now shared fluidly among "
+                                f"the transfers streaming through it (max-min fair shares, recomputed as streams "
+                                f"start and end; a lone transfer may use all of it), each capped by its DMA "
+                                f"engine's rate; delete ports: from every region ({len(names)} give it: "
+                                f"{shown}){add}")
 
 
 def _staging(r: _Reader, value: Any, by_name: dict[str, Region]) -> tuple[StagingLevel, ...]:

@@ -121,8 +121,8 @@ def _summary_section(s: TraceSummary) -> str:
                  "<th class=\"l\">where</th></tr></thead><tbody>" + stall_rows + "</tbody></table>"
                  if stall_rows else "<p>No unit waited.</p>"))
     note = ("<p class=\"note\">Every cycle of the run is counted once per core: compute = the vector unit alone; "
-            "overlap = the vector unit while a DMA moves data; DMA = a DMA moving data alone; wait = nothing but a DMA "
-            "queued for a memory port, a barrier or the launch; idle = nothing. Utilisation = (compute + overlap + "
+            "overlap = the vector unit while a DMA moves data; DMA = a DMA moving data alone; wait = nothing but the "
+            "cycles a DMA lost to sharing bandwidth with other streams, a barrier or the launch; idle = nothing. Utilisation = (compute + overlap + "
             "DMA) over the run's cycles; compute share = (compute + overlap) over them.</p>")
     return table + note + "<h3>Critical path</h3>" + crit + stalls
 
@@ -365,7 +365,7 @@ D.kinds.forEach(function (k, i) {
 });
 if (D.events.some(function (e) { return e[10] > 0 && (D.kinds[e[1]] === "dma_in" || D.kinds[e[1]] === "dma_out"); })) {
   var s2 = document.createElement("span"), h = document.createElement("i");
-  h.className = "hatch"; s2.appendChild(h); s2.appendChild(document.createTextNode("queued for a port (DMA) "));
+  h.className = "hatch"; s2.appendChild(h); s2.appendChild(document.createTextNode("slowed by sharing (DMA cycles lost) "));
   legend.appendChild(s2);
 }
 
@@ -427,7 +427,7 @@ function render() {
       frag.appendChild(node);
       last = {kind: e[1], x0: x0, x1: x1, n: 1, node: node};
       if (e[10] > 0 && e[13] !== null && (D.kinds[e[1]] === "dma_in" || D.kinds[e[1]] === "dma_out")) {
-        // The span the transfer spent queued for a memory port, hatched over its bar.
+        // The cycles sharing bandwidth cost the transfer, from its stream's start, hatched over its bar.
         var wx0 = (Math.max(e[13], v0) - v0) * k, wx1 = (Math.min(e[13] + e[10], v1) - v0) * k;
         if (wx1 - wx0 >= 1) frag.appendChild(el("rect", {x: wx0, y: y, width: wx1 - wx0, height: h, fill: "url(#hatch)",
                                                           "pointer-events": "none", opacity: 0.55}));
@@ -507,7 +507,7 @@ function showTip(node, ev) {
   if (e[5]) row(tb, "bytes", fmtInt(e[5]));
   if (e[6] !== null) row(tb, "source", e[6] + (e[8] ? " (" + e[8] + ")" : ""));
   if (e[7] !== null) row(tb, "destination", e[7] + (e[9] ? " (" + e[9] + ")" : ""));
-  if (e[10]) row(tb, D.kinds[e[1]] === "barrier_wait" ? "waited" : "port wait", fmtInt(e[10]) + " cycles");
+  if (e[10]) row(tb, D.kinds[e[1]] === "barrier_wait" ? "waited" : "lost to sharing", fmtInt(e[10]) + " cycles");
   if (e[11]) row(tb, "flop", fmtInt(e[11]));
   if (n > 1) row(tb, "merged", n + " events at this zoom (zoom in to separate)");
   tip.appendChild(tb);

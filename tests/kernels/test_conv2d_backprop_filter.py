@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import yaml
 from golden import arrays, assert_matches, cases, chips_for
+from streams import assert_private_streams
 
 import kernels.conv2d_backprop_filter as cbf
 import sim
@@ -403,9 +404,12 @@ def test_more_cores_are_faster_when_compute_bound():
     out8, r8 = run_case("FT78NE", "fp32", "s", x, dy, COMPUTE_BOUND, mask=0xFF)
     out1, r1 = run_case("FT78NE", "fp32", "s", x, dy, COMPUTE_BOUND, mask=0x01)
     assert r1.roofline.bound_by == "compute"
-    assert r8.cycles * 3 < r1.cycles
+    # On eight cores this small batch is bound by the exchange of the partial sums through GSM, whose bandwidth
+    # every core's streams share.
+    assert r8.roofline.bound_by == "gsm"
+    assert r8.cycles * 2.5 < r1.cycles
     assert r1.cycles >= r1.roofline.cycles and r8.cycles >= r8.roofline.cycles
-    assert r1.roofline_fraction > 0.8 and r8.roofline_fraction > 0.5
+    assert r1.roofline_fraction > 0.8 and r8.roofline_fraction > 0.4
     np.testing.assert_allclose(out8, out1, rtol=1e-5, atol=1e-5)
 
 
@@ -435,12 +439,10 @@ def test_halving_ddr_bandwidth_slows_a_bandwidth_bound_call(tmp_path):
     assert slow.cycles > 1.4 * fast.cycles
 
 
-def test_private_runs_see_no_port_contention():
+def test_private_runs_see_no_other_core():
     x, dy = random_case(1, COMPUTE_BOUND)
     _, run = run_case("FT78NE", "fp32", "p", x, dy, COMPUTE_BOUND)
-    dma = [e for e in run.events if e.kind in ("dma_in", "dma_out")]
-    assert dma and sum(e.wait_cycles for e in dma) == 0
-    assert not [e for e in run.events if e.kind == "barrier_wait"]
+    assert_private_streams(run, run.cores[0])
     assert run.cycles >= run.roofline.cycles
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import yaml
 from golden import arrays, assert_matches, cases, chips_for
+from streams import assert_private_streams
 
 import sim
 
@@ -400,12 +401,10 @@ def test_halving_ddr_bandwidth_slows_a_bandwidth_bound_shape(tmp_path):
     assert slow.cycles > 1.6 * fast.cycles
 
 
-def test_private_run_sees_no_port_contention():
+def test_private_run_sees_no_other_core():
     filt, dy, attrs = random_case(2, [2, 24, 24, 64], [3, 3, 64, 1], [1, 1, 1, 1], "SAME")
     _, run = run_kernel("FT78NE", f"fp_{KERNEL}_p", filt, dy, attrs, "p", core=4)
-    dma = [e for e in run.events if e.kind in ("dma_in", "dma_out")]
-    assert dma and sum(e.wait_cycles for e in dma) == 0
-    assert {e.core for e in run.events} == {4}
+    assert_private_streams(run, 4)
 
 
 # --- planning on the scaffold: typed "does not fit", the timing model's choice, no private cost model -----

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import yaml
 from golden import arrays, assert_matches, cases, chips_for
+from streams import assert_private_streams
 from tilings import (
     ADDR,
     assert_first_candidate_is_the_kernels_own_plan,
@@ -143,7 +144,10 @@ def test_against_float64_reference_away_from_the_bounds(bits, narrow):
     x = rng.uniform(-4, 4, 3000)
     x = x[(np.abs(x - nmin) > 1e-3) & (np.abs(x - nmax) > 1e-3)].astype(np.float32)
     g = rng.standard_normal(x.shape).astype(np.float32)
-    run, out = run_kernel(sim.Simulator("FT78NE"), "fp", "s", g, x, lo, hi, num_bits=bits, narrow_range=narrow)
+    # Eight cores, so that the partial sums go through the workspace (the cost model would pick one core for a
+    # call this small: one core draws all of DDR, and needs no exchange).
+    run, out = run_kernel(sim.Simulator("FT78NE"), "fp", "s", g, x, lo, hi, num_bits=bits, narrow_range=narrow,
+                          tiling={"cores": 8, "tile_elements": 96})
     xd, gd = x.astype(np.float64), g.astype(np.float64)
     np.testing.assert_array_equal(out["backprops_wrt_input"], np.where((xd >= nmin) & (xd <= nmax), g, 0))
     np.testing.assert_allclose(out["backprop_wrt_min"], gd[xd < nmin].sum(), rtol=1e-5, atol=1e-4)
@@ -259,7 +263,7 @@ def test_cycles_at_least_roofline_and_near_it(chip):
 
 
 def test_barrier_and_workspace_reduction_visible_in_trace():
-    run = timing_run("FT78NE", 10000)
+    run = timing_run("FT78NE", 10000, tiling={"cores": 8, "tile_elements": 320})
     assert {e.core for e in run.events if e.kind == "barrier_wait"} == set(range(8))
     published = [e for e in run.events if e.kind == "dma_out" and e.dst_region == "gsm"]
     assert len({e.core for e in published}) == 8
@@ -280,18 +284,21 @@ def test_halving_ddr_bandwidth_slows_a_large_case(tmp_path):
     assert timing_run(sim.load_target(path), n).cycles > 1.7 * timing_run("FT78NE", n).cycles
 
 
-def test_more_cores_faster_on_a_large_case():
+def test_one_core_already_draws_all_of_ddr_on_a_large_case():
+    """The op is DDR-bound and a lone core's streams may use all of DDR: more cores cannot make it faster than
+    DDR allows, and one core alone comes within a few percent of that bound."""
     n = 1 << 20
-    assert timing_run("FT78NE", n, core_mask=0xFF).cycles < timing_run("FT78NE", n, core_mask=0x1).cycles / 1.5
-    assert timing_run("MT7004", n, core_mask=0xF).cycles < timing_run("MT7004", n, core_mask=0x1).cycles
+    for chip, mask in (("FT78NE", 0xFF), ("MT7004", 0xF)):
+        one, many = timing_run(chip, n, core_mask=0x1), timing_run(chip, n, core_mask=mask)
+        assert one.roofline.bound_by == "ddr" and one.roofline_fraction > 0.95
+        ddr_alone = one.roofline.region_bytes["ddr"] / sim.load_target(chip).region("ddr").bandwidth_bytes_per_cycle
+        assert many.cycles >= ddr_alone
+        assert abs(many.cycles - one.cycles) < 0.03 * one.cycles
 
 
-def test_private_run_sees_no_port_contention():
+def test_private_run_sees_no_other_core():
     run = sim.Simulator("FT78NE").call(f"fp_{KERNEL}_p", **PRIVATE, shape=[200000], core=6, numerics=False)
-    dma = [e for e in run.events if e.kind in ("dma_in", "dma_out")]
-    assert dma and all(e.core == 6 for e in dma)
-    assert sum(e.wait_cycles for e in dma) == 0
-    assert not [e for e in run.events if e.kind == "barrier_wait"]
+    assert_private_streams(run, 6)
 
 
 # --- tilings --------------------------------------------------------------------

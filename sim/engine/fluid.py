@@ -1,0 +1,528 @@
+"""Shared bandwidth as a fluid: streams divide the links they cross max-min fairly, in SimPy time.
+
+A *link* is anything with a bandwidth in bytes per cycle that concurrent streams share: a shared memory
+region, one core's private region, one DMA engine.  A *flow* is one transfer's stream: it crosses a few
+links and moves a given number of bytes through each (the two ends of a copy may move different byte counts
+because each rounds its runs up to its own bursts; an engine link sees the larger).  A flow's progress rate r
+is the fraction of the transfer done per cycle; on link l it takes ``r * bytes_l`` of the capacity.
+
+Rates are max-min fair, weighted so that fairness is in bytes per cycle of each flow's size (``size_bytes``,
+the most bytes it moves through any one link): progressive filling raises the *level* lambda of every
+unfrozen flow together (each flow at r = lambda / size_bytes), and whenever a link saturates its flows freeze
+at that level; repeat until every flow is frozen.  A flow alone gets the most all its links allow; two equal
+flows on one link get half each; a flow capped elsewhere (by its engine, by a private region) leaves the
+rest of a shared link to the others.  Rates are recomputed whenever a flow starts or ends, for the flows
+connected to it through shared links (the others' rates cannot change).
+
+Exactness and time.  Rates are exact rationals on Python integers (numerator and denominator pairs; no
+floats), so the same inputs give the same cycles bit for bit.  Time is integer cycles: rates change only at
+integer cycles (a flow's start, a flow's completion), each flow's remaining bytes are kept exactly, and a
+flow whose bytes are all moved at the exact (rational) time t completes at ``ceil(t)``.  Until that cycle it
+keeps its share of its links; the sub-cycle remainder of that share is idle, never lent to another flow (a
+flow starting at that cycle, though, finds it free).  Hence:
+
+- no flow finishes before its bytes could have moved: at every moment the flows' demands on a link add up to
+  at most its capacity, so the bytes of the flows that started at or after cycle a and finished by cycle b
+  never exceed ``capacity * (b - a)`` on any link;
+- a lone flow of n bytes on a link of capacity c takes exactly ``ceil(n / c)`` cycles (in general a lone
+  flow takes ``ceil(max over its links of bytes_l / capacity_l)`` cycles: :attr:`Flow.alone_cycles`), and a
+  flow never ends before its alone time (:attr:`Flow.wait_cycles` >= 0).
+
+One exception keeps the integers small: flows moving bytes in many different ratios through their links
+give rates with large denominators, and a flow's exact remaining work would pile them up change after
+change.  When its denominator passes 2**64, the remaining work is rounded up to a multiple of 2**-64 byte:
+the flow ends at most that much later than exact, never earlier, and the guarantees above still hold.
+
+SimPy.  The network holds one pending timeout, at the next completion cycle; when a recomputation moves
+that cycle, a new timeout is scheduled and the old one is left to fire as a no-op (its version is stale).
+Each start and each end costs at most one timeout, so events per flow are O(1).  The work per start or end
+is proportional to the flows in its connected group and the links they cross (progressive filling runs a
+round per distinct saturation level, usually one or two).  Links that carry a single flow cost nothing in
+the filling: each flow's own cap (the most its links allow it alone) stands for them.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Iterable, Mapping
+from fractions import Fraction
+from math import gcd
+
+import simpy
+from simpy.events import Timeout
+
+from sim.errors import SimError, brief
+
+#: A capacity as given: bytes per cycle, a positive int, Fraction or finite float (taken as the decimal it
+#: prints as, the number a target file wrote: 12.8 is 64/5, not the binary double nearest to it).
+Capacity = int | Fraction | float
+
+
+#: The finest fraction of a byte kept in a flow's remaining work: while its exact value has a denominator up
+#: to this, it is kept exactly; beyond, it is rounded up to a multiple of 1 / _GRID byte (less than 2**-64 byte
+#: more per rate change: the flow may end a negligible fraction of a cycle later, never earlier).
+_GRID = 1 << 64
+
+
+class FlowError(SimError):
+    """A link or flow of a :class:`FlowNetwork` is described wrongly; the message names the argument."""
+
+
+def _ratio(value: object, what: str) -> tuple[int, int]:
+    """``value`` as a reduced positive (numerator, denominator) pair; FlowError naming ``what`` if not."""
+    if isinstance(value, bool) or not isinstance(value, (int, Fraction, float)):
+        raise FlowError(f"{what} must be a positive number of bytes per cycle (int, Fraction or float), "
+                        f"got {brief(value)}")
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise FlowError(f"{what} must be a finite number of bytes per cycle, got {brief(value)}")
+        value = Fraction(repr(value))
+    if value <= 0:
+        raise FlowError(f"{what} must be positive (bytes per cycle), got {brief(value)}")
+    if isinstance(value, int):
+        return value, 1
+    return value.numerator, value.denominator
+
+
+def _add(n: int, d: int, an: int, ad: int) -> tuple[int, int]:
+    """n/d + an/ad, reduced (d, ad > 0)."""
+    if d == 1 and ad == 1:
+        return n + an, 1
+    if d == ad:
+        n += an
+    else:
+        g = gcd(d, ad)
+        n, d = n * (ad // g) + an * (d // g), d // g * ad
+    g = gcd(n, d)
+    return n // g, d // g
+
+
+def _sub(n: int, d: int, an: int, ad: int) -> tuple[int, int]:
+    """n/d - an/ad, reduced (d, ad > 0)."""
+    return _add(n, d, -an, ad)
+
+
+class Link:
+    """A resource with a bandwidth that the flows crossing it share (a region, a core's region, an engine).
+
+    Made by :meth:`FlowNetwork.add_link`.  ``capacity`` is exact (bytes per cycle, a Fraction).
+    """
+
+    __slots__ = ("_cd", "_cn", "_free", "_members", "_net", "_stamp", "_sumd", "_sumn", "_ud", "_un",
+                 "_wd", "_wn", "capacity", "name")
+
+    def __init__(self, net: FlowNetwork, name: str, cn: int, cd: int):
+        self.name = name
+        self.capacity = Fraction(cn, cd)
+        self._net = net
+        self._cn, self._cd = cn, cd
+        # The active flows on the link, each with its usage coefficient bytes_l / size_bytes (reduced pair).
+        self._members: list[tuple[Flow, int, int]] = []
+        self._sumn, self._sumd = 0, 1  # the sum of the members' coefficients, kept as they come and go
+        self._stamp = 0
+        # Scratch of one progressive filling: usage of the frozen flows (_un/_ud), sum of the unfrozen flows'
+        # coefficients (_wn/_wd), how many are unfrozen.
+        self._un = self._ud = self._wn = self._wd = self._free = 0
+
+    @property
+    def flows(self) -> tuple[Flow, ...]:
+        """The flows streaming through the link now, in start order."""
+        return tuple(m[0] for m in self._members)
+
+    def __repr__(self) -> str:
+        return f"Link({self.name!r}, {self.capacity} B/cycle)"
+
+
+class Flow:
+    """One transfer's stream through its links: a handle :meth:`FlowNetwork.start` returns.
+
+    ``demands`` pairs each link with the bytes the flow moves through it; ``size_bytes`` is the largest of
+    them.  ``start_cycle`` is when the stream began, ``end_cycle`` when it finished (None until then; the
+    ``on_done`` callback is called with it).  ``alone_cycles`` is what the stream would take with its links
+    to itself; :attr:`stream_cycles` and :attr:`wait_cycles` (the cost of sharing) are known at the end.
+    """
+
+    __slots__ = ("_capd", "_capn", "_coefs", "_finish", "_frozen", "_links", "_newd", "_newn", "_rd", "_remd",
+                 "_remn", "_rn", "_since", "_stamp", "alone_cycles", "demands", "end_cycle", "on_done",
+                 "size_bytes", "start_cycle")
+
+    def __init__(self, start_cycle: int, on_done: Callable[[int], None], links: list[Link], nbytes: list[int]):
+        self.start_cycle = start_cycle
+        self.end_cycle: int | None = None
+        self.on_done = on_done
+        self.demands = tuple(zip(links, nbytes))
+        self._links = tuple(links)
+        size = self.size_bytes = max(nbytes, default=0)
+        # Each link's usage per unit of level is bytes / size (a reduced pair; 1 on the flow's largest link);
+        # the flow's cap is the smallest capacity * size / bytes over its links.
+        coefs = []
+        capn = capd = 0
+        for link, b in zip(links, nbytes):
+            if b == size:
+                an = ad = 1
+            else:
+                g = gcd(b, size)
+                an, ad = b // g, size // g
+            coefs.append((an, ad))
+            n, d = link._cn * ad, link._cd * an  # capacity / coefficient
+            if not capd or n * capd < capn * d:
+                capn, capd = n, d
+        if capd:
+            g = gcd(capn, capd)
+            capn, capd = capn // g, capd // g
+        self._coefs = tuple(coefs)
+        self._capn, self._capd = capn, capd
+        self.alone_cycles = -((-size * capd) // capn) if size else 0  # ceil(size / cap)
+        self._remn, self._remd = size, 1  # remaining bytes of size_bytes, exact, as of cycle _since
+        self._since = start_cycle
+        self._rn = self._rd = 0  # the level (bytes of size_bytes per cycle); none yet
+        self._finish = start_cycle  # the cycle it ends at its current level
+        # Scratch of one recomputation: the search's mark, frozen or not, the new level.
+        self._stamp = 0
+        self._frozen = False
+        self._newn = self._newd = 0
+
+    @property
+    def stream_cycles(self) -> int | None:
+        """Cycles from the stream's start to its end (None while it streams)."""
+        return None if self.end_cycle is None else self.end_cycle - self.start_cycle
+
+    @property
+    def wait_cycles(self) -> int | None:
+        """Cycles the stream lost to sharing: its stream cycles minus its alone cycles (None while it streams)."""
+        return None if self.end_cycle is None else self.end_cycle - self.start_cycle - self.alone_cycles
+
+    @property
+    def rate(self) -> Fraction:
+        """The current level: bytes per cycle of ``size_bytes`` (the rate at which it ended, once done)."""
+        return Fraction(self._rn, self._rd) if self._rd else Fraction(0)
+
+    @property
+    def cap(self) -> Fraction:
+        """The most level its links allow it alone: min over its links of capacity * size_bytes / bytes."""
+        return Fraction(self._capn, self._capd) if self._capd else Fraction(0)
+
+    def usage(self, link: Link) -> Fraction:
+        """Bytes per cycle the flow takes of ``link`` now: rate * bytes through the link / size_bytes."""
+        for lk, b in self.demands:
+            if lk is link:
+                return Fraction(self._rn * b, self._rd * self.size_bytes)
+        return Fraction(0)
+
+    def __repr__(self) -> str:
+        links = ", ".join(f"{lk.name}:{b}" for lk, b in self.demands)
+        return f"Flow([{links}], start {self.start_cycle}, end {self.end_cycle})"
+
+
+#: Links with bytes as :meth:`FlowNetwork.start` takes them: a mapping or pairs, links by handle or name.
+Demands = Mapping[Link | str, int] | Iterable[tuple[Link | str, int]]
+
+
+class FlowNetwork:
+    """Links with bandwidths and the flows streaming through them, max-min fair, in a SimPy environment.
+
+    ``observer``, if given, is called with the network after every recomputation of rates (for tests).
+    """
+
+    def __init__(self, env: simpy.Environment, observer: Callable[[FlowNetwork], None] | None = None):
+        self.env = env
+        self.observer = observer
+        self._links: dict[str, Link] = {}
+        self._active: list[Flow] = []  # in start order: completions of one cycle are reported in that order
+        self._version = 0  # of the one valid pending timeout
+        self._wake_at: int | None = None  # its cycle
+        self._stamp = 0  # marks of one connected-group search
+        self._flows_scratch: list[Flow] = []
+        self._links_scratch: list[Link] = []
+        self._stack: list[Link] = []
+        self._batch: list[Flow] = []  # flows frozen in one round of the filling
+        self._capped: list[Flow] = []  # flows whose own cap is the round's level
+        self._tight: list[Link] = []  # shared links saturating at the round's level
+        self._shared: list[Link] = []  # the links more than one flow crosses now
+        # Flows that ended at this cycle, their on_done still to call (from this cycle's wake).  A flow
+        # starting at the cycle another ends takes it off its links first, so its bandwidth is free at once.
+        self._done: list[Flow] = []
+        #: How many times rates were recomputed (a start, or the completions of one cycle, with flows to rate).
+        self.recomputations = 0
+
+    # -- building ----------------------------------------------------------------------------------------
+
+    def add_link(self, name: str, capacity: Capacity) -> Link:
+        """A new link ``name`` of ``capacity`` bytes per cycle."""
+        if not isinstance(name, str) or not name:
+            raise FlowError(f"add_link: name must be a non-empty string, got {brief(name)}")
+        if name in self._links:
+            raise FlowError(f"add_link: a link named {brief(name)} exists already")
+        cn, cd = _ratio(capacity, f"add_link({name!r}): capacity")
+        link = self._links[name] = Link(self, name, cn, cd)
+        return link
+
+    @property
+    def links(self) -> Mapping[str, Link]:
+        """The links by name."""
+        return self._links
+
+    @property
+    def active(self) -> tuple[Flow, ...]:
+        """The flows streaming now, in start order (a flow ending at this cycle may still be among them)."""
+        return tuple(self._active)
+
+    # -- flows -------------------------------------------------------------------------------------------
+
+    def start(self, links_with_bytes: Demands, on_done: Callable[[int], None]) -> Flow:
+        """Start a flow now through ``links_with_bytes`` (link or link name -> bytes it moves through it).
+
+        A link named twice carries the sum (a copy within one region reads and writes it).  Links with 0
+        bytes are not crossed; a flow of no bytes at all ends at this cycle.  ``on_done(cycle)`` is called at
+        the first integer cycle at or after the flow's last byte has moved.
+        """
+        pairs = links_with_bytes
+        if type(pairs) is not tuple and isinstance(pairs, Mapping):  # (a tuple, the engine's form, is no mapping)
+            pairs = pairs.items()
+        links: list[Link] = []
+        nbytes: list[int] = []
+        for pair in pairs:
+            try:
+                lk, b = pair
+            except (TypeError, ValueError):
+                raise FlowError(f"start: links_with_bytes must hold (link, bytes) pairs, got {brief(pair)}") \
+                    from None
+            if type(lk) is not Link or lk._net is not self or type(b) is not int or b <= 0:
+                lk, b = self._demand(lk, b)
+                if not b:
+                    continue
+            if lk in links:
+                nbytes[links.index(lk)] += b
+            else:
+                links.append(lk)
+                nbytes.append(b)
+        if not callable(on_done):
+            raise FlowError(f"start: on_done must be callable, got {brief(on_done)}")
+
+        now = self.env.now
+        if not isinstance(now, int):
+            raise FlowError(f"start: the SimPy clock must be in integer cycles, it is {brief(now)}")
+        retired = self._retire(now)
+        f = Flow(now, on_done, links, nbytes)
+        self._active.append(f)
+        for link, (an, ad) in zip(links, f._coefs):
+            members = link._members
+            members.append((f, an, ad))
+            if len(members) == 2:
+                self._shared.append(link)
+            link._sumn, link._sumd = _add(link._sumn, link._sumd, an, ad)
+        retired.extend(links)
+        if retired:
+            self._recompute(retired, now)
+        self._reschedule(now)
+        return f
+
+    def _demand(self, lk: object, b: object) -> tuple[Link, int]:
+        """One (link, bytes) pair of :meth:`start` checked: a name looked up, bytes an int >= 0."""
+        if isinstance(lk, str):
+            link = self._links.get(lk)
+            if link is None:
+                raise FlowError(f"start: no link named {brief(lk)} (add it with add_link first)")
+        elif isinstance(lk, Link) and lk._net is self:
+            link = lk
+        else:
+            raise FlowError(f"start: {brief(lk)} is not a link of this network")
+        if isinstance(b, bool):
+            raise FlowError(f"start: bytes through {link.name!r} must be an int >= 0, got {brief(b)}")
+        try:
+            n = operator.index(b)  # type: ignore[arg-type]
+        except TypeError:
+            raise FlowError(f"start: bytes through {link.name!r} must be an int >= 0, got {brief(b)}") from None
+        if n < 0:
+            raise FlowError(f"start: bytes through {link.name!r} must be >= 0, got {n}")
+        return link, n
+
+    # -- rates -------------------------------------------------------------------------------------------
+
+    def _recompute(self, seeds: Iterable[Link], now: int) -> None:
+        """Max-min fair rates for the flows connected to ``seeds`` through links; their finish cycles."""
+        active = self._active
+        if not active:
+            return
+        for link in seeds:
+            if len(link._members) == len(active):
+                # A link every active flow crosses (DDR in a shared call): the group is everything.
+                self._fill(active, self._shared, now)
+                return
+        self._stamp += 1
+        stamp = self._stamp
+        flows, multi, stack = self._flows_scratch, self._links_scratch, self._stack
+        flows.clear()
+        multi.clear()
+        for link in seeds:
+            if link._stamp != stamp:
+                link._stamp = stamp
+                stack.append(link)
+                if len(link._members) > 1:
+                    multi.append(link)
+        while stack:  # the connected group: flows reachable through links they share
+            members = stack.pop()._members
+            for m in members:
+                f = m[0]
+                if f._stamp != stamp:
+                    f._stamp = stamp
+                    flows.append(f)
+                    for link in f._links:
+                        # a link of one flow leads nowhere and is stood for by the flow's cap
+                        if link._stamp != stamp and len(link._members) > 1:
+                            link._stamp = stamp
+                            stack.append(link)
+                            multi.append(link)
+        if flows:
+            self._fill(flows, multi, now)
+
+    def _fill(self, flows: list[Flow], multi: list[Link], now: int) -> None:
+        """Max-min fair rates of ``flows`` (a connected group; ``multi``: its links with more than one flow)
+        by progressive filling, and the new finish cycles of those whose rate changed."""
+        self.recomputations += 1
+        # Progressive filling: every flow unfrozen, shared links with no frozen usage yet.
+        for link in multi:
+            link._un, link._ud, link._wn, link._wd, link._free = 0, 1, link._sumn, link._sumd, len(link._members)
+        for f in flows:
+            f._frozen = False
+        left = len(flows)
+        batch, capped, tight = self._batch, self._capped, self._tight
+        while left:
+            # The lowest level at which something binds: a flow's own cap, or a shared link saturating; the
+            # flows and links binding at it.
+            bn, bd = 0, 0
+            capped.clear()
+            tight.clear()
+            for f in flows:
+                if not f._frozen:
+                    x, y = f._capn * bd, bn * f._capd
+                    if x < y or not bd:
+                        bn, bd = f._capn, f._capd
+                        capped.clear()
+                        capped.append(f)
+                    elif x == y:
+                        capped.append(f)
+            for link in multi:
+                if link._free:
+                    ud = link._ud
+                    ln = (link._cn * ud - link._un * link._cd) * link._wd
+                    ld = link._cd * ud * link._wn
+                    x, y = ln * bd, bn * ld
+                    if x < y:
+                        bn, bd = ln, ld
+                        capped.clear()
+                        tight.clear()
+                        tight.append(link)
+                    elif x == y:
+                        tight.append(link)
+            g = gcd(bn, bd)
+            bn, bd = bn // g, bd // g
+            # Freeze every flow at its cap, and every unfrozen flow of a link saturating, at this level.
+            batch.clear()
+            for f in capped:
+                f._frozen = True
+                f._newn, f._newd = bn, bd
+                batch.append(f)
+            for link in tight:
+                for m in link._members:
+                    f = m[0]
+                    if not f._frozen:
+                        f._frozen = True
+                        f._newn, f._newd = bn, bd
+                        batch.append(f)
+            left -= len(batch)
+            if not left:
+                break  # the last round: the links' bookkeeping is not needed any more
+            for f in batch:  # the frozen flows' usage becomes fixed on their shared links
+                for link, (an, ad) in zip(f._links, f._coefs):
+                    if len(link._members) > 1:
+                        # usage += level * coefficient; unfrozen coefficients -= coefficient
+                        n, d = bn * an, bd * ad
+                        un, ud = link._un, link._ud
+                        g = gcd(ud, d)
+                        link._un, link._ud = un * (d // g) + n * (ud // g), ud // g * d
+                        link._wn, link._wd = _sub(link._wn, link._wd, an, ad)
+                        link._free -= 1
+
+        # New rates: a flow whose rate changed moves its remaining bytes on to now and gets a new finish.
+        for f in flows:
+            rn, rd = f._newn, f._newd
+            if rn == f._rn and rd == f._rd:
+                continue
+            if f._rd:
+                dt = now - f._since
+                if dt:
+                    remn = f._remn * f._rd - f._rn * dt * f._remd
+                    remd = f._remd * f._rd
+                    g = gcd(remn, remd)
+                    remn, remd = remn // g, remd // g
+                    if remd > _GRID:
+                        # Rates of flows with many different byte ratios have large denominators and the
+                        # remaining work would pile them up: round it up (later, never earlier) to the grid.
+                        remn, remd = -((-remn * _GRID) // remd), _GRID
+                    f._remn, f._remd = remn, remd
+            f._rn, f._rd = rn, rd
+            f._since = now
+            f._finish = now - ((-f._remn * rd) // (f._remd * rn))  # now + ceil(remaining / rate)
+        if self.observer is not None:
+            self.observer(self)
+
+    # -- time --------------------------------------------------------------------------------------------
+
+    def _retire(self, now: int) -> list[Link]:
+        """Take the flows due at ``now`` off their links (their on_done waits for the wake); their links."""
+        active = self._active
+        seeds: list[Link] = []
+        if self._wake_at is None or self._wake_at > now:
+            return seeds
+        kept = 0
+        for f in active:
+            if f._finish > now:
+                active[kept] = f
+                kept += 1
+                continue
+            f.end_cycle = now
+            self._done.append(f)
+            for link in f._links:
+                members = link._members
+                for i, m in enumerate(members):
+                    if m[0] is f:
+                        del members[i]
+                        if len(members) == 1:
+                            self._shared.remove(link)
+                        link._sumn, link._sumd = _sub(link._sumn, link._sumd, m[1], m[2])
+                        break
+                seeds.append(link)
+        del active[kept:]  # the flows still streaming, in start order, compacted in place
+        return seeds
+
+    def _reschedule(self, now: int) -> None:
+        """Keep the one pending timeout at the next completion cycle (a new version if that cycle moved)."""
+        if self._done:
+            return  # the wake of this cycle is still to come: it reports them and looks again
+        nxt = None
+        for f in self._active:
+            if nxt is None or f._finish < nxt:
+                nxt = f._finish
+        if nxt == self._wake_at:
+            return
+        self._version += 1
+        self._wake_at = nxt
+        if nxt is not None:
+            Timeout(self.env, nxt - now, value=self._version).callbacks.append(self._wake)
+
+    def _wake(self, event: simpy.Event) -> None:
+        """The next completion cycle: end the flows due now, recompute their neighbours, report them."""
+        if event._value != self._version:
+            return  # superseded by a later recomputation
+        now = self._wake_at  # the valid timeout fires at the cycle it was scheduled for
+        assert now is not None
+        seeds = self._retire(now)
+        if seeds:
+            self._recompute(seeds, now)
+        done, self._done = self._done, []
+        self._wake_at = None
+        self._reschedule(now)
+        for f in done:
+            f.on_done(now)
