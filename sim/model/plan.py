@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -107,6 +107,34 @@ class Operand:
 
 
 @dataclass(frozen=True)
+class Loop:
+    """One loop of a tile's compute as the core runs it (the timing module prices it, :func:`sim.timing.loop_cycles`).
+
+    ``trips`` iterations of a body that issues ``issues[unit]`` instructions on each functional-unit class of
+    the core (``fmac``, ``valu``, ``vls``, ``broadcast``, ``sload``, ``salu``: the names of the target's
+    ``core.units``; vector loads and stores both issue on ``vls``), software-pipelined: a new iteration starts
+    every initiation interval.  ``chain`` lists the unit classes on one iteration's dependence chain, in order
+    (the pipeline fill: e.g. ``("sload", "broadcast", "fmac")``); ``carried`` those on the dependence from one
+    iteration to the next (an accumulation into the same registers: ``("fmac",)``), which bounds the interval
+    from below by their latencies.  The loop is entered ``entries`` times (the product of the enclosing loops'
+    trips), each entry paying the loop overhead, the fill, the trips and the ``epilogue`` (issues once per
+    entry after the loop: storing accumulators, ...) with ``reductions`` cross-lane vector reductions.
+    ``vector_registers`` is how many vector registers the body keeps live (at most the core has); ``label``
+    names the loop in reports ("gemm micro-kernel 6x128", "elementwise").
+    """
+
+    trips: int
+    issues: Mapping[str, int]
+    chain: tuple[str, ...] = ()
+    carried: tuple[str, ...] = ()
+    entries: int = 1
+    epilogue: Mapping[str, int] = field(default_factory=dict)
+    reductions: int = 0
+    vector_registers: int = 0
+    label: str = ""
+
+
+@dataclass(frozen=True)
 class Compute:
     """The vector work of one tile.
 
@@ -119,9 +147,10 @@ class Compute:
     fp16 <-> fp32 conversions, layout transpositions, the empty lanes of
     part-filled vectors, zero-fills and casts, and work a tiling repeats
     (partial sums exchanged between cores, values recomputed in a second pass).
-    The engine prices ``flops + extra_ops`` alike and ``reductions`` (cross-lane
-    vector reductions) apart, from the target file for ``precision``; runs
-    report ``flops`` only as FLOP.
+    ``loops`` are the tile's inner loops (:class:`Loop`), run one after the other:
+    what the timing module prices from the core's functional units.  (While the
+    kernels move to loops, a compute without them is priced from
+    ``flops + extra_ops`` and ``reductions``.)  Runs report ``flops`` only as FLOP.
     """
 
     fn: Callable[..., Sequence[np.ndarray]]
@@ -131,6 +160,7 @@ class Compute:
     reductions: int
     precision: str
     extra_ops: int = 0
+    loops: tuple[Loop, ...] = ()
 
     @property
     def vector_ops(self) -> int:

@@ -7,7 +7,7 @@ target file and builds these; :mod:`sim.timing` turns their numbers into cycles.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,24 @@ class PrecisionModel:
     def peak_flops_per_cycle(self) -> int:
         """Element operations per cycle: lanes x FMAC units x 2 (a multiply-add counts two)."""
         return self.lanes * self.fmac_units * 2
+
+
+@dataclass(frozen=True)
+class FunctionalUnit:
+    """One class of a core's functional units (an entry of the target's ``core.units``).
+
+    ``count`` units of the class issue one instruction each per cycle, from the
+    VLIW slots of ``issue_class`` (``scalar`` or ``vector``); a result is ready
+    ``latency_cycles`` after issue.  ``bytes_per_issue`` is what one issue moves
+    between memory and registers, for the load/store classes (``vls``: a vector
+    load or store from AM; ``sload``: a scalar load from SM); 0 for the others.
+    """
+
+    name: str
+    count: int
+    issue_class: str
+    latency_cycles: int
+    bytes_per_issue: int = 0
 
 
 @dataclass(frozen=True)
@@ -38,27 +56,36 @@ class CoreModel:
     reduction_latency_cycles: int
     loop_overhead_cycles: int
     vector_efficiency: float = 1.0
+    tile_overhead_cycles: int = 0
+    issue_width: Mapping[str, int] = field(default_factory=dict)
+    units: Mapping[str, FunctionalUnit] = field(default_factory=dict)
+    vector_registers: int = 0
 
 
 @dataclass(frozen=True)
 class DmaModel:
-    """The DMA engines of each core."""
+    """The DMA engines of each core: how many, the cycles to program one, and the most bytes per cycle one
+    engine streams (a transfer's rate is capped by it as well as by the regions it crosses)."""
 
     engines_per_core: int
     setup_cycles: int
+    engine_bytes_per_cycle: float
 
 
 @dataclass(frozen=True)
 class Region:
     """A mapped address range.
 
-    ``kind`` is ``shared`` (one backing store seen by every core, contended
-    through ``ports``) or ``private`` (one backing store per core at the same
-    addresses).  ``role`` ``scratchpad`` marks kernel staging memory that call
-    buffers may not use.  ``bandwidth_bytes_per_cycle`` is the region's total;
-    each of its ``ports`` serves an equal share of it.  ``burst_bytes`` is the
-    smallest unit the region moves: a DMA whose contiguous runs are shorter
-    (a strided slice of a few channels per row) still pays whole bursts.
+    ``kind`` is ``shared`` (one backing store seen by every core, its
+    bandwidth shared by every core's transfers) or ``private`` (one backing
+    store per core at the same addresses, each with the whole bandwidth).
+    ``role`` ``scratchpad`` marks kernel staging memory that call buffers may
+    not use.  ``bandwidth_bytes_per_cycle`` is what the region delivers in
+    all: the transfers streaming through it at a moment share it (max-min
+    fair, :mod:`sim.engine.fluid`), and a lone one may take all of it.
+    ``burst_bytes`` is the smallest unit the region moves: a DMA whose
+    contiguous runs are shorter (a strided slice of a few channels per row)
+    still pays whole bursts.
     """
 
     name: str
@@ -68,7 +95,6 @@ class Region:
     role: str
     latency_cycles: int
     bandwidth_bytes_per_cycle: float
-    ports: int
     alignment_bytes: int
     burst_bytes: int = 1
 
@@ -85,11 +111,6 @@ class Region:
     def shared(self) -> bool:
         """True for memory every core sees at the same bytes."""
         return self.kind == "shared"
-
-    @property
-    def port_bandwidth_bytes_per_cycle(self) -> float:
-        """Bandwidth one port delivers."""
-        return self.bandwidth_bytes_per_cycle / self.ports
 
     def contains(self, addr: int, size_bytes: int) -> bool:
         """True when ``[addr, addr + size_bytes)`` lies wholly inside the region."""
