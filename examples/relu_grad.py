@@ -2,15 +2,17 @@
 
 docs/writing-a-kernel.md walks through this file.  It uses only dspsim's public pieces: the plan IR
 (``sim.model.plan``), the call types (``sim.model.call``), the Kernel protocol's ``PlanContext`` and precision
-table (``kernels.base``) and the argument validators (``kernels.common.args``).  Register it with
+table (``kernels.base``), the argument validators (``kernels.common.args``) and the loop builders
+(``kernels.common.loops``).  Register it with
 ``sim.register_kernel(KERNEL)``, name this file in a run-config's ``kernels:`` list, or install
 ``examples/relu_grad_pkg`` (its ``dspsim.kernels`` entry point); then ``fp_relu_grad_s``, ``fp_relu_grad_p``,
 ``hp_relu_grad_s`` and ``hp_relu_grad_p`` work like any shipped symbol.
 
 The plan: the flattened elements are split over the call's cores in whole vectors; each core streams its
 share through two slots of its vector staging level (double buffering: tile i loads into slot i % 2 while
-tile i - 1 computes in the other), one tile = DMA dy and x in, compute dx, DMA dx out.  The tiling key
-``tile_elements`` sets the elements per tile; without it the simulator prices the candidates
+tile i - 1 computes in the other), one tile = DMA dy and x in, compute dx, DMA dx out.  The compute states
+the loop the core runs (``kernels.common.loops``): per vector two loads, a compare, a select and a store.
+The tiling key ``tile_elements`` sets the elements per tile; without it the simulator prices the candidates
 :meth:`ReluGrad.tilings` lists and keeps the cheapest.
 """
 
@@ -24,6 +26,7 @@ import numpy as np
 
 from kernels.base import PRECISION_DTYPES, PlanContext
 from kernels.common.args import check_args, require_address, require_ints
+from kernels.common.loops import elementwise
 from sim.errors import KernelArgError, brief
 from sim.model.call import ArgSpec, BoundCall, Buffer, MemoryReader
 from sim.model.plan import Compute, DoesNotFit, Operand, Phase, Plan, Tile, Transfer
@@ -142,6 +145,7 @@ class _Layout:
         self.elements = call.attrs["elements"]
         self.cores = len(call.cores)
         self.precision = call.precision
+        self.core = ctx.target.core  # its functional units price the tile's loop
         level = ctx.vector_level  # per-core: the same local addresses on every core
         align = max(level.alignment_bytes, 1)
         #: Elements of one vector: a share and a tile are whole vectors (but the last).
@@ -178,9 +182,10 @@ class _Layout:
         loads = (Transfer.contiguous(self.dy.addr + offset, dy_op.addr, n * size),
                  Transfer.contiguous(self.x.addr + offset, x_op.addr, n * size))
         stores = (Transfer.contiguous(dx_op.addr, self.dx.addr + offset, n * size),)
-        padded = _align_up(n, self.lanes)  # the vector loop spends whole vectors: empty lanes are extra ops
+        # The core's loop: per vector, dy and x loaded, a compare and a select on the vector ALU, dx stored.
+        loop = elementwise(self.core, self.precision, n, loads=2, stores=1, valu=2, label="relu_grad")
         compute = Compute(relu_grad_tile, (dy_op, x_op), (dx_op,), flops=FLOPS_PER_ELEMENT * n, reductions=0,
-                          precision=self.precision, extra_ops=FLOPS_PER_ELEMENT * (padded - n))
+                          precision=self.precision, loops=(loop,))
         return Tile(tile_id, loads, compute, stores, slot=tile_id % 2)
 
 

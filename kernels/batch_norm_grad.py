@@ -23,7 +23,9 @@ and ``tile_elements`` (rows x channels per tile, rows split).
 
 Precision: ``fp_`` symbols store and compute everything in fp32.  ``hp_``
 symbols store x, dy and dx in fp16 and the per-channel vectors in fp32, and
-compute in fp32 at the chip's fp32 vector rate, so they report the same flops.
+compute in fp32 (fp16 loads, a conversion each way on the vector ALU, fp32
+arithmetic: FusedBatchNormGrad's loops, H = W = 1), so they report the same
+flops.
 """
 
 from __future__ import annotations
@@ -62,9 +64,10 @@ class BatchNormGrad(BatchNormPlanning):
     #: What an hp_ call stores in fp16 (the rest, and the params array's int64, in fp32) and how it computes.
     tensors_in_precision = ("x", "dy", "dx")
     fp32_tensors = ("mean", "invar", "scale", "dbias", "dscale")
-    fp16_arithmetic = ("computed in fp32 at the chip's fp32 vector rate: x and dy are widened as they are loaded "
-                       "and dx is rounded to fp16 as it is stored, one vector op per element each, priced as extra "
-                       "vector ops (not flops)")
+    fp16_arithmetic = ("computed in fp32 (as TensorFlow computes fp16 batch norm gradients): x and dy are loaded "
+                       "as fp16 and widened on the vector ALU, the arithmetic runs at the chip's fp32 lanes, and dx "
+                       "is narrowed to fp16 before it is stored; each conversion is a vector ALU issue of the loops, "
+                       "not a flop")
     args = (
         ArgSpec("x", "in_ptr", "address of x [batch, channel]"),
         ArgSpec("dy", "in_ptr", "address of dy [batch, channel]"),

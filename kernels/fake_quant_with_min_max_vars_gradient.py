@@ -18,8 +18,16 @@ non-finite bound raise KernelArgError when the values are read.
 
 Precision: ``fp_`` symbols store and compute in fp32; ``hp_`` symbols store
 gradients, inputs and backprops_wrt_input in fp16 and the four scalars in
-fp32, compare and sum in fp32 (three conversions per element, priced in
-cycles as extra vector ops, not counted as flops).
+fp32, compare and sum in fp32 (fp16 loads and stores, three conversions per
+vector on the vector ALU, fp32 arithmetic; not counted as flops).
+
+Loops: the nudge is straight-line code on one lane (:data:`NUDGE_OPS`); a data
+tile is one streaming loop, per vector of fp32 lanes: gradients and inputs
+loaded, two compares and a select on the vector ALU, two masked adds into the
+min and max sums on the FMACs (running sums: a carried chain, unrolled into
+enough accumulators), the input gradient stored; each tile ends with a
+cross-lane reduction per sum.  The partials' reduction is
+kernels.common.exchange's loop.
 
 Plan: the flattened elements are split over the cores in whole vectors.  Each
 core first loads min and max into its scratchpad and nudges them (that tile's
@@ -37,6 +45,7 @@ one, the simulator compares the candidates :meth:`tilings` lists.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -48,9 +57,10 @@ from kernels.base import PRECISION_DTYPES, PlanContext
 from kernels.common.args import require_bool, require_int, require_ints
 from kernels.common.binding import attrs_of, bind_arguments, bound_call
 from kernels.common.exchange import Exchange
+from kernels.common.loops import sequence, streaming
 from kernels.common.scratch import Scratch, align_up, aligned_bytes
 from kernels.common.streams import FIXED_SLOT, CoreStream, plan_of
-from kernels.common.tiling_space import IntKey, TilingSpace, padded_lanes, pipeline_tile, split_units, unique
+from kernels.common.tiling_space import IntKey, TilingSpace, pipeline_tile, split_units, unique
 from sim.errors import KernelArgError
 from sim.model.call import ArgSpec, BoundCall, MemoryReader
 from sim.model.plan import Compute, DoesNotFit, Operand, Phase, Plan, Tile, Transfer
@@ -61,10 +71,14 @@ COMPUTE_PRECISION = "fp32"
 #: Vector element operations per element: x < nmin, x > nmax, select the input gradient (2),
 #: masked accumulation of the min and max sums (2 each).
 FLOPS_PER_ELEMENT = 8
-#: fp16 <-> fp32 conversions per element of an hp_ call: two tensors in, one out.
-FLOPS_WIDEN = 3
 #: The scalar nudge, counted as vector ops on one lane each: sub, div, sub-div, round, clamp (2), 2 × (sub, mul).
 FLOPS_NUDGE = 11
+#: The nudge as the core runs it on one lane, each op waiting for the one before: load min and max; max - min and
+#: the multiply by 1/(qmax - qmin) (scale); 1/scale (the estimate and a Newton step of two FMAs) and qmin - min/scale
+#: (zero_point_from_min); round half away and the clamp (2); (qmin - zp)·scale and (qmax - zp)·scale side by side
+#: (a sub and a mul deep); store the nudged bounds and the zeroed sums.
+NUDGE_OPS = ("vls", "fmac", "fmac", "valu", "fmac", "fmac", "fmac", "valu", "valu", "valu", "fmac", "fmac", "vls",
+             "vls")
 #: The short-tile candidate takes this fraction of the heuristic's tile.
 SHORT_TILE_FRACTION = 8
 
@@ -150,10 +164,11 @@ class FakeQuantWithMinMaxVarsGradient:
     #: What an hp_ call stores in fp16 (the rest in fp32) and how it computes.
     tensors_in_precision = ("gradients", "inputs", "backprops_wrt_input")
     fp32_tensors = ("min", "max", "backprop_wrt_min", "backprop_wrt_max")
-    fp16_arithmetic = ("computed in fp32 at the chip's fp32 vector rate: gradients and inputs are widened (the masks "
-                       "compare fp32 values with the fp32 nudged bounds), the min/max sums accumulate in fp32 and "
-                       "backprops_wrt_input is rounded to fp16 as it is stored; the three conversions per element are "
-                       "priced as extra vector ops, not flops")
+    fp16_arithmetic = ("computed in fp32 (as TensorFlow computes fake quant): gradients and inputs are loaded as "
+                       "fp16 and widened on the vector ALU (the masks compare fp32 values with the fp32 nudged "
+                       "bounds), the min/max sums accumulate in fp32 at the chip's fp32 lanes and "
+                       "backprops_wrt_input is narrowed to fp16 before it is stored; the three conversions per vector "
+                       "are vector ALU issues of the loop, not flops")
     args = (
         ArgSpec("gradients", "in_ptr", "address of the gradients (shape)"),
         ArgSpec("inputs", "in_ptr", "address of the inputs of the forward op (shape)"),
@@ -218,7 +233,8 @@ class _Planner:
         self.call, self.ctx = call, ctx
         self.attrs = attrs_of(call, FakeQuantAttrs)
         self.total = self.attrs.elements
-        self.lanes = ctx.target.core.precisions[COMPUTE_PRECISION].lanes
+        self.core = ctx.target.core
+        self.lanes = self.core.precisions[COMPUTE_PRECISION].lanes
         self.dt = PRECISION_DTYPES[call.precision]
         self.buf = {b.name: b for b in call.buffers}
         self.space = TilingSpace(IntKey("cores", 1, len(call.cores), "how many of the call's cores share the work"),
@@ -286,9 +302,15 @@ class _Planner:
         stream.add((Transfer.contiguous(b["min"].addr, self.bounds.addr, 4),
                     Transfer.contiguous(b["max"].addr, self.bounds.addr + 4, 4)),
                    Compute(prep, (self.bounds,), (self.nudged, self.acc), flops=FLOPS_NUDGE if idx == 0 else 0,
-                           reductions=0, precision=COMPUTE_PRECISION, extra_ops=2 + (0 if idx == 0 else FLOPS_NUDGE)),
+                           reductions=0, precision=COMPUTE_PRECISION, loops=(sequence(NUDGE_OPS, label="nudge"),)),
                    (), slot=FIXED_SLOT)
-        widen = FLOPS_WIDEN if dt != F32 else 0
+        # Per vector: two compares with the nudged bounds and the select of the input gradient (the ALU), the
+        # gradients added into the min and max sums under the compares' masks (FMAC adds: the two running sums,
+        # carried); each tile ends with a cross-lane reduction per sum, added to the core's two sums.
+        data_loop = functools.partial(streaming, self.core, COMPUTE_PRECISION, loads=2, stores=1, valu=3, fmac=2,
+                                      sums=2, load_itemsize=dt.itemsize, store_itemsize=dt.itemsize,
+                                      chain=("vls",) + ("valu",) * (2 + 2 * (dt != F32)) + ("vls",), reductions=2,
+                                      epilogue={"vls": 2}, label="masked gradients")
         for s in range(e0, e1, per_tile):
             n = min(per_tile, e1 - s)
             slot = self.scratch.slot(stream.slot)
@@ -299,13 +321,10 @@ class _Planner:
                 bp, below, above = masked_gradients(g, x, nudged_value[0], nudged_value[1])
                 return bp.astype(_dt, copy=False), acc_value + np.array([below, above], F32)
 
-            # Each tile finishes its two sums with a cross-lane reduction each.
             stream.add((Transfer.contiguous(b["gradients"].addr + off, og.addr, og.size_bytes),
                         Transfer.contiguous(b["inputs"].addr + off, ox.addr, ox.size_bytes)),
                        Compute(fn, (og, ox, self.nudged, self.acc), (obp, self.acc), flops=n * FLOPS_PER_ELEMENT,
-                               reductions=2, precision=COMPUTE_PRECISION,
-                               extra_ops=padded_lanes(n, self.lanes) * (FLOPS_PER_ELEMENT + widen)
-                               - n * FLOPS_PER_ELEMENT),
+                               reductions=0, precision=COMPUTE_PRECISION, loops=(data_loop(n),)),
                        (Transfer.contiguous(obp.addr, b["backprops_wrt_input"].addr + off, obp.size_bytes),))
         publish = (exchange.store(idx, self.acc.addr),) if exchange is not None else self._scalar_stores()
         stream.add((), None, publish, slot=FIXED_SLOT)
@@ -315,7 +334,7 @@ class _Planner:
         """The first core sums the cores' partials and stores the two scalars."""
         part = Operand(self.partials.addr, (exchange.parts, 2), F32)
         return Tile(0, (exchange.gather(part.addr),),
-                    exchange.reduce(part, self.acc, exchange.parts * 2, COMPUTE_PRECISION), self._scalar_stores(),
+                    exchange.reduce(part, self.acc, 0, COMPUTE_PRECISION), self._scalar_stores(),
                     slot=FIXED_SLOT)
 
 

@@ -15,9 +15,28 @@ narrowed on store).
 
 Precision: ``fp_`` symbols store and compute everything in fp32.  ``hp_``
 symbols store y_backprop, x and x_backprop in fp16 and the per-channel vectors
-in fp32, and compute in fp32 at the chip's fp32 vector rate; widening each
-loaded element and narrowing each stored one is a vector op priced in cycles
-as an extra op, not counted as a flop (both precisions report the same flops).
+in fp32, and compute in fp32 as TensorFlow does for fp16 batch norm: the loops
+load fp16 (half the bytes per load), widen each vector on the ALU, run the
+arithmetic at the chip's fp32 lanes and narrow x_backprop before storing it.
+Both precisions report the same flops (the math's).
+
+Loops (what a tile's compute issues, per vector of fp32 lanes; kernels.common.loops
+turns them into issues on the target's units):
+
+* partial sums: x and dy loaded, x̂ = (x − mean)·rs (two FMAC ops), Σdy += dy
+  and Σdy·x̂ += dy·x̂ (two FMAC ops into running sums: a carried chain, unrolled
+  into enough independent accumulators to hide the FMAC latency, added together
+  at the end);
+* x_backprop (training): x and dy loaded, x̂ (2), k·(m·dy − (x̂·b + a)) (two FMAs
+  and a multiply), stored; inference does the sums and dy·k in one loop;
+* per-channel loops before and between them: rs = rsqrt(var + eps) (an add, the
+  ALU's estimate, a Newton step), the coefficients k = scale·rs/m, a, b;
+* NHWC (channels on the lanes): one loop over the block's vectors, the
+  coefficients of its channel vectors held in registers (or loaded again with
+  every vector when there are too many); NCHW (positions on the lanes): a loop
+  per channel, each sum reduced across the lanes once per channel;
+* the rows plan adds the zero-fill of the sums (stores) and the reduction of
+  the cores' partials (kernels.common.exchange).
 
 Both layouts are handled as a 3-D view [A, C, B] with the channels in the
 middle: NHWC is [N·H·W, C, 1] (channels on the vector lanes, the sums are
@@ -52,6 +71,7 @@ flop table.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +82,7 @@ from kernels.base import PRECISION_DTYPES, PlanContext
 from kernels.common.args import require_bool, require_choice, require_float, require_ints
 from kernels.common.binding import attrs_of, bind_arguments, bound_call
 from kernels.common.exchange import Exchange
+from kernels.common.loops import streaming, vls_issues
 from kernels.common.scratch import Arena, Scratch, align_up, aligned_bytes, fits
 from kernels.common.streams import FIXED_SLOT, CoreStream, plan_of
 from kernels.common.tiling_space import (
@@ -78,7 +99,7 @@ from kernels.common.tiling_space import (
 from kernels.common.transfers import operand_in, operand_out, sub_operand
 from sim.errors import KernelArgError
 from sim.model.call import ArgSpec, BoundCall, MemoryReader
-from sim.model.plan import Compute, DoesNotFit, Operand, Phase, Plan, Tile, Transfer
+from sim.model.plan import Compute, DoesNotFit, Loop, Operand, Phase, Plan, Tile, Transfer
 
 F32 = np.dtype(np.float32)
 FORMATS = ("NHWC", "NCHW")
@@ -89,7 +110,6 @@ FLOPS_XHAT = 2          # (x - mean) * rs
 FLOPS_SUMS = 3          # Σdy += dy; Σdy·x̂ += dy·x̂ (FMA)
 FLOPS_DX_TRAIN = 4      # x̂·b + a (FMA), dy − that, · k
 FLOPS_DX_INFER = 1      # dy · k
-FLOPS_WIDEN = 1         # fp16 -> fp32 per loaded element, fp32 -> fp16 per stored element
 #: Per-channel vector work: rs = rsqrt(var + eps) (2; none when rs is given), k = scale·rs (1), a = Σdy/m,
 #: b = Σdy·x̂/m (2).
 FLOPS_CHANNEL_RS = 2
@@ -189,16 +209,6 @@ class View:
         """Elements per channel (N·H·W)."""
         return self.a * self.b
 
-    def lane_elems(self, na: int, nc: int, nb: int, lanes: int) -> int:
-        """Vector lanes a loop over a [na, nc, nb] block spends (its lane axis padded to whole vectors)."""
-        if self.channels_on_lanes:
-            return na * padded_lanes(nc, lanes) * nb
-        return na * nc * padded_lanes(nb, lanes)
-
-    def reductions(self, nc: int) -> int:
-        """Cross-lane reductions to finish the two per-channel sums of a block of ``nc`` channels."""
-        return 0 if self.channels_on_lanes else 2 * nc
-
 
 @dataclass(frozen=True)
 class Tensors:
@@ -284,9 +294,10 @@ class FusedBatchNormGrad(BatchNormPlanning):
     #: What an hp_ call stores in fp16 (the rest in fp32) and how it computes.
     tensors_in_precision = ("y_backprop", "x", "x_backprop")
     fp32_tensors = ("scale", "reserve_space_1", "reserve_space_2", "scale_backprop", "offset_backprop")
-    fp16_arithmetic = ("computed in fp32 at the chip's fp32 vector rate: y_backprop and x are widened as they are "
-                       "loaded and x_backprop is rounded to fp16 as it is stored, one vector op per element each, "
-                       "priced as extra vector ops (not flops)")
+    fp16_arithmetic = ("computed in fp32 (as TensorFlow computes fp16 batch norm gradients): y_backprop and x are "
+                       "loaded as fp16 and widened on the vector ALU, the arithmetic runs at the chip's fp32 lanes, "
+                       "and x_backprop is narrowed to fp16 before it is stored; each conversion is a vector ALU "
+                       "issue of the loops, not a flop")
     args = (
         ArgSpec("y_backprop", "in_ptr", "address of y_backprop (4-D, data_format order)"),
         ArgSpec("x", "in_ptr", "address of x (4-D, data_format order)"),
@@ -352,13 +363,13 @@ class _PlanBase:
         self.dt = PRECISION_DTYPES[call.precision]
         self.lanes = ctx.target.core.precisions[COMPUTE_PRECISION].lanes
         self.level = ctx.vector_level
+        self.core = ctx.target.core
         self.align = self.level.alignment_bytes
         #: The tile size a caller's tiling names (channels per tile or elements per tile), None: the plan's own.
         self.size = size
         self.buf = {b.name: b for b in call.buffers}
         self.train = attrs.is_training
         self.eps = attrs.epsilon
-        self.widen = FLOPS_WIDEN if self.dt != F32 else 0
         #: Per-channel rsqrt work: none when the call gives rs.
         self.rs_flops = FLOPS_CHANNEL_RS if attrs.epsilon is not None else 0
 
@@ -382,12 +393,54 @@ class _PlanBase:
         """DMA ``op`` out to channels [c0, c0 + n) of per-channel output ``role``."""
         return operand_out(op, self.addr(role), (self.v.c,), (c0,))
 
-    def compute(self, fn: Callable, inputs: Sequence[Operand], outputs: Sequence[Operand], ops: int,
-                reductions: int = 0, *, flops: int = 0) -> Compute:
-        """A Compute priced in fp32: ``ops`` vector operations in all, ``flops`` of them the math's own (the rest:
-        conversions, empty lanes, work the rows plan repeats, see ``Compute``)."""
-        return Compute(fn, tuple(inputs), tuple(outputs), flops=int(flops), reductions=int(reductions),
-                       precision=COMPUTE_PRECISION, extra_ops=int(ops) - int(flops))
+    def compute(self, fn: Callable, inputs: Sequence[Operand], outputs: Sequence[Operand], loops: Sequence[Loop],
+                *, flops: int = 0) -> Compute:
+        """A Compute in fp32 running ``loops`` (what the core issues); ``flops`` the math's own, for reports."""
+        return Compute(fn, tuple(inputs), tuple(outputs), flops=int(flops), reductions=0,
+                       precision=COMPUTE_PRECISION, loops=tuple(loops))
+
+    # -- the loops the core runs (see the module's "Loops") -----------------------------------------
+
+    def data_loop(self, dims: tuple[int, int, int], kind: str) -> Loop:
+        """The loop over a [na, nc, nb] block's elements: ``sums`` (Σdy, Σdy·x̂), ``both`` (the sums and
+        inference's x_backprop) or ``dx`` (training's x_backprop from the sums)."""
+        (na, nc, nb), core, v = dims, self.core, self.v
+        sums = 0 if kind == "dx" else 2
+        stores = 0 if kind == "sums" else 1
+        # x̂ = (x - mean)·rs (2); the sums: Σdy += dy, Σdy·x̂ += dy·x̂ (2); inference's dx = dy·k (1);
+        # training's dx = k·(m·dy - (x̂·b + a)) with a = Σdy, b = Σdy·x̂ (3: two FMAs and a multiply).
+        fmac = {"sums": 4, "both": 5, "dx": 5}[kind]
+        depth = {"sums": 3, "both": 3, "dx": 5}[kind]
+        consts = {"sums": 2, "both": 3, "dx": 5}[kind]  # per channel: mean, rs (k; k, a, b)
+        label = {"sums": "partial sums", "both": "sums and x_backprop", "dx": "x_backprop"}[kind]
+        loop = functools.partial(streaming, core, COMPUTE_PRECISION, loads=2, stores=stores, fmac=fmac, sums=sums,
+                                 load_itemsize=self.dt.itemsize, store_itemsize=self.dt.itemsize, fmac_depth=depth,
+                                 label=label)
+        if v.channels_on_lanes:
+            # Channels on the lanes: one loop over the block's vectors, the per-channel coefficients held in
+            # registers when they fit half the register file, else loaded again with each vector.  The epilogue
+            # loads the coefficients held, and loads, adds to and stores the sums of every channel vector.
+            ncv = -(-nc // self.lanes)
+            held = consts * ncv <= core.vector_registers // 2
+            epilogue = {"vls": vls_issues(core, consts * ncv * held + 2 * sums * ncv)}
+            return loop(na * ncv * self.lanes * nb, const_registers=consts * ncv * held,
+                        const_loads=0 if held else consts, epilogue=epilogue)
+        # Spatial positions on the lanes: a loop per channel over its na x nb elements (each row padded to whole
+        # vectors), its coefficients broadcast from a lane once per entry, each sum reduced across the lanes and
+        # added to the channel's partial at the end.
+        epilogue = {"vls": 1 + bool(sums), "valu": consts}
+        return loop(na * padded_lanes(nb, self.lanes), const_registers=consts, entries=nc, reductions=sums,
+                    epilogue=epilogue)
+
+    def channel_loop(self, nc: int, *, rsqrt: bool = False, loads: int = 0, fmac: int = 0, stores: int = 0,
+                     label: str = "per-channel") -> Loop:
+        """A loop over ``nc`` channels' fp32 vectors: ``loads`` vectors in, ``fmac`` multiply-adds and ``stores`` out
+        per vector, and with ``rsqrt`` rs = rsqrt(var + eps) too (an add, the estimate on the ALU, a Newton step of
+        three FMAs; one more vector in and out)."""
+        if rsqrt:
+            loads, fmac, stores = loads + 1, fmac + 4, stores + 1
+        return streaming(self.core, COMPUTE_PRECISION, padded_lanes(nc, self.lanes), loads=loads, stores=stores,
+                         fmac=fmac, valu=int(rsqrt), fmac_depth=fmac and (4 if rsqrt else 1), label=label)
 
 
 class _ChannelsPlan(_PlanBase):
@@ -478,11 +531,18 @@ class _ChannelsPlan(_PlanBase):
             def fn(x, dy, mean, var, scale, _eps=self.eps, _train=self.train):
                 return batch_norm_backprop(x, dy, mean, rs_of(var, _eps), scale, _train)
 
-            elems = v.lane_elems(v.a, n, v.b, self.lanes)
+            # rs (from the variance) and the coefficients per channel, the sums, then (training) a, b, k from
+            # the sums and x_backprop: inference computes k with rs and x_backprop with the sums.
+            dims = (v.a, n, v.b)
+            if self.train:
+                loops = ((self.channel_loop(n, rsqrt=True, label="rs"),) if self.eps is not None else ()) + (
+                    self.data_loop(dims, "sums"), self.channel_loop(n, loads=4, fmac=3, stores=3, label="coefficients"),
+                    self.data_loop(dims, "dx"))
+            else:
+                loops = (self.channel_loop(n, rsqrt=self.eps is not None, loads=2, fmac=1, stores=1,
+                                           label="rs, coefficients"), self.data_loop(dims, "both"))
             per_elem = FLOPS_XHAT + FLOPS_SUMS + dx_flops
-            stream.add(loads, self.compute(fn, (ox, ody, om, ovar, osc), (odx, osb, oob),
-                                           elems * (per_elem + 3 * self.widen) + padded_lanes(n, self.lanes)
-                                           * chan_flops, v.reductions(n),
+            stream.add(loads, self.compute(fn, (ox, ody, om, ovar, osc), (odx, osb, oob), loops,
                                            flops=v.a * n * v.b * per_elem + n * chan_flops), stores)
         return tuple(stream.tiles)
 
@@ -692,18 +752,16 @@ class _RowsPlan(_PlanBase):
             loads = ()  # x and dy are still in the vector level from phase 1
         mean, rs, scale = (sub_operand(op, c, nc) for op in (fixed.mean, fixed.rs, fixed.scale))
         s1, s2 = fixed.s1(c, nc), fixed.s2(c, nc)
-        elems = v.lane_elems(na, nc, nb, self.lanes)
-        chan = padded_lanes(nc, self.lanes) * FLOPS_CHANNEL_COEF
         count = na * nc * nb
         # The per-channel coefficients count as the math's once per channel: in the block holding the channel's
         # first element (every other block recomputes them).
         coef = nc * FLOPS_CHANNEL_COEF if a == 0 and b == 0 else 0
+        dims = (na, nc, nb)
         if kind == "sums":
             def fn(x, dy, mean, rs, s1, s2):
                 d1, d2 = partial_sums(x, dy, mean, rs)
                 return s1 + d1, s2 + d2
-            comp = self.compute(fn, (ox, ody, mean, rs, s1, s2), (s1, s2),
-                                elems * (FLOPS_XHAT + FLOPS_SUMS + 2 * self.widen), v.reductions(nc),
+            comp = self.compute(fn, (ox, ody, mean, rs, s1, s2), (s1, s2), (self.data_loop(dims, "sums"),),
                                 flops=count * (FLOPS_XHAT + FLOPS_SUMS))
             stream.add(loads, comp, (), slot=blk.slot)
             return
@@ -711,14 +769,15 @@ class _RowsPlan(_PlanBase):
             def fn_both(x, dy, mean, rs, scale, s1, s2, _dt=dt):
                 d1, d2 = partial_sums(x, dy, mean, rs)
                 return x_backprop_infer(dy, rs, scale).astype(_dt, copy=False), s1 + d1, s2 + d2
-            comp = self.compute(fn_both, (ox, ody, mean, rs, scale, s1, s2), (odx, s1, s2),
-                                elems * (FLOPS_XHAT + FLOPS_SUMS + FLOPS_DX_INFER + 3 * self.widen) + chan,
-                                v.reductions(nc), flops=count * (FLOPS_XHAT + FLOPS_SUMS + FLOPS_DX_INFER) + coef)
+            loops = (self.channel_loop(nc, loads=2, fmac=1, stores=1, label="coefficients"),
+                     self.data_loop(dims, "both"))
+            comp = self.compute(fn_both, (ox, ody, mean, rs, scale, s1, s2), (odx, s1, s2), loops,
+                                flops=count * (FLOPS_XHAT + FLOPS_SUMS + FLOPS_DX_INFER) + coef)
         else:
             def fn_dx(x, dy, mean, rs, scale, s1, s2, _m=v.m, _dt=dt):
                 return (x_backprop_train(x, dy, mean, rs, scale, s1, s2, _m).astype(_dt, copy=False),)
-            comp = self.compute(fn_dx, (ox, ody, mean, rs, scale, s1, s2), (odx,),
-                                elems * (FLOPS_XHAT + FLOPS_DX_TRAIN + 3 * self.widen) + chan,
+            loops = (self.channel_loop(nc, loads=4, fmac=3, stores=3, label="coefficients"), self.data_loop(dims, "dx"))
+            comp = self.compute(fn_dx, (ox, ody, mean, rs, scale, s1, s2), (odx,), loops,
                                 flops=count * FLOPS_DX_TRAIN + coef)  # x̂ was the sums pass's math
         stream.add(loads, comp, (self.tensor_out(odx, start),), slot=blk.slot)
 
@@ -734,7 +793,7 @@ class _RowsPlan(_PlanBase):
         stream.add((self.vec_in(fixed.mean, "mean", g0), self.vec_in(fixed.rs, "variance", g0),
                     self.vec_in(fixed.scale, "scale", g0)),
                    self.compute(prep, (fixed.rs,), (fixed.rs, fixed.sums),
-                                padded_lanes(cg, self.lanes) * (self.rs_flops + 2),
+                                (self.channel_loop(cg, rsqrt=self.eps is not None, stores=2, label="rs, zero sums"),),
                                 flops=cg * self.rs_flops if idx == 0 else 0), (), slot=FIXED_SLOT)
         for blk in blocks:
             self._stream_tile(stream, blk, g0, fixed, "sums" if self.train else "both")
@@ -759,8 +818,7 @@ class _RowsPlan(_PlanBase):
             part = fixed.partials
             assert part is not None  # set whenever partial sums are exchanged (parts > 1)
             stream.add((exchange.gather_into(part),),
-                       exchange.reduce(part, fixed.sums, self.parts * 2 * padded_lanes(part.shape[2], self.lanes),
-                                       COMPUTE_PRECISION),
+                       exchange.reduce(part, fixed.sums, 0, COMPUTE_PRECISION),
                        self._result_stores(g0, fixed) if idx == 0 else (), slot=FIXED_SLOT)
         if self.train:
             for blk in sorted(blocks, key=lambda b: not b.resident):

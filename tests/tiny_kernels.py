@@ -8,6 +8,7 @@ import numpy as np
 
 from kernels.base import PlanContext
 from kernels.common.args import check_args, require_address, require_int
+from kernels.common.loops import elementwise
 from sim.model.call import ArgSpec, BoundCall, Buffer
 from sim.model.plan import Compute, Operand, Phase, Plan, Tile, Transfer
 
@@ -45,12 +46,15 @@ class Twice:
         n, x, y = call.attrs["n"], call.buffer("x"), call.buffer("y")
         half = n // 2
         base = ctx.vector_level.base
+        # Per vector: one load, one multiply, one store (the loop the core runs for each tile).
+        loop = elementwise(ctx.target.core, "fp32", half, loads=1, stores=1, fmac=1, label="twice")
         tiles = []
         for i in range(2):
             slot = base + i * 0x10000
             src, dst = Operand(slot, (half,), F32), Operand(slot + 0x8000, (half,), F32)
             tiles.append(Tile(i, (Transfer.contiguous(x.addr + 4 * half * i, src.addr, 4 * half),),
-                              Compute(_scaled(self.factor), (src,), (dst,), flops=half, reductions=0, precision="fp32"),
+                              Compute(_scaled(self.factor), (src,), (dst,), flops=half, reductions=0, precision="fp32",
+                                      loops=(loop,)),
                               (Transfer.contiguous(dst.addr, y.addr + 4 * half * i, 4 * half),), slot=i))
         plan = Plan(call.cores, (Phase("twice", {call.cores[0]: tuple(tiles)}, barrier_after=False),), "fp32")
         return plan if self.breaker is None else self.breaker(plan, call, ctx)

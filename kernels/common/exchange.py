@@ -10,15 +10,17 @@ around it; this module lays out the slots and writes the descriptors and the red
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from kernels.base import PlanContext
+from kernels.common.loops import streaming
 from kernels.common.tiling_space import split_even
-from sim.model.plan import Compute, DoesNotFit, Operand, Transfer
-from sim.model.target import StagingArea
+from sim.model.plan import Compute, DoesNotFit, Loop, Operand, Transfer
+from sim.model.target import CoreModel, StagingArea
 
 F32 = np.dtype(np.float32)
 
@@ -44,6 +46,7 @@ class Exchange:
     elements: int
     dtype: np.dtype
     stride_bytes: int
+    core: CoreModel | None = None  # the core that reduces (its units state the reduction's loop)
 
     @classmethod
     def through(cls, ctx: PlanContext, parts: int, elements: int, dtype: np.dtype = F32,
@@ -66,7 +69,7 @@ class Exchange:
                              f"the {level.name} staging window [{level.base:#x}, {level.end:#x}) "
                              f"({level.size_bytes} bytes) cannot hold the {what} of {parts} cores "
                              f"({parts} x {partial} bytes)")
-        return cls(level, parts, elements, dtype, stride)
+        return cls(level, parts, elements, dtype, stride, ctx.target.core)
 
     @staticmethod
     def share_bytes(ctx: PlanContext, parts: int, alignment: int) -> int:
@@ -97,11 +100,25 @@ class Exchange:
         """:meth:`gather` filling operand ``op`` (its elements are ``parts`` times the slice's)."""
         return self.gather(op.addr, start, int(np.prod(op.shape, dtype=np.int64)) // self.parts)
 
-    def reduce(self, parts_op: Operand, out: Operand, extra_ops: int, precision: str) -> Compute:
-        """The reduction of a gathered block into ``out`` (in ``out``'s dtype).  Adding the cores' partials is
-        work the split adds, not the math's: ``extra_ops`` vector operations, no flops."""
+    def reduce(self, parts_op: Operand, out: Operand, extra_ops: int = 0, precision: str = "fp32") -> Compute:
+        """The reduction of a gathered block into ``out`` (in ``out``'s dtype), in ``precision``.  Adding the cores'
+        partials is work the split adds, not the math's: no flops, and its loop (:meth:`reduce_loop`) is what the
+        core spends.  ``extra_ops`` is ignored (the loop states the work; the parameter goes with
+        ``Compute.extra_ops``)."""
         return Compute(sum_partials(out.dtype), (parts_op,), (out,), flops=0, reductions=0, precision=precision,
-                       extra_ops=int(extra_ops))
+                       loops=(self.reduce_loop(out, precision),))
+
+    def reduce_loop(self, out: Operand, precision: str = "fp32") -> Loop:
+        """The loop of :meth:`reduce`: per vector of ``out``, the ``parts`` partials' vectors loaded from the
+        gathered block (stored in the exchange's dtype), ``parts - 1`` adds (a tree: log2(parts) deep) and the
+        result stored in ``out``'s dtype (converted when it differs from ``precision``'s)."""
+        if self.core is None:
+            raise ValueError("an Exchange built without its core (use Exchange.through) cannot state its loop")
+        elements = int(np.prod(out.shape, dtype=np.int64))
+        return streaming(self.core, precision, elements, loads=self.parts, stores=1, fmac=self.parts - 1,
+                         load_itemsize=self.dtype.itemsize, store_itemsize=np.dtype(out.dtype).itemsize,
+                         fmac_depth=math.ceil(math.log2(self.parts)) if self.parts > 1 else 0,
+                         label=f"sum of {self.parts} partials")
 
     @staticmethod
     def rounds(elements: int, per_round: int) -> list[tuple[int, int]]:

@@ -9,7 +9,7 @@ issue moves taken from the target, so the same kernel code states the right loop
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from sim.model.plan import Loop
 from sim.model.target import CoreModel
@@ -54,6 +54,95 @@ def elementwise(core: CoreModel, precision: str, elements: int, *, loads: int, s
     return Loop(trips=trips, issues={u: n for u, n in issues.items() if n}, chain=chain, entries=entries,
                 epilogue=dict(epilogue or {}), reductions=reductions,
                 vector_registers=(loads + stores + fmac + valu) * unroll, label=label)
+
+
+def element_bytes(core: CoreModel, precision: str) -> int:
+    """Bytes one element of ``precision`` takes in a vector register (the vector's bytes over its lanes)."""
+    return max(1, core.vector_width_bytes // lanes(core, precision))
+
+
+def _tensor_issues(core: CoreModel, precision: str, vectors: int, itemsize: int) -> int:
+    """Load/store issues that move ``vectors`` vectors' worth of elements of one tensor stored ``itemsize`` bytes
+    each (an fp16 tensor computed in fp32 moves half the bytes of its fp32 vectors)."""
+    per_issue = core.units["vls"].bytes_per_issue or core.vector_width_bytes
+    return -(-vectors * lanes(core, precision) * itemsize // per_issue)
+
+
+def _busiest(core: CoreModel, issues: Mapping[str, int]) -> int:
+    """Cycles the busiest unit class needs for ``issues`` (what an unroll must reach to hide a carried chain)."""
+    return max((-(-n // core.units[u].count) for u, n in issues.items() if n), default=0)
+
+
+def streaming(core: CoreModel, precision: str, elements: int, *, loads: int = 0, stores: int = 0, fmac: int = 0,
+              valu: int = 0, sums: int = 0, load_itemsize: int | None = None, store_itemsize: int | None = None,
+              fmac_depth: int | None = None, valu_depth: int | None = None, const_registers: int = 0,
+              const_loads: int = 0, chain: Sequence[str] | None = None, entries: int = 1, reductions: int = 0,
+              epilogue: Mapping[str, int] | None = None, label: str = "stream") -> Loop:
+    """A loop that streams ``elements`` elements (per entry) through the vector units, computing in ``precision``.
+
+    Per vector of ``precision`` it loads ``loads`` tensors and stores ``stores`` from/to AM, issues ``fmac``
+    multiply-adds (adds, multiplies) and ``valu`` other vector ops (compares, selects, rsqrt estimates), and
+    adds into ``sums`` running sums.  Tensors stored narrower than the compute precision (``load_itemsize`` /
+    ``store_itemsize`` in bytes: fp16 tensors computed in fp32) move fewer bytes per issue, and each costs one
+    conversion (a ``valu`` issue) per vector: widened as loaded, narrowed as stored.
+
+    The body is unrolled to whole load/store issues of the narrowest tensor (or to all the vectors, when fewer).
+    Running sums are a carried chain
+    (each accumulator's add waits for the previous one's, an FMAC latency): the loop keeps one accumulator per
+    unrolled vector and unrolls further, as far as the registers and the elements allow, until its busiest unit
+    takes at least that latency per iteration (the chain then costs nothing); the epilogue adds the
+    accumulators of each sum together.  ``fmac_depth`` / ``valu_depth`` are the dependent FMAC / other vector
+    ops on one element's path (the fill, in the order load, widen, FMAC, ALU, narrow, store; ``chain`` gives
+    another path whole), ``const_registers`` the
+    vector registers held for the whole loop (per-channel coefficients), ``const_loads`` vectors of such
+    coefficients loaded again with every vector instead (when they are too many to hold), ``epilogue`` further
+    issues once per entry (storing the sums, loading coefficients), ``reductions`` cross-lane reductions per
+    entry.
+    """
+    lane, width = lanes(core, precision), element_bytes(core, precision)
+    li, si = load_itemsize or width, store_itemsize or width
+    vectors = -(-max(int(elements), 0) // lane)
+    narrowest = min([li] * bool(loads) + [si] * bool(stores) + [width])
+    per_issue = core.units["vls"].bytes_per_issue or core.vector_width_bytes
+    step = max(1, per_issue // (lane * narrowest))
+    converts = loads * (li != width) + stores * (si != width)
+
+    def issues_for(unroll: int) -> dict[str, int]:
+        out = {"vls": loads * _tensor_issues(core, precision, unroll, li)
+                      + stores * _tensor_issues(core, precision, unroll, si)
+                      + const_loads * _tensor_issues(core, precision, unroll, width),
+               "fmac": fmac * unroll, "valu": (valu + converts) * unroll}
+        return {u: n for u, n in out.items() if n}
+
+    def registers(unroll: int) -> int:
+        return unroll * (loads + const_loads + stores + fmac + valu + converts) + const_registers
+
+    unroll = max(1, min(step, vectors))  # a loop over fewer vectors than a load moves issues them all at once
+    if sums:
+        latency = core.units["fmac"].latency_cycles
+        while (_busiest(core, issues_for(unroll)) < latency and unroll < vectors
+               and registers(unroll + step) <= core.vector_registers):
+            unroll += step
+    if chain is None:
+        fd = min(fmac, 1) if fmac_depth is None else fmac_depth
+        vd = min(valu, 1) if valu_depth is None else valu_depth
+        chain = (("vls",) * bool(loads) + ("valu",) * bool(loads and li != width) + ("fmac",) * fd + ("valu",) * vd
+                 + ("valu",) * bool(stores and si != width) + ("vls",) * bool(stores))
+    tail = dict(epilogue or {})
+    if sums and unroll > 1:
+        tail["fmac"] = tail.get("fmac", 0) + sums * (unroll - 1)
+    return Loop(trips=-(-vectors // unroll), issues=issues_for(unroll), chain=tuple(chain),
+                carried=("fmac",) if sums else (), entries=entries, epilogue=tail, reductions=reductions,
+                vector_registers=registers(unroll), label=label)
+
+
+def sequence(ops: Sequence[str], *, entries: int = 1, label: str = "sequence") -> Loop:
+    """Straight-line code run once per entry: ``ops`` issued one after the other, each waiting for the one before
+    (a scalar computation on one lane, such as a quantisation range's nudge): its time is the chain's latencies."""
+    counts: dict[str, int] = {}
+    for u in ops:
+        counts[u] = counts.get(u, 0) + 1
+    return Loop(trips=1, issues=counts, chain=tuple(ops), entries=entries, vector_registers=2, label=label)
 
 
 def gemm_micro_kernel(core: CoreModel, precision: str, m_r: int, n_r: int, k: int, *, itemsize: int,
