@@ -418,13 +418,15 @@ class _PlanBase:
                                  label=label)
         if v.channels_on_lanes:
             # Channels on the lanes: one loop over the block's vectors, the per-channel coefficients held in
-            # registers when they fit half the register file, else loaded again with each vector.  The epilogue
-            # loads the coefficients held, and loads, adds to and stores the sums of every channel vector.
+            # registers when they fit beside the body's, else loaded again with each vector.  The epilogue loads
+            # the coefficients held, and loads, adds to and stores the sums of every channel vector.
             ncv = -(-nc // self.lanes)
-            held = consts * ncv <= core.vector_registers // 2
-            epilogue = {"vls": vls_issues(core, consts * ncv * held + 2 * sums * ncv)}
-            return loop(na * ncv * self.lanes * nb, const_registers=consts * ncv * held,
-                        const_loads=0 if held else consts, epilogue=epilogue)
+            held = loop(na * ncv * self.lanes * nb, const_registers=consts * ncv,
+                        epilogue={"vls": vls_issues(core, consts * ncv + 2 * sums * ncv)})
+            if held.vector_registers <= core.vector_registers:
+                return held
+            return loop(na * ncv * self.lanes * nb, const_loads=consts,
+                        epilogue={"vls": vls_issues(core, 2 * sums * ncv)} if sums else None)
         # Spatial positions on the lanes: a loop per channel over its na x nb elements (each row padded to whole
         # vectors), its coefficients broadcast from a lane once per entry, each sum reduced across the lanes and
         # added to the channel's partial at the end.

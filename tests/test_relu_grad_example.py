@@ -231,12 +231,14 @@ def test_the_sweep_runs_through_the_cli(tmp_path, capsys):
     assert all(r["symbol"] == "fp_relu_grad_s" and not r["error"] for r in rows)
     # DDR-bound at every core count: one core's two engines can already draw all of DDR (a lone stream takes the
     # whole region), so more cores never make it slower and never beat DDR's bandwidth (3 tensors of 256x4096
-    # fp32 over 20 B/cycle), and one core is within 10 % of that bound.
+    # fp32 over 20 B/cycle).  One core with the large tiles is within 10 % of that bound; with the small ones
+    # within 20 %: each tile's compute (a vector-ALU-bound loop, 2 cycles a vector) and its transfers' setups and
+    # latencies leave DDR idle while both slots wait, a larger share of a short tile's time.
     ddr_bound = 3 * 4 * 256 * 4096 / sim.load_target("FT78NE").region("ddr").bandwidth_bytes_per_cycle
-    for t in (4096, 16384):
+    for t, slack in ((4096, 1.2), (16384, 1.1)):
         cycles = [by[(c, t)]["cycles"] for c in (1, 2, 4, 8)]
         assert cycles == sorted(cycles, reverse=True)
-        assert ddr_bound < cycles[-1] and cycles[0] < 1.1 * ddr_bound
+        assert ddr_bound < cycles[-1] and cycles[0] < slack * ddr_bound
 
 
 def test_a_fresh_worker_process_imports_the_configs_kernel_file():

@@ -115,7 +115,9 @@ def streaming(core: CoreModel, precision: str, elements: int, *, loads: int = 0,
         return {u: n for u, n in out.items() if n}
 
     def registers(unroll: int) -> int:
-        return unroll * (loads + const_loads + stores + fmac + valu + converts) + const_registers
+        # Per unrolled vector: what it loads and one working register its chain of ops writes in turn, and an
+        # accumulator per running sum; plus the registers held for the whole loop.
+        return unroll * (loads + const_loads + 1 + sums) + const_registers
 
     unroll = max(1, min(step, vectors))  # a loop over fewer vectors than a load moves issues them all at once
     if sums:

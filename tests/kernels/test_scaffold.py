@@ -152,8 +152,13 @@ def test_exchange_slots_descriptors_and_reduction():
     # Packed partials gathered whole are one contiguous run, like a plain copy of the three partials.
     assert ex.gather(0x2000).runs("src") == Transfer.contiguous(0x40000000, 0x2000, 120).runs("src") == (1, 120)
     assert ex.gather_into(Operand(0x2000, (3, 2, 5), F32)) == ex.gather(0x2000)
-    comp = ex.reduce(Operand(0x2000, (3, 10), F32), Operand(0x3000, (10,), np.dtype(np.float16)), 30, "fp32")
-    assert (comp.flops, comp.extra_ops, comp.reductions) == (0, 30, 0)
+    comp = ex.reduce(Operand(0x2000, (3, 10), F32), Operand(0x3000, (10,), np.dtype(np.float16)), precision="fp32")
+    assert (comp.flops, comp.extra_ops, comp.reductions) == (0, 0, 0)
+    # Its loop, on FT78NE (32 fp32 lanes, 256 B a load issue): 10 outputs are one vector; per vector the 3 parts
+    # loaded (3 issues), 2 adds, the result narrowed to fp16 (one ALU conversion) and stored (1 issue).
+    (loop,) = comp.loops
+    assert (loop.trips, dict(loop.issues), loop.chain) == (1, {"vls": 4, "fmac": 2, "valu": 1},
+                                                           ("vls", "fmac", "fmac", "valu", "vls"))
     parts = np.arange(30, dtype=np.float32).reshape(3, 10)
     (out,) = comp.fn(parts)
     assert out.dtype == np.float16 and out.tolist() == [30 + 3 * i for i in range(10)]
