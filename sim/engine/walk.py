@@ -27,7 +27,8 @@ class Walk:
     With ``buffers`` (a phase whose tiles name staged buffers, :class:`~sim.model.plan.Tile`), a tile's loads
     also wait for the buffers it uses to be filled and, for a staging tile (one that fills buffers), for the
     previous generation of each to be released; the walk passes a staging tile at once (its loads land in the
-    background, and count as its stores for the end of the walk).
+    background, and count as its stores for the end of the walk), and prefetches through staging tiles to the
+    next tile that is not one.
     """
 
     __slots__ = ("eng", "core", "tiles", "phase", "finished", "i", "issued", "loaded", "waiting", "latest",
@@ -104,6 +105,11 @@ class Walk:
                 self._issue(i)
             if self.issued == i + 1 and i + 1 < n:
                 self._issue(i + 1)  # prefetch: the next tile's DMA overlaps this tile's compute
+                if self.buffers is not None:
+                    # Staging tiles do not count as the next tile: prefetch through them to the next one that
+                    # computes, so that blocks staged between two tiles do not cost the second its prefetch.
+                    while self.issued < n and tiles[self.issued - 1].fills:
+                        self._issue(self.issued)
             if self.buffers is not None and tiles[i].fills:
                 self._pass_staging(i)  # a staging tile: its loads land in the background
                 continue

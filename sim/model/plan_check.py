@@ -241,11 +241,10 @@ class _Checker:
             for i, tile in enumerate(tiles):
                 node = ("t", int(core), i)
                 indeg.setdefault(node, 0)
-                # A tile is issued when the walk reaches the tile before it, i.e. once every non-staging tile
-                # before that one is done; a non-staging tile also runs after the previous non-staging one.
+                # The walk issues the tiles after the one it is at up to the next non-staging tile: a tile is issued
+                # once the walk reaches the non-staging tile before it, i.e. once the non-staging tile before that
+                # one is done; a non-staging tile also runs after the previous non-staging one.
                 walked_before = last_walked if not tile.fills else before_last
-                if i > 0 and tiles[i - 1].fills:
-                    walked_before = last_walked
                 if walked_before is not None:
                     edge(walked_before, node)
                 for ref in tile.uses:
