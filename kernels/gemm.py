@@ -121,11 +121,6 @@ def _flag(name: str, value: Any) -> bool:
     return bool(require_int(name, value, minimum=0, maximum=1))
 
 
-def _span_elements(rows: int, cols: int, pitch: int) -> int:
-    """Elements from a pitched matrix's first element to its last: the rows' gaps after the last row excluded."""
-    return (rows - 1) * pitch + cols
-
-
 class Gemm:
     """The registry entry of gemm."""
 
@@ -151,7 +146,7 @@ class Gemm:
 
     def bind(self, symbol: str, precision: str, variant: str, cores: tuple[int, ...],
              args: Mapping[str, Any], read: MemoryReader) -> BoundCall:
-        """Check the arguments (SPEC §4) and describe A, B and C by the span of elements they cover."""
+        """Check the arguments (SPEC §4) and describe A, B and C as [rows, pitch] matrices."""
         a = bind_arguments(symbol, precision, self.args, args)
         m, n, k = (require_int(x, a[x], minimum=1) for x in ("m", "n", "k"))
         trans_a, trans_b = _flag("trans_a", a["trans_a"]), _flag("trans_b", a["trans_b"])
@@ -167,9 +162,11 @@ class Gemm:
                                      f"{cols} elements")
             pitches[name] = pitch
         attrs = GemmAttrs(m, n, k, trans_a, trans_b, beta, pitches["lda"], pitches["ldb"], pitches["ldc"])
-        buffers = (a.buffer("a", (_span_elements(a_rows, a_cols, attrs.lda),), size_arg="lda"),
-                   a.buffer("b", (_span_elements(b_rows, b_cols, attrs.ldb),), size_arg="ldb"),
-                   a.buffer("c", (_span_elements(m, n, attrs.ldc),), size_arg="ldc"))
+        # Each matrix as SPEC §4 stores it, [rows, pitch]: the layout check reserves its whole rows (the kernel
+        # itself never touches the elements past a row's end).
+        buffers = (a.buffer("a", (a_rows, attrs.lda), size_arg="lda"),
+                   a.buffer("b", (b_rows, attrs.ldb), size_arg="ldb"),
+                   a.buffer("c", (m, attrs.ldc), size_arg="ldc"))
         return bound_call(a, variant, cores, buffers, attrs)
 
     def plan(self, call: BoundCall, ctx: PlanContext) -> Plan:
@@ -568,11 +565,12 @@ class _Planner:
         stores: list[Transfer] = []
         out_dtype = None
         outputs: tuple[Operand, ...] = (acc,)
-        if last and self.dt != F32:
+        if last:
+            # The finished rows of C go to the tile's slot (rounded to fp16 for hp), not the C block: the slot is
+            # not reused before its stores have landed, while the C block's rows are the next step's to write.
             out = (c_slot.operand((pr, nc), self.dt) if not (first and g.beta)
                    else Operand(inputs[-1].addr, (pr, nc), self.dt))
             outputs, out_dtype = (out,), self.dt
-        if last:
             src = outputs[0]
             stores.append(Transfer.block(src.addr, c_at, (pr, nc), isz, (nc * isz, isz), c_rows))
         entries = -(-pr // t.m_micro) * -(-nc // t.n_micro)
