@@ -54,7 +54,7 @@ from sim.model.plan import Compute, DoesNotFit, Operand, Phase, Plan, Tile, Tran
 
 F32 = np.dtype(np.float32)
 #: How the cores share the work (the ``split`` key of a tiling).
-SPLITS = ("n", "m")
+SPLITS = ("n", "m", "k")
 #: Precision a symbol computes in, by storage precision: hp products of fp16 values accumulated in fp32 (the
 #: chip's mixed-precision rate where the target lists it, else its fp32 rate).
 MIXED = "fp16_fp32acc"
@@ -95,6 +95,19 @@ class _TileFn:
         if not self.first or self.beta:
             acc += rest[0].astype(F32)  # the accumulator, or the old C on the first k block
         return (acc if self.out_dtype is None else acc.astype(self.out_dtype),)
+
+
+class _SumPartials:
+    """Compute.fn of a split-k reduction tile: the cores' fp32 partial rows summed (+ the old C), in C's dtype."""
+
+    def __init__(self, n: int, dtype: np.dtype):
+        self.n, self.dtype = n, dtype
+
+    def __call__(self, stack: np.ndarray, *old: np.ndarray) -> tuple[np.ndarray]:
+        acc = stack.sum(axis=0, dtype=F32).reshape(-1, self.n)
+        if old:
+            acc += old[0].astype(F32)
+        return (acc.astype(self.dtype),)
 
 
 # --- binding -----------------------------------------------------------------------------------
@@ -220,12 +233,15 @@ class _Planner:
         self.prec = compute_precision(ctx)
         self.lanes = lanes(self.core, self.prec)
         self.am, self.sm = ctx.vector_level, ctx.scalar_level
+        self._split = "n"  # the split of the tiling being laid out or built
         # A core described by its functional units prices the loops (a target without them: the flops).
         self._has_units = all(u in self.core.units for u in ("vls", "sload", "fmac", "broadcast"))
         g = self.g
         self.space = TilingSpace(
             ChoiceKey("split", SPLITS, "n: each core its columns of C (A blocks shared in GSM); m: each core its "
-                                       "micro-panels of each A block (every core loads the B block)"),
+                                       "micro-panels of each A block (every core loads the B block); k: each core "
+                                       "a range of the depth, partial C blocks summed through GSM (small m x n, "
+                                       "long k)"),
             IntKey("m_block", 1, g.m, "rows of op(A) per GSM block (shared by the cores)"),
             IntKey("n_block", 1, g.n, "columns of op(B) per B block in AM (a core's C block width)"),
             IntKey("k_block", 1, g.k, "depth of a GSM block of A and of a B block"),
@@ -238,7 +254,8 @@ class _Planner:
     @property
     def shared(self) -> bool:
         """Whether A's blocks are staged in the shared level (an _s call on more than one core)."""
-        return self.call.variant == "s" and len(self.ctx.cores) > 1 and self.blocks_level is not None
+        return (self.call.variant == "s" and len(self.ctx.cores) > 1 and self.blocks_level is not None
+                and self._split != "k")
 
     @property
     def blocks_level(self) -> Any:
@@ -310,7 +327,7 @@ class _Planner:
             cands.append({**d, "m_block": min(m_block, g.m)})
         if len(self.ctx.cores) > 1:
             other = "m" if d["split"] == "n" else "n"
-            cands += [{**c, "split": other} for c in list(cands)]
+            cands += [{**c, "split": other} for c in list(cands)] + [{**c, "split": "k"} for c in list(cands)]
         out = []
         for c in unique(cands):
             try:
@@ -337,24 +354,48 @@ class _Planner:
             for c in cores:
                 chunks.setdefault(c, [])
             rows = min(t.m_block, g.m)
+        elif t.split == "k":
+            chunks = {c: n_chunks_all for c in cores}
+            rows = min(t.m_block, g.m)
         else:
             chunks = {c: n_chunks_all for c in cores}
             panels = -(-min(t.m_block, g.m) // t.m_panel)
             rows = -(-panels // len(cores)) * t.m_panel
         n_steps_chunks = max((len(v) for v in chunks.values()), default=0)
+        n_kb = (max(-(-(b - a) // t.k_block) for a, b in self._k_shares(t)) if t.split == "k"
+                else -(-g.k // t.k_block))
         steps = [_Step(mb, kb, ch) for mb in range(-(-g.m // t.m_block)) for ch in range(n_steps_chunks)
-                 for kb in range(-(-g.k // t.k_block))]
+                 for kb in range(n_kb)]
         return steps, chunks, rows
+
+    def _k_shares(self, t: _Tiling) -> list[tuple[int, int]]:
+        """Split k: each core's range of the depth, in whole k blocks (cores past the last block get none)."""
+        return _split_units(self.g.k, t.k_block, len(self.ctx.cores))
+
+    def _core_k(self, t: _Tiling, core: int, s: _Step) -> tuple[int, int] | None:
+        """The depth ``core`` covers in step ``s``: the step's k block (split k: of the core's own range; None
+        when its range has fewer blocks)."""
+        if t.split != "k":
+            return self._k_range(t, s)
+        i = self.ctx.cores.index(core)
+        shares = self._k_shares(t)
+        if i >= len(shares):
+            return None
+        a, b = shares[i]
+        k0 = a + s.kb * t.k_block
+        return (k0, min(k0 + t.k_block, b)) if k0 < b else None
 
     def layout(self, t: _Tiling) -> dict[str, Any]:
         """Addresses of the staged buffers and slots; DoesNotFit naming the level that is too small."""
+        self._split = t.split
         _, _, rows = self._steps_and_shares(t)
         am_align = self.am.alignment_bytes
         ncols = min(t.n_block, self.g.n)
         kdepth = min(t.k_block, self.g.k)
         acc_bytes = align_up(rows * ncols * F32.itemsize, am_align)
         b_bytes = align_up(kdepth * ncols * self.isz, am_align)
-        tile_c_bytes = align_up(min(t.m_panel, self.g.m) * ncols * self.isz, am_align)
+        # A C tile in its dtype, or an fp32 partial (split k).
+        tile_c_bytes = align_up(min(t.m_panel, self.g.m) * ncols * F32.itemsize, am_align)
         fixed = acc_bytes + 2 * b_bytes
         if fixed + 2 * tile_c_bytes > self.am.size_bytes:
             raise DoesNotFit(self.am.name, fixed + 2 * tile_c_bytes, self.am.size_bytes,
@@ -380,7 +421,25 @@ class _Planner:
                                  f"({block} bytes each) do not fit the {level.size_bytes}-byte {level.name} staging "
                                  f"window")
             out["gsm"] = (level.base, level.base + block)
+        if t.split == "k":
+            out["exchange"] = self._exchange_layout(t)
         return out
+
+    def _exchange_layout(self, t: _Tiling) -> tuple[int, int, int]:
+        """Split k: (base, bytes between two cores' partials, parts) in the largest shared level; DoesNotFit when a
+        core's fp32 partial C does not fit its share."""
+        level = self.blocks_level
+        parts = len(self._k_shares(t))
+        need = self.g.m * self.g.n * F32.itemsize
+        if self.call.variant != "s" or len(self.ctx.cores) < 2 or level is None or parts < 2:
+            raise DoesNotFit(self.am.name, need, 0, f"{self.call.symbol}: split k needs several cores of an _s call "
+                                                    f"and a shared level to sum their partials through")
+        stride = level.size_bytes // parts // self.am.alignment_bytes * self.am.alignment_bytes
+        if need > stride:
+            raise DoesNotFit(level.name, need * parts, level.size_bytes,
+                             f"{self.call.symbol}: {parts} partial C blocks of {self.g.m}x{self.g.n} fp32 do not fit "
+                             f"the {level.size_bytes}-byte {level.name} staging window")
+        return level.base, stride, parts
 
     # -- building ------------------------------------------------------------------------------------
 
@@ -390,10 +449,10 @@ class _Planner:
         lay = self.layout(t)
         steps, chunks, _ = self._steps_and_shares(t)
         cores = ctx.cores
+        n_kb_of = {c: sum(1 for s in steps if s.mb == 0 and s.chunk == 0 and self._core_k(t, c, s)) for c in cores}
         tiles: dict[int, list[Tile]] = {c: [] for c in cores}
         ids = dict.fromkeys(cores, 0)
         computes = dict.fromkeys(cores, 0)
-        n_kb = -(-g.k // t.k_block)
 
         def add(core: int, loads: Sequence[Transfer], compute: Compute | None, stores: Sequence[Transfer],
                 fills: tuple[str, ...] = (), uses: tuple[str, ...] = ()) -> None:
@@ -435,8 +494,9 @@ class _Planner:
                 transfers += self._gsm_fill(t, lay, s, core, gsm_gen[step_index] % 2)
                 refs.append(gsm_ref(gsm_gen[step_index]))
             col = self._chunk(chunks, core, s)
-            if col is not None and first_of_b[b_gen[step_index]] == step_index:
-                transfers.append(self._b_fill(t, lay, s, col, b_gen[step_index] % 2))
+            kr = self._core_k(t, core, s)
+            if col is not None and kr is not None and first_of_b[b_gen[step_index]] == step_index:
+                transfers.append(self._b_fill(t, lay, s, col, b_gen[step_index] % 2, kr))
                 refs.append(b_ref(core, b_gen[step_index]))
             if not refs:
                 return []
@@ -450,7 +510,8 @@ class _Planner:
                     add(core, loads, None, (), fills=fills)
             for i, s in enumerate(steps):
                 col = self._chunk(chunks, core, s)
-                panels = self._panels(t, core, s) if col is not None else []
+                kr = self._core_k(t, core, s)
+                panels = self._panels(t, core, s) if col is not None and kr is not None else []
                 # The next blocks stream while this step computes: a piece after each of its tiles.
                 ahead = staging(core, i + 1, max(1, len(panels))) if i + 1 < len(steps) else []
                 if not panels:
@@ -460,15 +521,64 @@ class _Planner:
                 assert col is not None
                 uses = (b_ref(core, b_gen[i]),) + ((gsm_ref(gsm_gen[i]),) if self.shared else ())
                 for j, (p0, p1) in enumerate(panels):
+                    partial_to = None
+                    if t.split == "k":
+                        base, stride, _ = lay["exchange"]
+                        partial_to = (base + cores.index(core) * stride + (p0 * g.n + col[0]) * 4, g.n * 4)
                     loads, compute, stores = self._tile(t, lay, s, col, (p0, p1), p0 - panels[0][0],
                                                         computes[core] % 2, gsm_gen[i] % 2, b_gen[i] % 2,
-                                                        first=s.kb == 0, last=s.kb == n_kb - 1,
-                                                        transpose_b=j == 0 and g.trans_b)
+                                                        first=s.kb == 0, last=s.kb == n_kb_of[core] - 1,
+                                                        transpose_b=j == 0 and g.trans_b, k_range=kr,
+                                                        partial_to=partial_to)
                     add(core, loads, compute, stores, uses=uses)
                     if j < len(ahead):
                         add(core, ahead[j][0], None, (), fills=ahead[j][1])
-        phase = Phase("gemm", {c: tuple(ts) for c, ts in tiles.items()}, barrier_after=False)
-        return Plan(cores=self.call.cores, phases=(phase,), precision=self.call.precision)
+        if t.split != "k":
+            phase = Phase("gemm", {c: tuple(ts) for c, ts in tiles.items()}, barrier_after=False)
+            return Plan(cores=self.call.cores, phases=(phase,), precision=self.call.precision)
+        partials = Phase("gemm:partials", {c: tuple(ts) for c, ts in tiles.items() if ts}, barrier_after=True)
+        return Plan(cores=self.call.cores, phases=(partials, self._reduce_phase(lay, ids)),
+                    precision=self.call.precision)
+
+    def _reduce_phase(self, lay: Mapping[str, Any], ids: Mapping[int, int]) -> Phase:
+        """Split k: each core sums its rows of C over every core's partial (+ the old C when beta = 1), rounds
+        them to C's dtype and stores them."""
+        g, isz = self.g, self.isz
+        base, stride, parts = lay["exchange"]
+        sc = Scratch(self.am, 0, slots=2)
+        row_bytes = align_up(parts * g.n * 4, self.am.alignment_bytes) + 2 * align_up(g.n * isz, 128)
+        per = max(1, min(g.m, (sc.slot_bytes - 3 * self.am.alignment_bytes) // max(1, parts * g.n * 4 + 2 * g.n * isz)))
+        if parts * g.n * 4 + 2 * g.n * isz + 3 * self.am.alignment_bytes > sc.slot_bytes:
+            raise DoesNotFit(self.am.name, 2 * row_bytes, self.am.size_bytes,
+                             f"{self.call.symbol}: one row of {parts} partials does not fit a slot of the "
+                             f"{self.am.name} level")
+        tiles: dict[int, tuple[Tile, ...]] = {}
+        for core, (r0, r1) in zip(self.ctx.cores, split_even(g.m, len(self.ctx.cores))):
+            mine: list[Tile] = []
+            for i, a in enumerate(range(r0, r1, per)):
+                b = min(r1, a + per)
+                arena = sc.slot(i % 2)
+                stack = arena.operand((parts, (b - a) * g.n), F32)
+                loads = [Transfer.block(base + a * g.n * 4, stack.addr, (parts, (b - a) * g.n), 4, (stride, 4))]
+                inputs = [stack]
+                c_rows = (g.ldc * isz, isz)
+                c_at = self.c.addr + a * g.ldc * isz
+                if g.beta:
+                    old = arena.operand((b - a, g.n), self.dt)
+                    loads.append(Transfer.block(c_at, old.addr, (b - a, g.n), isz, c_rows))
+                    inputs.append(old)
+                out = arena.operand((b - a, g.n), self.dt)
+                loops = () if not self._has_units else (
+                    elementwise(self.core, "fp32", (b - a) * g.n, loads=parts + int(g.beta), stores=1,
+                                fmac=parts - 1 + int(g.beta), valu=int(self.dt != F32), label="partials summed"),)
+                compute = Compute(_SumPartials(g.n, self.dt), tuple(inputs), (out,), flops=0, reductions=0,
+                                  precision="fp32", loops=loops)
+                mine.append(Tile(ids[core] + i, tuple(loads), compute,
+                                 (Transfer.block(out.addr, c_at, (b - a, g.n), isz, (g.n * isz, isz), c_rows),),
+                                 slot=i % 2))
+            if mine:
+                tiles[core] = tuple(mine)
+        return Phase("gemm:reduce", tiles, barrier_after=False)
 
     def _chunk(self, chunks: Mapping[int, list[tuple[int, int]]], core: int, s: _Step) -> tuple[int, int] | None:
         mine = chunks[core]
@@ -486,7 +596,7 @@ class _Planner:
         """The rows (global) of each micro-panel ``core`` computes in step ``s``."""
         r0, r1 = self._block_rows(t, s)
         panels = [(a, min(a + t.m_panel, r1)) for a in range(r0, r1, t.m_panel)]
-        if t.split == "n":
+        if t.split in ("n", "k"):
             return panels
         share = split_even(len(panels), len(self.ctx.cores))
         i = self.ctx.cores.index(core)
@@ -512,11 +622,12 @@ class _Planner:
         return (Transfer.block(src, base + q0 * cols * self.isz, (q1 - q0, cols), self.isz,
                                (g.lda * self.isz, self.isz)),)
 
-    def _b_fill(self, t: _Tiling, lay: Mapping[str, Any], s: _Step, col: tuple[int, int], parity: int) -> Transfer:
+    def _b_fill(self, t: _Tiling, lay: Mapping[str, Any], s: _Step, col: tuple[int, int], parity: int,
+                k_range: tuple[int, int] | None = None) -> Transfer:
         """The B block of step ``s`` (columns ``col`` of op(B)) into AM buffer ``parity``, in B's own orientation
         ([k, n] rows, or [n, k] rows when trans_b: transposed in AM by the block's first tile)."""
         g = self.g
-        k0, k1 = self._k_range(t, s)
+        k0, k1 = self._k_range(t, s) if k_range is None else k_range
         n0, n1 = col
         first_row, first_col, shape = ((n0, k0, (n1 - n0, k1 - k0)) if g.trans_b else (k0, n0, (k1 - k0, n1 - n0)))
         src = self.b.addr + (first_row * g.ldb + first_col) * self.isz
@@ -524,12 +635,16 @@ class _Planner:
 
     def _tile(self, t: _Tiling, lay: Mapping[str, Any], s: _Step, col: tuple[int, int], rows: tuple[int, int],
               acc_row: int, slot: int, gsm_parity: int, b_parity: int, *, first: bool, last: bool,
-              transpose_b: bool) -> tuple[list[Transfer], Compute, list[Transfer]]:
-        """One tile: an A micro-panel into SM, the micro-kernels over the B block, C's rows in AM."""
+              transpose_b: bool, k_range: tuple[int, int] | None = None,
+              partial_to: tuple[int, int] | None = None) -> tuple[list[Transfer], Compute, list[Transfer]]:
+        """One tile: an A micro-panel into SM, the micro-kernels over the B block, C's rows in AM.  ``k_range``:
+        the depth it covers (default: step ``s``'s k block); ``partial_to``: (address, row pitch in bytes) where
+        the last k block stores its fp32 partial rows instead of C (split k: no beta, no rounding)."""
         g, isz = self.g, self.isz
+        beta = g.beta and partial_to is None
         r0, r1 = rows
         n0, n1 = col
-        k0, k1 = self._k_range(t, s)
+        k0, k1 = self._k_range(t, s) if k_range is None else k_range
         pr, nc, kd = r1 - r0, n1 - n0, k1 - k0
         panel_shape = (kd, pr) if g.trans_a else (pr, kd)
         panel = Operand(lay["sm"].slot_addr(slot) + lay["panel_offset"], panel_shape, self.dt)
@@ -556,7 +671,7 @@ class _Planner:
         c_slot = lay["am"].slot(slot)
         c_rows = (g.ldc * isz, isz)
         c_at = self.c.addr + (r0 * g.ldc + n0) * isz
-        if first and g.beta:
+        if first and beta:
             old = c_slot.operand((pr, nc), self.dt)
             loads.append(Transfer.block(c_at, old.addr, (pr, nc), isz, c_rows))
             inputs.append(old)
@@ -568,24 +683,27 @@ class _Planner:
         if last:
             # The finished rows of C go to the tile's slot (rounded to fp16 for hp), not the C block: the slot is
             # not reused before its stores have landed, while the C block's rows are the next step's to write.
-            out = (c_slot.operand((pr, nc), self.dt) if not (first and g.beta)
-                   else Operand(inputs[-1].addr, (pr, nc), self.dt))
-            outputs, out_dtype = (out,), self.dt
-            src = outputs[0]
-            stores.append(Transfer.block(src.addr, c_at, (pr, nc), isz, (nc * isz, isz), c_rows))
+            out_dtype = self.dt if partial_to is None else F32
+            out = (c_slot.operand((pr, nc), out_dtype) if not (first and beta)
+                   else Operand(inputs[-1].addr, (pr, nc), out_dtype))
+            outputs = (out,)
+            if partial_to is None:
+                stores.append(Transfer.block(out.addr, c_at, (pr, nc), isz, (nc * isz, isz), c_rows))
+            else:
+                stores.append(Transfer.block(out.addr, partial_to[0], (pr, nc), 4, (nc * 4, 4), (partial_to[1], 4)))
         entries = -(-pr // t.m_micro) * -(-nc // t.n_micro)
         loops = [] if not self._has_units else [
             gemm_micro_kernel(self.core, self.prec, t.m_micro, t.n_micro, kd, itemsize=isz, entries=entries,
-                              load_c=not first or g.beta)]
+                              load_c=not first or beta)]
         if transpose_b and self._has_units:
             # Bᵀ staged as [n, k] rows: one pass of vector loads, shuffles and stores puts op(B)'s rows in place.
             loops.insert(0, elementwise(self.core, self.prec, nc * kd, loads=1, stores=1, valu=1,
                                         label="B block transpose in AM"))
-        if last and self.dt != F32 and self._has_units:
+        if last and out_dtype != F32 and self._has_units:
             loops.append(elementwise(self.core, self.prec, pr * nc, loads=1, stores=1, valu=1,
                                      label="C rounded to fp16"))
         flops = 2 * pr * nc * kd
-        fn = _TileFn(g.trans_a, g.trans_b, nc, first, g.beta, out_dtype)
+        fn = _TileFn(g.trans_a, g.trans_b, nc, first, beta, out_dtype)
         compute = Compute(fn, tuple(inputs), outputs, flops=flops, reductions=0, precision=self.prec,
                           loops=tuple(loops))
         return loads, compute, stores

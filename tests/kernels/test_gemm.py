@@ -87,8 +87,12 @@ def test_several_blocks_in_every_direction(chip, symbol):
     run, got, want, _ = run_gemm(chip, symbol, 50, 70, 41, beta=1, pad=1, trans_a=1, tiling=tiling)
     assert_close(got, want, 41)
     if symbol.endswith("_s"):
-        run_m, got_m, want_m, _ = run_gemm(chip, symbol, 50, 70, 41, tiling={**tiling, "split": "m"})
-        assert_close(got_m, want_m, 41)
+        for split in ("m", "k"):  # each core its panels; each core a range of k, partials summed through GSM
+            run_s, got_s, want_s, _ = run_gemm(chip, symbol, 50, 70, 41, beta=1, pad=2, trans_b=1,
+                                               tiling={**tiling, "split": split})
+            assert_close(got_s, want_s, 41)
+            assert [p.name for p in run_s.plan.phases] == (["gemm"] if split == "m" else
+                                                            ["gemm:partials", "gemm:reduce"])
 
 
 @pytest.mark.parametrize("chip,symbol", FORMS)
