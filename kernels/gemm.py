@@ -140,8 +140,9 @@ class Gemm:
     name = "gemm"
     tensors_in_precision = ("a", "b", "c")
     fp32_tensors = ()
-    fp16_arithmetic = ("fp16 products accumulated in fp32 (at the chip's mixed-precision rate where it has one), "
-                       "C rounded to fp16 once, as it is stored")
+    fp16_arithmetic = ("computed in fp32 accumulators from exact fp16 products (at the chip's fp16_fp32acc rate "
+                       "where it has one); the conversions are extra vector ops: C rounded to fp16 once, as it is "
+                       "stored")
     args = (
         ArgSpec("a", "in_ptr", "address of A: [m, lda] when trans_a = 0, [k, lda] when 1"),
         ArgSpec("b", "in_ptr", "address of B: [k, ldb] when trans_b = 0, [n, ldb] when 1"),
@@ -314,20 +315,32 @@ class _Planner:
             raise last or DoesNotFit(self.am.name, 0, self.am.size_bytes, f"{self.call.symbol}: no tiling fits")
         return best[1]
 
+    #: Most candidates listed: each is planned, checked and simulated (timing only) by the cost model.
+    MAX_CANDIDATES = 5
+
+    def _fits(self, c: Mapping[str, Any]) -> bool:
+        try:
+            self.layout(self.resolve(c))
+        except (DoesNotFit, KernelArgError):
+            return False
+        return True
+
     def candidates(self, check: bool = True) -> list[dict[str, Any]]:
-        """A few tilings around the published schedule (deeper and shallower k blocks, narrower and wider B
-        blocks, smaller GSM blocks, both splits); ``check``: those that fit the staging levels only."""
+        """A few tilings around the published schedule: its blocks shrunk until they fit (576 then 288 then 144
+        rows of A, 512 then 256 deep), then that one with shallower k blocks, smaller A blocks, and the other ways
+        to split the cores; ``check``: those that fit the staging levels only (at most MAX_CANDIDATES)."""
         g, d = self.g, self.defaults()
-        cands = [d]
-        for k_block in (256, 1024):
-            cands.append({**d, "k_block": min(k_block, g.k)})
-        for n_block in (d["n_micro"], 2 * d["n_block"]):
-            cands.append({**d, "n_block": min(n_block, g.n)})
-        for m_block in (288, 144):
-            cands.append({**d, "m_block": min(m_block, g.m)})
-        if len(self.ctx.cores) > 1:
-            other = "m" if d["split"] == "n" else "n"
-            cands += [{**c, "split": other} for c in list(cands)] + [{**c, "split": "k"} for c in list(cands)]
+        splits = [d["split"]] + ([x for x in SPLITS if x != d["split"]] if len(self.ctx.cores) > 1 else [])
+        def fitted(split: str) -> dict[str, Any] | None:
+            return next((c for m_block, k_block in ((576, 512), (288, 512), (576, 256), (144, 512), (288, 256),
+                                                    (144, 256), (48, 128))
+                         for c in [{**d, "split": split, "m_block": min(m_block, g.m), "k_block": min(k_block, g.k)}]
+                         if not check or self._fits(c)), None)
+
+        bases = [c for c in (fitted(x) for x in splits) if c is not None]
+        base = bases[0] if bases else d
+        cands = [base, {**base, "k_block": min(max(base["k_block"] // 2, 1), g.k)},
+                 {**base, "m_block": min(max(base["m_block"] // 2, base["m_panel"]), g.m)}] + bases[1:]
         out = []
         for c in unique(cands):
             try:
@@ -337,7 +350,7 @@ class _Planner:
             except (DoesNotFit, KernelArgError):
                 continue
             out.append(self.space.candidate(**t.as_dict()))
-        return unique(out)
+        return unique(out)[:self.MAX_CANDIDATES]
 
     # -- the layout of the staging levels ----------------------------------------------------------
 
@@ -501,13 +514,13 @@ class _Planner:
             if not refs:
                 return []
             cut = [_cut_rows(x, pieces) for x in transfers]
-            n = max([len(c) for c in cut] + [1])
-            return [(tuple(c[j] for c in cut if j < len(c)), tuple(refs)) for j in range(n)]
+            count = max([len(c) for c in cut] + [1])
+            return [(tuple(c[j] for c in cut if j < len(c)), tuple(refs)) for j in range(count)]
 
         for core in cores:
             if steps:
-                for loads, fills in staging(core, 0, 1):
-                    add(core, loads, None, (), fills=fills)
+                for staged, fills in staging(core, 0, 1):
+                    add(core, staged, None, (), fills=fills)
             for i, s in enumerate(steps):
                 col = self._chunk(chunks, core, s)
                 kr = self._core_k(t, core, s)
@@ -515,8 +528,8 @@ class _Planner:
                 # The next blocks stream while this step computes: a piece after each of its tiles.
                 ahead = staging(core, i + 1, max(1, len(panels))) if i + 1 < len(steps) else []
                 if not panels:
-                    for loads, fills in ahead:
-                        add(core, loads, None, (), fills=fills)
+                    for staged, fills in ahead:
+                        add(core, staged, None, (), fills=fills)
                     continue
                 assert col is not None
                 uses = (b_ref(core, b_gen[i]),) + ((gsm_ref(gsm_gen[i]),) if self.shared else ())

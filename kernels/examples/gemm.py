@@ -85,7 +85,7 @@ def examples() -> list[Example]:
                          "products\naccumulated in fp32, C rounded to fp16 once; buffers in DDR.",
                  config="mt7004_hp_gemm_s"),
     ]
-    for size, (m, n, k) in (("medium", (256, 256, 512)), ("large", (1024, 1024, 1024))):
+    for size, (m, n, k) in (("medium", (256, 512, 512)), ("large", (512, 512, 1024))):
         for chip, prefix in (("FT78NE", "fp"), ("MT7004", "fp"), ("MT7004", "hp")):
             out.append(_example(size, chip, prefix, "s", ddr, m, n, k, f"GEMM {m}x{n}x{k} on {chip}"))
     return out

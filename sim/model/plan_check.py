@@ -267,12 +267,12 @@ class _Checker:
         ready = [n for n, d in indeg.items() if d == 0]
         done = 0
         while ready:
-            n = ready.pop()
+            node = ready.pop()
             done += 1
-            for m in succ.get(n, ()):
-                indeg[m] -= 1
-                if not indeg[m]:
-                    ready.append(m)
+            for after in succ.get(node, []):
+                indeg[after] -= 1
+                if not indeg[after]:
+                    ready.append(after)
         if done < len(indeg):
             stuck = sorted(n for n, d in indeg.items() if d and n[0] == "t")
             core, i = stuck[0][1], stuck[0][2]
