@@ -2,8 +2,9 @@
 
 * one core: efficiency (flops over cycles × the core's FMAC peak) against k, the micro-kernel's loop alone and
   the whole call, so the fill and drain show at small k;
-* FT78NE's eight cores: speed-up of a square 1024×1024×1024 GEMM from 1 to 2, 4 and 8 cores, and the DDR bytes
-  read for A (each A element once: the cores share GSM blocks) against what reading A per core would cost;
+* FT78NE's eight cores: speed-up of a square 1024×1024×1024 GEMM and a skinny 128×128×16384 one from 1 to 2, 4
+  and 8 cores, and the DDR bytes read for A (each A element once: the cores share GSM blocks) against what
+  reading A per core would cost;
 * MT7004: hp (fp16 products, fp32 accumulation) against fp on a compute-bound shape, with the lane ratio the
   target gives;
 * a Conv2DBackpropFilter with a 1×1 filter against the GEMM of the same shape (dW = xᵀ·dy: m = in_c,
@@ -52,8 +53,8 @@ def efficiency_vs_k(quick: bool) -> None:
     print()
 
 
-def scaling(quick: bool) -> None:
-    m = n = k = 512 if quick else 1024
+def scaling(quick: bool, shape: tuple[int, int, int] | None = None) -> None:
+    m, n, k = shape or ((512,) * 3 if quick else (1024,) * 3)
     print(f"## FT78NE: {m}x{n}x{k} fp32 from 1 to 8 cores\n")
     print("| cores | cycles | speed-up | efficiency | DDR bytes read for A | tiling |")
     print("|---|---|---|---|---|---|")
@@ -95,5 +96,6 @@ if __name__ == "__main__":
     quick = "--quick" in sys.argv
     efficiency_vs_k(quick)
     scaling(quick)
+    scaling(quick, (128, 128, 4096 if quick else 16384))  # skinny: a long reduction, small C
     hp_vs_fp(quick)
     conv_vs_gemm(quick)
