@@ -22,11 +22,13 @@ Blocking (SPEC §2: DDR → GSM → AM/SM → registers):
   fp32) stays in AM across the k blocks; each tile's micro-kernels (``m_micro`` × ``n_micro``,
   :func:`kernels.common.loops.gemm_micro_kernel`) load it, accumulate ``k_block`` steps in registers and
   store it back.  With ``beta`` = 1 the first k block adds the old C (loaded into the tile's AM slot); the
-  last k block stores the tile's rows of C (fp16: rounded into the slot first).
+  last k block writes the tile's rows of C into its slot (rounded to fp16 for hp) and stores them from there.
 
 The cores split the work by ``split``: ``n`` (each core its columns of C, every core reading the shared GSM
-block: square and wide shapes) or ``m`` (each core its micro-panels of the GSM block, every core loading the
-same B block: skinny n).  Transposes cost no extra pass where a descriptor's strides can take them: the GSM
+block: square and wide shapes), ``m`` (each core its micro-panels of the GSM block, every core loading the
+same B block: skinny n) or ``k`` (each core a range of the depth, storing its fp32 partial C block to the
+``gsm_blocks`` level; after a barrier each core sums its rows of C over the partials: small m × n, long k).
+Transposes cost no extra pass where a descriptor's strides can take them: the GSM
 block and the SM panels keep A's own orientation (the micro-kernel's scalar loads take A's pairs along k or
 along m alike), so op(A) = Aᵀ only changes the descriptors' strides (its SM panels are rows of ``m_panel``
 elements: short runs, whole bursts).  A B stored transposed is staged as it is ([n_block, k_block] rows) and
