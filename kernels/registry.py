@@ -41,6 +41,7 @@ KERNEL_MODULES: tuple[str, ...] = (
     "fused_batch_norm_grad",
     "fake_quant_with_min_max_vars_gradient",
     "conv2d_backprop_filter",
+    "gemm",
 )
 
 VARIANTS = ("s", "p")

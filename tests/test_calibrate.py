@@ -29,10 +29,12 @@ from sim.tools.calibrate import (
 G = 0x40000000
 
 
-def bn(batch, channel, base=0x80000000, mask=0xFF):
-    return {"x": base, "dy": base + 0x100000, "dx": base + 0x200000,
-            "params": [base + 0x300000, base + 0x310000, base + 0x320000, base + 0x330000, base + 0x340000,
-                       batch, channel, 1], "core_mask": mask}
+def bn(batch, channel, base=0x80000000, mask=0xFF, step=0x100000):
+    """BatchNormGrad's arguments with its buffers ``step`` apart from ``base`` (in GSM: 512 KiB apart, below the
+    staging windows)."""
+    return {"x": base, "dy": base + step, "dx": base + 2 * step,
+            "params": [base + 3 * step, base + 3 * step + 0x10000, base + 3 * step + 0x20000, base + 3 * step + 0x30000,
+                       base + 3 * step + 0x40000, batch, channel, 1], "core_mask": mask}
 
 
 def conv_p(n, hw, c, tiling=None):
@@ -48,8 +50,8 @@ CALLS = [
     ("fp_batch_norm_grad_s", bn(4, 64)),
     ("fp_batch_norm_grad_s", bn(256, 1024)),
     ("fp_batch_norm_grad_s", bn(2, 4096, mask=0x1)),
-    ("fp_batch_norm_grad_s", bn(64, 512, base=G)),
-    ("fp_batch_norm_grad_s", bn(16, 512, base=G, mask=0x3)),
+    ("fp_batch_norm_grad_s", bn(64, 512, base=G, step=0x80000)),
+    ("fp_batch_norm_grad_s", bn(16, 512, base=G, mask=0x3, step=0x80000)),
     ("fp_conv2d_backprop_filter_p", conv_p(2, 16, 64)),
     ("fp_conv2d_backprop_filter_p", conv_p(1, 8, 32, {"split": "filter", "in_c_slice": 32, "out_c_slice": 8})),
     ("fp_conv2d_backprop_filter_p", conv_p(1, 8, 64, {"split": "filter", "in_c_slice": 8, "out_c_slice": 8})),
@@ -231,7 +233,9 @@ def test_a_chip_with_another_region_set_calibrates_its_own_regions(tmp_path):
     assert parse_target(cal.document).region("l3").bandwidth_bytes_per_cycle == cal.after[bandwidths[1]]
     renamed = yaml.safe_load((ROOT / "targets" / "FT78NE.yaml").read_text())
     next(r for r in renamed["regions"] if r["name"] == "gsm")["name"] = "sram"
-    renamed["staging"]["levels"][0]["region"] = "sram"
+    for level in renamed["staging"]["levels"]:  # the partial-results window and GEMM's blocks
+        if level["region"] == "gsm":
+            level["region"] = "sram"
     assert free_parameters(renamed)[:2] == ["regions.ddr.bandwidth_bytes_per_cycle",
                                             "regions.sram.bandwidth_bytes_per_cycle"]
     with pytest.raises(ConfigError, match=r"unknown free parameter 'regions\.gsm\.bandwidth_bytes_per_cycle' "

@@ -63,6 +63,10 @@ CASES = {
         dict(gradients=A, inputs=B, min=D, max=D + 0x100, backprops_wrt_input=C, backprop_wrt_min=D + 0x200,
              backprop_wrt_max=D + 0x300, shape=[37, 1001]),
         37 * 1001 * 8 + 11),
+    # A multiply-add per (row, column, depth) triple: 2·m·n·k, whatever the transposes, pitches and blocking.
+    "gemm": (dict(a=A, b=B, c=C, m=70, n=150, k=90), 2 * 70 * 150 * 90),
+    "gemm-transposed-beta-pitched": (dict(a=A, b=B, c=C, m=33, n=17, k=600, trans_a=1, trans_b=1, beta=1, lda=40,
+                                          ldb=610, ldc=20), 2 * 33 * 17 * 600),
 }
 
 

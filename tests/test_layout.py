@@ -73,7 +73,7 @@ def test_rule_mapped_unmapped_buffer():
     v = only(violations("fp_batch_norm_grad_s", {**S, "x": 0x60000000}), "mapped", "x")
     assert "[0x60000000, 0x60000400)" in str(v) and "unmapped (between gsm and ddr" in str(v)
     assert v.region is None and v.start == 0x60000000 and v.end == 0x60000400
-    assert v.suggestion == 0x4057FC00  # gsm's last 1 KiB below the workspace is nearer than ddr's base
+    assert v.suggestion == 0x4027FC00  # gsm's last 1 KiB below the staging windows is nearer than ddr's base
 
 
 def test_rule_inside_one_region_runs_past_the_end():
@@ -104,7 +104,9 @@ def test_rule_workspace_window_is_reserved():
     lo, hi = ws.base, ws.end
     v = only(violations("fp_batch_norm_grad_s", {**S, "x": lo + 0x1000}), "workspace", "x")
     assert f"[{lo:#x}, {hi:#x})" in str(v)
-    assert v.suggestion == lo - 0x400  # just below the window
+    blocks = sim.load_target("FT78NE").staging_level("gsm_blocks")
+    assert blocks.end == lo  # GEMM's block window sits right below it
+    assert v.suggestion == blocks.base - 0x400  # just below both windows
 
 
 def test_rule_alignment_element_size():
@@ -270,10 +272,11 @@ def test_nearest_legal_address_avoids_buffers_and_workspace():
     assert nearest_legal_address(b, "s", t, [other]) == 0x9FFFFC00  # 1 KiB below or above: ties go down
     assert nearest_legal_address(Buffer("dx", 0xA0000100, (256,), F32, "output"), "s", t, [other]) == 0xA0000400
     lo, hi = t.staging_level("gsm").base, t.staging_level("gsm").end
+    below = t.staging_level("gsm_blocks").base  # GEMM's block window, right below the partial-results one
     inside = Buffer("w", lo + 16, (4,), F32, "input")
-    assert nearest_legal_address(inside, "s", t) == lo - 16
+    assert nearest_legal_address(inside, "s", t) == below - 16
     near_top = Buffer("w", hi - 8, (4,), F32, "input")
-    assert nearest_legal_address(near_top, "s", t) == lo - 16  # above the window gsm ends: only below is legal
+    assert nearest_legal_address(near_top, "s", t) == below - 16  # above the windows gsm ends: only below is legal
 
 
 # --- layout maps -------------------------------------------------------------------------------------
@@ -304,8 +307,9 @@ def test_layout_report_marks_overlap_and_reserved_window():
     vs = check_layout(call, m.target)
     rep = layout_report(call, m.target, vs)
     gsm = next(r for r in rep["regions"] if r["name"] == "gsm")
-    assert gsm["reserved"][0]["start"] == m.target.staging_level("gsm").base
-    assert gsm["gaps"][-1]["end"] == m.target.staging_level("gsm").base  # free space stops at the window
+    levels = [m.target.staging_level(n) for n in ("gsm", "gsm_blocks")]
+    assert sorted(r["start"] for r in gsm["reserved"]) == sorted(lv.base for lv in levels)
+    assert gsm["gaps"][-1]["end"] == levels[1].base  # free space stops at the windows
     assert rep["ok"] is True  # dx no longer overlaps x (moved to gsm)
     call = m.bind("fp_batch_norm_grad_s", **{**S, "dx": 0xA0000100})
     text = layout_map(call, m.target, check_layout(call, m.target))

@@ -91,6 +91,9 @@ HOSTILE: dict[str, tuple[Breaker, str, str]] = {
         p.phases[0], tiles={**p.phases[0].tiles, 5: p.phases[0].tiles[p.cores[0]]}),)), "s",
         "the phase has tiles on core 5, which is not one of the plan's cores (0, 1)"),
     "plan-structure": (compute_with(precision="fp64"), "s", "the compute is in precision 'fp64', which FT78NE lacks"),
+    "buffers": (lambda p, c, x: tile1(p, fills=("x@0",)), "s",
+                "the tile fills x@0 and so is a staging tile, which the walk does not wait for: it may have loads "
+                "only (no compute, no stores)"),
     "loop-units": (compute_with(loops=(Loop(trips=16, issues={"vls": 1, "tensor": 4}, label="mma"),)), "s",
                    "loop 0 ('mma') issues on unit class 'tensor', which FT78NE's core lacks (it has: fmac, valu, vls, "
                    "broadcast, sload, salu)"),

@@ -102,7 +102,7 @@ def test_halving_ddr_bandwidth_slows_what_streams_from_ddr(chip, kernel):
 
 
 def test_gsm_bandwidth_matters_only_to_buffers_in_gsm():
-    gsm = (0x40000000, 0x40100000, 0x40200000, 0x40300000)
+    gsm = (0x40000000, 0x40040000, 0x40080000, 0x400C0000)  # below the staging windows (from 0x40280000)
 
     def run(target, base):
         return sim.Simulator(target).call("fp_batch_norm_grad_s", numerics=False,

@@ -111,19 +111,19 @@ TARGET_CASES = [
     ("not YAML", "name: [unclosed\n", r"not valid YAML"),
     ("NUL byte", "name: a\x00b\n", r"not valid YAML"),
     ("staging not a scratchpad", edit(level("am", "region", value="l2")),
-     r"staging\.levels\[1\]\(am\)\.region: region l2 is private with role storage: a per-core level must be a "
+     r"staging\.levels\[2\]\(am\)\.region: region l2 is private with role storage: a per-core level must be a "
      r"region with role scratchpad"),
     ("staging unknown", edit(level("am", "region", value="l9")),
-     r"staging\.levels\[1\]\(am\)\.region: names no region \(l2, am, sm, gsm, ddr\)"),
+     r"staging\.levels\[2\]\(am\)\.region: names no region \(l2, am, sm, gsm, ddr\)"),
     ("workspace past region", edit(level("gsm", "offset_bytes", value=0x5C0000)),
      r"staging\.levels\[0\]\(gsm\)\.offset_bytes: window .* runs past the end"),
     ("shared level not a window", edit(level("gsm", "size_bytes", delete=True)),
      r"staging\.levels\[0\]\(gsm\)\.size_bytes: required key is missing: a level in shared region gsm is a "
      r"window of it"),
-    ("duplicate level", edit(level("sm", "name", value="am")), r"staging\.levels\[2\]\(am\)\.name: duplicate level "
+    ("duplicate level", edit(level("sm", "name", value="am")), r"staging\.levels\[3\]\(am\)\.name: duplicate level "
      r"name 'am'"),
     ("beside unknown", edit(level("sm", "beside", value="l1")),
-     r"staging\.levels\[2\]\(sm\)\.beside: must name an earlier per-core level that is beside no other \(here: "
+     r"staging\.levels\[3\]\(sm\)\.beside: must name an earlier per-core level that is beside no other \(here: "
      r"am\), got 'l1'"),
     ("beside a shared level", edit(level("sm", "beside", value="gsm")), r"\(sm\)\.beside: must name an earlier "
      r"per-core level"),
@@ -143,7 +143,7 @@ TARGET_CASES = [
     ("level offset past the region", edit(level("am", "offset_bytes", value=0xC0000)),
      r"\(am\)\.offset_bytes: must be <= 0xbffff \(inside region am of 0xc0000 bytes\), got 0xc0000"),
     ("level size as text", edit(level("am", "size_bytes", value="64K")), r"\(am\)\.size_bytes: expected an integer"),
-    ("unknown level key", edit(level("am", "speed", value=1)), r"staging\.levels\[1\]\(am\)\.speed: unknown key"),
+    ("unknown level key", edit(level("am", "speed", value=1)), r"staging\.levels\[2\]\(am\)\.speed: unknown key"),
     ("too many levels", edit(setter("staging", "levels", value=[{"name": f"a{i}", "region": "am", "offset_bytes": i,
                                                                  "size_bytes": 1} for i in range(17)])),
      r"staging\.levels: at most 16 levels, got 17"),

@@ -59,16 +59,19 @@ def add_l1(doc: dict) -> None:
 
 # --- the shipped chips ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("chip,gsm_lo,am_size", [("FT78NE", 0x40580000, 0xC0000), ("MT7004", 0x40380000, 0x80000)])
-def test_shipped_chips_list_gsm_window_am_and_sm_beside_it(chip, gsm_lo, am_size):
+@pytest.mark.parametrize("chip,gsm_lo,am_size,blocks", [("FT78NE", 0x40580000, 0xC0000, (0x40280000, 0x300000)),
+                                                         ("MT7004", 0x40380000, 0x80000, (0x40180000, 0x200000))])
+def test_shipped_chips_list_gsm_window_am_and_sm_beside_it(chip, gsm_lo, am_size, blocks):
     """The windows are the ones the old ``workspace`` and ``staging_region`` keys gave (the top 512 KiB of
-    GSM, the whole AM), so nothing moved; SM is a level beside AM."""
+    GSM, the whole AM), so nothing moved; below the partial-results window, GEMM's blocks of A (gsm_blocks);
+    SM is a level beside AM."""
     t = sim.load_target(chip)
     got = [(lv.name, lv.region, lv.base, lv.size_bytes, lv.shared, lv.beside) for lv in t.staging]
-    assert got == [("gsm", "gsm", gsm_lo, 0x80000, True, None), ("am", "am", 0x20000000, am_size, False, None),
-                   ("sm", "sm", 0x30000000, 0x10000, False, "am")]
+    assert got == [("gsm", "gsm", gsm_lo, 0x80000, True, None), ("gsm_blocks", "gsm", *blocks, True, None),
+                   ("am", "am", 0x20000000, am_size, False, None), ("sm", "sm", 0x30000000, 0x10000, False, "am")]
     assert t.staging_level("gsm").end == t.region("gsm").end  # the top of GSM
-    assert t.vector_level.name == "am" and [lv.name for lv in t.shared_levels] == ["gsm"]
+    assert t.staging_level("gsm_blocks").end == gsm_lo  # right below it
+    assert t.vector_level.name == "am" and [lv.name for lv in t.shared_levels] == ["gsm", "gsm_blocks"]
 
 
 def test_the_readme_shows_the_shipped_staging_block():
@@ -79,7 +82,7 @@ def test_the_readme_shows_the_shipped_staging_block():
 def test_plans_see_the_levels_from_the_schema_sm_as_the_scalar_level():
     m = sim.Simulator("FT78NE")
     ctx = m.context(m.bind("fp_batch_norm_grad_s", **S))
-    assert [a.name for a in ctx.levels] == ["gsm", "am", "sm"]
+    assert [a.name for a in ctx.levels] == ["gsm", "gsm_blocks", "am", "sm"]
     assert ctx.shared_level is not None and ctx.shared_level.name == "gsm"
     assert ctx.vector_level.name == "am" and ctx.scalar_level is not None and ctx.scalar_level.name == "sm"
     # The single-level view the kernels still read, derived from the levels.
@@ -90,8 +93,8 @@ def test_plans_see_the_levels_from_the_schema_sm_as_the_scalar_level():
 
 def test_a_private_level_is_the_whole_region_unless_offset_or_size_are_given(tmp_path):
     def edit(doc: dict) -> None:
-        doc["staging"]["levels"][1].update(offset_bytes=0x1000)  # am from 4 KiB on: the rest of the region
-        doc["staging"]["levels"][2].update(size_bytes=0x400)  # sm's first KiB
+        doc["staging"]["levels"][2].update(offset_bytes=0x1000)  # am from 4 KiB on: the rest of the region
+        doc["staging"]["levels"][3].update(size_bytes=0x400)  # sm's first KiB
     t = sim.load_target(chip_copy(tmp_path, edit))
     assert (t.staging_level("am").base, t.staging_level("am").end) == (0x20001000, 0x200C0000)
     assert (t.staging_level("sm").base, t.staging_level("sm").end) == (0x30000000, 0x30000400)
@@ -159,7 +162,7 @@ def test_a_copy_of_ft78ne_with_an_l1_under_am_runs_a_shipped_config(tmp_path):
     t = run.target
     l1 = t.staging_level("l1")
     ctx = m.context(run.call)
-    assert [a.name for a in ctx.levels] == ["gsm", "am", "l1", "sm"]
+    assert [a.name for a in ctx.levels] == ["gsm", "gsm_blocks", "am", "l1", "sm"]
     assert (ctx.vector_level.name, ctx.scalar_level.name if ctx.scalar_level else None) == ("l1", "sm")
     tiles = [tile for phase in run.plan.phases for ts in phase.tiles.values() for tile in ts]
     operands = [o for tile in tiles if tile.compute for o in tile.compute.inputs + tile.compute.outputs]
@@ -179,7 +182,7 @@ def test_a_chip_without_a_shared_level_refuses_an_exchange_as_a_fit_violation(tm
     """No shared level: calls that need no exchange run (conv2d falls back to its filter split, which exchanges
     nothing); a tiling that must exchange partial results across cores is refused with the scratchpad-fit rule,
     on one line, not a traceback."""
-    path = chip_copy(tmp_path, lambda doc: doc["staging"]["levels"].pop(0))
+    path = chip_copy(tmp_path, lambda doc: doc["staging"]["levels"].__delitem__(slice(0, 2)))  # gsm, gsm_blocks
     t = sim.load_target(path)
     assert t.shared_levels == () and staging_areas(t)[0].name == "am"
     assert sim.Simulator(path).call("fp_batch_norm_grad_s", numerics=False, **S).cycles > 0

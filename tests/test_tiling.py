@@ -28,6 +28,8 @@ NAIVE = [
     ("depthwise_conv2d_backprop_input", {"channel_parts": 1, "tile_rows": 8, "tile_cols": 112, "tile_channels": 32}),
     # Conv2DBackpropFilter lists its own tilings already; checked here too so every kernel's large shape is.
     ("conv2d_backprop_filter", {"split": "spatial", "in_c_slice": 32, "out_c_slice": 32}),
+    # GEMM: small A blocks and shallow k blocks (more blocks, more DMA setups and C traffic), narrow B blocks.
+    ("gemm", {"split": "n", "m_block": 48, "n_block": 64, "k_block": 128, "m_panel": 12, "m_micro": 6}),
 ]
 
 

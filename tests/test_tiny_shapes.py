@@ -233,6 +233,21 @@ def run_case(sym: kernels.Symbol, chip: str, kind: str, spec: dict, where: dict,
         assert_close("backprops_wrt_input", get(A[4], shape), np.where(inside, gf, 0), out_prec)
         assert_close("backprop_wrt_min", get(A[5], (), F32), gf[xf < nmin].sum(), "fp32")
         assert_close("backprop_wrt_max", get(A[6], (), F32), gf[xf > nmax].sum(), "fp32")
+    elif kind == "gemm":
+        mm, nn, kk, ta, tb, beta, pad = (spec[x] for x in ("m", "n", "k", "trans_a", "trans_b", "beta", "pad"))
+        a_shape = (kk, mm) if ta else (mm, kk)
+        b_shape = (nn, kk) if tb else (kk, nn)
+        lda, ldb, ldc = a_shape[1] + pad, b_shape[1] + pad, nn + pad
+        a, b = put(A[0], (a_shape[0], lda)), put(A[1], (b_shape[0], ldb))
+        c = put(A[2], (mm, ldc))
+        m.call(name, a=A[0], b=A[1], c=A[2], m=mm, n=nn, k=kk, trans_a=ta, trans_b=tb, beta=beta, lda=lda, ldb=ldb,
+               ldc=ldc, **where)
+        oa = a[:, :a_shape[1]].astype(np.float64)
+        ob = b[:, :b_shape[1]].astype(np.float64)
+        want = (oa.T if ta else oa) @ (ob.T if tb else ob) + (c[:, :nn].astype(np.float64) if beta else 0)
+        got = get(A[2], (mm, ldc))
+        assert_close("c", got[:, :nn], want, out_prec)
+        assert (got[:, nn:] == c[:, nn:]).all(), "the elements between a row's end and its pitch were written"
     else:
         g: Conv = spec["conv"]
         oh, ow, _, _ = g.out_hw()
@@ -283,6 +298,11 @@ SHAPE_CORNERS = {
                                for k, g in CONV_CORNERS.items() for f in ("NHWC", "NCHW")},
     "depthwise_conv2d_backprop_input": {f"{k} {f}": dict(conv=Conv(**{**g.__dict__, "fmt": f}))
                                         for k, g in CONV_CORNERS.items() for f in ("NHWC", "NCHW")},
+    "gemm": {f"{m}x{n}x{k} t{ta}{tb} beta{beta} pad{pad}": dict(m=m, n=n, k=k, trans_a=ta, trans_b=tb, beta=beta,
+                                                               pad=pad)
+             for m, n, k, ta, tb, beta, pad in ((1, 1, 1, 0, 0, 0, 0), (1, 1, 1, 1, 1, 1, 3), (2, 1, 3, 0, 1, 0, 1),
+                                                (1, 33, 2, 1, 0, 1, 0), (7, 5, 1, 0, 0, 1, 2),
+                                                (13, 3, 9, 1, 1, 0, 0))},
 }
 
 
@@ -338,6 +358,10 @@ def tiny_spec(kind: str) -> st.SearchStrategy:
     if kind == "fake_quant_with_min_max_vars_gradient":
         return st.fixed_dictionaries(dict(shape=st.lists(st.integers(1, 40), min_size=1, max_size=3).map(tuple),
                                           bits=st.integers(2, 8), narrow=st.booleans()))
+    if kind == "gemm":
+        return st.fixed_dictionaries(dict(m=st.integers(1, 20), n=st.integers(1, 40), k=st.integers(1, 20),
+                                          trans_a=st.integers(0, 1), trans_b=st.integers(0, 1),
+                                          beta=st.integers(0, 1), pad=st.integers(0, 3)))
     return st.fixed_dictionaries(dict(conv=tiny_conv()))
 
 

@@ -28,7 +28,7 @@ SIZES = ("tiny", "small", "medium", "large")
 CHIP_PRECISIONS = (("FT78NE", "fp"), ("MT7004", "fp"), ("MT7004", "hp"))
 #: Kernels with examples (a module of this package each).
 KERNELS = ("batch_norm_grad", "fused_batch_norm_grad", "fake_quant_with_min_max_vars_gradient",
-           "conv2d_backprop_filter", "depthwise_conv2d_backprop_input")
+           "conv2d_backprop_filter", "depthwise_conv2d_backprop_input", "gemm")
 
 #: Addresses examples use: four 256 MiB apart in DDR (room for the large shapes), four in a core's private L2.
 DDR = (0x80000000, 0x90000000, 0xA0000000, 0xB0000000)

@@ -33,6 +33,7 @@ import numpy as np
 import simpy
 from simpy.core import EmptySchedule
 
+from sim.engine.buffers import PhaseBuffers
 from sim.engine.dma import Dma
 from sim.engine.events import Recorder, TraceEvent
 from sim.engine.fluid import FlowNetwork, Link
@@ -236,11 +237,12 @@ class Engine:
 
     # -- a core's walk through the plan ---------------------------------------------------------
 
-    def _tiles(self, core: int, tiles: tuple[Tile, ...], phase: str) -> Generator:
+    def _tiles(self, core: int, tiles: tuple[Tile, ...], phase: str,
+               buffers: PhaseBuffers | None = None) -> Generator:
         if not tiles:
             return
         done = self.env.event()
-        Walk(self, core, tiles, phase, done.succeed).advance()
+        Walk(self, core, tiles, phase, done.succeed, buffers).advance()
         yield done  # the last store of the phase has landed
 
     def _barrier(self, core: int, phase: str, state: dict) -> Generator:
@@ -258,11 +260,12 @@ class Engine:
         yield self.env.timeout(self.target.barrier_latency_cycles)
         event.succeed()
 
-    def _core(self, core: int, plan: Plan, barriers: list[dict[str, Any] | None]) -> Generator:
+    def _core(self, core: int, plan: Plan, barriers: list[dict[str, Any] | None],
+              buffers: list[PhaseBuffers | None]) -> Generator:
         yield self.env.timeout(self.target.launch_overhead_cycles)
         self.recorder.record(TraceEvent(core=core, unit="sync", kind="launch", start=0, end=self.env._now))
-        for phase, state in zip(plan.phases, barriers):
-            yield from self._tiles(core, tuple(phase.tiles.get(core, ())), phase.name)
+        for phase, state, staged in zip(plan.phases, barriers, buffers):
+            yield from self._tiles(core, tuple(phase.tiles.get(core, ())), phase.name, staged)
             if state is not None:
                 yield from self._barrier(core, phase.name, state)
         self.core_end_cycles[core] = self.env._now
@@ -301,8 +304,10 @@ class Engine:
             if (phase.barrier_after and multi) else None
             for phase in plan.phases
         ]
+        # Staged buffers (Tile.fills / uses) are the phase's, shared by its cores' walks.
+        buffers = [PhaseBuffers(phase) if PhaseBuffers.has_buffers(phase) else None for phase in plan.phases]
         for core in plan.cores:
-            self.env.process(self._core(core, plan, barriers))
+            self.env.process(self._core(core, plan, barriers, buffers))
         self._run_events(until_cycles)
         if until_cycles is not None and len(self.core_end_cycles) < len(plan.cores):
             return None

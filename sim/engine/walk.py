@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import simpy
 from simpy.events import Timeout
 
+from sim.engine.buffers import PhaseBuffers, after_all
 from sim.engine.units import Count, Gate
 from sim.model.plan import Tile
 
@@ -22,14 +23,21 @@ class Walk:
     for the previous tile of its slot to have stored), wait for this tile's loads,
     compute (one timeout), start its stores.  ``finished()`` runs once the walk is
     over and every store has landed.
+
+    With ``buffers`` (a phase whose tiles name staged buffers, :class:`~sim.model.plan.Tile`), a tile's loads
+    also wait for the buffers it uses to be filled and, for a staging tile (one that fills buffers), for the
+    previous generation of each to be released; the walk passes a staging tile at once (its loads land in the
+    background, and count as its stores for the end of the walk), and prefetches through staging tiles to the
+    next tile that is not one.
     """
 
     __slots__ = ("eng", "core", "tiles", "phase", "finished", "i", "issued", "loaded", "waiting", "latest",
-                 "gates", "stored", "walked", "compute_start")
+                 "gates", "stored", "walked", "compute_start", "buffers")
 
     def __init__(self, eng: Engine, core: int, tiles: tuple[Tile, ...], phase: str,
-                 finished: Callable[[], None]):
+                 finished: Callable[[], None], buffers: PhaseBuffers | None = None):
         self.eng, self.core, self.tiles, self.phase, self.finished = eng, core, tiles, phase, finished
+        self.buffers = buffers
         self.i = 0  # the tile being walked
         self.issued = 0  # tiles whose loads were issued
         self.loaded = [False] * len(tiles)
@@ -44,6 +52,9 @@ class Walk:
         tile, eng = self.tiles[i], self.eng
         gate = Gate()
         self.gates.append(gate)
+        if self.buffers is not None and (tile.fills or tile.uses):
+            self._issue_staged(i, tile, gate)
+            return
         prev = self.latest.get(tile.slot)
         self.latest[tile.slot] = gate
         self.issued = i + 1
@@ -55,6 +66,29 @@ class Walk:
             start()
         else:
             prev.then(start)  # the slot's buffers are free once the previous tile's stores landed
+
+    def _issue_staged(self, i: int, tile: Tile, gate: Gate) -> None:
+        """Issue tile ``i``, which names staged buffers: its loads wait for its buffers' gates (and, unless it is
+        a staging tile, for its slot as any tile's)."""
+        eng, buffers = self.eng, self.buffers
+        assert buffers is not None
+        self.issued = i + 1
+        waits = buffers.before_loads(tile)
+        if tile.fills:
+            def landed() -> None:
+                buffers.landed(tile)
+                self.loaded[i] = True
+                gate.open()
+                self.stored.one_done()
+
+            after_all(waits, lambda: eng._start_transfers(self.core, tile, tile.loads, "dma_in", self.phase, landed))
+            return
+        prev = self.latest.get(tile.slot)
+        self.latest[tile.slot] = gate
+        if prev is not None:
+            waits.insert(0, prev)
+        after_all(waits, lambda: eng._start_transfers(self.core, tile, tile.loads, "dma_in", self.phase,
+                                                      lambda: self._loaded(i)))
 
     def _loaded(self, i: int) -> None:
         self.loaded[i] = True
@@ -71,6 +105,14 @@ class Walk:
                 self._issue(i)
             if self.issued == i + 1 and i + 1 < n:
                 self._issue(i + 1)  # prefetch: the next tile's DMA overlaps this tile's compute
+                if self.buffers is not None:
+                    # Staging tiles do not count as the next tile: prefetch through them to the next one that
+                    # computes, so that blocks staged between two tiles do not cost the second its prefetch.
+                    while self.issued < n and tiles[self.issued - 1].fills:
+                        self._issue(self.issued)
+            if self.buffers is not None and tiles[i].fills:
+                self._pass_staging(i)  # a staging tile: its loads land in the background
+                continue
             if not self.loaded[i]:
                 self.waiting = True
                 return
@@ -100,7 +142,16 @@ class Walk:
             gate.open()
             self.stored.one_done()
 
+        if self.buffers is not None and tile.uses:
+            self.buffers.finished(tile)  # its compute is done: the buffers it read may be refilled
         eng._start_transfers(self.core, tile, tile.stores, "dma_out", self.phase, stored_one)
+        if eng.on_tile is not None:
+            eng.on_tile(1, eng.env._now)
+        self.i = i + 1
+
+    def _pass_staging(self, i: int) -> None:
+        """Step past staging tile ``i`` (issued already): the walk does not wait for its loads."""
+        eng = self.eng
         if eng.on_tile is not None:
             eng.on_tile(1, eng.env._now)
         self.i = i + 1

@@ -168,6 +168,27 @@ class Compute:
         return self.flops + self.extra_ops
 
 
+#: Separates a staged buffer's name from its generation in a :class:`Tile`'s ``fills`` and ``uses``.
+GENERATION_MARK = "@"
+
+
+def buffer_ref(name: str, generation: int) -> str:
+    """The reference ``"<name>@<generation>"`` a tile's ``fills``/``uses`` list: fill number ``generation``
+    (0, 1, 2 ...) of the staged buffer ``name``."""
+    return f"{name}{GENERATION_MARK}{int(generation)}"
+
+
+def parse_buffer_ref(ref: str) -> tuple[str, int]:
+    """``(name, generation)`` of a buffer reference (:func:`buffer_ref`); ValueError when malformed."""
+    if not isinstance(ref, str):
+        raise ValueError(f"a buffer reference is a string 'name{GENERATION_MARK}generation', got {ref!r}")
+    name, mark, gen = ref.rpartition(GENERATION_MARK)
+    if not mark or not name or not gen.isdigit() or not gen.isascii():
+        raise ValueError(f"buffer reference {ref!r} is not 'name{GENERATION_MARK}generation' (a name, "
+                         f"'{GENERATION_MARK}', a generation 0, 1, 2 ...)")
+    return name, int(gen)
+
+
 @dataclass(frozen=True)
 class Tile:
     """DMA in, compute, DMA out: the unit the engine double-buffers.
@@ -176,6 +197,23 @@ class Tile:
     start a tile's loads before the previous tile of the same slot has finished
     its stores, so a kernel that alternates two slots gets a double-buffered
     pipeline and one that uses a single slot gets a serial one.
+
+    Blocking through several levels (DDR -> a shared level -> a core's level) names staged buffers.  A
+    reference is ``"<buffer>@<generation>"`` (:func:`buffer_ref`): generation g of a buffer is its g-th fill
+    in the phase (names are the phase's, shared by all its cores).
+
+    * ``fills``: the buffers this tile's loads fill.  Such a *staging tile* has no compute and no stores, takes
+      no part in slot ordering, and the core's walk does not wait for it: it moves on to its next tile while
+      the loads stream (the next block streams while the cores compute on the current one).  Generation g is
+      filled once every tile that lists it in ``fills`` (on any core: one core loads a block, or the cores
+      split it) has landed its loads.  Its loads start only once generation g - 1 is filled and every tile
+      that uses it has finished (the write-after-read hazard: a buffer is refilled only when no one reads it).
+    * ``uses``: buffers that must be filled (by any core's tiles) before this tile's loads start (and so its
+      compute); the tile has finished with them once its compute is done (for a tile without compute: its
+      loads have landed).
+
+    A plan without ``fills`` and ``uses`` runs exactly as before they existed.  The plan check
+    (:mod:`sim.model.plan_check`, rule ``buffers``) refuses references that cannot be met or that deadlock.
     """
 
     tile_id: int
@@ -183,6 +221,8 @@ class Tile:
     compute: Compute | None
     stores: tuple[Transfer, ...]
     slot: int = 0
+    fills: tuple[str, ...] = ()
+    uses: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

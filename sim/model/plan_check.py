@@ -19,6 +19,11 @@ engine.  The rules, each with the id a :class:`~sim.errors.PlanError` names (see
   level), or the scalar level beside it;
 * ``tile-size``: the operands of a tile fit the size of the staging level they lie in;
 * ``output-overlap``: the output operands of one compute share no byte;
+* ``buffers``: staged buffers (``Tile.fills`` / ``Tile.uses``) are references ``name@generation``; a staging
+  tile (one that fills) has no compute and no stores and does not use what it fills; every generation used or
+  refilled was filled in the phase, generations are filled in order (0, 1, 2 ...), and the phase's tiles can
+  all run: no core waits, directly or through other cores, for a buffer that only its own later work fills or
+  releases (a deadlock);
 * ``loop-units``: a compute's loops issue only on unit classes the core has (``core.units``);
 * ``loop-registers``: a loop keeps live at most the vector registers the core has.
 
@@ -38,7 +43,7 @@ import numpy as np
 from sim.errors import PlanError, brief
 from sim.model.call import BoundCall
 from sim.model.memory import MemoryMap, block_span
-from sim.model.plan import Compute, Loop, Operand, Phase, Plan, Tile, Transfer
+from sim.model.plan import Compute, Loop, Operand, Phase, Plan, Tile, Transfer, parse_buffer_ref
 from sim.model.target import StagingArea, Target
 
 #: Rule id -> the rule in words (for the docs and for tools).
@@ -55,6 +60,8 @@ RULES: dict[str, str] = {
                      "level) or the scalar level beside it",
     "tile-size": "the operands of a tile fit the size of the staging level they lie in",
     "output-overlap": "the output operands of one compute share no byte",
+    "buffers": "staged buffers are filled before they are used, in generation order, by staging tiles (no compute, "
+               "no stores), and the phase's waits on them cannot deadlock",
     "loop-units": "a compute's loops issue only on unit classes the core has",
     "loop-registers": "a loop keeps live at most the vector registers the core has",
 }
@@ -155,6 +162,9 @@ class _Checker:
                 for tile in tiles:
                     self.tile(tile, ids)
             self.where.core = self.where.tile = None
+            if any(t.fills or t.uses for ts in phase.tiles.values() for t in ts):
+                self.buffers(phase)
+                self.where.core = self.where.tile = None
         self.where.phase = None
 
     def tile(self, tile: Any, ids: set[int]) -> None:
@@ -177,6 +187,102 @@ class _Checker:
                 self.transfer(t, kind, i)
         if tile.compute is not None:
             self.compute(tile.compute)
+        for field_name in ("fills", "uses"):
+            refs = getattr(tile, field_name)
+            if type(refs) is not tuple:
+                raise self.fail("plan-structure", f"Tile.{field_name} must be a tuple of buffer references "
+                                                  f"('name@generation'), got {brief(refs)}")
+            for ref in refs:
+                try:
+                    parse_buffer_ref(ref)
+                except ValueError as e:
+                    raise self.fail("plan-structure", f"Tile.{field_name}: {e}") from None
+        if tile.fills:
+            if tile.compute is not None or tile.stores:
+                raise self.fail("buffers", f"the tile fills {', '.join(tile.fills)} and so is a staging tile, which "
+                                           f"the walk does not wait for: it may have loads only (no compute, no "
+                                           f"stores)")
+            filled = {parse_buffer_ref(r)[0] for r in tile.fills}
+            both = sorted(filled & {parse_buffer_ref(r)[0] for r in tile.uses})
+            if both:
+                raise self.fail("buffers", f"the tile both fills and uses buffer {both[0]!r}")
+
+    def buffers(self, phase: Phase) -> None:
+        """The ``buffers`` rule on one phase: every generation used or refilled is filled, in order, and the waits
+        cannot deadlock (a walk of the dependences the engine obeys, with Kahn's algorithm)."""
+        fillers: dict[tuple[str, int], list[tuple[int, int]]] = {}
+        users: dict[tuple[str, int], list[tuple[int, int]]] = {}
+        for core, tiles in phase.tiles.items():
+            for i, tile in enumerate(tiles):
+                for ref in tile.fills:
+                    fillers.setdefault(parse_buffer_ref(ref), []).append((int(core), i))
+                for ref in tile.uses:
+                    users.setdefault(parse_buffer_ref(ref), []).append((int(core), i))
+        for key, where in [*users.items(), *fillers.items()]:
+            name, g = key
+            need = [key] if key in users and key not in fillers else []
+            if key in fillers and g > 0 and (name, g - 1) not in fillers:
+                need.append((name, g - 1))
+            if need:
+                core, i = where[0]
+                tile = phase.tiles[core][i]
+                self.where.core, self.where.tile = core, int(tile.tile_id)
+                n, gen = need[0]
+                raise self.fail("buffers", f"buffer {n!r} generation {gen} is never filled in this phase (no tile "
+                                           f"lists '{n}@{gen}' in its fills), so the tile would wait for it forever")
+        # Nodes: ("t", core, i) a tile done (a staging tile: landed; another: computed), ("f", name, g) generation
+        # g filled, ("r", name, g) released.  Edges say "before".
+        succ: dict[tuple, list[tuple]] = {}
+        indeg: dict[tuple, int] = {}
+
+        def edge(a: tuple, b: tuple) -> None:
+            succ.setdefault(a, []).append(b)
+            indeg[b] = indeg.get(b, 0) + 1
+            indeg.setdefault(a, indeg.get(a, 0))
+
+        for core, tiles in phase.tiles.items():
+            last_walked: tuple | None = None  # the latest tile the walk waits for (not a staging tile)
+            before_last: tuple | None = None  # the one before it: the walk issues tile i once tile i-2 is done
+            for i, tile in enumerate(tiles):
+                node = ("t", int(core), i)
+                indeg.setdefault(node, 0)
+                # The walk issues the tiles after the one it is at up to the next non-staging tile: a tile is issued
+                # once the walk reaches the non-staging tile before it, i.e. once the non-staging tile before that
+                # one is done; a non-staging tile also runs after the previous non-staging one.
+                walked_before = last_walked if not tile.fills else before_last
+                if walked_before is not None:
+                    edge(walked_before, node)
+                for ref in tile.uses:
+                    edge(("f", *parse_buffer_ref(ref)), node)
+                    edge(node, ("r", *parse_buffer_ref(ref)))
+                for ref in tile.fills:
+                    name, g = parse_buffer_ref(ref)
+                    edge(node, ("f", name, g))
+                    if g > 0:
+                        edge(("r", name, g - 1), node)
+                if not tile.fills:
+                    before_last, last_walked = last_walked, node
+        for name, g in fillers:
+            edge(("f", name, g), ("r", name, g))
+        ready = [n for n, d in indeg.items() if d == 0]
+        done = 0
+        while ready:
+            node = ready.pop()
+            done += 1
+            for after in succ.get(node, []):
+                indeg[after] -= 1
+                if not indeg[after]:
+                    ready.append(after)
+        if done < len(indeg):
+            stuck = sorted(n for n, d in indeg.items() if d and n[0] == "t")
+            core, i = stuck[0][1], stuck[0][2]
+            tile = phase.tiles[core][i]
+            self.where.core, self.where.tile = core, int(tile.tile_id)
+            waits = ", ".join((*tile.uses, *tile.fills)) or "the tiles before it"
+            raise self.fail("buffers", f"the phase deadlocks: this tile waits (through {waits}) for work that "
+                                       f"itself waits for this tile or for later tiles of its own core; fill a "
+                                       f"buffer before the tiles that use it, and release a generation before "
+                                       f"refilling it")
 
     def transfer(self, t: Any, kind: str, index: int) -> None:
         if type(t) is not Transfer and not isinstance(t, Transfer):

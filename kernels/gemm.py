@@ -1,0 +1,744 @@
+"""GEMM: ``{fp,hp}_gemm_{s,p}``, the library's matrix product C = op(A)·op(B) + beta·C (row-major, as in C).
+
+op(A) is m×k: A stored [m, lda ≥ k] when ``trans_a`` = 0, [k, lda ≥ m] when 1; op(B) is k×n: B stored
+[k, ldb ≥ n] when ``trans_b`` = 0, [n, ldb ≥ k] when 1; C stored [m, ldc ≥ n].  ``beta`` is 0 or 1 (then C is
+an input and an output of the call, in place).  ``lda``/``ldb``/``ldc`` are row pitches in elements (default:
+dense); the elements between a row's end and its pitch are never read or written (every descriptor moves whole
+rows of the matrix only).  ``hp_gemm`` takes fp16 A, B, C, multiplies fp16 values (their products are exact in
+fp32), accumulates in fp32 and rounds C to fp16 once, when it is stored.
+
+Blocking (SPEC §2: DDR → GSM → AM/SM → registers):
+
+* **GSM blocks of A** (``m_block`` rows × ``k_block`` of op(A)), shared by the cores of an ``_s`` call: the
+  cores split each block's loading (one descriptor each, rows of A in its own orientation), and the next block
+  streams into the other half of the GSM window while the cores compute on this one (staged buffers
+  ``gsm.a0`` / ``gsm.a1``, :class:`~sim.model.plan.Tile` ``fills`` / ``uses``: no barrier).  A ``_p`` call
+  (one core, private memory) and a one-core call read A's panels straight from memory (nothing to share).
+* **B blocks in AM** (``k_block`` × ``n_block`` of op(B)) per core, double-buffered the same way (staged
+  buffers ``am.b<core>.0`` / ``.1``).
+* **A micro-panels in SM** (``m_panel`` rows × ``k_block``), one per tile, through the two SM slots: the
+  scalar level, whose elements the micro-kernel loads and broadcasts.
+* **C accumulated in registers and held in AM**: a core's C block (its rows of the GSM block × ``n_block``,
+  fp32) stays in AM across the k blocks; each tile's micro-kernels (``m_micro`` × ``n_micro``,
+  :func:`kernels.common.loops.gemm_micro_kernel`) load it, accumulate ``k_block`` steps in registers and
+  store it back.  With ``beta`` = 1 the first k block adds the old C (loaded into the tile's AM slot); the
+  last k block writes the tile's rows of C into its slot (rounded to fp16 for hp) and stores them from there.
+
+The cores split the work by ``split``: ``n`` (each core its columns of C, every core reading the shared GSM
+block: square and wide shapes), ``m`` (each core its micro-panels of the GSM block, every core loading the
+same B block: skinny n) or ``k`` (each core a range of the depth, storing its fp32 partial C block to the
+``gsm_blocks`` level; after a barrier each core sums its rows of C over the partials: small m × n, long k).
+Transposes cost no extra pass where a descriptor's strides can take them: the GSM
+block and the SM panels keep A's own orientation (the micro-kernel's scalar loads take A's pairs along k or
+along m alike), so op(A) = Aᵀ only changes the descriptors' strides (its SM panels are rows of ``m_panel``
+elements: short runs, whole bursts).  A B stored transposed is staged as it is ([n_block, k_block] rows) and
+transposed in AM once per B block, a vector loop of loads, shuffles and stores charged to the block's first
+tile (loads and stores: the micro-kernel needs rows of op(B) as vectors).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kernels.base import PlanContext
+from kernels.common.args import require_int
+from kernels.common.binding import attrs_of, bind_arguments, bound_call
+from kernels.common.loops import elementwise, gemm_micro_kernel, lanes
+from kernels.common.scratch import Scratch, align_up
+from kernels.common.tiling_space import ChoiceKey, IntKey, TilingSpace, split_even, unique
+from sim.errors import KernelArgError
+from sim.model.call import ArgSpec, BoundCall, MemoryReader
+from sim.model.plan import Compute, DoesNotFit, Operand, Phase, Plan, Tile, Transfer, buffer_ref
+
+F32 = np.dtype(np.float32)
+#: How the cores share the work (the ``split`` key of a tiling).
+SPLITS = ("n", "m", "k")
+#: Precision a symbol computes in, by storage precision: hp products of fp16 values accumulated in fp32 (the
+#: chip's mixed-precision rate where the target lists it, else its fp32 rate).
+MIXED = "fp16_fp32acc"
+
+
+def compute_precision(ctx: PlanContext) -> str:
+    """The precision the chip computes this call's multiply-adds in."""
+    if ctx.precision == "fp16":
+        return MIXED if MIXED in ctx.target.core.precisions else "fp32"
+    return "fp32"
+
+
+# --- numerics ----------------------------------------------------------------------------------
+
+def gemm_reference(a: np.ndarray, b: np.ndarray, c: np.ndarray | None, trans_a: bool, trans_b: bool) -> np.ndarray:
+    """op(A)·op(B) (+ C) of dense matrices, accumulated in fp32 and returned in A's dtype."""
+    oa = (a.T if trans_a else a).astype(F32)
+    ob = (b.T if trans_b else b).astype(F32)
+    acc = oa @ ob
+    if c is not None:
+        acc += c.astype(F32)
+    return acc.astype(a.dtype)
+
+
+class _TileFn:
+    """Compute.fn of one tile: the panel's product with the B block, added to the accumulator (or to the old C
+    when ``beta`` is 1 on the first k block), returned as fp32 accumulator rows or, on the last k block of an
+    fp16 call, as fp16 C rows."""
+
+    def __init__(self, trans_a: bool, trans_b: bool, ncols: int, first: bool, beta: bool, out_dtype: np.dtype | None):
+        self.trans_a, self.trans_b, self.ncols = trans_a, trans_b, ncols
+        self.first, self.beta, self.out_dtype = first, beta, out_dtype
+
+    def __call__(self, panel: np.ndarray, bblock: np.ndarray, *rest: np.ndarray) -> tuple[np.ndarray]:
+        oa = (panel.T if self.trans_a else panel).astype(F32)
+        ob = (bblock.T if self.trans_b else bblock).astype(F32)
+        acc = oa @ ob
+        if not self.first or self.beta:
+            acc += rest[0].astype(F32)  # the accumulator, or the old C on the first k block
+        return (acc if self.out_dtype is None else acc.astype(self.out_dtype),)
+
+
+class _SumPartials:
+    """Compute.fn of a split-k reduction tile: the cores' fp32 partial rows summed (+ the old C), in C's dtype."""
+
+    def __init__(self, n: int, dtype: np.dtype):
+        self.n, self.dtype = n, dtype
+
+    def __call__(self, stack: np.ndarray, *old: np.ndarray) -> tuple[np.ndarray]:
+        acc = stack.sum(axis=0, dtype=F32).reshape(-1, self.n)
+        if old:
+            acc += old[0].astype(F32)
+        return (acc.astype(self.dtype),)
+
+
+# --- binding -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class GemmAttrs:
+    """What binding found out about a call: sizes, transposes, beta and pitches (elements)."""
+
+    m: int
+    n: int
+    k: int
+    trans_a: bool
+    trans_b: bool
+    beta: bool
+    lda: int
+    ldb: int
+    ldc: int
+
+
+def _flag(name: str, value: Any) -> bool:
+    """0/1 (or a bool) as C callers pass a flag."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    return bool(require_int(name, value, minimum=0, maximum=1))
+
+
+class Gemm:
+    """The registry entry of gemm."""
+
+    name = "gemm"
+    tensors_in_precision = ("a", "b", "c")
+    fp32_tensors = ()
+    fp16_arithmetic = ("computed in fp32 accumulators from exact fp16 products (at the chip's fp16_fp32acc rate "
+                       "where it has one); the conversions are extra vector ops: C rounded to fp16 once, as it is "
+                       "stored")
+    args = (
+        ArgSpec("a", "in_ptr", "address of A: [m, lda] when trans_a = 0, [k, lda] when 1"),
+        ArgSpec("b", "in_ptr", "address of B: [k, ldb] when trans_b = 0, [n, ldb] when 1"),
+        ArgSpec("c", "out_ptr", "address of C [m, ldc] (output; also an input when beta = 1)"),
+        ArgSpec("m", "int", "rows of op(A) and C"),
+        ArgSpec("n", "int", "columns of op(B) and C"),
+        ArgSpec("k", "int", "columns of op(A), rows of op(B)"),
+        ArgSpec("trans_a", "int", "1: A is stored transposed ([k, lda])", default=0, required=False),
+        ArgSpec("trans_b", "int", "1: B is stored transposed ([n, ldb])", default=0, required=False),
+        ArgSpec("beta", "int", "0: C = op(A)op(B); 1: C += op(A)op(B) (C in place)", default=0, required=False),
+        ArgSpec("lda", "int", "row pitch of A in elements (default: dense)", default=None, required=False),
+        ArgSpec("ldb", "int", "row pitch of B in elements (default: dense)", default=None, required=False),
+        ArgSpec("ldc", "int", "row pitch of C in elements (default: n)", default=None, required=False),
+    )
+
+    def bind(self, symbol: str, precision: str, variant: str, cores: tuple[int, ...],
+             args: Mapping[str, Any], read: MemoryReader) -> BoundCall:
+        """Check the arguments (SPEC §4) and describe A, B and C as [rows, pitch] matrices."""
+        a = bind_arguments(symbol, precision, self.args, args)
+        m, n, k = (require_int(x, a[x], minimum=1) for x in ("m", "n", "k"))
+        trans_a, trans_b = _flag("trans_a", a["trans_a"]), _flag("trans_b", a["trans_b"])
+        beta = _flag("beta", a["beta"])
+        a_rows, a_cols = (k, m) if trans_a else (m, k)
+        b_rows, b_cols = (n, k) if trans_b else (k, n)
+        pitches = {}
+        for name, cols in (("lda", a_cols), ("ldb", b_cols), ("ldc", n)):
+            given = a[name]
+            pitch = cols if given is None else require_int(name, given, minimum=1)
+            if pitch < cols:
+                raise KernelArgError(f"argument '{name}': the row pitch ({pitch}) must be at least the row's "
+                                     f"{cols} elements")
+            pitches[name] = pitch
+        attrs = GemmAttrs(m, n, k, trans_a, trans_b, beta, pitches["lda"], pitches["ldb"], pitches["ldc"])
+        # Each matrix as SPEC §4 stores it, [rows, pitch]: the layout check reserves its whole rows (the kernel
+        # itself never touches the elements past a row's end).
+        buffers = (a.buffer("a", (a_rows, attrs.lda), size_arg="lda"),
+                   a.buffer("b", (b_rows, attrs.ldb), size_arg="ldb"),
+                   a.buffer("c", (m, attrs.ldc), size_arg="ldc"))
+        return bound_call(a, variant, cores, buffers, attrs)
+
+    def plan(self, call: BoundCall, ctx: PlanContext) -> Plan:
+        """The tiling ``ctx.tiling`` asks for (its missing keys: the planner's defaults), else the candidate whose
+        plan ``ctx.estimate`` finds cheapest."""
+        return _Planner(call, ctx).plan()
+
+    def tilings(self, call: BoundCall, ctx: PlanContext) -> list[dict[str, Any]]:
+        """Candidate tilings: ``split``, ``m_block``, ``n_block``, ``k_block``, ``m_panel``, ``m_micro``,
+        ``n_micro`` (those that fit the staging levels)."""
+        return _Planner(call, ctx).candidates()
+
+
+# --- planning ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Tiling:
+    split: str
+    m_block: int
+    n_block: int
+    k_block: int
+    m_panel: int
+    m_micro: int
+    n_micro: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(split=self.split, m_block=self.m_block, n_block=self.n_block, k_block=self.k_block,
+                    m_panel=self.m_panel, m_micro=self.m_micro, n_micro=self.n_micro)
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One step of the plan, the same on every core: GSM block ``block`` = (m block, k block), B block column
+    chunk ``chunk`` (an index into the core's column chunks, or the global ones with split m)."""
+
+    mb: int
+    kb: int
+    chunk: int
+
+
+class _Planner:
+    """The plans of one call."""
+
+    def __init__(self, call: BoundCall, ctx: PlanContext):
+        self.call, self.ctx = call, ctx
+        self.g = attrs_of(call, GemmAttrs)
+        self.a, self.b, self.c = (call.buffer(x) for x in ("a", "b", "c"))
+        self.dt = self.c.dtype
+        self.isz = self.dt.itemsize
+        self.core = ctx.target.core
+        self.prec = compute_precision(ctx)
+        self.lanes = lanes(self.core, self.prec)
+        self.am, self.sm = ctx.vector_level, ctx.scalar_level
+        self._split = "n"  # the split of the tiling being laid out or built
+        # A core described by its functional units prices the loops (a target without them: the flops).
+        self._has_units = all(u in self.core.units for u in ("vls", "sload", "fmac", "broadcast"))
+        g = self.g
+        self.space = TilingSpace(
+            ChoiceKey("split", SPLITS, "n: each core its columns of C (A blocks shared in GSM); m: each core its "
+                                       "micro-panels of each A block (every core loads the B block); k: each core "
+                                       "a range of the depth, partial C blocks summed through GSM (small m x n, "
+                                       "long k)"),
+            IntKey("m_block", 1, g.m, "rows of op(A) per GSM block (shared by the cores)"),
+            IntKey("n_block", 1, g.n, "columns of op(B) per B block in AM (a core's C block width)"),
+            IntKey("k_block", 1, g.k, "depth of a GSM block of A and of a B block"),
+            IntKey("m_panel", 1, g.m, "rows of an A micro-panel in SM (one tile)"),
+            IntKey("m_micro", 1, 64, "rows of the micro-kernel's C block in registers"),
+            IntKey("n_micro", 1, 4096, "columns of the micro-kernel's C block in registers (whole vectors)"))
+
+    # -- the GSM level: used by an _s call on several cores ----------------------------------------
+
+    @property
+    def shared(self) -> bool:
+        """Whether A's blocks are staged in the shared level (an _s call on more than one core)."""
+        return (self.call.variant == "s" and len(self.ctx.cores) > 1 and self.blocks_level is not None
+                and self._split != "k")
+
+    @property
+    def blocks_level(self) -> Any:
+        """The shared staging level A's blocks go through: the largest shared one (the targets' ``gsm_blocks``;
+        a copy of a target with one shared level: that one), or None."""
+        shared = [a for a in self.ctx.levels if a.shared]
+        return max(shared, key=lambda a: a.size_bytes) if shared else None
+
+    # -- choosing ---------------------------------------------------------------------------------
+
+    def defaults(self) -> dict[str, Any]:
+        """The published schedule, clamped to the call: micro-kernel 6 × 4 vectors, 12-row panels, 512-deep blocks,
+        128-column B blocks, 576-row A blocks (SPEC §2), cut down until they fit."""
+        g = self.g
+        n_micro = min(4 * self.lanes, self._round_up(g.n, self.lanes))
+        m_micro = min(6, g.m)
+        m_panel = min(2 * m_micro, g.m)
+        cores = len(self.ctx.cores)
+        split = "n" if g.n >= 2 * n_micro * min(cores, 2) or cores == 1 else "m"
+        return dict(split=split, m_block=min(576, g.m), n_block=min(max(n_micro, 128), g.n),
+                    k_block=min(512, g.k), m_panel=m_panel, m_micro=m_micro, n_micro=n_micro)
+
+    @staticmethod
+    def _round_up(v: int, unit: int) -> int:
+        return -(-v // unit) * unit
+
+    def resolve(self, given: Mapping[str, Any]) -> _Tiling:
+        """A full tiling from ``given`` keys and the defaults; KernelArgError for inconsistent keys."""
+        d = {**self.defaults(), **{k: v for k, v in given.items() if v is not None}}
+        t = _Tiling(**d)
+        if t.m_panel % t.m_micro and t.m_panel != self.g.m:
+            raise KernelArgError(f"argument 'tiling.m_panel': {t.m_panel} is not a multiple of m_micro "
+                                 f"({t.m_micro})")
+        if t.m_block % t.m_panel and t.m_block != self.g.m:
+            raise KernelArgError(f"argument 'tiling.m_block': {t.m_block} is not a multiple of m_panel "
+                                 f"({t.m_panel})")
+        return t
+
+    def plan(self) -> Plan:
+        """The caller's tiling, else the cheapest candidate by ``ctx.estimate``."""
+        given = self.space.parse(self.ctx)
+        if any(v is not None for v in given.values()):
+            return self.build(self.resolve(given))
+        best: tuple[int, Plan] | None = None
+        last: DoesNotFit | None = None
+        for cand in self.candidates(check=False):
+            try:
+                p = self.build(self.resolve(cand))
+            except DoesNotFit as e:
+                last = e
+                continue
+            cost = self.ctx.estimate(p)
+            if best is None or cost < best[0]:
+                best = (cost, p)
+        if best is None:
+            raise last or DoesNotFit(self.am.name, 0, self.am.size_bytes, f"{self.call.symbol}: no tiling fits")
+        return best[1]
+
+    #: Most candidates listed: each is planned, checked and simulated (timing only) by the cost model.
+    MAX_CANDIDATES = 5
+
+    def _fits(self, c: Mapping[str, Any]) -> bool:
+        try:
+            self.layout(self.resolve(c))
+        except (DoesNotFit, KernelArgError):
+            return False
+        return True
+
+    def candidates(self, check: bool = True) -> list[dict[str, Any]]:
+        """A few tilings around the published schedule: its blocks shrunk until they fit (576 then 288 then 144
+        rows of A, 512 then 256 deep), then that one with shallower k blocks, smaller A blocks, and the other ways
+        to split the cores; ``check``: those that fit the staging levels only (at most MAX_CANDIDATES)."""
+        g, d = self.g, self.defaults()
+        splits = [d["split"]] + ([x for x in SPLITS if x != d["split"]] if len(self.ctx.cores) > 1 else [])
+        def fitted(split: str) -> dict[str, Any] | None:
+            return next((c for m_block, k_block in ((576, 512), (288, 512), (576, 256), (144, 512), (288, 256),
+                                                    (144, 256), (48, 128))
+                         for c in [{**d, "split": split, "m_block": min(m_block, g.m), "k_block": min(k_block, g.k)}]
+                         if not check or self._fits(c)), None)
+
+        bases = [c for c in (fitted(x) for x in splits) if c is not None]
+        base = bases[0] if bases else d
+        cands = [base, {**base, "k_block": min(max(base["k_block"] // 2, 1), g.k)},
+                 {**base, "m_block": min(max(base["m_block"] // 2, base["m_panel"]), g.m)}] + bases[1:]
+        out = []
+        for c in unique(cands):
+            try:
+                t = self.resolve(c)
+                if check:
+                    self.layout(t)
+            except (DoesNotFit, KernelArgError):
+                continue
+            out.append(self.space.candidate(**t.as_dict()))
+        return unique(out)[:self.MAX_CANDIDATES]
+
+    # -- the layout of the staging levels ----------------------------------------------------------
+
+    def _steps_and_shares(self, t: _Tiling) -> tuple[list[_Step], dict[int, list[tuple[int, int]]], int]:
+        """The steps, each core's column chunks (split n: its own; split m: all of them), and the most rows of a
+        GSM block one core accumulates."""
+        g, cores = self.g, self.ctx.cores
+        n_chunks_all = [(a, min(a + t.n_block, g.n)) for a in range(0, g.n, t.n_block)]
+        if t.split == "n":
+            # Whole micro-kernel widths per core, then each core's share cut into B blocks.
+            shares = _split_units(g.n, t.n_micro, len(cores))
+            chunks = {c: [(a, min(a + t.n_block, b)) for a, b in [s] for a in range(a, b, t.n_block)]
+                      for c, s in zip(cores, shares)}
+            for c in cores:
+                chunks.setdefault(c, [])
+            rows = min(t.m_block, g.m)
+        elif t.split == "k":
+            chunks = {c: n_chunks_all for c in cores}
+            rows = min(t.m_block, g.m)
+        else:
+            chunks = {c: n_chunks_all for c in cores}
+            panels = -(-min(t.m_block, g.m) // t.m_panel)
+            rows = -(-panels // len(cores)) * t.m_panel
+        n_steps_chunks = max((len(v) for v in chunks.values()), default=0)
+        n_kb = (max(-(-(b - a) // t.k_block) for a, b in self._k_shares(t)) if t.split == "k"
+                else -(-g.k // t.k_block))
+        steps = [_Step(mb, kb, ch) for mb in range(-(-g.m // t.m_block)) for ch in range(n_steps_chunks)
+                 for kb in range(n_kb)]
+        return steps, chunks, rows
+
+    def _k_shares(self, t: _Tiling) -> list[tuple[int, int]]:
+        """Split k: each core's range of the depth, in whole k blocks (cores past the last block get none)."""
+        return _split_units(self.g.k, t.k_block, len(self.ctx.cores))
+
+    def _core_k(self, t: _Tiling, core: int, s: _Step) -> tuple[int, int] | None:
+        """The depth ``core`` covers in step ``s``: the step's k block (split k: of the core's own range; None
+        when its range has fewer blocks)."""
+        if t.split != "k":
+            return self._k_range(t, s)
+        i = self.ctx.cores.index(core)
+        shares = self._k_shares(t)
+        if i >= len(shares):
+            return None
+        a, b = shares[i]
+        k0 = a + s.kb * t.k_block
+        return (k0, min(k0 + t.k_block, b)) if k0 < b else None
+
+    def layout(self, t: _Tiling) -> dict[str, Any]:
+        """Addresses of the staged buffers and slots; DoesNotFit naming the level that is too small."""
+        self._split = t.split
+        _, _, rows = self._steps_and_shares(t)
+        am_align = self.am.alignment_bytes
+        ncols = min(t.n_block, self.g.n)
+        kdepth = min(t.k_block, self.g.k)
+        acc_bytes = align_up(rows * ncols * F32.itemsize, am_align)
+        b_bytes = align_up(kdepth * ncols * self.isz, am_align)
+        # A C tile in its dtype, or an fp32 partial (split k).
+        tile_c_bytes = align_up(min(t.m_panel, self.g.m) * ncols * F32.itemsize, am_align)
+        fixed = acc_bytes + 2 * b_bytes
+        if fixed + 2 * tile_c_bytes > self.am.size_bytes:
+            raise DoesNotFit(self.am.name, fixed + 2 * tile_c_bytes, self.am.size_bytes,
+                             f"{self.call.symbol}: a C block of {rows}x{ncols} fp32, two B blocks of {kdepth}x{ncols} "
+                             f"and two C tiles do not fit the {self.am.size_bytes}-byte {self.am.name} level")
+        am = Scratch(self.am, fixed, slots=2, slot_bytes=tile_c_bytes)
+        panel_level = self.sm if self.sm is not None else self.am
+        panel_bytes = align_up(min(t.m_panel, self.g.m) * kdepth * self.isz, panel_level.alignment_bytes)
+        if self.sm is not None:
+            sm = Scratch(self.sm, 0, slots=2, slot_bytes=panel_bytes)
+        else:  # no scalar level: the panels live in the vector level's slots beside the C tiles
+            am = Scratch(self.am, fixed, slots=2, slot_bytes=tile_c_bytes + panel_bytes)
+            sm = am
+        b0 = am.fixed_base + acc_bytes
+        out: dict[str, Any] = dict(acc=am.fixed_base, b=(b0, b0 + b_bytes), am=am, sm=sm,
+                                   panel_offset=0 if self.sm is not None else tile_c_bytes)
+        if self.shared:
+            level = self.blocks_level
+            block = align_up(min(t.m_block, self.g.m) * kdepth * self.isz, level.alignment_bytes)
+            if 2 * block > level.size_bytes:
+                raise DoesNotFit(level.name, 2 * block, level.size_bytes,
+                                 f"{self.call.symbol}: two A blocks of {min(t.m_block, self.g.m)}x{kdepth} "
+                                 f"({block} bytes each) do not fit the {level.size_bytes}-byte {level.name} staging "
+                                 f"window")
+            out["gsm"] = (level.base, level.base + block)
+        if t.split == "k":
+            out["exchange"] = self._exchange_layout(t)
+        return out
+
+    def _exchange_layout(self, t: _Tiling) -> tuple[int, int, int]:
+        """Split k: (base, bytes between two cores' partials, parts) in the largest shared level; DoesNotFit when a
+        core's fp32 partial C does not fit its share."""
+        level = self.blocks_level
+        parts = len(self._k_shares(t))
+        need = self.g.m * self.g.n * F32.itemsize
+        if self.call.variant != "s" or len(self.ctx.cores) < 2 or level is None or parts < 2:
+            raise DoesNotFit(self.am.name, need, 0, f"{self.call.symbol}: split k needs several cores of an _s call "
+                                                    f"and a shared level to sum their partials through")
+        stride = level.size_bytes // parts // self.am.alignment_bytes * self.am.alignment_bytes
+        if need > stride:
+            raise DoesNotFit(level.name, need * parts, level.size_bytes,
+                             f"{self.call.symbol}: {parts} partial C blocks of {self.g.m}x{self.g.n} fp32 do not fit "
+                             f"the {level.size_bytes}-byte {level.name} staging window")
+        return level.base, stride, parts
+
+    # -- building ------------------------------------------------------------------------------------
+
+    def build(self, t: _Tiling) -> Plan:
+        """The plan of tiling ``t``: one phase, staged buffers instead of barriers."""
+        g, ctx = self.g, self.ctx
+        lay = self.layout(t)
+        steps, chunks, _ = self._steps_and_shares(t)
+        cores = ctx.cores
+        n_kb_of = {c: sum(1 for s in steps if s.mb == 0 and s.chunk == 0 and self._core_k(t, c, s)) for c in cores}
+        tiles: dict[int, list[Tile]] = {c: [] for c in cores}
+        ids = dict.fromkeys(cores, 0)
+        computes = dict.fromkeys(cores, 0)
+
+        def add(core: int, loads: Sequence[Transfer], compute: Compute | None, stores: Sequence[Transfer],
+                fills: tuple[str, ...] = (), uses: tuple[str, ...] = ()) -> None:
+            slot = 0
+            if not fills:
+                slot = computes[core] % 2
+                computes[core] += 1
+            tiles[core].append(Tile(ids[core], tuple(loads), compute, tuple(stores), slot, fills, uses))
+            ids[core] += 1
+
+        # The GSM blocks in step order, a new generation whenever the (m block, k block) changes; likewise each
+        # core's B blocks whenever (k block, column chunk) changes.
+        gsm_gen: list[int] = []
+        for i, s in enumerate(steps):
+            new = i == 0 or (s.mb, s.kb) != (steps[i - 1].mb, steps[i - 1].kb)
+            gsm_gen.append((gsm_gen[-1] + 1 if i else 0) if new else gsm_gen[-1])
+        b_gen: list[int] = []
+        for i, s in enumerate(steps):
+            new = i == 0 or (s.kb, s.chunk) != (steps[i - 1].kb, steps[i - 1].chunk)
+            b_gen.append((b_gen[-1] + 1 if i else 0) if new else b_gen[-1])
+
+        def gsm_ref(gen: int) -> str:
+            return buffer_ref(f"gsm.a{gen % 2}", gen // 2)
+
+        def b_ref(core: int, gen: int) -> str:
+            return buffer_ref(f"am.b{core}.{gen % 2}", gen // 2)
+
+        first_of_gsm = {gen: i for i, gen in reversed(list(enumerate(gsm_gen)))}
+        first_of_b = {gen: i for i, gen in reversed(list(enumerate(b_gen)))}
+
+        def staging(core: int, step_index: int, pieces: int) -> list[tuple[tuple[Transfer, ...], tuple[str, ...]]]:
+            """The staging tiles (loads, fills) of step ``step_index``'s new blocks on ``core``, cut by rows into at
+            most ``pieces`` tiles: spread over a step's compute tiles, each holds a DMA engine for a short while
+            only, so the compute tiles' own loads never queue long behind the next blocks."""
+            s = steps[step_index]
+            transfers: list[Transfer] = []
+            refs: list[str] = []
+            if self.shared and first_of_gsm[gsm_gen[step_index]] == step_index:
+                transfers += self._gsm_fill(t, lay, s, core, gsm_gen[step_index] % 2)
+                refs.append(gsm_ref(gsm_gen[step_index]))
+            col = self._chunk(chunks, core, s)
+            kr = self._core_k(t, core, s)
+            if col is not None and kr is not None and first_of_b[b_gen[step_index]] == step_index:
+                transfers.append(self._b_fill(t, lay, s, col, b_gen[step_index] % 2, kr))
+                refs.append(b_ref(core, b_gen[step_index]))
+            if not refs:
+                return []
+            cut = [_cut_rows(x, pieces) for x in transfers]
+            count = max([len(c) for c in cut] + [1])
+            return [(tuple(c[j] for c in cut if j < len(c)), tuple(refs)) for j in range(count)]
+
+        for core in cores:
+            if steps:
+                for staged, fills in staging(core, 0, 1):
+                    add(core, staged, None, (), fills=fills)
+            for i, s in enumerate(steps):
+                col = self._chunk(chunks, core, s)
+                kr = self._core_k(t, core, s)
+                panels = self._panels(t, core, s) if col is not None and kr is not None else []
+                # The next blocks stream while this step computes: a piece after each of its tiles.
+                ahead = staging(core, i + 1, max(1, len(panels))) if i + 1 < len(steps) else []
+                if not panels:
+                    for staged, fills in ahead:
+                        add(core, staged, None, (), fills=fills)
+                    continue
+                assert col is not None
+                uses = (b_ref(core, b_gen[i]),) + ((gsm_ref(gsm_gen[i]),) if self.shared else ())
+                for j, (p0, p1) in enumerate(panels):
+                    partial_to = None
+                    if t.split == "k":
+                        base, stride, _ = lay["exchange"]
+                        partial_to = (base + cores.index(core) * stride + (p0 * g.n + col[0]) * 4, g.n * 4)
+                    loads, compute, stores = self._tile(t, lay, s, col, (p0, p1), p0 - panels[0][0],
+                                                        computes[core] % 2, gsm_gen[i] % 2, b_gen[i] % 2,
+                                                        first=s.kb == 0, last=s.kb == n_kb_of[core] - 1,
+                                                        transpose_b=j == 0 and g.trans_b, k_range=kr,
+                                                        partial_to=partial_to)
+                    add(core, loads, compute, stores, uses=uses)
+                    if j < len(ahead):
+                        add(core, ahead[j][0], None, (), fills=ahead[j][1])
+        if t.split != "k":
+            phase = Phase("gemm", {c: tuple(ts) for c, ts in tiles.items()}, barrier_after=False)
+            return Plan(cores=self.call.cores, phases=(phase,), precision=self.call.precision)
+        partials = Phase("gemm:partials", {c: tuple(ts) for c, ts in tiles.items() if ts}, barrier_after=True)
+        return Plan(cores=self.call.cores, phases=(partials, self._reduce_phase(lay, ids)),
+                    precision=self.call.precision)
+
+    def _reduce_phase(self, lay: Mapping[str, Any], ids: Mapping[int, int]) -> Phase:
+        """Split k: each core sums its rows of C over every core's partial (+ the old C when beta = 1), rounds
+        them to C's dtype and stores them."""
+        g, isz = self.g, self.isz
+        base, stride, parts = lay["exchange"]
+        sc = Scratch(self.am, 0, slots=2)
+        row_bytes = align_up(parts * g.n * 4, self.am.alignment_bytes) + 2 * align_up(g.n * isz, 128)
+        per = max(1, min(g.m, (sc.slot_bytes - 3 * self.am.alignment_bytes) // max(1, parts * g.n * 4 + 2 * g.n * isz)))
+        if parts * g.n * 4 + 2 * g.n * isz + 3 * self.am.alignment_bytes > sc.slot_bytes:
+            raise DoesNotFit(self.am.name, 2 * row_bytes, self.am.size_bytes,
+                             f"{self.call.symbol}: one row of {parts} partials does not fit a slot of the "
+                             f"{self.am.name} level")
+        tiles: dict[int, tuple[Tile, ...]] = {}
+        for core, (r0, r1) in zip(self.ctx.cores, split_even(g.m, len(self.ctx.cores))):
+            mine: list[Tile] = []
+            for i, a in enumerate(range(r0, r1, per)):
+                b = min(r1, a + per)
+                arena = sc.slot(i % 2)
+                stack = arena.operand((parts, (b - a) * g.n), F32)
+                loads = [Transfer.block(base + a * g.n * 4, stack.addr, (parts, (b - a) * g.n), 4, (stride, 4))]
+                inputs = [stack]
+                c_rows = (g.ldc * isz, isz)
+                c_at = self.c.addr + a * g.ldc * isz
+                if g.beta:
+                    old = arena.operand((b - a, g.n), self.dt)
+                    loads.append(Transfer.block(c_at, old.addr, (b - a, g.n), isz, c_rows))
+                    inputs.append(old)
+                out = arena.operand((b - a, g.n), self.dt)
+                loops = () if not self._has_units else (
+                    elementwise(self.core, "fp32", (b - a) * g.n, loads=parts + int(g.beta), stores=1,
+                                fmac=parts - 1 + int(g.beta), valu=int(self.dt != F32), label="partials summed"),)
+                compute = Compute(_SumPartials(g.n, self.dt), tuple(inputs), (out,), flops=0, reductions=0,
+                                  precision="fp32", loops=loops)
+                mine.append(Tile(ids[core] + i, tuple(loads), compute,
+                                 (Transfer.block(out.addr, c_at, (b - a, g.n), isz, (g.n * isz, isz), c_rows),),
+                                 slot=i % 2))
+            if mine:
+                tiles[core] = tuple(mine)
+        return Phase("gemm:reduce", tiles, barrier_after=False)
+
+    def _chunk(self, chunks: Mapping[int, list[tuple[int, int]]], core: int, s: _Step) -> tuple[int, int] | None:
+        mine = chunks[core]
+        return mine[s.chunk] if s.chunk < len(mine) else None
+
+    def _block_rows(self, t: _Tiling, s: _Step) -> tuple[int, int]:
+        r0 = s.mb * t.m_block
+        return r0, min(r0 + t.m_block, self.g.m)
+
+    def _k_range(self, t: _Tiling, s: _Step) -> tuple[int, int]:
+        k0 = s.kb * t.k_block
+        return k0, min(k0 + t.k_block, self.g.k)
+
+    def _panels(self, t: _Tiling, core: int, s: _Step) -> list[tuple[int, int]]:
+        """The rows (global) of each micro-panel ``core`` computes in step ``s``."""
+        r0, r1 = self._block_rows(t, s)
+        panels = [(a, min(a + t.m_panel, r1)) for a in range(r0, r1, t.m_panel)]
+        if t.split in ("n", "k"):
+            return panels
+        share = split_even(len(panels), len(self.ctx.cores))
+        i = self.ctx.cores.index(core)
+        if i >= len(share):
+            return []
+        return panels[share[i][0]:share[i][1]]
+
+    def _gsm_fill(self, t: _Tiling, lay: Mapping[str, Any], s: _Step, core: int, parity: int) -> tuple[Transfer, ...]:
+        """This core's share of the GSM block of step ``s``: rows of A in its own orientation (A's rows when
+        trans_a = 0, the rows of k when 1), one descriptor."""
+        g = self.g
+        r0, r1 = self._block_rows(t, s)
+        k0, k1 = self._k_range(t, s)
+        base = lay["gsm"][parity]
+        rows, cols = (k1 - k0, r1 - r0) if g.trans_a else (r1 - r0, k1 - k0)
+        share = split_even(rows, len(self.ctx.cores))
+        i = self.ctx.cores.index(core)
+        if i >= len(share):
+            return ()
+        q0, q1 = share[i]
+        first_row, first_col = (k0 + q0, r0) if g.trans_a else (r0 + q0, k0)
+        src = self.a.addr + (first_row * g.lda + first_col) * self.isz
+        return (Transfer.block(src, base + q0 * cols * self.isz, (q1 - q0, cols), self.isz,
+                               (g.lda * self.isz, self.isz)),)
+
+    def _b_fill(self, t: _Tiling, lay: Mapping[str, Any], s: _Step, col: tuple[int, int], parity: int,
+                k_range: tuple[int, int] | None = None) -> Transfer:
+        """The B block of step ``s`` (columns ``col`` of op(B)) into AM buffer ``parity``, in B's own orientation
+        ([k, n] rows, or [n, k] rows when trans_b: transposed in AM by the block's first tile)."""
+        g = self.g
+        k0, k1 = self._k_range(t, s) if k_range is None else k_range
+        n0, n1 = col
+        first_row, first_col, shape = ((n0, k0, (n1 - n0, k1 - k0)) if g.trans_b else (k0, n0, (k1 - k0, n1 - n0)))
+        src = self.b.addr + (first_row * g.ldb + first_col) * self.isz
+        return Transfer.block(src, lay["b"][parity], shape, self.isz, (g.ldb * self.isz, self.isz))
+
+    def _tile(self, t: _Tiling, lay: Mapping[str, Any], s: _Step, col: tuple[int, int], rows: tuple[int, int],
+              acc_row: int, slot: int, gsm_parity: int, b_parity: int, *, first: bool, last: bool,
+              transpose_b: bool, k_range: tuple[int, int] | None = None,
+              partial_to: tuple[int, int] | None = None) -> tuple[list[Transfer], Compute, list[Transfer]]:
+        """One tile: an A micro-panel into SM, the micro-kernels over the B block, C's rows in AM.  ``k_range``:
+        the depth it covers (default: step ``s``'s k block); ``partial_to``: (address, row pitch in bytes) where
+        the last k block stores its fp32 partial rows instead of C (split k: no beta, no rounding)."""
+        g, isz = self.g, self.isz
+        beta = g.beta and partial_to is None
+        r0, r1 = rows
+        n0, n1 = col
+        k0, k1 = self._k_range(t, s) if k_range is None else k_range
+        pr, nc, kd = r1 - r0, n1 - n0, k1 - k0
+        panel_shape = (kd, pr) if g.trans_a else (pr, kd)
+        panel = Operand(lay["sm"].slot_addr(slot) + lay["panel_offset"], panel_shape, self.dt)
+        loads: list[Transfer] = []
+        if self.shared:
+            b_r0, _ = self._block_rows(t, s)
+            gbase = lay["gsm"][gsm_parity]
+            if g.trans_a:  # the block is [k, block rows]: the panel is a column band of it
+                block_rows = self._block_rows(t, s)
+                width = block_rows[1] - block_rows[0]
+                src = gbase + (r0 - b_r0) * isz
+                loads.append(Transfer.block(src, panel.addr, panel_shape, isz, (width * isz, isz)))
+            else:
+                loads.append(Transfer.contiguous(gbase + (r0 - b_r0) * kd * isz, panel.addr, pr * kd * isz))
+        else:
+            first_row, first_col = (k0, r0) if g.trans_a else (r0, k0)
+            loads.append(Transfer.block(self.a.addr + (first_row * g.lda + first_col) * isz, panel.addr, panel_shape,
+                                        isz, (g.lda * isz, isz)))
+        b_shape = (nc, kd) if g.trans_b else (kd, nc)
+        bblock = Operand(lay["b"][b_parity], b_shape, self.dt)
+        # The core's C block: its rows of the GSM block, dense [rows, nc] fp32; this panel's rows of it.
+        acc = Operand(lay["acc"] + acc_row * nc * F32.itemsize, (pr, nc), F32)
+        inputs = [panel, bblock]
+        c_slot = lay["am"].slot(slot)
+        c_rows = (g.ldc * isz, isz)
+        c_at = self.c.addr + (r0 * g.ldc + n0) * isz
+        if first and beta:
+            old = c_slot.operand((pr, nc), self.dt)
+            loads.append(Transfer.block(c_at, old.addr, (pr, nc), isz, c_rows))
+            inputs.append(old)
+        elif not first:
+            inputs.append(acc)
+        stores: list[Transfer] = []
+        out_dtype = None
+        outputs: tuple[Operand, ...] = (acc,)
+        if last:
+            # The finished rows of C go to the tile's slot (rounded to fp16 for hp), not the C block: the slot is
+            # not reused before its stores have landed, while the C block's rows are the next step's to write.
+            out_dtype = self.dt if partial_to is None else F32
+            out = (c_slot.operand((pr, nc), out_dtype) if not (first and beta)
+                   else Operand(inputs[-1].addr, (pr, nc), out_dtype))
+            outputs = (out,)
+            if partial_to is None:
+                stores.append(Transfer.block(out.addr, c_at, (pr, nc), isz, (nc * isz, isz), c_rows))
+            else:
+                stores.append(Transfer.block(out.addr, partial_to[0], (pr, nc), 4, (nc * 4, 4), (partial_to[1], 4)))
+        entries = -(-pr // t.m_micro) * -(-nc // t.n_micro)
+        loops = [] if not self._has_units else [
+            gemm_micro_kernel(self.core, self.prec, t.m_micro, t.n_micro, kd, itemsize=isz, entries=entries,
+                              load_c=not first or beta)]
+        if transpose_b and self._has_units:
+            # Bᵀ staged as [n, k] rows: one pass of vector loads, shuffles and stores puts op(B)'s rows in place.
+            loops.insert(0, elementwise(self.core, self.prec, nc * kd, loads=1, stores=1, valu=1,
+                                        label="B block transpose in AM"))
+        if last and out_dtype != F32 and self._has_units:
+            loops.append(elementwise(self.core, self.prec, pr * nc, loads=1, stores=1, valu=1,
+                                     label="C rounded to fp16"))
+        flops = 2 * pr * nc * kd
+        fn = _TileFn(g.trans_a, g.trans_b, nc, first, beta, out_dtype)
+        compute = Compute(fn, tuple(inputs), outputs, flops=flops, reductions=0, precision=self.prec,
+                          loops=tuple(loops))
+        return loads, compute, stores
+
+
+def _cut_rows(t: Transfer, pieces: int) -> list[Transfer]:
+    """A 2-D descriptor cut into at most ``pieces`` descriptors of consecutive rows (dimension 0)."""
+    if pieces <= 1 or len(t.shape) != 2 or t.shape[0] <= 1:
+        return [t]
+    out = []
+    for a, b in split_even(t.shape[0], min(pieces, t.shape[0])):
+        out.append(Transfer(t.src + a * t.src_strides[0], t.dst + a * t.dst_strides[0], (b - a, t.shape[1]),
+                            t.itemsize, t.src_strides, t.dst_strides))
+    return out
+
+
+def _split_units(total: int, unit: int, parts: int) -> list[tuple[int, int]]:
+    """``range(total)`` in at most ``parts`` ranges of whole ``unit``s (the last may be short)."""
+    units = -(-total // unit)
+    return [(a * unit, min(total, b * unit)) for a, b in split_even(units, parts)]
+
+
+KERNEL = Gemm()

@@ -1,0 +1,98 @@
+"""Staged buffers of one phase: when each generation is filled, and when it is released for the next fill.
+
+A phase whose tiles name buffers (``Tile.fills`` / ``Tile.uses``, see :class:`~sim.model.plan.Tile`) gets one
+:class:`PhaseBuffers`, shared by every core's walk through the phase.  Counts are known from the plan before
+it runs: generation g of a buffer is *filled* when all its filling tiles have landed their loads, and
+*released* when it is filled and every tile using it has finished; generation g + 1's loads wait for g's
+release.  Gates open in callbacks of the events that cause them (no SimPy event of their own), so the run is
+as deterministic as the rest of the engine.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+
+from sim.engine.units import Gate
+from sim.model.plan import Phase, Tile, parse_buffer_ref
+
+
+class _Generation:
+    """One generation of one buffer: fillers and users still to come, and its two gates."""
+
+    __slots__ = ("fills_left", "uses_left", "filled", "released")
+
+    def __init__(self) -> None:
+        self.fills_left = 0
+        self.uses_left = 0
+        self.filled = Gate()
+        self.released = Gate()
+
+
+class PhaseBuffers:
+    """The staged buffers of one phase (every core's tiles' ``fills`` and ``uses`` counted up front)."""
+
+    def __init__(self, phase: Phase):
+        self.gens: dict[tuple[str, int], _Generation] = defaultdict(_Generation)
+        for tiles in phase.tiles.values():
+            for tile in tiles:
+                for ref in tile.fills:
+                    self.gens[parse_buffer_ref(ref)].fills_left += 1
+                for ref in tile.uses:
+                    self.gens[parse_buffer_ref(ref)].uses_left += 1
+        for gen in self.gens.values():
+            if not gen.fills_left:  # refused by the plan check; a bare engine run just does not wait on it
+                gen.filled.open()
+                if not gen.uses_left:
+                    gen.released.open()
+
+    @staticmethod
+    def has_buffers(phase: Phase) -> bool:
+        """Whether any tile of ``phase`` names a buffer."""
+        return any(t.fills or t.uses for tiles in phase.tiles.values() for t in tiles)
+
+    def _gen(self, ref: str) -> _Generation:
+        return self.gens[parse_buffer_ref(ref)]
+
+    def before_loads(self, tile: Tile) -> list[Gate]:
+        """The gates ``tile``'s loads wait for: its uses filled, and the previous generation of each buffer it
+        fills released."""
+        gates = [self._gen(ref).filled for ref in tile.uses]
+        for ref in tile.fills:
+            name, g = parse_buffer_ref(ref)
+            if g > 0:
+                gates.append(self.gens[(name, g - 1)].released)
+        return gates
+
+    def landed(self, tile: Tile) -> None:
+        """A filling tile's loads have landed."""
+        for ref in tile.fills:
+            gen = self._gen(ref)
+            gen.fills_left -= 1
+            if not gen.fills_left:
+                gen.filled.open()
+                if not gen.uses_left:
+                    gen.released.open()
+
+    def finished(self, tile: Tile) -> None:
+        """A tile has finished with the buffers it uses."""
+        for ref in tile.uses:
+            gen = self._gen(ref)
+            gen.uses_left -= 1
+            if not gen.uses_left and gen.filled.is_open:
+                gen.released.open()
+
+
+def after_all(gates: Iterable[Gate], callback: Callable[[], None]) -> None:
+    """Run ``callback`` once every gate is open (at once if they all are), in the order the gates are listed."""
+    pending = list(gates)
+
+    def step() -> None:
+        while pending:
+            gate = pending.pop(0)
+            if not gate.is_open:
+                gate.then(step)
+                return
+        callback()
+
+    step()
