@@ -37,7 +37,7 @@ in AM (the staged input window), not in SM where scalar loads read, so each k-st
 vector and moves them to the scalar side (:func:`~kernels.common.loops.gemm_micro_kernel_from_am`).  Two
 ways to lay A out (the ``a_operand`` key): ``window`` reads the window itself tap by tap (no gather; the
 micro-kernel's rows stay within one tap's channels, over every position, the window's zero border stored
-once), ``im2col`` first gathers each position's fh·fw·icg patch into an im2col row (vector loads, permutes
+per tile), ``im2col`` first gathers each position's fh·fw·icg patch into an im2col row (vector loads, permutes
 for runs that do not start on a vector, stores: :func:`~kernels.common.loops.gather_rows`) and then blocks
 any rows.  Few input channels (3 in an RGB stem) leave the window's micro-kernel without enough accumulators
 to cover the FMAC latency, so the gather pays; 64 channels need none.  The micro-kernel's m_micro x n_micro
@@ -97,6 +97,9 @@ A_OPERANDS = ("window", "im2col")
 #: Most n_micro vectors and m_micro rows the kernel's own choice tries.
 MICRO_N_VECTORS = 4
 MICRO_M_ROWS = 32
+#: Row tiles shorter than this (positions) make the kernel also price halved out_c slices, at most this often.
+LONG_TILE_POSITIONS = 256
+MORE_OUT_C_CUTS = 2
 
 
 # --- numerics ----------------------------------------------------------------------------------
@@ -365,7 +368,22 @@ class _Planner:
             for o in sorted({even, padded_lanes(even, self.lanes)}):
                 if o < ocg:
                     out.append(_Choice("filter", icg, o))
+        # Many output channels leave few positions per row tile (dy's rows fill the slot), and every tile's
+        # micro-kernels load and store the accumulator for that short reduction: halved out_c slices (on whole
+        # vectors) make the tiles longer, for the input re-read once per slice.
+        o = ocg
+        for _ in range(MORE_OUT_C_CUTS):
+            if o <= self.lanes or self._tile_positions(icg, o) >= LONG_TILE_POSITIONS:
+                break
+            o = padded_lanes(-(-o // 2), self.lanes)
+            out.append(_Choice("filter", icg, o))
         return out
+
+    def _tile_positions(self, icg: int, ocg: int) -> int:
+        """Positions of the longest row tile with slices of icg x ocg channels."""
+        g = self.geo
+        blocks = self._blocks(0, g.batch * g.out_h, icg, ocg, self._scratch(icg, ocg))
+        return max((b.n1 - b.n0) * (b.r1 - b.r0) for b in blocks) * g.out_w
 
     def feasible(self, choice: _Choice) -> bool:
         """True unless ``choice`` is a spatial split whose cores cannot each put one row of their partial dW in

@@ -208,3 +208,30 @@ def test_depthwise_strided_and_dilated_loops_never_beat_the_roofline(fmt, stride
     for c in computes(run.plan):
         for loop in c.loops:
             assert loop.vector_registers <= 64
+
+
+def test_a_chip_without_the_mixed_rate_converts_fp16_to_fp32_first(tmp_path):
+    """Without fp16_fp32acc an hp_ call computes in fp32: its fp16 blocks are widened in loops of their own, so it
+    is slower than on MT7004 itself, and its numbers are the same."""
+    import numpy as np
+    doc = yaml.safe_load((ROOT / "targets" / "MT7004.yaml").read_text())
+    del doc["core"]["precisions"]["fp16_fp32acc"]
+    doc["name"] = "MT7004-no-mixed"
+    path = tmp_path / "mt7004_no_mixed.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    attrs = dict(input_shape=[1, 8, 8, 16], filter_sizes=[3, 3, 16, 32], strides=[1, 1, 1, 1], padding="SAME")
+    rng = np.random.default_rng(7)
+    x = rng.uniform(-1, 1, (1, 8, 8, 16)).astype(np.float16)
+    dy = rng.uniform(-1, 1, (1, 8, 8, 32)).astype(np.float16)
+    outs, runs = [], []
+    for target in ("MT7004", str(path)):
+        m = sim.Simulator(target)
+        m.write(PRIVATE["input"], x, core=0)
+        m.write(PRIVATE["out_backprop"], dy, core=0)
+        runs.append(m.call("hp_conv2d_backprop_filter_p", core=0, **PRIVATE, **attrs))
+        outs.append(m.read(PRIVATE["output"], (3, 3, 16, 32), np.float16, core=0))
+    mixed, widened = runs
+    assert {c.precision for c in computes(widened.plan) if c.flops} == {"fp32"}
+    assert any("to fp32" in loop.label for c in computes(widened.plan) for loop in c.loops)
+    assert widened.cycles > mixed.cycles
+    np.testing.assert_array_equal(outs[0], outs[1])
