@@ -3,7 +3,8 @@
 * :func:`transfer_bytes`, :func:`stream_cycles` and :func:`transfer_latency_cycles`: the bytes each end of a
   DMA transfer moves (whole bursts), how long it streams when it has its regions and its engine to itself,
   and how long after its last byte left it lands;
-* :func:`vector_cycles` and :func:`compute_cycles`: a tile's vector work;
+* :func:`loop_cycles` / :func:`loop_cost` and :func:`compute_cycles`: a tile's inner loops on the core's
+  functional units;
 * :class:`Roofline` / :func:`roofline`: the least cycles any schedule of a plan could take;
 * :func:`estimate`: a closed-form estimate of a plan's cycles without simulating it.
 
@@ -25,8 +26,8 @@ from fractions import Fraction
 
 from sim.errors import SimError
 from sim.model.memory import MemoryMap
-from sim.model.plan import Compute, Plan, Transfer
-from sim.model.target import CoreModel, DmaModel, Region, Target
+from sim.model.plan import Compute, Loop, Plan, Transfer
+from sim.model.target import CoreModel, DmaModel, FunctionalUnit, Region, Target
 
 # --- transfers ------------------------------------------------------------------------------------
 
@@ -89,19 +90,109 @@ def transfer_latency_cycles(src: Region, dst: Region) -> int:
 
 
 def vector_cycles(core: CoreModel, ops: int, precision: str) -> int:
-    """Cycles of ``ops`` vector element operations at the achieved fraction of the core's ``precision`` peak
-    (lanes x FMAC units x 2, times ``vector_efficiency``)."""
-    peak = core.precisions[precision].peak_flops_per_cycle * core.vector_efficiency
-    return math.ceil(ops / peak)
+    """Cycles of ``ops`` vector element operations at the core's ``precision`` peak (lanes x FMAC units x 2):
+    how a compute that states no loops is priced while the kernels move to loops."""
+    return math.ceil(ops / core.precisions[precision].peak_flops_per_cycle)
+
+
+@dataclass(frozen=True)
+class LoopCost:
+    """How :func:`loop_cycles` priced one :class:`~sim.model.plan.Loop` on a core (for reports and traces).
+
+    ``ii`` is the initiation interval (cycles between iterations), ``bound_by`` what sets it: a unit class
+    (``fmac``, ``vls``, ...: its issues over its count), an issue class (``scalar issue``, ``vector issue``:
+    the VLIW slots), or ``recurrence`` (the loop-carried chain's latency); ``fill`` the cycles before the first
+    iteration's results appear, ``epilogue`` the cycles after the last (stores, reductions), ``cycles`` the
+    loop's whole cost over all its entries.
+    """
+
+    label: str
+    trips: int
+    entries: int
+    ii: int
+    bound_by: str
+    resource_ii: int
+    recurrence_ii: int
+    fill: int
+    epilogue: int
+    cycles: int
+
+
+def _unit(core: CoreModel, name: str, loop: Loop) -> FunctionalUnit:
+    """The core's unit class ``name``; SimError naming the loop when the core has none (the plan check refuses
+    such a plan before it runs; this guards a plan priced without it, e.g. a kernel's own estimate)."""
+    unit = core.units.get(name)
+    if unit is None:
+        raise SimError(f"loop {loop.label or '(unlabelled)'} issues on unit class {name!r}, which the core lacks "
+                       f"(it has: {', '.join(core.units)})")
+    return unit
+
+
+def _issue_bound(issues: Mapping[str, int], core: CoreModel, loop: Loop) -> tuple[int, str]:
+    """(cycles, what bounds them) to issue ``issues`` once: the busiest unit class over its count, or an issue
+    class's instructions over its VLIW slots, whichever is larger (a tie names the unit)."""
+    best, by = 0, "-"
+    per_class: dict[str, int] = defaultdict(int)
+    for name, n in issues.items():
+        unit = _unit(core, name, loop)
+        per_class[unit.issue_class] += n
+        need = -(-n // unit.count)
+        if need > best:
+            best, by = need, name
+    for cls, n in per_class.items():
+        need = -(-n // core.issue_width[cls])
+        if need > best:
+            best, by = need, f"{cls} issue"
+    return best, by
+
+
+def loop_cost(loop: Loop, core: CoreModel) -> LoopCost:
+    """The cost of ``loop`` on ``core`` and how it arises (docs/timing-model.md works it through by hand).
+
+    * resource II: ``max(ceil(issues[u] / count(u)))`` over the unit classes the body issues on, and
+      ``ceil(sum of a class's issues / issue_width[class])`` per VLIW issue class;
+    * recurrence II: the latencies of the ``carried`` units summed (the next iteration's accumulate waits
+      for this one's);
+    * II = the larger (at least 1: an iteration takes a cycle);
+    * fill: the latencies of the ``chain`` units summed (paid when the loop runs at all);
+    * epilogue: the epilogue's issues as the body's (its resource bound) plus the latency of the last unit
+      it names, and ``reductions`` x ``reduction_latency_cycles``;
+    * cycles = entries x (loop_overhead_cycles + fill + trips x II + epilogue).
+
+    SimError when the loop names a unit class the core lacks (the plan check refuses such a plan first).
+    """
+    ii_res, bound_by = _issue_bound(loop.issues, core, loop)
+    ii_rec = sum(_unit(core, u, loop).latency_cycles for u in loop.carried)
+    if ii_rec > ii_res:
+        bound_by = "recurrence"
+    ii = max(1, ii_res, ii_rec)
+    fill = sum(_unit(core, u, loop).latency_cycles for u in loop.chain) if loop.trips else 0
+    used = [u for u, n in loop.epilogue.items() if n]
+    epilogue = (_issue_bound(loop.epilogue, core, loop)[0] + _unit(core, used[-1], loop).latency_cycles
+                if used else 0) \
+        + loop.reductions * core.reduction_latency_cycles
+    cycles = loop.entries * (core.loop_overhead_cycles + fill + loop.trips * ii + epilogue)
+    return LoopCost(label=loop.label, trips=loop.trips, entries=loop.entries, ii=ii, bound_by=bound_by,
+                    resource_ii=ii_res, recurrence_ii=ii_rec, fill=fill, epilogue=epilogue, cycles=cycles)
+
+
+def loop_cycles(loop: Loop, core: CoreModel) -> int:
+    """Cycles ``core`` takes for ``loop`` over all its entries (:func:`loop_cost` gives the terms)."""
+    return loop_cost(loop, core).cycles
 
 
 def compute_cycles(c: Compute, target: Target) -> int:
-    """Cycles of one tile's vector work: loop overhead, the pipeline's latency, the operations at the achieved
-    rate, and each cross-lane reduction's latency.  SimError when ``target`` lacks the tile's precision."""
+    """Cycles of one tile's compute: ``tile_overhead_cycles`` plus each of its loops' :func:`loop_cycles`.
+
+    A compute that states no loops (kernels not yet moved to loops) is priced as before: the tile overhead,
+    the FMAC latency, its vector operations at the precision's peak and each reduction's latency.  SimError
+    when ``target`` lacks the tile's precision."""
     core = target.core
     if c.precision not in core.precisions:
         raise SimError(f"plan computes in {c.precision}, which {target.name} lacks")
-    return (core.loop_overhead_cycles + core.vector_op_latency_cycles
+    if c.loops:
+        return core.tile_overhead_cycles + sum(loop_cycles(loop, core) for loop in c.loops)
+    return (core.tile_overhead_cycles + core.units["fmac"].latency_cycles
             + vector_cycles(core, c.vector_ops, c.precision)
             + c.reductions * core.reduction_latency_cycles)
 
@@ -120,8 +211,7 @@ class Roofline:
     ``resource_cycles`` maps ``compute``, each region name and ``dma engines``
     (:data:`DMA_ENGINES`) to the cycles that resource alone needs: vector
     operations (the math's flops and the extra ops, see ``Compute``) at the rate
-    the target says a core's inner loop reaches (the peak of the tile's precision
-    times ``core.vector_efficiency``, the same rate the engine charges); a
+    the peak of the tile's precision (lanes x FMAC units x 2); a
     region's bytes over its bandwidth (a shared region's whole bandwidth, which
     its transfers share; a private region's times the cores, each of which has
     its own copy); and the busiest core's transfer bytes over its DMA engines'
@@ -170,10 +260,7 @@ def roofline(plan: Plan, target: Target) -> Roofline:
                             region_bytes[r.name] += t.size_bytes
     n = len(plan.cores)
     cycles: dict[str, float] = {}
-    # The engine charges vector ops / (peak x vector_efficiency) per tile: a bound at the bare peak would be
-    # unreachable on a calibrated chip (efficiency < 1) and name the wrong resource.
-    rate = target.core.vector_efficiency
-    compute = sum(f / (target.core.precisions[p].peak_flops_per_cycle * rate * n)
+    compute = sum(f / (target.core.precisions[p].peak_flops_per_cycle * n)
                   for p, f in ops_by_prec.items() if p in target.core.precisions)
     cycles["compute"] = compute
     for name, b in region_bytes.items():

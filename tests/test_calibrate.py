@@ -42,8 +42,8 @@ def conv_p(n, hw, c, tiling=None):
 
 
 # Each measurement leans on some parameters more than others: a tiny call on the launch, big streams on DDR or
-# GSM bandwidth, a long row of small DMAs on their setup, compute-bound convolutions on the vector efficiency,
-# and one cut into many small tiles on the per-tile overhead.
+# GSM bandwidth, a long row of small DMAs on their setup, and one cut into many small tiles on the per-tile
+# overhead.
 CALLS = [
     ("fp_batch_norm_grad_s", bn(4, 64)),
     ("fp_batch_norm_grad_s", bn(256, 1024)),
@@ -61,8 +61,7 @@ CALLS = [
 ]
 #: FT78NE's free parameters (its shared regions' bandwidths, DDR outermost, then the chip's), truth = nominal x factor.
 FACTORS = {"regions.ddr.bandwidth_bytes_per_cycle": 1.3, "regions.gsm.bandwidth_bytes_per_cycle": 0.7,
-           "dma.setup_cycles": 1.4, "core.loop_overhead_cycles": 1.35, "sync.launch_overhead_cycles": 1.25,
-           "core.vector_efficiency": 0.75}
+           "dma.setup_cycles": 1.4, "core.tile_overhead_cycles": 1.35, "sync.launch_overhead_cycles": 1.25}
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,7 +95,7 @@ def test_perturbed_target_is_recovered_within_5_percent(tmp_path, capsys):
         assert fitted[n] == pytest.approx(truth[n], rel=0.05), (n, fitted[n], truth[n])
     # The fitted file is an ordinary target, and it reproduces the measurements within 2%.
     chip = sim.load_target(out)
-    assert chip.core.vector_efficiency == pytest.approx(truth["core.vector_efficiency"], rel=0.05)
+    assert chip.core.tile_overhead_cycles == pytest.approx(truth["core.tile_overhead_cycles"], rel=0.05)
     again = simulate(yaml.safe_load(out.read_text()), [Measurement(s, a, 1) for s, a in CALLS])
     assert (abs(again - measured) / measured).max() < 0.02
     before = simulate(doc, [Measurement(s, a, 1) for s, a in CALLS])
@@ -115,9 +114,6 @@ def assert_only_fitted_lines_changed(original: str, written: str, fitted):
     head, *lines = written.splitlines()
     assert head.startswith("# Calibrated: a copy of") and all(n in head for n in fitted)
     old = original.splitlines()
-    added = [x for x in lines if x.strip().startswith("vector_efficiency:")] \
-        if "vector_efficiency:" not in original else []
-    lines = [x for x in lines if x not in added]
     assert len(lines) == len(old)
     changed = {a.split(":")[0].strip() for a, b in zip(old, lines) if a != b}
     assert changed <= {"name", "source"} | {PARAM_KEYS[n] for n in fitted}, changed
@@ -127,26 +123,24 @@ def assert_only_fitted_lines_changed(original: str, written: str, fitted):
             assert b == a + " (calibrated)"
         elif key == "source" and a != b:
             assert b.startswith(a.removesuffix('"')) and "dspsim calibrate" in b
-        elif key in ("bandwidth_bytes_per_cycle", "setup_cycles", "loop_overhead_cycles", "launch_overhead_cycles",
-                     "vector_efficiency"):
+        elif key in ("bandwidth_bytes_per_cycle", "setup_cycles", "tile_overhead_cycles", "launch_overhead_cycles"):
             assert b.split(":")[0] == a.split(":")[0]  # same key, same indentation
     assert "0x" in written and original.count("0x") == written.count("0x") - written.splitlines()[0].count("0x")
 
 
 def test_unidentified_parameters_are_named_and_kept_and_the_copy_keeps_the_file(tmp_path, capsys):
     """Three measurements (a DDR stream, a private and a shared convolution) say nothing about the DMA setup
-    and per-tile overheads, and the fit would drive the launch overhead towards zero (the old code wrote
-    3e-27): all three are reported and kept at the target's values, the others fitted."""
+    and per-tile overheads: both are reported and kept at the target's values, the others fitted."""
     doc, _ = load_target_document("FT78NE")
     names = free_parameters(doc)
     nominal = parameter_values(doc, names)
     truth = with_parameters(doc, {n: nominal[n] * FACTORS[n] for n in names})
     calls = [CALLS[1], CALLS[5], CALLS[8]]
     write_measurements(tmp_path / "m.csv", truth, calls)
-    # The starting target: a user's file with its own comments, hex numbers, and vector_efficiency left out.
+    # The starting target: a user's file with its own comments and hex numbers.
     original = (ROOT / "targets" / "FT78NE.yaml").read_text()
-    original = original.replace("  vector_efficiency: 1.0\n", "").replace(
-        "dma:\n", "dma:  # measured on board 3\n").replace("burst_bytes: 64", "burst_bytes: 0x40")
+    original = original.replace("dma:\n", "dma:  # measured on board 3\n").replace("burst_bytes: 64",
+                                                                                   "burst_bytes: 0x40")
     start = tmp_path / "board.yaml"
     start.write_text(original)
     out = tmp_path / "fitted.yaml"
@@ -154,18 +148,16 @@ def test_unidentified_parameters_are_named_and_kept_and_the_copy_keeps_the_file(
     report = capsys.readouterr().out
     section = report.split("not identified by these measurements (kept at the target's values):\n")[1]
     why = dict(re.findall(r"^  ([\w.]+): (.*)$", section, re.MULTILINE))
-    assert set(why) == {"dma.setup_cycles", "core.loop_overhead_cycles", "sync.launch_overhead_cycles"}
+    assert set(why) == {"dma.setup_cycles", "core.tile_overhead_cycles"}
     assert "changes no measurement" in why["dma.setup_cycles"] and "changes no measurement" in why[
-        "core.loop_overhead_cycles"]
-    # The fit drives the launch overhead down until it is at its limit or moves no measurement any more.
-    assert re.search("the fit drove it to|changes no measurement", why["sync.launch_overhead_cycles"])
-    assert "3 parameter(s) not identified, kept at board.yaml's values" in report
+        "core.tile_overhead_cycles"]
+    assert "2 parameter(s) not identified, kept at board.yaml's values" in report
     written = yaml.safe_load(out.read_text())
     got = parameter_values(written, names)
-    for n in ("dma.setup_cycles", "core.loop_overhead_cycles", "sync.launch_overhead_cycles"):
+    for n in ("dma.setup_cycles", "core.tile_overhead_cycles"):
         assert got[n] == nominal[n]
     for n in ("regions.ddr.bandwidth_bytes_per_cycle", "regions.gsm.bandwidth_bytes_per_cycle",
-              "core.vector_efficiency"):
+              "sync.launch_overhead_cycles"):
         assert got[n] == pytest.approx(parameter_values(truth, [n])[n], rel=0.05), n
     assert written["name"] == "FT78NE (calibrated)" and "not identified, kept: dma.setup_cycles" in written["source"]
     assert sim.load_target(out).name == "FT78NE (calibrated)"
@@ -173,19 +165,19 @@ def test_unidentified_parameters_are_named_and_kept_and_the_copy_keeps_the_file(
     assert "dma:  # measured on board 3" in text and "burst_bytes: 0x40" in text
     assert_only_fitted_lines_changed(original, text, ["regions.ddr.bandwidth_bytes_per_cycle",
                                                       "regions.gsm.bandwidth_bytes_per_cycle",
-                                                      "core.vector_efficiency"])
+                                                      "sync.launch_overhead_cycles"])
 
 
 def test_more_parameters_than_one_measurement_can_identify(tmp_path):
     """One DDR stream (on one core, whose last tile's compute shows): its cycles move with the DDR bandwidth, the
-    launch overhead and the efficiency alike, so only one of them can be fitted; the others are named and kept."""
+    launch overhead and the DMA setup alike, so only one of them can be fitted; the others are named and kept."""
     doc, _ = load_target_document("FT78NE")
     m = [Measurement(CALLS[2][0], CALLS[2][1], 15000)]
     cal = calibrate(doc, m, ["regions.ddr.bandwidth_bytes_per_cycle", "sync.launch_overhead_cycles",
-                             "core.vector_efficiency"])
-    assert set(cal.unidentified) == {"sync.launch_overhead_cycles", "core.vector_efficiency"}
+                             "dma.setup_cycles"])
+    assert set(cal.unidentified) == {"sync.launch_overhead_cycles", "dma.setup_cycles"}
     assert all("1 measurement(s) cannot identify 3 parameters" in w for w in cal.unidentified.values())
-    assert cal.after["sync.launch_overhead_cycles"] == 1800 and cal.after["core.vector_efficiency"] == 1.0
+    assert cal.after["sync.launch_overhead_cycles"] == 1800 and cal.after["dma.setup_cycles"] == 64
     assert abs(cal.error_after[0]) < 0.005 and cal.fitted == ["regions.ddr.bandwidth_bytes_per_cycle"]
 
 
@@ -227,8 +219,8 @@ def test_a_chip_with_another_region_set_calibrates_its_own_regions(tmp_path):
     doc["regions"].append(dict(L3_REGION))
     bandwidths = ["regions.ddr.bandwidth_bytes_per_cycle", "regions.l3.bandwidth_bytes_per_cycle",
                   "regions.gsm.bandwidth_bytes_per_cycle"]
-    assert free_parameters(doc) == bandwidths + ["dma.setup_cycles", "core.loop_overhead_cycles",
-                                                 "sync.launch_overhead_cycles", "core.vector_efficiency"]
+    assert free_parameters(doc) == bandwidths + ["dma.setup_cycles", "core.tile_overhead_cycles",
+                                                 "sync.launch_overhead_cycles"]
     truth = with_parameters(doc, {bandwidths[0]: 20 * 1.3, bandwidths[1]: 48 * 0.6, bandwidths[2]: 64 * 0.7})
     calls = [CALLS[1], ("fp_batch_norm_grad_s", bn(256, 1024, base=L3)), CALLS[3]]
     measured = simulate(truth, [Measurement(s, a, 1) for s, a in calls])
@@ -256,9 +248,9 @@ def test_an_old_style_parameter_name_is_refused_naming_its_key_path(tmp_path, ca
     p = tmp_path / "m.csv"
     write_measurements(p, doc, CALLS[:1])
     assert main(["calibrate", str(p), "--target", "FT78NE", "-o", str(tmp_path / "o.yaml"),
-                 "--params", "vector_efficiency"]) == 2
+                 "--params", "tile_overhead_cycles"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "did you mean core.vector_efficiency?" in err
+    assert err.count("\n") == 1 and "did you mean core.tile_overhead_cycles?" in err
 
 
 def test_bad_measurement_files(tmp_path):

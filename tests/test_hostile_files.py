@@ -258,7 +258,11 @@ def test_absurd_numbers_are_refused_naming_the_key(tmp_path, path, value):
     (("regions", "ddr", "bandwidth_bytes_per_cycle"), 10 ** 400,
      r"bandwidth_bytes_per_cycle: must be <= 65536, got 1000000000\.\.\.0000 \(401 digits\) \(a typo"),
     (("core", "precisions", "fp32", "lanes"), 10 ** 400, r"core\.precisions\.fp32\.lanes: must be <= 4096"),
-    (("core", "vector_efficiency"), 10 ** 400, r"core\.vector_efficiency: is a fraction of the peak, at most 1"),
+    (("core", "units", "fmac", "count"), 10 ** 400, r"core\.units\.fmac\.count: must be <= 64"),
+    (("core", "units", "vls", "latency_cycles"), 10 ** 5, r"core\.units\.vls\.latency_cycles: must be <= 10000, "),
+    (("core", "reduction_latency_cycles"), 10 ** 5, r"core\.reduction_latency_cycles: must be <= 10000, "),
+    (("core", "issue_width", "vector"), 0, r"core\.issue_width\.vector: must be >= 1"),
+    (("core", "vector_registers"), 10 ** 400, r"core\.vector_registers: must be <= 4096"),
     (("dma", "engine_bytes_per_cycle"), 10 ** 400, r"dma\.engine_bytes_per_cycle: must be <= 65536"),
     (("dma", "engine_bytes_per_cycle"), 0, r"dma\.engine_bytes_per_cycle: must be >= 0\.001"),
 ])
@@ -273,12 +277,15 @@ def test_a_target_at_the_edges_of_every_range_still_loads(tmp_path):
     doc = yaml.safe_load(FT78NE)
     doc["clock_hz"] = 100_000_000_000
     doc["sync"]["launch_overhead_cycles"] = 10_000_000
-    doc["core"]["vector_efficiency"] = 0.001
+    doc["core"]["units"]["fmac"].update(count=6, latency_cycles=10_000)
+    doc["core"]["units"]["salu"]["latency_cycles"] = 0
+    doc["core"]["issue_width"]["vector"] = 6  # the busiest vector class, fmac, has 6 units: just enough
     next(r for r in doc["regions"] if r["name"] == "ddr")["bandwidth_bytes_per_cycle"] = 65536
     p = tmp_path / "edge.yaml"
     p.write_text(yaml.safe_dump(doc))
     target = sim.load_target(p)
     assert target.clock_hz == 10 ** 11 and target.launch_overhead_cycles == 10 ** 7
+    assert target.core.units["fmac"].latency_cycles == 10_000 and target.core.units["salu"].latency_cycles == 0
 
 
 # --- item 7: one strict reader ------------------------------------------------------------------------------

@@ -23,7 +23,8 @@ from tiny_kernels import Breaker, Twice
 
 import sim
 from kernels.base import PlanContext
-from sim.model.plan import Operand, Phase, Plan, Transfer
+from kernels.common.loops import gemm_micro_kernel
+from sim.model.plan import Loop, Operand, Phase, Plan, Transfer
 from sim.model.plan_check import RULES
 
 REPO = Path(__file__).resolve().parent.parent
@@ -90,6 +91,15 @@ HOSTILE: dict[str, tuple[Breaker, str, str]] = {
         p.phases[0], tiles={**p.phases[0].tiles, 5: p.phases[0].tiles[p.cores[0]]}),)), "s",
         "the phase has tiles on core 5, which is not one of the plan's cores (0, 1)"),
     "plan-structure": (compute_with(precision="fp64"), "s", "the compute is in precision 'fp64', which FT78NE lacks"),
+    "loop-units": (compute_with(loops=(Loop(trips=16, issues={"vls": 1, "tensor": 4}, label="mma"),)), "s",
+                   "loop 0 ('mma') issues on unit class 'tensor', which FT78NE's core lacks (it has: fmac, valu, vls, "
+                   "broadcast, sload, salu)"),
+    # FT78NE has 64 vector registers (targets/FT78NE.yaml): a 12x160 micro-kernel needs 12 x 5 accumulators,
+    # 5 B vectors and 12 broadcast registers.
+    "loop-registers": (compute_with(loops=(gemm_micro_kernel(sim.load_target("FT78NE").core, "fp32", 12, 160, 64,
+                                                             itemsize=4),)), "s",
+                       "loop 0 ('gemm micro-kernel 12x160') keeps 77 vector registers live, more than FT78NE's "
+                       "core has (64)"),
 }
 
 

@@ -103,7 +103,7 @@ TARGET_CASES = [
      r"must be >= 0\.001"),
     ("bandwidth infinite", edit(setter("ddr", "bandwidth_bytes_per_cycle", value=float("inf"))),
      r"expected a positive finite number"),
-    ("no precision", edit(setter("core", "precisions", value={})), r"at least one precision"),
+    ("no precision", edit(setter("core", "precisions", value={})), r"at least one storage precision"),
     ("unknown precision", edit(setter("core", "precisions", "bf16", value={"lanes": 1, "fmac_units": 1})),
      r"core\.precisions\.bf16: unknown key"),
     ("not a mapping", "- just\n- a list\n", r"<top>: expected a mapping, got list"),

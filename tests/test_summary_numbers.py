@@ -26,11 +26,11 @@ CONV = CONFIGS / "ft78ne_conv2d_backprop_filter_s.yaml"
 
 # --- the roofline on a calibrated chip --------------------------------------------------------------
 
-def calibrated_copy(tmp_path: Path, efficiency: float, ddr_scale: float) -> Path:
-    """FT78NE as a calibration would leave it: slower inner loops and a slower DDR, and renamed."""
+def calibrated_copy(tmp_path: Path, fmac_units: int, ddr_scale: float) -> Path:
+    """FT78NE as a what-if would leave it: fewer FMAC units (slower inner loops) and a slower DDR, renamed."""
     doc = yaml.safe_load((ROOT / "targets" / "FT78NE.yaml").read_text())
     doc["name"] = "FT78NE-calibrated"
-    doc["core"]["vector_efficiency"] = efficiency
+    doc["core"]["units"]["fmac"]["count"] = fmac_units
     ddr = next(r for r in doc["regions"] if r["name"] == "ddr")
     ddr["bandwidth_bytes_per_cycle"] *= ddr_scale
     p = tmp_path / "ft78ne_calibrated.yaml"
@@ -41,7 +41,7 @@ def calibrated_copy(tmp_path: Path, efficiency: float, ddr_scale: float) -> Path
 @pytest.fixture(scope="module")
 def calibrated_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cal")
-    chip = calibrated_copy(tmp, efficiency=0.4, ddr_scale=0.5)
+    chip = calibrated_copy(tmp, fmac_units=1, ddr_scale=0.5)
     doc = yaml.safe_load(CONV.read_text())
     doc["target"] = str(chip)
     doc["numerics"] = False
@@ -50,20 +50,20 @@ def calibrated_run(tmp_path_factory):
     return execute(load_config(p))[1]
 
 
-def test_compute_bound_uses_the_targets_vector_efficiency(calibrated_run):
+def test_compute_bound_uses_the_targets_fmac_units(calibrated_run):
     run = calibrated_run
-    # By hand: FT78NE computes 32 lanes x 3 FMAC x 2 = 192 flop/cycle/core at the peak; the calibrated chip
-    # reaches 40% of it; the flops are what the trace's compute events did, and the engine prices them with
-    # the plan's extra vector ops (conversions, empty lanes).
+    # By hand: FT78NE computes 32 lanes x 3 FMAC x 2 = 192 flop/cycle/core at the peak; the copy with one FMAC
+    # unit a third of it, 64; the flops are what the trace's compute events did, and the engine prices them
+    # with the plan's extra vector ops (conversions, empty lanes).
     flops = sum(e.flops for e in run.events if e.kind == "compute")
     assert run.roofline.total_flops == flops
     ops = sum(t.compute.vector_ops for ph in run.plan.phases for ts in ph.tiles.values() for t in ts if t.compute)
     assert ops == flops + run.roofline.extra_ops
-    expected = ops / (192 * 0.4 * len(run.cores))
+    expected = ops / (64 * len(run.cores))
     assert run.roofline.resource_cycles["compute"] == pytest.approx(expected, rel=1e-12)
-    # At the bare peak the compute bound would be 40% of that, below DDR's bound (halved bandwidth): the old
-    # bound said "ddr". At the calibrated rate compute sets the bound, and the run cannot beat it.
-    assert expected * 0.4 < run.roofline.resource_cycles["ddr"] < expected
+    # With FT78NE's three FMAC units the compute bound would be a third of that, below DDR's bound (halved
+    # bandwidth). With one, compute sets the bound, and the run cannot beat it.
+    assert expected / 3 < run.roofline.resource_cycles["ddr"] < expected
     assert run.roofline.bound_by == "compute"
     assert run.cycles >= run.roofline.cycles
 

@@ -149,7 +149,13 @@ def test_run_config_tiling_tolerance(tmp_path):
         m, run = execute(cfg)
         assert m.tiling_tolerance == tol
         chosen[tol] = run
-    assert chosen[0].plan.tile_count > chosen[0.01].plan.tile_count
+    for tol, run in chosen.items():  # each run chose by its own tolerance: the fewest tiles within it
+        choice = run.tiling
+        assert choice.source == "cost model" and choice.tolerance == tol
+        priced = [cycles for _, cycles in choice.candidates if cycles is not None]
+        mine = next(cycles for c, cycles in choice.candidates if c == choice.tiling)
+        assert mine <= min(priced) * (1 + tol)
+    assert chosen[0.01].plan.tile_count <= chosen[0].plan.tile_count
     assert chosen[0].cycles <= chosen[0.01].cycles <= chosen[0].cycles * 1.01
     for bad in (-1, 1, "x", True):
         path = tmp_path / "bad.yaml"

@@ -48,8 +48,8 @@ def test_serial_tile_estimate_is_load_plus_compute_plus_store():
     load, store = Transfer.contiguous(ddr.base, am.base, 4096), Transfer.contiguous(am.base, ddr.base, 4096)
     plan = Plan(cores=(0,), precision="fp32", phases=(Phase("p", {0: (Tile(0, (load,), c, (store,)),)}),))
     p = t.core.precisions["fp32"]
-    compute = (t.core.loop_overhead_cycles + t.core.vector_op_latency_cycles
-               + math.ceil(50_000 / (p.lanes * p.fmac_units * 2 * t.core.vector_efficiency))
+    compute = (t.core.tile_overhead_cycles + t.core.units["fmac"].latency_cycles
+               + math.ceil(50_000 / (p.lanes * t.core.units["fmac"].count * 2))
                + 2 * t.core.reduction_latency_cycles)
     assert compute_cycles(c, t) == compute
     fixed = t.dma.setup_cycles + max(ddr.latency_cycles, am.latency_cycles)
@@ -117,7 +117,8 @@ def test_nothing_but_sim_timing_prices_compute_or_streams():
         if path.name == "timing.py":
             continue
         text = path.read_text()
-        for formula in ("loop_overhead_cycles +", "/ src.bandwidth", "/ exact_rate(", "reduction_latency_cycles +",
+        for formula in ("loop_overhead_cycles +", "tile_overhead_cycles +", "/ src.bandwidth", "/ exact_rate(",
+                        "reduction_latency_cycles +",
                         "* core.reduction_latency_cycles"):
             assert formula not in text, f"{path}: {formula}"
 

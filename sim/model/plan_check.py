@@ -18,7 +18,9 @@ engine.  The rules, each with the id a :class:`~sim.errors.PlanError` names (see
 * ``operand-level``: a compute operand lies wholly inside the innermost per-core staging level (the vector
   level), or the scalar level beside it;
 * ``tile-size``: the operands of a tile fit the size of the staging level they lie in;
-* ``output-overlap``: the output operands of one compute share no byte.
+* ``output-overlap``: the output operands of one compute share no byte;
+* ``loop-units``: a compute's loops issue only on unit classes the core has (``core.units``);
+* ``loop-registers``: a loop keeps live at most the vector registers the core has.
 
 The check reads the plan only (no memory, no SimPy) and costs a few microseconds per transfer; the facade
 runs it once per plan it builds (plans are cached), before anything runs, so a refused plan leaves memory
@@ -36,7 +38,7 @@ import numpy as np
 from sim.errors import PlanError, brief
 from sim.model.call import BoundCall
 from sim.model.memory import MemoryMap, block_span
-from sim.model.plan import Compute, Operand, Phase, Plan, Tile, Transfer
+from sim.model.plan import Compute, Loop, Operand, Phase, Plan, Tile, Transfer
 from sim.model.target import StagingArea, Target
 
 #: Rule id -> the rule in words (for the docs and for tools).
@@ -53,6 +55,8 @@ RULES: dict[str, str] = {
                      "level) or the scalar level beside it",
     "tile-size": "the operands of a tile fit the size of the staging level they lie in",
     "output-overlap": "the output operands of one compute share no byte",
+    "loop-units": "a compute's loops issue only on unit classes the core has",
+    "loop-registers": "a loop keeps live at most the vector registers the core has",
 }
 
 
@@ -110,6 +114,7 @@ class _Checker:
                          if not (r.kind == "private" and r.role != "scratchpad" and call.variant == "s")]
         self.writable = [(a.base, a.end) for a in self.levels] + [(lo, hi) for lo, hi, _ in self.outputs]
         self._operands: dict[Any, tuple[int, int, int]] = {}  # (addr, shape, dtype) -> its span and level index
+        self._loops: dict[int, Any] = {}  # id -> a loop already judged
 
     # -- structure -----------------------------------------------------------------------------
 
@@ -246,6 +251,12 @@ class _Checker:
                                               f"{self.target.name} lacks (it has: {', '.join(self.target.precisions)})")
         if type(c.inputs) is not tuple or type(c.outputs) is not tuple:
             raise self.fail("plan-structure", "Compute.inputs and Compute.outputs must be tuples of Operand")
+        if type(c.loops) is not tuple:
+            raise self.fail("plan-structure", f"Compute.loops must be a tuple of Loop, got {brief(c.loops)}")
+        for i, loop in enumerate(c.loops):
+            if id(loop) not in self._loops:  # tiles share their loops: each is judged once
+                self.loop(loop, i)
+                self._loops[id(loop)] = loop  # kept alive so that its id is not reused
         # Each operand's (lo, hi, level index) once: an in-place operand (an output over an input) counts once.
         distinct = {self.operand(op, "input", i) for i, op in enumerate(c.inputs)}
         outs = [self.operand(op, "output", i) for i, op in enumerate(c.outputs)]
@@ -264,6 +275,39 @@ class _Checker:
                     raise self.fail("output-overlap", f"output operand {a} {_span(a_lo, a_hi)} and output operand "
                                                       f"{b} {_span(b_lo, b_hi)} share bytes: the engine would write "
                                                       f"one over the other")
+
+    def loop(self, loop: Any, index: int) -> None:
+        """A compute's loop ``index``: well-formed, issuing on the core's unit classes only, fitting its
+        vector registers."""
+        if type(loop) is not Loop and not isinstance(loop, Loop):
+            raise self.fail("plan-structure", f"loop {index}: expected a Loop, got {brief(loop)}")
+        name = f"loop {index}" + (f" ({brief(loop.label, 60)})" if isinstance(loop.label, str) and loop.label else "")
+        if not _ints((loop.trips, loop.entries, loop.reductions, loop.vector_registers), 0):
+            counts = (loop.trips, loop.entries, loop.reductions, loop.vector_registers)
+            raise self.fail("plan-structure", f"{name}: Loop.trips, entries, reductions and vector_registers must "
+                                              f"be ints >= 0, got {brief(counts)}")
+        named: list[str] = []
+        for field_name in ("issues", "epilogue"):
+            m = getattr(loop, field_name)
+            if not isinstance(m, Mapping) or not all(isinstance(k, str) for k in m) or not _ints(tuple(m.values()), 0):
+                raise self.fail("plan-structure", f"{name}: Loop.{field_name} must map a unit class to an int >= 0 "
+                                                  f"of issues, got {brief(m)}")
+            named.extend(m)
+        for field_name in ("chain", "carried"):
+            t = getattr(loop, field_name)
+            if type(t) is not tuple or not all(isinstance(u, str) for u in t):
+                raise self.fail("plan-structure", f"{name}: Loop.{field_name} must be a tuple of unit class names, "
+                                                  f"got {brief(t)}")
+            named.extend(t)
+        core = self.target.core
+        missing = [u for u in named if u not in core.units]
+        if missing:
+            raise self.fail("loop-units", f"{name} issues on unit class {brief(missing[0], 40)}, which "
+                                          f"{self.target.name}'s core lacks (it has: {', '.join(core.units)})")
+        if loop.vector_registers > core.vector_registers:
+            raise self.fail("loop-registers", f"{name} keeps {loop.vector_registers} vector registers live, more "
+                                              f"than {self.target.name}'s core has ({core.vector_registers}): "
+                                              f"block it smaller")
 
     def operand(self, op: Any, role: str, index: int) -> tuple[int, int, int]:
         """``(lo, hi, level)`` of a compute operand (``level`` indexes ``operand_levels``); PlanError when it is

@@ -7,12 +7,29 @@ target file and builds these; :mod:`sim.timing` turns their numbers into cycles.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+#: The storage precisions: the element types a kernel symbol's buffers hold (``fp32`` for ``fp_`` symbols,
+#: ``fp16`` for ``hp_``).  A core may compute in further precisions (``fp16_fp32acc``: fp16 products accumulated
+#: in fp32), which are rates, never symbols.
+STORAGE_PRECISIONS = ("fp32", "fp16")
+#: Every precision a core may list under ``core.precisions``: the storage ones and the mixed ones.
+COMPUTE_PRECISIONS = STORAGE_PRECISIONS + ("fp16_fp32acc",)
+#: The functional-unit classes a core may have (``core.units``) and a loop may name; ``fmac`` and ``vls``
+#: every core has.
+UNIT_CLASSES = ("fmac", "valu", "vls", "broadcast", "sload", "salu")
+REQUIRED_UNITS = ("fmac", "vls")
+#: The VLIW issue classes a unit issues from (``core.issue_width`` gives the slots per cycle of each).
+ISSUE_CLASSES = ("scalar", "vector")
 
 
 @dataclass(frozen=True)
 class PrecisionModel:
-    """Vector throughput of one core at one precision."""
+    """Vector throughput of one core at one precision: ``lanes`` elements per vector instruction.
+
+    ``fmac_units`` is the core's FMAC count (``core.units.fmac.count``), copied here by the loader so that the
+    peak reads off one object.
+    """
 
     lanes: int
     fmac_units: int
@@ -43,23 +60,24 @@ class FunctionalUnit:
 
 @dataclass(frozen=True)
 class CoreModel:
-    """One DSP core's compute timing.
+    """One DSP core's compute: its functional units and VLIW issue slots (the target's ``core:`` block).
 
-    ``vector_efficiency`` (0 < e <= 1, default 1) is the fraction of the vector
-    peak a tile's inner loop achieves: a calibration knob for boards whose
-    kernels run below the lanes x FMAC peak.
+    ``units`` maps a unit class (:data:`UNIT_CLASSES`) to its :class:`FunctionalUnit`; ``issue_width`` an issue
+    class (:data:`ISSUE_CLASSES`) to the instructions of that class the core issues per cycle.
+    ``loop_overhead_cycles`` is paid on each entry of a loop (call and setup: a scheduled loop's branch has
+    delay slots, so no per-iteration cost), ``tile_overhead_cycles`` once per tile's compute call;
+    ``reduction_latency_cycles`` per vector reduced across its lanes.  ``precisions`` maps each precision the
+    core computes in (:data:`COMPUTE_PRECISIONS`) to its lanes.  :mod:`sim.timing` prices loops from these.
     """
 
     precisions: Mapping[str, PrecisionModel]
     vector_width_bytes: int
-    vector_op_latency_cycles: int
     reduction_latency_cycles: int
     loop_overhead_cycles: int
-    vector_efficiency: float = 1.0
-    tile_overhead_cycles: int = 0
-    issue_width: Mapping[str, int] = field(default_factory=dict)
-    units: Mapping[str, FunctionalUnit] = field(default_factory=dict)
-    vector_registers: int = 0
+    tile_overhead_cycles: int
+    issue_width: Mapping[str, int]
+    units: Mapping[str, FunctionalUnit]
+    vector_registers: int
 
 
 @dataclass(frozen=True)
@@ -186,8 +204,9 @@ class Target:
 
     @property
     def precisions(self) -> tuple[str, ...]:
-        """Precision names the cores compute in."""
-        return tuple(self.core.precisions)
+        """The storage precisions the chip has kernel symbols for (``fp32``, ``fp16``: :data:`STORAGE_PRECISIONS`);
+        ``core.precisions`` also lists the mixed ones the cores compute in (``fp16_fp32acc``)."""
+        return tuple(p for p in self.core.precisions if p in STORAGE_PRECISIONS)
 
     @property
     def all_cores_mask(self) -> int:

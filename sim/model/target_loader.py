@@ -12,9 +12,15 @@ field                                                       range
 ``address_bits``                                            8 .. 64
 ``cores``                                                   1 .. 64
 ``core.vector_width_bytes``                                 1 .. 4096, a power of two
-``core.precisions.*.lanes`` / ``fmac_units``                1 .. 4096 / 1 .. 64
-``core.vector_efficiency``                                  0.001 .. 1
-every ``*_cycles`` (latencies, overheads, DMA setup)        0 .. 10,000,000 (10 ms at 1 GHz)
+``core.precisions.*.lanes``                                 1 .. 4096, a power of two
+``core.issue_width.scalar`` / ``vector``                    1 .. 64, at least the count of each unit of that class
+``core.units.*.count``                                      1 .. 64
+``core.units.*.latency_cycles``                             0 .. 10,000
+``core.reduction_latency_cycles``                           0 .. 10,000
+``core.units.{vls,sload}.bytes_per_issue``                  1 .. 65536 (``vls``: whole vectors)
+``core.vector_registers``                                   1 .. 4096
+every ``*_cycles`` not above                                0 .. 10,000,000 (10 ms at 1 GHz): overheads, memory
+                                                            latencies, DMA setup
 ``dma.engines_per_core``                                    1 .. 64
 ``dma.engine_bytes_per_cycle``                              0.001 .. 65536
 ``regions``                                                 1 .. 64 regions
@@ -25,6 +31,13 @@ every ``*_cycles`` (latencies, overheads, DMA setup)        0 .. 10,000,000 (10 
 ``staging.levels[].offset_bytes`` / ``size_bytes``          inside the level's region
 names (``name``, region and level names)                    printable, one line, at most 64 characters
 ==========================================================  ==========================================
+
+The core (``core:``) is a set of functional units, each of a class among ``fmac``, ``valu``, ``vls``,
+``broadcast``, ``sload``, ``salu`` (``fmac`` and ``vls`` are required; ``vls`` and ``sload`` say the bytes one
+issue moves), issuing from the ``scalar`` or ``vector`` VLIW slots of ``issue_width``; ``precisions`` lists the
+lanes of the storage precisions ``fp32``/``fp16`` and of the mixed ``fp16_fp32acc`` (which needs fp16).  A file
+still written for the flops-over-peak model (``vector_op_latency_cycles``, ``vector_efficiency``,
+``precisions.*.fmac_units``) is refused, saying what replaced the key.
 
 The staging levels (``staging.levels``, outermost first) are checked too: a level on a shared region is a
 window inside it; a level on a private region must be a region with role scratchpad and covers all of it
@@ -48,8 +61,14 @@ from typing import Any
 from sim.errors import TargetError, brief
 from sim.files.yamlsafe import read_yaml_file
 from sim.model.target import (
+    COMPUTE_PRECISIONS,
+    ISSUE_CLASSES,
+    REQUIRED_UNITS,
+    STORAGE_PRECISIONS,
+    UNIT_CLASSES,
     CoreModel,
     DmaModel,
+    FunctionalUnit,
     PrecisionModel,
     Region,
     StagingLevel,
@@ -77,7 +96,16 @@ MAX_CLOCK_HZ = 100_000_000_000
 MAX_CORES = 64
 MAX_VECTOR_WIDTH_BYTES = 4096
 MAX_LANES = 4096
-MAX_FMAC_UNITS = 64
+#: Most units of one class a core may have, and most instructions of one issue class it issues per cycle.
+MAX_UNITS = 64
+MAX_ISSUE_WIDTH = 64
+#: Longest latency of a functional unit or a reduction (cycles): a pipeline, not a memory system.
+MAX_UNIT_LATENCY_CYCLES = 10_000
+#: Most bytes one load/store issue moves between memory and registers.
+MAX_BYTES_PER_ISSUE = 1 << 16
+MAX_VECTOR_REGISTERS = 4096
+#: The unit classes that move bytes between memory and registers: they say how many per issue.
+MEMORY_UNITS = ("vls", "sload")
 MAX_DMA_ENGINES = 64
 MAX_REGIONS = 64
 MAX_ALIGNMENT_BYTES = 1 << 30
@@ -215,33 +243,7 @@ def _parse(doc: Any, path: str) -> Target:
     sync = r.mapping(top["sync"], "sync", {"launch_overhead_cycles", "barrier_latency_cycles", "source"})
     r.source(sync, "sync")
 
-    cm = r.mapping(top["core"], "core", {"precisions", "vector_width_bytes", "vector_op_latency_cycles",
-                                         "reduction_latency_cycles", "loop_overhead_cycles", "source"},
-                   {"vector_efficiency"})
-    r.source(cm, "core")
-    precs_raw = r.mapping(cm["precisions"], "core.precisions", set(), {"fp32", "fp16"})
-    if not precs_raw:
-        raise r.fail("core.precisions", "at least one precision (fp32, fp16) is required")
-    precisions = {}
-    for pname, pm in precs_raw.items():
-        kp = f"core.precisions.{pname}"
-        pm = r.mapping(pm, kp, {"lanes", "fmac_units"})
-        precisions[pname] = PrecisionModel(lanes=r.integer(pm, "lanes", kp, minimum=1, maximum=MAX_LANES),
-                                           fmac_units=r.integer(pm, "fmac_units", kp, minimum=1,
-                                                                maximum=MAX_FMAC_UNITS))
-    if "vector_efficiency" in cm and _is_number(cm["vector_efficiency"]) and cm["vector_efficiency"] > 1:
-        raise r.fail("core.vector_efficiency",
-                     f"is a fraction of the peak, at most 1, got {brief(cm['vector_efficiency'])}")
-    core = CoreModel(
-        precisions=MappingProxyType(precisions),
-        vector_width_bytes=r.integer(cm, "vector_width_bytes", "core", minimum=1, maximum=MAX_VECTOR_WIDTH_BYTES),
-        vector_op_latency_cycles=r.cycles(cm, "vector_op_latency_cycles", "core"),
-        reduction_latency_cycles=r.cycles(cm, "reduction_latency_cycles", "core"),
-        loop_overhead_cycles=r.cycles(cm, "loop_overhead_cycles", "core"),
-        vector_efficiency=r.number(cm, "vector_efficiency", "core", maximum=1.0) if "vector_efficiency" in cm else 1.0,
-    )
-    if core.vector_width_bytes & (core.vector_width_bytes - 1):
-        raise r.fail("core.vector_width_bytes", f"must be a power of two, got {core.vector_width_bytes}")
+    core = _core(r, top["core"])
 
     if isinstance(top["dma"], dict) and "engine_bytes_per_cycle" not in top["dma"]:
         raise r.fail("dma.engine_bytes_per_cycle", "required key is missing: the most bytes per cycle one DMA "
@@ -309,6 +311,104 @@ def _parse(doc: Any, path: str) -> Target:
         barrier_latency_cycles=r.cycles(sync, "barrier_latency_cycles", "sync"),
         core=core, dma=dma, regions=tuple(sorted(regions, key=lambda g: g.base)),
         staging=staging,
+    )
+
+
+#: Keys of the flops-over-peak core model and what replaced each (a file still giving one is refused with this).
+_REPLACED_CORE_KEYS = {
+    "vector_op_latency_cycles": "replaced by the latencies of the core's functional units "
+                                "(core.units.<unit>.latency_cycles: a loop's fill is the latencies on its "
+                                "dependence chain, e.g. fmac 6)",
+    "vector_efficiency": "a tile's compute is now priced from its inner loops on the core's functional units "
+                         "(core.units, core.issue_width), so its efficiency emerges from the loop's shape",
+}
+
+
+def _core(r: _Reader, value: Any) -> CoreModel:
+    """The ``core:`` block: issue widths, functional units, registers, overheads and the lanes per precision
+    (see the module's table for the ranges), refusing the keys of the flops-over-peak model by what replaced
+    them."""
+    if isinstance(value, dict):
+        old = [k for k in _REPLACED_CORE_KEYS if k in value]
+        if old:
+            raise r.fail(f"core.{old[0]}", f"is gone: {_REPLACED_CORE_KEYS[old[0]]}; delete "
+                                           f"{' and '.join(old)} (the shipped targets show the core: block "
+                                           f"with units, issue_width, vector_registers, loop_overhead_cycles "
+                                           f"and tile_overhead_cycles)")
+    cm = r.mapping(value, "core", {"precisions", "vector_width_bytes", "reduction_latency_cycles",
+                                   "loop_overhead_cycles", "tile_overhead_cycles", "issue_width", "units",
+                                   "vector_registers", "source"})
+    r.source(cm, "core")
+    vector_width = r.integer(cm, "vector_width_bytes", "core", minimum=1, maximum=MAX_VECTOR_WIDTH_BYTES)
+    if vector_width & (vector_width - 1):
+        raise r.fail("core.vector_width_bytes", f"must be a power of two, got {vector_width}")
+
+    iw = r.mapping(cm["issue_width"], "core.issue_width", set(ISSUE_CLASSES))
+    issue_width = {c: r.integer(iw, c, "core.issue_width", minimum=1, maximum=MAX_ISSUE_WIDTH)
+                   for c in ISSUE_CLASSES}
+
+    um = r.mapping(cm["units"], "core.units", set(REQUIRED_UNITS), set(UNIT_CLASSES))
+    units: dict[str, FunctionalUnit] = {}
+    for uname in UNIT_CLASSES:  # a fixed order: reports list the units the same way on every chip
+        if uname not in um:
+            continue
+        kp = f"core.units.{uname}"
+        loads = uname in MEMORY_UNITS
+        u = r.mapping(um[uname], kp, {"count", "class", "latency_cycles"} | ({"bytes_per_issue"} if loads else set()))
+        unit = FunctionalUnit(name=uname, count=r.integer(u, "count", kp, minimum=1, maximum=MAX_UNITS),
+                              issue_class=r.string(u, "class", kp, ISSUE_CLASSES),
+                              latency_cycles=r.integer(u, "latency_cycles", kp, minimum=0,
+                                                       maximum=MAX_UNIT_LATENCY_CYCLES),
+                              bytes_per_issue=r.integer(u, "bytes_per_issue", kp, minimum=1,
+                                                        maximum=MAX_BYTES_PER_ISSUE) if loads else 0)
+        if uname == "vls" and unit.bytes_per_issue % vector_width:
+            raise r.fail(f"{kp}.bytes_per_issue", f"a vector load or store moves whole vectors of "
+                                                  f"core.vector_width_bytes {vector_width}: a multiple of it, "
+                                                  f"got {unit.bytes_per_issue}")
+        units[uname] = unit
+    for cls in ISSUE_CLASSES:
+        widest = max((u for u in units.values() if u.issue_class == cls), key=lambda u: u.count, default=None)
+        if widest is not None and widest.count > issue_width[cls]:
+            raise r.fail(f"core.issue_width.{cls}", f"{issue_width[cls]} {cls} instructions per cycle cannot keep "
+                                                    f"the {widest.count} {widest.name} units of that class busy: "
+                                                    f"at least {widest.count} (or fewer {widest.name} units)")
+
+    allowed = ", ".join(COMPUTE_PRECISIONS)
+    precs_raw = value.get("precisions") if isinstance(value, dict) else None
+    if isinstance(precs_raw, dict):
+        for pname, pm in precs_raw.items():
+            if isinstance(pm, dict) and "fmac_units" in pm and pname in COMPUTE_PRECISIONS:
+                raise r.fail(f"core.precisions.{pname}.fmac_units",
+                             "is gone: the FMAC count is the core's, core.units.fmac.count; delete fmac_units "
+                             "from every precision")
+    precs_raw = r.mapping(cm["precisions"], "core.precisions", set(), set(COMPUTE_PRECISIONS))
+    if not any(p in precs_raw for p in STORAGE_PRECISIONS):
+        raise r.fail("core.precisions", f"at least one storage precision ({', '.join(STORAGE_PRECISIONS)}) is "
+                                        f"required (allowed: {allowed})")
+    if "fp16_fp32acc" in precs_raw and "fp16" not in precs_raw:
+        raise r.fail("core.precisions.fp16_fp32acc", "fp16 products accumulated in fp32 need fp16 storage: list "
+                                                     "fp16 too")
+    precisions = {}
+    for pname in COMPUTE_PRECISIONS:
+        if pname not in precs_raw:
+            continue
+        kp = f"core.precisions.{pname}"
+        pm = r.mapping(precs_raw[pname], kp, {"lanes"})
+        lanes = r.integer(pm, "lanes", kp, minimum=1, maximum=MAX_LANES)
+        if lanes & (lanes - 1):
+            raise r.fail(f"{kp}.lanes", f"must be a power of two, got {lanes}")
+        precisions[pname] = PrecisionModel(lanes=lanes, fmac_units=units["fmac"].count)
+
+    return CoreModel(
+        precisions=MappingProxyType(precisions),
+        vector_width_bytes=vector_width,
+        reduction_latency_cycles=r.integer(cm, "reduction_latency_cycles", "core", minimum=0,
+                                           maximum=MAX_UNIT_LATENCY_CYCLES),
+        loop_overhead_cycles=r.cycles(cm, "loop_overhead_cycles", "core"),
+        tile_overhead_cycles=r.cycles(cm, "tile_overhead_cycles", "core"),
+        issue_width=MappingProxyType(issue_width),
+        units=MappingProxyType(units),
+        vector_registers=r.integer(cm, "vector_registers", "core", minimum=1, maximum=MAX_VECTOR_REGISTERS),
     )
 
 
@@ -435,10 +535,6 @@ def _staging(r: _Reader, value: Any, by_name: dict[str, Region]) -> tuple[Stagin
         raise r.fail("staging.levels", "at least one per-core level (a private scratchpad region, where compute "
                                        "operands live) is required")
     return tuple(levels)
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def available_targets() -> list[str]:

@@ -11,9 +11,9 @@ positive).  The report lists each measurement's error before and after.
 
 The free parameters come from the chip at hand (:func:`free_parameters`), each named by its key path in the
 target file: the bandwidth of every shared region (``regions.<name>.bandwidth_bytes_per_cycle``, outermost
-first), ``dma.setup_cycles``, ``core.loop_overhead_cycles`` (the per-tile overhead),
-``sync.launch_overhead_cycles`` and ``core.vector_efficiency``.  A chip with other shared regions (an extra
-``l3``, no ``gsm``) calibrates its own.
+first), ``dma.setup_cycles``, ``core.tile_overhead_cycles`` (the cycles of control per tile's compute call) and
+``sync.launch_overhead_cycles``.  A chip with other shared regions (an extra ``l3``, no ``gsm``) calibrates its
+own.
 
 Not every set of measurements says something about every parameter.  Before
 the fit each parameter is moved by a factor of :data:`PROBE_FACTOR` both ways;
@@ -52,10 +52,7 @@ from sim.tools.docedit import get_path, set_path, split_path
 from sim.tools.progress import PhaseBar
 
 #: The free parameters every chip has besides its shared regions' bandwidths (key paths in the target file).
-CHIP_PARAMETERS = ("dma.setup_cycles", "core.loop_overhead_cycles", "sync.launch_overhead_cycles",
-                   "core.vector_efficiency")
-#: The one free parameter that is a fraction (at most 1, absent from a file means 1).
-EFFICIENCY = "core.vector_efficiency"
+CHIP_PARAMETERS = ("dma.setup_cycles", "core.tile_overhead_cycles", "sync.launch_overhead_cycles")
 #: A parameter is probed at its value times and divided by this factor.
 PROBE_FACTOR = 1.5
 #: Smallest relative change of some measurement's cycles that makes a probed parameter identifiable.
@@ -150,23 +147,18 @@ def check_parameter_names(names: Sequence[str], known: Sequence[str]) -> None:
 
 
 def parameter_values(doc: Mapping, names: Sequence[str]) -> dict[str, float]:
-    """Current values of the free parameters ``names`` (key paths) in a target document (a missing
-    ``core.vector_efficiency`` is 1)."""
+    """Current values of the free parameters ``names`` (key paths) in a target document."""
     out = {}
     for n in names:
         try:
             out[n] = float(get_path(doc, split_path(n), n))
         except (ConfigError, TypeError, ValueError):
-            if n != EFFICIENCY:
-                raise ConfigError(f"target has no {n} to fit") from None
-            out[n] = 1.0
+            raise ConfigError(f"target has no {n} to fit") from None
     return out
 
 
 def stored_value(name: str, value: float) -> float | int:
-    """A parameter's value as a target file holds it: whole cycles rounded, an efficiency capped at 1."""
-    if name == EFFICIENCY:
-        value = min(value, 1.0)
+    """A parameter's value as a target file holds it: whole cycles rounded."""
     return max(0, round(value)) if _is_cycles(name) else float(value)
 
 
@@ -177,7 +169,7 @@ def _written(name: str, value: float) -> float | int:
 
 
 def with_parameters(doc: Mapping, values: Mapping[str, float]) -> dict:
-    """A copy of the target document with the free parameters set (cycles rounded, efficiency capped at 1)."""
+    """A copy of the target document with the free parameters set (cycles rounded)."""
     new = copy.deepcopy(dict(doc))
     for n, v in values.items():
         set_path(new, split_path(n), stored_value(n, v), n, create=True)
@@ -250,12 +242,12 @@ class Calibration:
 
 def _limits(name: str, value: float) -> tuple[float, float]:
     """The range the fit may move a parameter in: MAX_DRIFT either way of the target's value, and what a
-    target file accepts (a bandwidth or efficiency of at least MIN_RATE, an efficiency of at most 1, a
-    bandwidth of at most MAX_RATE, a cycle count of at most MAX_CYCLES)."""
+    target file accepts (a bandwidth of at least MIN_RATE and at most MAX_RATE, a cycle count of at most
+    MAX_CYCLES)."""
     floor = 1e-9 if _is_cycles(name) else MIN_RATE
     ceiling = MAX_CYCLES if _is_cycles(name) else MAX_RATE  # the target file's own ranges
     low = max(value / MAX_DRIFT, floor)
-    high = 1.0 if name == EFFICIENCY else min(max(value, floor) * MAX_DRIFT, ceiling)
+    high = min(max(value, floor) * MAX_DRIFT, ceiling)
     return low, high
 
 
@@ -378,19 +370,16 @@ def calibrate(doc: Mapping, measurements: Sequence[Measurement], names: Sequence
         free = [n for n in names if n not in unidentified]
         if not free:
             break
-        # Start strictly inside the limits: an efficiency of exactly 1 would sit on its upper bound.
-        x0 = np.log([min(max(start[n], lim[n][0]), 0.95) if n == EFFICIENCY else max(start[n], lim[n][0])
-                     for n in free])
-        upper = np.array([0.0 if n == EFFICIENCY else np.inf for n in free])
+        x0 = np.log([max(start[n], lim[n][0]) for n in free])
         with PhaseBar(f"calibrate: fitting {len(free)} parameters ({n_meas} simulations per evaluation)",
                       progress, unit="evaluation") as bar:
             # Cycles are integers, so the objective is a staircase: a finite-difference step of a few percent
             # sees its slope where a tiny one would see flat treads.
-            fit = least_squares(residuals, x0, args=(free,), bounds=(-np.inf, upper + 1e-12), diff_step=0.03,
-                                x_scale=1.0, max_nfev=max_evaluations, method="trf")
+            fit = least_squares(residuals, x0, args=(free,), diff_step=0.03, x_scale=1.0,
+                                max_nfev=max_evaluations, method="trf")
         fitted = trial(fit.x, free)
         at_limit = {n: float(np.exp(x)) for n, x in zip(free, fit.x)
-                    if np.exp(x) <= lim[n][0] * 1.01 or (np.exp(x) >= lim[n][1] / 1.01 and n != EFFICIENCY)}
+                    if np.exp(x) <= lim[n][0] * 1.01 or np.exp(x) >= lim[n][1] / 1.01}
         for n, v in at_limit.items():
             unidentified[n] = (f"the fit drove it to {v:.3g}, the limit of a factor {MAX_DRIFT:g} from the "
                                f"target's {start[n]:.4g}: the measurements do not pin it down")
@@ -499,7 +488,7 @@ def fitted_yaml(cal: Calibration, target: TargetDocument, measurements_path: str
         if _is_cycles(n) and isinstance(old, ScalarInt):
             new = type(old)(int(new))  # a hex or binary number stays hex or binary
         set_path(doc, keys, new, n, create=True)
-        was = "absent (1.0)" if old is None else f"{old}"
+        was = "absent" if old is None else f"{old}"
         _append_note(parent, f"{keys[-1]} fitted by dspsim calibrate to {mname} (was {was})")
     name = str(doc.get("name"))
     doc["name"] = name if name.endswith(" (calibrated)") else f"{name} (calibrated)"  # a recalibration says it once
