@@ -578,7 +578,8 @@ class _Planner:
         engine charges the tile; the candidates differ in nothing else)."""
         a = self.asked
         positions = (blk.n1 - blk.n0) * (blk.r1 - blk.r0) * self.geo.out_w
-        key = (positions, blk.r0, blk.r1, grp.icg, grp.ocg, int(first))
+        # Tiles alike in these price their candidates alike (the border only adds a loop to the window's).
+        key = (positions, grp.icg, grp.ocg, int(first), int(bool(self._padding_loop(blk, grp))))
         if key in self._micro_cache:
             return self._micro_cache[key]
         modes = [a["a_operand"]] if a["a_operand"] else list(A_OPERANDS)
