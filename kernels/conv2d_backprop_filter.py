@@ -25,20 +25,33 @@ whichever the timing model's estimate of the two plans favours (``ctx.estimate``
 * **filter**: filter slices (out_c, and in_c when needed) are split over the
   cores; each core sweeps the whole input for its slices, no exchange.
 
-Precision: ``fp_`` symbols store and compute in fp32; ``hp_`` symbols store
-input, out_backprop and output in fp16, convert each loaded block to fp32 (one
-vector op per element, an extra op in the cycle count, not a flop), accumulate
-dW in fp32 and round it to fp16 once, as it is stored.
+Precision: ``fp_`` symbols store and compute in fp32.  ``hp_`` symbols store input, out_backprop and output
+in fp16, multiply in fp16 and accumulate dW in fp32 (``fp16_fp32acc``, the rate the target gives fp16 products
+accumulated in fp32, where it lists it: MT7004 does, at its fp16 lanes; a chip without it converts the fp16
+blocks to fp32 first, in a loop of its own), and round dW to fp16 once, as it is stored.
 
-When dW does not fit the scratchpad it is cut into filter slices swept one after
-the other.  Compute is an im2col per tile and one matrix product, accumulated in
-fp32; NCHW blocks are moved in their own layout and transposed by the compute
-(priced as one vector op per element), fp16 blocks are converted likewise.
+The inner loops (what the timing model prices, :mod:`kernels.common.loops`).  The work of a row tile is a GEMM
+over the reduction: dW[(tap, ic), oc] += Σ_k A[k, (tap, ic)] · dy[k, oc] over the tile's positions k, with
+dW's columns (out_c) along the vector lanes, dy's rows loaded as vectors and A's elements broadcast.  A lives
+in AM (the staged input window), not in SM where scalar loads read, so each k-step loads its A elements as a
+vector and moves them to the scalar side (:func:`~kernels.common.loops.gemm_micro_kernel_from_am`).  Two
+ways to lay A out (the ``a_operand`` key): ``window`` reads the window itself tap by tap (no gather; the
+micro-kernel's rows stay within one tap's channels, over every position, the window's zero border stored
+per tile), ``im2col`` first gathers each position's fh·fw·icg patch into an im2col row (vector loads, permutes
+for runs that do not start on a vector, stores: :func:`~kernels.common.loops.gather_rows`) and then blocks
+any rows.  Few input channels (3 in an RGB stem) leave the window's micro-kernel without enough accumulators
+to cover the FMAC latency, so the gather pays; 64 channels need none.  The micro-kernel's m_micro x n_micro
+block (register blocking: m_micro·ceil(n_micro/lanes) fp32 accumulators beside the B row, A vector and
+broadcasts, within the core's vector registers) is chosen with the layout per tile shape as the candidate the
+timing model prices cheapest.  NCHW blocks are transposed to channels-last first (a butterfly of
+log2(lanes) permutes per vector); the drain's cast and the partial sums' reduction are loops of their own.
 
 Tiling (``tiling=`` of a call or run-config, all keys optional): ``split``
 (spatial or filter), ``in_c_slice`` and ``out_c_slice`` (the filter slice each
-accumulator holds).  Without a tiling the simulator compares the candidates
-:meth:`Conv2DBackpropFilter.tilings` lists.
+accumulator holds), ``a_operand`` (window or im2col), ``m_micro`` and ``n_micro``
+(the micro-kernel's block of dW).  Without a tiling the simulator compares the
+candidates :meth:`Conv2DBackpropFilter.tilings` lists (the micro-kernel is the
+kernel's own choice for each).
 """
 
 from __future__ import annotations
@@ -50,6 +63,7 @@ from typing import Any
 import numpy as np
 
 from kernels.base import PlanContext
+from kernels.common import loops as lp
 from kernels.common.args import require_ints
 from kernels.common.binding import attrs_of, bind_arguments, bound_call
 from kernels.common.exchange import Exchange
@@ -68,13 +82,24 @@ from kernels.common.tiling_space import (
 from kernels.common.transfers import block_in, block_out
 from sim.errors import KernelArgError
 from sim.model.call import ArgSpec, BoundCall, MemoryReader
-from sim.model.plan import Compute, DoesNotFit, Operand, Phase, Plan, Transfer
+from sim.model.plan import Compute, DoesNotFit, Loop, Operand, Phase, Plan, Transfer
+from sim.timing import compute_cycles
 
 F32 = np.dtype(np.float32)
-#: The chip accumulates in fp32 whatever the tensors' precision.
+#: The precision of the fp32 accumulator's own loops (the drain's cast, the reduction of partials).
 COMPUTE_PRECISION = "fp32"
 #: The two ways to use the cores (the ``split`` key of a tiling).
 SPLITS = ("spatial", "filter")
+#: Where the micro-kernel reads A (the ``a_operand`` key): ``window``, the staged input window tap by tap (A's
+#: rows are the window's positions: no gather, m_micro within a tap's channels); ``im2col``, im2col rows
+#: gathered per tile (loads and stores), then any m_micro up to fh·fw·in_c.
+A_OPERANDS = ("window", "im2col")
+#: Most n_micro vectors and m_micro rows the kernel's own choice tries.
+MICRO_N_VECTORS = 4
+MICRO_M_ROWS = 32
+#: Row tiles shorter than this (positions) make the kernel also price halved out_c slices, at most this often.
+LONG_TILE_POSITIONS = 256
+MORE_OUT_C_CUTS = 2
 
 
 # --- numerics ----------------------------------------------------------------------------------
@@ -160,9 +185,9 @@ class Conv2DBackpropFilter:
     #: What an hp_ call stores in fp16 and how it computes.
     tensors_in_precision = ("input", "out_backprop", "output")
     fp32_tensors = ()
-    fp16_arithmetic = ("computed in fp32 at the chip's fp32 vector rate: input and out_backprop blocks are converted "
-                       "to fp32 in the scratchpad (one vector op per element, priced as extra vector ops, not flops), "
-                       "dW accumulates in fp32 and is rounded to fp16 once, as it is stored")
+    fp16_arithmetic = ("fp16 products accumulated in fp32 (fp16_fp32acc, at the rate the target gives it; a chip "
+                       "without it converts the fp16 blocks to fp32 first, in a loop of its own), dW accumulates in "
+                       "fp32 and is rounded to fp16 once, as it is stored")
     args = (
         ArgSpec("input", "in_ptr", "address of the input [input_shape, data_format order]"),
         ArgSpec("out_backprop", "in_ptr", "address of the output gradient [batch, out_h, out_w, out_c] "
@@ -273,7 +298,12 @@ class _Planner:
         self.x, self.dy, self.out = (call.buffer(n) for n in ("input", "out_backprop", "output"))
         self.dt = self.out.dtype
         self.isz = self.dt.itemsize
-        self.lanes = ctx.target.core.precisions[COMPUTE_PRECISION].lanes
+        self.core = ctx.target.core
+        # hp_: fp16 products accumulated in fp32 where the chip has that rate, else converted to fp32 first.
+        self.precision = lp.accumulate_precision(self.core, ctx.precision)
+        self.convert = self.isz != F32.itemsize and self.precision == "fp32"
+        self.op_isz = F32.itemsize if self.convert else self.isz  # bytes of an operand element as computed
+        self.lanes = lp.lanes(self.core, self.precision)
         self.level = ctx.vector_level
         self.align = self.level.alignment_bytes
         # Cores with (image, row) work in the spatial split.
@@ -282,14 +312,21 @@ class _Planner:
             ChoiceKey("split", SPLITS, "spatial: the (image, row) space over the cores, partials exchanged; "
                                        "filter: filter slices over the cores"),
             IntKey("in_c_slice", 1, self.in_c, "input channels of a filter slice"),
-            IntKey("out_c_slice", 1, self.out_c, "output channels of a filter slice"))
+            IntKey("out_c_slice", 1, self.out_c, "output channels of a filter slice"),
+            ChoiceKey("a_operand", A_OPERANDS, "where the micro-kernel reads A: window (the input window, tap by "
+                                               "tap) or im2col (rows gathered per tile)"),
+            IntKey("m_micro", 1, self.taps * self.in_c, "micro-kernel rows of dW (clipped to a tap's channels "
+                                                        "with a_operand window)"),
+            IntKey("n_micro", 1, self.out_c, "micro-kernel columns of dW (output channels)"))
+        self.asked = self.space.parse(ctx)
+        self._micro_cache: dict[tuple[int, ...], tuple[str, int, int]] = {}
 
     # -- choosing -------------------------------------------------------------------------------
 
     def plan(self) -> Plan:
         """The plan of the caller's tiling (the cheaper split when it names none), else of the cheapest candidate."""
-        tiling = self.space.parse(self.ctx)
-        if all(v is None for v in tiling.values()):
+        tiling = self.asked
+        if all(tiling[k] is None for k in ("split", "in_c_slice", "out_c_slice")):
             choices = [c for c in self.candidates() if self.feasible(c)]
             if not choices:
                 raise DoesNotFit(self.level.name, self._needed_bytes(1, 1), self.level.size_bytes,
@@ -331,7 +368,22 @@ class _Planner:
             for o in sorted({even, padded_lanes(even, self.lanes)}):
                 if o < ocg:
                     out.append(_Choice("filter", icg, o))
+        # Many output channels leave few positions per row tile (dy's rows fill the slot), and every tile's
+        # micro-kernels load and store the accumulator for that short reduction: halved out_c slices (on whole
+        # vectors) make the tiles longer, for the input re-read once per slice.
+        o = ocg
+        for _ in range(MORE_OUT_C_CUTS):
+            if o <= self.lanes or self._tile_positions(icg, o) >= LONG_TILE_POSITIONS:
+                break
+            o = padded_lanes(-(-o // 2), self.lanes)
+            out.append(_Choice("filter", icg, o))
         return out
+
+    def _tile_positions(self, icg: int, ocg: int) -> int:
+        """Positions of the longest row tile with slices of icg x ocg channels."""
+        g = self.geo
+        blocks = self._blocks(0, g.batch * g.out_h, icg, ocg, self._scratch(icg, ocg))
+        return max((b.n1 - b.n0) * (b.r1 - b.r0) for b in blocks) * g.out_w
 
     def feasible(self, choice: _Choice) -> bool:
         """True unless ``choice`` is a spatial split whose cores cannot each put one row of their partial dW in
@@ -445,17 +497,115 @@ class _Planner:
             pos += seg
         return out
 
-    def _tile_ops(self, blk: _Block, grp: _Group) -> int:
-        """Vector operations of the row tile ``blk`` of filter slice ``grp``: the multiply-adds on lane-padded
-        vectors (along the cheaper channel axis), the fp16 -> fp32 conversion and the NCHW -> NHWC
-        transposition of the staged blocks (one op per element each)."""
+    # -- the tile's inner loops ------------------------------------------------------------------
+
+    def _layout_loops(self, blk: _Block, grp: _Group) -> list[Loop]:
+        """NCHW blocks transposed to channels-last (a butterfly: log2(lanes) permutes per vector) and fp16 blocks
+        widened to fp32 when the chip computes them in fp32: a load, the permutes or conversion and the stores
+        per vector of each staged block."""
+        g = self.geo
+        if not (g.nchw or self.convert):
+            return []
+        nb, rows = blk.n1 - blk.n0, blk.r1 - blk.r0
+        h0, h1 = g.input_rows(blk.r0, blk.r1)
+        staged = (("input", nb * max(h1 - h0, 0) * self._x_cols() * grp.icg), ("out_backprop",
+                                                                                 nb * rows * g.out_w * grp.ocg))
+        storage = self.ctx.precision
+        shuffles = (lp.lanes(self.core, storage).bit_length() - 1 if g.nchw else 0) + int(self.convert)
+        what = " and ".join(w for w, on in (("to channels-last", g.nchw), ("to fp32", self.convert)) if on)
+        return [lp.elementwise(self.core, storage, n, loads=1, stores=2 if self.convert else 1, valu=shuffles,
+                               label=f"{name} {what}") for name, n in staged if n]
+
+    def _padding_loop(self, blk: _Block, grp: _Group) -> list[Loop]:
+        """The zero border of the input window (the micro-kernel reads its taps over every position): vector
+        stores of zeros where the window lies outside the input."""
         g = self.geo
         nb, rows = blk.n1 - blk.n0, blk.r1 - blk.r0
         h0, h1 = g.input_rows(blk.r0, blk.r1)
-        staged = nb * max(h1 - h0, 0) * self._x_cols() * grp.icg + nb * rows * g.out_w * grp.ocg
-        lanes = min(padded_lanes(grp.icg, self.lanes) * grp.ocg, grp.icg * padded_lanes(grp.ocg, self.lanes))
-        staging = int(self.isz != F32.itemsize) + int(g.nchw)
-        return 2 * self.taps * nb * rows * g.out_w * lanes + staging * padded_lanes(staged, self.lanes)
+        window = window_bound(rows, g.eff_h, g.stride_h) * window_bound(g.out_w, g.eff_w, g.stride_w)
+        border = nb * max(window - max(h1 - h0, 0) * self._x_cols(), 0) * grp.icg
+        if not border:
+            return []
+        stored = "fp32" if self.op_isz == F32.itemsize else self.ctx.precision
+        return [lp.elementwise(self.core, stored, border, loads=0, stores=1, label="zero border of the input window")]
+
+    def _gather_loop(self, positions: int, grp: _Group) -> Loop:
+        """The im2col gather: per position and filter row, the window's fw·icg elements (one run, or fw runs of
+        icg when dilated) loaded and stored into the position's im2col row; runs that do not start on a vector
+        boundary straddle one vector more on each side and need a two-source permute per vector stored."""
+        g = self.geo
+        per_vector = self.core.vector_width_bytes // self.op_isz
+        run = g.filter_w * grp.icg
+        loads = -(-run // per_vector) if g.dilation_w == 1 else g.filter_w * -(-grp.icg // per_vector)
+        stores = -(-run // per_vector)
+        shuffles = 0
+        if grp.icg % per_vector:
+            loads, stores = loads + 1, stores + 1
+            shuffles = stores
+        return lp.gather_rows(self.core, positions * g.filter_h, load_vectors=loads, store_vectors=stores,
+                              shuffles=shuffles, label=f"im2col gather {g.filter_h}x{g.filter_w}x{grp.icg}")
+
+    def _micro_loops(self, positions: int, grp: _Group, first: bool, micro: tuple[str, int, int]) -> list[Loop]:
+        """The GEMM micro-kernels of a tile: dW's rows (tap, channel) in blocks of m_micro, its columns in blocks
+        of n_micro, each over the tile's positions (k).  With the window, a block stays within one tap's
+        channels; with im2col rows it may span taps."""
+        mode, m_r, n_r = micro
+        rows, per = (self.taps * grp.icg, 1) if mode == "im2col" else (grp.icg, self.taps)
+        out = []
+        for m, m_count in _blocks_of(rows, m_r):
+            for n, n_count in _blocks_of(grp.ocg, n_r):
+                out.append(lp.gemm_micro_kernel_from_am(self.core, self.precision, m, n, positions,
+                                                         itemsize=self.op_isz, entries=per * m_count * n_count,
+                                                         load_c=not first))
+        return out
+
+    def _tile_loops(self, blk: _Block, grp: _Group, first: bool, micro: tuple[str, int, int]) -> tuple[Loop, ...]:
+        """Every loop of a row tile: layout changes, then the window's zero border or the im2col gather, then
+        the micro-kernels."""
+        positions = (blk.n1 - blk.n0) * (blk.r1 - blk.r0) * self.geo.out_w
+        loops = self._layout_loops(blk, grp)
+        loops += [self._gather_loop(positions, grp)] if micro[0] == "im2col" else self._padding_loop(blk, grp)
+        return tuple(loops + self._micro_loops(positions, grp, first, micro))
+
+    def _micro_fits(self, m_r: int, n_r: int) -> bool:
+        """True when an m_r x n_r micro-kernel's live vectors fit the core's register file."""
+        loop = lp.gemm_micro_kernel_from_am(self.core, self.precision, m_r, n_r, 1, itemsize=self.op_isz)
+        return loop.vector_registers <= self.core.vector_registers
+
+    def _micro(self, blk: _Block, grp: _Group, first: bool) -> tuple[str, int, int]:
+        """(a_operand, m_micro, n_micro) of a row tile: the caller's where given (clipped to the tile), the rest
+        the candidate whose loops the timing model prices cheapest (``sim.timing.compute_cycles``, what the
+        engine charges the tile; the candidates differ in nothing else)."""
+        a = self.asked
+        positions = (blk.n1 - blk.n0) * (blk.r1 - blk.r0) * self.geo.out_w
+        # Tiles alike in these price their candidates alike (the border only adds a loop to the window's).
+        key = (positions, grp.icg, grp.ocg, int(first), int(bool(self._padding_loop(blk, grp))))
+        if key in self._micro_cache:
+            return self._micro_cache[key]
+        modes = [a["a_operand"]] if a["a_operand"] else list(A_OPERANDS)
+        n_opts = [min(a["n_micro"], grp.ocg)] if a["n_micro"] else sorted(
+            {min(grp.ocg, j * self.lanes) for j in range(1, MICRO_N_VECTORS + 1)})
+        best: tuple[int, tuple[str, int, int]] | None = None
+        for mode in modes:
+            limit = grp.icg if mode == "window" else self.taps * grp.icg
+            m_opts = [min(a["m_micro"], limit)] if a["m_micro"] else range(1, min(limit, MICRO_M_ROWS) + 1)
+            for n_r in n_opts:
+                for m_r in m_opts:
+                    if not self._micro_fits(m_r, n_r):
+                        if a["m_micro"] or a["n_micro"]:
+                            raise KernelArgError(
+                                f"argument 'tiling.m_micro': a {m_r} x {n_r} micro-kernel needs more than the "
+                                f"core's {self.core.vector_registers} vector registers (accumulators, B row, A "
+                                f"vector and broadcasts)")
+                        continue
+                    micro = (mode, m_r, n_r)
+                    cost = compute_cycles(Compute(None, (), (), 0, 0, self.precision,  # type: ignore[arg-type]
+                                                  loops=self._tile_loops(blk, grp, first, micro)), self.ctx.target)
+                    if best is None or cost < best[0]:
+                        best = (cost, micro)
+        assert best is not None  # a 1 x lanes micro-kernel always fits
+        self._micro_cache[key] = best[1]
+        return best[1]
 
     def _row_tile(self, stream: CoreStream, blk: _Block, grp: _Group, sc: Scratch, first: bool) -> None:
         """DMA the block's input window and dy rows, accumulate its contribution into the accumulator."""
@@ -481,11 +631,11 @@ class _Planner:
         if not first:
             inputs.append(acc)
         fn = _TileFn(g, self.fh, self.fw, (blk.r0, blk.r1), g.nchw, bool(hl), first, x_shape)
-        # The math: a multiply-add per tap, position and (in, out) channel pair; the rest of the ops are empty
-        # lanes, fp16 conversion and NCHW transposition.
+        # The math: a multiply-add per tap, position and (in, out) channel pair; the loops say what it costs.
         math = 2 * self.taps * nb * rows * g.out_w * grp.icg * grp.ocg
-        stream.add(loads, Compute(fn, tuple(inputs), (acc,), flops=math, reductions=0, precision=COMPUTE_PRECISION,
-                                  extra_ops=self._tile_ops(blk, grp) - math), ())
+        loops = self._tile_loops(blk, grp, first, self._micro(blk, grp, first))
+        stream.add(loads, Compute(fn, tuple(inputs), (acc,), flops=math, reductions=0, precision=self.precision,
+                                  extra_ops=0, loops=loops), ())
 
     def _accumulate(self, stream: CoreStream, blocks: Sequence[_Block], grp: _Group, sc: Scratch) -> None:
         for i, blk in enumerate(blocks):
@@ -520,9 +670,11 @@ class _Planner:
             m1 = min(m_rows, m0 + per)
             acc_rows = Operand(sc.fixed_base + m0 * grp.ocg * F32.itemsize, (m1 - m0, grp.ocg), F32)
             dst = sc.slot(stream.slot).operand((m1 - m0, grp.ocg), self.dt)
+            # A cast, not math: per vector of the fp32 rows, a load, a conversion to fp16 (hp_) and a store.
+            cast = lp.elementwise(self.core, COMPUTE_PRECISION, (m1 - m0) * grp.ocg, loads=1, stores=1,
+                                  valu=int(self.isz != F32.itemsize), label="dW drain")
             compute = Compute(_cast_to(self.dt), (acc_rows,), (dst,), flops=0, reductions=0,
-                              precision=COMPUTE_PRECISION,
-                              extra_ops=(m1 - m0) * padded_lanes(grp.ocg, self.lanes))  # a cast, not math
+                              precision=COMPUTE_PRECISION, extra_ops=0, loops=(cast,))
             stream.add((), compute, self._rows_out(dst.addr, m0, m1, grp))
 
     # -- the filter split -----------------------------------------------------------------------
@@ -611,9 +763,16 @@ class _Planner:
                 arena = sc.slot(stream.slot)
                 parts = arena.operand((n, b - a, grp.ocg), F32)
                 dst = arena.operand((b - a, grp.ocg), self.dt)
-                ops = ((n - 1) + int(self.isz != F32.itemsize)) * (b - a) * padded_lanes(grp.ocg, self.lanes)
+                ops = ((n - 1) + int(self.isz != F32.itemsize)) * (b - a) * padded_lanes(
+                    grp.ocg, lp.lanes(self.core, COMPUTE_PRECISION))
                 stream.add((ex.gather(parts.addr, a * grp.ocg, (b - a) * grp.ocg),),
                            ex.reduce(parts, dst, ops, COMPUTE_PRECISION), self._rows_out(dst.addr, ma + a, ma + b, grp))
+
+
+def _blocks_of(total: int, size: int) -> list[tuple[int, int]]:
+    """(block size, how many) covering ``total`` in blocks of ``size``: the full blocks and the remainder."""
+    full, rest = divmod(total, size)
+    return [(b, n) for b, n in ((size, full), (rest, 1)) if b and n]
 
 
 KERNEL = Conv2DBackpropFilter()

@@ -13,9 +13,23 @@ convolution
 Dilations > 1 are computed (TensorFlow's CPU kernel refuses them).
 
 Precision: ``fp_`` symbols store and compute in fp32; ``hp_`` symbols store
-filter, out_backprop and output in fp16, widen them on load, accumulate each
-output block in an fp32 scratch buffer and round it to fp16 once, on store
-(the conversions cost no cycles in this model).
+filter, out_backprop and output in fp16, multiply in fp16 and accumulate in
+fp32, as TensorFlow's fp16 path accumulates (``fp16_fp32acc`` where the target
+lists that rate: MT7004 does, at its fp16 lanes; elsewhere the operands are
+widened to fp32 as they are loaded, a permute per vector), and round each output
+block to fp16 once, on store (a conversion per vector in the loop's epilogue).
+
+The inner loop (what the timing model prices, :mod:`kernels.common.loops`): per
+tile, blocks of output vectors accumulate in registers over the taps that reach
+them (:func:`~kernels.common.loops.tap_accumulate`): per tap, an FMAC per output
+vector on its own out_backprop vector, loaded at that tap's strided, dilated
+position (NHWC: along the channels, the multipliers interleaved as out_backprop
+stores them and folded once per block; a wide load moves the adjacent vectors of
+consecutive positions when a position's channels fill whole vectors.  NCHW:
+along an input row, each out_backprop vector shifted or spread onto the row's
+lanes by a permute).  The block is as large as the FMAC latency needs and the
+register file allows (with the filter's vectors resident when they fit): the
+candidate the timing model prices cheapest.
 
 Plan: the work is cut into tiles of (image, block of input rows, block of
 input columns, block of channels).  The cores split the rows of all images,
@@ -50,21 +64,22 @@ from typing import Any
 import numpy as np
 
 from kernels.base import PlanContext
+from kernels.common import loops as lp
 from kernels.common.args import require_ints
 from kernels.common.binding import attrs_of, bind_arguments, bound_call
 from kernels.common.geometry import AxisTaps, ConvGeometry, conv_geometry, halo_bound, image_segments
 from kernels.common.scratch import Scratch, align_up, aligned_bytes, fits
 from kernels.common.streams import CoreStream, phase_of, plan_of
-from kernels.common.tiling_space import IntKey, TilingSpace, largest, padded_lanes, split_even, split_units, unique
+from kernels.common.tiling_space import IntKey, TilingSpace, largest, split_even, split_units, unique
 from kernels.common.transfers import block_in, block_out, channel_grain, operand_in
 from sim.errors import KernelArgError
 from sim.model.call import ArgSpec, BoundCall, Buffer, MemoryReader
-from sim.model.plan import Compute, DoesNotFit, Operand, Plan, Transfer, c_strides
-from sim.timing import streams_to_fill
+from sim.model.plan import Compute, DoesNotFit, Loop, Operand, Plan, Transfer, c_strides
+from sim.timing import compute_cycles, streams_to_fill
 
 F32 = np.dtype(np.float32)
-#: Both symbol precisions accumulate in fp32 lanes.
-COMPUTE_PRECISION = "fp32"
+#: Most output vectors a tap loop accumulates at once (the register block) that the kernel's choice tries.
+MAX_BLOCK = 32
 #: Splits whose estimated cycles lie within this fraction of the cheapest count as tied: on the bench cases the
 #: estimate is 0.4 % from the simulation on average (docs/timing-model.md), more than the splits it cannot tell
 #: apart differ by (a few hundred cycles of first loads queueing in another order).
@@ -188,9 +203,10 @@ class DepthwiseConv2dBackpropInput:
     #: What an hp_ call stores in fp16 and how it computes.
     tensors_in_precision = ("filter", "out_backprop", "output")
     fp32_tensors = ()
-    fp16_arithmetic = ("computed in fp32 at the chip's fp32 vector rate: filter and out_backprop are widened as they "
-                       "are loaded, each output block accumulates in an fp32 buffer and is rounded to fp16 once, as "
-                       "it is stored (no cycles are charged for the conversions)")
+    fp16_arithmetic = ("fp16 products accumulated in fp32, as TensorFlow's fp16 path accumulates (fp16_fp32acc, at "
+                       "the rate the target gives it; a chip without it widens filter and out_backprop to fp32 as "
+                       "they are loaded, a permute per vector); each output block is rounded to fp16 once, as it is "
+                       "stored (a conversion per vector)")
     args = (
         ArgSpec("filter", "in_ptr", "address of filter [fh, fw, in_c, depth_multiplier]"),
         ArgSpec("out_backprop", "in_ptr", "address of out_backprop [batch, out_h, out_w, in_c*multiplier] "
@@ -322,7 +338,12 @@ class _Planner:
         self.filt, self.dy, self.out = (call.buffer(n) for n in ("filter", "out_backprop", "output"))
         self.dt = self.out.dtype
         self.isz = self.dt.itemsize
-        self.lanes = ctx.target.core.precisions[COMPUTE_PRECISION].lanes
+        self.core = ctx.target.core
+        # hp_: fp16 products accumulated in fp32 where the chip has that rate, else widened to fp32 first.
+        self.precision = lp.accumulate_precision(self.core, ctx.precision)
+        self.convert = self.isz != F32.itemsize and self.precision == "fp32"
+        self.lanes = lp.lanes(self.core, self.precision)
+        self._blocks: dict[tuple[int, ...], int] = {}
         # NHWC channel cuts: whole vectors, and whole bursts of the tensors' region.
         self.grain = channel_grain(ctx, self.dy.addr, self.isz, self.lanes)
         self.level = ctx.vector_level
@@ -516,23 +537,80 @@ class _Planner:
         o_out = arena.operand(g.order(1, rows.hi - rows.lo, cols.hi - cols.lo, ct), dt)
         stores = split_transfers(o_out, self.out, g.order(n, rows.lo, cols.lo, c0), parts, inbound=False)
         if not rows.taps or not cols.taps:
+            zeros = lp.elementwise(self.core, self.ctx.precision, int(np.prod(o_out.shape)), loads=0, stores=1,
+                                   label="zero block")
             stream.add(filter_load, Compute(_zero_fn(o_out.shape, dt), (), (o_out,), flops=0, reductions=0,
-                                            precision=COMPUTE_PRECISION), stores)
+                                            precision=self.precision, loops=(zeros,)), stores)
             return
         o_dy = arena.operand(g.order(1, rows.o_n, cols.o_n, ct * self.mult), dt)
         if dt != F32:
             arena.alloc(o_out.size_bytes * F32.itemsize // dt.itemsize)  # where the fp32 accumulator lives
         loads = filter_load + split_transfers(o_dy, self.dy, g.order(n, rows.o_lo, cols.o_lo, c0 * self.mult),
                                               parts, inbound=True)
-        # The math: a multiply-add per (tap, output position) pair.  The vector loops run on whole vectors:
-        # along channels in NHWC, along an output row of one tap in NCHW.
+        # The math: a multiply-add per (tap, output position) pair; the loop says what it costs.
         math = 2 * self.mult * ct * rows.pairs * cols.pairs
-        if g.nchw:
-            ops = 2 * self.mult * ct * rows.pairs * sum(padded_lanes(t[2], self.lanes) for t in cols.taps)
-        else:
-            ops = 2 * self.mult * padded_lanes(ct, self.lanes) * rows.pairs * cols.pairs
         stream.add(loads, Compute(_tile_fn(rows, cols, g, ct, dt), (o_f, o_dy), (o_out,), flops=math, reductions=0,
-                                  precision=COMPUTE_PRECISION, extra_ops=ops - math), stores)
+                                  precision=self.precision, extra_ops=0, loops=(self.tap_loop(rows, cols, ct),)),
+                   stores)
+
+    # -- the tile's inner loop ----------------------------------------------------------------------------
+
+    def tap_loop(self, rows: AxisTaps, cols: AxisTaps, ct: int, block: int | None = None) -> Loop:
+        """The taps of a tile accumulated into blocks of ``block`` output vectors held in registers (the
+        cheapest block the timing model prices when None).
+
+        NHWC: vectors run along the channels (the multipliers interleaved as out_backprop stores them, folded
+        once per output vector in the epilogue); every FMAC takes its own out_backprop vector, loaded for its tap
+        at that tap's strided, dilated position: a load per FMAC, a wide load moving the adjacent vectors of
+        consecutive positions when a position's channels fill whole vectors.  NCHW: vectors run along an input
+        row; each out_backprop vector needs a permute (shifted onto the row's lanes at stride 1, spread onto every
+        stride-th lane otherwise) and one load of its own.  The filter's vectors for the block's channels stay in
+        registers when they fit beside the block.  fp16 results are narrowed in the epilogue (and fp16 operands
+        widened per load where the chip computes fp16 in fp32)."""
+        g, core, mult = self.geo, self.core, self.mult
+        width = cols.hi - cols.lo
+        positions = (rows.hi - rows.lo) * width
+        pairs = rows.pairs * cols.pairs
+        if g.nchw:
+            per_vector = sum(-(-t[2] // self.lanes) for t in cols.taps)
+            vectors = ct * (rows.hi - rows.lo) * -(-width // self.lanes)  # output vectors
+            fmacs = mult * ct * rows.pairs * per_vector
+            adjacent, folds, filter_vectors = False, 0, g.filter_h * g.filter_w * mult
+        else:
+            per_position = -(-ct * mult // self.lanes)  # interleaved vectors of a position
+            vectors = positions * per_position
+            fmacs = pairs * per_position
+            adjacent = (ct * mult) % self.lanes == 0
+            folds = mult > 1
+            filter_vectors = g.filter_h * g.filter_w * per_position
+        key = (vectors, fmacs, int(adjacent), filter_vectors, int(g.nchw))
+        if block is None:
+            block = self._blocks.get(key)
+        if block is None:
+            fitting = [b for b in range(1, min(MAX_BLOCK, vectors) + 1)
+                       if self._block_registers(b, 1) <= core.vector_registers]
+            costs = [(compute_cycles(Compute(None, (), (), 0, 0, self.precision,  # type: ignore[arg-type]
+                                             loops=(self.tap_loop(rows, cols, ct, b),)), self.ctx.target), b)
+                     for b in fitting]
+            block = self._blocks[key] = min(costs)[1]
+        entries = -(-vectors // block)
+        trips = -(-fmacs // (entries * block))
+        resident = self._block_registers(block, filter_vectors) <= core.vector_registers
+        shuffles = block * (int(g.nchw) + int(self.convert))
+        narrow = int(self.isz != F32.itemsize)
+        return lp.tap_accumulate(core, block=block, taps=trips, entries=entries, operand_pairs=adjacent,
+                                 shuffles=shuffles, filter_loads=0 if resident else 1,
+                                 epilogue_stores=-(-block // mult) if folds else block,
+                                 epilogue_valu=block * (int(folds) + narrow),
+                                 registers=self._block_registers(block, filter_vectors if resident else 1),
+                                 label=f"taps into {block} output vectors")
+
+    def _block_registers(self, block: int, filter_vectors: int) -> int:
+        """Vector registers a tap loop of ``block`` output vectors keeps live: the fp32 accumulators, the loaded
+        out_backprop vectors and ``filter_vectors`` filter vectors."""
+        core = self.core
+        acc = block * lp.registers_for(core, self.lanes, F32.itemsize)
+        return acc + block * lp.registers_for(core, self.lanes, self.isz) + filter_vectors
 
 
 KERNEL = DepthwiseConv2dBackpropInput()

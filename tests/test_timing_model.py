@@ -272,13 +272,15 @@ def test_a_third_load_waits_for_one_of_the_cores_two_dma_engines():
 def test_a_lone_core_streams_a_big_tile_at_all_of_ddr():
     """The issue's GEMM-shaped Conv2DBackpropFilter (1x1 filter, 16384 positions x 32 -> 1024 channels) on one
     core: its big tile is one descriptor, which now draws all of DDR, so the run is compute-bound and close to
-    its roofline (66.6 % of it when a descriptor held one of DDR's four ports)."""
+    its roofline (66.6 % of it when a descriptor held one of DDR's four ports; above 93 % now that its micro-kernels'
+    fill and drain and the accumulator's load and store per row tile are priced: Yu et al. measure 92-96 % for
+    whole single-core GEMMs)."""
     m = sim.Simulator("FT78NE")
     run = m.call("fp_conv2d_backprop_filter_s", input=0x80000000, out_backprop=0xA0000000, output=0xC0000000,
                  input_shape=[16384, 1, 1, 32], filter_sizes=[1, 1, 32, 1024], strides=[1, 1, 1, 1],
                  padding="VALID", core_mask=0x1, numerics=False)
     assert run.roofline.bound_by == "compute"
-    assert run.roofline_fraction > 0.98
+    assert run.roofline_fraction > 0.93
     ddr = run.target.region("ddr")
     # Its biggest DDR loads stream at DDR's whole bandwidth (no other stream shares it at the time).
     big = max((e for e in dma_events(run.events) if e.src_region == "ddr"), key=lambda e: e.bytes)
