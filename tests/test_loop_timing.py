@@ -197,3 +197,25 @@ def test_compute_events_say_how_their_loops_were_priced(tmp_path):
         write_trace(tmp_path / name, rec.events, t.clock_hz, {})
         (back,) = [e for e in load_trace(tmp_path / name).events if e.kind == "compute"]
         assert back.loops == event.loops
+
+
+def test_the_summary_groups_the_loops_by_what_bounds_them():
+    """Two tiles each running the 6x128 micro-kernel (4136 cycles) and the axpy loop (160), one tile of a 2x32
+    micro-kernel (3107): compute 2 x (24 + 4136 + 160) + (24 + 3107) = 11771 cycles; the 6x128 kernels are
+    8272 / 11771 = 70.3 % of them, the 2x32 26.4 %, the axpy loops 2.7 %, tile overheads the rest."""
+    from sim.inspect.summary import loop_summaries, loops_text
+    t = sim.load_target("FT78NE")
+    micro = gemm_micro_kernel(t.core, "fp32", 6, 128, 512, itemsize=4)
+    axpy = elementwise(t.core, "fp32", 4096, loads=2, stores=1, fmac=1, label="axpy")
+    small = gemm_micro_kernel(t.core, "fp32", 2, 32, 512, itemsize=4)
+    plan = _plan(t, {0: [((micro, axpy), 1), ((small,), 1)], 1: [((micro, axpy), 1)]})
+    rows, total, unlooped = loop_summaries(plan, t)
+    assert (total, unlooped) == (2 * (24 + 4136 + 160) + 24 + 3107, 0) == (11771, 0)
+    assert [(r.label, r.ii, r.bound_by, r.tiles, r.trips, r.cycles) for r in rows] == [
+        ("gemm micro-kernel 6x128", 8, "fmac", 2, 1024, 8272),
+        ("gemm micro-kernel 2x32", 6, "recurrence", 1, 512, 3107),
+        ("axpy", 2, "vls", 2, 128, 320)]
+    assert loops_text(plan, t) == (
+        "inner loops: gemm micro-kernel 6x128: II 8 set by fmac, 1,024 iterations in 2 tiles, 70.3% of compute; "
+        "gemm micro-kernel 2x32: II 6 set by recurrence, 512 iterations in 1 tiles, 26.4% of compute; "
+        "axpy: II 2 set by vls, 128 iterations in 2 tiles, 2.7% of compute")
