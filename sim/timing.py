@@ -181,6 +181,26 @@ def loop_cycles(loop: Loop, core: CoreModel) -> int:
     return loop_cost(loop, core).cycles
 
 
+def loop_text(cost: LoopCost, core: CoreModel) -> str:
+    """One loop's price as a kernel engineer reads it, e.g. ``gemm micro-kernel 6x128: 4 x (8 + fill 17 + 512
+    x II 8 [fmac] + epilogue 15) = 16544``: the entries, the loop overhead, the fill, the trips at the
+    initiation interval and what bounds it (a unit class, an issue class or the recurrence), the epilogue."""
+    body = f"{core.loop_overhead_cycles} + fill {cost.fill} + {cost.trips} x II {cost.ii} [{cost.bound_by}]" + \
+        (f" + epilogue {cost.epilogue}" if cost.epilogue else "")
+    return f"{cost.label or 'loop'}: " + (f"{cost.entries} x ({body})" if cost.entries != 1 else body) + \
+        f" = {cost.cycles}"
+
+
+def compute_text(c: Compute, target: Target) -> str | None:
+    """A tile's compute price in words for its trace event: the tile overhead and each loop's
+    :func:`loop_text`, separated by ``; `` (None for a compute that states no loops)."""
+    if not c.loops:
+        return None
+    core = target.core
+    return "; ".join([f"tile overhead {core.tile_overhead_cycles}"]
+                     + [loop_text(loop_cost(loop, core), core) for loop in c.loops])
+
+
 def compute_cycles(c: Compute, target: Target) -> int:
     """Cycles of one tile's compute: ``tile_overhead_cycles`` plus each of its loops' :func:`loop_cycles`.
 
@@ -209,9 +229,12 @@ class Roofline:
     """The least cycles any schedule of a plan could take on the cores it uses.
 
     ``resource_cycles`` maps ``compute``, each region name and ``dma engines``
-    (:data:`DMA_ENGINES`) to the cycles that resource alone needs: vector
-    operations (the math's flops and the extra ops, see ``Compute``) at the rate
-    the peak of the tile's precision (lanes x FMAC units x 2); a
+    (:data:`DMA_ENGINES`) to the cycles that resource alone needs: for
+    ``compute``, the busiest core's loops with every iteration at its resource
+    II (:func:`loop_resource_cycles`: no fill, recurrence, epilogue or overhead,
+    so no schedule beats it), or, for the computes that state no loops, their
+    vector operations (the math's flops and the extra ops) at the peak of the
+    tile's precision (lanes x FMAC units x 2) spread over the cores; a
     region's bytes over its bandwidth (a shared region's whole bandwidth, which
     its transfers share; a private region's times the cores, each of which has
     its own copy); and the busiest core's transfer bytes over its DMA engines'
@@ -225,7 +248,7 @@ class Roofline:
     total_flops: int  # the math's flops only: the same for every tiling and storage precision of a call
     region_bytes: Mapping[str, int]
     flops_by_precision: Mapping[str, int] = field(default_factory=dict)
-    extra_ops: int = 0  # vector operations beyond the math (conversions, empty lanes, repeated work)
+    extra_ops: int = 0  # vector operations beyond the math of the computes priced from flops (no loops)
 
     @property
     def cycles(self) -> float:
@@ -238,19 +261,34 @@ class Roofline:
         return max(self.resource_cycles.items(), key=lambda kv: (kv[1], kv[0]))[0] if self.resource_cycles else "-"
 
 
+def loop_resource_cycles(loop: Loop, core: CoreModel) -> int:
+    """The least cycles ``core`` could run ``loop`` in: every iteration of every entry at the resource II (the
+    busiest unit over its count, the issue width), without fill, recurrence, epilogue or overhead (what the
+    roofline counts: :func:`loop_cycles` never charges less)."""
+    return loop.trips * loop.entries * _issue_bound(loop.issues, core, loop)[0]
+
+
 def roofline(plan: Plan, target: Target) -> Roofline:
     """The roofline bound of ``plan`` on ``target`` (the compute rate and bandwidth of the cores it uses)."""
     mmap = MemoryMap(target)
-    ops_by_prec: dict[str, int] = defaultdict(int)  # every vector operation, which the compute time counts
+    core_model = target.core
+    ops_by_prec: dict[str, int] = defaultdict(int)  # vector operations of the computes stating no loops
+    plain_flops = 0  # the math's flops of those computes
     flops_by_prec: dict[str, int] = defaultdict(int)  # the math's own flops (reported)
+    loop_cycles_by_core: dict[int, int] = defaultdict(int)  # each core's loops at their resource II
     region_bytes: dict[str, int] = defaultdict(int)
     core_bytes: dict[int, int] = defaultdict(int)  # bytes through each core's DMA engines
     for phase in plan.phases:
         for core, tiles in phase.tiles.items():
             for tile in tiles:
-                if tile.compute is not None:
-                    ops_by_prec[tile.compute.precision] += tile.compute.vector_ops
-                    flops_by_prec[tile.compute.precision] += tile.compute.flops
+                c = tile.compute
+                if c is not None:
+                    flops_by_prec[c.precision] += c.flops
+                    if c.loops:
+                        loop_cycles_by_core[core] += sum(loop_resource_cycles(loop, core_model) for loop in c.loops)
+                    else:
+                        ops_by_prec[c.precision] += c.vector_ops
+                        plain_flops += c.flops
                 for t in tile.loads + tile.stores:
                     core_bytes[core] += t.size_bytes
                     for side in ("src", "dst"):
@@ -260,9 +298,11 @@ def roofline(plan: Plan, target: Target) -> Roofline:
                             region_bytes[r.name] += t.size_bytes
     n = len(plan.cores)
     cycles: dict[str, float] = {}
-    compute = sum(f / (target.core.precisions[p].peak_flops_per_cycle * n)
-                  for p, f in ops_by_prec.items() if p in target.core.precisions)
-    cycles["compute"] = compute
+    # Computes stating no loops: their operations at the peak, spread over the cores; computes stating loops:
+    # the busiest core's loops at their resource II.  Each is a bound no run beats; the larger one counts.
+    spread = sum(f / (core_model.precisions[p].peak_flops_per_cycle * n)
+                 for p, f in ops_by_prec.items() if p in core_model.precisions)
+    cycles["compute"] = max(spread, max(loop_cycles_by_core.values(), default=0))
     for name, b in region_bytes.items():
         r = target.region(name)
         # Whatever the transfers, a region never delivers more than its bandwidth (each core's own copy of a
@@ -273,7 +313,7 @@ def roofline(plan: Plan, target: Target) -> Roofline:
                                                           * target.dma.engine_bytes_per_cycle)
     return Roofline(resource_cycles=dict(cycles), total_flops=sum(flops_by_prec.values()),
                     region_bytes=dict(region_bytes), flops_by_precision=dict(flops_by_prec),
-                    extra_ops=sum(ops_by_prec.values()) - sum(flops_by_prec.values()))
+                    extra_ops=sum(ops_by_prec.values()) - plain_flops)
 
 
 def peak_flops_per_cycle(rf: Roofline, target: Target, cores: int) -> float:

@@ -7,13 +7,18 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
 import sim
 import sim.tools.progress
+from kernels.common.args import check_args, require_address, require_int
+from kernels.common.loops import gemm_micro_kernel
 from sim.cli import main
 from sim.errors import ConfigError
+from sim.model.call import ArgSpec, BoundCall, Buffer
+from sim.model.plan import Compute, Operand, Phase, Plan, Tile
 from sim.model.target_loader import parse_target
 from sim.tools.calibrate import (
     Measurement,
@@ -43,9 +48,46 @@ def conv_p(n, hw, c, tiling=None):
     return {**args, "tiling": tiling} if tiling else args
 
 
+class MicroKernels:
+    """A user kernel whose tiles state their inner loop: ``tiles`` tiles on core 0, each a 2x32 fp32 GEMM
+    micro-kernel of ``k`` steps entered ``entries`` times (recurrence-bound: its II is the FMAC latency), on 64
+    floats in AM (timing only: no DMA, the tiles are all compute).  Its cycles lean on the compute parameters
+    flops-priced computes cannot tell apart: the FMAC latency (times k), the loop overhead (times the entries)
+    and the tile overhead (times the tiles)."""
+
+    name = "micro_kernels"
+    args = (ArgSpec("x", "in_ptr", "input"), ArgSpec("y", "out_ptr", "output"), ArgSpec("k", "int", "steps"),
+            ArgSpec("entries", "int", "loop entries"), ArgSpec("tiles", "int", "tiles"))
+    precisions = ("fp32",)
+
+    def bind(self, symbol, precision, variant, cores, args, read):
+        a = check_args(symbol, self.args, args)
+        attrs = {n: require_int(n, a[n], minimum=1) for n in ("k", "entries", "tiles")}
+        f32 = np.dtype(np.float32)
+        return BoundCall(symbol, precision, variant, cores,
+                         (Buffer("x", require_address("x", a["x"]), (64,), f32, "input"),
+                          Buffer("y", require_address("y", a["y"]), (64,), f32, "output")), attrs)
+
+    def plan(self, call, ctx):
+        k, entries, tiles = (call.attrs[n] for n in ("k", "entries", "tiles"))
+        loop = gemm_micro_kernel(ctx.target.core, "fp32", 2, 32, k, itemsize=4, entries=entries)
+        out = []
+        for i in range(tiles):
+            slot = ctx.vector_level.base + (i % 2) * 0x1000
+            src, dst = Operand(slot, (64,), np.dtype(np.float32)), Operand(slot + 0x400, (64,), np.dtype(np.float32))
+            out.append(Tile(i, (), Compute(lambda a: (a,), (src,), (dst,), flops=2 * 2 * 32 * k * entries,
+                                           reductions=0, precision="fp32", loops=(loop,)), (), slot=i % 2))
+        return Plan(call.cores[:1], (Phase("loops", {call.cores[0]: tuple(out)}, barrier_after=False),), "fp32")
+
+
+def micro(k, entries, tiles):
+    return {"x": 0x80000000, "y": 0x80001000, "k": k, "entries": entries, "tiles": tiles, "core_mask": 0x1}
+
+
 # Each measurement leans on some parameters more than others: a tiny call on the launch, big streams on DDR or
-# GSM bandwidth, a long row of small DMAs on their setup, and one cut into many small tiles on the per-tile
-# overhead.
+# GSM bandwidth, a long row of small DMAs on their setup, one cut into many small tiles on the per-tile
+# overhead, and the micro-kernels: long recurrence-bound k-loops on the FMAC latency, loops entered many times
+# on the loop overhead.
 CALLS = [
     ("fp_batch_norm_grad_s", bn(4, 64)),
     ("fp_batch_norm_grad_s", bn(256, 1024)),
@@ -60,10 +102,21 @@ CALLS = [
                                      "strides": [1, 1, 1, 1], "padding": "SAME"}),
     # One core through 64 tiles of 4 rows: the per-tile overhead shows even where the vector work is slow.
     ("fp_batch_norm_grad_s", {**bn(256, 64, mask=0x1), "tiling": {"split": "rows", "tile_elements": 256}}),
+    ("fp_micro_kernels_s", micro(k=2048, entries=1, tiles=2)),
+    ("fp_micro_kernels_s", micro(k=1, entries=400, tiles=2)),
+    ("fp_micro_kernels_s", micro(k=1, entries=1, tiles=200)),
 ]
 #: FT78NE's free parameters (its shared regions' bandwidths, DDR outermost, then the chip's), truth = nominal x factor.
 FACTORS = {"regions.ddr.bandwidth_bytes_per_cycle": 1.3, "regions.gsm.bandwidth_bytes_per_cycle": 0.7,
-           "dma.setup_cycles": 1.4, "core.tile_overhead_cycles": 1.35, "sync.launch_overhead_cycles": 1.25}
+           "dma.setup_cycles": 1.4, "core.tile_overhead_cycles": 1.35, "core.loop_overhead_cycles": 1.5,
+           "core.units.fmac.latency_cycles": 1.34, "sync.launch_overhead_cycles": 1.25}
+
+
+@pytest.fixture(autouse=True)
+def micro_kernels():
+    """The loop-stating user kernel the measurements call, registered for every test of the module."""
+    with sim.registered_kernel(MicroKernels()):
+        yield
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,7 +160,7 @@ def test_perturbed_target_is_recovered_within_5_percent(tmp_path, capsys):
 
 
 #: Keys of the free parameters as they appear on a target file's lines.
-PARAM_KEYS = {n: n.rsplit(".", 1)[-1] for n in FACTORS}
+PARAM_KEYS = {n: n.split(".")[2] if n.startswith("core.units.") else n.rsplit(".", 1)[-1] for n in FACTORS}
 
 
 def assert_only_fitted_lines_changed(original: str, written: str, fitted):
@@ -136,7 +189,11 @@ def test_unidentified_parameters_are_named_and_kept_and_the_copy_keeps_the_file(
     doc, _ = load_target_document("FT78NE")
     names = free_parameters(doc)
     nominal = parameter_values(doc, names)
-    truth = with_parameters(doc, {n: nominal[n] * FACTORS[n] for n in names})
+    # The parameters fitted here (the ones these kernels' timing depends on whatever inner loops they state); the
+    # truth differs from the start in those only, so that what is kept is right.
+    params = ["regions.ddr.bandwidth_bytes_per_cycle", "regions.gsm.bandwidth_bytes_per_cycle", "dma.setup_cycles",
+              "core.tile_overhead_cycles", "sync.launch_overhead_cycles"]
+    truth = with_parameters(doc, {n: nominal[n] * FACTORS[n] for n in params})
     calls = [CALLS[1], CALLS[5], CALLS[8]]
     write_measurements(tmp_path / "m.csv", truth, calls)
     # The starting target: a user's file with its own comments and hex numbers.
@@ -146,7 +203,8 @@ def test_unidentified_parameters_are_named_and_kept_and_the_copy_keeps_the_file(
     start = tmp_path / "board.yaml"
     start.write_text(original)
     out = tmp_path / "fitted.yaml"
-    assert main(["calibrate", str(tmp_path / "m.csv"), "--target", str(start), "-o", str(out)]) == 0
+    assert main(["calibrate", str(tmp_path / "m.csv"), "--target", str(start), "-o", str(out),
+                 "--params", ",".join(params)]) == 0
     report = capsys.readouterr().out
     section = report.split("not identified by these measurements (kept at the target's values):\n")[1]
     why = dict(re.findall(r"^  ([\w.]+): (.*)$", section, re.MULTILINE))
@@ -222,6 +280,7 @@ def test_a_chip_with_another_region_set_calibrates_its_own_regions(tmp_path):
     bandwidths = ["regions.ddr.bandwidth_bytes_per_cycle", "regions.l3.bandwidth_bytes_per_cycle",
                   "regions.gsm.bandwidth_bytes_per_cycle"]
     assert free_parameters(doc) == bandwidths + ["dma.setup_cycles", "core.tile_overhead_cycles",
+                                                 "core.loop_overhead_cycles", "core.units.fmac.latency_cycles",
                                                  "sync.launch_overhead_cycles"]
     truth = with_parameters(doc, {bandwidths[0]: 20 * 1.3, bandwidths[1]: 48 * 0.6, bandwidths[2]: 64 * 0.7})
     calls = [CALLS[1], ("fp_batch_norm_grad_s", bn(256, 1024, base=L3)), CALLS[3]]
@@ -249,6 +308,10 @@ def test_an_old_style_parameter_name_is_refused_naming_its_key_path(tmp_path, ca
     with pytest.raises(ConfigError, match=r"unknown free parameter 'ddr_bandwidth_bytes_per_cycle'; did you mean "
                                           r"regions\.ddr\.bandwidth_bytes_per_cycle\?"):
         calibrate(doc, [Measurement(CALLS[0][0], CALLS[0][1], 4000)], ["ddr_bandwidth_bytes_per_cycle"])
+    with pytest.raises(ConfigError, match=r"'core\.vector_efficiency' is gone: a tile's compute is priced from its "
+                                          r"kernel's inner loops .*; fit core\.tile_overhead_cycles, "
+                                          r"core\.loop_overhead_cycles or core\.units\.fmac\.latency_cycles"):
+        calibrate(doc, [Measurement(CALLS[0][0], CALLS[0][1], 4000)], ["core.vector_efficiency"])
     p = tmp_path / "m.csv"
     write_measurements(p, doc, CALLS[:1])
     assert main(["calibrate", str(p), "--target", "FT78NE", "-o", str(tmp_path / "o.yaml"),

@@ -115,3 +115,13 @@ def test_a_core_without_optional_units_loads():
     them: the plan check refuses those, tests/test_plan_check.py)."""
     t = parse_target(units_edit(valu=None, broadcast=None, sload=None, salu=None), "chip.yaml")
     assert list(t.core.units) == ["fmac", "vls"]
+
+
+def test_dspsim_targets_lists_the_core(capsys):
+    from sim.cli import main
+    assert main(["targets", "FT78NE"]) == 0
+    out = capsys.readouterr().out
+    assert ("core: issues 5 scalar + 6 vector a cycle; fmac 3 (vector, 6 cycles), valu 1 (vector, 2 cycles), "
+            "vls 2 (vector, 9 cycles, 256 B/issue), broadcast 2 (scalar, 4 cycles), sload 1 (scalar, 7 cycles, "
+            "8 B/issue), salu 3 (scalar, 1 cycles); 64 vector registers; overheads 8 cycles per loop entry, 24 per "
+            "tile") in out

@@ -31,6 +31,13 @@ def cmd_targets(args: argparse.Namespace) -> int:
               f"DMA {t.dma.engines_per_core} engines/core at {t.dma.engine_bytes_per_cycle:g} B/cycle each, "
               f"setup {t.dma.setup_cycles} cycles; "
               f"launch {t.launch_overhead_cycles} cycles, barrier {t.barrier_latency_cycles} cycles")
+        core = t.core
+        units = ", ".join(f"{u.name} {u.count} ({u.issue_class}, {u.latency_cycles} cycles"
+                          + (f", {u.bytes_per_issue} B/issue" if u.bytes_per_issue else "") + ")"
+                          for u in core.units.values())
+        print(f"  core: issues {core.issue_width['scalar']} scalar + {core.issue_width['vector']} vector a cycle; "
+              f"{units}; {core.vector_registers} vector registers; overheads {core.loop_overhead_cycles} cycles "
+              f"per loop entry, {core.tile_overhead_cycles} per tile")
         for r in t.regions:
             role = f" {r.role}" if r.role != "storage" else ""
             print(f"  {r.name:<4} [{r.base:#012x}, {r.end:#012x}) {r.size_bytes:>11} B  {r.kind:<7}{role:<11} "

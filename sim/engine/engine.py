@@ -43,7 +43,7 @@ from sim.errors import MemoryFault, SimError
 from sim.model.memory import MAX_ACCESS_BYTES, SHARED, AddressSpace
 from sim.model.plan import Operand, Plan, Tile, Transfer
 from sim.model.target import Region, Target
-from sim.timing import compute_cycles, transfer_latency_cycles
+from sim.timing import compute_cycles, compute_text, transfer_latency_cycles
 
 
 class EngineMemo:
@@ -53,16 +53,17 @@ class EngineMemo:
     unique) as long as the plan the memo is kept with: ``transfers`` maps (transfer, core) to its resolved
     ends, size, route and the bytes each end moves (whole bursts); ``copies`` (transfer, core) to the planned
     byte copy (None: copy the slow way); ``operands`` (operand, core) to its store key, size, dtype and views;
-    ``compute`` a compute to its cycles.
+    ``compute`` a compute to its cycles, ``compute_text`` to how they were priced (its trace event's ``loops``).
     """
 
-    __slots__ = ("transfers", "copies", "operands", "compute")
+    __slots__ = ("transfers", "copies", "operands", "compute", "compute_text")
 
     def __init__(self) -> None:
         self.transfers: dict[tuple[int, int], tuple] = {}
         self.copies: dict[tuple[int, int], Any] = {}  # a planned copy, or None
         self.operands: dict[tuple[int, int], tuple] = {}
         self.compute: dict[int, int] = {}
+        self.compute_text: dict[int, str | None] = {}
 
 
 class Engine:
@@ -232,8 +233,13 @@ class Engine:
         """The trace event of a tile's compute, which ran from ``start`` to now."""
         c = tile.compute
         assert c is not None
+        key = id(c)
+        if key in self._memo.compute_text:
+            text = self._memo.compute_text[key]
+        else:
+            text = self._memo.compute_text[key] = compute_text(c, self.target)
         self.record(TraceEvent(core, "compute", "compute", start, self.env._now, 0, None, None, None, None,
-                               tile.tile_id, phase, c.flops, 0, None))
+                               tile.tile_id, phase, c.flops, 0, None, text))
 
     # -- a core's walk through the plan ---------------------------------------------------------
 

@@ -27,7 +27,10 @@ class TraceEvent(NamedTuple):
     bandwidth with other streams cost it (its stream's cycles beyond what they
     would be with its regions and engine to itself; ``wait_start`` is its
     stream's start, after the setup), and for a barrier the time spent waiting
-    for other cores.
+    for other cores.  ``loops`` is, for a compute that states its inner loops,
+    how they were priced (:func:`sim.timing.compute_text`: each loop's label,
+    trips, initiation interval and the unit or issue class that bounds it, its
+    fill, epilogue and overhead); None otherwise (and in traces written before).
     """
 
     core: int
@@ -45,6 +48,7 @@ class TraceEvent(NamedTuple):
     flops: int = 0
     wait_cycles: int = 0
     wait_start: int | None = None
+    loops: str | None = None
 
     @property
     def cycles(self) -> int:

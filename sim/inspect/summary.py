@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.engine.events import TraceEvent
-from sim.timing import DMA_ENGINES, Roofline
+from sim.model.plan import Plan
+from sim.model.target import Target
+from sim.timing import DMA_ENGINES, Roofline, compute_cycles, loop_cost
 
 
 def _union(intervals: Sequence[tuple[int, int]]) -> int:
@@ -193,6 +195,58 @@ def limiting_resource(rf: Roofline, summaries: Sequence[CoreSummary], cycles: in
     return max(shares.items(), key=lambda kv: (kv[1], kv[0] == "compute", kv[0]))[0] if shares else rf.bound_by
 
 
+@dataclass(frozen=True)
+class LoopSummary:
+    """One kind of inner loop across a plan's tiles (the same label, initiation interval and bound): how many
+    tiles ran it, its trips and entries in all, and the cycles it was charged (fill, overheads and epilogues
+    included)."""
+
+    label: str
+    ii: int
+    bound_by: str
+    tiles: int
+    trips: int
+    cycles: int
+
+
+def loop_summaries(plan: Plan, target: Target) -> tuple[list[LoopSummary], int, int]:
+    """The plan's inner loops grouped by (label, II, bound), most cycles first; with the cycles of every tile's
+    compute (all cores) and the part of them priced without loops (computes that state none)."""
+    groups: dict[tuple[str, int, str], list[int]] = {}
+    total = unlooped = 0
+    for phase in plan.phases:
+        for tiles in phase.tiles.values():
+            for tile in tiles:
+                c = tile.compute
+                if c is None:
+                    continue
+                cycles = compute_cycles(c, target)
+                total += cycles
+                if not c.loops:
+                    unlooped += cycles
+                for loop in c.loops:
+                    cost = loop_cost(loop, target.core)
+                    g = groups.setdefault((cost.label or "loop", cost.ii, cost.bound_by), [0, 0, 0])
+                    g[0] += 1
+                    g[1] += cost.trips * cost.entries
+                    g[2] += cost.cycles
+    rows = [LoopSummary(label, ii, by, n, trips, cycles) for (label, ii, by), (n, trips, cycles) in groups.items()]
+    rows.sort(key=lambda r: (-r.cycles, r.label, r.ii, r.bound_by))
+    return rows, total, unlooped
+
+
+def loops_text(plan: Plan, target: Target, limit: int = 4) -> str | None:
+    """The summary's line on the inner loops: the ``limit`` costliest kinds with their II, what sets it and their
+    share of all compute cycles (None when no tile states loops)."""
+    rows, total, _ = loop_summaries(plan, target)
+    if not rows or not total:
+        return None
+    shown = "; ".join(f"{r.label}: II {r.ii} set by {r.bound_by}, {r.trips:,} iterations in {r.tiles:,} tiles, "
+                      f"{100 * r.cycles / total:.1f}% of compute" for r in rows[:limit])
+    more = f"; {len(rows) - limit} more" if len(rows) > limit else ""
+    return f"inner loops: {shown}{more}"
+
+
 def run_summary_text(run: Any) -> str:
     """The printed summary of a :class:`sim.simulator.Run`: per-core table, bound, limit, FLOP/s, precisions."""
     rf = run.roofline
@@ -216,6 +270,9 @@ def run_summary_text(run: Any) -> str:
         f"{run.peak_flops_per_second / 1e9:.1f} GFLOP/s peak on {len(run.cores)} cores",
         f"precision: {run.precision_note}",
     ]
+    loops = loops_text(run.plan, run.target) if getattr(run, "plan", None) is not None else None
+    if loops is not None:
+        lines.append(loops)
     if getattr(run, "user_kernel", False):  # a user's kernel: say where it came from
         lines.append(f"kernel: {run.kernel_origin}")
     if run.tiling is not None:

@@ -353,8 +353,9 @@ class _Checker:
             raise self.fail("plan-structure", f"Compute.flops, reductions and extra_ops must be ints >= 0, got "
                                               f"{brief((c.flops, c.reductions, c.extra_ops))}")
         if c.precision not in self.target.core.precisions:
+            have = ", ".join(self.target.core.precisions)
             raise self.fail("plan-structure", f"the compute is in precision {brief(c.precision)}, which "
-                                              f"{self.target.name} lacks (it has: {', '.join(self.target.precisions)})")
+                                              f"{self.target.name} lacks (it computes in: {have})")
         if type(c.inputs) is not tuple or type(c.outputs) is not tuple:
             raise self.fail("plan-structure", "Compute.inputs and Compute.outputs must be tuples of Operand")
         if type(c.loops) is not tuple:

@@ -11,9 +11,11 @@ positive).  The report lists each measurement's error before and after.
 
 The free parameters come from the chip at hand (:func:`free_parameters`), each named by its key path in the
 target file: the bandwidth of every shared region (``regions.<name>.bandwidth_bytes_per_cycle``, outermost
-first), ``dma.setup_cycles``, ``core.tile_overhead_cycles`` (the cycles of control per tile's compute call) and
-``sync.launch_overhead_cycles``.  A chip with other shared regions (an extra ``l3``, no ``gsm``) calibrates its
-own.
+first), ``dma.setup_cycles``, ``sync.launch_overhead_cycles``, and the compute parameters
+``core.tile_overhead_cycles`` (per tile's compute call), ``core.loop_overhead_cycles`` (per entry of an inner
+loop) and ``core.units.fmac.latency_cycles`` (the FMAC latency: a loop's fill, an accumulation's recurrence).
+The unit counts, lanes and issue widths are the chip's design (whole numbers no fit moves smoothly): they stay
+as the target says.  A chip with other shared regions (an extra ``l3``, no ``gsm``) calibrates its own.
 
 Not every set of measurements says something about every parameter.  Before
 the fit each parameter is moved by a factor of :data:`PROBE_FACTOR` both ways;
@@ -52,7 +54,8 @@ from sim.tools.docedit import get_path, set_path, split_path
 from sim.tools.progress import PhaseBar
 
 #: The free parameters every chip has besides its shared regions' bandwidths (key paths in the target file).
-CHIP_PARAMETERS = ("dma.setup_cycles", "core.tile_overhead_cycles", "sync.launch_overhead_cycles")
+CHIP_PARAMETERS = ("dma.setup_cycles", "core.tile_overhead_cycles", "core.loop_overhead_cycles",
+                   "core.units.fmac.latency_cycles", "sync.launch_overhead_cycles")
 #: A parameter is probed at its value times and divided by this factor.
 PROBE_FACTOR = 1.5
 #: Smallest relative change of some measurement's cycles that makes a probed parameter identifiable.
@@ -140,6 +143,10 @@ def check_parameter_names(names: Sequence[str], known: Sequence[str]) -> None:
     for n in names:
         if n in known:
             continue
+        if n.removeprefix("core.") == "vector_efficiency":
+            raise ConfigError(f"{n!r} is gone: a tile's compute is priced from its kernel's inner loops on the "
+                              f"core's functional units; fit core.tile_overhead_cycles, core.loop_overhead_cycles "
+                              f"or core.units.fmac.latency_cycles instead")
         flat = {k: k.replace("regions.", "", 1).replace(".", "_") for k in known}  # the names before key paths
         meant = [k for k in known if flat[k] == n or flat[k].endswith("_" + n)]
         hint = f"; did you mean {meant[0]}?" if len(meant) == 1 else ""
@@ -249,6 +256,27 @@ def _limits(name: str, value: float) -> tuple[float, float]:
     low = max(value / MAX_DRIFT, floor)
     high = min(max(value, floor) * MAX_DRIFT, ceiling)
     return low, high
+
+
+#: The finite-difference step of the fit, relative to log(parameter): a few percent of the parameter.
+DIFF_STEP = 0.03
+
+
+def _diff_steps(names: Sequence[str], x0: np.ndarray) -> np.ndarray:
+    """The fit's finite-difference step for each parameter (relative to its log value, as scipy takes it).
+
+    Cycles are integers, so the objective is a staircase: a step of a few percent sees its slope where a tiny one
+    would see flat treads.  A whole-cycle parameter with a small value (a latency of 6) needs a step that moves it
+    by at least one cycle, or its rounded value never changes and the fit never moves it.
+    """
+    steps = []
+    for n, x in zip(names, x0):
+        step = DIFF_STEP
+        if _is_cycles(n):
+            value = math.exp(x)
+            step = max(step, 1.2 * math.log1p(1 / max(value, 1e-9)) / max(1.0, abs(x)))
+        steps.append(step)
+    return np.array(steps)
 
 
 def _sensitivity(doc: Mapping, measurements: Sequence[Measurement], names: Sequence[str],
@@ -373,9 +401,7 @@ def calibrate(doc: Mapping, measurements: Sequence[Measurement], names: Sequence
         x0 = np.log([max(start[n], lim[n][0]) for n in free])
         with PhaseBar(f"calibrate: fitting {len(free)} parameters ({n_meas} simulations per evaluation)",
                       progress, unit="evaluation") as bar:
-            # Cycles are integers, so the objective is a staircase: a finite-difference step of a few percent
-            # sees its slope where a tiny one would see flat treads.
-            fit = least_squares(residuals, x0, args=(free,), diff_step=0.03, x_scale=1.0,
+            fit = least_squares(residuals, x0, args=(free,), diff_step=_diff_steps(free, x0), x_scale=1.0,
                                 max_nfev=max_evaluations, method="trf")
         fitted = trial(fit.x, free)
         at_limit = {n: float(np.exp(x)) for n, x in zip(free, fit.x)

@@ -19,7 +19,7 @@ from typing import IO, Any
 from sim.engine.events import KINDS
 from sim.files.atomic import atomic_write_text
 from sim.inspect.layout_map import layout_map, layout_rows
-from sim.inspect.summary import limiting_resource, resource_shares
+from sim.inspect.summary import limiting_resource, loop_summaries, resource_shares
 from sim.inspect.trace import track_name, tracks
 from sim.inspect.trace_tools import TraceSummary, critical_text, summarize, trace_of_run
 from sim.simulator import Run
@@ -213,7 +213,24 @@ def _roofline_section(run: Run) -> str:
             f"{_esc(res)}); the run reached {100 * run.roofline_fraction:.1f}% of that bound. "
             f"A point per memory region: its arithmetic intensity and the achieved rate (the bounding region "
             f"drawn larger; dashed roofs are per-core scratchpads): {_esc(points)}.</p>")
-    return text + roofline_svg(run)
+    return text + roofline_svg(run) + _loops_table(run)
+
+
+def _loops_table(run: Run) -> str:
+    """The plan's inner loops, costliest first: what a kernel engineer compares micro-kernels by (the II, the
+    unit or issue class that sets it, and their share of the compute cycles)."""
+    rows, total, unlooped = loop_summaries(run.plan, run.target)
+    if not rows or not total:
+        return ""
+    body = "".join(f"<tr><td>{_esc(r.label)}</td><td>{r.ii}</td><td>{_esc(r.bound_by)}</td><td>{r.tiles:,}</td>"
+                   f"<td>{r.trips:,}</td><td>{r.cycles:,}</td><td>{100 * r.cycles / total:.1f}%</td></tr>"
+                   for r in rows)
+    rest = total - sum(r.cycles for r in rows)
+    note = (f" The rest, {rest:,} cycles ({100 * rest / total:.1f}%), is tile overheads"
+            + (f" and {unlooped:,} cycles of computes priced from their flops" if unlooped else "") + ".")
+    return ("<p>Inner loops over all cores' tiles (each priced as loop overhead + fill + iterations x II + "
+            f"epilogue):{_esc(note)}</p><table><tr><th>loop</th><th>II</th><th>II set by</th><th>tiles</th>"
+            f"<th>iterations</th><th>cycles</th><th>of compute</th></tr>{body}</table>")
 
 
 def _layout_section(run: Run) -> str:
