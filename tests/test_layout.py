@@ -344,8 +344,7 @@ def test_dma_store_running_past_a_region_faults():
 
 def test_compute_operand_outside_the_map_faults():
     op_in = Operand(0x2FFFFF00, (64,), F32)  # between am and sm: unmapped
-    c = Compute(lambda a: (a,), (op_in,), (Operand(0x20000000, (64,), F32),), flops=64, reductions=0,
-                precision="fp32")
+    c = Compute(lambda a: (a,), (op_in,), (Operand(0x20000000, (64,), F32),), flops=64, precision="fp32")
     with pytest.raises(sim.MemoryFault, match=r"core 0, tile 3, cycle \d+: compute operand: read "
                                               r"\[0x2fffff00, 0x30000000\)"):
         run_plan((Tile(3, (), c, ()),))
@@ -363,7 +362,7 @@ def _faulting_plan(monkeypatch, fault: str):
         else:
             def boom(*_):
                 raise ValueError("kernel bug")
-            tile = Tile(999, (), Compute(boom, (), (), flops=1, reductions=0, precision="fp32"), ())
+            tile = Tile(999, (), Compute(boom, (), (), flops=1, precision="fp32"), ())
         return Plan(p.cores, p.phases + (Phase("boom", {core: (tile,)}, barrier_after=False),), p.precision)
 
     monkeypatch.setattr(batch_norm_grad.KERNEL, "plan", plan)

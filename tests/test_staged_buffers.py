@@ -127,8 +127,8 @@ def test_a_refill_waits_for_every_user_of_the_previous_generation():
     def build(ctx):
         gsm, am = ctx.shared_level.base, ctx.vector_level.base
         a, b = Operand(am, (16,), F32), Operand(am + 128, (16,), F32)
-        double = Compute(lambda v: (v * 2,), (a,), (b,), flops=flops, reductions=0, precision="fp32")
-        copy = Compute(lambda v: (v + 0,), (a,), (b,), flops=16, reductions=0, precision="fp32")
+        double = Compute(lambda v: (v * 2,), (a,), (b,), flops=flops, precision="fp32")
+        copy = Compute(lambda v: (v + 0,), (a,), (b,), flops=16, precision="fp32")
         return {
             0: (Tile(0, (Transfer.contiguous(X, gsm, 64),), None, (), fills=("g@0",)),
                 Tile(1, (Transfer.contiguous(gsm, am, 64),), copy, (Transfer.contiguous(am + 128, Y, 64),),
@@ -143,7 +143,7 @@ def test_a_refill_waits_for_every_user_of_the_previous_generation():
     computes = {e.core: e for e in r.events if e.kind == "compute"}
     (refill,) = dma(r.events, 0, 2)
     assert computes[1].end - computes[1].start == compute_cycles(
-        Compute(None, (), (), flops=flops, reductions=0, precision="fp32"), m.target)
+        Compute(None, (), (), flops=flops, precision="fp32"), m.target)
     assert refill.start == computes[1].end  # released by core 1's compute, not a cycle before
     np.testing.assert_array_equal(m.read(Y, 48, F32), np.concatenate(
         [np.arange(16), np.arange(16, 32), 2 * np.arange(16)]).astype(F32))

@@ -65,7 +65,7 @@ def test_barriers_join_the_cores_and_cost_their_latency():
     op = Operand(am.base, (4,), np.dtype(np.float32))
 
     def work(flops):
-        return Tile(0, (), Compute(lambda a: (a,), (op,), (op,), flops=flops, reductions=0, precision="fp32"), ())
+        return Tile(0, (), Compute(lambda a: (a,), (op,), (op,), flops=flops, precision="fp32"), ())
 
     plan = Plan(cores=(0, 1), precision="fp32", phases=(
         Phase("a", {0: (work(10_000),), 1: (work(1_000),)}),

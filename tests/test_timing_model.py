@@ -57,7 +57,7 @@ def test_a_compute_with_loops_costs_the_tile_overhead_and_its_loops():
     loops = (Loop(trips=100, issues={"fmac": 3, "vls": 2}, chain=("vls", "fmac"), carried=("fmac",), entries=2),
              Loop(trips=50, issues={"vls": 4, "valu": 3}, chain=("vls", "valu", "vls"), epilogue={"vls": 1},
                   reductions=1))
-    c = Compute(lambda a: (a * 2,), (op,), (op,), flops=10 ** 9, reductions=0, precision="fp32", loops=loops)
+    c = Compute(lambda a: (a * 2,), (op,), (op,), flops=10 ** 9, precision="fp32", loops=loops)
     plan = Plan(cores=(1,), precision="fp32", phases=(Phase("p", {1: (Tile(0, (), c, ()),)}),))
     cycles, events, _ = run_plan(t, plan)
     assert compute_cycles(c, t) == 1474
@@ -292,7 +292,7 @@ def test_double_buffering_overlaps_next_load_with_compute():
     t = sim.load_target("FT78NE")
     ddr, am = t.region("ddr"), t.region("am")
     op = Operand(am.base, (16,), np.dtype(np.float32))
-    heavy = Compute(lambda a: (a,), (op,), (op,), flops=192 * 20000, reductions=0, precision="fp32")
+    heavy = Compute(lambda a: (a,), (op,), (op,), flops=192 * 20000, precision="fp32")
 
     def tiles(slots):
         return tuple(Tile(i, (Transfer.contiguous(ddr.base + 4096 * i, am.base + 65536 * slots[i], 4096),),
@@ -310,8 +310,7 @@ def test_barrier_waits_for_the_slowest_core_and_costs_its_latency():
     t = sim.load_target("FT78NE")
     am = t.region("am")
     op = Operand(am.base, (1,), np.dtype(np.float32))
-    work = {c: (Tile(0, (), Compute(lambda a: (a,), (op,), (op,), flops=192 * 1000 * (c + 1), reductions=0,
-                                    precision="fp32"), ()),) for c in range(2)}
+    work = {c: (Tile(0, (), Compute(lambda a: (a,), (op,), (op,), flops=192 * 1000 * (c + 1), precision="fp32"), ()),) for c in range(2)}
     cycles, events, _ = run_plan(t, Plan((0, 1), (Phase("a", work, barrier_after=True), Phase("b", {})), "fp32"))
     waits = {e.core: e for e in events if e.kind == "barrier_wait" and e.phase == "a"}
     assert set(waits) == {0, 1}
@@ -385,15 +384,14 @@ def test_a_tile_cannot_write_simulated_memory_through_its_inputs():
     def scribble(x):
         x += 1
         return (x,)
-    plan = Plan((0,), (Phase("p", {0: (Tile(0, (), Compute(scribble, (a,), (a,), flops=4, reductions=0,
-                                                                     precision="fp32"), ()),)}),), "fp32")
+    plan = Plan((0,), (Phase("p", {0: (Tile(0, (), Compute(scribble, (a,), (a,), flops=4, precision="fp32"), ()),)}),), "fp32")
     rec, mem = Recorder(), AddressSpace(t)
     mem.write(a.addr, np.arange(4, dtype=np.float32), core=0)
     with pytest.raises(ValueError, match="read-only"):
         Engine(t, mem, rec).run(plan)
     assert (mem.read(a.addr, (4,), np.float32, core=0) == np.arange(4)).all()
     # Swap: outputs (a, b) = inputs (b, a); the second result is a's old bytes, not what the first write left.
-    swap = Compute(lambda x, y: (y, x), (a, b), (a, b), flops=4, reductions=0, precision="fp32")
+    swap = Compute(lambda x, y: (y, x), (a, b), (a, b), flops=4, precision="fp32")
     mem.write(b.addr, np.full(4, 9, np.float32), core=0)
     Engine(t, mem, Recorder()).run(Plan((0,), (Phase("p", {0: (Tile(0, (), swap, ()),)}),), "fp32"))
     assert (mem.read(a.addr, (4,), np.float32, core=0) == 9).all()
