@@ -143,8 +143,8 @@ class Gemm:
     tensors_in_precision = ("a", "b", "c")
     fp32_tensors = ()
     fp16_arithmetic = ("computed in fp32 accumulators from exact fp16 products (at the chip's fp16_fp32acc rate "
-                       "where it has one); the conversions are extra vector ops: C rounded to fp16 once, as it is "
-                       "stored")
+                       "where it has one); C is rounded to fp16 once, as it is stored: a vector ALU issue of the "
+                       "loops per vector, not flops")
     args = (
         ArgSpec("a", "in_ptr", "address of A: [m, lda] when trans_a = 0, [k, lda] when 1"),
         ArgSpec("b", "in_ptr", "address of B: [k, ldb] when trans_b = 0, [n, ldb] when 1"),

@@ -222,10 +222,7 @@ class Roofline:
     (:data:`DMA_ENGINES`) to the cycles that resource alone needs: for
     ``compute``, the busiest core's loops with every iteration at its resource
     II (:func:`loop_resource_cycles`: no fill, recurrence, epilogue or overhead,
-    so no schedule beats it), or, for the computes that state no loops, their
-    vector operations (the math's flops and the extra ops) at the peak of the
-    tile's precision (lanes x FMAC units x 2) spread over the cores; a
-    region's bytes over its bandwidth (a shared region's whole bandwidth, which
+    so no schedule beats it); a region's bytes over its bandwidth (a shared region's whole bandwidth, which
     its transfers share; a private region's times the cores, each of which has
     its own copy); and the busiest core's transfer bytes over its DMA engines'
     total rate (``engines_per_core × engine_bytes_per_cycle``).  The bound is
