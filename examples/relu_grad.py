@@ -184,7 +184,7 @@ class _Layout:
         stores = (Transfer.contiguous(dx_op.addr, self.dx.addr + offset, n * size),)
         # The core's loop: per vector, dy and x loaded, a compare and a select on the vector ALU, dx stored.
         loop = elementwise(self.core, self.precision, n, loads=2, stores=1, valu=2, label="relu_grad")
-        compute = Compute(relu_grad_tile, (dy_op, x_op), (dx_op,), flops=FLOPS_PER_ELEMENT * n, reductions=0,
+        compute = Compute(relu_grad_tile, (dy_op, x_op), (dx_op,), flops=FLOPS_PER_ELEMENT * n,
                           precision=self.precision, loops=(loop,))
         return Tile(tile_id, loads, compute, stores, slot=tile_id % 2)
 

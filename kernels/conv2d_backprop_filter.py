@@ -599,7 +599,7 @@ class _Planner:
                                 f"vector and broadcasts)")
                         continue
                     micro = (mode, m_r, n_r)
-                    cost = compute_cycles(Compute(None, (), (), 0, 0, self.precision,  # type: ignore[arg-type]
+                    cost = compute_cycles(Compute(None, (), (), 0, self.precision,  # type: ignore[arg-type]
                                                   loops=self._tile_loops(blk, grp, first, micro)), self.ctx.target)
                     if best is None or cost < best[0]:
                         best = (cost, micro)
@@ -634,8 +634,8 @@ class _Planner:
         # The math: a multiply-add per tap, position and (in, out) channel pair; the loops say what it costs.
         math = 2 * self.taps * nb * rows * g.out_w * grp.icg * grp.ocg
         loops = self._tile_loops(blk, grp, first, self._micro(blk, grp, first))
-        stream.add(loads, Compute(fn, tuple(inputs), (acc,), flops=math, reductions=0, precision=self.precision,
-                                  extra_ops=0, loops=loops), ())
+        stream.add(loads, Compute(fn, tuple(inputs), (acc,), flops=math, precision=self.precision,
+                                  loops=loops), ())
 
     def _accumulate(self, stream: CoreStream, blocks: Sequence[_Block], grp: _Group, sc: Scratch) -> None:
         for i, blk in enumerate(blocks):
@@ -673,8 +673,8 @@ class _Planner:
             # A cast, not math: per vector of the fp32 rows, a load, a conversion to fp16 (hp_) and a store.
             cast = lp.elementwise(self.core, COMPUTE_PRECISION, (m1 - m0) * grp.ocg, loads=1, stores=1,
                                   valu=int(self.isz != F32.itemsize), label="dW drain")
-            compute = Compute(_cast_to(self.dt), (acc_rows,), (dst,), flops=0, reductions=0,
-                              precision=COMPUTE_PRECISION, extra_ops=0, loops=(cast,))
+            compute = Compute(_cast_to(self.dt), (acc_rows,), (dst,), flops=0,
+                              precision=COMPUTE_PRECISION, loops=(cast,))
             stream.add((), compute, self._rows_out(dst.addr, m0, m1, grp))
 
     # -- the filter split -----------------------------------------------------------------------
@@ -763,10 +763,8 @@ class _Planner:
                 arena = sc.slot(stream.slot)
                 parts = arena.operand((n, b - a, grp.ocg), F32)
                 dst = arena.operand((b - a, grp.ocg), self.dt)
-                ops = ((n - 1) + int(self.isz != F32.itemsize)) * (b - a) * padded_lanes(
-                    grp.ocg, lp.lanes(self.core, COMPUTE_PRECISION))
                 stream.add((ex.gather(parts.addr, a * grp.ocg, (b - a) * grp.ocg),),
-                           ex.reduce(parts, dst, ops, COMPUTE_PRECISION), self._rows_out(dst.addr, ma + a, ma + b, grp))
+                           ex.reduce(parts, dst, COMPUTE_PRECISION), self._rows_out(dst.addr, ma + a, ma + b, grp))
 
 
 def _blocks_of(total: int, size: int) -> list[tuple[int, int]]:

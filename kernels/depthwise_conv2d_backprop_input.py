@@ -539,7 +539,7 @@ class _Planner:
         if not rows.taps or not cols.taps:
             zeros = lp.elementwise(self.core, self.ctx.precision, int(np.prod(o_out.shape)), loads=0, stores=1,
                                    label="zero block")
-            stream.add(filter_load, Compute(_zero_fn(o_out.shape, dt), (), (o_out,), flops=0, reductions=0,
+            stream.add(filter_load, Compute(_zero_fn(o_out.shape, dt), (), (o_out,), flops=0,
                                             precision=self.precision, loops=(zeros,)), stores)
             return
         o_dy = arena.operand(g.order(1, rows.o_n, cols.o_n, ct * self.mult), dt)
@@ -549,8 +549,8 @@ class _Planner:
                                               parts, inbound=True)
         # The math: a multiply-add per (tap, output position) pair; the loop says what it costs.
         math = 2 * self.mult * ct * rows.pairs * cols.pairs
-        stream.add(loads, Compute(_tile_fn(rows, cols, g, ct, dt), (o_f, o_dy), (o_out,), flops=math, reductions=0,
-                                  precision=self.precision, extra_ops=0, loops=(self.tap_loop(rows, cols, ct),)),
+        stream.add(loads, Compute(_tile_fn(rows, cols, g, ct, dt), (o_f, o_dy), (o_out,), flops=math,
+                                  precision=self.precision, loops=(self.tap_loop(rows, cols, ct),)),
                    stores)
 
     # -- the tile's inner loop ----------------------------------------------------------------------------
@@ -589,7 +589,7 @@ class _Planner:
         if block is None:
             fitting = [b for b in range(1, min(MAX_BLOCK, vectors) + 1)
                        if self._block_registers(b, 1) <= core.vector_registers]
-            costs = [(compute_cycles(Compute(None, (), (), 0, 0, self.precision,  # type: ignore[arg-type]
+            costs = [(compute_cycles(Compute(None, (), (), 0, self.precision,  # type: ignore[arg-type]
                                              loops=(self.tap_loop(rows, cols, ct, b),)), self.ctx.target), b)
                      for b in fitting]
             block = self._blocks[key] = min(costs)[1]

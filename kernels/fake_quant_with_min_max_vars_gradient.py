@@ -302,7 +302,7 @@ class _Planner:
         stream.add((Transfer.contiguous(b["min"].addr, self.bounds.addr, 4),
                     Transfer.contiguous(b["max"].addr, self.bounds.addr + 4, 4)),
                    Compute(prep, (self.bounds,), (self.nudged, self.acc), flops=FLOPS_NUDGE if idx == 0 else 0,
-                           reductions=0, precision=COMPUTE_PRECISION, loops=(sequence(NUDGE_OPS, label="nudge"),)),
+                           precision=COMPUTE_PRECISION, loops=(sequence(NUDGE_OPS, label="nudge"),)),
                    (), slot=FIXED_SLOT)
         # Per vector: two compares with the nudged bounds and the select of the input gradient (the ALU), the
         # gradients added into the min and max sums under the compares' masks (FMAC adds: the two running sums,
@@ -324,7 +324,7 @@ class _Planner:
             stream.add((Transfer.contiguous(b["gradients"].addr + off, og.addr, og.size_bytes),
                         Transfer.contiguous(b["inputs"].addr + off, ox.addr, ox.size_bytes)),
                        Compute(fn, (og, ox, self.nudged, self.acc), (obp, self.acc), flops=n * FLOPS_PER_ELEMENT,
-                               reductions=0, precision=COMPUTE_PRECISION, loops=(data_loop(n),)),
+                               precision=COMPUTE_PRECISION, loops=(data_loop(n),)),
                        (Transfer.contiguous(obp.addr, b["backprops_wrt_input"].addr + off, obp.size_bytes),))
         publish = (exchange.store(idx, self.acc.addr),) if exchange is not None else self._scalar_stores()
         stream.add((), None, publish, slot=FIXED_SLOT)
@@ -334,7 +334,7 @@ class _Planner:
         """The first core sums the cores' partials and stores the two scalars."""
         part = Operand(self.partials.addr, (exchange.parts, 2), F32)
         return Tile(0, (exchange.gather(part.addr),),
-                    exchange.reduce(part, self.acc, 0, COMPUTE_PRECISION), self._scalar_stores(),
+                    exchange.reduce(part, self.acc, COMPUTE_PRECISION), self._scalar_stores(),
                     slot=FIXED_SLOT)
 
 

@@ -396,7 +396,7 @@ class _PlanBase:
     def compute(self, fn: Callable, inputs: Sequence[Operand], outputs: Sequence[Operand], loops: Sequence[Loop],
                 *, flops: int = 0) -> Compute:
         """A Compute in fp32 running ``loops`` (what the core issues); ``flops`` the math's own, for reports."""
-        return Compute(fn, tuple(inputs), tuple(outputs), flops=int(flops), reductions=0,
+        return Compute(fn, tuple(inputs), tuple(outputs), flops=int(flops),
                        precision=COMPUTE_PRECISION, loops=tuple(loops))
 
     # -- the loops the core runs (see the module's "Loops") -----------------------------------------
@@ -820,7 +820,7 @@ class _RowsPlan(_PlanBase):
             part = fixed.partials
             assert part is not None  # set whenever partial sums are exchanged (parts > 1)
             stream.add((exchange.gather_into(part),),
-                       exchange.reduce(part, fixed.sums, 0, COMPUTE_PRECISION),
+                       exchange.reduce(part, fixed.sums, COMPUTE_PRECISION),
                        self._result_stores(g0, fixed) if idx == 0 else (), slot=FIXED_SLOT)
         if self.train:
             for blk in sorted(blocks, key=lambda b: not b.resident):

@@ -143,8 +143,8 @@ class Gemm:
     tensors_in_precision = ("a", "b", "c")
     fp32_tensors = ()
     fp16_arithmetic = ("computed in fp32 accumulators from exact fp16 products (at the chip's fp16_fp32acc rate "
-                       "where it has one); the conversions are extra vector ops: C rounded to fp16 once, as it is "
-                       "stored")
+                       "where it has one); C is rounded to fp16 once, as it is stored: a vector ALU issue of the "
+                       "loops per vector, not flops")
     args = (
         ArgSpec("a", "in_ptr", "address of A: [m, lda] when trans_a = 0, [k, lda] when 1"),
         ArgSpec("b", "in_ptr", "address of B: [k, ldb] when trans_b = 0, [n, ldb] when 1"),
@@ -237,8 +237,6 @@ class _Planner:
         self.lanes = lanes(self.core, self.prec)
         self.am, self.sm = ctx.vector_level, ctx.scalar_level
         self._split = "n"  # the split of the tiling being laid out or built
-        # A core described by its functional units prices the loops (a target without them: the flops).
-        self._has_units = all(u in self.core.units for u in ("vls", "sload", "fmac", "broadcast"))
         g = self.g
         self.space = TilingSpace(
             ChoiceKey("split", SPLITS, "n: each core its columns of C (A blocks shared in GSM); m: each core its "
@@ -583,10 +581,10 @@ class _Planner:
                     loads.append(Transfer.block(c_at, old.addr, (b - a, g.n), isz, c_rows))
                     inputs.append(old)
                 out = arena.operand((b - a, g.n), self.dt)
-                loops = () if not self._has_units else (
+                loops = (
                     elementwise(self.core, "fp32", (b - a) * g.n, loads=parts + int(g.beta), stores=1,
                                 fmac=parts - 1 + int(g.beta), valu=int(self.dt != F32), label="partials summed"),)
-                compute = Compute(_SumPartials(g.n, self.dt), tuple(inputs), (out,), flops=0, reductions=0,
+                compute = Compute(_SumPartials(g.n, self.dt), tuple(inputs), (out,), flops=0,
                                   precision="fp32", loops=loops)
                 mine.append(Tile(ids[core] + i, tuple(loads), compute,
                                  (Transfer.block(out.addr, c_at, (b - a, g.n), isz, (g.n * isz, isz), c_rows),),
@@ -707,19 +705,19 @@ class _Planner:
             else:
                 stores.append(Transfer.block(out.addr, partial_to[0], (pr, nc), 4, (nc * 4, 4), (partial_to[1], 4)))
         entries = -(-pr // t.m_micro) * -(-nc // t.n_micro)
-        loops = [] if not self._has_units else [
+        loops = [
             gemm_micro_kernel(self.core, self.prec, t.m_micro, t.n_micro, kd, itemsize=isz, entries=entries,
                               load_c=not first or beta)]
-        if transpose_b and self._has_units:
+        if transpose_b:
             # Bᵀ staged as [n, k] rows: one pass of vector loads, shuffles and stores puts op(B)'s rows in place.
             loops.insert(0, elementwise(self.core, self.prec, nc * kd, loads=1, stores=1, valu=1,
                                         label="B block transpose in AM"))
-        if last and out_dtype != F32 and self._has_units:
+        if last and out_dtype != F32:
             loops.append(elementwise(self.core, self.prec, pr * nc, loads=1, stores=1, valu=1,
                                      label="C rounded to fp16"))
         flops = 2 * pr * nc * kd
         fn = _TileFn(g.trans_a, g.trans_b, nc, first, beta, out_dtype)
-        compute = Compute(fn, tuple(inputs), outputs, flops=flops, reductions=0, precision=self.prec,
+        compute = Compute(fn, tuple(inputs), outputs, flops=flops, precision=self.prec,
                           loops=tuple(loops))
         return loads, compute, stores
 

@@ -89,12 +89,6 @@ def transfer_latency_cycles(src: Region, dst: Region) -> int:
 # --- compute --------------------------------------------------------------------------------------
 
 
-def vector_cycles(core: CoreModel, ops: int, precision: str) -> int:
-    """Cycles of ``ops`` vector element operations at the core's ``precision`` peak (lanes x FMAC units x 2):
-    how a compute that states no loops is priced while the kernels move to loops."""
-    return math.ceil(ops / core.precisions[precision].peak_flops_per_cycle)
-
-
 @dataclass(frozen=True)
 class LoopCost:
     """How :func:`loop_cycles` priced one :class:`~sim.model.plan.Loop` on a core (for reports and traces).
@@ -204,17 +198,13 @@ def compute_text(c: Compute, target: Target) -> str | None:
 def compute_cycles(c: Compute, target: Target) -> int:
     """Cycles of one tile's compute: ``tile_overhead_cycles`` plus each of its loops' :func:`loop_cycles`.
 
-    A compute that states no loops (kernels not yet moved to loops) is priced as before: the tile overhead,
-    the FMAC latency, its vector operations at the precision's peak and each reduction's latency.  SimError
-    when ``target`` lacks the tile's precision."""
+    The loops are all a compute issues; its ``flops`` are reported, never priced.  A compute without loops
+    (one that neither computes nor writes: the plan check's rule ``compute-loops`` refuses any other) costs
+    the tile overhead.  SimError when ``target`` lacks the tile's precision."""
     core = target.core
     if c.precision not in core.precisions:
         raise SimError(f"plan computes in {c.precision}, which {target.name} lacks")
-    if c.loops:
-        return core.tile_overhead_cycles + sum(loop_cycles(loop, core) for loop in c.loops)
-    return (core.tile_overhead_cycles + core.units["fmac"].latency_cycles
-            + vector_cycles(core, c.vector_ops, c.precision)
-            + c.reductions * core.reduction_latency_cycles)
+    return core.tile_overhead_cycles + sum(loop_cycles(loop, core) for loop in c.loops)
 
 
 # --- the roofline ---------------------------------------------------------------------------------
@@ -232,10 +222,7 @@ class Roofline:
     (:data:`DMA_ENGINES`) to the cycles that resource alone needs: for
     ``compute``, the busiest core's loops with every iteration at its resource
     II (:func:`loop_resource_cycles`: no fill, recurrence, epilogue or overhead,
-    so no schedule beats it), or, for the computes that state no loops, their
-    vector operations (the math's flops and the extra ops) at the peak of the
-    tile's precision (lanes x FMAC units x 2) spread over the cores; a
-    region's bytes over its bandwidth (a shared region's whole bandwidth, which
+    so no schedule beats it); a region's bytes over its bandwidth (a shared region's whole bandwidth, which
     its transfers share; a private region's times the cores, each of which has
     its own copy); and the busiest core's transfer bytes over its DMA engines'
     total rate (``engines_per_core × engine_bytes_per_cycle``).  The bound is
@@ -248,7 +235,6 @@ class Roofline:
     total_flops: int  # the math's flops only: the same for every tiling and storage precision of a call
     region_bytes: Mapping[str, int]
     flops_by_precision: Mapping[str, int] = field(default_factory=dict)
-    extra_ops: int = 0  # vector operations beyond the math of the computes priced from flops (no loops)
 
     @property
     def cycles(self) -> float:
@@ -272,8 +258,6 @@ def roofline(plan: Plan, target: Target) -> Roofline:
     """The roofline bound of ``plan`` on ``target`` (the compute rate and bandwidth of the cores it uses)."""
     mmap = MemoryMap(target)
     core_model = target.core
-    ops_by_prec: dict[str, int] = defaultdict(int)  # vector operations of the computes stating no loops
-    plain_flops = 0  # the math's flops of those computes
     flops_by_prec: dict[str, int] = defaultdict(int)  # the math's own flops (reported)
     loop_cycles_by_core: dict[int, int] = defaultdict(int)  # each core's loops at their resource II
     region_bytes: dict[str, int] = defaultdict(int)
@@ -284,11 +268,7 @@ def roofline(plan: Plan, target: Target) -> Roofline:
                 c = tile.compute
                 if c is not None:
                     flops_by_prec[c.precision] += c.flops
-                    if c.loops:
-                        loop_cycles_by_core[core] += sum(loop_resource_cycles(loop, core_model) for loop in c.loops)
-                    else:
-                        ops_by_prec[c.precision] += c.vector_ops
-                        plain_flops += c.flops
+                    loop_cycles_by_core[core] += sum(loop_resource_cycles(loop, core_model) for loop in c.loops)
                 for t in tile.loads + tile.stores:
                     core_bytes[core] += t.size_bytes
                     for side in ("src", "dst"):
@@ -298,11 +278,9 @@ def roofline(plan: Plan, target: Target) -> Roofline:
                             region_bytes[r.name] += t.size_bytes
     n = len(plan.cores)
     cycles: dict[str, float] = {}
-    # Computes stating no loops: their operations at the peak, spread over the cores; computes stating loops:
-    # the busiest core's loops at their resource II.  Each is a bound no run beats; the larger one counts.
-    spread = sum(f / (core_model.precisions[p].peak_flops_per_cycle * n)
-                 for p, f in ops_by_prec.items() if p in core_model.precisions)
-    cycles["compute"] = max(spread, max(loop_cycles_by_core.values(), default=0))
+    # The busiest core's loops at their resource II: no run beats it (its cores work in parallel, each through
+    # its own loops).
+    cycles["compute"] = max(loop_cycles_by_core.values(), default=0)
     for name, b in region_bytes.items():
         r = target.region(name)
         # Whatever the transfers, a region never delivers more than its bandwidth (each core's own copy of a
@@ -312,8 +290,7 @@ def roofline(plan: Plan, target: Target) -> Roofline:
         cycles[DMA_ENGINES] = max(core_bytes.values()) / (target.dma.engines_per_core
                                                           * target.dma.engine_bytes_per_cycle)
     return Roofline(resource_cycles=dict(cycles), total_flops=sum(flops_by_prec.values()),
-                    region_bytes=dict(region_bytes), flops_by_precision=dict(flops_by_prec),
-                    extra_ops=sum(ops_by_prec.values()) - plain_flops)
+                    region_bytes=dict(region_bytes), flops_by_precision=dict(flops_by_prec))
 
 
 def peak_flops_per_cycle(rf: Roofline, target: Target, cores: int) -> float:

@@ -12,6 +12,7 @@ import yaml
 
 import sim
 from kernels import batch_norm_grad
+from kernels.common.loops import elementwise
 from sim.engine.engine import Engine
 from sim.engine.events import Recorder
 from sim.inspect.layout_map import layout_map, layout_report
@@ -344,8 +345,8 @@ def test_dma_store_running_past_a_region_faults():
 
 def test_compute_operand_outside_the_map_faults():
     op_in = Operand(0x2FFFFF00, (64,), F32)  # between am and sm: unmapped
-    c = Compute(lambda a: (a,), (op_in,), (Operand(0x20000000, (64,), F32),), flops=64, reductions=0,
-                precision="fp32")
+    c = Compute(lambda a: (a,), (op_in,), (Operand(0x20000000, (64,), F32),), flops=0, precision="fp32",
+                loops=(elementwise(sim.load_target("FT78NE").core, "fp32", 64, loads=1, stores=1, label="copy"),))
     with pytest.raises(sim.MemoryFault, match=r"core 0, tile 3, cycle \d+: compute operand: read "
                                               r"\[0x2fffff00, 0x30000000\)"):
         run_plan((Tile(3, (), c, ()),))
@@ -363,7 +364,8 @@ def _faulting_plan(monkeypatch, fault: str):
         else:
             def boom(*_):
                 raise ValueError("kernel bug")
-            tile = Tile(999, (), Compute(boom, (), (), flops=1, reductions=0, precision="fp32"), ())
+            # No arithmetic and no outputs: a compute that needs no loop (the plan check lets it run; it raises).
+            tile = Tile(999, (), Compute(boom, (), (), flops=0, precision="fp32"), ())
         return Plan(p.cores, p.phases + (Phase("boom", {core: (tile,)}, barrier_after=False),), p.precision)
 
     monkeypatch.setattr(batch_norm_grad.KERNEL, "plan", plan)

@@ -94,6 +94,11 @@ HOSTILE: dict[str, tuple[Breaker, str, str]] = {
     "buffers": (lambda p, c, x: tile1(p, fills=("x@0",)), "s",
                 "the tile fills x@0 and so is a staging tile, which the walk does not wait for: it may have loads "
                 "only (no compute, no stores)"),
+    # The kernel's loop taken away: its tile 1 multiplies 512 elements (half of N) into one output.
+    "compute-loops": (compute_with(loops=()), "s",
+                      "the compute does 512 flops and writes 1 output operand but states no loops: a compute is "
+                      "priced from its inner loops only (its flops are reported, never priced), so state the loop "
+                      "that issues its work in Compute.loops (kernels/common/loops.py; see docs/writing-a-kernel.md)"),
     "loop-units": (compute_with(loops=(Loop(trips=16, issues={"vls": 1, "tensor": 4}, label="mma"),)), "s",
                    "loop 0 ('mma') issues on unit class 'tensor', which FT78NE's core lacks (it has: fmac, valu, vls, "
                    "broadcast, sload, salu)"),
@@ -151,6 +156,31 @@ def test_a_hostile_kernel_is_refused_before_it_runs(rule):
     assert "\n" not in text
     assert m.memory.snapshot() == before  # the good tile 0 never ran either
     assert (m.read(args["y"], N, F32, core=core) == SENTINEL).all()
+
+
+def test_a_compute_that_writes_must_state_its_loops_even_without_flops():
+    """A copy (no flops) still issues its loads and stores: without loops it is refused like arithmetic is; a
+    compute that neither computes nor writes needs none and runs (it costs the tile overhead)."""
+    copy = compute_with(loops=(), flops=0)
+    with sim.registered_kernel(Twice("copy_without_loops", copy)):
+        m, args, core = _machine("s")
+        before = m.memory.snapshot()
+        with pytest.raises(sim.PlanError, match=r"core 0, tile 1, phase 'twice': breaks the plan rule "
+                                                r"'compute-loops': the compute writes 1 output operand but states "
+                                                r"no loops"):
+            m.call("fp_copy_without_loops_s", **args)
+        assert m.memory.snapshot() == before
+    idle = compute_with(loops=(), flops=0, outputs=None, fn=lambda a: ())
+
+    def no_outputs(p, c, x):
+        q = idle(p, c, x)
+        t1 = q.phases[0].tiles[q.cores[0]][1]
+        return tile1(q, compute=dataclasses.replace(t1.compute, outputs=()), stores=())
+    with sim.registered_kernel(Twice("nothing_issued", no_outputs)):
+        m, args, core = _machine("s")
+        run = m.call("fp_nothing_issued_s", **args)
+        computes = [e for e in run.events if e.kind == "compute" and e.tile == 1]
+        assert [e.end - e.start for e in computes] == [m.target.core.tile_overhead_cycles] == [24]
 
 
 def test_a_p_call_may_not_run_on_another_core():

@@ -15,9 +15,19 @@ import numpy as np
 import pytest
 
 import sim
+from kernels.common.loops import elementwise
 from sim.model.call import ArgSpec, BoundCall, Buffer
-from sim.model.plan import Compute, Operand, Phase, Plan, Tile, Transfer, buffer_ref, parse_buffer_ref
-from sim.timing import compute_cycles
+from sim.model.plan import (
+    Compute,
+    Loop,
+    Operand,
+    Phase,
+    Plan,
+    Tile,
+    Transfer,
+    buffer_ref,
+    parse_buffer_ref,
+)
 
 F32 = np.dtype(np.float32)
 X, Y = 0xA0000000, 0xA1000000  # DDR: the input x (4096 floats) and the output y (4096 floats)
@@ -122,13 +132,17 @@ def test_a_refill_waits_for_every_user_of_the_previous_generation():
     """Write-after-read: core 0 stages block 0 (g@0), uses it, stages block 1 into the same GSM bytes (g@1) and
     uses it; core 1 uses g@0 in a long compute.  The refill may not start before core 1's compute is done, and
     core 1 still reads block 0's values, core 0 block 1's."""
-    flops = 2_000_000  # a long compute on core 1
+    # A long compute on core 1: a dependent chain of 2000 multiply-adds (each waits for the previous one's
+    # result): FT78NE's fmac latency 6 is the interval, the fill one more latency; 24 (tile overhead) + 8 (loop
+    # overhead) + 6 + 2000 x 6 = 12038 cycles.
+    chain = Loop(trips=2000, issues={"fmac": 1}, chain=("fmac",), carried=("fmac",), label="dependent chain")
 
     def build(ctx):
         gsm, am = ctx.shared_level.base, ctx.vector_level.base
         a, b = Operand(am, (16,), F32), Operand(am + 128, (16,), F32)
-        double = Compute(lambda v: (v * 2,), (a,), (b,), flops=flops, reductions=0, precision="fp32")
-        copy = Compute(lambda v: (v + 0,), (a,), (b,), flops=16, reductions=0, precision="fp32")
+        double = Compute(lambda v: (v * 2,), (a,), (b,), flops=16, precision="fp32", loops=(chain,))
+        copy = Compute(lambda v: (v + 0,), (a,), (b,), flops=0, precision="fp32",
+                       loops=(elementwise(ctx.target.core, "fp32", 16, loads=1, stores=1, label="copy"),))
         return {
             0: (Tile(0, (Transfer.contiguous(X, gsm, 64),), None, (), fills=("g@0",)),
                 Tile(1, (Transfer.contiguous(gsm, am, 64),), copy, (Transfer.contiguous(am + 128, Y, 64),),
@@ -142,8 +156,9 @@ def test_a_refill_waits_for_every_user_of_the_previous_generation():
     r, m = run(build)
     computes = {e.core: e for e in r.events if e.kind == "compute"}
     (refill,) = dma(r.events, 0, 2)
-    assert computes[1].end - computes[1].start == compute_cycles(
-        Compute(None, (), (), flops=flops, reductions=0, precision="fp32"), m.target)
+    assert (m.target.core.tile_overhead_cycles, m.target.core.loop_overhead_cycles,
+            m.target.core.units["fmac"].latency_cycles) == (24, 8, 6)
+    assert computes[1].end - computes[1].start == 12038
     assert refill.start == computes[1].end  # released by core 1's compute, not a cycle before
     np.testing.assert_array_equal(m.read(Y, 48, F32), np.concatenate(
         [np.arange(16), np.arange(16, 32), 2 * np.arange(16)]).astype(F32))

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import sim
+from kernels.common.loops import elementwise
 from sim.engine.engine import Engine
 from sim.engine.events import Recorder
 from sim.model.memory import AddressSpace
@@ -41,16 +42,21 @@ def test_one_transfer_estimate_is_exact_and_hand_derived():
 
 
 def test_serial_tile_estimate_is_load_plus_compute_plus_store():
+    """MT7004 (targets/MT7004.yaml): the tile's loop streams its 1024 fp32 elements, per vector one load, one
+    multiply-add and one store, then 2 reductions.  16 lanes: 64 vectors, two a vls issue: 32 trips issuing vls 2
+    (2 units) and fmac 2 (3 units): II 1; fill vls + fmac + vls = 9 + 6 + 9 = 24; epilogue 2 x 16 = 32; the loop
+    8 + 24 + 32 + 32 = 96, the compute 24 (tile overhead) + 96 = 120."""
     t = sim.load_target("MT7004")
     ddr, am = t.region("ddr"), t.region("am")
     op = Operand(am.base, (1024,), np.dtype(np.float32))
-    c = Compute(lambda a: (a,), (op,), (op,), flops=50_000, reductions=2, precision="fp32")
+    loop = elementwise(t.core, "fp32", 1024, loads=1, stores=1, fmac=1, reductions=2)
+    c = Compute(lambda a: (a,), (op,), (op,), flops=2 * 1024, precision="fp32", loops=(loop,))
     load, store = Transfer.contiguous(ddr.base, am.base, 4096), Transfer.contiguous(am.base, ddr.base, 4096)
     plan = Plan(cores=(0,), precision="fp32", phases=(Phase("p", {0: (Tile(0, (load,), c, (store,)),)}),))
-    p = t.core.precisions["fp32"]
-    compute = (t.core.tile_overhead_cycles + t.core.units["fmac"].latency_cycles
-               + math.ceil(50_000 / (p.lanes * t.core.units["fmac"].count * 2))
-               + 2 * t.core.reduction_latency_cycles)
+    assert (t.core.tile_overhead_cycles, t.core.loop_overhead_cycles, t.core.reduction_latency_cycles) == (24, 8, 16)
+    assert (t.core.units["vls"].latency_cycles, t.core.units["fmac"].latency_cycles) == (9, 6)
+    assert (loop.trips, dict(loop.issues)) == (32, {"vls": 2, "fmac": 2})
+    compute = 120
     assert compute_cycles(c, t) == compute
     fixed = t.dma.setup_cycles + max(ddr.latency_cycles, am.latency_cycles)
     # 4096 bytes at MT7004's 16 B/cycle of DDR: 256 cycles each way.
@@ -64,8 +70,10 @@ def test_barriers_join_the_cores_and_cost_their_latency():
     am = t.region("am")
     op = Operand(am.base, (4,), np.dtype(np.float32))
 
-    def work(flops):
-        return Tile(0, (), Compute(lambda a: (a,), (op,), (op,), flops=flops, reductions=0, precision="fp32"), ())
+    def work(elements):
+        loop = elementwise(t.core, "fp32", elements, loads=1, stores=1, fmac=1)
+        return Tile(0, (), Compute(lambda a: (a,), (op,), (op,), flops=2 * elements, precision="fp32",
+                                   loops=(loop,)), ())
 
     plan = Plan(cores=(0, 1), precision="fp32", phases=(
         Phase("a", {0: (work(10_000),), 1: (work(1_000),)}),

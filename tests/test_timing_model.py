@@ -1,6 +1,5 @@
 """Timing: hand-derived cycles of a hand-made plan, and SPEC section 6's properties for BatchNormGrad."""
 
-import math
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +8,7 @@ import yaml
 from streams import assert_private_streams
 
 import sim
+from kernels.common.loops import elementwise
 from sim.engine.engine import Engine
 from sim.engine.events import Recorder
 from sim.model.memory import AddressSpace, MemoryMap
@@ -24,20 +24,44 @@ def run_plan(target, plan):
     return Engine(target, mem, rec).run(plan), rec.events, mem
 
 
+def fma_stream(t, elements: int, precision: str = "fp32", **kw) -> Loop:
+    """A streaming loop over ``elements`` elements: per vector one load, one multiply-add and one store."""
+    return elementwise(t.core, precision, elements, loads=1, stores=1, fmac=1, **kw)
+
+
 def test_compute_costs_what_the_target_file_says():
+    """MT7004 (targets/MT7004.yaml: launch 1000; tile overhead 24, loop overhead 8, reduction 16 per vector;
+    fp16 32 lanes in 64-byte vectors; vls 2 units, latency 9, 128 bytes an issue (two vectors); fmac 3 units,
+    latency 6; 6 vector issues a cycle).  An elementwise loop over 10,000 fp16 elements, per vector one load,
+    one multiply-add and one store, with 3 reductions: 313 vectors, unrolled by the two vectors a vls issue
+    moves: 157 trips, each issuing vls ceil(4 / 2) = 2 and fmac 2: II = max(2/2, 2/3 -> 1, 4/6 -> 1) = 1;
+    fill vls + fmac + vls = 9 + 6 + 9 = 24; epilogue 3 x 16 = 48: 8 + 24 + 157 + 48 = 237.  The tile: 24 + 237
+    = 261 after the launch, 1261.  The flops are reported, never priced: a billion more cost nothing."""
     t = sim.load_target("MT7004")
+    core = t.core
+    assert (t.launch_overhead_cycles, core.tile_overhead_cycles, core.loop_overhead_cycles,
+            core.reduction_latency_cycles) == (1000, 24, 8, 16)
+    assert (core.vector_width_bytes, core.precisions["fp16"].lanes, core.issue_width["vector"]) == (64, 32, 6)
+    assert {u: (f.count, f.latency_cycles) for u, f in core.units.items() if u in ("fmac", "vls")} == {
+        "fmac": (3, 6), "vls": (2, 9)} and core.units["vls"].bytes_per_issue == 128
     am = t.region("am")
     op = Operand(am.base, (4,), np.dtype(np.float32))
-    flops = 10_000
-    c = Compute(lambda a: (a * 2,), (op,), (op,), flops=flops, reductions=3, precision="fp16")
-    plan = Plan(cores=(1,), precision="fp16", phases=(Phase("p", {1: (Tile(0, (), c, ()),)}),))
-    cycles, events, _ = run_plan(t, plan)
-    p = t.core.precisions["fp16"]
-    # A compute that states no loops keeps the flops-over-peak price while the kernels move to loops: the tile
-    # overhead, the FMAC latency, the flops at lanes x FMAC units x 2, and each reduction's latency.
-    expect = (t.launch_overhead_cycles + t.core.tile_overhead_cycles + t.core.units["fmac"].latency_cycles
-              + math.ceil(flops / (p.lanes * t.core.units["fmac"].count * 2)) + 3 * t.core.reduction_latency_cycles)
-    assert cycles == expect
+    loop = fma_stream(t, 10_000, "fp16", reductions=3)
+    assert (loop.trips, dict(loop.issues), loop.chain) == (157, {"vls": 2, "fmac": 2}, ("vls", "fmac", "vls"))
+    for flops in (20_000, 10 ** 9 + 20_000):
+        c = Compute(lambda a: (a * 2,), (op,), (op,), flops=flops, precision="fp16", loops=(loop,))
+        plan = Plan(cores=(1,), precision="fp16", phases=(Phase("p", {1: (Tile(0, (), c, ()),)}),))
+        cycles, events, _ = run_plan(t, plan)
+        assert compute_cycles(c, t) == 261
+        assert cycles == 1261
+
+
+def test_a_compute_that_issues_nothing_costs_the_tile_overhead():
+    """A compute without loops, flops or outputs (the plan check refuses any other without loops): the 24 cycles
+    of the tile's compute call (targets/FT78NE.yaml), whatever its precision."""
+    t = sim.load_target("FT78NE")
+    assert t.core.tile_overhead_cycles == 24
+    assert compute_cycles(Compute(lambda: (), (), (), flops=0, precision="fp32"), t) == 24
 
 
 def test_a_compute_with_loops_costs_the_tile_overhead_and_its_loops():
@@ -57,7 +81,7 @@ def test_a_compute_with_loops_costs_the_tile_overhead_and_its_loops():
     loops = (Loop(trips=100, issues={"fmac": 3, "vls": 2}, chain=("vls", "fmac"), carried=("fmac",), entries=2),
              Loop(trips=50, issues={"vls": 4, "valu": 3}, chain=("vls", "valu", "vls"), epilogue={"vls": 1},
                   reductions=1))
-    c = Compute(lambda a: (a * 2,), (op,), (op,), flops=10 ** 9, reductions=0, precision="fp32", loops=loops)
+    c = Compute(lambda a: (a * 2,), (op,), (op,), flops=10 ** 9, precision="fp32", loops=loops)
     plan = Plan(cores=(1,), precision="fp32", phases=(Phase("p", {1: (Tile(0, (), c, ()),)}),))
     cycles, events, _ = run_plan(t, plan)
     assert compute_cycles(c, t) == 1474
@@ -292,7 +316,9 @@ def test_double_buffering_overlaps_next_load_with_compute():
     t = sim.load_target("FT78NE")
     ddr, am = t.region("ddr"), t.region("am")
     op = Operand(am.base, (16,), np.dtype(np.float32))
-    heavy = Compute(lambda a: (a,), (op,), (op,), flops=192 * 20000, reductions=0, precision="fp32")
+    # 100,000 elements streamed through the FMACs: 1563 trips at II 1, far longer than a 4 KiB load from DDR.
+    heavy = Compute(lambda a: (a,), (op,), (op,), flops=2 * 100_000, precision="fp32",
+                    loops=(fma_stream(t, 100_000),))
 
     def tiles(slots):
         return tuple(Tile(i, (Transfer.contiguous(ddr.base + 4096 * i, am.base + 65536 * slots[i], 4096),),
@@ -310,8 +336,9 @@ def test_barrier_waits_for_the_slowest_core_and_costs_its_latency():
     t = sim.load_target("FT78NE")
     am = t.region("am")
     op = Operand(am.base, (1,), np.dtype(np.float32))
-    work = {c: (Tile(0, (), Compute(lambda a: (a,), (op,), (op,), flops=192 * 1000 * (c + 1), reductions=0,
-                                    precision="fp32"), ()),) for c in range(2)}
+    # Core 1 streams twice core 0's elements, so core 0 waits at the barrier longer.
+    work = {c: (Tile(0, (), Compute(lambda a: (a,), (op,), (op,), flops=2 * 64_000 * (c + 1), precision="fp32",
+                                    loops=(fma_stream(t, 64_000 * (c + 1)),)), ()),) for c in range(2)}
     cycles, events, _ = run_plan(t, Plan((0, 1), (Phase("a", work, barrier_after=True), Phase("b", {})), "fp32"))
     waits = {e.core: e for e in events if e.kind == "barrier_wait" and e.phase == "a"}
     assert set(waits) == {0, 1}
@@ -385,15 +412,16 @@ def test_a_tile_cannot_write_simulated_memory_through_its_inputs():
     def scribble(x):
         x += 1
         return (x,)
-    plan = Plan((0,), (Phase("p", {0: (Tile(0, (), Compute(scribble, (a,), (a,), flops=4, reductions=0,
-                                                                     precision="fp32"), ()),)}),), "fp32")
+    plan = Plan((0,), (Phase("p", {0: (Tile(0, (), Compute(scribble, (a,), (a,), flops=4, precision="fp32",
+                                                           loops=(fma_stream(t, 4),)), ()),)}),), "fp32")
     rec, mem = Recorder(), AddressSpace(t)
     mem.write(a.addr, np.arange(4, dtype=np.float32), core=0)
     with pytest.raises(ValueError, match="read-only"):
         Engine(t, mem, rec).run(plan)
     assert (mem.read(a.addr, (4,), np.float32, core=0) == np.arange(4)).all()
     # Swap: outputs (a, b) = inputs (b, a); the second result is a's old bytes, not what the first write left.
-    swap = Compute(lambda x, y: (y, x), (a, b), (a, b), flops=4, reductions=0, precision="fp32")
+    swap = Compute(lambda x, y: (y, x), (a, b), (a, b), flops=0, precision="fp32",
+                   loops=(elementwise(t.core, "fp32", 4, loads=2, stores=2, label="swap"),))
     mem.write(b.addr, np.full(4, 9, np.float32), core=0)
     Engine(t, mem, Recorder()).run(Plan((0,), (Phase("p", {0: (Tile(0, (), swap, ()),)}),), "fp32"))
     assert (mem.read(a.addr, (4,), np.float32, core=0) == 9).all()

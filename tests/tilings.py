@@ -22,10 +22,11 @@ def candidates(m: sim.Simulator, symbol: str, **args) -> list[dict]:
 
 
 def plan_signature(plan) -> list:
-    """What a plan does, without its compute functions: phases, per core the tiles' DMA, operands and flops."""
+    """What a plan does, without its compute functions: phases, per core the tiles' DMA, operands, flops and
+    loops."""
     return [(ph.name, ph.barrier_after, sorted(
         (core, [(t.tile_id, t.slot, t.loads, t.stores, t.compute and (t.compute.inputs, t.compute.outputs,
-                                                                    t.compute.flops, t.compute.reductions))
+                                                                    t.compute.flops, t.compute.loops))
                 for t in tiles]) for core, tiles in ph.tiles.items()))
             for ph in plan.phases]
 

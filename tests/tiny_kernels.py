@@ -53,7 +53,7 @@ class Twice:
             slot = base + i * 0x10000
             src, dst = Operand(slot, (half,), F32), Operand(slot + 0x8000, (half,), F32)
             tiles.append(Tile(i, (Transfer.contiguous(x.addr + 4 * half * i, src.addr, 4 * half),),
-                              Compute(_scaled(self.factor), (src,), (dst,), flops=half, reductions=0, precision="fp32",
+                              Compute(_scaled(self.factor), (src,), (dst,), flops=half, precision="fp32",
                                       loops=(loop,)),
                               (Transfer.contiguous(dst.addr, y.addr + 4 * half * i, 4 * half),), slot=i))
         plan = Plan(call.cores, (Phase("twice", {call.cores[0]: tuple(tiles)}, barrier_after=False),), "fp32")

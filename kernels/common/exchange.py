@@ -100,12 +100,11 @@ class Exchange:
         """:meth:`gather` filling operand ``op`` (its elements are ``parts`` times the slice's)."""
         return self.gather(op.addr, start, int(np.prod(op.shape, dtype=np.int64)) // self.parts)
 
-    def reduce(self, parts_op: Operand, out: Operand, extra_ops: int = 0, precision: str = "fp32") -> Compute:
+    def reduce(self, parts_op: Operand, out: Operand, precision: str = "fp32") -> Compute:
         """The reduction of a gathered block into ``out`` (in ``out``'s dtype), in ``precision``.  Adding the cores'
         partials is work the split adds, not the math's: no flops, and its loop (:meth:`reduce_loop`) is what the
-        core spends.  ``extra_ops`` is ignored (the loop states the work; the parameter goes with
-        ``Compute.extra_ops``)."""
-        return Compute(sum_partials(out.dtype), (parts_op,), (out,), flops=0, reductions=0, precision=precision,
+        core spends."""
+        return Compute(sum_partials(out.dtype), (parts_op,), (out,), flops=0, precision=precision,
                        loops=(self.reduce_loop(out, precision),))
 
     def reduce_loop(self, out: Operand, precision: str = "fp32") -> Loop:

@@ -168,8 +168,8 @@ def summary_table(summaries: Sequence[CoreSummary], legend: bool = True) -> str:
 def resource_shares(rf: Roofline, summaries: Sequence[CoreSummary], cycles: int) -> dict[str, float]:
     """How much of the run each resource was needed for, as a fraction of the run's cycles.
 
-    ``compute``: the busiest core's vector unit, as the trace shows it (its
-    tiles' arithmetic plus loop overhead, pipeline latency and reductions);
+    ``compute``: the busiest core's functional units, as the trace shows it
+    (its tiles' loops with their overheads, fill, recurrences and epilogues);
     each region: the bytes the plan moves through it at the full bandwidth the
     cores can draw, and the DMA engines: the busiest core's bytes at its
     engines' total rate (the roofline's figures over the run).  A share near 1 is a
@@ -209,11 +209,11 @@ class LoopSummary:
     cycles: int
 
 
-def loop_summaries(plan: Plan, target: Target) -> tuple[list[LoopSummary], int, int]:
+def loop_summaries(plan: Plan, target: Target) -> tuple[list[LoopSummary], int]:
     """The plan's inner loops grouped by (label, II, bound), most cycles first; with the cycles of every tile's
-    compute (all cores) and the part of them priced without loops (computes that state none)."""
+    compute (all cores: the loops and the tile overheads)."""
     groups: dict[tuple[str, int, str], list[int]] = {}
-    total = unlooped = 0
+    total = 0
     for phase in plan.phases:
         for tiles in phase.tiles.values():
             for tile in tiles:
@@ -222,8 +222,6 @@ def loop_summaries(plan: Plan, target: Target) -> tuple[list[LoopSummary], int, 
                     continue
                 cycles = compute_cycles(c, target)
                 total += cycles
-                if not c.loops:
-                    unlooped += cycles
                 for loop in c.loops:
                     cost = loop_cost(loop, target.core)
                     g = groups.setdefault((cost.label or "loop", cost.ii, cost.bound_by), [0, 0, 0])
@@ -232,13 +230,13 @@ def loop_summaries(plan: Plan, target: Target) -> tuple[list[LoopSummary], int, 
                     g[2] += cost.cycles
     rows = [LoopSummary(label, ii, by, n, trips, cycles) for (label, ii, by), (n, trips, cycles) in groups.items()]
     rows.sort(key=lambda r: (-r.cycles, r.label, r.ii, r.bound_by))
-    return rows, total, unlooped
+    return rows, total
 
 
 def loops_text(plan: Plan, target: Target, limit: int = 4) -> str | None:
     """The summary's line on the inner loops: the ``limit`` costliest kinds with their II, what sets it and their
     share of all compute cycles (None when no tile states loops)."""
-    rows, total, _ = loop_summaries(plan, target)
+    rows, total = loop_summaries(plan, target)
     if not rows or not total:
         return None
     shown = "; ".join(f"{r.label}: II {r.ii} set by {r.bound_by}, {r.trips:,} iterations in {r.tiles:,} tiles, "

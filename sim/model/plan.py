@@ -140,32 +140,25 @@ class Compute:
 
     ``fn`` receives the input operands as numpy arrays (read from simulated
     memory) and returns one array per output operand, which the engine writes
-    back.  ``flops`` counts the math's own element operations on this tile's
-    elements (a fused multiply-add is two): summed over a plan they are the
-    operation's flops, whatever the tiling or the storage precision.
-    ``extra_ops`` counts the other vector element operations the tile issues:
-    fp16 <-> fp32 conversions, layout transpositions, the empty lanes of
-    part-filled vectors, zero-fills and casts, and work a tiling repeats
-    (partial sums exchanged between cores, values recomputed in a second pass).
-    ``loops`` are the tile's inner loops (:class:`Loop`), run one after the other:
-    what the timing module prices from the core's functional units.  (While the
-    kernels move to loops, a compute without them is priced from
-    ``flops + extra_ops`` and ``reductions``.)  Runs report ``flops`` only as FLOP.
+    back.  ``loops`` are the tile's inner loops (:class:`Loop`), run one after
+    the other: every instruction the tile issues (the math, conversions,
+    transpositions, reductions, loads and stores), which is all the timing
+    module prices (:func:`sim.timing.compute_cycles`: the tile overhead plus
+    each loop on the core's functional units).  ``flops`` counts the math's own
+    element operations on this tile's elements (a fused multiply-add is two):
+    summed over a plan they are the operation's flops, whatever the tiling or
+    the storage precision; they are reported (FLOP, FLOP/s, the roofline's
+    arithmetic intensity), never priced.  A compute that does arithmetic
+    (``flops > 0``) or writes outputs must state its loops (the plan check's
+    rule ``compute-loops``); one that does neither costs the tile overhead.
     """
 
     fn: Callable[..., Sequence[np.ndarray]]
     inputs: tuple[Operand, ...]
     outputs: tuple[Operand, ...]
     flops: int
-    reductions: int
     precision: str
-    extra_ops: int = 0
     loops: tuple[Loop, ...] = ()
-
-    @property
-    def vector_ops(self) -> int:
-        """Every vector element operation the tile issues: the math's and the extra ones (what time is priced on)."""
-        return self.flops + self.extra_ops
 
 
 #: Separates a staged buffer's name from its generation in a :class:`Tile`'s ``fills`` and ``uses``.

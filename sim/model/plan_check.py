@@ -24,6 +24,8 @@ engine.  The rules, each with the id a :class:`~sim.errors.PlanError` names (see
   refilled was filled in the phase, generations are filled in order (0, 1, 2 ...), and the phase's tiles can
   all run: no core waits, directly or through other cores, for a buffer that only its own later work fills or
   releases (a deadlock);
+* ``compute-loops``: a compute that does arithmetic (``flops > 0``) or writes outputs states its loops (what it
+  issues, and so what it costs: :func:`sim.timing.compute_cycles` prices loops only);
 * ``loop-units``: a compute's loops issue only on unit classes the core has (``core.units``);
 * ``loop-registers``: a loop keeps live at most the vector registers the core has.
 
@@ -62,6 +64,7 @@ RULES: dict[str, str] = {
     "output-overlap": "the output operands of one compute share no byte",
     "buffers": "staged buffers are filled before they are used, in generation order, by staging tiles (no compute, "
                "no stores), and the phase's waits on them cannot deadlock",
+    "compute-loops": "a compute that does arithmetic or writes outputs states the loops that issue its work",
     "loop-units": "a compute's loops issue only on unit classes the core has",
     "loop-registers": "a loop keeps live at most the vector registers the core has",
 }
@@ -349,9 +352,8 @@ class _Checker:
             raise self.fail("plan-structure", f"Tile.compute must be a Compute or None, got {brief(c)}")
         if not callable(c.fn):
             raise self.fail("plan-structure", f"Compute.fn must be callable, got {brief(c.fn)}")
-        if not _ints((c.flops, c.reductions, c.extra_ops), 0):
-            raise self.fail("plan-structure", f"Compute.flops, reductions and extra_ops must be ints >= 0, got "
-                                              f"{brief((c.flops, c.reductions, c.extra_ops))}")
+        if not _ints((c.flops,), 0):
+            raise self.fail("plan-structure", f"Compute.flops must be an int >= 0, got {brief(c.flops)}")
         if c.precision not in self.target.core.precisions:
             have = ", ".join(self.target.core.precisions)
             raise self.fail("plan-structure", f"the compute is in precision {brief(c.precision)}, which "
@@ -360,6 +362,14 @@ class _Checker:
             raise self.fail("plan-structure", "Compute.inputs and Compute.outputs must be tuples of Operand")
         if type(c.loops) is not tuple:
             raise self.fail("plan-structure", f"Compute.loops must be a tuple of Loop, got {brief(c.loops)}")
+        if not c.loops and (c.flops or c.outputs):
+            does = " and ".join(([f"does {c.flops} flops"] if c.flops else [])
+                                + ([f"writes {len(c.outputs)} output operand{'s' if len(c.outputs) != 1 else ''}"]
+                                   if c.outputs else []))
+            raise self.fail("compute-loops", f"the compute {does} but states no loops: a compute is priced from "
+                                             f"its inner loops only (its flops are reported, never priced), so "
+                                             f"state the loop that issues its work in Compute.loops "
+                                             f"(kernels/common/loops.py; see docs/writing-a-kernel.md)")
         for i, loop in enumerate(c.loops):
             if id(loop) not in self._loops:  # tiles share their loops: each is judged once
                 self.loop(loop, i)

@@ -219,15 +219,14 @@ def _roofline_section(run: Run) -> str:
 def _loops_table(run: Run) -> str:
     """The plan's inner loops, costliest first: what a kernel engineer compares micro-kernels by (the II, the
     unit or issue class that sets it, and their share of the compute cycles)."""
-    rows, total, unlooped = loop_summaries(run.plan, run.target)
+    rows, total = loop_summaries(run.plan, run.target)
     if not rows or not total:
         return ""
     body = "".join(f"<tr><td>{_esc(r.label)}</td><td>{r.ii}</td><td>{_esc(r.bound_by)}</td><td>{r.tiles:,}</td>"
                    f"<td>{r.trips:,}</td><td>{r.cycles:,}</td><td>{100 * r.cycles / total:.1f}%</td></tr>"
                    for r in rows)
     rest = total - sum(r.cycles for r in rows)
-    note = (f" The rest, {rest:,} cycles ({100 * rest / total:.1f}%), is tile overheads"
-            + (f" and {unlooped:,} cycles of computes priced from their flops" if unlooped else "") + ".")
+    note = f" The rest, {rest:,} cycles ({100 * rest / total:.1f}%), is tile overheads."
     return ("<p>Inner loops over all cores' tiles (each priced as loop overhead + fill + iterations x II + "
             f"epilogue):{_esc(note)}</p><table><tr><th>loop</th><th>II</th><th>II set by</th><th>tiles</th>"
             f"<th>iterations</th><th>cycles</th><th>of compute</th></tr>{body}</table>")
