@@ -47,6 +47,8 @@ class Case:
     numpy_fn: Callable[[], tuple[np.ndarray, ...]]  # the same math once, whole tensors
     outputs: tuple[Output, ...]  # compared with numpy_fn()'s results, in order
     meta: dict[str, Any] = field(default_factory=dict)
+    #: The inputs by the example's names (the same arrays as :attr:`inputs`): what ``bench/tf_ops.py`` feeds TF.
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def case_id(self) -> str:
@@ -65,7 +67,7 @@ def case_of(e: Example) -> Case:
     return Case(e.kernel, e.chip, e.size, e.symbol, e.shape_text, {d.addr: arrays[d.name] for d in e.data},
                 dict(e.args), numpy_fn,
                 tuple(Output(o.name, o.addr, o.shape, np.dtype(o.dtype), o.rtol, o.atol) for o in e.outputs),
-                dict(e.meta))
+                dict(e.meta), arrays)
 
 
 def _build(kernel: str, chip: str, prefix: str, size: str) -> Case:

@@ -16,7 +16,13 @@ Each case runs in a fresh Python subprocess (so its peak memory is its own) that
   (``kernel.plan``, what a first call pays) and numpy's whole-tensor computation;
 * counts the SimPy events of a call (``Run.sim_events``) and measures memory: the
   process's peak resident set (``ru_maxrss``, inputs and numpy's result included)
-  and the peak of new allocations during one call (``tracemalloc``).
+  and the peak of new allocations during one call (``tracemalloc``);
+* with ``--tf``, then (same process, same run; after the memory is read, so
+  TensorFlow's own pages are not in it) runs TensorFlow's CPU op for the same math
+  (``bench/tf_ops.py``): its first call and its best warm call, its outputs
+  checked against the same numpy reference.  ``--tf`` needs the ``bench`` extra
+  (``pip install -e '.[bench]'``); without tensorflow it says so and measures the
+  rest.
 
 A warm full call splits into the warm planning, the event engine (timing-only
 call minus warm planning: SimPy scheduling, DMA engines and the shared
@@ -60,7 +66,7 @@ TARGET_ENGINE_SHARE = 0.20
 TARGET_MEMORY_BYTES = 2 << 30
 TARGET_TIMING_ONLY_SPEEDUP = 10.0
 #: Measurements merged over rounds by their best (wall times) or worst (memory) value.
-BEST_OF_ROUNDS = ("cold_s", "full_s", "timing_s", "lookup_s", "plan_s", "numpy_s")
+BEST_OF_ROUNDS = ("cold_s", "full_s", "timing_s", "lookup_s", "plan_s", "numpy_s", "tf_s", "tf_first_s")
 WORST_OF_ROUNDS = ("call_peak_bytes", "peak_rss_bytes")
 
 
@@ -100,8 +106,9 @@ def _longest(m: Any, case: bench_cases.Case, choice: Any) -> dict | None:
     return min(listed, key=tiles)
 
 
-def measure(case_id: str, repeat: int, tiling_mode: str = "default") -> dict[str, Any]:
-    """Every measurement of one case (run in a fresh process), with the cost model's tiling or the longest."""
+def measure(case_id: str, repeat: int, tiling_mode: str = "default", tf: bool = False) -> dict[str, Any]:
+    """Every measurement of one case (run in a fresh process), with the cost model's tiling or the longest;
+    TensorFlow's op for the same math too when ``tf``."""
     import sim
     case = bench_cases.build(case_id)
     m = sim.Simulator(case.chip)
@@ -134,6 +141,11 @@ def measure(case_id: str, repeat: int, tiling_mode: str = "default") -> dict[str
     call_peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     tiles = run.plan.tile_count
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # before TensorFlow loads
+    tf_results: dict[str, Any] = {}
+    if tf:
+        import tf_ops
+        tf_results = tf_ops.measure_tf(case, reference, repeat)
     return {
         "case": case_id, "kernel": case.kernel, "chip": case.chip, "symbol": case.symbol, "size": case.size,
         "shape": case.shape_text, "cycles": run.cycles, "roofline_fraction": run.roofline_fraction,
@@ -141,19 +153,21 @@ def measure(case_id: str, repeat: int, tiling_mode: str = "default") -> dict[str
         "sim_events": run.sim_events, "cold_s": cold, "full_s": full, "timing_s": timing, "lookup_s": lookup,
         "plan_s": plan,
         "numpy_s": numpy_s, "call_peak_bytes": call_peak,
-        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "peak_rss_bytes": peak_rss,
         "input_bytes": sum(a.nbytes for a in case.inputs.values()), "blas_threads": blas_threads(),
-        "tiling": run.tiling.tiling if run.tiling else None, "tiling_mode": tiling_mode,
+        "tiling": run.tiling.tiling if run.tiling else None, "tiling_mode": tiling_mode, **tf_results,
     }
 
 
-def run_case(case_id: str, repeat: int, threads: int | None, tiling_mode: str = "default") -> dict[str, Any]:
+def run_case(case_id: str, repeat: int, threads: int | None, tiling_mode: str = "default",
+             tf: bool = False) -> dict[str, Any]:
     """Measure one case in a fresh subprocess (its own peak memory, no state from other cases)."""
-    env = dict(os.environ)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")  # TensorFlow's start-up log lines are not results
     if threads is not None:
         env.update(OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
     proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", case_id, "--repeat",
-                           str(repeat), "--tiling", tiling_mode], capture_output=True, text=True, env=env, cwd=ROOT)
+                           str(repeat), "--tiling", tiling_mode, *(["--tf"] if tf else [])],
+                          capture_output=True, text=True, env=env, cwd=ROOT)
     if proc.returncode != 0:
         return {"case": case_id, "tiling_mode": tiling_mode,
                 "error": (proc.stderr.strip().splitlines() or ["failed"])[-1]}
@@ -185,9 +199,22 @@ HEADER = ("| kernel | chip | symbol | size | shape | tiling | tiles | SimPy even
           "call peak MiB | peak RSS MiB | cycles | roofline | bound |")
 
 
+#: Columns the tables gain when TensorFlow was measured (``--tf``).
+TF_HEADER = " TF s | sim / TF | timing-only / TF |"
+
+
+def _tf_cells(r: dict[str, Any]) -> str:
+    """The TensorFlow cells of one row: TF's warm call, and the warm full and timing-only calls over it."""
+    if "tf_s" not in r:
+        return " - | - | - |"
+    return f" {r['tf_s']:.4f} | {r['full_s'] / r['tf_s']:.1f} | {r['timing_s'] / r['tf_s']:.2f} |"
+
+
 def table(results: list[dict[str, Any]]) -> str:
-    """The Markdown table of the results."""
-    lines = [HEADER, "|" + "---|" * (HEADER.count("|") - 1)]
+    """The Markdown table of the results (with TensorFlow's columns when it was measured)."""
+    with_tf = any("tf_s" in r for r in results)
+    header = HEADER.replace(" ratio |", " ratio |" + TF_HEADER) if with_tf else HEADER
+    lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for r in results:
         if "error" in r:
             lines.append(f"| {r['case']} | error: {r['error']} |")
@@ -196,10 +223,29 @@ def table(results: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {r['kernel']} | {r['chip']} | {r['symbol'][:2]} | {r['size']} | {r['shape']} | "
             f"{_tiling_text(r.get('tiling'))} | {r['tiles']} | "
-            f"{r['sim_events']} | {r['full_s']:.3f} | {r['numpy_s']:.3f} | {d['ratio']:.2f} | {r['timing_s']:.4f} | "
+            f"{r['sim_events']} | {r['full_s']:.3f} | {r['numpy_s']:.3f} | {d['ratio']:.2f} |"
+            + (_tf_cells(r) if with_tf else "") + f" {r['timing_s']:.4f} | "
             f"{d['speedup_timing_only']:.1f} | {100 * d['engine_share']:.0f}% | {100 * d['numerics_share']:.0f}% | "
             f"{r['plan_s']:.4f} | {d['events_per_s'] / 1e3:.0f}k | {_mib(r['call_peak_bytes'])} | "
             f"{_mib(r['peak_rss_bytes'])} | {r['cycles']} | {100 * r['roofline_fraction']:.0f}% | {r['bound_by']} |")
+    return "\n".join(lines)
+
+
+TF_TABLE_HEADER = ("| kernel | chip | symbol | size | shape | TF op (dtype) | TF warm s | dspsim warm s | warm / TF | "
+                   "timing-only s | timing-only / TF | TF first s | dspsim first s | first / TF |")
+
+
+def tf_table(results: list[dict[str, Any]]) -> str:
+    """dspsim against TensorFlow's CPU op for the same math, one row per case measured with ``--tf``."""
+    lines = [TF_TABLE_HEADER, "|" + "---|" * (TF_TABLE_HEADER.count("|") - 1)]
+    for r in results:
+        if "tf_s" not in r:
+            continue
+        lines.append(
+            f"| {r['kernel']} | {r['chip']} | {r['symbol'][:2]} | {r['size']} | {r['shape']} | "
+            f"{r['tf_op']} ({r['tf_dtype']}) | {r['tf_s']:.4f} | {r['full_s']:.4f} | {r['full_s'] / r['tf_s']:.1f} | "
+            f"{r['timing_s']:.4f} | {r['timing_s'] / r['tf_s']:.2f} | {r['tf_first_s']:.4f} | {r['cold_s']:.3f} | "
+            f"{r['cold_s'] / r['tf_first_s']:.0f} |")
     return "\n".join(lines)
 
 
@@ -241,11 +287,14 @@ def machine_text(results: list[dict[str, Any]], threads: int | None) -> str:
     except OSError:
         pass
     blas = next((r.get("blas_threads") for r in results if r.get("blas_threads") is not None), None)
+    tf = next((r for r in results if "tf_version" in r), None)
+    tf_text = ("" if tf is None else f"; TensorFlow {tf['tf_version']} (tensorflow-cpu), thread pools intra/inter-op "
+               f"{'/'.join(str(n or 'default') for n in tf['tf_threads'])}")
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     return (f"{os.cpu_count()} logical cores ({cpu}), load average {load} at the end; Python "
             f"{platform.python_version()}, numpy {np.__version__}, SimPy {simpy.__version__}; numpy BLAS threads "
             f"in the cases: {blas if blas is not None else 'unknown'}"
-            + (f" (OPENBLAS_NUM_THREADS={threads})" if threads is not None else " (library default)"))
+            + (f" (OPENBLAS_NUM_THREADS={threads})" if threads is not None else " (library default)") + tf_text)
 
 
 def merge_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -256,7 +305,8 @@ def merge_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         return rounds[0]
     out = dict(ok[0])
     for key in BEST_OF_ROUNDS:
-        out[key] = min(r[key] for r in ok)
+        if all(key in r for r in ok):
+            out[key] = min(r[key] for r in ok)
     for key in WORST_OF_ROUNDS:
         out[key] = max(r[key] for r in ok)
     out["rounds"] = len(ok)
@@ -283,6 +333,13 @@ def report(results: list[dict[str, Any]], command: str, threads: int | None, rep
         "alone, which a first call pays once; *events/s* SimPy events over engine time; *call peak MiB* new "
         "allocations during one call (tracemalloc); *peak RSS MiB* the whole process's peak (inputs, numpy's "
         "result and the simulator's memory pages included).", "",
+        *(["## dspsim against TensorFlow", "",
+           "TensorFlow's CPU op for the same math (`bench/tf_ops.py`), measured in the same child process right "
+           "after dspsim, inputs already TF tensors; its outputs pass the same check against the numpy reference "
+           "as dspsim's. *TF warm s* its best call, *warm / TF* dspsim's warm full call over it, *timing-only / "
+           "TF* dspsim's `numerics=False` call over it; *first* calls: TF's first call of the op in the process "
+           "(TF imported), dspsim's first `call` after `Simulator(...)` (the tiling search included, the "
+           "constructor not).", "", tf_table(results), ""] if any("tf_s" in r for r in results) else []),
         "BLAS threads: the simulator's per-tile matrix products are small and run one after another, so the "
         "fair comparison gives numpy's whole-tensor product the same single thread (on this 2-core machine, "
         "shared with other jobs, a 2-thread OpenBLAS also spins against the other load).", "",
@@ -325,17 +382,26 @@ def main(argv: list[str]) -> int:
                    help="run every case this many times, round after round, keeping the best times")
     p.add_argument("--tiling", choices=("default", "longest", "both"), default="default",
                    help="the cost model's tiling, the priced candidate with fewest tiles, or both (two tables)")
+    p.add_argument("--tf", action="store_true",
+                   help="also time TensorFlow's CPU op for the same math (needs the bench extra: tensorflow-cpu)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.child:
-        print(json.dumps(measure(a.child, a.repeat, a.tiling)))
+        print(json.dumps(measure(a.child, a.repeat, a.tiling, a.tf)))
         return 0
+    if a.tf:
+        import tf_ops
+        missing = tf_ops.available()
+        if missing is not None:
+            print(f"--tf: tensorflow is not importable ({missing}); install the bench extra "
+                  f"(pip install -e '.[bench]'). Measuring without the TensorFlow columns.", file=sys.stderr)
+            a.tf = False
     modes = ("default", "longest") if a.tiling == "both" else (a.tiling,)
     todo = [(mode, cid) for mode in modes for cid in bench_cases.case_ids(a.kernel, a.size, a.chip)]
     measured: dict[tuple[str, str], list[dict[str, Any]]] = {k: [] for k in todo}
     for rnd in range(max(1, a.rounds)):
         for mode, cid in todo:
-            r = run_case(cid, a.repeat, a.blas_threads, mode)
+            r = run_case(cid, a.repeat, a.blas_threads, mode, a.tf)
             measured[(mode, cid)].append(r)
             label = f"{cid} ({mode})" + (f" round {rnd + 1}" if a.rounds > 1 else "")
             if "error" in r:
@@ -344,7 +410,8 @@ def main(argv: list[str]) -> int:
             d = derived(r)
             print(f"{label:<65} sim {r['full_s']:.3f} s numpy {r['numpy_s']:.3f} s "
                   f"ratio {d['ratio']:.2f} timing-only {r['timing_s']:.4f} s engine {100 * d['engine_share']:.0f}% "
-                  f"events {r['sim_events']} rss {_mib(r['peak_rss_bytes'])} MiB", flush=True)
+                  f"events {r['sim_events']} rss {_mib(r['peak_rss_bytes'])} MiB"
+                  + (f" TF {r['tf_s']:.4f} s sim/TF {r['full_s'] / r['tf_s']:.1f}" if "tf_s" in r else ""), flush=True)
     results = [merge_rounds(measured[k]) for k in todo]
     command = "python3 bench/run.py" + ("" if not argv else " " + shlex.join(argv))
     text = report(results, command, a.blas_threads, a.repeat, max(1, a.rounds))
