@@ -128,10 +128,25 @@ def _op(case: Any) -> tuple[Callable[[], tuple[Any, ...]], str]:
     raise KeyError(f"no TensorFlow op for kernel {case.kernel!r} (known: {', '.join(TF_OPS)})")
 
 
+def check(case: Any, got: tuple[Any, ...], reference: tuple[np.ndarray, ...]) -> str:
+    """``ok`` when TF's outputs match the reference within the case's tolerances (as dspsim's must), else what
+    differs: a mismatch is reported, not raised, because TF's fp16 CPU kernels may accumulate in fp16 where the
+    chip (and the reference) accumulate in fp32 -- the timing still stands, the table says how far apart."""
+    notes = []
+    for o, g, w in zip(case.outputs, got, reference):
+        g64 = np.asarray(g).astype(o.dtype).astype(np.float64).reshape(o.shape)
+        w64 = np.asarray(w).astype(o.dtype).astype(np.float64)
+        bad = ~np.isclose(g64, w64, rtol=o.rtol, atol=o.atol)
+        if bad.any():
+            notes.append(f"{o.name}: {int(bad.sum())} of {bad.size} beyond rtol {o.rtol:g} atol {o.atol:g}, "
+                         f"max |diff| {float(np.max(np.abs(g64 - w64))):.3g}")
+    return "ok" if not notes else "; ".join(notes)
+
+
 def measure_tf(case: Any, reference: tuple[np.ndarray, ...], repeat: int) -> dict[str, Any]:
     """TF's op for ``case`` in this process: its first call, its best warm call of ``repeat``, the dtype it ran
     in and its thread pools; its outputs are checked against ``reference`` (the case's numpy math) within the
-    case's tolerances, so the comparison is of the same math."""
+    case's tolerances (:func:`check`), so the comparison is of the same math."""
     import tensorflow as tf
     fn, dtype = _op(case)
     t0 = time.perf_counter()
@@ -142,11 +157,8 @@ def measure_tf(case: Any, reference: tuple[np.ndarray, ...], repeat: int) -> dic
         t0 = time.perf_counter()
         out = fn()  # eager CPU ops run synchronously: the result is computed when the call returns
         best = min(best, time.perf_counter() - t0)
-    for o, got, want in zip(case.outputs, out, reference):
-        np.testing.assert_allclose(np.asarray(got).astype(o.dtype).astype(np.float64).reshape(o.shape),
-                                   np.asarray(want).astype(o.dtype).astype(np.float64), rtol=o.rtol, atol=o.atol,
-                                   err_msg=f"{case.case_id}: TensorFlow {TF_OPS[case.kernel]} {o.name}")
     return {"tf_s": best, "tf_first_s": first, "tf_op": TF_OPS[case.kernel], "tf_dtype": dtype,
+            "tf_check": check(case, out, reference),
             "tf_version": tf.__version__,
             "tf_threads": (tf.config.threading.get_intra_op_parallelism_threads(),
                            tf.config.threading.get_inter_op_parallelism_threads())}
