@@ -227,7 +227,8 @@ def test_the_estimate_skips_only_candidates_that_cannot_tie(config):
     want = min(tied, key=lambda i: (entries[i][1].plan.tile_count, full[i], i))
     assert choice.tiling == entries[want][0]
     assert choice.simulated < len(entries)  # the estimate spared at least one simulation
-    for (cand, cycles), c in zip(choice.candidates, full):
+    assert [cand for cand, _ in choice.candidates] == [cand for cand, _ in entries]  # the kernel's order kept
+    for (_, cycles), c in zip(choice.candidates, full, strict=True):
         if cycles is not None:
             assert cycles == c  # simulated to the end: the real count
         else:
