@@ -3,8 +3,9 @@
 A kernel lists candidate tilings; each that plans is priced by a timing-only simulation (the engine moves no
 bytes and runs no numerics, so memory is untouched); candidates within the tolerance of the cheapest tie, and
 the tie goes to the fewest tiles.  A candidate still running when it can no longer tie is stopped there.
-Before simulating, every candidate is priced in closed form (:func:`sim.timing.estimate`): they are simulated
-cheapest estimate first, and one whose estimate shows it cannot tie any more is not simulated at all.
+(Pruning with the closed-form :func:`sim.timing.estimate` first was measured and does not pay: on the bench's
+large plans the estimate costs 50 to 100 % of a timing-only simulation, while a candidate that cannot tie
+is already stopped early.)
 :class:`TilingChoice` records what was chosen and how; :class:`TilingCache` remembers choices per call (and
 :mod:`sim.files.tuning_cache` across processes).
 """
@@ -20,20 +21,12 @@ from sim.engine.events import Recorder
 from sim.model.memory import AddressSpace
 from sim.model.plan import Plan
 from sim.model.target import Target
-from sim.timing import estimate
 
 #: Candidate tilings whose cycles are within this fraction of the cheapest count as tied; a tie goes to the
 #: candidate with the fewest tiles.  The model is cycle-approximate: a fraction of a percent separates
 #: tilings that differ only in how long the first load and the last store stay exposed, while fewer tiles
 #: mean fewer DMA descriptors on the chip and a several times faster simulation.
 TILING_TOLERANCE = 0.01
-
-#: How far above the simulated cycles the closed-form estimate may lie for a candidate to be skipped safely:
-#: one whose estimate exceeds ``(1 + ESTIMATE_MARGIN) * (1 + tolerance)`` times the best simulated so far
-#: cannot tie, and is not simulated.  The estimate lies at most 4.0 % above the simulation over every
-#: candidate tiling of the shipped run-configs and bench cases (179 plans; it errs low far more often, down to
-#: 35 % below, which only costs a simulation); 10 % leaves two and a half times that room.
-ESTIMATE_MARGIN = 0.10
 
 #: ``progress(phase, done, total)``: how a long search is going.
 Progress = Callable[[str, int, int], None]
@@ -110,22 +103,12 @@ def choose_tiling(candidates: Sequence[tuple[dict, Plan, EngineMemo | None]], ta
     the plan's engine memo) and the :class:`TilingChoice` that says so.
 
     ``progress``, when given, hears ``pricing tilings``: tiles simulated of all the candidates' tiles (a
-    candidate stopped early or skipped counts as done).
-
-    Candidates are simulated in order of their closed-form estimate, cheapest first, so the best so far drops
-    fast; a candidate whose estimate, less :data:`ESTIMATE_MARGIN`, cannot tie with it is skipped (its cycles
-    None, as for one stopped early).  The order does not change the pick: a candidate that ties with the
-    cheapest is never stopped nor skipped, whatever was simulated before it.
+    candidate stopped early counts as done).
     """
-    estimates = [estimate(plan, target) for _, plan, _ in candidates]
-    priced: list[tuple[dict, int | None]] = [(cand, None) for cand, _, _ in candidates]
+    priced: list[tuple[dict, int | None]] = []
     best: int | None = None  # the fewest cycles so far
-    total, done, simulated = sum(p.tile_count for _, p, _ in candidates), 0, 0
-    for i in sorted(range(len(candidates)), key=lambda i: (estimates[i], i)):
-        cand, plan, memo = candidates[i]
-        if best is not None and estimates[i] > best * (1 + tolerance) * (1 + ESTIMATE_MARGIN):
-            done += plan.tile_count
-            continue
+    total, done = sum(p.tile_count for _, p, _ in candidates), 0
+    for cand, plan, memo in candidates:
         limit = None if best is None else int(best * (1 + tolerance))
         tick = None
         if progress is not None:
@@ -134,8 +117,7 @@ def choose_tiling(candidates: Sequence[tuple[dict, Plan, EngineMemo | None]], ta
         cycles = Engine(target, memory, Recorder(), numerics=False, memo=memo, on_tile=tick).run(plan,
                                                                                                 until_cycles=limit)
         done += plan.tile_count
-        simulated += 1
-        priced[i] = (cand, cycles)
+        priced.append((cand, cycles))
         if cycles is not None and (best is None or cycles < best):
             best = cycles
     if progress is not None:
@@ -144,4 +126,4 @@ def choose_tiling(candidates: Sequence[tuple[dict, Plan, EngineMemo | None]], ta
     tied = [i for i, (_, cycles) in enumerate(priced) if cycles is not None and cycles <= best * (1 + tolerance)]
     # Fewest tiles, then fewest cycles, then the kernel's own order.
     pick = min(tied, key=lambda i: (candidates[i][1].tile_count, priced[i][1], i))
-    return pick, TilingChoice(candidates[pick][0], "cost model", tuple(priced), tolerance, simulated)
+    return pick, TilingChoice(candidates[pick][0], "cost model", tuple(priced), tolerance, len(priced))

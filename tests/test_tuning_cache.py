@@ -1,4 +1,4 @@
-"""The on-disk tuning cache (sim/files/tuning_cache.py) and the estimate-pruned tiling search (sim/tuning.py).
+"""The on-disk tuning cache (sim/files/tuning_cache.py).
 
 The conftest gives every test its own empty cache folder ($DSPSIM_CACHE_DIR), so nothing here touches the
 user's home.
@@ -17,13 +17,9 @@ import pytest
 
 import sim
 from sim.cli import main
-from sim.engine.engine import Engine
-from sim.engine.events import Recorder
 from sim.files import tuning_cache
-from sim.timing import estimate
 from sim.tools.config import load_config
 from sim.tools.runner import prepare
-from sim.tuning import ESTIMATE_MARGIN
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Three candidate tilings, cheap to price: the cache test's call.
@@ -199,40 +195,3 @@ def test_cli_cache_shows_and_clears(capsys, monkeypatch, tmp_path):
     assert main(["cache", "clear"]) == 0
     assert "1 entry deleted" in capsys.readouterr().out
     assert not tuning_cache.entries()
-
-
-# --- the estimate prunes the search ---------------------------------------------------------------------------
-
-
-def _full_cycles(m, entry) -> int:
-    return Engine(m.target, m.memory, Recorder(), numerics=False, memo=entry.engine_memo).run(entry.plan)
-
-
-@pytest.mark.parametrize("config", ["ft78ne_conv2d_backprop_filter_s.yaml",
-                                    "mt7004_depthwise_conv2d_backprop_input_p.yaml"])
-def test_the_estimate_skips_only_candidates_that_cannot_tie(config):
-    """Every candidate simulated in full (independent of the search): the skipped ones are truly out of the tie,
-    the pick is the exhaustive search's, and fewer candidates were simulated than listed."""
-    cfg = load_config(ROOT / "configs" / config)
-    m = prepare(cfg, numerics=False)
-    m.tuning_cache = False
-    run = m.call(cfg.symbol, numerics=False, **cfg.args)
-    choice = run.tiling
-    call = m.bind(cfg.symbol, **cfg.args)
-    entries = m._lower_candidates(m.kernel_of(call), call, m.context(call))
-    full = [_full_cycles(m, e) for _, e in entries]
-    best = min(full)
-    tol = m.tiling_tolerance
-    tied = [i for i, c in enumerate(full) if c <= best * (1 + tol)]
-    want = min(tied, key=lambda i: (entries[i][1].plan.tile_count, full[i], i))
-    assert choice.tiling == entries[want][0]
-    assert choice.simulated < len(entries)  # the estimate spared at least one simulation
-    assert [cand for cand, _ in choice.candidates] == [cand for cand, _ in entries]  # the kernel's order kept
-    for (_, cycles), c in zip(choice.candidates, full, strict=True):
-        if cycles is not None:
-            assert cycles == c  # simulated to the end: the real count
-        else:
-            assert c > best * (1 + tol)  # skipped or stopped: it could not tie
-    # The margin covers how far the estimate lies above the simulation here.
-    for (_, e), c in zip(entries, full):
-        assert estimate(e.plan, m.target) <= c * (1 + ESTIMATE_MARGIN)
