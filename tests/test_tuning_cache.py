@@ -195,3 +195,31 @@ def test_cli_cache_shows_and_clears(capsys, monkeypatch, tmp_path):
     assert main(["cache", "clear"]) == 0
     assert "1 entry deleted" in capsys.readouterr().out
     assert not tuning_cache.entries()
+
+
+KEYS = """
+import json, sys
+from pathlib import Path
+from sim.tools.config import load_config
+from sim.tools.runner import prepare
+out = {}
+for path in sorted(Path(sys.argv[1]).glob("*.yaml")):
+    cfg = load_config(path)
+    m = prepare(cfg, numerics=False)
+    call = m.bind(cfg.symbol, **cfg.args)
+    kernel = m.kernel_of(call)
+    if hasattr(kernel, "tilings"):
+        out[path.name] = m._disk_key(kernel, call)
+print(json.dumps(out))
+"""
+
+
+def test_every_shipped_kernel_has_a_key_stable_across_processes():
+    """A planner whose code holds nested code (a comprehension, a closure) must still get a key, and the same
+    one in another process (a code object's repr names its address)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    runs = [json.loads(subprocess.run([sys.executable, "-c", KEYS, str(ROOT / "configs")], env=env, check=True,
+                                      capture_output=True, text=True, timeout=120).stdout) for _ in range(2)]
+    assert len(runs[0]) >= 10
+    assert all(key is not None for key in runs[0].values()), runs[0]
+    assert runs[0] == runs[1]

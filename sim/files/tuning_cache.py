@@ -19,6 +19,7 @@ import inspect
 import json
 import os
 import tempfile
+import types
 from pathlib import Path
 from typing import Any
 
@@ -66,13 +67,26 @@ def model_version() -> str:
     return _model_version
 
 
+def _code_digest(code: types.CodeType, h: Any) -> None:
+    """Feed a code object's bytecode and constants to ``h``, nested code (comprehensions, closures) by content:
+    a code object's repr names its address, which differs from process to process."""
+    h.update(code.co_code)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            _code_digest(const, h)
+        else:
+            h.update(repr(const).encode())
+
+
 def _function_id(fn: Any) -> str | None:
     """Where a planner function comes from and its bytecode; None for one without code (no stable identity)."""
     fn = getattr(fn, "__func__", fn)
     code = getattr(fn, "__code__", None)
-    if code is None:
+    if not isinstance(code, types.CodeType):
         return None
-    return f"{fn.__module__}.{fn.__qualname__}:{hashlib.sha256(code.co_code).hexdigest()[:16]}:{code.co_consts!r}"
+    h = hashlib.sha256()
+    _code_digest(code, h)
+    return f"{fn.__module__}.{fn.__qualname__}:{h.hexdigest()[:16]}"
 
 
 def kernel_fingerprint(kernel: Any) -> str | None:
