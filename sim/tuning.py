@@ -13,7 +13,7 @@ is already stopped early.)
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sim.engine.engine import Engine, EngineMemo
@@ -50,8 +50,9 @@ class TilingChoice:
     source: str
     candidates: tuple[tuple[dict, int | None], ...] = ()
     tolerance: float = 0.0  # the simulator's tiling_tolerance when the cost model chose
-    simulated: int = 0
-    cached: bool = False
+    # How the choice was reached, not what it is: choices compare equal whether searched or read from disk.
+    simulated: int = field(default=0, compare=False)
+    cached: bool = field(default=False, compare=False)
 
     def describe(self) -> str:
         """One line for summaries."""
