@@ -34,6 +34,7 @@ from kernels.registry import (
 from sim.engine.engine import Engine, EngineMemo
 from sim.engine.events import Recorder, TraceEvent
 from sim.errors import KernelArgError, KernelDefinitionError, LayoutError, MemoryFault, brief
+from sim.files import tuning_cache as disk_tunings
 from sim.inspect.summary import CoreSummary, core_summaries, run_summary_text
 from sim.inspect.trace import run_metadata, write_trace
 from sim.model.call import BoundCall, Buffer
@@ -263,15 +264,25 @@ class Simulator:
     thread (a callback that waits for another thread to use the simulator
     deadlocks).  ``m.memory`` accessed directly bypasses the lock.  For calls
     that run in parallel, give each thread its own Simulator.
+
+    Tuning cache: the tiling the cost model chooses for a call is kept on disk
+    (:mod:`sim.files.tuning_cache`, ``$DSPSIM_CACHE_DIR``), so the next process
+    making the same call skips the search; ``tuning_cache=False`` neither
+    reads nor writes it (the default follows ``$DSPSIM_NO_CACHE``).
     """
 
-    def __init__(self, target: str | Path | Target = "FT78NE", *, tiling_tolerance: float = TILING_TOLERANCE):
+    def __init__(self, target: str | Path | Target = "FT78NE", *, tiling_tolerance: float = TILING_TOLERANCE,
+                 tuning_cache: bool | None = None):
         # Re-entrant: a locked method calls others (call -> plan_with_choice -> bind), and a progress callback
         # runs inside call on the calling thread.
         self._lock = threading.RLock()
         self.target = load_target(target)
         self.tiling_tolerance = tiling_tolerance
         self._tilings = TilingCache()
+        # The on-disk tuning cache (sim.files.tuning_cache): False neither reads nor writes it; None follows
+        # $DSPSIM_NO_CACHE (what --no-cache sets, for the worker processes too).
+        self.tuning_cache = disk_tunings.enabled_by_default() if tuning_cache is None else bool(tuning_cache)
+        self._target_text: str | None = None
         self._plans = PlanCache()
         self._registry_generation = generation()
         self.memory = AddressSpace(self.target)
@@ -425,6 +436,12 @@ class Simulator:
         cached = self._tilings.get(symbol, call, self.tiling_tolerance)
         if cached is not None:  # same call as before: same choice, without listing or pricing candidates again
             return call, self._lower(kernel, call, replace(ctx, tiling=cached.tiling)), cached
+        disk_key = self._disk_key(kernel, call) if offers and self.tuning_cache else None
+        if disk_key is not None:
+            stored = self._stored_choice(disk_key, kernel, call, ctx)
+            if stored is not None:
+                self._tilings.put(symbol, call, self.tiling_tolerance, stored[1])
+                return call, stored[0], stored[1]
         candidates = self._lower_candidates(kernel, call, ctx, progress) if offers else []
         if len(candidates) <= 1:
             if candidates:
@@ -435,7 +452,34 @@ class Simulator:
         pick, choice = choose_tiling([(c, e.plan, e.engine_memo) for c, e in candidates], self.target, self.memory,
                                      self.tiling_tolerance, progress)
         self._tilings.put(symbol, call, self.tiling_tolerance, choice)
+        if disk_key is not None:
+            disk_tunings.store(disk_key, {"symbol": symbol, "target": self.target.name, "tiling": choice.tiling,
+                                          "tolerance": choice.tolerance,
+                                          "candidates": [[c, cycles] for c, cycles in choice.candidates]})
         return call, candidates[pick][1], choice
+
+    def _disk_key(self, kernel: Any, call: BoundCall) -> str | None:
+        """The on-disk tuning cache's key of this call's choice, or None if it has none (no stable identity)."""
+        kernel_id = disk_tunings.kernel_fingerprint(kernel)
+        if kernel_id is None:
+            return None
+        if self._target_text is None:  # the parsed target, wherever its file lies: its content is what prices
+            self._target_text = repr(replace(self.target, path=""))
+        return disk_tunings.entry_key(self._target_text, call.symbol, repr(call), self.tiling_tolerance, kernel_id)
+
+    def _stored_choice(self, key: str, kernel: Any, call: BoundCall,
+                       ctx: PlanContext) -> tuple[CachedPlan, TilingChoice] | None:
+        """The plan and choice the tuning cache holds for ``key``; None if it holds none or its tiling no longer
+        plans (a stale or edited entry: ignored, never an error; the search that follows overwrites it)."""
+        doc = disk_tunings.load(key)
+        if doc is None:
+            return None
+        try:
+            entry = self._lower(kernel, call, replace(ctx, tiling=dict(doc["tiling"])))
+        except Exception:  # noqa: BLE001 (a hand-edited or stale tiling the kernel refuses: search instead)
+            return None
+        candidates = tuple((dict(c), cycles) for c, cycles in doc["candidates"])
+        return entry, TilingChoice(dict(doc["tiling"]), "cost model", candidates, doc["tolerance"], 0, True)
 
     @_locked
     def plan_bound(self, call: BoundCall, tiling: Mapping[str, Any] | None = None) -> Plan:

@@ -3,13 +3,17 @@
 A kernel lists candidate tilings; each that plans is priced by a timing-only simulation (the engine moves no
 bytes and runs no numerics, so memory is untouched); candidates within the tolerance of the cheapest tie, and
 the tie goes to the fewest tiles.  A candidate still running when it can no longer tie is stopped there.
-:class:`TilingChoice` records what was chosen and how; :class:`TilingCache` remembers choices per call.
+(Pruning with the closed-form :func:`sim.timing.estimate` first was measured and does not pay: on the bench's
+large plans the estimate costs 50 to 100 % of a timing-only simulation, while a candidate that cannot tie
+is already stopped early.)
+:class:`TilingChoice` records what was chosen and how; :class:`TilingCache` remembers choices per call (and
+:mod:`sim.files.tuning_cache` across processes).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sim.engine.engine import Engine, EngineMemo
@@ -37,13 +41,18 @@ class TilingChoice:
     where candidates within the simulator's ``tiling_tolerance`` of the
     cheapest tie and the one with the fewest tiles wins; their cycles are in
     ``candidates``, None for one stopped once it could no longer tie) or
-    ``kernel`` (the kernel offers one plan only).
+    ``kernel`` (the kernel offers one plan only).  ``simulated`` counts the
+    candidates the search simulated in this process (0 for a choice read
+    from the on-disk tuning cache, ``cached`` True then).
     """
 
     tiling: dict | None
     source: str
     candidates: tuple[tuple[dict, int | None], ...] = ()
     tolerance: float = 0.0  # the simulator's tiling_tolerance when the cost model chose
+    # How the choice was reached, not what it is: choices compare equal whether searched or read from disk.
+    simulated: int = field(default=0, compare=False)
+    cached: bool = field(default=False, compare=False)
 
     def describe(self) -> str:
         """One line for summaries."""
@@ -118,4 +127,4 @@ def choose_tiling(candidates: Sequence[tuple[dict, Plan, EngineMemo | None]], ta
     tied = [i for i, (_, cycles) in enumerate(priced) if cycles is not None and cycles <= best * (1 + tolerance)]
     # Fewest tiles, then fewest cycles, then the kernel's own order.
     pick = min(tied, key=lambda i: (candidates[i][1].tile_count, priced[i][1], i))
-    return pick, TilingChoice(candidates[pick][0], "cost model", tuple(priced), tolerance)
+    return pick, TilingChoice(candidates[pick][0], "cost model", tuple(priced), tolerance, len(priced))

@@ -15,3 +15,19 @@ def _kernel_registry_restored():
     from kernels.registry import registry_restored
     with registry_restored():
         yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _tuning_cache_of_the_session(tmp_path_factory):
+    """Before any fixture of a wider scope runs (a module's measured runs): the on-disk tuning cache lies in a
+    temporary folder, never the user's home; subprocesses the tests start inherit it."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DSPSIM_CACHE_DIR", str(tmp_path_factory.mktemp("dspsim-cache-session")))
+        mp.delenv("DSPSIM_NO_CACHE", raising=False)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _tuning_cache_in_tmp(tmp_path_factory, monkeypatch):
+    """Every test has its own empty on-disk tuning cache: no test sees a choice another one stored."""
+    monkeypatch.setenv("DSPSIM_CACHE_DIR", str(tmp_path_factory.mktemp("dspsim-cache")))

@@ -1,4 +1,4 @@
-"""The ``dspsim`` command: targets, kernels, run, validate."""
+"""The ``dspsim`` command: targets, kernels, run, validate, sweep, calibrate, cache."""
 
 from __future__ import annotations
 
@@ -219,6 +219,30 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cache(args: argparse.Namespace) -> int:
+    """Show the on-disk tuning cache (location, entries, size), or clear it."""
+    from sim.files import tuning_cache
+
+    where = tuning_cache.tuning_dir()
+    if args.action == "clear":
+        n = tuning_cache.clear()
+        print(f"tuning cache {where}: {n} entr{'y' if n == 1 else 'ies'} deleted")
+        return 0
+    n, size = len(tuning_cache.entries()), tuning_cache.size_bytes()
+    print(f"tuning cache: {where}")
+    print(f"entries: {n}")
+    print(f"size: {size} bytes")
+    print(f"(moved by ${tuning_cache.ENV_VAR}; bypassed by --no-cache; `dspsim cache clear` empties it)")
+    return 0
+
+
+def _no_cache(args: argparse.Namespace) -> None:
+    """``--no-cache``: this process and the workers it starts neither read nor write the tuning cache."""
+    if getattr(args, "no_cache", False):
+        from sim.files import tuning_cache
+        os.environ[tuning_cache.NO_CACHE_ENV_VAR] = "1"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``dspsim``."""
     p = argparse.ArgumentParser(prog="dspsim", description="Cycle-approximate simulator of FT78NE and MT7004 DSPs")
@@ -238,6 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--csv", action="store_true", help="also write the trace as CSV")
     r.add_argument("--strict", action="store_true",
                    help="refuse to run when the config leaves an input buffer without data (else a warning)")
+    r.add_argument("--no-cache", action="store_true",
+                   help="neither read nor write the on-disk tuning cache (search the tiling afresh)")
     r.set_defaults(func=cmd_run)
     v = sub.add_parser("validate", help="check a run-config's memory layout without simulating")
     v.add_argument("config", help="run-config YAML")
@@ -260,7 +286,13 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("-o", "--out-dir", default="traces/sweep", help="folder of the results (default traces/sweep)")
     w.add_argument("--workers", type=int, default=None, help="local worker processes (default: CPU count)")
     w.add_argument("--scheduler", help="address of a Dask distributed scheduler (tcp://host:8786)")
+    w.add_argument("--no-cache", action="store_true",
+                   help="neither read nor write the on-disk tuning cache (local workers inherit it)")
     w.set_defaults(func=cmd_sweep)
+    ca = sub.add_parser("cache", help="show the on-disk tuning cache (location, entries, size) or clear it")
+    ca.add_argument("action", nargs="?", choices=("show", "clear"), default="show",
+                    help="show (default) or clear")
+    ca.set_defaults(func=cmd_cache)
     add_trace_commands(sub)
     return p
 
@@ -268,6 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: one line per error on stderr and a non-zero exit, never a traceback for bad input."""
     args = build_parser().parse_args(argv)
+    _no_cache(args)
     try:
         code = args.func(args)
         sys.stdout.flush()  # a short output meets a closed pipe here rather than in the interpreter's exit

@@ -1,0 +1,225 @@
+"""The on-disk tuning cache (sim/files/tuning_cache.py).
+
+The conftest gives every test its own empty cache folder ($DSPSIM_CACHE_DIR), so nothing here touches the
+user's home.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import sim
+from sim.cli import main
+from sim.files import tuning_cache
+from sim.tools.config import load_config
+from sim.tools.runner import prepare
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Three candidate tilings, cheap to price: the cache test's call.
+SMALL = ROOT / "configs" / "ft78ne_batch_norm_grad_p.yaml"
+
+#: One call in a fresh process: its cycles, tiling and how the tiling was found, as JSON on stdout.
+CHILD = """
+import json, sys
+from sim.tools.config import load_config
+from sim.tools.runner import prepare
+cfg = load_config(sys.argv[1])
+m = prepare(cfg, numerics=False)
+run = m.call(cfg.symbol, numerics=False, **cfg.args)
+print(json.dumps({"cycles": run.cycles, "tiling": run.tiling.tiling, "simulated": run.tiling.simulated,
+                  "cached": run.tiling.cached, "source": run.tiling.source}))
+"""
+
+
+def _child(config: Path, env_extra: dict[str, str] | None = None) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **(env_extra or {}))
+    out = subprocess.run([sys.executable, "-c", CHILD, str(config)], env=env, capture_output=True, text=True,
+                         timeout=120, check=True)
+    return json.loads(out.stdout)
+
+
+def _call(config: Path = SMALL, **kw):
+    cfg = load_config(config)
+    m = prepare(cfg, numerics=False)
+    if kw:
+        m = sim.Simulator(m.target, **kw)
+        m = _with_data(cfg, m)
+    return m.call(cfg.symbol, numerics=False, **cfg.args)
+
+
+def _with_data(cfg, m):
+    placed = prepare(cfg, numerics=False)
+    m.memory = placed.memory
+    return m
+
+
+def test_a_second_process_starts_warm_and_prices_no_candidate():
+    first = _child(SMALL)
+    assert (first["source"], first["cached"]) == ("cost model", False)
+    assert first["simulated"] >= 1
+    assert len(tuning_cache.entries()) == 1
+    second = _child(SMALL)
+    assert (second["cached"], second["simulated"]) == (True, 0)  # no candidate listed or simulated
+    assert (second["cycles"], second["tiling"]) == (first["cycles"], first["tiling"])
+
+
+def test_no_cache_neither_reads_nor_writes(tmp_path):
+    run = _call(tuning_cache=False)
+    assert run.tiling.simulated >= 1 and not tuning_cache.entries()
+    _call()  # fills the cache
+    assert len(tuning_cache.entries()) == 1
+    again = _call(tuning_cache=False)
+    assert (again.tiling.cached, again.tiling.simulated) == (False, run.tiling.simulated)
+    # The environment variable --no-cache sets reaches a fresh process too.
+    child = _child(SMALL, {"DSPSIM_NO_CACHE": "1"})
+    assert (child["cached"], child["simulated"]) == (False, run.tiling.simulated)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "empty", "other format", "other key", "bad tiling",
+                                    "not a dict", "binary"])
+def test_a_damaged_entry_is_ignored_and_rebuilt(damage):
+    fresh = _call()
+    [entry] = tuning_cache.entries()
+    text = entry.read_text()
+    doc = json.loads(text)
+    bad = {"garbage": "{not json", "truncated": text[: len(text) // 2], "empty": "",
+           "other format": json.dumps(dict(doc, format=999)), "other key": json.dumps(dict(doc, key="0" * 64)),
+           "bad tiling": json.dumps(dict(doc, tiling={"no_such_key": 3})), "not a dict": "[1, 2]"}
+    if damage == "binary":
+        entry.write_bytes(b"\xff\xfe\x00garbage")
+    else:
+        entry.write_text(bad[damage])
+    run = _call()
+    assert not run.tiling.cached and run.tiling.simulated == fresh.tiling.simulated  # searched again
+    assert (run.cycles, run.tiling.tiling) == (fresh.cycles, fresh.tiling.tiling)
+    assert json.loads(entry.read_text()) == doc  # rebuilt whole
+    assert _call().tiling.cached
+
+
+def test_a_changed_model_target_or_tolerance_misses(monkeypatch, tmp_path):
+    _call()
+    assert _call().tiling.cached
+    # Another tolerance is another choice.
+    assert not _call(tiling_tolerance=0.02).tiling.cached
+    # A changed timing model or kernel (another hash of the source files) never reuses a stale choice.
+    monkeypatch.setattr(tuning_cache, "_model_version", "another-model")
+    assert not _call().tiling.cached
+    monkeypatch.undo()
+    # Another target content (the same chip with slower DDR), even in a file of the same name: another choice.
+    cfg = load_config(SMALL)
+    slow = sim.Simulator(cfg.target)
+    slow_target = replace(slow.target, regions=tuple(
+        replace(r, bandwidth_bytes_per_cycle=r.bandwidth_bytes_per_cycle / 2) if r.name == "ddr" else r
+        for r in slow.target.regions))
+    m = _with_data(cfg, sim.Simulator(slow_target))
+    assert not m.call(cfg.symbol, numerics=False, **cfg.args).tiling.cached
+
+
+def test_the_key_names_what_the_choice_depends_on():
+    cfg = load_config(SMALL)
+    m = prepare(cfg, numerics=False)
+    call = m.bind(cfg.symbol, **cfg.args)
+    kernel = m.kernel_of(call)
+    key = m._disk_key(kernel, call)
+    assert key is not None and key == m._disk_key(kernel, call)  # stable
+    moved = replace(call, buffers=(replace(call.buffers[0], addr=call.buffers[0].addr + 64),) + call.buffers[1:])
+    assert m._disk_key(kernel, moved) != key  # an address decides a buffer's region: it is part of the key
+    # A planner without a stable identity (defined nowhere on disk) is not cached on disk.
+    assert tuning_cache.entry_key("t", "s", "<object at 0x7f00>", 0.01, "k") is None
+
+
+def test_concurrent_processes_leave_one_whole_entry():
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    procs = [subprocess.Popen([sys.executable, "-c", CHILD, str(SMALL)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=180)
+        assert p.returncode == 0, err
+        results.append(json.loads(out))
+    assert len({(r["cycles"], json.dumps(r["tiling"], sort_keys=True)) for r in results}) == 1
+    [entry] = tuning_cache.entries()
+    assert tuning_cache.load(entry.stem) is not None
+    assert not list(tuning_cache.tuning_dir().glob("*.tmp"))  # no temporary file left behind
+
+
+def test_a_failed_write_leaves_no_file(monkeypatch):
+    def fail(*_a, **_k):
+        raise OSError("disk full")
+    monkeypatch.setattr(tuning_cache.os, "replace", fail)
+    run = _call()  # the run itself is not disturbed
+    assert run.tiling.simulated >= 1
+    assert not any(tuning_cache.tuning_dir().iterdir())
+
+
+def test_an_unwritable_cache_dir_is_not_an_error(monkeypatch, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("DSPSIM_CACHE_DIR", str(blocker))
+    assert _call().tiling.simulated >= 1
+    assert tuning_cache.entries() == [] and tuning_cache.size_bytes() == 0 and tuning_cache.clear() == 0
+
+
+def test_cache_dir_default_and_override(monkeypatch, tmp_path):
+    monkeypatch.setenv("DSPSIM_CACHE_DIR", str(tmp_path / "x"))
+    assert tuning_cache.tuning_dir() == tmp_path / "x" / "tuning"
+    monkeypatch.delenv("DSPSIM_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert tuning_cache.cache_dir() == tmp_path / "xdg" / "dspsim"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert tuning_cache.cache_dir() == tmp_path / "home" / ".cache" / "dspsim"
+
+
+def test_cli_cache_shows_and_clears(capsys, monkeypatch, tmp_path):
+    assert main(["cache"]) == 0
+    out = capsys.readouterr().out
+    assert f"tuning cache: {tuning_cache.tuning_dir()}" in out and "entries: 0" in out and "size: 0 bytes" in out
+    monkeypatch.setenv("DSPSIM_NO_CACHE", "")  # restored after the test: --no-cache sets it in this process
+    assert main(["run", str(SMALL), "--out-dir", str(tmp_path), "--no-cache"]) == 0
+    assert os.environ["DSPSIM_NO_CACHE"] == "1" and not tuning_cache.entries()
+    monkeypatch.setenv("DSPSIM_NO_CACHE", "")
+    assert main(["run", str(SMALL), "--out-dir", str(tmp_path)]) == 0
+    capsys.readouterr()
+    [entry] = tuning_cache.entries()
+    assert main(["cache", "show"]) == 0
+    out = capsys.readouterr().out
+    assert "entries: 1" in out and f"size: {entry.stat().st_size} bytes" in out
+    assert main(["cache", "clear"]) == 0
+    assert "1 entry deleted" in capsys.readouterr().out
+    assert not tuning_cache.entries()
+
+
+KEYS = """
+import json, sys
+from pathlib import Path
+from sim.tools.config import load_config
+from sim.tools.runner import prepare
+out = {}
+for path in sorted(Path(sys.argv[1]).glob("*.yaml")):
+    cfg = load_config(path)
+    m = prepare(cfg, numerics=False)
+    call = m.bind(cfg.symbol, **cfg.args)
+    kernel = m.kernel_of(call)
+    if hasattr(kernel, "tilings"):
+        out[path.name] = m._disk_key(kernel, call)
+print(json.dumps(out))
+"""
+
+
+def test_every_shipped_kernel_has_a_key_stable_across_processes():
+    """A planner whose code holds nested code (a comprehension, a closure) must still get a key, and the same
+    one in another process (a code object's repr names its address)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    runs = [json.loads(subprocess.run([sys.executable, "-c", KEYS, str(ROOT / "configs")], env=env, check=True,
+                                      capture_output=True, text=True, timeout=120).stdout) for _ in range(2)]
+    assert len(runs[0]) >= 10
+    assert all(key is not None for key in runs[0].values()), runs[0]
+    assert runs[0] == runs[1]
