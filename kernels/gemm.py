@@ -559,7 +559,8 @@ class _Planner:
         g, isz = self.g, self.isz
         base, stride, parts = lay["exchange"]
         sc = Scratch(self.am, 0, slots=2)
-        row_bytes = align_up(parts * g.n * 4, self.am.alignment_bytes) + 2 * align_up(g.n * isz, 128)
+        align = self.am.alignment_bytes
+        row_bytes = align_up(parts * g.n * 4, align) + 2 * align_up(g.n * isz, align)
         per = max(1, min(g.m, (sc.slot_bytes - 3 * self.am.alignment_bytes) // max(1, parts * g.n * 4 + 2 * g.n * isz)))
         if parts * g.n * 4 + 2 * g.n * isz + 3 * self.am.alignment_bytes > sc.slot_bytes:
             raise DoesNotFit(self.am.name, 2 * row_bytes, self.am.size_bytes,
