@@ -17,13 +17,12 @@ from __future__ import annotations
 import contextlib
 import difflib
 import importlib
-import importlib.metadata
 import sys
 import threading
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernels.base import (
     PREFIX_PRECISION,
@@ -33,6 +32,9 @@ from kernels.base import (
 )
 from sim.errors import KernelArgError, KernelDefinitionError, brief, one_line
 from sim.model.call import ARG_KINDS, ArgSpec
+
+if TYPE_CHECKING:
+    import importlib.metadata
 
 #: Modules under ``kernels/`` that each define a ``KERNEL``.
 KERNEL_MODULES: tuple[str, ...] = (
@@ -182,6 +184,7 @@ class _Registry:
         self.user: dict[str, KernelInfo] = {}
         self.symbols: dict[str, Symbol] = {}  # the live symbol table (REGISTRY)
         self.generation = 0
+        self.shipped_loaded = False
         self.entry_points_loaded = False
         self.entry_point_errors: list[str] = []
 
@@ -204,12 +207,13 @@ class _Registry:
 
 
 _STATE = _Registry()
-#: The live symbol table (name -> Symbol).  Entry-point kernels join it on the first lookup or listing:
-#: use :func:`lookup` and :func:`symbols`, which load them, rather than reading this directly.
+#: The live symbol table (name -> Symbol).  The shipped kernels and the entry points' join it on the first lookup
+#: or listing: use :func:`lookup` and :func:`symbols`, which load them, rather than reading this directly.
 REGISTRY: dict[str, Symbol] = _STATE.symbols
 
 
 def _build_shipped() -> None:
+    _STATE.shipped_loaded = True
     for mod_name in KERNEL_MODULES:
         kernel = importlib.import_module(f"kernels.{mod_name}").KERNEL
         info = check_kernel(kernel, SHIPPED)
@@ -255,6 +259,7 @@ def register_kernel(kernel: Kernel, *, replace: bool = False, origin: str | None
 def unregister_kernel(kernel: Kernel | str) -> None:
     """Forget a kernel registered with :func:`register_kernel` (by object or name); a shipped kernel it replaced
     comes back.  KernelDefinitionError when no such kernel was registered (shipped kernels stay)."""
+    _load_entry_points()
     with _STATE.lock:
         name = kernel if isinstance(kernel, str) else getattr(kernel, "name", None)
         info = _STATE.user.get(name) if isinstance(name, str) else None
@@ -315,9 +320,13 @@ def _load_entry_points() -> None:
     """Register the kernels installed packages declare (once per process); a broken one is recorded, not raised,
     so that the shipped kernels and the other packages' keep working."""
     with _STATE.lock:
+        if not _STATE.shipped_loaded:  # on first use, not on import: ``import sim`` stays quick
+            _build_shipped()
         if _STATE.entry_points_loaded:
             return
         _STATE.entry_points_loaded = True  # first: a package registering itself on import comes back here
+        import importlib.metadata  # here, not at the top: it costs tens of milliseconds to import
+
         try:
             eps = sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: (e.value, e.name))
         except Exception as e:  # noqa: BLE001 (broken metadata of some package must not break the shipped kernels)
@@ -396,10 +405,8 @@ def kernels() -> list[KernelInfo]:
 
 def origin_of(kernel: Kernel) -> str:
     """Where ``kernel`` came from (``shipped with dspsim``, a file, a module, an entry point)."""
+    _load_entry_points()
     for info in (*_STATE.user.values(), *_STATE.shipped.values()):
         if info.kernel is kernel:
             return info.origin
     return _caller_origin(kernel)
-
-
-_build_shipped()

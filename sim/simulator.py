@@ -31,7 +31,7 @@ from kernels.registry import (
     symbols,
     unregister_kernel,  # noqa: F401 (re-exported: sim.unregister_kernel)
 )
-from sim.engine.engine import Engine, EngineMemo
+from sim.engine.engine import Engine, EngineMemo, SimulatedTiming, simulate
 from sim.engine.events import Recorder, TraceEvent
 from sim.errors import KernelArgError, KernelDefinitionError, LayoutError, MemoryFault, brief
 from sim.files import tuning_cache as disk_tunings
@@ -45,7 +45,7 @@ from sim.model.plan_check import check_plan
 from sim.model.target import StagingArea, Target
 from sim.model.target_loader import load_target
 from sim.timing import Roofline, peak_flops_per_cycle, roofline
-from sim.tuning import TILING_TOLERANCE, Progress, TilingCache, TilingChoice, choose_tiling
+from sim.tuning import TILING_TOLERANCE, Candidate, Progress, TilingCache, TilingChoice, choose_tiling
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -67,11 +67,14 @@ class Run:
     wall_seconds: float
     args: dict = field(default_factory=dict)
     tiling: TilingChoice | None = None
-    sim_events: int = 0  # SimPy events the engine processed (the run's event-engine work)
+    sim_events: int = 0  # SimPy events the simulation of the plan processed (the event engine's work)
     numerics: bool = True  # False: a timing-only run (no values computed)
     arg_kinds: Mapping[str, str] = field(default_factory=dict)  # argument name -> its ArgSpec kind
     precision_note: str = ""  # what the symbol stores in fp16 and fp32 and computes in (the registry's note)
     kernel_origin: str = ""  # where the symbol's kernel came from (shipped, a file, a module, an entry point)
+    # The summaries of the events as they were when last summarised (the text, metadata and trace all need them).
+    _summaries: tuple[tuple[int, int, int], list[CoreSummary]] | None = field(default=None, init=False, repr=False,
+                                                                              compare=False)
 
     @property
     def user_kernel(self) -> bool:
@@ -105,7 +108,10 @@ class Run:
 
     def summaries(self) -> list[CoreSummary]:
         """Per-core busy / compute / DMA / wait cycles and bytes per region."""
-        return core_summaries(self.events, self.cores, self.cycles)
+        key = (id(self.events), len(self.events), self.cycles)
+        if self._summaries is None or self._summaries[0] != key:
+            self._summaries = (key, core_summaries(self.events, self.cores, self.cycles))
+        return list(self._summaries[1])
 
     def summary_text(self) -> str:
         """A human-readable summary: per-core table, bound and limit, FLOP/s, precisions, tiling."""
@@ -211,6 +217,9 @@ class CachedPlan:
     plan: Plan
     engine_memo: EngineMemo = field(default_factory=EngineMemo)
     _roofline: Roofline | None = None
+    # The plan's timing once simulated (timing never depends on the bytes): a later call of the same plan
+    # reuses it, and a full one only replays its effects on memory.
+    timing: SimulatedTiming | None = None
 
     def roofline(self, target: Target) -> Roofline:
         """The plan's roofline on ``target``, computed once."""
@@ -449,8 +458,12 @@ class Simulator:
                 self._tilings.put(symbol, call, self.tiling_tolerance, choice)
                 return call, candidates[0][1], choice
             return call, self._lower(kernel, call, ctx), TilingChoice(None, "kernel")
-        pick, choice = choose_tiling([(c, e.plan, e.engine_memo) for c, e in candidates], self.target, self.memory,
-                                     self.tiling_tolerance, progress)
+        pick, choice, timing = choose_tiling(
+            # No core starts before the launch: every resource's roofline time comes after it.
+            [Candidate(c, e.plan, e.engine_memo, self.target.launch_overhead_cycles + e.roofline(self.target).cycles)
+             for c, e in candidates],
+            self.target, self.memory, self.tiling_tolerance, progress)
+        candidates[pick][1].timing = timing
         self._tilings.put(symbol, call, self.tiling_tolerance, choice)
         if disk_key is not None:
             disk_tunings.store(disk_key, {"symbol": symbol, "target": self.target.name, "tiling": choice.tiling,
@@ -547,20 +560,24 @@ class Simulator:
         call, entry, choice = self._plan_entry(symbol, tiling, None, kwargs)
         sym = lookup(call.symbol)
         plan = entry.plan
-        recorder = Recorder()
-        engine = Engine(self.target, self.memory, recorder, numerics=numerics, on_tile=progress,
-                        memo=entry.engine_memo)
+        timing = entry.timing
         self.memory.begin()
         try:
-            cycles = engine.run(plan)
-            assert cycles is not None  # run to the end (no until_cycles)
+            if timing is None:
+                timing = simulate(plan, self.target, self.memory, numerics=bool(numerics), memo=entry.engine_memo,
+                                  on_tile=progress)
+                assert timing is not None  # run to the end (no until_cycles)
+                entry.timing = timing
+            elif numerics:  # simulated before (by the tiling search or an earlier call): only the bytes move now
+                Engine(self.target, self.memory, Recorder(), on_tile=progress,
+                       memo=entry.engine_memo).replay(timing.effects)
         except BaseException:
             self.memory.rollback()
             raise
         self.memory.commit()
-        return Run(symbol=symbol, target=self.target, call=call, plan=plan, cycles=cycles,
-                   events=recorder.events, roofline=entry.roofline(self.target),
+        return Run(symbol=symbol, target=self.target, call=call, plan=plan, cycles=timing.cycles,
+                   events=list(timing.events), roofline=entry.roofline(self.target),
                    wall_seconds=time.perf_counter() - t0, args=dict(kwargs), tiling=choice,
-                   sim_events=engine.sim_events, numerics=bool(numerics),
+                   sim_events=timing.sim_events, numerics=bool(numerics),
                    arg_kinds={a.name: a.kind for a in sym.kernel.args}, precision_note=sym.precision_note,
                    kernel_origin=sym.origin)

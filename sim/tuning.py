@@ -2,10 +2,12 @@
 
 A kernel lists candidate tilings; each that plans is priced by a timing-only simulation (the engine moves no
 bytes and runs no numerics, so memory is untouched); candidates within the tolerance of the cheapest tie, and
-the tie goes to the fewest tiles.  A candidate still running when it can no longer tie is stopped there.
-(Pruning with the closed-form :func:`sim.timing.estimate` first was measured and does not pay: on the bench's
-large plans the estimate costs 50 to 100 % of a timing-only simulation, while a candidate that cannot tie
-is already stopped early.)
+the tie goes to the fewest tiles.  Candidates are simulated fewest tiles first; one still running when it can
+no longer tie is stopped there, and the search ends as soon as no candidate left can change the pick by its
+roofline (a lower bound of any run of it, :func:`sim.timing.roofline`): on a DDR-bound layer, a candidate
+with smaller tiles moves the same bytes, cannot beat the first by more than the tolerance, and is never
+simulated.  (Pruning with the closed-form :func:`sim.timing.estimate` was measured and does not pay: it
+costs 50 to 100 % of a timing-only simulation on the bench's large plans, and it is no bound.)
 :class:`TilingChoice` records what was chosen and how; :class:`TilingCache` remembers choices per call (and
 :mod:`sim.files.tuning_cache` across processes).
 """
@@ -16,8 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.engine.engine import Engine, EngineMemo
-from sim.engine.events import Recorder
+from sim.engine.engine import EngineMemo, SimulatedTiming, simulate
 from sim.model.memory import AddressSpace
 from sim.model.plan import Plan
 from sim.model.target import Target
@@ -98,33 +99,70 @@ class _TileCounter:
         self.progress(self.phase, self.done, self.total)
 
 
-def choose_tiling(candidates: Sequence[tuple[dict, Plan, EngineMemo | None]], target: Target, memory: AddressSpace,
-                  tolerance: float, progress: Progress | None = None) -> tuple[int, TilingChoice]:
-    """The index of the candidate the cost model picks among at least two planned ``candidates`` (tiling, plan,
-    the plan's engine memo) and the :class:`TilingChoice` that says so.
+@dataclass(frozen=True)
+class Candidate:
+    """A candidate tiling as the search sees it: the plan it gives, the plan's engine memo, and a lower bound of
+    its cycles that holds for any run of it (its roofline)."""
 
-    ``progress``, when given, hears ``pricing tilings``: tiles simulated of all the candidates' tiles (a
-    candidate stopped early counts as done).
+    tiling: dict
+    plan: Plan
+    memo: EngineMemo | None
+    lower_bound_cycles: float
+
+
+def _cannot_win(pick: tuple[int, int], rest: Sequence[tuple[int, Candidate]], tolerance: float) -> bool:
+    """Whether none of the candidates not yet simulated can change the pick ``(tiles, cycles)``.
+
+    Candidates are taken fewest tiles first, so each of ``rest`` has at least as many tiles as the pick.  The pick
+    stays tied whatever they cost if none can come in under its cycles / (1 + tolerance) (the cheapest could then
+    not leave it out of the tie); one with more tiles then loses the tie to it, and one with as many tiles loses
+    unless it is cheaper (an equal count goes to the pick, which comes first in the kernel's order).
     """
-    priced: list[tuple[dict, int | None]] = []
+    tiles, cycles = pick
+    return all(c.lower_bound_cycles >= cycles / (1 + tolerance)
+               and (c.plan.tile_count > tiles or c.lower_bound_cycles >= cycles) for _, c in rest)
+
+
+def choose_tiling(candidates: Sequence[Candidate], target: Target, memory: AddressSpace, tolerance: float,
+                  progress: Progress | None = None) -> tuple[int, TilingChoice, SimulatedTiming]:
+    """The index of the candidate the cost model picks among at least two planned ``candidates``, the
+    :class:`TilingChoice` that says so, and the picked plan's simulated timing.
+
+    Candidates are simulated fewest tiles first, each stopped once it can no longer tie; the search ends when
+    no candidate left can change the pick, by their lower bounds (those are not simulated at all).  The pick is
+    the one a simulation of every candidate would give.  ``progress``, when given, hears ``pricing tilings``:
+    tiles simulated of all the candidates' tiles (a candidate stopped early or left out counts as done).
+    """
+    order = sorted(enumerate(candidates), key=lambda ic: (ic[1].plan.tile_count, ic[0]))
+    cycles_of: dict[int, int | None] = {}
+    timings: dict[int, SimulatedTiming] = {}
     best: int | None = None  # the fewest cycles so far
-    total, done = sum(p.tile_count for _, p, _ in candidates), 0
-    for cand, plan, memo in candidates:
+    total, done = sum(c.plan.tile_count for c in candidates), 0
+    for k, (i, cand) in enumerate(order):
+        if best is not None:
+            tied = [j for j, cycles in cycles_of.items() if cycles is not None and cycles <= best * (1 + tolerance)]
+            pick = min(tied, key=lambda j: (candidates[j].plan.tile_count, cycles_of[j], j))
+            if _cannot_win((candidates[pick].plan.tile_count, cycles_of[pick] or 0), order[k:], tolerance):
+                break
         limit = None if best is None else int(best * (1 + tolerance))
         tick = None
         if progress is not None:
             progress("pricing tilings", done, total)
             tick = _TileCounter(progress, "pricing tilings", done, total)
-        cycles = Engine(target, memory, Recorder(), numerics=False, memo=memo, on_tile=tick).run(plan,
-                                                                                                until_cycles=limit)
-        done += plan.tile_count
-        priced.append((cand, cycles))
-        if cycles is not None and (best is None or cycles < best):
-            best = cycles
+        timing = simulate(cand.plan, target, memory, numerics=False, memo=cand.memo, on_tile=tick,
+                          until_cycles=limit)
+        done += cand.plan.tile_count
+        cycles_of[i] = None if timing is None else timing.cycles
+        if timing is not None:
+            timings[i] = timing
+            if best is None or timing.cycles < best:
+                best = timing.cycles
     if progress is not None:
         progress("pricing tilings", total, total)
     assert best is not None
-    tied = [i for i, (_, cycles) in enumerate(priced) if cycles is not None and cycles <= best * (1 + tolerance)]
+    tied = [i for i, cycles in cycles_of.items() if cycles is not None and cycles <= best * (1 + tolerance)]
     # Fewest tiles, then fewest cycles, then the kernel's own order.
-    pick = min(tied, key=lambda i: (candidates[i][1].tile_count, priced[i][1], i))
-    return pick, TilingChoice(candidates[pick][0], "cost model", tuple(priced), tolerance, len(priced))
+    pick = min(tied, key=lambda i: (candidates[i].plan.tile_count, cycles_of[i], i))
+    priced = tuple((c.tiling, cycles_of.get(i)) for i, c in enumerate(candidates))
+    return pick, TilingChoice(candidates[pick].tiling, "cost model", priced, tolerance, len(cycles_of)), \
+        timings[pick]

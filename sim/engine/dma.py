@@ -30,8 +30,6 @@ class _UnitNames(dict):
 
 
 _DMA_UNITS = _UnitNames("dma")
-#: Memo value of a copy not planned yet (None means: not plannable, copy the slow way).
-_UNPLANNED = object()
 
 
 class Dma:
@@ -80,15 +78,9 @@ class Dma:
         t, eng = self.t, self.eng
         self.stream_start = self.env._now
         if eng.numerics:
-            planned = eng._memo.copies.get((id(t), self.core), _UNPLANNED)
-            if planned is _UNPLANNED:  # the copy's views, kept with the plan: its later runs reuse them
-                planned = eng._memo.copies[(id(t), self.core)] = eng.memory.copy_plan(
-                    self.src[1], t.src, self.dst[1], t.dst, t.shape, t.itemsize, t.src_strides, t.dst_strides)
-            if planned is None:
-                eng.memory.copy(self.src[1], t.src, self.dst[1], t.dst, t.shape, t.itemsize, t.src_strides,
-                                t.dst_strides)
-            else:
-                eng.memory.copy_planned(planned)
+            eng.copy_bytes(t, self.core, self.src[1], self.dst[1])
+        if eng.effects is not None:
+            eng.effects.append((t, self.core, self.src[1], self.dst[1]))
         engine = eng._engine_links.get((self.core, self.engine_id)) or eng._engine_link(self.core, self.engine_id)
         # A copy within one region names its link twice: the network adds both ends' bytes on it.
         self.flow = eng.net.start(((self.src_link, self.src_bytes), (self.dst_link, self.dst_bytes),

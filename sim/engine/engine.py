@@ -26,7 +26,8 @@ so the event engine's work grows with tiles, not with elements.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -66,17 +67,35 @@ class EngineMemo:
         self.compute_text: dict[int, str | None] = {}
 
 
+#: Memo value of a copy not planned yet (None means: not plannable, copy the slow way).
+_UNPLANNED = object()
+
+#: What a run does to simulated memory, in the order it does it: a transfer's bytes moving
+#: ``(transfer, core, source store key, destination store key)`` or a tile's compute ``(tile, core, cycle)``;
+#: and the progress it reports, ``(tiles, cycle)``.
+Effect = tuple
+
+
 class Engine:
-    """Runs one plan on a fresh SimPy environment; the cycle count is returned by :meth:`run`."""
+    """Runs one plan on a fresh SimPy environment; the cycle count is returned by :meth:`run`.
+
+    With ``effects`` (a list), the run also appends every :data:`Effect` it has on memory, in order, whether it
+    carries them out (``numerics``) or not.  Timing never depends on the bytes, so a full run of the same plan
+    would carry out exactly those effects in exactly that order: :meth:`replay` does, without simulating.
+    """
 
     def __init__(self, target: Target, memory: AddressSpace, recorder: Recorder, *, numerics: bool = True,
-                 on_tile: Callable[[int, int], None] | None = None, memo: EngineMemo | None = None):
+                 on_tile: Callable[[int, int], None] | None = None, memo: EngineMemo | None = None,
+                 effects: list[Effect] | None = None):
         self.target = target
         self.memory = memory
         self.recorder = recorder
         # One trace event per transfer and compute: a plain Recorder's list is appended to directly.
         self.record = recorder.events.append if type(recorder) is Recorder else recorder.record
         self.numerics = numerics
+        self.effects = effects
+        if effects is not None:  # the tiles' progress is replayed too, each at the cycle it was reported
+            on_tile = self._ticker(effects, on_tile)
         self.on_tile = on_tile
         self.env = simpy.Environment()
         self.events_processed = 0
@@ -159,8 +178,43 @@ class Engine:
 
     # -- compute ---------------------------------------------------------------------------------
 
-    def _operand_key(self, core: int, tile: Tile, op: Operand, label: str,
-                     what: str) -> tuple[int, int, np.dtype]:
+    def copy_bytes(self, t: Transfer, core: int, src_key: int, dst_key: int) -> None:
+        """Move a transfer's bytes in simulated memory (through views kept in the memo after the first time)."""
+        planned = self._memo.copies.get((id(t), core), _UNPLANNED)
+        if planned is _UNPLANNED:  # the copy's views, kept with the plan: its later runs reuse them
+            planned = self._memo.copies[(id(t), core)] = self.memory.copy_plan(
+                src_key, t.src, dst_key, t.dst, t.shape, t.itemsize, t.src_strides, t.dst_strides)
+        if planned is None:
+            self.memory.copy(src_key, t.src, dst_key, t.dst, t.shape, t.itemsize, t.src_strides, t.dst_strides)
+        else:
+            self.memory.copy_planned(planned)
+
+    @staticmethod
+    def _ticker(effects: list[Effect], on_tile: Callable[[int, int], None] | None) -> Callable[[int, int], None]:
+        """``on_tile`` that also logs each report ``(tiles, cycle)`` among the effects."""
+        log = effects.append
+
+        def tick(tiles: int, cycle: int) -> None:
+            log((tiles, cycle))
+            if on_tile is not None:
+                on_tile(tiles, cycle)
+        return tick
+
+    def replay(self, effects: Sequence[Effect]) -> None:
+        """Carry out the effects a run of this engine's plan recorded, in their order: the memory a full run
+        leaves, without simulating again; ``on_tile`` hears the tiles as the run reported them."""
+        copy, compute, tick = self.copy_bytes, self._compute_numerics, self.on_tile
+        for effect in effects:
+            if len(effect) == 4:
+                copy(*effect)
+            elif len(effect) == 3:
+                tile, core, cycle = effect
+                compute(core, tile, cycle)
+            elif tick is not None:
+                tick(*effect)
+
+    def _operand_key(self, core: int, tile: Tile, op: Operand, label: str, what: str,
+                     cycle: int) -> tuple[int, int, np.dtype]:
         """(store key, bytes, little-endian dtype) of a compute operand; MemoryFault if it is not mapped."""
         dt = np.dtype(op.dtype).newbyteorder("<")
         n = math.prod(op.shape) * dt.itemsize
@@ -169,18 +223,17 @@ class Engine:
             try:
                 got = self.memory.map.resolve(op.addr, n, core, what=what)
             except MemoryFault as e:
-                raise MemoryFault(f"core {core}, tile {tile.tile_id}, cycle {self.env._now}: {label}: {e}") \
-                    from None
+                raise MemoryFault(f"core {core}, tile {tile.tile_id}, cycle {cycle}: {label}: {e}") from None
             self._resolved[(op.addr, op.addr + n, core)] = got
         return got[1], n, dt
 
-    def _operand_view(self, core: int, tile: Tile, op: Operand, label: str,
-                      what: str) -> tuple[int, int, np.dtype, np.ndarray | None, np.ndarray | None]:
+    def _operand_view(self, core: int, tile: Tile, op: Operand, label: str, what: str,
+                      cycle: int) -> tuple[int, int, np.dtype, np.ndarray | None, np.ndarray | None]:
         """(store key, bytes, dtype, a view of the operand's bytes and a read-only one, or None twice if it
         crosses a page), kept in the memo: a cached plan's operands are the same every run."""
         got = self._memo.operands.get((id(op), core))
         if got is None:
-            key, n, dt = self._operand_key(core, tile, op, label, what)
+            key, n, dt = self._operand_key(core, tile, op, label, what, cycle)
             view = self.memory.dense_view(key, op.addr, op.shape, dt)
             frozen = None
             if view is not None:
@@ -189,16 +242,16 @@ class Engine:
             got = self._memo.operands[(id(op), core)] = (key, n, dt, view, frozen)
         return got
 
-    def _read_operand(self, core: int, tile: Tile, op: Operand) -> np.ndarray:
-        key, n, dt, _, frozen = self._operand_view(core, tile, op, "compute operand", "read")
+    def _read_operand(self, core: int, tile: Tile, op: Operand, cycle: int) -> np.ndarray:
+        key, n, dt, _, frozen = self._operand_view(core, tile, op, "compute operand", "read", cycle)
         # Read-only: a tile's function cannot write simulated memory through its inputs (numpy refuses), and
         # its results are written back only once it has returned, so no input is copied.
         if frozen is not None:
             return frozen
         return self.memory.read_span(key, op.addr, n).copy().view(dt).reshape(op.shape)
 
-    def _write_operand(self, core: int, tile: Tile, op: Operand, value: np.ndarray) -> None:
-        key, n, dt, view, _ = self._operand_view(core, tile, op, "compute output", "write")
+    def _write_operand(self, core: int, tile: Tile, op: Operand, value: np.ndarray, cycle: int) -> None:
+        key, n, dt, view, _ = self._operand_view(core, tile, op, "compute output", "write", cycle)
         arr = np.asarray(value, dtype=dt)
         if arr.nbytes != n:
             raise SimError(f"tile {tile.tile_id}: compute output of shape {arr.shape} does not fill "
@@ -209,21 +262,29 @@ class Engine:
         else:
             self.memory.write_span(key, op.addr, np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
 
+    def _compute_numerics(self, core: int, tile: Tile, cycle: int) -> None:
+        """Run a tile's compute function on its operands in simulated memory and write its results back."""
+        c = tile.compute
+        assert c is not None  # the walk computes only tiles that have a compute
+        arrays = [self._read_operand(core, tile, op, cycle) for op in c.inputs]
+        results = c.fn(*arrays)
+        if len(results) != len(c.outputs):
+            raise SimError(f"tile {tile.tile_id}: compute returned {len(results)} arrays for "
+                           f"{len(c.outputs)} outputs")
+        if len(results) > 1:
+            # A result that is (a view of) a read-only input must not change under an earlier output's write.
+            results = [r.copy() if isinstance(r, np.ndarray) and not r.flags.writeable else r for r in results]
+        for op, value in zip(c.outputs, results):
+            self._write_operand(core, tile, op, value, cycle)
+
     def _compute_start(self, core: int, tile: Tile) -> int:
         """Run a tile's numerics (results written back now) and return the cycles its compute takes."""
         c = tile.compute
         assert c is not None  # the walk computes only tiles that have a compute
         if self.numerics:
-            arrays = [self._read_operand(core, tile, op) for op in c.inputs]
-            results = c.fn(*arrays)
-            if len(results) != len(c.outputs):
-                raise SimError(f"tile {tile.tile_id}: compute returned {len(results)} arrays for "
-                               f"{len(c.outputs)} outputs")
-            if len(results) > 1:
-                # A result that is (a view of) a read-only input must not change under an earlier output's write.
-                results = [r.copy() if isinstance(r, np.ndarray) and not r.flags.writeable else r for r in results]
-            for op, value in zip(c.outputs, results):
-                self._write_operand(core, tile, op, value)
+            self._compute_numerics(core, tile, self.env._now)
+        if self.effects is not None:
+            self.effects.append((tile, core, self.env._now))
         cycles = self._memo.compute.get(id(c))
         if cycles is None:
             cycles = self._memo.compute[id(c)] = compute_cycles(c, self.target)
@@ -321,3 +382,29 @@ class Engine:
         if missing:
             raise SimError(f"simulation stalled: cores {missing} never finished (deadlocked plan)")
         return max(self.core_end_cycles.values())
+
+
+@dataclass(frozen=True)
+class SimulatedTiming:
+    """What simulating a plan gave: its cycles, trace events and SimPy events, and the effects on memory a full
+    run carries out in order (so that another call of the same plan needs no simulation, only
+    :meth:`Engine.replay` when it computes values)."""
+
+    cycles: int
+    events: tuple[TraceEvent, ...]
+    sim_events: int
+    effects: tuple[Effect, ...]
+
+
+def simulate(plan: Plan, target: Target, memory: AddressSpace, *, numerics: bool, memo: EngineMemo | None = None,
+             on_tile: Callable[[int, int], None] | None = None,
+             until_cycles: int | None = None) -> SimulatedTiming | None:
+    """Run ``plan`` (its numerics too when ``numerics``) and return its timing, effects recorded; None when it
+    has not finished by ``until_cycles``."""
+    recorder = Recorder()
+    effects: list[Effect] = []
+    engine = Engine(target, memory, recorder, numerics=numerics, on_tile=on_tile, memo=memo, effects=effects)
+    cycles = engine.run(plan, until_cycles=until_cycles)
+    if cycles is None:
+        return None
+    return SimulatedTiming(cycles, tuple(recorder.events), engine.sim_events, tuple(effects))

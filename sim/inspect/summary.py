@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from sim.engine.events import TraceEvent
 from sim.model.plan import Plan
 from sim.model.target import Target
@@ -92,52 +94,72 @@ def _dma_moving(e: TraceEvent) -> list[tuple[int, int]]:
 
 def _partition(compute: Sequence[tuple[int, int]], dma: Sequence[tuple[int, int]], wait: Sequence[tuple[int, int]],
                total: int) -> tuple[int, int, int, int, int]:
-    """Cycles of ``[0, total)`` that are (compute only, overlap, DMA only, wait only, idle)."""
-    delta: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0])
-    for k, spans in enumerate((compute, dma, wait)):
-        for s, e in spans:
-            s, e = max(s, 0), min(e, total)
-            if e > s:
-                delta[s][k] += 1
-                delta[e][k] -= 1
-    out = [0, 0, 0, 0, 0]
-    level = [0, 0, 0]
-    cursor = 0
-    for t in sorted(set(delta) | {total}):
-        if t > cursor:
-            c, d, w = (x > 0 for x in level)
-            out[0 if c and not d else 1 if c else 2 if d else 3 if w else 4] += t - cursor
-            cursor = t
-        if t in delta:
-            level = [a + b for a, b in zip(level, delta[t])]
-    return out[0], out[1], out[2], out[3], out[4]
+    """Cycles of ``[0, total)`` that are (compute only, overlap, DMA only, wait only, idle).
+
+    A sweep over the spans' ends, in numpy: a layer-sized run has hundreds of thousands of spans.
+    """
+    cuts = [np.array([0, total], np.int64)]
+    clipped = []
+    for spans in (compute, dma, wait):
+        a = np.array(spans, np.int64).reshape(-1, 2)
+        a = np.clip(a, 0, total)
+        a = a[a[:, 1] > a[:, 0]]
+        clipped.append(a)
+        cuts.append(a.reshape(-1))
+    times = np.unique(np.concatenate(cuts))
+    lengths = np.diff(times)
+    starts = times[:-1]
+    # How many spans of each kind cover [times[i], times[i+1]): begun at or before it, not yet ended.
+    c, d, w = ((np.searchsorted(np.sort(a[:, 0]), starts, "right") - np.searchsorted(np.sort(a[:, 1]), starts, "right"))
+               > 0 for a in clipped)
+    compute_only = int(lengths[c & ~d].sum())
+    overlap = int(lengths[c & d].sum())
+    dma_only = int(lengths[~c & d].sum())
+    wait_only = int(lengths[~c & ~d & w].sum())
+    return compute_only, overlap, dma_only, wait_only, int(total - compute_only - overlap - dma_only - wait_only)
+
+
+class _CoreSpans:
+    """One core's events sorted into the spans and totals its summary needs (collected in one pass)."""
+
+    def __init__(self) -> None:
+        self.compute: list[tuple[int, int]] = []
+        self.dma: list[tuple[int, int]] = []
+        self.wait: list[tuple[int, int]] = []
+        self.by_region: dict[str, int] = defaultdict(int)
+        self.end = 0
+        self.flops = 0
+
+    def add(self, e: TraceEvent) -> None:
+        kind = e.kind
+        if kind == "compute":
+            self.compute.append((e.start, e.end))
+        elif kind in ("dma_in", "dma_out"):
+            self.dma.extend(_dma_moving(e))
+            if e.wait_cycles and e.wait_start is not None:
+                self.wait.append((e.wait_start, e.wait_start + e.wait_cycles))
+            self.by_region[e.src_region or ""] += e.bytes
+            if e.dst_region != e.src_region:
+                self.by_region[e.dst_region or ""] += e.bytes
+        elif kind in ("barrier_wait", "launch"):
+            self.wait.append((e.start, e.end))
+        self.end = max(self.end, e.end)
+        self.flops += e.flops
 
 
 def core_summaries(events: Sequence[TraceEvent], cores: Sequence[int], total_cycles: int) -> list[CoreSummary]:
     """Per core, the run's cycles split into compute / overlap / DMA / wait / idle, plus flops and bytes per region."""
-    by_core: dict[int, list[TraceEvent]] = defaultdict(list)
+    by_core: dict[int, _CoreSpans] = defaultdict(_CoreSpans)
     for e in events:
-        by_core[e.core].append(e)
+        by_core[e.core].add(e)
     out = []
     for core in cores:
-        ev = by_core.get(core, [])
-        comp = [(e.start, e.end) for e in ev if e.kind == "compute"]
-        dma = [span for e in ev if e.kind in ("dma_in", "dma_out") for span in _dma_moving(e)]
-        wait = [(e.wait_start, e.wait_start + e.wait_cycles) for e in ev
-                if e.kind in ("dma_in", "dma_out") and e.wait_cycles and e.wait_start is not None]
-        wait += [(e.start, e.end) for e in ev if e.kind in ("barrier_wait", "launch")]
-        by_region: dict[str, int] = defaultdict(int)
-        for e in ev:
-            if e.kind in ("dma_in", "dma_out"):
-                by_region[e.src_region or ""] += e.bytes
-                if e.dst_region != e.src_region:
-                    by_region[e.dst_region or ""] += e.bytes
-        end = max((e.end for e in ev), default=0)
-        total = max(total_cycles, end)
-        c, o, d, w, i = _partition(comp, dma, wait, total)
-        out.append(CoreSummary(core=core, end_cycle=end, run_cycles=total, compute_only_cycles=c, overlap_cycles=o,
-                               dma_only_cycles=d, wait_cycles=w, idle_cycles=i, flops=sum(e.flops for e in ev),
-                               bytes_by_region=dict(sorted(by_region.items()))))
+        spans = by_core.get(core) or _CoreSpans()
+        total = max(total_cycles, spans.end)
+        c, o, d, w, i = _partition(spans.compute, spans.dma, spans.wait, total)
+        out.append(CoreSummary(core=core, end_cycle=spans.end, run_cycles=total, compute_only_cycles=c,
+                               overlap_cycles=o, dma_only_cycles=d, wait_cycles=w, idle_cycles=i, flops=spans.flops,
+                               bytes_by_region=dict(sorted(spans.by_region.items()))))
     return out
 
 

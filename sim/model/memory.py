@@ -409,6 +409,30 @@ class AddressSpace:
         _, key = self.map.resolve(addr, n, core, what="read")
         return np.array(self.read_span(key, int(addr), n)).view(dt).reshape(shp)
 
+    def writable_view(self, addr: int, shape: Sequence[int], dtype: np.dtype,
+                      core: int | None = None) -> np.ndarray | None:
+        """A writable view of the dense array at ``addr`` (checked like :meth:`write`, journaled and marked
+        written), for filling a large input in place; None when its bytes cross a page (then :meth:`write`)."""
+        dt = np.dtype(dtype).newbyteorder("<")
+        n = math.prod(shape) * dt.itemsize
+        _, key = self.map.resolve(addr, n, core, what="write")
+        view = self.dense_view(key, int(addr), shape, dt)
+        if view is not None:
+            self._touch(key, int(addr), int(addr) + n)
+        return view
+
+    def read_only_view(self, addr: int, shape: Sequence[int] | int, dtype: np.dtype | type | str,
+                       core: int | None = None) -> np.ndarray:
+        """The array :meth:`read` gives, as a read-only view of simulated memory where its bytes lie on one
+        page (a copy otherwise), for saving a large output without a second copy of it."""
+        dt = checked_dtype(dtype).newbyteorder("<")
+        shp = access_shape(shape, "read")
+        n = math.prod(shp) * dt.itemsize
+        _, key = self.map.resolve(addr, n, core, what="read")
+        out = self.read_span(key, int(addr), n).view(dt).reshape(shp)
+        out.flags.writeable = False
+        return out
+
 
 def checked_dtype(dtype: object, what: str = "read") -> np.dtype:
     """``dtype`` as a plain numeric numpy dtype, else MemoryFault (None is refused: numpy reads it as float64)."""

@@ -59,7 +59,7 @@ from types import MappingProxyType
 from typing import Any
 
 from sim.errors import TargetError, brief
-from sim.files.yamlsafe import read_yaml_file
+from sim.files.yamlsafe import decode_yaml_bytes, load_yaml, read_yaml_bytes
 from sim.model.target import (
     COMPUTE_PRECISIONS,
     ISSUE_CLASSES,
@@ -579,7 +579,22 @@ def load_target(name_or_path: str | Path | Target) -> Target:
         raise TargetError(f"target: expected a chip name or a YAML path, got {type(name_or_path).__name__}")
     path = resolve_target_path(name_or_path)
     where = _shown(path)
-    return _parse(read_yaml_file(path, where, TargetError, what="target file"), where)
+    data = read_yaml_bytes(path, where, TargetError, what="target file")
+    # A target is frozen data: one parse per file content and process serves every simulator made from it.
+    key = (where, data)
+    target = _PARSED.get(key)
+    if target is None:
+        target = _parse(load_yaml(decode_yaml_bytes(data, where, TargetError, "target file"), where, TargetError),
+                        where)
+        if len(_PARSED) >= PARSED_TARGETS_KEPT:
+            _PARSED.pop(next(iter(_PARSED)))
+        _PARSED[key] = target
+    return target
+
+
+#: Parsed targets kept per process, by (path as shown, file content): an edited file is parsed again.
+PARSED_TARGETS_KEPT = 32
+_PARSED: dict[tuple[str, bytes], Target] = {}
 
 
 def _shown(path: Path) -> str:

@@ -109,12 +109,16 @@ class RunConfig:
     tiling_tolerance: float | None = None  # the cost model's tie tolerance; None: the simulator's default
     kernels: tuple[KernelSource, ...] = ()  # user kernels to import before binding
 
-    def materialise(self, spec: ArraySpec) -> np.ndarray:
-        """The array a ``data`` entry describes (seeded random, a .npy file, a fill value, or literal values)."""
+    def materialise(self, spec: ArraySpec, out: np.ndarray | None = None) -> np.ndarray:
+        """The array a ``data`` entry describes (seeded random, a .npy file, a fill value, or literal values).
+
+        ``out`` (an array of the entry's shape and dtype, such as a view of simulated memory) receives seeded
+        random values in place, after the entry is checked; the result is then ``out`` itself.
+        """
         src = spec.source
         where = f"{self.path}: data.{spec.name}"
         if "random" in src:
-            return _random(spec, src["random"] or {}, where)
+            return _random(spec, src["random"] or {}, where, out)
         if "fill" in src:
             return np.full(spec.shape, _fill_value(spec, src["fill"], where), dtype=spec.dtype)
         if "values" in src:
@@ -128,7 +132,7 @@ class RunConfig:
         return _load_npy(self.path, spec, src["file"], where)
 
 
-def _random(spec: ArraySpec, r: dict, where: str) -> np.ndarray:
+def _random(spec: ArraySpec, r: dict, where: str, out: np.ndarray | None = None) -> np.ndarray:
     rng = np.random.default_rng(r.get("seed", 0))
     low, high = r.get("low", -1.0), r.get("high", 1.0)
     if low > high:
@@ -139,10 +143,32 @@ def _random(spec: ArraySpec, r: dict, where: str) -> np.ndarray:
         if lo > hi or lo < info.min or hi > info.max:
             raise ConfigError(f"{where}.random: [{brief(low)}, {brief(high)}] holds no {spec.dtype} value or leaves "
                               f"its range [{info.min}, {info.max}]")
-        return rng.integers(lo, hi, size=spec.shape, endpoint=True, dtype=spec.dtype)
+        ints = rng.integers(lo, hi, size=spec.shape, endpoint=True, dtype=spec.dtype)
+        if out is None:
+            return ints
+        out[...] = ints
+        return out
     if not math.isfinite(high - low) or max(abs(low), abs(high)) > float(np.finfo(spec.dtype).max):
         raise ConfigError(f"{where}.random: [{brief(low)}, {brief(high)}] does not fit {spec.dtype}")
-    return rng.uniform(low, high, size=spec.shape).astype(spec.dtype)
+    return _uniform(rng, float(low), float(high), np.empty(spec.shape, spec.dtype) if out is None else out)
+
+
+#: Doubles drawn per step of :func:`_uniform`: large enough to amortise the call, small enough to stay in cache.
+RANDOM_CHUNK_ELEMENTS = 1 << 20
+
+
+def _uniform(rng: np.random.Generator, low: float, high: float, out: np.ndarray) -> np.ndarray:
+    """``out`` filled with ``rng.uniform(low, high, out.shape)`` converted to its dtype, a chunk at a time.
+
+    The generator hands out its doubles in sequence, so the values are the very ones a single call gives; a
+    layer-sized tensor then never holds a float64 copy of itself (twice its bytes for fp32, four times for
+    fp16), and each chunk is converted while it is still in cache.
+    """
+    flat = out.reshape(-1)  # a view: ``out`` is dense
+    for start in range(0, flat.size, RANDOM_CHUNK_ELEMENTS):
+        stop = min(start + RANDOM_CHUNK_ELEMENTS, flat.size)
+        flat[start:stop] = rng.uniform(low, high, size=stop - start)
+    return out
 
 
 def _fill_value(spec: ArraySpec, v: int | float, where: str) -> int | float:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -10,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.errors import SimError
-from sim.files.atomic import atomic_write_bytes
+from sim.files.atomic import atomic_write
 from sim.model.call import BoundCall
 from sim.simulator import Run, Simulator, check_argument_names
 from sim.tools.config import RunConfig
@@ -80,6 +79,15 @@ def place_data(cfg: RunConfig, m: Simulator, numerics: bool,
             progress("placing data", i, len(cfg.data))
         if not numerics and "values" not in spec.source:
             continue
+        view = None
+        try:
+            if "random" in spec.source:  # generated straight into simulated memory: no second copy of a tensor
+                view = m.memory.writable_view(spec.addr, spec.shape, spec.dtype, core=spec.core)
+        except SimError as e:
+            raise type(e)(f"{cfg.path}: data '{spec.name}': {e}") from None
+        if view is not None:
+            cfg.materialise(spec, out=view)
+            continue
         arr = cfg.materialise(spec)
         try:
             m.write(spec.addr, arr, core=spec.core)
@@ -101,6 +109,14 @@ def execute(cfg: RunConfig, progress: Callable[[int, int], None] | None = None) 
     return m, run
 
 
+def _npy_writer(arr: np.ndarray) -> Callable[[Path], None]:
+    """A writer of ``arr`` as a .npy file at the path it is given."""
+    def write(path: Path) -> None:
+        with path.open("wb") as f:  # a file object: np.save given a name would append ".npy" to it
+            np.save(f, arr, allow_pickle=False)
+    return write
+
+
 def save_outputs(cfg: RunConfig, m: Simulator, out_dir: Path,
                  progress: Callable[[str, int, int], None] | None = None) -> list[Path]:
     """Read the config's outputs back and save each as ``<out_dir>/<config stem>.<name>.npy`` (atomically);
@@ -110,10 +126,9 @@ def save_outputs(cfg: RunConfig, m: Simulator, out_dir: Path,
         if progress is not None:
             progress("writing outputs", i, len(cfg.outputs))
         try:
-            arr = m.read(spec.addr, spec.shape, spec.dtype, core=spec.core)
+            # Streamed from simulated memory to the file: a layer-sized output is never copied in the host.
+            arr = m.memory.read_only_view(spec.addr, spec.shape, spec.dtype, core=spec.core)
         except SimError as e:
             raise type(e)(f"{cfg.path}: output '{spec.name}': {e}") from None
-        buf = io.BytesIO()
-        np.save(buf, arr, allow_pickle=False)
-        paths.append(atomic_write_bytes(out_dir / f"{cfg.path.stem}.{spec.name}.npy", buf.getvalue()))
+        paths.append(atomic_write(out_dir / f"{cfg.path.stem}.{spec.name}.npy", _npy_writer(arr)))
     return paths

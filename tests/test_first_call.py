@@ -1,0 +1,178 @@
+"""What makes a first call quick, and why each shortcut gives exactly what the long way gives.
+
+- The tiling search simulates candidates fewest tiles first and leaves out those that cannot change the pick by
+  their roofline (a lower bound of any run): its pick is the one simulating every candidate gives, checked here
+  against that exhaustive search.
+- A plan simulated once (by the search or an earlier call) is not simulated again: a full call replays the
+  effects the simulation recorded, and must leave the very bytes, cycles, trace and progress a simulating run
+  leaves.
+- A target file is parsed once per process; ``import sim`` imports no kernel module and no entry-point
+  machinery; a run-config's random inputs are generated in place, chunk by chunk, to the same values as one
+  ``rng.uniform(...)`` call; outputs are saved straight from simulated memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import sim
+from kernels.examples import example
+from sim.tools.config import RANDOM_CHUNK_ELEMENTS, ArraySpec, _random
+from sim.tuning import TILING_TOLERANCE
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _placed(ex, **kw) -> sim.Simulator:
+    m = sim.Simulator(ex.chip, **kw)
+    ex.place(m.write)
+    return m
+
+
+def _exhaustive_pick(ex, place: bool = True) -> tuple[dict, list[tuple[dict, int, int]]]:
+    """The tie rule applied to every candidate simulated to the end: (tiling, [(tiling, cycles, tiles)])."""
+    m = _placed(ex, tuning_cache=False) if place else sim.Simulator(ex.chip, tuning_cache=False)
+    call = m.bind(ex.symbol, **ex.args)
+    kernel = m.kernel_of(call)
+    rows = []
+    for cand in kernel.tilings(call, m.context(call)):
+        try:
+            run = m.call(ex.symbol, numerics=False, tiling=cand, **ex.args)
+        except sim.LayoutError:  # a candidate that does not fit is dropped by the search too
+            continue
+        rows.append((dict(cand), run.cycles, run.plan.tile_count))
+    best = min(c for _, c, _ in rows)
+    tied = [i for i, (_, c, _) in enumerate(rows) if c <= best * (1 + TILING_TOLERANCE)]
+    pick = min(tied, key=lambda i: (rows[i][2], rows[i][1], i))
+    return rows[pick][0], rows
+
+
+CASES = [("fused_batch_norm_grad", "large", "FT78NE", "fp"), ("batch_norm_grad", "medium", "MT7004", "hp"),
+         ("fake_quant_with_min_max_vars_gradient", "medium", "FT78NE", "fp"),
+         ("conv2d_backprop_filter", "medium", "MT7004", "fp"), ("depthwise_conv2d_backprop_input", "medium",
+                                                                 "FT78NE", "fp"),
+         ("gemm", "medium", "MT7004", "hp")]
+
+
+@pytest.mark.parametrize("kernel,size,chip,prefix", CASES)
+def test_the_pruned_search_picks_what_simulating_every_candidate_picks(kernel, size, chip, prefix):
+    ex = example(kernel, size, chip, prefix)
+    expected, rows = _exhaustive_pick(ex)
+    run = _placed(ex, tuning_cache=False).call(ex.symbol, numerics=False, **ex.args)
+    assert run.tiling.tiling == expected
+    if len(rows) > 1:
+        assert run.tiling.source == "cost model" and 1 <= run.tiling.simulated <= len(rows)
+        by_tiling = {repr(t): c for t, c, _ in rows}
+        for tiling, cycles in run.tiling.candidates:  # a number is the candidate's full simulation
+            assert cycles is None or cycles == by_tiling[repr(tiling)]
+
+
+def test_a_ddr_bound_layer_leaves_out_the_smaller_tiles():
+    """FusedBatchNormGrad 16x56x56x64 on FT78NE is DDR-bound: the candidate with 4x the tiles moves about the same
+    bytes, its roofline (after the launch) is within the tolerance of the first's cycles, so it is never
+    simulated, and the pick is the exhaustive search's."""
+    ex = example("fused_batch_norm_grad", "large", "FT78NE", "fp")
+    ex = dataclasses.replace(ex, args=dict(ex.args, shape=[16, 56, 56, 64]))
+    expected, rows = _exhaustive_pick(ex, place=False)
+    most_tiles = max(rows, key=lambda r: r[2])
+    assert most_tiles[0] != expected and len(rows) >= 2
+    run = sim.Simulator(ex.chip, tuning_cache=False).call(ex.symbol, numerics=False, **ex.args)
+    assert run.tiling.tiling == expected and run.tiling.simulated == len(rows) - 1
+    assert [t for t, c in run.tiling.candidates if c is None] == [most_tiles[0]]
+
+
+@pytest.mark.parametrize("kernel,size,chip,prefix", CASES[:4])
+def test_a_replayed_call_leaves_what_a_simulated_call_leaves(kernel, size, chip, prefix):
+    """The search simulated the picked plan timing-only; the full call then only replays its effects.  A second
+    simulator given that tiling simulates with numerics: same bytes in every output, cycles, trace, progress."""
+    ex = example(kernel, size, chip, prefix)
+    replayed = _placed(ex, tuning_cache=False)
+    ticks_a: list[tuple[int, int]] = []
+    a = replayed.call(ex.symbol, progress=lambda n, c: ticks_a.append((n, c)), **ex.args)
+    simulated = _placed(ex, tuning_cache=False)
+    ticks_b: list[tuple[int, int]] = []
+    b = simulated.call(ex.symbol, tiling=a.tiling.tiling, progress=lambda n, c: ticks_b.append((n, c)), **ex.args)
+    assert (a.cycles, a.events) == (b.cycles, b.events)
+    assert ticks_a == ticks_b and sum(n for n, _ in ticks_a) == a.plan.tile_count
+    for out in ex.outputs:
+        ra = replayed.read(out.addr, out.shape, out.dtype, core=out.core)
+        rb = simulated.read(out.addr, out.shape, out.dtype, core=out.core)
+        assert ra.tobytes() == rb.tobytes(), out.name
+    assert replayed.memory.snapshot() == simulated.memory.snapshot()
+
+
+def test_a_repeated_call_replays_and_computes_on_the_new_bytes():
+    """The second call of the same plan is not simulated again (its trace is the first's), but its values come
+    from the inputs in memory now: new inputs, new results, as the reference says."""
+    ex = example("fake_quant_with_min_max_vars_gradient", "medium", "MT7004", "fp")
+    m = _placed(ex, tuning_cache=False)
+    first = m.call(ex.symbol, **ex.args)
+    rng = np.random.default_rng(7)
+    inputs = {d.name: (rng.uniform(-3, 3, d.shape).astype(d.dtype) if d.random is not None else d.array())
+              for d in ex.data}
+    ex.place(m.write, inputs)
+    second = m.call(ex.symbol, **ex.args)
+    assert second.events == first.events and second.events is not first.events
+    want = ex.expected(inputs)
+    for out in ex.outputs:
+        got = m.read(out.addr, out.shape, out.dtype, core=out.core)
+        np.testing.assert_allclose(got, want[out.name], rtol=out.rtol, atol=out.atol)
+
+
+def test_a_failing_replay_rolls_memory_back():
+    """A replayed compute that fails (here: the kernel's function replaced after the plan was simulated) leaves
+    memory as it was, like a failing simulated run."""
+    ex = example("fake_quant_with_min_max_vars_gradient", "medium", "MT7004", "fp")
+    m = _placed(ex, tuning_cache=False)
+    run = m.call(ex.symbol, numerics=False, **ex.args)
+    tile = next(t for ph in run.plan.phases for ts in ph.tiles.values() for t in ts if t.compute is not None)
+    before = m.memory.snapshot()
+
+    def broken(*arrays):
+        raise ValueError("kernel bug in a replayed tile")
+    object.__setattr__(tile.compute, "fn", broken)
+    with pytest.raises(ValueError, match="replayed tile"):
+        m.call(ex.symbol, **ex.args)
+    assert m.memory.snapshot() == before
+
+
+def test_a_target_file_is_parsed_once_per_content(tmp_path):
+    a, b = sim.Simulator("FT78NE"), sim.Simulator("ft78ne")
+    assert a.target is b.target
+    copy = tmp_path / "chip.yaml"
+    copy.write_text((ROOT / "targets" / "FT78NE.yaml").read_text())
+    c = sim.Simulator(str(copy))
+    assert c.target is not a.target and c.target.cores == 8
+    copy.write_text(copy.read_text().replace("clock_hz: 1800000000", "clock_hz: 1000000000"))
+    d = sim.Simulator(str(copy))
+    assert d.target.clock_hz == 1_000_000_000 and c.target.clock_hz == 1_800_000_000
+
+
+def test_import_sim_imports_no_kernel_or_plotting_module():
+    """(SimPy imports importlib.metadata for its version: the registry's entry points are listed on first use.)"""
+    code = ("import sys, sim; sim.Simulator('MT7004'); "
+            "print(sorted(m for m in sys.modules if m.startswith(('kernels.', 'matplotlib', 'pandas', 'dask', "
+            "'tqdm', 'ruamel')) and m not in ('kernels.base', 'kernels.registry')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"
+    # The kernels come in with the first lookup or listing.
+    listed = subprocess.run([sys.executable, "-m", "sim.cli", "kernels"], capture_output=True, text=True, cwd=ROOT)
+    assert listed.returncode == 0 and "gemm" in listed.stdout
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
+def test_random_inputs_drawn_in_chunks_equal_one_draw(dtype):
+    shape = (3, RANDOM_CHUNK_ELEMENTS // 2 + 7)  # more than two chunks, not a multiple of one
+    spec = ArraySpec("x", 0x80000000, shape, np.dtype(dtype), None, {"random": {"seed": 11, "low": -2.5, "high": 4.0}})
+    want = np.random.default_rng(11).uniform(-2.5, 4.0, size=shape).astype(dtype)
+    got = _random(spec, {"seed": 11, "low": -2.5, "high": 4.0}, "x")
+    assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+    into = np.full(shape, np.nan, dtype)
+    assert _random(spec, {"seed": 11, "low": -2.5, "high": 4.0}, "x", into) is into
+    assert into.tobytes() == want.tobytes()
