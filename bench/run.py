@@ -5,30 +5,34 @@ Run from the repository root::
     python3 bench/run.py                       # every case, results in bench/results.md
     python3 bench/run.py --kernel conv2d_backprop_filter --size large --out -   # print only
 
-Each case runs in a fresh Python subprocess (so its peak memory is its own) that:
+Each case runs in a fresh Python subprocess (so its peak memory is its own), with an empty tuning cache
+(``DSPSIM_CACHE_DIR`` a fresh folder), that:
 
-* places the inputs and makes one cold call (the tiling cost model runs here: its
-  candidates are simulated in timing-only mode; later calls reuse the choice);
+* times ``import sim`` and ``Simulator(...)``, places the inputs and makes the first call (the tiling search
+  runs here: candidates simulated timing-only, fewest tiles first, those that cannot win left out; the picked
+  plan's simulation is kept, so the call itself only replays its effects on memory);
 * checks the simulator's outputs against the same math once in numpy;
-* times, best of ``--repeat``: a full call, a timing-only call (``numerics=False``),
-  the warm planning (bind, layout check, cached tiling and plan:
-  ``Simulator.plan_with_choice``), the kernel's planning uncached
-  (``kernel.plan``, what a first call pays) and numpy's whole-tensor computation;
+* times, best of ``--repeat``: a repeated full call (only the numerics replayed), a simulated full call and a
+  timing-only call of a plan not simulated before (``clear_caches``, its tiling given: planning, plan check
+  and simulation), the warm planning (bind, layout check, cached tiling and plan:
+  ``Simulator.plan_with_choice``), the kernel's planning uncached (``kernel.plan``) and numpy's whole-tensor
+  computation;
 * counts the SimPy events of a call (``Run.sim_events``) and measures memory: the
-  process's peak resident set (``ru_maxrss``, inputs and numpy's result included)
-  and the peak of new allocations during one call (``tracemalloc``);
+  process's peak resident set (``ru_maxrss``, inputs and numpy's result included),
+  what the first call added to it, and the peak of new allocations during one call (``tracemalloc``);
 * with ``--tf``, then (same process, same run; after the memory is read, so
   TensorFlow's own pages are not in it) runs TensorFlow's CPU op for the same math
-  (``bench/tf_ops.py``): its first call and its best warm call, its outputs
-  checked against the same numpy reference.  ``--tf`` needs the ``bench`` extra
-  (``pip install -e '.[bench]'``); without tensorflow it says so and measures the
-  rest.
+  (``bench/tf_ops.py``): its first call and its best warm call and the resident set
+  its import and calls added, its outputs checked against the same numpy reference.
+  ``--tf`` needs the ``bench`` extra (``pip install -e '.[bench]'``); without
+  tensorflow it says so and measures the rest.
 
-A warm full call splits into the warm planning, the event engine (timing-only
-call minus warm planning: SimPy scheduling, DMA engines and the shared
-bandwidth's recomputations, trace events, the roofline) and numerics (full minus timing-only: DMA byte moves,
-operand reads and writes, the tiles' numpy work).  ``engine share`` is the
-event engine's part of the full call.
+A second fresh process then makes only the first call again, with the tuning cache the first one filled.
+
+A simulated full call splits into planning, the event engine (timing-only call minus planning: SimPy
+scheduling, DMA engines and the shared bandwidth's recomputations, trace events, the roofline) and numerics
+(simulated full minus timing-only: DMA byte moves, operand reads and writes, the tiles' numpy work).
+``engine share`` is the event engine's part of it.
 
 numpy's BLAS may run on several threads; the children inherit ``--blas-threads``
 (through OPENBLAS_NUM_THREADS / OMP_NUM_THREADS) so that both sides of the ratio
@@ -46,6 +50,7 @@ import resource
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -66,8 +71,9 @@ TARGET_ENGINE_SHARE = 0.20
 TARGET_MEMORY_BYTES = 2 << 30
 TARGET_TIMING_ONLY_SPEEDUP = 10.0
 #: Measurements merged over rounds by their best (wall times) or worst (memory) value.
-BEST_OF_ROUNDS = ("cold_s", "full_s", "timing_s", "lookup_s", "plan_s", "numpy_s", "tf_s", "tf_first_s")
-WORST_OF_ROUNDS = ("call_peak_bytes", "peak_rss_bytes")
+BEST_OF_ROUNDS = ("cold_s", "start_s", "first_s", "first_warm_s", "full_s", "full_sim_s", "timing_s", "lookup_s",
+                  "plan_s", "numpy_s", "tf_s", "tf_first_s")
+WORST_OF_ROUNDS = ("call_peak_bytes", "first_call_peak_bytes", "peak_rss_bytes", "tf_peak_bytes")
 
 
 def _best(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
@@ -106,17 +112,28 @@ def _longest(m: Any, case: bench_cases.Case, choice: Any) -> dict | None:
     return min(listed, key=tiles)
 
 
-def measure(case_id: str, repeat: int, tiling_mode: str = "default", tf: bool = False) -> dict[str, Any]:
+def measure(case_id: str, repeat: int, tiling_mode: str = "default", tf: bool = False,
+            first_only: bool = False) -> dict[str, Any]:
     """Every measurement of one case (run in a fresh process), with the cost model's tiling or the longest;
-    TensorFlow's op for the same math too when ``tf``."""
-    import sim
+    TensorFlow's op for the same math too when ``tf``; only the fresh process's first call when ``first_only``
+    (run again with the tuning cache the first child filled)."""
     case = bench_cases.build(case_id)
+    t0 = time.perf_counter()
+    import sim
     m = sim.Simulator(case.chip)
+    start_s = time.perf_counter() - t0  # import sim and Simulator(...): what a fresh process pays before calling
     for addr, arr in case.inputs.items():
         m.write(addr, arr)
+    reset_peak_rss()
+    rss_before = current_rss_bytes()
     t0 = time.perf_counter()
     run = m.call(case.symbol, **case.args)
     cold = time.perf_counter() - t0
+    first_call_peak = peak_rss_since_reset() - rss_before
+    first = {"case": case_id, "start_s": start_s, "cold_s": cold, "first_s": start_s + cold,
+             "first_searched": run.tiling is not None and run.tiling.simulated > 0}
+    if first_only:
+        return first
     if tiling_mode == "longest":
         tiling = _longest(m, case, run.tiling)
         if tiling is not None:
@@ -127,10 +144,19 @@ def measure(case_id: str, repeat: int, tiling_mode: str = "default", tf: bool = 
         got = m.read(out.addr, out.shape, out.dtype)
         np.testing.assert_allclose(got.astype(np.float64), np.asarray(want).astype(out.dtype).astype(np.float64),
                                    rtol=out.rtol, atol=out.atol, err_msg=f"{case_id}: {out.name}")
+    # A repeated call: tiling, plan and the plan's simulated timing cached, only the numerics replayed.
     full, run = _best(lambda: m.call(case.symbol, **case.args), repeat)
-    timing, trun = _best(lambda: m.call(case.symbol, numerics=False, **case.args), repeat)
-    if (trun.cycles, trun.events) != (run.cycles, run.events):
-        raise AssertionError(f"{case_id}: timing-only run differs from the full run")
+    chosen = dict(run.tiling.tiling) if run.tiling and run.tiling.tiling else None
+
+    def fresh(numerics: bool) -> Any:
+        """A call of a plan not simulated before (what a new sweep point pays once its tiling is known)."""
+        m.clear_caches()
+        return m.call(case.symbol, numerics=numerics, **dict(case.args, tiling=chosen) if chosen else case.args)
+    timing, trun = _best(lambda: fresh(False), repeat)
+    full_sim, srun = _best(lambda: fresh(True), repeat)
+    if (trun.cycles, trun.events) != (run.cycles, run.events) or (srun.cycles, srun.events) != (run.cycles,
+                                                                                              run.events):
+        raise AssertionError(f"{case_id}: timing-only, simulated and replayed runs differ")
     # A warm call finds its tiling and plan cached: what remains of planning is bind, layout check and lookup.
     lookup, (call, _, choice) = _best(lambda: m.plan_with_choice(case.symbol, **case.args), repeat)
     kernel, ctx = m.kernel_of(call), replace(m.context(call), tiling=choice.tiling)
@@ -145,32 +171,76 @@ def measure(case_id: str, repeat: int, tiling_mode: str = "default", tf: bool = 
     tf_results: dict[str, Any] = {}
     if tf:
         import tf_ops
+        reset_peak_rss()
+        rss_before = current_rss_bytes()
         tf_results = tf_ops.measure_tf(case, reference, repeat)
+        tf_results["tf_peak_bytes"] = peak_rss_since_reset() - rss_before
     return {
-        "case": case_id, "kernel": case.kernel, "chip": case.chip, "symbol": case.symbol, "size": case.size,
+        **first, "kernel": case.kernel, "chip": case.chip, "symbol": case.symbol, "size": case.size,
         "shape": case.shape_text, "cycles": run.cycles, "roofline_fraction": run.roofline_fraction,
         "bound_by": run.roofline.bound_by, "tiles": tiles, "trace_events": len(run.events),
-        "sim_events": run.sim_events, "cold_s": cold, "full_s": full, "timing_s": timing, "lookup_s": lookup,
-        "plan_s": plan,
-        "numpy_s": numpy_s, "call_peak_bytes": call_peak,
-        "peak_rss_bytes": peak_rss,
+        "sim_events": run.sim_events, "full_s": full, "full_sim_s": full_sim, "timing_s": timing,
+        "lookup_s": lookup, "plan_s": plan, "numpy_s": numpy_s, "call_peak_bytes": call_peak,
+        "first_call_peak_bytes": first_call_peak, "peak_rss_bytes": peak_rss,
         "input_bytes": sum(a.nbytes for a in case.inputs.values()), "blas_threads": blas_threads(),
         "tiling": run.tiling.tiling if run.tiling else None, "tiling_mode": tiling_mode, **tf_results,
     }
 
 
+def _proc_status_bytes(field: str) -> int:
+    """A ``VmRSS``/``VmHWM`` line of /proc/self/status in bytes (0 where there is no /proc)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def current_rss_bytes() -> int:
+    """The process's resident set now."""
+    return _proc_status_bytes("VmRSS")
+
+
+def reset_peak_rss() -> None:
+    """Start the process's peak resident set (VmHWM) afresh from its current one (Linux: clear_refs 5)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
+def peak_rss_since_reset() -> int:
+    """The process's peak resident set since :func:`reset_peak_rss`."""
+    return _proc_status_bytes("VmHWM")
+
+
 def run_case(case_id: str, repeat: int, threads: int | None, tiling_mode: str = "default",
              tf: bool = False) -> dict[str, Any]:
-    """Measure one case in a fresh subprocess (its own peak memory, no state from other cases)."""
+    """Measure one case in a fresh subprocess (its own peak memory, no state from other cases), with an empty
+    tuning cache; then the first call again in another fresh process, whose tuning cache the first filled."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")  # TensorFlow's start-up log lines are not results
     if threads is not None:
         env.update(OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", case_id, "--repeat",
-                           str(repeat), "--tiling", tiling_mode, *(["--tf"] if tf else [])],
+    with tempfile.TemporaryDirectory(prefix="dspsim-bench-cache-") as cache:
+        env["DSPSIM_CACHE_DIR"] = cache
+        env.pop("DSPSIM_NO_CACHE", None)
+        out = _child(case_id, ["--repeat", str(repeat), "--tiling", tiling_mode, *(["--tf"] if tf else [])], env)
+        if "error" in out or tiling_mode != "default":
+            return dict(out, tiling_mode=tiling_mode)
+        again = _child(case_id, ["--first-only"], env)
+    if "error" in again:
+        return dict(out, error=f"first call with a warm cache: {again['error']}")
+    out.update(first_warm_s=again["first_s"], first_warm_searched=again["first_searched"])
+    return out
+
+
+def _child(case_id: str, args: list[str], env: dict[str, str]) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", case_id, *args],
                           capture_output=True, text=True, env=env, cwd=ROOT)
     if proc.returncode != 0:
-        return {"case": case_id, "tiling_mode": tiling_mode,
-                "error": (proc.stderr.strip().splitlines() or ["failed"])[-1]}
+        return {"case": case_id, "error": (proc.stderr.strip().splitlines() or ["failed"])[-1]}
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -185,29 +255,29 @@ def _tiling_text(tiling: dict | None) -> str:
 
 
 def derived(r: dict[str, Any]) -> dict[str, float]:
-    """Ratio, engine/numerics/plan shares and event rate of one measured case."""
-    full = r["full_s"]
-    engine = max(r["timing_s"] - r["lookup_s"], 0.0)
-    return {"ratio": full / r["numpy_s"], "engine_share": engine / full,
-            "numerics_share": max(full - r["timing_s"], 0.0) / full,
+    """Ratio, engine/numerics shares, event rate and timing-only speed-up of one measured case."""
+    simulated = r["full_sim_s"]
+    engine = max(r["timing_s"] - r["plan_s"] - r["lookup_s"], 0.0)
+    return {"ratio": r["full_s"] / r["numpy_s"], "engine_share": engine / simulated,
+            "numerics_share": max(simulated - r["timing_s"], 0.0) / simulated,
             "events_per_s": r["sim_events"] / engine if engine > 0 else float("nan"),
-            "speedup_timing_only": full / r["timing_s"]}
+            "speedup_timing_only": simulated / r["timing_s"]}
 
 
-HEADER = ("| kernel | chip | symbol | size | shape | tiling | tiles | SimPy events | sim s | numpy s | ratio | "
-          "timing-only s | x faster | engine share | numerics share | planning s (uncached) | events/s | "
-          "call peak MiB | peak RSS MiB | cycles | roofline | bound |")
+HEADER = ("| kernel | chip | symbol | size | shape | tiling | tiles | SimPy events | repeat call s | numpy s | ratio | "
+          "simulated full s | timing-only s | x faster | engine share | numerics share | planning s (uncached) | "
+          "events/s | call peak MiB | peak RSS MiB | cycles | roofline | bound |")
 
 
 #: Columns the tables gain when TensorFlow was measured (``--tf``).
-TF_HEADER = " TF s | sim / TF | timing-only / TF |"
+TF_HEADER = " TF s | repeat / TF |"
 
 
 def _tf_cells(r: dict[str, Any]) -> str:
-    """The TensorFlow cells of one row: TF's warm call, and the warm full and timing-only calls over it."""
+    """The TensorFlow cells of one row: TF's warm call, and the repeated call over it."""
     if "tf_s" not in r:
-        return " - | - | - |"
-    return f" {r['tf_s']:.4f} | {r['full_s'] / r['tf_s']:.1f} | {r['timing_s'] / r['tf_s']:.2f} |"
+        return " - | - |"
+    return f" {r['tf_s']:.4f} | {r['full_s'] / r['tf_s']:.1f} |"
 
 
 def table(results: list[dict[str, Any]]) -> str:
@@ -223,18 +293,20 @@ def table(results: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {r['kernel']} | {r['chip']} | {r['symbol'][:2]} | {r['size']} | {r['shape']} | "
             f"{_tiling_text(r.get('tiling'))} | {r['tiles']} | "
-            f"{r['sim_events']} | {r['full_s']:.3f} | {r['numpy_s']:.3f} | {d['ratio']:.2f} |"
-            + (_tf_cells(r) if with_tf else "") + f" {r['timing_s']:.4f} | "
-            f"{d['speedup_timing_only']:.1f} | {100 * d['engine_share']:.0f}% | {100 * d['numerics_share']:.0f}% | "
+            f"{r['sim_events']} | {r['full_s']:.4f} | {r['numpy_s']:.4f} | {d['ratio']:.2f} |"
+            + (_tf_cells(r) if with_tf else "") + f" {r['full_sim_s']:.4f} | {r['timing_s']:.4f} | "
+            f"{d['speedup_timing_only']:.2f} | {100 * d['engine_share']:.0f}% | {100 * d['numerics_share']:.0f}% | "
             f"{r['plan_s']:.4f} | {d['events_per_s'] / 1e3:.0f}k | {_mib(r['call_peak_bytes'])} | "
             f"{_mib(r['peak_rss_bytes'])} | {r['cycles']} | {100 * r['roofline_fraction']:.0f}% | {r['bound_by']} |")
     return "\n".join(lines)
 
 
 #: The lead table of a ``--tf`` run: dspsim's calls against TensorFlow's (the cost model's tilings).
-TF_TABLE_HEADER = ("| kernel | chip | symbol | size | shape | TF op (dtype) | TF warm s | dspsim warm s | warm / TF | "
-                   "timing-only s | timing-only / TF | TF first s | dspsim first s | first / TF | "
-                   "TF against the reference |")
+TF_TABLE_HEADER = ("| kernel | chip | symbol | size | shape | TF op (dtype) | TF warm s | dspsim repeat s | "
+                   "repeat / TF | TF first s | dspsim first, empty cache s | / TF first | "
+                   "dspsim first, warm cache s | / TF first | "
+                   "timing-only s | simulated full s | full / timing-only | dspsim first-call peak MiB | "
+                   "TF peak MiB | TF against the reference |")
 
 
 def tf_table(results: list[dict[str, Any]]) -> str:
@@ -243,11 +315,14 @@ def tf_table(results: list[dict[str, Any]]) -> str:
     for r in results:
         if "tf_s" not in r or r.get("tiling_mode", "default") != "default":
             continue
+        warm = r.get("first_warm_s")
         lines.append(
             f"| {r['kernel']} | {r['chip']} | {r['symbol'][:2]} | {r['size']} | {r['shape']} | "
             f"{r['tf_op']} ({r['tf_dtype']}) | {r['tf_s']:.4f} | {r['full_s']:.4f} | {r['full_s'] / r['tf_s']:.1f} | "
-            f"{r['timing_s']:.4f} | {r['timing_s'] / r['tf_s']:.2f} | {r['tf_first_s']:.4f} | {r['cold_s']:.3f} | "
-            f"{r['cold_s'] / r['tf_first_s']:.0f} | {r.get('tf_check', '-')} |")
+            f"{r['tf_first_s']:.4f} | {r['first_s']:.3f} | {r['first_s'] / r['tf_first_s']:.1f} | "
+            + (f"{warm:.3f} | {warm / r['tf_first_s']:.1f} | " if warm is not None else "- | - | ")
+            + f"{r['timing_s']:.4f} | {r['full_sim_s']:.4f} | {derived(r)['speedup_timing_only']:.2f} | "
+            f"{_mib(r['first_call_peak_bytes'])} | {_mib(r.get('tf_peak_bytes', 0))} | {r.get('tf_check', '-')} |")
     return "\n".join(lines)
 
 
@@ -310,7 +385,8 @@ def merge_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         if all(key in r for r in ok):
             out[key] = min(r[key] for r in ok)
     for key in WORST_OF_ROUNDS:
-        out[key] = max(r[key] for r in ok)
+        if all(key in r for r in ok):
+            out[key] = max(r[key] for r in ok)
     out["rounds"] = len(ok)
     return out
 
@@ -325,24 +401,29 @@ def report(results: list[dict[str, Any]], command: str, threads: int | None, rep
         + (f" within a round and of {rounds} rounds (all cases once per round, so a slow spell of this shared "
            f"machine does not decide a case; memory the worst round)" if rounds > 1 else "") + ".", "",
         f"Machine: {machine_text(results, threads)}.", "",
-        "Columns: *tiles* and *SimPy events* of one call; *sim s* a warm full call (tiling choice and plan "
-        "cached; the first, cold call that runs the cost model is not in it), *numpy s* the same math once on "
-        "whole tensors in numpy with the same BLAS threads, *ratio* sim / numpy; *timing-only s* the same call "
-        "with `numerics=False`, *x faster* full / timing-only; shares of the full call: *engine* = timing-only "
-        "minus the warm planning (bind, layout check, cache lookups) = SimPy scheduling, DMA engines and shared "
-        "bandwidth's recomputations, trace events, roofline; *numerics* = full minus timing-only (DMA byte "
-        "moves, operand reads/writes, the tiles' numpy work); *planning s (uncached)* the kernel's plan() "
-        "alone, which a first call pays once; *events/s* SimPy events over engine time; *call peak MiB* new "
-        "allocations during one call (tracemalloc); *peak RSS MiB* the whole process's peak (inputs, numpy's "
-        "result and the simulator's memory pages included).", "",
+        "Columns: *tiles* and *SimPy events* of one call; *repeat call s* a warm full call (tiling choice, plan "
+        "and the plan's simulated timing cached: only the numerics are replayed on the bytes in memory), "
+        "*numpy s* the same math once on whole tensors in numpy with the same BLAS threads, *ratio* repeat call / "
+        "numpy; *simulated full s* a full call of a plan not simulated before (its tiling given, so no search: "
+        "planning, plan check, simulation with numerics), *timing-only s* the same with `numerics=False` (what "
+        "a sweep point pays once its tiling is known), *x faster* simulated full / timing-only; shares of the "
+        "simulated full call: *engine* = timing-only minus planning and lookups = SimPy scheduling, DMA engines "
+        "and the shared bandwidth's recomputations, trace events; *numerics* = simulated full minus timing-only "
+        "(DMA byte moves, operand reads/writes, the tiles' numpy work); *planning s (uncached)* the kernel's "
+        "plan() alone; *events/s* SimPy events over engine time; *call peak MiB* new allocations during a "
+        "repeat call (tracemalloc); *peak RSS MiB* the whole process's peak (inputs, numpy's result and the "
+        "simulator's memory pages included).", "",
         *(["## dspsim against TensorFlow", "",
            "TensorFlow's CPU op for the same math (`bench/tf_ops.py`), measured in the same child process right "
            "after dspsim, inputs already TF tensors; its outputs are checked against the numpy reference with "
-           "the tolerances dspsim's must meet (last column). "
-           "*TF warm s* its best call, *warm / TF* dspsim's warm full call over it, *timing-only / "
-           "TF* dspsim's `numerics=False` call over it; *first* calls: TF's first call of the op in the process "
-           "(TF imported), dspsim's first `call` after `Simulator(...)` (the tiling search included, the "
-           "constructor not).", "", tf_table(results), ""] if any("tf_s" in r for r in results) else []),
+           "the tolerances dspsim's must meet (last column).  *TF warm s* its best call, *repeat / TF* dspsim's "
+           "repeated full call over it; *first* calls: TF's first call of the op in the process (TF already "
+           "imported), dspsim's `import sim`, `Simulator(...)` and first `call` in a fresh process, with an empty "
+           "tuning cache (the tiling search included) and again in another fresh process whose tuning cache the "
+           "first filled; *timing-only* and *simulated full* as below; *dspsim first-call peak MiB* the resident "
+           "set the first call added (Linux VmHWM after resetting it), *TF peak MiB* the same for TensorFlow's "
+           "import and calls (its libraries included).", "", tf_table(results), ""]
+          if any("tf_s" in r for r in results) else []),
         "BLAS threads: the simulator's per-tile matrix products are small and run one after another, so the "
         "fair comparison gives numpy's whole-tensor product the same single thread (on this 2-core machine, "
         "shared with other jobs, a 2-thread OpenBLAS also spins against the other load).", "",
@@ -388,9 +469,10 @@ def main(argv: list[str]) -> int:
     p.add_argument("--tf", action="store_true",
                    help="also time TensorFlow's CPU op for the same math (needs the bench extra: tensorflow-cpu)")
     p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--first-only", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.child:
-        print(json.dumps(measure(a.child, a.repeat, a.tiling, a.tf)))
+        print(json.dumps(measure(a.child, a.repeat, a.tiling, a.tf, a.first_only)))
         return 0
     if a.tf:
         import tf_ops

@@ -213,9 +213,14 @@ class _Clock:
 
     def __init__(self, clock_hz: int):
         self.clock_hz = clock_hz
+        self._us: dict[int, float] = {}  # a trace names the same cycles again and again (one event's end, the
+        # next one's start, the counters' steps)
 
     def us(self, cycle: int) -> float:
-        return round(cycle * 1e6 / self.clock_hz, 6)
+        got = self._us.get(cycle)
+        if got is None:
+            got = self._us[cycle] = round(cycle * 1e6 / self.clock_hz, 6)
+        return got
 
     def dur(self, start: int, end: int) -> float:
         return round(self.us(end) - self.us(start), 6)
@@ -226,7 +231,7 @@ class _Clock:
 
 
 def _event_args(e: TraceEvent) -> dict:
-    args = {k: v for k, v in e._asdict().items() if v is not None and k != "kind"}
+    args = {k: v for k, v in zip(TraceEvent._fields, e) if v is not None and k != "kind"}
     if e.src is not None:
         args["src"] = f"{e.src:#x}"
     if e.dst is not None:
