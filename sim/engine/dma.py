@@ -89,11 +89,17 @@ class Dma:
             else:
                 eng.memory.copy_planned(planned)
         engine = eng._engine_links.get((self.core, self.engine_id)) or eng._engine_link(self.core, self.engine_id)
-        # A copy within one region names its link twice: the network adds both ends' bytes on it.  Only the flow's
-        # alone time is kept: holding the flow, whose on_done holds this transfer, would make a reference cycle
-        # per transfer, garbage that only the cyclic collector frees.
-        self.alone_cycles = eng.net.start(((self.src_link, self.src_bytes), (self.dst_link, self.dst_bytes),
-                                   (engine, engine_bytes(self.src_bytes, self.dst_bytes))), self._streamed).alone_cycles
+        # The same route, bytes and engine come back tile after tile: the flow's shape is worked out once a run.
+        key = (self.src_link, self.src_bytes, self.dst_link, self.dst_bytes, engine)
+        shape = eng._flow_shapes.get(key)
+        if shape is None:
+            # A copy within one region names its link twice: the network adds both ends' bytes on it.
+            shape = eng._flow_shapes[key] = eng.net.shape((
+                (self.src_link, self.src_bytes), (self.dst_link, self.dst_bytes),
+                (engine, engine_bytes(self.src_bytes, self.dst_bytes))))
+        # Only the flow's alone time is kept: holding the flow, whose on_done holds this transfer, would make a
+        # reference cycle per transfer, garbage that only the cyclic collector frees.
+        self.alone_cycles = eng.net.start_shape(shape, self._streamed).alone_cycles
 
     def _streamed(self, cycle: int) -> None:
         """The stream's last byte left at ``cycle`` (now): it lands one access latency later, the engine is free

@@ -134,23 +134,19 @@ class Link:
         return f"Link({self.name!r}, {self.capacity} B/cycle)"
 
 
-class Flow:
-    """One transfer's stream through its links: a handle :meth:`FlowNetwork.start` returns.
+class FlowShape:
+    """What a flow asks of the network, checked and worked out once (:meth:`FlowNetwork.shape`): the links it
+    crosses with their bytes, each link's usage coefficient, its cap and its alone cycles.
 
-    ``demands`` pairs each link with the bytes the flow moves through it; ``size_bytes`` is the largest of
-    them.  ``start_cycle`` is when the stream began, ``end_cycle`` when it finished (None until then; the
-    ``on_done`` callback is called with it).  ``alone_cycles`` is what the stream would take with its links
-    to itself; :attr:`stream_cycles` and :attr:`wait_cycles` (the cost of sharing) are known at the end.
+    A caller that starts many flows with the same demands (the engine: the same transfer route, bytes and engine
+    tile after tile) keeps the shape and starts each with :meth:`FlowNetwork.start_shape`, skipping the checks and
+    the arithmetic that :meth:`FlowNetwork.start` does per flow.
     """
 
-    __slots__ = ("_capd", "_capn", "_coefs", "_finish", "_frozen", "_links", "_newd", "_newn", "_rd", "_remd",
-                 "_remn", "_rn", "_since", "_stamp", "alone_cycles", "demands", "end_cycle", "on_done",
-                 "size_bytes", "start_cycle")
+    __slots__ = ("_capd", "_capn", "_coefs", "_links", "_net", "alone_cycles", "demands", "size_bytes")
 
-    def __init__(self, start_cycle: int, on_done: Callable[[int], None], links: list[Link], nbytes: list[int]):
-        self.start_cycle = start_cycle
-        self.end_cycle: int | None = None
-        self.on_done = on_done
+    def __init__(self, net: FlowNetwork, links: list[Link], nbytes: list[int]):
+        self._net = net
         self.demands = tuple(zip(links, nbytes))
         self._links = tuple(links)
         size = self.size_bytes = max(nbytes, default=0)
@@ -174,6 +170,32 @@ class Flow:
         self._coefs = tuple(coefs)
         self._capn, self._capd = capn, capd
         self.alone_cycles = -((-size * capd) // capn) if size else 0  # ceil(size / cap)
+
+
+class Flow:
+    """One transfer's stream through its links: a handle :meth:`FlowNetwork.start` returns.
+
+    ``demands`` pairs each link with the bytes the flow moves through it; ``size_bytes`` is the largest of
+    them.  ``start_cycle`` is when the stream began, ``end_cycle`` when it finished (None until then; the
+    ``on_done`` callback is called with it).  ``alone_cycles`` is what the stream would take with its links
+    to itself; :attr:`stream_cycles` and :attr:`wait_cycles` (the cost of sharing) are known at the end.
+    """
+
+    __slots__ = ("_capd", "_capn", "_coefs", "_finish", "_frozen", "_links", "_newd", "_newn", "_rd", "_remd",
+                 "_remn", "_rn", "_since", "_stamp", "alone_cycles", "demands", "end_cycle", "on_done",
+                 "size_bytes", "start_cycle")
+
+    def __init__(self, start_cycle: int, on_done: Callable[[int], None], shape: FlowShape):
+        self.start_cycle = start_cycle
+        self.end_cycle: int | None = None
+        self.on_done = on_done
+        # The shape's worked-out parts, copied to the flow's own slots (the filling reads them in its loops).
+        self.demands = shape.demands
+        self._links = shape._links
+        self._coefs = shape._coefs
+        self._capn, self._capd = shape._capn, shape._capd
+        self.alone_cycles = shape.alone_cycles
+        size = self.size_bytes = shape.size_bytes
         self._remn, self._remd = size, 1  # remaining bytes of size_bytes, exact, as of cycle _since
         self._since = start_cycle
         self._rn = self._rd = 0  # the level (bytes of size_bytes per cycle); none yet
@@ -277,6 +299,10 @@ class FlowNetwork:
         bytes are not crossed; a flow of no bytes at all ends at this cycle.  ``on_done(cycle)`` is called at
         the first integer cycle at or after the flow's last byte has moved.
         """
+        return self.start_shape(self.shape(links_with_bytes), on_done)
+
+    def shape(self, links_with_bytes: Demands) -> FlowShape:
+        """The demands of a flow as :meth:`start` takes them, checked and worked out, for :meth:`start_shape`."""
         pairs = links_with_bytes
         if type(pairs) is not tuple and isinstance(pairs, Mapping):  # (a tuple, the engine's form, is no mapping)
             pairs = pairs.items()
@@ -297,22 +323,28 @@ class FlowNetwork:
             else:
                 links.append(lk)
                 nbytes.append(b)
+        return FlowShape(self, links, nbytes)
+
+    def start_shape(self, shape: FlowShape, on_done: Callable[[int], None]) -> Flow:
+        """Start a flow now with the demands of ``shape`` (made by this network's :meth:`shape`); as :meth:`start`."""
+        if type(shape) is not FlowShape or shape._net is not self:
+            raise FlowError(f"start_shape: {brief(shape)} is not a flow shape of this network")
         if not callable(on_done):
             raise FlowError(f"start: on_done must be callable, got {brief(on_done)}")
-
         now = self.env.now
         if not isinstance(now, int):
             raise FlowError(f"start: the SimPy clock must be in integer cycles, it is {brief(now)}")
         retired = self._retire(now)
-        f = Flow(now, on_done, links, nbytes)
+        f = Flow(now, on_done, shape)
         self._active.append(f)
-        for link, (an, ad) in zip(links, f._coefs):
+        shared = self._shared
+        for link, (an, ad) in zip(shape._links, shape._coefs):
             members = link._members
             members.append((f, an, ad))
             if len(members) == 2:
-                self._shared.append(link)
+                shared.append(link)
             link._sumn, link._sumd = _add(link._sumn, link._sumd, an, ad)
-        retired.extend(links)
+        retired.extend(shape._links)
         if retired:
             self._recompute(retired, now)
         self._reschedule(now)
