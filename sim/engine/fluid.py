@@ -64,6 +64,9 @@ Capacity = int | Fraction | float
 #: more per rate change: the flow may end a negligible fraction of a cycle later, never earlier).
 _GRID = 1 << 64
 
+#: A flow's finish cycle (read for every active flow at every reschedule).
+_FINISH = operator.attrgetter("_finish")
+
 
 class FlowError(SimError):
     """A link or flow of a :class:`FlowNetwork` is described wrongly; the message names the argument."""
@@ -421,33 +424,34 @@ class FlowNetwork:
         left = len(flows)
         batch, capped, tight = self._batch, self._capped, self._tight
         while left:
-            # The lowest level at which something binds: a flow's own cap, or a shared link saturating; the
-            # flows and links binding at it.
+            # The lowest level at which something binds: a shared link saturating, or a flow's own cap; the links
+            # and flows binding at it.  Links first: there are few, and the level they give is usually below
+            # every cap, so the loop over the flows then only compares (the sets found are the same either way).
             bn, bd = 0, 0
             capped.clear()
             tight.clear()
-            for f in flows:
-                if not f._frozen:
-                    x, y = f._capn * bd, bn * f._capd
-                    if x < y or not bd:
-                        bn, bd = f._capn, f._capd
-                        capped.clear()
-                        capped.append(f)
-                    elif x == y:
-                        capped.append(f)
             for link in multi:
                 if link._free:
                     ud = link._ud
                     ln = (link._cn * ud - link._un * link._cd) * link._wd
                     ld = link._cd * ud * link._wn
                     x, y = ln * bd, bn * ld
-                    if x < y:
+                    if x < y or not bd:
                         bn, bd = ln, ld
-                        capped.clear()
                         tight.clear()
                         tight.append(link)
                     elif x == y:
                         tight.append(link)
+            for f in flows:
+                if not f._frozen:
+                    x, y = f._capn * bd, bn * f._capd
+                    if x < y or not bd:
+                        bn, bd = f._capn, f._capd
+                        tight.clear()
+                        capped.clear()
+                        capped.append(f)
+                    elif x == y:
+                        capped.append(f)
             g = gcd(bn, bd)
             bn, bd = bn // g, bd // g
             # Freeze every flow at its cap, and every unfrozen flow of a link saturating, at this level.
@@ -476,17 +480,24 @@ class FlowNetwork:
                         link._un, link._ud = un * (d // g) + n * (ud // g), ud // g * d
                         link._wn, link._wd = _sub(link._wn, link._wd, an, ad)
                         link._free -= 1
+        self._settle(flows, now)
+        if self.observer is not None:
+            self.observer(self)
 
-        # New rates: a flow whose rate changed moves its remaining bytes on to now and gets a new finish.
+    @staticmethod
+    def _settle(flows: list[Flow], now: int) -> None:
+        """Flows whose new level differs move their remaining bytes on to ``now`` and get a new finish cycle."""
         for f in flows:
             rn, rd = f._newn, f._newd
-            if rn == f._rn and rd == f._rd:
+            old_rn, old_rd = f._rn, f._rd
+            if rn == old_rn and rd == old_rd:
                 continue
-            if f._rd:
+            if old_rd:
                 dt = now - f._since
                 if dt:
-                    remn = f._remn * f._rd - f._rn * dt * f._remd
-                    remd = f._remd * f._rd
+                    remd = f._remd
+                    remn = f._remn * old_rd - old_rn * dt * remd
+                    remd *= old_rd
                     g = gcd(remn, remd)
                     remn, remd = remn // g, remd // g
                     if remd > _GRID:
@@ -497,8 +508,6 @@ class FlowNetwork:
             f._rn, f._rd = rn, rd
             f._since = now
             f._finish = now - ((-f._remn * rd) // (f._remd * rn))  # now + ceil(remaining / rate)
-        if self.observer is not None:
-            self.observer(self)
 
     # -- time --------------------------------------------------------------------------------------------
 
@@ -533,10 +542,8 @@ class FlowNetwork:
         """Keep the one pending timeout at the next completion cycle (a new version if that cycle moved)."""
         if self._done:
             return  # the wake of this cycle is still to come: it reports them and looks again
-        nxt = None
-        for f in self._active:
-            if nxt is None or f._finish < nxt:
-                nxt = f._finish
+        active = self._active
+        nxt = min(map(_FINISH, active)) if active else None  # (in C: this runs at every start and end)
         if nxt == self._wake_at:
             return
         self._version += 1
