@@ -16,7 +16,6 @@ def test_a_run_leaves_no_reference_cycle_per_transfer():
     # cyclic collector frees: a big run then spent a good part of its time in collections.  With none, the
     # transfers and flows of a finished run are freed by reference counting.
     import gc
-
     import sys
     from pathlib import Path
 
