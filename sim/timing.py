@@ -140,6 +140,34 @@ def _issue_bound(issues: Mapping[str, int], core: CoreModel, loop: Loop) -> tupl
     return best, by
 
 
+#: Loop prices already worked out: (id of the core model, the loop's content) -> (that core model, its cost, its
+#: text).  A plan prices the same few loops on thousands of tiles, and a re-lowered plan brings new Loop objects
+#: with the same content, so the key is the content (a Loop holds dicts: it cannot be hashed itself).  The entry
+#: keeps its core model alive, so an id in a key is never reused by another core model while the entry exists.
+_PRICED: dict[tuple, tuple[CoreModel, LoopCost, str]] = {}
+#: Entries kept at most (a sweep over many shapes makes new loops; dropping them all now and then bounds it).
+_PRICED_MAX = 4096
+
+
+def _priced(loop: Loop, core: CoreModel) -> tuple[LoopCost, str]:
+    """(:func:`loop_cost`, :func:`loop_text`) of ``loop`` on ``core``, each worked out once per distinct loop."""
+    try:
+        key = (id(core), loop.trips, loop.entries, loop.reductions, loop.label, loop.chain, loop.carried,
+               tuple(loop.issues.items()), tuple(loop.epilogue.items()))
+        hit = _PRICED.get(key)
+    except TypeError:  # an unhashable field (refused by the plan check): price it without the memo
+        cost = _loop_cost(loop, core)
+        return cost, loop_text(cost, core)
+    if hit is not None and hit[0] is core:
+        return hit[1], hit[2]
+    cost = _loop_cost(loop, core)
+    text = loop_text(cost, core)
+    if len(_PRICED) >= _PRICED_MAX:
+        _PRICED.clear()
+    _PRICED[key] = (core, cost, text)
+    return cost, text
+
+
 def loop_cost(loop: Loop, core: CoreModel) -> LoopCost:
     """The cost of ``loop`` on ``core`` and how it arises (docs/timing-model.md works it through by hand).
 
@@ -155,6 +183,11 @@ def loop_cost(loop: Loop, core: CoreModel) -> LoopCost:
 
     SimError when the loop names a unit class the core lacks (the plan check refuses such a plan first).
     """
+    return _priced(loop, core)[0]
+
+
+def _loop_cost(loop: Loop, core: CoreModel) -> LoopCost:
+    """:func:`loop_cost` worked out (no memo)."""
     ii_res, bound_by = _issue_bound(loop.issues, core, loop)
     ii_rec = sum(_unit(core, u, loop).latency_cycles for u in loop.carried)
     if ii_rec > ii_res:
@@ -191,8 +224,7 @@ def compute_text(c: Compute, target: Target) -> str | None:
     if not c.loops:
         return None
     core = target.core
-    return "; ".join([f"tile overhead {core.tile_overhead_cycles}"]
-                     + [loop_text(loop_cost(loop, core), core) for loop in c.loops])
+    return "; ".join([f"tile overhead {core.tile_overhead_cycles}"] + [_priced(loop, core)[1] for loop in c.loops])
 
 
 def compute_cycles(c: Compute, target: Target) -> int:
@@ -204,7 +236,10 @@ def compute_cycles(c: Compute, target: Target) -> int:
     core = target.core
     if c.precision not in core.precisions:
         raise SimError(f"plan computes in {c.precision}, which {target.name} lacks")
-    return core.tile_overhead_cycles + sum(loop_cycles(loop, core) for loop in c.loops)
+    cycles = core.tile_overhead_cycles
+    for loop in c.loops:
+        cycles += _priced(loop, core)[0].cycles
+    return cycles
 
 
 # --- the roofline ---------------------------------------------------------------------------------

@@ -474,3 +474,25 @@ def test_remaining_work_is_rounded_up_to_the_grid_when_ratios_pile_up():
     _, fs = run(links, flows, lambda net: (observe(net), check_max_min(net)))
     assert max(largest) <= 1 << 64
     assert all(f.end_cycle >= f.start_cycle + f.alone_cycles for f in fs)
+
+
+def test_a_kept_shape_starts_flows_as_start_does_and_a_foreign_one_is_refused():
+    # Two equal flows on a 24 B/cycle link: 960 bytes each at 12 B/cycle end at 80 (by start or by shape).
+    env = simpy.Environment()
+    net = FlowNetwork(env)
+    ddr = net.add_link("ddr", 24)
+    shape = net.shape(((ddr, 960),))
+    assert shape.size_bytes == 960 and shape.alone_cycles == 40 and shape.demands == ((ddr, 960),)
+    a = net.start_shape(shape, lambda c: None)
+    b = net.start({ddr: 960}, lambda c: None)
+    env.run()
+    assert a.end_cycle == b.end_cycle == 80 and a.alone_cycles == b.alone_cycles == 40
+    other = FlowNetwork(env)
+    other.add_link("ddr", 24)
+    with pytest.raises(FlowError, match="not a flow shape of this network"):
+        other.start_shape(shape, lambda c: None)
+    with pytest.raises(FlowError, match="not a flow shape of this network"):
+        net.start_shape({ddr: 1}, lambda c: None)  # type: ignore[arg-type]
+    with pytest.raises(FlowError, match="on_done must be callable"):
+        net.start_shape(shape, None)  # type: ignore[arg-type]
+    assert not other.active and not net.active

@@ -219,3 +219,32 @@ def test_the_summary_groups_the_loops_by_what_bounds_them():
         "inner loops: gemm micro-kernel 6x128: II 8 set by fmac, 1,024 iterations in 2 tiles, 70.3% of compute; "
         "gemm micro-kernel 2x32: II 6 set by recurrence, 512 iterations in 1 tiles, 26.4% of compute; "
         "axpy: II 2 set by vls, 128 iterations in 2 tiles, 2.7% of compute")
+
+
+def test_a_loop_is_priced_by_its_content_and_its_core():
+    """The price of a loop is remembered by its content: an equal loop built again costs the same, a loop that
+    differs in any priced field or a core with other numbers is priced afresh.  Hand figures: an elementwise
+    body of 2 vls issues on 2 units and 1 valu is II 1; 100 trips, one entry: 8 + fill (vls 9 + valu 2 = 11) +
+    100 x 1 = 119 cycles; at 3 entries 3 x 119 = 357; with a loop overhead of 20 instead of 8: 12 more."""
+    import dataclasses
+
+    core = ft78ne_core()
+
+    def body(**kw):
+        return Loop(trips=100, issues={"vls": 2, "valu": 1}, chain=("vls", "valu"), label="ew", **kw)
+
+    assert loop_cycles(body(), core) == 119
+    assert loop_cycles(body(), core) == 119  # an equal loop, another object
+    assert loop_cycles(body(entries=3), core) == 357
+    assert loop_cycles(Loop(trips=100, issues={"vls": 4, "valu": 1}, chain=("vls", "valu")), core) == 8 + 11 + 200
+    slow = dataclasses.replace(core, loop_overhead_cycles=20)
+    assert loop_cycles(body(), slow) == 131 and loop_cycles(body(), core) == 119
+    assert "ew: 20 + fill 11 + 100 x II 1 [vls]" in compute_text_of(body(), slow)
+
+
+def compute_text_of(loop, core):
+    """The trace text of a compute made of ``loop`` on a target whose core is ``core``."""
+    from types import SimpleNamespace
+
+    from sim.timing import compute_text
+    return compute_text(Compute(None, (), (), 0, "fp32", (loop,)), SimpleNamespace(core=core))  # type: ignore

@@ -85,14 +85,26 @@ class PhaseBuffers:
 
 def after_all(gates: Iterable[Gate], callback: Callable[[], None]) -> None:
     """Run ``callback`` once every gate is open (at once if they all are), in the order the gates are listed."""
-    pending = list(gates)
+    _AfterAll(list(gates), callback).step()
 
-    def step() -> None:
+
+class _AfterAll:
+    """The gates :func:`after_all` still waits for, in order.  An object rather than a closure that registers
+    itself: such a closure refers to itself through its cell, a reference cycle per tile that only the cyclic
+    garbage collector frees."""
+
+    __slots__ = ("pending", "callback")
+
+    def __init__(self, pending: list[Gate], callback: Callable[[], None]):
+        self.pending = pending
+        self.callback = callback
+
+    def step(self) -> None:
+        """Wait on the first gate still closed; run the callback once none is."""
+        pending = self.pending
         while pending:
             gate = pending.pop(0)
             if not gate.is_open:
-                gate.then(step)
+                gate.then(self.step)
                 return
-        callback()
-
-    step()
+        self.callback()

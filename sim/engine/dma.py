@@ -8,7 +8,6 @@ import simpy
 from simpy.events import Timeout
 
 from sim.engine.events import TraceEvent
-from sim.engine.fluid import Flow
 from sim.engine.units import Group
 from sim.model.plan import Tile, Transfer
 from sim.timing import engine_bytes, transfer_bytes
@@ -45,7 +44,7 @@ class Dma:
 
     __slots__ = ("eng", "env", "core", "tile", "t", "kind", "phase", "group", "src", "dst", "src_link",
                  "dst_link", "src_bytes", "dst_bytes", "latency", "engines", "engine_id", "start_cycle",
-                 "stream_start", "flow", "size_bytes")
+                 "stream_start", "alone_cycles", "size_bytes")
 
     def __init__(self, eng: Engine, core: int, tile: Tile, t: Transfer, kind: str, phase: str, group: Group):
         self.eng, self.core, self.tile, self.t, self.kind, self.phase = eng, core, tile, t, kind, phase
@@ -82,21 +81,28 @@ class Dma:
         if eng.effects is not None:
             eng.effects.append((t, self.core, self.src[1], self.dst[1]))
         engine = eng._engine_links.get((self.core, self.engine_id)) or eng._engine_link(self.core, self.engine_id)
-        # A copy within one region names its link twice: the network adds both ends' bytes on it.
-        self.flow = eng.net.start(((self.src_link, self.src_bytes), (self.dst_link, self.dst_bytes),
-                                   (engine, engine_bytes(self.src_bytes, self.dst_bytes))), self._streamed)
+        # The same route, bytes and engine come back tile after tile: the flow's shape is worked out once a run.
+        key = (self.src_link, self.src_bytes, self.dst_link, self.dst_bytes, engine)
+        shape = eng._flow_shapes.get(key)
+        if shape is None:
+            # A copy within one region names its link twice: the network adds both ends' bytes on it.
+            shape = eng._flow_shapes[key] = eng.net.shape((
+                (self.src_link, self.src_bytes), (self.dst_link, self.dst_bytes),
+                (engine, engine_bytes(self.src_bytes, self.dst_bytes))))
+        # Only the flow's alone time is kept: holding the flow, whose on_done holds this transfer, would make a
+        # reference cycle per transfer, garbage that only the cyclic collector frees.
+        self.alone_cycles = eng.net.start_shape(shape, self._streamed).alone_cycles
 
     def _streamed(self, cycle: int) -> None:
         """The stream's last byte left at ``cycle`` (now): it lands one access latency later, the engine is free
         then, and the trace event and the group's landing are known."""
         landed = cycle + self.latency
         self.engines.release_at(landed, self.engine_id)
-        flow: Flow = self.flow
         t = self.t
         # wait_cycles: what sharing cost the stream (its cycles beyond its alone time, Flow.wait_cycles), from the
         # stream's start.
         self.eng.record(TraceEvent(self.core, _DMA_UNITS[self.engine_id], self.kind, self.start_cycle, landed,
                                    self.size_bytes, t.src, t.dst, self.src[0].name, self.dst[0].name,
-                                   self.tile.tile_id, self.phase, 0, cycle - self.stream_start - flow.alone_cycles,
+                                   self.tile.tile_id, self.phase, 0, cycle - self.stream_start - self.alone_cycles,
                                    self.stream_start))
         self.group.lands_at(landed)

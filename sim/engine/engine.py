@@ -37,7 +37,7 @@ from simpy.core import EmptySchedule
 from sim.engine.buffers import PhaseBuffers
 from sim.engine.dma import Dma
 from sim.engine.events import Recorder, TraceEvent
-from sim.engine.fluid import FlowNetwork, Link
+from sim.engine.fluid import FlowNetwork, FlowShape, Link
 from sim.engine.units import Group, Units
 from sim.engine.walk import Walk
 from sim.errors import MemoryFault, SimError
@@ -111,6 +111,8 @@ class Engine:
         # part of a transfer's cost.
         self._memo = EngineMemo() if memo is None else memo
         self._routes: dict[tuple[str, int, str, int], tuple[Link, Link, int]] = {}
+        # (source link, its bytes, destination link, its bytes, engine link) -> the flow's shape in this run's net.
+        self._flow_shapes: dict[tuple[Link, int, Link, int, Link], FlowShape] = {}
         self.core_end_cycles: dict[int, int] = {}
 
     @property

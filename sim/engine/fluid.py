@@ -64,6 +64,9 @@ Capacity = int | Fraction | float
 #: more per rate change: the flow may end a negligible fraction of a cycle later, never earlier).
 _GRID = 1 << 64
 
+#: A flow's finish cycle (read for every active flow at every reschedule).
+_FINISH = operator.attrgetter("_finish")
+
 
 class FlowError(SimError):
     """A link or flow of a :class:`FlowNetwork` is described wrongly; the message names the argument."""
@@ -134,23 +137,19 @@ class Link:
         return f"Link({self.name!r}, {self.capacity} B/cycle)"
 
 
-class Flow:
-    """One transfer's stream through its links: a handle :meth:`FlowNetwork.start` returns.
+class FlowShape:
+    """What a flow asks of the network, checked and worked out once (:meth:`FlowNetwork.shape`): the links it
+    crosses with their bytes, each link's usage coefficient, its cap and its alone cycles.
 
-    ``demands`` pairs each link with the bytes the flow moves through it; ``size_bytes`` is the largest of
-    them.  ``start_cycle`` is when the stream began, ``end_cycle`` when it finished (None until then; the
-    ``on_done`` callback is called with it).  ``alone_cycles`` is what the stream would take with its links
-    to itself; :attr:`stream_cycles` and :attr:`wait_cycles` (the cost of sharing) are known at the end.
+    A caller that starts many flows with the same demands (the engine: the same transfer route, bytes and engine
+    tile after tile) keeps the shape and starts each with :meth:`FlowNetwork.start_shape`, skipping the checks and
+    the arithmetic that :meth:`FlowNetwork.start` does per flow.
     """
 
-    __slots__ = ("_capd", "_capn", "_coefs", "_finish", "_frozen", "_links", "_newd", "_newn", "_rd", "_remd",
-                 "_remn", "_rn", "_since", "_stamp", "alone_cycles", "demands", "end_cycle", "on_done",
-                 "size_bytes", "start_cycle")
+    __slots__ = ("_capd", "_capn", "_coefs", "_links", "_net", "alone_cycles", "demands", "size_bytes")
 
-    def __init__(self, start_cycle: int, on_done: Callable[[int], None], links: list[Link], nbytes: list[int]):
-        self.start_cycle = start_cycle
-        self.end_cycle: int | None = None
-        self.on_done = on_done
+    def __init__(self, net: FlowNetwork, links: list[Link], nbytes: list[int]):
+        self._net = net
         self.demands = tuple(zip(links, nbytes))
         self._links = tuple(links)
         size = self.size_bytes = max(nbytes, default=0)
@@ -174,6 +173,32 @@ class Flow:
         self._coefs = tuple(coefs)
         self._capn, self._capd = capn, capd
         self.alone_cycles = -((-size * capd) // capn) if size else 0  # ceil(size / cap)
+
+
+class Flow:
+    """One transfer's stream through its links: a handle :meth:`FlowNetwork.start` returns.
+
+    ``demands`` pairs each link with the bytes the flow moves through it; ``size_bytes`` is the largest of
+    them.  ``start_cycle`` is when the stream began, ``end_cycle`` when it finished (None until then; the
+    ``on_done`` callback is called with it).  ``alone_cycles`` is what the stream would take with its links
+    to itself; :attr:`stream_cycles` and :attr:`wait_cycles` (the cost of sharing) are known at the end.
+    """
+
+    __slots__ = ("_capd", "_capn", "_coefs", "_finish", "_frozen", "_links", "_newd", "_newn", "_rd", "_remd",
+                 "_remn", "_rn", "_since", "_stamp", "alone_cycles", "demands", "end_cycle", "on_done",
+                 "size_bytes", "start_cycle")
+
+    def __init__(self, start_cycle: int, on_done: Callable[[int], None], shape: FlowShape):
+        self.start_cycle = start_cycle
+        self.end_cycle: int | None = None
+        self.on_done = on_done
+        # The shape's worked-out parts, copied to the flow's own slots (the filling reads them in its loops).
+        self.demands = shape.demands
+        self._links = shape._links
+        self._coefs = shape._coefs
+        self._capn, self._capd = shape._capn, shape._capd
+        self.alone_cycles = shape.alone_cycles
+        size = self.size_bytes = shape.size_bytes
         self._remn, self._remd = size, 1  # remaining bytes of size_bytes, exact, as of cycle _since
         self._since = start_cycle
         self._rn = self._rd = 0  # the level (bytes of size_bytes per cycle); none yet
@@ -277,6 +302,10 @@ class FlowNetwork:
         bytes are not crossed; a flow of no bytes at all ends at this cycle.  ``on_done(cycle)`` is called at
         the first integer cycle at or after the flow's last byte has moved.
         """
+        return self.start_shape(self.shape(links_with_bytes), on_done)
+
+    def shape(self, links_with_bytes: Demands) -> FlowShape:
+        """The demands of a flow as :meth:`start` takes them, checked and worked out, for :meth:`start_shape`."""
         pairs = links_with_bytes
         if type(pairs) is not tuple and isinstance(pairs, Mapping):  # (a tuple, the engine's form, is no mapping)
             pairs = pairs.items()
@@ -297,22 +326,28 @@ class FlowNetwork:
             else:
                 links.append(lk)
                 nbytes.append(b)
+        return FlowShape(self, links, nbytes)
+
+    def start_shape(self, shape: FlowShape, on_done: Callable[[int], None]) -> Flow:
+        """Start a flow now with the demands of ``shape`` (made by this network's :meth:`shape`); as :meth:`start`."""
+        if type(shape) is not FlowShape or shape._net is not self:
+            raise FlowError(f"start_shape: {brief(shape)} is not a flow shape of this network")
         if not callable(on_done):
             raise FlowError(f"start: on_done must be callable, got {brief(on_done)}")
-
         now = self.env.now
         if not isinstance(now, int):
             raise FlowError(f"start: the SimPy clock must be in integer cycles, it is {brief(now)}")
         retired = self._retire(now)
-        f = Flow(now, on_done, links, nbytes)
+        f = Flow(now, on_done, shape)
         self._active.append(f)
-        for link, (an, ad) in zip(links, f._coefs):
+        shared = self._shared
+        for link, (an, ad) in zip(shape._links, shape._coefs):
             members = link._members
             members.append((f, an, ad))
             if len(members) == 2:
-                self._shared.append(link)
+                shared.append(link)
             link._sumn, link._sumd = _add(link._sumn, link._sumd, an, ad)
-        retired.extend(links)
+        retired.extend(shape._links)
         if retired:
             self._recompute(retired, now)
         self._reschedule(now)
@@ -389,33 +424,34 @@ class FlowNetwork:
         left = len(flows)
         batch, capped, tight = self._batch, self._capped, self._tight
         while left:
-            # The lowest level at which something binds: a flow's own cap, or a shared link saturating; the
-            # flows and links binding at it.
+            # The lowest level at which something binds: a shared link saturating, or a flow's own cap; the links
+            # and flows binding at it.  Links first: there are few, and the level they give is usually below
+            # every cap, so the loop over the flows then only compares (the sets found are the same either way).
             bn, bd = 0, 0
             capped.clear()
             tight.clear()
-            for f in flows:
-                if not f._frozen:
-                    x, y = f._capn * bd, bn * f._capd
-                    if x < y or not bd:
-                        bn, bd = f._capn, f._capd
-                        capped.clear()
-                        capped.append(f)
-                    elif x == y:
-                        capped.append(f)
             for link in multi:
                 if link._free:
                     ud = link._ud
                     ln = (link._cn * ud - link._un * link._cd) * link._wd
                     ld = link._cd * ud * link._wn
                     x, y = ln * bd, bn * ld
-                    if x < y:
+                    if x < y or not bd:
                         bn, bd = ln, ld
-                        capped.clear()
                         tight.clear()
                         tight.append(link)
                     elif x == y:
                         tight.append(link)
+            for f in flows:
+                if not f._frozen:
+                    x, y = f._capn * bd, bn * f._capd
+                    if x < y or not bd:
+                        bn, bd = f._capn, f._capd
+                        tight.clear()
+                        capped.clear()
+                        capped.append(f)
+                    elif x == y:
+                        capped.append(f)
             g = gcd(bn, bd)
             bn, bd = bn // g, bd // g
             # Freeze every flow at its cap, and every unfrozen flow of a link saturating, at this level.
@@ -444,17 +480,24 @@ class FlowNetwork:
                         link._un, link._ud = un * (d // g) + n * (ud // g), ud // g * d
                         link._wn, link._wd = _sub(link._wn, link._wd, an, ad)
                         link._free -= 1
+        self._settle(flows, now)
+        if self.observer is not None:
+            self.observer(self)
 
-        # New rates: a flow whose rate changed moves its remaining bytes on to now and gets a new finish.
+    @staticmethod
+    def _settle(flows: list[Flow], now: int) -> None:
+        """Flows whose new level differs move their remaining bytes on to ``now`` and get a new finish cycle."""
         for f in flows:
             rn, rd = f._newn, f._newd
-            if rn == f._rn and rd == f._rd:
+            old_rn, old_rd = f._rn, f._rd
+            if rn == old_rn and rd == old_rd:
                 continue
-            if f._rd:
+            if old_rd:
                 dt = now - f._since
                 if dt:
-                    remn = f._remn * f._rd - f._rn * dt * f._remd
-                    remd = f._remd * f._rd
+                    remd = f._remd
+                    remn = f._remn * old_rd - old_rn * dt * remd
+                    remd *= old_rd
                     g = gcd(remn, remd)
                     remn, remd = remn // g, remd // g
                     if remd > _GRID:
@@ -465,8 +508,6 @@ class FlowNetwork:
             f._rn, f._rd = rn, rd
             f._since = now
             f._finish = now - ((-f._remn * rd) // (f._remd * rn))  # now + ceil(remaining / rate)
-        if self.observer is not None:
-            self.observer(self)
 
     # -- time --------------------------------------------------------------------------------------------
 
@@ -501,10 +542,8 @@ class FlowNetwork:
         """Keep the one pending timeout at the next completion cycle (a new version if that cycle moved)."""
         if self._done:
             return  # the wake of this cycle is still to come: it reports them and looks again
-        nxt = None
-        for f in self._active:
-            if nxt is None or f._finish < nxt:
-                nxt = f._finish
+        active = self._active
+        nxt = min(map(_FINISH, active)) if active else None  # (in C: this runs at every start and end)
         if nxt == self._wake_at:
             return
         self._version += 1
