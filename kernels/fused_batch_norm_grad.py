@@ -73,7 +73,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -372,6 +372,8 @@ class _PlanBase:
         self.eps = attrs.epsilon
         #: Per-channel rsqrt work: none when the call gives rs.
         self.rs_flops = FLOPS_CHANNEL_RS if attrs.epsilon is not None else 0
+        #: The loops stated so far, by what decides them: most tiles are full blocks and state the same ones.
+        self._loop_memo: dict[tuple, Loop] = {}
 
     def addr(self, role: str) -> int:
         """Address of the buffer of ``role`` (a field of :class:`Tensors`)."""
@@ -404,6 +406,14 @@ class _PlanBase:
     def data_loop(self, dims: tuple[int, int, int], kind: str) -> Loop:
         """The loop over a [na, nc, nb] block's elements: ``sums`` (Σdy, Σdy·x̂), ``both`` (the sums and
         inference's x_backprop) or ``dx`` (training's x_backprop from the sums)."""
+        key = ("data", dims, kind)
+        loop = self._loop_memo.get(key)
+        if loop is None:
+            loop = self._loop_memo[key] = self._data_loop(dims, kind)
+        return loop
+
+    def _data_loop(self, dims: tuple[int, int, int], kind: str) -> Loop:
+        """:meth:`data_loop`, built."""
         (na, nc, nb), core, v = dims, self.core, self.v
         sums = 0 if kind == "dx" else 2
         stores = 0 if kind == "sums" else 1
@@ -439,6 +449,14 @@ class _PlanBase:
         """A loop over ``nc`` channels' fp32 vectors: ``loads`` vectors in, ``fmac`` multiply-adds and ``stores`` out
         per vector, and with ``rsqrt`` rs = rsqrt(var + eps) too (an add, the estimate on the ALU, a Newton step of
         three FMAs; one more vector in and out)."""
+        key = ("channel", nc, rsqrt, loads, fmac, stores, label)
+        loop = self._loop_memo.get(key)
+        if loop is None:
+            loop = self._loop_memo[key] = self._channel_loop(nc, rsqrt, loads, fmac, stores, label)
+        return loop
+
+    def _channel_loop(self, nc: int, rsqrt: bool, loads: int, fmac: int, stores: int, label: str) -> Loop:
+        """:meth:`channel_loop`, built."""
         if rsqrt:
             loads, fmac, stores = loads + 1, fmac + 4, stores + 1
         return streaming(self.core, COMPUTE_PRECISION, padded_lanes(nc, self.lanes), loads=loads, stores=stores,
@@ -558,6 +576,17 @@ class _Fixed:
     scale: Operand
     sums: Operand    # [2, Cg]: Σdy, Σdy·x̂
     partials: Operand | None  # [P, 2, Cg]: every participating core's sums, gathered from the shared level
+    _slices: dict[tuple[int, int], tuple[Operand, Operand, Operand, Operand, Operand]] = field(
+        default_factory=dict, repr=False, compare=False)
+
+    def channels(self, c0: int, n: int) -> tuple[Operand, Operand, Operand, Operand, Operand]:
+        """(mean, rs, scale, Σdy, Σdy·x̂) of channels [c0, c0 + n) of the group: the same operands for every
+        block of the same channels, so made once."""
+        got = self._slices.get((c0, n))
+        if got is None:
+            got = self._slices[(c0, n)] = (sub_operand(self.mean, c0, n), sub_operand(self.rs, c0, n),
+                                           sub_operand(self.scale, c0, n), self.s1(c0, n), self.s2(c0, n))
+        return got
 
     def s1(self, c0: int, n: int) -> Operand:
         """Σdy of channels [c0, c0 + n) of the group."""
@@ -591,6 +620,7 @@ class _RowsPlan(_PlanBase):
         """Phases per channel group: sums (+ inference x_backprop), barrier, reduce (+ training x_backprop)."""
         self.first_want: int | None = None
         self.largest_want: int | None = None
+        self._operand_memo: dict[tuple, tuple[Operand, Operand, Operand]] = {}
         self.shares = self._shares()
         self.parts = len(self.shares)
         group = self._group_size()
@@ -738,10 +768,15 @@ class _RowsPlan(_PlanBase):
     # -- tiles ----------------------------------------------------------------------------------
 
     def _operands(self, blk: _Block) -> tuple[Operand, Operand, Operand]:
-        """x, dy and x_backprop of a block; a resident block writes x_backprop over its dy."""
-        arena = Arena(blk.addr, 3 * self._bytes(blk.dims), self.align, resource=self.level.name)
-        ox, ody = arena.operand(blk.dims, self.dt), arena.operand(blk.dims, self.dt)
-        return ox, ody, (ody if blk.resident else arena.operand(blk.dims, self.dt))
+        """x, dy and x_backprop of a block; a resident block writes x_backprop over its dy.  Streamed blocks of
+        the same size in the same slot get the same operands: made once."""
+        key = (blk.addr, blk.dims, blk.resident)
+        ops = self._operand_memo.get(key)
+        if ops is None:
+            arena = Arena(blk.addr, 3 * self._bytes(blk.dims), self.align, resource=self.level.name)
+            ox, ody = arena.operand(blk.dims, self.dt), arena.operand(blk.dims, self.dt)
+            ops = self._operand_memo[key] = (ox, ody, (ody if blk.resident else arena.operand(blk.dims, self.dt)))
+        return ops
 
     def _stream_tile(self, stream: CoreStream, blk: _Block, g0: int, fixed: _Fixed, kind: str) -> None:
         """One block of rows: 'sums' (training phase 1), 'both' (inference phase 1) or 'dx' (training phase 2)."""
@@ -752,8 +787,7 @@ class _RowsPlan(_PlanBase):
         loads: tuple[Transfer, ...] = (self.tensor_in(ox, "x", start), self.tensor_in(ody, "dy", start))
         if kind == "dx" and blk.resident:
             loads = ()  # x and dy are still in the vector level from phase 1
-        mean, rs, scale = (sub_operand(op, c, nc) for op in (fixed.mean, fixed.rs, fixed.scale))
-        s1, s2 = fixed.s1(c, nc), fixed.s2(c, nc)
+        mean, rs, scale, s1, s2 = fixed.channels(c, nc)
         count = na * nc * nb
         # The per-channel coefficients count as the math's once per channel: in the block holding the channel's
         # first element (every other block recomputes them).
