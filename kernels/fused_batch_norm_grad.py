@@ -72,7 +72,7 @@ flop table.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -268,15 +268,13 @@ class BatchNormPlanning:
         space = tiling_space(chans.v)
         rows_default = rows_largest = rows_short = None
         try:
-            rows = _RowsPlan(call, ctx, None)
-            rows.build()
-            assert rows.first_want is not None and rows.largest_want is not None  # build() sets them
-            rows_default = space.candidate(split="rows", tile_elements=rows.first_want)
-            rows_largest = space.candidate(split="rows", tile_elements=rows.largest_want)
+            first_want, largest_want = _RowsPlan(call, ctx, None).tile_sizes()
+            rows_default = space.candidate(split="rows", tile_elements=first_want)
+            rows_largest = space.candidate(split="rows", tile_elements=largest_want)
             # Shorter tiles fill the pipeline sooner (the first load is never hidden).  Never longer than the
             # default tile: a call of fewer elements than a vector has lanes has no shorter tile to offer.
             rows_short = space.candidate(split="rows",
-                                         tile_elements=min(rows.first_want, max(chans.lanes, rows.first_want // 4)))
+                                         tile_elements=min(first_want, max(chans.lanes, first_want // 4)))
         except DoesNotFit:
             pass
         out = [space.candidate(split="channels", channel_block=chans.default_block())
@@ -613,21 +611,47 @@ class _Block:
     resident: bool
 
 
+@dataclass(frozen=True)
+class _GroupLayout:
+    """Where a channel group [g0, g1) of the rows plan lives: its fixed area, the exchange of its partial sums
+    (None on one core) and each participating core's blocks (in the order of the plan's shares)."""
+
+    g0: int
+    g1: int
+    fixed: _Fixed
+    exchange: Exchange | None
+    blocks: list[list[_Block]]
+
+
 class _RowsPlan(_PlanBase):
     """Rows split over the cores; per channel group a partial-sums phase and a finishing phase."""
 
     def build(self) -> Plan:
         """Phases per channel group: sums (+ inference x_backprop), barrier, reduce (+ training x_backprop)."""
+        phases: list[Phase] = []
+        for layout in self._layouts():
+            phases += self._group_phases(layout)
+        return plan_of(self.call, phases)
+
+    def tile_sizes(self) -> tuple[int, int]:
+        """(the first core's tile elements, the most its tiles could take) of the default plan, for
+        :meth:`BatchNormPlanning.tilings`: every group laid out as :meth:`build` lays it out (refusing with the
+        same DoesNotFit), without making the tiles, which only read the layout."""
+        for _ in self._layouts():
+            pass
+        assert self.first_want is not None and self.largest_want is not None  # the first group's blocks set them
+        return self.first_want, self.largest_want
+
+    def _layouts(self) -> Iterator[_GroupLayout]:
+        """The channel groups laid out one after the other (a group's layout is made when the one before is done)."""
         self.first_want: int | None = None
         self.largest_want: int | None = None
         self._operand_memo: dict[tuple, tuple[Operand, Operand, Operand]] = {}
         self.shares = self._shares()
         self.parts = len(self.shares)
         group = self._group_size()
-        phases: list[Phase] = []
         for g0 in range(0, self.v.c, group):
-            phases += self._group_phases(g0, min(self.v.c, g0 + group))
-        return plan_of(self.call, phases)
+            yield self._group_layout(g0, min(self.v.c, g0 + group))
 
     def _shares(self) -> list[tuple[int, tuple[int, int], tuple[int, int]]]:
         """(core, (a0, a1), (b0, b1)) per participating core: A split, or B in whole vectors if that balances better."""
@@ -663,7 +687,8 @@ class _RowsPlan(_PlanBase):
             return self.v.c
         return group // lanes * lanes
 
-    def _group_phases(self, g0: int, g1: int) -> list[Phase]:
+    def _group_layout(self, g0: int, g1: int) -> _GroupLayout:
+        """Channels [g0, g1): the fixed area, the exchange of the partial sums and each core's blocks."""
         cg, parts = g1 - g0, self.parts
         vectors = [cg * 4] * 3 + [2 * cg * 4] + ([parts * 2 * cg * 4] if parts > 1 else [])
         scratch = Scratch(self.level, aligned_bytes(vectors, self.align), slots=0)
@@ -671,10 +696,14 @@ class _RowsPlan(_PlanBase):
         fixed = _Fixed(area.operand((cg,), F32), area.operand((cg,), F32), area.operand((cg,), F32),
                        area.operand((2, cg), F32), area.operand((parts, 2, cg), F32) if parts > 1 else None)
         exchange = Exchange.through(self.ctx, parts, 2 * cg, what="per-channel partial sums") if parts > 1 else None
+        blocks = [self._blocks(scratch, ar, cg, br) for _, ar, br in self.shares]
+        return _GroupLayout(g0, g1, fixed, exchange, blocks)
+
+    def _group_phases(self, layout: _GroupLayout) -> list[Phase]:
+        g0, g1, fixed, exchange = layout.g0, layout.g1, layout.fixed, layout.exchange
         first: dict[int, tuple[Tile, ...]] = {}
         second: dict[int, tuple[Tile, ...]] = {}
-        for idx, (core, (a0, a1), (b0, b1)) in enumerate(self.shares):
-            blocks = self._blocks(scratch, (a0, a1), cg, (b0, b1))
+        for idx, ((core, _, _), blocks) in enumerate(zip(self.shares, layout.blocks)):
             first[core] = self._sums_tiles(idx, g0, fixed, blocks, exchange)
             second[core] = self._finish_tiles(idx, g0, fixed, blocks, exchange)
         name = f"c{g0}-{g1}"
