@@ -22,6 +22,10 @@ _P = ParamSpec("_P")
 LOOP_MEMO_SIZE = 4096
 
 
+#: Argument types that key themselves: equal values of these types are the same argument to a builder.
+_ATOMS = frozenset({int, str, type(None)})
+
+
 class _Unkeyable(Exception):
     """An argument the loop memo cannot key exactly (a float, an array, ...): the loop is built afresh."""
 
@@ -35,14 +39,18 @@ def _key_part(v: Any, cores: list[CoreModel]) -> Any:
     its id cannot be reused while the entry lives.
     """
     t = type(v)
-    if t is int or t is str or v is None:
+    if t in _ATOMS:
         return v
     if t is bool:
         return (bool, v)
     if t is tuple or t is list:
-        return (t, tuple(_key_part(x, cores) for x in v))
+        if set(map(type, v)) <= _ATOMS:  # the common case, decided at C speed
+            return (t, tuple(v))
+        return (t, tuple([_key_part(x, cores) for x in v]))
     if t is dict:
-        return (dict, tuple((_key_part(k, cores), _key_part(x, cores)) for k, x in v.items()))
+        if set(map(type, v)) <= _ATOMS and set(map(type, v.values())) <= _ATOMS:
+            return (dict, tuple(v.items()))
+        return (dict, tuple([(_key_part(k, cores), _key_part(x, cores)) for k, x in v.items()]))
     if t is CoreModel:
         cores.append(v)
         return (CoreModel, id(v))

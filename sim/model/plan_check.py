@@ -142,6 +142,17 @@ class _Checker:
         # (operand-level, tile-size, output-overlap) passed on them: the rules read nothing but the operands
         # (frozen data), so the same operand objects pass again; held so that their ids are not reused.
         self._operand_sets: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple] = {}
+        self._refs: dict[str, tuple[str, int]] = {}  # a buffer reference -> (name, generation), parsed once
+
+    def _ref(self, ref: Any) -> tuple[str, int]:
+        """:func:`parse_buffer_ref` of ``ref``, remembered for plain strings (a plan names a buffer generation in
+        the tile that fills it, in those that use it and in the buffers rule's walk)."""
+        got = self._refs.get(ref) if type(ref) is str else None
+        if got is None:
+            got = parse_buffer_ref(ref)
+            if type(ref) is str:
+                self._refs[ref] = got
+        return got
 
     # -- structure -----------------------------------------------------------------------------
 
@@ -216,7 +227,7 @@ class _Checker:
                                                   f"('name@generation'), got {brief(refs)}")
             for ref in refs:
                 try:
-                    parse_buffer_ref(ref)
+                    self._ref(ref)
                 except ValueError as e:
                     raise self.fail("plan-structure", f"Tile.{field_name}: {e}") from None
         if tile.fills:
@@ -224,8 +235,8 @@ class _Checker:
                 raise self.fail("buffers", f"the tile fills {', '.join(tile.fills)} and so is a staging tile, which "
                                            f"the walk does not wait for: it may have loads only (no compute, no "
                                            f"stores)")
-            filled = {parse_buffer_ref(r)[0] for r in tile.fills}
-            both = sorted(filled & {parse_buffer_ref(r)[0] for r in tile.uses})
+            filled = {self._ref(r)[0] for r in tile.fills}
+            both = sorted(filled & {self._ref(r)[0] for r in tile.uses})
             if both:
                 raise self.fail("buffers", f"the tile both fills and uses buffer {both[0]!r}")
 
@@ -237,9 +248,9 @@ class _Checker:
         for core, tiles in phase.tiles.items():
             for i, tile in enumerate(tiles):
                 for ref in tile.fills:
-                    fillers.setdefault(parse_buffer_ref(ref), []).append((int(core), i))
+                    fillers.setdefault(self._ref(ref), []).append((int(core), i))
                 for ref in tile.uses:
-                    users.setdefault(parse_buffer_ref(ref), []).append((int(core), i))
+                    users.setdefault(self._ref(ref), []).append((int(core), i))
         for key, where in [*users.items(), *fillers.items()]:
             name, g = key
             need = [key] if key in users and key not in fillers else []
@@ -275,10 +286,11 @@ class _Checker:
                 if walked_before is not None:
                     edge(walked_before, node)
                 for ref in tile.uses:
-                    edge(("f", *parse_buffer_ref(ref)), node)
-                    edge(node, ("r", *parse_buffer_ref(ref)))
+                    name, g = self._ref(ref)
+                    edge(("f", name, g), node)
+                    edge(node, ("r", name, g))
                 for ref in tile.fills:
-                    name, g = parse_buffer_ref(ref)
+                    name, g = self._ref(ref)
                     edge(node, ("f", name, g))
                     if g > 0:
                         edge(("r", name, g - 1), node)
