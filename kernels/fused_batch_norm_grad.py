@@ -576,6 +576,8 @@ class _Fixed:
     partials: Operand | None  # [P, 2, Cg]: every participating core's sums, gathered from the shared level
     _slices: dict[tuple[int, int], tuple[Operand, Operand, Operand, Operand, Operand]] = field(
         default_factory=dict, repr=False, compare=False)
+    #: The computes of the group's blocks, by what decides them (:meth:`_RowsPlan._block_compute`).
+    computes: dict[tuple, Compute] = field(default_factory=dict, repr=False, compare=False)
 
     def channels(self, c0: int, n: int) -> tuple[Operand, Operand, Operand, Operand, Operand]:
         """(mean, rs, scale, Σdy, Σdy·x̂) of channels [c0, c0 + n) of the group: the same operands for every
@@ -809,42 +811,60 @@ class _RowsPlan(_PlanBase):
 
     def _stream_tile(self, stream: CoreStream, blk: _Block, g0: int, fixed: _Fixed, kind: str) -> None:
         """One block of rows: 'sums' (training phase 1), 'both' (inference phase 1) or 'dx' (training phase 2)."""
-        (a, c, b), (na, nc, nb) = blk.start, blk.dims
-        v, dt = self.v, self.dt
+        (a, c, b), nc = blk.start, blk.dims[1]
         ox, ody, odx = self._operands(blk)
         start = (a, g0 + c, b)
         loads: tuple[Transfer, ...] = (self.tensor_in(ox, "x", start), self.tensor_in(ody, "dy", start))
         if kind == "dx" and blk.resident:
             loads = ()  # x and dy are still in the vector level from phase 1
-        mean, rs, scale, s1, s2 = fixed.channels(c, nc)
-        count = na * nc * nb
         # The per-channel coefficients count as the math's once per channel: in the block holding the channel's
         # first element (every other block recomputes them).
         coef = nc * FLOPS_CHANNEL_COEF if a == 0 and b == 0 else 0
+        comp = self._block_compute(blk, fixed, kind, coef)
+        stores = () if kind == "sums" else (self.tensor_out(odx, start),)
+        stream.add(loads, comp, stores, slot=blk.slot)
+
+    def _block_compute(self, blk: _Block, fixed: _Fixed, kind: str, coef: int) -> Compute:
+        """The compute of a block (see :meth:`_stream_tile`) with ``coef`` flops of per-channel coefficients.
+
+        It reads nothing but the block's operands, its channels in the group's fixed area, its size and
+        ``coef``: blocks that agree on them (a stream's full blocks in the same slot) share one Compute, which
+        the plan check judges and the engine prices once.
+        """
+        key = (kind, blk.addr, blk.dims, blk.resident, blk.start[1], coef)
+        comp = fixed.computes.get(key)
+        if comp is None:
+            comp = fixed.computes[key] = self._new_block_compute(blk, fixed, kind, coef)
+        return comp
+
+    def _new_block_compute(self, blk: _Block, fixed: _Fixed, kind: str, coef: int) -> Compute:
+        """:meth:`_block_compute`, made."""
+        c, (na, nc, nb) = blk.start[1], blk.dims
+        v, dt = self.v, self.dt
+        ox, ody, odx = self._operands(blk)
+        mean, rs, scale, s1, s2 = fixed.channels(c, nc)
+        count = na * nc * nb
         dims = (na, nc, nb)
         if kind == "sums":
             def fn(x, dy, mean, rs, s1, s2):
                 d1, d2 = partial_sums(x, dy, mean, rs)
                 return s1 + d1, s2 + d2
-            comp = self.compute(fn, (ox, ody, mean, rs, s1, s2), (s1, s2), (self.data_loop(dims, "sums"),),
+            return self.compute(fn, (ox, ody, mean, rs, s1, s2), (s1, s2), (self.data_loop(dims, "sums"),),
                                 flops=count * (FLOPS_XHAT + FLOPS_SUMS))
-            stream.add(loads, comp, (), slot=blk.slot)
-            return
         if kind == "both":
             def fn_both(x, dy, mean, rs, scale, s1, s2, _dt=dt):
                 d1, d2 = partial_sums(x, dy, mean, rs)
                 return x_backprop_infer(dy, rs, scale).astype(_dt, copy=False), s1 + d1, s2 + d2
             loops = (self.channel_loop(nc, loads=2, fmac=1, stores=1, label="coefficients"),
                      self.data_loop(dims, "both"))
-            comp = self.compute(fn_both, (ox, ody, mean, rs, scale, s1, s2), (odx, s1, s2), loops,
+            return self.compute(fn_both, (ox, ody, mean, rs, scale, s1, s2), (odx, s1, s2), loops,
                                 flops=count * (FLOPS_XHAT + FLOPS_SUMS + FLOPS_DX_INFER) + coef)
-        else:
-            def fn_dx(x, dy, mean, rs, scale, s1, s2, _m=v.m, _dt=dt):
-                return (x_backprop_train(x, dy, mean, rs, scale, s1, s2, _m).astype(_dt, copy=False),)
-            loops = (self.channel_loop(nc, loads=4, fmac=3, stores=3, label="coefficients"), self.data_loop(dims, "dx"))
-            comp = self.compute(fn_dx, (ox, ody, mean, rs, scale, s1, s2), (odx,), loops,
-                                flops=count * FLOPS_DX_TRAIN + coef)  # x̂ was the sums pass's math
-        stream.add(loads, comp, (self.tensor_out(odx, start),), slot=blk.slot)
+
+        def fn_dx(x, dy, mean, rs, scale, s1, s2, _m=v.m, _dt=dt):
+            return (x_backprop_train(x, dy, mean, rs, scale, s1, s2, _m).astype(_dt, copy=False),)
+        loops = (self.channel_loop(nc, loads=4, fmac=3, stores=3, label="coefficients"), self.data_loop(dims, "dx"))
+        return self.compute(fn_dx, (ox, ody, mean, rs, scale, s1, s2), (odx,), loops,
+                            flops=count * FLOPS_DX_TRAIN + coef)  # x̂ was the sums pass's math
 
     def _sums_tiles(self, idx: int, g0: int, fixed: _Fixed, blocks: list[_Block],
                     exchange: Exchange | None) -> tuple[Tile, ...]:

@@ -2,7 +2,7 @@
 
 Loop builders (kernels/common/loops.py) hand tiles one shared Loop per distinct set of arguments, block transfers
 (kernels/common/transfers.py) work their strides out once per tensor and block shape, and the plan check
-(sim/model/plan_check.py) remembers a transfer shape's span offsets and the operand objects that passed.  Each memo
+(sim/model/plan_check.py) remembers a transfer shape's span offsets and the Compute objects that passed.  Each memo
 must give exactly what the work it saves gives (types included: a plan's content is what the engine and the trace
 see), and a later tile that differs only where the memo does not look must still be judged.  The shipped plans
 themselves stay unchanged: tests/test_frozen_cycles.py pins their cycles and traces.
@@ -82,7 +82,7 @@ def test_numpy_int_transfers_are_judged_like_int_ones(machine):
     assert _refusal(machine, [_tile(ctx, 1, bools, src, dst)]).rule == "plan-structure"
 
 
-def test_shared_operands_pass_once_and_a_changed_one_is_still_judged(machine):
+def test_shared_operands_pass_and_a_changed_one_is_still_judged(machine):
     _, _, ctx = machine
     base = ctx.vector_level.base
     src, dst = Operand(base, (256,), F32), Operand(base + 0x8000, (256,), F32)

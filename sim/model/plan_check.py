@@ -138,10 +138,9 @@ class _Checker:
         # and one past its highest from its source address, then from its destination address: a block's span
         # is its address plus offsets that only these decide, and tiles move blocks of a few shapes.
         self._spans: dict[tuple, tuple[int, int, int, int]] = {}
-        # The ids of a compute's input and output operands -> those operands, when the operand rules
-        # (operand-level, tile-size, output-overlap) passed on them: the rules read nothing but the operands
-        # (frozen data), so the same operand objects pass again; held so that their ids are not reused.
-        self._operand_sets: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple] = {}
+        # id -> a compute that passed: the compute rules read nothing but the compute (frozen data), so tiles
+        # sharing one are judged once; held so that its id is not reused.
+        self._computes: dict[int, Compute] = {}
         self._refs: dict[str, tuple[str, int]] = {}  # a buffer reference -> (name, generation), parsed once
 
     def _ref(self, ref: Any) -> tuple[str, int]:
@@ -391,6 +390,13 @@ class _Checker:
         return cursor >= hi
 
     def compute(self, c: Any) -> None:
+        if id(c) in self._computes:
+            return
+        self._compute(c)
+        if type(c) is Compute:  # frozen: it passes again (a subclass might not be)
+            self._computes[id(c)] = c
+
+    def _compute(self, c: Any) -> None:
         if type(c) is not Compute and not isinstance(c, Compute):
             raise self.fail("plan-structure", f"Tile.compute must be a Compute or None, got {brief(c)}")
         if not callable(c.fn):
@@ -417,15 +423,6 @@ class _Checker:
             if id(loop) not in self._loops:  # tiles share their loops: each is judged once
                 self.loop(loop, i)
                 self._loops[id(loop)] = loop  # kept alive so that its id is not reused
-        ids = (tuple(map(id, c.inputs)), tuple(map(id, c.outputs)))
-        if ids in self._operand_sets:
-            return  # these very operands passed the rules below before (tiles of a stream reuse their operands)
-        self._operands_rules(c)
-        self._operand_sets[ids] = (c.inputs, c.outputs)
-
-    def _operands_rules(self, c: Compute) -> None:
-        """The rules on a compute's operands: each inside an operand level, their distinct bytes fitting each level,
-        the outputs sharing no byte."""
         # Each operand's (lo, hi, level index) once: an in-place operand (an output over an input) counts once.
         distinct = {self.operand(op, "input", i) for i, op in enumerate(c.inputs)}
         outs = [self.operand(op, "output", i) for i, op in enumerate(c.outputs)]
