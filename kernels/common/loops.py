@@ -24,6 +24,8 @@ LOOP_MEMO_SIZE = 4096
 
 #: Argument types that key themselves: equal values of these types are the same argument to a builder.
 _ATOMS = frozenset({int, str, type(None)})
+#: Argument types a builder's common call is keyed by at C speed (:func:`_call_key`).
+_FLAT = _ATOMS | {bool}
 
 
 class _Unkeyable(Exception):
@@ -57,6 +59,22 @@ def _key_part(v: Any, cores: list[CoreModel]) -> Any:
     raise _Unkeyable
 
 
+def _call_key(args: tuple, kwargs: dict[str, Any], cores: list[CoreModel]) -> tuple:
+    """The memo key of a builder's call.
+
+    The common call, a core and then ints, strings, None and bools, is keyed at C speed: a 3-tuple, or with a
+    bool among them a 5-tuple that adds every argument's type (True == 1, but a builder may keep either).  Any
+    other call keys every argument through :func:`_key_part`: a 2-tuple, never equal to the others.
+    """
+    first, rest, values = args[0] if args else None, args[1:], kwargs.values()
+    kinds = set(map(type, rest)) | set(map(type, values))
+    if type(first) is CoreModel and kinds <= _FLAT:
+        cores.append(first)
+        key = (id(first), rest, tuple(kwargs.items()))
+        return key + (tuple(map(type, rest)), tuple(map(type, values))) if bool in kinds else key
+    return (_key_part(args, cores), _key_part(kwargs, cores))
+
+
 def _memoized(build: Callable[_P, Loop]) -> Callable[_P, Loop]:
     """``build`` remembering its loops by arguments: a plan states the same loop for most of its tiles (every
     full block of a stream), and a loop is plain frozen data, so the tiles can share one object (the plan
@@ -67,7 +85,7 @@ def _memoized(build: Callable[_P, Loop]) -> Callable[_P, Loop]:
     def memoized(*args: _P.args, **kwargs: _P.kwargs) -> Loop:
         cores: list[CoreModel] = []
         try:
-            key = (_key_part(args, cores), _key_part(kwargs, cores))
+            key = _call_key(args, kwargs, cores)
         except _Unkeyable:
             return build(*args, **kwargs)
         hit = memo.get(key)
