@@ -370,6 +370,9 @@ class _PlanBase:
         self.eps = attrs.epsilon
         #: Per-channel rsqrt work: none when the call gives rs.
         self.rs_flops = FLOPS_CHANNEL_RS if attrs.epsilon is not None else 0
+        #: What every block transfer reads: the 3-D view's shape and the big tensors' addresses.
+        self.view_shape = self.v.shape
+        self.tensor_addr = {role: self.addr(role) for role in ("x", "dy", "dx")}
         #: The loops stated so far, by what decides them: most tiles are full blocks and state the same ones.
         self._loop_memo: dict[tuple, Loop] = {}
 
@@ -379,11 +382,11 @@ class _PlanBase:
 
     def tensor_in(self, op: Operand, role: str, start: tuple[int, int, int]) -> Transfer:
         """DMA the block of the 3-D view of tensor ``role`` at ``start`` into ``op``."""
-        return operand_in(op, self.addr(role), self.v.shape, start)
+        return operand_in(op, self.tensor_addr[role], self.view_shape, start)
 
     def tensor_out(self, op: Operand, start: tuple[int, int, int]) -> Transfer:
         """DMA ``op`` out to its block of x_backprop."""
-        return operand_out(op, self.addr("dx"), self.v.shape, start)
+        return operand_out(op, self.tensor_addr["dx"], self.view_shape, start)
 
     def vec_in(self, op: Operand, role: str, c0: int) -> Transfer:
         """DMA channels [c0, c0 + n) of per-channel vector ``role`` into ``op``."""

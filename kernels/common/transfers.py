@@ -35,7 +35,8 @@ def _block_layout(tensor_shape: Sequence[int], itemsize: int, block_shape: Seque
     if type(itemsize) is not int:
         return None
     try:
-        return _layout(tuple(tensor_shape), itemsize, tuple(block_shape))
+        return _layout(tensor_shape if type(tensor_shape) is tuple else tuple(tensor_shape), itemsize,
+                       block_shape if type(block_shape) is tuple else tuple(block_shape))
     except TypeError:  # an unhashable size
         return None
 
