@@ -83,7 +83,7 @@ from kernels.common.transfers import block_in, block_out
 from sim.errors import KernelArgError
 from sim.model.call import ArgSpec, BoundCall, MemoryReader
 from sim.model.plan import Compute, DoesNotFit, Loop, Operand, Phase, Plan, Transfer
-from sim.timing import compute_cycles
+from sim.timing import compute_cycles, loop_cycles
 
 F32 = np.dtype(np.float32)
 #: The precision of the fp32 accumulator's own loops (the drain's cast, the reduction of partials).
@@ -320,6 +320,7 @@ class _Planner:
             IntKey("n_micro", 1, self.out_c, "micro-kernel columns of dW (output channels)"))
         self.asked = self.space.parse(ctx)
         self._micro_cache: dict[tuple[int, ...], tuple[str, int, int]] = {}
+        self._loop_cycles: dict[int, tuple[int, Loop]] = {}  # id -> (loop_cycles, the loop, kept alive)
 
     # -- choosing -------------------------------------------------------------------------------
 
@@ -599,13 +600,24 @@ class _Planner:
                                 f"vector and broadcasts)")
                         continue
                     micro = (mode, m_r, n_r)
-                    cost = compute_cycles(Compute(None, (), (), 0, self.precision,  # type: ignore[arg-type]
-                                                  loops=self._tile_loops(blk, grp, first, micro)), self.ctx.target)
+                    cost = self._compute_cycles(self._tile_loops(blk, grp, first, micro))
                     if best is None or cost < best[0]:
                         best = (cost, micro)
         assert best is not None  # a 1 x lanes micro-kernel always fits
         self._micro_cache[key] = best[1]
         return best[1]
+
+    def _compute_cycles(self, loops: tuple[Loop, ...]) -> int:
+        """``sim.timing.compute_cycles`` of a compute running ``loops``: the tile overhead plus each loop's cycles,
+        a loop priced once (the candidates of a tile share most of their loops, and tiles their candidates)."""
+        target = self.ctx.target
+        total = compute_cycles(Compute(None, (), (), 0, self.precision, loops=()), target)  # type: ignore[arg-type]
+        for loop in loops:
+            got = self._loop_cycles.get(id(loop))
+            if got is None:
+                got = self._loop_cycles[id(loop)] = (loop_cycles(loop, target.core), loop)
+            total += got[0]
+        return total
 
     def _row_tile(self, stream: CoreStream, blk: _Block, grp: _Group, sc: Scratch, first: bool) -> None:
         """DMA the block's input window and dy rows, accumulate its contribution into the accumulator."""

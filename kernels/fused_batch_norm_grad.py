@@ -72,8 +72,8 @@ flop table.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -268,15 +268,13 @@ class BatchNormPlanning:
         space = tiling_space(chans.v)
         rows_default = rows_largest = rows_short = None
         try:
-            rows = _RowsPlan(call, ctx, None)
-            rows.build()
-            assert rows.first_want is not None and rows.largest_want is not None  # build() sets them
-            rows_default = space.candidate(split="rows", tile_elements=rows.first_want)
-            rows_largest = space.candidate(split="rows", tile_elements=rows.largest_want)
+            first_want, largest_want = _RowsPlan(call, ctx, None).tile_sizes()
+            rows_default = space.candidate(split="rows", tile_elements=first_want)
+            rows_largest = space.candidate(split="rows", tile_elements=largest_want)
             # Shorter tiles fill the pipeline sooner (the first load is never hidden).  Never longer than the
             # default tile: a call of fewer elements than a vector has lanes has no shorter tile to offer.
             rows_short = space.candidate(split="rows",
-                                         tile_elements=min(rows.first_want, max(chans.lanes, rows.first_want // 4)))
+                                         tile_elements=min(first_want, max(chans.lanes, first_want // 4)))
         except DoesNotFit:
             pass
         out = [space.candidate(split="channels", channel_block=chans.default_block())
@@ -372,6 +370,11 @@ class _PlanBase:
         self.eps = attrs.epsilon
         #: Per-channel rsqrt work: none when the call gives rs.
         self.rs_flops = FLOPS_CHANNEL_RS if attrs.epsilon is not None else 0
+        #: What every block transfer reads: the 3-D view's shape and the big tensors' addresses.
+        self.view_shape = self.v.shape
+        self.tensor_addr = {role: self.addr(role) for role in ("x", "dy", "dx")}
+        #: The loops stated so far, by what decides them: most tiles are full blocks and state the same ones.
+        self._loop_memo: dict[tuple, Loop] = {}
 
     def addr(self, role: str) -> int:
         """Address of the buffer of ``role`` (a field of :class:`Tensors`)."""
@@ -379,11 +382,11 @@ class _PlanBase:
 
     def tensor_in(self, op: Operand, role: str, start: tuple[int, int, int]) -> Transfer:
         """DMA the block of the 3-D view of tensor ``role`` at ``start`` into ``op``."""
-        return operand_in(op, self.addr(role), self.v.shape, start)
+        return operand_in(op, self.tensor_addr[role], self.view_shape, start)
 
     def tensor_out(self, op: Operand, start: tuple[int, int, int]) -> Transfer:
         """DMA ``op`` out to its block of x_backprop."""
-        return operand_out(op, self.addr("dx"), self.v.shape, start)
+        return operand_out(op, self.tensor_addr["dx"], self.view_shape, start)
 
     def vec_in(self, op: Operand, role: str, c0: int) -> Transfer:
         """DMA channels [c0, c0 + n) of per-channel vector ``role`` into ``op``."""
@@ -404,6 +407,14 @@ class _PlanBase:
     def data_loop(self, dims: tuple[int, int, int], kind: str) -> Loop:
         """The loop over a [na, nc, nb] block's elements: ``sums`` (Σdy, Σdy·x̂), ``both`` (the sums and
         inference's x_backprop) or ``dx`` (training's x_backprop from the sums)."""
+        key = ("data", dims, kind)
+        loop = self._loop_memo.get(key)
+        if loop is None:
+            loop = self._loop_memo[key] = self._data_loop(dims, kind)
+        return loop
+
+    def _data_loop(self, dims: tuple[int, int, int], kind: str) -> Loop:
+        """:meth:`data_loop`, built."""
         (na, nc, nb), core, v = dims, self.core, self.v
         sums = 0 if kind == "dx" else 2
         stores = 0 if kind == "sums" else 1
@@ -439,6 +450,14 @@ class _PlanBase:
         """A loop over ``nc`` channels' fp32 vectors: ``loads`` vectors in, ``fmac`` multiply-adds and ``stores`` out
         per vector, and with ``rsqrt`` rs = rsqrt(var + eps) too (an add, the estimate on the ALU, a Newton step of
         three FMAs; one more vector in and out)."""
+        key = ("channel", nc, rsqrt, loads, fmac, stores, label)
+        loop = self._loop_memo.get(key)
+        if loop is None:
+            loop = self._loop_memo[key] = self._channel_loop(nc, rsqrt, loads, fmac, stores, label)
+        return loop
+
+    def _channel_loop(self, nc: int, rsqrt: bool, loads: int, fmac: int, stores: int, label: str) -> Loop:
+        """:meth:`channel_loop`, built."""
         if rsqrt:
             loads, fmac, stores = loads + 1, fmac + 4, stores + 1
         return streaming(self.core, COMPUTE_PRECISION, padded_lanes(nc, self.lanes), loads=loads, stores=stores,
@@ -558,6 +577,19 @@ class _Fixed:
     scale: Operand
     sums: Operand    # [2, Cg]: Σdy, Σdy·x̂
     partials: Operand | None  # [P, 2, Cg]: every participating core's sums, gathered from the shared level
+    _slices: dict[tuple[int, int], tuple[Operand, Operand, Operand, Operand, Operand]] = field(
+        default_factory=dict, repr=False, compare=False)
+    #: The computes of the group's blocks, by what decides them (:meth:`_RowsPlan._block_compute`).
+    computes: dict[tuple, Compute] = field(default_factory=dict, repr=False, compare=False)
+
+    def channels(self, c0: int, n: int) -> tuple[Operand, Operand, Operand, Operand, Operand]:
+        """(mean, rs, scale, Σdy, Σdy·x̂) of channels [c0, c0 + n) of the group: the same operands for every
+        block of the same channels, so made once."""
+        got = self._slices.get((c0, n))
+        if got is None:
+            got = self._slices[(c0, n)] = (sub_operand(self.mean, c0, n), sub_operand(self.rs, c0, n),
+                                           sub_operand(self.scale, c0, n), self.s1(c0, n), self.s2(c0, n))
+        return got
 
     def s1(self, c0: int, n: int) -> Operand:
         """Σdy of channels [c0, c0 + n) of the group."""
@@ -584,20 +616,47 @@ class _Block:
     resident: bool
 
 
+@dataclass(frozen=True)
+class _GroupLayout:
+    """Where a channel group [g0, g1) of the rows plan lives: its fixed area, the exchange of its partial sums
+    (None on one core) and each participating core's blocks (in the order of the plan's shares)."""
+
+    g0: int
+    g1: int
+    fixed: _Fixed
+    exchange: Exchange | None
+    blocks: list[list[_Block]]
+
+
 class _RowsPlan(_PlanBase):
     """Rows split over the cores; per channel group a partial-sums phase and a finishing phase."""
 
     def build(self) -> Plan:
         """Phases per channel group: sums (+ inference x_backprop), barrier, reduce (+ training x_backprop)."""
+        phases: list[Phase] = []
+        for layout in self._layouts():
+            phases += self._group_phases(layout)
+        return plan_of(self.call, phases)
+
+    def tile_sizes(self) -> tuple[int, int]:
+        """(the first core's tile elements, the most its tiles could take) of the default plan, for
+        :meth:`BatchNormPlanning.tilings`: every group laid out as :meth:`build` lays it out (refusing with the
+        same DoesNotFit), without making the tiles, which only read the layout."""
+        for _ in self._layouts():
+            pass
+        assert self.first_want is not None and self.largest_want is not None  # the first group's blocks set them
+        return self.first_want, self.largest_want
+
+    def _layouts(self) -> Iterator[_GroupLayout]:
+        """The channel groups laid out one after the other (a group's layout is made when the one before is done)."""
         self.first_want: int | None = None
         self.largest_want: int | None = None
+        self._operand_memo: dict[tuple, tuple[Operand, Operand, Operand]] = {}
         self.shares = self._shares()
         self.parts = len(self.shares)
         group = self._group_size()
-        phases: list[Phase] = []
         for g0 in range(0, self.v.c, group):
-            phases += self._group_phases(g0, min(self.v.c, g0 + group))
-        return plan_of(self.call, phases)
+            yield self._group_layout(g0, min(self.v.c, g0 + group))
 
     def _shares(self) -> list[tuple[int, tuple[int, int], tuple[int, int]]]:
         """(core, (a0, a1), (b0, b1)) per participating core: A split, or B in whole vectors if that balances better."""
@@ -633,7 +692,8 @@ class _RowsPlan(_PlanBase):
             return self.v.c
         return group // lanes * lanes
 
-    def _group_phases(self, g0: int, g1: int) -> list[Phase]:
+    def _group_layout(self, g0: int, g1: int) -> _GroupLayout:
+        """Channels [g0, g1): the fixed area, the exchange of the partial sums and each core's blocks."""
         cg, parts = g1 - g0, self.parts
         vectors = [cg * 4] * 3 + [2 * cg * 4] + ([parts * 2 * cg * 4] if parts > 1 else [])
         scratch = Scratch(self.level, aligned_bytes(vectors, self.align), slots=0)
@@ -641,10 +701,14 @@ class _RowsPlan(_PlanBase):
         fixed = _Fixed(area.operand((cg,), F32), area.operand((cg,), F32), area.operand((cg,), F32),
                        area.operand((2, cg), F32), area.operand((parts, 2, cg), F32) if parts > 1 else None)
         exchange = Exchange.through(self.ctx, parts, 2 * cg, what="per-channel partial sums") if parts > 1 else None
+        blocks = [self._blocks(scratch, ar, cg, br) for _, ar, br in self.shares]
+        return _GroupLayout(g0, g1, fixed, exchange, blocks)
+
+    def _group_phases(self, layout: _GroupLayout) -> list[Phase]:
+        g0, g1, fixed, exchange = layout.g0, layout.g1, layout.fixed, layout.exchange
         first: dict[int, tuple[Tile, ...]] = {}
         second: dict[int, tuple[Tile, ...]] = {}
-        for idx, (core, (a0, a1), (b0, b1)) in enumerate(self.shares):
-            blocks = self._blocks(scratch, (a0, a1), cg, (b0, b1))
+        for idx, ((core, _, _), blocks) in enumerate(zip(self.shares, layout.blocks)):
             first[core] = self._sums_tiles(idx, g0, fixed, blocks, exchange)
             second[core] = self._finish_tiles(idx, g0, fixed, blocks, exchange)
         name = f"c{g0}-{g1}"
@@ -738,50 +802,72 @@ class _RowsPlan(_PlanBase):
     # -- tiles ----------------------------------------------------------------------------------
 
     def _operands(self, blk: _Block) -> tuple[Operand, Operand, Operand]:
-        """x, dy and x_backprop of a block; a resident block writes x_backprop over its dy."""
-        arena = Arena(blk.addr, 3 * self._bytes(blk.dims), self.align, resource=self.level.name)
-        ox, ody = arena.operand(blk.dims, self.dt), arena.operand(blk.dims, self.dt)
-        return ox, ody, (ody if blk.resident else arena.operand(blk.dims, self.dt))
+        """x, dy and x_backprop of a block; a resident block writes x_backprop over its dy.  Streamed blocks of
+        the same size in the same slot get the same operands: made once."""
+        key = (blk.addr, blk.dims, blk.resident)
+        ops = self._operand_memo.get(key)
+        if ops is None:
+            arena = Arena(blk.addr, 3 * self._bytes(blk.dims), self.align, resource=self.level.name)
+            ox, ody = arena.operand(blk.dims, self.dt), arena.operand(blk.dims, self.dt)
+            ops = self._operand_memo[key] = (ox, ody, (ody if blk.resident else arena.operand(blk.dims, self.dt)))
+        return ops
 
     def _stream_tile(self, stream: CoreStream, blk: _Block, g0: int, fixed: _Fixed, kind: str) -> None:
         """One block of rows: 'sums' (training phase 1), 'both' (inference phase 1) or 'dx' (training phase 2)."""
-        (a, c, b), (na, nc, nb) = blk.start, blk.dims
-        v, dt = self.v, self.dt
+        (a, c, b), nc = blk.start, blk.dims[1]
         ox, ody, odx = self._operands(blk)
         start = (a, g0 + c, b)
         loads: tuple[Transfer, ...] = (self.tensor_in(ox, "x", start), self.tensor_in(ody, "dy", start))
         if kind == "dx" and blk.resident:
             loads = ()  # x and dy are still in the vector level from phase 1
-        mean, rs, scale = (sub_operand(op, c, nc) for op in (fixed.mean, fixed.rs, fixed.scale))
-        s1, s2 = fixed.s1(c, nc), fixed.s2(c, nc)
-        count = na * nc * nb
         # The per-channel coefficients count as the math's once per channel: in the block holding the channel's
         # first element (every other block recomputes them).
         coef = nc * FLOPS_CHANNEL_COEF if a == 0 and b == 0 else 0
+        comp = self._block_compute(blk, fixed, kind, coef)
+        stores = () if kind == "sums" else (self.tensor_out(odx, start),)
+        stream.add(loads, comp, stores, slot=blk.slot)
+
+    def _block_compute(self, blk: _Block, fixed: _Fixed, kind: str, coef: int) -> Compute:
+        """The compute of a block (see :meth:`_stream_tile`) with ``coef`` flops of per-channel coefficients.
+
+        It reads nothing but the block's operands, its channels in the group's fixed area, its size and
+        ``coef``: blocks that agree on them (a stream's full blocks in the same slot) share one Compute, which
+        the plan check judges and the engine prices once.
+        """
+        key = (kind, blk.addr, blk.dims, blk.resident, blk.start[1], coef)
+        comp = fixed.computes.get(key)
+        if comp is None:
+            comp = fixed.computes[key] = self._new_block_compute(blk, fixed, kind, coef)
+        return comp
+
+    def _new_block_compute(self, blk: _Block, fixed: _Fixed, kind: str, coef: int) -> Compute:
+        """:meth:`_block_compute`, made."""
+        c, (na, nc, nb) = blk.start[1], blk.dims
+        v, dt = self.v, self.dt
+        ox, ody, odx = self._operands(blk)
+        mean, rs, scale, s1, s2 = fixed.channels(c, nc)
+        count = na * nc * nb
         dims = (na, nc, nb)
         if kind == "sums":
             def fn(x, dy, mean, rs, s1, s2):
                 d1, d2 = partial_sums(x, dy, mean, rs)
                 return s1 + d1, s2 + d2
-            comp = self.compute(fn, (ox, ody, mean, rs, s1, s2), (s1, s2), (self.data_loop(dims, "sums"),),
+            return self.compute(fn, (ox, ody, mean, rs, s1, s2), (s1, s2), (self.data_loop(dims, "sums"),),
                                 flops=count * (FLOPS_XHAT + FLOPS_SUMS))
-            stream.add(loads, comp, (), slot=blk.slot)
-            return
         if kind == "both":
             def fn_both(x, dy, mean, rs, scale, s1, s2, _dt=dt):
                 d1, d2 = partial_sums(x, dy, mean, rs)
                 return x_backprop_infer(dy, rs, scale).astype(_dt, copy=False), s1 + d1, s2 + d2
             loops = (self.channel_loop(nc, loads=2, fmac=1, stores=1, label="coefficients"),
                      self.data_loop(dims, "both"))
-            comp = self.compute(fn_both, (ox, ody, mean, rs, scale, s1, s2), (odx, s1, s2), loops,
+            return self.compute(fn_both, (ox, ody, mean, rs, scale, s1, s2), (odx, s1, s2), loops,
                                 flops=count * (FLOPS_XHAT + FLOPS_SUMS + FLOPS_DX_INFER) + coef)
-        else:
-            def fn_dx(x, dy, mean, rs, scale, s1, s2, _m=v.m, _dt=dt):
-                return (x_backprop_train(x, dy, mean, rs, scale, s1, s2, _m).astype(_dt, copy=False),)
-            loops = (self.channel_loop(nc, loads=4, fmac=3, stores=3, label="coefficients"), self.data_loop(dims, "dx"))
-            comp = self.compute(fn_dx, (ox, ody, mean, rs, scale, s1, s2), (odx,), loops,
-                                flops=count * FLOPS_DX_TRAIN + coef)  # x̂ was the sums pass's math
-        stream.add(loads, comp, (self.tensor_out(odx, start),), slot=blk.slot)
+
+        def fn_dx(x, dy, mean, rs, scale, s1, s2, _m=v.m, _dt=dt):
+            return (x_backprop_train(x, dy, mean, rs, scale, s1, s2, _m).astype(_dt, copy=False),)
+        loops = (self.channel_loop(nc, loads=4, fmac=3, stores=3, label="coefficients"), self.data_loop(dims, "dx"))
+        return self.compute(fn_dx, (ox, ody, mean, rs, scale, s1, s2), (odx,), loops,
+                            flops=count * FLOPS_DX_TRAIN + coef)  # x̂ was the sums pass's math
 
     def _sums_tiles(self, idx: int, g0: int, fixed: _Fixed, blocks: list[_Block],
                     exchange: Exchange | None) -> tuple[Tile, ...]:

@@ -6,27 +6,65 @@ the byte strides.  :func:`channel_grain` says which block widths move whole vect
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 from collections.abc import Sequence
 
 from kernels.base import PlanContext
 from sim.model.plan import Operand, Transfer, c_strides
 
 
+@functools.lru_cache(maxsize=1024)
+def _layout(tensor_shape: tuple, itemsize: int, block_shape: tuple
+            ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(the tensor's strides, the block's shape, the dense block's strides), as :meth:`Transfer.block` normalises
+    them (Python ints): the same for every block of a tensor with the same shape, so worked out once."""
+    return (c_strides(tensor_shape, itemsize), tuple(int(n) for n in block_shape),
+            tuple(int(n) for n in c_strides(block_shape, itemsize)))
+
+
+def _block_layout(tensor_shape: Sequence[int], itemsize: int, block_shape: Sequence[int]
+                  ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None:
+    """:func:`_layout` when it is exact for these arguments, else None (worked out afresh by the caller).
+
+    Only a plain int ``itemsize`` keeps every stride a Python int (the start address sums them, and its type
+    is the plan's); the shapes may be anything :func:`c_strides` and ``int()`` read alike, whose key then
+    equals theirs (a numpy int and an equal int give the same strides).
+    """
+    if type(itemsize) is not int:
+        return None
+    try:
+        return _layout(tensor_shape if type(tensor_shape) is tuple else tuple(tensor_shape), itemsize,
+                       block_shape if type(block_shape) is tuple else tuple(block_shape))
+    except TypeError:  # an unhashable size
+        return None
+
+
 def block_in(tensor_addr: int, tensor_shape: Sequence[int], itemsize: int, starts: Sequence[int],
              block_shape: Sequence[int], dst: int) -> Transfer:
     """DMA a block of a C-ordered tensor (``starts`` + ``block_shape`` per dim) into dense scratch at ``dst``."""
-    strides = c_strides(tensor_shape, itemsize)
-    src = tensor_addr + sum(s * st for s, st in zip(starts, strides))
-    return Transfer.block(src, dst, block_shape, itemsize, strides)
+    layout = _block_layout(tensor_shape, itemsize, block_shape)
+    if layout is None:
+        strides = c_strides(tensor_shape, itemsize)
+        src = tensor_addr + sum(s * st for s, st in zip(starts, strides))
+        return Transfer.block(src, dst, block_shape, itemsize, strides)
+    strides, shape, dense = layout
+    src = tensor_addr + sum(map(operator.mul, starts, strides))  # the sum above, at C speed
+    return Transfer(src, dst, shape, itemsize, strides, dense)  # what Transfer.block makes of the same
 
 
 def block_out(src: int, tensor_addr: int, tensor_shape: Sequence[int], itemsize: int, starts: Sequence[int],
               block_shape: Sequence[int]) -> Transfer:
     """DMA dense scratch at ``src`` out to a block of a C-ordered tensor."""
-    strides = c_strides(tensor_shape, itemsize)
-    dst = tensor_addr + sum(s * st for s, st in zip(starts, strides))
-    return Transfer.block(src, dst, block_shape, itemsize, c_strides(block_shape, itemsize), strides)
+    layout = _block_layout(tensor_shape, itemsize, block_shape)
+    if layout is None:
+        strides = c_strides(tensor_shape, itemsize)
+        dst = tensor_addr + sum(s * st for s, st in zip(starts, strides))
+        return Transfer.block(src, dst, block_shape, itemsize, c_strides(block_shape, itemsize), strides)
+    strides, shape, dense = layout
+    dst = tensor_addr + sum(map(operator.mul, starts, strides))
+    return Transfer(src, dst, shape, itemsize, dense, strides)
 
 
 def operand_in(op: Operand, tensor_addr: int, tensor_shape: Sequence[int], starts: Sequence[int]) -> Transfer:

@@ -89,6 +89,15 @@ def _span(lo: int, hi: int) -> str:
     return f"[{lo:#x}, {hi:#x})"
 
 
+def _span_offsets(shape: tuple[int, ...], src_strides: tuple[int, ...], dst_strides: tuple[int, ...],
+                  itemsize: int) -> tuple[int, int, int, int]:
+    """(lowest, one past the highest) byte of a non-empty block from its source address, then from its
+    destination address (:func:`~sim.model.memory.block_span` at address 0: a span moves with its address)."""
+    src_lo, src_hi = block_span(0, shape, itemsize, src_strides)
+    dst_lo, dst_hi = block_span(0, shape, itemsize, dst_strides)
+    return src_lo, src_hi, dst_lo, dst_hi
+
+
 class _Where:
     """Where the check is (kernel, core, tile, phase): the PlanError it raises names them."""
 
@@ -125,6 +134,24 @@ class _Checker:
         self.writable = [(a.base, a.end) for a in self.levels] + [(lo, hi) for lo, hi, _ in self.outputs]
         self._operands: dict[Any, tuple[int, int, int]] = {}  # (addr, shape, dtype) -> its span and level index
         self._loops: dict[int, Any] = {}  # id -> a loop already judged
+        # (shape, src strides, dst strides, itemsize) of a well-formed transfer -> the offsets of its lowest byte
+        # and one past its highest from its source address, then from its destination address: a block's span
+        # is its address plus offsets that only these decide, and tiles move blocks of a few shapes.
+        self._spans: dict[tuple, tuple[int, int, int, int]] = {}
+        # id -> a compute that passed: the compute rules read nothing but the compute (frozen data), so tiles
+        # sharing one are judged once; held so that its id is not reused.
+        self._computes: dict[int, Compute] = {}
+        self._refs: dict[str, tuple[str, int]] = {}  # a buffer reference -> (name, generation), parsed once
+
+    def _ref(self, ref: Any) -> tuple[str, int]:
+        """:func:`parse_buffer_ref` of ``ref``, remembered for plain strings (a plan names a buffer generation in
+        the tile that fills it, in those that use it and in the buffers rule's walk)."""
+        got = self._refs.get(ref) if type(ref) is str else None
+        if got is None:
+            got = parse_buffer_ref(ref)
+            if type(ref) is str:
+                self._refs[ref] = got
+        return got
 
     # -- structure -----------------------------------------------------------------------------
 
@@ -190,6 +217,8 @@ class _Checker:
                 self.transfer(t, kind, i)
         if tile.compute is not None:
             self.compute(tile.compute)
+        if type(tile.fills) is tuple and type(tile.uses) is tuple and not tile.fills and not tile.uses:
+            return  # no staged buffers (most tiles): nothing below applies
         for field_name in ("fills", "uses"):
             refs = getattr(tile, field_name)
             if type(refs) is not tuple:
@@ -197,7 +226,7 @@ class _Checker:
                                                   f"('name@generation'), got {brief(refs)}")
             for ref in refs:
                 try:
-                    parse_buffer_ref(ref)
+                    self._ref(ref)
                 except ValueError as e:
                     raise self.fail("plan-structure", f"Tile.{field_name}: {e}") from None
         if tile.fills:
@@ -205,8 +234,8 @@ class _Checker:
                 raise self.fail("buffers", f"the tile fills {', '.join(tile.fills)} and so is a staging tile, which "
                                            f"the walk does not wait for: it may have loads only (no compute, no "
                                            f"stores)")
-            filled = {parse_buffer_ref(r)[0] for r in tile.fills}
-            both = sorted(filled & {parse_buffer_ref(r)[0] for r in tile.uses})
+            filled = {self._ref(r)[0] for r in tile.fills}
+            both = sorted(filled & {self._ref(r)[0] for r in tile.uses})
             if both:
                 raise self.fail("buffers", f"the tile both fills and uses buffer {both[0]!r}")
 
@@ -218,9 +247,9 @@ class _Checker:
         for core, tiles in phase.tiles.items():
             for i, tile in enumerate(tiles):
                 for ref in tile.fills:
-                    fillers.setdefault(parse_buffer_ref(ref), []).append((int(core), i))
+                    fillers.setdefault(self._ref(ref), []).append((int(core), i))
                 for ref in tile.uses:
-                    users.setdefault(parse_buffer_ref(ref), []).append((int(core), i))
+                    users.setdefault(self._ref(ref), []).append((int(core), i))
         for key, where in [*users.items(), *fillers.items()]:
             name, g = key
             need = [key] if key in users and key not in fillers else []
@@ -256,10 +285,11 @@ class _Checker:
                 if walked_before is not None:
                     edge(walked_before, node)
                 for ref in tile.uses:
-                    edge(("f", *parse_buffer_ref(ref)), node)
-                    edge(node, ("r", *parse_buffer_ref(ref)))
+                    name, g = self._ref(ref)
+                    edge(("f", name, g), node)
+                    edge(node, ("r", name, g))
                 for ref in tile.fills:
-                    name, g = parse_buffer_ref(ref)
+                    name, g = self._ref(ref)
                     edge(node, ("f", name, g))
                     if g > 0:
                         edge(("r", name, g - 1), node)
@@ -291,26 +321,38 @@ class _Checker:
         if type(t) is not Transfer and not isinstance(t, Transfer):
             raise self.fail("plan-structure", f"{kind} {index}: expected a Transfer, got {brief(t)}")
         shape, ss, ds, item = t.shape, t.src_strides, t.dst_strides, t.itemsize
-        if not (type(shape) is tuple and type(ss) is tuple and type(ds) is tuple and len(shape) == len(ss) == len(ds)
-                and _ints((t.src, t.dst, item) + shape + ss + ds) and item >= 1 and (not shape or min(shape) >= 0)):
+        tuples = type(shape) is tuple and type(ss) is tuple and type(ds) is tuple
+        numbers = (t.src, t.dst, item) + shape + ss + ds if tuples else ()
+        plain = tuples and set(map(type, numbers)) <= _JUST_INT  # Python ints only: the common case
+        if not (tuples and len(shape) == len(ss) == len(ds)
+                and (plain or _ints(numbers)) and item >= 1 and (not shape or min(shape) >= 0)):
             raise self.fail("plan-structure", f"{kind} {index}: a Transfer needs int addresses, an itemsize >= 1, and "
                                               f"one size >= 0 and two int strides per dimension, got {brief(t, 160)}")
         if 0 in shape:
             return  # moves nothing
-        for addr, strides, legal, writing in ((t.src, ss, self.readable, False), (t.dst, ds, self.writable, True)):
-            if len(shape) == 1 and strides[0] >= 0:  # the common case, without a call
-                lo, hi = addr, addr + item + (shape[0] - 1) * strides[0]
-            else:
-                lo, hi = block_span(addr, shape, item, strides)
-            for w_lo, w_hi in legal:
-                if w_lo <= lo and hi <= w_hi:
-                    break  # wholly inside one span this side may touch: the common case, decided here
-            else:
-                verdict = self._judge(lo, hi, writing)
-                if verdict is not None:
-                    rule, text = verdict
-                    raise self.fail(rule, f"{kind} {index} ({t.size_bytes} bytes) {'writes' if writing else 'reads'} "
-                                          f"{_span(lo, hi)}: {text}")
+        if plain:  # equal keys of Python ints are equal numbers, so they give the same offsets
+            key = (shape, ss, ds, item)
+            offsets = self._spans.get(key)
+            if offsets is None:
+                offsets = self._spans[key] = _span_offsets(shape, ss, ds, item)
+            src_lo, src_hi, dst_lo, dst_hi = offsets
+            self._side(t.src + src_lo, t.src + src_hi, self.readable, False, t, kind, index)
+            self._side(t.dst + dst_lo, t.dst + dst_hi, self.writable, True, t, kind, index)
+        else:  # numpy ints: their arithmetic is their own, so each side's span as the address gives it
+            self._side(*block_span(t.src, shape, item, ss), self.readable, False, t, kind, index)
+            self._side(*block_span(t.dst, shape, item, ds), self.writable, True, t, kind, index)
+
+    def _side(self, lo: int, hi: int, legal: list[tuple[int, int]], writing: bool, t: Transfer, kind: str,
+              index: int) -> None:
+        """One side ``[lo, hi)`` of transfer ``t``: inside a span it may touch, or allowed by :meth:`_judge`."""
+        for w_lo, w_hi in legal:
+            if w_lo <= lo and hi <= w_hi:
+                return  # wholly inside one span this side may touch: the common case, decided here
+        verdict = self._judge(lo, hi, writing)
+        if verdict is not None:
+            rule, text = verdict
+            raise self.fail(rule, f"{kind} {index} ({t.size_bytes} bytes) {'writes' if writing else 'reads'} "
+                                  f"{_span(lo, hi)}: {text}")
 
     def _judge(self, lo: int, hi: int, writing: bool) -> tuple[str, str] | None:
         """The rule a transfer's side ``[lo, hi)`` breaks (and why), or None (a write over two adjacent outputs)."""
@@ -348,6 +390,13 @@ class _Checker:
         return cursor >= hi
 
     def compute(self, c: Any) -> None:
+        if id(c) in self._computes:
+            return
+        self._compute(c)
+        if type(c) is Compute:  # frozen: it passes again (a subclass might not be)
+            self._computes[id(c)] = c
+
+    def _compute(self, c: Any) -> None:
         if type(c) is not Compute and not isinstance(c, Compute):
             raise self.fail("plan-structure", f"Tile.compute must be a Compute or None, got {brief(c)}")
         if not callable(c.fn):

@@ -1,0 +1,135 @@
+"""What planning and the plan check remember between tiles never changes a plan or hides a violation.
+
+Loop builders (kernels/common/loops.py) hand tiles one shared Loop per distinct set of arguments, block transfers
+(kernels/common/transfers.py) work their strides out once per tensor and block shape, and the plan check
+(sim/model/plan_check.py) remembers a transfer shape's span offsets and the Compute objects that passed.  Each memo
+must give exactly what the work it saves gives (types included: a plan's content is what the engine and the trace
+see), and a later tile that differs only where the memo does not look must still be judged.  The shipped plans
+themselves stay unchanged: tests/test_frozen_cycles.py pins their cycles and traces.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import sim
+from kernels.common import loops
+from kernels.common.transfers import block_in, block_out
+from sim.model.call import BoundCall, Buffer
+from sim.model.plan import Compute, Operand, Phase, Plan, Tile, Transfer, c_strides
+from sim.model.plan_check import check_plan
+
+F32 = np.dtype(np.float32)
+X, Y = 0xA0000000, 0xA0100000  # in FT78NE's DDR
+N = 1024
+
+
+@pytest.fixture(scope="module")
+def machine():
+    """FT78NE, a y = 2x call on core 0 and its planning context."""
+    m = sim.Simulator("FT78NE")
+    call = BoundCall("fp_twice_s", "fp32", "s", (0,), (Buffer("x", X, (N,), F32, "input"),
+                                                        Buffer("y", Y, (N,), F32, "output")), {"n": N})
+    return m, call, m.context(call)
+
+
+def _check(machine, tiles: list[Tile]) -> None:
+    m, call, ctx = machine
+    plan = Plan((0,), (Phase("memo", {0: tuple(tiles)}, barrier_after=False),), "fp32")
+    operand_levels = (ctx.vector_level,) + ((ctx.scalar_level,) if ctx.scalar_level is not None else ())
+    check_plan(plan, call, m.target, ctx.levels, operand_levels, "twice")
+
+
+def _tile(ctx, i: int, load: Transfer, src: Operand, dst: Operand) -> Tile:
+    loop = loops.elementwise(ctx.target.core, "fp32", 256, loads=1, stores=1, fmac=1)
+    return Tile(i, (load,), Compute(lambda a: (a * 2,), (src,), (dst,), flops=256, precision="fp32", loops=(loop,)),
+                (Transfer.contiguous(dst.addr, Y + 1024 * i, 1024),), slot=i % 2)
+
+
+def _refusal(machine, tiles: list[Tile]) -> sim.PlanError:
+    with pytest.raises(sim.PlanError) as got:
+        _check(machine, tiles)
+    return got.value
+
+
+def test_a_transfer_of_a_shape_seen_before_is_still_judged_by_its_addresses(machine):
+    _, _, ctx = machine
+    base = ctx.vector_level.base
+    src, dst = Operand(base, (256,), F32), Operand(base + 0x8000, (256,), F32)
+    good = Transfer.block(X, base, (4, 64), 4, (256, 4))
+    bad = dataclasses.replace(good, src=0x60000000)  # the same shape and strides, from unmapped memory
+    alone = _refusal(machine, [_tile(ctx, 1, bad, src, dst)])
+    after = _refusal(machine, [_tile(ctx, 0, good, src, dst), _tile(ctx, 1, bad, src, dst)])
+    assert after.rule == alone.rule == "transfer-unmapped"
+    assert str(after) == str(alone) and after.tile == 1
+
+
+def test_numpy_int_transfers_are_judged_like_int_ones(machine):
+    _, _, ctx = machine
+    base = ctx.vector_level.base
+    src, dst = Operand(base, (256,), F32), Operand(base + 0x8000, (256,), F32)
+    plain = Transfer(0x60000000, base, (4, 64), 4, (256, 4), (256, 4))
+    numpy = Transfer(np.int64(0x60000000), np.int64(base), (np.int64(4), np.int64(64)), np.int64(4),
+                     (np.int64(256), np.int64(4)), (np.int64(256), np.int64(4)))
+    a = _refusal(machine, [_tile(ctx, 1, plain, src, dst)])
+    b = _refusal(machine, [_tile(ctx, 0, Transfer.block(X, base, (4, 64), 4, (256, 4)), src, dst),
+                           _tile(ctx, 1, numpy, src, dst)])
+    assert str(a) == str(b)
+    bools = dataclasses.replace(plain, src=X, shape=(True, 64))  # True == 1, but a bool is no size
+    assert _refusal(machine, [_tile(ctx, 1, bools, src, dst)]).rule == "plan-structure"
+
+
+def test_shared_operands_pass_and_a_changed_one_is_still_judged(machine):
+    _, _, ctx = machine
+    base = ctx.vector_level.base
+    src, dst = Operand(base, (256,), F32), Operand(base + 0x8000, (256,), F32)
+    load = Transfer.contiguous(X, base, 1024)
+    _check(machine, [_tile(ctx, i, load, src, dst) for i in range(3)])  # the very same operands: legal
+    outside = Operand(Y, (256,), F32)  # in DDR, not a staging level
+    got = _refusal(machine, [_tile(ctx, 0, load, src, dst), _tile(ctx, 1, load, src, outside)])
+    assert got.rule == "operand-level" and got.tile == 1
+    overlap = Operand(base + 4, (256,), F32)  # overlapping src: legal as an input, not as a second output
+    tiles = [_tile(ctx, 0, load, src, dst), _tile(ctx, 1, load, src, dst)]
+    two_outputs = dataclasses.replace(tiles[1].compute, outputs=(src, overlap))
+    got = _refusal(machine, [tiles[0], dataclasses.replace(tiles[1], compute=two_outputs)])
+    assert got.rule == "output-overlap" and got.tile == 1
+
+
+def test_a_remembered_loop_is_the_loop_built_afresh(machine):
+    core = machine[0].target.core
+    args = dict(loads=2, stores=1, fmac=4, sums=2, epilogue={"vls": 3}, label="sums")
+    first = loops.streaming(core, "fp32", 4096, **args)
+    assert loops.streaming(core, "fp32", 4096, **args) is first  # shared by every tile that states it
+    assert first == loops.streaming.__wrapped__(core, "fp32", 4096, **args)
+    # Arguments equal but of another type are not confused: the Loop keeps what it was given.
+    as_int, as_bool = (loops.elementwise(core, "fp32", 64, loads=1, stores=1, entries=e) for e in (1, True))
+    assert type(as_int.entries) is int and type(as_bool.entries) is bool
+    wide = loops.elementwise(core, "fp32", 64, loads=1, stores=1, entries=np.int64(3))
+    assert type(wide.entries) is np.int64 and wide == loops.elementwise.__wrapped__(
+        core, "fp32", 64, loads=1, stores=1, entries=np.int64(3))
+    # Another chip's core states its own loop.
+    other = sim.Simulator("MT7004").target.core
+    assert loops.streaming(other, "fp32", 4096, **args) == loops.streaming.__wrapped__(other, "fp32", 4096, **args)
+
+
+@pytest.mark.parametrize("shape, itemsize, starts, block", [
+    ((8, 28, 64), 4, (2, 3, 16), (2, 5, 16)),
+    ([8, 28, 64], 2, [0, 1, 0], [1, 27, 64]),
+    ((np.int64(8), 28, 64), 4, (np.int64(1), 0, 0), (np.int64(3), 28, 64)),
+    ((8, 28, 64), np.int64(4), (1, 2, 3), (1, 2, 3)),
+])
+def test_block_transfers_are_what_transfer_block_makes(shape, itemsize, starts, block):
+    strides = c_strides(shape, itemsize)
+    offset = sum(s * st for s, st in zip(starts, strides))
+    for _ in range(2):  # the second time from the remembered layout
+        got_in = block_in(X, shape, itemsize, starts, block, 0x100)
+        want_in = Transfer.block(X + offset, 0x100, block, itemsize, strides)
+        got_out = block_out(0x100, Y, shape, itemsize, starts, block)
+        want_out = Transfer.block(0x100, Y + offset, block, itemsize, c_strides(block, itemsize), strides)
+        for got, want in ((got_in, want_in), (got_out, want_out)):
+            assert got == want
+            assert [type(v) for v in (got.src, got.dst, got.itemsize, *got.shape, *got.src_strides)] == \
+                [type(v) for v in (want.src, want.dst, want.itemsize, *want.shape, *want.src_strides)]
