@@ -31,6 +31,7 @@ from kernels.registry import (
     symbols,
     unregister_kernel,  # noqa: F401 (re-exported: sim.unregister_kernel)
 )
+from sim.engine.collector import collector_paused
 from sim.engine.engine import Engine, EngineMemo, SimulatedTiming, simulate
 from sim.engine.events import Recorder, TraceEvent
 from sim.errors import KernelArgError, KernelDefinitionError, LayoutError, MemoryFault, brief
@@ -543,6 +544,28 @@ class Simulator:
             progress("planning tilings", len(cands), len(cands))
         return out
 
+    def _run_plan(self, entry: CachedPlan, numerics: bool,
+                  progress: Callable[[int, int], None] | None) -> SimulatedTiming:
+        """The timing of ``entry``'s plan, simulated now unless it was before; its numerics run too when
+        ``numerics`` (simulated, or replayed from the effects the simulation recorded); memory rolled back if
+        anything fails."""
+        timing = entry.timing
+        self.memory.begin()
+        try:
+            if timing is None:
+                timing = simulate(entry.plan, self.target, self.memory, numerics=numerics, memo=entry.engine_memo,
+                                  on_tile=progress)
+                assert timing is not None  # run to the end (no until_cycles)
+                entry.timing = timing
+            elif numerics:  # simulated before (by the tiling search or an earlier call): only the bytes move now
+                Engine(self.target, self.memory, Recorder(), on_tile=progress,
+                       memo=entry.engine_memo).replay(timing.effects)
+        except BaseException:
+            self.memory.rollback()
+            raise
+        self.memory.commit()
+        return timing
+
     @staticmethod
     def kernel_of(call: BoundCall):
         """The kernel object behind a bound call."""
@@ -557,24 +580,11 @@ class Simulator:
             raise KernelArgError(f"call: 'numerics' must be True or False, got {brief(numerics)}")
         if progress is not None and not callable(progress):
             raise KernelArgError(f"call: 'progress' must be a callable or None, got {brief(progress)}")
-        call, entry, choice = self._plan_entry(symbol, tiling, None, kwargs)
+        with collector_paused():
+            call, entry, choice = self._plan_entry(symbol, tiling, None, kwargs)
+            timing = self._run_plan(entry, bool(numerics), progress)
         sym = lookup(call.symbol)
         plan = entry.plan
-        timing = entry.timing
-        self.memory.begin()
-        try:
-            if timing is None:
-                timing = simulate(plan, self.target, self.memory, numerics=bool(numerics), memo=entry.engine_memo,
-                                  on_tile=progress)
-                assert timing is not None  # run to the end (no until_cycles)
-                entry.timing = timing
-            elif numerics:  # simulated before (by the tiling search or an earlier call): only the bytes move now
-                Engine(self.target, self.memory, Recorder(), on_tile=progress,
-                       memo=entry.engine_memo).replay(timing.effects)
-        except BaseException:
-            self.memory.rollback()
-            raise
-        self.memory.commit()
         return Run(symbol=symbol, target=self.target, call=call, plan=plan, cycles=timing.cycles,
                    events=list(timing.events), roofline=entry.roofline(self.target),
                    wall_seconds=time.perf_counter() - t0, args=dict(kwargs), tiling=choice,

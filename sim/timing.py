@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from sim.errors import SimError
-from sim.model.memory import MemoryMap
+from sim.model.memory import MemoryMap, block_span
 from sim.model.plan import Compute, Loop, Plan, Transfer
 from sim.model.target import CoreModel, DmaModel, FunctionalUnit, Region, Target
 
@@ -289,6 +289,24 @@ def loop_resource_cycles(loop: Loop, core: CoreModel) -> int:
     return loop.trips * loop.entries * _issue_bound(loop.issues, core, loop)[0]
 
 
+class _RegionOf:
+    """``MemoryMap.region_at``, answering at once for an address in the region it found last (a plan's
+    transfers mostly alternate between two or three regions)."""
+
+    def __init__(self, mmap: MemoryMap):
+        self.mmap = mmap
+        self.recent: list[Region] = []
+
+    def __call__(self, addr: int) -> Region | None:
+        for r in self.recent:
+            if r.base <= addr < r.end:
+                return r
+        found = self.mmap.region_at(addr)
+        if found is not None:
+            self.recent = [found, *self.recent[:3]]
+        return found
+
+
 def roofline(plan: Plan, target: Target) -> Roofline:
     """The roofline bound of ``plan`` on ``target`` (the compute rate and bandwidth of the cores it uses)."""
     mmap = MemoryMap(target)
@@ -297,20 +315,29 @@ def roofline(plan: Plan, target: Target) -> Roofline:
     loop_cycles_by_core: dict[int, int] = defaultdict(int)  # each core's loops at their resource II
     region_bytes: dict[str, int] = defaultdict(int)
     core_bytes: dict[int, int] = defaultdict(int)  # bytes through each core's DMA engines
+    loops_of: dict[int, int] = {}  # id(compute) -> its loops at their resource II: tiles share computes
+    region_of = _RegionOf(mmap)
     for phase in plan.phases:
         for core, tiles in phase.tiles.items():
             for tile in tiles:
                 c = tile.compute
                 if c is not None:
                     flops_by_prec[c.precision] += c.flops
-                    loop_cycles_by_core[core] += sum(loop_resource_cycles(loop, core_model) for loop in c.loops)
+                    cycles_of_c = loops_of.get(id(c))
+                    if cycles_of_c is None:
+                        cycles_of_c = loops_of[id(c)] = sum(loop_resource_cycles(loop, core_model)
+                                                            for loop in c.loops)
+                    loop_cycles_by_core[core] += cycles_of_c
                 for t in tile.loads + tile.stores:
-                    core_bytes[core] += t.size_bytes
-                    for side in ("src", "dst"):
-                        lo, _ = t.span(side)
-                        r = mmap.region_at(lo)
+                    size = t.size_bytes
+                    core_bytes[core] += size
+                    for addr, strides in ((t.src, t.src_strides), (t.dst, t.dst_strides)):
+                        # A block's lowest byte is its address unless a stride runs backwards.
+                        lo = addr if min(strides, default=0) >= 0 else block_span(addr, t.shape, t.itemsize,
+                                                                                       strides)[0]
+                        r = region_of(lo)
                         if r is not None:
-                            region_bytes[r.name] += t.size_bytes
+                            region_bytes[r.name] += size
     n = len(plan.cores)
     cycles: dict[str, float] = {}
     # The busiest core's loops at their resource II: no run beats it (its cores work in parallel, each through

@@ -176,3 +176,27 @@ def test_random_inputs_drawn_in_chunks_equal_one_draw(dtype):
     into = np.full(shape, np.nan, dtype)
     assert _random(spec, {"seed": 11, "low": -2.5, "high": 4.0}, "x", into) is into
     assert into.tobytes() == want.tobytes()
+
+
+def test_the_collector_is_paused_for_a_call_and_comes_back_as_it_was():
+    import gc
+
+    from sim.engine.collector import collector_paused
+    seen = []
+    ex = example("fake_quant_with_min_max_vars_gradient", "tiny", "FT78NE", "fp")
+    m = _placed(ex, tuning_cache=False)
+    m.call(ex.symbol, progress=lambda n, c: seen.append(gc.isenabled()), **ex.args)
+    assert seen and not any(seen) and gc.isenabled()
+    with pytest.raises(RuntimeError), collector_paused():
+        with collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the outer pause still holds
+        raise RuntimeError("a failing call")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()  # off before: left off
+    finally:
+        gc.enable()

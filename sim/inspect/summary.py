@@ -135,9 +135,11 @@ class _CoreSpans:
         if kind == "compute":
             self.compute.append((e.start, e.end))
         elif kind in ("dma_in", "dma_out"):
-            self.dma.extend(_dma_moving(e))
             if e.wait_cycles and e.wait_start is not None:
+                self.dma.extend(_dma_moving(e))
                 self.wait.append((e.wait_start, e.wait_start + e.wait_cycles))
+            else:  # the common case, without the list _dma_moving builds
+                self.dma.append((e.start, e.end))
             self.by_region[e.src_region or ""] += e.bytes
             if e.dst_region != e.src_region:
                 self.by_region[e.dst_region or ""] += e.bytes
