@@ -124,7 +124,8 @@ class Run:
 
     def write_trace(self, path: str | Path) -> Path:
         """Write the trace: Chrome trace JSON (Perfetto, chrome://tracing), or CSV for a ``.csv`` path."""
-        return write_trace(path, self.events, self.target.clock_hz, self.metadata())
+        with collector_paused():  # a trace is many small dicts made at once and kept until written
+            return write_trace(path, self.events, self.target.clock_hz, self.metadata())
 
 
 def staging_areas(target: Target) -> tuple[StagingArea, ...]:

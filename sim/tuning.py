@@ -123,6 +123,13 @@ def _cannot_win(pick: tuple[int, int], rest: Sequence[tuple[int, Candidate]], to
                and (c.plan.tile_count > tiles or c.lower_bound_cycles >= cycles) for _, c in rest)
 
 
+def _pick(candidates: Sequence[Candidate], cycles_of: dict[int, int | None], best: int, tolerance: float) -> int:
+    """Among the simulated candidates within ``tolerance`` of ``best``: the fewest tiles, then the fewest cycles,
+    then the kernel's own order."""
+    tied = [i for i, cycles in cycles_of.items() if cycles is not None and cycles <= best * (1 + tolerance)]
+    return min(tied, key=lambda i: (candidates[i].plan.tile_count, cycles_of[i], i))
+
+
 def choose_tiling(candidates: Sequence[Candidate], target: Target, memory: AddressSpace, tolerance: float,
                   progress: Progress | None = None) -> tuple[int, TilingChoice, SimulatedTiming]:
     """The index of the candidate the cost model picks among at least two planned ``candidates``, the
@@ -140,8 +147,7 @@ def choose_tiling(candidates: Sequence[Candidate], target: Target, memory: Addre
     total, done = sum(c.plan.tile_count for c in candidates), 0
     for k, (i, cand) in enumerate(order):
         if best is not None:
-            tied = [j for j, cycles in cycles_of.items() if cycles is not None and cycles <= best * (1 + tolerance)]
-            pick = min(tied, key=lambda j: (candidates[j].plan.tile_count, cycles_of[j], j))
+            pick = _pick(candidates, cycles_of, best, tolerance)
             if _cannot_win((candidates[pick].plan.tile_count, cycles_of[pick] or 0), order[k:], tolerance):
                 break
         limit = None if best is None else int(best * (1 + tolerance))
@@ -160,9 +166,7 @@ def choose_tiling(candidates: Sequence[Candidate], target: Target, memory: Addre
     if progress is not None:
         progress("pricing tilings", total, total)
     assert best is not None
-    tied = [i for i, cycles in cycles_of.items() if cycles is not None and cycles <= best * (1 + tolerance)]
-    # Fewest tiles, then fewest cycles, then the kernel's own order.
-    pick = min(tied, key=lambda i: (candidates[i].plan.tile_count, cycles_of[i], i))
+    pick = _pick(candidates, cycles_of, best, tolerance)
     priced = tuple((c.tiling, cycles_of.get(i)) for i, c in enumerate(candidates))
     return pick, TilingChoice(candidates[pick].tiling, "cost model", priced, tolerance, len(cycles_of)), \
         timings[pick]
