@@ -257,6 +257,10 @@ class PlanCache:
             self._plans.popitem(last=False)
         return entry
 
+    def discard(self, key: str) -> None:
+        """Forget the entry under ``key``, if any."""
+        self._plans.pop(key, None)
+
     def clear(self) -> None:
         """Forget every plan."""
         self._plans.clear()
@@ -466,6 +470,9 @@ class Simulator:
              for c, e in candidates],
             self.target, self.memory, self.tiling_tolerance, progress)
         candidates[pick][1].timing = timing
+        for i, (tiling_i, _) in enumerate(candidates):
+            if i != pick:  # a layer's losing plans would keep their hundreds of thousands of objects alive
+                self._plans.discard(PlanCache.key(call, tiling_i))
         self._tilings.put(symbol, call, self.tiling_tolerance, choice)
         if disk_key is not None:
             disk_tunings.store(disk_key, {"symbol": symbol, "target": self.target.name, "tiling": choice.tiling,

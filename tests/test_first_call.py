@@ -200,3 +200,15 @@ def test_the_collector_is_paused_for_a_call_and_comes_back_as_it_was():
         assert not gc.isenabled()  # off before: left off
     finally:
         gc.enable()
+
+
+def test_only_the_picked_plan_is_kept_after_a_search():
+    """The losing candidates' plans are dropped once the search is over (a layer's plans hold hundreds of
+    thousands of objects); the picked one stays, with its timing, for the calls that follow."""
+    ex = example("fused_batch_norm_grad", "large", "FT78NE", "fp")
+    m = sim.Simulator(ex.chip, tuning_cache=False)
+    ex.place_values(m.write)
+    run = m.call(ex.symbol, numerics=False, **ex.args)
+    assert len(run.tiling.candidates) >= 2
+    kept = list(m._plans._plans.values())
+    assert [e.plan for e in kept] == [run.plan] and kept[0].timing is not None
