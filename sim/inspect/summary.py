@@ -135,11 +135,17 @@ class _CoreSpans:
         if kind == "compute":
             self.compute.append((e.start, e.end))
         elif kind in ("dma_in", "dma_out"):
-            if e.wait_cycles and e.wait_start is not None:
-                self.dma.extend(_dma_moving(e))
-                self.wait.append((e.wait_start, e.wait_start + e.wait_cycles))
-            else:  # the common case, without the list _dma_moving builds
-                self.dma.append((e.start, e.end))
+            start, end, w0 = e.start, e.end, e.wait_start
+            if e.wait_cycles and w0 is not None:
+                # _dma_moving's spans, without its lists: a layer's run has tens of thousands of these.
+                w1 = w0 + e.wait_cycles
+                if min(w0, end) > start:
+                    self.dma.append((start, min(w0, end)))
+                if end > max(w1, start):
+                    self.dma.append((max(w1, start), end))
+                self.wait.append((w0, w1))
+            else:
+                self.dma.append((start, end))
             self.by_region[e.src_region or ""] += e.bytes
             if e.dst_region != e.src_region:
                 self.by_region[e.dst_region or ""] += e.bytes
