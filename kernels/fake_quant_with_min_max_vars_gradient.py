@@ -125,8 +125,8 @@ def masked_gradients(gradients: np.ndarray, inputs: np.ndarray, nudged_min: np.f
     below, above = x < nudged_min, x > nudged_max
     if np.isneginf(nudged_min) and np.isposinf(nudged_max):
         inside = np.ones(x.shape, bool)  # min = max = 0: every gradient passes, NaN inputs included
-    else:
-        inside = ~(below | above) & ~np.isnan(x)
+    else:  # neither below nor above nor NaN (a NaN compares false both ways): two passes, not four
+        inside = (x >= nudged_min) & (x <= nudged_max)
     zero = F32.type(0)
     return (np.where(inside, g, zero), np.where(below, g, zero).sum(dtype=F32),
             np.where(above, g, zero).sum(dtype=F32))

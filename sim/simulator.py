@@ -45,7 +45,7 @@ from sim.model.plan import DoesNotFit, Plan
 from sim.model.plan_check import check_plan
 from sim.model.target import StagingArea, Target
 from sim.model.target_loader import load_target
-from sim.timing import Roofline, peak_flops_per_cycle, roofline
+from sim.timing import Roofline, peak_flops_per_cycle, roofline, run_lower_bound_cycles
 from sim.tuning import TILING_TOLERANCE, Candidate, Progress, TilingCache, TilingChoice, choose_tiling
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -465,8 +465,7 @@ class Simulator:
                 return call, candidates[0][1], choice
             return call, self._lower(kernel, call, ctx), TilingChoice(None, "kernel")
         pick, choice, timing = choose_tiling(
-            # No core starts before the launch: every resource's roofline time comes after it.
-            [Candidate(c, e.plan, e.engine_memo, self.target.launch_overhead_cycles + e.roofline(self.target).cycles)
+            [Candidate(c, e.plan, e.engine_memo, run_lower_bound_cycles(e.roofline(self.target), self.target))
              for c, e in candidates],
             self.target, self.memory, self.tiling_tolerance, progress)
         candidates[pick][1].timing = timing

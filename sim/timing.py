@@ -355,6 +355,25 @@ def roofline(plan: Plan, target: Target) -> Roofline:
                     region_bytes=dict(region_bytes), flops_by_precision=dict(flops_by_prec))
 
 
+def run_lower_bound_cycles(rf: Roofline, target: Target) -> float:
+    """Cycles no run of the plan whose roofline is ``rf`` can beat: its roofline's resources, each after what
+    must come before it and with what must follow it.
+
+    Nothing runs before the launch; no byte streams before a DMA engine is programmed (its setup); and the last
+    byte through a region lands at least that region's access latency after it streamed (a transfer lands the
+    slower end's latency after its stream), while a core ends only once its stores have landed.  The tiling
+    search leaves out a candidate whose bound shows it cannot win.
+    """
+    launch, setup = target.launch_overhead_cycles, target.dma.setup_cycles
+    bound = launch + rf.resource_cycles.get("compute", 0)
+    for name, cycles in rf.resource_cycles.items():
+        if name == "compute":
+            continue
+        after = 0 if name == DMA_ENGINES else target.region(name).latency_cycles
+        bound = max(bound, launch + setup + cycles + after)
+    return bound
+
+
 def peak_flops_per_cycle(rf: Roofline, target: Target, cores: int) -> float:
     """The cores' peak in element operations per cycle at the precisions the plan computes in.
 

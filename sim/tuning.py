@@ -3,8 +3,8 @@
 A kernel lists candidate tilings; each that plans is priced by a timing-only simulation (the engine moves no
 bytes and runs no numerics, so memory is untouched); candidates within the tolerance of the cheapest tie, and
 the tie goes to the fewest tiles.  Candidates are simulated fewest tiles first; one still running when it can
-no longer tie is stopped there, and the search ends as soon as no candidate left can change the pick by its
-roofline (a lower bound of any run of it, :func:`sim.timing.roofline`): on a DDR-bound layer, a candidate
+no longer tie is stopped there, and the search ends as soon as no candidate left can change the pick by a
+lower bound of any run of it (:func:`sim.timing.run_lower_bound_cycles`): on a DDR-bound layer, a candidate
 with smaller tiles moves the same bytes, cannot beat the first by more than the tolerance, and is never
 simulated.  (Pruning with the closed-form :func:`sim.timing.estimate` was measured and does not pay: it
 costs 50 to 100 % of a timing-only simulation on the bench's large plans, and it is no bound.)
@@ -102,7 +102,7 @@ class _TileCounter:
 @dataclass(frozen=True)
 class Candidate:
     """A candidate tiling as the search sees it: the plan it gives, the plan's engine memo, and a lower bound of
-    its cycles that holds for any run of it (its roofline)."""
+    its cycles that holds for any run of it (:func:`sim.timing.run_lower_bound_cycles`)."""
 
     tiling: dict
     plan: Plan
