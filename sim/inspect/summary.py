@@ -244,20 +244,26 @@ def loop_summaries(plan: Plan, target: Target) -> tuple[list[LoopSummary], int]:
     compute (all cores: the loops and the tile overheads)."""
     groups: dict[tuple[str, int, str], list[int]] = {}
     total = 0
+    # Tiles share computes (and computes loops): each is priced once, then counted per tile.
+    priced: dict[int, tuple[int, list[tuple[tuple[str, int, str], int, int]]]] = {}
     for phase in plan.phases:
         for tiles in phase.tiles.values():
             for tile in tiles:
                 c = tile.compute
                 if c is None:
                     continue
-                cycles = compute_cycles(c, target)
-                total += cycles
-                for loop in c.loops:
-                    cost = loop_cost(loop, target.core)
-                    g = groups.setdefault((cost.label or "loop", cost.ii, cost.bound_by), [0, 0, 0])
+                got = priced.get(id(c))
+                if got is None:
+                    costs = [loop_cost(loop, target.core) for loop in c.loops]
+                    got = priced[id(c)] = (compute_cycles(c, target),
+                                           [((k.label or "loop", k.ii, k.bound_by), k.trips * k.entries, k.cycles)
+                                            for k in costs])
+                total += got[0]
+                for key, trips, cycles in got[1]:
+                    g = groups.setdefault(key, [0, 0, 0])
                     g[0] += 1
-                    g[1] += cost.trips * cost.entries
-                    g[2] += cost.cycles
+                    g[1] += trips
+                    g[2] += cycles
     rows = [LoopSummary(label, ii, by, n, trips, cycles) for (label, ii, by), (n, trips, cycles) in groups.items()]
     rows.sort(key=lambda r: (-r.cycles, r.label, r.ii, r.bound_by))
     return rows, total
