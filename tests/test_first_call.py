@@ -227,3 +227,42 @@ def test_no_run_beats_the_search_bound(ex):
     assert run.cycles >= bound
     if run.roofline.bound_by == "ddr" and ex.kernel != "conv2d_backprop_filter":
         assert run.cycles <= 1.05 * bound
+
+
+def test_memory_views_for_filling_and_saving_in_place():
+    """writable_view fills a dense input where it lies (journaled, so a rollback undoes it); read_only_view reads
+    it back without a copy and refuses writes; a span across a page boundary gets None / a copy; an unmapped one
+    the usual MemoryFault naming the range."""
+    from sim.model.memory import PAGE_BYTES
+    m = sim.Simulator("FT78NE")
+    mem = m.memory
+    mem.begin()
+    view = mem.writable_view(0x80000000, (4, 8), np.dtype("float32"))  # journaled when taken
+    assert view is not None
+    view[...] = np.arange(32, dtype=np.float32).reshape(4, 8)
+    back = mem.read_only_view(0x80000000, (4, 8), np.float32)
+    assert back.base is not None and not back.flags.writeable
+    assert np.array_equal(back, np.arange(32, dtype=np.float32).reshape(4, 8))
+    with pytest.raises(ValueError):
+        back[0, 0] = 1
+    mem.rollback()
+    assert not m.read(0x80000000, (4, 8), np.float32).any()
+    edge = 0x80000000 + PAGE_BYTES - 8  # 16 bytes across a page boundary
+    assert mem.writable_view(edge, (4,), np.dtype("float32")) is None
+    m.write(edge, np.arange(4, dtype=np.float32))
+    assert np.array_equal(mem.read_only_view(edge, (4,), np.float32), np.arange(4, dtype=np.float32))
+    with pytest.raises(sim.MemoryFault, match="0x60000000"):
+        mem.writable_view(0x60000000, (4,), np.dtype("float32"))
+
+
+def test_dspsim_run_saves_outputs_equal_to_memory(tmp_path):
+    """Outputs are streamed from simulated memory to .npy files: what np.load reads is what read() gives."""
+    from sim.tools.config import load_config
+    from sim.tools.runner import execute, save_outputs
+    cfg = load_config(ROOT / "configs" / "ft78ne_fused_batch_norm_grad_s.yaml")
+    m, _ = execute(cfg)
+    paths = save_outputs(cfg, m, tmp_path)
+    for spec, path in zip(cfg.outputs, paths):
+        saved = np.load(path)
+        assert saved.dtype == spec.dtype and saved.flags.writeable
+        assert saved.tobytes() == m.read(spec.addr, spec.shape, spec.dtype, core=spec.core).tobytes()
