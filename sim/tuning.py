@@ -41,7 +41,8 @@ class TilingChoice:
     cheapest of the kernel's candidates, each simulated in timing-only mode,
     where candidates within the simulator's ``tiling_tolerance`` of the
     cheapest tie and the one with the fewest tiles wins; their cycles are in
-    ``candidates``, None for one stopped once it could no longer tie) or
+    ``candidates``, None for one stopped once it could no longer tie or left
+    out since its lower bound could not change the pick) or
     ``kernel`` (the kernel offers one plan only).  ``simulated`` counts the
     candidates the search simulated in this process (0 for a choice read
     from the on-disk tuning cache, ``cached`` True then).
@@ -58,7 +59,8 @@ class TilingChoice:
     def describe(self) -> str:
         """One line for summaries."""
         if self.source == "cost model":
-            others = ", ".join(f"{c} {cycles if cycles is not None else 'slower'}" for c, cycles in self.candidates)
+            # None: stopped once it could no longer tie, or never simulated since its bound could not change the pick.
+            others = ", ".join(f"{c} {cycles if cycles is not None else 'cannot win'}" for c, cycles in self.candidates)
             priced = [cycles for _, cycles in self.candidates if cycles is not None]
             mine = next((cycles for c, cycles in self.candidates if c == self.tiling), None)
             why = ("" if not priced or mine is None or mine <= min(priced)
