@@ -17,12 +17,13 @@ from __future__ import annotations
 import contextlib
 import difflib
 import importlib
+import importlib.metadata
 import sys
 import threading
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kernels.base import (
     PREFIX_PRECISION,
@@ -32,9 +33,6 @@ from kernels.base import (
 )
 from sim.errors import KernelArgError, KernelDefinitionError, brief, one_line
 from sim.model.call import ARG_KINDS, ArgSpec
-
-if TYPE_CHECKING:
-    import importlib.metadata
 
 #: Modules under ``kernels/`` that each define a ``KERNEL``.
 KERNEL_MODULES: tuple[str, ...] = (
@@ -317,16 +315,15 @@ def _entry_point_words(ep: importlib.metadata.EntryPoint) -> str:
 
 
 def _load_entry_points() -> None:
-    """Register the kernels installed packages declare (once per process); a broken one is recorded, not raised,
-    so that the shipped kernels and the other packages' keep working."""
+    """Register the shipped kernels, then those installed packages declare (once per process, on first use); a
+    broken package's kernel is recorded, not raised, so that the shipped kernels and the other packages' keep
+    working."""
     with _STATE.lock:
         if not _STATE.shipped_loaded:  # on first use, not on import: ``import sim`` stays quick
             _build_shipped()
         if _STATE.entry_points_loaded:
             return
         _STATE.entry_points_loaded = True  # first: a package registering itself on import comes back here
-        import importlib.metadata  # here, not at the top: it costs tens of milliseconds to import
-
         try:
             eps = sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: (e.value, e.name))
         except Exception as e:  # noqa: BLE001 (broken metadata of some package must not break the shipped kernels)
