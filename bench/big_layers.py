@@ -116,8 +116,8 @@ def main(argv: list[str]) -> int:
              f"Made by `python3 bench/big_layers.py{' ' + shlex.join(argv) if argv else ''}` on "
              f"{os.cpu_count()} logical cores (load average at the start "
              f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}); each run a fresh process (`python -m sim.cli run`: "
-             "import, data generation, simulation, trace and outputs written); best wall time and worst peak "
-             f"resident set of {a.repeat}.", "",
+             "import, data generation, simulation, trace and outputs written); the run with the least wall time "
+             f"(its user and system time) and the worst peak resident set of {a.repeat}.", "",
              "| layer | empty tuning cache: wall s | user s | sys s | MiB | warm tuning cache: wall s | user s | "
              "sys s | MiB | timing only: wall s | user s | sys s | MiB |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
