@@ -8,18 +8,21 @@ the engine executes plans, kernels describe them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
 from sim.errors import KernelArgError
 from sim.model.call import ArgSpec, BoundCall, MemoryReader
-from sim.model.plan import DoesNotFit, Plan
+from sim.model.plan import DoesNotFit, Loop, Plan
 from sim.model.target import StagingArea, Target
-from sim.timing import estimate
+from sim.model.tiling import TilingSpace
+from sim.timing import cheapest_loops
 
+#: An option's label in :meth:`PlanContext.cheapest_loops`.
+T = TypeVar("T")
 #: Precision name -> numpy dtype of the big tensors of a kernel.
 PRECISION_DTYPES: dict[str, np.dtype] = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16)}
 #: Symbol prefix -> precision name.
@@ -35,10 +38,12 @@ class PlanContext:
     shared memory where cores exchange partial results behind a barrier;
     :attr:`vector_level` the per-core memory where compute operands live (the
     same local addresses on every core); :attr:`scalar_level` a per-core level
-    beside it, if the chip has one.  ``tiling``, when given, names the partition
-    and tile sizes the kernel must use (its keys are the kernel's own, see
-    ``Kernel.tilings``); None lets the kernel choose.  :meth:`estimate` prices a
-    plan with the timing model, without simulating it.
+    beside it, if the chip has one.  ``tiling`` is the tiling the kernel must
+    plan (its keys are the kernel's own, see ``Kernel.tiling_space``): the
+    simulator's search completes every key of scope ``plan``; a key of scope
+    ``compute`` it leaves out unless the caller fixed it, and the kernel asks
+    :meth:`cheapest_loops` for the cost model's pick per tile.  A kernel never
+    compares tilings itself.
     """
 
     target: Target
@@ -71,9 +76,10 @@ class PlanContext:
         vector = self.vector_level.name
         return next((a for a in self.levels if a.beside == vector), None)
 
-    def estimate(self, plan: Plan) -> int:
-        """The cycles ``plan`` would take on this chip, in closed form (:func:`sim.timing.estimate`)."""
-        return estimate(plan, self.target)
+    def cheapest_loops(self, options: Sequence[tuple[T, Sequence[Loop]]]) -> T:
+        """The cost model's pick among ways to run one compute, given as ``(label, loops)``: the label of the
+        cheapest (:func:`sim.timing.cheapest_loops`)."""
+        return cheapest_loops(options, self.target)
 
     @property
     def peak_flops_per_cycle(self) -> int:
@@ -120,8 +126,13 @@ class Kernel(Protocol):
     :func:`kernels.registry.register_kernel`; docs/writing-a-kernel.md walks through one).
 
     ``name`` (an identifier: the symbols are ``<fp|hp>_<name>_<s|p>``), ``args``
-    (its ArgSpecs), ``bind`` and ``plan`` are required; ``tilings`` is optional
-    (without it a call takes no ``tiling``).  Optional attributes: ``precisions``
+    (its ArgSpecs), ``bind`` and ``plan`` are required.  A kernel with more than
+    one way to tile a call declares its tiling space, ``tiling_space(call, ctx)``
+    (:class:`sim.model.tiling.TilingSpace`: the keys, the values worth trying,
+    what must hold for a tiling to fit, how many tiles it plans), and the
+    simulator's search (:mod:`sim.tuning`) chooses; the older form, a
+    ``tilings(call, ctx)`` list of candidate tilings, is still taken.  Without
+    either a call takes no ``tiling``.  Optional attributes: ``precisions``
     (the precisions it has symbols for, default ``("fp32", "fp16")``) and
     ``variants`` (default ``("s", "p")``).  A kernel may also say what its
     ``hp_`` symbols store and compute in which precision (see
@@ -140,11 +151,11 @@ class Kernel(Protocol):
         ...
 
     def plan(self, call: BoundCall, ctx: PlanContext) -> Plan:
-        """Lower the bound call into per-core tiles that fit the scratchpad (honouring ``ctx.tiling``)."""
+        """Lower the bound call into per-core tiles of the tiling ``ctx.tiling`` (a full tiling of the space)."""
         ...
 
-    def tilings(self, call: BoundCall, ctx: PlanContext) -> list[dict[str, Any]]:
-        """Candidate tilings (each a valid ``ctx.tiling``) the simulator compares with the cost model."""
+    def tiling_space(self, call: BoundCall, ctx: PlanContext) -> TilingSpace:
+        """The call's tiling space: the search completes and chooses a tiling in it."""
         ...
 
 

@@ -74,6 +74,7 @@ from kernels.common.tiling_space import (
     ChoiceKey,
     IntKey,
     TilingSpace,
+    complete,
     largest,
     padded_lanes,
     pipeline_tile,
@@ -83,7 +84,6 @@ from kernels.common.transfers import block_in, block_out
 from sim.errors import KernelArgError
 from sim.model.call import ArgSpec, BoundCall, MemoryReader
 from sim.model.plan import Compute, DoesNotFit, Loop, Operand, Phase, Plan, Transfer
-from sim.timing import compute_cycles, loop_cycles
 
 F32 = np.dtype(np.float32)
 #: The precision of the fp32 accumulator's own loops (the drain's cast, the reduction of partials).
@@ -231,14 +231,19 @@ class Conv2DBackpropFilter:
         return bound_call(a, variant, cores, buffers, FilterGradAttrs(geo, fsz))
 
     def plan(self, call: BoundCall, ctx: PlanContext) -> Plan:
-        """The tiling ``ctx.tiling`` asks for (its missing keys: the planner's own), else the candidate whose plan
-        ``ctx.estimate`` finds cheapest."""
+        """The plan of the tiling ``ctx.tiling`` (a full tiling of :meth:`tiling_space`)."""
         return _Planner(call, ctx).plan()
 
-    def tilings(self, call: BoundCall, ctx: PlanContext) -> list[dict[str, Any]]:
-        """The candidate tilings :meth:`plan` compares: ``split`` (spatial|filter), ``in_c_slice``, ``out_c_slice``."""
+    def tiling_space(self, call: BoundCall, ctx: PlanContext) -> TilingSpace:
+        """The keys ``split`` (spatial|filter), ``in_c_slice``, ``out_c_slice`` and, per tile, ``a_operand``,
+        ``m_micro``, ``n_micro`` (the micro-kernel: scope ``compute``); DoesNotFit when not one slice fits."""
         p = _Planner(call, ctx)
-        return [p.space.candidate(**c.as_tiling()) for c in p.candidates() if p.feasible(c)]
+        if p._fitting_slices(p.in_c, p.out_c) is None:
+            raise DoesNotFit(p.level.name, p._needed_bytes(1, 1), p.level.size_bytes,
+                             f"{call.symbol}: no tile of the convolution fits the {p.level.size_bytes}-byte "
+                             f"{p.level.name} scratchpad (one output row of one channel with its input window is "
+                             f"too big)")
+        return p.space
 
 
 # --- the tiling space --------------------------------------------------------------------------
@@ -311,73 +316,102 @@ class _Planner:
         self.space = TilingSpace(
             ChoiceKey("split", SPLITS, "spatial: the (image, row) space over the cores, partials exchanged; "
                                        "filter: filter slices over the cores"),
-            IntKey("in_c_slice", 1, self.in_c, "input channels of a filter slice"),
-            IntKey("out_c_slice", 1, self.out_c, "output channels of a filter slice"),
+            IntKey("in_c_slice", 1, self.in_c, "input channels of a filter slice", values=self._in_c_options),
+            IntKey("out_c_slice", 1, self.out_c, "output channels of a filter slice", values=self._out_c_options),
             ChoiceKey("a_operand", A_OPERANDS, "where the micro-kernel reads A: window (the input window, tap by "
-                                               "tap) or im2col (rows gathered per tile)"),
+                                               "tap) or im2col (rows gathered per tile)", scope="compute"),
             IntKey("m_micro", 1, self.taps * self.in_c, "micro-kernel rows of dW (clipped to a tap's channels "
-                                                        "with a_operand window)"),
-            IntKey("n_micro", 1, self.out_c, "micro-kernel columns of dW (output channels)"))
+                                                        "with a_operand window)", scope="compute",
+                   values=range(1, MICRO_M_ROWS + 1)),
+            IntKey("n_micro", 1, self.out_c, "micro-kernel columns of dW (output channels)", scope="compute",
+                   values=[j * self.lanes for j in range(1, MICRO_N_VECTORS + 1)]),
+            fit=self._fit, tiles=self._tiles)
         self.asked = self.space.parse(ctx)
         self._micro_cache: dict[tuple[int, ...], tuple[str, int, int]] = {}
-        self._loop_cycles: dict[int, tuple[int, Loop]] = {}  # id -> (loop_cycles, the loop, kept alive)
 
-    # -- choosing -------------------------------------------------------------------------------
+    # -- the tiling space -----------------------------------------------------------------------
 
     def plan(self) -> Plan:
-        """The plan of the caller's tiling (the cheaper split when it names none), else of the cheapest candidate."""
-        tiling = self.asked
-        if all(tiling[k] is None for k in ("split", "in_c_slice", "out_c_slice")):
-            choices = [c for c in self.candidates() if self.feasible(c)]
-            if not choices:
-                raise DoesNotFit(self.level.name, self._needed_bytes(1, 1), self.level.size_bytes,
-                                 f"{self.call.symbol}: no tile of the convolution fits the {self.level.size_bytes}-"
-                                 f"byte {self.level.name} scratchpad (one output row of one channel with its input "
-                                 f"window is too big)")
-            return self._cheapest(choices)
-        fit = self._fitting_slices(self.in_c, self.out_c) or (1, 1)
-        icg = tiling["in_c_slice"] or fit[0]
-        ocg = tiling["out_c_slice"] or fit[1]
-        if not self._slices_fit(icg, ocg)[1]:
-            raise DoesNotFit(self.level.name, self._needed_bytes(icg, ocg), self.level.size_bytes,
-                             f"{self.call.symbol}: tiling in_c_slice={icg}, out_c_slice={ocg} does not fit the "
-                             f"{self.level.size_bytes}-byte {self.level.name} scratchpad (the fp32 accumulator may "
-                             f"take half of it; a one-row tile must fit one of the two slots left)")
-        choices = [_Choice(k, icg, ocg) for k in ([tiling["split"]] if tiling["split"] else SPLITS)]
-        return self._cheapest([c for c in choices if self.feasible(c)] or choices[:1])
+        """The plan of the tiling (the first that fits in the space's order when the kernel is planned directly
+        with a partial one)."""
+        t = complete(self.space, self.ctx)
+        return self.build(_Choice(t["split"], t["in_c_slice"], t["out_c_slice"]))
 
-    def _cheapest(self, choices: Sequence[_Choice]) -> Plan:
-        """The plan of ``choices`` the timing model's estimate finds cheapest (the first on a tie)."""
-        plans = [self.build(c) for c in choices]
-        if len(plans) == 1:
-            return plans[0]
-        costs = [self.ctx.estimate(p) for p in plans]
-        return plans[costs.index(min(costs))]
-
-    def candidates(self) -> list[_Choice]:
-        """Spatial split with the largest slices that fit; filter split with those and with finer slices."""
+    def _in_c_options(self, tiling: Mapping[str, Any]) -> list[int]:
+        """Input channels of a slice worth trying: the largest slices that fit (both sides shrunk together)."""
         fit = self._fitting_slices(self.in_c, self.out_c)
-        if fit is None:
+        return [fit[0]] if fit is not None else []
+
+    def _out_c_options(self, tiling: Mapping[str, Any]) -> list[int]:
+        """Output channels of a slice worth trying with ``tiling``'s split and in_c_slice: the largest that fit;
+        with the filter split, finer cuts so that every core gets a slice (evenly, or on whole vectors) and, when
+        many output channels leave short row tiles, halved slices (longer tiles, the input re-read once per
+        slice: the micro-kernels load and store the accumulator once per tile)."""
+        icg = tiling["in_c_slice"]
+        joint = self._fitting_slices(self.in_c, self.out_c)
+        ocg = joint[1] if joint is not None and joint[0] == icg else self._fitting_out_c(icg)
+        if ocg is None:
             return []
-        icg, ocg = fit
-        out = [_Choice("spatial", icg, ocg), _Choice("filter", icg, ocg)]
+        out = [ocg]
+        if tiling["split"] != "filter":
+            return out
         n = len(self.ctx.cores)
         n_ic = -(-self.in_c // icg)
         if n > 1 and n_ic * -(-self.out_c // ocg) < n:
-            # Fewer slices than cores: cut out_c finer so every core gets one, evenly or on whole vectors.
             even = -(-self.out_c // -(-n // n_ic))
-            for o in sorted({even, padded_lanes(even, self.lanes)}):
-                if o < ocg:
-                    out.append(_Choice("filter", icg, o))
-        # Many output channels leave few positions per row tile (dy's rows fill the slot), and every tile's
-        # micro-kernels load and store the accumulator for that short reduction: halved out_c slices (on whole
-        # vectors) make the tiles longer, for the input re-read once per slice.
+            out += [o for o in sorted({even, padded_lanes(even, self.lanes)}) if o < ocg]
         o = ocg
         for _ in range(MORE_OUT_C_CUTS):
             if o <= self.lanes or self._tile_positions(icg, o) >= LONG_TILE_POSITIONS:
                 break
             o = padded_lanes(-(-o // 2), self.lanes)
-            out.append(_Choice("filter", icg, o))
+            out.append(o)
+        return out
+
+    def _fitting_out_c(self, icg: int) -> int | None:
+        """The largest out_c slice (halvings on whole vectors) that fits with ``icg`` input channels, or None."""
+        ocg = self.out_c
+        while not self._slices_fit(icg, ocg)[1]:
+            if ocg == 1:
+                return None
+            ocg = self._shrink(ocg)
+        return ocg
+
+    def _fit(self, tiling: Mapping[str, Any]) -> None:
+        """The space's ``fit``: the accumulator and a one-row tile fit the scratchpad, and with the spatial split
+        each core's partial dW rows fit its share of the shared level."""
+        icg, ocg = tiling["in_c_slice"], tiling["out_c_slice"]
+        if not self._slices_fit(icg, ocg)[1]:
+            raise DoesNotFit(self.level.name, self._needed_bytes(icg, ocg), self.level.size_bytes,
+                             f"{self.call.symbol}: tiling in_c_slice={icg}, out_c_slice={ocg} does not fit the "
+                             f"{self.level.size_bytes}-byte {self.level.name} scratchpad (the fp32 accumulator may "
+                             f"take half of it; a one-row tile must fit one of the two slots left)")
+        if not self.feasible(_Choice(tiling["split"], icg, ocg)):
+            share = Exchange.share_bytes(self.ctx, len(self.active), self.align)
+            level = self.ctx.shared_level
+            raise DoesNotFit(level.name if level is not None else None, ocg * F32.itemsize, share,
+                             f"{self.call.symbol}: with the spatial split, each of {len(self.active)} cores' "
+                             f"share of the shared level ({share} bytes) must hold a row of its partial dW "
+                             f"({ocg} fp32 values)")
+
+    def _tiles(self, tiling: Mapping[str, Any]) -> int:
+        """The space's ``tiles``: row tiles of every slice over the whole input (each at least one output row)
+        plus the drain and, spatially, the exchange and the reduction (upper bounds)."""
+        g = self.geo
+        icg, ocg = tiling["in_c_slice"], tiling["out_c_slice"]
+        slices = -(-self.in_c // icg) * -(-self.out_c // ocg)
+        rows = g.batch * g.out_h
+        cores = len(self.ctx.cores)
+        if tiling["split"] == "spatial":
+            return slices * (rows + cores * 2 * (self.taps * icg + 2))
+        return slices * (rows + self.taps * icg + 2)
+
+    def candidates(self) -> list[_Choice]:
+        """The slices the space offers by default, each split (for tests and tools that list them)."""
+        out = []
+        for t in self.space.completions({}, 64)[0]:
+            c = _Choice(t["split"], t["in_c_slice"], t["out_c_slice"])
+            out.append(c)
         return out
 
     def _tile_positions(self, icg: int, ocg: int) -> int:
@@ -574,19 +608,20 @@ class _Planner:
         return loop.vector_registers <= self.core.vector_registers
 
     def _micro(self, blk: _Block, grp: _Group, first: bool) -> tuple[str, int, int]:
-        """(a_operand, m_micro, n_micro) of a row tile: the caller's where given (clipped to the tile), the rest
-        the candidate whose loops the timing model prices cheapest (``sim.timing.compute_cycles``, what the
-        engine charges the tile; the candidates differ in nothing else)."""
+        """(a_operand, m_micro, n_micro) of a row tile: the caller's where given (clipped to the tile); the rest
+        the cost model's pick (``PlanContext.cheapest_loops``: the option whose loops cost the tile the fewest
+        cycles) among the micro-kernels that fit the vector registers: every m_micro up to MICRO_M_ROWS rows
+        (within a tap's channels with the window), n_micro of 1 to MICRO_N_VECTORS vectors."""
         a = self.asked
         positions = (blk.n1 - blk.n0) * (blk.r1 - blk.r0) * self.geo.out_w
-        # Tiles alike in these price their candidates alike (the border only adds a loop to the window's).
+        # Tiles alike in these price their options alike (the border only adds a loop to the window's).
         key = (positions, grp.icg, grp.ocg, int(first), int(bool(self._padding_loop(blk, grp))))
         if key in self._micro_cache:
             return self._micro_cache[key]
         modes = [a["a_operand"]] if a["a_operand"] else list(A_OPERANDS)
         n_opts = [min(a["n_micro"], grp.ocg)] if a["n_micro"] else sorted(
             {min(grp.ocg, j * self.lanes) for j in range(1, MICRO_N_VECTORS + 1)})
-        best: tuple[int, tuple[str, int, int]] | None = None
+        options: list[tuple[tuple[str, int, int], tuple[Loop, ...]]] = []
         for mode in modes:
             limit = grp.icg if mode == "window" else self.taps * grp.icg
             m_opts = [min(a["m_micro"], limit)] if a["m_micro"] else range(1, min(limit, MICRO_M_ROWS) + 1)
@@ -600,24 +635,10 @@ class _Planner:
                                 f"vector and broadcasts)")
                         continue
                     micro = (mode, m_r, n_r)
-                    cost = self._compute_cycles(self._tile_loops(blk, grp, first, micro))
-                    if best is None or cost < best[0]:
-                        best = (cost, micro)
-        assert best is not None  # a 1 x lanes micro-kernel always fits
-        self._micro_cache[key] = best[1]
-        return best[1]
-
-    def _compute_cycles(self, loops: tuple[Loop, ...]) -> int:
-        """``sim.timing.compute_cycles`` of a compute running ``loops``: the tile overhead plus each loop's cycles,
-        a loop priced once (the candidates of a tile share most of their loops, and tiles their candidates)."""
-        target = self.ctx.target
-        total = compute_cycles(Compute(None, (), (), 0, self.precision, loops=()), target)  # type: ignore[arg-type]
-        for loop in loops:
-            got = self._loop_cycles.get(id(loop))
-            if got is None:
-                got = self._loop_cycles[id(loop)] = (loop_cycles(loop, target.core), loop)
-            total += got[0]
-        return total
+                    options.append((micro, self._tile_loops(blk, grp, first, micro)))
+        assert options  # a 1 x lanes micro-kernel always fits
+        self._micro_cache[key] = self.ctx.cheapest_loops(options)
+        return self._micro_cache[key]
 
     def _row_tile(self, stream: CoreStream, blk: _Block, grp: _Group, sc: Scratch, first: bool) -> None:
         """DMA the block's input window and dy rows, accumulate its contribution into the accumulator."""

@@ -70,20 +70,16 @@ from kernels.common.binding import attrs_of, bind_arguments, bound_call
 from kernels.common.geometry import AxisTaps, ConvGeometry, conv_geometry, halo_bound, image_segments
 from kernels.common.scratch import Scratch, align_up, aligned_bytes, fits
 from kernels.common.streams import CoreStream, phase_of, plan_of
-from kernels.common.tiling_space import IntKey, TilingSpace, largest, split_even, split_units, unique
+from kernels.common.tiling_space import IntKey, TilingSpace, complete, largest, split_even, split_units
 from kernels.common.transfers import block_in, block_out, channel_grain, operand_in
 from sim.errors import KernelArgError
 from sim.model.call import ArgSpec, BoundCall, Buffer, MemoryReader
 from sim.model.plan import Compute, DoesNotFit, Loop, Operand, Plan, Transfer, c_strides
-from sim.timing import compute_cycles, streams_to_fill
+from sim.timing import streams_to_fill
 
 F32 = np.dtype(np.float32)
 #: Most output vectors a tap loop accumulates at once (the register block) that the kernel's choice tries.
 MAX_BLOCK = 32
-#: Splits whose estimated cycles lie within this fraction of the cheapest count as tied: on the bench cases the
-#: estimate is 0.4 % from the simulation on average (docs/timing-model.md), more than the splits it cannot tell
-#: apart differ by (a few hundred cycles of first loads queueing in another order).
-ESTIMATE_TIE = 0.01
 
 
 # --- numerics ----------------------------------------------------------------------------------
@@ -243,34 +239,22 @@ class DepthwiseConv2dBackpropInput:
         return bound_call(a, variant, cores, buffers, InputGradAttrs(geo, mult))
 
     def plan(self, call: BoundCall, ctx: PlanContext) -> Plan:
-        """Per core: its rows (and channels) cut into halo-loading tiles, alternating two scratch slots.
-
-        The split and the tile shape are the caller's ``ctx.tiling`` where it names them; the rest is the
-        candidate ``ctx.estimate`` finds cheapest.
-        """
+        """Per core: its rows (and channels) cut into halo-loading tiles of the tiling ``ctx.tiling`` (a full
+        tiling of :meth:`tiling_space`), alternating two scratch slots."""
         p = _Planner(call, ctx)
-        tiling = p.space.parse(ctx)
-        parts = tiling["channel_parts"] or p.best_parts()
-        asked = (tiling["tile_rows"], tiling["tile_cols"], tiling["tile_channels"])
-        own = p.choose_shape(parts) if None in asked else TileShape(0, 0, 0)
-        return p.build(parts, TileShape(*(a or o for a, o in zip(asked, (own.rows, own.cols, own.chans)))))
+        t = complete(p.space, ctx)
+        return p.build(t["channel_parts"], TileShape(t["tile_rows"], t["tile_cols"], t["tile_channels"]))
 
-    def tilings(self, call: BoundCall, ctx: PlanContext) -> list[dict[str, Any]]:
-        """Candidates: the cheapest split with its cheapest tile and with its fewest tiles; rows only; channels only.
+    def tiling_space(self, call: BoundCall, ctx: PlanContext) -> TilingSpace:
+        """The keys ``channel_parts`` (every number of channel groups, the most first), ``tile_channels``,
+        ``tile_cols`` and ``tile_rows`` (for the first core's share: whole vectors of channels, whole rows
+        unless not one fits, the tallest tiles that fit first, then shorter ones), and, per tile,
+        ``register_block`` (scope ``compute``).
 
         Row cuts re-read halo rows, channel cuts (whole vectors in NHWC) may leave cores idle or lanes empty;
         few large tiles spend fewer DMA setups, smaller ones keep the unhidden first load and last store short.
-        Each is priced by building its plan and estimating it (``ctx.estimate``).
         """
-        p = _Planner(call, ctx)
-        try:
-            best = p.best_parts()
-            choices = [(best, p.choose_shape(best)), (best, p.choose_shape(best, fewest=True)), (1, p.choose_shape(1)),
-                       (p.max_parts, p.choose_shape(p.max_parts))]
-        except DoesNotFit:
-            return []  # nothing fits: planning says why
-        return unique([p.space.candidate(channel_parts=parts, tile_rows=s.rows, tile_cols=s.cols,
-                                         tile_channels=s.chans) for parts, s in choices])
+        return _Planner(call, ctx).space
 
 
 # --- the tiling space ----------------------------------------------------------------------------
@@ -344,6 +328,7 @@ class _Planner:
         self.convert = self.isz != F32.itemsize and self.precision == "fp32"
         self.lanes = lp.lanes(self.core, self.precision)
         self._blocks: dict[tuple[int, ...], int] = {}
+        self._shape_memo: dict[int, dict[int, list[TileShape]]] = {}
         # NHWC channel cuts: whole vectors, and whole bursts of the tensors' region.
         self.grain = channel_grain(ctx, self.dy.addr, self.isz, self.lanes)
         self.level = ctx.vector_level
@@ -352,11 +337,62 @@ class _Planner:
         self.channel_units = g.in_c if g.nchw else -(-g.in_c // self.grain)
         self.max_parts = min(len(call.cores), self.channel_units)
         self.space = TilingSpace(
-            IntKey("channel_parts", 1, self.max_parts, "channel groups the cores form (1: rows only)"),
-            IntKey("tile_rows", 1, g.in_h, "input rows of a tile"),
-            IntKey("tile_cols", 1, g.in_w, "input columns of a tile"),
-            IntKey("tile_channels", 1, g.in_c, "channels of a tile"))
-        self._priced: dict[tuple[int, TileShape], tuple[int, int]] = {}
+            IntKey("channel_parts", 1, self.max_parts, "channel groups the cores form (1: rows only)",
+                   values=range(self.max_parts, 0, -1)),
+            IntKey("tile_channels", 1, g.in_c, "channels of a tile", values=self._chan_values),
+            IntKey("tile_cols", 1, g.in_w, "input columns of a tile", values=self._col_values),
+            IntKey("tile_rows", 1, g.in_h, "input rows of a tile", values=self._row_values),
+            IntKey("register_block", 1, MAX_BLOCK, "output vectors a tap loop accumulates in registers",
+                   scope="compute", values=range(1, MAX_BLOCK + 1)),
+            fit=self._fit, tiles=self._tiles)
+        self.asked = self.space.parse(ctx)
+
+    # -- the tiling space: the first core's share of each split -------------------------------------------
+
+    def _options(self, parts: int) -> dict[int, list[TileShape]]:
+        """:meth:`shape_options` of the first core's share with ``parts`` channel groups (memoised)."""
+        got = self._shape_memo.get(parts)
+        if got is None:
+            got = self._shape_memo[parts] = self.shape_options(self.shares(parts)[0])
+        return got
+
+    def _chan_values(self, tiling: Mapping[str, Any]) -> list[int]:
+        """Channels of a tile worth trying with ``tiling['channel_parts']`` groups: the widest first."""
+        try:
+            return sorted(self._options(tiling["channel_parts"]), reverse=True)
+        except DoesNotFit:
+            return []
+
+    def _col_values(self, tiling: Mapping[str, Any]) -> list[int]:
+        """Columns of a tile: whole rows, unless not one fits (then the halvings that do)."""
+        try:
+            opts = self._options(tiling["channel_parts"])
+        except DoesNotFit:
+            return []
+        shapes = opts.get(tiling["tile_channels"]) or next(iter(opts.values()))
+        return [shapes[0].cols]
+
+    def _row_values(self, tiling: Mapping[str, Any]) -> list[int]:
+        """Rows of a tile worth trying: halvings of the most that fit and even cuts of the segments, tallest
+        first."""
+        g = self.geo
+        share = self.shares(tiling["channel_parts"])[0]
+        seg_rows = [r1 - r0 for _, r0, r1 in share.segments(g.in_h)]
+        chans = min(tiling["tile_channels"], share.c1 - share.c0)
+        most = self._most_rows(max(seg_rows), tiling["tile_cols"], chans)
+        return sorted(_row_options(most, seg_rows), reverse=True)
+
+    def _fit(self, tiling: Mapping[str, Any]) -> None:
+        """The space's ``fit``: a tile of the shape (clipped to the first core's share) fits the scratchpad."""
+        share = self.shares(tiling["channel_parts"])[0]
+        seg = max(r1 - r0 for _, r0, r1 in share.segments(self.geo.in_h))
+        self.scratch(TileShape(min(tiling["tile_rows"], seg), tiling["tile_cols"],
+                               min(tiling["tile_channels"], share.c1 - share.c0)))
+
+    def _tiles(self, tiling: Mapping[str, Any]) -> int:
+        """The space's ``tiles``: every core's tiles."""
+        shape = TileShape(tiling["tile_rows"], tiling["tile_cols"], tiling["tile_channels"])
+        return sum(self.tile_count(share, shape) for share in self.shares(tiling["channel_parts"]))
 
     def shares(self, p_chans: int) -> list[Share]:
         """``p_chans`` channel groups of cores (channels, or whole vectors of them in NHWC, split evenly), each
@@ -442,56 +478,10 @@ class _Planner:
         """The most rows (at most ``rows``, at least 1) whose tiles of ``cols`` x ``chans`` fit."""
         return largest(rows, lambda r: self.fits(TileShape(r, cols, chans)), lo=1)
 
-    def price(self, parts: int, shape: TileShape) -> tuple[int, int]:
-        """(estimated cycles, tiles per core) of the plan with ``parts`` channel groups and tiles of ``shape``.
-
-        The plan priced gives every busy core the first core's share (the largest: shares differ by a row or a
-        channel vector at most), which the estimate prices as the whole plan, for a fraction of the building.
-        """
-        key = (parts, shape)
-        if key not in self._priced:
-            shares = self.shares(parts)
-            stream = self._core_stream(shares[0], shape, len(shares))
-            plan = self._plan_of(dict.fromkeys(self.call.cores[:len(shares)], stream))
-            self._priced[key] = (self.ctx.estimate(plan), len(stream))
-        return self._priced[key]
-
     def tile_count(self, share: Share, shape: TileShape) -> int:
         """Tiles of a core's ``share`` cut into tiles of ``shape``."""
         rows = sum(-(-(r1 - r0) // shape.rows) for _, r0, r1 in share.segments(self.geo.in_h))
         return rows * -(-(share.c1 - share.c0) // shape.chans) * -(-self.geo.in_w // shape.cols)
-
-    def choose_shape(self, parts: int, fewest: bool = False) -> TileShape:
-        """The tile shape whose plan the estimate finds cheapest; ``fewest``: the one with the fewest tiles
-        (cheapest on ties).
-
-        One coordinate at a time, so that a few dozen plans are built at most: the channels first, each with
-        its tallest tiles; then the rows for those channels, from the tallest down while shorter tiles keep
-        getting cheaper (shorter tiles expose less of the first load and the last store, and pay more
-        transfers and halo rows).
-        """
-        share = self.shares(parts)[0]
-        options = self.shape_options(share)
-        if fewest:
-            shapes = [s for rows in options.values() for s in rows]
-            least = min(self.tile_count(share, s) for s in shapes)
-            return min((s for s in shapes if self.tile_count(share, s) == least), key=lambda s: self.price(parts, s))
-        rows = options[min(options, key=lambda ct: self.price(parts, options[ct][-1]))]
-        best = previous = rows[-1]
-        for shape in reversed(rows[:-1]):
-            if self.price(parts, shape) > self.price(parts, previous):
-                break
-            if self.price(parts, shape) <= self.price(parts, best):
-                best = shape
-            previous = shape
-        return best
-
-    def best_parts(self) -> int:
-        """The channel groups whose plan (with its cheapest tiles) the estimate finds cheapest.  Estimates within
-        ESTIMATE_TIE of the cheapest tie, and a tie goes to more busy cores, then to fewer channel cuts."""
-        cost = {p: self.price(p, self.choose_shape(p))[0] for p in range(1, self.max_parts + 1)}
-        tied = [p for p in cost if cost[p] <= min(cost.values()) * (1 + ESTIMATE_TIE)]
-        return min(tied, key=lambda p: (-len(self.shares(p)), p))
 
     # -- building ---------------------------------------------------------------------------------------
 
@@ -584,15 +574,15 @@ class _Planner:
             folds = mult > 1
             filter_vectors = g.filter_h * g.filter_w * per_position
         key = (vectors, fmacs, int(adjacent), filter_vectors, int(g.nchw))
+        if block is None and self.asked["register_block"] is not None:
+            block = min(self.asked["register_block"], max(1, vectors))
         if block is None:
             block = self._blocks.get(key)
         if block is None:
             fitting = [b for b in range(1, min(MAX_BLOCK, vectors) + 1)
                        if self._block_registers(b, 1) <= core.vector_registers]
-            costs = [(compute_cycles(Compute(None, (), (), 0, self.precision,  # type: ignore[arg-type]
-                                             loops=(self.tap_loop(rows, cols, ct, b),)), self.ctx.target), b)
-                     for b in fitting]
-            block = self._blocks[key] = min(costs)[1]
+            block = self._blocks[key] = self.ctx.cheapest_loops(
+                [(b, (self.tap_loop(rows, cols, ct, b),)) for b in fitting])
         entries = -(-vectors // block)
         trips = -(-fmacs // (entries * block))
         resident = self._block_registers(block, filter_vectors) <= core.vector_registers

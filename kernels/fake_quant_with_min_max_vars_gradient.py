@@ -60,7 +60,7 @@ from kernels.common.exchange import Exchange
 from kernels.common.loops import sequence, streaming
 from kernels.common.scratch import Scratch, align_up, aligned_bytes
 from kernels.common.streams import FIXED_SLOT, CoreStream, plan_of
-from kernels.common.tiling_space import IntKey, TilingSpace, pipeline_tile, split_units, unique
+from kernels.common.tiling_space import IntKey, TilingSpace, complete, pipeline_tile, split_units
 from sim.errors import KernelArgError
 from sim.model.call import ArgSpec, BoundCall, MemoryReader
 from sim.model.plan import Compute, DoesNotFit, Operand, Phase, Plan, Tile, Transfer
@@ -199,31 +199,16 @@ class FakeQuantWithMinMaxVarsGradient:
         """Element ranges per core (``ctx.tiling`` may set them); partial sums through the shared level."""
         return _Planner(call, ctx).build()
 
-    def tilings(self, call: BoundCall, ctx: PlanContext) -> list[dict[str, Any]]:
-        """Candidates: every core with the heuristic's tiles, the largest, short ones; half the cores; one core.
+    def tiling_space(self, call: BoundCall, ctx: PlanContext) -> TilingSpace:
+        """The keys ``cores`` and ``tile_elements``: every core, half of them, one; per number of cores, the
+        heuristic's tiles (four per core), the largest a slot holds, short ones (an eighth of those).
 
-        The largest tiles spend fewer DMA setups and compute loops; the
-        heuristic's (four per core) and the short ones (an eighth of those)
-        leave less of the first load and the last store unhidden.
-        Half the cores exchange fewer partial sums and split the memory
-        bandwidth, which bounds this op long before the vector units do, among
-        fewer streams; one core (for a call that fits one tile) needs no
-        exchange and no barrier.
+        The largest tiles spend fewer DMA setups and compute loops; the heuristic's and the short ones leave
+        less of the first load and the last store unhidden.  Half the cores exchange fewer partial sums and
+        split the memory bandwidth, which bounds this op long before the vector units do, among fewer
+        streams; one core (for a call that fits one tile) needs no exchange and no barrier.
         """
-        try:
-            p = _Planner(call, ctx)
-        except DoesNotFit:
-            return []  # nothing fits: planning says why
-        n, lanes, total = len(call.cores), p.lanes, p.total
-        span = p.shares(n)[0][2]
-        tile = p.heuristic_tile(span)
-        short = min(tile, max(lanes, tile // SHORT_TILE_FRACTION // lanes * lanes))
-        out = [p.space.candidate(cores=n, tile_elements=t) for t in (tile, p.heuristic_tile(span, 1), short)]
-        if n > 1:
-            out.append(p.space.candidate(cores=n // 2, tile_elements=p.heuristic_tile(p.shares(n // 2)[0][2])))
-        if n > 2 and total <= p.budget:
-            out.append(p.space.candidate(cores=1, tile_elements=total))
-        return unique(out)
+        return _Planner(call, ctx).space
 
 
 class _Planner:
@@ -237,8 +222,6 @@ class _Planner:
         self.lanes = self.core.precisions[COMPUTE_PRECISION].lanes
         self.dt = PRECISION_DTYPES[call.precision]
         self.buf = {b.name: b for b in call.buffers}
-        self.space = TilingSpace(IntKey("cores", 1, len(call.cores), "how many of the call's cores share the work"),
-                                 IntKey("tile_elements", 1, self.total, "elements per tile"))
         level = ctx.vector_level
         # Room for every core's partials whatever number of cores the tiling uses: the layout stays put.
         sizes = (8, 8, 8, 8 * len(call.cores))  # bounds, nudged bounds, the two sums, the partials
@@ -253,6 +236,42 @@ class _Planner:
             raise DoesNotFit(level.name, one, level.size_bytes,
                              f"a tile of one vector ({self.lanes} elements) does not fit the "
                              f"{level.size_bytes}-byte {level.name} scratchpad")
+        n = len(call.cores)
+        # One core only when the call is one tile: no exchange and no barrier then.
+        self.space = TilingSpace(
+            IntKey("cores", 1, n, "how many of the call's cores share the work",
+                   values=(n, n // 2) + ((1,) if n > 2 and self.total <= self.budget else ())),
+            IntKey("tile_elements", 1, self.total, "elements per tile", values=self._tile_options),
+            fit=self._fit, tiles=self._tiles)
+
+    def _tile_options(self, tiling: Mapping[str, Any]) -> list[int]:
+        """The tile sizes worth trying with ``tiling['cores']`` cores: the heuristic's, the largest, short ones."""
+        cores = tiling["cores"]
+        span = self.shares(cores)[0][2] - self.shares(cores)[0][1]
+        tile = self.heuristic_tile(span)
+        if cores < len(self.call.cores):  # fewer cores: the heuristic's tiles (one core: the whole call)
+            return [tile if cores > 1 else self.total]
+        return [tile, self.heuristic_tile(span, 1),
+                min(tile, max(self.lanes, tile // SHORT_TILE_FRACTION // self.lanes * self.lanes))]
+
+    def _fit(self, tiling: Mapping[str, Any]) -> None:
+        """The space's ``fit``: a tile's three tensors fit one slot."""
+        self._check_tile(tiling["tile_elements"])
+
+    def _tiles(self, tiling: Mapping[str, Any]) -> int:
+        """The space's ``tiles``: per core with work its data tiles, the nudge and the publish; the reduce."""
+        per = tiling["tile_elements"]
+        shares = self.shares(tiling["cores"])
+        return sum(-(-(e1 - e0) // per) + 2 for _, e0, e1 in shares) + (len(shares) > 1)
+
+    def _check_tile(self, per_tile: int) -> None:
+        """DoesNotFit when tiles of ``per_tile`` elements do not fit a slot."""
+        if per_tile > self.budget:
+            sc = self.scratch
+            raise sc.refuse(3 * align_up(per_tile * self.dt.itemsize, sc.alignment), sc.slot_bytes,
+                            f"tiling tile_elements={per_tile} does not fit the "
+                            f"{sc.area.size_bytes}-byte {sc.area.name} scratchpad (a tile takes at most "
+                            f"{self.budget} elements: gradients, inputs and their gradient in one of two slots)")
 
     def shares(self, cores: int) -> list[tuple[int, int, int]]:
         """(core, first element, end element) of each of the first ``cores`` with work: whole vectors, even."""
@@ -266,18 +285,13 @@ class _Planner:
 
     def build(self) -> Plan:
         """Phase 1: every core nudges, streams its share and publishes its sums; phase 2: the first core reduces."""
-        tiling, call = self.space.parse(self.ctx), self.call
+        tiling, call = complete(self.space, self.ctx), self.call
         per_tile = tiling["tile_elements"]
-        if per_tile is not None and per_tile > self.budget:
-            sc = self.scratch
-            raise sc.refuse(3 * align_up(per_tile * self.dt.itemsize, sc.alignment), sc.slot_bytes,
-                            f"tiling tile_elements={per_tile} does not fit the "
-                            f"{sc.area.size_bytes}-byte {sc.area.name} scratchpad (a tile takes at most "
-                            f"{self.budget} elements: gradients, inputs and their gradient in one of two slots)")
-        shares = self.shares(tiling["cores"] or len(call.cores))
+        self._check_tile(per_tile)
+        shares = self.shares(tiling["cores"])
         parts = len(shares)
         exchange = Exchange.through(self.ctx, parts, 2, what="min/max partial sums") if parts > 1 else None
-        first = {core: self._core_tiles(per_tile or self.heuristic_tile(e1 - e0), idx, exchange, e0, e1)
+        first = {core: self._core_tiles(per_tile, idx, exchange, e0, e1)
                  for idx, (core, e0, e1) in enumerate(shares)}
         phases = [Phase("masked gradients", first)]
         if exchange is not None:

@@ -89,12 +89,12 @@ from kernels.common.tiling_space import (
     ChoiceKey,
     IntKey,
     TilingSpace,
+    complete,
     largest,
     padded_lanes,
     pipeline_tile,
     split_even,
     split_units,
-    unique,
 )
 from kernels.common.transfers import operand_in, operand_out, sub_operand
 from sim.errors import KernelArgError
@@ -243,46 +243,27 @@ FUSED_TENSORS = Tensors("y_backprop", "x", "scale", "reserve_space_1", "reserve_
 
 class BatchNormPlanning:
     """The planning of a batch-norm gradient call bound to :class:`BatchNormAttrs` (both kernels' ``plan`` and
-    ``tilings``)."""
+    ``tiling_space``)."""
 
     def plan(self, call: BoundCall, ctx: PlanContext) -> Plan:
-        """The plan ``ctx.tiling`` names, else the channels plan when every core gets whole-batch channel tiles of
-        whole units, else the rows plan."""
-        t = tiling_space(attrs_of(call, BatchNormAttrs).view).parse(ctx)
-        split, ct, te = t["split"], t["channel_block"], t["tile_elements"]
-        if split is None:
-            split = "channels" if _channels_by_default(call, ctx) else "rows"
-        if split == "channels":
-            return _ChannelsPlan(call, ctx, ct).build()
-        return _RowsPlan(call, ctx, te).build()
+        """The plan of the tiling ``ctx.tiling`` (a full tiling of :meth:`tiling_space`)."""
+        t = complete(self.tiling_space(call, ctx), ctx)
+        if t["split"] == "channels":
+            return _ChannelsPlan(call, ctx, t["channel_block"]).build()
+        return _RowsPlan(call, ctx, t["tile_elements"]).build()
 
-    def tilings(self, call: BoundCall, ctx: PlanContext) -> list[dict[str, Any]]:
-        """Candidates: the default plan, the channels plan with its widest one-pass blocks, the other plans.
+    def tiling_space(self, call: BoundCall, ctx: PlanContext) -> TilingSpace:
+        """The keys ``split``, ``channel_block`` and ``tile_elements``: the channels split first when every core
+        gets whole-batch channel tiles of whole units (with its default blocks), else the rows split; the
+        channels split's widest one-pass blocks; the rows split's default tiles, its largest and short ones.
 
         The widest one-pass channel blocks (part-filled vectors if need be) read
         x and dy once where the rows plan reads what does not stay resident twice;
         the rows plan keeps every core busy when channels are few; its largest
-        tiles spend fewer DMA setups than the default four tiles per core.
+        tiles spend fewer DMA setups than the default four tiles per core, and
+        shorter ones fill the pipeline sooner (the first load is never hidden).
         """
-        chans = _ChannelsPlan(call, ctx, None)
-        space = tiling_space(chans.v)
-        rows_default = rows_largest = rows_short = None
-        try:
-            first_want, largest_want = _RowsPlan(call, ctx, None).tile_sizes()
-            rows_default = space.candidate(split="rows", tile_elements=first_want)
-            rows_largest = space.candidate(split="rows", tile_elements=largest_want)
-            # Shorter tiles fill the pipeline sooner (the first load is never hidden).  Never longer than the
-            # default tile: a call of fewer elements than a vector has lanes has no shorter tile to offer.
-            rows_short = space.candidate(split="rows",
-                                         tile_elements=min(first_want, max(chans.lanes, first_want // 4)))
-        except DoesNotFit:
-            pass
-        out = [space.candidate(split="channels", channel_block=chans.default_block())
-               if _channels_by_default(call, ctx) else rows_default]
-        widest = chans.widest_block()
-        if widest:
-            out.append(space.candidate(split="channels", channel_block=widest))
-        return unique(out + [rows_default, rows_largest, rows_short])
+        return tiling_space(call, ctx)
 
 
 class FusedBatchNormGrad(BatchNormPlanning):
@@ -336,12 +317,38 @@ class FusedBatchNormGrad(BatchNormPlanning):
 
 # -- the tiling space and the choice of plan ---------------------------------------------------------
 
-def tiling_space(v: View) -> TilingSpace:
-    """The keys a caller's ``tiling`` may set for a call of view ``v``."""
-    return TilingSpace(ChoiceKey("split", SPLITS, "channels: channel blocks of the whole batch per core; rows: "
-                                                  "rows per core, partial sums exchanged"),
-                       IntKey("channel_block", 1, v.c, "channels per tile", only=("split", "channels")),
-                       IntKey("tile_elements", 1, v.a * v.c * v.b, "elements per tile", only=("split", "rows")))
+def tiling_space(call: BoundCall, ctx: PlanContext) -> TilingSpace:
+    """The tiling space of a batch-norm gradient call (see :meth:`BatchNormPlanning.tiling_space`)."""
+    chans = _ChannelsPlan(call, ctx, None)
+    v = chans.v
+    by_channels = _channels_by_default(call, ctx)
+    blocks = ([chans.default_block()] if by_channels else []) + [chans.widest_block()]
+    try:
+        first_want, largest_want = _RowsPlan(call, ctx, None).tile_sizes()
+        # Never longer than the default tile: a call of fewer elements than a vector has lanes has no shorter
+        # tile to offer.
+        sizes = [first_want, largest_want, min(first_want, max(chans.lanes, first_want // 4))]
+    except DoesNotFit:
+        sizes = []  # the rows split cannot fit at all: planning it says why
+    total = v.a * v.c * v.b
+
+    def fit(t: Mapping[str, Any]) -> None:
+        if t["split"] == "channels":
+            chans.check_block(t["channel_block"])
+
+    def tiles(t: Mapping[str, Any]) -> int:
+        cores = len(call.cores)
+        if t["split"] == "channels":
+            return -(-v.c // t["channel_block"]) + cores
+        return 2 * -(-total // t["tile_elements"]) + 4 * cores * -(-v.c // max(1, chans.lanes))
+
+    return TilingSpace(
+        ChoiceKey("split", SPLITS, "channels: channel blocks of the whole batch per core; rows: rows per core, "
+                                   "partial sums exchanged",
+                  values=("channels", "rows") if by_channels else ("rows", "channels")),
+        IntKey("channel_block", 1, v.c, "channels per tile", only=("split", "channels"), values=blocks),
+        IntKey("tile_elements", 1, total, "elements per tile", only=("split", "rows"), values=sizes),
+        fit=fit, tiles=tiles)
 
 
 def _channels_by_default(call: BoundCall, ctx: PlanContext) -> bool:
@@ -494,17 +501,21 @@ class _ChannelsPlan(_PlanBase):
                 tiles[core] = self._core_tiles(c0, c1, self._block(c1 - c0))
         else:
             ct = self.size
-            if not self.whole_batch_fits(ct):
-                raise DoesNotFit(self.level.name, 2 * 3 * align_up(self.v.a * ct * self.v.b * self.dt.itemsize,
-                                                                   self.align) + self.vectors_bytes,
-                                 self.level.size_bytes,
-                                 f"tiling channel_block={ct} does not fit the "
-                                 f"{self.level.size_bytes}-byte {self.level.name} scratchpad (a whole-batch tile of "
-                                 f"{self.names.x}, {self.names.dy} and {self.names.dx} takes half of what the "
-                                 f"per-channel vectors leave)")
+            self.check_block(ct)
             for core, (c0, c1) in zip(self.call.cores, split_units(self.v.c, ct, len(self.call.cores))):
                 tiles[core] = self._core_tiles(c0, c1, ct)
         return plan_of(self.call, [Phase("channels", tiles)])
+
+    def check_block(self, ct: int) -> None:
+        """DoesNotFit when a whole-batch tile of ``ct`` channels does not fit a slot."""
+        if not self.whole_batch_fits(ct):
+            raise DoesNotFit(self.level.name, 2 * 3 * align_up(self.v.a * ct * self.v.b * self.dt.itemsize,
+                                                               self.align) + self.vectors_bytes,
+                             self.level.size_bytes,
+                             f"tiling channel_block={ct} does not fit the "
+                             f"{self.level.size_bytes}-byte {self.level.name} scratchpad (a whole-batch tile of "
+                             f"{self.names.x}, {self.names.dy} and {self.names.dx} takes half of what the "
+                             f"per-channel vectors leave)")
 
     def default_block(self) -> int:
         """Channels per tile of the first core's share by default."""

@@ -49,7 +49,7 @@ from kernels.common.args import require_int
 from kernels.common.binding import attrs_of, bind_arguments, bound_call
 from kernels.common.loops import elementwise, gemm_micro_kernel, lanes
 from kernels.common.scratch import Scratch, align_up
-from kernels.common.tiling_space import ChoiceKey, IntKey, TilingSpace, split_even, unique
+from kernels.common.tiling_space import ChoiceKey, IntKey, TilingSpace, complete, split_even, split_units
 from sim.errors import KernelArgError
 from sim.model.call import ArgSpec, BoundCall, MemoryReader
 from sim.model.plan import Compute, DoesNotFit, Operand, Phase, Plan, Tile, Transfer, buffer_ref
@@ -57,6 +57,11 @@ from sim.model.plan import Compute, DoesNotFit, Operand, Phase, Plan, Tile, Tran
 F32 = np.dtype(np.float32)
 #: How the cores share the work (the ``split`` key of a tiling).
 SPLITS = ("n", "m", "k")
+#: The values of the blocking keys the search tries, the published schedule's first (SPEC §2): rows of op(A)
+#: per GSM block, depth of a block, columns of a B block.
+M_BLOCKS = (576, 288, 144, 48)
+K_BLOCKS = (256, 512, 128)
+N_BLOCK = 128
 #: Precision a symbol computes in, by storage precision: hp products of fp16 values accumulated in fp32 (the
 #: chip's mixed-precision rate where the target lists it, else its fp32 rate).
 MIXED = "fp16_fp32acc"
@@ -186,14 +191,14 @@ class Gemm:
         return bound_call(a, variant, cores, buffers, attrs)
 
     def plan(self, call: BoundCall, ctx: PlanContext) -> Plan:
-        """The tiling ``ctx.tiling`` asks for (its missing keys: the planner's defaults), else the candidate whose
-        plan ``ctx.estimate`` finds cheapest."""
-        return _Planner(call, ctx).plan()
+        """The plan of the tiling ``ctx.tiling`` (a full tiling of :meth:`tiling_space`)."""
+        p = _Planner(call, ctx)
+        return p.build(p.resolve(complete(p.space, ctx)))
 
-    def tilings(self, call: BoundCall, ctx: PlanContext) -> list[dict[str, Any]]:
-        """Candidate tilings: ``split``, ``m_block``, ``n_block``, ``k_block``, ``m_panel``, ``m_micro``,
-        ``n_micro`` (those that fit the staging levels)."""
-        return _Planner(call, ctx).candidates()
+    def tiling_space(self, call: BoundCall, ctx: PlanContext) -> TilingSpace:
+        """The keys ``split``, ``m_micro``, ``n_micro``, ``m_panel``, ``k_block``, ``m_block``, ``n_block``: the
+        published schedule's values first (SPEC §2), then smaller blocks and the other splits."""
+        return _Planner(call, ctx).space
 
 
 # --- planning ----------------------------------------------------------------------------------
@@ -237,18 +242,40 @@ class _Planner:
         self.lanes = lanes(self.core, self.prec)
         self.am, self.sm = ctx.vector_level, ctx.scalar_level
         self._split = "n"  # the split of the tiling being laid out or built
+        self.space = self._space()
+
+    def _space(self) -> TilingSpace:
+        """The call's tiling space: per key the published schedule's value first (a micro-kernel of 6 x 4
+        vectors, 12-row panels, 512-deep blocks, 128-column B blocks, 576-row A blocks), then smaller blocks
+        and the other splits; ``fit`` lays the staging levels out, ``tiles`` counts a tiling's tiles."""
         g = self.g
-        self.space = TilingSpace(
+        cores = len(self.ctx.cores)
+        n_micro = min(4 * self.lanes, _round_up(g.n, self.lanes))
+        split = "n" if g.n >= 2 * n_micro * min(cores, 2) or cores == 1 else "m"
+        splits = (split,) + (tuple(x for x in SPLITS if x != split) if cores > 1 else ())
+
+        def panels(t: Mapping[str, Any]) -> list[int]:
+            return [min(2 * t["m_micro"], g.m)]
+
+        def m_blocks(t: Mapping[str, Any]) -> list[int]:
+            p = t["m_panel"]  # whole panels (or all of m)
+            return [min(g.m, max(p, v // p * p)) for v in M_BLOCKS]
+
+        return TilingSpace(
             ChoiceKey("split", SPLITS, "n: each core its columns of C (A blocks shared in GSM); m: each core its "
                                        "micro-panels of each A block (every core loads the B block); k: each core "
                                        "a range of the depth, partial C blocks summed through GSM (small m x n, "
-                                       "long k)"),
-            IntKey("m_block", 1, g.m, "rows of op(A) per GSM block (shared by the cores)"),
-            IntKey("n_block", 1, g.n, "columns of op(B) per B block in AM (a core's C block width)"),
-            IntKey("k_block", 1, g.k, "depth of a GSM block of A and of a B block"),
-            IntKey("m_panel", 1, g.m, "rows of an A micro-panel in SM (one tile)"),
-            IntKey("m_micro", 1, 64, "rows of the micro-kernel's C block in registers"),
-            IntKey("n_micro", 1, 4096, "columns of the micro-kernel's C block in registers (whole vectors)"))
+                                       "long k)", values=splits),
+            IntKey("m_micro", 1, 64, "rows of the micro-kernel's C block in registers", values=(min(6, g.m),)),
+            IntKey("n_micro", 1, 4096, "columns of the micro-kernel's C block in registers (whole vectors)",
+                   values=(n_micro,)),
+            IntKey("m_panel", 1, g.m, "rows of an A micro-panel in SM (one tile)", values=panels),
+            IntKey("k_block", 1, g.k, "depth of a GSM block of A and of a B block",
+                   values=[min(v, g.k) for v in K_BLOCKS] + [max(1, min(max(K_BLOCKS), g.k) // 2)]),
+            IntKey("m_block", 1, g.m, "rows of op(A) per GSM block (shared by the cores)", values=m_blocks),
+            IntKey("n_block", 1, g.n, "columns of op(B) per B block in AM (a core's C block width)",
+                   values=(min(max(n_micro, N_BLOCK), g.n),)),
+            fit=self._fit, tiles=self._tiles)
 
     # -- the GSM level: used by an _s call on several cores ----------------------------------------
 
@@ -265,28 +292,11 @@ class _Planner:
         shared = [a for a in self.ctx.levels if a.shared]
         return max(shared, key=lambda a: a.size_bytes) if shared else None
 
-    # -- choosing ---------------------------------------------------------------------------------
-
-    def defaults(self) -> dict[str, Any]:
-        """The published schedule, clamped to the call: micro-kernel 6 × 4 vectors, 12-row panels, 512-deep blocks,
-        128-column B blocks, 576-row A blocks (SPEC §2), cut down until they fit."""
-        g = self.g
-        n_micro = min(4 * self.lanes, self._round_up(g.n, self.lanes))
-        m_micro = min(6, g.m)
-        m_panel = min(2 * m_micro, g.m)
-        cores = len(self.ctx.cores)
-        split = "n" if g.n >= 2 * n_micro * min(cores, 2) or cores == 1 else "m"
-        return dict(split=split, m_block=min(576, g.m), n_block=min(max(n_micro, 128), g.n),
-                    k_block=min(512, g.k), m_panel=m_panel, m_micro=m_micro, n_micro=n_micro)
-
-    @staticmethod
-    def _round_up(v: int, unit: int) -> int:
-        return -(-v // unit) * unit
+    # -- a tiling's checks -------------------------------------------------------------------------
 
     def resolve(self, given: Mapping[str, Any]) -> _Tiling:
-        """A full tiling from ``given`` keys and the defaults; KernelArgError for inconsistent keys."""
-        d = {**self.defaults(), **{k: v for k, v in given.items() if v is not None}}
-        t = _Tiling(**d)
+        """The full tiling ``given`` as the planner takes it; KernelArgError for keys that do not go together."""
+        t = _Tiling(**{k: given[k] for k in _Tiling.__dataclass_fields__})
         if t.m_panel % t.m_micro and t.m_panel != self.g.m:
             raise KernelArgError(f"argument 'tiling.m_panel': {t.m_panel} is not a multiple of m_micro "
                                  f"({t.m_micro})")
@@ -295,62 +305,28 @@ class _Planner:
                                  f"({t.m_panel})")
         return t
 
-    def plan(self) -> Plan:
-        """The caller's tiling, else the cheapest candidate by ``ctx.estimate``."""
-        given = self.space.parse(self.ctx)
-        if any(v is not None for v in given.values()):
-            return self.build(self.resolve(given))
-        best: tuple[int, Plan] | None = None
-        last: DoesNotFit | None = None
-        for cand in self.candidates(check=False):
-            try:
-                p = self.build(self.resolve(cand))
-            except DoesNotFit as e:
-                last = e
-                continue
-            cost = self.ctx.estimate(p)
-            if best is None or cost < best[0]:
-                best = (cost, p)
-        if best is None:
-            raise last or DoesNotFit(self.am.name, 0, self.am.size_bytes, f"{self.call.symbol}: no tiling fits")
-        return best[1]
+    def _fit(self, tiling: Mapping[str, Any]) -> None:
+        """The space's ``fit``: the keys go together and the staging levels take the tiling's buffers."""
+        self.layout(self.resolve(tiling))
 
-    #: Most candidates listed: each is planned, checked and simulated (timing only) by the cost model.
-    MAX_CANDIDATES = 5
-
-    def _fits(self, c: Mapping[str, Any]) -> bool:
-        try:
-            self.layout(self.resolve(c))
-        except (DoesNotFit, KernelArgError):
-            return False
-        return True
-
-    def candidates(self, check: bool = True) -> list[dict[str, Any]]:
-        """A few tilings around the published schedule: its blocks shrunk until they fit (576 then 288 then 144
-        rows of A, 512 then 256 deep), then that one with shallower k blocks, smaller A blocks, and the other ways
-        to split the cores; ``check``: those that fit the staging levels only (at most MAX_CANDIDATES)."""
-        g, d = self.g, self.defaults()
-        splits = [d["split"]] + ([x for x in SPLITS if x != d["split"]] if len(self.ctx.cores) > 1 else [])
-        def fitted(split: str) -> dict[str, Any] | None:
-            return next((c for m_block, k_block in ((576, 512), (288, 512), (576, 256), (144, 512), (288, 256),
-                                                    (144, 256), (48, 128))
-                         for c in [{**d, "split": split, "m_block": min(m_block, g.m), "k_block": min(k_block, g.k)}]
-                         if not check or self._fits(c)), None)
-
-        bases = [c for c in (fitted(x) for x in splits) if c is not None]
-        base = bases[0] if bases else d
-        cands = [base, {**base, "k_block": min(max(base["k_block"] // 2, 1), g.k)},
-                 {**base, "m_block": min(max(base["m_block"] // 2, base["m_panel"]), g.m)}] + bases[1:]
-        out = []
-        for c in unique(cands):
-            try:
-                t = self.resolve(c)
-                if check:
-                    self.layout(t)
-            except (DoesNotFit, KernelArgError):
-                continue
-            out.append(self.space.candidate(**t.as_dict()))
-        return unique(out)[:self.MAX_CANDIDATES]
+    def _tiles(self, tiling: Mapping[str, Any]) -> int:
+        """The space's ``tiles``: the tiles the tiling plans on all cores, counted without building them (per
+        core and step: its panels' tiles and one staging tile; split k: the reduce tiles too)."""
+        g, t = self.g, _Tiling(**{k: tiling[k] for k in _Tiling.__dataclass_fields__})
+        cores = len(self.ctx.cores)
+        n_mb, n_kb = -(-g.m // t.m_block), -(-g.k // t.k_block)
+        panels = -(-min(t.m_block, g.m) // t.m_panel)
+        if t.split == "n":
+            width = -(-g.n // max(1, t.n_micro)) * t.n_micro // cores + t.n_micro
+            chunks = -(-min(width, g.n) // t.n_block)
+        else:
+            chunks = -(-g.n // t.n_block)
+        if t.split == "m":
+            panels = -(-panels // cores)
+        if t.split == "k":
+            n_kb = -(-n_kb // cores)
+        reduce = g.m if t.split == "k" else 0  # at most a reduce tile per row of C
+        return cores * n_mb * chunks * n_kb * (panels + 1) + reduce + cores
 
     # -- the layout of the staging levels ----------------------------------------------------------
 
@@ -361,7 +337,7 @@ class _Planner:
         n_chunks_all = [(a, min(a + t.n_block, g.n)) for a in range(0, g.n, t.n_block)]
         if t.split == "n":
             # Whole micro-kernel widths per core, then each core's share cut into B blocks.
-            shares = _split_units(g.n, t.n_micro, len(cores))
+            shares = split_units(g.n, t.n_micro, len(cores))
             chunks = {c: [(a, min(a + t.n_block, b)) for a, b in [s] for a in range(a, b, t.n_block)]
                       for c, s in zip(cores, shares)}
             for c in cores:
@@ -383,7 +359,7 @@ class _Planner:
 
     def _k_shares(self, t: _Tiling) -> list[tuple[int, int]]:
         """Split k: each core's range of the depth, in whole k blocks (cores past the last block get none)."""
-        return _split_units(self.g.k, t.k_block, len(self.ctx.cores))
+        return split_units(self.g.k, t.k_block, len(self.ctx.cores))
 
     def _core_k(self, t: _Tiling, core: int, s: _Step) -> tuple[int, int] | None:
         """The depth ``core`` covers in step ``s``: the step's k block (split k: of the core's own range; None
@@ -482,10 +458,21 @@ class _Planner:
         for i, s in enumerate(steps):
             new = i == 0 or (s.mb, s.kb) != (steps[i - 1].mb, steps[i - 1].kb)
             gsm_gen.append((gsm_gen[-1] + 1 if i else 0) if new else gsm_gen[-1])
-        b_gen: list[int] = []
-        for i, s in enumerate(steps):
-            new = i == 0 or (s.kb, s.chunk) != (steps[i - 1].kb, steps[i - 1].chunk)
-            b_gen.append((b_gen[-1] + 1 if i else 0) if new else b_gen[-1])
+        # A core's B blocks are numbered over the steps it works in only: a core with fewer column chunks (or,
+        # split k, fewer k blocks) than others idles in the others' steps, and a generation numbered over those
+        # would never be filled.
+        b_gen_of: dict[int, list[int]] = {}
+        for core in cores:
+            gens: list[int] = []
+            last: tuple[int, int] | None = None
+            for s in steps:
+                works = self._chunk(chunks, core, s) is not None and self._core_k(t, core, s) is not None
+                if works and (s.kb, s.chunk) != last:
+                    gens.append(gens[-1] + 1 if gens and last is not None else 0)
+                    last = (s.kb, s.chunk)
+                else:
+                    gens.append(gens[-1] if gens else 0)
+            b_gen_of[core] = gens
 
         def gsm_ref(gen: int) -> str:
             return buffer_ref(f"gsm.a{gen % 2}", gen // 2)
@@ -494,7 +481,10 @@ class _Planner:
             return buffer_ref(f"am.b{core}.{gen % 2}", gen // 2)
 
         first_of_gsm = {gen: i for i, gen in reversed(list(enumerate(gsm_gen)))}
-        first_of_b = {gen: i for i, gen in reversed(list(enumerate(b_gen)))}
+        # Where each core's B generation is first used (a step it works in).
+        first_of_b = {core: {gen: i for i, gen in reversed(list(enumerate(b_gen_of[core])))
+                             if self._chunk(chunks, core, steps[i]) is not None
+                             and self._core_k(t, core, steps[i]) is not None} for core in cores}
 
         def staging(core: int, step_index: int, pieces: int) -> list[tuple[tuple[Transfer, ...], tuple[str, ...]]]:
             """The staging tiles (loads, fills) of step ``step_index``'s new blocks on ``core``, cut by rows into at
@@ -508,7 +498,8 @@ class _Planner:
                 refs.append(gsm_ref(gsm_gen[step_index]))
             col = self._chunk(chunks, core, s)
             kr = self._core_k(t, core, s)
-            if col is not None and kr is not None and first_of_b[b_gen[step_index]] == step_index:
+            b_gen = b_gen_of[core]
+            if col is not None and kr is not None and first_of_b[core].get(b_gen[step_index]) == step_index:
                 transfers.append(self._b_fill(t, lay, s, col, b_gen[step_index] % 2, kr))
                 refs.append(b_ref(core, b_gen[step_index]))
             if not refs:
@@ -532,6 +523,7 @@ class _Planner:
                         add(core, staged, None, (), fills=fills)
                     continue
                 assert col is not None
+                b_gen = b_gen_of[core]
                 uses = (b_ref(core, b_gen[i]),) + ((gsm_ref(gsm_gen[i]),) if self.shared else ())
                 for j, (p0, p1) in enumerate(panels):
                     partial_to = None
@@ -723,6 +715,10 @@ class _Planner:
         return loads, compute, stores
 
 
+def _round_up(v: int, unit: int) -> int:
+    return -(-v // unit) * unit
+
+
 def _cut_rows(t: Transfer, pieces: int) -> list[Transfer]:
     """A 2-D descriptor cut into at most ``pieces`` descriptors of consecutive rows (dimension 0)."""
     if pieces <= 1 or len(t.shape) != 2 or t.shape[0] <= 1:
@@ -732,12 +728,6 @@ def _cut_rows(t: Transfer, pieces: int) -> list[Transfer]:
         out.append(Transfer(t.src + a * t.src_strides[0], t.dst + a * t.dst_strides[0], (b - a, t.shape[1]),
                             t.itemsize, t.src_strides, t.dst_strides))
     return out
-
-
-def _split_units(total: int, unit: int, parts: int) -> list[tuple[int, int]]:
-    """``range(total)`` in at most ``parts`` ranges of whole ``unit``s (the last may be short)."""
-    units = -(-total // unit)
-    return [(a * unit, min(total, b * unit)) for a, b in split_even(units, parts)]
 
 
 KERNEL = Gemm()

@@ -9,9 +9,8 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -32,21 +31,21 @@ from kernels.registry import (
     unregister_kernel,  # noqa: F401 (re-exported: sim.unregister_kernel)
 )
 from sim.engine.collector import collector_paused
-from sim.engine.engine import Engine, EngineMemo, SimulatedTiming, simulate
+from sim.engine.engine import Engine, SimulatedTiming, simulate
 from sim.engine.events import Recorder, TraceEvent
 from sim.errors import KernelArgError, KernelDefinitionError, LayoutError, MemoryFault, brief
 from sim.files import tuning_cache as disk_tunings
-from sim.inspect.summary import CoreSummary, core_summaries, run_summary_text
+from sim.inspect.summary import CoreSummary, core_summaries, load_imbalance, run_summary_text
 from sim.inspect.trace import run_metadata, write_trace
 from sim.model.call import BoundCall, Buffer
-from sim.model.layout import check_buffer, enforce_layout, fit_violation, layout_error
+from sim.model.layout import check_buffer, enforce_layout, layout_error
 from sim.model.memory import AddressSpace, checked_dtype
-from sim.model.plan import DoesNotFit, Plan
-from sim.model.plan_check import check_plan
-from sim.model.target import StagingArea, Target
+from sim.model.plan import Plan
+from sim.model.target import Target
 from sim.model.target_loader import load_target
-from sim.timing import Roofline, peak_flops_per_cycle, roofline, run_lower_bound_cycles
-from sim.tuning import TILING_TOLERANCE, Candidate, Progress, TilingCache, TilingChoice, choose_tiling
+from sim.planning import CachedPlan, CallPlanner, kernel_of, staging_areas  # noqa: F401 (staging_areas re-exported)
+from sim.timing import Roofline, peak_flops_per_cycle
+from sim.tuning import TILING_TOLERANCE, Progress, TilingChoice
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -88,6 +87,18 @@ class Run:
         return self.plan.cores
 
     @property
+    def idle_cores(self) -> tuple[int, ...]:
+        """The cores of the call that got no tile in any phase of the plan (empty when every core worked)."""
+        working = {core for phase in self.plan.phases for core, tiles in phase.tiles.items() if tiles}
+        return tuple(core for core in self.plan.cores if core not in working)
+
+    @property
+    def load_imbalance(self) -> float:
+        """The busiest core's busy cycles over the mean of every core of the call (1.0: perfectly even; idle
+        cores count as 0)."""
+        return load_imbalance(self.summaries())
+
+    @property
     def microseconds(self) -> float:
         """Simulated time of the run at the target's clock."""
         return self.cycles * 1e6 / self.target.clock_hz
@@ -126,15 +137,6 @@ class Run:
         """Write the trace: Chrome trace JSON (Perfetto, chrome://tracing), or CSV for a ``.csv`` path."""
         with collector_paused():  # a trace is many small dicts made at once and kept until written
             return write_trace(path, self.events, self.target.clock_hz, self.metadata())
-
-
-def staging_areas(target: Target) -> tuple[StagingArea, ...]:
-    """The staging levels of ``target`` (``staging.levels`` of its file) as plans see them, outermost first:
-    each level's window, with allocations in it aligned to its region's alignment and the vector width."""
-    vector_width = target.core.vector_width_bytes
-    return tuple(StagingArea(level.name, level.region, level.base, level.size_bytes, level.shared,
-                             max(target.region(level.region).alignment_bytes, vector_width), level.beside)
-                 for level in target.staging)
 
 
 def find_symbol(symbol: object) -> Symbol:
@@ -211,61 +213,6 @@ def _locked(method: F) -> F:
     return cast(F, locked)
 
 
-@dataclass
-class CachedPlan:
-    """A plan the simulator keeps, with what runs of it remember: the engine's memo (resolved transfers and
-    operands, compute cycles) and the plan's roofline once computed."""
-
-    plan: Plan
-    engine_memo: EngineMemo = field(default_factory=EngineMemo)
-    _roofline: Roofline | None = None
-    # The plan's timing once simulated (timing never depends on the bytes): a later call of the same plan
-    # reuses it, and a full one only replays its effects on memory.
-    timing: SimulatedTiming | None = None
-
-    def roofline(self, target: Target) -> Roofline:
-        """The plan's roofline on ``target``, computed once."""
-        if self._roofline is None:
-            self._roofline = roofline(self.plan, target)
-        return self._roofline
-
-
-class PlanCache:
-    """The plans of recent calls by (bound call, tiling), least recently used dropped first: a repeated call,
-    or a sweep point, skips planning."""
-
-    def __init__(self, size: int = PLAN_CACHE_SIZE):
-        self.size = size
-        self._plans: OrderedDict[str, CachedPlan] = OrderedDict()
-
-    @staticmethod
-    def key(call: BoundCall, tiling: Mapping[str, Any] | None) -> str:
-        """A plan is a function of the bound call (its buffers, attributes, cores) and the tiling only."""
-        return repr((call, sorted((tiling or {}).items())))
-
-    def get(self, key: str) -> CachedPlan | None:
-        """The entry under ``key`` (now the most recently used), or None."""
-        entry = self._plans.get(key)
-        if entry is not None:
-            self._plans.move_to_end(key)
-        return entry
-
-    def put(self, key: str, plan: Plan) -> CachedPlan:
-        """Keep ``plan`` under ``key``; returns its entry."""
-        entry = self._plans[key] = CachedPlan(plan)
-        if len(self._plans) > self.size:
-            self._plans.popitem(last=False)
-        return entry
-
-    def discard(self, key: str) -> None:
-        """Forget the entry under ``key``, if any."""
-        self._plans.pop(key, None)
-
-    def clear(self) -> None:
-        """Forget every plan."""
-        self._plans.clear()
-
-
 class Simulator:
     """One chip with fresh, zeroed memory at cycle 0.  ``call`` runs kernels on it.
 
@@ -293,14 +240,14 @@ class Simulator:
         self._lock = threading.RLock()
         self.target = load_target(target)
         self.tiling_tolerance = tiling_tolerance
-        self._tilings = TilingCache()
         # The on-disk tuning cache (sim.files.tuning_cache): False neither reads nor writes it; None follows
         # $DSPSIM_NO_CACHE (what --no-cache sets, for the worker processes too).
         self.tuning_cache = disk_tunings.enabled_by_default() if tuning_cache is None else bool(tuning_cache)
-        self._target_text: str | None = None
-        self._plans = PlanCache()
         self._registry_generation = generation()
         self.memory = AddressSpace(self.target)
+        self._planner = CallPlanner(self.target, self.memory, lambda: self.tiling_tolerance,
+                                    lambda: self.tuning_cache)
+        self._plans = self._planner.plans  # the plans of recent calls (tests look inside)
 
     @property
     def tiling_tolerance(self) -> float:
@@ -391,8 +338,7 @@ class Simulator:
 
     def context(self, call: BoundCall) -> PlanContext:
         """What the kernel may know of the chip when planning ``call``."""
-        return PlanContext(target=self.target, cores=call.cores, precision=call.precision, variant=call.variant,
-                           levels=staging_areas(self.target))
+        return self._planner.context(call)
 
     @_locked
     def plan(self, symbol: str, /, *, tiling: Mapping[str, Any] | None = None, **kwargs: Any) -> tuple[BoundCall, Plan]:
@@ -420,16 +366,14 @@ class Simulator:
         Plans are cached by the bound call and the tiling: after replacing a kernel's planner (as tests do to
         inject a fault), call this so that no plan of the old planner is reused.
         """
-        self._plans.clear()
-        self._tilings.clear()
+        self._planner.clear()
 
     def _forget_plans_of_replaced_kernels(self) -> None:
         """Plans are cached by the bound call, which names a symbol: when the registry changed (a kernel
         registered, replaced or unregistered), the plans and choices of the kernels it held go."""
         now = generation()
         if now != self._registry_generation:
-            self._plans.clear()
-            self._tilings.clear()
+            self._planner.clear()
             self._registry_generation = now
 
     def _plan_entry(self, symbol: str, tiling: Mapping[str, Any] | None, progress: Progress | None,
@@ -437,119 +381,20 @@ class Simulator:
         call = self.bind(symbol, **kwargs)
         self._forget_plans_of_replaced_kernels()
         enforce_layout(call, self.target)
-        kernel = self.kernel_of(call)
-        ctx = self.context(call)
-        offers = hasattr(kernel, "tilings")
-        if tiling is not None:
-            if not isinstance(tiling, Mapping):
-                raise KernelArgError(f"argument 'tiling': expected a mapping of tiling keys, got {brief(tiling)}")
-            if not offers:
-                raise KernelArgError(f"argument 'tiling': {symbol} takes no tiling (it has a single plan)")
-            return call, self._lower(kernel, call, replace(ctx, tiling=dict(tiling))), \
-                TilingChoice(dict(tiling), "given")
-        # Keyed by the bound call, which holds what the kernel read from memory (a params array's sizes).
-        cached = self._tilings.get(symbol, call, self.tiling_tolerance)
-        if cached is not None:  # same call as before: same choice, without listing or pricing candidates again
-            return call, self._lower(kernel, call, replace(ctx, tiling=cached.tiling)), cached
-        disk_key = self._disk_key(kernel, call) if offers and self.tuning_cache else None
-        if disk_key is not None:
-            stored = self._stored_choice(disk_key, kernel, call, ctx)
-            if stored is not None:
-                self._tilings.put(symbol, call, self.tiling_tolerance, stored[1])
-                return call, stored[0], stored[1]
-        candidates = self._lower_candidates(kernel, call, ctx, progress) if offers else []
-        if len(candidates) <= 1:
-            if candidates:
-                choice = TilingChoice(candidates[0][0], "kernel")
-                self._tilings.put(symbol, call, self.tiling_tolerance, choice)
-                return call, candidates[0][1], choice
-            return call, self._lower(kernel, call, ctx), TilingChoice(None, "kernel")
-        pick, choice, timing = choose_tiling(
-            [Candidate(c, e.plan, e.engine_memo, run_lower_bound_cycles(e.roofline(self.target), self.target))
-             for c, e in candidates],
-            self.target, self.memory, self.tiling_tolerance, progress)
-        candidates[pick][1].timing = timing
-        for i, (tiling_i, _) in enumerate(candidates):
-            if i != pick:  # a layer's losing plans would keep their hundreds of thousands of objects alive
-                self._plans.discard(PlanCache.key(call, tiling_i))
-        self._tilings.put(symbol, call, self.tiling_tolerance, choice)
-        if disk_key is not None:
-            disk_tunings.store(disk_key, {"symbol": symbol, "target": self.target.name, "tiling": choice.tiling,
-                                          "tolerance": choice.tolerance,
-                                          "candidates": [[c, cycles] for c, cycles in choice.candidates]})
-        return call, candidates[pick][1], choice
+        planned = self._planner.plan_call(call, tiling, progress)
+        return call, planned.entry, planned.choice
 
     def _disk_key(self, kernel: Any, call: BoundCall) -> str | None:
-        """The on-disk tuning cache's key of this call's choice, or None if it has none (no stable identity)."""
-        kernel_id = disk_tunings.kernel_fingerprint(kernel)
-        if kernel_id is None:
-            return None
-        if self._target_text is None:  # the parsed target, wherever its file lies: its content is what prices
-            self._target_text = repr(replace(self.target, path=""))
-        return disk_tunings.entry_key(self._target_text, call.symbol, repr(call), self.tiling_tolerance, kernel_id)
-
-    def _stored_choice(self, key: str, kernel: Any, call: BoundCall,
-                       ctx: PlanContext) -> tuple[CachedPlan, TilingChoice] | None:
-        """The plan and choice the tuning cache holds for ``key``; None if it holds none or its tiling no longer
-        plans (a stale or edited entry: ignored, never an error; the search that follows overwrites it)."""
-        doc = disk_tunings.load(key)
-        if doc is None:
-            return None
-        try:
-            entry = self._lower(kernel, call, replace(ctx, tiling=dict(doc["tiling"])))
-        except Exception:  # noqa: BLE001 (a hand-edited or stale tiling the kernel refuses: search instead)
-            return None
-        candidates = tuple((dict(c), cycles) for c, cycles in doc["candidates"])
-        return entry, TilingChoice(dict(doc["tiling"]), "cost model", candidates, doc["tolerance"], 0, True)
+        """The on-disk tuning cache's key of this call's choice (no keys fixed), or None if it has none."""
+        return self._planner.disk_key(kernel, call)
 
     @_locked
     def plan_bound(self, call: BoundCall, tiling: Mapping[str, Any] | None = None) -> Plan:
-        """Plan an already bound call with ``tiling`` (None: the kernel's default plan), without a tiling search;
-        a tiling that does not fit raises the ``scratchpad-fit`` LayoutError (``dspsim validate`` uses it)."""
+        """Plan an already bound call with ``tiling`` (None: the tiling the search chooses, the tuning cache
+        honoured; a partial one: completed by it); a tiling that does not fit raises the ``scratchpad-fit``
+        LayoutError."""
         self._forget_plans_of_replaced_kernels()
-        ctx = self.context(call)
-        return self._lower(self.kernel_of(call), call, replace(ctx, tiling=dict(tiling) if tiling else None)).plan
-
-    def _lower(self, kernel: Any, call: BoundCall, ctx: PlanContext) -> CachedPlan:
-        """``kernel.plan(call, ctx)``, reused when the same call was planned with the same tiling before; a
-        tiling that does not fit becomes the ``scratchpad-fit`` layout violation."""
-        key = PlanCache.key(call, ctx.tiling)
-        entry = self._plans.get(key)
-        if entry is not None:
-            return entry
-        try:
-            plan = kernel.plan(call, ctx)
-        except DoesNotFit as e:
-            raise layout_error([fit_violation(call, self.target, e)]) from None
-        except LayoutError as e:  # a kernel not yet moved to DoesNotFit: counts against the vector level
-            if getattr(e, "violations", None):
-                raise
-            raise layout_error([fit_violation(call, self.target, e)]) from None
-        # Before anything runs it (the cost model's timing-only runs included), once per plan: cached plans passed.
-        check_plan(plan, call, self.target, ctx.levels,
-                   (ctx.vector_level,) + ((ctx.scalar_level,) if ctx.scalar_level is not None else ()), kernel.name)
-        return self._plans.put(key, plan)
-
-    def _lower_candidates(self, kernel: Any, call: BoundCall, ctx: PlanContext,
-                          progress: Progress | None = None) -> list[tuple[dict, CachedPlan]]:
-        """The kernel's candidate tilings that plan (a candidate that cannot fit is dropped)."""
-        out = []
-        if progress is not None:
-            progress("planning tilings", 0, 0)  # 0 of an unknown number: the kernel is listing its candidates
-        try:
-            cands = list(kernel.tilings(call, ctx))
-        except DoesNotFit as e:  # no candidate can fit at all (a chip without the level the kernel needs)
-            raise layout_error([fit_violation(call, self.target, e)]) from None
-        for i, cand in enumerate(cands):
-            if progress is not None:
-                progress("planning tilings", i, len(cands))
-            try:
-                out.append((dict(cand), self._lower(kernel, call, replace(ctx, tiling=dict(cand)))))
-            except LayoutError:
-                continue
-        if progress is not None:
-            progress("planning tilings", len(cands), len(cands))
-        return out
+        return self._planner.plan_call(call, tiling).entry.plan
 
     def _run_plan(self, entry: CachedPlan, numerics: bool,
                   progress: Callable[[int, int], None] | None) -> SimulatedTiming:
@@ -574,9 +419,9 @@ class Simulator:
         return timing
 
     @staticmethod
-    def kernel_of(call: BoundCall):
+    def kernel_of(call: BoundCall) -> Any:
         """The kernel object behind a bound call."""
-        return lookup(call.symbol).kernel
+        return kernel_of(call)
 
     @_locked
     def call(self, symbol: str, /, *, numerics: bool = True, progress: Callable[[int, int], None] | None = None,

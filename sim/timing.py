@@ -4,15 +4,15 @@
   DMA transfer moves (whole bursts), how long it streams when it has its regions and its engine to itself,
   and how long after its last byte left it lands;
 * :func:`loop_cycles` / :func:`loop_cost` and :func:`compute_cycles`: a tile's inner loops on the core's
-  functional units;
+  functional units (:func:`cheapest_loops`: the cost model's pick among ways to run one compute);
 * :class:`Roofline` / :func:`roofline`: the least cycles any schedule of a plan could take;
 * :func:`estimate`: a closed-form estimate of a plan's cycles without simulating it.
 
 The engine (:mod:`sim.engine`) charges exactly these formulas while it schedules transfers and computes
 on SimPy; transfers streaming at the same time share their regions' bandwidth there, as a fluid
 (:mod:`sim.engine.fluid`: max-min fair shares, so a transfer never streams faster than :func:`stream_cycles`
-says and slows down only while others share its regions).  The run summaries report the roofline; kernels
-price candidate tilings with ``PlanContext.estimate`` (this module's :func:`estimate`).  Nothing else in
+says and slows down only while others share its regions).  The run summaries report the roofline; the tiling
+search (:mod:`sim.tuning`) prices candidate tilings by simulating them.  Nothing else in
 ``sim/`` or ``kernels/`` computes cycles.  See docs/timing-model.md for the model in words.
 """
 
@@ -20,14 +20,18 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import TypeVar
 
 from sim.errors import SimError
 from sim.model.memory import MemoryMap, block_span
 from sim.model.plan import Compute, Loop, Plan, Transfer
 from sim.model.target import CoreModel, DmaModel, FunctionalUnit, Region, Target
+
+#: An option's label in :func:`cheapest_loops`.
+T = TypeVar("T")
 
 # --- transfers ------------------------------------------------------------------------------------
 
@@ -242,6 +246,22 @@ def compute_cycles(c: Compute, target: Target) -> int:
     return cycles
 
 
+def loops_cycles(loops: Sequence[Loop], target: Target) -> int:
+    """Cycles of a compute issuing ``loops``: :func:`compute_cycles` without the compute around them."""
+    core = target.core
+    return core.tile_overhead_cycles + sum(_priced(loop, core)[0].cycles for loop in loops)
+
+
+def cheapest_loops(options: Sequence[tuple[T, Sequence[Loop]]], target: Target) -> T:
+    """The cost model's pick among ways to run one compute: of ``(label, loops)`` options, the label whose
+    loops cost the fewest cycles (:func:`compute_cycles`: what the engine charges the tile), the first on a
+    tie.  How a tiling key of scope ``compute`` (a micro-kernel's shape) is decided per tile when the caller
+    does not fix it: strictly cheapest, since the options differ in nothing else."""
+    if not options:
+        raise ValueError("cheapest_loops: no options")
+    return min(enumerate(options), key=lambda io: (loops_cycles(io[1][1], target), io[0]))[1][0]
+
+
 # --- the roofline ---------------------------------------------------------------------------------
 
 
@@ -251,25 +271,31 @@ DMA_ENGINES = "dma engines"
 
 @dataclass(frozen=True)
 class Roofline:
-    """The least cycles any schedule of a plan could take on the cores it uses.
+    """The least cycles any schedule of a plan could take on the cores of its call.
 
     ``resource_cycles`` maps ``compute``, each region name and ``dma engines``
-    (:data:`DMA_ENGINES`) to the cycles that resource alone needs: for
-    ``compute``, the busiest core's loops with every iteration at its resource
-    II (:func:`loop_resource_cycles`: no fill, recurrence, epilogue or overhead,
-    so no schedule beats it); a region's bytes over its bandwidth (a shared region's whole bandwidth, which
-    its transfers share; a private region's times the cores, each of which has
-    its own copy); and the busiest core's transfer bytes over its DMA engines'
-    total rate (``engines_per_core × engine_bytes_per_cycle``).  The bound is
-    their maximum; ``bound_by`` names the resource that sets it.  Which resource a
-    *run* was limited by is :func:`sim.inspect.summary.limiting_resource`'s answer
-    (it also looks at the trace).
+    (:data:`DMA_ENGINES`) to the cycles that resource alone needs with the work
+    spread evenly over every core of the call: for ``compute``, all cores'
+    loops with every iteration at its resource II (:func:`loop_resource_cycles`:
+    no fill, recurrence, epilogue or overhead, so no schedule beats it) over
+    the cores; a region's bytes over its bandwidth (a shared region's whole
+    bandwidth, which its transfers share; a private region's times the cores,
+    each of which has its own copy); and all cores' transfer bytes over their
+    DMA engines' total rate.  A plan that leaves cores idle or loads one core
+    more than the others cannot reach this bound: its run reads as that far
+    from it.  ``busiest_core_cycles`` holds ``compute`` and ``dma engines`` for
+    the busiest core alone (what bounds any run of this very plan, the tiling
+    search's bound).  The bound is the largest of ``resource_cycles``;
+    ``bound_by`` names the resource that sets it.  Which resource a *run* was
+    limited by is :func:`sim.inspect.summary.limiting_resource`'s answer (it
+    also looks at the trace).
     """
 
     resource_cycles: Mapping[str, float]
     total_flops: int  # the math's flops only: the same for every tiling and storage precision of a call
     region_bytes: Mapping[str, int]
     flops_by_precision: Mapping[str, int] = field(default_factory=dict)
+    busiest_core_cycles: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def cycles(self) -> float:
@@ -340,19 +366,22 @@ def roofline(plan: Plan, target: Target) -> Roofline:
                             region_bytes[r.name] += size
     n = len(plan.cores)
     cycles: dict[str, float] = {}
-    # The busiest core's loops at their resource II: no run beats it (its cores work in parallel, each through
-    # its own loops).
-    cycles["compute"] = max(loop_cycles_by_core.values(), default=0)
+    # Every core's loops at their resource II spread over the call's cores: an idle or underloaded core is work
+    # the plan could have given it.  The busiest core's alone bounds this plan's runs.
+    cycles["compute"] = sum(loop_cycles_by_core.values()) / n if n else 0
+    busiest = {"compute": float(max(loop_cycles_by_core.values(), default=0))}
     for name, b in region_bytes.items():
         r = target.region(name)
         # Whatever the transfers, a region never delivers more than its bandwidth (each core's own copy of a
         # private region its own), and a lone transfer may take all of it.
         cycles[name] = b / (r.bandwidth_bytes_per_cycle * (1 if r.shared else n))
     if core_bytes:
-        cycles[DMA_ENGINES] = max(core_bytes.values()) / (target.dma.engines_per_core
-                                                          * target.dma.engine_bytes_per_cycle)
+        rate = target.dma.engines_per_core * target.dma.engine_bytes_per_cycle
+        cycles[DMA_ENGINES] = sum(core_bytes.values()) / n / rate
+        busiest[DMA_ENGINES] = max(core_bytes.values()) / rate
     return Roofline(resource_cycles=dict(cycles), total_flops=sum(flops_by_prec.values()),
-                    region_bytes=dict(region_bytes), flops_by_precision=dict(flops_by_prec))
+                    region_bytes=dict(region_bytes), flops_by_precision=dict(flops_by_prec),
+                    busiest_core_cycles=busiest)
 
 
 def run_lower_bound_cycles(rf: Roofline, target: Target) -> float:
@@ -365,13 +394,35 @@ def run_lower_bound_cycles(rf: Roofline, target: Target) -> float:
     search leaves out a candidate whose bound shows it cannot win.
     """
     launch, setup = target.launch_overhead_cycles, target.dma.setup_cycles
-    bound = launch + rf.resource_cycles.get("compute", 0)
-    for name, cycles in rf.resource_cycles.items():
+    per_plan = {**rf.resource_cycles, **rf.busiest_core_cycles}  # this plan's busiest core, not an even spread
+    bound = launch + per_plan.get("compute", 0)
+    for name, cycles in per_plan.items():
         if name == "compute":
             continue
         after = 0 if name == DMA_ENGINES else target.region(name).latency_cycles
         bound = max(bound, launch + setup + cycles + after)
     return bound
+
+
+def serial_compute_cycles(plan: Plan, target: Target, memo: dict[int, int] | None = None) -> dict[int, int]:
+    """Per core, the cycles of all its computes (:func:`compute_cycles`): a core runs them one after another, so
+    no run of ``plan`` ends before the launch plus the largest of these.  ``memo`` maps a compute's ``id`` to its
+    cycles (the engine's memo: a run of the plan reuses it)."""
+    memo = {} if memo is None else memo
+    out: dict[int, int] = {}
+    for phase in plan.phases:
+        for core, tiles in phase.tiles.items():
+            total = out.get(core, 0)
+            for tile in tiles:
+                c = tile.compute
+                if c is None:
+                    continue
+                cycles = memo.get(id(c))
+                if cycles is None:
+                    cycles = memo[id(c)] = compute_cycles(c, target)
+                total += cycles
+            out[core] = total
+    return out
 
 
 def peak_flops_per_cycle(rf: Roofline, target: Target, cores: int) -> float:

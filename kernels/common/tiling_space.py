@@ -1,118 +1,34 @@
-"""A kernel's tiling space: the named keys a caller's ``tiling`` may set, their ranges, and candidate helpers.
+"""A kernel's tiling space (the plan IR's :mod:`sim.model.tiling`, re-exported) and the helpers kernels use to
+say which values of a key are worth trying.
 
-A kernel declares its space per call (ranges often depend on the call's sizes)::
+A kernel declares its space per call (ranges and values often depend on the call's sizes)::
 
     space = TilingSpace(ChoiceKey("split", ("channels", "rows"), "how the work is split over the cores"),
-                        IntKey("channel_block", 1, channels, "channels per tile"))
-    chosen = space.parse(ctx)          # {"split": "rows" or None, "channel_block": 16 or None}
+                        IntKey("channel_block", 1, channels, "channels per tile", values=(16, 32)))
+    chosen = space.parse(ctx)          # {"split": "rows", "channel_block": None (split rows)}
 
 Every refusal names ``tiling.<key>`` (or ``tiling`` for an unknown key) and what the key takes.  Whether a
-valid tiling fits the staging memory is the plan's own question (a DoesNotFit naming the level).
+valid tiling fits the staging memory is the space's ``fit`` and the plan's own question (a DoesNotFit naming
+the level); the simulator's search (:mod:`sim.tuning`) chooses among the tilings that fit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
+from sim.errors import KernelArgError
+from sim.model.plan import DoesNotFit
+from sim.model.tiling import ChoiceKey, IntKey, Key, TilingSpace
 
-from kernels.base import PlanContext
-from sim.errors import KernelArgError, brief
+__all__ = ["ChoiceKey", "IntKey", "Key", "TilingSpace", "MIN_TILES_PER_CORE", "unique", "pipeline_tile", "largest",
+           "split_even", "split_units", "padded_lanes", "complete"]
 
 #: A core's share is cut into at least this many tiles when it is large enough: the pipeline depth that lets
 #: loads overlap compute (every kernel's heuristics use this one number).
 MIN_TILES_PER_CORE = 4
-
-
-@dataclass(frozen=True)
-class IntKey:
-    """An integer key in ``lo..hi``; ``only`` = (another key, one of its choices): the key applies to that choice
-    only, and giving it without that key chooses it (``channel_block`` applies to ``split: channels``)."""
-
-    name: str
-    lo: int
-    hi: int
-    doc: str = ""
-    only: tuple[str, str] | None = None
-
-    def check(self, value: Any) -> int:
-        """``value`` as an int in range; else KernelArgError naming ``tiling.<name>``."""
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
-                or not self.lo <= value <= self.hi:
-            raise KernelArgError(f"argument 'tiling.{self.name}': expected an integer in {self.lo}..{self.hi}, "
-                                 f"got {brief(value)}")
-        return int(value)
-
-
-@dataclass(frozen=True)
-class ChoiceKey:
-    """A key taking one of ``choices`` (exact strings)."""
-
-    name: str
-    choices: tuple[str, ...]
-    doc: str = ""
-    only: tuple[str, str] | None = None
-
-    def check(self, value: Any) -> str:
-        """``value`` if it is one of the choices; else KernelArgError naming ``tiling.<name>``."""
-        if not isinstance(value, str) or value not in self.choices:
-            raise KernelArgError(f"argument 'tiling.{self.name}': expected one of {', '.join(self.choices)}, "
-                                 f"got {brief(value)}")
-        return value
-
-
-Key = IntKey | ChoiceKey
-
-
-class TilingSpace:
-    """The keys of a kernel's tiling for one call."""
-
-    def __init__(self, *keys: Key):
-        self.keys: dict[str, Key] = {k.name: k for k in keys}
-
-    def parse(self, ctx: PlanContext) -> dict[str, Any]:
-        """The call's tiling (``ctx.tiling``) checked: every key of the space, None where the caller gave none."""
-        return self.check(ctx.tiling or {})
-
-    def check(self, tiling: Mapping[str, Any]) -> dict[str, Any]:
-        """``tiling`` checked against the space: unknown keys and bad values refused naming the key."""
-        self.check_names(tiling)
-        out = {name: (k.check(tiling[name]) if name in tiling else None) for name, k in self.keys.items()}
-        for name, k in self.keys.items():
-            if k.only is None or out[name] is None:
-                continue
-            other, choice = k.only
-            if out[other] is None:
-                out[other] = choice  # the key says which choice it belongs to
-            elif out[other] != choice:
-                raise KernelArgError(f"argument 'tiling.{name}': applies to {other} {choice!r} only, not to "
-                                     f"{out[other]!r}")
-        return out
-
-    def check_names(self, tiling: Mapping[str, Any]) -> None:
-        """Refuse a key of ``tiling`` the space does not have, naming the keys it has."""
-        for key in tiling:
-            if key not in self.keys:
-                raise KernelArgError(f"argument 'tiling': unknown key '{key}' (this kernel takes: "
-                                     f"{', '.join(sorted(self.keys))})")
-
-    def candidate(self, **values: Any) -> dict[str, Any]:
-        """A candidate tiling of the given keys (None values left out), checked like a caller's: a kernel that
-        lists a tiling it would refuse fails here, at once."""
-        given = {k: v for k, v in values.items() if v is not None}
-        self.check(given)
-        return given
-
-    def describe(self) -> str:
-        """One line per key: its name, what it takes, and its doc."""
-        lines = []
-        for k in self.keys.values():
-            takes = f"{k.lo}..{k.hi}" if isinstance(k, IntKey) else " | ".join(k.choices)
-            when = f" (with {k.only[0]} {k.only[1]})" if k.only else ""
-            lines.append(f"{k.name}: {takes}{when}" + (f" -- {k.doc}" if k.doc else ""))
-        return "\n".join(lines)
+#: Most completions :func:`complete` goes through for a kernel planned outside the simulator's search.
+COMPLETIONS_TRIED = 256
 
 
 def unique(candidates: Sequence[Mapping[str, Any] | None]) -> list[dict[str, Any]]:
@@ -162,3 +78,26 @@ def split_units(total: int, unit: int, parts: int) -> list[tuple[int, int]]:
 def padded_lanes(n: int, lanes: int) -> int:
     """``n`` rounded up to whole vectors of ``lanes``: the lanes a vector loop actually spends."""
     return -(-max(n, 1) // lanes) * lanes
+
+
+def complete(space: TilingSpace, ctx: Any) -> dict[str, Any]:
+    """The tiling a kernel plans: ``ctx.tiling`` when it sets every key of scope ``plan`` (the simulator's search
+    always hands a kernel such a tiling); otherwise, for a kernel planned directly, the first completion of its
+    keys in the space's order of preference that passes the space's ``fit`` (no cost compared: choosing by cost
+    is the search's).  The DoesNotFit of the last completion tried when none fits."""
+    fixed = space.fixed(ctx.tiling)
+    if space.is_complete(fixed):
+        return fixed
+    pool, _ = space.completions(fixed, COMPLETIONS_TRIED)
+    last: Exception | None = None
+    for t in pool:
+        if space.fit is not None:
+            try:
+                space.fit(t)
+            except (DoesNotFit, KernelArgError) as e:
+                last = e
+                continue
+        return t
+    if last is not None:
+        raise last
+    raise KernelArgError(f"argument 'tiling': no tiling of the kernel's space completes {fixed}")

@@ -42,7 +42,7 @@ from sim.engine.units import Group, Units
 from sim.engine.walk import Walk
 from sim.errors import MemoryFault, SimError
 from sim.model.memory import MAX_ACCESS_BYTES, SHARED, AddressSpace
-from sim.model.plan import Operand, Plan, Tile, Transfer
+from sim.model.plan import Compute, Operand, Plan, Tile, Transfer
 from sim.model.target import Region, Target
 from sim.timing import compute_cycles, compute_text, transfer_latency_cycles
 
@@ -65,6 +65,10 @@ class EngineMemo:
         self.operands: dict[tuple[int, int], tuple] = {}
         self.compute: dict[int, int] = {}
         self.compute_text: dict[int, str | None] = {}
+
+
+class _PastLimit(Exception):
+    """A run with a cycle limit that can no longer end by it (raised from inside the event loop)."""
 
 
 #: Memo value of a copy not planned yet (None means: not plannable, copy the slow way).
@@ -114,6 +118,9 @@ class Engine:
         # (source link, its bytes, destination link, its bytes, engine link) -> the flow's shape in this run's net.
         self._flow_shapes: dict[tuple[Link, int, Link, int, Link], FlowShape] = {}
         self.core_end_cycles: dict[int, int] = {}
+        # A run with a cycle limit: the limit, and each core's compute cycles not started yet.
+        self._limit = 0
+        self._compute_left: dict[int, int] | None = None
 
     @property
     def sim_events(self) -> int:
@@ -279,17 +286,30 @@ class Engine:
         for op, value in zip(c.outputs, results):
             self._write_operand(core, tile, op, value, cycle)
 
+    def _compute_cycles(self, c: Compute) -> int:
+        cycles = self._memo.compute.get(id(c))
+        if cycles is None:
+            cycles = self._memo.compute[id(c)] = compute_cycles(c, self.target)
+        return cycles
+
     def _compute_start(self, core: int, tile: Tile) -> int:
-        """Run a tile's numerics (results written back now) and return the cycles its compute takes."""
+        """Run a tile's numerics (results written back now) and return the cycles its compute takes.
+
+        In a run with a cycle limit, stop the run (:class:`_PastLimit`) as soon as this core's computes still to
+        come cannot end by the limit: a core runs its computes one after another, so it ends no sooner than now
+        plus their cycles."""
         c = tile.compute
         assert c is not None  # the walk computes only tiles that have a compute
         if self.numerics:
             self._compute_numerics(core, tile, self.env._now)
         if self.effects is not None:
             self.effects.append((tile, core, self.env._now))
-        cycles = self._memo.compute.get(id(c))
-        if cycles is None:
-            cycles = self._memo.compute[id(c)] = compute_cycles(c, self.target)
+        cycles = self._compute_cycles(c)
+        if self._compute_left is not None:
+            left = self._compute_left[core]
+            if self.env._now + left > self._limit:
+                raise _PastLimit
+            self._compute_left[core] = left - cycles
         return cycles
 
     def _compute_record(self, core: int, tile: Tile, phase: str, start: int) -> None:
@@ -367,6 +387,12 @@ class Engine:
         With ``until_cycles``, stop there and return None if the plan has not
         finished by then (a candidate already slower than the best one known).
         """
+        if until_cycles is not None:
+            # Each core's compute cycles, all of which it runs one after another (the early stop's bound).
+            self._limit = until_cycles
+            self._compute_left = {core: sum(self._compute_cycles(t.compute) for ph in plan.phases
+                                            for t in ph.tiles.get(core, ()) if t.compute is not None)
+                                  for core in plan.cores}
         multi = len(plan.cores) > 1
         barriers = [
             {"arrived": 0, "expected": len(plan.cores), "release": self.env.event()}
@@ -377,7 +403,10 @@ class Engine:
         buffers = [PhaseBuffers(phase) if PhaseBuffers.has_buffers(phase) else None for phase in plan.phases]
         for core in plan.cores:
             self.env.process(self._core(core, plan, barriers, buffers))
-        self._run_events(until_cycles)
+        try:
+            self._run_events(until_cycles)
+        except _PastLimit:
+            return None
         if until_cycles is not None and len(self.core_end_cycles) < len(plan.cores):
             return None
         missing = [c for c in plan.cores if c not in self.core_end_cycles]

@@ -90,10 +90,11 @@ def _function_id(fn: Any) -> str | None:
 
 
 def kernel_fingerprint(kernel: Any) -> str | None:
-    """What identifies a kernel's planning: its ``plan`` and ``tilings`` functions, and the source file of a
-    kernel outside the package (a user kernel).  None when there is no stable identity (no such file)."""
+    """What identifies a kernel's planning: its ``plan`` and ``tiling_space`` (or ``tilings``) functions, and the
+    source file of a kernel outside the package (a user kernel).  None when there is no stable identity (no such
+    file)."""
     parts = []
-    for name in ("plan", "tilings"):
+    for name in ("plan", "tiling_space" if hasattr(kernel, "tiling_space") else "tilings"):
         got = _function_id(getattr(kernel, name, None))
         if got is None:
             return None

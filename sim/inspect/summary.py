@@ -212,6 +212,27 @@ def resource_shares(rf: Roofline, summaries: Sequence[CoreSummary], cycles: int)
     return shares
 
 
+def load_imbalance(summaries: Sequence[CoreSummary]) -> float:
+    """The busiest core's busy cycles over the mean of every core's (idle cores count as 0): 1.0 when the work is
+    spread evenly, the number of cores when one core did it all."""
+    busy = [s.busy_cycles for s in summaries]
+    mean = sum(busy) / len(busy) if busy else 0
+    return max(busy) / mean if mean else 1.0
+
+
+def balance_text(run: Any) -> str:
+    """One line: which cores of the call idled (the plan gave them no tile) and the load imbalance."""
+    idle = tuple(getattr(run, "idle_cores", ()))
+    imbalance = load_imbalance(run.summaries())
+    words = f"load imbalance {imbalance:.2f} (the busiest core's busy cycles over the mean of {len(run.cores)} cores)"
+    if not idle:
+        return f"every core of the call worked; {words}"
+    tiling = getattr(run, "tiling", None)
+    which = f"the tiling {tiling.tiling}" if tiling is not None and tiling.tiling else "the plan"
+    return (f"cores {list(idle)} idle: {which} gives them no tile ({len(idle)} of {len(run.cores)} cores); "
+            f"{words}")
+
+
 def limiting_resource(rf: Roofline, summaries: Sequence[CoreSummary], cycles: int) -> str:
     """The resource the run was limited by: the one with the largest :func:`resource_shares` share.
 
@@ -295,6 +316,7 @@ def run_summary_text(run: Any) -> str:
     lines = [
         head,
         summary_table(summaries),
+        balance_text(run),
         f"roofline bound {rf.cycles:.0f} cycles, set by {rf.bound_by} "
         f"({100 * run.roofline_fraction:.1f}% of the bound achieved); cycles each resource needs alone: "
         + ", ".join(f"{k} {v:.0f}" for k, v in sorted(rf.resource_cycles.items())),

@@ -129,7 +129,7 @@ def metadata_args(kinds: Mapping[str, str], args: Mapping[str, Any], buffer_addr
 def run_metadata(run: Any) -> dict:
     """The metadata a :class:`sim.simulator.Run` writes into its trace: chip, call (and where its kernel came
     from), cycles, bounds, tiling."""
-    from sim.inspect.summary import limiting_resource, resource_shares
+    from sim.inspect.summary import limiting_resource, load_imbalance, resource_shares
 
     summaries = run.summaries()
     tiling = run.tiling
@@ -137,6 +137,8 @@ def run_metadata(run: Any) -> dict:
             "clock_hz": run.target.clock_hz, "cores": list(run.cores), "precision": run.call.precision,
             "numerics": bool(getattr(run, "numerics", True)),
             "roofline_cycles": round(run.roofline.cycles, 3), "bound_by": run.roofline.bound_by,
+            "idle_cores": list(getattr(run, "idle_cores", ())),
+            "load_imbalance": round(load_imbalance(summaries), 4),
             "limited_by": limiting_resource(run.roofline, summaries, run.cycles),
             "resource_shares": {k: round(v, 4) for k, v in
                                 sorted(resource_shares(run.roofline, summaries, run.cycles).items())},

@@ -1,0 +1,225 @@
+"""A kernel's tiling space: the keys a tiling sets, the values a search tries, and what must hold for it to fit.
+
+The kernel declares the space of one call; the tuner (:mod:`sim.tuning`) owns the search: it completes the
+caller's keys (a partial tiling fixes those it names), drops what does not fit, prices the rest with the cost
+model and picks.  A kernel never compares two tilings itself::
+
+    space = TilingSpace(
+        ChoiceKey("split", ("channels", "rows"), "how the work is split over the cores"),
+        IntKey("channel_block", 1, channels, "channels per tile", only=("split", "channels"),
+               values=lambda t: (widest, default)),
+        fit=check_fit,          # DoesNotFit when a full tiling cannot fit (cheap: no plan built)
+        tiles=count_tiles)      # the tiles a full tiling plans (cheap): the plan-size budget and the search's order
+
+Keys come in the order the search completes them: a key's ``values`` may be a function of the keys before it
+(and of every key the caller fixed).  ``values`` lists the candidates the search tries, the kernel's preferred
+first; a caller may give any value of ``lo..hi`` (or of ``choices``).  A key with ``only = (other, choice)``
+applies to that choice of ``other`` only.  A key of ``scope`` ``compute`` changes nothing but the loops of a
+tile's compute (a micro-kernel's shape): the search leaves it out of the tilings it plans, and the kernel asks
+its plan context for the cost model's pick per tile (``PlanContext.cheapest_loops``) unless the caller fixed it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from sim.errors import KernelArgError, brief
+
+#: The candidate values of a key: a sequence, or a function of the keys already chosen.
+Values = Sequence[Any] | Callable[[Mapping[str, Any]], Iterable[Any]] | None
+#: Where a key acts: ``plan`` (the tiles, their transfers and staging) or ``compute`` (a compute's loops only).
+SCOPES = ("plan", "compute")
+
+
+def _values_of(values: Values, chosen: Mapping[str, Any]) -> list[Any]:
+    if values is None:
+        return []
+    got = values(chosen) if callable(values) else values
+    return list(got)
+
+
+@dataclass(frozen=True)
+class IntKey:
+    """An integer key in ``lo..hi``; ``values``: the ones the search tries (preferred first, out-of-range ones
+    dropped); ``only`` = (another key, one of its choices): the key applies to that choice only, and giving it
+    without that key chooses it."""
+
+    name: str
+    lo: int
+    hi: int
+    doc: str = ""
+    only: tuple[str, str] | None = None
+    values: Values = None
+    scope: str = "plan"
+
+    def check(self, value: Any) -> int:
+        """``value`` as an int in range; else KernelArgError naming ``tiling.<name>``."""
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
+                or not self.lo <= value <= self.hi:
+            raise KernelArgError(f"argument 'tiling.{self.name}': expected an integer in {self.lo}..{self.hi}, "
+                                 f"got {brief(value)}")
+        return int(value)
+
+    def candidates(self, chosen: Mapping[str, Any]) -> list[int]:
+        """The values the search tries given the keys ``chosen`` so far: in range, each once, in order."""
+        out: list[int] = []
+        for v in _values_of(self.values, chosen):
+            v = int(v)
+            if self.lo <= v <= self.hi and v not in out:
+                out.append(v)
+        return out
+
+    def takes(self) -> str:
+        """What the key takes, in words."""
+        return f"{self.lo}..{self.hi}"
+
+
+@dataclass(frozen=True)
+class ChoiceKey:
+    """A key taking one of ``choices`` (exact strings); ``values``: those the search tries (default: all)."""
+
+    name: str
+    choices: tuple[str, ...]
+    doc: str = ""
+    only: tuple[str, str] | None = None
+    values: Values = None
+    scope: str = "plan"
+
+    def check(self, value: Any) -> str:
+        """``value`` if it is one of the choices; else KernelArgError naming ``tiling.<name>``."""
+        if not isinstance(value, str) or value not in self.choices:
+            raise KernelArgError(f"argument 'tiling.{self.name}': expected one of {', '.join(self.choices)}, "
+                                 f"got {brief(value)}")
+        return value
+
+    def candidates(self, chosen: Mapping[str, Any]) -> list[str]:
+        """The choices the search tries given the keys ``chosen`` so far, each once, in order."""
+        got = self.choices if self.values is None else _values_of(self.values, chosen)
+        out: list[str] = []
+        for v in got:
+            if v in self.choices and v not in out:
+                out.append(v)
+        return out
+
+    def takes(self) -> str:
+        """What the key takes, in words."""
+        return " | ".join(self.choices)
+
+
+Key = IntKey | ChoiceKey
+
+
+class TilingSpace:
+    """The keys of a kernel's tiling for one call, the values the search tries, and the cheap checks a full
+    tiling goes through before it is planned.
+
+    ``fit(tiling)`` raises :class:`~sim.model.plan.DoesNotFit` (or KernelArgError for keys that do not go
+    together) when a full tiling cannot fit; it must be cheap (no plan built), and a tiling it passes may still
+    fail to plan (the search drops it then too).  ``tiles(tiling)`` says how many tiles the tiling plans (an
+    upper bound is fine): the search refuses a tiling beyond the plan-size budget before planning it, and
+    prices candidates fewest tiles first.
+    """
+
+    def __init__(self, *keys: Key, fit: Callable[[dict[str, Any]], None] | None = None,
+                 tiles: Callable[[dict[str, Any]], int] | None = None):
+        self.keys: dict[str, Key] = {}
+        for k in keys:
+            if k.scope not in SCOPES:
+                raise ValueError(f"tiling key {k.name!r}: scope must be one of {SCOPES}, got {k.scope!r}")
+            if k.name in self.keys:
+                raise ValueError(f"tiling key {k.name!r} declared twice")
+            self.keys[k.name] = k
+        self.fit = fit
+        self.tiles = tiles
+
+    # -- checking a caller's tiling -------------------------------------------------------------------
+
+    def parse(self, ctx: Any) -> dict[str, Any]:
+        """The tiling of a plan context (``ctx.tiling``) checked: every key, None where it has none."""
+        return self.check(ctx.tiling or {})
+
+    def check(self, tiling: Mapping[str, Any]) -> dict[str, Any]:
+        """``tiling`` checked against the space: every key (None where absent), unknown keys and bad values
+        refused naming the key; a key that applies to one choice of another sets that choice."""
+        self.check_names(tiling)
+        out = {name: (k.check(tiling[name]) if name in tiling and tiling[name] is not None else None)
+               for name, k in self.keys.items()}
+        for name, k in self.keys.items():
+            if k.only is None or out[name] is None:
+                continue
+            other, choice = k.only
+            if out[other] is None:
+                out[other] = choice  # the key says which choice it belongs to
+            elif out[other] != choice:
+                raise KernelArgError(f"argument 'tiling.{name}': applies to {other} {choice!r} only, not to "
+                                     f"{out[other]!r}")
+        return out
+
+    def check_names(self, tiling: Mapping[str, Any]) -> None:
+        """Refuse a key of ``tiling`` the space does not have, naming the keys it has."""
+        for key in tiling:
+            if key not in self.keys:
+                raise KernelArgError(f"argument 'tiling': unknown key {brief(key)} (this kernel takes: "
+                                     f"{', '.join(self.keys)})")
+
+    def fixed(self, tiling: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The keys a caller's (possibly partial) ``tiling`` fixes, checked, in the space's order (a key that
+        belongs to one choice of another fixes that choice too)."""
+        return {k: v for k, v in self.check(tiling or {}).items() if v is not None}
+
+    def applies(self, key: Key, tiling: Mapping[str, Any]) -> bool:
+        """Whether ``key`` is part of a tiling whose other keys are ``tiling``."""
+        return key.only is None or tiling.get(key.only[0]) == key.only[1]
+
+    def canonical(self, tiling: Mapping[str, Any]) -> dict[str, Any]:
+        """``tiling``'s keys in the space's order (a tiling read back from a file or a cache prints, hashes and
+        traces the same as a fresh one)."""
+        return {k: tiling[k] for k in self.keys if k in tiling}
+
+    def is_complete(self, tiling: Mapping[str, Any]) -> bool:
+        """Whether ``tiling`` sets every plan-scope key that applies to it."""
+        return all(k.name in tiling for k in self.keys.values() if k.scope == "plan" and self.applies(k, tiling))
+
+    # -- what the search goes through -----------------------------------------------------------------
+
+    def completions(self, fixed: Mapping[str, Any], limit: int) -> tuple[list[dict[str, Any]], bool]:
+        """The full tilings (plan-scope keys; ``fixed`` keys as given) in the kernel's order of preference, at
+        most ``limit``; and whether there were more."""
+        out: list[dict[str, Any]] = []
+        it = self._complete(list(self.keys.values()), dict(fixed))
+        for t in itertools.islice(it, limit + 1):
+            out.append(self.canonical(t))
+        return out[:limit], len(out) > limit
+
+    def _complete(self, keys: list[Key], chosen: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        if not keys:
+            yield dict(chosen)
+            return
+        key, rest = keys[0], keys[1:]
+        if key.name in chosen or key.scope != "plan" or not self.applies(key, chosen):
+            yield from self._complete(rest, chosen)
+            return
+        for v in key.candidates(chosen):
+            chosen[key.name] = v
+            yield from self._complete(rest, chosen)
+        chosen.pop(key.name, None)
+
+    def candidate(self, **values: Any) -> dict[str, Any]:
+        """A tiling of the given keys (None values left out), checked like a caller's."""
+        given = {k: v for k, v in values.items() if v is not None}
+        self.check(given)
+        return self.canonical(given)
+
+    def describe(self) -> str:
+        """One line per key: its name, what it takes, and its doc."""
+        lines = []
+        for k in self.keys.values():
+            when = f" (with {k.only[0]} {k.only[1]})" if k.only else ""
+            scope = " [per tile: the cost model prices each compute's loops]" if k.scope == "compute" else ""
+            lines.append(f"{k.name}: {k.takes()}{when}" + (f" -- {k.doc}" if k.doc else "") + scope)
+        return "\n".join(lines)

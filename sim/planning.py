@@ -1,0 +1,388 @@
+"""From a bound call to the plan that runs it: the kernel's tiling space, the search's choice, the plan check.
+
+:class:`CallPlanner` is the simulator's planning half.  A kernel that declares a tiling space
+(``tiling_space(call, ctx)``) has its tiling chosen by :func:`sim.tuning.search`: a caller's full tiling is
+planned as given, a partial one fixes the keys it names and the search completes the others, none lets it
+choose everything.  A choice is remembered per call (in memory, and on disk in the tuning cache); a plan per
+(call, tiling), checked against the plan IR's rules once.  A kernel with the older ``tilings(call, ctx)``
+list has each listed tiling priced (a given one is planned as the kernel reads it).  Every refusal of a
+tiling that does not fit is the ``scratchpad-fit`` layout violation.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kernels.base import PlanContext
+from kernels.registry import lookup
+from sim.engine.engine import EngineMemo, SimulatedTiming
+from sim.errors import KernelArgError, LayoutError, PlanError, brief
+from sim.files import tuning_cache as disk_tunings
+from sim.model.call import BoundCall
+from sim.model.layout import fit_violation, layout_error
+from sim.model.memory import AddressSpace
+from sim.model.plan import DoesNotFit, Plan
+from sim.model.plan_check import check_plan
+from sim.model.target import StagingArea, Target
+from sim.model.tiling import TilingSpace
+from sim.timing import Roofline, roofline, run_lower_bound_cycles, serial_compute_cycles
+from sim.tuning import (
+    MAX_PLAN_TILES,
+    Candidate,
+    Progress,
+    TilingCache,
+    TilingChoice,
+    choose_tiling,
+    fit_hint,
+    prefilter,
+    search,
+    tiles_refusal,
+)
+
+#: Plans a simulator keeps for calls it may see again (least recently used dropped first).
+PLAN_CACHE_SIZE = 16
+
+
+@dataclass
+class CachedPlan:
+    """A plan the simulator keeps, with what runs of it remember: the engine's memo (resolved transfers and
+    operands, compute cycles) and the plan's roofline once computed."""
+
+    plan: Plan
+    engine_memo: EngineMemo = field(default_factory=EngineMemo)
+    _roofline: Roofline | None = None
+    # The plan's timing once simulated (timing never depends on the bytes): a later call of the same plan
+    # reuses it, and a full one only replays its effects on memory.
+    timing: SimulatedTiming | None = None
+    checked: bool = False  # passed the plan check (sim.model.plan_check)
+
+    def roofline(self, target: Target) -> Roofline:
+        """The plan's roofline on ``target``, computed once."""
+        if self._roofline is None:
+            self._roofline = roofline(self.plan, target)
+        return self._roofline
+
+
+class PlanCache:
+    """The plans of recent calls by (bound call, tiling), least recently used dropped first: a repeated call,
+    or a sweep point, skips planning."""
+
+    def __init__(self, size: int = PLAN_CACHE_SIZE):
+        self.size = size
+        self._plans: OrderedDict[str, CachedPlan] = OrderedDict()
+
+    @staticmethod
+    def key(call: BoundCall, tiling: Mapping[str, Any] | None) -> str:
+        """A plan is a function of the bound call (its buffers, attributes, cores) and the tiling only."""
+        return repr((call, sorted((tiling or {}).items())))
+
+    def get(self, key: str) -> CachedPlan | None:
+        """The entry under ``key`` (now the most recently used), or None."""
+        entry = self._plans.get(key)
+        if entry is not None:
+            self._plans.move_to_end(key)
+        return entry
+
+    def put(self, key: str, plan: Plan) -> CachedPlan:
+        """Keep ``plan`` under ``key``; returns its entry."""
+        entry = self._plans[key] = CachedPlan(plan)
+        if len(self._plans) > self.size:
+            self._plans.popitem(last=False)
+        return entry
+
+    def discard(self, key: str) -> None:
+        """Forget the entry under ``key``, if any."""
+        self._plans.pop(key, None)
+
+    def clear(self) -> None:
+        """Forget every plan."""
+        self._plans.clear()
+
+
+def staging_areas(target: Target) -> tuple[StagingArea, ...]:
+    """The staging levels of ``target`` (``staging.levels`` of its file) as plans see them, outermost first:
+    each level's window, with allocations in it aligned to its region's alignment and the vector width."""
+    vector_width = target.core.vector_width_bytes
+    return tuple(StagingArea(level.name, level.region, level.base, level.size_bytes, level.shared,
+                             max(target.region(level.region).alignment_bytes, vector_width), level.beside)
+                 for level in target.staging)
+
+
+def kernel_of(call: BoundCall) -> Any:
+    """The kernel object behind a bound call."""
+    return lookup(call.symbol).kernel
+
+
+def takes_tiling(kernel: Any) -> bool:
+    """Whether ``kernel`` has more than one way to tile a call (a tiling space, or the older candidate list)."""
+    return hasattr(kernel, "tiling_space") or hasattr(kernel, "tilings")
+
+
+@dataclass
+class Planned:
+    """A call planned: its plan's entry and how its tiling was chosen."""
+
+    entry: CachedPlan
+    choice: TilingChoice
+
+
+class CallPlanner:
+    """Plans calls on one chip (the simulator's planning half): spaces, choices, plans, each remembered.
+
+    ``tolerance`` and ``use_disk`` are read at each call (the simulator's ``tiling_tolerance`` and
+    ``tuning_cache`` may change between calls).
+    """
+
+    def __init__(self, target: Target, memory: AddressSpace, tolerance: Callable[[], float],
+                 use_disk: Callable[[], bool]):
+        self.target, self.memory = target, memory
+        self._tolerance, self._use_disk = tolerance, use_disk
+        self.plans = PlanCache()
+        self.choices = TilingCache()
+        self._target_text: str | None = None
+
+    def clear(self) -> None:
+        """Forget every plan and choice."""
+        self.plans.clear()
+        self.choices.clear()
+
+    def context(self, call: BoundCall) -> PlanContext:
+        """What the kernel may know of the chip when planning ``call``."""
+        return PlanContext(target=self.target, cores=call.cores, precision=call.precision, variant=call.variant,
+                           levels=staging_areas(self.target))
+
+    # -- one call --------------------------------------------------------------------------------------------
+
+    def plan_call(self, call: BoundCall, tiling: Mapping[str, Any] | None,
+                  progress: Progress | None = None) -> Planned:
+        """The plan of ``call`` with ``tiling`` (None: chosen by the search; a partial one: completed by it)."""
+        kernel = kernel_of(call)
+        ctx = self.context(call)
+        if tiling is not None:
+            if not isinstance(tiling, Mapping):
+                raise KernelArgError(f"argument 'tiling': expected a mapping of tiling keys, got {brief(tiling)}")
+            if not takes_tiling(kernel):
+                raise KernelArgError(f"argument 'tiling': {call.symbol} takes no tiling (it has a single plan)")
+        if hasattr(kernel, "tiling_space"):
+            space = self.space(kernel, call, ctx)
+            fixed = space.fixed(tiling)
+            if tiling is not None and space.is_complete(fixed):
+                return Planned(self._given(kernel, call, ctx, space, fixed), TilingChoice(fixed, "given"))
+            return self._searched(kernel, call, ctx, space, fixed, progress)
+        if tiling is not None:
+            return Planned(self.lower(kernel, call, replace(ctx, tiling=dict(tiling))),
+                           TilingChoice(dict(tiling), "given"))
+        if hasattr(kernel, "tilings"):
+            return self._listed(kernel, call, ctx, progress)
+        return Planned(self.lower(kernel, call, ctx), TilingChoice(None, "kernel"))
+
+    def space(self, kernel: Any, call: BoundCall, ctx: PlanContext) -> TilingSpace:
+        """The kernel's tiling space of ``call``; a space that cannot exist (nothing of the call fits at all)
+        is the ``scratchpad-fit`` violation."""
+        try:
+            space = kernel.tiling_space(call, ctx)
+        except DoesNotFit as e:
+            raise layout_error([fit_violation(call, self.target, e)]) from None
+        if not isinstance(space, TilingSpace):
+            raise PlanError("tiling-space", f"tiling_space() returned {brief(space)}, not a TilingSpace",
+                            kernel=getattr(kernel, "name", None))
+        return space
+
+    def _given(self, kernel: Any, call: BoundCall, ctx: PlanContext, space: TilingSpace,
+               tiling: dict[str, Any]) -> CachedPlan:
+        """The caller's full tiling planned: refused before planning beyond the plan-size budget, and when it
+        does not fit, the error names the nearest values of its keys that fit."""
+        too_many = tiles_refusal(space, tiling)
+        if too_many is not None:
+            raise KernelArgError(f"argument 'tiling': {too_many}")
+        try:
+            return self.lower_raw(kernel, call, replace(ctx, tiling=tiling))
+        except DoesNotFit as e:
+            hinted = DoesNotFit(e.resource, e.needed_bytes, e.available_bytes, f"{e}{fit_hint(space, tiling)}")
+            raise layout_error([fit_violation(call, self.target, hinted)]) from None
+
+    def _searched(self, kernel: Any, call: BoundCall, ctx: PlanContext, space: TilingSpace,
+                  fixed: dict[str, Any], progress: Progress | None) -> Planned:
+        """The search's choice for ``call`` with ``fixed`` keys: remembered, read from disk, or searched now."""
+        tolerance = self._tolerance()
+        remembered = self.choices.get(call.symbol, call, tolerance, fixed)
+        if remembered is not None:
+            return Planned(self.lower(kernel, call, replace(ctx, tiling=remembered.tiling)), remembered)
+        disk_key = self.disk_key(kernel, call, fixed) if self._use_disk() else None
+        if disk_key is not None:
+            stored = self._stored(disk_key, kernel, call, ctx, space)
+            if stored is not None:
+                self.choices.put(call.symbol, call, tolerance, stored.choice, fixed)
+                return stored
+        entries: dict[str, tuple[dict, CachedPlan]] = {}
+
+        def planner(tiling: dict) -> Candidate:
+            # Checked only if simulated: a candidate its bound leaves out never runs.
+            entry = self.lower_raw(kernel, call, replace(ctx, tiling=tiling), check=False)
+            entries[repr(tiling)] = (tiling, entry)
+            return Candidate(tiling, entry.plan, entry.engine_memo, self.lower_bound(entry),
+                             None if entry.checked else functools.partial(self.check, kernel, call, ctx, entry))
+
+        try:
+            found = search(space, fixed, planner, self.target, self.memory, tolerance, progress)
+        except DoesNotFit as e:
+            raise layout_error([fit_violation(call, self.target, e)]) from None
+        picked = entries[repr(found.choice.tiling)][1]
+        picked.timing = found.timing
+        for tiling, entry in entries.values():
+            if entry is not picked:  # a layer's losing plans would keep their hundreds of thousands of objects
+                self.plans.discard(PlanCache.key(call, tiling))
+        choice = found.choice
+        self.choices.put(call.symbol, call, tolerance, choice, fixed)
+        if disk_key is not None:
+            disk_tunings.store(disk_key, {
+                "symbol": call.symbol, "target": self.target.name, "tiling": choice.tiling,
+                "tolerance": choice.tolerance, "candidates": [[c, cycles] for c, cycles in choice.candidates],
+                "notes": list(choice.notes), "fixed": choice.fixed,
+                "searched": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")})
+        return Planned(picked, choice)
+
+    def _listed(self, kernel: Any, call: BoundCall, ctx: PlanContext, progress: Progress | None) -> Planned:
+        """A kernel of the older form: each tiling ``tilings(call, ctx)`` lists that plans, priced; the rest
+        dropped with the reason."""
+        tolerance = self._tolerance()
+        remembered = self.choices.get(call.symbol, call, tolerance)
+        if remembered is not None:
+            return Planned(self.lower(kernel, call, replace(ctx, tiling=remembered.tiling)), remembered)
+        if progress is not None:
+            progress("planning tilings", 0, 0)  # 0 of an unknown number: the kernel is listing its candidates
+        try:
+            listed = list(kernel.tilings(call, ctx))
+        except DoesNotFit as e:  # no candidate can fit at all (a chip without the level the kernel needs)
+            raise layout_error([fit_violation(call, self.target, e)]) from None
+        planned: list[tuple[dict, CachedPlan]] = []
+        dropped: list[tuple[dict, str]] = []
+        for i, cand in enumerate(listed):
+            if progress is not None:
+                progress("planning tilings", i, len(listed))
+            tiling = dict(cand)
+            if any(tiling == t for t, _ in planned):
+                continue
+            try:
+                planned.append((tiling, self.lower(kernel, call, replace(ctx, tiling=tiling))))
+            except (LayoutError, PlanError) as e:
+                dropped.append((tiling, brief(str(e), 240)))
+        if progress is not None:
+            progress("planning tilings", len(listed), len(listed))
+        if len(planned) <= 1:
+            if planned:
+                choice = TilingChoice(planned[0][0], "kernel", dropped=tuple(dropped))
+                self.choices.put(call.symbol, call, tolerance, choice)
+                return Planned(planned[0][1], choice)
+            return Planned(self.lower(kernel, call, ctx), TilingChoice(None, "kernel", dropped=tuple(dropped)))
+        pick, choice, timing = choose_tiling(
+            [Candidate(c, e.plan, e.engine_memo, self.lower_bound(e)) for c, e in planned], self.target, self.memory,
+            tolerance, progress)
+        choice = replace(choice, dropped=tuple(dropped))
+        planned[pick][1].timing = timing
+        for i, (tiling_i, _) in enumerate(planned):
+            if i != pick:
+                self.plans.discard(PlanCache.key(call, tiling_i))
+        self.choices.put(call.symbol, call, tolerance, choice)
+        return Planned(planned[pick][1], choice)
+
+    def lower_bound(self, entry: CachedPlan) -> float:
+        """Cycles no run of ``entry``'s plan can beat: its roofline's resources after what must precede them, and
+        the launch plus the busiest core's computes one after another."""
+        serial = serial_compute_cycles(entry.plan, self.target, entry.engine_memo.compute)
+        return max(run_lower_bound_cycles(entry.roofline(self.target), self.target),
+                   self.target.launch_overhead_cycles + max(serial.values(), default=0))
+
+    # -- the on-disk tuning cache ---------------------------------------------------------------------------
+
+    def disk_key(self, kernel: Any, call: BoundCall, fixed: Mapping[str, Any] | None = None) -> str | None:
+        """The on-disk tuning cache's key of this call's choice, or None if it has none (no stable identity)."""
+        kernel_id = disk_tunings.kernel_fingerprint(kernel)
+        if kernel_id is None:
+            return None
+        if self._target_text is None:  # the parsed target, wherever its file lies: its content is what prices
+            self._target_text = repr(replace(self.target, path=""))
+        call_text = repr(call) + (f"|fixed {sorted(fixed.items())!r}" if fixed else "")
+        return disk_tunings.entry_key(self._target_text, call.symbol, call_text, self._tolerance(), kernel_id)
+
+    def _stored(self, key: str, kernel: Any, call: BoundCall, ctx: PlanContext, space: TilingSpace) \
+            -> Planned | None:
+        """The plan and choice the tuning cache holds for ``key``; None if it holds none or its tiling is no
+        longer one the search could choose (a stale or edited entry: ignored, never an error; the search that
+        follows overwrites it).  A stored tiling goes through the checks a searched one does (keys, plan-size
+        budget, fit) before it is planned."""
+        doc = disk_tunings.load(key)
+        if doc is None:
+            return None
+        try:
+            tiling = space.canonical(space.fixed(doc["tiling"]))
+            if not space.is_complete(tiling) or prefilter(space, tiling) is not None:
+                return None
+            entry = self.lower_raw(kernel, call, replace(ctx, tiling=tiling))
+            candidates = tuple((space.canonical(dict(c)), cycles) for c, cycles in doc["candidates"])
+            notes = doc.get("notes", [])
+            notes = tuple(str(n) for n in notes) if isinstance(notes, list) else ()
+            fixed = doc.get("fixed", {})
+            searched = doc.get("searched")
+        except Exception:  # noqa: BLE001 (a hand-edited or stale entry the kernel refuses: search instead)
+            return None
+        choice = TilingChoice(tiling, "cost model", candidates, doc["tolerance"], notes, (),
+                              dict(fixed) if isinstance(fixed, dict) else {}, 0, True,
+                              searched if isinstance(searched, str) else None)
+        return Planned(entry, choice)
+
+    # -- plans -------------------------------------------------------------------------------------------------
+
+    def lower(self, kernel: Any, call: BoundCall, ctx: PlanContext) -> CachedPlan:
+        """:meth:`lower_raw`, a tiling that does not fit becoming the ``scratchpad-fit`` layout violation."""
+        try:
+            return self.lower_raw(kernel, call, ctx)
+        except DoesNotFit as e:
+            raise layout_error([fit_violation(call, self.target, e)]) from None
+
+    def lower_raw(self, kernel: Any, call: BoundCall, ctx: PlanContext, check: bool = True) -> CachedPlan:
+        """``kernel.plan(call, ctx)``, reused when the same call was planned with the same tiling before, and
+        checked against the plan IR's rules once (``check`` False: not yet, the caller checks it before it
+        runs); DoesNotFit when the tiling does not fit."""
+        key = PlanCache.key(call, ctx.tiling)
+        entry = self.plans.get(key)
+        if entry is not None:
+            if check and not entry.checked:
+                self.check(kernel, call, ctx, entry)
+            return entry
+        try:
+            plan = kernel.plan(call, ctx)
+        except DoesNotFit:
+            raise
+        except LayoutError as e:  # a kernel not yet moved to DoesNotFit: counts against the vector level
+            if getattr(e, "violations", None):
+                raise
+            raise DoesNotFit(None, 0, 0, str(e)) from None
+        if isinstance(plan, Plan) and plan.tile_count > MAX_PLAN_TILES:
+            raise PlanError("plan-size", f"the plan has {plan.tile_count} tiles, more than the {MAX_PLAN_TILES} a "
+                                         f"plan may have (sim.tuning.MAX_PLAN_TILES): choose larger tiles",
+                            kernel=getattr(kernel, "name", None))
+        entry = self.plans.put(key, plan)
+        if check:
+            self.check(kernel, call, ctx, entry)
+        return entry
+
+    def check(self, kernel: Any, call: BoundCall, ctx: PlanContext, entry: CachedPlan) -> None:
+        """The plan check, before anything runs the plan (the cost model's timing-only runs included), once per
+        plan; a plan that fails it is forgotten."""
+        if entry.checked:
+            return
+        try:
+            check_plan(entry.plan, call, self.target, ctx.levels,
+                       (ctx.vector_level,) + ((ctx.scalar_level,) if ctx.scalar_level is not None else ()),
+                       kernel.name)
+        except BaseException:
+            self.plans.discard(PlanCache.key(call, ctx.tiling))
+            raise
+        entry.checked = True
+
