@@ -160,8 +160,13 @@ def _symbol_args(symbol: str, where: str) -> frozenset[str]:
     return frozenset(a.name for a in sym.kernel.args) | {"core_mask" if sym.variant == "s" else "core"}
 
 
-def load_sweep(path: str | Path) -> SweepSpec:
-    """Parse and check a sweep file (ConfigError naming the file and key)."""
+def load_sweep(path: str | Path, *, allow_kernels: bool | None = None) -> SweepSpec:
+    """Parse and check a sweep file (ConfigError naming the file and key).
+
+    ``allow_kernels`` is :func:`~sim.tools.config.load_config`'s, for every base config: their ``kernels:``
+    are imported (here, to look their symbols up, and by the workers) only when it is True, or None and
+    ``$DSPSIM_ALLOW_KERNELS`` allows them.
+    """
     p = Path(path)
     text = decode_yaml_bytes(read_yaml_bytes(p, str(p), ConfigError, "sweep file"), str(p), ConfigError,
                              "sweep file")
@@ -179,7 +184,7 @@ def load_sweep(path: str | Path) -> SweepSpec:
         raise ConfigError(f"{p}: grid: expected a mapping of axis -> list of values")
     for axis, values in grid.items():
         _check_axis(p, axis, values)
-    configs = _load_configs(p, doc.get("configs"), grid)
+    configs = _load_configs(p, doc.get("configs"), grid, allow_kernels)
     numerics = doc.get("numerics", False)
     if not isinstance(numerics, bool):
         raise ConfigError(f"{p}: numerics: expected true or false")
@@ -231,7 +236,7 @@ def _check_axis(p: Path, axis: Any, values: Any) -> None:
         seen.add(k)
 
 
-def _load_configs(p: Path, raw: Any, grid: dict) -> tuple[BaseConfig, ...]:
+def _load_configs(p: Path, raw: Any, grid: dict, allow_kernels: bool | None) -> tuple[BaseConfig, ...]:
     """The base configs, each checked against the grid's axes (an axis must fit every config)."""
     if not isinstance(raw, list) or not raw or not all(isinstance(c, str) for c in raw):
         raise ConfigError(f"{p}: configs: expected a non-empty list of run-config paths")
@@ -245,7 +250,8 @@ def _load_configs(p: Path, raw: Any, grid: dict) -> tuple[BaseConfig, ...]:
             raise ConfigError(f"{p}: configs[{i}]: {_short(c)} is the same file as configs[{seen[real]}]")
         seen[real] = i
         data = read_yaml_bytes(cp, str(cp), ConfigError, f"configs[{i}]: run-config")
-        cfg = load_config(cp)  # a broken base config is the sweep file's error, not every point's
+        # A broken base config is the sweep file's error, not every point's.
+        cfg = load_config(cp, allow_kernels=allow_kernels)
         load_kernels(cfg)  # its own kernels, before its symbol is looked up
         symbols = grid.get("symbol", [cfg.symbol])
         takes = {s: _symbol_args(s, f"{p}: grid.symbol" if "symbol" in grid else f"{cp}: symbol") for s in symbols}
@@ -298,7 +304,9 @@ def run_point(point: dict) -> dict:
     row: dict[str, Any] = {"id": point["id"], "config": point["config_label"], **settings}
     try:
         _checked_text(point["config"], point["config_sha256"], "run-config")
-        cfg = load_config(point["config"])
+        # The sweep's parent imported this config's kernels (allowed, or it refused the sweep) and the point names
+        # their digests, checked below: a worker (a Dask one too) imports the very files the parent did.
+        cfg = load_config(point["config"], allow_kernels=True)
         if [source_digest(k) for k in cfg.kernels] != point.get("kernels_sha256", []):
             raise ConfigError(f"{cfg.path}: a kernel file it names changed while the sweep ran; run the sweep again")
         load_kernels(cfg)  # a worker process imports the config's kernel files too

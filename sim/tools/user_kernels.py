@@ -6,19 +6,28 @@ name.  If it defines ``KERNEL``, that kernel is registered with where it came fr
 defines a kernel the registry refuses raises :class:`~sim.errors.ConfigError` naming the config and the
 entry (``<config>: kernels[0]: ...``) on one line.  Runs, ``validate``, ``report`` and sweeps (in the parent
 and in every worker) import a config's kernels through :func:`load_kernels` before binding its call.
+
+Importing a file runs its code, and validating a config someone sent is exactly the workflow that would run
+theirs: so a config's kernels are imported only when asked for (``--allow-kernels`` on the command line,
+``$DSPSIM_ALLOW_KERNELS=1``, or ``load_config(..., allow_kernels=True)``), else refused with one line naming the
+file (:class:`KernelsNotAllowed`).  A file named on the command line (``dspsim kernels --load FILE``) is its own
+opt-in.  Whatever the imported code prints goes to stderr, so that machine-readable stdout (``validate --format
+json``) stays clean.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
+import os
 import re
 import sys
 import threading
 import traceback
 import types
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from sim.errors import ConfigError, SimError, one_line
@@ -28,6 +37,56 @@ from sim.tools.config import KernelSource, RunConfig
 #: Files and modules imported so far: "file:<resolved path>" or "module:<name>" -> the module.
 _IMPORTED: dict[str, types.ModuleType] = {}
 _LOCK = threading.RLock()
+#: The command-line flag that lets a run-config's kernels be imported.
+ALLOW_FLAG = "--allow-kernels"
+#: The environment variable that does the same (set to anything but empty or ``0``); worker processes inherit it.
+ALLOW_ENV_VAR = "DSPSIM_ALLOW_KERNELS"
+
+
+class KernelsNotAllowed(ConfigError):
+    """A run-config names kernel code to import, and importing it was not asked for."""
+
+
+def allowed_by_environment() -> bool:
+    """Whether ``$DSPSIM_ALLOW_KERNELS`` lets a config's kernels be imported (set, and neither empty nor 0)."""
+    return os.environ.get(ALLOW_ENV_VAR, "") not in ("", "0")
+
+
+def _refusal(cfg: RunConfig) -> KernelsNotAllowed:
+    """The one-line refusal of ``cfg``'s kernels, naming its first entry's file (or module) and the opt-in."""
+    first = cfg.kernels[0]
+    what = f"file {first.path.resolve()}" if first.path is not None else f"module {first.module}"
+    more = f" (and {len(cfg.kernels) - 1} more)" if len(cfg.kernels) > 1 else ""
+    return KernelsNotAllowed(
+        f"{cfg.path}: kernels[0]: {what}{more} not imported: importing it would run its code, which dspsim does "
+        f"only when asked; if you trust this config, pass {ALLOW_FLAG} (or set {ALLOW_ENV_VAR}=1; in Python, "
+        f"allow_kernels=True)")
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Send what is printed meanwhile, by Python (``print``) or below it (file descriptor 1), to stderr.
+
+    A user's kernel may print while it is imported or run; stdout is kept for what dspsim prints (the JSON of
+    ``validate --format json``).
+    """
+    sys.stdout.flush()
+    saved = None
+    try:
+        saved = os.dup(1)
+        os.dup2(2, 1)
+    except OSError:  # no descriptor 1 or 2 (a daemon): Python's own stream is redirected all the same
+        if saved is not None:
+            os.close(saved)
+            saved = None
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stderr.flush()
+        if saved is not None:
+            os.dup2(saved, 1)
+            os.close(saved)
 
 
 def _failure(e: BaseException, path: Path | None) -> str:
@@ -57,7 +116,8 @@ def _import_file(path: Path) -> tuple[types.ModuleType, bool]:
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses and pickling look their module up there
     try:
-        spec.loader.exec_module(module)
+        with stdout_to_stderr():
+            spec.loader.exec_module(module)
     except BaseException:
         sys.modules.pop(name, None)
         raise
@@ -70,7 +130,8 @@ def _import_module(name: str) -> tuple[types.ModuleType, bool]:
     module = _IMPORTED.get(key)
     if module is not None:
         return module, False
-    module = importlib.import_module(name)
+    with stdout_to_stderr():
+        module = importlib.import_module(name)
     _IMPORTED[key] = module
     return module, True
 
@@ -113,7 +174,16 @@ def load_kernel_sources(sources: Sequence[KernelSource], config_path: Path) -> N
 
 
 def load_kernels(cfg: RunConfig) -> None:
-    """Import the kernels ``cfg`` names (nothing when it names none): call before binding its call."""
+    """Import the kernels ``cfg`` names (nothing when it names none): call before binding its call.
+
+    :class:`KernelsNotAllowed` when it names some and importing them was not asked for (``cfg.allow_kernels``,
+    or ``$DSPSIM_ALLOW_KERNELS`` when that is None).
+    """
+    if not cfg.kernels:
+        return
+    allowed = cfg.allow_kernels if cfg.allow_kernels is not None else allowed_by_environment()
+    if not allowed:
+        raise _refusal(cfg)
     load_kernel_sources(cfg.kernels, cfg.path)
 
 
