@@ -47,6 +47,7 @@ Errors name the file and the key path (:class:`ConfigError`).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import re
 from collections.abc import Iterator
@@ -458,3 +459,14 @@ def check_data_file(cfg: RunConfig, spec: ArraySpec) -> None:
     refuses what placing the data would refuse, without reading large files)."""
     with _open_npy(cfg.path, spec, spec.source["file"], f"{cfg.path}: data.{spec.name}.file"):
         pass
+
+
+def data_file_digest(cfg: RunConfig, spec: ArraySpec) -> str:
+    """The SHA-256 of a ``file:`` data entry's whole file, its header checked first as placing it checks it
+    (ConfigError naming ``data.<name>.file`` as :func:`check_data_file`); read a chunk at a time."""
+    with _open_npy(cfg.path, spec, spec.source["file"], f"{cfg.path}: data.{spec.name}.file") as (f, _):
+        f.seek(0)
+        h = hashlib.sha256()
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+        return h.hexdigest()

@@ -23,9 +23,11 @@ Points run on a local process pool, or on a Dask distributed cluster given its
 scheduler address.  Each finished point is appended to ``points.jsonl`` in the
 output folder as it arrives.  A point's id is a digest of everything that
 decides its result: the base config's path and content, the target file's
-content, the grid values and ``numerics``; a sweep started again into the same
-folder reuses the points that succeeded with the same id and runs the rest
-(failed points, and points whose config or target file changed).  Ctrl-C stops
+content, the content of the config's data files and kernel files (with the
+local modules those import), the simulator's own source digest, the grid
+values and ``numerics``; a sweep started again into the same folder reuses the
+points that succeeded with the same id and runs the rest (failed points, and
+points any of whose inputs changed).  Ctrl-C stops
 the sweep at once: the points that finished are in the journal, the ones still
 running are dropped and run again on resume.  At the end the table is written
 as CSV and Parquet, with a plot of cycles against the swept parameter, one
@@ -52,10 +54,11 @@ from typing import IO, Any
 
 from sim.errors import ConfigError, SimError, TargetError
 from sim.files.atomic import atomic_write, atomic_write_text
+from sim.files.tuning_cache import model_version
 from sim.files.yamlsafe import decode_yaml_bytes, load_yaml, read_yaml_bytes
 from sim.model.target_loader import parse_target, resolve_target_path
 from sim.simulator import check_argument_names, find_symbol
-from sim.tools.config import load_config
+from sim.tools.config import ArraySpec, RunConfig, data_file_digest, load_config
 from sim.tools.docedit import quote, set_path, split_path
 from sim.tools.progress import PhaseBar
 from sim.tools.user_kernels import load_kernels, source_digest
@@ -95,6 +98,9 @@ class BaseConfig:
     arg_names: frozenset[str]
     #: Digests of the config's kernel files (module names as they are): an edited kernel's points run again.
     kernel_digests: tuple[str, ...] = ()
+    #: Per ``file:`` data entry: (name, the file's content digest, its size and mtime in ns): a changed data file's
+    #: points run again, and a worker refuses a file changed since the sweep read it.
+    data_files: tuple[tuple[str, str, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -108,6 +114,9 @@ class SweepSpec:
     plot_x: str | None
     #: Target files of the ``target`` axis values and of the configs' own targets: value -> (path, digest).
     target_files: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: The source digest of the simulator and its kernels (:func:`sim.files.tuning_cache.model_version`): a
+    #: changed timing model or kernel reruns every point.
+    model: str = field(default_factory=model_version)
 
     def points(self) -> list[dict]:
         """Every point of the grid: its base config, one value per axis, and an id naming all its inputs."""
@@ -118,15 +127,18 @@ class SweepSpec:
                 settings = dict(zip(axes, values))
                 tfile, tdigest = self.target_files[str(settings.get("target", cfg.target))]
                 where = os.path.relpath(cfg.path.resolve(), self.path.parent.resolve())
+                data = {name: digest for name, digest, _, _ in cfg.data_files}
                 inputs = {"format": ROW_FORMAT, "config": where, "config_sha256": cfg.digest,
-                          "target_sha256": tdigest, "settings": settings, "numerics": self.numerics}
-                if cfg.kernel_digests:  # (only then: the ids of sweeps over shipped kernels stay as they were)
-                    inputs["kernels_sha256"] = list(cfg.kernel_digests)
+                          "target_sha256": tdigest, "settings": settings, "numerics": self.numerics,
+                          "kernels_sha256": list(cfg.kernel_digests), "data_sha256": data,
+                          "model_version": self.model}
                 key = json.dumps(inputs, sort_keys=True, default=str)
                 out.append({"id": hashlib.sha256(key.encode()).hexdigest()[:16], "config": str(cfg.path),
                             "config_label": cfg.label, "config_sha256": cfg.digest, "target_file": tfile,
                             "target_sha256": tdigest, "settings": settings, "numerics": self.numerics,
-                            "kernels_sha256": list(cfg.kernel_digests)})
+                            "kernels_sha256": list(cfg.kernel_digests), "data_sha256": data,
+                            "data_stamps": {name: [size, mtime] for name, _, size, mtime in cfg.data_files},
+                            "model_version": self.model})
         return out
 
 
@@ -278,8 +290,56 @@ def _load_configs(p: Path, raw: Any, grid: dict, allow_kernels: bool | None) -> 
         label = cp.name if names[cp.name] == 1 else c
         out.append(BaseConfig(path=cp, label=label, digest=_digest(data), symbol=cfg.symbol, target=cfg.target,
                               arg_names=frozenset(cfg.args),
-                              kernel_digests=tuple(source_digest(k) for k in cfg.kernels)))
+                              kernel_digests=tuple(source_digest(k) for k in cfg.kernels),
+                              data_files=_data_files(cfg)))
     return tuple(out)
+
+
+def _data_files(cfg: RunConfig) -> tuple[tuple[str, str, int, int], ...]:
+    """(name, content digest, size, mtime in ns) of each ``file:`` data entry of ``cfg``.
+
+    A file that cannot be read (missing, not a .npy array of the entry's shape) gets its error as its digest:
+    the point runs, and fails on it if it places it, and a failed point is never reused.
+    """
+    out = []
+    for spec in cfg.data:
+        if "file" not in spec.source:
+            continue
+        try:
+            digest = data_file_digest(cfg, spec)
+        except ConfigError as e:
+            out.append((spec.name, f"unreadable: {e}", -1, -1))
+            continue
+        st = _data_path(cfg, spec).stat()
+        out.append((spec.name, digest, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+def _data_path(cfg: RunConfig, spec: ArraySpec) -> Path:
+    """The file of a ``file:`` data entry (relative to its config's folder unless absolute)."""
+    p = Path(spec.source["file"])
+    return p if p.is_absolute() else cfg.path.parent / p
+
+
+def _check_unchanged(cfg: RunConfig, point: dict) -> None:
+    """Refuse a point whose simulator sources, kernel files or data files differ from those its id names (they
+    changed while the sweep ran, or a Dask worker runs another version of dspsim)."""
+    if point.get("model_version") != model_version():
+        raise ConfigError(f"this worker's dspsim (source digest {model_version()}) is not the sweep's "
+                          f"({point.get('model_version')}): run the sweep with the same version everywhere")
+    if [source_digest(k) for k in cfg.kernels] != point.get("kernels_sha256", []):
+        raise ConfigError(f"{cfg.path}: a kernel file it names changed while the sweep ran; run the sweep again")
+    stamps = point.get("data_stamps", {})
+    for spec in cfg.data:
+        if "file" not in spec.source or stamps.get(spec.name, [-1])[0] == -1:
+            continue  # an unreadable file fails the point when it is placed
+        try:
+            st = _data_path(cfg, spec).stat()
+            now = [st.st_size, st.st_mtime_ns]
+        except OSError:
+            now = None
+        if now != stamps[spec.name]:
+            raise ConfigError(f"{cfg.path}: data.{spec.name}.file changed while the sweep ran; run the sweep again")
 
 
 # --- one point (runs in a worker process) -------------------------------------------------------
@@ -305,11 +365,10 @@ def run_point(point: dict) -> dict:
     try:
         _checked_text(point["config"], point["config_sha256"], "run-config")
         # The sweep's parent imported this config's kernels (allowed, or it refused the sweep) and the point names
-        # their digests, checked below: a worker (a Dask one too) imports the very files the parent did.
+        # their digests, checked below: a worker (a Dask one too) runs the very files the parent did.
         cfg = load_config(point["config"], allow_kernels=True)
-        if [source_digest(k) for k in cfg.kernels] != point.get("kernels_sha256", []):
-            raise ConfigError(f"{cfg.path}: a kernel file it names changed while the sweep ran; run the sweep again")
-        load_kernels(cfg)  # a worker process imports the config's kernel files too
+        load_kernels(cfg)  # a worker process imports the config's kernel files too (first: their helpers count)
+        _check_unchanged(cfg, point)
         args = copy.deepcopy(cfg.args)
         symbol = cfg.symbol
         tiling = dict(cfg.tiling) if cfg.tiling is not None else None

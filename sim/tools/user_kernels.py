@@ -36,6 +36,10 @@ from sim.tools.config import KernelSource, RunConfig
 
 #: Files and modules imported so far: "file:<resolved path>" or "module:<name>" -> the module.
 _IMPORTED: dict[str, types.ModuleType] = {}
+#: The same keys -> the source files of the local modules the entry's import brought in (its helpers).
+_HELPERS: dict[str, tuple[Path, ...]] = {}
+#: dspsim's own sources (``sim/``, ``kernels/``): the simulator's source digest covers them, not a kernel's.
+_DSPSIM_SOURCES = tuple(Path(__file__).resolve().parent.parent.parent / d for d in ("sim", "kernels"))
 _LOCK = threading.RLock()
 #: The command-line flag that lets a run-config's kernels be imported.
 ALLOW_FLAG = "--allow-kernels"
@@ -101,6 +105,25 @@ def _failure(e: BaseException, path: Path | None) -> str:
     return f"importing it raised {type(e).__name__}{at}: {one_line(str(e), 240)}"
 
 
+def _key(source: KernelSource) -> str:
+    """The key of an entry in ``_IMPORTED`` and ``_HELPERS``."""
+    return f"file:{source.path.resolve()}" if source.path is not None else f"module:{source.module}"
+
+
+def _helpers(before: set[str], folder: Path, own: Path) -> tuple[Path, ...]:
+    """Source files of the modules imported since ``before`` that lie under ``folder``: the helpers a kernel's
+    file (or package) imported from beside it, which decide what it computes as much as the file itself."""
+    found = set()
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None) if name not in before else None
+        if not isinstance(file, str):
+            continue
+        p = Path(file).resolve()
+        if p != own and folder in p.parents and not any(d in p.parents for d in _DSPSIM_SOURCES):
+            found.add(p)
+    return tuple(sorted(found))
+
+
 def _import_file(path: Path) -> tuple[types.ModuleType, bool]:
     """The module of a kernel file, and whether this call imported it (False: imported before)."""
     real = path.resolve()
@@ -114,6 +137,7 @@ def _import_file(path: Path) -> tuple[types.ModuleType, bool]:
     if spec is None or spec.loader is None:
         raise ValueError("not importable as a Python module")
     module = importlib.util.module_from_spec(spec)
+    before = set(sys.modules)
     sys.modules[name] = module  # dataclasses and pickling look their module up there
     try:
         with stdout_to_stderr():
@@ -122,6 +146,7 @@ def _import_file(path: Path) -> tuple[types.ModuleType, bool]:
         sys.modules.pop(name, None)
         raise
     _IMPORTED[key] = module
+    _HELPERS[key] = _helpers(before, real.parent, real)
     return module, True
 
 
@@ -130,9 +155,14 @@ def _import_module(name: str) -> tuple[types.ModuleType, bool]:
     module = _IMPORTED.get(key)
     if module is not None:
         return module, False
+    before = set(sys.modules)
     with stdout_to_stderr():
         module = importlib.import_module(name)
     _IMPORTED[key] = module
+    file = getattr(module, "__file__", None)
+    if isinstance(file, str):
+        own = Path(file).resolve()
+        _HELPERS[key] = _helpers(before, own.parent, own)
     return module, True
 
 
@@ -187,12 +217,30 @@ def load_kernels(cfg: RunConfig) -> None:
     load_kernel_sources(cfg.kernels, cfg.path)
 
 
-def source_digest(source: KernelSource) -> str:
-    """The digest of a file entry's content (a sweep point's id names it: an edited kernel runs again); a module
-    entry's name."""
-    if source.path is None:
-        return f"module:{source.module}"
+def _file_digest(path: Path) -> str:
     try:
-        return hashlib.sha256(source.path.read_bytes()).hexdigest()
+        return hashlib.sha256(path.read_bytes()).hexdigest()
     except OSError as e:
-        raise ConfigError(f"{source.path}: cannot be read: {e.strerror or e}") from None
+        raise ConfigError(f"{path}: cannot be read: {e.strerror or e}") from None
+
+
+def source_digest(source: KernelSource) -> str:
+    """The digest of the code an entry runs (a sweep point's id names it: an edited kernel runs again): a file's
+    content, or an imported module's file, with the local modules its import brought in (see :func:`_helpers`;
+    known once the entry is imported in this process).  A module not imported here is named by its name."""
+    key = _key(source)
+    if source.path is not None:
+        own = source.path.resolve()
+    else:
+        file = getattr(_IMPORTED.get(key), "__file__", None)
+        if not isinstance(file, str):
+            return f"module:{source.module}"
+        own = Path(file).resolve()
+    digest = _file_digest(own)
+    helpers = _HELPERS.get(key, ())
+    if not helpers:
+        return digest  # a lone file: its content alone, wherever it lies
+    h = hashlib.sha256(digest.encode())
+    for p in helpers:  # by their place beside the entry: a copied folder keeps its digest
+        h.update(f"\n{p.relative_to(own.parent)}:{_file_digest(p)}".encode())
+    return h.hexdigest()
