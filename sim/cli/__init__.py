@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +21,7 @@ from sim.tools.config import RunConfig, kernel_source, load_config
 from sim.tools.preflight import EntryIssue, Preflight, check_before_run, preflight
 from sim.tools.progress import execute_with_progress, progress_phases
 from sim.tools.runner import save_outputs
+from sim.tools.signals import signal_number, sigterm_raises
 from sim.tools.user_kernels import ALLOW_ENV_VAR, ALLOW_FLAG, load_kernel, stdout_to_stderr
 
 
@@ -184,10 +186,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     except SweepInterrupted as e:
         again = " ".join(["dspsim", "sweep", str(args.sweep), "-o", str(args.out_dir)]
                          + (["--workers", str(args.workers)] if args.workers else [])
-                         + (["--scheduler", args.scheduler] if args.scheduler else []))
-        print(f"dspsim: interrupted: {e.finished} of {e.total} points finished and are kept in {e.journal}; "
-              f"run `{again}` to resume (finished points are not run again)", file=sys.stderr)
-        return 130
+                         + (["--scheduler", args.scheduler] if args.scheduler else [])
+                         + ([ALLOW_FLAG] if args.allow_kernels else []))
+        print(f"dspsim: {_stopped(e.signum)}: {e.finished} of {e.total} points finished and are kept in "
+              f"{e.journal}; run `{again}` to resume (finished points are not run again)", file=sys.stderr)
+        return 128 + e.signum
     rows, failed, skipped = res.rows, res.failed, res.skipped
     reused = len(rows) - res.ran_now
     parts = [f"{len(res.succeeded)} ran"]
@@ -311,20 +314,30 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _stopped(signum: int) -> str:
+    """How the closing line names the signal that stopped a command."""
+    return "interrupted" if signum == signal.SIGINT else f"terminated ({signal.Signals(signum).name})"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: one line per error on stderr and a non-zero exit, never a traceback for bad input."""
+    """Entry point: one line per error on stderr and a non-zero exit, never a traceback for bad input.
+
+    Ctrl-C and SIGTERM stop a command alike (SIGTERM raises :class:`~sim.tools.signals.Terminated`, a
+    KeyboardInterrupt): its temporary files are removed, and the exit status is 128 + the signal's number.
+    """
     args = build_parser().parse_args(argv)
     _no_cache(args)
     try:
-        code = args.func(args)
-        sys.stdout.flush()  # a short output meets a closed pipe here rather than in the interpreter's exit
+        with sigterm_raises():
+            code = args.func(args)
+            sys.stdout.flush()  # a short output meets a closed pipe here rather than in the interpreter's exit
         return code
     except SimError as e:
         print(f"dspsim: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("dspsim: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        print(f"dspsim: {_stopped(signal_number(e))}", file=sys.stderr)
+        return 128 + signal_number(e)
     except BrokenPipeError:
         # The reader went away (``dspsim kernels | head``): not an error of ours, and nothing left to say.
         # Point stdout at /dev/null so the interpreter's final flush does not fail again on the dead pipe.

@@ -37,6 +37,7 @@ line per chip; each row also names the tiling the point ran with.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import copy
 import hashlib
 import itertools
@@ -44,6 +45,7 @@ import json
 import math
 import os
 import signal
+import sys
 import time
 import traceback
 from collections import Counter
@@ -61,6 +63,7 @@ from sim.simulator import check_argument_names, find_symbol
 from sim.tools.config import ArraySpec, RunConfig, data_file_digest, load_config
 from sim.tools.docedit import quote, set_path, split_path
 from sim.tools.progress import PhaseBar
+from sim.tools.signals import StopSignalsIgnored, die_with_parent, signal_number
 from sim.tools.user_kernels import load_kernels, source_digest
 
 TARGET_EDIT = "target."
@@ -77,13 +80,15 @@ POLL_SECONDS = 0.25
 
 
 class SweepInterrupted(KeyboardInterrupt):
-    """Ctrl-C stopped a sweep; every finished point is in the journal (``finished`` of ``total``)."""
+    """Ctrl-C (or SIGTERM: ``signum``) stopped a sweep; every finished point is in the journal (``finished`` of
+    ``total``)."""
 
-    def __init__(self, journal: Path, finished: int, total: int):
+    def __init__(self, journal: Path, finished: int, total: int, signum: int = signal.SIGINT):
         super().__init__(f"sweep interrupted: {finished} of {total} points finished, kept in {journal}")
         self.journal = journal
         self.finished = finished
         self.total = total
+        self.signum = signum
 
 
 @dataclass(frozen=True)
@@ -429,24 +434,18 @@ def _failed_row(point: dict, error: str) -> dict:
 # recorded yet, cancels the pending ones, stops the workers and re-raises at once: the points that were
 # running are lost (they run again on resume), none that finished.
 
-def _ignore_sigint() -> None:
+def _init_worker(parent: int) -> None:
+    """Set up a local worker process: it dies with ``parent`` (SIGKILL included), leaves Ctrl-C to it, and
+    prints nothing on its stdout."""
     # Workers leave Ctrl-C to the parent, which stops them; otherwise each would die mid-point with a traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-class _SigintIgnored:
-    """Ignore Ctrl-C while an interrupted sweep saves its finished points (a second Ctrl-C must not lose them)."""
-
-    def __enter__(self) -> None:
-        self._old = None
-        try:
-            self._old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        except ValueError:  # not the main thread: signals go to the main thread anyway
-            pass
-
-    def __exit__(self, *exc: object) -> None:
-        if self._old is not None:
-            signal.signal(signal.SIGINT, self._old)
+    # A forked worker inherits the parent's SIGTERM handler: its own SIGTERM (from the parent) must end it.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    die_with_parent(parent)
+    # What a user's kernel prints in a worker goes to stderr: the sweep's stdout is the parent's.
+    with contextlib.suppress(OSError):
+        os.dup2(2, 1)
+    sys.stdout = sys.stderr
 
 
 def _stop_workers(pool: cf.ProcessPoolExecutor) -> None:
@@ -480,7 +479,7 @@ def _run_serial(points: list[dict], record: Callable[[dict], None], bar: PhaseBa
 
 
 def _run_local(points: list[dict], workers: int, record: Callable[[dict], None], bar: PhaseBar) -> None:
-    pool = cf.ProcessPoolExecutor(max_workers=workers, initializer=_ignore_sigint)
+    pool = cf.ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, initargs=(os.getpid(),))
     futures: dict[cf.Future, dict] = {}
     recorded: set[cf.Future] = set()
     try:
@@ -494,7 +493,7 @@ def _run_local(points: list[dict], workers: int, record: Callable[[dict], None],
                 record(_result(f, futures[f]))
                 recorded.add(f)  # after recording: an interrupt in between records it twice, never not at all
     except KeyboardInterrupt:
-        with _SigintIgnored():
+        with StopSignalsIgnored():
             for f, p in futures.items():
                 if f.done() and not f.cancelled() and f not in recorded:
                     record(_result(f, p))
@@ -521,7 +520,7 @@ def _run_dask(points: list[dict], scheduler: Any, record: Callable[[dict], None]
             record(_result(f, by_key[f.key]))
             recorded.add(f.key)
     except KeyboardInterrupt:
-        with _SigintIgnored():
+        with StopSignalsIgnored():
             for f, p in zip(futures, points):
                 if f.status == "finished" and f.key not in recorded:
                     record(_result(f, p))
@@ -588,8 +587,11 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, workers: int | None = Non
 
         def record(row: dict) -> None:
             nonlocal ran_now, failures
-            fh.write(json.dumps(row, default=str) + "\n")  # one write: a line is never half-written by Ctrl-C
-            fh.flush()  # each finished point survives an interruption
+            try:
+                fh.write(json.dumps(row, default=str) + "\n")  # one write: a line is never half-written by Ctrl-C
+                fh.flush()  # each finished point survives an interruption
+            except OSError as e:  # a full disk, a quota: the sweep cannot keep its results, so it stops here
+                raise SimError(f"output {journal}: cannot write: {e.strerror or e}") from None
             if not row.get("error"):
                 done[row["id"]] = row
             else:
@@ -607,9 +609,9 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, workers: int | None = Non
                 _run_serial(todo, record, bar)
             else:
                 _run_local(todo, min(workers or os.cpu_count() or 1, len(todo)), record, bar)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:
             raise SweepInterrupted(journal, sum(1 for p in points if p["id"] in done or p["id"] in latest),
-                                   len(points)) from None
+                                   len(points), signal_number(e)) from None
         finally:
             bar.close()
     rows = [latest.get(p["id"]) or done[p["id"]] for p in points if p["id"] in latest or p["id"] in done]
@@ -639,8 +641,12 @@ class _open_journal:
             self._fh.write("\n")
         return self._fh
 
-    def __exit__(self, *exc: object) -> None:
-        self._fh.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        try:
+            self._fh.close()  # flushes: the last line may meet a full disk here
+        except OSError as e:
+            if exc_type is None:  # else the error already on its way says more
+                raise SimError(f"output {self.path}: cannot write: {e.strerror or e}") from None
 
 
 def _read_jsonl(path: Path) -> Iterable[dict]:
