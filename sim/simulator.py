@@ -7,6 +7,7 @@ It also re-exports the kernel registry's public functions (:func:`register_kerne
 from __future__ import annotations
 
 import functools
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -248,6 +249,11 @@ class Simulator:
         self._planner = CallPlanner(self.target, self.memory, lambda: self.tiling_tolerance,
                                     lambda: self.tuning_cache)
         self._plans = self._planner.plans  # the plans of recent calls (tests look inside)
+        #: Called as ``before_bind_read(addr, size_bytes, core)`` just before a kernel's binding reads memory (a
+        #: pointer table such as BatchNormGrad's params array), after the table's layout check; ``core`` is the
+        #: owner of private memory (None for shared).  The run-config tools place a config's data there on
+        #: demand, so that a table from a ``.npy`` file is in memory before it is read.  None: nothing is called.
+        self.before_bind_read: Callable[[int, int, int | None], None] | None = None
 
     @property
     def tiling_tolerance(self) -> float:
@@ -328,6 +334,8 @@ class Simulator:
                                    sym.variant, owner, self.target)
                 if bad is not None:
                     raise layout_error([bad])
+                if self.before_bind_read is not None:
+                    self.before_bind_read(int(addr), math.prod(tuple(shape)) * np.dtype(dtype).itemsize, owner)
             try:
                 return self.memory.read(addr, shape, dtype, core=owner)
             except MemoryFault as e:

@@ -161,7 +161,7 @@ def test_an_installed_kernel_package_works_through_its_entry_point(venv, example
     assert "kernel: entry point 'relu_grad = relu_grad:KERNEL'" in out
     # It computes what the checkout's copy of the example computes (named by the config's kernels:), in the same
     # cycles.
-    m, run = execute(load_config(EXAMPLES / "relu_grad.yaml"))
+    m, run = execute(load_config(EXAMPLES / "relu_grad.yaml", allow_kernels=True))
     assert f"fp_relu_grad_s on FT78NE: {run.cycles} cycles" in out
     saved = np.load(tmp_path / "out" / "relu_grad_installed.dx.npy")
     np.testing.assert_array_equal(saved, m.read(0xA2000000, (256, 4096), np.float32))

@@ -301,15 +301,16 @@ def test_the_cli_reports_a_hostile_kernel_in_one_line(tmp_path):
     (tmp_path / "hostile.yaml").write_text("target: FT78NE\nsymbol: fp_hostile_dma_s\nkernels: [hostile.py]\n"
                                            "args: {y: 0xA0000000, core_mask: 1}\n")
     for command in ("run", "validate"):
-        proc = subprocess.run([sys.executable, "-m", "sim.cli", command, "hostile.yaml"], cwd=tmp_path,
-                              capture_output=True, text=True, check=False)
+        proc = subprocess.run([sys.executable, "-m", "sim.cli", command, "hostile.yaml", "--allow-kernels"],
+                              cwd=tmp_path, capture_output=True, text=True, check=False)
         assert proc.returncode == 2, proc.stderr
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(
             "dspsim: error: kernel 'hostile_dma', core 0, tile 0, phase 'dma': breaks the plan rule "
             "'transfer-unmapped': load 0 (1024 bytes) reads [0x60000000, 0x60000400)"), proc.stderr
     # validate --format json: tools read the refusal from stdout too.
-    proc = subprocess.run([sys.executable, "-m", "sim.cli", "validate", "--format", "json", "hostile.yaml"],
+    proc = subprocess.run([sys.executable, "-m", "sim.cli", "validate", "--format", "json", "hostile.yaml",
+                           "--allow-kernels"],
                           cwd=tmp_path, capture_output=True, text=True, check=False)
     report = json.loads(proc.stdout)
     assert proc.returncode == 2 and report["ok"] is False and "'transfer-unmapped'" in report["errors"][0]

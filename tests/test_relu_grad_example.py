@@ -182,7 +182,7 @@ def test_its_arguments_are_checked_and_its_layout_too(example):
 
 def _config_inputs() -> dict[str, np.ndarray]:
     """The config's data, rebuilt as docs/run-config.md says a ``random`` entry is built."""
-    cfg = load_config(CONFIG)
+    cfg = load_config(CONFIG, allow_kernels=True)
     out = {}
     for s in cfg.data:
         r = {"seed": 0, "low": -1.0, "high": 1.0, **s.source["random"]}
@@ -191,10 +191,10 @@ def _config_inputs() -> dict[str, np.ndarray]:
 
 
 def test_the_run_config_runs_validates_and_reports_through_the_cli(tmp_path, capsys):
-    assert main(["validate", str(CONFIG)]) == 0
+    assert main(["validate", str(CONFIG), "--allow-kernels"]) == 0
     out = capsys.readouterr().out
     assert out.rstrip().endswith("layout OK") and "dx" in out
-    assert main(["run", str(CONFIG), "--out-dir", str(tmp_path)]) == 0
+    assert main(["run", str(CONFIG), "--out-dir", str(tmp_path), "--allow-kernels"]) == 0
     out = capsys.readouterr().out
     assert f"kernel: file {EXAMPLE.resolve()}" in out
     assert "chosen by the cost model" in out
@@ -203,13 +203,13 @@ def test_the_run_config_runs_validates_and_reports_through_the_cli(tmp_path, cap
     trace = json.loads((tmp_path / "relu_grad.json").read_text())
     assert trace["metadata"]["kernel_origin"] == f"file {EXAMPLE.resolve()}"
     assert trace["metadata"]["symbol"] == "fp_relu_grad_s"
-    assert main(["report", str(CONFIG), "-o", str(tmp_path / "report.html")]) == 0
+    assert main(["report", str(CONFIG), "-o", str(tmp_path / "report.html"), "--allow-kernels"]) == 0
     page = (tmp_path / "report.html").read_text()
     assert f"<dt>kernel</dt><dd>file {EXAMPLE.resolve()}</dd>" in page
 
 
 def test_the_cli_and_the_python_api_agree(example, tmp_path, capsys):
-    assert main(["run", str(CONFIG), "--out-dir", str(tmp_path)]) == 0
+    assert main(["run", str(CONFIG), "--out-dir", str(tmp_path), "--allow-kernels"]) == 0
     cycles = int(capsys.readouterr().out.split(" cycles")[0].rsplit(" ", 1)[-1])
     data = _config_inputs()
     cfg = yaml.safe_load(CONFIG.read_text())
@@ -222,7 +222,7 @@ def test_the_cli_and_the_python_api_agree(example, tmp_path, capsys):
 
 
 def test_the_sweep_runs_through_the_cli(tmp_path, capsys):
-    assert main(["sweep", str(SWEEP), "-o", str(tmp_path), "--workers", "2"]) == 0
+    assert main(["sweep", str(SWEEP), "-o", str(tmp_path), "--workers", "2", "--allow-kernels"]) == 0
     out = capsys.readouterr().out
     assert "8 points: 8 ran, 0 failed" in out
     rows = [json.loads(line) for line in (tmp_path / "points.jsonl").read_text().splitlines()]
@@ -244,7 +244,7 @@ def test_the_sweep_runs_through_the_cli(tmp_path, capsys):
 def test_a_fresh_worker_process_imports_the_configs_kernel_file():
     """A sweep worker (a Dask one, or a spawned one) starts without the parent's registrations: run_point imports
     the config's kernels: itself."""
-    point = load_sweep(SWEEP).points()[0]
+    point = load_sweep(SWEEP, allow_kernels=True).points()[0]
     here = run_point(point)
     code = "import json, sys\nfrom sim.tools.sweep import run_point\nprint(json.dumps(run_point(json.load(sys.stdin))))"
     proc = subprocess.run([sys.executable, "-c", code], input=json.dumps(point), capture_output=True, text=True,
@@ -257,8 +257,8 @@ def test_a_fresh_worker_process_imports_the_configs_kernel_file():
 def test_an_edited_kernel_file_runs_its_sweep_points_again(tmp_path):
     for name in ("relu_grad.py", "relu_grad.yaml", "relu_grad_sweep.yaml"):
         shutil.copy(EXAMPLES / name, tmp_path / name)
-    before = [p["id"] for p in load_sweep(tmp_path / "relu_grad_sweep.yaml").points()]
+    before = [p["id"] for p in load_sweep(tmp_path / "relu_grad_sweep.yaml", allow_kernels=True).points()]
     with (tmp_path / "relu_grad.py").open("a") as f:
         f.write("# edited\n")
-    after = [p["id"] for p in load_sweep(tmp_path / "relu_grad_sweep.yaml").points()]
+    after = [p["id"] for p in load_sweep(tmp_path / "relu_grad_sweep.yaml", allow_kernels=True).points()]
     assert len(before) == len(after) == 8 and not set(before) & set(after)

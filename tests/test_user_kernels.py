@@ -293,7 +293,7 @@ def test_a_config_imports_its_kernel_files_before_binding(tmp_path):
     sub = tmp_path / "k"
     sub.mkdir()
     kfile = _kernel_file(sub)
-    cfg = load_config(_config(tmp_path, "[k/mine.py]"))
+    cfg = load_config(_config(tmp_path, "[k/mine.py]"), allow_kernels=True)
     assert cfg.kernels[0].path == sub / "mine.py"
     m, run = execute(cfg)
     x = np.random.default_rng(3).uniform(-1.0, 1.0, N).astype(F32)  # as run-config.md says random: builds it
@@ -304,7 +304,7 @@ def test_a_config_imports_its_kernel_files_before_binding(tmp_path):
     # A second config naming the same file reuses the imported module: the same kernel, no clash.
     other = tmp_path / "other"
     other.mkdir()
-    cfg2 = load_config(_config(other, f"[{kfile}]"))
+    cfg2 = load_config(_config(other, f"[{kfile}]"), allow_kernels=True)
     _, run2 = execute(cfg2)
     assert run2.kernel_origin == run.kernel_origin
 
@@ -313,7 +313,7 @@ def test_a_config_may_name_a_module(tmp_path, monkeypatch):
     (tmp_path / "my_kernels_mod.py").write_text(KERNEL_FILE.format(tests=str(Path(__file__).resolve().parent),
                                                                    name="cfg_twice", factor=2.0))
     monkeypatch.syspath_prepend(str(tmp_path))
-    _, run = execute(load_config(_config(tmp_path, "[my_kernels_mod]")))
+    _, run = execute(load_config(_config(tmp_path, "[my_kernels_mod]"), allow_kernels=True))
     assert run.kernel_origin == "module my_kernels_mod"
 
 
@@ -336,8 +336,9 @@ def test_a_bad_kernels_entry_is_one_line_naming_it(tmp_path, entry, setup, messa
         (tmp_path / "bad.py").write_text(setup)
     cfg = _config(tmp_path, entry)
     with pytest.raises(sim.ConfigError, match=message):
-        execute(load_config(cfg))
-    proc = subprocess.run([sys.executable, "-m", "sim.cli", "run", str(cfg), "--out-dir", str(tmp_path / "out")],
+        execute(load_config(cfg, allow_kernels=True))
+    proc = subprocess.run([sys.executable, "-m", "sim.cli", "run", str(cfg), "--out-dir", str(tmp_path / "out"),
+                           "--allow-kernels"],
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert proc.stderr.startswith("dspsim: error: ")
@@ -348,10 +349,10 @@ def test_two_files_defining_the_same_kernel_name_clash_naming_both(tmp_path):
     a.mkdir()
     b.mkdir()
     fa, fb = _kernel_file(a), _kernel_file(b, factor=3.0)
-    execute(load_config(_config(a, "[mine.py]")))
+    execute(load_config(_config(a, "[mine.py]"), allow_kernels=True))
     with pytest.raises(sim.ConfigError, match=rf"cfg.yaml: kernels\[0\]: kernel 'cfg_twice' \(file {fb.resolve()}\): "
                                               rf"the name is taken by kernel 'cfg_twice' \(file {fa.resolve()}\)"):
-        execute(load_config(_config(b, "[mine.py]")))
+        execute(load_config(_config(b, "[mine.py]"), allow_kernels=True))
 
 
 def test_dspsim_kernels_load_lists_a_files_kernels_with_where_they_came_from(tmp_path, capsys):

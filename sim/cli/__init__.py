@@ -5,20 +5,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from sim.cli.options import add_allow_kernels, allow_kernels
 from sim.cli.trace import add_trace_commands
-from sim.errors import ConfigError, LayoutError, PlanError, SimError
+from sim.errors import ConfigError, LayoutError, SimError
 from sim.inspect.layout_map import layout_map, layout_report
+from sim.model.layout import Violation
 from sim.model.target_loader import available_targets, load_target
-from sim.simulator import SHIPPED, kernel_entry_point_errors, kernel_symbols
-from sim.tools.config import kernel_source, load_config
-from sim.tools.preflight import EntryIssue, check_before_run, preflight
+from sim.simulator import SHIPPED, Simulator, kernel_entry_point_errors, kernel_symbols
+from sim.tools.config import RunConfig, kernel_source, load_config
+from sim.tools.preflight import EntryIssue, Preflight, check_before_run, preflight
 from sim.tools.progress import execute_with_progress, progress_phases
 from sim.tools.runner import save_outputs
-from sim.tools.user_kernels import load_kernel
+from sim.tools.signals import signal_number, sigterm_raises
+from sim.tools.user_kernels import ALLOW_ENV_VAR, ALLOW_FLAG, load_kernel, stdout_to_stderr
 
 
 def cmd_targets(args: argparse.Namespace) -> int:
@@ -85,7 +89,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     warnings go to stderr, and ``--strict`` makes them errors.  Files are written before anything is printed,
     so a reader that goes away early (``dspsim run cfg | head -3``) loses no result.
     """
-    cfg = load_config(args.config)
+    cfg = load_config(args.config, allow_kernels=allow_kernels(args))
     check_before_run(cfg, strict=args.strict)
     m, run = execute_with_progress(cfg)  # progress bars on a terminal once a phase passes a second
     out_dir = Path(args.out_dir)
@@ -111,35 +115,38 @@ def _entry_lines(issues: Sequence[EntryIssue], strict: bool) -> list[str]:
     return [f"{'WARNING' if i.warning and not strict else 'ERROR'} {i}" for i in issues]
 
 
+def _validated(args: argparse.Namespace) -> tuple[RunConfig, Simulator, Preflight, list[Violation]]:
+    """``validate``'s checks of ``args.config``: the config, its simulator, the preflight findings and the layout
+    violations (the tiling's fit included); a SimError when the config cannot be checked at all."""
+    cfg = load_config(args.config, allow_kernels=allow_kernels(args))
+    m, found = preflight(cfg)
+    violations = list(found.violations)
+    if not violations:
+        try:
+            # Tiles that cannot fit the scratchpad fail here (with the config's tiling, if it names one); a plan
+            # that breaks the IR's rules (a user's kernel) cannot be checked further (PlanError propagates).
+            m.plan_bound(found.call, cfg.tiling)
+        except LayoutError as e:
+            violations = list(e.violations)
+    return cfg, m, found, violations
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     """Check a run-config without simulating: the call's layout first, then its data and outputs entries.
 
     Prints the layout map and every finding; exit 1 on a layout violation or an entry error (on a warning
     too with ``--strict``), 2 when the config cannot be checked at all (a bad key, symbol or argument).
     """
-    def unchecked(e: SimError) -> None:
+    try:
+        # What a user's kernel prints while it is imported, binds or plans goes to stderr: stdout is the report's.
+        with stdout_to_stderr():
+            cfg, m, found, violations = _validated(args)
+    except SimError as e:
         if args.format == "json":  # tools read stdout; the one-line error still goes to stderr
             print(json.dumps({"config": str(args.config), "ok": False, "errors": [str(e)], "violations": [],
                               "entries": [], "warnings": []}))
-
-    try:
-        cfg = load_config(args.config)
-        m, found = preflight(cfg)
-    except SimError as e:
-        unchecked(e)
         raise
     call = found.call
-    violations = list(found.violations)
-    if not violations:
-        try:
-            # Tiles that cannot fit the scratchpad fail here (with the config's tiling, if it names one); a plan
-            # that breaks the IR's rules (a user's kernel) cannot be checked further.
-            m.plan_bound(call, cfg.tiling)
-        except LayoutError as e:
-            violations = list(e.violations)
-        except PlanError as e:
-            unchecked(e)
-            raise
     errors, warnings = found.errors(args.strict), found.warnings(args.strict)
     report = {"config": str(cfg.path), **layout_report(call, m.target, violations),
               "entries": [i.as_dict(args.strict) for i in found.issues],
@@ -173,16 +180,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     """
     from sim.tools.sweep import SweepInterrupted, load_sweep, run_sweep
 
-    spec = load_sweep(args.sweep)
+    spec = load_sweep(args.sweep, allow_kernels=allow_kernels(args))
     try:
         res = run_sweep(spec, args.out_dir, workers=args.workers, scheduler=args.scheduler, progress=sys.stderr)
     except SweepInterrupted as e:
         again = " ".join(["dspsim", "sweep", str(args.sweep), "-o", str(args.out_dir)]
                          + (["--workers", str(args.workers)] if args.workers else [])
-                         + (["--scheduler", args.scheduler] if args.scheduler else []))
-        print(f"dspsim: interrupted: {e.finished} of {e.total} points finished and are kept in {e.journal}; "
-              f"run `{again}` to resume (finished points are not run again)", file=sys.stderr)
-        return 130
+                         + (["--scheduler", args.scheduler] if args.scheduler else [])
+                         + ([ALLOW_FLAG] if args.allow_kernels else []))
+        print(f"dspsim: {_stopped(e.signum)}: {e.finished} of {e.total} points finished and are kept in "
+              f"{e.journal}; run `{again}` to resume (finished points are not run again)", file=sys.stderr)
+        return 128 + e.signum
     rows, failed, skipped = res.rows, res.failed, res.skipped
     reused = len(rows) - res.ran_now
     parts = [f"{len(res.succeeded)} ran"]
@@ -245,7 +253,10 @@ def _no_cache(args: argparse.Namespace) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``dspsim``."""
-    p = argparse.ArgumentParser(prog="dspsim", description="Cycle-approximate simulator of FT78NE and MT7004 DSPs")
+    p = argparse.ArgumentParser(
+        prog="dspsim", description="Cycle-approximate simulator of FT78NE and MT7004 DSPs",
+        epilog=f"A run-config's kernels: list names Python code: run, validate, report and sweep import it (and so "
+               f"run it) only with {ALLOW_FLAG} or {ALLOW_ENV_VAR}=1, and refuse such a config otherwise.")
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("targets", help="list the chips and their memory maps")
     t.add_argument("names", nargs="*", help="chip names or target YAML paths (default: all shipped chips)")
@@ -253,7 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
     k = sub.add_parser("kernels", help="list kernel symbols and their arguments (and where users' kernels come from)")
     k.add_argument("--load", action="append", metavar="FILE_OR_MODULE",
                    help="import a Python file (.py) or module defining a kernel first, as a run-config's kernels: "
-                        "does (repeatable)")
+                        "does (repeatable); this runs its code: naming it here is the opt-in, no "
+                        f"{ALLOW_FLAG} needed")
     k.set_defaults(func=cmd_kernels)
     r = sub.add_parser("run", help="run a run-config and write its trace")
     r.add_argument("config", help="run-config YAML")
@@ -264,6 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="refuse to run when the config leaves an input buffer without data (else a warning)")
     r.add_argument("--no-cache", action="store_true",
                    help="neither read nor write the on-disk tuning cache (search the tiling afresh)")
+    add_allow_kernels(r)
     r.set_defaults(func=cmd_run)
     v = sub.add_parser("validate", help="check a run-config's memory layout without simulating")
     v.add_argument("config", help="run-config YAML")
@@ -271,6 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--plot", metavar="PICTURE", help="also draw the memory map to PICTURE (.png, .svg or .pdf)")
     v.add_argument("--strict", action="store_true",
                    help="count an input buffer the config places no data in as an error (else a warning)")
+    add_allow_kernels(v)
     v.set_defaults(func=cmd_validate)
     c = sub.add_parser("calibrate", help="fit a target's free parameters to measured cycle counts")
     c.add_argument("measurements", help="CSV: symbol, args (JSON), cycles[, core_mask | core]")
@@ -288,6 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--scheduler", help="address of a Dask distributed scheduler (tcp://host:8786)")
     w.add_argument("--no-cache", action="store_true",
                    help="neither read nor write the on-disk tuning cache (local workers inherit it)")
+    add_allow_kernels(w, help="import the Python files and modules the kernels: lists of the sweep's run-configs "
+                              f"name, in this process and every worker, which runs their code (refused without "
+                              f"this flag or {ALLOW_ENV_VAR}=1): only for configs you trust")
     w.set_defaults(func=cmd_sweep)
     ca = sub.add_parser("cache", help="show the on-disk tuning cache (location, entries, size) or clear it")
     ca.add_argument("action", nargs="?", choices=("show", "clear"), default="show",
@@ -297,20 +314,30 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _stopped(signum: int) -> str:
+    """How the closing line names the signal that stopped a command."""
+    return "interrupted" if signum == signal.SIGINT else f"terminated ({signal.Signals(signum).name})"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: one line per error on stderr and a non-zero exit, never a traceback for bad input."""
+    """Entry point: one line per error on stderr and a non-zero exit, never a traceback for bad input.
+
+    Ctrl-C and SIGTERM stop a command alike (SIGTERM raises :class:`~sim.tools.signals.Terminated`, a
+    KeyboardInterrupt): its temporary files are removed, and the exit status is 128 + the signal's number.
+    """
     args = build_parser().parse_args(argv)
     _no_cache(args)
     try:
-        code = args.func(args)
-        sys.stdout.flush()  # a short output meets a closed pipe here rather than in the interpreter's exit
+        with sigterm_raises():
+            code = args.func(args)
+            sys.stdout.flush()  # a short output meets a closed pipe here rather than in the interpreter's exit
         return code
     except SimError as e:
         print(f"dspsim: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("dspsim: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        print(f"dspsim: {_stopped(signal_number(e))}", file=sys.stderr)
+        return 128 + signal_number(e)
     except BrokenPipeError:
         # The reader went away (``dspsim kernels | head``): not an error of ours, and nothing left to say.
         # Point stdout at /dev/null so the interpreter's final flush does not fail again on the dead pipe.

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from sim.cli.options import add_allow_kernels, allow_kernels
 from sim.errors import SimError
 
 
@@ -49,7 +50,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     """Run a run-config and write its self-contained HTML report."""
     from sim.tools.report import write_report
     out = Path(args.output) if args.output else Path("traces") / (Path(args.config).stem + ".html")
-    path, run = write_report(args.config, out, stream=sys.stderr, strict=args.strict)
+    path, run = write_report(args.config, out, stream=sys.stderr, strict=args.strict,
+                             allow_kernels=allow_kernels(args))
     print(f"{run.symbol} on {run.target.name}: {run.cycles} cycles ({run.microseconds:.2f} us)")
     print(f"report: {path}")
     return 0
@@ -79,4 +81,5 @@ def add_trace_commands(sub: argparse._SubParsersAction) -> None:
     r.add_argument("-o", "--output", help="HTML file (default: traces/<config>.html)")
     r.add_argument("--strict", action="store_true",
                    help="refuse to run when the config leaves an input buffer without data (else a warning)")
+    add_allow_kernels(r)
     r.set_defaults(func=cmd_report)

@@ -38,7 +38,8 @@ keys left out are the kernel's own choice.
 ``kernels`` names kernels of the user's own (docs/writing-a-kernel.md): each entry is a Python file (a value
 ending in ``.py`` or holding a ``/``; relative to the config's folder unless absolute) or an importable module
 name, imported (and its ``KERNEL`` registered) by :mod:`sim.tools.user_kernels` before the call is bound.
-Importing runs the file's code: use only configs you trust.
+Importing runs the file's code, so it is refused unless asked for: ``load_config(path, allow_kernels=True)``,
+``--allow-kernels`` on the command line, or ``$DSPSIM_ALLOW_KERNELS=1``.
 
 Errors name the file and the key path (:class:`ConfigError`).
 """
@@ -46,6 +47,7 @@ Errors name the file and the key path (:class:`ConfigError`).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import re
 from collections.abc import Iterator
@@ -108,6 +110,9 @@ class RunConfig:
     tiling: dict | None = None  # the kernel's tiling keys; None: the cost model chooses
     tiling_tolerance: float | None = None  # the cost model's tie tolerance; None: the simulator's default
     kernels: tuple[KernelSource, ...] = ()  # user kernels to import before binding
+    #: Whether ``kernels`` may be imported (their code run): True or False, or None for the environment's
+    #: word ($DSPSIM_ALLOW_KERNELS; :func:`sim.tools.user_kernels.load_kernels` decides and refuses).
+    allow_kernels: bool | None = None
 
     def materialise(self, spec: ArraySpec, out: np.ndarray | None = None) -> np.ndarray:
         """The array a ``data`` entry describes (seeded random, a .npy file, a fill value, or literal values).
@@ -390,8 +395,12 @@ def _kernel_sources(path: Path, raw: Any) -> tuple[KernelSource, ...]:
     return tuple(out)
 
 
-def load_config(path: str | Path) -> RunConfig:
-    """Parse and check a run-config file."""
+def load_config(path: str | Path, *, allow_kernels: bool | None = None) -> RunConfig:
+    """Parse and check a run-config file.
+
+    ``allow_kernels`` True lets the config's ``kernels:`` entries be imported (their code run), False refuses
+    them, None leaves it to ``$DSPSIM_ALLOW_KERNELS``; parsing never imports anything.
+    """
     p = Path(path)
     doc = read_yaml_file(p, str(p), ConfigError, what="run-config")
     top = _mapping(p, doc, "<top>", {"target", "symbol", "args"},
@@ -441,7 +450,7 @@ def load_config(path: str | Path) -> RunConfig:
         data=data_specs, outputs=out_specs,
         trace=trace, numerics=numerics, description=description or "", tiling=tiling,
         tiling_tolerance=None if tolerance is None else float(tolerance),
-        kernels=_kernel_sources(p, top.get("kernels")))
+        kernels=_kernel_sources(p, top.get("kernels")), allow_kernels=allow_kernels)
 
 
 def check_data_file(cfg: RunConfig, spec: ArraySpec) -> None:
@@ -450,3 +459,14 @@ def check_data_file(cfg: RunConfig, spec: ArraySpec) -> None:
     refuses what placing the data would refuse, without reading large files)."""
     with _open_npy(cfg.path, spec, spec.source["file"], f"{cfg.path}: data.{spec.name}.file"):
         pass
+
+
+def data_file_digest(cfg: RunConfig, spec: ArraySpec) -> str:
+    """The SHA-256 of a ``file:`` data entry's whole file, its header checked first as placing it checks it
+    (ConfigError naming ``data.<name>.file`` as :func:`check_data_file`); read a chunk at a time."""
+    with _open_npy(cfg.path, spec, spec.source["file"], f"{cfg.path}: data.{spec.name}.file") as (f, _):
+        f.seek(0)
+        h = hashlib.sha256()
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+        return h.hexdigest()

@@ -13,6 +13,8 @@ obeys), then the config's own ``data`` and ``outputs`` entries against the call:
   timing-only config, which reads no values);
 * ``data-core``: the same for a ``_p`` call whose data sits in another core's copy of
   the private memory (warning; an error with ``--strict``);
+* ``data-overlap``: two ``data`` entries sharing bytes of the same memory, so the later one
+  overwrites part of the earlier (warning; an error with ``--strict``);
 * ``output-not-a-buffer``: an ``outputs`` entry that lies in no buffer of the call, so it
   would save memory the call never wrote (error);
 * ``output-dtype``: an ``outputs`` entry that reads a buffer in another dtype than the
@@ -42,7 +44,7 @@ if TYPE_CHECKING:
     from sim.simulator import Simulator
 
 #: Rules whose findings are warnings unless ``strict``.
-WARNING_RULES = ("unplaced-input", "data-core")
+WARNING_RULES = ("unplaced-input", "data-core", "data-overlap")
 
 
 @dataclass(frozen=True)
@@ -149,6 +151,25 @@ def _nearest(b: Buffer, placed: Sequence[_Placed], region: Region, core: int | N
     return f"nearest placed array: data '{p.spec.name}' {_range(p.lo, p.hi)} in {p.where()}, {side}"
 
 
+def _overlapping_data(cfg: RunConfig, placed: Sequence[_Placed]) -> list[EntryIssue]:
+    """A ``data-overlap`` issue for each data entry that shares bytes with an earlier one in the same memory."""
+    issues = []
+    for i, later in enumerate(placed):
+        for earlier in placed[:i]:
+            if earlier.region is not later.region or earlier.core != later.core \
+                    or not _overlaps(earlier.lo, earlier.hi, later.lo, later.hi):
+                continue
+            shared = min(earlier.hi, later.hi) - max(earlier.lo, later.lo)
+            issues.append(EntryIssue(
+                f"data '{later.spec.name}'", "data-overlap",
+                f"{cfg.path}: data '{later.spec.name}' {_range(later.lo, later.hi)} overlaps data "
+                f"'{earlier.spec.name}' {_range(earlier.lo, earlier.hi)} in {later.where()} by {shared} bytes: "
+                f"entries are placed in the listed order, so '{later.spec.name}' overwrites those bytes of "
+                f"'{earlier.spec.name}'; move one of them"))
+            break  # one finding per entry: the first array it overwrites names the mistake
+    return issues
+
+
 def check_entries(cfg: RunConfig, call: BoundCall, target: Target,
                   violations: Sequence[Violation] = ()) -> list[EntryIssue]:
     """The issues of ``cfg``'s data and outputs entries against ``call`` (see the module's rules)."""
@@ -179,6 +200,7 @@ def check_entries(cfg: RunConfig, call: BoundCall, target: Target,
             except ConfigError as e:
                 issues.append(EntryIssue(f"data '{spec.name}'", "data-file", str(e)))
         placed.append(_Placed(spec, region, None if region.shared else spec.core))
+    issues += _overlapping_data(cfg, placed)
 
     # The call's buffers in the memory the call sees them in; those with a layout violation are the
     # violation's business.

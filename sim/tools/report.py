@@ -603,10 +603,11 @@ def report_html(run: Run, cfg: RunConfig | None = None) -> str:
 
 
 def write_report(config: str | Path, out: str | Path, stream: IO[str] | None = None,
-                 strict: bool = False) -> tuple[Path, Run]:
+                 strict: bool = False, allow_kernels: bool | None = None) -> tuple[Path, Run]:
     """Check a run-config as ``dspsim run`` does (warnings to ``stream``), run it (with progress bars on a
-    terminal) and write its report page atomically."""
-    cfg = load_config(config)
+    terminal) and write its report page atomically.  ``allow_kernels`` is
+    :func:`~sim.tools.config.load_config`'s (may the config's ``kernels:`` be imported)."""
+    cfg = load_config(config, allow_kernels=allow_kernels)
     check_before_run(cfg, strict=strict, warn=stream)
     _, run = execute_with_progress(cfg, stream=stream)
     return atomic_write_text(out, report_html(run, cfg)), run

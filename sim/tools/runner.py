@@ -12,7 +12,7 @@ from sim.errors import SimError
 from sim.files.atomic import atomic_write
 from sim.model.call import BoundCall
 from sim.simulator import Run, Simulator, check_argument_names
-from sim.tools.config import RunConfig
+from sim.tools.config import ArraySpec, RunConfig
 from sim.tools.user_kernels import load_kernels
 
 
@@ -54,15 +54,17 @@ def bind_only(cfg: RunConfig) -> tuple[Simulator, BoundCall]:
 
     That is what checking a config needs (pointers and shapes, not tensors);
     the other entries are not even resolved, so that the call's layout can be
-    judged before them (:mod:`sim.tools.preflight`).
+    judged before them (:mod:`sim.tools.preflight`), except an entry the binding
+    itself reads (a params table from a ``.npy`` file): that one is placed when
+    it is read (:func:`place_on_demand`).
     """
     m = _simulator(cfg)
+    placed = set()
     for spec in cfg.data:
         if "values" in spec.source:
-            try:
-                m.write(spec.addr, cfg.materialise(spec), core=spec.core)
-            except SimError as e:
-                raise type(e)(f"{cfg.path}: data '{spec.name}': {e}") from None
+            _place(cfg, m, spec)
+            placed.add(spec.name)
+    place_on_demand(cfg, m, placed)
     return m, bind(cfg, m)
 
 
@@ -71,14 +73,17 @@ def place_data(cfg: RunConfig, m: Simulator, numerics: bool,
     """Write the config's data into ``m``.
 
     A timing-only run (``numerics`` false) needs no tensors: only literal
-    ``values`` entries are placed, because kernels read those (pointer tables
-    such as a params array) to know what to do.
+    ``values`` entries are placed up front, and any other entry the call's
+    binding reads (a pointer table such as a params array from a ``.npy``
+    file) when it reads it (:func:`place_on_demand`).
     """
+    placed = set()
     for i, spec in enumerate(cfg.data):
         if progress is not None:
             progress("placing data", i, len(cfg.data))
         if not numerics and "values" not in spec.source:
             continue
+        placed.add(spec.name)
         view = None
         try:
             if "random" in spec.source:  # generated straight into simulated memory: no second copy of a tensor
@@ -88,13 +93,44 @@ def place_data(cfg: RunConfig, m: Simulator, numerics: bool,
         if view is not None:
             cfg.materialise(spec, out=view)
             continue
-        arr = cfg.materialise(spec)
-        try:
-            m.write(spec.addr, arr, core=spec.core)
-        except SimError as e:
-            raise type(e)(f"{cfg.path}: data '{spec.name}': {e}") from None
+        _place(cfg, m, spec)
+    place_on_demand(cfg, m, placed)
     if progress is not None:
         progress("placing data", len(cfg.data), len(cfg.data))
+
+
+def _place(cfg: RunConfig, m: Simulator, spec: ArraySpec) -> None:
+    """Build one ``data`` entry's array and write it into ``m`` (a SimError names the entry)."""
+    arr = cfg.materialise(spec)
+    try:
+        m.write(spec.addr, arr, core=spec.core)
+    except SimError as e:
+        raise type(e)(f"{cfg.path}: data '{spec.name}': {e}") from None
+
+
+def _same_memory(m: Simulator, spec: ArraySpec, core: int | None) -> bool:
+    """Whether ``spec`` lies in the memory a binding on ``core`` reads (shared memory, or that core's copy)."""
+    region = m.memory.map.region_of(spec.addr, math.prod(spec.shape) * spec.dtype.itemsize)
+    return region is not None and (region.shared or spec.core == core)
+
+
+def place_on_demand(cfg: RunConfig, m: Simulator, placed: set[str]) -> None:
+    """Have ``m`` place the config's data entries not in ``placed`` when a binding reads their bytes.
+
+    A kernel reads a pointer table while binding (BatchNormGrad's params given as an address): the entry
+    holding it must be in memory first, whatever its source, while the tensors a timing-only run or
+    ``validate`` never reads stay unbuilt (``validate`` reads only the headers of their files).
+    """
+    def before_read(addr: int, size_bytes: int, core: int | None) -> None:
+        for spec in cfg.data:
+            lo = spec.addr
+            hi = lo + math.prod(spec.shape) * spec.dtype.itemsize
+            if spec.name in placed or not (lo < addr + size_bytes and addr < hi) or not _same_memory(m, spec, core):
+                continue
+            placed.add(spec.name)  # first: a failed placement is reported once, not on every read
+            _place(cfg, m, spec)
+
+    m.before_bind_read = before_read
 
 
 def bind(cfg: RunConfig, m: Simulator) -> BoundCall:

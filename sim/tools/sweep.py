@@ -23,9 +23,11 @@ Points run on a local process pool, or on a Dask distributed cluster given its
 scheduler address.  Each finished point is appended to ``points.jsonl`` in the
 output folder as it arrives.  A point's id is a digest of everything that
 decides its result: the base config's path and content, the target file's
-content, the grid values and ``numerics``; a sweep started again into the same
-folder reuses the points that succeeded with the same id and runs the rest
-(failed points, and points whose config or target file changed).  Ctrl-C stops
+content, the content of the config's data files and kernel files (with the
+local modules those import), the simulator's own source digest, the grid
+values and ``numerics``; a sweep started again into the same folder reuses the
+points that succeeded with the same id and runs the rest (failed points, and
+points any of whose inputs changed).  Ctrl-C stops
 the sweep at once: the points that finished are in the journal, the ones still
 running are dropped and run again on resume.  At the end the table is written
 as CSV and Parquet, with a plot of cycles against the swept parameter, one
@@ -35,6 +37,7 @@ line per chip; each row also names the tiling the point ran with.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import copy
 import hashlib
 import itertools
@@ -42,6 +45,7 @@ import json
 import math
 import os
 import signal
+import sys
 import time
 import traceback
 from collections import Counter
@@ -52,12 +56,14 @@ from typing import IO, Any
 
 from sim.errors import ConfigError, SimError, TargetError
 from sim.files.atomic import atomic_write, atomic_write_text
+from sim.files.tuning_cache import model_version
 from sim.files.yamlsafe import decode_yaml_bytes, load_yaml, read_yaml_bytes
 from sim.model.target_loader import parse_target, resolve_target_path
 from sim.simulator import check_argument_names, find_symbol
-from sim.tools.config import load_config
+from sim.tools.config import ArraySpec, RunConfig, data_file_digest, load_config
 from sim.tools.docedit import quote, set_path, split_path
 from sim.tools.progress import PhaseBar
+from sim.tools.signals import StopSignalsIgnored, die_with_parent, signal_number
 from sim.tools.user_kernels import load_kernels, source_digest
 
 TARGET_EDIT = "target."
@@ -74,13 +80,15 @@ POLL_SECONDS = 0.25
 
 
 class SweepInterrupted(KeyboardInterrupt):
-    """Ctrl-C stopped a sweep; every finished point is in the journal (``finished`` of ``total``)."""
+    """Ctrl-C (or SIGTERM: ``signum``) stopped a sweep; every finished point is in the journal (``finished`` of
+    ``total``)."""
 
-    def __init__(self, journal: Path, finished: int, total: int):
+    def __init__(self, journal: Path, finished: int, total: int, signum: int = signal.SIGINT):
         super().__init__(f"sweep interrupted: {finished} of {total} points finished, kept in {journal}")
         self.journal = journal
         self.finished = finished
         self.total = total
+        self.signum = signum
 
 
 @dataclass(frozen=True)
@@ -95,6 +103,9 @@ class BaseConfig:
     arg_names: frozenset[str]
     #: Digests of the config's kernel files (module names as they are): an edited kernel's points run again.
     kernel_digests: tuple[str, ...] = ()
+    #: Per ``file:`` data entry: (name, the file's content digest, its size and mtime in ns): a changed data file's
+    #: points run again, and a worker refuses a file changed since the sweep read it.
+    data_files: tuple[tuple[str, str, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -108,6 +119,9 @@ class SweepSpec:
     plot_x: str | None
     #: Target files of the ``target`` axis values and of the configs' own targets: value -> (path, digest).
     target_files: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: The source digest of the simulator and its kernels (:func:`sim.files.tuning_cache.model_version`): a
+    #: changed timing model or kernel reruns every point.
+    model: str = field(default_factory=model_version)
 
     def points(self) -> list[dict]:
         """Every point of the grid: its base config, one value per axis, and an id naming all its inputs."""
@@ -118,15 +132,18 @@ class SweepSpec:
                 settings = dict(zip(axes, values))
                 tfile, tdigest = self.target_files[str(settings.get("target", cfg.target))]
                 where = os.path.relpath(cfg.path.resolve(), self.path.parent.resolve())
+                data = {name: digest for name, digest, _, _ in cfg.data_files}
                 inputs = {"format": ROW_FORMAT, "config": where, "config_sha256": cfg.digest,
-                          "target_sha256": tdigest, "settings": settings, "numerics": self.numerics}
-                if cfg.kernel_digests:  # (only then: the ids of sweeps over shipped kernels stay as they were)
-                    inputs["kernels_sha256"] = list(cfg.kernel_digests)
+                          "target_sha256": tdigest, "settings": settings, "numerics": self.numerics,
+                          "kernels_sha256": list(cfg.kernel_digests), "data_sha256": data,
+                          "model_version": self.model}
                 key = json.dumps(inputs, sort_keys=True, default=str)
                 out.append({"id": hashlib.sha256(key.encode()).hexdigest()[:16], "config": str(cfg.path),
                             "config_label": cfg.label, "config_sha256": cfg.digest, "target_file": tfile,
                             "target_sha256": tdigest, "settings": settings, "numerics": self.numerics,
-                            "kernels_sha256": list(cfg.kernel_digests)})
+                            "kernels_sha256": list(cfg.kernel_digests), "data_sha256": data,
+                            "data_stamps": {name: [size, mtime] for name, _, size, mtime in cfg.data_files},
+                            "model_version": self.model})
         return out
 
 
@@ -160,8 +177,13 @@ def _symbol_args(symbol: str, where: str) -> frozenset[str]:
     return frozenset(a.name for a in sym.kernel.args) | {"core_mask" if sym.variant == "s" else "core"}
 
 
-def load_sweep(path: str | Path) -> SweepSpec:
-    """Parse and check a sweep file (ConfigError naming the file and key)."""
+def load_sweep(path: str | Path, *, allow_kernels: bool | None = None) -> SweepSpec:
+    """Parse and check a sweep file (ConfigError naming the file and key).
+
+    ``allow_kernels`` is :func:`~sim.tools.config.load_config`'s, for every base config: their ``kernels:``
+    are imported (here, to look their symbols up, and by the workers) only when it is True, or None and
+    ``$DSPSIM_ALLOW_KERNELS`` allows them.
+    """
     p = Path(path)
     text = decode_yaml_bytes(read_yaml_bytes(p, str(p), ConfigError, "sweep file"), str(p), ConfigError,
                              "sweep file")
@@ -179,7 +201,7 @@ def load_sweep(path: str | Path) -> SweepSpec:
         raise ConfigError(f"{p}: grid: expected a mapping of axis -> list of values")
     for axis, values in grid.items():
         _check_axis(p, axis, values)
-    configs = _load_configs(p, doc.get("configs"), grid)
+    configs = _load_configs(p, doc.get("configs"), grid, allow_kernels)
     numerics = doc.get("numerics", False)
     if not isinstance(numerics, bool):
         raise ConfigError(f"{p}: numerics: expected true or false")
@@ -231,7 +253,7 @@ def _check_axis(p: Path, axis: Any, values: Any) -> None:
         seen.add(k)
 
 
-def _load_configs(p: Path, raw: Any, grid: dict) -> tuple[BaseConfig, ...]:
+def _load_configs(p: Path, raw: Any, grid: dict, allow_kernels: bool | None) -> tuple[BaseConfig, ...]:
     """The base configs, each checked against the grid's axes (an axis must fit every config)."""
     if not isinstance(raw, list) or not raw or not all(isinstance(c, str) for c in raw):
         raise ConfigError(f"{p}: configs: expected a non-empty list of run-config paths")
@@ -245,7 +267,8 @@ def _load_configs(p: Path, raw: Any, grid: dict) -> tuple[BaseConfig, ...]:
             raise ConfigError(f"{p}: configs[{i}]: {_short(c)} is the same file as configs[{seen[real]}]")
         seen[real] = i
         data = read_yaml_bytes(cp, str(cp), ConfigError, f"configs[{i}]: run-config")
-        cfg = load_config(cp)  # a broken base config is the sweep file's error, not every point's
+        # A broken base config is the sweep file's error, not every point's.
+        cfg = load_config(cp, allow_kernels=allow_kernels)
         load_kernels(cfg)  # its own kernels, before its symbol is looked up
         symbols = grid.get("symbol", [cfg.symbol])
         takes = {s: _symbol_args(s, f"{p}: grid.symbol" if "symbol" in grid else f"{cp}: symbol") for s in symbols}
@@ -272,8 +295,56 @@ def _load_configs(p: Path, raw: Any, grid: dict) -> tuple[BaseConfig, ...]:
         label = cp.name if names[cp.name] == 1 else c
         out.append(BaseConfig(path=cp, label=label, digest=_digest(data), symbol=cfg.symbol, target=cfg.target,
                               arg_names=frozenset(cfg.args),
-                              kernel_digests=tuple(source_digest(k) for k in cfg.kernels)))
+                              kernel_digests=tuple(source_digest(k) for k in cfg.kernels),
+                              data_files=_data_files(cfg)))
     return tuple(out)
+
+
+def _data_files(cfg: RunConfig) -> tuple[tuple[str, str, int, int], ...]:
+    """(name, content digest, size, mtime in ns) of each ``file:`` data entry of ``cfg``.
+
+    A file that cannot be read (missing, not a .npy array of the entry's shape) gets its error as its digest:
+    the point runs, and fails on it if it places it, and a failed point is never reused.
+    """
+    out = []
+    for spec in cfg.data:
+        if "file" not in spec.source:
+            continue
+        try:
+            digest = data_file_digest(cfg, spec)
+        except ConfigError as e:
+            out.append((spec.name, f"unreadable: {e}", -1, -1))
+            continue
+        st = _data_path(cfg, spec).stat()
+        out.append((spec.name, digest, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+def _data_path(cfg: RunConfig, spec: ArraySpec) -> Path:
+    """The file of a ``file:`` data entry (relative to its config's folder unless absolute)."""
+    p = Path(spec.source["file"])
+    return p if p.is_absolute() else cfg.path.parent / p
+
+
+def _check_unchanged(cfg: RunConfig, point: dict) -> None:
+    """Refuse a point whose simulator sources, kernel files or data files differ from those its id names (they
+    changed while the sweep ran, or a Dask worker runs another version of dspsim)."""
+    if point.get("model_version") != model_version():
+        raise ConfigError(f"this worker's dspsim (source digest {model_version()}) is not the sweep's "
+                          f"({point.get('model_version')}): run the sweep with the same version everywhere")
+    if [source_digest(k) for k in cfg.kernels] != point.get("kernels_sha256", []):
+        raise ConfigError(f"{cfg.path}: a kernel file it names changed while the sweep ran; run the sweep again")
+    stamps = point.get("data_stamps", {})
+    for spec in cfg.data:
+        if "file" not in spec.source or stamps.get(spec.name, [-1])[0] == -1:
+            continue  # an unreadable file fails the point when it is placed
+        try:
+            st = _data_path(cfg, spec).stat()
+            now = [st.st_size, st.st_mtime_ns]
+        except OSError:
+            now = None
+        if now != stamps[spec.name]:
+            raise ConfigError(f"{cfg.path}: data.{spec.name}.file changed while the sweep ran; run the sweep again")
 
 
 # --- one point (runs in a worker process) -------------------------------------------------------
@@ -298,10 +369,11 @@ def run_point(point: dict) -> dict:
     row: dict[str, Any] = {"id": point["id"], "config": point["config_label"], **settings}
     try:
         _checked_text(point["config"], point["config_sha256"], "run-config")
-        cfg = load_config(point["config"])
-        if [source_digest(k) for k in cfg.kernels] != point.get("kernels_sha256", []):
-            raise ConfigError(f"{cfg.path}: a kernel file it names changed while the sweep ran; run the sweep again")
-        load_kernels(cfg)  # a worker process imports the config's kernel files too
+        # The sweep's parent imported this config's kernels (allowed, or it refused the sweep) and the point names
+        # their digests, checked below: a worker (a Dask one too) runs the very files the parent did.
+        cfg = load_config(point["config"], allow_kernels=True)
+        load_kernels(cfg)  # a worker process imports the config's kernel files too (first: their helpers count)
+        _check_unchanged(cfg, point)
         args = copy.deepcopy(cfg.args)
         symbol = cfg.symbol
         tiling = dict(cfg.tiling) if cfg.tiling is not None else None
@@ -362,24 +434,18 @@ def _failed_row(point: dict, error: str) -> dict:
 # recorded yet, cancels the pending ones, stops the workers and re-raises at once: the points that were
 # running are lost (they run again on resume), none that finished.
 
-def _ignore_sigint() -> None:
+def _init_worker(parent: int) -> None:
+    """Set up a local worker process: it dies with ``parent`` (SIGKILL included), leaves Ctrl-C to it, and
+    prints nothing on its stdout."""
     # Workers leave Ctrl-C to the parent, which stops them; otherwise each would die mid-point with a traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-class _SigintIgnored:
-    """Ignore Ctrl-C while an interrupted sweep saves its finished points (a second Ctrl-C must not lose them)."""
-
-    def __enter__(self) -> None:
-        self._old = None
-        try:
-            self._old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        except ValueError:  # not the main thread: signals go to the main thread anyway
-            pass
-
-    def __exit__(self, *exc: object) -> None:
-        if self._old is not None:
-            signal.signal(signal.SIGINT, self._old)
+    # A forked worker inherits the parent's SIGTERM handler: its own SIGTERM (from the parent) must end it.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    die_with_parent(parent)
+    # What a user's kernel prints in a worker goes to stderr: the sweep's stdout is the parent's.
+    with contextlib.suppress(OSError):
+        os.dup2(2, 1)
+    sys.stdout = sys.stderr
 
 
 def _stop_workers(pool: cf.ProcessPoolExecutor) -> None:
@@ -413,7 +479,7 @@ def _run_serial(points: list[dict], record: Callable[[dict], None], bar: PhaseBa
 
 
 def _run_local(points: list[dict], workers: int, record: Callable[[dict], None], bar: PhaseBar) -> None:
-    pool = cf.ProcessPoolExecutor(max_workers=workers, initializer=_ignore_sigint)
+    pool = cf.ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, initargs=(os.getpid(),))
     futures: dict[cf.Future, dict] = {}
     recorded: set[cf.Future] = set()
     try:
@@ -427,7 +493,7 @@ def _run_local(points: list[dict], workers: int, record: Callable[[dict], None],
                 record(_result(f, futures[f]))
                 recorded.add(f)  # after recording: an interrupt in between records it twice, never not at all
     except KeyboardInterrupt:
-        with _SigintIgnored():
+        with StopSignalsIgnored():
             for f, p in futures.items():
                 if f.done() and not f.cancelled() and f not in recorded:
                     record(_result(f, p))
@@ -454,7 +520,7 @@ def _run_dask(points: list[dict], scheduler: Any, record: Callable[[dict], None]
             record(_result(f, by_key[f.key]))
             recorded.add(f.key)
     except KeyboardInterrupt:
-        with _SigintIgnored():
+        with StopSignalsIgnored():
             for f, p in zip(futures, points):
                 if f.status == "finished" and f.key not in recorded:
                     record(_result(f, p))
@@ -521,8 +587,11 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, workers: int | None = Non
 
         def record(row: dict) -> None:
             nonlocal ran_now, failures
-            fh.write(json.dumps(row, default=str) + "\n")  # one write: a line is never half-written by Ctrl-C
-            fh.flush()  # each finished point survives an interruption
+            try:
+                fh.write(json.dumps(row, default=str) + "\n")  # one write: a line is never half-written by Ctrl-C
+                fh.flush()  # each finished point survives an interruption
+            except OSError as e:  # a full disk, a quota: the sweep cannot keep its results, so it stops here
+                raise SimError(f"output {journal}: cannot write: {e.strerror or e}") from None
             if not row.get("error"):
                 done[row["id"]] = row
             else:
@@ -540,9 +609,9 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, workers: int | None = Non
                 _run_serial(todo, record, bar)
             else:
                 _run_local(todo, min(workers or os.cpu_count() or 1, len(todo)), record, bar)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:
             raise SweepInterrupted(journal, sum(1 for p in points if p["id"] in done or p["id"] in latest),
-                                   len(points)) from None
+                                   len(points), signal_number(e)) from None
         finally:
             bar.close()
     rows = [latest.get(p["id"]) or done[p["id"]] for p in points if p["id"] in latest or p["id"] in done]
@@ -572,8 +641,12 @@ class _open_journal:
             self._fh.write("\n")
         return self._fh
 
-    def __exit__(self, *exc: object) -> None:
-        self._fh.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        try:
+            self._fh.close()  # flushes: the last line may meet a full disk here
+        except OSError as e:
+            if exc_type is None:  # else the error already on its way says more
+                raise SimError(f"output {self.path}: cannot write: {e.strerror or e}") from None
 
 
 def _read_jsonl(path: Path) -> Iterable[dict]:
