@@ -351,7 +351,7 @@ class _Planner:
         joint = self._fitting_slices(self.in_c, self.out_c)
         ocg = joint[1] if joint is not None and joint[0] == icg else self._fitting_out_c(icg)
         if ocg is None:
-            return []
+            return [1]  # not one output channel fits with these input channels: the space's fit says by how much
         out = [ocg]
         if tiling["split"] != "filter":
             return out
@@ -387,12 +387,15 @@ class _Planner:
                              f"{self.level.size_bytes}-byte {self.level.name} scratchpad (the fp32 accumulator may "
                              f"take half of it; a one-row tile must fit one of the two slots left)")
         if not self.feasible(_Choice(tiling["split"], icg, ocg)):
-            share = Exchange.share_bytes(self.ctx, len(self.active), self.align)
+            # Each core's share of the shared level (aligned) holds less than a row of its partial dW.
             level = self.ctx.shared_level
-            raise DoesNotFit(level.name if level is not None else None, ocg * F32.itemsize, share,
-                             f"{self.call.symbol}: with the spatial split, each of {len(self.active)} cores' "
-                             f"share of the shared level ({share} bytes) must hold a row of its partial dW "
-                             f"({ocg} fp32 values)")
+            parts = len(self.active)
+            needed = parts * align_up(ocg * F32.itemsize, self.align)
+            raise DoesNotFit(level.name if level is not None else None, needed,
+                             level.size_bytes if level is not None else 0,
+                             f"{self.call.symbol}: with the spatial split, the shared staging level cannot give "
+                             f"each of {parts} cores room for one aligned row of its partial dW ({ocg} fp32 "
+                             f"values): {needed} bytes needed")
 
     def _tiles(self, tiling: Mapping[str, Any]) -> int:
         """The space's ``tiles``: row tiles of every slice over the whole input (each at least one output row)

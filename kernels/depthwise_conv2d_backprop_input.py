@@ -357,18 +357,21 @@ class _Planner:
         return got
 
     def _chan_values(self, tiling: Mapping[str, Any]) -> list[int]:
-        """Channels of a tile worth trying with ``tiling['channel_parts']`` groups: the widest first."""
-        try:
-            return sorted(self._options(tiling["channel_parts"]), reverse=True)
-        except DoesNotFit:
-            return []
-
-    def _col_values(self, tiling: Mapping[str, Any]) -> list[int]:
-        """Columns of a tile: whole rows, unless not one fits (then the halvings that do)."""
+        """Channels of a tile worth trying with ``tiling['channel_parts']`` groups: those whose tallest tile holds
+        the most elements first, then the widest (nothing fits: one channel, which the space's ``fit`` refuses
+        naming the bytes)."""
         try:
             opts = self._options(tiling["channel_parts"])
         except DoesNotFit:
-            return []
+            return [1]
+        return sorted(opts, key=lambda ct: (-max(s.rows * s.cols * s.chans for s in opts[ct]), -ct))
+
+    def _col_values(self, tiling: Mapping[str, Any]) -> list[int]:
+        """Columns of a tile: whole rows, unless not one fits (then the halvings that do; nothing fits: one)."""
+        try:
+            opts = self._options(tiling["channel_parts"])
+        except DoesNotFit:
+            return [1]
         shapes = opts.get(tiling["tile_channels"]) or next(iter(opts.values()))
         return [shapes[0].cols]
 

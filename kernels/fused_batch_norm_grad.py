@@ -323,18 +323,21 @@ def tiling_space(call: BoundCall, ctx: PlanContext) -> TilingSpace:
     v = chans.v
     by_channels = _channels_by_default(call, ctx)
     blocks = ([chans.default_block()] if by_channels else []) + [chans.widest_block()]
+    total = v.a * v.c * v.b
+    rows_misfit: DoesNotFit | None = None
     try:
         first_want, largest_want = _RowsPlan(call, ctx, None).tile_sizes()
         # Never longer than the default tile: a call of fewer elements than a vector has lanes has no shorter
         # tile to offer.
         sizes = [first_want, largest_want, min(first_want, max(chans.lanes, first_want // 4))]
-    except DoesNotFit:
-        sizes = []  # the rows split cannot fit at all: planning it says why
-    total = v.a * v.c * v.b
+    except DoesNotFit as e:
+        rows_misfit, sizes = e, [total]  # the rows split cannot fit at all: its fit says why
 
     def fit(t: Mapping[str, Any]) -> None:
         if t["split"] == "channels":
             chans.check_block(t["channel_block"])
+        elif rows_misfit is not None:
+            raise rows_misfit
 
     def tiles(t: Mapping[str, Any]) -> int:
         cores = len(call.cores)

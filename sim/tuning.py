@@ -212,6 +212,10 @@ class _Pricing:
         tied = [i for i, cycles in self.cycles.items() if cycles is not None and cycles <= best * (1 + self.tolerance)]
         return min(tied, key=lambda i: (self.candidates[i].plan.tile_count, self.cycles[i] or 0, i))
 
+    def cheapest(self) -> int:
+        """The simulated candidate of the fewest cycles (the first planned on a tie)."""
+        return min((i for i, c in self.cycles.items() if c is not None), key=lambda i: (self.cycles[i] or 0, i))
+
     def price(self, new: Sequence[Candidate]) -> None:
         """Add ``new`` candidates and simulate those that can change the pick, fewest tiles first."""
         start = len(self.candidates)
@@ -436,7 +440,9 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
                 break
         while incumbent is not None and len(planned) < MAX_PLANNED:
             plan_all(neighbours(space, incumbent, fitting, fixed))
-            best = pricing.candidates[pricing.pick()].tiling
+            # The climb follows the cheapest (the tie rule picks among the candidates at the end): a tie with more
+            # tiles may lead on to a cheaper tiling.
+            best = pricing.candidates[pricing.cheapest()].tiling
             if best == incumbent:
                 break
             incumbent = best
@@ -461,24 +467,20 @@ def _over(e: SimError) -> int:
 def nearest_fitting(space: TilingSpace, tiling: Mapping[str, Any], key: str) -> Any | None:
     """The value of ``key`` nearest to ``tiling``'s that fits with the other keys as they are (by the space's
     ``fit``), or None."""
-    k = space.keys[key]
-    if space.fit is None or key not in tiling:
-        return None
+    k = space.keys.get(key)
+    if space.fit is None or not isinstance(k, IntKey) or key not in tiling:
+        return None  # a choice key's other choices bring other keys: no "nearest value" of it
     now = tiling[key]
-    if isinstance(k, IntKey):
-        probes = set(k.candidates(tiling))
-        v = now
-        while v > k.lo:
-            v = max(k.lo, v // 2)
-            probes.add(v)
-        v = now
-        while v < k.hi:
-            v = min(k.hi, v * 2)
-            probes.add(v)
-        order: list[Any] = sorted(probes - {now}, key=lambda x: (abs(x - now), x))
-    else:
-        order = [c for c in k.candidates(tiling) if c != now]
-    for v in order:
+    probes = set(k.candidates(tiling))
+    v = now
+    while v > k.lo:
+        v = max(k.lo, v // 2)
+        probes.add(v)
+    v = now
+    while v < k.hi:
+        v = min(k.hi, v * 2)
+        probes.add(v)
+    for v in sorted(probes - {now}, key=lambda x: (abs(x - now), x)):
         try:
             space.fit({**tiling, key: v})
         except (DoesNotFit, KernelArgError):

@@ -1,5 +1,6 @@
-"""What the tiling tests of every kernel share: the listed candidates of a call, what a plan does, the blocks it
-loads, and the checks that the first candidate is the kernel's own plan and that a bad tiling is refused."""
+"""What the tiling tests of every kernel share: the candidate tilings of a call's space, what a plan does, the
+blocks it loads, and the checks that the search's choice is never slower than the kernel's preferred tiling
+and that a bad tiling is refused."""
 
 from __future__ import annotations
 
@@ -10,15 +11,24 @@ import pytest
 
 import kernels
 import sim
+import sim.tuning as sim_tuning
 
 # Every test tensor lives in DDR, 64 MiB apart (room for large shapes).
 ADDR = [0x80000000 + i * 0x4000000 for i in range(8)]
 
 
-def candidates(m: sim.Simulator, symbol: str, **args) -> list[dict]:
-    """The kernel's listed tilings for a call."""
+def space_of(m: sim.Simulator, symbol: str, **args):
+    """The kernel's tiling space of a call."""
     call = m.bind(symbol, **args)
-    return kernels.lookup(symbol).kernel.tilings(call, m.context(call))
+    return kernels.lookup(symbol).kernel.tiling_space(call, m.context(call))
+
+
+def candidates(m: sim.Simulator, symbol: str, **args) -> list[dict]:
+    """The tilings of a call's space the search may try (every completion of its keys that passes the space's
+    checks), in the kernel's order of preference."""
+    space = space_of(m, symbol, **args)
+    pool, _ = space.completions({}, sim_tuning.MAX_COMPLETIONS)
+    return [t for t in pool if sim_tuning.prefilter(space, t) is None]
 
 
 def plan_signature(plan) -> list:
@@ -39,12 +49,16 @@ def loaded_blocks(run, name: str) -> list[tuple[int, ...]]:
 
 
 def assert_first_candidate_is_the_kernels_own_plan(symbol: str, args: dict) -> None:
-    """The kernel's heuristic (no tiling given) plans exactly its first listed candidate."""
-    m = sim.Simulator("FT78NE")
+    """A kernel planned without a tiling plans its preferred tiling (the first candidate of its space that fits),
+    and the search's choice is never slower than that one beyond the tolerance."""
+    m = sim.Simulator("FT78NE", tuning_cache=False)
     call = m.bind(symbol, **args)
     kernel, ctx = kernels.lookup(symbol).kernel, m.context(call)
-    first = kernel.tilings(call, ctx)[0]
+    first = candidates(m, symbol, **args)[0]
     assert plan_signature(kernel.plan(call, replace(ctx, tiling=first))) == plan_signature(kernel.plan(call, ctx))
+    chosen = m.call(symbol, numerics=False, **args)
+    preferred = m.call(symbol, numerics=False, tiling=first, **args)
+    assert chosen.cycles <= preferred.cycles * (1 + sim.TILING_TOLERANCE), chosen.tiling.describe()
 
 
 def assert_refused(symbol: str, args: dict, tiling: dict, error: type, match: str) -> None:

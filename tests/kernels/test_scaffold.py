@@ -198,7 +198,7 @@ def test_a_tiling_is_parsed_with_every_key():
 
 
 @pytest.mark.parametrize("tiling,match", [
-    ({"rows": 4}, r"argument 'tiling': unknown key 'rows' \(this kernel takes: channel_block, split\)"),
+    ({"rows": 4}, r"argument 'tiling': unknown key 'rows' \(this kernel takes: split, channel_block\)"),
     ({"split": "batch"}, r"argument 'tiling.split': expected one of channels, rows, got 'batch'"),
     ({"channel_block": 0}, r"argument 'tiling.channel_block': expected an integer in 1..70, got 0"),
     ({"channel_block": 71}, r"tiling.channel_block"),
