@@ -391,6 +391,9 @@ class _Planner:
             level = self.ctx.shared_level
             parts = len(self.active)
             needed = parts * align_up(ocg * F32.itemsize, self.align)
+            if level is None:
+                raise DoesNotFit(None, needed, 0, f"{self.ctx.target.name} has no shared staging level to exchange "
+                                                  f"the partial dW of {parts} cores through (the spatial split)")
             raise DoesNotFit(level.name if level is not None else None, needed,
                              level.size_bytes if level is not None else 0,
                              f"{self.call.symbol}: with the spatial split, the shared staging level cannot give "

@@ -40,6 +40,7 @@ from sim.tuning import (
     choose_tiling,
     fit_hint,
     prefilter,
+    reason_of,
     search,
     tiles_refusal,
 )
@@ -271,7 +272,7 @@ class CallPlanner:
             try:
                 planned.append((tiling, self.lower(kernel, call, replace(ctx, tiling=tiling))))
             except (LayoutError, PlanError) as e:
-                dropped.append((tiling, brief(str(e), 240)))
+                dropped.append((tiling, reason_of(e)))
         if progress is not None:
             progress("planning tilings", len(listed), len(listed))
         if len(planned) <= 1:

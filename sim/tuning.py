@@ -203,6 +203,8 @@ class _Pricing:
         self.timings: dict[int, SimulatedTiming] = {}
         self.failed: dict[int, PlanError] = {}  # index -> the plan rule it breaks (never simulated)
         self.best: int | None = None
+        # Progress over every round: tiles simulated (a candidate stopped or left out counts as done) of all.
+        self.done_tiles = self.total_tiles = 0
 
     def pick(self) -> int:
         """Among the simulated candidates within the tolerance of the cheapest: the fewest tiles, then the fewest
@@ -221,8 +223,7 @@ class _Pricing:
         start = len(self.candidates)
         self.candidates.extend(new)
         order = sorted(range(start, len(self.candidates)), key=lambda i: (self.candidates[i].plan.tile_count, i))
-        total = sum(self.candidates[i].plan.tile_count for i in order)
-        done = 0
+        self.total_tiles += sum(self.candidates[i].plan.tile_count for i in order)
         for k, i in enumerate(order):
             cand = self.candidates[i]
             if self.best is not None:
@@ -241,18 +242,19 @@ class _Pricing:
                     continue
             tick = None
             if self.progress is not None:
-                self.progress("pricing tilings", done, total)
-                tick = _TileCounter(self.progress, "pricing tilings", done, total)
+                self.progress("pricing tilings", self.done_tiles, self.total_tiles)
+                tick = _TileCounter(self.progress, "pricing tilings", self.done_tiles, self.total_tiles)
             timing = simulate(cand.plan, self.target, self.memory, numerics=False, memo=cand.memo, on_tile=tick,
                               until_cycles=limit)
-            done += cand.plan.tile_count
+            self.done_tiles += cand.plan.tile_count
             self.cycles[i] = None if timing is None else timing.cycles
             if timing is not None:
                 self.timings[i] = timing
                 if self.best is None or timing.cycles < self.best:
                     self.best = timing.cycles
+        self.done_tiles = self.total_tiles  # the candidates stopped early or left out count as done
         if self.progress is not None:
-            self.progress("pricing tilings", total, total)
+            self.progress("pricing tilings", self.done_tiles, self.total_tiles)
 
     def note(self, i: int, pick: int) -> str:
         """Why candidate ``i`` is not the pick ("" when its cycles say it: slower beyond the tolerance)."""
@@ -288,7 +290,7 @@ def _choice(pricing: _Pricing, pick: int, dropped: Sequence[tuple[dict, str]], f
     """The choice of ``pick``: every candidate the search planned (those that broke a plan rule among the
     dropped)."""
     cands = [(i, c) for i, c in enumerate(pricing.candidates) if i not in pricing.failed]
-    failed = [(pricing.candidates[i].tiling, _reason(e)) for i, e in pricing.failed.items()]
+    failed = [(pricing.candidates[i].tiling, reason_of(e)) for i, e in pricing.failed.items()]
     return TilingChoice(pricing.candidates[pick].tiling, "cost model",
                         tuple((c.tiling, pricing.cycles.get(i)) for i, c in cands), pricing.tolerance,
                         tuple(pricing.note(i, pick) for i, _ in cands), tuple(dropped) + tuple(failed), dict(fixed),
@@ -308,7 +310,7 @@ class SearchResult:
     timing: SimulatedTiming
 
 
-def _reason(e: SimError) -> str:
+def reason_of(e: SimError) -> str:
     """A dropped candidate's reason in one short line (a tiling that does not fit: the level and the bytes over
     first)."""
     if isinstance(e, DoesNotFit):
@@ -403,29 +405,31 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
         if why is None:
             fitting.append(t)
         else:
-            dropped.append((t, _reason(why)))
+            dropped.append((t, reason_of(why)))
             errors.append((t, why))
     pricing = _Pricing(target, memory, tolerance, progress)
     planned: dict[str, int] = {}  # repr(tiling) -> index into pricing.candidates, or -1: could not plan
 
+    if progress is not None:
+        progress("planning tilings", 0, 0)  # 0 of a number not known yet: the search is taking the space in
+
     def plan_all(tilings: Sequence[dict]) -> None:
         new: list[Candidate] = []
-        for i, t in enumerate(tilings):
-            if repr(t) in planned or len(planned) >= MAX_PLANNED:
-                continue
+        todo = [t for t in tilings if repr(t) not in planned][:max(0, MAX_PLANNED - len(planned))]
+        for i, t in enumerate(todo):
             if progress is not None:
-                progress("planning tilings", i, len(tilings))
+                progress("planning tilings", len(planned), len(planned) + len(todo) - i)
             try:
                 cand = planner(t)
             except (LayoutError, PlanError, KernelArgError) as e:
                 planned[repr(t)] = -1
-                dropped.append((t, _reason(e)))
+                dropped.append((t, reason_of(e)))
                 errors.append((t, e))
                 continue
             planned[repr(t)] = len(pricing.candidates) + len(new)
             new.append(cand)
         if progress is not None:
-            progress("planning tilings", len(tilings), len(tilings))
+            progress("planning tilings", len(planned), len(planned))
         if new:
             pricing.price(new)
 
@@ -509,13 +513,15 @@ def no_candidate_error(space: TilingSpace, fixed: Mapping[str, Any],
         return KernelArgError(f"argument 'tiling': the kernel's tiling space has no tiling{given}")
     ranked = sorted(errors, key=lambda te: _over(te[1]))
     first_t, first_e = ranked[0]
-    misses = "; ".join(f"{t}: {_reason(e)}" for t, e in ranked[:LISTED_DROPS])
+    if isinstance(first_e, PlanError):  # a kernel whose plans break the IR's rules: the rule, where, as it is
+        return PlanError(first_e.rule, f"{first_e.detail} (with tiling {first_t}; every one of the {len(errors)} "
+                                       f"tilings tried fails)", kernel=first_e.kernel, core=first_e.core,
+                         tile=first_e.tile, phase=first_e.phase)
+    misses = "; ".join(f"{t}: {reason_of(e)}" for t, e in ranked[:LISTED_DROPS])
     text = (f"no tiling{' with ' + str(dict(fixed)) + ' given' if fixed else ''} of the kernel's space plans "
             f"({len(errors)} tried); nearest misses: {misses}{fit_hint(space, first_t)}")
     if isinstance(first_e, DoesNotFit):
         return DoesNotFit(first_e.resource, first_e.needed_bytes, first_e.available_bytes, text)
-    if isinstance(first_e, PlanError):
-        return PlanError(first_e.rule, text, kernel=first_e.kernel)
     if isinstance(first_e, LayoutError) and getattr(first_e, "violations", None):
         return first_e
     return KernelArgError(f"argument 'tiling': {text}")

@@ -239,9 +239,10 @@ def test_writes_into_the_staging_levels_and_across_adjacent_outputs_are_legal():
         assert (m.read(Y + 2048, 512, F32) == SENTINEL).all()
 
 
-def test_a_hostile_candidate_tiling_is_refused_not_dropped():
+def test_a_hostile_candidate_tiling_is_dropped_and_listed_with_its_rule():
     """The cost model prices candidate tilings by running them (timing only): each is checked first, and a
-    candidate that breaks a rule is the kernel's bug, reported, not quietly skipped like one that does not fit."""
+    candidate that breaks a rule never runs: it is dropped and listed in the choice with the rule it breaks, and
+    the call runs the candidates that pass.  When every candidate breaks a rule, the call fails with the rule."""
     class Candidates(Twice):
         def tilings(self, call, ctx):
             return [{"hostile": False}, {"hostile": True}]
@@ -250,13 +251,27 @@ def test_a_hostile_candidate_tiling_is_refused_not_dropped():
             self.breaker = load_from(0x60000000) if (ctx.tiling or {}).get("hostile") else None
             return super().plan(call, ctx)
 
+    class AllHostile(Candidates):
+        def tilings(self, call, ctx):
+            return [{"hostile": True}, {"hostile": True, "again": 1}]
+
+        def plan(self, call, ctx):
+            self.breaker = load_from(0x60000000)
+            return Twice.plan(self, call, ctx)
+
     with sim.registered_kernel(Candidates("candidates")):
+        m, args, _ = _machine("s")
+        run = m.call("fp_candidates_s", **args)
+        assert run.tiling.tiling == {"hostile": False}
+        ((dropped, why),) = run.tiling.dropped
+        assert dropped == {"hostile": True} and "'transfer-unmapped'" in why
+        assert "transfer-unmapped" in run.tiling.describe()
+    with sim.registered_kernel(AllHostile("hostile")):
         m, args, _ = _machine("s")
         before = m.memory.snapshot()
         with pytest.raises(sim.PlanError, match="'transfer-unmapped'"):
-            m.call("fp_candidates_s", **args)
+            m.call("fp_hostile_s", **args)
         assert m.memory.snapshot() == before
-        m.call("fp_candidates_s", tiling={"hostile": False}, **args)  # the good tiling alone runs
 
 
 @pytest.mark.parametrize("fault", ["raises", "wrong shape"])

@@ -208,7 +208,7 @@ for path in sorted(Path(sys.argv[1]).glob("*.yaml")):
     m = prepare(cfg, numerics=False)
     call = m.bind(cfg.symbol, **cfg.args)
     kernel = m.kernel_of(call)
-    if hasattr(kernel, "tilings"):
+    if hasattr(kernel, "tiling_space") or hasattr(kernel, "tilings"):
         out[path.name] = m._disk_key(kernel, call)
 print(json.dumps(out))
 """
