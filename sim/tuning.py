@@ -93,7 +93,10 @@ class TilingChoice:
         for i, (c, cycles) in enumerate(self.candidates):
             note = self.notes[i] if i < len(self.notes) else ""
             if c == chosen:
-                priced.append(f"this one {cycles}" if cycles is not None else "this one")
+                cheapest = min((x for _, x in self.candidates if x is not None), default=cycles)
+                why = (f" (the fewest tiles within {self.tolerance:.0%} of the cheapest)"
+                       if cycles is not None and cheapest is not None and cycles > cheapest else "")
+                priced.append((f"this one {cycles}" if cycles is not None else "this one") + why)
                 continue
             text = f"{_changes(c, chosen)} {cycles}" if cycles is not None else _changes(c, chosen)
             priced.append(f"{text} ({note})" if note else text)

@@ -36,13 +36,11 @@ def _placed(ex, **kw) -> sim.Simulator:
     return m
 
 
-def _exhaustive_pick(ex, place: bool = True) -> tuple[dict, list[tuple[dict, int, int]]]:
-    """The tie rule applied to every candidate simulated to the end: (tiling, [(tiling, cycles, tiles)])."""
+def _exhaustive_pick(ex, tilings, place: bool = True) -> tuple[dict, list[tuple[dict, int, int]]]:
+    """The tie rule applied to each of ``tilings`` simulated to the end: (tiling, [(tiling, cycles, tiles)])."""
     m = _placed(ex, tuning_cache=False) if place else sim.Simulator(ex.chip, tuning_cache=False)
-    call = m.bind(ex.symbol, **ex.args)
-    kernel = m.kernel_of(call)
     rows = []
-    for cand in kernel.tilings(call, m.context(call)):
+    for cand in tilings:
         try:
             run = m.call(ex.symbol, numerics=False, tiling=cand, **ex.args)
         except sim.LayoutError:  # a candidate that does not fit is dropped by the search too
@@ -54,6 +52,15 @@ def _exhaustive_pick(ex, place: bool = True) -> tuple[dict, list[tuple[dict, int
     return rows[pick][0], rows
 
 
+def _fitting(ex) -> list[dict]:
+    """Every tiling of the call's space that passes its checks."""
+    from sim.tuning import MAX_COMPLETIONS, prefilter
+    m = sim.Simulator(ex.chip, tuning_cache=False)
+    call = m.bind(ex.symbol, **ex.args)
+    space = m.kernel_of(call).tiling_space(call, m.context(call))
+    return [t for t in space.completions({}, MAX_COMPLETIONS)[0] if prefilter(space, t) is None]
+
+
 CASES = [("fused_batch_norm_grad", "large", "FT78NE", "fp"), ("batch_norm_grad", "medium", "MT7004", "hp"),
          ("fake_quant_with_min_max_vars_gradient", "medium", "FT78NE", "fp"),
          ("conv2d_backprop_filter", "medium", "MT7004", "fp"), ("depthwise_conv2d_backprop_input", "medium",
@@ -63,9 +70,17 @@ CASES = [("fused_batch_norm_grad", "large", "FT78NE", "fp"), ("batch_norm_grad",
 
 @pytest.mark.parametrize("kernel,size,chip,prefix", CASES)
 def test_the_pruned_search_picks_what_simulating_every_candidate_picks(kernel, size, chip, prefix):
+    """Of the tilings the search planned (all that fit in a small space; the climb's in a large one), it picks
+    what simulating each of them to the end and applying the tie rule picks, though it stops or leaves out
+    some; every number it reports is a full simulation's."""
+    from sim.tuning import EXHAUSTIVE_CANDIDATES
     ex = example(kernel, size, chip, prefix)
-    expected, rows = _exhaustive_pick(ex)
     run = _placed(ex, tuning_cache=False).call(ex.symbol, numerics=False, **ex.args)
+    planned = [t for t, _ in run.tiling.candidates]
+    fitting = _fitting(ex)
+    if len(fitting) <= EXHAUSTIVE_CANDIDATES:
+        assert sorted(map(repr, planned)) == sorted(map(repr, fitting))
+    expected, rows = _exhaustive_pick(ex, planned)
     assert run.tiling.tiling == expected
     if len(rows) > 1:
         assert run.tiling.source == "cost model" and 1 <= run.tiling.simulated <= len(rows)
@@ -80,10 +95,10 @@ def test_a_ddr_bound_layer_leaves_out_the_smaller_tiles():
     simulated, and the pick is the exhaustive search's."""
     ex = example("fused_batch_norm_grad", "large", "FT78NE", "fp")
     ex = dataclasses.replace(ex, args=dict(ex.args, shape=[16, 56, 56, 64]))
-    expected, rows = _exhaustive_pick(ex, place=False)
+    run = sim.Simulator(ex.chip, tuning_cache=False).call(ex.symbol, numerics=False, **ex.args)
+    expected, rows = _exhaustive_pick(ex, [t for t, _ in run.tiling.candidates], place=False)
     most_tiles = max(rows, key=lambda r: r[2])
     assert most_tiles[0] != expected and len(rows) >= 2
-    run = sim.Simulator(ex.chip, tuning_cache=False).call(ex.symbol, numerics=False, **ex.args)
     assert run.tiling.tiling == expected and run.tiling.simulated == len(rows) - 1
     assert [t for t, c in run.tiling.candidates if c is None] == [most_tiles[0]]
 
@@ -225,7 +240,9 @@ def test_no_run_beats_the_search_bound(ex):
     bound = run_lower_bound_cycles(run.roofline, m.target)
     assert bound > run.roofline.cycles
     assert run.cycles >= bound
-    if run.roofline.bound_by == "ddr" and ex.kernel != "conv2d_backprop_filter":
+    # The plan's own bound (its busiest core, not an even spread over the cores): DDR-bound plans come close.
+    per_plan = {**run.roofline.resource_cycles, **run.roofline.busiest_core_cycles}
+    if max(per_plan, key=lambda k: per_plan[k]) == "ddr" and ex.kernel != "conv2d_backprop_filter":
         assert run.cycles <= 1.05 * bound
 
 

@@ -94,7 +94,7 @@ def test_example_uses_every_key_config_py_accepts(followed):
 def test_example_validates_and_runs_as_the_page_says(followed):
     path, printed = followed
     assert "layout OK" in printed
-    assert "tiling {'channel_block': 32} (given)" in printed  # as the page says dspsim run prints
+    assert "tiling {'split': 'channels', 'channel_block': 32} (given)" in printed  # as the page says dspsim run prints
     cfg = load_config(path)
     out = path.parent / "traces"
     assert (out / cfg.trace).is_file()

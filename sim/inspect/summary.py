@@ -225,12 +225,19 @@ def balance_text(run: Any) -> str:
     idle = tuple(getattr(run, "idle_cores", ()))
     imbalance = load_imbalance(run.summaries())
     words = f"load imbalance {imbalance:.2f} (the busiest core's busy cycles over the mean of {len(run.cores)} cores)"
-    if not idle:
-        return f"every core of the call worked; {words}"
+    computing = {core for phase in run.plan.phases for core, tiles in phase.tiles.items()
+                 if any(t.compute is not None for t in tiles)}
+    movers = [c for c in run.cores if c not in computing and c not in idle]
     tiling = getattr(run, "tiling", None)
     which = f"the tiling {tiling.tiling}" if tiling is not None and tiling.tiling else "the plan"
-    return (f"cores {list(idle)} idle: {which} gives them no tile ({len(idle)} of {len(run.cores)} cores); "
-            f"{words}")
+    parts = []
+    if idle:
+        parts.append(f"cores {list(idle)} idle: {which} gives them no tile ({len(idle)} of {len(run.cores)} cores)")
+    if movers:
+        parts.append(f"cores {movers} compute nothing: {which} gives them only transfers")
+    if not parts:
+        parts.append("every core of the call computed")
+    return "; ".join(parts + [words])
 
 
 def limiting_resource(rf: Roofline, summaries: Sequence[CoreSummary], cycles: int) -> str:
