@@ -421,8 +421,10 @@ class _Planner:
         parts = len(self._k_shares(t))
         need = self.g.m * self.g.n * F32.itemsize
         if self.call.variant != "s" or len(self.ctx.cores) < 2 or level is None or parts < 2:
-            raise DoesNotFit(self.am.name, need, 0, f"{self.call.symbol}: split k needs several cores of an _s call "
-                                                    f"and a shared level to sum their partials through")
+            raise DoesNotFit(level.name if level is not None else self.am.name, need, 0,
+                             f"{self.call.symbol}: split k needs several cores of an _s call, at least two k blocks "
+                             f"(k {self.g.k}, k_block {t.k_block}) and a shared level to sum their partials "
+                             f"through")
         stride = level.size_bytes // parts // self.am.alignment_bytes * self.am.alignment_bytes
         if need > stride:
             raise DoesNotFit(level.name, need * parts, level.size_bytes,

@@ -401,8 +401,17 @@ class Simulator:
         """Plan an already bound call with ``tiling`` (None: the tiling the search chooses, the tuning cache
         honoured; a partial one: completed by it); a tiling that does not fit raises the ``scratchpad-fit``
         LayoutError."""
+        return self.plan_bound_with_choice(call, tiling)[0]
+
+    @_locked
+    def plan_bound_with_choice(self, call: BoundCall, tiling: Mapping[str, Any] | None = None) \
+            -> tuple[Plan, TilingChoice]:
+        """:meth:`plan_bound` and how the tiling was chosen (what ``dspsim validate`` plans: the very plan a
+        call would run, no numerics, no simulation when the choice is in the tuning cache)."""
         self._forget_plans_of_replaced_kernels()
-        return self._planner.plan_call(call, tiling).entry.plan
+        with collector_paused():
+            planned = self._planner.plan_call(call, tiling)
+        return planned.entry.plan, planned.choice
 
     def _run_plan(self, entry: CachedPlan, numerics: bool,
                   progress: Callable[[int, int], None] | None) -> SimulatedTiming:

@@ -23,6 +23,7 @@ from sim.tools.progress import execute_with_progress, progress_phases
 from sim.tools.runner import save_outputs
 from sim.tools.signals import signal_number, sigterm_raises
 from sim.tools.user_kernels import ALLOW_ENV_VAR, ALLOW_FLAG, load_kernel, stdout_to_stderr
+from sim.tuning import TilingChoice
 
 
 def cmd_targets(args: argparse.Namespace) -> int:
@@ -115,20 +116,29 @@ def _entry_lines(issues: Sequence[EntryIssue], strict: bool) -> list[str]:
     return [f"{'WARNING' if i.warning and not strict else 'ERROR'} {i}" for i in issues]
 
 
-def _validated(args: argparse.Namespace) -> tuple[RunConfig, Simulator, Preflight, list[Violation]]:
-    """``validate``'s checks of ``args.config``: the config, its simulator, the preflight findings and the layout
-    violations (the tiling's fit included); a SimError when the config cannot be checked at all."""
+def _validated(args: argparse.Namespace) -> tuple[RunConfig, Simulator, Preflight, list[Violation],
+                                                   TilingChoice | None]:
+    """``validate``'s checks of ``args.config``: the config, its simulator, the preflight findings, the layout
+    violations (the tiling's fit included) and the tiling chosen; a SimError when the config cannot be checked
+    at all.
+
+    The call is planned as ``run`` plans it: the config's tiling (a partial one completed by the search), or
+    the search's choice (the tuning cache honoured: no simulation when the choice is cached), and the plan
+    check; no numerics."""
     cfg = load_config(args.config, allow_kernels=allow_kernels(args))
     m, found = preflight(cfg)
     violations = list(found.violations)
+    choice = None
     if not violations:
+        if getattr(args, "no_cache", False):
+            m.tuning_cache = False
         try:
-            # Tiles that cannot fit the scratchpad fail here (with the config's tiling, if it names one); a plan
-            # that breaks the IR's rules (a user's kernel) cannot be checked further (PlanError propagates).
-            m.plan_bound(found.call, cfg.tiling)
+            # Tiles that cannot fit the scratchpad fail here; a plan that breaks the IR's rules (a user's
+            # kernel) cannot be checked further (PlanError propagates, as it would from run).
+            _, choice = m.plan_bound_with_choice(found.call, cfg.tiling)
         except LayoutError as e:
             violations = list(e.violations)
-    return cfg, m, found, violations
+    return cfg, m, found, violations, choice
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -140,7 +150,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     try:
         # What a user's kernel prints while it is imported, binds or plans goes to stderr: stdout is the report's.
         with stdout_to_stderr():
-            cfg, m, found, violations = _validated(args)
+            cfg, m, found, violations, choice = _validated(args)
     except SimError as e:
         if args.format == "json":  # tools read stdout; the one-line error still goes to stderr
             print(json.dumps({"config": str(args.config), "ok": False, "errors": [str(e)], "violations": [],
@@ -152,10 +162,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
               "entries": [i.as_dict(args.strict) for i in found.issues],
               "errors": [str(i) for i in errors], "warnings": [str(i) for i in warnings]}
     report["ok"] = not violations and not errors
+    report["tiling"] = None if choice is None else {"tiling": choice.tiling, "source": choice.source,
+                                                    "cached": choice.cached}
     if args.format == "json":
         print(json.dumps(report, indent=1))
     else:
         print(layout_map(call, m.target, violations))
+        if choice is not None:
+            print(choice.describe())
         for line in _entry_lines(found.issues, args.strict):
             print(line)
         status = "layout OK" if not violations else f"{len(violations)} layout violation(s)"
@@ -278,8 +292,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="neither read nor write the on-disk tuning cache (search the tiling afresh)")
     add_allow_kernels(r)
     r.set_defaults(func=cmd_run)
-    v = sub.add_parser("validate", help="check a run-config's memory layout without simulating")
+    v = sub.add_parser("validate", help="check a run-config as run would: layout, tiling choice, plan (no numerics; "
+                                        "no simulation when the tiling choice is in the tuning cache)")
     v.add_argument("config", help="run-config YAML")
+    v.add_argument("--no-cache", action="store_true",
+                   help="neither read nor write the on-disk tuning cache (search the tiling afresh)")
     v.add_argument("--format", choices=("text", "json"), default="text", help="text map (default) or JSON for tools")
     v.add_argument("--plot", metavar="PICTURE", help="also draw the memory map to PICTURE (.png, .svg or .pdf)")
     v.add_argument("--strict", action="store_true",
