@@ -82,10 +82,13 @@ def test_local_pool_sweep_table_plot_and_failed_points(tmp_path):
           if not r["error"]}
     assert ok[("FT78NE", 3, 8)]["cycles"] == direct_cycles("FT78NE", 3, 8)
     assert ok[("MT7004", 1, 16)]["cycles"] == direct_cycles("MT7004", 1, 16)
-    # Halving DDR bandwidth slows the bandwidth-bound kernel.
+    # Halving DDR bandwidth slows the bandwidth-bound kernel, and the rows say what each run was limited by.
     assert ok[("FT78NE", 255, 8)]["cycles"] > ok[("FT78NE", 255, 16)]["cycles"]
+    assert ok[("FT78NE", 255, 8)]["limited_by"] == "ddr"
+    assert all(r["idle_cores"] == 0 for k, r in ok.items() if k[1] == 255)
     table = pd.read_parquet(tmp_path / "out" / "sweep.parquet")
-    assert len(table) == 12 and {"cycles", "roofline_fraction", "bound_by", "wall_seconds", "error"} <= set(table)
+    assert len(table) == 12 and {"cycles", "roofline_fraction", "bound_by", "limited_by", "idle_cores",
+                                 "load_imbalance", "wall_seconds", "error"} <= set(table)
     assert len(pd.read_csv(tmp_path / "out" / "sweep.csv")) == 12
     assert res.plot == tmp_path / "out" / "sweep.png" and res.plot.stat().st_size > 10_000
 

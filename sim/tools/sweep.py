@@ -58,6 +58,7 @@ from sim.errors import ConfigError, SimError, TargetError
 from sim.files.atomic import atomic_write, atomic_write_text
 from sim.files.tuning_cache import model_version
 from sim.files.yamlsafe import decode_yaml_bytes, load_yaml, read_yaml_bytes
+from sim.inspect.summary import limiting_resource
 from sim.model.target_loader import parse_target, resolve_target_path
 from sim.simulator import check_argument_names, find_symbol
 from sim.tools.config import ArraySpec, RunConfig, data_file_digest, load_config
@@ -411,7 +412,10 @@ def run_point(point: dict) -> dict:
         run = m.call(symbol, numerics=point["numerics"], tiling=tiling, **args)
         row.update(chip=chip.name, symbol=symbol, cores=len(run.cores), cycles=run.cycles,
                    roofline_cycles=run.roofline.cycles, roofline_fraction=run.roofline_fraction,
-                   bound_by=run.roofline.bound_by, tiles=run.plan.tile_count,
+                   bound_by=run.roofline.bound_by,
+                   limited_by=limiting_resource(run.roofline, run.summaries(), run.cycles),
+                   idle_cores=len(run.idle_cores), load_imbalance=round(run.load_imbalance, 4),
+                   tiles=run.plan.tile_count,
                    tiling=json.dumps(run.tiling.tiling, sort_keys=True) if run.tiling and run.tiling.tiling else "",
                    tiling_source=run.tiling.source if run.tiling else "", error="", skipped="")
     except SimError as e:
