@@ -310,8 +310,8 @@ class _Planner:
         self.layout(self.resolve(tiling))
 
     def _tiles(self, tiling: Mapping[str, Any]) -> int:
-        """The space's ``tiles``: the tiles the tiling plans on all cores, counted without building them (per
-        core and step: its panels' tiles and one staging tile; split k: the reduce tiles too)."""
+        """The space's ``tiles``: at most the tiles the tiling plans on all cores, counted without building them
+        (per core and step: its panels' tiles and as many staging pieces; split k: the reduce tiles too)."""
         g, t = self.g, _Tiling(**{k: tiling[k] for k in _Tiling.__dataclass_fields__})
         cores = len(self.ctx.cores)
         n_mb, n_kb = -(-g.m // t.m_block), -(-g.k // t.k_block)
@@ -326,7 +326,8 @@ class _Planner:
         if t.split == "k":
             n_kb = -(-n_kb // cores)
         reduce = g.m if t.split == "k" else 0  # at most a reduce tile per row of C
-        return cores * n_mb * chunks * n_kb * (panels + 1) + reduce + cores
+        # Per step a tile per panel, and the next step's blocks staged in at most as many pieces.
+        return cores * n_mb * chunks * n_kb * (2 * panels + 1) + reduce + cores
 
     # -- the layout of the staging levels ----------------------------------------------------------
 
