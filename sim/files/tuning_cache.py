@@ -5,7 +5,9 @@ One JSON file per key under ``<cache dir>/tuning/``.  The cache dir is ``$DSPSIM
 target's parsed content, the symbol, the bound call (shapes, attributes, precision, cores and buffer
 addresses, since an address decides the region a buffer lies in and so its bandwidth), the tiling tolerance,
 the kernel's planner and a version of the model (the hash of every source file of ``sim/`` and ``kernels/``,
-so a changed timing model or kernel never reuses a stale choice).
+so a changed timing model or kernel never reuses a stale choice).  A user kernel is keyed by its module and
+the local modules they import, transitively (:mod:`sim.files.local_modules`): a changed helper module that
+holds its ``tilings()`` misses too.
 
 Writes are atomic (a temporary file beside the entry, then ``os.replace``): processes writing the same entry
 at once leave one whole file.  Entries are read through the guarded JSON reader (:mod:`sim.files.jsonsafe`):
@@ -19,7 +21,6 @@ next search), never an error; a cache dir that cannot be written only costs the 
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import os
 import shutil
@@ -30,6 +31,8 @@ from typing import Any
 
 from sim.errors import SimError, brief
 from sim.files.jsonsafe import read_json_file
+from sim.files.local_modules import MAX_SOURCE_BYTES, local_source_digest
+from sim.files.regular_file import read_regular
 
 #: The layout of an entry; an entry of another format is ignored.
 FORMAT = 1
@@ -82,7 +85,10 @@ def model_version() -> str:
         for package in ("sim", "kernels"):
             for p in sorted((_PACKAGE_ROOT / package).rglob("*.py")):
                 h.update(str(p.relative_to(_PACKAGE_ROOT)).encode())
-                h.update(p.read_bytes())
+                try:
+                    h.update(read_regular(p, MAX_SOURCE_BYTES))
+                except OSError:
+                    h.update(b"\0unreadable")  # still a version: it differs from the readable file's
         _model_version = h.hexdigest()[:16]
     return _model_version
 
@@ -110,26 +116,23 @@ def _function_id(fn: Any) -> str | None:
 
 
 def kernel_fingerprint(kernel: Any) -> str | None:
-    """What identifies a kernel's planning: its ``plan`` and ``tilings`` functions, and the source file of a
-    kernel outside the package (a user kernel).  None when there is no stable identity (no such file)."""
+    """What identifies a kernel's planning: its ``plan`` and ``tilings`` functions, and, for a kernel outside
+    dspsim (a user's), the source of the modules they and its class live in and of the local modules those
+    import, transitively (:func:`sim.files.local_modules.local_source_digest`).  None when there is no stable
+    identity (a kernel defined nowhere on disk)."""
     parts = []
+    modules = {type(kernel).__module__}
     for name in ("plan", "tilings"):
-        got = _function_id(getattr(kernel, name, None))
+        fn = getattr(kernel, name, None)
+        got = _function_id(fn)
         if got is None:
             return None
         parts.append(got)
-    try:
-        source = inspect.getsourcefile(type(kernel))
-    except TypeError:
-        return None
+        modules.add(getattr(getattr(fn, "__func__", fn), "__module__", None) or type(kernel).__module__)
+    source = local_source_digest(sorted(modules))
     if source is None:
         return None
-    path = Path(source).resolve()
-    if _PACKAGE_ROOT not in path.parents:  # the package's files are in model_version already
-        try:
-            parts.append(hashlib.sha256(path.read_bytes()).hexdigest()[:16])
-        except OSError:
-            return None
+    parts.append(source)
     return "|".join(parts)
 
 
