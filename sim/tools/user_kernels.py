@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sim.errors import ConfigError, SimError, one_line
+from sim.files.local_modules import MAX_SOURCE_BYTES
+from sim.files.regular_file import read_file
 from sim.simulator import register_kernel, registry_generation
 from sim.tools.config import KernelSource, RunConfig
 
@@ -122,7 +124,6 @@ def source_digest(source: KernelSource) -> str:
     entry's name."""
     if source.path is None:
         return f"module:{source.module}"
-    try:
-        return hashlib.sha256(source.path.read_bytes()).hexdigest()
-    except OSError as e:
-        raise ConfigError(f"{source.path}: cannot be read: {e.strerror or e}") from None
+    # The guarded reader: a named pipe or a device named as a kernel file must not hang the sweep.
+    return hashlib.sha256(read_file(source.path, str(source.path), ConfigError, MAX_SOURCE_BYTES,
+                                    what="kernel file")).hexdigest()
