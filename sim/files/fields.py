@@ -64,7 +64,10 @@ def bounded_float(value: Any, where: str, error: type[SimError], minimum: float,
             (isinstance(value, float) and math.isnan(value)):
         raise error(f"{where}: expected {what}, got {brief(value, 60)}")
     # An int beyond the float range is as far out of range as an infinity (float() of it would raise).
-    number = float(value) if not isinstance(value, int) or abs(value) < 10 ** 300 else math.copysign(math.inf, value)
+    if isinstance(value, int) and abs(value) >= 10 ** 300:
+        number = math.inf if value > 0 else -math.inf
+    else:
+        number = float(value)
     if not minimum <= number <= maximum:
         bound = f">= {minimum:g}" if number < minimum else f"<= {maximum:g}"
         raise error(f"{where}: must be {bound}, got {brief(value, 60)}")
