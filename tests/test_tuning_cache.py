@@ -276,3 +276,27 @@ def test_a_user_kernel_misses_when_the_helper_holding_its_tilings_changes(tmp_pa
     namespace: dict = {"__name__": f"nowhere_{uid}"}
     exec("from relu_grad import ReluGrad\nclass K(ReluGrad):\n    name = 'k'\n", namespace)
     assert tuning_cache.kernel_fingerprint(namespace["K"]()) is None
+
+
+def test_the_key_follows_local_modules_only(tmp_path, monkeypatch):
+    """An imported module in a site-packages folder (any environment's, such as one a .pth adds) is not the
+    user's: editing it leaves the key alone; editing a local module the kernel imports changes it."""
+    import importlib
+    import uuid
+
+    uid = uuid.uuid4().hex[:12]
+    installed = tmp_path / "site-packages"
+    installed.mkdir()
+    (installed / f"installed_{uid}.py").write_text("X = 1\n")
+    (tmp_path / f"local_{uid}.py").write_text("Y = 1\n")
+    (tmp_path / f"kernel_{uid}.py").write_text(HELPER_KERNEL.format(
+        name=f"k_{uid}", helper=f"local_{uid}", module_import=f"import installed_{uid}, local_{uid}",
+        function_import="pass"))
+    for folder in (ROOT / "examples", installed, tmp_path):
+        monkeypatch.syspath_prepend(str(folder))
+    kernel = importlib.import_module(f"kernel_{uid}").KERNEL
+    before = tuning_cache.kernel_fingerprint(kernel)
+    (installed / f"installed_{uid}.py").write_text("X = 2\n")
+    assert tuning_cache.kernel_fingerprint(kernel) == before
+    (tmp_path / f"local_{uid}.py").write_text("Y = 2\n")
+    assert tuning_cache.kernel_fingerprint(kernel) != before

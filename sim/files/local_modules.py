@@ -4,8 +4,9 @@ A kernel's choice of tiling depends on every line its ``plan`` and ``tilings`` r
 a helper module beside the kernel's file.  The tuning cache keys a user kernel by this digest
 (:func:`sim.files.tuning_cache.kernel_fingerprint`), so editing the helper misses the cache.
 
-*Local* modules are those whose file lies outside the standard library and the site-packages folders (the
-user's own project, an editable install of it); dspsim's ``sim`` and ``kernels`` packages are left out too,
+*Local* modules are those whose file lies outside the standard library and every site-packages (or
+dist-packages) folder, this environment's or another's on the path (the user's own project, an editable
+install of it); dspsim's ``sim`` and ``kernels`` packages are left out too,
 since the model version hashes them already.  The modules given as roots (the kernel's) are always hashed,
 wherever they lie.  The imports of a module are found two ways, both without importing anything: its
 ``import`` statements (read from its source, those inside functions included) and the modules its globals
@@ -58,7 +59,10 @@ def _foreign_folders() -> tuple[Path, ...]:
 
 
 def _inside(path: Path, folders: Iterable[Path]) -> bool:
-    real = path.resolve()
+    try:
+        real = path.resolve()
+    except (OSError, RuntimeError):  # a loop of links: the path as it is
+        real = path
     return any(real == f or f in real.parents for f in folders)
 
 
@@ -67,9 +71,15 @@ def in_dspsim(path: Path) -> bool:
     return _inside(path, (_PACKAGE_ROOT / "sim", _PACKAGE_ROOT / "kernels"))
 
 
+#: Folder names that hold installed packages wherever they lie (another environment's, added by a ``.pth``).
+_INSTALLED = frozenset({"site-packages", "dist-packages"})
+
+
 def is_local(path: Path) -> bool:
-    """Whether the module file ``path`` is the user's own: outside the standard library, site-packages and
-    dspsim's packages."""
+    """Whether the module file ``path`` is the user's own: outside the standard library, any site-packages or
+    dist-packages folder and dspsim's packages."""
+    if _INSTALLED.intersection(path.parts):
+        return False
     return not in_dspsim(path) and not _inside(path, _foreign_folders())
 
 
@@ -87,8 +97,8 @@ def _spec(name: str) -> ModuleSpec | None:
         search = list(parent_spec.submodule_search_locations)
     try:
         return importlib.machinery.PathFinder.find_spec(name, search)
-    except (ImportError, ValueError, OSError):
-        return None
+    except Exception:  # noqa: BLE001 (path hooks are third-party code; a namespace package's parent not
+        return None  # imported yet is a KeyError): a module that cannot be located is not followed
 
 
 def module_file(name: str) -> Path | None:
@@ -107,7 +117,7 @@ def _statement_imports(source: bytes, name: str, is_package: bool) -> frozenset[
     """The modules the import statements of ``source`` (the module ``name``) name, relative ones resolved."""
     try:
         tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return frozenset()  # the import would fail the same way: nothing else to follow
     package = name if is_package else name.rpartition(".")[0]
     out: set[str] = set()
