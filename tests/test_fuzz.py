@@ -1,9 +1,14 @@
-"""Property-based fuzzing (hypothesis) of target files, run-configs, sweep files, kernel arguments and memory
-access.
+"""Property-based fuzzing (hypothesis) of target files, run-configs, sweep files, tuning-cache entries, trace
+files, kernel arguments and memory access.
 
 Target files and run-configs are fuzzed as documents (the shipped files with keys deleted or replaced by
 junk: huge integers and floats, megabyte strings, lists, mappings, nested alias trees) and as text (YAML
 fragments: anchors and aliases, recursive aliases, YAML 1.1 octal and base-60 numbers, deep nesting).
+
+Tuning-cache entries and trace files are fuzzed the same way, as JSON documents (a real entry, a real trace
+with values replaced by junk: numbers of a thousand digits, NaN, deep nesting, lone surrogates) and as text
+(100,000 ``[``, NaN, cut documents; CSV rows of junk).  An entry is a miss or a choice the call can use,
+never an error; a trace is refused with a TraceFileError or summarised and compared without one.
 
 Properties: never an exception outside SimError; loading refuses within seconds, in a short one-line
 message; never memory changed by a refused call; never a hang
@@ -14,7 +19,9 @@ every suggested address is legal.
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
+import json
 import math
 import os
 import time
@@ -106,9 +113,11 @@ def key_paths(node: Any, prefix: tuple = (), seen: set | None = None) -> list[tu
 
 
 @st.composite
-def mutated(draw: st.DrawFn, doc: dict) -> dict:
-    """``doc`` with one to three keys deleted, replaced by junk, or joined by unknown keys."""
-    doc = yaml.safe_load(yaml.safe_dump(doc))
+def mutated(draw: st.DrawFn, doc: dict, values: st.SearchStrategy = junk, bombs: bool = True) -> dict:
+    """``doc`` with one to three keys deleted, replaced by junk (drawn from ``values``), or joined by unknown
+    keys; ``bombs`` puts alias bombs in too (a YAML document's: JSON would write them out in full)."""
+    doc = copy.deepcopy(doc)
+    actions = ["delete", "junk", "junk", "unknown", "scale", "huge"] + (["bomb"] if bombs else [])
     for _ in range(draw(st.integers(1, 3))):
         paths = key_paths(doc)
         if not paths:
@@ -122,15 +131,15 @@ def mutated(draw: st.DrawFn, doc: dict) -> dict:
             continue
         if not isinstance(parent, (dict, list)):
             continue
-        action = draw(st.sampled_from(["delete", "junk", "junk", "unknown", "scale", "huge", "bomb"]))
+        action = draw(st.sampled_from(actions))
         last = path[-1]
         try:
             if action == "delete":
                 del parent[last]
             elif action == "junk":
-                parent[last] = draw(junk)
+                parent[last] = draw(values)
             elif action == "unknown" and isinstance(parent, dict):
-                parent[draw(st.text(min_size=1, max_size=6))] = draw(junk)
+                parent[draw(st.text(min_size=1, max_size=6))] = draw(values)
             elif action == "scale" and isinstance(parent[last], int) and not isinstance(parent[last], bool):
                 parent[last] = parent[last] * draw(st.sampled_from([0, -1, 2, 1 << 20])) + draw(st.integers(-2, 2))
             elif action == "huge":
@@ -297,6 +306,138 @@ def test_fuzz_sweep_files(tmp_path_factory, doc):
         result = run_sweep(spec, folder / "out", workers=1)
     assert len(result.rows) == len(spec.points())
     assert all(r.get("error") or r.get("skipped") or r.get("cycles") for r in result.rows)
+
+
+# --- tuning-cache entries ------------------------------------------------------------------------------
+
+def nested(depth: int) -> Any:
+    """A list ``depth`` levels deep."""
+    node: Any = 0
+    for _ in range(depth):
+        node = [node]
+    return node
+
+
+#: JSON values of every type, sizes either small or absurd (``json.dumps`` writes NaN and infinities as
+#: ``NaN`` and ``Infinity``; a lone surrogate as its escape).
+json_junk = st.one_of(
+    st.none(), st.booleans(), st.integers(-8, 300), st.integers(1 << 31, 1 << 70), st.integers(-(1 << 70), -1),
+    st.sampled_from([10 ** 400, -(10 ** 999), 10 ** 1200, 1 << 3000, 2 ** 64]),
+    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12),
+    st.integers(2000, 100_000).map(lambda n: "x" * n), st.sampled_from(["\ud800", "0xA0000000", "rows", "dma0"]),
+    st.lists(st.integers(-2, 5), max_size=4), st.dictionaries(st.text(max_size=4), st.integers(0, 3), max_size=2),
+    st.integers(2, 200).map(nested),
+)
+
+#: Pieces of JSON text the documents above cannot be (cut, doubled, nested past any parser's stack).
+JSON_FRAGMENTS = ['{"format": 1, ', '"key": "', '"tiling": {"split": "rows"}, ', '"tolerance": 0.01', "}", "[",
+                  "]", "NaN", "-Infinity", "1e400", "9" * 5000, '"\\ud800"', '"a": 1, "a": 2', "\x00", "\xff",
+                  "[" * 100_000, "{" * 50, '"candidates": [[{}, null]]']
+
+SMALL_P = ROOT / "configs" / "ft78ne_batch_norm_grad_p.yaml"
+
+
+@pytest.fixture(scope="module")
+def small_entry(tmp_path_factory) -> tuple[str, dict, int, dict]:
+    """The SMALL_P call's tuning-cache key, the entry a search stores for it, its cycles and its tiling."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DSPSIM_CACHE_DIR", str(tmp_path_factory.mktemp("entry")))
+        from sim.files import tuning_cache
+        cfg = load_config(SMALL_P)
+        run = prepare(cfg, numerics=False).call(cfg.symbol, numerics=False, **cfg.args)
+        [entry] = tuning_cache.entries()
+        return entry.stem, json.loads(entry.read_text()), run.cycles, run.tiling.tiling
+
+
+def check_entry(text: str, key: str, cycles: int, tiling: dict) -> None:
+    """Write ``text`` as the entry of ``key``: reading it is a miss or an entry, within LOAD_SECONDS; a call
+    then runs (on the entry's tiling, or searching again and finding the fresh choice)."""
+    from sim.files import tuning_cache
+    path = tuning_cache.tuning_dir() / f"{key}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8", errors="surrogateescape")
+    with no_hang():
+        t0 = time.perf_counter()
+        doc = tuning_cache.load(key)
+        assert time.perf_counter() - t0 < LOAD_SECONDS
+        assert doc is None or isinstance(doc, dict)
+        if doc is None:
+            return  # a miss: the call searches as a fresh one does (tests/test_guarded_readers.py runs it)
+        cfg = load_config(SMALL_P)
+        run = prepare(cfg, numerics=False).call(cfg.symbol, numerics=False, **cfg.args)
+    assert run.cycles > 0
+    if not run.tiling.cached:  # the entry's tiling did not plan: searched again, the fresh choice
+        assert (run.cycles, run.tiling.tiling) == (cycles, tiling)
+
+
+@settings(FUZZ, max_examples=DEEP or 25)
+@given(data=st.data())
+def test_fuzz_tuning_cache_entries(small_entry, data):
+    """A real entry with keys deleted or replaced by junk: a miss or a usable choice, never an error."""
+    key, entry, cycles, tiling = small_entry
+    doc = data.draw(mutated(entry, json_junk, bombs=False))
+    check_entry(json.dumps(doc), key, cycles, tiling)
+
+
+@FUZZ
+@given(text=st.lists(st.sampled_from(JSON_FRAGMENTS), max_size=8).map("".join))
+def test_fuzz_tuning_cache_entry_text(small_entry, text):
+    key, _, cycles, tiling = small_entry
+    check_entry(text, key, cycles, tiling)
+
+
+# --- trace files ---------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def small_trace(tmp_path_factory) -> tuple[dict, str]:
+    """The SMALL_P run's trace: its JSON document and its CSV text."""
+    folder = tmp_path_factory.mktemp("trace")
+    cfg = load_config(SMALL_P)
+    run = prepare(cfg, numerics=False).call(cfg.symbol, numerics=False, **cfg.args)
+    return (json.loads(run.write_trace(folder / "t.json").read_text()),
+            run.write_trace(folder / "t.csv").read_text())
+
+
+def check_trace(path: Path) -> None:
+    """Reading ``path`` back refuses within LOAD_SECONDS on one short line, or gives a trace that summarises
+    and compares without an error."""
+    from sim.inspect.trace_tools import TraceFileError, diff_text, diff_traces, load_trace, summarize, summary_text
+    with no_hang():
+        t0 = time.perf_counter()
+        try:
+            trace = load_trace(path)
+        except TraceFileError as e:
+            assert "\n" not in str(e) and len(str(e)) < len(str(path)) + MESSAGE_CHARS, str(e)[:1000]
+            return
+        finally:
+            assert time.perf_counter() - t0 < LOAD_SECONDS
+        assert summary_text(summarize(trace))
+        assert diff_text(diff_traces(trace, trace))
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzz_trace_documents(small_trace, tmp_path_factory, data):
+    """A real trace with keys deleted or replaced by junk (events' cycles, units, args; the metadata)."""
+    doc = data.draw(mutated(small_trace[0], json_junk, bombs=False))
+    path = tmp_path_factory.mktemp("t") / "t.json"
+    path.write_text(json.dumps(doc))
+    check_trace(path)
+
+
+#: Pieces of CSV rows: the header, fields of every kind, separators.
+CSV_FRAGMENTS = ["core,unit,kind,start,end,bytes,src,dst,tile,phase,wait_cycles\n", "0,", "63,", "-1,", "dma0,",
+                 "compute,", "sync,", "dma_in,", "barrier_wait,", "100,", "50,", "1e38,", "9" * 5000 + ",",
+                 "0x10000000,", "0x" + "f" * 40 + ",", ",", '"a,b",', "\n", "\x00", "\r\n", "NaN,", "dma\u00b2,"]
+
+
+@FUZZ
+@given(head=st.booleans(), rows=st.lists(st.sampled_from(CSV_FRAGMENTS), max_size=30).map("".join))
+def test_fuzz_trace_csv(small_trace, tmp_path_factory, head, rows):
+    """CSV traces: the real one with rows of junk added, or junk alone."""
+    path = tmp_path_factory.mktemp("t") / "t.csv"
+    path.write_text((small_trace[1] if head else "") + rows, encoding="utf-8", errors="surrogateescape")
+    check_trace(path)
 
 
 # --- kernel arguments ----------------------------------------------------------------------------------

@@ -223,3 +223,80 @@ def test_every_shipped_kernel_has_a_key_stable_across_processes():
     assert len(runs[0]) >= 10
     assert all(key is not None for key in runs[0].values()), runs[0]
     assert runs[0] == runs[1]
+
+
+HELPER_KERNEL = """
+from relu_grad import ReluGrad
+{module_import}
+
+class HelperTiled(ReluGrad):
+    name = "{name}"
+
+    def tilings(self, call, ctx):
+        {function_import}
+        return {helper}.candidates(super().tilings(call, ctx))
+
+
+KERNEL = HelperTiled()
+"""
+
+
+@pytest.mark.parametrize("where", ["module", "function"], ids=["imported by the module", "imported in tilings()"])
+def test_a_user_kernel_misses_when_the_helper_holding_its_tilings_changes(tmp_path, monkeypatch, where):
+    """Issue 20, item 9: the key covers a user kernel's module and the local modules it imports (here a helper
+    beside it holding what ``tilings()`` returns, imported at the top or inside the method), not only the file
+    of its class."""
+    import importlib
+    import uuid
+
+    uid = uuid.uuid4().hex[:12]
+    helper, kernel_module = f"tiling_helper_{uid}", f"helper_kernel_{uid}"
+    (tmp_path / f"{helper}.py").write_text("def candidates(found):\n    return found\n")
+    (tmp_path / f"{kernel_module}.py").write_text(HELPER_KERNEL.format(
+        name=f"helper_tiled_{uid}", helper=helper,
+        module_import=f"import {helper}" if where == "module" else "",
+        function_import=f"import {helper}" if where == "function" else "pass"))
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    kernel = importlib.import_module(kernel_module).KERNEL
+    sim.register_kernel(kernel)
+
+    def call() -> sim.Run:
+        return sim.Simulator("FT78NE").call(f"fp_helper_tiled_{uid}_s", numerics=False, dy=0xA0000000,
+                                             x=0xA0400000, dx=0xA0800000, shape=[4, 256])
+
+    first = call()
+    assert not first.tiling.cached and len(tuning_cache.entries()) == 1
+    assert call().tiling.cached  # unchanged: the stored choice is reused
+    (tmp_path / f"{helper}.py").write_text("def candidates(found):\n    return list(found)  # edited\n")
+    again = call()
+    assert not again.tiling.cached and len(tuning_cache.entries()) == 2  # the edited helper is another key
+    assert tuning_cache.kernel_fingerprint(kernel) == tuning_cache.kernel_fingerprint(kernel)  # stable
+    # A kernel defined nowhere on disk (its module has no file) has no stable identity: not cached on disk.
+    namespace: dict = {"__name__": f"nowhere_{uid}"}
+    exec("from relu_grad import ReluGrad\nclass K(ReluGrad):\n    name = 'k'\n", namespace)
+    assert tuning_cache.kernel_fingerprint(namespace["K"]()) is None
+
+
+def test_the_key_follows_local_modules_only(tmp_path, monkeypatch):
+    """An imported module in a site-packages folder (any environment's, such as one a .pth adds) is not the
+    user's: editing it leaves the key alone; editing a local module the kernel imports changes it."""
+    import importlib
+    import uuid
+
+    uid = uuid.uuid4().hex[:12]
+    installed = tmp_path / "site-packages"
+    installed.mkdir()
+    (installed / f"installed_{uid}.py").write_text("X = 1\n")
+    (tmp_path / f"local_{uid}.py").write_text("Y = 1\n")
+    (tmp_path / f"kernel_{uid}.py").write_text(HELPER_KERNEL.format(
+        name=f"k_{uid}", helper=f"local_{uid}", module_import=f"import installed_{uid}, local_{uid}",
+        function_import="pass"))
+    for folder in (ROOT / "examples", installed, tmp_path):
+        monkeypatch.syspath_prepend(str(folder))
+    kernel = importlib.import_module(f"kernel_{uid}").KERNEL
+    before = tuning_cache.kernel_fingerprint(kernel)
+    (installed / f"installed_{uid}.py").write_text("X = 2\n")
+    assert tuning_cache.kernel_fingerprint(kernel) == before
+    (tmp_path / f"local_{uid}.py").write_text("Y = 2\n")
+    assert tuning_cache.kernel_fingerprint(kernel) != before

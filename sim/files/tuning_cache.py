@@ -5,23 +5,34 @@ One JSON file per key under ``<cache dir>/tuning/``.  The cache dir is ``$DSPSIM
 target's parsed content, the symbol, the bound call (shapes, attributes, precision, cores and buffer
 addresses, since an address decides the region a buffer lies in and so its bandwidth), the tiling tolerance,
 the kernel's planner and a version of the model (the hash of every source file of ``sim/`` and ``kernels/``,
-so a changed timing model or kernel never reuses a stale choice).
+so a changed timing model or kernel never reuses a stale choice).  A user kernel is keyed by its module and
+the local modules they import, transitively (:mod:`sim.files.local_modules`): a changed helper module that
+holds its ``tilings()`` misses too.
 
 Writes are atomic (a temporary file beside the entry, then ``os.replace``): processes writing the same entry
-at once leave one whole file.  A file that is unreadable, corrupt, truncated or of another format is ignored
-(and overwritten by the next search); a cache dir that cannot be written only costs the next process its search.
+at once leave one whole file.  Entries are read through the guarded JSON reader (:mod:`sim.files.jsonsafe`):
+regular files only (a named pipe, a device, a link to ``/dev/zero`` are refused before a byte is read), at
+most :data:`MAX_ENTRY_BYTES` bytes, nested at most :data:`MAX_ENTRY_DEPTH` levels, numbers bounded.  A file
+that is unreadable, corrupt, truncated, hostile or of another format is ignored (a miss, overwritten by the
+next search), never an error; a cache dir that cannot be written only costs the next process its search.
+``dspsim cache clear`` deletes whatever lies in the folder, and says so (:class:`CacheError`) when it cannot.
 """
 
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import os
+import shutil
 import tempfile
 import types
 from pathlib import Path
 from typing import Any
+
+from sim.errors import SimError, brief
+from sim.files.jsonsafe import read_json_file
+from sim.files.local_modules import MAX_SOURCE_BYTES, local_source_digest
+from sim.files.regular_file import read_regular
 
 #: The layout of an entry; an entry of another format is ignored.
 FORMAT = 1
@@ -30,6 +41,18 @@ ENV_VAR = "DSPSIM_CACHE_DIR"
 #: Set (to anything but empty or ``0``), simulators built without ``tuning_cache=`` use no tuning cache:
 #: ``--no-cache`` sets it, so that the worker processes a run or sweep starts inherit it.
 NO_CACHE_ENV_VAR = "DSPSIM_NO_CACHE"
+#: Largest entry file read (bytes): an entry is a few hundred bytes, a GEMM's with its many candidates a few KiB.
+MAX_ENTRY_BYTES = 1 << 20
+#: Deepest nesting of an entry: the entry, its candidates, a candidate, its tiling, a value (five levels).
+MAX_ENTRY_DEPTH = 8
+
+
+class CacheError(SimError):
+    """The tuning cache cannot be cleared (a read-only folder): the message names the folder and the entry."""
+
+
+class _UnreadableEntry(SimError):
+    """An entry the guarded reader refuses: never shown, the entry is a miss."""
 
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent
 _model_version: str | None = None
@@ -62,7 +85,10 @@ def model_version() -> str:
         for package in ("sim", "kernels"):
             for p in sorted((_PACKAGE_ROOT / package).rglob("*.py")):
                 h.update(str(p.relative_to(_PACKAGE_ROOT)).encode())
-                h.update(p.read_bytes())
+                try:
+                    h.update(read_regular(p, MAX_SOURCE_BYTES))
+                except OSError:
+                    h.update(b"\0unreadable")  # still a version: it differs from the readable file's
         _model_version = h.hexdigest()[:16]
     return _model_version
 
@@ -90,27 +116,23 @@ def _function_id(fn: Any) -> str | None:
 
 
 def kernel_fingerprint(kernel: Any) -> str | None:
-    """What identifies a kernel's planning: its ``plan`` and ``tiling_space`` (or ``tilings``) functions, and the
-    source file of a kernel outside the package (a user kernel).  None when there is no stable identity (no such
-    file)."""
+    """What identifies a kernel's planning: its ``plan`` and ``tiling_space`` (or ``tilings``) functions, and, for
+    a kernel outside dspsim (a user's), the source of the modules they and its class live in and of the local
+    modules those import, transitively (:func:`sim.files.local_modules.local_source_digest`).  None when there is
+    no stable identity (a kernel defined nowhere on disk)."""
     parts = []
+    modules = {type(kernel).__module__}
     for name in ("plan", "tiling_space" if hasattr(kernel, "tiling_space") else "tilings"):
-        got = _function_id(getattr(kernel, name, None))
+        fn = getattr(kernel, name, None)
+        got = _function_id(fn)
         if got is None:
             return None
         parts.append(got)
-    try:
-        source = inspect.getsourcefile(type(kernel))
-    except TypeError:
-        return None
+        modules.add(getattr(getattr(fn, "__func__", fn), "__module__", None) or type(kernel).__module__)
+    source = local_source_digest(sorted(modules))
     if source is None:
         return None
-    path = Path(source).resolve()
-    if _PACKAGE_ROOT not in path.parents:  # the package's files are in model_version already
-        try:
-            parts.append(hashlib.sha256(path.read_bytes()).hexdigest()[:16])
-        except OSError:
-            return None
+    parts.append(source)
     return "|".join(parts)
 
 
@@ -129,10 +151,12 @@ def _entry_path(key: str) -> Path:
 
 def load(key: str) -> dict | None:
     """The stored entry of ``key`` (``tiling``, ``candidates``, ``tolerance``), or None if there is none or it
-    cannot be read (corrupt, truncated, another format: ignored, never an error)."""
+    cannot be read (corrupt, truncated, another format, not a regular file, too large or too deep: ignored,
+    never an error, and overwritten by the next search)."""
     try:
-        doc = json.loads(_entry_path(key).read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+        doc = read_json_file(_entry_path(key), "tuning-cache entry", _UnreadableEntry, MAX_ENTRY_BYTES,
+                             MAX_ENTRY_DEPTH, what="tuning-cache entry")
+    except _UnreadableEntry:
         return None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("key") != key:
         return None
@@ -171,37 +195,64 @@ def store(key: str, entry: dict) -> bool:
         return False
 
 
-def entries() -> list[Path]:
-    """The entry files in the tuning cache."""
+def _contents() -> list[Path]:
+    """Everything in the tuning cache's folder, whatever it is (none when there is no such folder)."""
     try:
-        return sorted(p for p in tuning_dir().glob("*.json") if p.is_file())
+        return sorted(tuning_dir().iterdir())
     except OSError:
         return []
 
 
+def entries() -> list[Path]:
+    """The entries in the tuning cache: every ``*.json`` name in its folder, whatever the file is (an entry
+    a reader refuses, such as a named pipe, is still there to show and to clear)."""
+    return [p for p in _contents() if p.suffix == ".json"]
+
+
 def size_bytes() -> int:
-    """The bytes the tuning cache's entries take."""
+    """The bytes the tuning cache's entries take (a link counted by itself, not by what it points at)."""
     total = 0
     for p in entries():
         try:
-            total += p.stat().st_size
+            total += p.lstat().st_size
         except OSError:
             continue
     return total
 
 
+def _remove(p: Path) -> None:
+    """Delete ``p``: a folder with what it holds, anything else (a link, a pipe) by its own name."""
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p)
+    else:
+        p.unlink()
+
+
 def clear() -> int:
-    """Delete every entry (and leftover temporary file); the number of entries deleted."""
-    n = 0
+    """Delete everything in the tuning cache's folder (entries, leftover temporary files, and whatever else
+    lies there: a named pipe, a link, a folder); the number of files deleted (0 when there is no folder).
+    :class:`CacheError` naming the folder and the first file when some cannot be deleted (a read-only cache)."""
+    folder = tuning_dir()
     try:
-        files = list(tuning_dir().iterdir())
-    except OSError:
+        items = sorted(folder.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
         return 0
-    for p in files:
-        if p.suffix in (".json", ".tmp") and p.is_file():
-            try:
-                p.unlink()
-                n += p.suffix == ".json"
-            except OSError:
-                continue
-    return n
+    except OSError as e:
+        raise CacheError(f"tuning cache {folder}: cannot list its entries: {e.strerror or e}") from None
+    failed: list[tuple[Path, OSError]] = []
+    deleted = 0
+    for p in items:
+        try:
+            _remove(p)
+            deleted += 1
+        except FileNotFoundError:
+            continue  # another process deleted it first
+        except OSError as e:
+            failed.append((p, e))
+    if failed:
+        first, why = failed[0]
+        # An entry's name (64 hex digits) as it is; any other name cut to one short line.
+        name = first.name if len(first.name) <= 80 and first.name.isprintable() else brief(first.name, 80)
+        raise CacheError(f"tuning cache {folder}: cannot delete {len(failed)} of {len(items)} entries "
+                         f"({name}: {why.strerror or why}); {deleted} deleted")
+    return deleted

@@ -39,7 +39,7 @@ from typing import Any
 import yaml
 
 from sim.errors import SimError, brief
-from sim.files.regular_file import FileTooLarge, NotRegularFile, read_regular
+from sim.files.regular_file import decode_utf8, read_file
 
 #: Deeper nesting than this is refused before the recursive composer can overflow the stack.
 MAX_DEPTH = 64
@@ -289,27 +289,13 @@ def read_yaml_file(path: str | Path, where: str, error: type[SimError], what: st
 def read_yaml_bytes(path: str | Path, where: str, error: type[SimError], what: str = "file") -> bytes:
     """The bytes of the YAML file ``path`` (regular files only, at most :data:`MAX_YAML_BYTES`), for a caller
     that needs them as they are (a digest of the content); any problem raises ``error`` naming ``where``."""
-    try:
-        return read_regular(path, MAX_YAML_BYTES)
-    except FileNotFoundError:
-        raise error(f"{where}: {what} not found") from None
-    except NotRegularFile as e:
-        raise error(f"{where}: {e}") from None
-    except FileTooLarge:
-        raise error(f"{where}: larger than the {MAX_YAML_BYTES} bytes a dspsim YAML file may hold "
-                    f"(place big arrays from a .npy file)") from None
-    except OSError as e:
-        raise error(f"{where}: cannot read {what}: {e.strerror or e}") from None
-    except ValueError as e:  # a path with a NUL byte
-        raise error(f"{where}: cannot read {what}: {e}") from None
+    return read_file(path, where, error, MAX_YAML_BYTES, what,
+                     too_large="a dspsim YAML file may hold (place big arrays from a .npy file)")
 
 
 def decode_yaml_bytes(data: bytes, where: str, error: type[SimError], what: str = "file") -> str:
     """``data`` as UTF-8 text; ``error`` naming ``where`` when it is not."""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise error(f"{where}: cannot read {what}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    return decode_utf8(data, where, error, what)
 
 
 def read_yaml_text(path: str | Path, where: str, error: type[SimError], what: str = "file") -> str:

@@ -8,16 +8,18 @@ the microsecond timestamps) and on its CSV form (which carries no metadata).
 
 from __future__ import annotations
 
-import csv
-import json
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sim.engine.events import DMA_KINDS, INT_FIELDS, TraceEvent
-from sim.errors import SimError
+from sim.engine.events import DMA_KINDS, KINDS, TraceEvent
+from sim.errors import brief
+from sim.files.csvsafe import read_csv_rows
+from sim.files.fields import bounded_int
+from sim.files.jsonsafe import read_json_file
 from sim.inspect.summary import (
     TABLE_LEGEND,
     CoreSummary,
@@ -26,14 +28,10 @@ from sim.inspect.summary import (
     summary_table,
 )
 from sim.inspect.trace import run_title, track_name, tracks, unit_label, unit_order
+from sim.inspect.trace_metadata import MAX_TRACE_CYCLE, TraceFileError, checked_metadata
+from sim.model.target_loader import MAX_CORES
 
 _WORK_KINDS = ("dma_in", "compute", "dma_out")
-_INT_FIELDS = INT_FIELDS
-_ADDR_FIELDS = ("src", "dst")
-
-
-class TraceFileError(SimError):
-    """A trace file that cannot be read back: the message names the file and what is wrong."""
 
 
 @dataclass(frozen=True)
@@ -78,46 +76,101 @@ def trace_of_run(run: Any) -> Trace:
 
 # -- loading ---------------------------------------------------------------------------------------
 
+#: Largest trace file read back (bytes, JSON or CSV): a dspsim trace takes about 550 bytes of JSON per event
+#: (150 of CSV), so this holds a run of some 240,000 events (the CSV of one of 850,000).
+MAX_TRACE_BYTES = 128 << 20
+#: Deepest nesting of a trace's JSON: a dspsim trace needs five levels (metadata, its regions, a region).
+MAX_TRACE_DEPTH = 16
+#: Most bytes or flops one event may count (the same bound: their sums stay exact).
+MAX_TRACE_COUNT = 1 << 53
+#: Largest address an event may name (64 bits).
+MAX_TRACE_ADDRESS = (1 << 64) - 1
 
-def _as_int(value: Any, what: str, path: Path) -> int | None:
+#: The range of every integer field of an event.
+_INT_RANGES: dict[str, tuple[int, int]] = {
+    "core": (0, MAX_CORES - 1), "start": (0, MAX_TRACE_CYCLE), "end": (0, MAX_TRACE_CYCLE),
+    "bytes": (0, MAX_TRACE_COUNT), "src": (0, MAX_TRACE_ADDRESS), "dst": (0, MAX_TRACE_ADDRESS),
+    "tile": (0, MAX_TRACE_COUNT), "flops": (0, MAX_TRACE_COUNT), "wait_cycles": (0, MAX_TRACE_CYCLE),
+    "wait_start": (0, MAX_TRACE_CYCLE)}
+#: A unit's name: ``compute``, ``dma<k>``, ``sync`` (ASCII, so that its digits are digits ``int`` reads).
+_UNIT_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}", re.ASCII)
+#: A track's name in traces written before the args carried core and unit: ``core 3 · DMA 0``.
+_TRACK_RE = re.compile(r"core ([0-9]{1,4}) · (.{1,64})", re.ASCII | re.DOTALL)
+_REQUIRED = ("core", "unit", "kind", "start", "end")
+
+
+def _text(value: Any, where: str, path: Path) -> str | None:
+    """A text field: a string, or None when absent or empty."""
     if value is None or value == "":
         return None
-    if isinstance(value, bool):
-        raise TraceFileError(f"{path}: {what}: expected an integer, got {value!r}")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        try:
-            return int(value, 0)
-        except ValueError:
-            pass
-    raise TraceFileError(f"{path}: {what}: expected an integer, got {value!r}")
+    if not isinstance(value, str):
+        raise TraceFileError(f"{path}: {where}: expected text, got {brief(value, 60)}")
+    return value
 
 
 def _event_from_fields(values: Mapping[str, Any], path: Path, where: str) -> TraceEvent:
     kw: dict[str, Any] = {}
     for name in TraceEvent._fields:
         v = values.get(name)
-        if name in _INT_FIELDS or name in _ADDR_FIELDS:
-            v = _as_int(v, f"{where} field '{name}'", path)
-        elif v == "":
-            v = None
-        if v is None and name in ("core", "unit", "kind", "start", "end"):
-            raise TraceFileError(f"{path}: {where}: missing '{name}'")
-        if v is not None or name not in ("bytes", "flops", "wait_cycles"):
-            kw[name] = v
+        if v is None or v == "":
+            if name in _REQUIRED:
+                raise TraceFileError(f"{path}: {where}: missing '{name}'")
+            continue  # the field's default
+        if name in _INT_RANGES:
+            lo, hi = _INT_RANGES[name]
+            # The common case inline (a trace holds millions of these); anything else through bounded_int.
+            kw[name] = v if type(v) is int and lo <= v <= hi else \
+                bounded_int(v, f"{path}: {where} field '{name}'", TraceFileError, lo, hi)
+        else:
+            kw[name] = _text(v, f"{where} field '{name}'", path)
+    if not _UNIT_RE.fullmatch(kw["unit"]):
+        raise TraceFileError(f"{path}: {where} field 'unit': expected compute, sync or dma<k>, got "
+                             f"{brief(kw['unit'], 60)}")
+    if kw["kind"] not in KINDS:
+        raise TraceFileError(f"{path}: {where} field 'kind': expected one of {', '.join(KINDS)}, got "
+                             f"{brief(kw['kind'], 60)}")
+    if kw["end"] < kw["start"]:
+        raise TraceFileError(f"{path}: {where}: ends at cycle {kw['end']}, before it starts ({kw['start']}): "
+                             f"a negative duration")
+    if kw.get("wait_cycles", 0) > kw["end"] - kw["start"]:
+        raise TraceFileError(f"{path}: {where} field 'wait_cycles': {kw['wait_cycles']}, more than the event's "
+                             f"{kw['end'] - kw['start']} cycles")
     return TraceEvent(**kw)
 
 
-def _parse_track(name: str) -> tuple[int, str] | None:
+def _parse_track(name: Any) -> tuple[int, str] | None:
     # "core 3 · DMA 0" -> (3, "dma0"): traces written before the args carried core and unit.
-    head, sep, label = name.partition(" · ")
-    if not sep or not head.startswith("core ") or not head[5:].isdigit():
+    m = _TRACK_RE.fullmatch(name) if isinstance(name, str) else None
+    if m is None:
         return None
-    unit = "dma" + label[4:] if label.startswith("DMA ") else label
-    return int(head[5:]), unit
+    label = m.group(2)
+    return int(m.group(1)), "dma" + label[4:] if label.startswith("DMA ") else label
+
+
+def _track_key(ev: Mapping[str, Any]) -> tuple[Any, Any] | None:
+    """An event's ``(pid, tid)``, when both are plain values (a list cannot key a track)."""
+    key = (ev.get("pid"), ev.get("tid"))
+    return key if all(k is None or isinstance(k, (int, str)) for k in key) else None
+
+
+def _args(ev: Mapping[str, Any], where: str, path: Path) -> dict:
+    args = ev.get("args")
+    if args is None:
+        return {}
+    if not isinstance(args, dict):
+        raise TraceFileError(f"{path}: {where}: 'args' is not an object: {brief(args, 60)}")
+    return dict(args)
+
+
+def _track_names(events: list, path: Path) -> dict[tuple, tuple[int, str]]:
+    names: dict[tuple, tuple[int, str]] = {}
+    for i, ev in enumerate(events):
+        if isinstance(ev, dict) and ev.get("ph") == "M" and ev.get("name") == "thread_name":
+            parsed = _parse_track(_args(ev, f"traceEvents[{i}]", path).get("name"))
+            key = _track_key(ev)
+            if parsed and key is not None:
+                names[key] = parsed
+    return names
 
 
 def _load_json(path: Path, doc: Any) -> Trace:
@@ -125,19 +178,15 @@ def _load_json(path: Path, doc: Any) -> Trace:
         doc = {"traceEvents": doc}
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise TraceFileError(f"{path}: not a Chrome trace (expected an object with a 'traceEvents' list)")
-    names: dict[tuple, tuple[int, str]] = {}
-    for ev in doc["traceEvents"]:
-        if isinstance(ev, dict) and ev.get("ph") == "M" and ev.get("name") == "thread_name":
-            parsed = _parse_track(str((ev.get("args") or {}).get("name", "")))
-            if parsed:
-                names[(ev.get("pid"), ev.get("tid"))] = parsed
+    names = _track_names(doc["traceEvents"], path)
     events = []
     for i, ev in enumerate(doc["traceEvents"]):
         if not isinstance(ev, dict) or ev.get("ph") != "X":
             continue
-        args = dict(ev.get("args") or {})
-        where = f"traceEvents[{i}] ({ev.get('name', '?')})"
-        core_unit = names.get((ev.get("pid"), ev.get("tid")))
+        where = f"traceEvents[{i}] ({brief(ev.get('name', '?'), 40)[1:-1]})"
+        args = _args(ev, where, path)
+        key = _track_key(ev)
+        core_unit = names.get(key) if key is not None else None
         if "core" not in args and core_unit:
             args["core"] = core_unit[0]
         if "unit" not in args and core_unit:
@@ -148,33 +197,36 @@ def _load_json(path: Path, doc: Any) -> Trace:
         events.append(_event_from_fields(args, path, where))
     if not events:
         raise TraceFileError(f"{path}: the trace has no events of a dspsim run (no complete 'X' events)")
-    meta: dict = doc["metadata"] if isinstance(doc.get("metadata"), dict) else {}
-    return Trace(events=tuple(events), metadata=meta, source=str(path))
+    meta = doc.get("metadata")
+    if meta is not None and not isinstance(meta, dict):
+        raise TraceFileError(f"{path}: 'metadata' is not an object: {brief(meta, 60)}")
+    return Trace(events=tuple(events), metadata=checked_metadata(meta or {}, path), source=str(path))
 
 
-def _load_csv(path: Path, text: str) -> Trace:
-    rows = list(csv.DictReader(text.splitlines()))
-    if not rows or not {"core", "unit", "kind", "start", "end"} <= set(rows[0]):
+def _load_csv(path: Path) -> Trace:
+    header, rows = read_csv_rows(path, str(path), TraceFileError, MAX_TRACE_BYTES, what="trace file")
+    if not rows or not set(_REQUIRED) <= set(header):
         raise TraceFileError(f"{path}: not a dspsim CSV trace (expected columns core, unit, kind, start, end)")
-    events = tuple(_event_from_fields(r, path, f"row {i + 2}") for i, r in enumerate(rows))
+    events = tuple(_event_from_fields(r, path, f"row {line}") for line, r in rows)
     return Trace(events=events, metadata={}, source=str(path))
 
 
 def load_trace(path: str | Path) -> Trace:
-    """Read a trace written by ``dspsim run`` / ``Run.write_trace`` (Chrome JSON, or ``.csv``) back into events."""
+    """Read a trace written by ``dspsim run`` / ``Run.write_trace`` (Chrome JSON, or ``.csv``) back into events.
+
+    Read through the guarded readers: a regular file (never a named pipe or a device) of at most
+    :data:`MAX_TRACE_BYTES` bytes, JSON nested at most :data:`MAX_TRACE_DEPTH` levels; every number bounded
+    (cycles in ``[0, MAX_TRACE_CYCLE]``, no event ending before it starts, cores, addresses and counts in
+    range) and the metadata checked (:func:`checked_metadata`).  Anything else raises :class:`TraceFileError`
+    on one line naming the file and the event or key.
+    """
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise TraceFileError(f"{p}: trace file not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise TraceFileError(f"{p}: cannot read trace: {e}") from None
     if p.suffix.lower() == ".csv":
-        return _load_csv(p, text)
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise TraceFileError(f"{p}: not valid JSON: {e}") from None
+        return _load_csv(p)
+    # A trace is dspsim's own output, read back: equal keys are left to json (the last wins), which saves a
+    # call per event; every value the tools use is checked below.
+    doc = read_json_file(p, str(p), TraceFileError, MAX_TRACE_BYTES, MAX_TRACE_DEPTH, what="trace file",
+                         unique_keys=False)
     return _load_json(p, doc)
 
 
@@ -558,6 +610,7 @@ def diff_text(d: TraceDiff) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Trace", "TraceFileError", "load_trace", "trace_of_run", "CriticalPath", "critical_path", "Stall",
+__all__ = ["MAX_TRACE_BYTES", "MAX_TRACE_DEPTH", "MAX_TRACE_CYCLE",
+           "Trace", "TraceFileError", "load_trace", "trace_of_run", "CriticalPath", "critical_path", "Stall",
            "stalls", "TraceSummary", "summarize", "summary_text", "critical_text", "DiffRow", "TraceDiff",
            "diff_traces", "diff_text", "unit_busy", "unit_label"]

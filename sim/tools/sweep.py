@@ -56,6 +56,8 @@ from typing import IO, Any
 
 from sim.errors import ConfigError, SimError, TargetError
 from sim.files.atomic import atomic_write, atomic_write_text
+from sim.files.jsonsafe import load_json
+from sim.files.regular_file import read_file
 from sim.files.tuning_cache import model_version
 from sim.files.yamlsafe import decode_yaml_bytes, load_yaml, read_yaml_bytes
 from sim.inspect.summary import limiting_resource
@@ -74,6 +76,10 @@ TOLERANCE_AXIS = "tiling_tolerance"
 CORES_AXIS = "cores"
 #: Columns of the result table that a plot may also put on x.
 RESULT_AXES = ("cores",)
+#: Largest journal read back (bytes): a point's row is about a kilobyte, so this holds some 250,000 points.
+MAX_JOURNAL_BYTES = 256 << 20
+#: Deepest nesting of a journal's row (a row, its tiling or target edits, a value).
+MAX_JOURNAL_DEPTH = 16
 #: Part of every point id: bump it when what a row records changes, so old journals are not reused.
 ROW_FORMAT = 2
 #: Seconds between two looks at the running points (how soon Ctrl-C and the progress bar are served).
@@ -654,14 +660,19 @@ class _open_journal:
 
 
 def _read_jsonl(path: Path) -> Iterable[dict]:
-    if not path.exists():
+    """The rows of a journal, read by the guarded readers (a regular file of at most MAX_JOURNAL_BYTES, each
+    line by the strict JSON reader); a line it refuses is skipped (a line cut by a kill: that point runs again)."""
+    if not path.exists() and not path.is_symlink():
         return []
+    data = read_file(path, f"output {path}", ConfigError, MAX_JOURNAL_BYTES, what="sweep journal")
     rows = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in data.decode("utf-8", errors="replace").splitlines():
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a line cut by a kill: that point runs again
+            row = load_json(line, "journal line", ConfigError, MAX_JOURNAL_DEPTH, non_finite=True)
+        except ConfigError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("id"), str):
+            rows.append(row)
     return rows
 
 

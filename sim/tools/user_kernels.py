@@ -31,6 +31,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from sim.errors import ConfigError, SimError, one_line
+from sim.files.local_modules import MAX_SOURCE_BYTES
+from sim.files.regular_file import read_file
 from sim.simulator import register_kernel, registry_generation
 from sim.tools.config import KernelSource, RunConfig
 
@@ -218,10 +220,8 @@ def load_kernels(cfg: RunConfig) -> None:
 
 
 def _file_digest(path: Path) -> str:
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot be read: {e.strerror or e}") from None
+    # The guarded reader: a named pipe or a device named as a kernel file must not hang the sweep.
+    return hashlib.sha256(read_file(path, str(path), ConfigError, MAX_SOURCE_BYTES, what="kernel file")).hexdigest()
 
 
 def source_digest(source: KernelSource) -> str:

@@ -436,8 +436,9 @@ def test_the_search_ends_where_no_neighbour_is_cheaper(chip, sizes, fshape):
     """With tolerance 0, the search's choice is a local optimum of the space: each of its one-key neighbours
     (another channel split, the next narrower or wider tile, the next shorter or taller) costs at least as much
     when simulated as given; the kernel prices none of them itself."""
-    import sim.tuning as tuning
     from tilings import candidates, space_of
+
+    import sim.tuning as tuning
 
     m = sim.Simulator(chip, tiling_tolerance=0, tuning_cache=False)
     filt, dy, attrs = random_case(3, sizes, fshape, [1, 1, 1, 1], "SAME")
