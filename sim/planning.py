@@ -216,7 +216,12 @@ class CallPlanner:
             return Planned(self.lower(kernel, call, replace(ctx, tiling=remembered.tiling)), remembered)
         disk_key = self.disk_key(kernel, call, fixed) if self._use_disk() else None
         if disk_key is not None:
-            stored = self._stored(disk_key, kernel, call, ctx, space)
+            def as_searched(tiling: dict) -> dict | None:
+                # A stored tiling goes through the checks a searched one does (keys, plan-size budget, fit).
+                t = space.canonical(space.fixed(tiling))
+                return t if space.is_complete(t) and prefilter(space, t) is None else None
+
+            stored = self._stored(disk_key, kernel, call, ctx, as_searched, space.canonical)
             if stored is not None:
                 self.choices.put(call.symbol, call, tolerance, stored.choice, fixed)
                 return stored
@@ -240,13 +245,18 @@ class CallPlanner:
                 self.plans.discard(PlanCache.key(call, tiling))
         choice = found.choice
         self.choices.put(call.symbol, call, tolerance, choice, fixed)
-        if disk_key is not None:
-            disk_tunings.store(disk_key, {
-                "symbol": call.symbol, "target": self.target.name, "tiling": choice.tiling,
-                "tolerance": choice.tolerance, "candidates": [[c, cycles] for c, cycles in choice.candidates],
-                "notes": list(choice.notes), "fixed": choice.fixed,
-                "searched": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")})
+        self._store(disk_key, call, choice)
         return Planned(picked, choice)
+
+    def _store(self, disk_key: str | None, call: BoundCall, choice: TilingChoice) -> None:
+        """Keep a searched choice in the on-disk tuning cache (when the call has a key)."""
+        if disk_key is None:
+            return
+        disk_tunings.store(disk_key, {
+            "symbol": call.symbol, "target": self.target.name, "tiling": choice.tiling,
+            "tolerance": choice.tolerance, "candidates": [[c, cycles] for c, cycles in choice.candidates],
+            "notes": list(choice.notes), "fixed": choice.fixed,
+            "searched": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")})
 
     def _listed(self, kernel: Any, call: BoundCall, ctx: PlanContext, progress: Progress | None) -> Planned:
         """A kernel of the older form: each tiling ``tilings(call, ctx)`` lists that plans, priced; the rest
@@ -258,9 +268,19 @@ class CallPlanner:
         if progress is not None:
             progress("planning tilings", 0, 0)  # 0 of an unknown number: the kernel is listing its candidates
         try:
-            listed = list(kernel.tilings(call, ctx))
+            listed = [dict(c) for c in kernel.tilings(call, ctx)]
         except DoesNotFit as e:  # no candidate can fit at all (a chip without the level the kernel needs)
             raise layout_error([fit_violation(call, self.target, e)]) from None
+        disk_key = self.disk_key(kernel, call) if self._use_disk() else None
+        if disk_key is not None:
+            def as_listed(tiling: dict) -> dict | None:
+                # Only a tiling the kernel still lists, as it lists it (its keys in the kernel's order).
+                return next((c for c in listed if c == tiling), None)
+
+            stored = self._stored(disk_key, kernel, call, ctx, as_listed, lambda t: as_listed(t) or dict(t))
+            if stored is not None:
+                self.choices.put(call.symbol, call, tolerance, stored.choice)
+                return stored
         planned: list[tuple[dict, CachedPlan]] = []
         dropped: list[tuple[dict, str]] = []
         for i, cand in enumerate(listed):
@@ -290,6 +310,7 @@ class CallPlanner:
             if i != pick:
                 self.plans.discard(PlanCache.key(call, tiling_i))
         self.choices.put(call.symbol, call, tolerance, choice)
+        self._store(disk_key, call, choice)
         return Planned(planned[pick][1], choice)
 
     def lower_bound(self, entry: CachedPlan) -> float:
@@ -311,21 +332,21 @@ class CallPlanner:
         call_text = repr(call) + (f"|fixed {sorted(fixed.items())!r}" if fixed else "")
         return disk_tunings.entry_key(self._target_text, call.symbol, call_text, self._tolerance(), kernel_id)
 
-    def _stored(self, key: str, kernel: Any, call: BoundCall, ctx: PlanContext, space: TilingSpace) \
-            -> Planned | None:
-        """The plan and choice the tuning cache holds for ``key``; None if it holds none or its tiling is no
-        longer one the search could choose (a stale or edited entry: ignored, never an error; the search that
-        follows overwrites it).  A stored tiling goes through the checks a searched one does (keys, plan-size
-        budget, fit) before it is planned."""
+    def _stored(self, key: str, kernel: Any, call: BoundCall, ctx: PlanContext,
+                accept: Callable[[dict], dict | None], canonical: Callable[[dict], dict]) -> Planned | None:
+        """The plan and choice the tuning cache holds for ``key``; None if it holds none or ``accept`` refuses
+        its tiling (a stale or edited entry: ignored, never an error; the search that follows overwrites it).
+        ``accept`` gives the tiling to plan (its keys in the kernel's order: a choice read back prints and
+        traces as a searched one does), ``canonical`` orders the keys of the other candidates listed."""
         doc = disk_tunings.load(key)
         if doc is None:
             return None
         try:
-            tiling = space.canonical(space.fixed(doc["tiling"]))
-            if not space.is_complete(tiling) or prefilter(space, tiling) is not None:
+            tiling = accept(dict(doc["tiling"]))
+            if tiling is None:
                 return None
             entry = self.lower_raw(kernel, call, replace(ctx, tiling=tiling))
-            candidates = tuple((space.canonical(dict(c)), cycles) for c, cycles in doc["candidates"])
+            candidates = tuple((canonical(dict(c)), cycles) for c, cycles in doc["candidates"])
             notes = doc.get("notes", [])
             notes = tuple(str(n) for n in notes) if isinstance(notes, list) else ()
             fixed = doc.get("fixed", {})
