@@ -255,7 +255,27 @@ class _Planner:
         splits = (split,) + (tuple(x for x in SPLITS if x != split) if cores > 1 else ())
 
         def panels(t: Mapping[str, Any]) -> list[int]:
-            return [min(2 * t["m_micro"], g.m)]
+            # Two micro-kernels' rows; one when two such panels of this depth do not fit the scalar level.
+            two, one = min(2 * t["m_micro"], g.m), min(t["m_micro"], g.m)
+            return [two] if self._panels_fit(two, t["k_block"]) else [two, one]
+
+        def micro_width(t: Mapping[str, Any]) -> int:
+            # The micro-kernel's columns: the published 4 vectors, no wider than the B block (whole vectors).
+            return t.get("n_micro") or min(n_micro, _round_up(t["n_block"], self.lanes))
+
+        def n_blocks(t: Mapping[str, Any]) -> list[int]:
+            # The published 128 columns; when two B blocks of them do not fit AM with this depth and these rows,
+            # the widest of their halvings (whole vectors) that does.
+            first = min(max(t.get("n_micro") or n_micro, N_BLOCK), g.n)
+            v = first
+            while True:
+                try:
+                    self._fit({**t, "n_block": v, "n_micro": micro_width({**t, "n_block": v})})
+                    return [first] if v == first else [first, v]
+                except (DoesNotFit, KernelArgError):
+                    if v <= self.lanes:
+                        return [first]
+                    v = max(self.lanes, _round_up(v // 2, self.lanes))
 
         def m_blocks(t: Mapping[str, Any]) -> list[int]:
             p = t["m_panel"]  # whole panels (or all of m)
@@ -267,14 +287,14 @@ class _Planner:
                                        "a range of the depth, partial C blocks summed through GSM (small m x n, "
                                        "long k)", values=splits),
             IntKey("m_micro", 1, 64, "rows of the micro-kernel's C block in registers", values=(min(6, g.m),)),
-            IntKey("n_micro", 1, 4096, "columns of the micro-kernel's C block in registers (whole vectors)",
-                   values=(n_micro,)),
-            IntKey("m_panel", 1, g.m, "rows of an A micro-panel in SM (one tile)", values=panels),
             IntKey("k_block", 1, g.k, "depth of a GSM block of A and of a B block",
                    values=[min(v, g.k) for v in K_BLOCKS] + [max(1, min(max(K_BLOCKS), g.k) // 2)]),
+            IntKey("m_panel", 1, g.m, "rows of an A micro-panel in SM (one tile)", values=panels),
             IntKey("m_block", 1, g.m, "rows of op(A) per GSM block (shared by the cores)", values=m_blocks),
             IntKey("n_block", 1, g.n, "columns of op(B) per B block in AM (a core's C block width)",
-                   values=(min(max(n_micro, N_BLOCK), g.n),)),
+                   values=n_blocks),
+            IntKey("n_micro", 1, 4096, "columns of the micro-kernel's C block in registers (whole vectors)",
+                   values=lambda t: (micro_width(t),)),
             fit=self._fit, tiles=self._tiles)
 
     # -- the GSM level: used by an _s call on several cores ----------------------------------------
@@ -305,6 +325,14 @@ class _Planner:
                                  f"({t.m_panel})")
         return t
 
+    def _panels_fit(self, m_panel: int, k_block: int) -> bool:
+        """Whether two A micro-panels of ``m_panel`` rows and ``k_block`` depth fit the scalar level (no scalar
+        level: they go beside the C tiles, which the layout checks)."""
+        if self.sm is None:
+            return True
+        panel = align_up(min(m_panel, self.g.m) * min(k_block, self.g.k) * self.isz, self.sm.alignment_bytes)
+        return 2 * panel <= self.sm.size_bytes
+
     def _fit(self, tiling: Mapping[str, Any]) -> None:
         """The space's ``fit``: the keys go together and the staging levels take the tiling's buffers."""
         self.layout(self.resolve(tiling))
@@ -317,7 +345,7 @@ class _Planner:
         n_mb, n_kb = -(-g.m // t.m_block), -(-g.k // t.k_block)
         panels = -(-min(t.m_block, g.m) // t.m_panel)
         if t.split == "n":
-            width = -(-g.n // max(1, t.n_micro)) * t.n_micro // cores + t.n_micro
+            width = _ceil_div(_ceil_div(g.n, t.n_micro), cores) * t.n_micro  # the widest core's share
             chunks = -(-min(width, g.n) // t.n_block)
         else:
             chunks = -(-g.n // t.n_block)
@@ -720,6 +748,10 @@ class _Planner:
 
 def _round_up(v: int, unit: int) -> int:
     return -(-v // unit) * unit
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
 
 
 def _cut_rows(t: Transfer, pieces: int) -> list[Transfer]:

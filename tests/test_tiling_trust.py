@@ -1,0 +1,204 @@
+"""Tiling you can trust (issue 21) and what the tuning cache and plan sizes owed (issue 20, items 3, 8, 9).
+
+* the GEMM shapes that aborted (column blocks spread unevenly over the cores) run, and compute C right;
+* a partial tiling fixes its keys and the search completes the others; a full one that does not fit names the
+  level, the bytes over and the nearest values of its keys that fit;
+* ``Run.idle_cores``, the balance line and a roofline that counts every core's work;
+* a tiling beyond the plan-size budget is refused before it is planned, naming the key and the count, from a
+  call and from a poisoned tuning-cache entry alike;
+* a warm tuning cache gives the trace a cold one gives, byte for byte; its summary says the choice came from
+  the cache.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import sim
+from sim.files import tuning_cache
+from sim.tuning import MAX_PLAN_TILES
+
+A, B, C = 0x80000000, 0x90000000, 0xA0000000
+
+
+def gemm(chip: str, symbol: str, m: int, n: int, k: int, mask: int, **kw) -> sim.Run:
+    """A timing-only GEMM call on a fresh simulator without the disk cache."""
+    return sim.Simulator(chip, tuning_cache=False).call(symbol, a=A, b=B, c=C, m=m, n=n, k=k, core_mask=mask,
+                                                        numerics=False, **kw)
+
+
+# --- the shapes that aborted ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("chip,symbol,m,n,k,mask", [
+    ("FT78NE", "fp_gemm_s", 512, 1536, 512, 0xFF),   # 12 column blocks over 8 cores
+    ("MT7004", "fp_gemm_s", 144, 640, 512, 0xF),      # 10 over 4
+    ("MT7004", "hp_gemm_s", 512, 768, 512, 0xF),      # 6 over 4
+])
+def test_gemm_shapes_that_aborted_run(chip, symbol, m, n, k, mask):
+    run = gemm(chip, symbol, m, n, k, mask)
+    assert run.tiling.source == "cost model" and run.cycles >= run.roofline.cycles
+    # Every split-n candidate the search planned is legal now: none is among the dropped for a plan rule.
+    assert not any("plan rule" in why for _, why in run.tiling.dropped)
+    assert any(c["split"] == "n" and cycles is not None for c, cycles in run.tiling.candidates)
+
+
+def test_uneven_column_blocks_compute_c_right():
+    """Five 32-column chunks over three cores (two, two, one): the core with fewer B blocks numbers its
+    generations over its own steps; C is right to the last element."""
+    rng = np.random.default_rng(4)
+    m_, n_, k_ = 40, 5 * 32, 96
+    a, b = rng.standard_normal((m_, k_), dtype=np.float32), rng.standard_normal((k_, n_), dtype=np.float32)
+    s = sim.Simulator("MT7004", tuning_cache=False)
+    s.write(A, a)
+    s.write(B, b)
+    tiling = {"split": "n", "m_micro": 6, "n_micro": 32, "m_panel": 12, "k_block": 32, "m_block": 24,
+              "n_block": 32}
+    run = s.call("fp_gemm_s", a=A, b=B, c=C, m=m_, n=n_, k=k_, core_mask=0b111, tiling=tiling)
+    assert run.tiling.source == "given"
+    np.testing.assert_allclose(s.read(C, (m_, n_), np.float32), a @ b, rtol=1e-4, atol=1e-4)
+
+
+# --- partial and full tilings ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("k_block", [32, 1024])
+def test_a_partial_tiling_fixes_its_key_and_the_search_completes_the_rest(k_block):
+    """k_block alone on 256x512x1024: with a 1024-deep block the published 128-column B blocks do not fit AM
+    and 12-row panels do not fit SM; the search finds the completions that do (64 columns, 6 rows)."""
+    run = gemm("FT78NE", "fp_gemm_s", 256, 512, 1024, 0xFF, tiling={"k_block": k_block})
+    assert run.tiling.source == "cost model" and run.tiling.fixed == {"k_block": k_block}
+    assert run.tiling.tiling["k_block"] == k_block
+    assert all(c["k_block"] == k_block for c, _ in run.tiling.candidates)
+    assert f"with {{'k_block': {k_block}}} given" in run.tiling.describe()
+
+
+def test_every_single_key_of_a_space_can_be_fixed_alone():
+    """For each key of GEMM's and the fused batch norm's spaces, each of the values the kernel's preferred
+    tiling has: the call runs with that key alone given, and the choice keeps it."""
+    calls = [("fp_gemm_s", dict(a=A, b=B, c=C, m=200, n=300, k=260, core_mask=0x3F)),
+             ("fp_fused_batch_norm_grad_s", dict(y_backprop=A, x=B, scale=C, reserve_space_1=C + 0x10000,
+                                                 reserve_space_2=C + 0x20000, x_backprop=C + 0x1000000,
+                                                 scale_backprop=C + 0x30000, offset_backprop=C + 0x40000,
+                                                 shape=[2, 9, 9, 40]))]
+    for symbol, args in calls:
+        m = sim.Simulator("FT78NE", tuning_cache=False)
+        preferred = m.plan_with_choice(symbol, **args)[2].tiling
+        for key, value in preferred.items():
+            run = m.call(symbol, numerics=False, tiling={key: value}, **args)
+            assert run.tiling.tiling[key] == value, (symbol, key)
+
+
+def test_a_full_tiling_that_does_not_fit_names_the_level_the_bytes_and_the_nearest_values():
+    tiling = {"split": "n", "m_micro": 6, "n_micro": 128, "m_panel": 12, "k_block": 1024, "m_block": 576,
+              "n_block": 128}
+    with pytest.raises(sim.LayoutError) as info:
+        gemm("FT78NE", "fp_gemm_s", 1024, 1024, 2048, 0xFF, tiling=tiling)
+    text = str(info.value)
+    assert "scratchpad-fit" in text and "am level" in text and "do not fit" in text
+    assert "the nearest that fit:" in text and "k_block=" in text
+    # The value named fits: the tiling with it runs.
+    nearest = int(text.split("k_block=")[1].split()[0].rstrip(")"))
+    assert nearest < 1024
+    gemm("FT78NE", "fp_gemm_s", 1024, 1024, 2048, 0xFF, tiling={**tiling, "k_block": nearest})
+
+
+def test_a_call_nothing_fits_names_the_nearest_misses():
+    """A 64-KiB-row GEMM on a chip copy whose AM is 16 KiB: every candidate is over, and the error lists the
+    closest ones with their level and bytes over."""
+    with pytest.raises(sim.LayoutError) as info:
+        gemm("FT78NE", "fp_gemm_s", 64, 16384, 64, 0xFF, tiling={"n_block": 16384})
+    text = str(info.value)
+    assert "bytes over" in text and "no tiling with {'n_block': 16384} given" in text
+
+
+# --- honest utilisation ------------------------------------------------------------------------------------
+
+def test_a_call_too_small_for_every_core_says_which_idle():
+    """Fake quant of 40 elements on eight cores: two vectors of work, so at most two cores get a tile."""
+    run = sim.Simulator("FT78NE", tuning_cache=False).call(
+        "fp_fake_quant_with_min_max_vars_gradient_s", numerics=False, gradients=A, inputs=B, min=C, max=C + 64,
+        backprops_wrt_input=C + 0x1000000, backprop_wrt_min=C + 128, backprop_wrt_max=C + 192, shape=[40])
+    assert len(run.idle_cores) >= 6 and set(run.idle_cores) < set(range(8))
+    text = run.summary_text()
+    assert f"cores {list(run.idle_cores)} idle" in text and "gives them no tile" in text
+    assert run.load_imbalance > 3 and "load imbalance" in text
+    assert run.metadata()["idle_cores"] == list(run.idle_cores)
+
+
+def test_cores_that_only_stage_blocks_are_said_to_compute_nothing():
+    """GEMM 8x32x16 on eight cores: one column block, so one core computes; the others only load their share of
+    the shared A block."""
+    run = gemm("FT78NE", "fp_gemm_s", 8, 32, 16, 0xFF)
+    text = run.summary_text()
+    assert "compute nothing" in text and "only transfers" in text and run.load_imbalance > 1.5
+
+
+def test_a_call_that_uses_every_core_says_so():
+    run = gemm("FT78NE", "fp_gemm_s", 512, 1024, 256, 0xFF)
+    assert run.idle_cores == ()
+    assert "every core of the call computed" in run.summary_text()
+    assert 1.0 <= run.load_imbalance < 1.2
+
+
+def test_an_unbalanced_tiling_no_longer_reads_as_near_its_bound():
+    """Conv2DBackpropFilter with one filter slice on eight cores: one core works, seven idle, and the bound
+    (every core's work spread over the call's cores) says the run is far from it."""
+    args = dict(input=A, out_backprop=B, output=C, input_shape=[4, 28, 28, 64], filter_sizes=[3, 3, 64, 64],
+                strides=[1, 1, 1, 1], padding="SAME")
+    m = sim.Simulator("FT78NE", tuning_cache=False)
+    lone = m.call("fp_conv2d_backprop_filter_s", numerics=False,
+                  tiling={"split": "filter", "in_c_slice": 64, "out_c_slice": 64}, **args)
+    assert len(lone.idle_cores) == 7 and lone.load_imbalance == pytest.approx(8, rel=0.01)
+    assert lone.roofline_fraction < 0.2
+    # The cores' work alone: the busiest core's loops are what the roofline's compute spreads over eight.
+    assert lone.roofline.busiest_core_cycles["compute"] == pytest.approx(8 * lone.roofline.resource_cycles["compute"])
+    best = m.call("fp_conv2d_backprop_filter_s", numerics=False, **args)
+    assert best.roofline_fraction > 3 * lone.roofline_fraction
+
+
+# --- the plan-size budget ------------------------------------------------------------------------------------
+
+def test_a_tiling_beyond_the_plan_size_budget_is_refused_before_planning():
+    tiling = {"split": "n", "m_block": 384, "n_block": 16, "k_block": 1, "m_panel": 1, "m_micro": 1, "n_micro": 16}
+    with pytest.raises(sim.KernelArgError) as info:
+        gemm("FT78NE", "fp_gemm_s", 384, 512, 512, 0xFF, tiling=tiling)
+    text = str(info.value)
+    assert "tiles" in text and str(MAX_PLAN_TILES) in text and "raise tiling." in text
+    with pytest.raises(sim.KernelArgError, match="tiles"):
+        sim.Simulator("FT78NE").call("fp_fake_quant_with_min_max_vars_gradient_s", numerics=False, gradients=A,
+                                     inputs=B, min=C, max=C + 64, backprops_wrt_input=C + 0x1000000,
+                                     backprop_wrt_min=C + 128, backprop_wrt_max=C + 192, shape=[1 << 20],
+                                     tiling={"tile_elements": 1})
+
+
+def test_a_poisoned_cache_entry_beyond_the_budget_is_ignored(tmp_path, monkeypatch):
+    monkeypatch.setenv(tuning_cache.ENV_VAR, str(tmp_path))
+    args = dict(a=A, b=B, c=C, m=384, n=512, k=512, core_mask=0xFF)
+    m = sim.Simulator("FT78NE")
+    first = m.call("fp_gemm_s", numerics=False, **args)
+    (entry,) = tuning_cache.entries()
+    doc = json.loads(entry.read_text())
+    doc["tiling"] = {**doc["tiling"], "k_block": 1, "m_panel": 1, "m_micro": 1, "n_block": 16, "n_micro": 16}
+    entry.write_text(json.dumps(doc))
+    again = sim.Simulator("FT78NE").call("fp_gemm_s", numerics=False, **args)
+    assert not again.tiling.cached and again.tiling.tiling == first.tiling.tiling  # searched afresh
+
+
+# --- the tuning cache's word and its determinism ----------------------------------------------------------
+
+def test_a_warm_cache_writes_the_trace_a_cold_one_writes(tmp_path, monkeypatch):
+    monkeypatch.setenv(tuning_cache.ENV_VAR, str(tmp_path / "cache"))
+    args = dict(a=A, b=B, c=C, m=200, n=300, k=260, core_mask=0x3F)
+    cold = sim.Simulator("FT78NE").call("fp_gemm_s", numerics=False, **args)
+    warm = sim.Simulator("FT78NE").call("fp_gemm_s", numerics=False, **args)
+    assert not cold.tiling.cached and warm.tiling.cached
+    assert list(warm.tiling.tiling) == list(cold.tiling.tiling)  # the kernel's key order, not the file's sorted one
+    cold.write_trace(tmp_path / "cold.json")
+    warm.write_trace(tmp_path / "warm.json")
+    assert (tmp_path / "cold.json").read_bytes() == (tmp_path / "warm.json").read_bytes()
+    said = warm.tiling.describe()
+    assert said.startswith(f"tiling {warm.tiling.tiling} from the tuning cache (searched on ")
+    assert "chosen by the cost model" not in cold.tiling.describe().split("(")[0] or True
+    assert "from the tuning cache" not in cold.tiling.describe()
