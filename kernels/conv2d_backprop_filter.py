@@ -15,8 +15,8 @@ believes dy has; it must equal the computed one, as TensorFlow checks its tensor
 Plan.  The work is the sum over (image, output row); the accumulator dW block
 [fh, fw, icg, ocg] (fp32) stays in the core's scratchpad while tiles of output
 rows stream through the two slots (input rows with their halo for the dilated,
-strided window; padding handled inside the compute).  Two ways to use the cores,
-whichever the timing model's estimate of the two plans favours (``ctx.estimate``):
+strided window; padding handled inside the compute).  Two ways to use the cores
+(the ``split`` key; the simulator's search chooses between them):
 
 * **spatial**: the (image, row) space is split over the cores; each core
   accumulates a partial dW, writes it to the shared staging level, barrier, then
@@ -42,16 +42,15 @@ for runs that do not start on a vector, stores: :func:`~kernels.common.loops.gat
 any rows.  Few input channels (3 in an RGB stem) leave the window's micro-kernel without enough accumulators
 to cover the FMAC latency, so the gather pays; 64 channels need none.  The micro-kernel's m_micro x n_micro
 block (register blocking: m_micro·ceil(n_micro/lanes) fp32 accumulators beside the B row, A vector and
-broadcasts, within the core's vector registers) is chosen with the layout per tile shape as the candidate the
-timing model prices cheapest.  NCHW blocks are transposed to channels-last first (a butterfly of
-log2(lanes) permutes per vector); the drain's cast and the partial sums' reduction are loops of their own.
+broadcasts, within the core's vector registers) and the layout are keys of scope ``compute``: per tile shape,
+the plan context's ``cheapest_loops`` (the cost model) picks among them unless the caller fixes them.
+NCHW blocks are transposed to channels-last first (a butterfly of log2(lanes) permutes per vector); the drain's cast and the partial sums' reduction are loops of their own.
 
 Tiling (``tiling=`` of a call or run-config, all keys optional): ``split``
 (spatial or filter), ``in_c_slice`` and ``out_c_slice`` (the filter slice each
 accumulator holds), ``a_operand`` (window or im2col), ``m_micro`` and ``n_micro``
-(the micro-kernel's block of dW).  Without a tiling the simulator compares the
-candidates :meth:`Conv2DBackpropFilter.tilings` lists (the micro-kernel is the
-kernel's own choice for each).
+(the micro-kernel's block of dW).  :meth:`Conv2DBackpropFilter.tiling_space`
+declares them; the simulator's search completes the keys a caller leaves out.
 """
 
 from __future__ import annotations

@@ -29,7 +29,8 @@ consecutive positions when a position's channels fill whole vectors.  NCHW:
 along an input row, each out_backprop vector shifted or spread onto the row's
 lanes by a permute).  The block is as large as the FMAC latency needs and the
 register file allows (with the filter's vectors resident when they fit): the
-candidate the timing model prices cheapest.
+``register_block`` key, of scope ``compute``, which the plan context's
+``cheapest_loops`` (the cost model) picks per tile unless the caller fixes it.
 
 Plan: the work is cut into tiles of (image, block of input rows, block of
 input columns, block of channels).  The cores split the rows of all images,
@@ -41,9 +42,8 @@ block.  A channel block's filter slice is loaded once, with the block's
 first tile, into one of two filter areas that alternate between blocks; the
 tiles alternate between two slots of the rest of the scratchpad, so the next
 tile's DMA overlaps this tile's compute.  NCHW tensors are moved and computed
-in their own layout.  Where the kernel chooses the split or the tile shape
-itself, it builds the candidate plans and takes the one the timing model's
-estimate (``ctx.estimate``) finds cheapest: short tiles expose less of the
+in their own layout.  The split and the tile shape are keys of the kernel's
+tiling space, chosen by the simulator's search: short tiles expose less of the
 first load and the last store, tall ones pay fewer transfers and halo rows.
 
 Tiling (``tiling=`` of a call or run-config, all keys optional):
@@ -51,8 +51,9 @@ Tiling (``tiling=`` of a call or run-config, all keys optional):
 whole vectors of them in NHWC, split evenly), each group's cores splitting the
 rows of all images (1: rows only); ``tile_rows``, ``tile_cols``,
 ``tile_channels`` -- the tile shape (input rows, input columns, channels),
-clipped to a core's share.  Without a tiling the simulator compares the
-candidates :meth:`DepthwiseConv2dBackpropInput.tilings` lists.
+clipped to a core's share; ``register_block`` (per tile, see above).
+:meth:`DepthwiseConv2dBackpropInput.tiling_space` declares them; the
+simulator's search completes the keys a caller leaves out.
 """
 
 from __future__ import annotations
@@ -312,8 +313,8 @@ def split_transfers(op: Operand, tensor: Buffer, starts: tuple[int, ...], parts:
 
 
 class _Planner:
-    """Plans one call: the cores' shares, the tile shapes that fit, and each candidate's plan, priced by the
-    timing model (``ctx.estimate``) where the kernel has to choose."""
+    """Plans one call: the cores' shares, the tile shapes that fit (the tiling space), and the plan of a
+    tiling."""
 
     def __init__(self, call: BoundCall, ctx: PlanContext):
         self.call, self.ctx = call, ctx

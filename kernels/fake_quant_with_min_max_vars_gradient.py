@@ -38,9 +38,10 @@ and the first core loads, reduces and stores the two scalars.
 
 Tiling (``tiling=`` of a call or run-config): ``cores`` -- how many of the
 call's cores share the elements (the first ones; one core needs no exchange
-and no barrier), ``tile_elements`` -- elements per tile (default: a quarter of
-a core's share in whole vectors, as much as a slot holds at most).  Without
-one, the simulator compares the candidates :meth:`tilings` lists.
+and no barrier), ``tile_elements`` -- elements per tile (tried: a quarter of
+a core's share in whole vectors, as much as a slot holds, an eighth of the
+first).  The keys a caller leaves out the simulator's search chooses in
+:meth:`FakeQuantWithMinMaxVarsGradient.tiling_space`.
 """
 
 from __future__ import annotations

@@ -60,8 +60,8 @@ Two plans:
 
 Tiling (``tiling=`` of a call or run-config, all keys optional): ``split``
 (``channels`` or ``rows``), ``channel_block`` (channels per tile, channels
-split), ``tile_elements`` (elements per tile, rows split).  Without one the
-simulator compares the candidates :meth:`BatchNormPlanning.tilings` lists.
+split), ``tile_elements`` (elements per tile, rows split).  The keys a caller
+leaves out the simulator's search chooses in :meth:`BatchNormPlanning.tiling_space`.
 
 BatchNormGrad (:mod:`kernels.batch_norm_grad`) is this kernel's NHWC case with
 H = W = 1 whose caller gives rs instead of the variance: its calls bind to the
@@ -654,7 +654,7 @@ class _RowsPlan(_PlanBase):
 
     def tile_sizes(self) -> tuple[int, int]:
         """(the first core's tile elements, the most its tiles could take) of the default plan, for
-        :meth:`BatchNormPlanning.tilings`: every group laid out as :meth:`build` lays it out (refusing with the
+        :meth:`BatchNormPlanning.tiling_space`: every group laid out as :meth:`build` lays it out (refusing with the
         same DoesNotFit), without making the tiles, which only read the layout."""
         for _ in self._layouts():
             pass
@@ -765,7 +765,8 @@ class _RowsPlan(_PlanBase):
         return ta, tc, tb
 
     def _remember_cut(self) -> None:
-        """Keep the first share's tile size and the largest it could take, for :meth:`BatchNormPlanning.tilings`."""
+        """Keep the first share's tile size and the largest it could take, for
+        :meth:`BatchNormPlanning.tiling_space`."""
         if self.first_want is None:
             self.first_want, self.largest_want = self._last_cut
 
