@@ -44,7 +44,8 @@ to cover the FMAC latency, so the gather pays; 64 channels need none.  The micro
 block (register blocking: m_micro·ceil(n_micro/lanes) fp32 accumulators beside the B row, A vector and
 broadcasts, within the core's vector registers) and the layout are keys of scope ``compute``: per tile shape,
 the plan context's ``cheapest_loops`` (the cost model) picks among them unless the caller fixes them.
-NCHW blocks are transposed to channels-last first (a butterfly of log2(lanes) permutes per vector); the drain's cast and the partial sums' reduction are loops of their own.
+NCHW blocks are transposed to channels-last first (a butterfly of log2(lanes) permutes per vector); the drain's
+cast and the partial sums' reduction are loops of their own.
 
 Tiling (``tiling=`` of a call or run-config, all keys optional): ``split``
 (spatial or filter), ``in_c_slice`` and ``out_c_slice`` (the filter slice each
