@@ -12,8 +12,8 @@ The plan: the flattened elements are split over the call's cores in whole vector
 share through two slots of its vector staging level (double buffering: tile i loads into slot i % 2 while
 tile i - 1 computes in the other), one tile = DMA dy and x in, compute dx, DMA dx out.  The compute states
 the loop the core runs (``kernels.common.loops``): per vector two loads, a compare, a select and a store.
-The tiling key ``tile_elements`` sets the elements per tile; without it the simulator prices the candidates
-:meth:`ReluGrad.tilings` lists and keeps the cheapest.
+The tiling key ``tile_elements`` sets the elements per tile; :meth:`ReluGrad.tiling_space` declares it with
+the values worth trying, and without a tiling the simulator prices those and keeps the cheapest.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ import numpy as np
 from kernels.base import PRECISION_DTYPES, PlanContext
 from kernels.common.args import check_args, require_address, require_ints
 from kernels.common.loops import elementwise
-from sim.errors import KernelArgError, brief
+from kernels.common.tiling_space import IntKey, TilingSpace, complete
+from sim.errors import KernelArgError
 from sim.model.call import ArgSpec, BoundCall, Buffer, MemoryReader
 from sim.model.plan import Compute, DoesNotFit, Operand, Phase, Plan, Tile, Transfer
 
@@ -59,7 +60,7 @@ def _align_up(value: int, alignment: int) -> int:
 
 
 class ReluGrad:
-    """The ReluGrad kernel: the Kernel protocol of ``kernels.base`` (name, args, bind, plan, tilings)."""
+    """The ReluGrad kernel: the Kernel protocol of ``kernels.base`` (name, args, bind, plan, tiling_space)."""
 
     name = "relu_grad"
     precisions = ("fp32", "fp16")  # the symbols fp_relu_grad_* and hp_relu_grad_*
@@ -92,48 +93,26 @@ class ReluGrad:
     def plan(self, call: BoundCall, ctx: PlanContext) -> Plan:
         """Each core's share of the elements in tiles through two slots of the vector staging level."""
         lay = _Layout(call, ctx)
-        given = _tile_elements(ctx.tiling, call.attrs["elements"])
+        per_tile = complete(self.tiling_space(call, ctx), ctx)["tile_elements"]
+        lay.check(per_tile)
         tiles: dict[int, tuple[Tile, ...]] = {}
         for core, (first, end) in zip(call.cores, lay.shares()):
-            per_tile = given if given is not None else lay.heuristic_tile(end - first)
-            if per_tile > lay.budget:
-                raise DoesNotFit(None, 3 * per_tile * lay.itemsize, 3 * lay.budget * lay.itemsize,
-                                 f"tiling tile_elements={per_tile} does not fit: a slot of the vector staging level "
-                                 f"holds {lay.budget} elements of dy, x and dx")
             if end > first:
                 tiles[core] = tuple(lay.tile(i, e0, min(e0 + per_tile, end))
                                     for i, e0 in enumerate(range(first, end, per_tile)))
         return Plan(cores=call.cores, phases=(Phase("relu_grad", tiles, barrier_after=False),),
                     precision=call.precision)
 
-    def tilings(self, call: BoundCall, ctx: PlanContext) -> list[dict[str, Any]]:
-        """Candidate tilings: four tiles per core (the heuristic), two, eight, and one as large as a slot holds."""
-        try:
-            lay = _Layout(call, ctx)
-        except DoesNotFit:
-            return []  # not even one vector fits: plan() says why
+    def tiling_space(self, call: BoundCall, ctx: PlanContext) -> TilingSpace:
+        """One key, ``tile_elements``: worth trying, four tiles per core (the heuristic), two, eight, and one as
+        large as a slot holds; a tile fits when its three arrays fit a slot."""
+        lay = _Layout(call, ctx)  # DoesNotFit when not even one vector fits
         first, end = lay.shares()[0]
-        out: list[dict[str, Any]] = []
-        for tiles in (TILES_PER_CORE, TILES_PER_CORE // 2, TILES_PER_CORE * 2, 1):
-            candidate = {"tile_elements": lay.heuristic_tile(end - first, tiles)}
-            if candidate not in out:
-                out.append(candidate)
-        return out
-
-
-def _tile_elements(tiling: Mapping[str, Any] | None, elements: int) -> int | None:
-    """The ``tile_elements`` key of a caller's tiling (None when absent); KernelArgError naming the key."""
-    tiling = dict(tiling or {})
-    unknown = sorted(set(tiling) - {"tile_elements"})
-    if unknown:
-        raise KernelArgError(f"argument 'tiling': unknown key '{unknown[0]}' (relu_grad takes: tile_elements)")
-    value = tiling.get("tile_elements")
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= elements:
-        raise KernelArgError(f"argument 'tiling.tile_elements': expected an integer in 1..{elements}, got "
-                             f"{brief(value)}")
-    return int(value)
+        tries = [lay.heuristic_tile(end - first, n) for n in (TILES_PER_CORE, TILES_PER_CORE // 2,
+                                                              TILES_PER_CORE * 2, 1)]
+        return TilingSpace(IntKey("tile_elements", 1, lay.elements, "elements per tile", values=tries),
+                           fit=lambda t: lay.check(t["tile_elements"]),
+                           tiles=lambda t: sum(-(-(e - f) // t["tile_elements"]) for f, e in lay.shares()))
 
 
 class _Layout:
@@ -187,6 +166,13 @@ class _Layout:
         compute = Compute(relu_grad_tile, (dy_op, x_op), (dx_op,), flops=FLOPS_PER_ELEMENT * n,
                           precision=self.precision, loops=(loop,))
         return Tile(tile_id, loads, compute, stores, slot=tile_id % 2)
+
+    def check(self, per_tile: int) -> None:
+        """DoesNotFit when tiles of ``per_tile`` elements do not fit a slot."""
+        if per_tile > self.budget:
+            raise DoesNotFit(None, 3 * per_tile * self.itemsize, 3 * self.budget * self.itemsize,
+                             f"tiling tile_elements={per_tile} does not fit: a slot of the vector staging level "
+                             f"holds {self.budget} elements of dy, x and dx")
 
 
 KERNEL = ReluGrad()
