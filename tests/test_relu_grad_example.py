@@ -12,10 +12,10 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
-import time
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
