@@ -265,17 +265,23 @@ class _Planner:
 
         def n_blocks(t: Mapping[str, Any]) -> list[int]:
             # The published 128 columns; when two B blocks of them do not fit AM with this depth and these rows,
-            # the widest of their halvings (whole vectors) that does.
+            # the widest of their halvings (whole vectors) that does; split n with fewer column blocks than
+            # cores, also the block that gives every core one (whole vectors).
             first = min(max(t.get("n_micro") or n_micro, N_BLOCK), g.n)
+            out = [first]
             v = first
             while True:
                 try:
                     self._fit({**t, "n_block": v, "n_micro": micro_width({**t, "n_block": v})})
-                    return [first] if v == first else [first, v]
+                    out.append(v)
+                    break
                 except (DoesNotFit, KernelArgError):
                     if v <= self.lanes:
-                        return [first]
+                        break
                     v = max(self.lanes, _round_up(v // 2, self.lanes))
+            if t["split"] == "n" and _ceil_div(g.n, min(out[-1], first)) < cores:
+                out.append(_round_up(_ceil_div(g.n, cores), self.lanes))
+            return [x for x in dict.fromkeys(out) if x <= first]
 
         def m_blocks(t: Mapping[str, Any]) -> list[int]:
             p = t["m_panel"]  # whole panels (or all of m)

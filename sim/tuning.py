@@ -446,10 +446,14 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
                 incumbent = t
                 break
         while incumbent is not None and len(planned) < MAX_PLANNED:
+            here = pricing.cycles.get(planned[repr(incumbent)])
             plan_all(neighbours(space, incumbent, fitting, fixed))
-            # The climb follows the cheapest (the tie rule picks among the candidates at the end): a tie with more
-            # tiles may lead on to a cheaper tiling.
-            best = pricing.candidates[pricing.cheapest()].tiling
+            # The climb follows the cheapest (the tie rule picks among the candidates at the end), while a step
+            # gains more than the tolerance: a tie is no way up, and the next round would cost as much as this.
+            cheapest = pricing.cheapest()
+            if here is not None and (pricing.cycles[cheapest] or 0) * (1 + tolerance) > here:
+                break
+            best = pricing.candidates[cheapest].tiling
             if best == incumbent:
                 break
             incumbent = best
