@@ -266,7 +266,7 @@ class _Planner:
         def n_blocks(t: Mapping[str, Any]) -> list[int]:
             # The published 128 columns; when two B blocks of them do not fit AM with this depth and these rows,
             # the widest of their halvings (whole vectors) that does; split n with fewer column blocks than
-            # cores, also the block that gives every core one (whole vectors).
+            # cores, first the block that gives every core one (whole vectors).
             first = min(max(t.get("n_micro") or n_micro, N_BLOCK), g.n)
             out = [first]
             v = first
@@ -280,7 +280,7 @@ class _Planner:
                         break
                     v = max(self.lanes, _round_up(v // 2, self.lanes))
             if t["split"] == "n" and _ceil_div(g.n, min(out[-1], first)) < cores:
-                out.append(_round_up(_ceil_div(g.n, cores), self.lanes))
+                out.insert(0, _round_up(_ceil_div(g.n, cores), self.lanes))  # preferred: no core idles
             return [x for x in dict.fromkeys(out) if x <= first]
 
         def m_blocks(t: Mapping[str, Any]) -> list[int]:
