@@ -449,9 +449,11 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
             here = pricing.cycles.get(planned[repr(incumbent)])
             plan_all(neighbours(space, incumbent, fitting, fixed))
             # The climb follows the cheapest (the tie rule picks among the candidates at the end), while a step
-            # gains more than the tolerance: a tie is no way up, and the next round would cost as much as this.
+            # gains more than TILING_TOLERANCE: a tie is no way up, and the next round would cost as much as this.
+            # The default tolerance, whatever the simulator's: every tolerance climbs the same way, so a strict
+            # search and a tolerant one choose among the same candidates.
             cheapest = pricing.cheapest()
-            if here is not None and (pricing.cycles[cheapest] or 0) * (1 + tolerance) > here:
+            if here is not None and (pricing.cycles[cheapest] or 0) * (1 + TILING_TOLERANCE) > here:
                 break
             best = pricing.candidates[cheapest].tiling
             if best == incumbent:
