@@ -1,0 +1,38 @@
+"""Choosing a tiling: "the cost model" names this module and only this.
+
+A kernel declares its tiling space (:class:`sim.model.tiling.TilingSpace`: keys, the values worth trying,
+what must hold for a tiling to fit, how many tiles it plans); the search here owns every choice.  It completes
+the keys the caller fixed (none, some, or all), drops what does not fit or breaks a plan rule (listed with
+the reason), prices the rest with timing-only simulations (the engine moves no bytes and runs no numerics,
+so memory is untouched) and picks: candidates within the tolerance of the cheapest tie, and the tie goes to
+the fewest tiles.
+
+How much it plans: a space of at most :data:`EXHAUSTIVE_CANDIDATES` fitting tilings is planned whole;
+a larger one is searched from the kernel's preferred tiling by steps of one key (each round plans the best
+tiling's neighbours: the same tiling with another choice of one key, or the next smaller or larger value of
+one integer key), until the best is its own best neighbour or :data:`MAX_PLANNED` tilings are planned.
+Planned candidates are simulated fewest tiles first; one still running when it
+can no longer tie is stopped there, and a round ends as soon as no candidate left can change the pick by a
+lower bound of any run of it (:func:`sim.timing.run_lower_bound_cycles`): on a DDR-bound layer, a candidate
+with smaller tiles moves the same bytes, cannot beat the first by more than the tolerance, and is never
+simulated.  :class:`TilingChoice` records what was chosen and how; :class:`TilingCache` remembers choices
+per call (and :mod:`sim.files.tuning_cache` across processes).
+"""
+
+from sim.tuning.choice import TilingCache, TilingChoice
+from sim.tuning.limits import (
+    EXHAUSTIVE_CANDIDATES,
+    LISTED_DROPS,
+    MAX_COMPLETIONS,
+    MAX_PLAN_TILES,
+    MAX_PLANNED,
+    TILING_TOLERANCE,
+)
+from sim.tuning.misses import fit_hint, nearest_fitting, no_candidate_error, prefilter, reason_of, tiles_refusal
+from sim.tuning.pricing import Candidate, Planner, Progress, choose_tiling
+from sim.tuning.search import SearchResult, neighbours, search
+
+__all__ = ["TilingCache", "TilingChoice", "EXHAUSTIVE_CANDIDATES", "LISTED_DROPS", "MAX_COMPLETIONS", "MAX_PLAN_TILES",
+           "MAX_PLANNED", "TILING_TOLERANCE", "fit_hint", "nearest_fitting", "no_candidate_error", "prefilter",
+           "reason_of", "tiles_refusal", "Candidate", "Planner", "Progress", "choose_tiling", "SearchResult",
+           "neighbours", "search"]

@@ -1,0 +1,23 @@
+"""The numbers that bound a tiling search: the tolerance of its choice, the plan-size budget, how much it plans."""
+
+from __future__ import annotations
+
+#: Candidate tilings whose cycles are within this fraction of the cheapest count as tied; a tie goes to the
+#: candidate with the fewest tiles.  The model is cycle-approximate: a fraction of a percent separates
+#: tilings that differ only in how long the first load and the last store stay exposed, while fewer tiles
+#: mean fewer DMA descriptors on the chip and a several times faster simulation.  The one tolerance of every
+#: choice the simulator makes between tilings (a compute's loops are picked strictly cheapest:
+#: :func:`sim.timing.cheapest_loops`).
+TILING_TOLERANCE = 0.01
+#: Most tiles a plan may have: a tiling beyond it is refused before it is planned (a plan costs a few KB of
+#: memory and a few microseconds of simulation per tile; the largest shipped and benchmark plans have a few
+#: thousand).
+MAX_PLAN_TILES = 100_000
+#: Most tilings a search takes from a space (the kernel's order of preference decides which).
+MAX_COMPLETIONS = 4096
+#: A space with at most this many fitting tilings is planned whole; a larger one is searched key by key.
+EXHAUSTIVE_CANDIDATES = 6
+#: Most candidates one search plans (the kernel's preferred tiling and its neighbours, round after round).
+MAX_PLANNED = 16
+#: Most dropped candidates a summary or an error lists by name (the others are counted).
+LISTED_DROPS = 3

@@ -1,0 +1,176 @@
+"""Pricing planned candidate tilings: timing-only simulations, fewest tiles first, each stopped once it can no
+longer tie, and the ones a lower bound shows cannot change the pick left out; the tie rule's pick."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sim.engine.engine import EngineMemo, SimulatedTiming, simulate
+from sim.errors import PlanError
+from sim.model.memory import AddressSpace
+from sim.model.plan import Plan
+from sim.model.target import Target
+from sim.tuning.choice import TilingChoice
+from sim.tuning.misses import reason_of
+
+#: ``progress(phase, done, total)``: how a long search is going.
+Progress = Callable[[str, int, int], None]
+
+
+class _TileCounter:
+    """The engine's per-tile callback turned into ``progress(phase, done, total)`` calls."""
+
+    def __init__(self, progress: Progress, phase: str, done: int, total: int):
+        self.progress, self.phase, self.done, self.total = progress, phase, done, total
+
+    def __call__(self, tiles: int, cycle: int) -> None:
+        self.done += tiles
+        self.progress(self.phase, self.done, self.total)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A candidate tiling as the search sees it: the plan it gives, the plan's engine memo, a lower bound of its
+    cycles that holds for any run of it (:func:`sim.timing.run_lower_bound_cycles`), and ``verify``, the plan
+    check that must pass before the plan runs (a PlanError drops the candidate; None: checked already), made
+    only for a candidate the search simulates."""
+
+    tiling: dict
+    plan: Plan
+    memo: EngineMemo | None
+    lower_bound_cycles: float
+    verify: Callable[[], None] | None = None
+
+
+class Planner(Protocol):
+    """What the search needs of the simulator: a tiling planned and checked (a :class:`Candidate`), or the
+    :class:`SimError` that says why it cannot be (a ``scratchpad-fit`` LayoutError, a PlanError...)."""
+
+    def __call__(self, tiling: dict) -> Candidate:
+        """The candidate of ``tiling``."""
+        ...
+
+
+# --- pricing planned candidates ---------------------------------------------------------------------------
+
+
+def _cannot_win(pick: tuple[int, int], rest: Sequence[Candidate], tolerance: float) -> bool:
+    """Whether none of the candidates not yet simulated can change the pick ``(tiles, cycles)``.
+
+    Candidates are taken fewest tiles first, so each of ``rest`` has at least as many tiles as the pick.  The pick
+    stays tied whatever they cost if none can come in under its cycles / (1 + tolerance) (the cheapest could then
+    not leave it out of the tie); one with more tiles then loses the tie to it, and one with as many tiles loses
+    unless it is cheaper (an equal count goes to the pick, which comes first in the kernel's order).
+    """
+    tiles, cycles = pick
+    return all(c.lower_bound_cycles >= cycles / (1 + tolerance)
+               and (c.plan.tile_count > tiles or c.lower_bound_cycles >= cycles) for c in rest)
+
+
+class Pricing:
+    """The planned candidates of one search and their cycles: priced round after round, fewest tiles first."""
+
+    def __init__(self, target: Target, memory: AddressSpace, tolerance: float, progress: Progress | None):
+        self.target, self.memory, self.tolerance, self.progress = target, memory, tolerance, progress
+        self.candidates: list[Candidate] = []
+        self.cycles: dict[int, int | None] = {}  # index -> cycles (None: stopped early); absent: not simulated
+        self.timings: dict[int, SimulatedTiming] = {}
+        self.failed: dict[int, PlanError] = {}  # index -> the plan rule it breaks (never simulated)
+        self.best: int | None = None
+        # Progress over every round: tiles simulated (a candidate stopped or left out counts as done) of all.
+        self.done_tiles = self.total_tiles = 0
+
+    def pick(self) -> int:
+        """Among the simulated candidates within the tolerance of the cheapest: the fewest tiles, then the fewest
+        cycles, then the first planned."""
+        assert self.best is not None
+        best = self.best
+        tied = [i for i, cycles in self.cycles.items() if cycles is not None and cycles <= best * (1 + self.tolerance)]
+        return min(tied, key=lambda i: (self.candidates[i].plan.tile_count, self.cycles[i] or 0, i))
+
+    def cheapest(self) -> int:
+        """The simulated candidate of the fewest cycles (the first planned on a tie)."""
+        return min((i for i, c in self.cycles.items() if c is not None), key=lambda i: (self.cycles[i] or 0, i))
+
+    def price(self, new: Sequence[Candidate]) -> None:
+        """Add ``new`` candidates and simulate those that can change the pick, fewest tiles first."""
+        start = len(self.candidates)
+        self.candidates.extend(new)
+        order = sorted(range(start, len(self.candidates)), key=lambda i: (self.candidates[i].plan.tile_count, i))
+        self.total_tiles += sum(self.candidates[i].plan.tile_count for i in order)
+        for k, i in enumerate(order):
+            cand = self.candidates[i]
+            if self.best is not None:
+                pick = self.pick()
+                rest = [self.candidates[j] for j in order[k:]]
+                if _cannot_win((self.candidates[pick].plan.tile_count, self.cycles[pick] or 0), rest, self.tolerance):
+                    break
+            limit = None if self.best is None else int(self.best * (1 + self.tolerance))
+            if limit is not None and cand.lower_bound_cycles > limit:
+                continue  # it cannot come within the tolerance of the cheapest, whatever is simulated after it
+            if cand.verify is not None:
+                try:
+                    cand.verify()
+                except PlanError as e:
+                    self.failed[i] = e
+                    continue
+            tick = None
+            if self.progress is not None:
+                self.progress("pricing tilings", self.done_tiles, self.total_tiles)
+                tick = _TileCounter(self.progress, "pricing tilings", self.done_tiles, self.total_tiles)
+            timing = simulate(cand.plan, self.target, self.memory, numerics=False, memo=cand.memo, on_tile=tick,
+                              until_cycles=limit)
+            self.done_tiles += cand.plan.tile_count
+            self.cycles[i] = None if timing is None else timing.cycles
+            if timing is not None:
+                self.timings[i] = timing
+                if self.best is None or timing.cycles < self.best:
+                    self.best = timing.cycles
+        self.done_tiles = self.total_tiles  # the candidates stopped early or left out count as done
+        if self.progress is not None:
+            self.progress("pricing tilings", self.done_tiles, self.total_tiles)
+
+    def note(self, i: int, pick: int) -> str:
+        """Why candidate ``i`` is not the pick ("" when its cycles say it: slower beyond the tolerance)."""
+        if i == pick:
+            return "chosen"
+        if i not in self.cycles:
+            return "not simulated: its lower bound cannot change the pick"
+        cycles = self.cycles[i]
+        if cycles is None:
+            return f"stopped: slower than {self.tolerance:.0%} over the cheapest"
+        assert self.best is not None
+        if cycles <= self.best * (1 + self.tolerance):
+            more = self.candidates[i].plan.tile_count > self.candidates[pick].plan.tile_count
+            return f"tied within {self.tolerance:.0%}, {'more tiles' if more else 'slower'}"
+        return ""
+
+
+def choose_tiling(candidates: Sequence[Candidate], target: Target, memory: AddressSpace, tolerance: float,
+                  progress: Progress | None = None) -> tuple[int, TilingChoice, SimulatedTiming]:
+    """The index of the candidate the cost model picks among at least one planned ``candidates``, the
+    :class:`TilingChoice` that says so, and the picked plan's simulated timing (the pick is the one a simulation
+    of every candidate would give)."""
+    pricing = Pricing(target, memory, tolerance, progress)
+    pricing.price(candidates)
+    if pricing.best is None:
+        raise next(iter(pricing.failed.values()))
+    pick = pricing.pick()
+    return pick, priced_choice(pricing, pick, (), {}), pricing.timings[pick]
+
+
+def priced_choice(pricing: Pricing, pick: int, dropped: Sequence[tuple[dict, str]], fixed: Mapping[str, Any]) \
+        -> TilingChoice:
+    """The choice of ``pick``: every candidate the search planned (those that broke a plan rule among the
+    dropped)."""
+    cands = [(i, c) for i, c in enumerate(pricing.candidates) if i not in pricing.failed]
+    failed = [(pricing.candidates[i].tiling, reason_of(e)) for i, e in pricing.failed.items()]
+    return TilingChoice(pricing.candidates[pick].tiling, "cost model",
+                        tuple((c.tiling, pricing.cycles.get(i)) for i, c in cands), pricing.tolerance,
+                        tuple(pricing.note(i, pick) for i, _ in cands), tuple(dropped) + tuple(failed), dict(fixed),
+                        len(pricing.cycles))
+
+
+# --- the search over a space --------------------------------------------------------------------------------
