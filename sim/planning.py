@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import datetime
 import functools
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kernels.base import PlanContext
 from kernels.registry import lookup
-from sim.engine.engine import EngineMemo, SimulatedTiming
 from sim.errors import KernelArgError, LayoutError, PlanError, brief
 from sim.files import tuning_cache as disk_tunings
 from sim.model.call import BoundCall
@@ -30,7 +28,8 @@ from sim.model.plan import DoesNotFit, Plan
 from sim.model.plan_check import check_plan
 from sim.model.target import StagingArea, Target
 from sim.model.tiling import TilingSpace
-from sim.timing import Roofline, roofline, run_lower_bound_cycles, serial_compute_cycles
+from sim.plan_cache import CachedPlan, PlanCache
+from sim.timing import run_lower_bound_cycles, serial_compute_cycles
 from sim.tuning import (
     MAX_PLAN_TILES,
     Candidate,
@@ -44,65 +43,6 @@ from sim.tuning import (
     search,
     tiles_refusal,
 )
-
-#: Plans a simulator keeps for calls it may see again (least recently used dropped first).
-PLAN_CACHE_SIZE = 16
-
-
-@dataclass
-class CachedPlan:
-    """A plan the simulator keeps, with what runs of it remember: the engine's memo (resolved transfers and
-    operands, compute cycles) and the plan's roofline once computed."""
-
-    plan: Plan
-    engine_memo: EngineMemo = field(default_factory=EngineMemo)
-    _roofline: Roofline | None = None
-    # The plan's timing once simulated (timing never depends on the bytes): a later call of the same plan
-    # reuses it, and a full one only replays its effects on memory.
-    timing: SimulatedTiming | None = None
-    checked: bool = False  # passed the plan check (sim.model.plan_check)
-
-    def roofline(self, target: Target) -> Roofline:
-        """The plan's roofline on ``target``, computed once."""
-        if self._roofline is None:
-            self._roofline = roofline(self.plan, target)
-        return self._roofline
-
-
-class PlanCache:
-    """The plans of recent calls by (bound call, tiling), least recently used dropped first: a repeated call,
-    or a sweep point, skips planning."""
-
-    def __init__(self, size: int = PLAN_CACHE_SIZE):
-        self.size = size
-        self._plans: OrderedDict[str, CachedPlan] = OrderedDict()
-
-    @staticmethod
-    def key(call: BoundCall, tiling: Mapping[str, Any] | None) -> str:
-        """A plan is a function of the bound call (its buffers, attributes, cores) and the tiling only."""
-        return repr((call, sorted((tiling or {}).items())))
-
-    def get(self, key: str) -> CachedPlan | None:
-        """The entry under ``key`` (now the most recently used), or None."""
-        entry = self._plans.get(key)
-        if entry is not None:
-            self._plans.move_to_end(key)
-        return entry
-
-    def put(self, key: str, plan: Plan) -> CachedPlan:
-        """Keep ``plan`` under ``key``; returns its entry."""
-        entry = self._plans[key] = CachedPlan(plan)
-        if len(self._plans) > self.size:
-            self._plans.popitem(last=False)
-        return entry
-
-    def discard(self, key: str) -> None:
-        """Forget the entry under ``key``, if any."""
-        self._plans.pop(key, None)
-
-    def clear(self) -> None:
-        """Forget every plan."""
-        self._plans.clear()
 
 
 def staging_areas(target: Target) -> tuple[StagingArea, ...]:

@@ -44,7 +44,8 @@ from sim.model.memory import AddressSpace, checked_dtype
 from sim.model.plan import Plan
 from sim.model.target import Target
 from sim.model.target_loader import load_target
-from sim.planning import CachedPlan, CallPlanner, kernel_of, staging_areas  # noqa: F401 (staging_areas re-exported)
+from sim.plan_cache import CachedPlan
+from sim.planning import CallPlanner, kernel_of, staging_areas  # noqa: F401 (staging_areas re-exported)
 from sim.timing import Roofline, peak_flops_per_cycle
 from sim.tuning import TILING_TOLERANCE, Progress, TilingChoice
 

@@ -3,7 +3,8 @@
 The layers, lowest first (a module may import its own layer and the layers below it, nothing above)::
 
     sim.errors, sim.files  <-  sim.model  <-  sim.timing  <-  sim.engine  <-  sim.tuning  <-  sim.inspect
-        <-  sim.planning, sim.simulator (the facade; the package ``sim`` itself)  <-  sim.tools  <-  sim.cli
+        <-  sim.plan_cache, sim.planning, sim.simulator (the facade; the package ``sim`` itself)
+        <-  sim.tools  <-  sim.cli
 
 The facade (``sim.simulator`` and its planning half, ``sim.planning``) is the one part of ``sim/`` that imports
 ``kernels`` (``kernels.base`` and ``kernels.registry``);
@@ -26,7 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Layer of each part of sim/, lowest first.
 LAYERS: dict[str, int] = {
     "sim.errors": 0, "sim.files": 0, "sim.model": 1, "sim.timing": 2, "sim.engine": 3, "sim.tuning": 4,
-    "sim.inspect": 5, "sim.planning": 6, "sim.simulator": 6, "sim": 6, "sim.tools": 7, "sim.cli": 8,
+    "sim.inspect": 5, "sim.plan_cache": 6, "sim.planning": 6, "sim.simulator": 6, "sim": 6, "sim.tools": 7,
+    "sim.cli": 8,
 }
 #: The facade's modules: the only ones of sim/ that import kernels.
 FACADE = ("sim.simulator", "sim.planning")
