@@ -171,7 +171,12 @@ class CallPlanner:
             # Checked only if simulated: a candidate its bound leaves out never runs.
             entry = self.lower_raw(kernel, call, replace(ctx, tiling=tiling), check=False)
             entries[repr(tiling)] = (tiling, entry)
-            return Candidate(tiling, entry.plan, entry.engine_memo, self.lower_bound(entry),
+            try:
+                bound = self.lower_bound(entry)
+            except Exception:
+                self.check(kernel, call, ctx, entry)  # a plan its bound cannot price breaks a rule: say which
+                raise
+            return Candidate(tiling, entry.plan, entry.engine_memo, bound,
                              None if entry.checked else functools.partial(self.check, kernel, call, ctx, entry))
 
         try:
