@@ -7,6 +7,7 @@ It also re-exports the kernel registry's public functions (:func:`register_kerne
 from __future__ import annotations
 
 import functools
+import itertools
 import threading
 import time
 from collections import OrderedDict
@@ -34,7 +35,16 @@ from kernels.registry import (
 from sim.engine.collector import collector_paused
 from sim.engine.engine import Engine, EngineMemo, SimulatedTiming, simulate
 from sim.engine.events import Recorder, TraceEvent
-from sim.errors import KernelArgError, KernelDefinitionError, LayoutError, MemoryFault, brief
+from sim.errors import (
+    ComputeOutputError,
+    KernelArgError,
+    KernelDefinitionError,
+    LayoutError,
+    MemoryFault,
+    NestedCallError,
+    TimeLimitError,
+    brief,
+)
 from sim.files import tuning_cache as disk_tunings
 from sim.inspect.summary import CoreSummary, core_summaries, run_summary_text
 from sim.inspect.trace import run_metadata, write_trace
@@ -45,6 +55,7 @@ from sim.model.plan import DoesNotFit, Plan
 from sim.model.plan_check import check_plan
 from sim.model.target import StagingArea, Target
 from sim.model.target_loader import load_target
+from sim.time_limit import PLANNING_STAGE, checked_time_limit, expired_message, run_within, symbol_text
 from sim.timing import Roofline, peak_flops_per_cycle, roofline, run_lower_bound_cycles
 from sim.tuning import TILING_TOLERANCE, Candidate, Progress, TilingCache, TilingChoice, choose_tiling
 
@@ -52,6 +63,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: Plans a simulator keeps for calls it may see again (least recently used dropped first).
 PLAN_CACHE_SIZE = 16
+#: Candidate tilings taken from a kernel's ``tilings()`` at most (those it lists beyond are ignored), so that a
+#: generator that never ends still ends the search; the shipped kernels list a handful.
+MAX_TILING_CANDIDATES = 1024
 
 
 @dataclass
@@ -301,6 +315,7 @@ class Simulator:
         self._plans = PlanCache()
         self._registry_generation = generation()
         self.memory = AddressSpace(self.target)
+        self._running: str | None = None  # the symbol of the call running now (a call inside it is refused)
 
     @property
     def tiling_tolerance(self) -> float:
@@ -537,7 +552,7 @@ class Simulator:
         if progress is not None:
             progress("planning tilings", 0, 0)  # 0 of an unknown number: the kernel is listing its candidates
         try:
-            cands = list(kernel.tilings(call, ctx))
+            cands = list(itertools.islice(kernel.tilings(call, ctx), MAX_TILING_CANDIDATES))
         except DoesNotFit as e:  # no candidate can fit at all (a chip without the level the kernel needs)
             raise layout_error([fit_violation(call, self.target, e)]) from None
         for i, cand in enumerate(cands):
@@ -551,13 +566,12 @@ class Simulator:
             progress("planning tilings", len(cands), len(cands))
         return out
 
-    def _run_plan(self, entry: CachedPlan, numerics: bool,
-                  progress: Callable[[int, int], None] | None) -> SimulatedTiming:
+    def _run_plan(self, entry: CachedPlan, numerics: bool, progress: Callable[[int, int], None] | None,
+                  kernel: str) -> SimulatedTiming:
         """The timing of ``entry``'s plan, simulated now unless it was before; its numerics run too when
-        ``numerics`` (simulated, or replayed from the effects the simulation recorded); memory rolled back if
-        anything fails."""
+        ``numerics`` (simulated, or replayed from the effects the simulation recorded).  The caller journals
+        memory (:meth:`_journaled_call`) and rolls it back if this fails."""
         timing = entry.timing
-        self.memory.begin()
         try:
             if timing is None:
                 timing = simulate(entry.plan, self.target, self.memory, numerics=numerics, memo=entry.engine_memo,
@@ -567,11 +581,39 @@ class Simulator:
             elif numerics:  # simulated before (by the tiling search or an earlier call): only the bytes move now
                 Engine(self.target, self.memory, Recorder(), on_tile=progress,
                        memo=entry.engine_memo).replay(timing.effects)
-        except BaseException:
+        except ComputeOutputError as e:  # the engine knows the core and the tile: name the kernel and phase too
+            raise e.located(kernel, _phase_of(entry.plan, e.core, e.tile_object)) from None
+        return timing
+
+    def _plan_and_run(self, symbol: str, tiling: Mapping[str, Any] | None, numerics: bool,
+                      progress: Callable[[int, int], None] | None, kwargs: Mapping[str, Any],
+                      stage: list[str]) -> tuple[BoundCall, CachedPlan, TilingChoice, SimulatedTiming]:
+        """Plan the call (``stage[0]`` says so), then run it (and ``stage[0]`` says that)."""
+        call, entry, choice = self._plan_entry(symbol, tiling, None, kwargs)
+        stage[0] = "running its plan"
+        return call, entry, choice, self._run_plan(entry, numerics, progress, self.kernel_of(call).name)
+
+    def _journaled_call(self, symbol: str, tiling: Mapping[str, Any] | None, numerics: bool,
+                        progress: Callable[[int, int], None] | None, time_limit: float | None,
+                        kwargs: Mapping[str, Any]) -> tuple[BoundCall, CachedPlan, TilingChoice, SimulatedTiming]:
+        """Plan and run a call within its time limit, every byte written meanwhile journaled (a ``write`` from
+        its progress callback included) and rolled back if anything fails.  The journal is begun, committed and
+        rolled back outside the time limit's watch, so that its interruption never lands in a rollback."""
+        stage = [PLANNING_STAGE]
+
+        self.memory.begin()
+        try:
+            got = run_within(time_limit, lambda: expired_message(symbol, cast(float, time_limit), stage[0]),
+                             self._plan_and_run, symbol, tiling, numerics, progress, kwargs,
+                             stage)
+        except BaseException as e:
             self.memory.rollback()
+            if isinstance(e, TimeLimitError):  # stopped anywhere: keep no plan or choice it may have half made
+                self._plans.clear()
+                self._tilings.clear()
             raise
         self.memory.commit()
-        return timing
+        return got
 
     @staticmethod
     def kernel_of(call: BoundCall):
@@ -580,16 +622,34 @@ class Simulator:
 
     @_locked
     def call(self, symbol: str, /, *, numerics: bool = True, progress: Callable[[int, int], None] | None = None,
-             tiling: Mapping[str, Any] | None = None, **kwargs: Any) -> Run:
-        """Run ``symbol`` with its C arguments by name; memory is rolled back if anything fails."""
+             tiling: Mapping[str, Any] | None = None, time_limit_seconds: float | None = None,
+             **kwargs: Any) -> Run:
+        """Run ``symbol`` with its C arguments by name; memory is rolled back if anything fails.
+
+        ``time_limit_seconds`` (None: no limit) bounds the call's wall-clock time, its planning and tiling
+        search included: past it the call is interrupted (:mod:`sim.time_limit`) and raises TimeLimitError.
+        ``progress(tiles, cycle)`` hears the tiles as they run; it may ``read`` memory (and a ``write`` from it
+        is rolled back with the call's own writes if the call fails), but a ``call`` from it on this Simulator
+        is refused with NestedCallError: the outer call's rollback must cover every byte written during it.
+        """
         t0 = time.perf_counter()
         if not isinstance(numerics, (bool, np.bool_)):
             raise KernelArgError(f"call: 'numerics' must be True or False, got {brief(numerics)}")
         if progress is not None and not callable(progress):
             raise KernelArgError(f"call: 'progress' must be a callable or None, got {brief(progress)}")
-        with collector_paused():
-            call, entry, choice = self._plan_entry(symbol, tiling, None, kwargs)
-            timing = self._run_plan(entry, bool(numerics), progress)
+        limit = checked_time_limit(time_limit_seconds)
+        if self._running is not None:
+            raise NestedCallError(f"call: {symbol_text(symbol)} was called while {self._running} runs on the same "
+                                  f"Simulator (from its progress callback): a call cannot run inside another, whose "
+                                  f"rollback must cover every byte written during it; make the call after the "
+                                  f"running one returns, or on another Simulator")
+        self._running = symbol_text(symbol)
+        try:
+            with collector_paused():
+                call, entry, choice, timing = self._journaled_call(symbol, tiling, bool(numerics), progress, limit,
+                                                                   kwargs)
+        finally:
+            self._running = None
         sym = lookup(call.symbol)
         plan = entry.plan
         return Run(symbol=symbol, target=self.target, call=call, plan=plan, cycles=timing.cycles,
@@ -598,3 +658,13 @@ class Simulator:
                    sim_events=timing.sim_events, numerics=bool(numerics),
                    arg_kinds={a.name: a.kind for a in sym.kernel.args}, precision_note=sym.precision_note,
                    kernel_origin=sym.origin)
+
+
+def _phase_of(plan: Plan, core: int | None, tile: object) -> str | None:
+    """The name of the phase of ``plan`` whose tiles on ``core`` include ``tile`` (the object), or None."""
+    if core is None:
+        return None
+    for phase in plan.phases:
+        if any(t is tile for t in phase.tiles.get(core, ())):
+            return phase.name
+    return None
