@@ -313,3 +313,46 @@ def test_the_cli_reports_a_hostile_kernel_in_one_line(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, check=False)
     report = json.loads(proc.stdout)
     assert proc.returncode == 2 and report["ok"] is False and "'transfer-unmapped'" in report["errors"][0]
+
+
+#: What a hostile compute returns for tile 1 -> a phrase of the ComputeOutputError's detail.
+BAD_RESULTS: dict[str, tuple[Callable, str]] = {
+    "a masked array": (lambda a: (np.ma.masked_less(a * 2, 100.0),),
+                       "output 0 is a masked array: its mask cannot be stored in memory"),
+    "objects": (lambda a: (np.array([object()] * 512),), "output 0 has dtype object, which its operand's float32"),
+    "text": (lambda a: (np.array(["abcd"] * 512),), "output 0 has dtype <U4, which its operand's float32"),
+    "complex numbers": (lambda a: (a * 1j,), "output 0 has dtype complex"),
+    "ints for a float operand": (lambda a: (a.astype(np.int32),), None),  # numbers of a kind floats hold: accepted
+    "the wrong shape": (lambda a: (a[:3],), "output 0 of shape (3,) does not fill operand (512,)"),
+    "a transposed shape of as many elements": (lambda a: (a.reshape(16, 32) * 2,),
+                                               "output 0 of shape (16, 32) does not fill operand (512,) exactly"),
+    "two arrays for one output": (lambda a: (a, a), "the compute returned 2 arrays for 1 output operands"),
+    "a bare array": (lambda a: a * 2, "the compute returned array("),
+    "None": (lambda a: None, "the compute returned None, not a sequence of one array per output operand (1)"),
+    "a ragged list": (lambda a: ([[1.0], [1.0, 2.0]],), "output 0 ([[1.0], [1.0, 2.0]]) is not an array"),
+}
+
+
+@pytest.mark.parametrize("what", sorted(BAD_RESULTS))
+def test_a_compute_returning_what_its_operands_cannot_hold_is_a_compute_output_error(what):
+    """Refused as a PlanError of its own kind naming kernel, core, tile and phase (rule ``compute-output``), with
+    memory rolled back: the good tile 0 had already stored its half of y."""
+    fn, detail = BAD_RESULTS[what]
+    with sim.registered_kernel(Twice("bad_result", compute_with(fn=fn))):
+        m, args, core = _machine("s")
+        before = m.memory.snapshot()
+        if detail is None:  # ints convert to the float operand exactly as numbers: accepted
+            m.call("fp_bad_result_s", **args)
+            np.testing.assert_array_equal(m.read(Y + 2048, 512, F32), np.arange(512, 1024, dtype=F32))
+            return
+        with pytest.raises(sim.ComputeOutputError) as info:
+            m.call("fp_bad_result_s", **args)
+    err = info.value
+    assert isinstance(err, sim.PlanError) and err.rule == "compute-output"
+    assert (err.kernel, err.core, err.tile, err.phase) == ("bad_result", 0, 1, "twice")
+    text = str(err)
+    assert text.startswith("kernel 'bad_result', core 0, tile 1, phase 'twice': breaks the plan rule "
+                           "'compute-output': "), text
+    assert detail in text and "\n" not in text, text
+    assert m.memory.snapshot() == before
+    assert (m.read(Y, N, F32) == SENTINEL).all()
