@@ -27,7 +27,20 @@ engine.  The rules, each with the id a :class:`~sim.errors.PlanError` names (see
 * ``compute-loops``: a compute that does arithmetic (``flops > 0``) or writes outputs states its loops (what it
   issues, and so what it costs: :func:`sim.timing.compute_cycles` prices loops only);
 * ``loop-units``: a compute's loops issue only on unit classes the core has (``core.units``);
-* ``loop-registers``: a loop keeps live at most the vector registers the core has.
+* ``loop-registers``: a loop keeps live at most the vector registers the core has;
+* ``bounds``: every count a plan states is bounded, so that no report overflows: ``Loop.trips``, ``entries``,
+  ``reductions`` and each issue count at most :data:`MAX_LOOP_COUNT` (2**32), ``Compute.flops`` at most
+  :data:`MAX_TILE_FLOPS` (2**48), and (when the facade prices them) a tile's compute at most
+  :data:`MAX_TILE_CYCLES` (2**40 cycles) and a core's computes in the plan at most
+  :data:`MAX_CORE_COMPUTE_CYCLES` (2**52);
+* ``staging-alias``: on one core, two tiles of different slots that the engine may run at the same time (a
+  tile's loads overlap the previous tile's compute and stores, and a tile's stores the later tiles) never touch
+  the same bytes of a per-core staging level with one of them writing (:mod:`sim.model.plan_alias`); two
+  staged buffers of a phase never fill the same bytes, and only a buffer's fills write its bytes.  A core's
+  tiles use at most 64 slots in a phase.
+
+Also under ``plan-structure``: ``Plan.precision`` is one the chip computes in, and an operand's dtype is a
+number type (bool, int, uint or float).
 
 The check reads the plan only (no memory, no SimPy) and costs a few microseconds per transfer; the facade
 runs it once per plan it builds (plans are cached), before anything runs, so a refused plan leaves memory
@@ -37,16 +50,26 @@ exactly as it was.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from sim.errors import PlanError, brief
+from sim.errors import PlanError, brief, one_line
 from sim.model.call import BoundCall
 from sim.model.memory import MemoryMap, block_span
 from sim.model.plan import Compute, Loop, Operand, Phase, Plan, Tile, Transfer, parse_buffer_ref
+from sim.model.plan_alias import AliasCheck
 from sim.model.target import StagingArea, Target
+
+#: Largest count a loop may state (``Loop.trips``, ``entries``, ``reductions``, each issue count): 2**32.
+MAX_LOOP_COUNT = 1 << 32
+#: Largest ``Compute.flops`` of one tile (2**48, about 2.8e14: a tile holds at most a staging level's elements).
+MAX_TILE_FLOPS = 1 << 48
+#: Most cycles one tile's compute may take (2**40: about ten minutes at 1.8 GHz), and a core's computes in one
+#: plan (2**52): a run's cycles then stay far inside the 64-bit integers summaries and traces count them in.
+MAX_TILE_CYCLES = 1 << 40
+MAX_CORE_COMPUTE_CYCLES = 1 << 52
 
 #: Rule id -> the rule in words (for the docs and for tools).
 RULES: dict[str, str] = {
@@ -67,6 +90,10 @@ RULES: dict[str, str] = {
     "compute-loops": "a compute that does arithmetic or writes outputs states the loops that issue its work",
     "loop-units": "a compute's loops issue only on unit classes the core has",
     "loop-registers": "a loop keeps live at most the vector registers the core has",
+    "bounds": "a plan's counts are bounded: a loop's counts at most 2**32, a tile's flops at most 2**48, a tile's "
+              "compute at most 2**40 cycles and a core's computes at most 2**52",
+    "staging-alias": "two tiles of a core that may be in flight at once (of different slots) never touch the same "
+                     "staging bytes, one of them writing; staged buffers keep their bytes to themselves",
 }
 
 
@@ -118,7 +145,7 @@ class _Checker:
     slots' operands)."""
 
     def __init__(self, call: BoundCall, target: Target, levels: Sequence[StagingArea],
-                 operand_levels: Sequence[StagingArea], kernel: str):
+                 operand_levels: Sequence[StagingArea], kernel: str, price: Callable[[Compute], int] | None = None):
         self.call, self.target = call, target
         self.levels = tuple(levels)
         self.operand_levels = tuple(operand_levels)
@@ -142,6 +169,10 @@ class _Checker:
         # sharing one are judged once; held so that its id is not reused.
         self._computes: dict[int, Compute] = {}
         self._refs: dict[str, tuple[str, int]] = {}  # a buffer reference -> (name, generation), parsed once
+        self.alias = AliasCheck(self.levels, self._transfer_spans, self._operand_span)
+        self.price = price
+        self._cycles: dict[int, int] = {}  # id of a compute that passed -> its cycles (when priced)
+        self._core_cycles: dict[int, int] = {}  # core -> its computes' cycles so far
 
     def _ref(self, ref: Any) -> tuple[str, int]:
         """:func:`parse_buffer_ref` of ``ref``, remembered for plain strings (a plan names a buffer generation in
@@ -171,6 +202,9 @@ class _Checker:
                                      f"cores {', '.join(map(str, self.call.cores))})")
         if len(set(cores)) != len(cores):
             raise self.fail("cores", f"Plan.cores lists a core twice: {brief(cores)}")
+        if not isinstance(plan.precision, str) or plan.precision not in self.target.core.precisions:
+            raise self.fail("plan-structure", f"Plan.precision is {brief(plan.precision)}, which {self.target.name} "
+                                              f"lacks (it computes in: {', '.join(self.target.core.precisions)})")
         if not isinstance(plan.phases, tuple) or not all(isinstance(p, Phase) for p in plan.phases):
             raise self.fail("plan-structure", f"Plan.phases must be a tuple of Phase, got {brief(plan.phases)}")
         plan_cores = {int(c) for c in cores}
@@ -192,10 +226,40 @@ class _Checker:
                 for tile in tiles:
                     self.tile(tile, ids)
             self.where.core = self.where.tile = None
-            if any(t.fills or t.uses for ts in phase.tiles.values() for t in ts):
+            staged = any(t.fills or t.uses for ts in phase.tiles.values() for t in ts)
+            if staged:
                 self.buffers(phase)
                 self.where.core = self.where.tile = None
+            self.aliases(phase, staged)
+            self.where.core = self.where.tile = None
         self.where.phase = None
+
+    def aliases(self, phase: Phase, staged: bool) -> None:
+        """The ``staging-alias`` rule on one phase (:mod:`sim.model.plan_alias`): per core, no two tiles that may
+        be in flight at once touch the same staging bytes (one writing); staged buffers keep their bytes."""
+        for core, tiles in phase.tiles.items():
+            found = self.alias.slots(tiles)
+            if found is not None:
+                self.where.core, self.where.tile = int(core), int(tiles[found.index].tile_id)
+                raise self.fail("staging-alias", found.detail)
+        if staged:
+            found = self.alias.buffers(phase, self._ref)
+            where = self.alias.core
+            if found is not None and where is not None:
+                self.where.core, self.where.tile = where, int(phase.tiles[where][found.index].tile_id)
+                raise self.fail("staging-alias", found.detail)
+
+    def _transfer_spans(self, t: Transfer) -> tuple[int, int, int, int]:
+        """``(src lo, src hi, dst lo, dst hi)`` of a checked transfer (from the offsets its check worked out)."""
+        if type(t.src) is int and type(t.dst) is int:
+            offsets = self._spans.get((t.shape, t.src_strides, t.dst_strides, t.itemsize))
+            if offsets is not None:
+                return t.src + offsets[0], t.src + offsets[1], t.dst + offsets[2], t.dst + offsets[3]
+        return t.span("src") + t.span("dst")
+
+    def _operand_span(self, op: Operand) -> tuple[int, int]:
+        """The bytes a checked operand occupies."""
+        return int(op.addr), int(op.addr) + op.size_bytes
 
     def tile(self, tile: Any, ids: set[int]) -> None:
         if type(tile) is not Tile and not isinstance(tile, Tile):
@@ -391,10 +455,34 @@ class _Checker:
 
     def compute(self, c: Any) -> None:
         if id(c) in self._computes:
-            return
-        self._compute(c)
-        if type(c) is Compute:  # frozen: it passes again (a subclass might not be)
-            self._computes[id(c)] = c
+            cycles = self._cycles.get(id(c))
+        else:
+            self._compute(c)
+            cycles = self._priced(c)
+            if type(c) is Compute:  # frozen: it passes again (a subclass might not be)
+                self._computes[id(c)] = c
+                if cycles is not None:
+                    self._cycles[id(c)] = cycles
+        if cycles is not None:
+            core = self.where.core
+            assert core is not None
+            total = self._core_cycles[core] = self._core_cycles.get(core, 0) + cycles
+            if total > MAX_CORE_COMPUTE_CYCLES:
+                raise self.fail("bounds", f"the core's computes take {total} cycles up to this tile, more than the "
+                                          f"{MAX_CORE_COMPUTE_CYCLES} (2**52) a core's may in one plan: the run's "
+                                          f"cycles would overflow the 64-bit counts of summaries and traces")
+
+    def _priced(self, c: Compute) -> int | None:
+        """The cycles a checked compute takes (None when the check was given no pricer); PlanError ``bounds``
+        when they are more than a tile may take."""
+        if self.price is None:
+            return None
+        cycles = self.price(c)
+        if cycles > MAX_TILE_CYCLES:
+            raise self.fail("bounds", f"the compute takes {brief(cycles)} cycles (the tile overhead and its loops), "
+                                      f"more than the {MAX_TILE_CYCLES} (2**40) a tile's compute may: the run's "
+                                      f"cycles would overflow the 64-bit counts of summaries and traces")
+        return cycles
 
     def _compute(self, c: Any) -> None:
         if type(c) is not Compute and not isinstance(c, Compute):
@@ -403,6 +491,9 @@ class _Checker:
             raise self.fail("plan-structure", f"Compute.fn must be callable, got {brief(c.fn)}")
         if not _ints((c.flops,), 0):
             raise self.fail("plan-structure", f"Compute.flops must be an int >= 0, got {brief(c.flops)}")
+        if c.flops > MAX_TILE_FLOPS:
+            raise self.fail("bounds", f"Compute.flops is {brief(c.flops)}, more than the {MAX_TILE_FLOPS} (2**48) a "
+                                      f"tile's compute may state (a tile holds at most a staging level's elements)")
         if c.precision not in self.target.core.precisions:
             have = ", ".join(self.target.core.precisions)
             raise self.fail("plan-structure", f"the compute is in precision {brief(c.precision)}, which "
@@ -452,12 +543,20 @@ class _Checker:
             counts = (loop.trips, loop.entries, loop.reductions, loop.vector_registers)
             raise self.fail("plan-structure", f"{name}: Loop.trips, entries, reductions and vector_registers must "
                                               f"be ints >= 0, got {brief(counts)}")
+        for field_name in ("trips", "entries", "reductions"):
+            if getattr(loop, field_name) > MAX_LOOP_COUNT:
+                raise self.fail("bounds", f"{name}: Loop.{field_name} is {brief(getattr(loop, field_name))}, more "
+                                          f"than the {MAX_LOOP_COUNT} (2**32) a loop's count may be")
         named: list[str] = []
         for field_name in ("issues", "epilogue"):
             m = getattr(loop, field_name)
             if not isinstance(m, Mapping) or not all(isinstance(k, str) for k in m) or not _ints(tuple(m.values()), 0):
                 raise self.fail("plan-structure", f"{name}: Loop.{field_name} must map a unit class to an int >= 0 "
                                                   f"of issues, got {brief(m)}")
+            big = [(k, v) for k, v in m.items() if v > MAX_LOOP_COUNT]
+            if big:
+                raise self.fail("bounds", f"{name}: Loop.{field_name}[{brief(big[0][0], 40)}] is {brief(big[0][1])}, "
+                                          f"more than the {MAX_LOOP_COUNT} (2**32) a loop's count may be")
             named.extend(m)
         for field_name in ("chain", "carried"):
             t = getattr(loop, field_name)
@@ -490,12 +589,17 @@ class _Checker:
         label = f"{role} operand {index}"
         try:
             ok = key is not None and _is_int(op.addr) and type(op.shape) is tuple and _ints(op.shape, 0)
-            size = math.prod(op.shape) * np.dtype(op.dtype).itemsize if ok else 0
+            dt = np.dtype(op.dtype) if ok else None
+            size = math.prod(op.shape) * dt.itemsize if dt is not None else 0
         except TypeError:
-            ok = False
+            ok, dt = False, None
         if not ok:
             raise self.fail("plan-structure", f"{label}: an Operand needs an int address, a tuple shape of sizes "
                                               f">= 0 and a numpy dtype, got {brief(op, 160)}")
+        assert dt is not None
+        if dt.kind not in "biuf" or dt.fields is not None or dt.subdtype is not None:
+            raise self.fail("plan-structure", f"{label}: dtype {one_line(str(dt), 40)} is not a number type (bool, "
+                                              f"int, uint or float): a compute's operands are numeric arrays")
         lo, hi = int(op.addr), int(op.addr) + int(size)
         for li, level in enumerate(self.operand_levels):
             if level.base <= lo and hi <= level.end:
@@ -512,12 +616,15 @@ class _Checker:
 
 
 def check_plan(plan: object, call: BoundCall, target: Target, levels: Sequence[StagingArea],
-               operand_levels: Sequence[StagingArea], kernel: str) -> None:
+               operand_levels: Sequence[StagingArea], kernel: str,
+               compute_cycles: Callable[[Compute], int] | None = None) -> None:
     """Raise :class:`~sim.errors.PlanError` for the first rule ``plan`` breaks (see the module's rules).
 
     ``levels`` are the staging levels the plan may use (``PlanContext.levels``); ``operand_levels`` those
     compute operands may lie in (``PlanContext.vector_level`` and, if the chip has one, the scalar level beside
-    it).  ``kernel`` names the kernel in the message.
+    it).  ``kernel`` names the kernel in the message.  ``compute_cycles`` prices a compute (the facade passes
+    :func:`sim.timing.compute_cycles`, which this layer may not import): with it, rule ``bounds`` also bounds
+    the cycles of each compute and of each core's computes.
     """
-    _Checker(call, target, levels, operand_levels, kernel).plan(plan)
+    _Checker(call, target, levels, operand_levels, kernel, compute_cycles).plan(plan)
 
