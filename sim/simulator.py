@@ -567,12 +567,22 @@ class Simulator:
             progress("planning tilings", len(cands), len(cands))
         return out
 
-    def _run_plan(self, entry: CachedPlan, numerics: bool, progress: Callable[[int, int], None] | None,
-                  kernel: str) -> SimulatedTiming:
+    def _reserve_outputs(self, call: BoundCall) -> None:
+        """Each output buffer's pages as one run of memory, where none of them exists yet (address space only):
+        a large output written a tile at a time is then saved, viewed and copied in single operations."""
+        owner = call.cores[0] if call.variant == "p" else None
+        for b in call.buffers:
+            if b.role == "output":
+                self.memory.reserve(b.addr, b.size_bytes, core=owner)
+
+    def _run_plan(self, entry: CachedPlan, call: BoundCall, numerics: bool,
+                  progress: Callable[[int, int], None] | None, kernel: str) -> SimulatedTiming:
         """The timing of ``entry``'s plan, simulated now unless it was before; its numerics run too when
         ``numerics`` (simulated, or replayed from the effects the simulation recorded).  The caller journals
         memory (:meth:`_journaled_call`) and rolls it back if this fails."""
         timing = entry.timing
+        if numerics:
+            self._reserve_outputs(call)
         try:
             if timing is None:
                 timing = simulate(entry.plan, self.target, self.memory, numerics=numerics, memo=entry.engine_memo,
@@ -592,7 +602,7 @@ class Simulator:
         """Plan the call (``stage[0]`` says so), then run it (and ``stage[0]`` says that)."""
         call, entry, choice = self._plan_entry(symbol, tiling, None, kwargs)
         stage[0] = "running its plan"
-        return call, entry, choice, self._run_plan(entry, numerics, progress, self.kernel_of(call).name)
+        return call, entry, choice, self._run_plan(entry, call, numerics, progress, self.kernel_of(call).name)
 
     def _journaled_call(self, symbol: str, tiling: Mapping[str, Any] | None, numerics: bool,
                         progress: Callable[[int, int], None] | None, time_limit: float | None,
