@@ -72,6 +72,13 @@ def merged(spans: Sequence[Span]) -> Spans:
     """``spans`` sorted, with overlapping and touching ones joined."""
     if len(spans) < 2:
         return tuple(spans)
+    if len(spans) == 2:  # the common case (a tile's two operands): no loop
+        (a_lo, a_hi), (b_lo, b_hi) = spans
+        if a_hi < b_lo:
+            return tuple(spans)
+        if b_hi < a_lo:
+            return spans[1], spans[0]
+        return ((min(a_lo, b_lo), max(a_hi, b_hi)),)
     out: list[list[int]] = []
     for lo, hi in sorted(spans):
         if out and lo <= out[-1][1]:
@@ -135,20 +142,18 @@ class AliasCheck:
 
     def footprint(self, tile: Tile) -> int:
         """The number of ``tile``'s footprint (equal footprints, equal numbers)."""
-        lw: list[Span] = []
-        lr: list[Span] = []
-        sw: list[Span] = []
-        sr: list[Span] = []
-        inside = self._inside
-        for transfers, w, r in ((tile.loads, lw, lr), (tile.stores, sw, sr)):
+        spans_of, bounds = self.transfer_spans, self._bounds
+        sides: list[list[Span]] = [[], [], [], []]  # load destinations, store destinations, load sources, store sources
+        for w, transfers in ((0, tile.loads), (1, tile.stores)):
             for t in transfers:
-                s_lo, s_hi, d_lo, d_hi = self.transfer_spans(t)
-                if inside(d_lo, d_hi):
-                    w.append((d_lo, d_hi))
-                if inside(s_lo, s_hi):
-                    r.append((s_lo, s_hi))
+                s_lo, s_hi, d_lo, d_hi = spans_of(t)
+                for base, end in bounds:  # (the plan's hot loop: a comparison or two per side)
+                    if base <= d_lo and d_hi <= end and d_lo < d_hi:
+                        sides[w].append((d_lo, d_hi))
+                    if base <= s_lo and s_hi <= end and s_lo < s_hi:
+                        sides[w + 2].append((s_lo, s_hi))
         cw, cr = self._compute_spans(tile.compute) if tile.compute is not None else ((), ())
-        fp = (merged(lw), cw, merged(sw), merged(lr), cr, merged(sr))
+        fp = (merged(sides[0]), cw, merged(sides[1]), merged(sides[2]), cr, merged(sides[3]))
         fid = self._ids.get(fp)
         if fid is None:
             fid = self._ids[fp] = len(self._fps)
