@@ -27,6 +27,7 @@ from kernels.common.loops import gemm_micro_kernel
 from sim.model import plan_check
 from sim.model.plan import Loop, Operand, Phase, Plan, Tile, Transfer
 from sim.model.plan_check import RULES
+from sim.timing import loop_cycles
 
 REPO = Path(__file__).resolve().parent.parent
 N = 1024  # elements of x and y (two tiles of 512)
@@ -482,3 +483,20 @@ def test_a_race_the_alias_rule_refuses_does_give_wrong_results():
             mp.setattr(plan_check.AliasCheck, "slots", lambda self, tiles: None)
             m.call("fp_racy_s", **args)
         assert not np.array_equal(m.read(Y, N, F32), 2 * np.arange(N, dtype=F32))
+
+
+def test_numpy_int_counts_are_bounded_and_priced_exactly_like_python_ints():
+    """A loop stating its counts as numpy ints is refused by the same bounds (its cycles are worked out in Python
+    ints: int64 arithmetic would wrap a hostile product around to a small, legal-looking count)."""
+    core = sim.load_target("FT78NE").core
+    big = dict(trips=2 ** 31, entries=2 ** 31, issues={"vls": 2 ** 20})
+    as_numpy = {k: (np.int64(v) if isinstance(v, int) else {u: np.int64(n) for u, n in v.items()})
+                for k, v in big.items()}
+    with np.errstate(over="raise"):
+        # (labels apart: the price memo keys a loop by its content, in which 3 and np.int64(3) are equal)
+        assert loop_cycles(Loop(**as_numpy, label="numpy"), core) == loop_cycles(Loop(**big, label="int"), core) \
+            > 2 ** 62
+    with sim.registered_kernel(Twice("numpy_counts", with_loop(**as_numpy))):
+        m, args, _ = _machine("s")
+        with pytest.raises(sim.PlanError, match=r"'bounds': the compute takes .* cycles"):
+            m.call("fp_numpy_counts_s", **args)
