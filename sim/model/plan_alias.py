@@ -30,7 +30,7 @@ import bisect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from sim.model.plan import Operand, Phase, Tile, Transfer, parse_buffer_ref
+from sim.model.plan import Compute, Phase, Tile, Transfer, parse_buffer_ref
 from sim.model.target import StagingArea
 
 #: A span of bytes ``(lo, hi)``; a sorted tuple of disjoint spans.
@@ -42,6 +42,8 @@ Spans = tuple[Span, ...]
 Footprint = tuple[Spans, Spans, Spans, Spans, Spans, Spans]
 #: A store's staged-buffer bytes: the starts, and the disjoint ``(lo, hi, names)`` in address order.
 _Owned = tuple[list[int], list[tuple[int, int, frozenset[str]]]]
+
+_EMPTY: Spans = ()
 
 # The stages of a tile (a footprint's writes of stage s are at s, its reads at READS + s) and what each does to
 # the bytes it writes and reads (for messages).
@@ -105,19 +107,19 @@ def meet(a: Spans, b: Spans) -> Span | None:
 class AliasCheck:
     """The rule on the phases of one plan: per core, the tiles' footprints in the per-core staging levels.
 
-    ``transfer_spans(t)`` gives a transfer's ``(src lo, src hi, dst lo, dst hi)`` and ``operand_span(op)`` an
-    operand's bytes (the plan check's, which it has worked out already).
+    ``transfer_spans(t)`` gives a transfer's ``(src lo, src hi, dst lo, dst hi)`` and ``compute_spans(c)`` a
+    compute's output and input operands' bytes (the plan check's, which it has worked out already).
     """
 
     def __init__(self, levels: Sequence[StagingArea], transfer_spans: Callable[[Transfer], tuple[int, int, int, int]],
-                 operand_span: Callable[[Operand], Span]):
+                 compute_spans: Callable[[Compute], tuple[list[Span], list[Span]]]):
         self.levels = tuple(levels)
         self._bounds = tuple((a.base, a.end) for a in levels if not a.shared)
-        self.transfer_spans, self.operand_span = transfer_spans, operand_span
+        self.transfer_spans, self.compute_spans = transfer_spans, compute_spans
         self.core: int | None = None  # the core of the last finding of :meth:`buffers`
         self._ids: dict[Footprint, int] = {}
         self._fps: list[Footprint] = []
-        self._computes: dict[int, tuple[Spans, Spans, object]] = {}  # id -> (outputs, inputs, the compute)
+        self._computes: dict[int, tuple[Spans, Spans, Compute]] = {}  # id -> (outputs, inputs, the compute)
         self._met: dict[tuple[int, int, int, int], tuple[Span, bool, bool] | None] = {}
 
     # -- footprints ---------------------------------------------------------------------------------
@@ -131,19 +133,19 @@ class AliasCheck:
                 return True
         return False
 
-    def _compute_spans(self, c: object) -> tuple[Spans, Spans]:
+    def _compute_local(self, c: Compute) -> tuple[Spans, Spans]:
         """(outputs, inputs) of a compute in the per-core levels, once per compute (tiles share them)."""
         got = self._computes.get(id(c))
         if got is None:
-            outs = [s for op in c.outputs if self._inside(*(s := self.operand_span(op)))]  # type: ignore[attr-defined]
-            ins = [s for op in c.inputs if self._inside(*(s := self.operand_span(op)))]  # type: ignore[attr-defined]
-            got = self._computes[id(c)] = (merged(outs), merged(ins), c)  # (c kept: its id stays its own)
+            outs, ins = self.compute_spans(c)
+            got = self._computes[id(c)] = (merged([s for s in outs if self._inside(*s)]),
+                                           merged([s for s in ins if self._inside(*s)]), c)  # (c: its id stays)
         return got[0], got[1]
 
     def footprint(self, tile: Tile) -> int:
         """The number of ``tile``'s footprint (equal footprints, equal numbers)."""
         spans_of, bounds = self.transfer_spans, self._bounds
-        sides: list[list[Span]] = [[], [], [], []]  # load destinations, store destinations, load sources, store sources
+        sides: tuple[list[Span], ...] = ([], [], [], [])  # load and store destinations, load and store sources
         for w, transfers in ((0, tile.loads), (1, tile.stores)):
             for t in transfers:
                 s_lo, s_hi, d_lo, d_hi = spans_of(t)
@@ -152,8 +154,9 @@ class AliasCheck:
                         sides[w].append((d_lo, d_hi))
                     if base <= s_lo and s_hi <= end and s_lo < s_hi:
                         sides[w + 2].append((s_lo, s_hi))
-        cw, cr = self._compute_spans(tile.compute) if tile.compute is not None else ((), ())
-        fp = (merged(sides[0]), cw, merged(sides[1]), merged(sides[2]), cr, merged(sides[3]))
+        lw, sw, lr, sr = (_EMPTY if not x else (x[0],) if len(x) == 1 else merged(x) for x in sides)
+        cw, cr = self._compute_local(tile.compute) if tile.compute is not None else (_EMPTY, _EMPTY)
+        fp = (lw, cw, sw, lr, cr, sr)
         fid = self._ids.get(fp)
         if fid is None:
             fid = self._ids[fp] = len(self._fps)
@@ -322,7 +325,7 @@ class AliasCheck:
                 written = [("loads into", self.transfer_spans(t)[2:]) for t in tile.loads] + \
                           [("stores into", self.transfer_spans(t)[2:]) for t in tile.stores]
                 if tile.compute is not None:
-                    written += [("computes into", self.operand_span(op)) for op in tile.compute.outputs]
+                    written += [("computes into", span) for span in self.compute_spans(tile.compute)[0]]
                 for verb, span in written:
                     for store in stores:
                         hit = _owner(owners[store], span)

@@ -169,7 +169,9 @@ class _Checker:
         # sharing one are judged once; held so that its id is not reused.
         self._computes: dict[int, Compute] = {}
         self._refs: dict[str, tuple[str, int]] = {}  # a buffer reference -> (name, generation), parsed once
-        self.alias = AliasCheck(self.levels, self._transfer_spans, self._operand_span)
+        self._transfer_memo: dict[int, tuple[int, int, int, int]] = {}  # id -> a checked transfer's spans
+        self._compute_memo: dict[int, tuple[list[tuple[int, int]], list[tuple[int, int]]]] = {}  # id -> its spans
+        self.alias = AliasCheck(self.levels, self._transfer_spans, self._compute_spans)
         self.price = price
         self._cycles: dict[int, int] = {}  # id of a compute that passed -> its cycles (when priced)
         self._core_cycles: dict[int, int] = {}  # core -> its computes' cycles so far
@@ -250,16 +252,17 @@ class _Checker:
                 raise self.fail("staging-alias", found.detail)
 
     def _transfer_spans(self, t: Transfer) -> tuple[int, int, int, int]:
-        """``(src lo, src hi, dst lo, dst hi)`` of a checked transfer (from the offsets its check worked out)."""
-        if type(t.src) is int and type(t.dst) is int:
-            offsets = self._spans.get((t.shape, t.src_strides, t.dst_strides, t.itemsize))
-            if offsets is not None:
-                return t.src + offsets[0], t.src + offsets[1], t.dst + offsets[2], t.dst + offsets[3]
-        return t.span("src") + t.span("dst")
+        """``(src lo, src hi, dst lo, dst hi)`` of a checked transfer (as its check worked them out)."""
+        got = self._transfer_memo.get(id(t))
+        return got if got is not None else t.span("src") + t.span("dst")  # (one that moves nothing)
 
-    def _operand_span(self, op: Operand) -> tuple[int, int]:
-        """The bytes a checked operand occupies."""
-        return int(op.addr), int(op.addr) + op.size_bytes
+    def _compute_spans(self, c: Compute) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """(outputs, inputs) spans of a checked compute's operands (as their check worked them out)."""
+        got = self._compute_memo.get(id(c))
+        if got is None:
+            got = ([(int(o.addr), int(o.addr) + o.size_bytes) for o in c.outputs],
+                   [(int(o.addr), int(o.addr) + o.size_bytes) for o in c.inputs])
+        return got
 
     def tile(self, tile: Any, ids: set[int]) -> None:
         if type(tile) is not Tile and not isinstance(tile, Tile):
@@ -400,11 +403,12 @@ class _Checker:
             if offsets is None:
                 offsets = self._spans[key] = _span_offsets(shape, ss, ds, item)
             src_lo, src_hi, dst_lo, dst_hi = offsets
-            self._side(t.src + src_lo, t.src + src_hi, self.readable, False, t, kind, index)
-            self._side(t.dst + dst_lo, t.dst + dst_hi, self.writable, True, t, kind, index)
+            spans = (t.src + src_lo, t.src + src_hi, t.dst + dst_lo, t.dst + dst_hi)
         else:  # numpy ints: their arithmetic is their own, so each side's span as the address gives it
-            self._side(*block_span(t.src, shape, item, ss), self.readable, False, t, kind, index)
-            self._side(*block_span(t.dst, shape, item, ds), self.writable, True, t, kind, index)
+            spans = block_span(t.src, shape, item, ss) + block_span(t.dst, shape, item, ds)
+        self._side(spans[0], spans[1], self.readable, False, t, kind, index)
+        self._side(spans[2], spans[3], self.writable, True, t, kind, index)
+        self._transfer_memo[id(t)] = spans  # for the staging-alias rule (the plan holds t: its id stays its own)
 
     def _side(self, lo: int, hi: int, legal: list[tuple[int, int]], writing: bool, t: Transfer, kind: str,
               index: int) -> None:
@@ -515,8 +519,10 @@ class _Checker:
                 self.loop(loop, i)
                 self._loops[id(loop)] = loop  # kept alive so that its id is not reused
         # Each operand's (lo, hi, level index) once: an in-place operand (an output over an input) counts once.
-        distinct = {self.operand(op, "input", i) for i, op in enumerate(c.inputs)}
+        ins = [self.operand(op, "input", i) for i, op in enumerate(c.inputs)]
         outs = [self.operand(op, "output", i) for i, op in enumerate(c.outputs)]
+        self._compute_memo[id(c)] = ([(lo, hi) for lo, hi, _ in outs], [(lo, hi) for lo, hi, _ in ins])
+        distinct = set(ins)
         distinct.update(outs)
         used = [0] * len(self.operand_levels)
         for lo, hi, li in distinct:
