@@ -480,7 +480,7 @@ def test_a_race_the_alias_rule_refuses_does_give_wrong_results():
     with sim.registered_kernel(Twice("racy", same_slot_bytes)):
         m, args, _ = _machine("s")
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(plan_check.AliasCheck, "slots", lambda self, tiles: None)
+            mp.setattr(plan_check.AliasCheck, "slots", lambda self, tiles, footprints=None: None)
             m.call("fp_racy_s", **args)
         assert not np.array_equal(m.read(Y, N, F32), 2 * np.arange(N, dtype=F32))
 

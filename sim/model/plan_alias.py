@@ -61,13 +61,13 @@ class Finding:
     detail: str
 
 
-@dataclass(frozen=True)
 class _Walked:
     """A tile as the walk meets it: the tile, its slot and the number of its footprint."""
 
-    tile: Tile
-    slot: int
-    fp: int
+    __slots__ = ("tile", "slot", "fp")
+
+    def __init__(self, tile: Tile, slot: int, fp: int):
+        self.tile, self.slot, self.fp = tile, slot, fp
 
 
 def merged(spans: Sequence[Span]) -> Spans:
@@ -149,14 +149,21 @@ class AliasCheck:
         for w, transfers in ((0, tile.loads), (1, tile.stores)):
             for t in transfers:
                 s_lo, s_hi, d_lo, d_hi = spans_of(t)
-                for base, end in bounds:  # (the plan's hot loop: a comparison or two per side)
-                    if base <= d_lo and d_hi <= end and d_lo < d_hi:
+                for base, end in bounds:
+                    if base <= d_lo and d_hi <= end:
                         sides[w].append((d_lo, d_hi))
-                    if base <= s_lo and s_hi <= end and s_lo < s_hi:
+                    if base <= s_lo and s_hi <= end:
                         sides[w + 2].append((s_lo, s_hi))
-        lw, sw, lr, sr = (_EMPTY if not x else (x[0],) if len(x) == 1 else merged(x) for x in sides)
-        cw, cr = self._compute_local(tile.compute) if tile.compute is not None else (_EMPTY, _EMPTY)
-        fp = (lw, cw, sw, lr, cr, sr)
+        return self.footprint_of(sides, tile.compute)
+
+    def footprint_of(self, sides: Sequence[list[Span]], compute: Compute | None) -> int:
+        """The number of the footprint of a tile whose transfers move ``sides`` of the per-core levels (load and
+        store destinations, load and store sources) and whose compute is ``compute``."""
+        lw, sw, lr, sr = sides
+        cw, cr = self._compute_local(compute) if compute is not None else (_EMPTY, _EMPTY)
+        # (Most sides are empty or one span: no call for those.)
+        fp = (tuple(lw) if len(lw) < 2 else merged(lw), cw, tuple(sw) if len(sw) < 2 else merged(sw),
+              tuple(lr) if len(lr) < 2 else merged(lr), cr, tuple(sr) if len(sr) < 2 else merged(sr))
         fid = self._ids.get(fp)
         if fid is None:
             fid = self._ids[fp] = len(self._fps)
@@ -194,12 +201,13 @@ class AliasCheck:
 
     # -- the rule ----------------------------------------------------------------------------------------
 
-    def slots(self, tiles: Sequence[Tile]) -> Finding | None:
+    def slots(self, tiles: Sequence[Tile], footprints: Mapping[int, int] | None = None) -> Finding | None:
         """The first race between the slots of one core's tiles in one phase, or None.
 
         The latest tile of every slot (k < j) may still be storing while tile j computes and stores, and while
         tile j loads unless k = j - 1 (whose loads, compute and stores are all checked against j's loads
-        directly; the tile of its slot before it takes its place for j's loads).  Those stores are an index of
+        directly; the tile of its slot before it takes its place for j's loads).  ``footprints`` maps a tile's id
+        to its footprint number when the caller worked it out (:meth:`footprint_of`).  Those stores are an index of
         byte segments that changes only when a slot's latest footprint does; a tile whose footprint, slot and
         neighbours were judged against the same index before passes again without a look.
         """
@@ -214,7 +222,8 @@ class AliasCheck:
         for index, tile in enumerate(tiles):
             if tile.fills:
                 continue  # a staging tile: the buffers' own rules (buffers) cover it
-            me = _Walked(tile, int(tile.slot), self.footprint(tile))
+            fid = footprints.get(id(tile)) if footprints is not None else None
+            me = _Walked(tile, int(tile.slot), self.footprint(tile) if fid is None else fid)
             older = before.get(prev.slot) if prev is not None and prev.slot != me.slot else None
             key = (me.fp, me.slot, version) + ((prev.slot, prev.fp, older.fp if older else -1) if prev else ())
             if key not in passed:

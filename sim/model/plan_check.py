@@ -172,6 +172,11 @@ class _Checker:
         self._transfer_memo: dict[int, tuple[int, int, int, int]] = {}  # id -> a checked transfer's spans
         self._compute_memo: dict[int, tuple[list[tuple[int, int]], list[tuple[int, int]]]] = {}  # id -> its spans
         self.alias = AliasCheck(self.levels, self._transfer_spans, self._compute_spans)
+        self._local = tuple((a.base, a.end) for a in self.levels if not a.shared)
+        # The tile being checked's transfer spans in per-core staging levels (load and store destinations, load
+        # and store sources), and each checked tile's footprint number (id -> number; the plan holds the tiles).
+        self._sides: tuple[list[tuple[int, int]], ...] = ([], [], [], [])
+        self._footprints: dict[int, int] = {}
         self.price = price
         self._cycles: dict[int, int] = {}  # id of a compute that passed -> its cycles (when priced)
         self._core_cycles: dict[int, int] = {}  # core -> its computes' cycles so far
@@ -240,7 +245,7 @@ class _Checker:
         """The ``staging-alias`` rule on one phase (:mod:`sim.model.plan_alias`): per core, no two tiles that may
         be in flight at once touch the same staging bytes (one writing); staged buffers keep their bytes."""
         for core, tiles in phase.tiles.items():
-            found = self.alias.slots(tiles)
+            found = self.alias.slots(tiles, self._footprints)
             if found is not None:
                 self.where.core, self.where.tile = int(core), int(tiles[found.index].tile_id)
                 raise self.fail("staging-alias", found.detail)
@@ -284,6 +289,8 @@ class _Checker:
                 self.transfer(t, kind, i)
         if tile.compute is not None:
             self.compute(tile.compute)
+        self._footprints[id(tile)] = self.alias.footprint_of(self._sides, tile.compute)
+        self._sides = ([], [], [], [])
         if type(tile.fills) is tuple and type(tile.uses) is tuple and not tile.fills and not tile.uses:
             return  # no staged buffers (most tiles): nothing below applies
         for field_name in ("fills", "uses"):
@@ -409,6 +416,12 @@ class _Checker:
         self._side(spans[0], spans[1], self.readable, False, t, kind, index)
         self._side(spans[2], spans[3], self.writable, True, t, kind, index)
         self._transfer_memo[id(t)] = spans  # for the staging-alias rule (the plan holds t: its id stays its own)
+        s_lo, s_hi, d_lo, d_hi = spans
+        for base, end in self._local:  # the bytes of per-core staging levels the tile's transfer moves (the alias rule)
+            if base <= d_lo and d_hi <= end:
+                self._sides[0 if kind == "load" else 1].append((d_lo, d_hi))
+            if base <= s_lo and s_hi <= end:
+                self._sides[2 if kind == "load" else 3].append((s_lo, s_hi))
 
     def _side(self, lo: int, hi: int, legal: list[tuple[int, int]], writing: bool, t: Transfer, kind: str,
               index: int) -> None:
