@@ -500,7 +500,10 @@ class AddressSpace:
             return
         _, key = self.map.resolve(addr, size_bytes, core, what="write")
         if self._run_of(key, int(addr), int(addr) + size_bytes) is None:
-            self._run_made(key, int(addr), int(addr) + size_bytes)
+            try:
+                self._run_made(key, int(addr), int(addr) + size_bytes)
+            except MemoryError:  # no room for it in the address space: its pages come one by one as they are written
+                pass
 
     def read_only_view(self, addr: int, shape: Sequence[int] | int, dtype: np.dtype | type | str,
                        core: int | None = None) -> np.ndarray:

@@ -18,10 +18,11 @@ land on operands the current tile still computes on): the rule refuses them, nam
 the bytes.  For staged buffers (``Tile.fills``/``uses``, whose own order the ``buffers`` rule checks): two
 buffers of a phase may not fill the same bytes, and no other tile may write a buffer's bytes.
 
-The work is linear in the tiles: a tile is compared with at most two earlier tiles per slot, and tiles that
-reuse their slot's buffers give the same footprints, whose comparisons are remembered; the stores still
-pending of every slot's latest tile are kept as an index of disjoint byte segments.  A core's tiles in a
-phase may use any number of slots (a resident block may have one of its own).
+The work is about linear in the tiles: a tile is compared with the tile before it (and the one before that of
+its slot) and, through an index of disjoint byte segments, with the stores still pending of every slot's
+latest tile; tiles that reuse their slot's buffers give the same footprints, whose comparisons are
+remembered, and a tile that repeats its footprint, slot and neighbours against an unchanged index passes
+without a look.  A core's tiles in a phase may use any number of slots (a resident block may have its own).
 """
 
 from __future__ import annotations
