@@ -56,7 +56,7 @@ from sim.model.plan_check import check_plan
 from sim.model.target import StagingArea, Target
 from sim.model.target_loader import load_target
 from sim.time_limit import PLANNING_STAGE, checked_time_limit, expired_message, run_within, symbol_text
-from sim.timing import Roofline, compute_cycles, peak_flops_per_cycle, roofline, run_lower_bound_cycles
+from sim.timing import Roofline, loop_cycles, peak_flops_per_cycle, roofline, run_lower_bound_cycles
 from sim.tuning import TILING_TOLERANCE, Candidate, Progress, TilingCache, TilingChoice, choose_tiling
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -543,7 +543,7 @@ class Simulator:
         # Before anything runs it (the cost model's timing-only runs included), once per plan: cached plans passed.
         check_plan(plan, call, self.target, ctx.levels,
                    (ctx.vector_level,) + ((ctx.scalar_level,) if ctx.scalar_level is not None else ()), kernel.name,
-                   functools.partial(compute_cycles, target=self.target))
+                   functools.partial(loop_cycles, core=self.target.core))
         return self._plans.put(key, plan)
 
     def _lower_candidates(self, kernel: Any, call: BoundCall, ctx: PlanContext,

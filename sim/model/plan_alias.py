@@ -109,19 +109,20 @@ class AliasCheck:
     """The rule on the phases of one plan: per core, the tiles' footprints in the per-core staging levels.
 
     ``transfer_spans(t)`` gives a transfer's ``(src lo, src hi, dst lo, dst hi)`` and ``compute_spans(c)`` a
-    compute's output and input operands' bytes (the plan check's, which it has worked out already).
+    compute's output and input operands' bytes, merged (the plan check's, which it has worked out already; every
+    operand lies in a per-core level, by the rule operand-level).
     """
 
     def __init__(self, levels: Sequence[StagingArea], transfer_spans: Callable[[Transfer], tuple[int, int, int, int]],
-                 compute_spans: Callable[[Compute], tuple[list[Span], list[Span]]]):
+                 compute_spans: Callable[[Compute], tuple[Spans, Spans]]):
         self.levels = tuple(levels)
         self._bounds = tuple((a.base, a.end) for a in levels if not a.shared)
         self.transfer_spans, self.compute_spans = transfer_spans, compute_spans
         self.core: int | None = None  # the core of the last finding of :meth:`buffers`
         self._ids: dict[Footprint, int] = {}
         self._fps: list[Footprint] = []
-        self._computes: dict[int, tuple[Spans, Spans, Compute]] = {}  # id -> (outputs, inputs, the compute)
         self._met: dict[tuple[int, int, int, int], tuple[Span, bool, bool] | None] = {}
+        self._passed: set[tuple] = set()  # (footprint, slot, index state, neighbours) of tiles found clean
 
     # -- footprints ---------------------------------------------------------------------------------
 
@@ -133,15 +134,6 @@ class AliasCheck:
             if base <= lo and hi <= end:
                 return True
         return False
-
-    def _compute_local(self, c: Compute) -> tuple[Spans, Spans]:
-        """(outputs, inputs) of a compute in the per-core levels, once per compute (tiles share them)."""
-        got = self._computes.get(id(c))
-        if got is None:
-            outs, ins = self.compute_spans(c)
-            got = self._computes[id(c)] = (merged([s for s in outs if self._inside(*s)]),
-                                           merged([s for s in ins if self._inside(*s)]), c)  # (c: its id stays)
-        return got[0], got[1]
 
     def footprint(self, tile: Tile) -> int:
         """The number of ``tile``'s footprint (equal footprints, equal numbers)."""
@@ -161,7 +153,7 @@ class AliasCheck:
         """The number of the footprint of a tile whose transfers move ``sides`` of the per-core levels (load and
         store destinations, load and store sources) and whose compute is ``compute``."""
         lw, sw, lr, sr = sides
-        cw, cr = self._compute_local(compute) if compute is not None else (_EMPTY, _EMPTY)
+        cw, cr = self.compute_spans(compute) if compute is not None else (_EMPTY, _EMPTY)
         # (Most sides are empty or one span: no call for those.)
         fp = (tuple(lw) if len(lw) < 2 else merged(lw), cw, tuple(sw) if len(sw) < 2 else merged(sw),
               tuple(lr) if len(lr) < 2 else merged(lr), cr, tuple(sr) if len(sr) < 2 else merged(sr))
@@ -210,15 +202,16 @@ class AliasCheck:
         directly; the tile of its slot before it takes its place for j's loads).  ``footprints`` maps a tile's id
         to its footprint number when the caller worked it out (:meth:`footprint_of`).  Those stores are an index of
         byte segments that changes only when a slot's latest footprint does; a tile whose footprint, slot and
-        neighbours were judged against the same index before passes again without a look.
+        neighbours were judged against the same index before (in this phase or another, on this core or another:
+        the cores' per-core levels have the same addresses) passes again without a look.
         """
         if not self._bounds:
             return None
         pending = _PendingStores()
-        version = 0  # of the index: the latest footprint of each slot
+        state: tuple = ()  # the index's content: (slot, footprint) of each slot's latest tile, in slot order
         latest: dict[int, _Walked] = {}
         before: dict[int, _Walked] = {}
-        passed: set[tuple] = set()
+        passed = self._passed
         prev: _Walked | None = None
         for index, tile in enumerate(tiles):
             if tile.fills:
@@ -226,7 +219,7 @@ class AliasCheck:
             fid = footprints.get(id(tile)) if footprints is not None else None
             me = _Walked(tile, int(tile.slot), self.footprint(tile) if fid is None else fid)
             older = before.get(prev.slot) if prev is not None and prev.slot != me.slot else None
-            key = (me.fp, me.slot, version) + ((prev.slot, prev.fp, older.fp if older else -1) if prev else ())
+            key = (me.fp, me.slot, state) + ((prev.slot, prev.fp, older.fp if older else -1) if prev else ())
             if key not in passed:
                 found = self._against_prev(me, prev, older) if prev is not None else None
                 if found is None:
@@ -242,7 +235,9 @@ class AliasCheck:
                 if old is not None:
                     pending.remove(self._fps[old.fp], me.slot)
                 pending.add(self._fps[me.fp], me.slot)
-                version += 1
+                # A phase of many slots (a block resident in its own) changes the index at every tile: its states
+                # would not repeat, so they are not spelled out (an object of their own never equals another).
+                state = tuple(sorted((w.slot, w.fp) for w in latest.values())) if len(latest) <= 8 else (object(),)
             prev = me
         return None
 

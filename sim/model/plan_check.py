@@ -59,7 +59,7 @@ from sim.errors import PlanError, brief, one_line
 from sim.model.call import BoundCall
 from sim.model.memory import MemoryMap, block_span
 from sim.model.plan import Compute, Loop, Operand, Phase, Plan, Tile, Transfer, parse_buffer_ref
-from sim.model.plan_alias import AliasCheck
+from sim.model.plan_alias import AliasCheck, Spans, merged
 from sim.model.target import StagingArea, Target
 
 #: Largest count a loop may state (``Loop.trips``, ``entries``, ``reductions``, each issue count): 2**32.
@@ -145,7 +145,7 @@ class _Checker:
     slots' operands)."""
 
     def __init__(self, call: BoundCall, target: Target, levels: Sequence[StagingArea],
-                 operand_levels: Sequence[StagingArea], kernel: str, price: Callable[[Compute], int] | None = None):
+                 operand_levels: Sequence[StagingArea], kernel: str, price: Callable[[Loop], int] | None = None):
         self.call, self.target = call, target
         self.levels = tuple(levels)
         self.operand_levels = tuple(operand_levels)
@@ -170,15 +170,19 @@ class _Checker:
         self._computes: dict[int, Compute] = {}
         self._refs: dict[str, tuple[str, int]] = {}  # a buffer reference -> (name, generation), parsed once
         self._transfer_memo: dict[int, tuple[int, int, int, int]] = {}  # id -> a checked transfer's spans
-        self._compute_memo: dict[int, tuple[list[tuple[int, int]], list[tuple[int, int]]]] = {}  # id -> its spans
+        self._compute_memo: dict[int, tuple[Spans, Spans]] = {}  # id -> its output and input spans, merged
         self.alias = AliasCheck(self.levels, self._transfer_spans, self._compute_spans)
         self._local = tuple((a.base, a.end) for a in self.levels if not a.shared)
+        self._local_bounds = (min((lo for lo, _ in self._local), default=0),
+                              max((hi for _, hi in self._local), default=0))
+        self._staged = False  # whether the phase being checked has staged buffers
         # The tile being checked's transfer spans in per-core staging levels (load and store destinations, load
         # and store sources), and each checked tile's footprint number (id -> number; the plan holds the tiles).
         self._sides: tuple[list[tuple[int, int]], ...] = ([], [], [], [])
         self._footprints: dict[int, int] = {}
         self.price = price
         self._cycles: dict[int, int] = {}  # id of a compute that passed -> its cycles (when priced)
+        self._loop_cycles: dict[int, int] = {}  # id of a loop that passed (kept alive in _loops) -> its cycles
         self._core_cycles: dict[int, int] = {}  # core -> its computes' cycles so far
 
     def _ref(self, ref: Any) -> tuple[str, int]:
@@ -220,6 +224,8 @@ class _Checker:
             if not isinstance(phase.tiles, Mapping):
                 raise self.fail("plan-structure", f"Phase.tiles must map a core to its tiles, got "
                                                   f"{brief(phase.tiles)}")
+            self._staged = any(getattr(t, "fills", None) or getattr(t, "uses", None)
+                               for ts in phase.tiles.values() if isinstance(ts, (tuple, list)) for t in ts)
             for core, tiles in phase.tiles.items():
                 self.where.core, self.where.tile = None, None
                 if not _is_int(core) or int(core) not in plan_cores:
@@ -233,7 +239,7 @@ class _Checker:
                 for tile in tiles:
                     self.tile(tile, ids)
             self.where.core = self.where.tile = None
-            staged = any(t.fills or t.uses for ts in phase.tiles.values() for t in ts)
+            staged = self._staged
             if staged:
                 self.buffers(phase)
                 self.where.core = self.where.tile = None
@@ -261,12 +267,12 @@ class _Checker:
         got = self._transfer_memo.get(id(t))
         return got if got is not None else t.span("src") + t.span("dst")  # (one that moves nothing)
 
-    def _compute_spans(self, c: Compute) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-        """(outputs, inputs) spans of a checked compute's operands (as their check worked them out)."""
+    def _compute_spans(self, c: Compute) -> tuple[Spans, Spans]:
+        """(outputs, inputs) spans of a checked compute's operands, merged (as their check worked them out)."""
         got = self._compute_memo.get(id(c))
         if got is None:
-            got = ([(int(o.addr), int(o.addr) + o.size_bytes) for o in c.outputs],
-                   [(int(o.addr), int(o.addr) + o.size_bytes) for o in c.inputs])
+            got = (merged([(int(o.addr), int(o.addr) + o.size_bytes) for o in c.outputs]),
+                   merged([(int(o.addr), int(o.addr) + o.size_bytes) for o in c.inputs]))
         return got
 
     def tile(self, tile: Any, ids: set[int]) -> None:
@@ -415,13 +421,20 @@ class _Checker:
             spans = block_span(t.src, shape, item, ss) + block_span(t.dst, shape, item, ds)
         self._side(spans[0], spans[1], self.readable, False, t, kind, index)
         self._side(spans[2], spans[3], self.writable, True, t, kind, index)
-        self._transfer_memo[id(t)] = spans  # for the staging-alias rule (the plan holds t: its id stays its own)
+        if self._staged:  # the staged buffers' alias rule reads every transfer's spans (the plan holds t)
+            self._transfer_memo[id(t)] = spans
+        # The bytes of per-core staging levels the transfer moves, for the slots' alias rule (most sides lie in
+        # memory outside them all: one comparison each).
         s_lo, s_hi, d_lo, d_hi = spans
-        for base, end in self._local:  # the bytes of per-core staging levels the tile's transfer moves (the alias rule)
-            if base <= d_lo and d_hi <= end:
-                self._sides[0 if kind == "load" else 1].append((d_lo, d_hi))
-            if base <= s_lo and s_hi <= end:
-                self._sides[2 if kind == "load" else 3].append((s_lo, s_hi))
+        lowest, highest = self._local_bounds
+        if lowest <= d_lo and d_hi <= highest:
+            for base, end in self._local:
+                if base <= d_lo and d_hi <= end:
+                    self._sides[0 if kind == "load" else 1].append((d_lo, d_hi))
+        if lowest <= s_lo and s_hi <= highest:
+            for base, end in self._local:
+                if base <= s_lo and s_hi <= end:
+                    self._sides[2 if kind == "load" else 3].append((s_lo, s_hi))
 
     def _side(self, lo: int, hi: int, legal: list[tuple[int, int]], writing: bool, t: Transfer, kind: str,
               index: int) -> None:
@@ -490,11 +503,17 @@ class _Checker:
                                           f"cycles would overflow the 64-bit counts of summaries and traces")
 
     def _priced(self, c: Compute) -> int | None:
-        """The cycles a checked compute takes (None when the check was given no pricer); PlanError ``bounds``
-        when they are more than a tile may take."""
+        """The cycles a checked compute takes, the tile overhead and each loop's (None when the check was given no
+        pricer; tiles share their loops, so each is priced once); PlanError ``bounds`` when they are more than a
+        tile may take."""
         if self.price is None:
             return None
-        cycles = self.price(c)
+        cycles = self.target.core.tile_overhead_cycles
+        for loop in c.loops:
+            got = self._loop_cycles.get(id(loop))
+            if got is None:
+                got = self._loop_cycles[id(loop)] = self.price(loop)
+            cycles += got
         if cycles > MAX_TILE_CYCLES:
             raise self.fail("bounds", f"the compute takes {brief(cycles)} cycles (the tile overhead and its loops), "
                                       f"more than the {MAX_TILE_CYCLES} (2**40) a tile's compute may: the run's "
@@ -534,7 +553,7 @@ class _Checker:
         # Each operand's (lo, hi, level index) once: an in-place operand (an output over an input) counts once.
         ins = [self.operand(op, "input", i) for i, op in enumerate(c.inputs)]
         outs = [self.operand(op, "output", i) for i, op in enumerate(c.outputs)]
-        self._compute_memo[id(c)] = ([(lo, hi) for lo, hi, _ in outs], [(lo, hi) for lo, hi, _ in ins])
+        self._compute_memo[id(c)] = (merged([(lo, hi) for lo, hi, _ in outs]), merged([(lo, hi) for lo, hi, _ in ins]))
         distinct = set(ins)
         distinct.update(outs)
         used = [0] * len(self.operand_levels)
@@ -636,14 +655,15 @@ class _Checker:
 
 def check_plan(plan: object, call: BoundCall, target: Target, levels: Sequence[StagingArea],
                operand_levels: Sequence[StagingArea], kernel: str,
-               compute_cycles: Callable[[Compute], int] | None = None) -> None:
+               loop_cycles: Callable[[Loop], int] | None = None) -> None:
     """Raise :class:`~sim.errors.PlanError` for the first rule ``plan`` breaks (see the module's rules).
 
     ``levels`` are the staging levels the plan may use (``PlanContext.levels``); ``operand_levels`` those
     compute operands may lie in (``PlanContext.vector_level`` and, if the chip has one, the scalar level beside
-    it).  ``kernel`` names the kernel in the message.  ``compute_cycles`` prices a compute (the facade passes
-    :func:`sim.timing.compute_cycles`, which this layer may not import): with it, rule ``bounds`` also bounds
+    it).  ``kernel`` names the kernel in the message.  ``loop_cycles`` prices a loop on the target's core (the
+    facade passes :func:`sim.timing.loop_cycles`, which this layer may not import; a compute costs the tile
+    overhead plus its loops', as :func:`sim.timing.compute_cycles` says): with it, rule ``bounds`` also bounds
     the cycles of each compute and of each core's computes.
     """
-    _Checker(call, target, levels, operand_levels, kernel, compute_cycles).plan(plan)
+    _Checker(call, target, levels, operand_levels, kernel, loop_cycles).plan(plan)
 
