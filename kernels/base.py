@@ -184,6 +184,7 @@ RESERVED_ARGUMENT_NAMES: dict[str, str] = {
     "numerics": "it is call(numerics=...) (a run-config's top-level 'numerics:')",
     "progress": "it is call(progress=...)",
     "tiling": "it is call(tiling=...) (a run-config's top-level 'tiling:')",
+    "time_limit_seconds": "it is call(time_limit_seconds=...) (a run-config's top-level 'time_limit_seconds:')",
 }
 
 

@@ -56,6 +56,8 @@ RESERVED_KERNEL_ARGUMENTS: dict[str, str] = {
     "core": "the simulator selects a _p symbol's core from it before the kernel binds",
 }
 SHIPPED = "shipped with dspsim"
+#: Longest kernel or argument name (characters): a name is part of every symbol, message and trace.
+MAX_NAME_CHARS = 64
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,8 @@ def check_kernel(kernel: Any, origin: str) -> KernelInfo:
     """The kernel's :class:`KernelInfo` once it meets the Kernel protocol; KernelDefinitionError naming the
     kernel, where it came from and what is wrong otherwise.
 
-    The protocol: ``name`` an identifier; ``args`` a tuple of ArgSpec (identifier names, each once, none
+    The protocol: ``name`` an ASCII identifier of at most :data:`MAX_NAME_CHARS` characters; ``args`` a tuple
+    of ArgSpec (identifier names of at most as many characters, each once, none
     reserved, kinds from ``ARG_KINDS``); ``bind`` and ``plan`` callable; ``tilings`` callable when present;
     ``precisions`` (default fp32 and fp16) and ``variants`` (default s and p) non-empty tuples of known
     names; ``tensors_in_precision``/``fp32_tensors`` are tuples of tensor names, ``fp16_arithmetic`` is text.
@@ -125,17 +128,20 @@ def check_kernel(kernel: Any, origin: str) -> KernelInfo:
                                     + (": register its KERNEL" if isinstance(kernel, types.ModuleType) else
                                        ": register an instance of it"))
     name = getattr(kernel, "name", None)
-    if not isinstance(name, str) or not name.isidentifier() or not name.isascii():
-        raise KernelDefinitionError(f"{where}: 'name' must be an ASCII identifier (symbols are "
-                                    f"<fp|hp>_<name>_<s|p>), got {brief(name)}")
+    if not isinstance(name, str) or not name.isidentifier() or not name.isascii() or len(name) > MAX_NAME_CHARS:
+        got = f"a name of {len(name)} characters" if isinstance(name, str) and len(name) > MAX_NAME_CHARS \
+            else brief(name)
+        raise KernelDefinitionError(f"{where}: 'name' must be an ASCII identifier of at most {MAX_NAME_CHARS} "
+                                    f"characters (symbols are <fp|hp>_<name>_<s|p>), got {got}")
     args = getattr(kernel, "args", None)
     if not isinstance(args, (tuple, list)) or not all(isinstance(a, ArgSpec) for a in args):
         raise KernelDefinitionError(f"{where}: 'args' must be a tuple of sim.model.call.ArgSpec, got "
                                     f"{brief(args)}")
     seen: set[str] = set()
     for i, a in enumerate(args):
-        if not isinstance(a.name, str) or not a.name.isidentifier():
-            raise KernelDefinitionError(f"{where}: args[{i}]: the name must be an identifier, got {brief(a.name)}")
+        if not isinstance(a.name, str) or not a.name.isidentifier() or len(a.name) > MAX_NAME_CHARS:
+            raise KernelDefinitionError(f"{where}: args[{i}]: the name must be an identifier of at most "
+                                        f"{MAX_NAME_CHARS} characters, got {brief(a.name)}")
         if a.name in seen:
             raise KernelDefinitionError(f"{where}: args[{i}]: argument '{a.name}' is declared twice")
         seen.add(a.name)

@@ -13,14 +13,17 @@ breaks the IR's rules raises :class:`PlanError` before it runs.
 """
 
 from sim.errors import (
+           ComputeOutputError,
            ConfigError,
            KernelArgError,
            KernelDefinitionError,
            LayoutError,
            MemoryFault,
+           NestedCallError,
            PlanError,
            SimError,
            TargetError,
+           TimeLimitError,
 )
 from sim.model.target import Target
 from sim.model.target_loader import available_targets, load_target
@@ -34,5 +37,6 @@ from sim.simulator import (
 )
 
 __all__ = ["SimError", "TargetError", "KernelArgError", "LayoutError", "MemoryFault", "ConfigError", "PlanError",
-           "KernelDefinitionError", "Simulator", "Run", "TILING_TOLERANCE", "Target", "load_target",
-           "available_targets", "register_kernel", "unregister_kernel", "registered_kernel"]
+           "KernelDefinitionError", "ComputeOutputError", "NestedCallError", "TimeLimitError", "Simulator", "Run",
+           "TILING_TOLERANCE", "Target", "load_target", "available_targets", "register_kernel", "unregister_kernel",
+           "registered_kernel"]

@@ -68,6 +68,41 @@ class PlanError(SimError):
         super().__init__(f"{', '.join(where)}: breaks the plan rule '{rule}': {detail}")
 
 
+
+class ComputeOutputError(PlanError):
+    """A tile's compute returned what its output operands cannot hold (rule ``compute-output``): not one array
+    per output operand, an array of another number of elements, a dtype that is not a number (objects, text,
+    complex), or a masked array (whose mask would be dropped, as :meth:`sim.Simulator.write` refuses).
+
+    Found while the plan runs (the plan check cannot call the compute), so the call rolls memory back; the
+    message and attributes name the kernel, core, tile and phase as any PlanError's do.
+    """
+
+    #: The Tile object whose compute failed (the facade finds its phase by it); None when unknown.
+    tile_object: object = None
+
+    def __init__(self, detail: str, *, kernel: str | None = None, core: int | None = None, tile: int | None = None,
+                 phase: str | None = None):
+        super().__init__("compute-output", detail, kernel=kernel, core=core, tile=tile, phase=phase)
+
+    def located(self, kernel: str | None, phase: str | None) -> ComputeOutputError:
+        """The same refusal naming ``kernel`` and ``phase`` too (the engine knows only the core and the tile)."""
+        located = ComputeOutputError(self.detail, kernel=kernel, core=self.core, tile=self.tile, phase=phase)
+        located.tile_object = self.tile_object
+        return located
+
+
+class NestedCallError(SimError):
+    """``Simulator.call`` was called while another call on the same Simulator runs (from that call's
+    ``progress`` callback, on the calling thread): refused, since the outer call's rollback must cover every
+    byte written during it, and a call inside it would commit or roll back on its own."""
+
+
+class TimeLimitError(SimError):
+    """A call ran longer than its wall-clock limit (``Simulator.call(..., time_limit_seconds=...)``, a
+    run-config's ``time_limit_seconds``, ``dspsim run --time-limit``) and was interrupted; memory is as it was
+    before the call."""
+
 #: Integers below this are shown digit by digit (head and tail); larger ones only by their length, since
 #: Python refuses to print an integer of more than 4300 digits and takes quadratic time to do so.
 _PRINTABLE_INT = 10 ** 1000

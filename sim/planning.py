@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -29,7 +30,7 @@ from sim.model.plan_check import check_plan
 from sim.model.target import StagingArea, Target
 from sim.model.tiling import TilingSpace
 from sim.plan_cache import CachedPlan, PlanCache
-from sim.timing import run_lower_bound_cycles, serial_compute_cycles
+from sim.timing import loop_cycles, run_lower_bound_cycles, serial_compute_cycles
 from sim.tuning import (
     MAX_PLAN_TILES,
     Candidate,
@@ -38,6 +39,7 @@ from sim.tuning import (
     TilingChoice,
     choose_tiling,
     fit_hint,
+    limits,
     prefilter,
     reason_of,
     search,
@@ -213,7 +215,7 @@ class CallPlanner:
         if progress is not None:
             progress("planning tilings", 0, 0)  # 0 of an unknown number: the kernel is listing its candidates
         try:
-            listed = [dict(c) for c in kernel.tilings(call, ctx)]
+            listed = [dict(c) for c in itertools.islice(kernel.tilings(call, ctx), limits.MAX_TILING_CANDIDATES)]
         except DoesNotFit as e:  # no candidate can fit at all (a chip without the level the kernel needs)
             raise layout_error([fit_violation(call, self.target, e)]) from None
         disk_key = self.disk_key(kernel, call) if self._use_disk() else None
@@ -347,7 +349,7 @@ class CallPlanner:
         try:
             check_plan(entry.plan, call, self.target, ctx.levels,
                        (ctx.vector_level,) + ((ctx.scalar_level,) if ctx.scalar_level is not None else ()),
-                       kernel.name)
+                       kernel.name, functools.partial(loop_cycles, core=self.target.core))
         except BaseException:
             self.plans.discard(PlanCache.key(call, ctx.tiling))
             raise

@@ -34,7 +34,16 @@ from kernels.registry import (
 from sim.engine.collector import collector_paused
 from sim.engine.engine import Engine, SimulatedTiming, simulate
 from sim.engine.events import Recorder, TraceEvent
-from sim.errors import KernelArgError, KernelDefinitionError, LayoutError, MemoryFault, brief
+from sim.errors import (
+    ComputeOutputError,
+    KernelArgError,
+    KernelDefinitionError,
+    LayoutError,
+    MemoryFault,
+    NestedCallError,
+    TimeLimitError,
+    brief,
+)
 from sim.files import tuning_cache as disk_tunings
 from sim.inspect.summary import CoreSummary, core_summaries, load_imbalance, run_summary_text
 from sim.inspect.trace import run_metadata, write_trace
@@ -46,13 +55,11 @@ from sim.model.target import Target
 from sim.model.target_loader import load_target
 from sim.plan_cache import CachedPlan
 from sim.planning import CallPlanner, kernel_of, staging_areas  # noqa: F401 (staging_areas re-exported)
+from sim.time_limit import PLANNING_STAGE, checked_time_limit, expired_message, run_within, symbol_text
 from sim.timing import Roofline, peak_flops_per_cycle
 from sim.tuning import TILING_TOLERANCE, Progress, TilingChoice
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-#: Plans a simulator keeps for calls it may see again (least recently used dropped first).
-PLAN_CACHE_SIZE = 16
 
 
 @dataclass
@@ -255,6 +262,7 @@ class Simulator:
         #: owner of private memory (None for shared).  The run-config tools place a config's data there on
         #: demand, so that a table from a ``.npy`` file is in memory before it is read.  None: nothing is called.
         self.before_bind_read: Callable[[int, int, int | None], None] | None = None
+        self._running: str | None = None  # the symbol of the call running now (a call inside it is refused)
 
     @property
     def tiling_tolerance(self) -> float:
@@ -414,13 +422,22 @@ class Simulator:
             planned = self._planner.plan_call(call, tiling)
         return planned.entry.plan, planned.choice
 
-    def _run_plan(self, entry: CachedPlan, numerics: bool,
-                  progress: Callable[[int, int], None] | None) -> SimulatedTiming:
+    def _reserve_outputs(self, call: BoundCall) -> None:
+        """Each output buffer's pages as one run of memory, where none of them exists yet (address space only):
+        a large output written a tile at a time is then saved, viewed and copied in single operations."""
+        owner = call.cores[0] if call.variant == "p" else None
+        for b in call.buffers:
+            if b.role == "output":
+                self.memory.reserve(b.addr, b.size_bytes, core=owner)
+
+    def _run_plan(self, entry: CachedPlan, call: BoundCall, numerics: bool,
+                  progress: Callable[[int, int], None] | None, kernel: str) -> SimulatedTiming:
         """The timing of ``entry``'s plan, simulated now unless it was before; its numerics run too when
-        ``numerics`` (simulated, or replayed from the effects the simulation recorded); memory rolled back if
-        anything fails."""
+        ``numerics`` (simulated, or replayed from the effects the simulation recorded).  The caller journals
+        memory (:meth:`_journaled_call`) and rolls it back if this fails."""
         timing = entry.timing
-        self.memory.begin()
+        if numerics:
+            self._reserve_outputs(call)
         try:
             if timing is None:
                 timing = simulate(entry.plan, self.target, self.memory, numerics=numerics, memo=entry.engine_memo,
@@ -430,11 +447,38 @@ class Simulator:
             elif numerics:  # simulated before (by the tiling search or an earlier call): only the bytes move now
                 Engine(self.target, self.memory, Recorder(), on_tile=progress,
                        memo=entry.engine_memo).replay(timing.effects)
-        except BaseException:
+        except ComputeOutputError as e:  # the engine knows the core and the tile: name the kernel and phase too
+            raise e.located(kernel, _phase_of(entry.plan, e.core, e.tile_object)) from None
+        return timing
+
+    def _plan_and_run(self, symbol: str, tiling: Mapping[str, Any] | None, numerics: bool,
+                      progress: Callable[[int, int], None] | None, kwargs: Mapping[str, Any],
+                      stage: list[str]) -> tuple[BoundCall, CachedPlan, TilingChoice, SimulatedTiming]:
+        """Plan the call (``stage[0]`` says so), then run it (and ``stage[0]`` says that)."""
+        call, entry, choice = self._plan_entry(symbol, tiling, None, kwargs)
+        stage[0] = "running its plan"
+        return call, entry, choice, self._run_plan(entry, call, numerics, progress, self.kernel_of(call).name)
+
+    def _journaled_call(self, symbol: str, tiling: Mapping[str, Any] | None, numerics: bool,
+                        progress: Callable[[int, int], None] | None, time_limit: float | None,
+                        kwargs: Mapping[str, Any]) -> tuple[BoundCall, CachedPlan, TilingChoice, SimulatedTiming]:
+        """Plan and run a call within its time limit, every byte written meanwhile journaled (a ``write`` from
+        its progress callback included) and rolled back if anything fails.  The journal is begun, committed and
+        rolled back outside the time limit's watch, so that its interruption never lands in a rollback."""
+        stage = [PLANNING_STAGE]
+
+        self.memory.begin()
+        try:
+            got = run_within(time_limit, lambda: expired_message(symbol, cast(float, time_limit), stage[0]),
+                             self._plan_and_run, symbol, tiling, numerics, progress, kwargs,
+                             stage)
+        except BaseException as e:
             self.memory.rollback()
+            if isinstance(e, TimeLimitError):  # stopped anywhere: keep no plan or choice it may have half made
+                self._planner.clear()
             raise
         self.memory.commit()
-        return timing
+        return got
 
     @staticmethod
     def kernel_of(call: BoundCall) -> Any:
@@ -443,16 +487,34 @@ class Simulator:
 
     @_locked
     def call(self, symbol: str, /, *, numerics: bool = True, progress: Callable[[int, int], None] | None = None,
-             tiling: Mapping[str, Any] | None = None, **kwargs: Any) -> Run:
-        """Run ``symbol`` with its C arguments by name; memory is rolled back if anything fails."""
+             tiling: Mapping[str, Any] | None = None, time_limit_seconds: float | None = None,
+             **kwargs: Any) -> Run:
+        """Run ``symbol`` with its C arguments by name; memory is rolled back if anything fails.
+
+        ``time_limit_seconds`` (None: no limit) bounds the call's wall-clock time, its planning and tiling
+        search included: past it the call is interrupted (:mod:`sim.time_limit`) and raises TimeLimitError.
+        ``progress(tiles, cycle)`` hears the tiles as they run; it may ``read`` memory (and a ``write`` from it
+        is rolled back with the call's own writes if the call fails), but a ``call`` from it on this Simulator
+        is refused with NestedCallError: the outer call's rollback must cover every byte written during it.
+        """
         t0 = time.perf_counter()
         if not isinstance(numerics, (bool, np.bool_)):
             raise KernelArgError(f"call: 'numerics' must be True or False, got {brief(numerics)}")
         if progress is not None and not callable(progress):
             raise KernelArgError(f"call: 'progress' must be a callable or None, got {brief(progress)}")
-        with collector_paused():
-            call, entry, choice = self._plan_entry(symbol, tiling, None, kwargs)
-            timing = self._run_plan(entry, bool(numerics), progress)
+        limit = checked_time_limit(time_limit_seconds)
+        if self._running is not None:
+            raise NestedCallError(f"call: {symbol_text(symbol)} was called while {self._running} runs on the same "
+                                  f"Simulator (from its progress callback): a call cannot run inside another, whose "
+                                  f"rollback must cover every byte written during it; make the call after the "
+                                  f"running one returns, or on another Simulator")
+        self._running = symbol_text(symbol)
+        try:
+            with collector_paused():
+                call, entry, choice, timing = self._journaled_call(symbol, tiling, bool(numerics), progress, limit,
+                                                                   kwargs)
+        finally:
+            self._running = None
         sym = lookup(call.symbol)
         plan = entry.plan
         return Run(symbol=symbol, target=self.target, call=call, plan=plan, cycles=timing.cycles,
@@ -461,3 +523,13 @@ class Simulator:
                    sim_events=timing.sim_events, numerics=bool(numerics),
                    arg_kinds={a.name: a.kind for a in sym.kernel.args}, precision_note=sym.precision_note,
                    kernel_origin=sym.origin)
+
+
+def _phase_of(plan: Plan, core: int | None, tile: object) -> str | None:
+    """The name of the phase of ``plan`` whose tiles on ``core`` include ``tile`` (the object), or None."""
+    if core is None:
+        return None
+    for phase in plan.phases:
+        if any(t is tile for t in phase.tiles.get(core, ())):
+            return phase.name
+    return None

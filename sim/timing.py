@@ -131,7 +131,8 @@ def _issue_bound(issues: Mapping[str, int], core: CoreModel, loop: Loop) -> tupl
     class's instructions over its VLIW slots, whichever is larger (a tie names the unit)."""
     best, by = 0, "-"
     per_class: dict[str, int] = defaultdict(int)
-    for name, n in issues.items():
+    for name, count in issues.items():
+        n = int(count)  # a numpy int would wrap around silently on a hostile count (the plan check bounds them)
         unit = _unit(core, name, loop)
         per_class[unit.issue_class] += n
         need = -(-n // unit.count)
@@ -197,12 +198,13 @@ def _loop_cost(loop: Loop, core: CoreModel) -> LoopCost:
     if ii_rec > ii_res:
         bound_by = "recurrence"
     ii = max(1, ii_res, ii_rec)
-    fill = sum(_unit(core, u, loop).latency_cycles for u in loop.chain) if loop.trips else 0
+    trips, entries = int(loop.trips), int(loop.entries)  # Python ints: exact whatever the kernel stated them in
+    fill = sum(_unit(core, u, loop).latency_cycles for u in loop.chain) if trips else 0
     used = [u for u, n in loop.epilogue.items() if n]
     epilogue = (_issue_bound(loop.epilogue, core, loop)[0] + _unit(core, used[-1], loop).latency_cycles
                 if used else 0) \
-        + loop.reductions * core.reduction_latency_cycles
-    cycles = loop.entries * (core.loop_overhead_cycles + fill + loop.trips * ii + epilogue)
+        + int(loop.reductions) * core.reduction_latency_cycles
+    cycles = entries * (core.loop_overhead_cycles + fill + trips * ii + epilogue)
     return LoopCost(label=loop.label, trips=loop.trips, entries=loop.entries, ii=ii, bound_by=bound_by,
                     resource_ii=ii_res, recurrence_ii=ii_rec, fill=fill, epilogue=epilogue, cycles=cycles)
 
@@ -312,7 +314,7 @@ def loop_resource_cycles(loop: Loop, core: CoreModel) -> int:
     """The least cycles ``core`` could run ``loop`` in: every iteration of every entry at the resource II (the
     busiest unit over its count, the issue width), without fill, recurrence, epilogue or overhead (what the
     roofline counts: :func:`loop_cycles` never charges less)."""
-    return loop.trips * loop.entries * _issue_bound(loop.issues, core, loop)[0]
+    return int(loop.trips) * int(loop.entries) * _issue_bound(loop.issues, core, loop)[0]
 
 
 class _RegionOf:

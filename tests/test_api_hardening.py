@@ -40,7 +40,7 @@ def cli(argv: list[str]) -> tuple[int, str, str]:
 
 # --- item 2: kernel arguments named like call()'s own parameters ------------------------------------------
 
-RESERVED = ["symbol", "self", "numerics", "progress", "tiling"]
+RESERVED = ["symbol", "self", "numerics", "progress", "tiling", "time_limit_seconds"]
 
 
 @pytest.mark.parametrize("name", RESERVED)

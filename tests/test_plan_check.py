@@ -24,8 +24,10 @@ from tiny_kernels import Breaker, Twice
 import sim
 from kernels.base import PlanContext
 from kernels.common.loops import gemm_micro_kernel
-from sim.model.plan import Loop, Operand, Phase, Plan, Transfer
+from sim.model import plan_check
+from sim.model.plan import Loop, Operand, Phase, Plan, Tile, Transfer
 from sim.model.plan_check import RULES
+from sim.timing import loop_cycles
 
 REPO = Path(__file__).resolve().parent.parent
 N = 1024  # elements of x and y (two tiles of 512)
@@ -66,6 +68,27 @@ def _op(offset: int, n: int) -> Callable[[PlanContext], Operand]:
     return lambda x: Operand(x.vector_level.base + offset, (n,), F32)
 
 
+def same_slot_bytes(p, c, x) -> Plan:
+    """Tile 1 (slot 1) works in tile 0's bytes: a kernel whose two slots are one slot."""
+    t1 = p.phases[0].tiles[p.cores[0]][1]
+    back = -0x10000  # tile i's slot lies at base + i * 0x10000
+    comp = t1.compute
+    return tile1(p, loads=tuple(dataclasses.replace(t, dst=t.dst + back) for t in t1.loads),
+                 compute=dataclasses.replace(comp, inputs=tuple(dataclasses.replace(o, addr=o.addr + back)
+                                                                for o in comp.inputs),
+                                             outputs=tuple(dataclasses.replace(o, addr=o.addr + back)
+                                                           for o in comp.outputs)),
+                 stores=tuple(dataclasses.replace(t, src=t.src + back) for t in t1.stores))
+
+
+def with_loop(**changes) -> Breaker:
+    """Tile 1's compute with its loop changed."""
+    def breaker(p, c, x):
+        comp = p.phases[0].tiles[p.cores[0]][1].compute
+        return tile1(p, compute=dataclasses.replace(comp, loops=(dataclasses.replace(comp.loops[0], **changes),)))
+    return breaker
+
+
 #: rule -> (how the plan is broken, variant, a phrase of the detail)
 HOSTILE: dict[str, tuple[Breaker, str, str]] = {
     "transfer-unmapped": (load_from(0x60000000), "s", "load 0 (2048 bytes) reads [0x60000000, 0x60000800): "
@@ -99,6 +122,13 @@ HOSTILE: dict[str, tuple[Breaker, str, str]] = {
                       "the compute does 512 flops and writes 1 output operand but states no loops: a compute is "
                       "priced from its inner loops only (its flops are reported, never priced), so state the loop "
                       "that issues its work in Compute.loops (kernels/common/loops.py; see docs/writing-a-kernel.md)"),
+    "staging-alias": (same_slot_bytes, "s",
+                      "tile 1 (slot 1) loads into [0x20000000, 0x20000800) of am, which tile 0 (slot 0) loads into "
+                      "while both may be in flight (the engine starts a tile's loads while the tile before it "
+                      "computes and stores, and waits only for the previous tile of the same slot): slots 0 and 1 "
+                      "alias those bytes; give each slot its own bytes of the staging level"),
+    "bounds": (with_loop(trips=10 ** 40), "s", "loop 0 ('twice'): Loop.trips is 1000000000...0000 (41 digits), "
+                                               "more than the 4294967296 (2**32) a loop's count may be"),
     "loop-units": (compute_with(loops=(Loop(trips=16, issues={"vls": 1, "tensor": 4}, label="mma"),)), "s",
                    "loop 0 ('mma') issues on unit class 'tensor', which FT78NE's core lacks (it has: fmac, valu, vls, "
                    "broadcast, sload, salu)"),
@@ -329,3 +359,160 @@ def test_the_cli_reports_a_hostile_kernel_in_one_line(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, check=False)
     report = json.loads(proc.stdout)
     assert proc.returncode == 2 and report["ok"] is False and "'transfer-unmapped'" in report["errors"][0]
+
+
+#: What a hostile compute returns for tile 1 -> a phrase of the ComputeOutputError's detail.
+BAD_RESULTS: dict[str, tuple[Callable, str]] = {
+    "a masked array": (lambda a: (np.ma.masked_less(a * 2, 100.0),),
+                       "output 0 is a masked array: its mask cannot be stored in memory"),
+    "objects": (lambda a: (np.array([object()] * 512),), "output 0 has dtype object, which its operand's float32"),
+    "text": (lambda a: (np.array(["abcd"] * 512),), "output 0 has dtype <U4, which its operand's float32"),
+    "complex numbers": (lambda a: (a * 1j,), "output 0 has dtype complex"),
+    "ints for a float operand": (lambda a: (a.astype(np.int32),), None),  # numbers of a kind floats hold: accepted
+    "the wrong shape": (lambda a: (a[:3],), "output 0 of shape (3,) does not fill operand (512,)"),
+    "a transposed shape of as many elements": (lambda a: (a.reshape(16, 32) * 2,),
+                                               "output 0 of shape (16, 32) does not fill operand (512,) exactly"),
+    "two arrays for one output": (lambda a: (a, a), "the compute returned 2 arrays for 1 output operands"),
+    "a bare array": (lambda a: a * 2, "the compute returned array("),
+    "None": (lambda a: None, "the compute returned None, not a sequence of one array per output operand (1)"),
+    "a ragged list": (lambda a: ([[1.0], [1.0, 2.0]],), "output 0 ([[1.0], [1.0, 2.0]]) is not an array"),
+}
+
+
+@pytest.mark.parametrize("what", sorted(BAD_RESULTS))
+def test_a_compute_returning_what_its_operands_cannot_hold_is_a_compute_output_error(what):
+    """Refused as a PlanError of its own kind naming kernel, core, tile and phase (rule ``compute-output``), with
+    memory rolled back: the good tile 0 had already stored its half of y."""
+    fn, detail = BAD_RESULTS[what]
+    with sim.registered_kernel(Twice("bad_result", compute_with(fn=fn))):
+        m, args, core = _machine("s")
+        before = m.memory.snapshot()
+        if detail is None:  # ints convert to the float operand exactly as numbers: accepted
+            m.call("fp_bad_result_s", **args)
+            np.testing.assert_array_equal(m.read(Y + 2048, 512, F32), np.arange(512, 1024, dtype=F32))
+            return
+        with pytest.raises(sim.ComputeOutputError) as info:
+            m.call("fp_bad_result_s", **args)
+    err = info.value
+    assert isinstance(err, sim.PlanError) and err.rule == "compute-output"
+    assert (err.kernel, err.core, err.tile, err.phase) == ("bad_result", 0, 1, "twice")
+    text = str(err)
+    assert text.startswith("kernel 'bad_result', core 0, tile 1, phase 'twice': breaks the plan rule "
+                           "'compute-output': "), text
+    assert detail in text and "\n" not in text, text
+    assert m.memory.snapshot() == before
+    assert (m.read(Y, N, F32) == SENTINEL).all()
+
+
+def _with_tiles_before(*extra: Tile) -> Breaker:
+    """Twice's plan with ``extra`` tiles (staging tiles) before its two on core 0."""
+    def breaker(p, c, x):
+        phase, core = p.phases[0], p.cores[0]
+        return dataclasses.replace(p, phases=(dataclasses.replace(
+            phase, tiles={**phase.tiles, core: (*extra, *phase.tiles[core])}),))
+    return breaker
+
+
+def _fill(tile_id: int, src: int, dst: int, buffer: str) -> Tile:
+    return Tile(tile_id, (Transfer.contiguous(src, dst, 2048),), None, (), fills=(f"{buffer}@0",))
+
+
+AM = 0x20000000  # FT78NE's vector level (am): Twice's tile i works at AM + i * 0x10000 (x there, 2x at +0x8000)
+
+
+def _tile1_into_tile0_output(p, c, x) -> Plan:
+    """Tile 1 (slot 1) computes into (and stores from) tile 0's output bytes, which tile 0's stores may still read."""
+    t1 = p.phases[0].tiles[p.cores[0]][1]
+    out = dataclasses.replace(t1.compute.outputs[0], addr=AM + 0x8000)
+    return tile1(p, compute=dataclasses.replace(t1.compute, outputs=(out,)),
+                 stores=(dataclasses.replace(t1.stores[0], src=AM + 0x8000),))
+
+
+@pytest.mark.parametrize("what,breaker,rule,detail", [
+    ("flops of 10**400", compute_with(flops=10 ** 400), "bounds",
+     "Compute.flops is 1000000000...0000 (401 digits), more than the 281474976710656 (2**48) a tile's compute may "
+     "state"),
+    ("a loop of 2**32 trips entered 2**32 times", with_loop(trips=2 ** 32, entries=2 ** 32), "bounds",
+     "cycles (the tile overhead and its loops), more than the 1099511627776 (2**40) a tile's compute may: the "
+     "run's cycles would overflow the 64-bit counts of summaries and traces"),
+    ("an issue count of 2**33", with_loop(issues={"vls": 2 ** 33, "fmac": 1}), "bounds",
+     "loop 0 ('twice'): Loop.issues['vls'] is 8589934592, more than the 4294967296 (2**32) a loop's count may be"),
+    ("Plan.precision fp64", lambda p, c, x: dataclasses.replace(p, precision="fp64"), "plan-structure",
+     "Plan.precision is 'fp64', which FT78NE lacks (it computes in: fp32)"),
+    ("an operand of objects", compute_with(inputs=lambda x: (Operand(AM, (512,), np.dtype(object)),)),
+     "plan-structure", "input operand 0: dtype object is not a number type (bool, int, uint or float)"),
+    ("an operand of text", compute_with(outputs=lambda x: (Operand(AM + 0x18000, (512,), np.dtype("U4")),)),
+     "plan-structure", "output operand 0: dtype <U4 is not a number type"),
+    ("a compute into bytes an earlier tile of another slot still stores from", _tile1_into_tile0_output,
+     "staging-alias", "tile 1 (slot 1) computes into [0x20008000, 0x20008800) of am, which tile 0 (slot 0) stores "
+                      "from while both may be in flight"),
+    ("two staged buffers filling the same bytes",
+     _with_tiles_before(_fill(10, X, AM + 0x20000, "a"), _fill(11, X + 2048, AM + 0x20000, "b")), "staging-alias",
+     "staged buffers 'a' and 'b' both fill [0x20020000, 0x20020800) of am in this phase: they alias those bytes"),
+    ("a tile loading into a staged buffer's bytes", _with_tiles_before(_fill(10, X, AM, "a")), "staging-alias",
+     "tile 0 (slot 0) loads into [0x20000000, 0x20000800) of am, bytes of staged buffer 'a': only the tiles that "
+     "fill a buffer may write its bytes"),
+])
+def test_plans_breaking_the_bounds_and_alias_rules_are_refused(what, breaker, rule, detail):
+    with sim.registered_kernel(Twice("hostile", breaker)):
+        m, args, _ = _machine("s")
+        before = m.memory.snapshot()
+        with pytest.raises(sim.PlanError) as info:
+            m.call("fp_hostile_s", **args)
+        assert info.value.rule == rule and info.value.kernel == "hostile", (what, str(info.value))
+        assert detail in str(info.value), (what, str(info.value))
+        assert m.memory.snapshot() == before
+        assert (m.read(Y, N, F32) == SENTINEL).all()
+
+
+def test_a_cores_computes_are_bounded_in_total(monkeypatch):
+    """Each tile within its bound, the core's sum beyond the plan's (lowered here so that Twice's two tiles of 64
+    cycles each pass it)."""
+    monkeypatch.setattr(plan_check, "MAX_CORE_COMPUTE_CYCLES", 100)
+    with sim.registered_kernel(Twice("busy")):
+        m, args, _ = _machine("s")
+        with pytest.raises(sim.PlanError, match=r"core 0, tile 1, phase 'twice': breaks the plan rule 'bounds': "
+                                                r"the core's computes take \d+ cycles up to this tile, more than "
+                                                r"the 100"):
+            m.call("fp_busy_s", **args)
+
+
+def test_tiles_sharing_bytes_in_one_slot_are_ordered_and_legal():
+    """The same bytes for both tiles are legal in one slot (the engine runs them one after the other) and give
+    the right answer; in two slots they are refused (the first hostile kernel above)."""
+    def one_slot(p, c, x):
+        return dataclasses.replace(same_slot_bytes(p, c, x), phases=(dataclasses.replace(
+            p.phases[0], tiles={p.cores[0]: tuple(dataclasses.replace(t, slot=0) for t in
+                                                  same_slot_bytes(p, c, x).phases[0].tiles[p.cores[0]])}),))
+
+    with sim.registered_kernel(Twice("one_slot", one_slot)):
+        m, args, _ = _machine("s")
+        m.call("fp_one_slot_s", **args)
+        np.testing.assert_array_equal(m.read(Y, N, F32), 2 * np.arange(N, dtype=F32))
+
+
+def test_a_race_the_alias_rule_refuses_does_give_wrong_results():
+    """Without the rule, the same plan as the hostile kernel's runs and its numerics are wrong: the race is real."""
+    with sim.registered_kernel(Twice("racy", same_slot_bytes)):
+        m, args, _ = _machine("s")
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(plan_check.AliasCheck, "slots", lambda self, tiles, footprints=None: None)
+            m.call("fp_racy_s", **args)
+        assert not np.array_equal(m.read(Y, N, F32), 2 * np.arange(N, dtype=F32))
+
+
+def test_numpy_int_counts_are_bounded_and_priced_exactly_like_python_ints():
+    """A loop stating its counts as numpy ints is refused by the same bounds (its cycles are worked out in Python
+    ints: int64 arithmetic would wrap a hostile product around to a small, legal-looking count)."""
+    core = sim.load_target("FT78NE").core
+    big = dict(trips=2 ** 31, entries=2 ** 31, issues={"vls": 2 ** 20})
+    as_numpy = {k: (np.int64(v) if isinstance(v, int) else {u: np.int64(n) for u, n in v.items()})
+                for k, v in big.items()}
+    with np.errstate(over="raise"):
+        # (labels apart: the price memo keys a loop by its content, in which 3 and np.int64(3) are equal)
+        assert loop_cycles(Loop(**as_numpy, label="numpy"), core) == loop_cycles(Loop(**big, label="int"), core) \
+            > 2 ** 62
+    with sim.registered_kernel(Twice("numpy_counts", with_loop(**as_numpy))):
+        m, args, _ = _machine("s")
+        with pytest.raises(sim.PlanError, match=r"'bounds': the compute takes .* cycles"):
+            m.call("fp_numpy_counts_s", **args)

@@ -74,6 +74,11 @@ class _Bare:
 @pytest.mark.parametrize("attrs,message", [
     ({"name": "relu-grad"}, r"kernel 'relu-grad' \(.*\): 'name' must be an ASCII identifier"),
     ({"name": 42}, r"'name' must be an ASCII identifier .*got 42"),
+    ({"name": "k" * 10_000}, r"^kernel <[^>]*> \(.*\): 'name' must be an ASCII identifier of at most 64 characters "
+                             r"\(symbols are <fp\|hp>_<name>_<s\|p>\), got a name of 10000 characters$"),
+    ({"name": "k" * 65}, r"at most 64 characters .*got a name of 65 characters$"),
+    ({"args": (ArgSpec("a" * 5000, "in_ptr", "x"),)}, r"args\[0\]: the name must be an identifier of at most 64 "
+                                                       r"characters, got 'aaaaaaaaa"),
     ({"args": [("x", "in_ptr")]}, r"'args' must be a tuple of sim.model.call.ArgSpec"),
     ({"args": (ArgSpec("tiling", "int", "t"),)}, r"args\[0\]: argument name 'tiling' is reserved: it is "
                                                  r"call\(tiling=...\)"),
@@ -90,9 +95,16 @@ class _Bare:
     ({"fp32_tensors": "x"}, r"'fp32_tensors' must be a tuple of strings"),
 ])
 def test_registration_refuses_a_kernel_that_breaks_the_protocol(attrs, message):
-    with pytest.raises(sim.KernelDefinitionError, match=message):
+    with pytest.raises(sim.KernelDefinitionError, match=message) as info:
         sim.register_kernel(_Bare(**attrs))
     assert not any(s.name.endswith("_bare_s") for s in kernels.symbols())
+    assert len(str(info.value)) < 400  # one short line, whatever the kernel's name is
+
+
+def test_a_kernel_name_of_64_characters_registers():
+    name = "k" * 64
+    with sim.registered_kernel(_Bare(name=name)):
+        assert f"fp_{name}_s" in {s.name for s in kernels.symbols()}
 
 
 def test_registration_refuses_a_class_or_a_module():

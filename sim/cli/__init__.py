@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -17,6 +18,7 @@ from sim.inspect.layout_map import layout_map, layout_report
 from sim.model.layout import Violation
 from sim.model.target_loader import available_targets, load_target
 from sim.simulator import SHIPPED, Simulator, kernel_entry_point_errors, kernel_symbols
+from sim.time_limit import checked_time_limit
 from sim.tools.config import RunConfig, kernel_source, load_config
 from sim.tools.preflight import EntryIssue, Preflight, check_before_run, preflight
 from sim.tools.progress import execute_with_progress, progress_phases
@@ -91,6 +93,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     so a reader that goes away early (``dspsim run cfg | head -3``) loses no result.
     """
     cfg = load_config(args.config, allow_kernels=allow_kernels(args))
+    if args.time_limit is not None:  # the flag wins over the config's time_limit_seconds
+        cfg = dataclasses.replace(cfg, time_limit_seconds=checked_time_limit(args.time_limit, "--time-limit: "))
     check_before_run(cfg, strict=args.strict)
     m, run = execute_with_progress(cfg)  # progress bars on a terminal once a phase passes a second
     out_dir = Path(args.out_dir)
@@ -290,6 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="refuse to run when the config leaves an input buffer without data (else a warning)")
     r.add_argument("--no-cache", action="store_true",
                    help="neither read nor write the on-disk tuning cache (search the tiling afresh)")
+    r.add_argument("--time-limit", type=float, metavar="SECONDS",
+                   help="stop the call (its planning and simulation) after SECONDS of wall-clock time, memory "
+                        "and files untouched, exit 2 (default: the config's time_limit_seconds, else no limit)")
     add_allow_kernels(r)
     r.set_defaults(func=cmd_run)
     v = sub.add_parser("validate", help="check a run-config as run would: layout, tiling choice, plan (no numerics; "

@@ -40,7 +40,7 @@ from sim.engine.events import Recorder, TraceEvent
 from sim.engine.fluid import FlowNetwork, FlowShape, Link
 from sim.engine.units import Group, Units
 from sim.engine.walk import Walk
-from sim.errors import MemoryFault, SimError
+from sim.errors import ComputeOutputError, MemoryFault, SimError, brief, one_line
 from sim.model.memory import MAX_ACCESS_BYTES, SHARED, AddressSpace
 from sim.model.plan import Compute, Operand, Plan, Tile, Transfer
 from sim.model.target import Region, Target
@@ -262,9 +262,6 @@ class Engine:
     def _write_operand(self, core: int, tile: Tile, op: Operand, value: np.ndarray, cycle: int) -> None:
         key, n, dt, view, _ = self._operand_view(core, tile, op, "compute output", "write", cycle)
         arr = np.asarray(value, dtype=dt)
-        if arr.nbytes != n:
-            raise SimError(f"tile {tile.tile_id}: compute output of shape {arr.shape} does not fill "
-                           f"operand {op.shape}")
         if view is not None:
             self.memory.touch(key, op.addr, op.addr + n)
             view[...] = arr.reshape(op.shape)
@@ -276,10 +273,7 @@ class Engine:
         c = tile.compute
         assert c is not None  # the walk computes only tiles that have a compute
         arrays = [self._read_operand(core, tile, op, cycle) for op in c.inputs]
-        results = c.fn(*arrays)
-        if len(results) != len(c.outputs):
-            raise SimError(f"tile {tile.tile_id}: compute returned {len(results)} arrays for "
-                           f"{len(c.outputs)} outputs")
+        results = checked_results(c.fn(*arrays), c.outputs, core, tile)
         if len(results) > 1:
             # A result that is (a view of) a read-only input must not change under an earlier output's write.
             results = [r.copy() if isinstance(r, np.ndarray) and not r.flags.writeable else r for r in results]
@@ -413,6 +407,47 @@ class Engine:
         if missing:
             raise SimError(f"simulation stalled: cores {missing} never finished (deadlocked plan)")
         return max(self.core_end_cycles.values())
+
+
+def _output_error(tile: Tile, core: int, detail: str) -> ComputeOutputError:
+    """The refusal of a compute's result on ``core``, carrying the tile (the facade names its phase)."""
+    err = ComputeOutputError(detail, core=core, tile=int(tile.tile_id))
+    err.tile_object = tile
+    return err
+
+
+def checked_results(results: Any, outputs: Sequence[Operand], core: int, tile: Tile) -> list[np.ndarray]:
+    """What a compute returned, once it is one array per output operand, each of that operand's shape and of a
+    dtype that converts to the operand's without changing kind (float64 -> float32 is fine, float -> int or
+    complex -> float is not); ComputeOutputError saying what is wrong otherwise.  A masked array is refused as
+    ``Simulator.write`` refuses one: storing it would silently drop its mask."""
+    if isinstance(results, (str, bytes, np.ndarray)) or not isinstance(results, Sequence):
+        raise _output_error(tile, core, f"the compute returned {brief(results)}, not a sequence of one array per "
+                                        f"output operand ({len(outputs)})")
+    if len(results) != len(outputs):
+        raise _output_error(tile, core, f"the compute returned {len(results)} arrays for {len(outputs)} output "
+                                        f"operands")
+    out = list(results)
+    for i, (op, value) in enumerate(zip(outputs, out)):
+        if isinstance(value, np.ma.MaskedArray):
+            raise _output_error(tile, core, f"output {i} is a masked array: its mask cannot be stored in memory "
+                                            f"(only its data would be); return np.ma.getdata(a), or a.filled(value)")
+        if not isinstance(value, np.ndarray):
+            try:
+                value = out[i] = np.asarray(value)
+            except (TypeError, ValueError, OverflowError) as e:
+                raise _output_error(tile, core, f"output {i} ({brief(value)}) is not an array: "
+                                                f"{one_line(str(e), 120)}") from None
+        want = np.dtype(op.dtype)
+        if value.dtype.kind not in "biuf" or value.dtype.fields is not None or value.dtype.subdtype is not None \
+                or not np.can_cast(value.dtype, want, "same_kind"):
+            raise _output_error(tile, core, f"output {i} has dtype {one_line(str(value.dtype), 40)}, which its "
+                                            f"operand's {want} cannot take without changing kind (return numbers "
+                                            f"of the operand's kind: bool, int, uint or float)")
+        if value.shape != tuple(op.shape):
+            raise _output_error(tile, core, f"output {i} of shape {brief(value.shape, 60)} does not fill operand "
+                                            f"{tuple(op.shape)} exactly (a result has its operand's shape)")
+    return out
 
 
 @dataclass(frozen=True)

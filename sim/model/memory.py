@@ -1,11 +1,15 @@
 """Simulated memory: the map of regions and the sparse byte store behind it.
 
 This is the only place data bytes live.  Memory is byte-addressed and
-little-endian; pages are allocated on first write and zero-filled lazily by the
-operating system, so a 2 GiB region costs nothing until used.  Private regions
-have one backing store per core.  A journal records the first write to every
-1 MiB chunk during a call, so a failed call can be rolled back to the exact bytes
-it started from.
+little-endian; pages of 16 MiB are allocated on first touch and zero-filled
+lazily by the operating system, so untouched bytes cost nothing, and the
+address space a process reserves stays near what it touches (a small run fits a
+small ``ulimit -v``).  An access over several pages none of which exists yet
+(a tensor placed at once, a DMA block spread over a large output) gets one
+array for all of them, so that its views and strided copies stay single numpy
+operations.  Private regions have one backing store per core.  A journal
+records the first write to every 1 MiB chunk during a call, so a failed call
+can be rolled back to the exact bytes it started from.
 """
 
 from __future__ import annotations
@@ -13,14 +17,18 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 
 from sim.errors import MemoryFault, brief
 from sim.model.target import Region, Target
 
-#: Pages of 256 MiB: allocated on first write and zero-filled lazily by the OS, so untouched bytes cost nothing.
-PAGE_BITS = 28
+#: Pages of 16 MiB, allocated on first touch and zero-filled lazily by the OS.  Every allocated page reserves its
+#: size of the process's address space (which ``ulimit -v`` bounds): 256 MiB pages made a small run on eight cores
+#: reserve over 3 GiB.  Pages are kept no longer than the mapped memory in them needs (a 768 KiB scratchpad gets
+#: 768 KiB), and an access over several missing pages gets one array for all of them.
+PAGE_BITS = 24
 PAGE_BYTES = 1 << PAGE_BITS
 #: Journal and snapshot granularity (1 MiB): a call's first write to a chunk saves only that chunk.
 CHUNK_BITS = 20
@@ -28,6 +36,9 @@ CHUNK_BYTES = 1 << CHUNK_BITS
 #: Journal buffers kept between calls for reuse (a fresh chunk-sized buffer costs a page fault per 4 KiB page,
 #: several times the copy itself; a call that rewrites its outputs would pay that on every run).
 SPARE_CHUNKS = 128
+
+#: A run of pages: the array holding them and the address of its first byte.
+Run = tuple[np.ndarray, int]
 
 #: Store key of shared memory; private memory is keyed by core index.
 SHARED = -1
@@ -126,32 +137,82 @@ class MemoryMap:
 class AddressSpace:
     """Sparse paged byte stores (one shared, one per core for private regions) with a rollback journal.
 
-    Pages are large (``PAGE_BYTES``) and zero-filled lazily by the operating
-    system, so only the bytes a run writes cost memory, and a strided DMA block
-    inside one page is copied through a single strided view (only its own bytes,
-    never the span around it).  The journal and :meth:`snapshot` work in
-    ``CHUNK_BYTES`` chunks, so a call's first write saves one chunk, not a page.
+    Pages (``PAGE_BYTES``) are zero-filled lazily by the operating system, so
+    only the bytes a run writes cost memory.  Consecutive pages allocated
+    together share one array (a *run*), so that a block inside one run -- a
+    strided DMA block, a tensor's view -- is copied or viewed through a single
+    strided view (only its own bytes, never the span around it).  The journal and
+    :meth:`snapshot` work in ``CHUNK_BYTES`` chunks, so a call's first write
+    saves one chunk, not a page.
     """
 
     def __init__(self, target: Target):
         self.map = MemoryMap(target)
-        self._stores: dict[int, dict[int, np.ndarray]] = {}
+        self._stores: dict[int, dict[int, np.ndarray]] = {}  # store key -> page index -> the page's bytes
+        self._runs: dict[int, dict[int, tuple[np.ndarray, int]]] = {}  # page index -> (its run, the run's first page)
         self._written: dict[int, set[int]] = {}  # store key -> chunks ever written (all others are zero)
         self._journal: dict[tuple[int, int], np.ndarray | None] | None = None
         self._spare: list[np.ndarray] = []  # chunk-sized journal buffers free for the next call
+        self._page_ends: dict[int, int] = {}  # page index -> bytes of it the map covers (from the page's start)
 
     # -- pages and chunks ----------------------------------------------------------------------
 
+    def _page_length(self, idx: int) -> int:
+        """Bytes of page ``idx`` worth allocating: up to the end of the last mapped byte in it (a small
+        scratchpad's page is as small as it is)."""
+        got = self._page_ends.get(idx)
+        if got is None:
+            lo, hi = idx << PAGE_BITS, (idx + 1) << PAGE_BITS
+            ends = [min(r.end, hi) - lo for r in self.map.regions if r.base < hi and r.end > lo]
+            got = self._page_ends[idx] = max(ends, default=PAGE_BYTES)
+        return got
+
+    def _allocate(self, key: int, first: int, last: int) -> np.ndarray:
+        """One zeroed array (lazily, by the OS) for the missing pages ``first..last`` of store ``key``: its run."""
+        run = np.zeros(((last - first) << PAGE_BITS) + self._page_length(last), np.uint8)
+        pages = self._stores.setdefault(key, {})
+        runs = self._runs.setdefault(key, {})
+        for idx in range(first, last + 1):
+            off = (idx - first) << PAGE_BITS
+            pages[idx] = run[off:off + (PAGE_BYTES if idx < last else self._page_length(last))]
+            runs[idx] = (run, first)
+        return run
+
     def _page(self, key: int, idx: int) -> np.ndarray:
         """Page ``idx`` of store ``key``, allocated (zeroed lazily by the OS) on first use."""
-        pages = self._stores.setdefault(key, {})
-        page = pages.get(idx)
+        page = self._stores.get(key, {}).get(idx)
         if page is None:
-            page = pages[idx] = np.zeros(PAGE_BYTES, np.uint8)
+            self._allocate(key, idx, idx)
+            page = self._stores[key][idx]
         return page
 
+    def _run_of(self, key: int, lo: int, hi: int) -> Run | None | Literal[False]:
+        """``(array, address of its first byte)`` of the one run holding all of ``[lo, hi)`` (``hi > lo``); None
+        when none of its pages exists; False when the span lies over pages of several runs, or over pages some of
+        which exist and some not."""
+        first, last = lo >> PAGE_BITS, (hi - 1) >> PAGE_BITS
+        runs = self._runs.get(key)
+        if not runs:
+            return None
+        got = runs.get(first)
+        if got is not None:
+            if last == first:
+                return got[0], got[1] << PAGE_BITS
+            end = runs.get(last)
+            return (got[0], got[1] << PAGE_BITS) if end is not None and end[0] is got[0] else False
+        return False if any(i in runs for i in range(first + 1, last + 1)) else None
+
+    def _run_made(self, key: int, lo: int, hi: int) -> Run | Literal[False]:
+        """:meth:`_run_of`, the pages made (as one run) when none of them exists."""
+        got = self._run_of(key, lo, hi)
+        if got is None:
+            first = lo >> PAGE_BITS
+            return self._allocate(key, first, (hi - 1) >> PAGE_BITS), first << PAGE_BITS
+        return got
+
     def _chunk(self, key: int, chunk: int) -> np.ndarray:
-        """A writable view of chunk ``chunk`` (absolute index) of store ``key``."""
+        """A writable view of chunk ``chunk`` (absolute index) of store ``key`` (shorter at the end of a short
+        page)."""
         off = (chunk << CHUNK_BITS) & (PAGE_BYTES - 1)
         return self._page(key, chunk >> (PAGE_BITS - CHUNK_BITS))[off:off + CHUNK_BYTES]
 
@@ -169,24 +230,26 @@ class AddressSpace:
                 saved = None
                 if chunk in written:
                     saved = self._spare.pop() if self._spare else np.empty(CHUNK_BYTES, np.uint8)
-                    saved[...] = self._chunk(key, chunk)
+                    view = self._chunk(key, chunk)
+                    saved[:view.size] = view
                 journal[(key, chunk)] = saved
             written.add(chunk)
 
     # -- raw spans ---------------------------------------------------------------------------
 
     def read_span(self, key: int, addr: int, size_bytes: int) -> np.ndarray:
-        """Bytes ``[addr, addr + size_bytes)`` of store ``key`` as a uint8 array (a view when on one page)."""
+        """Bytes ``[addr, addr + size_bytes)`` of store ``key`` as a uint8 array (a view when in one run)."""
         if size_bytes <= 0:
             return np.zeros(0, np.uint8)
+        got = self._run_of(key, addr, addr + size_bytes)
+        if got is None:
+            return np.zeros(size_bytes, np.uint8)
+        if got is not False:
+            run, base = got
+            return run[addr - base:addr - base + size_bytes]
         pages = self._stores.get(key, {})
         first, last = addr >> PAGE_BITS, (addr + size_bytes - 1) >> PAGE_BITS
         off = addr & (PAGE_BYTES - 1)
-        if first == last:
-            page = pages.get(first)
-            if page is None:
-                return np.zeros(size_bytes, np.uint8)
-            return page[off:off + size_bytes]
         out = np.empty(size_bytes, np.uint8)
         pos = 0
         for idx in range(first, last + 1):
@@ -203,7 +266,14 @@ class AddressSpace:
     def write_span(self, key: int, addr: int, data: np.ndarray) -> None:
         """Store the uint8 array ``data`` at ``addr`` of store ``key``."""
         size_bytes = data.size
+        if size_bytes <= 0:
+            return
         self._touch(key, addr, addr + size_bytes)
+        got = self._run_made(key, addr, addr + size_bytes)
+        if got is not False:
+            run, base = got
+            run[addr - base:addr - base + size_bytes] = data
+            return
         pos = 0
         while pos < size_bytes:
             a = addr + pos
@@ -215,43 +285,36 @@ class AddressSpace:
     # -- strided blocks (DMA descriptors) -----------------------------------------------------
 
     @staticmethod
-    def _block_view(page: np.ndarray, addr: int, shape: Sequence[int], itemsize: int,
+    def _block_view(run: Run, addr: int, shape: Sequence[int], itemsize: int,
                     strides: Sequence[int]) -> np.ndarray:
-        """The strided block at ``addr`` (inside ``page``) as a view of ``shape`` with one item per element.
+        """The strided block at ``addr`` inside ``run`` (an array and the address of its first byte) as a view of
+        ``shape`` with one item per element.
 
         Items are unsigned words of ``itemsize`` bytes (a void type for odd sizes), so copies move
         whole items instead of bytes.
         """
-        return np.ndarray(tuple(shape), _item_dtype(itemsize), buffer=page, offset=addr & (PAGE_BYTES - 1),
+        array, base = run
+        return np.ndarray(tuple(shape), _item_dtype(itemsize), buffer=array, offset=addr - base,
                           strides=tuple(strides))
-
-    def _page_of_span(self, key: int, lo: int, hi: int, create: bool) -> np.ndarray | None | bool:
-        """The page holding all of ``[lo, hi)``; None when it is not allocated (and ``create`` is false);
-        False when the span crosses a page boundary."""
-        idx = lo >> PAGE_BITS
-        if idx != (hi - 1) >> PAGE_BITS:
-            return False
-        if create:
-            return self._page(key, idx)
-        return self._stores.get(key, {}).get(idx)
 
     def copy(self, src_key: int, src: int, dst_key: int, dst: int, shape: Sequence[int], itemsize: int,
              src_strides: Sequence[int], dst_strides: Sequence[int]) -> None:
-        """Copy a strided block to another strided block (a DMA transfer), in one pass when each side lies on
-        one page."""
+        """Copy a strided block to another strided block (a DMA transfer), in one pass when each side lies in
+        one run of pages."""
         if 0 in shape:
             return
         slo, shi = block_span(src, shape, itemsize, src_strides)
         dlo, dhi = block_span(dst, shape, itemsize, dst_strides)
-        spage = self._page_of_span(src_key, slo, shi, create=False)
-        if spage is not False and self._page_of_span(dst_key, dlo, dhi, create=False) is not False:
+        src_run = self._run_of(src_key, slo, shi)
+        dst_run = self._run_made(dst_key, dlo, dhi) if src_run is not False else False
+        if src_run is not False and dst_run is not False:
             self._touch(dst_key, dlo, dhi)
-            out = self._block_view(self._page(dst_key, dlo >> PAGE_BITS), dst, shape, itemsize, dst_strides)
-            if spage is None or spage is True:  # (True is never returned: the page or None or False)
+            out = self._block_view(dst_run, dst, shape, itemsize, dst_strides)
+            if src_run is None:
                 out[...] = 0
             else:
                 # numpy buffers the copy itself when source and destination overlap.
-                out[...] = self._block_view(spage, src, shape, itemsize, src_strides)
+                out[...] = self._block_view(src_run, src, shape, itemsize, src_strides)
             return
         self.scatter(dst_key, dst, shape, itemsize, dst_strides,
                      self.gather(src_key, src, shape, itemsize, src_strides))
@@ -259,16 +322,18 @@ class AddressSpace:
     def copy_plan(self, src_key: int, src: int, dst_key: int, dst: int, shape: Sequence[int], itemsize: int,
                   src_strides: Sequence[int], dst_strides: Sequence[int]) -> tuple | None:
         """The views a block copy moves through, for doing the same copy again and again (a plan run twice):
-        None unless each side lies on one page.  Pass the result to :meth:`copy_planned`."""
+        None unless each side lies in one run of pages.  Pass the result to :meth:`copy_planned`."""
         if 0 in shape:
             return None
         slo, shi = block_span(src, shape, itemsize, src_strides)
         dlo, dhi = block_span(dst, shape, itemsize, dst_strides)
-        if slo >> PAGE_BITS != (shi - 1) >> PAGE_BITS or dlo >> PAGE_BITS != (dhi - 1) >> PAGE_BITS:
-            return None
         # Pages are created (zero, costing nothing until written) so the views stay valid for good.
-        return (self._block_view(self._page(src_key, slo >> PAGE_BITS), src, shape, itemsize, src_strides),
-                self._block_view(self._page(dst_key, dlo >> PAGE_BITS), dst, shape, itemsize, dst_strides),
+        src_run = self._run_made(src_key, slo, shi)
+        dst_run = self._run_made(dst_key, dlo, dhi) if src_run is not False else False
+        if src_run is False or dst_run is False:
+            return None
+        return (self._block_view(src_run, src, shape, itemsize, src_strides),
+                self._block_view(dst_run, dst, shape, itemsize, dst_strides),
                 dst_key, dlo, dhi)
 
     def copy_planned(self, planned: tuple) -> None:
@@ -278,16 +343,20 @@ class AddressSpace:
         dst_view[...] = src_view  # numpy buffers the copy itself when source and destination overlap
 
     def dense_view(self, key: int, addr: int, shape: Sequence[int], dtype: np.dtype) -> np.ndarray | None:
-        """A writable view of the dense array at ``addr`` (little-endian ``dtype``), None if it crosses a page.
+        """A writable view of the dense array at ``addr`` (little-endian ``dtype``), None if its bytes lie over
+        pages of several runs.
 
         Writing through it bypasses the journal: call :meth:`touch` on its bytes first.
         """
         dt = np.dtype(dtype)
         n = math.prod(shape) * dt.itemsize
-        if n <= 0 or addr >> PAGE_BITS != (addr + n - 1) >> PAGE_BITS:
+        if n <= 0:
             return None
-        off = addr & (PAGE_BYTES - 1)
-        return self._page(key, addr >> PAGE_BITS)[off:off + n].view(dt).reshape(tuple(shape))
+        got = self._run_made(key, addr, addr + n)
+        if got is False:
+            return None
+        run, base = got
+        return run[addr - base:addr - base + n].view(dt).reshape(tuple(shape))
 
     def touch(self, key: int, lo: int, hi: int) -> None:
         """Journal and mark as written ``[lo, hi)`` of store ``key`` before writing it through a view."""
@@ -299,12 +368,12 @@ class AddressSpace:
         lo, hi = block_span(addr, shape, itemsize, strides)
         if 0 in shape:
             return np.zeros(tuple(shape) + (itemsize,), np.uint8)
-        if lo >> PAGE_BITS == (hi - 1) >> PAGE_BITS:
-            # One page: copy exactly the block's bytes through a strided view.
-            page = self._stores.get(key, {}).get(lo >> PAGE_BITS)
-            if page is None:
-                return np.zeros(tuple(shape) + (itemsize,), np.uint8)
-            block = np.ascontiguousarray(self._block_view(page, addr, shape, itemsize, strides))
+        run = self._run_of(key, lo, hi)
+        if run is None:
+            return np.zeros(tuple(shape) + (itemsize,), np.uint8)
+        if run is not False:
+            # One run of pages: copy exactly the block's bytes through a strided view.
+            block = np.ascontiguousarray(self._block_view(run, addr, shape, itemsize, strides))
             return block.view(np.uint8).reshape(tuple(shape) + (itemsize,))
         if _loop_outer(shape, itemsize, hi - lo):
             out = np.empty(tuple(shape) + (itemsize,), np.uint8)
@@ -325,10 +394,11 @@ class AddressSpace:
         if _is_dense(shape, itemsize, strides):
             self.write_span(key, lo, data.reshape(-1))
             return
-        if lo >> PAGE_BITS == (hi - 1) >> PAGE_BITS:
-            # One page: write exactly the block's bytes through a strided view.
+        run = self._run_made(key, lo, hi)
+        if run is not False:
+            # One run of pages: write exactly the block's bytes through a strided view.
             self._touch(key, lo, hi)
-            view = self._block_view(self._page(key, lo >> PAGE_BITS), addr, shape, itemsize, strides)
+            view = self._block_view(run, addr, shape, itemsize, strides)
             view[...] = np.ascontiguousarray(data).reshape(-1).view(view.dtype).reshape(view.shape)
             return
         if _loop_outer(shape, itemsize, hi - lo):
@@ -361,7 +431,7 @@ class AddressSpace:
             if saved is None:
                 view[...] = 0
             else:
-                view[...] = saved
+                view[...] = saved[:view.size]
         self._recycle(journal)
 
     def _recycle(self, journal: dict[tuple[int, int], np.ndarray | None]) -> None:
@@ -412,7 +482,8 @@ class AddressSpace:
     def writable_view(self, addr: int, shape: Sequence[int], dtype: np.dtype,
                       core: int | None = None) -> np.ndarray | None:
         """A writable view of the dense array at ``addr`` (checked like :meth:`write`, journaled and marked
-        written), for filling a large input in place; None when its bytes cross a page (then :meth:`write`)."""
+        written), for filling a large input in place; None when its bytes lie over pages of several runs (then
+        :meth:`write`)."""
         dt = np.dtype(dtype).newbyteorder("<")
         n = math.prod(shape) * dt.itemsize
         _, key = self.map.resolve(addr, n, core, what="write")
@@ -421,10 +492,23 @@ class AddressSpace:
             self._touch(key, int(addr), int(addr) + n)
         return view
 
+    def reserve(self, addr: int, size_bytes: int, core: int | None = None) -> None:
+        """Make the pages of ``[addr, addr + size_bytes)`` one run if none of them exists yet (address space
+        only: the OS zero-fills them on first touch), so that the DMA blocks and views of a large output written
+        a tile at a time stay single operations; nothing when some exist already.  Checked like :meth:`write`."""
+        if size_bytes <= 0:
+            return
+        _, key = self.map.resolve(addr, size_bytes, core, what="write")
+        if self._run_of(key, int(addr), int(addr) + size_bytes) is None:
+            try:
+                self._run_made(key, int(addr), int(addr) + size_bytes)
+            except MemoryError:  # no room for it in the address space: its pages come one by one as they are written
+                pass
+
     def read_only_view(self, addr: int, shape: Sequence[int] | int, dtype: np.dtype | type | str,
                        core: int | None = None) -> np.ndarray:
-        """The array :meth:`read` gives, as a read-only view of simulated memory where its bytes lie on one
-        page (a copy otherwise), for saving a large output without a second copy of it."""
+        """The array :meth:`read` gives, as a read-only view of simulated memory where its bytes lie in one run
+        of pages (a copy otherwise), for saving a large output without a second copy of it."""
         dt = checked_dtype(dtype).newbyteorder("<")
         shp = access_shape(shape, "read")
         n = math.prod(shp) * dt.itemsize

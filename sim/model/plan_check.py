@@ -27,7 +27,20 @@ engine.  The rules, each with the id a :class:`~sim.errors.PlanError` names (see
 * ``compute-loops``: a compute that does arithmetic (``flops > 0``) or writes outputs states its loops (what it
   issues, and so what it costs: :func:`sim.timing.compute_cycles` prices loops only);
 * ``loop-units``: a compute's loops issue only on unit classes the core has (``core.units``);
-* ``loop-registers``: a loop keeps live at most the vector registers the core has.
+* ``loop-registers``: a loop keeps live at most the vector registers the core has;
+* ``bounds``: every count a plan states is bounded, so that no report overflows: ``Loop.trips``, ``entries``,
+  ``reductions`` and each issue count at most :data:`MAX_LOOP_COUNT` (2**32), ``Compute.flops`` at most
+  :data:`MAX_TILE_FLOPS` (2**48), and (when the facade prices them) a tile's compute at most
+  :data:`MAX_TILE_CYCLES` (2**40 cycles) and a core's computes in the plan at most
+  :data:`MAX_CORE_COMPUTE_CYCLES` (2**52);
+* ``staging-alias``: on one core, two tiles of different slots that the engine may run at the same time (a
+  tile's loads overlap the previous tile's compute and stores, and a tile's stores the later tiles) never touch
+  the same bytes of a per-core staging level with one of them writing (:mod:`sim.model.plan_alias`); two
+  staged buffers of a phase never fill the same bytes, and only a buffer's fills write its bytes.  A core's
+  tiles use at most 64 slots in a phase.
+
+Also under ``plan-structure``: ``Plan.precision`` is one the chip computes in, and an operand's dtype is a
+number type (bool, int, uint or float).
 
 The check reads the plan only (no memory, no SimPy) and costs a few microseconds per transfer; the facade
 runs it once per plan it builds (plans are cached), before anything runs, so a refused plan leaves memory
@@ -37,16 +50,26 @@ exactly as it was.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from sim.errors import PlanError, brief
+from sim.errors import PlanError, brief, one_line
 from sim.model.call import BoundCall
 from sim.model.memory import MemoryMap, block_span
 from sim.model.plan import Compute, Loop, Operand, Phase, Plan, Tile, Transfer, parse_buffer_ref
+from sim.model.plan_alias import AliasCheck, Spans, merged
 from sim.model.target import StagingArea, Target
+
+#: Largest count a loop may state (``Loop.trips``, ``entries``, ``reductions``, each issue count): 2**32.
+MAX_LOOP_COUNT = 1 << 32
+#: Largest ``Compute.flops`` of one tile (2**48, about 2.8e14: a tile holds at most a staging level's elements).
+MAX_TILE_FLOPS = 1 << 48
+#: Most cycles one tile's compute may take (2**40: about ten minutes at 1.8 GHz), and a core's computes in one
+#: plan (2**52): a run's cycles then stay far inside the 64-bit integers summaries and traces count them in.
+MAX_TILE_CYCLES = 1 << 40
+MAX_CORE_COMPUTE_CYCLES = 1 << 52
 
 #: Rule id -> the rule in words (for the docs and for tools).
 RULES: dict[str, str] = {
@@ -67,6 +90,10 @@ RULES: dict[str, str] = {
     "compute-loops": "a compute that does arithmetic or writes outputs states the loops that issue its work",
     "loop-units": "a compute's loops issue only on unit classes the core has",
     "loop-registers": "a loop keeps live at most the vector registers the core has",
+    "bounds": "a plan's counts are bounded: a loop's counts at most 2**32, a tile's flops at most 2**48, a tile's "
+              "compute at most 2**40 cycles and a core's computes at most 2**52",
+    "staging-alias": "two tiles of a core that may be in flight at once (of different slots) never touch the same "
+                     "staging bytes, one of them writing; staged buffers keep their bytes to themselves",
 }
 
 
@@ -118,7 +145,7 @@ class _Checker:
     slots' operands)."""
 
     def __init__(self, call: BoundCall, target: Target, levels: Sequence[StagingArea],
-                 operand_levels: Sequence[StagingArea], kernel: str):
+                 operand_levels: Sequence[StagingArea], kernel: str, price: Callable[[Loop], int] | None = None):
         self.call, self.target = call, target
         self.levels = tuple(levels)
         self.operand_levels = tuple(operand_levels)
@@ -142,6 +169,21 @@ class _Checker:
         # sharing one are judged once; held so that its id is not reused.
         self._computes: dict[int, Compute] = {}
         self._refs: dict[str, tuple[str, int]] = {}  # a buffer reference -> (name, generation), parsed once
+        self._transfer_memo: dict[int, tuple[int, int, int, int]] = {}  # id -> a checked transfer's spans
+        self._compute_memo: dict[int, tuple[Spans, Spans]] = {}  # id -> its output and input spans, merged
+        self.alias = AliasCheck(self.levels, self._transfer_spans, self._compute_spans)
+        self._local = tuple((a.base, a.end) for a in self.levels if not a.shared)
+        self._local_bounds = (min((lo for lo, _ in self._local), default=0),
+                              max((hi for _, hi in self._local), default=0))
+        self._staged = False  # whether the phase being checked has staged buffers
+        # The tile being checked's transfer spans in per-core staging levels (load and store destinations, load
+        # and store sources), and each checked tile's footprint number (id -> number; the plan holds the tiles).
+        self._sides: tuple[list[tuple[int, int]], ...] = ([], [], [], [])
+        self._footprints: dict[int, int] = {}
+        self.price = price
+        self._cycles: dict[int, int] = {}  # id of a compute that passed -> its cycles (when priced)
+        self._loop_cycles: dict[int, int] = {}  # id of a loop that passed (kept alive in _loops) -> its cycles
+        self._core_cycles: dict[int, int] = {}  # core -> its computes' cycles so far
 
     def _ref(self, ref: Any) -> tuple[str, int]:
         """:func:`parse_buffer_ref` of ``ref``, remembered for plain strings (a plan names a buffer generation in
@@ -171,6 +213,9 @@ class _Checker:
                                      f"cores {', '.join(map(str, self.call.cores))})")
         if len(set(cores)) != len(cores):
             raise self.fail("cores", f"Plan.cores lists a core twice: {brief(cores)}")
+        if not isinstance(plan.precision, str) or plan.precision not in self.target.core.precisions:
+            raise self.fail("plan-structure", f"Plan.precision is {brief(plan.precision)}, which {self.target.name} "
+                                              f"lacks (it computes in: {', '.join(self.target.core.precisions)})")
         if not isinstance(plan.phases, tuple) or not all(isinstance(p, Phase) for p in plan.phases):
             raise self.fail("plan-structure", f"Plan.phases must be a tuple of Phase, got {brief(plan.phases)}")
         plan_cores = {int(c) for c in cores}
@@ -179,6 +224,8 @@ class _Checker:
             if not isinstance(phase.tiles, Mapping):
                 raise self.fail("plan-structure", f"Phase.tiles must map a core to its tiles, got "
                                                   f"{brief(phase.tiles)}")
+            self._staged = any(getattr(t, "fills", None) or getattr(t, "uses", None)
+                               for ts in phase.tiles.values() if isinstance(ts, (tuple, list)) for t in ts)
             for core, tiles in phase.tiles.items():
                 self.where.core, self.where.tile = None, None
                 if not _is_int(core) or int(core) not in plan_cores:
@@ -192,10 +239,41 @@ class _Checker:
                 for tile in tiles:
                     self.tile(tile, ids)
             self.where.core = self.where.tile = None
-            if any(t.fills or t.uses for ts in phase.tiles.values() for t in ts):
+            staged = self._staged
+            if staged:
                 self.buffers(phase)
                 self.where.core = self.where.tile = None
+            self.aliases(phase, staged)
+            self.where.core = self.where.tile = None
         self.where.phase = None
+
+    def aliases(self, phase: Phase, staged: bool) -> None:
+        """The ``staging-alias`` rule on one phase (:mod:`sim.model.plan_alias`): per core, no two tiles that may
+        be in flight at once touch the same staging bytes (one writing); staged buffers keep their bytes."""
+        for core, tiles in phase.tiles.items():
+            found = self.alias.slots(tiles, self._footprints)
+            if found is not None:
+                self.where.core, self.where.tile = int(core), int(tiles[found.index].tile_id)
+                raise self.fail("staging-alias", found.detail)
+        if staged:
+            found = self.alias.buffers(phase, self._ref)
+            where = self.alias.core
+            if found is not None and where is not None:
+                self.where.core, self.where.tile = where, int(phase.tiles[where][found.index].tile_id)
+                raise self.fail("staging-alias", found.detail)
+
+    def _transfer_spans(self, t: Transfer) -> tuple[int, int, int, int]:
+        """``(src lo, src hi, dst lo, dst hi)`` of a checked transfer (as its check worked them out)."""
+        got = self._transfer_memo.get(id(t))
+        return got if got is not None else t.span("src") + t.span("dst")  # (one that moves nothing)
+
+    def _compute_spans(self, c: Compute) -> tuple[Spans, Spans]:
+        """(outputs, inputs) spans of a checked compute's operands, merged (as their check worked them out)."""
+        got = self._compute_memo.get(id(c))
+        if got is None:
+            got = (merged([(int(o.addr), int(o.addr) + o.size_bytes) for o in c.outputs]),
+                   merged([(int(o.addr), int(o.addr) + o.size_bytes) for o in c.inputs]))
+        return got
 
     def tile(self, tile: Any, ids: set[int]) -> None:
         if type(tile) is not Tile and not isinstance(tile, Tile):
@@ -217,6 +295,8 @@ class _Checker:
                 self.transfer(t, kind, i)
         if tile.compute is not None:
             self.compute(tile.compute)
+        self._footprints[id(tile)] = self.alias.footprint_of(self._sides, tile.compute)
+        self._sides = ([], [], [], [])
         if type(tile.fills) is tuple and type(tile.uses) is tuple and not tile.fills and not tile.uses:
             return  # no staged buffers (most tiles): nothing below applies
         for field_name in ("fills", "uses"):
@@ -336,11 +416,25 @@ class _Checker:
             if offsets is None:
                 offsets = self._spans[key] = _span_offsets(shape, ss, ds, item)
             src_lo, src_hi, dst_lo, dst_hi = offsets
-            self._side(t.src + src_lo, t.src + src_hi, self.readable, False, t, kind, index)
-            self._side(t.dst + dst_lo, t.dst + dst_hi, self.writable, True, t, kind, index)
+            spans = (t.src + src_lo, t.src + src_hi, t.dst + dst_lo, t.dst + dst_hi)
         else:  # numpy ints: their arithmetic is their own, so each side's span as the address gives it
-            self._side(*block_span(t.src, shape, item, ss), self.readable, False, t, kind, index)
-            self._side(*block_span(t.dst, shape, item, ds), self.writable, True, t, kind, index)
+            spans = block_span(t.src, shape, item, ss) + block_span(t.dst, shape, item, ds)
+        self._side(spans[0], spans[1], self.readable, False, t, kind, index)
+        self._side(spans[2], spans[3], self.writable, True, t, kind, index)
+        if self._staged:  # the staged buffers' alias rule reads every transfer's spans (the plan holds t)
+            self._transfer_memo[id(t)] = spans
+        # The bytes of per-core staging levels the transfer moves, for the slots' alias rule (most sides lie in
+        # memory outside them all: one comparison each).
+        s_lo, s_hi, d_lo, d_hi = spans
+        lowest, highest = self._local_bounds
+        if lowest <= d_lo and d_hi <= highest:
+            for base, end in self._local:
+                if base <= d_lo and d_hi <= end:
+                    self._sides[0 if kind == "load" else 1].append((d_lo, d_hi))
+        if lowest <= s_lo and s_hi <= highest:
+            for base, end in self._local:
+                if base <= s_lo and s_hi <= end:
+                    self._sides[2 if kind == "load" else 3].append((s_lo, s_hi))
 
     def _side(self, lo: int, hi: int, legal: list[tuple[int, int]], writing: bool, t: Transfer, kind: str,
               index: int) -> None:
@@ -391,10 +485,40 @@ class _Checker:
 
     def compute(self, c: Any) -> None:
         if id(c) in self._computes:
-            return
-        self._compute(c)
-        if type(c) is Compute:  # frozen: it passes again (a subclass might not be)
-            self._computes[id(c)] = c
+            cycles = self._cycles.get(id(c))
+        else:
+            self._compute(c)
+            cycles = self._priced(c)
+            if type(c) is Compute:  # frozen: it passes again (a subclass might not be)
+                self._computes[id(c)] = c
+                if cycles is not None:
+                    self._cycles[id(c)] = cycles
+        if cycles is not None:
+            core = self.where.core
+            assert core is not None
+            total = self._core_cycles[core] = self._core_cycles.get(core, 0) + cycles
+            if total > MAX_CORE_COMPUTE_CYCLES:
+                raise self.fail("bounds", f"the core's computes take {total} cycles up to this tile, more than the "
+                                          f"{MAX_CORE_COMPUTE_CYCLES} (2**52) a core's may in one plan: the run's "
+                                          f"cycles would overflow the 64-bit counts of summaries and traces")
+
+    def _priced(self, c: Compute) -> int | None:
+        """The cycles a checked compute takes, the tile overhead and each loop's (None when the check was given no
+        pricer; tiles share their loops, so each is priced once); PlanError ``bounds`` when they are more than a
+        tile may take."""
+        if self.price is None:
+            return None
+        cycles = self.target.core.tile_overhead_cycles
+        for loop in c.loops:
+            got = self._loop_cycles.get(id(loop))
+            if got is None:
+                got = self._loop_cycles[id(loop)] = self.price(loop)
+            cycles += got
+        if cycles > MAX_TILE_CYCLES:
+            raise self.fail("bounds", f"the compute takes {brief(cycles)} cycles (the tile overhead and its loops), "
+                                      f"more than the {MAX_TILE_CYCLES} (2**40) a tile's compute may: the run's "
+                                      f"cycles would overflow the 64-bit counts of summaries and traces")
+        return cycles
 
     def _compute(self, c: Any) -> None:
         if type(c) is not Compute and not isinstance(c, Compute):
@@ -403,6 +527,9 @@ class _Checker:
             raise self.fail("plan-structure", f"Compute.fn must be callable, got {brief(c.fn)}")
         if not _ints((c.flops,), 0):
             raise self.fail("plan-structure", f"Compute.flops must be an int >= 0, got {brief(c.flops)}")
+        if c.flops > MAX_TILE_FLOPS:
+            raise self.fail("bounds", f"Compute.flops is {brief(c.flops)}, more than the {MAX_TILE_FLOPS} (2**48) a "
+                                      f"tile's compute may state (a tile holds at most a staging level's elements)")
         if c.precision not in self.target.core.precisions:
             have = ", ".join(self.target.core.precisions)
             raise self.fail("plan-structure", f"the compute is in precision {brief(c.precision)}, which "
@@ -424,8 +551,10 @@ class _Checker:
                 self.loop(loop, i)
                 self._loops[id(loop)] = loop  # kept alive so that its id is not reused
         # Each operand's (lo, hi, level index) once: an in-place operand (an output over an input) counts once.
-        distinct = {self.operand(op, "input", i) for i, op in enumerate(c.inputs)}
+        ins = [self.operand(op, "input", i) for i, op in enumerate(c.inputs)]
         outs = [self.operand(op, "output", i) for i, op in enumerate(c.outputs)]
+        self._compute_memo[id(c)] = (merged([(lo, hi) for lo, hi, _ in outs]), merged([(lo, hi) for lo, hi, _ in ins]))
+        distinct = set(ins)
         distinct.update(outs)
         used = [0] * len(self.operand_levels)
         for lo, hi, li in distinct:
@@ -452,12 +581,20 @@ class _Checker:
             counts = (loop.trips, loop.entries, loop.reductions, loop.vector_registers)
             raise self.fail("plan-structure", f"{name}: Loop.trips, entries, reductions and vector_registers must "
                                               f"be ints >= 0, got {brief(counts)}")
+        for field_name in ("trips", "entries", "reductions"):
+            if getattr(loop, field_name) > MAX_LOOP_COUNT:
+                raise self.fail("bounds", f"{name}: Loop.{field_name} is {brief(getattr(loop, field_name))}, more "
+                                          f"than the {MAX_LOOP_COUNT} (2**32) a loop's count may be")
         named: list[str] = []
         for field_name in ("issues", "epilogue"):
             m = getattr(loop, field_name)
             if not isinstance(m, Mapping) or not all(isinstance(k, str) for k in m) or not _ints(tuple(m.values()), 0):
                 raise self.fail("plan-structure", f"{name}: Loop.{field_name} must map a unit class to an int >= 0 "
                                                   f"of issues, got {brief(m)}")
+            big = [(k, v) for k, v in m.items() if v > MAX_LOOP_COUNT]
+            if big:
+                raise self.fail("bounds", f"{name}: Loop.{field_name}[{brief(big[0][0], 40)}] is {brief(big[0][1])}, "
+                                          f"more than the {MAX_LOOP_COUNT} (2**32) a loop's count may be")
             named.extend(m)
         for field_name in ("chain", "carried"):
             t = getattr(loop, field_name)
@@ -490,12 +627,17 @@ class _Checker:
         label = f"{role} operand {index}"
         try:
             ok = key is not None and _is_int(op.addr) and type(op.shape) is tuple and _ints(op.shape, 0)
-            size = math.prod(op.shape) * np.dtype(op.dtype).itemsize if ok else 0
+            dt = np.dtype(op.dtype) if ok else None
+            size = math.prod(op.shape) * dt.itemsize if dt is not None else 0
         except TypeError:
-            ok = False
+            ok, dt = False, None
         if not ok:
             raise self.fail("plan-structure", f"{label}: an Operand needs an int address, a tuple shape of sizes "
                                               f">= 0 and a numpy dtype, got {brief(op, 160)}")
+        assert dt is not None
+        if dt.kind not in "biuf" or dt.fields is not None or dt.subdtype is not None:
+            raise self.fail("plan-structure", f"{label}: dtype {one_line(str(dt), 40)} is not a number type (bool, "
+                                              f"int, uint or float): a compute's operands are numeric arrays")
         lo, hi = int(op.addr), int(op.addr) + int(size)
         for li, level in enumerate(self.operand_levels):
             if level.base <= lo and hi <= level.end:
@@ -512,12 +654,16 @@ class _Checker:
 
 
 def check_plan(plan: object, call: BoundCall, target: Target, levels: Sequence[StagingArea],
-               operand_levels: Sequence[StagingArea], kernel: str) -> None:
+               operand_levels: Sequence[StagingArea], kernel: str,
+               loop_cycles: Callable[[Loop], int] | None = None) -> None:
     """Raise :class:`~sim.errors.PlanError` for the first rule ``plan`` breaks (see the module's rules).
 
     ``levels`` are the staging levels the plan may use (``PlanContext.levels``); ``operand_levels`` those
     compute operands may lie in (``PlanContext.vector_level`` and, if the chip has one, the scalar level beside
-    it).  ``kernel`` names the kernel in the message.
+    it).  ``kernel`` names the kernel in the message.  ``loop_cycles`` prices a loop on the target's core (the
+    facade passes :func:`sim.timing.loop_cycles`, which this layer may not import; a compute costs the tile
+    overhead plus its loops', as :func:`sim.timing.compute_cycles` says): with it, rule ``bounds`` also bounds
+    the cycles of each compute and of each core's computes.
     """
-    _Checker(call, target, levels, operand_levels, kernel).plan(plan)
+    _Checker(call, target, levels, operand_levels, kernel, loop_cycles).plan(plan)
 

@@ -25,6 +25,7 @@ Format::
       split: rows                  #   (keys are the kernel's own: see its module docstring)
       tile_elements: 128
     tiling_tolerance: 0.01         # optional: candidates this close to the cheapest tie (0: the cheapest)
+    time_limit_seconds: 600        # optional: stop the call (planning and simulating) after this wall-clock time
     kernels: [relu_grad.py]        # optional: Python files (relative to this file) or modules defining kernels
 
 Without ``tiling`` the simulator plans every candidate tiling the kernel lists,
@@ -57,10 +58,11 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from sim.errors import ConfigError, brief
+from sim.errors import ConfigError, KernelArgError, brief
 from sim.files.regular_file import NotRegularFile, open_regular
 from sim.files.yamlsafe import read_yaml_file
 from sim.model.target_loader import MAX_CORES, MAX_PATH_CHARS, is_target_path, key_text
+from sim.time_limit import checked_time_limit
 
 DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 #: Largest array a run-config may place or save (bytes); beyond it a typo that would exhaust the host's memory.
@@ -113,6 +115,7 @@ class RunConfig:
     #: Whether ``kernels`` may be imported (their code run): True or False, or None for the environment's
     #: word ($DSPSIM_ALLOW_KERNELS; :func:`sim.tools.user_kernels.load_kernels` decides and refuses).
     allow_kernels: bool | None = None
+    time_limit_seconds: float | None = None  # the call's wall-clock limit; None: none
 
     def materialise(self, spec: ArraySpec, out: np.ndarray | None = None) -> np.ndarray:
         """The array a ``data`` entry describes (seeded random, a .npy file, a fill value, or literal values).
@@ -404,7 +407,8 @@ def load_config(path: str | Path, *, allow_kernels: bool | None = None) -> RunCo
     p = Path(path)
     doc = read_yaml_file(p, str(p), ConfigError, what="run-config")
     top = _mapping(p, doc, "<top>", {"target", "symbol", "args"},
-                   {"data", "outputs", "trace", "numerics", "description", "tiling", "tiling_tolerance", "kernels"})
+                   {"data", "outputs", "trace", "numerics", "description", "tiling", "tiling_tolerance", "kernels",
+                    "time_limit_seconds"})
     for k in ("target", "symbol"):
         if not isinstance(top[k], str) or not top[k] or not top[k].isprintable():
             raise _fail(p, k, f"expected a non-empty one-line string, got {brief(top[k])}")
@@ -437,6 +441,10 @@ def load_config(path: str | Path, *, allow_kernels: bool | None = None) -> RunCo
     if tolerance is not None and (isinstance(tolerance, bool) or not isinstance(tolerance, (int, float))
                                   or not 0 <= tolerance < 1):
         raise _fail(p, "tiling_tolerance", f"expected a fraction in [0, 1), got {brief(tolerance)}")
+    try:
+        time_limit = checked_time_limit(top.get("time_limit_seconds"), "")
+    except KernelArgError as e:
+        raise _fail(p, "time_limit_seconds", str(e)) from None
     data_specs = tuple(_array_spec(p, d, f"data[{i}]", True) for i, d in enumerate(data))
     out_specs = tuple(_array_spec(p, o, f"outputs[{i}]", False) for i, o in enumerate(outputs))
     for key, specs in (("data", data_specs), ("outputs", out_specs)):
@@ -450,7 +458,8 @@ def load_config(path: str | Path, *, allow_kernels: bool | None = None) -> RunCo
         data=data_specs, outputs=out_specs,
         trace=trace, numerics=numerics, description=description or "", tiling=tiling,
         tiling_tolerance=None if tolerance is None else float(tolerance),
-        kernels=_kernel_sources(p, top.get("kernels")), allow_kernels=allow_kernels)
+        kernels=_kernel_sources(p, top.get("kernels")), allow_kernels=allow_kernels,
+        time_limit_seconds=time_limit)
 
 
 def check_data_file(cfg: RunConfig, spec: ArraySpec) -> None:

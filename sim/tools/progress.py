@@ -18,9 +18,11 @@ import os
 import sys
 import threading
 import time
-from typing import IO, Any
+from typing import IO, Any, cast
 
+from sim.errors import TimeLimitError
 from sim.simulator import Run, Simulator
+from sim.time_limit import PLANNING_STAGE, expired_message, run_within
 from sim.tools.config import RunConfig
 from sim.tools.runner import execute, prepare
 
@@ -258,11 +260,31 @@ def execute_with_progress(cfg: RunConfig, stream: IO[str] | None = None, delay: 
     stream = stream if stream is not None else sys.stderr
     if not is_terminal(stream):
         return execute(cfg)
+    limit = cfg.time_limit_seconds
     with PhaseProgress(stream, delay=delay, mininterval=mininterval) as phases:
         m = prepare(cfg, progress=phases)
         phases("planning", 0, 1)  # a named tiling plans in one step; a search reports its own phases
-        # The search's choice is cached: call() below plans the same call again without searching.
-        _, plan, _ = m.plan_with_choice(cfg.symbol, tiling=cfg.tiling, progress=phases, **cfg.args)
+        # The search's choice is cached: call() below plans the same call again without searching.  The time
+        # limit covers the call's planning, done here ahead of it: it gets what the planning left.
+        start = time.monotonic()
+        _, plan, _ = _plan_within(m, cfg, limit, phases)
+    left = None if limit is None else max(limit - (time.monotonic() - start), 1e-3)
     with RunProgress(plan.tile_count, stream=stream, delay=delay, mininterval=mininterval) as bar:
-        run = m.call(cfg.symbol, numerics=cfg.numerics, progress=bar, tiling=cfg.tiling, **cfg.args)
+        run = m.call(cfg.symbol, numerics=cfg.numerics, progress=bar, tiling=cfg.tiling, time_limit_seconds=left,
+                     **cfg.args)
     return m, run
+
+
+def _plan_within(m: Simulator, cfg: RunConfig, limit: float | None, phases: PhaseProgress) -> tuple:
+    """``m.plan_with_choice`` of the config's call, within ``limit`` seconds (None: no limit); on TimeLimitError
+    the simulator forgets any plan it was making (planning writes no memory)."""
+    def plan() -> tuple:
+        return m.plan_with_choice(cfg.symbol, tiling=cfg.tiling, progress=phases, **cfg.args)
+
+    def expired() -> str:
+        return expired_message(cfg.symbol, cast(float, limit), PLANNING_STAGE)
+    try:
+        return run_within(limit, expired, plan)
+    except TimeLimitError:
+        m.clear_caches()
+        raise

@@ -141,7 +141,8 @@ def bind(cfg: RunConfig, m: Simulator) -> BoundCall:
 def execute(cfg: RunConfig, progress: Callable[[int, int], None] | None = None) -> tuple[Simulator, Run]:
     """Place the data and run the call."""
     m = prepare(cfg)
-    run = m.call(cfg.symbol, numerics=cfg.numerics, progress=progress, tiling=cfg.tiling, **cfg.args)
+    run = m.call(cfg.symbol, numerics=cfg.numerics, progress=progress, tiling=cfg.tiling,
+                 time_limit_seconds=cfg.time_limit_seconds, **cfg.args)
     return m, run
 
 

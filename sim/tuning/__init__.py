@@ -26,6 +26,7 @@ from sim.tuning.limits import (
     MAX_COMPLETIONS,
     MAX_PLAN_TILES,
     MAX_PLANNED,
+    MAX_TILING_CANDIDATES,
     TILING_TOLERANCE,
 )
 from sim.tuning.misses import fit_hint, nearest_fitting, no_candidate_error, prefilter, reason_of, tiles_refusal
@@ -33,6 +34,6 @@ from sim.tuning.pricing import Candidate, Planner, Progress, choose_tiling
 from sim.tuning.search import SearchResult, neighbours, search
 
 __all__ = ["TilingCache", "TilingChoice", "EXHAUSTIVE_CANDIDATES", "LISTED_DROPS", "MAX_COMPLETIONS", "MAX_PLAN_TILES",
-           "MAX_PLANNED", "TILING_TOLERANCE", "fit_hint", "nearest_fitting", "no_candidate_error", "prefilter",
-           "reason_of", "tiles_refusal", "Candidate", "Planner", "Progress", "choose_tiling", "SearchResult",
-           "neighbours", "search"]
+           "MAX_PLANNED", "MAX_TILING_CANDIDATES", "TILING_TOLERANCE", "fit_hint", "nearest_fitting",
+           "no_candidate_error", "prefilter", "reason_of", "tiles_refusal", "Candidate", "Planner", "Progress",
+           "choose_tiling", "SearchResult", "neighbours", "search"]

@@ -21,3 +21,6 @@ EXHAUSTIVE_CANDIDATES = 6
 MAX_PLANNED = 16
 #: Most dropped candidates a summary or an error lists by name (the others are counted).
 LISTED_DROPS = 3
+#: Candidate tilings taken from a kernel's older ``tilings()`` list at most (those it lists beyond are ignored),
+#: so that a generator that never ends still ends the search.
+MAX_TILING_CANDIDATES = 1024

@@ -1,0 +1,279 @@
+"""What a call guards against while it runs: a call made from inside it, and work that never ends.
+
+* A ``Simulator.call`` from inside another call's ``progress`` callback (on the same Simulator) is refused
+  with ``sim.NestedCallError``, so that the outer call's rollback still covers every byte written during it
+  (it once replaced the outer call's journal: the outer call failed with most of its outputs written).
+  Reads from the callback keep working, a ``write`` from it is rolled back with the call, and a call on
+  another Simulator is no nesting at all.
+* ``call(..., time_limit_seconds=...)`` (a run-config's ``time_limit_seconds``, ``dspsim run --time-limit``)
+  stops a compute that never returns, or a ``tilings()`` that never yields, with ``sim.TimeLimitError`` and
+  memory as before; a kernel's endless ``tilings()`` generator ends the search after
+  ``MAX_TILING_CANDIDATES`` candidates even without a limit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from hang import no_hang
+from tiny_kernels import Twice
+
+import sim
+import sim.simulator
+import sim.tuning.limits
+from sim.cli import main
+from sim.model.plan import Plan
+from sim.tools.config import load_config
+from sim.tools.progress import execute_with_progress
+
+REPO = Path(__file__).resolve().parent.parent
+F32 = np.float32
+X, Y, N = 0xA0000000, 0xA0100000, 1024  # Twice's x and y (y = 2x in two tiles) in FT78NE's DDR
+TWICE_ARGS = dict(x=X, y=Y, n=N, core_mask=0x1)
+#: A BatchNormGrad on all cores in many tiles (dx is 8192 elements, as in the issue's report).
+BN = dict(x=0xA0000000, dy=0xA1000000, dx=0xA2000000,
+          params=[0xC0000000, 0xC0100000, 0xC0200000, 0xC0300000, 0xC0400000, 128, 64, 1])
+SENTINEL = -7.0
+
+
+def _bn_machine() -> sim.Simulator:
+    m = sim.Simulator("FT78NE")
+    rng = np.random.default_rng(0)
+    for addr in (BN["x"], BN["dy"]):
+        m.write(addr, rng.standard_normal((128, 64)).astype(F32))
+    for k in range(3):
+        m.write(0xC0000000 + k * 0x100000, rng.uniform(0.5, 1.5, 64).astype(F32))
+    m.write(BN["dx"], np.full((128, 64), SENTINEL, F32))
+    return m
+
+
+def _twice_machine() -> sim.Simulator:
+    m = sim.Simulator("FT78NE")
+    m.write(X, np.arange(N, dtype=F32))
+    m.write(Y, np.full(N, SENTINEL, F32))
+    return m
+
+
+# --- a call inside a call ------------------------------------------------------------------------------------
+
+def test_a_call_from_a_progress_callback_is_refused_and_the_outer_call_rolls_back():
+    m = _bn_machine()
+    before = m.memory.snapshot()
+    tiles = [0]
+
+    def progress(done: int, cycle: int) -> None:
+        tiles[0] += done
+        if tiles[0] == 3:  # the outer call has written some of dx by now
+            m.call("fp_batch_norm_grad_s", numerics=False, **BN)
+
+    with pytest.raises(sim.NestedCallError, match=r"^call: fp_batch_norm_grad_s was called while "
+                                                  r"fp_batch_norm_grad_s runs on the same Simulator \(from its "
+                                                  r"progress callback\)"):
+        m.call("fp_batch_norm_grad_s", progress=progress, **BN)
+    assert tiles[0] == 3
+    assert m.memory.snapshot() == before
+    assert (m.read(BN["dx"], (128, 64), F32) == SENTINEL).all()
+    # The Simulator is not left thinking a call runs: the same call now runs, and equals a fresh machine's.
+    m.call("fp_batch_norm_grad_s", **BN)
+    fresh = _bn_machine()
+    fresh.call("fp_batch_norm_grad_s", **BN)
+    assert np.array_equal(m.read(BN["dx"], (128, 64), F32), fresh.read(BN["dx"], (128, 64), F32))
+
+
+def test_a_refused_inner_call_caught_by_the_callback_leaves_the_outer_call_whole():
+    m = _bn_machine()
+    refusals: list[str] = []
+
+    def progress(done: int, cycle: int) -> None:
+        try:
+            m.call("fp_batch_norm_grad_s", **BN)
+        except sim.NestedCallError as e:
+            refusals.append(str(e))
+
+    m.call("fp_batch_norm_grad_s", progress=progress, **BN)
+    fresh = _bn_machine()
+    fresh.call("fp_batch_norm_grad_s", **BN)
+    assert refusals
+    assert m.memory.snapshot() == fresh.memory.snapshot()
+
+
+def test_a_write_from_a_progress_callback_is_rolled_back_with_the_failing_call():
+    m = _bn_machine()
+    before = m.memory.snapshot()
+    elsewhere = 0xB0000000
+    tiles = [0]
+
+    def progress(done: int, cycle: int) -> None:
+        tiles[0] += done
+        if tiles[0] == 2:
+            m.write(elsewhere, np.full(16, 3.0, F32))
+            assert (m.read(elsewhere, 16, F32) == 3.0).all()  # reads see it during the call
+        if tiles[0] == 4:
+            raise RuntimeError("the callback gives up")
+
+    with pytest.raises(RuntimeError, match="gives up"):
+        m.call("fp_batch_norm_grad_s", progress=progress, **BN)
+    assert m.memory.snapshot() == before
+    assert not m.read(elsewhere, 16, F32).any()
+    # A call that succeeds keeps the callback's write, as it keeps its own.
+    tiles[0] = -100
+    m.call("fp_batch_norm_grad_s", progress=lambda d, c: m.write(elsewhere, np.full(16, 3.0, F32)), **BN)
+    assert (m.read(elsewhere, 16, F32) == 3.0).all()
+
+
+def test_a_call_on_another_simulator_from_a_callback_is_no_nesting():
+    m, other = _bn_machine(), _twice_machine()
+    with sim.registered_kernel(Twice("twice_guard")):
+        m.call("fp_batch_norm_grad_s", progress=lambda d, c: other.call("fp_twice_guard_s", **TWICE_ARGS), **BN)
+    assert np.array_equal(other.read(Y, N, F32), 2 * np.arange(N, dtype=F32))
+
+
+# --- time limits ---------------------------------------------------------------------------------------------
+
+def _forever(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    while True:  # pure Python that never returns
+        pass
+
+
+def _tile1_forever(plan: Plan, call, ctx) -> Plan:
+    """Twice's plan whose tile 1 computes forever (tile 0 has run and stored its half of y by then)."""
+    phase, core = plan.phases[0], plan.cores[0]
+    t0, t1 = phase.tiles[core]
+    t1 = dataclasses.replace(t1, compute=dataclasses.replace(t1.compute, fn=_forever))
+    return dataclasses.replace(plan, phases=(dataclasses.replace(phase, tiles={core: (t0, t1)}),))
+
+
+class _EndlessTilings(Twice):
+    """Twice whose tilings() generator never ends (the same legal tiling again and again), counting what it
+    yields."""
+
+    yielded = 0
+
+    def tilings(self, call, ctx):
+        while True:
+            type(self).yielded += 1
+            yield {}
+
+
+class _SpinningTilings(Twice):
+    """Twice whose tilings() never yields at all."""
+
+    def tilings(self, call, ctx):
+        while True:
+            pass
+        yield {}  # (a generator, as kernels write them)
+
+
+def test_a_compute_that_never_returns_is_stopped_by_the_time_limit_and_memory_rolled_back():
+    with sim.registered_kernel(Twice("forever", _tile1_forever)):
+        m = _twice_machine()
+        before = m.memory.snapshot()
+        start = time.monotonic()
+        with pytest.raises(sim.TimeLimitError, match=r"^fp_forever_s: the call ran longer than its time limit of "
+                                                     r"0.2 s \(time_limit_seconds\) and was stopped while running "
+                                                     r"its plan; memory is as it was before the call$"):
+            m.call("fp_forever_s", time_limit_seconds=0.2, **TWICE_ARGS)
+        assert time.monotonic() - start < 3
+        assert m.memory.snapshot() == before
+    # The simulator works on, and no late interruption hits code running after a call under a limit.
+    with sim.registered_kernel(Twice("twice_after")):
+        m.call("fp_twice_after_s", time_limit_seconds=0.2, **TWICE_ARGS)
+        assert np.array_equal(m.read(Y, N, F32), 2 * np.arange(N, dtype=F32))
+        end = time.monotonic() + 0.4
+        while time.monotonic() < end:  # Python code past the limit: an interruption would land here
+            pass
+
+
+def test_a_tilings_generator_that_never_yields_is_stopped_while_planning():
+    with sim.registered_kernel(_SpinningTilings("spinning")):
+        m = _twice_machine()
+        before = m.memory.snapshot()
+        with pytest.raises(sim.TimeLimitError, match=r"stopped while planning \(listing, planning and pricing the "
+                                                     r"kernel's tilings\)"):
+            m.call("fp_spinning_s", time_limit_seconds=0.2, **TWICE_ARGS)
+        assert m.memory.snapshot() == before
+
+
+def test_an_endless_tilings_generator_ends_after_the_candidate_bound(monkeypatch):
+    monkeypatch.setattr(sim.tuning.limits, "MAX_TILING_CANDIDATES", 8)  # the real bound (1024) takes seconds
+    _EndlessTilings.yielded = 0
+    with sim.registered_kernel(_EndlessTilings("endless")):
+        m = _twice_machine()
+        with no_hang(20):  # (without the bound the search would list candidates for ever)
+            run = m.call("fp_endless_s", **TWICE_ARGS)  # no time limit: the bound alone ends the search
+    assert _EndlessTilings.yielded == 8
+    assert len(run.tiling.candidates) == 8
+    assert np.array_equal(m.read(Y, N, F32), 2 * np.arange(N, dtype=F32))
+
+
+@pytest.mark.parametrize("bad", [0, -1, 0.0, float("nan"), float("inf"), True, "5", 10 ** 400, 1e9])
+def test_a_time_limit_must_be_a_positive_number_of_seconds(bad):
+    with pytest.raises(sim.KernelArgError, match=r"call: 'time_limit_seconds': expected a number of seconds more "
+                                                 r"than 0 and at most 2592000 \(or none\), got "):
+        sim.Simulator("FT78NE").call("fp_batch_norm_grad_s", time_limit_seconds=bad, **BN)
+
+
+# --- the run-config key and the CLI flag ----------------------------------------------------------------------
+
+def _config(tmp_path: Path, name: str = "bn", **extra) -> Path:
+    doc = yaml.safe_load((REPO / "configs" / "ft78ne_batch_norm_grad_s.yaml").read_text())
+    doc.update(extra)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _dspsim(*argv: str) -> tuple[int, str]:
+    """``dspsim ARGV`` in this process (the main thread, as from a shell): its exit code and stderr."""
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        rc = main(list(argv))
+    return rc, err.getvalue()
+
+
+def test_dspsim_run_stops_at_the_time_limit_of_the_flag_or_the_config(tmp_path):
+    """A limit far shorter than the call (a millisecond: binding, planning and the tiling search take more)
+    ends ``dspsim run`` with one line and exit 2, and writes no trace; the flag overrides the config."""
+    generous = _config(tmp_path, time_limit_seconds=600)
+    short = _config(tmp_path, "short", time_limit_seconds=0.001)
+    out = tmp_path / "out"
+    for argv in ((str(generous), "--time-limit", "0.001"), (str(short),)):
+        rc, err = _dspsim("run", *argv, "--out-dir", str(out))
+        assert rc == 2, err
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(
+            "dspsim: error: fp_batch_norm_grad_s: the call ran longer than its time limit of 0.001 s"), err
+        assert not out.exists() or not any(out.iterdir())
+    rc, err = _dspsim("run", str(generous), "--out-dir", str(out))
+    assert rc == 0, err
+    rc, err = _dspsim("run", str(generous), "--time-limit", "-3")
+    assert rc == 2 and "--time-limit: expected a number of seconds more than 0" in err
+
+
+@pytest.mark.parametrize("bad", [0, -2, "soon", True, [1]])
+def test_a_run_config_time_limit_is_checked_naming_the_key(tmp_path, bad):
+    with pytest.raises(sim.ConfigError, match=r"bn.yaml: time_limit_seconds: expected a number of seconds more "
+                                              r"than 0"):
+        load_config(_config(tmp_path, time_limit_seconds=bad))
+
+
+class _Terminal(io.StringIO):
+    """A stream that says it is a terminal, so progress bars draw on it (and planning runs ahead of the call)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_with_progress_bars_the_limit_covers_the_planning_done_ahead_of_the_call(tmp_path):
+    cfg = load_config(_config(tmp_path, time_limit_seconds=0.001))
+    with pytest.raises(sim.TimeLimitError, match=r"stopped while planning"):
+        execute_with_progress(cfg, stream=_Terminal(), delay=0)
+    m, run = execute_with_progress(dataclasses.replace(cfg, time_limit_seconds=600), stream=_Terminal(), delay=0)
+    assert run.cycles > 0
