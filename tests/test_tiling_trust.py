@@ -65,11 +65,11 @@ def test_uneven_column_blocks_compute_c_right():
 
 # --- partial and full tilings ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("k_block", [32, 1024])
-def test_a_partial_tiling_fixes_its_key_and_the_search_completes_the_rest(k_block):
-    """k_block alone on 256x512x1024: with a 1024-deep block the published 128-column B blocks do not fit AM
-    and 12-row panels do not fit SM; the search finds the completions that do (64 columns, 6 rows)."""
-    run = gemm("FT78NE", "fp_gemm_s", 256, 512, 1024, 0xFF, tiling={"k_block": k_block})
+@pytest.mark.parametrize("k_block,shape", [(32, (128, 256, 256)), (1024, (256, 512, 1024))])
+def test_a_partial_tiling_fixes_its_key_and_the_search_completes_the_rest(k_block, shape):
+    """k_block alone: 32 deep, and 1024 deep on 256x512x1024, where the published 128-column B blocks do not fit
+    AM and 12-row panels do not fit SM; the search finds the completions that do (64 columns, 6 rows)."""
+    run = gemm("FT78NE", "fp_gemm_s", *shape, 0xFF, tiling={"k_block": k_block})
     assert run.tiling.source == "cost model" and run.tiling.fixed == {"k_block": k_block}
     assert run.tiling.tiling["k_block"] == k_block
     assert all(c["k_block"] == k_block for c, _ in run.tiling.candidates)
@@ -79,7 +79,7 @@ def test_a_partial_tiling_fixes_its_key_and_the_search_completes_the_rest(k_bloc
 def test_every_single_key_of_a_space_can_be_fixed_alone():
     """For each key of GEMM's and the fused batch norm's spaces, each of the values the kernel's preferred
     tiling has: the call runs with that key alone given, and the choice keeps it."""
-    calls = [("fp_gemm_s", dict(a=A, b=B, c=C, m=200, n=300, k=260, core_mask=0x3F)),
+    calls = [("fp_gemm_s", dict(a=A, b=B, c=C, m=60, n=96, k=80, core_mask=0x3F)),
              ("fp_fused_batch_norm_grad_s", dict(y_backprop=A, x=B, scale=C, reserve_space_1=C + 0x10000,
                                                  reserve_space_2=C + 0x20000, x_backprop=C + 0x1000000,
                                                  scale_backprop=C + 0x30000, offset_backprop=C + 0x40000,
@@ -93,17 +93,17 @@ def test_every_single_key_of_a_space_can_be_fixed_alone():
 
 
 def test_a_full_tiling_that_does_not_fit_names_the_level_the_bytes_and_the_nearest_values():
-    tiling = {"split": "n", "m_micro": 6, "n_micro": 128, "m_panel": 12, "k_block": 1024, "m_block": 576,
+    tiling = {"split": "n", "m_micro": 6, "n_micro": 128, "m_panel": 12, "k_block": 1024, "m_block": 256,
               "n_block": 128}
     with pytest.raises(sim.LayoutError) as info:
-        gemm("FT78NE", "fp_gemm_s", 1024, 1024, 2048, 0xFF, tiling=tiling)
+        gemm("FT78NE", "fp_gemm_s", 256, 512, 1024, 0xFF, tiling=tiling)
     text = str(info.value)
     assert "scratchpad-fit" in text and "am level" in text and "do not fit" in text
     assert "the nearest that fit:" in text and "k_block=" in text
     # The value named fits: the tiling with it runs.
     nearest = int(text.split("k_block=")[1].split()[0].rstrip(")"))
     assert nearest < 1024
-    gemm("FT78NE", "fp_gemm_s", 1024, 1024, 2048, 0xFF, tiling={**tiling, "k_block": nearest})
+    gemm("FT78NE", "fp_gemm_s", 256, 512, 1024, 0xFF, tiling={**tiling, "k_block": nearest})
 
 
 def test_a_call_nothing_fits_names_the_nearest_misses():
@@ -177,7 +177,7 @@ def test_a_tiling_beyond_the_plan_size_budget_is_refused_before_planning():
 
 def test_a_poisoned_cache_entry_beyond_the_budget_is_ignored(tmp_path, monkeypatch):
     monkeypatch.setenv(tuning_cache.ENV_VAR, str(tmp_path))
-    args = dict(a=A, b=B, c=C, m=384, n=512, k=512, core_mask=0xFF)
+    args = dict(a=A, b=B, c=C, m=96, n=128, k=128, core_mask=0xFF)
     m = sim.Simulator("FT78NE")
     first = m.call("fp_gemm_s", numerics=False, **args)
     (entry,) = tuning_cache.entries()
@@ -190,13 +190,16 @@ def test_a_poisoned_cache_entry_beyond_the_budget_is_ignored(tmp_path, monkeypat
 
 # --- the tuning cache's word and its determinism ----------------------------------------------------------
 
-CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+#: One shipped config of each kernel with a tiling space (both chips, both variants among them).
+CONFIGS = [ROOT / "configs" / f"{name}.yaml" for name in (
+    "ft78ne_batch_norm_grad_s", "mt7004_fused_batch_norm_grad_p", "mt7004_hp_fake_quant_with_min_max_vars_gradient_s",
+    "ft78ne_conv2d_backprop_filter_s", "ft78ne_depthwise_conv2d_backprop_input_s", "mt7004_hp_gemm_s")]
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[p.stem for p in CONFIGS])
 def test_a_warm_cache_writes_the_trace_a_cold_one_writes(tmp_path, monkeypatch, config):
-    """Every shipped config, timing only: the run whose choice came from the tuning cache writes the trace, byte
-    for byte, that the run which searched wrote."""
+    """A shipped config of each kernel, timing only: the run whose choice came from the tuning cache writes the
+    trace, byte for byte, that the run which searched wrote."""
     from sim.tools.config import load_config
     from sim.tools.runner import prepare
     monkeypatch.setenv(tuning_cache.ENV_VAR, str(tmp_path / "cache"))

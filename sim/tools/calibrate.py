@@ -203,15 +203,35 @@ def with_parameters(doc: Mapping, values: Mapping[str, float]) -> dict:
 def simulate(doc: Mapping, measurements: Sequence[Measurement], label: str = "calibration",
              on_call: Callable[[], None] | None = None) -> np.ndarray:
     """Cycles of every measurement on the target document ``doc`` (timing only)."""
+    return np.array([run.cycles for run in _runs(doc, measurements, label, on_call)], dtype=np.float64)
+
+
+def _runs(doc: Mapping, measurements: Sequence[Measurement], label: str,
+          on_call: Callable[[], None] | None = None) -> list[Any]:
     from sim.simulator import Simulator
 
     target = parse_target(copy.deepcopy(dict(doc)), label)
     out = []
     for meas in measurements:
-        out.append(Simulator(target).call(meas.symbol, numerics=False, **meas.args).cycles)
+        out.append(Simulator(target).call(meas.symbol, numerics=False, **meas.args))
         if on_call is not None:
             on_call()
-    return np.array(out, dtype=np.float64)
+    return out
+
+
+def pinned(measurements: Sequence[Measurement], runs: Sequence[Any]) -> list[Measurement]:
+    """The measurements with the tiling each run chose (where the search chose one): the fit then prices the
+    same plans under every parameter set it tries, as the chip ran one plan per measured call, and needs no
+    tiling search per evaluation (a search's choice jumps as parameters move, which makes the objective
+    step)."""
+    out = []
+    for meas, run in zip(measurements, runs):
+        choice = run.tiling
+        if "tiling" in meas.args or choice is None or choice.source != "cost model" or not choice.tiling:
+            out.append(meas)
+        else:
+            out.append(Measurement(meas.symbol, {**meas.args, "tiling": dict(choice.tiling)}, meas.cycles))
+    return out
 
 
 @dataclass(frozen=True)
@@ -371,9 +391,11 @@ def calibrate(doc: Mapping, measurements: Sequence[Measurement], names: Sequence
     values and listed in :attr:`Calibration.unidentified`: those no
     measurement responds to (probed before the fit), those the fit drives to a
     limit, and those whose effect at the fitted values is a combination of the
-    others' (each time the rest is fitted again without them).  ``progress`` is
-    a stream (the CLI passes stderr) on which, when it is a terminal, each
-    phase longer than a second shows a bar.
+    others' (each time the rest is fitted again without them).  Each measured
+    call is priced with the tiling the search chooses for it on the starting
+    target (or the one it names) under every parameter set the fit tries
+    (:func:`pinned`).  ``progress`` is a stream (the CLI passes stderr) on
+    which, when it is a terminal, each phase longer than a second shows a bar.
     """
     from scipy.optimize import least_squares
 
@@ -389,9 +411,11 @@ def calibrate(doc: Mapping, measurements: Sequence[Measurement], names: Sequence
     try:
         with PhaseBar(f"calibrate: simulating {n_meas} measurements on the starting target", progress,
                       total=n_meas, unit="call") as bar:
-            cycles_before = simulate(with_parameters(doc, start), measurements, on_call=bar.advance)
+            runs = _runs(with_parameters(doc, start), measurements, "calibration", on_call=bar.advance)
     except SimError as e:
         raise ConfigError(f"a measurement cannot run on the starting target: {e}") from None
+    cycles_before = np.array([run.cycles for run in runs], dtype=np.float64)
+    measurements = pinned(measurements, runs)  # the starting target's tilings, for every evaluation
     with PhaseBar("calibrate: probing which parameters the measurements respond to", progress,
                   total=2 * len(names), unit="probe") as bar:
         sens = _sensitivity(doc, measurements, names, start, cycles_before, bar)
