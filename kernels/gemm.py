@@ -24,6 +24,11 @@ Blocking (SPEC §2: DDR → GSM → AM/SM → registers):
   store it back.  With ``beta`` = 1 the first k block adds the old C (loaded into the tile's AM slot); the
   last k block writes the tile's rows of C into its slot (rounded to fp16 for hp) and stores them from there.
 
+Where C lives over the k loop is the ``c_home`` key: ``am`` as above, or ``ddr`` (the published library's loop
+order: k blocks outermost, each tile loads its C rows, accumulates one k block into them and stores them back,
+C triple-buffered); who loads a GSM block is ``a_loader`` (``cores``: a share each; ``core0``: the call's first
+core, the others waiting for the block).  docs/gemm.md gives every algorithm's loop nest and memory traffic.
+
 The cores split the work by ``split``: ``n`` (each core its columns of C, every core reading the shared GSM
 block: square and wide shapes), ``m`` (each core its micro-panels of the GSM block, every core loading the
 same B block: skinny n) or ``k`` (each core a range of the depth, storing its fp32 partial C block to the
@@ -57,11 +62,24 @@ from sim.model.plan import Compute, DoesNotFit, Operand, Phase, Plan, Tile, Tran
 F32 = np.dtype(np.float32)
 #: How the cores share the work (the ``split`` key of a tiling).
 SPLITS = ("n", "m", "k")
+#: Where C lives over the k loop (the ``c_home`` key): ``am``, a core's C block resident in AM for every k block
+#: (loaded, when at all, and stored once); ``ddr``, C streamed per k block (the published library's loop order:
+#: k blocks outermost, each tile loads its C rows, accumulates one k block into them and stores them back).
+C_HOMES = ("am", "ddr")
+#: Who loads a GSM block of A (the ``a_loader`` key): ``cores``, the call's cores a share each; ``core0``, the
+#: first core of the call the whole block (the published library), the others waiting for it.
+A_LOADERS = ("cores", "core0")
+#: C tiles in flight per core when C is streamed: the library triple-buffers C (one loading, one computing, one
+#: storing).
+STREAMED_C_SLOTS = 3
 #: The values of the blocking keys the search tries, the published schedule's first (SPEC §2): rows of op(A)
 #: per GSM block, depth of a block, columns of a B block.
 M_BLOCKS = (576, 288, 144, 48)
 K_BLOCKS = (256, 512, 128)
 N_BLOCK = 128
+#: Micro-kernel heights the search tries (rows of C in registers), the published 6 first: with n_micro vectors
+#: per row, m_micro x n_micro / lanes accumulators, fewer than the FMAC units times their latency stall.
+MICRO_ROWS = (6, 8, 12)
 #: Precision a symbol computes in, by storage precision: hp products of fp16 values accumulated in fp32 (the
 #: chip's mixed-precision rate where the target lists it, else its fp32 rate).
 MIXED = "fp16_fp32acc"
@@ -212,10 +230,13 @@ class _Tiling:
     m_panel: int
     m_micro: int
     n_micro: int
+    c_home: str = "am"
+    a_loader: str = "cores"
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(split=self.split, m_block=self.m_block, n_block=self.n_block, k_block=self.k_block,
-                    m_panel=self.m_panel, m_micro=self.m_micro, n_micro=self.n_micro)
+        return dict(split=self.split, c_home=self.c_home, a_loader=self.a_loader, m_block=self.m_block,
+                    n_block=self.n_block, k_block=self.k_block, m_panel=self.m_panel, m_micro=self.m_micro,
+                    n_micro=self.n_micro)
 
 
 @dataclass(frozen=True)
@@ -257,11 +278,31 @@ class _Planner:
         def panels(t: Mapping[str, Any]) -> list[int]:
             # Two micro-kernels' rows; one when two such panels of this depth do not fit the scalar level.
             two, one = min(2 * t["m_micro"], g.m), min(t["m_micro"], g.m)
-            return [two] if self._panels_fit(two, t["k_block"]) else [two, one]
+            slots = STREAMED_C_SLOTS if t["c_home"] == "ddr" else 2
+            return [two] if self._panels_fit(two, t["k_block"], slots) else [two, one]
 
         def micro_width(t: Mapping[str, Any]) -> int:
             # The micro-kernel's columns: the published 4 vectors, no wider than the B block (whole vectors).
             return t.get("n_micro") or min(n_micro, _round_up(t["n_block"], self.lanes))
+
+        def micro_widths(t: Mapping[str, Any]) -> list[int]:
+            # The published width (4 vectors, no wider than the B block) first, then narrower whole vectors: a
+            # B block that is not a multiple of the widest leaves a last micro-kernel mostly idle.
+            first = micro_width(t)
+            return [first] + [v * self.lanes for v in range(first // self.lanes - 1, 0, -1)
+                              if self._micro_registers(t["m_micro"], v * self.lanes) <= self.core.vector_registers]
+
+        def micro_rows(t: Mapping[str, Any]) -> list[int]:
+            # The published 6 rows; when the widest micro-kernel a core's columns allow leaves 6 rows fewer
+            # accumulators than the FMAC units times their latency (thin columns per core), the taller blocks the
+            # register file holds, which cover that latency with fewer vectors per row.
+            per_core = g.n if t["split"] != "n" else _ceil_div(g.n, cores)
+            vectors = max(1, min(n_micro, _round_up(per_core, self.lanes)) // self.lanes)
+            rows = [min(MICRO_ROWS[0], g.m)]
+            if rows[0] * vectors < self._fmac_depth():
+                rows += [min(v, g.m) for v in MICRO_ROWS[1:]
+                         if self._micro_registers(v, vectors * self.lanes) <= self.core.vector_registers]
+            return list(dict.fromkeys(rows))
 
         def n_blocks(t: Mapping[str, Any]) -> list[int]:
             # The published 128 columns; when two B blocks of them do not fit AM with this depth and these rows,
@@ -292,7 +333,18 @@ class _Planner:
                                        "micro-panels of each A block (every core loads the B block); k: each core "
                                        "a range of the depth, partial C blocks summed through GSM (small m x n, "
                                        "long k)", values=splits),
-            IntKey("m_micro", 1, 64, "rows of the micro-kernel's C block in registers", values=(min(6, g.m),)),
+            ChoiceKey("c_home", C_HOMES, "am: a core's C block stays in AM over the k loop (one load and one store "
+                                         "of C); ddr: C streamed per k block, the published library's loop order "
+                                         "(k blocks outermost; each tile loads its C rows from memory, accumulates "
+                                         "one k block and stores them back; C triple-buffered in AM): fp32 C only, "
+                                         "not with split k", values=self._c_homes),
+            ChoiceKey("a_loader", A_LOADERS, "cores: the cores of an _s call share each GSM block's loading; core0: "
+                                             "the call's first core loads every GSM block of A (the published "
+                                             "library), the others wait for it",
+                      values=lambda t: A_LOADERS if self._may_share(t["split"]) else A_LOADERS[:1]),
+            IntKey("m_micro", 1, 64, "rows of the micro-kernel's C block in registers (with n_micro: accumulators, a "
+                                     "row of B and the broadcast A values within the core's vector registers)",
+                   values=micro_rows),
             IntKey("k_block", 1, g.k, "depth of a GSM block of A and of a B block",
                    values=[min(v, g.k) for v in K_BLOCKS] + [max(1, min(max(K_BLOCKS), g.k) // 2)]),
             IntKey("m_panel", 1, g.m, "rows of an A micro-panel in SM (one tile)", values=panels),
@@ -300,16 +352,35 @@ class _Planner:
             IntKey("n_block", 1, g.n, "columns of op(B) per B block in AM (a core's C block width)",
                    values=n_blocks),
             IntKey("n_micro", 1, 4096, "columns of the micro-kernel's C block in registers (whole vectors)",
-                   values=lambda t: (micro_width(t),)),
+                   values=micro_widths),
             fit=self._fit, tiles=self._tiles)
+
+    def _fmac_depth(self) -> int:
+        """Independent accumulators that keep every FMAC unit busy: the units times their latency."""
+        fmac = self.core.units["fmac"]
+        return fmac.count * fmac.latency_cycles
+
+    def _micro_registers(self, m_micro: int, n_micro: int) -> int:
+        """Vector registers an ``m_micro`` x ``n_micro`` micro-kernel keeps live (its loop's count)."""
+        nv = -(-n_micro // self.lanes)
+        return m_micro * nv + nv + m_micro
+
+    def _c_homes(self, t: Mapping[str, Any]) -> tuple[str, ...]:
+        """Where C may live over the k loop: streamed only for an fp32 C (an fp16 C is rounded once, at the end)
+        and not with split k (whose partials are summed once, at the end)."""
+        return C_HOMES if self.dt == F32 and t["split"] != "k" else C_HOMES[:1]
+
+    def _may_share(self, split: str) -> bool:
+        """Whether a tiling of this split stages A's blocks in the shared level."""
+        return (self.call.variant == "s" and len(self.ctx.cores) > 1 and self.blocks_level is not None
+                and split != "k")
 
     # -- the GSM level: used by an _s call on several cores ----------------------------------------
 
     @property
     def shared(self) -> bool:
         """Whether A's blocks are staged in the shared level (an _s call on more than one core)."""
-        return (self.call.variant == "s" and len(self.ctx.cores) > 1 and self.blocks_level is not None
-                and self._split != "k")
+        return self._may_share(self._split)
 
     @property
     def blocks_level(self) -> Any:
@@ -329,15 +400,44 @@ class _Planner:
         if t.m_block % t.m_panel and t.m_block != self.g.m:
             raise KernelArgError(f"argument 'tiling.m_block': {t.m_block} is not a multiple of m_panel "
                                  f"({t.m_panel})")
+        regs = self._micro_registers(t.m_micro, t.n_micro)
+        if regs > self.core.vector_registers:
+            raise KernelArgError(f"argument 'tiling.m_micro': a {t.m_micro}x{t.n_micro} micro-kernel keeps {regs} "
+                                 f"vector registers live, the core has {self.core.vector_registers}")
+        if t.c_home == "ddr" and (self.dt != F32 or t.split == "k"):
+            why = "an fp16 C is rounded once, after the last k block" if self.dt != F32 else \
+                "split k sums fp32 partials once, after the last k block"
+            raise KernelArgError(f"argument 'tiling.c_home': ddr (C streamed per k block) does not go with this "
+                                 f"call: {why}")
+        if t.a_loader == "core0" and not self._may_share(t.split):
+            raise KernelArgError(f"argument 'tiling.a_loader': core0 loads the GSM blocks of A, which only an _s call "
+                                 f"on several cores with split n or m stages (this call: {self.call.symbol} on "
+                                 f"{len(self.ctx.cores)} core(s), split {t.split})")
         return t
 
-    def _panels_fit(self, m_panel: int, k_block: int) -> bool:
-        """Whether two A micro-panels of ``m_panel`` rows and ``k_block`` depth fit the scalar level (no scalar
-        level: they go beside the C tiles, which the layout checks)."""
+    def _slots(self, t: _Tiling) -> int:
+        """Tiles in flight per core: two with C's block in AM (double-buffered panels and C tiles); with C
+        streamed, three (the library's triple-buffered C), or fewer when a core computes fewer tiles per k block:
+        a core's slots order its tiles only that far, so a tile never loads C rows whose previous store has not
+        landed."""
+        if t.c_home == "am":
+            return 2
+        steps, chunks, _ = self._steps_and_shares(t)
+        per_pass = dict.fromkeys(self.ctx.cores, 0)
+        for s in steps:
+            if s.kb == 0:
+                for c in self.ctx.cores:
+                    if self._chunk(chunks, c, s) is not None:
+                        per_pass[c] += len(self._panels(t, c, s))
+        return max(1, min([STREAMED_C_SLOTS] + [v for v in per_pass.values() if v]))
+
+    def _panels_fit(self, m_panel: int, k_block: int, slots: int = 2) -> bool:
+        """Whether ``slots`` A micro-panels of ``m_panel`` rows and ``k_block`` depth fit the scalar level (no
+        scalar level: they go beside the C tiles, which the layout checks)."""
         if self.sm is None:
             return True
         panel = align_up(min(m_panel, self.g.m) * min(k_block, self.g.k) * self.isz, self.sm.alignment_bytes)
-        return 2 * panel <= self.sm.size_bytes
+        return slots * panel <= self.sm.size_bytes
 
     def _fit(self, tiling: Mapping[str, Any]) -> None:
         """The space's ``fit``: the keys go together and the staging levels take the tiling's buffers."""
@@ -388,8 +488,11 @@ class _Planner:
         n_steps_chunks = max((len(v) for v in chunks.values()), default=0)
         n_kb = (max(-(-(b - a) // t.k_block) for a, b in self._k_shares(t)) if t.split == "k"
                 else -(-g.k // t.k_block))
-        steps = [_Step(mb, kb, ch) for mb in range(-(-g.m // t.m_block)) for ch in range(n_steps_chunks)
-                 for kb in range(n_kb)]
+        n_mb = -(-g.m // t.m_block)
+        if t.c_home == "ddr":  # the library's order: k blocks outermost, C streamed through each pass
+            steps = [_Step(mb, kb, ch) for kb in range(n_kb) for mb in range(n_mb) for ch in range(n_steps_chunks)]
+        else:  # a C block accumulates over the k blocks innermost
+            steps = [_Step(mb, kb, ch) for mb in range(n_mb) for ch in range(n_steps_chunks) for kb in range(n_kb)]
         return steps, chunks, rows
 
     def _k_shares(self, t: _Tiling) -> list[tuple[int, int]]:
@@ -416,22 +519,25 @@ class _Planner:
         am_align = self.am.alignment_bytes
         ncols = min(t.n_block, self.g.n)
         kdepth = min(t.k_block, self.g.k)
-        acc_bytes = align_up(rows * ncols * F32.itemsize, am_align)
+        # Streamed C has no C block in AM: each tile's C rows come and go through its slot.
+        acc_bytes = align_up(rows * ncols * F32.itemsize, am_align) if t.c_home == "am" else 0
         b_bytes = align_up(kdepth * ncols * self.isz, am_align)
         # A C tile in its dtype, or an fp32 partial (split k).
         tile_c_bytes = align_up(min(t.m_panel, self.g.m) * ncols * F32.itemsize, am_align)
         fixed = acc_bytes + 2 * b_bytes
-        if fixed + 2 * tile_c_bytes > self.am.size_bytes:
-            raise DoesNotFit(self.am.name, fixed + 2 * tile_c_bytes, self.am.size_bytes,
-                             f"{self.call.symbol}: a C block of {rows}x{ncols} fp32, two B blocks of {kdepth}x{ncols} "
-                             f"and two C tiles do not fit the {self.am.size_bytes}-byte {self.am.name} level")
-        am = Scratch(self.am, fixed, slots=2, slot_bytes=tile_c_bytes)
+        slots = self._slots(t)
+        if fixed + slots * tile_c_bytes > self.am.size_bytes:
+            held = f"a C block of {rows}x{ncols} fp32, " if acc_bytes else ""
+            raise DoesNotFit(self.am.name, fixed + slots * tile_c_bytes, self.am.size_bytes,
+                             f"{self.call.symbol}: {held}two B blocks of {kdepth}x{ncols} and {slots} C tiles do not "
+                             f"fit the {self.am.size_bytes}-byte {self.am.name} level")
+        am = Scratch(self.am, fixed, slots=slots, slot_bytes=tile_c_bytes)
         panel_level = self.sm if self.sm is not None else self.am
         panel_bytes = align_up(min(t.m_panel, self.g.m) * kdepth * self.isz, panel_level.alignment_bytes)
         if self.sm is not None:
-            sm = Scratch(self.sm, 0, slots=2, slot_bytes=panel_bytes)
+            sm = Scratch(self.sm, 0, slots=slots, slot_bytes=panel_bytes)
         else:  # no scalar level: the panels live in the vector level's slots beside the C tiles
-            am = Scratch(self.am, fixed, slots=2, slot_bytes=tile_c_bytes + panel_bytes)
+            am = Scratch(self.am, fixed, slots=slots, slot_bytes=tile_c_bytes + panel_bytes)
             sm = am
         b0 = am.fixed_base + acc_bytes
         out: dict[str, Any] = dict(acc=am.fixed_base, b=(b0, b0 + b_bytes), am=am, sm=sm,
@@ -473,6 +579,7 @@ class _Planner:
         """The plan of tiling ``t``: one phase, staged buffers instead of barriers."""
         g, ctx = self.g, self.ctx
         lay = self.layout(t)
+        n_slots = lay["am"].slots
         steps, chunks, _ = self._steps_and_shares(t)
         cores = ctx.cores
         n_kb_of = {c: sum(1 for s in steps if s.mb == 0 and s.chunk == 0 and self._core_k(t, c, s)) for c in cores}
@@ -484,7 +591,7 @@ class _Planner:
                 fills: tuple[str, ...] = (), uses: tuple[str, ...] = ()) -> None:
             slot = 0
             if not fills:
-                slot = computes[core] % 2
+                slot = computes[core] % n_slots
                 computes[core] += 1
             tiles[core].append(Tile(ids[core], tuple(loads), compute, tuple(stores), slot, fills, uses))
             ids[core] += 1
@@ -531,8 +638,10 @@ class _Planner:
             transfers: list[Transfer] = []
             refs: list[str] = []
             if self.shared and first_of_gsm[gsm_gen[step_index]] == step_index:
-                transfers += self._gsm_fill(t, lay, s, core, gsm_gen[step_index] % 2)
-                refs.append(gsm_ref(gsm_gen[step_index]))
+                fill = self._gsm_fill(t, lay, s, core, gsm_gen[step_index] % 2)
+                if fill or t.a_loader == "cores":  # core0: the other cores take no part in the fill
+                    transfers += fill
+                    refs.append(gsm_ref(gsm_gen[step_index]))
             col = self._chunk(chunks, core, s)
             kr = self._core_k(t, core, s)
             b_gen = b_gen_of[core]
@@ -568,7 +677,7 @@ class _Planner:
                         base, stride, _ = lay["exchange"]
                         partial_to = (base + cores.index(core) * stride + (p0 * g.n + col[0]) * 4, g.n * 4)
                     loads, compute, stores = self._tile(t, lay, s, col, (p0, p1), p0 - panels[0][0],
-                                                        computes[core] % 2, gsm_gen[i] % 2, b_gen[i] % 2,
+                                                        computes[core] % n_slots, gsm_gen[i] % 2, b_gen[i] % 2,
                                                         first=s.kb == 0, last=s.kb == n_kb_of[core] - 1,
                                                         transpose_b=j == 0 and g.trans_b, k_range=kr,
                                                         partial_to=partial_to)
@@ -655,7 +764,8 @@ class _Planner:
         k0, k1 = self._k_range(t, s)
         base = lay["gsm"][parity]
         rows, cols = (k1 - k0, r1 - r0) if g.trans_a else (r1 - r0, k1 - k0)
-        share = split_even(rows, len(self.ctx.cores))
+        loaders = 1 if t.a_loader == "core0" else len(self.ctx.cores)
+        share = split_even(rows, loaders)
         i = self.ctx.cores.index(core)
         if i >= len(share):
             return ()
@@ -714,16 +824,27 @@ class _Planner:
         c_slot = lay["am"].slot(slot)
         c_rows = (g.ldc * isz, isz)
         c_at = self.c.addr + (r0 * g.ldc + n0) * isz
-        if first and beta:
+        stores: list[Transfer] = []
+        out_dtype = None
+        if t.c_home == "ddr":
+            # C streamed: the tile's rows of C come into its slot (unless this is the first k block and beta is
+            # 0), take this k block and go back to memory, in place in the slot.
+            rows_c = c_slot.operand((pr, nc), self.dt)
+            if not first or beta:
+                loads.append(Transfer.block(c_at, rows_c.addr, (pr, nc), isz, c_rows))
+                inputs.append(rows_c)
+            outputs: tuple[Operand, ...] = (rows_c,)
+            stores.append(Transfer.block(rows_c.addr, c_at, (pr, nc), isz, (nc * isz, isz), c_rows))
+            out_dtype = self.dt
+            # The tile adds the rows it loaded, if any (the micro-kernel loads them first); none from an AM block.
+            beta, first = not first or beta, True
+        elif first and beta:
             old = c_slot.operand((pr, nc), self.dt)
             loads.append(Transfer.block(c_at, old.addr, (pr, nc), isz, c_rows))
             inputs.append(old)
         elif not first:
             inputs.append(acc)
-        stores: list[Transfer] = []
-        out_dtype = None
-        outputs: tuple[Operand, ...] = (acc,)
-        if last:
+        if t.c_home == "am" and last:
             # The finished rows of C go to the tile's slot (rounded to fp16 for hp), not the C block: the slot is
             # not reused before its stores have landed, while the C block's rows are the next step's to write.
             out_dtype = self.dt if partial_to is None else F32
@@ -734,6 +855,8 @@ class _Planner:
                 stores.append(Transfer.block(out.addr, c_at, (pr, nc), isz, (nc * isz, isz), c_rows))
             else:
                 stores.append(Transfer.block(out.addr, partial_to[0], (pr, nc), 4, (nc * 4, 4), (partial_to[1], 4)))
+        elif t.c_home == "am":
+            outputs = (acc,)
         entries = -(-pr // t.m_micro) * -(-nc // t.n_micro)
         loops = [
             gemm_micro_kernel(self.core, self.prec, t.m_micro, t.n_micro, kd, itemsize=isz, entries=entries,

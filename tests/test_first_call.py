@@ -241,11 +241,12 @@ def test_no_run_beats_the_search_bound(ex):
     bound = run_lower_bound_cycles(run.roofline, m.target)
     assert bound > run.roofline.cycles
     assert run.cycles >= bound
-    # The plan's own bound (its busiest core, not an even spread over the cores): plans bound and limited by DDR
-    # come close to it.
+    # The plan's own bound (its busiest core, not an even spread over the cores): plans that DDR bounds by far
+    # (every other resource under two thirds of it: no two near-equal resources to overlap) come close to it.
     per_plan = {**run.roofline.resource_cycles, **run.roofline.busiest_core_cycles}
     limited = limiting_resource(run.roofline, run.summaries(), run.cycles)
-    if max(per_plan, key=lambda k: per_plan[k]) == "ddr" == limited and ex.kernel != "conv2d_backprop_filter":
+    others = max(v for k, v in per_plan.items() if k != "ddr")
+    if per_plan["ddr"] * 2 / 3 >= others and limited == "ddr" and ex.kernel != "conv2d_backprop_filter":
         assert run.cycles <= 1.05 * bound
 
 

@@ -1,0 +1,92 @@
+"""Published GEMM figures of the FT-M7032 cluster against dspsim on FT78NE: ``python bench/gemm_published.py``.
+
+Writes the table of bench/gemm_published.md (timing only). Each row is one published configuration, the same
+configuration in dspsim with the published algorithm forced through tiling keys (docs/gemm.md), the ratio of the
+two efficiencies and, where the search can run in reasonable time, the default plan's figure beside it.  The
+published figures are fp64 on FT-M7032, whose bytes-to-flops balance FT78NE's fp32 keeps (a 6 x 48 fp64 micro-
+kernel is a 6 x 96 fp32 one); they are a yardstick, not constants any number of the model was fitted to.
+
+Sources: Yu et al., "Optimizing General Matrix Multiplications on Modern Multi-core DSPs", IPDPS 2024 (micro-
+kernel, single core, weak scaling); VVinstonSmith/BLAS-for-multi-core-DSP (irregular GEMM reports).
+``--quick`` leaves out the 8-core weak-scaling runs (the slowest, minutes each).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import sim  # noqa: E402
+from kernels.common.loops import gemm_micro_kernel  # noqa: E402
+from sim.timing import loop_cycles  # noqa: E402
+
+A, B, C = 0x80000000, 0x90000000, 0xA0000000
+CHIP = "FT78NE"
+#: The published library's NN blocking (BLAS-for-multi-core-DSP): M_G 576, K_G 512, N_A 128, core 0 loading A,
+#: C streamed per k block.
+LIBRARY = {"split": "n", "c_home": "ddr", "a_loader": "core0", "m_block": 576, "k_block": 512, "n_block": 128}
+
+
+def efficiency(m: int, n: int, k: int, cores: int, tiling: dict | None) -> tuple[float, sim.Run, float]:
+    """(fraction of the cores' FMAC peak, the run, seconds) of one timing-only call."""
+    t0 = time.perf_counter()
+    run = sim.Simulator(CHIP, tuning_cache=False).call("fp_gemm_s", a=A, b=B, c=C, m=m, n=n, k=k, numerics=False,
+                                                       core_mask=(1 << cores) - 1, tiling=tiling)
+    core = run.target.core
+    peak = core.precisions["fp32"].lanes * core.units["fmac"].count * 2 * cores
+    return 2 * m * n * k / (run.cycles * peak), run, time.perf_counter() - t0
+
+
+def row(what: str, published: float, forced: float | None, default: float | None, note: str = "") -> str:
+    ratio = f"{forced / published:.3f}" if forced is not None else "-"
+    f = f"{forced:.1%}" if forced is not None else "-"
+    d = f"{default:.1%}" if default is not None else "-"
+    return f"| {what} | {published:.1%} | {f} | {ratio} | {d} | {note} |"
+
+
+def main(quick: bool) -> None:
+    print("| configuration | published | dspsim, published algorithm | ratio | dspsim, default plan | notes |")
+    print("|---|---|---|---|---|---|")
+    core = sim.load_target(CHIP).core
+    peak = core.precisions["fp32"].lanes * core.units["fmac"].count * 2
+    for ka, pub in ((64, 0.920), (512, 0.989), (1024, 0.995)):
+        loop = gemm_micro_kernel(core, "fp32", 6, 96, ka, itemsize=4)
+        got = 2 * 6 * 96 * ka / peak / loop_cycles(loop, core)
+        print(row(f"micro-kernel 6 x {ka} x 96 (fp64 6 x {ka} x 48), Yu et al.", pub, got, None, "the loop alone"),
+              flush=True)
+    for ka, pub in ((128, 0.92), (256, 0.94), (512, 0.96)):
+        # The published 6 x 48 fp64 micro-kernel is 6 x 96 in fp32, and a B block of whole micro-kernels (N_A 96).
+        tiling = {"c_home": "ddr", "k_block": ka, "m_micro": 6, "n_micro": 96, "n_block": 96}
+        got, run, s = efficiency(576, 1536, 2048, 1, tiling)
+        print(row(f"1 core NN, C streamed, KA = {ka}: 576 x 1536 x 2048, Yu et al. (about)", pub, got, None,
+                  f"{run.tiling.tiling}; {s:.0f} s"), flush=True)
+    for m, pub_lib, pub_best in ((144, 0.567, 0.81), (192, None, 0.914)):
+        lib = default = None
+        if pub_lib is not None:
+            lib, run, s = efficiency(m, 12288, 4096, 8, {**LIBRARY, "m_block": m})
+            note = f"library blocking, {run.tiling.tiling}; {s:.0f} s"
+            print(row(f"8 cores, M = {m}, K = 4096, N = 12288: the library", pub_lib, lib, None, note), flush=True)
+        default, run, s = efficiency(m, 12288, 4096, 8, None)
+        print(row(f"8 cores, M = {m}, K = 4096, N = 12288: the best published kernel", pub_best, None, default,
+                  f"default {run.tiling.tiling}; {s:.0f} s"), flush=True)
+    if quick:
+        return
+    for ka, pub in ((128, 3.7), (256, 5.4), (512, 7.8)):
+        tiling = {"c_home": "ddr", "a_loader": "core0", "k_block": ka, "m_block": 576, "m_micro": 6, "n_micro": 96,
+                  "n_block": 96}
+        one, _, _ = efficiency(576, 1536, 2048, 1, {**tiling, "a_loader": "cores"})
+        try:
+            eight, run, s = efficiency(576, 1536 * 8, 2048, 8, tiling)
+        except sim.SimError as e:  # KA = 128 on 8 cores plans more tiles than a plan may have
+            print(f"| weak scaling to 8 cores, KA = {ka} | {pub}x | - | - | - | {str(e)[:160]} |", flush=True)
+            continue
+        scale = 8 * eight / one
+        print(f"| weak scaling to 8 cores, C streamed, KA = {ka}: 576 x 1536P x 2048, Yu et al. (about) | {pub}x | "
+              f"{scale:.2f}x | {scale / pub:.3f} | - | {run.tiling.tiling}; {s:.0f} s |", flush=True)
+
+
+if __name__ == "__main__":
+    main("--quick" in sys.argv)

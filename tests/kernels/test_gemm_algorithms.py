@@ -1,0 +1,114 @@
+"""The GEMM algorithms of docs/gemm.md as tiling keys: C streamed per k block (``c_home: ddr``), A's GSM blocks
+loaded by core 0 (``a_loader: core0``), micro-kernel shapes the search chooses; numerics against numpy, the
+memory traffic and a tile's cycles derived by hand from targets/FT78NE.yaml."""
+
+from __future__ import annotations
+
+import pytest
+
+import kernels
+import sim
+from kernels.common.loops import gemm_micro_kernel
+from sim.timing import loop_cost, loop_cycles
+from tests.kernels.test_gemm import DDR, assert_close, run_gemm
+
+
+def c_traffic(run, m: int, n: int, ldc: int | None = None) -> tuple[int, int]:
+    """(bytes loaded from C, bytes stored to C) over the run's transfers."""
+    lo, hi = DDR[2], DDR[2] + m * (ldc or n) * 4
+    loaded = sum(e.bytes for e in run.events if e.kind == "dma_in" and e.src is not None and lo <= e.src < hi)
+    stored = sum(e.bytes for e in run.events if e.kind == "dma_out" and e.dst is not None and lo <= e.dst < hi)
+    return loaded, stored
+
+
+@pytest.mark.parametrize("beta", [0, 1])
+def test_streamed_c_goes_to_memory_once_per_k_block_and_matches_numpy(beta):
+    """48x256x384, k_block 128: three k blocks.  C in AM: C stored once (and loaded once when beta = 1).  C
+    streamed: every k block stores all of C, and every k block but the first (all three with beta = 1) loads it:
+    3 x 48 x 256 x 4 = 147,456 bytes stored, 2 x (or 3 x) 49,152 loaded."""
+    m, n, k = 48, 256, 384
+    size = m * n * 4
+    for home, stores, loads in (("am", 1, beta), ("ddr", 3, 2 + beta)):
+        run, got, want, _ = run_gemm("FT78NE", "fp_gemm_s", m, n, k, beta=beta,
+                                     tiling={"c_home": home, "k_block": 128, "split": "n"})
+        assert_close(got, want, k)
+        assert run.tiling.tiling["c_home"] == home
+        assert c_traffic(run, m, n) == (loads * size, stores * size), home
+
+
+def test_a_streamed_c_tile_costs_what_the_target_file_gives():
+    """One core, C streamed, a 12-row panel of 6x32 micro-kernels (k_block 128): a tile of a later k block loads
+    its C rows, so the micro-kernel's epilogue loads and stores C.  From FT78NE's numbers: per k-step B's row is
+    one vector (1 vls issue on 2 units: 1 cycle), A's 6 values 3 SLDW (sload 3), 6 broadcasts on 2 units (3), 6
+    FMACs on 3 units (2): resource II 3; the chain is one FMAC latency, 6: II 6 (6 accumulators cannot cover 3 x 6).
+    Fill 7 + 4 + 6 = 17; epilogue 6 accumulators loaded and stored, 12 vectors in 6 vls issues on 2 units, 3 cycles
+    + the vls latency 9 = 12.  Loop: 8 + 17 + 128 x 6 + 12 = 805; two per tile (12 rows / 6), plus the tile's 24:
+    1634 cycles.  The first k block's tiles load no C: their epilogue stores only (6 vectors, 3 issues: 2 + 9 = 11,
+    the loop 804)."""
+    core = sim.load_target("FT78NE").core
+    loop = gemm_micro_kernel(core, "fp32", 6, 32, 128, itemsize=4, load_c=True)
+    cost = loop_cost(loop, core)
+    assert (cost.resource_ii, cost.recurrence_ii, cost.ii, cost.fill, cost.epilogue) == (3, 6, 6, 17, 12)
+    assert loop_cycles(loop, core) == 805
+    run, got, want, _ = run_gemm("FT78NE", "fp_gemm_s", 36, 32, 256, where={"core_mask": 0x1},
+                                 tiling={"c_home": "ddr", "k_block": 128, "m_panel": 12, "m_micro": 6, "n_micro": 32})
+    assert_close(got, want, 256)
+    computes = sorted((e for e in run.events if e.kind == "compute"), key=lambda e: e.start)
+    assert len(computes) == 6  # three panels, two k blocks
+    assert [e.end - e.start for e in computes] == [24 + 2 * 804] * 3 + [24 + 2 * 805] * 3
+
+
+def test_a_taller_micro_kernel_covers_the_fmac_latency_on_thin_columns():
+    """64 columns per core (two vectors): 6 rows give 12 accumulators, fewer than 3 FMACs x 6 cycles: II 6 for 12
+    FMACs.  8 rows: sload 4, broadcast 4, fmac 16 / 3 -> 6, the chain 6: II 6 for 16 FMACs, a third more work per
+    cycle (loop at k = 256: 8 + 17 + 256 x 6 + epilogue 16 vectors, 8 issues: 4 + 9 = 13 -> 1574).  The search is
+    offered the taller shapes there, and only there."""
+    core = sim.load_target("FT78NE").core
+    six, eight = (loop_cost(gemm_micro_kernel(core, "fp32", r, 64, 256, itemsize=4), core) for r in (6, 8))
+    assert (six.ii, eight.ii, eight.resource_ii) == (6, 6, 6)
+    assert loop_cycles(gemm_micro_kernel(core, "fp32", 8, 64, 256, itemsize=4), core) == 8 + 17 + 256 * 6 + 13
+    s = sim.Simulator("FT78NE", tuning_cache=False)
+    args = dict(a=DDR[0], b=DDR[1], c=DDR[2], m=256, n=512, k=256)
+    call = s.bind("fp_gemm_s", **args)
+    thin = kernels.lookup("fp_gemm_s").kernel.tiling_space(call, s.context(call)).keys["m_micro"]
+    assert thin.candidates({"split": "n"}) == [6, 8, 12]
+    assert thin.candidates({"split": "m"}) == [6]  # every core all 512 columns: 6 x 4 vectors = 24 accumulators
+    with pytest.raises(sim.KernelArgError, match=r"tiling\.m_micro.*registers"):
+        s.call("fp_gemm_s", numerics=False, tiling={"m_micro": 16, "n_micro": 128, "split": "m"}, **args)
+
+
+def test_core0_loads_every_gsm_block_and_the_other_cores_wait_for_it():
+    """a_loader core0: A's DDR bytes are A's size, every one of them on core 0's engines (the published library);
+    no other core computes before the first block has landed."""
+    m, n, k = 96, 1024, 64
+    run, got, want, _ = run_gemm("FT78NE", "fp_gemm_s", m, n, k, tiling={"a_loader": "core0", "split": "n"})
+    assert_close(got, want, k)
+    a_lo, a_hi = DDR[0], DDR[0] + m * k * 4
+    from_a = [e for e in run.events if e.kind == "dma_in" and e.src is not None and a_lo <= e.src < a_hi]
+    assert sum(e.bytes for e in from_a) == m * k * 4 and {e.core for e in from_a} == {0}
+    first_block = min(e.end for e in from_a)  # the first GSM block's fill, one descriptor on core 0
+    first_compute = min(e.start for e in run.events if e.kind == "compute" and e.core != 0)
+    assert first_compute >= first_block
+
+
+def test_streamed_c_with_fewer_tiles_per_k_block_than_buffers_keeps_its_order():
+    """One 12x32 panel per k block on one core: each tile loads the C rows the previous one stored, so the C tiles
+    may not overlap (one buffer): every tile's C load starts after the previous tile's store has landed, and C is
+    right."""
+    run, got, want, _ = run_gemm("FT78NE", "fp_gemm_s", 12, 32, 512, where={"core_mask": 0x1},
+                                 tiling={"c_home": "ddr", "k_block": 128, "m_panel": 12})
+    assert_close(got, want, 512)
+    lo, hi = DDR[2], DDR[2] + 12 * 32 * 4
+    loads = sorted(e.start for e in run.events if e.kind == "dma_in" and e.src is not None and lo <= e.src < hi)
+    stores = sorted(e.end for e in run.events if e.kind == "dma_out" and e.dst is not None and lo <= e.dst < hi)
+    assert len(loads) == 3 and len(stores) == 4
+    assert all(load >= store for load, store in zip(loads, stores))
+
+
+def test_algorithms_that_do_not_go_with_the_call_are_refused_by_key():
+    s = sim.Simulator("FT78NE", tuning_cache=False)
+    args = dict(a=DDR[0], b=DDR[1], c=DDR[2], m=12, n=32, k=256, numerics=False)
+    with pytest.raises(sim.KernelArgError, match=r"tiling\.c_home.*fp16 C is rounded once"):
+        sim.Simulator("MT7004", tuning_cache=False).call("hp_gemm_s", tiling={"c_home": "ddr"}, **args)
+    with pytest.raises(sim.KernelArgError, match=r"tiling\.a_loader.*only an _s call on several cores"):
+        s.call("fp_gemm_s", core_mask=0x1, tiling={"a_loader": "core0"}, **args)
