@@ -25,9 +25,10 @@ from sim.timing import loop_cycles  # noqa: E402
 
 A, B, C = 0x80000000, 0x90000000, 0xA0000000
 CHIP = "FT78NE"
-#: The published library's NN blocking (BLAS-for-multi-core-DSP): M_G 576, K_G 512, N_A 128, core 0 loading A,
-#: C streamed per k block.
-LIBRARY = {"split": "n", "c_home": "ddr", "a_loader": "core0", "m_block": 576, "k_block": 512, "n_block": 128}
+#: The published library's NN blocking (BLAS-for-multi-core-DSP): M_G 576, K_G 512, N_A 128, core 0 loading A
+#: into its one GSM block, C streamed per k block.
+LIBRARY = {"split": "n", "c_home": "ddr", "a_loader": "core0", "a_buffers": 1, "m_block": 576, "k_block": 512,
+           "n_block": 128}
 
 
 def efficiency(m: int, n: int, k: int, cores: int, tiling: dict | None) -> tuple[float, sim.Run, float]:

@@ -27,7 +27,8 @@ Blocking (SPEC §2: DDR → GSM → AM/SM → registers):
 Where C lives over the k loop is the ``c_home`` key: ``am`` as above, or ``ddr`` (the published library's loop
 order: k blocks outermost, each tile loads its C rows, accumulates one k block into them and stores them back,
 C triple-buffered); who loads a GSM block is ``a_loader`` (``cores``: a share each; ``core0``: the call's first
-core, the others waiting for the block).  docs/gemm.md gives every algorithm's loop nest and memory traffic.
+core, the others waiting for the block); how many GSM blocks are in flight is ``a_buffers`` (2: double-buffered;
+1: one block the size of the staging window).  docs/gemm.md gives every algorithm's loop nest and memory traffic.
 
 The cores split the work by ``split``: ``n`` (each core its columns of C, every core reading the shared GSM
 block: square and wide shapes), ``m`` (each core its micro-panels of the GSM block, every core loading the
@@ -43,6 +44,7 @@ tile (loads and stores: the micro-kernel needs rows of op(B) as vectors).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -77,6 +79,8 @@ STREAMED_C_SLOTS = 3
 M_BLOCKS = (576, 288, 144, 48)
 K_BLOCKS = (256, 512, 128)
 N_BLOCK = 128
+#: A depth this many times the larger side of C tries split k first (each core a range of the depth).
+LONG_K = 8
 #: Micro-kernel heights the search tries (rows of C in registers), the published 6 first: with n_micro vectors
 #: per row, m_micro x n_micro / lanes accumulators, fewer than the FMAC units times their latency stall.
 MICRO_ROWS = (6, 8, 12)
@@ -232,9 +236,11 @@ class _Tiling:
     n_micro: int
     c_home: str = "am"
     a_loader: str = "cores"
+    a_buffers: int = 2
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(split=self.split, c_home=self.c_home, a_loader=self.a_loader, m_block=self.m_block,
+        return dict(split=self.split, c_home=self.c_home, a_loader=self.a_loader, a_buffers=self.a_buffers,
+                    m_block=self.m_block,
                     n_block=self.n_block, k_block=self.k_block, m_panel=self.m_panel, m_micro=self.m_micro,
                     n_micro=self.n_micro)
 
@@ -273,13 +279,26 @@ class _Planner:
         cores = len(self.ctx.cores)
         n_micro = min(4 * self.lanes, _round_up(g.n, self.lanes))
         split = "n" if g.n >= 2 * n_micro * min(cores, 2) or cores == 1 else "m"
+        if cores > 1 and g.k >= LONG_K * max(g.m, g.n):
+            split = "k"  # small m x n, long k: the depth is the only dimension with work for every core
         splits = (split,) + (tuple(x for x in SPLITS if x != split) if cores > 1 else ())
 
         def panels(t: Mapping[str, Any]) -> list[int]:
             # Two micro-kernels' rows; one when two such panels of this depth do not fit the scalar level.
             two, one = min(2 * t["m_micro"], g.m), min(t["m_micro"], g.m)
             slots = STREAMED_C_SLOTS if t["c_home"] == "ddr" else 2
-            return [two] if self._panels_fit(two, t["k_block"], slots) else [two, one]
+            out = [two] if self._panels_fit(two, t["k_block"], slots) else [two, one]
+            if g.trans_a:
+                # A stored [k, m]: a panel is k_block runs of m_panel elements; runs of whole bursts of A's
+                # region (and whole micro-kernels) waste none of them.  Read straight from memory (A not staged in
+                # GSM: split k, one core) such panels are the one choice where they fit, so that a step to a
+                # shallower k block that lets them fit takes them with it; from GSM they are one more choice.
+                whole = min(g.m, math.lcm(t["m_micro"], self.a_burst_elements))
+                if self._panels_fit(whole, t["k_block"], slots):
+                    if not self._may_share(t["split"]):
+                        return [whole]
+                    out.append(whole)
+            return list(dict.fromkeys(out))
 
         def micro_width(t: Mapping[str, Any]) -> int:
             # The micro-kernel's columns: the published 4 vectors, no wider than the B block (whole vectors).
@@ -322,11 +341,30 @@ class _Planner:
                     v = max(self.lanes, _round_up(v // 2, self.lanes))
             if t["split"] == "n" and _ceil_div(g.n, min(out[-1], first)) < cores:
                 out.insert(0, _round_up(_ceil_div(g.n, cores), self.lanes))  # preferred: no core idles
-            return [x for x in dict.fromkeys(out) if x <= first]
+            out = [x for x in dict.fromkeys(out) if x <= first]
+            # Then wider blocks, up to a core's whole columns, where they fit: each column block re-reads A (from
+            # GSM, or from memory where A is not staged), so fewer of them read A fewer times.
+            limit = g.n if t["split"] != "n" else min(g.n, _round_up(_ceil_div(g.n, cores), self.lanes))
+            for w in dict.fromkeys(x for x in (2 * first, 4 * first, limit) if first < x <= limit):
+                try:
+                    self._fit({**t, "n_block": w, "n_micro": micro_width({**t, "n_block": w})})
+                    out.append(w)
+                except (DoesNotFit, KernelArgError):
+                    pass
+            return out
 
         def m_blocks(t: Mapping[str, Any]) -> list[int]:
             p = t["m_panel"]  # whole panels (or all of m)
-            return [min(g.m, max(p, v // p * p)) for v in M_BLOCKS]
+            out = [min(g.m, max(p, v // p * p)) for v in M_BLOCKS]
+            level = self.blocks_level
+            if t["a_buffers"] == 1 and level is not None:
+                # One block: the most rows of this depth the staging window holds (whole panels), first.
+                row_bytes = min(t["k_block"], g.k) * self.isz
+                rows = level.size_bytes // row_bytes // p * p
+                while rows > p and align_up(rows * row_bytes, level.alignment_bytes) > level.size_bytes:
+                    rows -= p
+                out.insert(0, min(g.m, max(p, rows)))
+            return list(dict.fromkeys(out))
 
         return TilingSpace(
             ChoiceKey("split", SPLITS, "n: each core its columns of C (A blocks shared in GSM); m: each core its "
@@ -342,6 +380,11 @@ class _Planner:
                                              "the call's first core loads every GSM block of A (the published "
                                              "library), the others wait for it",
                       values=lambda t: A_LOADERS if self._may_share(t["split"]) else A_LOADERS[:1]),
+            IntKey("a_buffers", 1, 2, "GSM blocks of A in flight: 2, the next block streams in while the cores "
+                                      "compute on this one; 1, one block as large as the staging window, loaded "
+                                      "once every core has finished with the previous one (the published "
+                                      "library's single GSM block behind a barrier)",
+                   values=lambda t: (2, 1) if self._may_share(t["split"]) else (2,)),
             IntKey("m_micro", 1, 64, "rows of the micro-kernel's C block in registers (with n_micro: accumulators, a "
                                      "row of B and the broadcast A values within the core's vector registers)",
                    values=micro_rows),
@@ -354,6 +397,12 @@ class _Planner:
             IntKey("n_micro", 1, 4096, "columns of the micro-kernel's C block in registers (whole vectors)",
                    values=micro_widths),
             fit=self._fit, tiles=self._tiles)
+
+    @property
+    def a_burst_elements(self) -> int:
+        """Elements of A per memory burst of the region holding A (1 where the region states no burst)."""
+        region = next((r for r in self.ctx.target.regions if r.contains(self.a.addr, 1)), None)
+        return max(1, (region.burst_bytes if region is not None else 1) // self.isz)
 
     def _fmac_depth(self) -> int:
         """Independent accumulators that keep every FMAC unit busy: the units times their latency."""
@@ -411,6 +460,10 @@ class _Planner:
                                  f"call: {why}")
         if t.a_loader == "core0" and not self._may_share(t.split):
             raise KernelArgError(f"argument 'tiling.a_loader': core0 loads the GSM blocks of A, which only an _s call "
+                                 f"on several cores with split n or m stages (this call: {self.call.symbol} on "
+                                 f"{len(self.ctx.cores)} core(s), split {t.split})")
+        if t.a_buffers == 1 and not self._may_share(t.split):
+            raise KernelArgError(f"argument 'tiling.a_buffers': 1 sizes the GSM block of A, which only an _s call "
                                  f"on several cores with split n or m stages (this call: {self.call.symbol} on "
                                  f"{len(self.ctx.cores)} core(s), split {t.split})")
         return t
@@ -545,12 +598,13 @@ class _Planner:
         if self.shared:
             level = self.blocks_level
             block = align_up(min(t.m_block, self.g.m) * kdepth * self.isz, level.alignment_bytes)
-            if 2 * block > level.size_bytes:
-                raise DoesNotFit(level.name, 2 * block, level.size_bytes,
-                                 f"{self.call.symbol}: two A blocks of {min(t.m_block, self.g.m)}x{kdepth} "
+            count = t.a_buffers
+            if count * block > level.size_bytes:
+                raise DoesNotFit(level.name, count * block, level.size_bytes,
+                                 f"{self.call.symbol}: {count} A block(s) of {min(t.m_block, self.g.m)}x{kdepth} "
                                  f"({block} bytes each) do not fit the {level.size_bytes}-byte {level.name} staging "
                                  f"window")
-            out["gsm"] = (level.base, level.base + block)
+            out["gsm"] = (level.base, level.base + block) if count == 2 else (level.base,)
         if t.split == "k":
             out["exchange"] = self._exchange_layout(t)
         return out
@@ -619,7 +673,7 @@ class _Planner:
             b_gen_of[core] = gens
 
         def gsm_ref(gen: int) -> str:
-            return buffer_ref(f"gsm.a{gen % 2}", gen // 2)
+            return buffer_ref(f"gsm.a{gen % t.a_buffers}", gen // t.a_buffers)
 
         def b_ref(core: int, gen: int) -> str:
             return buffer_ref(f"am.b{core}.{gen % 2}", gen // 2)
@@ -638,7 +692,7 @@ class _Planner:
             transfers: list[Transfer] = []
             refs: list[str] = []
             if self.shared and first_of_gsm[gsm_gen[step_index]] == step_index:
-                fill = self._gsm_fill(t, lay, s, core, gsm_gen[step_index] % 2)
+                fill = self._gsm_fill(t, lay, s, core, gsm_gen[step_index] % t.a_buffers)
                 if fill or t.a_loader == "cores":  # core0: the other cores take no part in the fill
                     transfers += fill
                     refs.append(gsm_ref(gsm_gen[step_index]))
@@ -677,7 +731,8 @@ class _Planner:
                         base, stride, _ = lay["exchange"]
                         partial_to = (base + cores.index(core) * stride + (p0 * g.n + col[0]) * 4, g.n * 4)
                     loads, compute, stores = self._tile(t, lay, s, col, (p0, p1), p0 - panels[0][0],
-                                                        computes[core] % n_slots, gsm_gen[i] % 2, b_gen[i] % 2,
+                                                        computes[core] % n_slots, gsm_gen[i] % t.a_buffers,
+                                                        b_gen[i] % 2,
                                                         first=s.kb == 0, last=s.kb == n_kb_of[core] - 1,
                                                         transpose_b=j == 0 and g.trans_b, k_range=kr,
                                                         partial_to=partial_to)

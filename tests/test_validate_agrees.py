@@ -27,17 +27,17 @@ def gemm_config(tmp_path, name: str, m: int, n: int, k: int, mask: int, tiling: 
     return str(path)
 
 
+#: The GEMM's algorithm keys at their defaults: with them, a tiling below names every key (a full tiling).
+ALGORITHM = {"split": "n", "c_home": "am", "a_loader": "cores", "a_buffers": 2}
 CASES = {
     "fits": (96, 128, 128, 0xFF, None),
     "aborted before": (144, 640, 512, 0xF, None),  # column blocks spread unevenly over the cores
     "odd shape": (7, 13, 5, 0b111, None),
     "partial tiling": (256, 512, 1024, 0xFF, {"k_block": 1024}),
-    "tiling cannot fit": (256, 512, 1024, 0xFF, {"split": "n", "c_home": "am", "a_loader": "cores", "m_micro": 6,
-                                                 "m_panel": 12, "k_block": 1024, "m_block": 256, "n_block": 128,
-                                                 "n_micro": 128}),
-    "tiling beyond the plan budget": (384, 512, 512, 0xFF, {"split": "n", "c_home": "am", "a_loader": "cores",
-                                                            "m_block": 384, "n_block": 16, "k_block": 1, "m_panel": 1,
-                                                            "m_micro": 1, "n_micro": 16}),
+    "tiling cannot fit": (256, 512, 1024, 0xFF, {**ALGORITHM, "m_micro": 6, "m_panel": 12, "k_block": 1024,
+                                                 "m_block": 256, "n_block": 128, "n_micro": 128}),
+    "tiling beyond the plan budget": (384, 512, 512, 0xFF, {**ALGORITHM, "m_block": 384, "n_block": 16, "k_block": 1,
+                                                            "m_panel": 1, "m_micro": 1, "n_micro": 16}),
 }
 
 

@@ -36,9 +36,10 @@ def neighbours(space: TilingSpace, tiling: Mapping[str, Any], pool: Sequence[dic
                fixed: Mapping[str, Any]) -> list[dict]:
     """The tilings of ``pool`` one step from ``tiling``: for each key it sets (but the fixed ones), each other
     choice of a choice key, and the next smaller and the next larger value of an integer key that ``pool``
-    has; each the tiling of ``pool`` with that value closest to ``tiling`` (fewest other keys changed, then the
-    kernel's order)."""
+    has; each the tiling of ``pool`` with that value and every other choice key unchanged closest to ``tiling``
+    (fewest other keys changed, then the kernel's order); a value that needs another choice is left out."""
     out: list[dict] = []
+    choices = [k for k in tiling if not isinstance(space.keys[k], IntKey)]
     for key in tiling:
         if key in fixed:
             continue
@@ -49,7 +50,13 @@ def neighbours(space: TilingSpace, tiling: Mapping[str, Any], pool: Sequence[dic
             above = [v for v in values if v > now]
             values = ([max(below)] if below else []) + ([min(above)] if above else [])
         for value in values:
-            near = min((t for t in pool if t.get(key) == value), key=lambda t: _distance(t, tiling))
+            # A step changes no other choice key: a move of this key that only exists with another choice is that
+            # other key's step (taken from there, if it pays), not a step of this one.
+            same_choices = [t for t in pool if t.get(key) == value and all(
+                t.get(other) == tiling[other] for other in choices if other != key and other in tiling)]
+            if not same_choices:
+                continue
+            near = min(same_choices, key=lambda t: _distance(t, tiling))
             if near not in out:
                 out.append(near)
     return out

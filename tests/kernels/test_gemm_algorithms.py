@@ -112,3 +112,37 @@ def test_algorithms_that_do_not_go_with_the_call_are_refused_by_key():
         sim.Simulator("MT7004", tuning_cache=False).call("hp_gemm_s", tiling={"c_home": "ddr"}, **args)
     with pytest.raises(sim.KernelArgError, match=r"tiling\.a_loader.*only an _s call on several cores"):
         s.call("fp_gemm_s", core_mask=0x1, tiling={"a_loader": "core0"}, **args)
+
+
+def test_one_gsm_block_takes_the_whole_window_and_waits_for_every_core():
+    """a_buffers 1 (the published library's single GSM block): with k_block 512 the block is as many rows as the
+    3 MiB gsm_blocks window holds, 3,145,728 / (512 x 4) = 1536 (whole 12-row panels), and the next block (the
+    second k block) is loaded only after every core has finished its last compute on the first."""
+    level = next(a for a in sim.load_target("FT78NE").staging if a.name == "gsm_blocks")
+    assert level.size_bytes == 3 * 2**20
+    m, n, k = 1536, 256, 1024
+    run, got, want, _ = run_gemm("FT78NE", "fp_gemm_s", m, n, k, tiling={"a_buffers": 1, "k_block": 512,
+                                                                          "split": "n", "m_panel": 12})
+    assert_close(got, want, k)
+    assert run.tiling.tiling["m_block"] == 1536
+    a_lo, a_hi = DDR[0], DDR[0] + m * k * 4
+    fills = [e for e in run.events if e.kind == "dma_in" and e.src is not None and a_lo <= e.src < a_hi]
+    second = [e for e in fills if (e.src - a_lo) % (k * 4) >= 512 * 4]  # columns 512.. of A: the second k block
+    last_first_block = 0
+    for core in range(8):
+        computes = sorted((e for e in run.events if e.kind == "compute" and e.core == core), key=lambda e: e.start)
+        last_first_block = max(last_first_block, computes[len(computes) // 2 - 1].end)
+    assert second and min(e.start for e in second) >= last_first_block
+
+
+def test_transposed_a_costs_about_what_the_1x1_convolution_doing_the_same_product_costs():
+    """dW of a 1x1 Conv2DBackpropFilter (4x16x16x256 -> 256x256) is x^T dy: GEMM with trans_a = 1, m = n = 256,
+    k = 1024.  A stored [k, m] is read in panel rows of m_panel elements; the default plan takes whole 64-byte
+    bursts of DDR (48 = lcm(6, 16) fp32 rows, no burst half wasted) and lands within 25 % of the convolution."""
+    s = sim.Simulator("FT78NE", tuning_cache=False)
+    g = s.call("fp_gemm_s", a=DDR[0], b=DDR[1], c=DDR[2], m=256, n=256, k=1024, trans_a=1, numerics=False)
+    conv = s.call("fp_conv2d_backprop_filter_s", input=DDR[0], out_backprop=DDR[1], output=DDR[2],
+                  input_shape=[4, 16, 16, 256], filter_sizes=[1, 1, 256, 256], strides=[1, 1, 1, 1],
+                  padding="VALID", numerics=False)
+    assert g.tiling.tiling["m_panel"] * 4 % 64 == 0
+    assert g.cycles <= 1.25 * conv.cycles, (g.cycles, conv.cycles)

@@ -1,0 +1,28 @@
+"""The climb's neighbours (sim.tuning.search.neighbours): one decision per step."""
+
+from __future__ import annotations
+
+from sim.model.tiling import ChoiceKey, IntKey, TilingSpace
+from sim.tuning.search import neighbours
+
+
+def test_a_step_changes_one_choice_and_drags_only_integer_keys():
+    """``mode`` has a second choice only with ``split`` b, and ``size`` 4 fits only with ``depth`` 1: from
+    (a, x, depth 2, size 2) the neighbours are split b (mode kept x), depth 1 and the sizes next to 2 (size 4
+    drags depth 1 with it), never (b, y): that is two decisions, the second one split b's own step."""
+    space = TilingSpace(
+        ChoiceKey("split", ("a", "b"), "split"),
+        ChoiceKey("mode", ("x", "y"), "mode", values=lambda t: ("x", "y") if t["split"] == "b" else ("x",)),
+        IntKey("depth", 1, 2, "depth", values=(2, 1)),
+        IntKey("size", 1, 4, "size", values=lambda t: (2, 1, 4) if t["depth"] == 1 else (2, 1)))
+    pool, _ = space.completions({}, 100)
+    here = {"split": "a", "mode": "x", "depth": 2, "size": 2}
+    got = neighbours(space, here, pool, {})
+    assert {"split": "b", "mode": "y", "depth": 2, "size": 2} in pool
+    assert all(t["mode"] == "x" for t in got)
+    assert {"split": "b", "mode": "x", "depth": 2, "size": 2} in got
+    assert {"split": "a", "mode": "x", "depth": 1, "size": 2} in got
+    assert {"split": "a", "mode": "x", "depth": 1, "size": 4} in got  # an integer step may change another integer
+    assert {"split": "a", "mode": "x", "depth": 2, "size": 1} in got
+    # From split b, mode y is one step.
+    assert {"split": "b", "mode": "y", "depth": 2, "size": 2} in neighbours(space, {**here, "split": "b"}, pool, {})
