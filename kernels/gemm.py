@@ -475,14 +475,19 @@ class _Planner:
         landed."""
         if t.c_home == "am":
             return 2
-        steps, chunks, _ = self._steps_and_shares(t)
-        per_pass = dict.fromkeys(self.ctx.cores, 0)
-        for s in steps:
-            if s.kb == 0:
-                for c in self.ctx.cores:
-                    if self._chunk(chunks, c, s) is not None:
-                        per_pass[c] += len(self._panels(t, c, s))
-        return max(1, min([STREAMED_C_SLOTS] + [v for v in per_pass.values() if v]))
+        g, cores = self.g, self.ctx.cores
+        chunks, _ = self._shares(t)
+        # A core's tiles per k block: its column chunks times its panels of every GSM block (split m: its share).
+        panels = [0] * len(cores)
+        for r0 in range(0, g.m, t.m_block):
+            n_p = -(-min(t.m_block, g.m - r0) // t.m_panel)
+            if t.split == "m":
+                for i, (a, b) in enumerate(split_even(n_p, len(cores))):
+                    panels[i] += b - a
+            else:
+                panels = [p + n_p for p in panels]
+        per_pass = [len(chunks[c]) * panels[i] for i, c in enumerate(cores)]
+        return max(1, min([STREAMED_C_SLOTS] + [v for v in per_pass if v]))
 
     def _panels_fit(self, m_panel: int, k_block: int, slots: int = 2) -> bool:
         """Whether ``slots`` A micro-panels of ``m_panel`` rows and ``k_block`` depth fit the scalar level (no
@@ -521,6 +526,21 @@ class _Planner:
     def _steps_and_shares(self, t: _Tiling) -> tuple[list[_Step], dict[int, list[tuple[int, int]]], int]:
         """The steps, each core's column chunks (split n: its own; split m: all of them), and the most rows of a
         GSM block one core accumulates."""
+        g = self.g
+        chunks, rows = self._shares(t)
+        n_steps_chunks = max((len(v) for v in chunks.values()), default=0)
+        n_kb = (max(-(-(b - a) // t.k_block) for a, b in self._k_shares(t)) if t.split == "k"
+                else -(-g.k // t.k_block))
+        n_mb = -(-g.m // t.m_block)
+        if t.c_home == "ddr":  # the library's order: k blocks outermost, C streamed through each pass
+            steps = [_Step(mb, kb, ch) for kb in range(n_kb) for mb in range(n_mb) for ch in range(n_steps_chunks)]
+        else:  # a C block accumulates over the k blocks innermost
+            steps = [_Step(mb, kb, ch) for mb in range(n_mb) for ch in range(n_steps_chunks) for kb in range(n_kb)]
+        return steps, chunks, rows
+
+    def _shares(self, t: _Tiling) -> tuple[dict[int, list[tuple[int, int]]], int]:
+        """Each core's column chunks (split n: its own; split m and k: all of them) and the most rows of a GSM
+        block one core accumulates (no steps built: the layout needs only these)."""
         g, cores = self.g, self.ctx.cores
         n_chunks_all = [(a, min(a + t.n_block, g.n)) for a in range(0, g.n, t.n_block)]
         if t.split == "n":
@@ -538,15 +558,7 @@ class _Planner:
             chunks = {c: n_chunks_all for c in cores}
             panels = -(-min(t.m_block, g.m) // t.m_panel)
             rows = -(-panels // len(cores)) * t.m_panel
-        n_steps_chunks = max((len(v) for v in chunks.values()), default=0)
-        n_kb = (max(-(-(b - a) // t.k_block) for a, b in self._k_shares(t)) if t.split == "k"
-                else -(-g.k // t.k_block))
-        n_mb = -(-g.m // t.m_block)
-        if t.c_home == "ddr":  # the library's order: k blocks outermost, C streamed through each pass
-            steps = [_Step(mb, kb, ch) for kb in range(n_kb) for mb in range(n_mb) for ch in range(n_steps_chunks)]
-        else:  # a C block accumulates over the k blocks innermost
-            steps = [_Step(mb, kb, ch) for mb in range(n_mb) for ch in range(n_steps_chunks) for kb in range(n_kb)]
-        return steps, chunks, rows
+        return chunks, rows
 
     def _k_shares(self, t: _Tiling) -> list[tuple[int, int]]:
         """Split k: each core's range of the depth, in whole k blocks (cores past the last block get none)."""
@@ -568,7 +580,7 @@ class _Planner:
     def layout(self, t: _Tiling) -> dict[str, Any]:
         """Addresses of the staged buffers and slots; DoesNotFit naming the level that is too small."""
         self._split = t.split
-        _, _, rows = self._steps_and_shares(t)
+        _, rows = self._shares(t)
         am_align = self.am.alignment_bytes
         ncols = min(t.n_block, self.g.n)
         kdepth = min(t.k_block, self.g.k)
