@@ -28,7 +28,8 @@ Where C lives over the k loop is the ``c_home`` key: ``am`` as above, or ``ddr``
 order: k blocks outermost, each tile loads its C rows, accumulates one k block into them and stores them back,
 C triple-buffered); who loads a GSM block is ``a_loader`` (``cores``: a share each; ``core0``: the call's first
 core, the others waiting for the block); how many GSM blocks are in flight is ``a_buffers`` (2: double-buffered;
-1: one block the size of the staging window).  docs/gemm.md gives every algorithm's loop nest and memory traffic.
+1: one block the size of the staging window); with split m, ``b_staging`` ``gsm`` loads each B block into GSM
+once for every core.  docs/gemm.md gives every algorithm's loop nest and memory traffic.
 
 The cores split the work by ``split``: ``n`` (each core its columns of C, every core reading the shared GSM
 block: square and wide shapes), ``m`` (each core its micro-panels of the GSM block, every core loading the
@@ -71,6 +72,9 @@ C_HOMES = ("am", "ddr")
 #: Who loads a GSM block of A (the ``a_loader`` key): ``cores``, the call's cores a share each; ``core0``, the
 #: first core of the call the whole block (the published library), the others waiting for it.
 A_LOADERS = ("cores", "core0")
+#: Where a core's B blocks come from (the ``b_staging`` key): ``am``, memory straight into AM; ``gsm``, split m
+#: only, memory into GSM once (the cores a share each), then GSM into each core's AM.
+B_STAGINGS = ("am", "gsm")
 #: C tiles in flight per core when C is streamed: the library triple-buffers C (one loading, one computing, one
 #: storing).
 STREAMED_C_SLOTS = 3
@@ -237,10 +241,11 @@ class _Tiling:
     c_home: str = "am"
     a_loader: str = "cores"
     a_buffers: int = 2
+    b_staging: str = "am"
 
     def as_dict(self) -> dict[str, Any]:
         return dict(split=self.split, c_home=self.c_home, a_loader=self.a_loader, a_buffers=self.a_buffers,
-                    m_block=self.m_block,
+                    b_staging=self.b_staging, m_block=self.m_block,
                     n_block=self.n_block, k_block=self.k_block, m_panel=self.m_panel, m_micro=self.m_micro,
                     n_micro=self.n_micro)
 
@@ -385,6 +390,11 @@ class _Planner:
                                       "once every core has finished with the previous one (the published "
                                       "library's single GSM block behind a barrier)",
                    values=lambda t: (2, 1) if self._may_share(t["split"]) else (2,)),
+            ChoiceKey("b_staging", B_STAGINGS, "am: each core loads its B blocks from memory into AM; gsm: split m "
+                                               "(every core uses the same B block), the cores share each B block's "
+                                               "loading into GSM and each copies it from there into AM (B read "
+                                               "from memory once instead of once per core)",
+                      values=lambda t: B_STAGINGS if t["split"] == "m" and self._may_share("m") else B_STAGINGS[:1]),
             IntKey("m_micro", 1, 64, "rows of the micro-kernel's C block in registers (with n_micro: accumulators, a "
                                      "row of B and the broadcast A values within the core's vector registers)",
                    values=micro_rows),
@@ -461,6 +471,10 @@ class _Planner:
         if t.a_loader == "core0" and not self._may_share(t.split):
             raise KernelArgError(f"argument 'tiling.a_loader': core0 loads the GSM blocks of A, which only an _s call "
                                  f"on several cores with split n or m stages (this call: {self.call.symbol} on "
+                                 f"{len(self.ctx.cores)} core(s), split {t.split})")
+        if t.b_staging == "gsm" and not (t.split == "m" and self._may_share(t.split)):
+            raise KernelArgError(f"argument 'tiling.b_staging': gsm shares B blocks that every core uses, which only "
+                                 f"split m of an _s call on several cores has (this call: {self.call.symbol} on "
                                  f"{len(self.ctx.cores)} core(s), split {t.split})")
         if t.a_buffers == 1 and not self._may_share(t.split):
             raise KernelArgError(f"argument 'tiling.a_buffers': 1 sizes the GSM block of A, which only an _s call "
@@ -611,12 +625,16 @@ class _Planner:
             level = self.blocks_level
             block = align_up(min(t.m_block, self.g.m) * kdepth * self.isz, level.alignment_bytes)
             count = t.a_buffers
-            if count * block > level.size_bytes:
-                raise DoesNotFit(level.name, count * block, level.size_bytes,
+            b_block = align_up(kdepth * ncols * self.isz, level.alignment_bytes) if t.b_staging == "gsm" else 0
+            if count * block + 2 * b_block > level.size_bytes:
+                with_b = f" and two B blocks of {kdepth}x{ncols}" if b_block else ""
+                raise DoesNotFit(level.name, count * block + 2 * b_block, level.size_bytes,
                                  f"{self.call.symbol}: {count} A block(s) of {min(t.m_block, self.g.m)}x{kdepth} "
-                                 f"({block} bytes each) do not fit the {level.size_bytes}-byte {level.name} staging "
-                                 f"window")
+                                 f"({block} bytes each){with_b} do not fit the {level.size_bytes}-byte {level.name} "
+                                 f"staging window")
             out["gsm"] = (level.base, level.base + block) if count == 2 else (level.base,)
+            b_base = level.base + count * block
+            out["gsm_b"] = (b_base, b_base + b_block)
         if t.split == "k":
             out["exchange"] = self._exchange_layout(t)
         return out
@@ -690,16 +708,21 @@ class _Planner:
         def b_ref(core: int, gen: int) -> str:
             return buffer_ref(f"am.b{core}.{gen % 2}", gen // 2)
 
+        def gsm_b_ref(gen: int) -> str:
+            return buffer_ref(f"gsm.b{gen % 2}", gen // 2)
+
         first_of_gsm = {gen: i for i, gen in reversed(list(enumerate(gsm_gen)))}
         # Where each core's B generation is first used (a step it works in).
         first_of_b = {core: {gen: i for i, gen in reversed(list(enumerate(b_gen_of[core])))
                              if self._chunk(chunks, core, steps[i]) is not None
                              and self._core_k(t, core, steps[i]) is not None} for core in cores}
 
-        def staging(core: int, step_index: int, pieces: int) -> list[tuple[tuple[Transfer, ...], tuple[str, ...]]]:
-            """The staging tiles (loads, fills) of step ``step_index``'s new blocks on ``core``, cut by rows into at
-            most ``pieces`` tiles: spread over a step's compute tiles, each holds a DMA engine for a short while
-            only, so the compute tiles' own loads never queue long behind the next blocks."""
+        def staging(core: int, step_index: int, pieces: int) -> list[tuple[tuple[Transfer, ...], tuple[str, ...],
+                                                                            tuple[str, ...]]]:
+            """The staging tiles (loads, fills, uses) of step ``step_index``'s new blocks on ``core``, cut by rows
+            into at most ``pieces`` tiles: spread over a step's compute tiles, each holds a DMA engine for a short
+            while only, so the compute tiles' own loads never queue long behind the next blocks.  With B staged
+            in GSM, the core's copy of the B block from GSM into AM comes last, once every core's share landed."""
             s = steps[step_index]
             transfers: list[Transfer] = []
             refs: list[str] = []
@@ -711,19 +734,28 @@ class _Planner:
             col = self._chunk(chunks, core, s)
             kr = self._core_k(t, core, s)
             b_gen = b_gen_of[core]
+            copy: list[tuple[tuple[Transfer, ...], tuple[str, ...], tuple[str, ...]]] = []
             if col is not None and kr is not None and first_of_b[core].get(b_gen[step_index]) == step_index:
-                transfers.append(self._b_fill(t, lay, s, col, b_gen[step_index] % 2, kr))
-                refs.append(b_ref(core, b_gen[step_index]))
+                gen = b_gen[step_index]
+                if t.b_staging == "gsm":
+                    share = self._b_share(t, lay, s, col, gen % 2, kr, core)
+                    if share is not None:
+                        transfers.append(share)
+                        refs.append(gsm_b_ref(gen))
+                    copy.append(((self._b_copy(t, lay, col, gen % 2, kr),), (b_ref(core, gen),), (gsm_b_ref(gen),)))
+                else:
+                    transfers.append(self._b_fill(t, lay, s, col, gen % 2, kr))
+                    refs.append(b_ref(core, gen))
             if not refs:
-                return []
+                return copy
             cut = [_cut_rows(x, pieces) for x in transfers]
             count = max([len(c) for c in cut] + [1])
-            return [(tuple(c[j] for c in cut if j < len(c)), tuple(refs)) for j in range(count)]
+            return [(tuple(c[j] for c in cut if j < len(c)), tuple(refs), ()) for j in range(count)] + copy
 
         for core in cores:
             if steps:
-                for staged, fills in staging(core, 0, 1):
-                    add(core, staged, None, (), fills=fills)
+                for staged, fills, uses in staging(core, 0, 1):
+                    add(core, staged, None, (), fills=fills, uses=uses)
             for i, s in enumerate(steps):
                 col = self._chunk(chunks, core, s)
                 kr = self._core_k(t, core, s)
@@ -731,8 +763,8 @@ class _Planner:
                 # The next blocks stream while this step computes: a piece after each of its tiles.
                 ahead = staging(core, i + 1, max(1, len(panels))) if i + 1 < len(steps) else []
                 if not panels:
-                    for staged, fills in ahead:
-                        add(core, staged, None, (), fills=fills)
+                    for staged, fills, uses in ahead:
+                        add(core, staged, None, (), fills=fills, uses=uses)
                     continue
                 assert col is not None
                 b_gen = b_gen_of[core]
@@ -750,7 +782,9 @@ class _Planner:
                                                         partial_to=partial_to)
                     add(core, loads, compute, stores, uses=uses)
                     if j < len(ahead):
-                        add(core, ahead[j][0], None, (), fills=ahead[j][1])
+                        add(core, ahead[j][0], None, (), fills=ahead[j][1], uses=ahead[j][2])
+                for staged, fills, b_uses in ahead[len(panels):]:  # the GSM -> AM copy of a B block, last
+                    add(core, staged, None, (), fills=fills, uses=b_uses)
         if t.split != "k":
             phase = Phase("gemm", {c: tuple(ts) for c, ts in tiles.items()}, barrier_after=False)
             return Plan(cores=self.call.cores, phases=(phase,), precision=self.call.precision)
@@ -841,6 +875,30 @@ class _Planner:
         src = self.a.addr + (first_row * g.lda + first_col) * self.isz
         return (Transfer.block(src, base + q0 * cols * self.isz, (q1 - q0, cols), self.isz,
                                (g.lda * self.isz, self.isz)),)
+
+    def _b_share(self, t: _Tiling, lay: Mapping[str, Any], s: _Step, col: tuple[int, int], parity: int,
+                 k_range: tuple[int, int], core: int) -> Transfer | None:
+        """B staged in GSM: ``core``'s share of the rows of step ``s``'s B block (columns ``col``), from memory
+        into GSM buffer ``parity`` (None when the block has fewer rows than cores and this one gets none)."""
+        whole = self._b_fill(t, lay, s, col, parity, k_range)
+        rows, cols = whole.shape
+        share = split_even(rows, len(self.ctx.cores))
+        i = self.ctx.cores.index(core)
+        if i >= len(share):
+            return None
+        q0, q1 = share[i]
+        dst = lay["gsm_b"][parity] + q0 * cols * self.isz
+        return Transfer(whole.src + q0 * whole.src_strides[0], dst, (q1 - q0, cols), self.isz, whole.src_strides,
+                        (cols * self.isz, self.isz))
+
+    def _b_copy(self, t: _Tiling, lay: Mapping[str, Any], col: tuple[int, int], parity: int,
+                k_range: tuple[int, int]) -> Transfer:
+        """B staged in GSM: the whole B block from GSM buffer ``parity`` into the core's AM buffer ``parity``
+        (dense rows in B's own orientation, as :meth:`_b_fill` leaves them)."""
+        k0, k1 = k_range
+        n0, n1 = col
+        shape = (n1 - n0, k1 - k0) if self.g.trans_b else (k1 - k0, n1 - n0)
+        return Transfer.contiguous(lay["gsm_b"][parity], lay["b"][parity], shape[0] * shape[1] * self.isz)
 
     def _b_fill(self, t: _Tiling, lay: Mapping[str, Any], s: _Step, col: tuple[int, int], parity: int,
                 k_range: tuple[int, int] | None = None) -> Transfer:

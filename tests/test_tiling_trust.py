@@ -56,8 +56,8 @@ def test_uneven_column_blocks_compute_c_right():
     s = sim.Simulator("MT7004", tuning_cache=False)
     s.write(A, a)
     s.write(B, b)
-    tiling = {"split": "n", "c_home": "am", "a_loader": "cores", "a_buffers": 2, "m_micro": 6, "n_micro": 32,
-              "m_panel": 12, "k_block": 32, "m_block": 24, "n_block": 32}
+    tiling = {"split": "n", "c_home": "am", "a_loader": "cores", "a_buffers": 2, "b_staging": "am",
+              "m_micro": 6, "n_micro": 32, "m_panel": 12, "k_block": 32, "m_block": 24, "n_block": 32}
     run = s.call("fp_gemm_s", a=A, b=B, c=C, m=m_, n=n_, k=k_, core_mask=0b111, tiling=tiling)
     assert run.tiling.source == "given"
     np.testing.assert_allclose(s.read(C, (m_, n_), np.float32), a @ b, rtol=1e-4, atol=1e-4)
@@ -93,8 +93,8 @@ def test_every_single_key_of_a_space_can_be_fixed_alone():
 
 
 def test_a_full_tiling_that_does_not_fit_names_the_level_the_bytes_and_the_nearest_values():
-    tiling = {"split": "n", "c_home": "am", "a_loader": "cores", "a_buffers": 2, "m_micro": 6, "n_micro": 128,
-              "m_panel": 12, "k_block": 1024, "m_block": 256,
+    tiling = {"split": "n", "c_home": "am", "a_loader": "cores", "a_buffers": 2, "b_staging": "am",
+              "m_micro": 6, "n_micro": 128, "m_panel": 12, "k_block": 1024, "m_block": 256,
               "n_block": 128}
     with pytest.raises(sim.LayoutError) as info:
         gemm("FT78NE", "fp_gemm_s", 256, 512, 1024, 0xFF, tiling=tiling)
@@ -164,8 +164,8 @@ def test_an_unbalanced_tiling_no_longer_reads_as_near_its_bound():
 # --- the plan-size budget ------------------------------------------------------------------------------------
 
 def test_a_tiling_beyond_the_plan_size_budget_is_refused_before_planning():
-    tiling = {"split": "n", "c_home": "am", "a_loader": "cores", "a_buffers": 2, "m_block": 384, "n_block": 16,
-              "k_block": 1, "m_panel": 1, "m_micro": 1, "n_micro": 16}
+    tiling = {"split": "n", "c_home": "am", "a_loader": "cores", "a_buffers": 2, "b_staging": "am",
+              "m_block": 384, "n_block": 16, "k_block": 1, "m_panel": 1, "m_micro": 1, "n_micro": 16}
     with pytest.raises(sim.KernelArgError) as info:
         gemm("FT78NE", "fp_gemm_s", 384, 512, 512, 0xFF, tiling=tiling)
     text = str(info.value)

@@ -28,7 +28,7 @@ def gemm_config(tmp_path, name: str, m: int, n: int, k: int, mask: int, tiling: 
 
 
 #: The GEMM's algorithm keys at their defaults: with them, a tiling below names every key (a full tiling).
-ALGORITHM = {"split": "n", "c_home": "am", "a_loader": "cores", "a_buffers": 2}
+ALGORITHM = {"split": "n", "c_home": "am", "a_loader": "cores", "a_buffers": 2, "b_staging": "am"}
 CASES = {
     "fits": (96, 128, 128, 0xFF, None),
     "aborted before": (144, 640, 512, 0xF, None),  # column blocks spread unevenly over the cores

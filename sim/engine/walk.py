@@ -77,6 +77,8 @@ class Walk:
         if tile.fills:
             def landed() -> None:
                 buffers.landed(tile)
+                if tile.uses:  # a staging tile that copies from another buffer is done with it once it landed
+                    buffers.finished(tile)
                 self.loaded[i] = True
                 gate.open()
                 self.stored.one_done()

@@ -18,7 +18,7 @@ MAX_COMPLETIONS = 4096
 #: A space with at most this many fitting tilings is planned whole; a larger one is searched key by key.
 EXHAUSTIVE_CANDIDATES = 6
 #: Most candidates one search plans (the kernel's preferred tiling and its neighbours, round after round).
-MAX_PLANNED = 16
+MAX_PLANNED = 20
 #: Most dropped candidates a summary or an error lists by name (the others are counted).
 LISTED_DROPS = 3
 #: Candidate tilings taken from a kernel's older ``tilings()`` list at most (those it lists beyond are ignored),

@@ -146,3 +146,24 @@ def test_transposed_a_costs_about_what_the_1x1_convolution_doing_the_same_produc
                   padding="VALID", numerics=False)
     assert g.tiling.tiling["m_panel"] * 4 % 64 == 0
     assert g.cycles <= 1.25 * conv.cycles, (g.cycles, conv.cycles)
+
+
+def test_b_staged_in_gsm_is_read_from_memory_once_for_all_cores():
+    """Split m on 8 cores: every core uses every B block.  b_staging am: each core loads B from DDR, 8 x B's
+    131,072 bytes; gsm: the cores share each block's loading into GSM (131,072 bytes from DDR in all) and each
+    copies the block from GSM into its AM (a staging tile that uses the GSM block: the next block may not overwrite
+    it before every core's copy has landed).  C is right either way."""
+    m, n, k = 2048, 64, 512
+    b_lo, b_hi = DDR[1], DDR[1] + k * n * 4
+    for staging, reads in (("am", 8), ("gsm", 1)):
+        run, got, want, _ = run_gemm("FT78NE", "fp_gemm_s", m, n, k,
+                                     tiling={"split": "m", "b_staging": staging, "k_block": 256})
+        assert_close(got, want, k)
+        from_b = [e for e in run.events if e.kind == "dma_in" and e.src is not None and b_lo <= e.src < b_hi]
+        assert sum(e.bytes for e in from_b) == reads * k * n * 4, staging
+        if staging == "gsm":
+            assert {e.dst_region for e in from_b} == {"gsm"} and len({e.core for e in from_b}) == 8
+            copies = [e for e in run.events if e.kind == "dma_in" and e.src_region == "gsm" and e.dst_region == "am"]
+            assert sum(e.bytes for e in copies) == 8 * k * n * 4  # each core its own copy of every block
+    with pytest.raises(sim.KernelArgError, match=r"tiling\.b_staging"):
+        run_gemm("FT78NE", "fp_gemm_s", 64, 64, 64, tiling={"split": "n", "b_staging": "gsm"})
