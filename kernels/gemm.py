@@ -532,8 +532,10 @@ class _Planner:
         if t.split == "k":
             n_kb = -(-n_kb // cores)
         reduce = g.m if t.split == "k" else 0  # at most a reduce tile per row of C
-        # Per step a tile per panel, and the next step's blocks staged in at most as many pieces.
-        return cores * n_mb * chunks * n_kb * (2 * panels + 1) + reduce + cores
+        # Per step a tile per panel, and the next step's blocks staged in at most as many pieces (B through GSM:
+        # and the core's copy of the B block into AM).
+        per_step = 2 * panels + 1 + int(t.b_staging == "gsm")
+        return cores * n_mb * chunks * n_kb * per_step + reduce + cores
 
     # -- the layout of the staging levels ----------------------------------------------------------
 

@@ -301,8 +301,8 @@ def test_fuzz_sweep_files(tmp_path_factory, doc):
             assert time.perf_counter() - t0 < LOAD_SECONDS
             assert "\n" not in str(e) and len(str(e)) < len(str(path)) + MESSAGE_CHARS, str(e)[:1000]
             return
-        if len(spec.points()) > 64:
-            return  # a legal but large grid would only make the fuzzing slow
+        if len(spec.points()) > 16:
+            return  # a legal but large grid would only make the fuzzing slow (each point behaves alike)
         result = run_sweep(spec, folder / "out", workers=1)
     assert len(result.rows) == len(spec.points())
     assert all(r.get("error") or r.get("skipped") or r.get("cycles") for r in result.rows)
