@@ -19,7 +19,7 @@ from sim.model.call import ArgSpec, BoundCall, MemoryReader
 from sim.model.plan import DoesNotFit, Loop, Plan
 from sim.model.target import StagingArea, Target
 from sim.model.tiling import TilingSpace
-from sim.timing import cheapest_loops
+from sim.timing import cheapest_loops, loops_cycles
 
 #: An option's label in :meth:`PlanContext.cheapest_loops`.
 T = TypeVar("T")
@@ -80,6 +80,11 @@ class PlanContext:
         """The cost model's pick among ways to run one compute, given as ``(label, loops)``: the label of the
         cheapest (:func:`sim.timing.cheapest_loops`)."""
         return cheapest_loops(options, self.target)
+
+    def compute_cycles(self, loops: Sequence[Loop]) -> int:
+        """Cycles the engine charges a tile's compute that issues ``loops`` (:func:`sim.timing.loops_cycles`): what
+        a kernel's tiling-space ``bound`` sums without building the tiles."""
+        return loops_cycles(loops, self.target)
 
     @property
     def peak_flops_per_cycle(self) -> int:

@@ -60,7 +60,7 @@ from kernels.common.scratch import Scratch, align_up
 from kernels.common.tiling_space import ChoiceKey, IntKey, TilingSpace, complete, split_even, split_units
 from sim.errors import KernelArgError
 from sim.model.call import ArgSpec, BoundCall, MemoryReader
-from sim.model.plan import Compute, DoesNotFit, Operand, Phase, Plan, Tile, Transfer, buffer_ref
+from sim.model.plan import Compute, DoesNotFit, Loop, Operand, Phase, Plan, Tile, Transfer, buffer_ref
 
 F32 = np.dtype(np.float32)
 #: How the cores share the work (the ``split`` key of a tiling).
@@ -406,7 +406,7 @@ class _Planner:
                    values=n_blocks),
             IntKey("n_micro", 1, 4096, "columns of the micro-kernel's C block in registers (whole vectors)",
                    values=micro_widths),
-            fit=self._fit, tiles=self._tiles)
+            fit=self._fit, tiles=self._tiles, bound=self._bound)
 
     @property
     def a_burst_elements(self) -> int:
@@ -984,22 +984,58 @@ class _Planner:
                 stores.append(Transfer.block(out.addr, partial_to[0], (pr, nc), 4, (nc * 4, 4), (partial_to[1], 4)))
         elif t.c_home == "am":
             outputs = (acc,)
+        loops = self._tile_loops(t, pr, nc, kd, load_c=not first or beta, transpose_b=transpose_b,
+                                 rounded=last and out_dtype != F32)
+        flops = 2 * pr * nc * kd
+        fn = _TileFn(g.trans_a, g.trans_b, nc, first, beta, out_dtype)
+        compute = Compute(fn, tuple(inputs), outputs, flops=flops, precision=self.prec,
+                          loops=loops)
+        return loads, compute, stores
+
+    def _tile_loops(self, t: _Tiling, pr: int, nc: int, kd: int, *, load_c: bool, transpose_b: bool,
+                    rounded: bool) -> tuple[Loop, ...]:
+        """The loops of a tile of ``pr`` rows, ``nc`` columns and depth ``kd``: its micro-kernels (C's rows loaded
+        into the registers first when ``load_c``), B's transpose in AM first (``transpose_b``), C's rounding to
+        fp16 last (``rounded``)."""
         entries = -(-pr // t.m_micro) * -(-nc // t.n_micro)
-        loops = [
-            gemm_micro_kernel(self.core, self.prec, t.m_micro, t.n_micro, kd, itemsize=isz, entries=entries,
-                              load_c=not first or beta)]
+        loops = [gemm_micro_kernel(self.core, self.prec, t.m_micro, t.n_micro, kd, itemsize=self.isz,
+                                   entries=entries, load_c=load_c)]
         if transpose_b:
             # Bᵀ staged as [n, k] rows: one pass of vector loads, shuffles and stores puts op(B)'s rows in place.
             loops.insert(0, elementwise(self.core, self.prec, nc * kd, loads=1, stores=1, valu=1,
                                         label="B block transpose in AM"))
-        if last and out_dtype != F32:
+        if rounded:
             loops.append(elementwise(self.core, self.prec, pr * nc, loads=1, stores=1, valu=1,
                                      label="C rounded to fp16"))
-        flops = 2 * pr * nc * kd
-        fn = _TileFn(g.trans_a, g.trans_b, nc, first, beta, out_dtype)
-        compute = Compute(fn, tuple(inputs), outputs, flops=flops, precision=self.prec,
-                          loops=tuple(loops))
-        return loads, compute, stores
+        return tuple(loops)
+
+    def _bound(self, tiling: Mapping[str, Any]) -> float:
+        """The space's ``bound``: the launch, then the busiest core's tiles' computes one after another, summed
+        over the steps and panels :meth:`build` would give it without building them (the reduce phase of split
+        k left out: a lower bound still)."""
+        g, t = self.g, self.resolve(tiling)
+        steps, chunks, _ = self._steps_and_shares(t)
+        beta = g.beta and t.split != "k"  # (split k: the partials take no beta and are not rounded)
+        rounded_c = t.split != "k" and self.dt != F32
+        memo: dict[tuple[int, int, int, bool, bool, bool], int] = {}
+        busiest = 0
+        for core in self.ctx.cores:
+            n_kb = sum(1 for s in steps if s.mb == 0 and s.chunk == 0 and self._core_k(t, core, s))
+            total = 0
+            for s in steps:
+                col, kr = self._chunk(chunks, core, s), self._core_k(t, core, s)
+                if col is None or kr is None:
+                    continue
+                load_c, rounded = s.kb != 0 or beta, rounded_c and s.kb == n_kb - 1
+                for j, (p0, p1) in enumerate(self._panels(t, core, s)):
+                    key = (p1 - p0, col[1] - col[0], kr[1] - kr[0], load_c, j == 0 and g.trans_b, rounded)
+                    cycles = memo.get(key)
+                    if cycles is None:
+                        cycles = memo[key] = self.ctx.compute_cycles(self._tile_loops(
+                            t, key[0], key[1], key[2], load_c=load_c, transpose_b=key[4], rounded=rounded))
+                    total += cycles
+            busiest = max(busiest, total)
+        return self.ctx.target.launch_overhead_cycles + busiest
 
 
 def _round_up(v: int, unit: int) -> int:

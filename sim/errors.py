@@ -9,7 +9,10 @@ from __future__ import annotations
 import itertools
 import math
 import reprlib
-from typing import Any
+from typing import Any, TypeVar
+
+#: An exception type (what :func:`detached` returns is what it was given).
+E = TypeVar("E", bound=BaseException)
 
 
 class SimError(Exception):
@@ -163,3 +166,19 @@ def one_line(text: str, limit: int = 300) -> str:
     ``limit`` characters, whitespace runs joined."""
     flat = " ".join(str(text).split())
     return flat if len(flat) <= limit else flat[: max(limit - 3, 1)] + "..."
+
+
+def detached(error: E) -> E:
+    """``error`` without the tracebacks of it and of the exceptions it was raised from, to be kept for a report.
+
+    A traceback holds its frames, and each frame its caller (``f_back``): an exception kept in a list of the
+    frame that caught it is a reference cycle through every frame between, alive until the cyclic collector's
+    next full pass, and with those frames everything they hold (a search's planned candidates: hundreds of
+    thousands of objects).  Without its traceback it is freed as soon as it is no longer needed."""
+    seen: set[int] = set()
+    e: BaseException | None = error
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        e.__traceback__ = None
+        e = e.__cause__ or e.__context__
+    return error

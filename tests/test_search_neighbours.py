@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sim.model.tiling import ChoiceKey, IntKey, TilingSpace
+from sim.tuning.pool import Pool
 from sim.tuning.search import neighbours
 
 
@@ -15,10 +16,10 @@ def test_a_step_changes_one_choice_and_drags_only_integer_keys():
         ChoiceKey("mode", ("x", "y"), "mode", values=lambda t: ("x", "y") if t["split"] == "b" else ("x",)),
         IntKey("depth", 1, 2, "depth", values=(2, 1)),
         IntKey("size", 1, 4, "size", values=lambda t: (2, 1, 4) if t["depth"] == 1 else (2, 1)))
-    pool, _ = space.completions({}, 100)
+    pool = Pool(space, {})
     here = {"split": "a", "mode": "x", "depth": 2, "size": 2}
     got = neighbours(space, here, pool, {})
-    assert {"split": "b", "mode": "y", "depth": 2, "size": 2} in pool
+    assert {"split": "b", "mode": "y", "depth": 2, "size": 2} in pool.tilings
     assert all(t["mode"] == "x" for t in got)
     assert {"split": "b", "mode": "x", "depth": 2, "size": 2} in got
     assert {"split": "a", "mode": "x", "depth": 1, "size": 2} in got

@@ -149,6 +149,8 @@ def check_space(chip: str, symbol: str, args: dict, data, most: int = 6) -> None
             except DoesNotFit:
                 continue  # the space's fit let it through; planning found the level it overflows
             assert entry.plan.tile_count <= tuning.MAX_PLAN_TILES
+            if space.bound is not None:  # the bound from the tiling alone never exceeds the plan's own
+                assert space.bound(t) <= planner.lower_bound(entry), (symbol, t)
     try:
         plan, choice = m.plan_bound_with_choice(call)
     except LayoutError as e:

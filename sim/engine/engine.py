@@ -67,6 +67,14 @@ class EngineMemo:
         self.compute_text: dict[int, str | None] = {}
 
 
+def _discard_pending(env: simpy.Environment) -> None:
+    """Forget the events ``env`` has scheduled and not processed (a run stopped before its end).
+
+    SimPy has no public way to empty its schedule; its queue is the list of the scheduled events (and each event
+    holds the environment: a cycle, while any is pending)."""
+    env._queue.clear()
+
+
 class _PastLimit(Exception):
     """A run with a cycle limit that can no longer end by it (raised from inside the event loop)."""
 
@@ -121,6 +129,8 @@ class Engine:
         # A run with a cycle limit: the limit, and each core's compute cycles not started yet.
         self._limit = 0
         self._compute_left: dict[int, int] | None = None
+        self._walks: list[Walk] = []  # every walk started (dropped when the run is over: :meth:`_abandon`)
+        self._buffers: list[PhaseBuffers] = []  # the phases' staged buffers (dropped with the walks)
 
     @property
     def sim_events(self) -> int:
@@ -325,7 +335,9 @@ class Engine:
         if not tiles:
             return
         done = self.env.event()
-        Walk(self, core, tiles, phase, done.succeed, buffers).advance()
+        walk = Walk(self, core, tiles, phase, done.succeed, buffers)
+        self._walks.append(walk)
+        walk.advance()
         yield done  # the last store of the phase has landed
 
     def _barrier(self, core: int, phase: str, state: dict) -> Generator:
@@ -352,6 +364,24 @@ class Engine:
             if state is not None:
                 yield from self._barrier(core, phase.name, state)
         self.core_end_cycles[core] = self.env._now
+
+    def _abandon(self, cores: list[Generator]) -> None:
+        """Drop what a run stopped before its end still holds (its pending events, streams and walks).
+
+        Events, callbacks, walks and the engine refer to one another: left as they are, a stopped run is a web of
+        reference cycles holding its plan's tiles and its trace, freed only by a pass of the cyclic collector
+        (a tiling search stops most of its candidates' runs).  A run that ended holds nothing pending."""
+        _discard_pending(self.env)
+        self.net.abandon()
+        for walk in self._walks:
+            walk.abandon()
+        self._walks.clear()
+        for staged in self._buffers:
+            staged.gens.clear()
+        for pool in self._engines.values():
+            pool.waiters.clear()
+        for process in cores:
+            process.close()
 
     def _run_events(self, until_cycles: int | None) -> None:
         """Process events (those up to ``until_cycles`` if given) and count them.
@@ -395,12 +425,16 @@ class Engine:
         ]
         # Staged buffers (Tile.fills / uses) are the phase's, shared by its cores' walks.
         buffers = [PhaseBuffers(phase) if PhaseBuffers.has_buffers(phase) else None for phase in plan.phases]
-        for core in plan.cores:
-            self.env.process(self._core(core, plan, barriers, buffers))
+        self._buffers = [b for b in buffers if b is not None]
+        cores = [self._core(core, plan, barriers, buffers) for core in plan.cores]
+        for process in cores:
+            self.env.process(process)
         try:
             self._run_events(until_cycles)
         except _PastLimit:
             return None
+        finally:
+            self._abandon(cores)
         if until_cycles is not None and len(self.core_end_cycles) < len(plan.cores):
             return None
         missing = [c for c in plan.cores if c not in self.core_end_cycles]

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import math
 import operator
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from fractions import Fraction
 from math import gcd
@@ -66,6 +67,8 @@ _GRID = 1 << 64
 
 #: A flow's finish cycle (read for every active flow at every reschedule).
 _FINISH = operator.attrgetter("_finish")
+#: The finish cycle of a flow that has no rate yet: later than any cycle.
+_UNRATED = 1 << 200
 
 
 class FlowError(SimError):
@@ -118,7 +121,9 @@ class Link:
     def __init__(self, net: FlowNetwork, name: str, cn: int, cd: int):
         self.name = name
         self.capacity = Fraction(cn, cd)
-        self._net = net
+        # A weak reference: the network holds its links, and a link that held its network would make each network
+        # a reference cycle, freed only by the cyclic collector's passes.
+        self._net = weakref.ref(net)
         self._cn, self._cd = cn, cd
         # The active flows on the link, each with its usage coefficient bytes_l / size_bytes (reduced pair).
         self._members: list[tuple[Flow, int, int]] = []
@@ -149,7 +154,7 @@ class FlowShape:
     __slots__ = ("_capd", "_capn", "_coefs", "_links", "_net", "alone_cycles", "demands", "size_bytes")
 
     def __init__(self, net: FlowNetwork, links: list[Link], nbytes: list[int]):
-        self._net = net
+        self._net = weakref.ref(net)  # (weak, as a link's)
         self.demands = tuple(zip(links, nbytes))
         self._links = tuple(links)
         size = self.size_bytes = max(nbytes, default=0)
@@ -202,7 +207,9 @@ class Flow:
         self._remn, self._remd = size, 1  # remaining bytes of size_bytes, exact, as of cycle _since
         self._since = start_cycle
         self._rn = self._rd = 0  # the level (bytes of size_bytes per cycle); none yet
-        self._finish = start_cycle  # the cycle it ends at its current level
+        # The cycle it ends at its current level: a flow of no bytes ends at its start; one with links has no level
+        # until the rates of its cycle are worked out (none of that cycle's events may take it for ended).
+        self._finish = _UNRATED if self._links else start_cycle
         # Scratch of one recomputation: the search's mark, frozen or not, the new level.
         self._stamp = 0
         self._frozen = False
@@ -229,7 +236,10 @@ class Flow:
         return Fraction(self._capn, self._capd) if self._capd else Fraction(0)
 
     def usage(self, link: Link) -> Fraction:
-        """Bytes per cycle the flow takes of ``link`` now: rate * bytes through the link / size_bytes."""
+        """Bytes per cycle the flow takes of ``link`` now: rate * bytes through the link / size_bytes (0 for a flow
+        whose rate its cycle has not worked out yet)."""
+        if not self._rd:
+            return Fraction(0)
         for lk, b in self.demands:
             if lk is link:
                 return Fraction(self._rn * b, self._rd * self.size_bytes)
@@ -268,6 +278,11 @@ class FlowNetwork:
         # Flows that ended at this cycle, their on_done still to call (from this cycle's wake).  A flow
         # starting at the cycle another ends takes it off its links first, so its bandwidth is free at once.
         self._done: list[Flow] = []
+        # The links whose flows changed at this cycle (flows started or ended) and whether the recomputation of
+        # their rates is scheduled: once per cycle, after that cycle's starts and ends (the rates of the flows
+        # of one cycle do not depend on the order they came in: each recomputation starts from scratch).
+        self._dirty: list[Link] = []
+        self._settling = False
         #: How many times rates were recomputed (a start, or the completions of one cycle, with flows to rate).
         self.recomputations = 0
 
@@ -317,7 +332,7 @@ class FlowNetwork:
             except (TypeError, ValueError):
                 raise FlowError(f"start: links_with_bytes must hold (link, bytes) pairs, got {brief(pair)}") \
                     from None
-            if type(lk) is not Link or lk._net is not self or type(b) is not int or b <= 0:
+            if type(lk) is not Link or lk._net() is not self or type(b) is not int or b <= 0:
                 lk, b = self._demand(lk, b)
                 if not b:
                     continue
@@ -328,9 +343,20 @@ class FlowNetwork:
                 nbytes.append(b)
         return FlowShape(self, links, nbytes)
 
+    def abandon(self) -> None:
+        """Forget the flows streaming now (their run was stopped: nothing will complete them)."""
+        for f in self._active:
+            for link in f._links:
+                link._members.clear()
+                link._sumn, link._sumd = 0, 1
+        for scratch in (self._active, self._shared, self._done, self._flows_scratch, self._links_scratch,
+                        self._stack, self._batch, self._capped, self._tight, self._dirty):
+            scratch.clear()
+        self._settling = False
+
     def start_shape(self, shape: FlowShape, on_done: Callable[[int], None]) -> Flow:
         """Start a flow now with the demands of ``shape`` (made by this network's :meth:`shape`); as :meth:`start`."""
-        if type(shape) is not FlowShape or shape._net is not self:
+        if type(shape) is not FlowShape or shape._net() is not self:
             raise FlowError(f"start_shape: {brief(shape)} is not a flow shape of this network")
         if not callable(on_done):
             raise FlowError(f"start: on_done must be callable, got {brief(on_done)}")
@@ -349,9 +375,26 @@ class FlowNetwork:
             link._sumn, link._sumd = _add(link._sumn, link._sumd, an, ad)
         retired.extend(shape._links)
         if retired:
-            self._recompute(retired, now)
-        self._reschedule(now)
+            self._changed(retired)
+        else:
+            self._reschedule(now)  # (a flow of no bytes: it ends now)
         return f
+
+    def _changed(self, links: list[Link]) -> None:
+        """Flows started or ended on ``links`` at this cycle: their rates are worked out once the cycle's other
+        starts and ends are in (one zero-delay timeout, scheduled after every event of this cycle so far)."""
+        self._dirty.extend(links)
+        if not self._settling:
+            self._settling = True
+            Timeout(self.env, 0).callbacks.append(self._rate)
+
+    def _rate(self, _: simpy.Event) -> None:
+        """The rates of this cycle's changed flows and their neighbours; the next completion's timeout."""
+        self._settling = False
+        now = self.env._now
+        seeds, self._dirty = self._dirty, []
+        self._recompute(seeds, now)
+        self._reschedule(now)
 
     def _demand(self, lk: object, b: object) -> tuple[Link, int]:
         """One (link, bytes) pair of :meth:`start` checked: a name looked up, bytes an int >= 0."""
@@ -359,7 +402,7 @@ class FlowNetwork:
             link = self._links.get(lk)
             if link is None:
                 raise FlowError(f"start: no link named {brief(lk)} (add it with add_link first)")
-        elif isinstance(lk, Link) and lk._net is self:
+        elif isinstance(lk, Link) and lk._net() is self:
             link = lk
         else:
             raise FlowError(f"start: {brief(lk)} is not a link of this network")
@@ -540,8 +583,10 @@ class FlowNetwork:
 
     def _reschedule(self, now: int) -> None:
         """Keep the one pending timeout at the next completion cycle (a new version if that cycle moved)."""
-        if self._done:
-            return  # the wake of this cycle is still to come: it reports them and looks again
+        if self._done or self._settling:
+            # The wake of this cycle is still to come (it reports them and looks again), or the rates of this
+            # cycle are (their recomputation reschedules): a flow not rated yet has no finish cycle.
+            return
         active = self._active
         nxt = min(map(_FINISH, active)) if active else None  # (in C: this runs at every start and end)
         if nxt == self._wake_at:
@@ -558,10 +603,11 @@ class FlowNetwork:
         now = self._wake_at  # the valid timeout fires at the cycle it was scheduled for
         assert now is not None
         seeds = self._retire(now)
-        if seeds:
-            self._recompute(seeds, now)
         done, self._done = self._done, []
         self._wake_at = None
-        self._reschedule(now)
+        if seeds:
+            self._changed(seeds)  # the rates (and the next timeout) once this cycle's starts are in too
+        else:
+            self._reschedule(now)
         for f in done:
             f.on_done(now)

@@ -135,22 +135,6 @@ class Group:
         self.done()
 
 
-class Count:
-    """Counts down; calls ``done()`` at zero."""
-
-    __slots__ = ("left", "done")
-
-    def __init__(self, members: int, done: Callable[[], None]):
-        self.left = members
-        self.done = done
-
-    def one_done(self) -> None:
-        """One member ended."""
-        self.left -= 1
-        if not self.left:
-            self.done()
-
-
 class Gate:
     """Opens once; callbacks registered before run when it opens, those registered after run at once."""
 

@@ -9,7 +9,7 @@ import simpy
 from simpy.events import Timeout
 
 from sim.engine.buffers import PhaseBuffers, after_all
-from sim.engine.units import Count, Gate
+from sim.engine.units import Gate
 from sim.model.plan import Tile
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ class Walk:
     """
 
     __slots__ = ("eng", "core", "tiles", "phase", "finished", "i", "issued", "loaded", "waiting", "latest",
-                 "gates", "stored", "walked", "compute_start", "buffers")
+                 "gates", "stores_left", "walked", "compute_start", "buffers")
 
     def __init__(self, eng: Engine, core: int, tiles: tuple[Tile, ...], phase: str,
                  finished: Callable[[], None], buffers: PhaseBuffers | None = None):
@@ -44,7 +44,9 @@ class Walk:
         self.waiting = False  # the walk waits for tile i's loads
         self.latest: dict[int, Gate] = {}  # slot -> gate of the latest tile issued on it
         self.gates: list[Gate] = []  # per tile: opens when its stores have landed (its slot is free again)
-        self.stored = Count(len(tiles), self._stored_all)
+        # Tiles whose stores have not all landed (a count, not a units.Count holding a method of the walk: that
+        # would make every walk a reference cycle, and its tiles garbage only the cyclic collector frees).
+        self.stores_left = len(tiles)
         self.walked = False
         self.compute_start = 0
 
@@ -81,7 +83,7 @@ class Walk:
                     buffers.finished(tile)
                 self.loaded[i] = True
                 gate.open()
-                self.stored.one_done()
+                self._one_stored()
 
             after_all(waits, lambda: eng._start_transfers(self.core, tile, tile.loads, "dma_in", self.phase, landed))
             return
@@ -127,7 +129,7 @@ class Walk:
             self._store(i)
 
         self.walked = True
-        if not self.stored.left:
+        if not self.stores_left:
             self.finished()
 
     def _computed(self, _: simpy.Event) -> None:
@@ -142,7 +144,7 @@ class Walk:
 
         def stored_one() -> None:
             gate.open()
-            self.stored.one_done()
+            self._one_stored()
 
         if self.buffers is not None and tile.uses:
             self.buffers.finished(tile)  # its compute is done: the buffers it read may be refilled
@@ -157,6 +159,17 @@ class Walk:
         if eng.on_tile is not None:
             eng.on_tile(1, eng.env._now)
         self.i = i + 1
+
+    def abandon(self) -> None:
+        """Drop the tiles, the engine and the gates (a run stopped: its pending callbacks still refer to the walk,
+        whose tiles and engine they must no longer keep alive)."""
+        self.tiles, self.loaded, self.gates, self.latest = (), [], [], {}
+        self.eng = self.buffers = self.finished = None  # type: ignore[assignment]
+
+    def _one_stored(self) -> None:
+        self.stores_left -= 1
+        if not self.stores_left:
+            self._stored_all()
 
     def _stored_all(self) -> None:
         if self.walked:

@@ -665,5 +665,9 @@ def check_plan(plan: object, call: BoundCall, target: Target, levels: Sequence[S
     overhead plus its loops', as :func:`sim.timing.compute_cycles` says): with it, rule ``bounds`` also bounds
     the cycles of each compute and of each core's computes.
     """
-    _Checker(call, target, levels, operand_levels, kernel, loop_cycles).plan(plan)
+    checker = _Checker(call, target, levels, operand_levels, kernel, loop_cycles)
+    try:
+        checker.plan(plan)
+    finally:
+        checker.alias = None  # type: ignore[assignment]  # (it holds the checker's methods: a reference cycle)
 

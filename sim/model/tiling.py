@@ -122,11 +122,15 @@ class TilingSpace:
     together) when a full tiling cannot fit; it must be cheap (no plan built), and a tiling it passes may still
     fail to plan (the search drops it then too).  ``tiles(tiling)`` says how many tiles the tiling plans (an
     upper bound is fine): the search refuses a tiling beyond the plan-size budget before planning it, and
-    prices candidates fewest tiles first.
+    prices candidates fewest tiles first.  ``bound(tiling)`` gives cycles no run of the tiling's plan can beat,
+    worked out from the tiling alone (cheap: no plan built; never more than the plan's own lower bound,
+    :meth:`sim.planning.CallPlanner.lower_bound`): the search plans a round's tilings lowest bound first, one at
+    a time, and leaves unplanned those whose bound is beyond the tolerance of the cheapest found so far.
     """
 
     def __init__(self, *keys: Key, fit: Callable[[dict[str, Any]], None] | None = None,
-                 tiles: Callable[[dict[str, Any]], int] | None = None):
+                 tiles: Callable[[dict[str, Any]], int] | None = None,
+                 bound: Callable[[dict[str, Any]], float] | None = None):
         self.keys: dict[str, Key] = {}
         for k in keys:
             if k.scope not in SCOPES:
@@ -136,6 +140,7 @@ class TilingSpace:
             self.keys[k.name] = k
         self.fit = fit
         self.tiles = tiles
+        self.bound = bound
 
     # -- checking a caller's tiling -------------------------------------------------------------------
 

@@ -15,7 +15,11 @@ Planned candidates are simulated fewest tiles first; one still running when it
 can no longer tie is stopped there, and a round ends as soon as no candidate left can change the pick by a
 lower bound of any run of it (:func:`sim.timing.run_lower_bound_cycles`): on a DDR-bound layer, a candidate
 with smaller tiles moves the same bytes, cannot beat the first by more than the tolerance, and is never
-simulated.  :class:`TilingChoice` records what was chosen and how; :class:`TilingCache` remembers choices
+simulated.  A space with a ``bound`` from the tiling alone has each round planned lowest bound first, one
+candidate at a time, and a tiling whose bound cannot come within the tolerance of the cheapest is not even
+planned.  Tilings are checked for fit only when the search looks at them (:class:`Pool`), and candidates are
+simulated unchecked: the pick's plan is checked before the choice stands (one that breaks a rule is dropped
+and the pick made again).  :class:`TilingChoice` records what was chosen and how; :class:`TilingCache` remembers choices
 per call (and :mod:`sim.files.tuning_cache` across processes).
 """
 
@@ -30,10 +34,11 @@ from sim.tuning.limits import (
     TILING_TOLERANCE,
 )
 from sim.tuning.misses import fit_hint, nearest_fitting, no_candidate_error, prefilter, reason_of, tiles_refusal
+from sim.tuning.pool import Pool
 from sim.tuning.pricing import Candidate, Planner, Progress, choose_tiling
 from sim.tuning.search import SearchResult, neighbours, search
 
 __all__ = ["TilingCache", "TilingChoice", "EXHAUSTIVE_CANDIDATES", "LISTED_DROPS", "MAX_COMPLETIONS", "MAX_PLAN_TILES",
            "MAX_PLANNED", "MAX_TILING_CANDIDATES", "TILING_TOLERANCE", "fit_hint", "nearest_fitting",
            "no_candidate_error", "prefilter", "reason_of", "tiles_refusal", "Candidate", "Planner", "Progress",
-           "choose_tiling", "SearchResult", "neighbours", "search"]
+           "choose_tiling", "Pool", "SearchResult", "neighbours", "search"]

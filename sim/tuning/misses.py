@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sim.errors import KernelArgError, LayoutError, PlanError, SimError
+from sim.errors import KernelArgError, LayoutError, PlanError, SimError, detached
 from sim.model.plan import DoesNotFit
 from sim.model.tiling import IntKey, TilingSpace
 from sim.tuning.limits import LISTED_DROPS, MAX_PLAN_TILES
@@ -62,7 +62,7 @@ def prefilter(space: TilingSpace, tiling: dict) -> SimError | None:
         try:
             space.fit(dict(tiling))
         except (DoesNotFit, KernelArgError) as e:
-            return e
+            return detached(e)
     return None
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sim.engine.engine import EngineMemo, SimulatedTiming, simulate
-from sim.errors import PlanError
+from sim.errors import PlanError, detached
 from sim.model.memory import AddressSpace
 from sim.model.plan import Plan
 from sim.model.target import Target
@@ -34,8 +34,8 @@ class _TileCounter:
 class Candidate:
     """A candidate tiling as the search sees it: the plan it gives, the plan's engine memo, a lower bound of its
     cycles that holds for any run of it (:func:`sim.timing.run_lower_bound_cycles`), and ``verify``, the plan
-    check that must pass before the plan runs (a PlanError drops the candidate; None: checked already), made
-    only for a candidate the search simulates."""
+    check (a PlanError drops the candidate; None: checked already), made only for the candidate the search picks
+    (or one whose timing-only run fails): a plan is checked before its results count."""
 
     tiling: dict
     plan: Plan
@@ -77,7 +77,8 @@ class Pricing:
         self.candidates: list[Candidate] = []
         self.cycles: dict[int, int | None] = {}  # index -> cycles (None: stopped early); absent: not simulated
         self.timings: dict[int, SimulatedTiming] = {}
-        self.failed: dict[int, PlanError] = {}  # index -> the plan rule it breaks (never simulated)
+        self.failed: dict[int, PlanError] = {}  # index -> the plan rule it breaks (its cycles do not count)
+        self.verified: set[int] = set()  # candidates whose plan passed the check
         self.best: int | None = None
         # Progress over every round: tiles simulated (a candidate stopped or left out counts as done) of all.
         self.done_tiles = self.total_tiles = 0
@@ -98,7 +99,43 @@ class Pricing:
         """Add ``new`` candidates and simulate those that can change the pick, fewest tiles first."""
         start = len(self.candidates)
         self.candidates.extend(new)
-        order = sorted(range(start, len(self.candidates)), key=lambda i: (self.candidates[i].plan.tile_count, i))
+        self._price(range(start, len(self.candidates)))
+
+    def settle(self) -> int | None:
+        """The pick once its plan passed the check (None: no candidate is left).
+
+        Candidates are simulated unchecked, since a search stops or leaves out most of them; the pick is checked,
+        and one that breaks a plan rule is dropped and the pick made again among the others (those whose runs it
+        stopped, or whose bounds it left out, priced again against the new cheapest)."""
+        while self.best is not None:
+            pick = self.pick()
+            if self._verified(pick):
+                return pick
+            del self.cycles[pick]
+            self.timings.pop(pick, None)
+            self.best = min((c for c in self.cycles.values() if c is not None), default=None)
+            again = [i for i in range(len(self.candidates)) if i not in self.failed and self.cycles.get(i) is None]
+            for i in again:
+                self.cycles.pop(i, None)
+            self._price(again)
+        return None
+
+    def _verified(self, i: int) -> bool:
+        """Whether candidate ``i``'s plan passes the check (run once; a failure is kept in ``failed``)."""
+        verify = self.candidates[i].verify
+        if verify is None or i in self.verified:
+            return True
+        try:
+            verify()
+        except PlanError as e:
+            self.failed[i] = detached(e)
+            return False
+        self.verified.add(i)
+        return True
+
+    def _price(self, indices: Sequence[int]) -> None:
+        """Simulate those of candidates ``indices`` that can change the pick, fewest tiles first."""
+        order = sorted(indices, key=lambda i: (self.candidates[i].plan.tile_count, i))
         self.total_tiles += sum(self.candidates[i].plan.tile_count for i in order)
         for k, i in enumerate(order):
             cand = self.candidates[i]
@@ -110,18 +147,17 @@ class Pricing:
             limit = None if self.best is None else int(self.best * (1 + self.tolerance))
             if limit is not None and cand.lower_bound_cycles > limit:
                 continue  # it cannot come within the tolerance of the cheapest, whatever is simulated after it
-            if cand.verify is not None:
-                try:
-                    cand.verify()
-                except PlanError as e:
-                    self.failed[i] = e
-                    continue
             tick = None
             if self.progress is not None:
                 self.progress("pricing tilings", self.done_tiles, self.total_tiles)
                 tick = _TileCounter(self.progress, "pricing tilings", self.done_tiles, self.total_tiles)
-            timing = simulate(cand.plan, self.target, self.memory, numerics=False, memo=cand.memo, on_tile=tick,
-                              until_cycles=limit)
+            try:
+                timing = simulate(cand.plan, self.target, self.memory, numerics=False, memo=cand.memo,
+                                  on_tile=tick, until_cycles=limit)
+            except Exception:
+                if self._verified(i):
+                    raise  # a plan that passes the check and fails to run: the engine's fault, not the plan's
+                continue  # a plan that breaks a rule: what its run does is undefined, the rule is what it broke
             self.done_tiles += cand.plan.tile_count
             self.cycles[i] = None if timing is None else timing.cycles
             if timing is not None:
@@ -155,22 +191,27 @@ def choose_tiling(candidates: Sequence[Candidate], target: Target, memory: Addre
     of every candidate would give)."""
     pricing = Pricing(target, memory, tolerance, progress)
     pricing.price(candidates)
-    if pricing.best is None:
+    pick = pricing.settle()
+    if pick is None:
         raise next(iter(pricing.failed.values()))
-    pick = pricing.pick()
     return pick, priced_choice(pricing, pick, (), {}), pricing.timings[pick]
 
 
-def priced_choice(pricing: Pricing, pick: int, dropped: Sequence[tuple[dict, str]], fixed: Mapping[str, Any]) \
-        -> TilingChoice:
+#: The note of a tiling the search left unplanned (:attr:`sim.model.tiling.TilingSpace.bound`).
+UNPLANNED_NOTE = "not planned: its bound from the tiling cannot change the pick"
+
+
+def priced_choice(pricing: Pricing, pick: int, dropped: Sequence[tuple[dict, str]], fixed: Mapping[str, Any],
+                  unplanned: Sequence[dict] = ()) -> TilingChoice:
     """The choice of ``pick``: every candidate the search planned (those that broke a plan rule among the
-    dropped)."""
+    dropped), then those it left unplanned for their bound."""
     cands = [(i, c) for i, c in enumerate(pricing.candidates) if i not in pricing.failed]
     failed = [(pricing.candidates[i].tiling, reason_of(e)) for i, e in pricing.failed.items()]
+    listed: tuple[tuple[dict, int | None], ...] = tuple((c.tiling, pricing.cycles.get(i)) for i, c in cands)
     return TilingChoice(pricing.candidates[pick].tiling, "cost model",
-                        tuple((c.tiling, pricing.cycles.get(i)) for i, c in cands), pricing.tolerance,
-                        tuple(pricing.note(i, pick) for i, _ in cands), tuple(dropped) + tuple(failed), dict(fixed),
-                        len(pricing.cycles))
+                        listed + tuple((t, None) for t in unplanned), pricing.tolerance,
+                        tuple(pricing.note(i, pick) for i, _ in cands) + (UNPLANNED_NOTE,) * len(unplanned),
+                        tuple(dropped) + tuple(failed), dict(fixed), len(pricing.cycles))
 
 
 # --- the search over a space --------------------------------------------------------------------------------

@@ -8,13 +8,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.engine.engine import SimulatedTiming
-from sim.errors import KernelArgError, LayoutError, PlanError, SimError
+from sim.errors import KernelArgError, LayoutError, PlanError, detached
 from sim.model.memory import AddressSpace
 from sim.model.target import Target
 from sim.model.tiling import IntKey, TilingSpace
 from sim.tuning.choice import TilingChoice
-from sim.tuning.limits import EXHAUSTIVE_CANDIDATES, MAX_COMPLETIONS, MAX_PLANNED, TILING_TOLERANCE
-from sim.tuning.misses import no_candidate_error, prefilter, reason_of
+from sim.tuning.limits import EXHAUSTIVE_CANDIDATES, MAX_PLANNED, TILING_TOLERANCE
+from sim.tuning.misses import no_candidate_error, reason_of
+from sim.tuning.pool import Pool
 from sim.tuning.pricing import Candidate, Planner, Pricing, Progress, priced_choice
 
 
@@ -32,33 +33,41 @@ def _distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> int:
     return sum(1 for k in set(a) | set(b) if a.get(k) != b.get(k))
 
 
-def neighbours(space: TilingSpace, tiling: Mapping[str, Any], pool: Sequence[dict],
-               fixed: Mapping[str, Any]) -> list[dict]:
-    """The tilings of ``pool`` one step from ``tiling``: for each key it sets (but the fixed ones), each other
-    choice of a choice key, and the next smaller and the next larger value of an integer key that ``pool``
-    has; each the tiling of ``pool`` with that value and every other choice key unchanged closest to ``tiling``
-    (fewest other keys changed, then the kernel's order); a value that needs another choice is left out."""
+def neighbours(space: TilingSpace, tiling: Mapping[str, Any], pool: Pool, fixed: Mapping[str, Any]) -> list[dict]:
+    """The fitting tilings of ``pool`` one step from ``tiling``: for each key it sets (but the fixed ones), each
+    other choice of a choice key, and the next smaller and the next larger value of an integer key that a fitting
+    tiling has; each the fitting tiling with that value and every other choice key unchanged closest to
+    ``tiling`` (fewest other keys changed, then the kernel's order); a value that needs another choice is left
+    out.  Only the tilings this looks at are checked for fit."""
     out: list[dict] = []
+    tilings = pool.tilings
     choices = [k for k in tiling if not isinstance(space.keys[k], IntKey)]
     for key in tiling:
         if key in fixed:
             continue
         now = tiling[key]
-        values = list(dict.fromkeys(t[key] for t in pool if key in t and t[key] != now))
+        by_value: dict[Any, list[int]] = {}
+        for i, t in enumerate(tilings):
+            if key in t and t[key] != now:
+                by_value.setdefault(t[key], []).append(i)
+        values = list(by_value)
         if isinstance(space.keys[key], IntKey):
-            below = [v for v in values if v < now]
-            above = [v for v in values if v > now]
-            values = ([max(below)] if below else []) + ([min(above)] if above else [])
+            # The nearest value on each side that some fitting tiling has.
+            below = sorted((v for v in values if v < now), reverse=True)
+            above = sorted(v for v in values if v > now)
+            values = [next(v for v in side if any(pool.fits(i) for i in by_value[v]))
+                      for side in (below, above) if any(pool.fits(i) for v in side for i in by_value[v])]
         for value in values:
+            if not any(pool.fits(i) for i in by_value[value]):
+                continue
             # A step changes no other choice key: a move of this key that only exists with another choice is that
             # other key's step (taken from there, if it pays), not a step of this one.
-            same_choices = [t for t in pool if t.get(key) == value and all(
-                t.get(other) == tiling[other] for other in choices if other != key and other in tiling)]
-            if not same_choices:
-                continue
-            near = min(same_choices, key=lambda t: _distance(t, tiling))
-            if near not in out:
-                out.append(near)
+            same_choices = [i for i in by_value[value] if all(
+                tilings[i].get(other) == tiling[other] for other in choices if other != key and other in tiling)]
+            near = next((i for i in sorted(same_choices, key=lambda i: _distance(tilings[i], tiling))
+                         if pool.fits(i)), None)
+            if near is not None and tilings[near] not in out:
+                out.append(tilings[near])
     return out
 
 
@@ -68,19 +77,11 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
 
     Raises the ``scratchpad-fit`` LayoutError (or the PlanError) of the nearest misses when no completion
     plans."""
-    pool, _ = space.completions(fixed, MAX_COMPLETIONS)
-    dropped: list[tuple[dict, str]] = []
-    errors: list[tuple[dict, SimError]] = []
-    fitting: list[dict] = []
-    for t in pool:
-        why = prefilter(space, t)
-        if why is None:
-            fitting.append(t)
-        else:
-            dropped.append((t, reason_of(why)))
-            errors.append((t, why))
+    pool = Pool(space, fixed)
+    dropped, errors = pool.dropped, pool.errors
     pricing = Pricing(target, memory, tolerance, progress)
-    planned: dict[str, int] = {}  # repr(tiling) -> index into pricing.candidates, or -1: could not plan
+    planned: dict[str, int] = {}  # repr(tiling) -> index into pricing.candidates; -1: could not plan; -2: bound
+    unplanned: list[dict] = []  # left unplanned: their bound (from the tiling alone) could not change the pick
 
     if progress is not None:
         progress("planning tilings", 0, 0)  # 0 of a number not known yet: the search is taking the space in
@@ -88,35 +89,50 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
     def plan_all(tilings: Sequence[dict]) -> None:
         new: list[Candidate] = []
         todo = [t for t in tilings if repr(t) not in planned][:max(0, MAX_PLANNED - len(planned))]
+        bounds: list[float] = []
+        if space.bound is not None:
+            # Lowest bound first, each priced before the next is planned: the cheapest known early, the tilings
+            # that cannot come within the tolerance of it are never planned.
+            bounds = [space.bound(t) for t in todo]
+            todo = [todo[i] for i in sorted(range(len(todo)), key=lambda i: bounds[i])]
+            bounds.sort()
         for i, t in enumerate(todo):
             if progress is not None:
                 progress("planning tilings", len(planned), len(planned) + len(todo) - i)
+            if bounds and pricing.best is not None and bounds[i] > pricing.best * (1 + tolerance):
+                planned[repr(t)] = -2
+                unplanned.append(t)
+                continue
             try:
                 cand = planner(t)
             except (LayoutError, PlanError, KernelArgError) as e:
                 planned[repr(t)] = -1
                 dropped.append((t, reason_of(e)))
-                errors.append((t, e))
+                errors.append((t, detached(e)))
                 continue
             planned[repr(t)] = len(pricing.candidates) + len(new)
-            new.append(cand)
+            if bounds:
+                pricing.price([cand])
+            else:
+                new.append(cand)
         if progress is not None:
             progress("planning tilings", len(planned), len(planned))
         if new:
             pricing.price(new)
 
-    if len(fitting) <= EXHAUSTIVE_CANDIDATES:
-        plan_all(fitting)
+    few = pool.at_most(EXHAUSTIVE_CANDIDATES)
+    if few is not None:
+        plan_all(few)
     else:
         incumbent: dict | None = None
-        for t in fitting:  # the kernel's preferred tiling that plans and passes the plan check
+        for t in pool.fitting():  # the kernel's preferred tiling that plans and runs (the pick is checked at the end)
             plan_all([t])
             if pricing.best is not None:
                 incumbent = t
                 break
         while incumbent is not None and len(planned) < MAX_PLANNED:
             here = pricing.cycles.get(planned[repr(incumbent)])
-            plan_all(neighbours(space, incumbent, fitting, fixed))
+            plan_all(neighbours(space, incumbent, pool, fixed))
             # The climb follows the cheapest (the tie rule picks among the candidates at the end), while a step
             # gains more than TILING_TOLERANCE: a tie is no way up, and the next round would cost as much as this.
             # The default tolerance, whatever the simulator's: every tolerance climbs the same way, so a strict
@@ -128,9 +144,10 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
             if best == incumbent:
                 break
             incumbent = best
-    if pricing.best is None:
+    pick = pricing.settle()
+    if pick is None:
         raise no_candidate_error(space, fixed, errors + [(pricing.candidates[i].tiling, e)
                                                          for i, e in pricing.failed.items()])
-    pick = pricing.pick()
-    return SearchResult(pricing.candidates, pick, priced_choice(pricing, pick, dropped, space.canonical(fixed)),
+    return SearchResult(pricing.candidates, pick,
+                        priced_choice(pricing, pick, dropped, space.canonical(fixed), unplanned),
                         pricing.timings[pick])

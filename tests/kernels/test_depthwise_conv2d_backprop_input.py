@@ -436,7 +436,7 @@ def test_the_search_ends_where_no_neighbour_is_cheaper(chip, sizes, fshape):
     """With tolerance 0, the search's choice is a local optimum of the space: each of its one-key neighbours
     (another channel split, the next narrower or wider tile, the next shorter or taller) costs at least as much
     when simulated as given; the kernel prices none of them itself."""
-    from tilings import candidates, space_of
+    from tilings import space_of
 
     import sim.tuning as tuning
 
@@ -445,8 +445,8 @@ def test_the_search_ends_where_no_neighbour_is_cheaper(chip, sizes, fshape):
     args = dict(filter=SHARED["filter"], out_backprop=SHARED["out_backprop"], output=SHARED["output"], **attrs)
     symbol = f"fp_{KERNEL}_s"
     run = m.call(symbol, numerics=False, **args)
-    pool = candidates(m, symbol, **args)
-    near = tuning.neighbours(space_of(m, symbol, **args), run.tiling.tiling, pool, {})
+    space = space_of(m, symbol, **args)
+    near = tuning.neighbours(space, run.tiling.tiling, tuning.Pool(space, {}), {})
     assert near
     for t in near:
         assert m.call(symbol, numerics=False, tiling=t, **args).cycles >= run.cycles, t

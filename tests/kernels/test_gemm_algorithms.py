@@ -4,6 +4,8 @@ memory traffic and a tile's cycles derived by hand from targets/FT78NE.yaml."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 import kernels
@@ -167,3 +169,29 @@ def test_b_staged_in_gsm_is_read_from_memory_once_for_all_cores():
             assert sum(e.bytes for e in copies) == 8 * k * n * 4  # each core its own copy of every block
     with pytest.raises(sim.KernelArgError, match=r"tiling\.b_staging"):
         run_gemm("FT78NE", "fp_gemm_s", 64, 64, 64, tiling={"split": "n", "b_staging": "gsm"})
+
+
+@pytest.mark.parametrize("chip,symbol,shape,given", [
+    ("FT78NE", "fp_gemm_s", (200, 300, 700), {"split": "n", "c_home": "am"}),
+    ("FT78NE", "fp_gemm_s", (200, 300, 700), {"split": "m", "c_home": "ddr"}),
+    ("MT7004", "hp_gemm_s", (100, 136, 260), {"split": "n"}),
+])
+def test_the_bound_from_the_tiling_is_the_plans_serial_compute(chip, symbol, shape, given):
+    """The space's bound (the search plans a tiling only when it could still win) is, for a split without the
+    reduce phase, exactly the launch plus the busiest core's computes of the plan that tiling gives: the sum
+    the engine charges, worked out without building the tiles; every sampled candidate of each space, edge
+    panels and edge blocks included (200 rows, 300 columns and a depth of 700 leave partial ones)."""
+    from sim.timing import serial_compute_cycles
+    from sim.tuning import MAX_COMPLETIONS, prefilter
+    machine = sim.Simulator(chip, tuning_cache=False)
+    args = dict(a=DDR[0], b=DDR[1], c=DDR[2], m=shape[0], n=shape[1], k=shape[2], trans_a=0, trans_b=1, beta=1)
+    call = machine.bind(symbol, **args)
+    kernel = kernels.lookup(symbol).kernel
+    space = kernel.tiling_space(call, machine.context(call))
+    pool, _ = space.completions(given, MAX_COMPLETIONS)
+    tried = [t for t in pool if prefilter(space, t) is None][:6]
+    assert tried
+    for t in tried:
+        plan = kernel.plan(call, replace(machine.context(call), tiling=t))
+        serial = serial_compute_cycles(plan, machine.target)
+        assert space.bound(t) == machine.target.launch_overhead_cycles + max(serial.values()), t

@@ -1,0 +1,48 @@
+"""The completions of a caller's keys in a tiling space, each checked for fit (:func:`prefilter`) only when the
+search first looks at it: a climb looks at a few of thousands."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from sim.errors import SimError
+from sim.model.tiling import TilingSpace
+from sim.tuning.limits import MAX_COMPLETIONS
+from sim.tuning.misses import prefilter, reason_of
+
+
+class Pool:
+    """The completions of ``fixed`` in ``space`` (the kernel's order of preference), the verdict of each one
+    looked at, and those that cannot plan with the reason (``dropped``) and the error (``errors``)."""
+
+    def __init__(self, space: TilingSpace, fixed: Mapping[str, Any]):
+        self.space = space
+        self.tilings, _ = space.completions(fixed, MAX_COMPLETIONS)
+        self.dropped: list[tuple[dict, str]] = []
+        self.errors: list[tuple[dict, SimError]] = []
+        self._fits: dict[int, bool] = {}  # index into tilings -> whether it passed the prefilter
+
+    def fits(self, i: int) -> bool:
+        """Whether tiling ``i`` passes the prefilter (checked once; a misfit is dropped with its reason)."""
+        got = self._fits.get(i)
+        if got is None:
+            why = prefilter(self.space, self.tilings[i])
+            got = self._fits[i] = why is None
+            if why is not None:
+                self.dropped.append((self.tilings[i], reason_of(why)))
+                self.errors.append((self.tilings[i], why))
+        return got
+
+    def fitting(self) -> Iterator[dict]:
+        """The tilings that pass the prefilter, in order, each checked as the iteration reaches it."""
+        return (t for i, t in enumerate(self.tilings) if self.fits(i))
+
+    def at_most(self, n: int) -> list[dict] | None:
+        """All the fitting tilings if there are at most ``n`` of them, else None (checked until the n+1-th)."""
+        out: list[dict] = []
+        for t in self.fitting():
+            if len(out) == n:
+                return None
+            out.append(t)
+        return out
