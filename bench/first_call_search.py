@@ -32,7 +32,9 @@ for addr, arr in case.inputs.items():
 t0 = time.perf_counter()
 run = m.call(case.symbol, numerics=False, **case.args)
 seconds = time.perf_counter() - t0
-print(json.dumps({"seconds": seconds, "cycles": run.cycles, "planned": len(run.tiling.candidates),
+notes = list(getattr(run.tiling, "notes", ())) + [""] * len(run.tiling.candidates)  # (unplanned: its bound)
+planned = sum(1 for _, note in zip(run.tiling.candidates, notes) if not note.startswith("not planned"))
+print(json.dumps({"seconds": seconds, "cycles": run.cycles, "planned": planned,
                   "simulated": run.tiling.simulated, "tiling": run.tiling.tiling}))
 """
 
