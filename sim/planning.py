@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime
 import functools
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -22,7 +22,7 @@ from kernels.base import PlanContext
 from kernels.registry import lookup
 from sim.errors import KernelArgError, LayoutError, PlanError, brief
 from sim.files import tuning_cache as disk_tunings
-from sim.model.call import BoundCall
+from sim.model.call import BoundCall, Buffer
 from sim.model.layout import fit_violation, layout_error
 from sim.model.memory import AddressSpace
 from sim.model.plan import DoesNotFit, Plan
@@ -47,13 +47,25 @@ from sim.tuning import (
 )
 
 
-def staging_areas(target: Target) -> tuple[StagingArea, ...]:
-    """The staging levels of ``target`` (``staging.levels`` of its file) as plans see them, outermost first:
-    each level's window, with allocations in it aligned to its region's alignment and the vector width."""
+def staging_areas(target: Target, buffers: Sequence[Buffer] = ()) -> tuple[StagingArea, ...]:
+    """The staging levels of ``target`` (``staging.levels`` of its file) as the plans of a call with ``buffers``
+    see them, outermost first: each level's window, with allocations in it aligned to its region's alignment and
+    the vector width.  A level that takes the free bytes of its region (``takes_free_bytes``) reaches, for this
+    call, from the call's nearest buffer below its window to the nearest above (the region's ends without one),
+    at that alignment."""
     vector_width = target.core.vector_width_bytes
-    return tuple(StagingArea(level.name, level.region, level.base, level.size_bytes, level.shared,
-                             max(target.region(level.region).alignment_bytes, vector_width), level.beside)
-                 for level in target.staging)
+    out = []
+    for level in target.staging:
+        region = target.region(level.region)
+        align = max(region.alignment_bytes, vector_width)
+        base, end = level.base, level.end
+        if level.takes_free_bytes:
+            taken = [(b.addr, b.end) for b in buffers if b.size_bytes and b.addr < region.end and region.base < b.end]
+            lo = max([hi for _, hi in taken if hi <= level.base] + [region.base])
+            hi = min([lo_ for lo_, _ in taken if lo_ >= level.end] + [region.end])
+            base, end = -(-lo // align) * align, hi // align * align
+        out.append(StagingArea(level.name, level.region, base, end - base, level.shared, align, level.beside))
+    return tuple(out)
 
 
 def kernel_of(call: BoundCall) -> Any:
@@ -97,7 +109,7 @@ class CallPlanner:
     def context(self, call: BoundCall) -> PlanContext:
         """What the kernel may know of the chip when planning ``call``."""
         return PlanContext(target=self.target, cores=call.cores, precision=call.precision, variant=call.variant,
-                           levels=staging_areas(self.target))
+                           levels=staging_areas(self.target, call.buffers))
 
     # -- one call --------------------------------------------------------------------------------------------
 

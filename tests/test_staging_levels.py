@@ -195,3 +195,14 @@ def test_a_chip_without_a_shared_level_refuses_an_exchange_as_a_fit_violation(tm
     assert str(info.value).startswith("layout rule 'scratchpad-fit': fp_conv2d_backprop_filter_s: the kernel "
                                       "cannot tile this call into the staging memory, the am scratchpad")
     assert "has no shared staging level" in str(info.value)
+
+
+@pytest.mark.parametrize("level,value,message", [
+    (1, "yes", r"staging\.levels\[1\]\(gsm_blocks\)\.takes_free_bytes: expected true or false, got 'yes'"),
+    (2, True, r"staging\.levels\[2\]\(am\)\.takes_free_bytes: only a level of a shared region takes the free "
+              r"bytes of its region; am is per-core"),
+])
+def test_takes_free_bytes_is_a_flag_of_shared_levels(tmp_path, level, value, message):
+    path = chip_copy(tmp_path, lambda doc: doc["staging"]["levels"][level].__setitem__("takes_free_bytes", value))
+    with pytest.raises(sim.TargetError, match=message):
+        sim.load_target(str(path))

@@ -145,7 +145,10 @@ class StagingLevel:
     results); the others in a private scratchpad region (the same local addresses
     in every core's own copy).  ``beside`` names the per-core level this one sits
     next to rather than under (a scalar memory beside the vector one), or None.
-    The chip's levels are listed outermost first (``Target.staging``).
+    The chip's levels are listed outermost first (``Target.staging``).  ``takes_free_bytes`` (shared levels
+    only): for a call, the level also takes the bytes of its region around its window that hold none of the
+    call's buffers, other levels' included (the kernel staging through it uses no other shared level; see
+    :func:`sim.planning.staging_areas`).
     """
 
     name: str
@@ -154,6 +157,7 @@ class StagingLevel:
     size_bytes: int
     shared: bool
     beside: str | None = None
+    takes_free_bytes: bool = False
 
     @property
     def end(self) -> int:

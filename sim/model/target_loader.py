@@ -29,6 +29,7 @@ every ``*_cycles`` not above                                0 .. 10,000,000 (10 
 ``regions[].alignment_bytes`` / ``burst_bytes``             1 .. 2**30 (a power of two) / 1 .. 2**20
 ``staging.levels``                                          1 .. 16 levels
 ``staging.levels[].offset_bytes`` / ``size_bytes``          inside the level's region
+``staging.levels[].takes_free_bytes``                        true or false; shared levels only
 names (``name``, region and level names)                    printable, one line, at most 64 characters
 ==========================================================  ==========================================
 
@@ -208,6 +209,13 @@ class _Reader:
         if len(v) > MAX_NAME_CHARS:
             raise self.fail(f"{key_path}.{key}", f"a name of at most {MAX_NAME_CHARS} characters, got {len(v)}: "
                                                  f"{brief(v, 40)}")
+        return v
+
+    def boolean(self, m: dict, key: str, key_path: str) -> bool:
+        """``m[key]``, true or false (YAML's ``true``/``false``; no 0, 1 or strings)."""
+        v = m[key]
+        if not isinstance(v, bool):
+            raise self.fail(f"{key_path}.{key}", f"expected true or false, got {brief(v)}")
         return v
 
     def text(self, m: dict, key: str, key_path: str, *, required: bool) -> None:
@@ -481,7 +489,7 @@ def _staging(r: _Reader, value: Any, by_name: dict[str, Region]) -> tuple[Stagin
         named = isinstance(lm, dict) and isinstance(lm.get("name"), str) and lm["name"].isprintable() \
             and len(lm["name"]) <= MAX_NAME_CHARS
         kp = f"staging.levels[{i}]" + (f"({lm['name']})" if named else "")
-        lm = r.mapping(lm, kp, {"name", "region"}, {"offset_bytes", "size_bytes", "beside"})
+        lm = r.mapping(lm, kp, {"name", "region"}, {"offset_bytes", "size_bytes", "beside", "takes_free_bytes"})
         name = r.string(lm, "name", kp)
         kp = f"staging.levels[{i}]({name})"
         if any(other.name == name for other in levels):
@@ -524,8 +532,12 @@ def _staging(r: _Reader, value: Any, by_name: dict[str, Region]) -> tuple[Stagin
                 per_core = [lv.name for lv in levels if not lv.shared and lv.beside is None]
                 raise r.fail(f"{kp}.beside", f"must name an earlier per-core level that is beside no other "
                                              f"(here: {', '.join(per_core) or 'none'}), got {beside!r}")
+        takes_free = r.boolean(lm, "takes_free_bytes", kp) if "takes_free_bytes" in lm else False
+        if takes_free and not reg.shared:
+            raise r.fail(f"{kp}.takes_free_bytes", f"only a level of a shared region takes the free bytes of its "
+                                                   f"region; {rname} is per-core")
         level = StagingLevel(name=name, region=rname, base=reg.base + offset, size_bytes=size, shared=reg.shared,
-                             beside=beside)
+                             beside=beside, takes_free_bytes=takes_free)
         for other in levels:
             if other.region == rname and level.base < other.end and other.base < level.end:
                 raise r.fail(kp, f"window [{level.base:#x}, {level.end:#x}) of {rname} overlaps level "

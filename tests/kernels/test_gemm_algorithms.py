@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 import kernels
@@ -117,11 +118,9 @@ def test_algorithms_that_do_not_go_with_the_call_are_refused_by_key():
 
 
 def test_one_gsm_block_takes_the_whole_window_and_waits_for_every_core():
-    """a_buffers 1 (the published library's single GSM block): with k_block 512 the block is as many rows as the
-    3 MiB gsm_blocks window holds, 3,145,728 / (512 x 4) = 1536 (whole 12-row panels), and the next block (the
-    second k block) is loaded only after every core has finished its last compute on the first."""
-    level = next(a for a in sim.load_target("FT78NE").staging if a.name == "gsm_blocks")
-    assert level.size_bytes == 3 * 2**20
+    """a_buffers 1 (the published library's single GSM block): with k_block 512 the block is all of m's 1536 rows
+    (the window, all of GSM here, would hold 3072), and the next block (the second k block) is loaded only after
+    every core has finished its last compute on the first."""
     m, n, k = 1536, 256, 1024
     run, got, want, _ = run_gemm("FT78NE", "fp_gemm_s", m, n, k, tiling={"a_buffers": 1, "k_block": 512,
                                                                           "split": "n", "m_panel": 12})
@@ -195,3 +194,29 @@ def test_the_bound_from_the_tiling_is_the_plans_serial_compute(chip, symbol, sha
         plan = kernel.plan(call, replace(machine.context(call), tiling=t))
         serial = serial_compute_cycles(plan, machine.target)
         assert space.bound(t) == machine.target.launch_overhead_cycles + max(serial.values()), t
+
+
+def test_gsm_blocks_take_every_byte_of_gsm_the_call_leaves_free():
+    """FT78NE's gsm_blocks (3 MiB at 0x40280000) takes the free bytes of GSM: with A, B and C in DDR it is all
+    6 MiB of GSM for the call's plans, the partial-results window above it included; a call buffer in GSM below it
+    stops it at that buffer's end (rounded up to the 128-byte alignment).  One A block of a_buffers 1 and k_block
+    512 then holds 6 MiB / (512 x 4 bytes) = 3072 rows: a 3072-row A is one block, loaded at GSM's base."""
+    from sim.model.call import Buffer
+    from sim.planning import staging_areas
+    target = sim.load_target("FT78NE")
+    f32 = np.dtype(np.float32)
+    in_ddr = (Buffer("a", DDR[0], (64,), f32, "input"),)
+    assert [(a.name, a.base, a.size_bytes) for a in staging_areas(target, in_ddr) if a.shared] == [
+        ("gsm", 0x40580000, 0x80000), ("gsm_blocks", 0x40000000, 0x600000)]
+    in_gsm = in_ddr + (Buffer("x", 0x40100000, (1000,), f32, "input"),)  # ends at 0x40100FA0
+    blocks = next(a for a in staging_areas(target, in_gsm) if a.name == "gsm_blocks")
+    assert (blocks.base, blocks.end) == (0x40101000, 0x40600000)
+    m, n, k = 3072, 64, 1024
+    machine = sim.Simulator("FT78NE", tuning_cache=False)
+    _, plan = machine.plan("fp_gemm_s", a=DDR[0], b=DDR[1], c=DDR[2], m=m, n=n, k=k, trans_a=0, trans_b=0, beta=0,
+                           tiling={"a_buffers": 1, "k_block": 512, "split": "n", "m_panel": 6, "m_micro": 6,
+                                   "n_block": 64, "n_micro": 16, "c_home": "ddr", "a_loader": "core0",
+                                   "b_staging": "am", "m_block": 3072})
+    fills = [t for ph in plan.phases for t in ph.tiles[0] for t in t.loads if DDR[0] <= t.src < DDR[1]]
+    assert min(t.dst for t in fills) == 0x40000000
+    assert max(t.dst + t.size_bytes for t in fills) == 0x40000000 + 3072 * 512 * 4 == 0x40600000
