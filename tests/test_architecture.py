@@ -2,7 +2,7 @@
 
 The layers, lowest first (a module may import its own layer and the layers below it, nothing above)::
 
-    sim.errors, sim.files  <-  sim.model  <-  sim.timing  <-  sim.engine  <-  sim.tuning  <-  sim.inspect
+    sim.errors, sim.extras, sim.files  <-  sim.model  <-  sim.timing  <-  sim.engine  <-  sim.tuning  <-  sim.inspect
         <-  sim.plan_cache, sim.planning, sim.simulator (the facade; the package ``sim`` itself)
         <-  sim.tools  <-  sim.cli
 
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: Layer of each part of sim/, lowest first.
 LAYERS: dict[str, int] = {
-    "sim.errors": 0, "sim.files": 0, "sim.model": 1, "sim.timing": 2, "sim.engine": 3, "sim.tuning": 4,
+    "sim.errors": 0, "sim.extras": 0, "sim.files": 0, "sim.model": 1, "sim.timing": 2, "sim.engine": 3, "sim.tuning": 4,
     "sim.inspect": 5, "sim.plan_cache": 6, "sim.planning": 6, "sim.simulator": 6, "sim": 6, "sim.tools": 7,
     "sim.cli": 8,
 }

@@ -225,6 +225,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Fit a target's free parameters to measured cycles; write the fitted copy of the target file."""
+    from sim.extras import need
     from sim.files.atomic import atomic_write_text
     from sim.tools.calibrate import (
         calibrate,
@@ -233,6 +234,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         read_target_document,
     )
 
+    need("calibrate", "dspsim calibrate")  # before any work: the fit and the file it writes need it
     measurements = load_measurements(args.measurements)
     target = read_target_document(args.target)
     names = [n.strip() for n in args.params.split(",")] if args.params else None

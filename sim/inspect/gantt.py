@@ -29,6 +29,7 @@ from simpy.events import Timeout
 
 from sim.engine.events import DMA_KINDS, TraceEvent
 from sim.engine.fluid import Flow, FlowNetwork, Link
+from sim.extras import need
 from sim.files.atomic import atomic_write_bytes
 from sim.inspect.trace import shared_regions, track_name, tracks
 from sim.inspect.trace_tools import Trace
@@ -290,6 +291,7 @@ def _draw_bandwidth(ax, trace: Trace) -> None:
 def gantt_figure(trace: Trace, title: str | None = None, window: tuple[int, int] | None = None,
                  dpi: int = 130):
     """The matplotlib figure of a trace's Gantt chart and bandwidth panel."""
+    need("plots", "a Gantt chart", ("matplotlib",))
     import matplotlib
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
@@ -333,6 +335,7 @@ def gantt_figure(trace: Trace, title: str | None = None, window: tuple[int, int]
 def plot_gantt(trace: Trace, path: str | Path, title: str | None = None,
                window: tuple[int, int] | None = None, dpi: int = 130) -> Path:
     """Draw the Gantt chart of ``trace`` into a PNG (or any format matplotlib knows by suffix), atomically."""
+    need("plots", "a Gantt chart", ("matplotlib",))
     import matplotlib.pyplot as plt
 
     fig = gantt_figure(trace, title=title, window=window, dpi=dpi)

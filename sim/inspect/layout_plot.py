@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.errors import SimError
+from sim.extras import need
 from sim.files.atomic import atomic_write
 
 #: Output formats by file suffix.
@@ -185,6 +186,7 @@ def _sizes_panel(ax: Any, report: dict, bad: set[str]) -> None:
 def layout_figure(report: dict) -> Any:
     """The matplotlib figure of ``report`` (from :func:`sim.model.layout.layout_report`): per region an overview and
     a zoomed broken-axis row, then the sizes panel."""
+    need("plots", "a layout picture", ("matplotlib",))
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -214,12 +216,10 @@ def plot_layout(report: dict, path: str | Path) -> Path:
     if fmt is None:
         raise SimError(f"--plot {p}: unknown picture format {p.suffix or '(none)'!r} "
                        f"(use {', '.join(FORMATS)})")
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise SimError("--plot needs matplotlib (pip install matplotlib)") from None
+    need("plots", "--plot", ("matplotlib",))
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
 
     fig = layout_figure(report)
     try:

@@ -45,6 +45,7 @@ from typing import IO, Any
 import numpy as np
 
 from sim.errors import ConfigError, SimError, TargetError, brief
+from sim.extras import need
 from sim.files.csvsafe import read_csv_rows
 from sim.files.fields import bounded_int
 from sim.files.jsonsafe import load_json
@@ -359,6 +360,7 @@ def _alike(sens: np.ndarray, names: Sequence[str]) -> dict[str, str]:
     those before it; one that adds less than a PROBE_FACTOR change moving some
     measurement by MIN_EFFECT cannot be told apart from the ones kept.
     """
+    need("calibrate", "calibration", ("scipy",))
     from scipy.linalg import lstsq, qr
 
     if not np.all(np.isfinite(sens)):
@@ -397,6 +399,7 @@ def calibrate(doc: Mapping, measurements: Sequence[Measurement], names: Sequence
     (:func:`pinned`).  ``progress`` is a stream (the CLI passes stderr) on
     which, when it is a terminal, each phase longer than a second shows a bar.
     """
+    need("calibrate", "calibration", ("scipy",))
     from scipy.optimize import least_squares
 
     try:
@@ -532,6 +535,7 @@ def _append_note(node: Any, note: str) -> None:
 def fitted_yaml(cal: Calibration, target: TargetDocument, measurements_path: str | Path) -> str:
     """The fitted target file: a copy of ``target`` that keeps its comments, hex numbers and key order, with
     only the fitted values changed, ``name`` marked calibrated, and notes of what was fitted from what."""
+    need("calibrate", "writing a calibrated target file", ("ruamel.yaml",))
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError as RuamelError
     from ruamel.yaml.scalarint import ScalarInt

@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from sim.errors import ConfigError, SimError, TargetError
+from sim.extras import need
 from sim.files.atomic import atomic_write, atomic_write_text
 from sim.files.jsonsafe import load_json
 from sim.files.regular_file import read_file
@@ -579,6 +580,8 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, workers: int | None = Non
     terminal, each phase longer than a second shows a bar.  Ctrl-C raises
     :class:`SweepInterrupted` within about a second, every finished point kept.
     """
+    # Its table and plot need the sweep extra, and a cluster its Dask: said before any point runs.
+    need("sweep", "dspsim sweep", ("pandas", "pyarrow", "matplotlib") + (("distributed",) if scheduler else ()))
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
