@@ -300,3 +300,34 @@ def test_the_key_follows_local_modules_only(tmp_path, monkeypatch):
     assert tuning_cache.kernel_fingerprint(kernel) == before
     (tmp_path / f"local_{uid}.py").write_text("Y = 2\n")
     assert tuning_cache.kernel_fingerprint(kernel) != before
+
+
+def test_the_cache_folder_is_the_systems_user_cache_folder(monkeypatch, tmp_path):
+    """Without DSPSIM_CACHE_DIR the cache lives where platformdirs says a user's caches go on this system (on
+    Linux ``$XDG_CACHE_HOME/dspsim``)."""
+    import platformdirs
+
+    from sim.files import tuning_cache
+    monkeypatch.delenv(tuning_cache.ENV_VAR, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert tuning_cache.cache_dir() == Path(platformdirs.user_cache_dir("dspsim", appauthor=False))
+    if sys.platform.startswith("linux"):
+        assert tuning_cache.cache_dir() == tmp_path / "xdg" / "dspsim"
+
+
+def test_an_atomic_write_is_on_disk_before_its_rename(monkeypatch, tmp_path):
+    """The temporary file is flushed (fsync) before it takes the name, and the folder after: a power cut leaves the
+    old file or the whole new one, never an empty one under the new name.  The tuning cache writes through it."""
+    import os
+
+    from sim.files import atomic, tuning_cache
+    calls: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(atomic.os, "fsync", lambda fd: (calls.append("fsync"), real_fsync(fd))[1])
+    monkeypatch.setattr(atomic.os, "replace", lambda a, b: (calls.append("replace"), real_replace(a, b))[1])
+    atomic.atomic_write_text(tmp_path / "out.txt", "whole")
+    assert calls == ["fsync", "replace", "fsync"] and (tmp_path / "out.txt").read_text() == "whole"
+    monkeypatch.setenv(tuning_cache.ENV_VAR, str(tmp_path / "cache"))
+    calls.clear()
+    assert tuning_cache.store("k" * 64, {"tiling": {"a": 1}})
+    assert calls == ["fsync", "replace", "fsync"]

@@ -1,7 +1,7 @@
 """The on-disk tuning cache: the tiling the cost model chose, per call, kept across processes.
 
-One JSON file per key under ``<cache dir>/tuning/``.  The cache dir is ``$DSPSIM_CACHE_DIR`` if set, else
-``$XDG_CACHE_HOME/dspsim``, else ``~/.cache/dspsim``.  A key hashes everything the choice depends on: the
+One JSON file per key under ``<cache dir>/tuning/``.  The cache dir is ``$DSPSIM_CACHE_DIR`` if set, else the
+system's user cache folder (:func:`cache_dir`).  A key hashes everything the choice depends on: the
 target's parsed content, the symbol, the bound call (shapes, attributes, precision, cores and buffer
 addresses, since an address decides the region a buffer lies in and so its bandwidth), the tiling tolerance,
 the kernel's planner and a version of the model (the hash of every source file of ``sim/`` and ``kernels/``,
@@ -9,13 +9,14 @@ so a changed timing model or kernel never reuses a stale choice).  A user kernel
 the local modules they import, transitively (:mod:`sim.files.local_modules`): a changed helper module that
 holds its ``tilings()`` misses too.
 
-Writes are atomic (a temporary file beside the entry, then ``os.replace``): processes writing the same entry
-at once leave one whole file.  Entries are read through the guarded JSON reader (:mod:`sim.files.jsonsafe`):
-regular files only (a named pipe, a device, a link to ``/dev/zero`` are refused before a byte is read), at
-most :data:`MAX_ENTRY_BYTES` bytes, nested at most :data:`MAX_ENTRY_DEPTH` levels, numbers bounded.  A file
-that is unreadable, corrupt, truncated, hostile or of another format is ignored (a miss, overwritten by the
-next search), never an error; a cache dir that cannot be written only costs the next process its search.
-``dspsim cache clear`` deletes whatever lies in the folder, and says so (:class:`CacheError`) when it cannot.
+Writes go through the one atomic writer (:mod:`sim.files.atomic`: a temporary file beside the entry, flushed to the
+disk, then ``os.replace``): processes writing the same entry at once leave one whole file. Entries are read through
+the guarded JSON reader (:mod:`sim.files.jsonsafe`): regular files only (a named pipe, a device, a link to
+``/dev/zero`` are refused before a byte is read), at most :data:`MAX_ENTRY_BYTES` bytes, nested at most
+:data:`MAX_ENTRY_DEPTH` levels, numbers bounded. A file that is unreadable, corrupt, truncated, hostile or of
+another format is ignored (a miss, overwritten by the next search), never an error; a cache dir that cannot be
+written only costs the next process its search. ``dspsim cache clear`` deletes whatever lies in the folder, and says
+so (:class:`CacheError`) when it cannot.
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import types
 from pathlib import Path
 from typing import Any
 
+import platformdirs
+
 from sim.errors import SimError, brief
+from sim.files.atomic import atomic_write_text
 from sim.files.jsonsafe import read_json_file
 from sim.files.local_modules import MAX_SOURCE_BYTES, local_source_digest
 from sim.files.regular_file import read_regular
@@ -59,12 +62,13 @@ _model_version: str | None = None
 
 
 def cache_dir() -> Path:
-    """Where dspsim keeps its caches (``$DSPSIM_CACHE_DIR``, ``$XDG_CACHE_HOME/dspsim`` or ``~/.cache/dspsim``)."""
+    """Where dspsim keeps its caches: ``$DSPSIM_CACHE_DIR``, else the system's user cache folder for dspsim
+    (platformdirs: ``$XDG_CACHE_HOME/dspsim`` or ``~/.cache/dspsim`` on Linux, ``~/Library/Caches/dspsim`` on
+    macOS, ``%LOCALAPPDATA%\\dspsim\\Cache`` on Windows)."""
     given = os.environ.get(ENV_VAR)
     if given:
         return Path(given).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "dspsim"
+    return Path(platformdirs.user_cache_dir("dspsim", appauthor=False))
 
 
 def enabled_by_default() -> bool:
@@ -180,19 +184,11 @@ def store(key: str, entry: dict) -> bool:
             return False
     except (TypeError, ValueError):
         return False
-    folder = tuning_dir()
-    tmp = None
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=folder)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, _entry_path(key))
-        return True
-    except OSError:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
+        atomic_write_text(_entry_path(key), text)
+    except SimError:  # a cache that cannot be written is no error: the choice is searched again next time
         return False
+    return True
 
 
 def _contents() -> list[Path]:
