@@ -316,10 +316,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("measurements", help="CSV: symbol, args (JSON), cycles[, core_mask | core]")
     c.add_argument("--target", required=True, help="chip name or target YAML to start from")
     c.add_argument("-o", "--output", required=True, help="fitted target YAML to write")
+    from sim.tools.calibrate import CHIP_PARAMETERS  # (light: the fit's own libraries load when it runs)
     c.add_argument("--params", help="comma-separated free parameters to fit, by key path in the target file "
                                     "(e.g. regions.ddr.bandwidth_bytes_per_cycle,dma.setup_cycles; default: "
-                                    "every shared region's bandwidth, the DMA setup, per-tile and launch "
-                                    "overheads, vector efficiency)")
+                                    "regions.<region>.bandwidth_bytes_per_cycle of each shared region, "
+                                    f"{', '.join(CHIP_PARAMETERS)}; at most as many as the measurements)")
     c.set_defaults(func=cmd_calibrate)
     w = sub.add_parser("sweep", help="run a grid of chips, shapes, core masks and target parameters")
     w.add_argument("sweep", help="sweep YAML")

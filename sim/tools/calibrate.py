@@ -353,6 +353,19 @@ def _flat(sens: np.ndarray, names: Sequence[str], values: Mapping[str, float]) -
     return out
 
 
+def _underdetermined(sens: np.ndarray, names: Sequence[str], responding: Sequence[str], n_meas: int) -> str:
+    """The refusal of a fit of more responding parameters than measurements: no fit can tell them apart (it would
+    report some as fitted, at any values that happen to match), so the user chooses which to fit."""
+    effect = {n: float(np.max(np.abs(sens[:, names.index(n)]))) for n in responding}
+    ranked = sorted(responding, key=lambda n: -effect[n])
+    shown = ", ".join(f"{n} ({100 * effect[n] * math.log(PROBE_FACTOR):.2g} %)" for n in ranked)
+    return (f"{n_meas} measurement(s) cannot identify {len(responding)} parameters: a fit needs at least one "
+            f"measurement per parameter it fits, or it reports values that merely match; fit at most {n_meas} "
+            f"of them, the one(s) you expect to differ from the target, e.g. --params "
+            f"{','.join(ranked[:n_meas])}, or add measurements.  What a change by a factor of {PROBE_FACTOR:g} "
+            f"moves the measurements by, most first: {shown}")
+
+
 def _alike(sens: np.ndarray, names: Sequence[str]) -> dict[str, str]:
     """The parameters whose effect is (almost) a combination of the others': name -> why.
 
@@ -425,6 +438,9 @@ def calibrate(doc: Mapping, measurements: Sequence[Measurement], names: Sequence
     # Only parameters no measurement responds to are dropped here: which combinations the measurements can
     # tell apart is judged at the fitted values, where the parameters' effects may differ from the start.
     unidentified = _flat(sens, names, start)
+    responding = [n for n in names if n not in unidentified]
+    if len(responding) > n_meas:
+        raise ConfigError(_underdetermined(sens, names, responding, n_meas))
 
     def trial(x: np.ndarray, free: list[str]) -> dict[str, float]:
         # Clamped rather than bounded: least squares runs unbounded in log space (bounds change its steps and
