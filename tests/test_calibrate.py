@@ -96,9 +96,9 @@ CALLS = [
     ("fp_batch_norm_grad_s", bn(16, 512, base=G, mask=0x3, step=0x80000)),
     ("fp_conv2d_backprop_filter_p", conv_p(2, 16, 64)),
     ("fp_conv2d_backprop_filter_p", conv_p(1, 8, 32, {"split": "filter", "in_c_slice": 32, "out_c_slice": 8})),
-    ("fp_conv2d_backprop_filter_p", conv_p(1, 8, 64, {"split": "filter", "in_c_slice": 8, "out_c_slice": 8})),
+    ("fp_conv2d_backprop_filter_p", conv_p(1, 8, 32, {"split": "filter", "in_c_slice": 8, "out_c_slice": 8})),
     ("fp_conv2d_backprop_filter_s", {"input": 0x80000000, "out_backprop": 0x90000000, "output": 0xA0000000,
-                                     "input_shape": [8, 28, 28, 64], "filter_sizes": [3, 3, 64, 64],
+                                     "input_shape": [4, 28, 28, 64], "filter_sizes": [3, 3, 64, 64],
                                      "strides": [1, 1, 1, 1], "padding": "SAME"}),
     # One core through 64 tiles of 4 rows: the per-tile overhead shows even where the vector work is slow.
     ("fp_batch_norm_grad_s", {**bn(256, 64, mask=0x1), "tiling": {"split": "rows", "tile_elements": 256}}),
