@@ -23,7 +23,7 @@ from tiny_kernels import Breaker, Twice
 
 import sim
 from kernels.base import PlanContext
-from kernels.common.loops import gemm_micro_kernel
+from kernels.common.loops import elementwise, gemm_micro_kernel
 from sim.model import plan_check
 from sim.model.plan import Loop, Operand, Phase, Plan, Tile, Transfer
 from sim.model.plan_check import RULES
@@ -118,6 +118,8 @@ HOSTILE: dict[str, tuple[Breaker, str, str]] = {
                 "the tile fills x@0 and so is a staging tile, which the walk does not wait for: it may have loads "
                 "only (no compute, no stores)"),
     # The kernel's loop taken away: its tile 1 multiplies 512 elements (half of N) into one output.
+    "compute-flops": (compute_with(flops=1 << 20), "s", "the compute states 1048576 flops, but its loops issue at "
+                                                          "most"),
     "compute-loops": (compute_with(loops=()), "s",
                       "the compute does 512 flops and writes 1 output operand but states no loops: a compute is "
                       "priced from its inner loops only (its flops are reported, never priced), so state the loop "
@@ -506,7 +508,7 @@ def test_numpy_int_counts_are_bounded_and_priced_exactly_like_python_ints():
     """A loop stating its counts as numpy ints is refused by the same bounds (its cycles are worked out in Python
     ints: int64 arithmetic would wrap a hostile product around to a small, legal-looking count)."""
     core = sim.load_target("FT78NE").core
-    big = dict(trips=2 ** 31, entries=2 ** 31, issues={"vls": 2 ** 20})
+    big = dict(trips=2 ** 31, entries=2 ** 31, issues={"vls": 2 ** 20, "fmac": 1})
     as_numpy = {k: (np.int64(v) if isinstance(v, int) else {u: np.int64(n) for u, n in v.items()})
                 for k, v in big.items()}
     with np.errstate(over="raise"):
@@ -517,3 +519,23 @@ def test_numpy_int_counts_are_bounded_and_priced_exactly_like_python_ints():
         m, args, _ = _machine("s")
         with pytest.raises(sim.PlanError, match=r"'bounds': the compute takes .* cycles"):
             m.call("fp_numpy_counts_s", **args)
+
+
+def test_a_compute_stating_more_arithmetic_than_its_loops_issue_is_refused():
+    """Twice's tile 1 claims 16 flops per element with a loop of one load, one vector ALU op and one store per
+    vector: at most 2 operations per lane of each ALU issue, 2 per element, so 16 per element cannot be done in its
+    time.  The rule names the flops, the capacity (2 x the elements: 512 x 2 = 1024) and what to state instead."""
+    def greedy(p, c, x):
+        t1 = p.phases[0].tiles[p.cores[0]][1]
+        half = t1.compute.flops  # one flop per element of its 512
+        loop = elementwise(x.target.core, "fp32", half, loads=1, stores=1, valu=1, label="claims too much")
+        return tile1(p, compute=dataclasses.replace(t1.compute, flops=16 * half, loops=(loop,)))
+
+    with sim.registered_kernel(Twice("greedy", greedy)):
+        m, args, _ = _machine("s")
+        before = m.memory.snapshot()
+        with pytest.raises(sim.PlanError, match=r"core 0, tile 1, phase 'twice': breaks the plan rule "
+                                                r"'compute-flops': the compute states 8192 flops, but its loops "
+                                                r"issue at most 1024 element operations"):
+            m.call("fp_greedy_s", **args)
+        assert m.memory.snapshot() == before

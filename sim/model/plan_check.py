@@ -26,6 +26,8 @@ engine.  The rules, each with the id a :class:`~sim.errors.PlanError` names (see
   releases (a deadlock);
 * ``compute-loops``: a compute that does arithmetic (``flops > 0``) or writes outputs states its loops (what it
   issues, and so what it costs: :func:`sim.timing.compute_cycles` prices loops only);
+* ``compute-flops``: a compute states no more flops than its loops can issue (:data:`ARITHMETIC_RULE`: its flops
+  are reported, never priced, so a compute claiming more would show its arithmetic in the time of far less);
 * ``loop-units``: a compute's loops issue only on unit classes the core has (``core.units``);
 * ``loop-registers``: a loop keeps live at most the vector registers the core has;
 * ``bounds``: every count a plan states is bounded, so that no report overflows: ``Loop.trips``, ``entries``,
@@ -88,6 +90,8 @@ RULES: dict[str, str] = {
     "buffers": "staged buffers are filled before they are used, in generation order, by staging tiles (no compute, "
                "no stores), and the phase's waits on them cannot deadlock",
     "compute-loops": "a compute that does arithmetic or writes outputs states the loops that issue its work",
+    "compute-flops": "a compute states no more flops than its loops can issue (2 per FMAC, vector ALU and scalar "
+                     "ALU issue per lane)",
     "loop-units": "a compute's loops issue only on unit classes the core has",
     "loop-registers": "a loop keeps live at most the vector registers the core has",
     "bounds": "a plan's counts are bounded: a loop's counts at most 2**32, a tile's flops at most 2**48, a tile's "
@@ -124,6 +128,17 @@ def _span_offsets(shape: tuple[int, ...], src_strides: tuple[int, ...], dst_stri
     dst_lo, dst_hi = block_span(0, shape, itemsize, dst_strides)
     return src_lo, src_hi, dst_lo, dst_hi
 
+
+
+#: Element operations one issue of a unit class can perform, per vector lane: a fused multiply-add two, a vector
+#: ALU op up to two (a compare-and-select, a fused negate-and-add), a scalar ALU op up to two (per lane it stands
+#: for one lane's work); loads, stores, broadcasts and scalar loads none.  Generous on purpose: the rule catches a
+#: compute that states far more arithmetic than its loops issue, never one that counts its ops a little
+#: differently.
+OPS_PER_ISSUE: dict[str, int] = {"fmac": 2, "valu": 2, "salu": 2}
+#: How the rule compute-flops counts what a compute's loops can do.
+ARITHMETIC_RULE = ("2 per FMAC, vector ALU and scalar ALU issue per lane, each loop's trips and epilogue times its "
+                   "entries, and a cross-lane reduction a lane each")
 
 class _Where:
     """Where the check is (kernel, core, tile, phase): the PlanError it raises names them."""
@@ -550,6 +565,13 @@ class _Checker:
             if id(loop) not in self._loops:  # tiles share their loops: each is judged once
                 self.loop(loop, i)
                 self._loops[id(loop)] = loop  # kept alive so that its id is not reused
+        if c.flops:
+            capacity = self._arithmetic(c)
+            if c.flops > capacity:
+                raise self.fail("compute-flops", f"the compute states {c.flops} flops, but its loops issue at most "
+                                                 f"{capacity} element operations ({ARITHMETIC_RULE}): state the "
+                                                 f"loops that do its arithmetic (a compute is priced from its "
+                                                 f"loops, so its flops would run in the time of far fewer)")
         # Each operand's (lo, hi, level index) once: an in-place operand (an output over an input) counts once.
         ins = [self.operand(op, "input", i) for i, op in enumerate(c.inputs)]
         outs = [self.operand(op, "output", i) for i, op in enumerate(c.outputs)]
@@ -570,6 +592,16 @@ class _Checker:
                     raise self.fail("output-overlap", f"output operand {a} {_span(a_lo, a_hi)} and output operand "
                                                       f"{b} {_span(b_lo, b_hi)} share bytes: the engine would write "
                                                       f"one over the other")
+
+    def _arithmetic(self, c: Compute) -> int:
+        """The most element operations ``c``'s loops can perform (:data:`ARITHMETIC_RULE`)."""
+        lanes = self.target.core.precisions[c.precision].lanes
+        total = 0
+        for loop in c.loops:  # in Python ints: numpy counts would wrap around (their bounds are checked above)
+            per_trip = sum(int(n) * OPS_PER_ISSUE.get(u, 0) for u, n in loop.issues.items())
+            after = sum(int(n) * OPS_PER_ISSUE.get(u, 0) for u, n in loop.epilogue.items())
+            total += int(loop.entries) * (int(loop.trips) * per_trip + after) * lanes + int(loop.reductions) * lanes
+        return total
 
     def loop(self, loop: Any, index: int) -> None:
         """A compute's loop ``index``: well-formed, issuing on the core's unit classes only, fitting its

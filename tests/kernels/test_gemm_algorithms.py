@@ -220,3 +220,32 @@ def test_gsm_blocks_take_every_byte_of_gsm_the_call_leaves_free():
     fills = [t for ph in plan.phases for t in ph.tiles[0] for t in t.loads if DDR[0] <= t.src < DDR[1]]
     assert min(t.dst for t in fills) == 0x40000000
     assert max(t.dst + t.size_bytes for t in fills) == 0x40000000 + 3072 * 512 * 4 == 0x40600000
+
+
+def test_core0_refills_the_one_gsm_block_after_every_core_is_done_with_it_at_the_cycles_the_target_gives():
+    """a_loader core0, a_buffers 1, 2 cores, 96 x 64 x 1024 in two 512-deep k blocks (each core 32 columns of C).
+    From FT78NE's file: block 1's refill (96 x 512 fp32, 196,608 bytes, with core 0's B block, 32 x 512 fp32,
+    65,536) starts when the last compute on block 0 ends, on core 0's engines only; it cannot land before
+    that + the 64-cycle setup + 262,144 bytes over DDR's 20 B/cycle + DDR's 200-cycle latency.  Once it has, each
+    core loads its next two panels (12 x 512 fp32, 24,576 bytes each) from GSM into SM on its two engines: 64
+    cycles of setup, 49,152 bytes through the core's SM at 16 B/cycle (3,072 cycles; four such streams take
+    GSM's 64 B/cycle exactly), GSM's 40-cycle latency: its first compute on block 1 starts 3,176 cycles after
+    the refill landed."""
+    m, n, k = 96, 64, 1024
+    run, got, want, _ = run_gemm("FT78NE", "fp_gemm_s", m, n, k, where={"core_mask": 0x3}, tiling={
+        "split": "n", "c_home": "am", "a_loader": "core0", "a_buffers": 1, "b_staging": "am", "m_micro": 6,
+        "k_block": 512, "m_panel": 12, "m_block": 96, "n_block": 32, "n_micro": 32})
+    assert_close(got, want, k)
+    computes = {c: sorted((e for e in run.events if e.kind == "compute" and e.core == c), key=lambda e: e.start)
+                for c in (0, 1)}
+    per_block = m // 12  # eight panels a core per k block
+    block0_done = max(computes[c][per_block - 1].end for c in (0, 1))
+    refill = [e for e in run.events if e.kind == "dma_in" and e.dst_region == "gsm" and e.start >= block0_done]
+    b_next = [e for e in run.events if e.kind == "dma_in" and e.src_region == "ddr" and e.dst_region == "am"
+              and e.core == 0 and e.start >= block0_done]
+    assert sum(e.bytes for e in refill) == 96 * 512 * 4 and {e.core for e in refill} == {0}
+    assert min(e.start for e in refill) == block0_done
+    landed = max(e.end for e in refill + b_next)
+    assert landed >= block0_done + 64 + -(-(96 * 512 * 4 + sum(e.bytes for e in b_next)) // 20) + 200
+    for c in (0, 1):
+        assert computes[c][per_block].start == landed + 64 + 2 * 24576 // 16 + 40
