@@ -394,10 +394,16 @@ class Simulator:
             self._registry_generation = now
 
     def _plan_entry(self, symbol: str, tiling: Mapping[str, Any] | None, progress: Progress | None,
-                    kwargs: Mapping[str, Any]) -> tuple[BoundCall, CachedPlan, TilingChoice]:
-        call = self.bind(symbol, **kwargs)
-        self._forget_plans_of_replaced_kernels()
-        enforce_layout(call, self.target)
+                    kwargs: Mapping[str, Any], bound: BoundCall | None = None
+                    ) -> tuple[BoundCall, CachedPlan, TilingChoice]:
+        """Bind and layout-check the call (``bound``: bound and checked already), then plan it."""
+        if bound is None:
+            call = self.bind(symbol, **kwargs)
+            self._forget_plans_of_replaced_kernels()
+            enforce_layout(call, self.target)
+        else:
+            call = bound
+            self._forget_plans_of_replaced_kernels()
         planned = self._planner.plan_call(call, tiling, progress)
         return call, planned.entry, planned.choice
 
@@ -413,13 +419,14 @@ class Simulator:
         return self.plan_bound_with_choice(call, tiling)[0]
 
     @_locked
-    def plan_bound_with_choice(self, call: BoundCall, tiling: Mapping[str, Any] | None = None) \
-            -> tuple[Plan, TilingChoice]:
+    def plan_bound_with_choice(self, call: BoundCall, tiling: Mapping[str, Any] | None = None,
+                               progress: Progress | None = None) -> tuple[Plan, TilingChoice]:
         """:meth:`plan_bound` and how the tiling was chosen (what ``dspsim validate`` plans: the very plan a
-        call would run, no numerics, no simulation when the choice is in the tuning cache)."""
+        call would run, no numerics, no simulation when the choice is in the tuning cache); ``progress`` as
+        :meth:`plan_with_choice` takes it."""
         self._forget_plans_of_replaced_kernels()
         with collector_paused():
-            planned = self._planner.plan_call(call, tiling)
+            planned = self._planner.plan_call(call, tiling, progress)
         return planned.entry.plan, planned.choice
 
     def _reserve_outputs(self, call: BoundCall) -> None:
@@ -453,15 +460,17 @@ class Simulator:
 
     def _plan_and_run(self, symbol: str, tiling: Mapping[str, Any] | None, numerics: bool,
                       progress: Callable[[int, int], None] | None, kwargs: Mapping[str, Any],
-                      stage: list[str]) -> tuple[BoundCall, CachedPlan, TilingChoice, SimulatedTiming]:
+                      stage: list[str], bound: BoundCall | None
+                      ) -> tuple[BoundCall, CachedPlan, TilingChoice, SimulatedTiming]:
         """Plan the call (``stage[0]`` says so), then run it (and ``stage[0]`` says that)."""
-        call, entry, choice = self._plan_entry(symbol, tiling, None, kwargs)
+        call, entry, choice = self._plan_entry(symbol, tiling, None, kwargs, bound)
         stage[0] = "running its plan"
         return call, entry, choice, self._run_plan(entry, call, numerics, progress, self.kernel_of(call).name)
 
     def _journaled_call(self, symbol: str, tiling: Mapping[str, Any] | None, numerics: bool,
                         progress: Callable[[int, int], None] | None, time_limit: float | None,
-                        kwargs: Mapping[str, Any]) -> tuple[BoundCall, CachedPlan, TilingChoice, SimulatedTiming]:
+                        kwargs: Mapping[str, Any], bound: BoundCall | None = None
+                        ) -> tuple[BoundCall, CachedPlan, TilingChoice, SimulatedTiming]:
         """Plan and run a call within its time limit, every byte written meanwhile journaled (a ``write`` from
         its progress callback included) and rolled back if anything fails.  The journal is begun, committed and
         rolled back outside the time limit's watch, so that its interruption never lands in a rollback."""
@@ -471,7 +480,7 @@ class Simulator:
         try:
             got = run_within(time_limit, lambda: expired_message(symbol, cast(float, time_limit), stage[0]),
                              self._plan_and_run, symbol, tiling, numerics, progress, kwargs,
-                             stage)
+                             stage, bound)
         except BaseException as e:
             self.memory.rollback()
             if isinstance(e, TimeLimitError):  # stopped anywhere: keep no plan or choice it may have half made
@@ -497,6 +506,20 @@ class Simulator:
         is rolled back with the call's own writes if the call fails), but a ``call`` from it on this Simulator
         is refused with NestedCallError: the outer call's rollback must cover every byte written during it.
         """
+        return self._call(symbol, numerics, progress, tiling, time_limit_seconds, kwargs, None)
+
+    @_locked
+    def run_bound(self, call: BoundCall, args: Mapping[str, Any], *, numerics: bool = True,
+                  progress: Callable[[int, int], None] | None = None, tiling: Mapping[str, Any] | None = None,
+                  time_limit_seconds: float | None = None) -> Run:
+        """:meth:`call` of a call bound (from ``args``, its C arguments by name) and layout-checked already: the
+        run pipeline's last stage (:mod:`sim.tools.runner`), which binds and checks a run-config's call once."""
+        return self._call(call.symbol, numerics, progress, tiling, time_limit_seconds, args, call)
+
+    def _call(self, symbol: str, numerics: bool, progress: Callable[[int, int], None] | None,
+              tiling: Mapping[str, Any] | None, time_limit_seconds: float | None, kwargs: Mapping[str, Any],
+              bound: BoundCall | None) -> Run:
+        """:meth:`call` (``bound``: the call bound and layout-checked already)."""
         t0 = time.perf_counter()
         if not isinstance(numerics, (bool, np.bool_)):
             raise KernelArgError(f"call: 'numerics' must be True or False, got {brief(numerics)}")
@@ -512,7 +535,7 @@ class Simulator:
         try:
             with collector_paused():
                 call, entry, choice, timing = self._journaled_call(symbol, tiling, bool(numerics), progress, limit,
-                                                                   kwargs)
+                                                                   kwargs, bound)
         finally:
             self._running = None
         sym = lookup(call.symbol)

@@ -95,8 +95,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, allow_kernels=allow_kernels(args))
     if args.time_limit is not None:  # the flag wins over the config's time_limit_seconds
         cfg = dataclasses.replace(cfg, time_limit_seconds=checked_time_limit(args.time_limit, "--time-limit: "))
-    check_before_run(cfg, strict=args.strict)
-    m, run = execute_with_progress(cfg)  # progress bars on a terminal once a phase passes a second
+    # One pipeline: bind and check once, place, choose the tiling, simulate (sim.tools.runner).
+    bound, _ = check_before_run(cfg, strict=args.strict)
+    m, run = execute_with_progress(cfg, bound=bound)  # progress bars on a terminal once a phase passes a second
     out_dir = Path(args.out_dir)
     with progress_phases(sys.stderr) as phases:
         phases("writing the trace", 0, 1)

@@ -42,6 +42,7 @@ from sim.tools.config import ArraySpec, RunConfig, check_data_file
 
 if TYPE_CHECKING:
     from sim.simulator import Simulator
+    from sim.tools.runner import Bound
 
 #: Rules whose findings are warnings unless ``strict``.
 WARNING_RULES = ("unplaced-input", "data-core", "data-overlap")
@@ -279,30 +280,39 @@ def check_entries(cfg: RunConfig, call: BoundCall, target: Target,
     return issues
 
 
-def preflight(cfg: RunConfig) -> tuple[Simulator, Preflight]:
-    """Bind ``cfg``'s call on a simulator holding only its literal ``values`` data, check the call's layout,
-    then the config's entries.  Returns that simulator (no tensors placed) and the findings.
+def checked(cfg: RunConfig) -> tuple[Bound, Preflight]:
+    """The run pipeline's first stages: bind ``cfg``'s call on a simulator holding only its literal ``values``
+    data (:func:`sim.tools.runner.bound_call`), check the call's layout, then the config's entries.  Returns the
+    bound call (its simulator holds no tensors yet) and the findings.
 
     Errors that stop the check itself (an unknown symbol, a bad argument, a ``values`` entry that cannot
     be placed) propagate as they are.
     """
     from sim.tools.runner import (
-        bind_only,  # the runner imports the facade, which imports the kernels
+        bound_call,  # the runner imports the facade, which imports the kernels
     )
 
-    m, call = bind_only(cfg)
-    violations = tuple(check_layout(call, m.target))
-    return m, Preflight(call, violations, tuple(check_entries(cfg, call, m.target, violations)))
+    b = bound_call(cfg)
+    violations = tuple(check_layout(b.call, b.simulator.target))
+    return b, Preflight(b.call, violations, tuple(check_entries(cfg, b.call, b.simulator.target, violations)))
 
 
-def check_before_run(cfg: RunConfig, strict: bool = False, warn: IO[str] | None = None) -> Preflight:
+def preflight(cfg: RunConfig) -> tuple[Simulator, Preflight]:
+    """:func:`checked`'s simulator and findings (what ``dspsim validate`` reports)."""
+    b, found = checked(cfg)
+    return b.simulator, found
+
+
+def check_before_run(cfg: RunConfig, strict: bool = False, warn: IO[str] | None = None) -> tuple[Bound, Preflight]:
     """What ``dspsim run`` checks first: raise on a layout violation or an entry error (on a warning too when
-    ``strict``), print each warning to ``warn`` (default stderr) as ``dspsim: warning: ...``."""
-    _, found = preflight(cfg)
+    ``strict``), print each warning to ``warn`` (default stderr) as ``dspsim: warning: ...``.  Returns the bound
+    call the run goes on with (:func:`sim.tools.runner.run_bound`: no second bind nor layout check) and the
+    findings."""
+    b, found = checked(cfg)
     found.raise_for_problems(strict)
     for w in found.warnings(strict):
         print(f"dspsim: warning: {w}", file=warn if warn is not None else sys.stderr)
-    return found
+    return b, found
 
 
-__all__ = ["EntryIssue", "Preflight", "check_entries", "preflight", "check_before_run", "WARNING_RULES"]
+__all__ = ["EntryIssue", "Preflight", "check_entries", "checked", "preflight", "check_before_run", "WARNING_RULES"]

@@ -13,6 +13,7 @@ which :class:`PhaseProgress` draws; sweeps and calibrations draw each of their p
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import sys
@@ -21,10 +22,12 @@ import time
 from typing import IO, Any, cast
 
 from sim.errors import TimeLimitError
+from sim.model.call import BoundCall
+from sim.model.layout import enforce_layout
 from sim.simulator import Run, Simulator
 from sim.time_limit import PLANNING_STAGE, expired_message, run_within
 from sim.tools.config import RunConfig
-from sim.tools.runner import execute, prepare
+from sim.tools.runner import Bound, bound_call, check_entries_map, execute, place_data, run_bound
 
 #: Seconds a run must last before its bar appears.
 DELAY_SECONDS = 1.0
@@ -252,34 +255,38 @@ def progress_phases(stream: IO[str] | None = None, delay: float = DELAY_SECONDS)
 
 
 def execute_with_progress(cfg: RunConfig, stream: IO[str] | None = None, delay: float = DELAY_SECONDS,
-                          mininterval: float = 0.2) -> tuple[Simulator, Run]:
-    """Run a run-config like :func:`sim.tools.runner.execute`, with progress bars when ``stream`` (default stderr)
-    is a terminal: placing the data, planning and pricing the candidate tilings, then simulating; otherwise
-    exactly ``execute(cfg)``.  ``delay`` and ``mininterval`` (seconds) are when a bar first shows and how
-    often it redraws."""
+                          mininterval: float = 0.2, bound: Bound | None = None) -> tuple[Simulator, Run]:
+    """Run a run-config like :func:`sim.tools.runner.execute` (``bound``: its call bound and checked already by
+    the preflight), with progress bars when ``stream`` (default stderr) is a terminal: placing the data,
+    planning and pricing the candidate tilings, then simulating; otherwise exactly ``execute(cfg, bound=...)``.
+    ``delay`` and ``mininterval`` (seconds) are when a bar first shows and how often it redraws."""
     stream = stream if stream is not None else sys.stderr
     if not is_terminal(stream):
-        return execute(cfg)
+        return execute(cfg, bound=bound)
+    if bound is None:
+        bound = bound_call(cfg)
+        enforce_layout(bound.call, bound.simulator.target)
+    m, call = bound.simulator, bound.call
     limit = cfg.time_limit_seconds
     with PhaseProgress(stream, delay=delay, mininterval=mininterval) as phases:
-        m = prepare(cfg, progress=phases)
+        check_entries_map(cfg, m)
+        place_data(cfg, m, cfg.numerics, progress=phases, already=bound.placed)
         phases("planning", 0, 1)  # a named tiling plans in one step; a search reports its own phases
-        # The search's choice is cached: call() below plans the same call again without searching.  The time
+        # The search's choice is cached: the run below plans the same call again without searching.  The time
         # limit covers the call's planning, done here ahead of it: it gets what the planning left.
         start = time.monotonic()
-        _, plan, _ = _plan_within(m, cfg, limit, phases)
+        plan, _ = _plan_within(m, cfg, call, limit, phases)
     left = None if limit is None else max(limit - (time.monotonic() - start), 1e-3)
     with RunProgress(plan.tile_count, stream=stream, delay=delay, mininterval=mininterval) as bar:
-        run = m.call(cfg.symbol, numerics=cfg.numerics, progress=bar, tiling=cfg.tiling, time_limit_seconds=left,
-                     **cfg.args)
+        run = run_bound(dataclasses.replace(cfg, time_limit_seconds=left), bound, progress=bar)
     return m, run
 
 
-def _plan_within(m: Simulator, cfg: RunConfig, limit: float | None, phases: PhaseProgress) -> tuple:
-    """``m.plan_with_choice`` of the config's call, within ``limit`` seconds (None: no limit); on TimeLimitError
-    the simulator forgets any plan it was making (planning writes no memory)."""
+def _plan_within(m: Simulator, cfg: RunConfig, call: BoundCall, limit: float | None, phases: PhaseProgress) -> tuple:
+    """``m.plan_bound_with_choice`` of the config's bound call, within ``limit`` seconds (None: no limit); on
+    TimeLimitError the simulator forgets any plan it was making (planning writes no memory)."""
     def plan() -> tuple:
-        return m.plan_with_choice(cfg.symbol, tiling=cfg.tiling, progress=phases, **cfg.args)
+        return m.plan_bound_with_choice(call, cfg.tiling, progress=phases)
 
     def expired() -> str:
         return expired_message(cfg.symbol, cast(float, limit), PLANNING_STAGE)

@@ -608,6 +608,6 @@ def write_report(config: str | Path, out: str | Path, stream: IO[str] | None = N
     terminal) and write its report page atomically.  ``allow_kernels`` is
     :func:`~sim.tools.config.load_config`'s (may the config's ``kernels:`` be imported)."""
     cfg = load_config(config, allow_kernels=allow_kernels)
-    check_before_run(cfg, strict=strict, warn=stream)
-    _, run = execute_with_progress(cfg, stream=stream)
+    bound, _ = check_before_run(cfg, strict=strict, warn=stream)
+    _, run = execute_with_progress(cfg, stream=stream, bound=bound)
     return atomic_write_text(out, report_html(run, cfg)), run

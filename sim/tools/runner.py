@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ import numpy as np
 from sim.errors import SimError
 from sim.files.atomic import atomic_write
 from sim.model.call import BoundCall
+from sim.model.layout import enforce_layout
 from sim.simulator import Run, Simulator, check_argument_names
 from sim.tools.config import ArraySpec, RunConfig
 from sim.tools.user_kernels import load_kernels
@@ -25,8 +27,14 @@ def prepare(cfg: RunConfig, *, numerics: bool | None = None,
     total)`` hears ``placing data`` after each array.
     """
     m = _simulator(cfg)
-    # Every placement and read-back is checked against the map before any array is generated,
-    # so a typo fails fast instead of building a large array (or running) for nothing.
+    check_entries_map(cfg, m)
+    place_data(cfg, m, cfg.numerics if numerics is None else numerics, progress=progress)
+    return m
+
+
+def check_entries_map(cfg: RunConfig, m: Simulator) -> None:
+    """Every placement and read-back checked against the map before any array is generated, so that a typo
+    fails fast instead of building a large array (or running) for nothing."""
     for kind, specs in (("data", cfg.data), ("output", cfg.outputs)):
         for spec in specs:
             try:
@@ -34,8 +42,6 @@ def prepare(cfg: RunConfig, *, numerics: bool | None = None,
                                      what="write" if kind == "data" else "read")
             except SimError as e:
                 raise type(e)(f"{cfg.path}: {kind} '{spec.name}': {e}") from None
-    place_data(cfg, m, cfg.numerics if numerics is None else numerics, progress=progress)
-    return m
 
 
 def _simulator(cfg: RunConfig) -> Simulator:
@@ -49,7 +55,18 @@ def _simulator(cfg: RunConfig) -> Simulator:
         Simulator(cfg.target, tiling_tolerance=cfg.tiling_tolerance)
 
 
-def bind_only(cfg: RunConfig) -> tuple[Simulator, BoundCall]:
+@dataclass
+class Bound:
+    """A run-config's call bound (the run pipeline's first stage): the one simulator of the run, the call, the
+    data entries placed so far and the bytes the binding read (``(address, size in bytes, core)``)."""
+
+    simulator: Simulator
+    call: BoundCall
+    placed: set[str] = field(default_factory=set)
+    reads: list[tuple[int, int, int | None]] = field(default_factory=list)
+
+
+def bound_call(cfg: RunConfig) -> Bound:
     """A simulator holding only the config's literal ``values`` data, and the config's call bound on it.
 
     That is what checking a config needs (pointers and shapes, not tensors);
@@ -59,17 +76,55 @@ def bind_only(cfg: RunConfig) -> tuple[Simulator, BoundCall]:
     it is read (:func:`place_on_demand`).
     """
     m = _simulator(cfg)
-    placed = set()
+    placed: set[str] = set()
     for spec in cfg.data:
         if "values" in spec.source:
             _place(cfg, m, spec)
             placed.add(spec.name)
-    place_on_demand(cfg, m, placed)
-    return m, bind(cfg, m)
+    reads: list[tuple[int, int, int | None]] = []
+    place_on_demand(cfg, m, placed, reads)
+    call = bind(cfg, m)
+    m.before_bind_read = None
+    return Bound(m, call, placed, reads)
+
+
+def bind_only(cfg: RunConfig) -> tuple[Simulator, BoundCall]:
+    """:func:`bound_call`'s simulator and call."""
+    b = bound_call(cfg)
+    return b.simulator, b.call
+
+
+def run_bound(cfg: RunConfig, b: Bound, progress: Callable[[int, int], None] | None = None,
+              placing: Callable[[str, int, int], None] | None = None) -> Run:
+    """The run pipeline's last stages for a call bound and layout-checked by :func:`bound_call` (and the
+    preflight): the rest of the config's data placed in the same simulator, then the call run, with no second
+    bind nor layout check, unless a data entry placed now overlaps bytes the binding read (then the call is
+    bound and checked again on what memory holds now).  ``progress`` hears the tiles, ``placing`` the data
+    placed."""
+    m = b.simulator
+    check_entries_map(cfg, m)
+    place_data(cfg, m, cfg.numerics, progress=placing, already=b.placed)
+    if _rewrites_what_the_binding_read(cfg, m, b):
+        return m.call(cfg.symbol, numerics=cfg.numerics, progress=progress, tiling=cfg.tiling,
+                      time_limit_seconds=cfg.time_limit_seconds, **cfg.args)
+    return m.run_bound(b.call, cfg.args, numerics=cfg.numerics, progress=progress, tiling=cfg.tiling,
+                       time_limit_seconds=cfg.time_limit_seconds)
+
+
+def _rewrites_what_the_binding_read(cfg: RunConfig, m: Simulator, b: Bound) -> bool:
+    """Whether a data entry placed after the binding overlaps bytes the binding read."""
+    for spec in cfg.data:
+        if spec.name in b.placed:
+            continue
+        lo = spec.addr
+        hi = lo + math.prod(spec.shape) * spec.dtype.itemsize
+        if any(lo < addr + size and addr < hi and _same_memory(m, spec, core) for addr, size, core in b.reads):
+            return True
+    return False
 
 
 def place_data(cfg: RunConfig, m: Simulator, numerics: bool,
-               progress: Callable[[str, int, int], None] | None = None) -> None:
+               progress: Callable[[str, int, int], None] | None = None, already: set[str] | None = None) -> None:
     """Write the config's data into ``m``.
 
     A timing-only run (``numerics`` false) needs no tensors: only literal
@@ -77,11 +132,11 @@ def place_data(cfg: RunConfig, m: Simulator, numerics: bool,
     binding reads (a pointer table such as a params array from a ``.npy``
     file) when it reads it (:func:`place_on_demand`).
     """
-    placed = set()
+    placed = set() if already is None else already  # (``already``: entries in memory before, placed again never)
     for i, spec in enumerate(cfg.data):
         if progress is not None:
             progress("placing data", i, len(cfg.data))
-        if not numerics and "values" not in spec.source:
+        if spec.name in placed or (not numerics and "values" not in spec.source):
             continue
         placed.add(spec.name)
         view = None
@@ -114,7 +169,8 @@ def _same_memory(m: Simulator, spec: ArraySpec, core: int | None) -> bool:
     return region is not None and (region.shared or spec.core == core)
 
 
-def place_on_demand(cfg: RunConfig, m: Simulator, placed: set[str]) -> None:
+def place_on_demand(cfg: RunConfig, m: Simulator, placed: set[str],
+                    reads: list[tuple[int, int, int | None]] | None = None) -> None:
     """Have ``m`` place the config's data entries not in ``placed`` when a binding reads their bytes.
 
     A kernel reads a pointer table while binding (BatchNormGrad's params given as an address): the entry
@@ -122,6 +178,8 @@ def place_on_demand(cfg: RunConfig, m: Simulator, placed: set[str]) -> None:
     ``validate`` never reads stay unbuilt (``validate`` reads only the headers of their files).
     """
     def before_read(addr: int, size_bytes: int, core: int | None) -> None:
+        if reads is not None:
+            reads.append((addr, size_bytes, core))
         for spec in cfg.data:
             lo = spec.addr
             hi = lo + math.prod(spec.shape) * spec.dtype.itemsize
@@ -138,12 +196,14 @@ def bind(cfg: RunConfig, m: Simulator) -> BoundCall:
     return m.bind(cfg.symbol, **cfg.args)
 
 
-def execute(cfg: RunConfig, progress: Callable[[int, int], None] | None = None) -> tuple[Simulator, Run]:
-    """Place the data and run the call."""
-    m = prepare(cfg)
-    run = m.call(cfg.symbol, numerics=cfg.numerics, progress=progress, tiling=cfg.tiling,
-                 time_limit_seconds=cfg.time_limit_seconds, **cfg.args)
-    return m, run
+def execute(cfg: RunConfig, progress: Callable[[int, int], None] | None = None,
+            bound: Bound | None = None) -> tuple[Simulator, Run]:
+    """Run a run-config through the one pipeline: bind its call (once; ``bound``: bound and checked already by
+    the preflight), check its layout, place its data, run it (:func:`run_bound`)."""
+    if bound is None:
+        bound = bound_call(cfg)
+        enforce_layout(bound.call, bound.simulator.target)
+    return bound.simulator, run_bound(cfg, bound, progress)
 
 
 def _npy_writer(arr: np.ndarray) -> Callable[[Path], None]:
