@@ -11,7 +11,6 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -33,7 +32,7 @@ from kernels.registry import (
 )
 from sim.engine.collector import collector_paused
 from sim.engine.engine import Engine, SimulatedTiming, simulate
-from sim.engine.events import Recorder, TraceEvent
+from sim.engine.events import Recorder
 from sim.errors import (
     ComputeOutputError,
     KernelArgError,
@@ -45,8 +44,7 @@ from sim.errors import (
     brief,
 )
 from sim.files import tuning_cache as disk_tunings
-from sim.inspect.summary import CoreSummary, core_summaries, load_imbalance, run_summary_text
-from sim.inspect.trace import run_metadata, write_trace
+from sim.inspect.run import Run
 from sim.model.call import BoundCall, Buffer
 from sim.model.layout import check_buffer, enforce_layout, layout_error
 from sim.model.memory import AddressSpace, checked_dtype
@@ -56,96 +54,9 @@ from sim.model.target_loader import load_target
 from sim.plan_cache import CachedPlan
 from sim.planning import CallPlanner, kernel_of, staging_areas  # noqa: F401 (staging_areas re-exported)
 from sim.time_limit import PLANNING_STAGE, checked_time_limit, expired_message, run_within, symbol_text
-from sim.timing import Roofline, peak_flops_per_cycle
 from sim.tuning import TILING_TOLERANCE, Progress, TilingChoice
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-@dataclass
-class Run:
-    """The outcome of one kernel call: cycles, trace events, bounds and summaries."""
-
-    symbol: str
-    target: Target
-    call: BoundCall
-    plan: Plan
-    cycles: int
-    events: list[TraceEvent]
-    roofline: Roofline
-    wall_seconds: float
-    args: dict = field(default_factory=dict)
-    tiling: TilingChoice | None = None
-    sim_events: int = 0  # SimPy events the simulation of the plan processed (the event engine's work)
-    numerics: bool = True  # False: a timing-only run (no values computed)
-    arg_kinds: Mapping[str, str] = field(default_factory=dict)  # argument name -> its ArgSpec kind
-    precision_note: str = ""  # what the symbol stores in fp16 and fp32 and computes in (the registry's note)
-    kernel_origin: str = ""  # where the symbol's kernel came from (shipped, a file, a module, an entry point)
-    # The summaries of the events as they were when last summarised (the text, metadata and trace all need them).
-    _summaries: tuple[tuple[int, int, int], list[CoreSummary]] | None = field(default=None, init=False, repr=False,
-                                                                              compare=False)
-
-    @property
-    def user_kernel(self) -> bool:
-        """Whether the symbol's kernel is a user's (registered, or from an installed package), not shipped."""
-        return bool(self.kernel_origin) and self.kernel_origin != SHIPPED
-
-    @property
-    def cores(self) -> tuple[int, ...]:
-        """The cores the call ran on."""
-        return self.plan.cores
-
-    @property
-    def idle_cores(self) -> tuple[int, ...]:
-        """The cores of the call that got no tile in any phase of the plan (empty when every core worked)."""
-        working = {core for phase in self.plan.phases for core, tiles in phase.tiles.items() if tiles}
-        return tuple(core for core in self.plan.cores if core not in working)
-
-    @property
-    def load_imbalance(self) -> float:
-        """The busiest core's busy cycles over the mean of every core of the call (1.0: perfectly even; idle
-        cores count as 0)."""
-        return load_imbalance(self.summaries())
-
-    @property
-    def microseconds(self) -> float:
-        """Simulated time of the run at the target's clock."""
-        return self.cycles * 1e6 / self.target.clock_hz
-
-    @property
-    def roofline_fraction(self) -> float:
-        """Roofline bound over achieved cycles (1.0 would be a perfect run)."""
-        return self.roofline.cycles / self.cycles if self.cycles else 0.0
-
-    @property
-    def achieved_flops_per_second(self) -> float:
-        """Vector element operations per second of simulated time."""
-        return self.roofline.total_flops / (self.cycles / self.target.clock_hz) if self.cycles else 0.0
-
-    @property
-    def peak_flops_per_second(self) -> float:
-        """Peak of the cores used at the precision(s) the plan's tiles compute in."""
-        return peak_flops_per_cycle(self.roofline, self.target, len(self.cores)) * self.target.clock_hz
-
-    def summaries(self) -> list[CoreSummary]:
-        """Per-core busy / compute / DMA / wait cycles and bytes per region."""
-        key = (id(self.events), len(self.events), self.cycles)
-        if self._summaries is None or self._summaries[0] != key:
-            self._summaries = (key, core_summaries(self.events, self.cores, self.cycles))
-        return list(self._summaries[1])
-
-    def summary_text(self) -> str:
-        """A human-readable summary: per-core table, bound and limit, FLOP/s, precisions, tiling."""
-        return run_summary_text(self)
-
-    def metadata(self) -> dict:
-        """Run metadata written into traces (:func:`sim.inspect.trace.run_metadata`)."""
-        return run_metadata(self)
-
-    def write_trace(self, path: str | Path) -> Path:
-        """Write the trace: Chrome trace JSON (Perfetto, chrome://tracing), or CSV for a ``.csv`` path."""
-        with collector_paused():  # a trace is many small dicts made at once and kept until written
-            return write_trace(path, self.events, self.target.clock_hz, self.metadata())
 
 
 def find_symbol(symbol: object) -> Symbol:
@@ -545,7 +456,7 @@ class Simulator:
                    wall_seconds=time.perf_counter() - t0, args=dict(kwargs), tiling=choice,
                    sim_events=timing.sim_events, numerics=bool(numerics),
                    arg_kinds={a.name: a.kind for a in sym.kernel.args}, precision_note=sym.precision_note,
-                   kernel_origin=sym.origin)
+                   kernel_origin=sym.origin, user_kernel=bool(sym.origin) and sym.origin != SHIPPED)
 
 
 def _phase_of(plan: Plan, core: int | None, tile: object) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -13,6 +13,9 @@ from sim.engine.events import TraceEvent
 from sim.model.plan import Plan
 from sim.model.target import Target
 from sim.timing import DMA_ENGINES, Roofline, compute_cycles, loop_cost
+
+if TYPE_CHECKING:
+    from sim.inspect.run import Run
 
 
 def _union(intervals: Sequence[tuple[int, int]]) -> int:
@@ -220,15 +223,15 @@ def load_imbalance(summaries: Sequence[CoreSummary]) -> float:
     return max(busy) / mean if mean else 1.0
 
 
-def balance_text(run: Any) -> str:
+def balance_text(run: Run) -> str:
     """One line: which cores of the call idled (the plan gave them no tile) and the load imbalance."""
-    idle = tuple(getattr(run, "idle_cores", ()))
+    idle = run.idle_cores
     imbalance = load_imbalance(run.summaries())
     words = f"load imbalance {imbalance:.2f} (the busiest core's busy cycles over the mean of {len(run.cores)} cores)"
     computing = {core for phase in run.plan.phases for core, tiles in phase.tiles.items()
                  if any(t.compute is not None for t in tiles)}
     movers = [c for c in run.cores if c not in computing and c not in idle]
-    tiling = getattr(run, "tiling", None)
+    tiling = run.tiling
     which = f"the tiling {tiling.tiling}" if tiling is not None and tiling.tiling else "the plan"
     parts = []
     if idle:
@@ -309,15 +312,15 @@ def loops_text(plan: Plan, target: Target, limit: int = 4) -> str | None:
     return f"inner loops: {shown}{more}"
 
 
-def run_summary_text(run: Any) -> str:
-    """The printed summary of a :class:`sim.simulator.Run`: per-core table, bound, limit, FLOP/s, precisions."""
+def run_summary_text(run: Run) -> str:
+    """The printed summary of a :class:`~sim.inspect.run.Run`: per-core table, bound, limit, FLOP/s, precisions."""
     rf = run.roofline
     summaries = run.summaries()
     shares = resource_shares(rf, summaries, run.cycles)
     limit = limiting_resource(rf, summaries, run.cycles)
     head = (f"{run.symbol} on {run.target.name}: {run.cycles} cycles "
             f"({run.microseconds:.2f} us at {run.target.clock_hz / 1e9:g} GHz), cores {list(run.cores)}")
-    if not getattr(run, "numerics", True):
+    if not run.numerics:
         head += "; timing only (numerics: false): no values computed, no outputs"
     others = ", ".join(f"{k} {100 * v:.1f}%" for k, v in sorted(shares.items()) if k != limit)
     lines = [
@@ -333,10 +336,10 @@ def run_summary_text(run: Any) -> str:
         f"{run.peak_flops_per_second / 1e9:.1f} GFLOP/s peak on {len(run.cores)} cores",
         f"precision: {run.precision_note}",
     ]
-    loops = loops_text(run.plan, run.target) if getattr(run, "plan", None) is not None else None
+    loops = loops_text(run.plan, run.target)
     if loops is not None:
         lines.append(loops)
-    if getattr(run, "user_kernel", False):  # a user's kernel: say where it came from
+    if run.user_kernel:  # a user's kernel: say where it came from
         lines.append(f"kernel: {run.kernel_origin}")
     if run.tiling is not None:
         lines.append(run.tiling.describe())

@@ -21,12 +21,15 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from sim.engine.events import DMA_KINDS, TraceEvent
 from sim.files.atomic import atomic_write_text
+
+if TYPE_CHECKING:
+    from sim.inspect.run import Run
 
 #: The process id of the (single) run in a trace document.
 PID = 1
@@ -126,8 +129,8 @@ def metadata_args(kinds: Mapping[str, str], args: Mapping[str, Any], buffer_addr
     return out
 
 
-def run_metadata(run: Any) -> dict:
-    """The metadata a :class:`sim.simulator.Run` writes into its trace: chip, call (and where its kernel came
+def run_metadata(run: Run) -> dict:
+    """The metadata a :class:`~sim.inspect.run.Run` writes into its trace: chip, call (and where its kernel came
     from), cycles, bounds, tiling."""
     from sim.inspect.summary import limiting_resource, load_imbalance, resource_shares
 
@@ -135,15 +138,15 @@ def run_metadata(run: Any) -> dict:
     tiling = run.tiling
     return {"target": run.target.name, "symbol": run.symbol, "cycles": run.cycles,
             "clock_hz": run.target.clock_hz, "cores": list(run.cores), "precision": run.call.precision,
-            "numerics": bool(getattr(run, "numerics", True)),
+            "numerics": bool(run.numerics),
             "roofline_cycles": round(run.roofline.cycles, 3), "bound_by": run.roofline.bound_by,
-            "idle_cores": list(getattr(run, "idle_cores", ())),
+            "idle_cores": list(run.idle_cores),
             "load_imbalance": round(load_imbalance(summaries), 4),
             "limited_by": limiting_resource(run.roofline, summaries, run.cycles),
             "resource_shares": {k: round(v, 4) for k, v in
                                 sorted(resource_shares(run.roofline, summaries, run.cycles).items())},
             "precision_note": run.precision_note,
-            "kernel_origin": getattr(run, "kernel_origin", ""),
+            "kernel_origin": run.kernel_origin,
             "args": metadata_args(run.arg_kinds, run.args, (b.addr for b in run.call.buffers)),
             "regions": region_facts(run.target),
             "tiling": None if tiling is None else {"tiling": tiling.tiling, "source": tiling.source}}

@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sim.engine.events import DMA_KINDS, KINDS, TraceEvent
 from sim.errors import brief
@@ -30,6 +30,9 @@ from sim.inspect.summary import (
 from sim.inspect.trace import run_title, track_name, tracks, unit_label, unit_order
 from sim.inspect.trace_metadata import MAX_TRACE_CYCLE, TraceFileError, checked_metadata
 from sim.model.target_loader import MAX_CORES
+
+if TYPE_CHECKING:
+    from sim.inspect.run import Run
 
 _WORK_KINDS = ("dma_in", "compute", "dma_out")
 
@@ -69,8 +72,8 @@ class Trace:
         return cycles * 1e6 / self.clock_hz if self.clock_hz else None
 
 
-def trace_of_run(run: Any) -> Trace:
-    """The :class:`Trace` of a :class:`sim.simulator.Run` (no file round trip)."""
+def trace_of_run(run: Run) -> Trace:
+    """The :class:`Trace` of a :class:`~sim.inspect.run.Run` (no file round trip)."""
     return Trace(events=tuple(run.events), metadata=run.metadata(), source=f"{run.target.name} {run.symbol}")
 
 
