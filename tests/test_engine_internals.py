@@ -1,6 +1,9 @@
-"""The SimPy internals the engine relies on for speed are what it expects."""
+"""The SimPy internals the engine relies on (sim/engine/clock.py, the one place that reads them) are what it
+expects."""
 
 import simpy
+
+from sim.engine.clock import cycle_of, discard_pending
 
 
 def test_simpy_keeps_its_clock_in_underscore_now():
@@ -52,3 +55,14 @@ def test_a_run_leaves_no_reference_cycle_per_transfer():
     # its scratch lists, at most one per DMA engine streaming then, and no other transfer.
     engines = 8 * m.target.dma.engines_per_core
     assert dmas <= engines and flows <= engines
+
+
+def test_the_clock_adapter_reads_simpys_clock_and_empties_its_schedule():
+    env = simpy.Environment(initial_time=3)
+    env.timeout(4)
+    env.timeout(9)
+    assert cycle_of(env) == env.now == 3
+    env.step()
+    assert cycle_of(env) == 7
+    discard_pending(env)
+    assert env.peek() == float("inf")  # nothing scheduled any more

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import simpy
 from simpy.events import Timeout
 
+from sim.engine.clock import cycle_of
 from sim.engine.events import TraceEvent
 from sim.engine.units import Group
 from sim.model.plan import Tile, Transfer
@@ -64,18 +65,18 @@ class Dma:
         """Ask for a DMA engine; program it (setup) once it is this transfer's."""
         engine_id = self.engines.acquire(self._engine)
         if engine_id is not None:
-            self._engine(engine_id, self.env._now)
+            self._engine(engine_id, cycle_of(self.env))
 
     def _engine(self, engine_id: int, at: int) -> None:
         """Engine ``engine_id`` is this transfer's from cycle ``at`` (now or later): program it."""
         self.engine_id = engine_id
         self.start_cycle = at
-        Timeout(self.env, at - self.env._now + self.eng.setup_cycles).callbacks.append(self._stream)
+        Timeout(self.env, at - cycle_of(self.env) + self.eng.setup_cycles).callbacks.append(self._stream)
 
     def _stream(self, _: simpy.Event) -> None:
         """Setup done: the bytes move now (in simulated memory) and the stream joins the fluid network."""
         t, eng = self.t, self.eng
-        self.stream_start = self.env._now
+        self.stream_start = cycle_of(self.env)
         if eng.numerics:
             eng.copy_bytes(t, self.core, self.src[1], self.dst[1])
         if eng.effects is not None:

@@ -35,6 +35,7 @@ import simpy
 from simpy.core import EmptySchedule
 
 from sim.engine.buffers import PhaseBuffers
+from sim.engine.clock import cycle_of, discard_pending
 from sim.engine.dma import Dma
 from sim.engine.events import Recorder, TraceEvent
 from sim.engine.fluid import FlowNetwork, FlowShape, Link
@@ -65,14 +66,6 @@ class EngineMemo:
         self.operands: dict[tuple[int, int], tuple] = {}
         self.compute: dict[int, int] = {}
         self.compute_text: dict[int, str | None] = {}
-
-
-def _discard_pending(env: simpy.Environment) -> None:
-    """Forget the events ``env`` has scheduled and not processed (a run stopped before its end).
-
-    SimPy has no public way to empty its schedule; its queue is the list of the scheduled events (and each event
-    holds the environment: a cycle, while any is pending)."""
-    env._queue.clear()
 
 
 class _PastLimit(Exception):
@@ -174,7 +167,7 @@ class Engine:
             try:  # the full check, for its message
                 got = self.memory.map.resolve(lo, hi - lo, core, what=f"DMA {side}")
             except MemoryFault as e:
-                raise MemoryFault(f"core {core}, tile {tile.tile_id}, cycle {self.env._now}: {e}") from None
+                raise MemoryFault(f"core {core}, tile {tile.tile_id}, cycle {cycle_of(self.env)}: {e}") from None
         self._resolved[(lo, hi, core)] = got
         return got
 
@@ -305,13 +298,13 @@ class Engine:
         c = tile.compute
         assert c is not None  # the walk computes only tiles that have a compute
         if self.numerics:
-            self._compute_numerics(core, tile, self.env._now)
+            self._compute_numerics(core, tile, cycle_of(self.env))
         if self.effects is not None:
-            self.effects.append((tile, core, self.env._now))
+            self.effects.append((tile, core, cycle_of(self.env)))
         cycles = self._compute_cycles(c)
         if self._compute_left is not None:
             left = self._compute_left[core]
-            if self.env._now + left > self._limit:
+            if cycle_of(self.env) + left > self._limit:
                 raise _PastLimit
             self._compute_left[core] = left - cycles
         return cycles
@@ -325,7 +318,7 @@ class Engine:
             text = self._memo.compute_text[key]
         else:
             text = self._memo.compute_text[key] = compute_text(c, self.target)
-        self.record(TraceEvent(core, "compute", "compute", start, self.env._now, 0, None, None, None, None,
+        self.record(TraceEvent(core, "compute", "compute", start, cycle_of(self.env), 0, None, None, None, None,
                                tile.tile_id, phase, c.flops, 0, None, text))
 
     # -- a core's walk through the plan ---------------------------------------------------------
@@ -341,14 +334,14 @@ class Engine:
         yield done  # the last store of the phase has landed
 
     def _barrier(self, core: int, phase: str, state: dict) -> Generator:
-        arrive = self.env._now
+        arrive = cycle_of(self.env)
         state["arrived"] += 1
         if state["arrived"] == state["expected"]:
             release = state["release"]
             self.env.process(self._release(release))
         yield state["release"]
         self.recorder.record(TraceEvent(core=core, unit="sync", kind="barrier_wait", start=arrive,
-                                        end=self.env._now, phase=phase, wait_cycles=self.env._now - arrive,
+                                        end=cycle_of(self.env), phase=phase, wait_cycles=cycle_of(self.env) - arrive,
                                         wait_start=arrive))
 
     def _release(self, event: simpy.Event) -> Generator:
@@ -358,12 +351,12 @@ class Engine:
     def _core(self, core: int, plan: Plan, barriers: list[dict[str, Any] | None],
               buffers: list[PhaseBuffers | None]) -> Generator:
         yield self.env.timeout(self.target.launch_overhead_cycles)
-        self.recorder.record(TraceEvent(core=core, unit="sync", kind="launch", start=0, end=self.env._now))
+        self.recorder.record(TraceEvent(core=core, unit="sync", kind="launch", start=0, end=cycle_of(self.env)))
         for phase, state, staged in zip(plan.phases, barriers, buffers):
             yield from self._tiles(core, tuple(phase.tiles.get(core, ())), phase.name, staged)
             if state is not None:
                 yield from self._barrier(core, phase.name, state)
-        self.core_end_cycles[core] = self.env._now
+        self.core_end_cycles[core] = cycle_of(self.env)
 
     def _abandon(self, cores: list[Generator]) -> None:
         """Drop what a run stopped before its end still holds (its pending events, streams and walks).
@@ -371,7 +364,7 @@ class Engine:
         Events, callbacks, walks and the engine refer to one another: left as they are, a stopped run is a web of
         reference cycles holding its plan's tiles and its trace, freed only by a pass of the cyclic collector
         (a tiling search stops most of its candidates' runs).  A run that ended holds nothing pending."""
-        _discard_pending(self.env)
+        discard_pending(self.env)
         self.net.abandon()
         for walk in self._walks:
             walk.abandon()

@@ -53,6 +53,7 @@ from math import gcd
 import simpy
 from simpy.events import Timeout
 
+from sim.engine.clock import cycle_of
 from sim.errors import SimError, brief
 
 #: A capacity as given: bytes per cycle, a positive int, Fraction or finite float (taken as the decimal it
@@ -391,7 +392,7 @@ class FlowNetwork:
     def _rate(self, _: simpy.Event) -> None:
         """The rates of this cycle's changed flows and their neighbours; the next completion's timeout."""
         self._settling = False
-        now = self.env._now
+        now = cycle_of(self.env)
         seeds, self._dirty = self._dirty, []
         self._recompute(seeds, now)
         self._reschedule(now)

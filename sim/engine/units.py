@@ -13,9 +13,7 @@ from collections.abc import Callable
 import simpy
 from simpy.events import Timeout
 
-# The engine reads SimPy's clock as ``env._now``: the public ``env.now`` is a property, a function call on
-# every read, and the hot paths read it several times per transfer.  SimPy 4 keeps the clock there (pinned
-# below 5 in pyproject.toml; tests/test_engine_internals.py checks it).
+from sim.engine.clock import cycle_of
 
 
 class Units:
@@ -54,7 +52,7 @@ class Units:
         gets the unit, now or later; perhaps before this returns)."""
         busy = self.busy
         if busy:
-            now = self.env._now
+            now = cycle_of(self.env)
             if busy[0][0] <= now:
                 self._collect(now)
         if self.free and not self.waiters:
@@ -76,7 +74,7 @@ class Units:
         # An exception from a waiter's callback ends the whole run, so the flag needs no try/finally.
         self.serving = True
         busy, free, waiters, units = self.busy, self.free, self.waiters, self.units
-        now = self.env._now
+        now = cycle_of(self.env)
         if busy and busy[0][0] <= now:
             self._collect(now)
         while waiters:
@@ -98,11 +96,11 @@ class Units:
             return  # a wake-up at or before ``at`` is coming and will look again
         self.wakes.append(at)
         self.next_wake = at
-        Timeout(self.env, at - self.env._now).callbacks.append(self._wake)
+        Timeout(self.env, at - cycle_of(self.env)).callbacks.append(self._wake)
 
     def _wake(self, _: simpy.Event) -> None:
         wakes = self.wakes
-        wakes.remove(self.env._now)
+        wakes.remove(cycle_of(self.env))
         self.next_wake = min(wakes) if wakes else None
         if self.waiters:
             self._serve()
@@ -129,7 +127,7 @@ class Group:
         if cycle > self.latest:
             self.latest = cycle
         if not self.left:
-            Timeout(self.env, self.latest - self.env._now).callbacks.append(self._landed)
+            Timeout(self.env, self.latest - cycle_of(self.env)).callbacks.append(self._landed)
 
     def _landed(self, _: simpy.Event) -> None:
         self.done()

@@ -9,6 +9,7 @@ import simpy
 from simpy.events import Timeout
 
 from sim.engine.buffers import PhaseBuffers, after_all
+from sim.engine.clock import cycle_of
 from sim.engine.units import Gate
 from sim.model.plan import Tile
 
@@ -123,7 +124,7 @@ class Walk:
             tile = tiles[i]
             if tile.compute is not None:
                 eng = self.eng
-                self.compute_start = eng.env._now
+                self.compute_start = cycle_of(eng.env)
                 Timeout(eng.env, eng._compute_start(self.core, tile)).callbacks.append(self._computed)
                 return
             self._store(i)
@@ -150,14 +151,14 @@ class Walk:
             self.buffers.finished(tile)  # its compute is done: the buffers it read may be refilled
         eng._start_transfers(self.core, tile, tile.stores, "dma_out", self.phase, stored_one)
         if eng.on_tile is not None:
-            eng.on_tile(1, eng.env._now)
+            eng.on_tile(1, cycle_of(eng.env))
         self.i = i + 1
 
     def _pass_staging(self, i: int) -> None:
         """Step past staging tile ``i`` (issued already): the walk does not wait for its loads."""
         eng = self.eng
         if eng.on_tile is not None:
-            eng.on_tile(1, eng.env._now)
+            eng.on_tile(1, cycle_of(eng.env))
         self.i = i + 1
 
     def abandon(self) -> None:
