@@ -24,6 +24,7 @@ import yaml
 
 import sim
 from sim.cli import main
+from sim.testing import check_results, check_tiling_space
 from sim.tools.config import load_config
 from sim.tools.sweep import load_sweep, run_point
 
@@ -82,10 +83,13 @@ def test_from_python_matches_numpy(example, chip, symbol, core, shape):
     dy = rng.standard_normal(shape).astype(dtype)
     x = rng.standard_normal(shape).astype(dtype)
     x.flat[::97] = 0  # exact zeros pass no gradient
+    base, step = (SHARED if core is None else PRIVATE), 0x400000
+    args = dict(dy=base, x=base + step, dx=base + 2 * step, shape=list(shape), **({"core": core} if core is not None
+                                                                                 else {}))
     with sim.registered_kernel(example.KERNEL):
-        run, dx = _call(sim.Simulator(chip), symbol, dy, x, core)
-    assert dx.dtype == dtype
-    np.testing.assert_array_equal(dx, expected(dy, x))
+        # sim.testing: what a kernel author checks a kernel with (exact here: rtol and atol 0).
+        run = check_results(chip, symbol, args, [(base, dy), (base + step, x)],
+                            {"dx": (base + 2 * step, shape, dtype)}, {"dx": expected(dy, x)}, rtol=0, atol=0)
     assert run.cores == ((core,) if core is not None else tuple(range(run.target.cores)))
     assert run.roofline.total_flops == 2 * dy.size  # a compare and a multiply per element (empty lanes not flops)
 
@@ -145,6 +149,23 @@ def test_tiles_are_double_buffered(example):
         assert i < 2 or first_load_start(double, i) >= landed(double, i - 2)
         assert first_load_start(serial, i) >= landed(serial, i - 1)
     assert double.cycles < serial.cycles
+
+
+def test_sim_testing_names_the_output_and_the_worst_element_and_checks_the_space(example):
+    """check_results against a wrong reference (one element off) names the output, the element and both values;
+    check_tiling_space passes on the example's space (every candidate plans legally or does not fit)."""
+    dy = np.arange(1, 9, dtype=np.float32)
+    x = np.ones(8, np.float32)
+    wrong = dy.copy()
+    wrong[5] = 0
+    args = dict(dy=SHARED, x=SHARED + 0x400000, dx=SHARED + 0x800000, shape=[8])
+    with sim.registered_kernel(example.KERNEL):
+        with pytest.raises(AssertionError, match=r"fp_relu_grad_s on FT78NE: output 'dx' differs from the reference "
+                                                 r"at 1 of 8 elements; worst at \(5,\): 6\.0 against 0\.0"):
+            check_results("FT78NE", "fp_relu_grad_s", args, [(SHARED, dy), (SHARED + 0x400000, x)],
+                          {"dx": (SHARED + 0x800000, (8,), np.float32)}, {"dx": wrong})
+        assert check_tiling_space("FT78NE", "fp_relu_grad_s", {**args, "shape": [3, 1000, 7]})
+        assert not check_tiling_space("FT78NE", "fp_relu_grad_s", {**args, "dx": SHARED + 1})  # a bad layout
 
 
 def test_its_tiling_space(example):

@@ -12,15 +12,11 @@ in the core's private l2 (``_p``, small shapes only).
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 from hypothesis import strategies as st
 
-import kernels
 import sim
-import sim.tuning as tuning
-from sim.errors import KernelArgError, LayoutError
-from sim.model.plan import DoesNotFit
+from sim.testing import check_tiling_space
 
 CHIPS = ("FT78NE", "MT7004")
 TARGETS = {c: sim.load_target(c) for c in CHIPS}
@@ -117,44 +113,5 @@ def sample(pool: list[dict], data, most: int) -> list[dict]:
 
 
 def check_space(chip: str, symbol: str, args: dict, data, most: int = 6) -> None:
-    """The property, for one call (asserting; a call that binds or lays out badly is not the space's fault and
-    is skipped by returning)."""
-    m = sim.Simulator(chip, tuning_cache=False)
-    try:
-        call = m.bind(symbol, **args)
-        m._forget_plans_of_replaced_kernels()
-        from sim.model.layout import enforce_layout
-        enforce_layout(call, m.target)
-    except (KernelArgError, LayoutError):
-        return  # a shape the kernel or the memory map refuses: no tiling to speak of
-    kernel = kernels.lookup(symbol).kernel
-    ctx = m.context(call)
-    planner = m._planner
-    try:
-        space = kernel.tiling_space(call, ctx)
-    except DoesNotFit:
-        space = None  # nothing of the call fits at all: the search must say so below
-    if space is not None:
-        pool, _ = space.completions({}, tuning.MAX_COMPLETIONS)
-        for t in pool:
-            assert space.is_complete(t), (symbol, t)
-            space.check(t)  # every candidate the space offers is a tiling the space itself accepts
-        for t in sample(pool, data, most):
-            why = tuning.prefilter(space, t)
-            if why is not None:
-                assert isinstance(why, DoesNotFit) or "plans" in str(why) and "tiles" in str(why), (symbol, t, why)
-                continue
-            try:
-                entry = planner.lower_raw(kernel, call, replace(ctx, tiling=t))  # the plan check runs here
-            except DoesNotFit:
-                continue  # the space's fit let it through; planning found the level it overflows
-            assert entry.plan.tile_count <= tuning.MAX_PLAN_TILES
-            if space.bound is not None:  # the bound from the tiling alone never exceeds the plan's own
-                assert space.bound(t) <= planner.lower_bound(entry), (symbol, t)
-    try:
-        plan, choice = m.plan_bound_with_choice(call)
-    except LayoutError as e:
-        assert space is None or any(v.rule == "scratchpad-fit" for v in e.violations), (symbol, e)
-        return
-    assert plan.tile_count >= 1 and (choice.tiling is None or choice.tiling in [c for c, _ in choice.candidates]
-                                     or choice.source != "cost model")
+    """The property, for one call (:func:`sim.testing.check_tiling_space`, the candidates drawn by ``data``)."""
+    check_tiling_space(chip, symbol, args, pick=lambda pool: sample(pool, data, most))
