@@ -51,15 +51,15 @@ class Dma:
         self.eng, self.core, self.tile, self.t, self.kind, self.phase = eng, core, tile, t, kind, phase
         self.group = group
         self.env = eng.env
-        ends = eng._memo.transfers.get((id(t), core))
+        ends = eng.memo.transfers.get((id(t), core))
         if ends is None:
-            src, dst = eng._resolve(core, tile, t, "src"), eng._resolve(core, tile, t, "dst")
+            src, dst = eng.resolve(core, tile, t, "src"), eng.resolve(core, tile, t, "dst")
             route = (src[0].name, src[1], dst[0].name, dst[1])
-            ends = eng._memo.transfers[(id(t), core)] = (src, dst, t.size_bytes, route,
+            ends = eng.memo.transfers[(id(t), core)] = (src, dst, t.size_bytes, route,
                                                          *transfer_bytes(t, src[0], dst[0]))
         self.src, self.dst, self.size_bytes, route, self.src_bytes, self.dst_bytes = ends
-        self.src_link, self.dst_link, self.latency = eng._routes.get(route) or eng._route(*self.src, *self.dst)
-        self.engines = eng._engines.get(core) or eng._dma_engines(core)
+        self.src_link, self.dst_link, self.latency = eng.routes.get(route) or eng.route(*self.src, *self.dst)
+        self.engines = eng.engine_pools.get(core) or eng.dma_engines(core)
 
     def start(self) -> None:
         """Ask for a DMA engine; program it (setup) once it is this transfer's."""
@@ -81,13 +81,13 @@ class Dma:
             eng.copy_bytes(t, self.core, self.src[1], self.dst[1])
         if eng.effects is not None:
             eng.effects.append((t, self.core, self.src[1], self.dst[1]))
-        engine = eng._engine_links.get((self.core, self.engine_id)) or eng._engine_link(self.core, self.engine_id)
+        engine = eng.engine_links.get((self.core, self.engine_id)) or eng.engine_link(self.core, self.engine_id)
         # The same route, bytes and engine come back tile after tile: the flow's shape is worked out once a run.
         key = (self.src_link, self.src_bytes, self.dst_link, self.dst_bytes, engine)
-        shape = eng._flow_shapes.get(key)
+        shape = eng.flow_shapes.get(key)
         if shape is None:
             # A copy within one region names its link twice: the network adds both ends' bytes on it.
-            shape = eng._flow_shapes[key] = eng.net.shape((
+            shape = eng.flow_shapes[key] = eng.net.shape((
                 (self.src_link, self.src_bytes), (self.dst_link, self.dst_bytes),
                 (engine, engine_bytes(self.src_bytes, self.dst_bytes))))
         # Only the flow's alone time is kept: holding the flow, whose on_done holds this transfer, would make a

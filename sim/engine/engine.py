@@ -84,6 +84,10 @@ Effect = tuple
 class Engine:
     """Runs one plan on a fresh SimPy environment; the cycle count is returned by :meth:`run`.
 
+    Its parts (a core's :class:`~sim.engine.walk.Walk`, one :class:`~sim.engine.dma.Dma` transfer) drive it
+    through its public methods and read its public tables (``memo``, ``routes``, ``engine_links``,
+    ``engine_pools``, ``flow_shapes``): the engine's interface to them, nothing private.
+
     With ``effects`` (a list), the run also appends every :data:`Effect` it has on memory, in order, whether it
     carries them out (``numerics``) or not.  Timing never depends on the bytes, so a full run of the same plan
     would carry out exactly those effects in exactly that order: :meth:`replay` does, without simulating.
@@ -108,16 +112,16 @@ class Engine:
         # The shared bandwidth: one network per run, its links made on first use.
         self.net = FlowNetwork(self.env)
         self._region_links: dict[tuple[str, int], Link] = {}
-        self._engine_links: dict[tuple[int, int], Link] = {}
-        self._engines: dict[int, Units] = {}
+        self.engine_links: dict[tuple[int, int], Link] = {}
+        self.engine_pools: dict[int, Units] = {}
         # (lo, hi, core) -> (region, store key): a plan touches the same spans again and again.
         self._resolved: dict[tuple[int, int, int], tuple[Region, int]] = {}
         # Kept with a plan (``memo``) by a caller that runs the same plan again, since resolving spans is a good
         # part of a transfer's cost.
-        self._memo = EngineMemo() if memo is None else memo
-        self._routes: dict[tuple[str, int, str, int], tuple[Link, Link, int]] = {}
+        self.memo = EngineMemo() if memo is None else memo
+        self.routes: dict[tuple[str, int, str, int], tuple[Link, Link, int]] = {}
         # (source link, its bytes, destination link, its bytes, engine link) -> the flow's shape in this run's net.
-        self._flow_shapes: dict[tuple[Link, int, Link, int, Link], FlowShape] = {}
+        self.flow_shapes: dict[tuple[Link, int, Link, int, Link], FlowShape] = {}
         self.core_end_cycles: dict[int, int] = {}
         # A run with a cycle limit: the limit, and each core's compute cycles not started yet.
         self._limit = 0
@@ -141,21 +145,24 @@ class Engine:
             link = self._region_links[k] = self.net.add_link(name, region.bandwidth_bytes_per_cycle)
         return link
 
-    def _engine_link(self, core: int, engine_id: int) -> Link:
+    def engine_link(self, core: int, engine_id: int) -> Link:
         """The link of DMA engine ``engine_id`` of ``core`` (its rate caps the one transfer it streams)."""
-        link = self._engine_links[(core, engine_id)] = self.net.add_link(
+        link = self.engine_links[(core, engine_id)] = self.net.add_link(
             f"dma{engine_id}@core{core}", self.target.dma.engine_bytes_per_cycle)
         return link
 
-    def _dma_engines(self, core: int) -> Units:
-        pool = self._engines.get(core)
+    def dma_engines(self, core: int) -> Units:
+        """The DMA engines of ``core`` (made on first use)."""
+        pool = self.engine_pools.get(core)
         if pool is None:
-            pool = self._engines[core] = Units(self.env, self.target.dma.engines_per_core)
+            pool = self.engine_pools[core] = Units(self.env, self.target.dma.engines_per_core)
         return pool
 
     # -- one transfer ------------------------------------------------------------------------------
 
-    def _resolve(self, core: int, tile: Tile, t: Transfer, side: str) -> tuple[Region, int]:
+    def resolve(self, core: int, tile: Tile, t: Transfer, side: str) -> tuple[Region, int]:
+        """The region and store key of transfer ``t``'s ``side`` ('src' or 'dst') as ``core`` sees it; a
+        MemoryFault naming the core, the tile and the cycle when it is not one region's bytes."""
         lo, hi = t.span(side)
         got = self._resolved.get((lo, hi, core))
         if got is not None:
@@ -171,14 +178,14 @@ class Engine:
         self._resolved[(lo, hi, core)] = got
         return got
 
-    def _route(self, src_region: Region, src_key: int, dst_region: Region, dst_key: int) -> tuple[Link, Link, int]:
+    def route(self, src_region: Region, src_key: int, dst_region: Region, dst_key: int) -> tuple[Link, Link, int]:
         """(source link, destination link, access latency) of a transfer's two ends."""
-        route = self._routes[(src_region.name, src_key, dst_region.name, dst_key)] = (
+        route = self.routes[(src_region.name, src_key, dst_region.name, dst_key)] = (
             self._region_link(src_region, src_key), self._region_link(dst_region, dst_key),
             transfer_latency_cycles(src_region, dst_region))
         return route
 
-    def _start_transfers(self, core: int, tile: Tile, transfers: tuple[Transfer, ...], kind: str, phase: str,
+    def start_transfers(self, core: int, tile: Tile, transfers: tuple[Transfer, ...], kind: str, phase: str,
                          done: Callable[[], None]) -> None:
         """Start ``transfers`` now, all at once; ``done()`` runs when the last has landed (at once if none)."""
         if not transfers:
@@ -192,9 +199,9 @@ class Engine:
 
     def copy_bytes(self, t: Transfer, core: int, src_key: int, dst_key: int) -> None:
         """Move a transfer's bytes in simulated memory (through views kept in the memo after the first time)."""
-        planned = self._memo.copies.get((id(t), core), _UNPLANNED)
+        planned = self.memo.copies.get((id(t), core), _UNPLANNED)
         if planned is _UNPLANNED:  # the copy's views, kept with the plan: its later runs reuse them
-            planned = self._memo.copies[(id(t), core)] = self.memory.copy_plan(
+            planned = self.memo.copies[(id(t), core)] = self.memory.copy_plan(
                 src_key, t.src, dst_key, t.dst, t.shape, t.itemsize, t.src_strides, t.dst_strides)
         if planned is None:
             self.memory.copy(src_key, t.src, dst_key, t.dst, t.shape, t.itemsize, t.src_strides, t.dst_strides)
@@ -243,7 +250,7 @@ class Engine:
                       cycle: int) -> tuple[int, int, np.dtype, np.ndarray | None, np.ndarray | None]:
         """(store key, bytes, dtype, a view of the operand's bytes and a read-only one, or None twice if it
         crosses a page), kept in the memo: a cached plan's operands are the same every run."""
-        got = self._memo.operands.get((id(op), core))
+        got = self.memo.operands.get((id(op), core))
         if got is None:
             key, n, dt = self._operand_key(core, tile, op, label, what, cycle)
             view = self.memory.dense_view(key, op.addr, op.shape, dt)
@@ -251,7 +258,7 @@ class Engine:
             if view is not None:
                 frozen = view.view()
                 frozen.flags.writeable = False
-            got = self._memo.operands[(id(op), core)] = (key, n, dt, view, frozen)
+            got = self.memo.operands[(id(op), core)] = (key, n, dt, view, frozen)
         return got
 
     def _read_operand(self, core: int, tile: Tile, op: Operand, cycle: int) -> np.ndarray:
@@ -284,12 +291,12 @@ class Engine:
             self._write_operand(core, tile, op, value, cycle)
 
     def _compute_cycles(self, c: Compute) -> int:
-        cycles = self._memo.compute.get(id(c))
+        cycles = self.memo.compute.get(id(c))
         if cycles is None:
-            cycles = self._memo.compute[id(c)] = compute_cycles(c, self.target)
+            cycles = self.memo.compute[id(c)] = compute_cycles(c, self.target)
         return cycles
 
-    def _compute_start(self, core: int, tile: Tile) -> int:
+    def begin_compute(self, core: int, tile: Tile) -> int:
         """Run a tile's numerics (results written back now) and return the cycles its compute takes.
 
         In a run with a cycle limit, stop the run (:class:`_PastLimit`) as soon as this core's computes still to
@@ -309,15 +316,15 @@ class Engine:
             self._compute_left[core] = left - cycles
         return cycles
 
-    def _compute_record(self, core: int, tile: Tile, phase: str, start: int) -> None:
+    def record_compute(self, core: int, tile: Tile, phase: str, start: int) -> None:
         """The trace event of a tile's compute, which ran from ``start`` to now."""
         c = tile.compute
         assert c is not None
         key = id(c)
-        if key in self._memo.compute_text:
-            text = self._memo.compute_text[key]
+        if key in self.memo.compute_text:
+            text = self.memo.compute_text[key]
         else:
-            text = self._memo.compute_text[key] = compute_text(c, self.target)
+            text = self.memo.compute_text[key] = compute_text(c, self.target)
         self.record(TraceEvent(core, "compute", "compute", start, cycle_of(self.env), 0, None, None, None, None,
                                tile.tile_id, phase, c.flops, 0, None, text))
 
@@ -371,7 +378,7 @@ class Engine:
         self._walks.clear()
         for staged in self._buffers:
             staged.gens.clear()
-        for pool in self._engines.values():
+        for pool in self.engine_pools.values():
             pool.waiters.clear()
         for process in cores:
             process.close()

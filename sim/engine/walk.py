@@ -63,7 +63,7 @@ class Walk:
         self.issued = i + 1
 
         def start() -> None:
-            eng._start_transfers(self.core, tile, tile.loads, "dma_in", self.phase, lambda: self._loaded(i))
+            eng.start_transfers(self.core, tile, tile.loads, "dma_in", self.phase, lambda: self._loaded(i))
 
         if prev is None:
             start()
@@ -86,13 +86,13 @@ class Walk:
                 gate.open()
                 self._one_stored()
 
-            after_all(waits, lambda: eng._start_transfers(self.core, tile, tile.loads, "dma_in", self.phase, landed))
+            after_all(waits, lambda: eng.start_transfers(self.core, tile, tile.loads, "dma_in", self.phase, landed))
             return
         prev = self.latest.get(tile.slot)
         self.latest[tile.slot] = gate
         if prev is not None:
             waits.insert(0, prev)
-        after_all(waits, lambda: eng._start_transfers(self.core, tile, tile.loads, "dma_in", self.phase,
+        after_all(waits, lambda: eng.start_transfers(self.core, tile, tile.loads, "dma_in", self.phase,
                                                       lambda: self._loaded(i)))
 
     def _loaded(self, i: int) -> None:
@@ -125,7 +125,7 @@ class Walk:
             if tile.compute is not None:
                 eng = self.eng
                 self.compute_start = cycle_of(eng.env)
-                Timeout(eng.env, eng._compute_start(self.core, tile)).callbacks.append(self._computed)
+                Timeout(eng.env, eng.begin_compute(self.core, tile)).callbacks.append(self._computed)
                 return
             self._store(i)
 
@@ -135,7 +135,7 @@ class Walk:
 
     def _computed(self, _: simpy.Event) -> None:
         i = self.i
-        self.eng._compute_record(self.core, self.tiles[i], self.phase, self.compute_start)
+        self.eng.record_compute(self.core, self.tiles[i], self.phase, self.compute_start)
         self._store(i)
         self.advance()
 
@@ -149,7 +149,7 @@ class Walk:
 
         if self.buffers is not None and tile.uses:
             self.buffers.finished(tile)  # its compute is done: the buffers it read may be refilled
-        eng._start_transfers(self.core, tile, tile.stores, "dma_out", self.phase, stored_one)
+        eng.start_transfers(self.core, tile, tile.stores, "dma_out", self.phase, stored_one)
         if eng.on_tile is not None:
             eng.on_tile(1, cycle_of(eng.env))
         self.i = i + 1
