@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sim.engine.engine import EngineMemo, SimulatedTiming, simulate
-from sim.errors import PlanError, detached
+from sim.errors import PlanError, TimeLimitError, detached
 from sim.model.memory import AddressSpace
 from sim.model.plan import Plan
 from sim.model.target import Target
@@ -154,6 +154,8 @@ class Pricing:
             try:
                 timing = simulate(cand.plan, self.target, self.memory, numerics=False, memo=cand.memo,
                                   on_tile=tick, until_cycles=limit)
+            except TimeLimitError:
+                raise  # the call's time ran out: nothing to do with this plan
             except Exception:
                 if self._verified(i):
                     raise  # a plan that passes the check and fails to run: the engine's fault, not the plan's
