@@ -240,13 +240,15 @@ def _dspsim(*argv: str) -> tuple[int, str]:
 
 
 def test_dspsim_run_stops_at_the_time_limit_of_the_flag_or_the_config(tmp_path):
-    """A limit far shorter than the call (a millisecond: binding, planning and the tiling search take more)
-    ends ``dspsim run`` with one line and exit 2, and writes no trace; the flag overrides the config."""
+    """A limit far shorter than the call (a millisecond: the call's planning, its tiling search with the tuning
+    cache bypassed, and its simulation take more; the binding and the layout check come before it, in the
+    preflight) ends ``dspsim run`` with one line and exit 2, and writes no trace; the flag overrides the
+    config."""
     generous = _config(tmp_path, time_limit_seconds=600)
     short = _config(tmp_path, "short", time_limit_seconds=0.001)
     out = tmp_path / "out"
     for argv in ((str(generous), "--time-limit", "0.001"), (str(short),)):
-        rc, err = _dspsim("run", *argv, "--out-dir", str(out))
+        rc, err = _dspsim("run", *argv, "--no-cache", "--out-dir", str(out))
         assert rc == 2, err
         lines = err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(
