@@ -91,3 +91,22 @@ def test_dspsim_run_makes_one_simulator_binds_once_and_checks_the_layout_once(co
     monkeypatch.setattr(preflight, "check_layout", check)
     assert main(["run", str(ROOT / "configs" / config), "--out-dir", str(tmp_path)]) == 0
     assert counts == {"simulators": 1, "binds": 1, "layout checks": 1}
+
+
+
+def test_overlapping_data_entries_are_placed_in_the_configs_order_as_before(tmp_path, capsys):
+    """Data entries sharing bytes (warned of): the last in the config's order wins, as when every entry was
+    placed before the call was bound, though the preflight places a literal ``values`` entry first.  Here x's
+    first row is filled with 100s, then given literal 1s: the 1s are what memory holds for the run."""
+    import yaml
+    doc = yaml.safe_load((ROOT / "configs" / "ft78ne_batch_norm_grad_s.yaml").read_text())
+    x = next(d for d in doc["data"] if d["name"] == "x")
+    doc["data"].append({"name": "filled", "addr": x["addr"], "shape": [64], "dtype": "float32", "fill": 100.0})
+    doc["data"].append({"name": "literal", "addr": x["addr"], "shape": [64], "dtype": "float32",
+                        "values": [1.0] * 64})
+    path = tmp_path / "bn.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    from sim.tools.config import load_config
+    from sim.tools.runner import execute
+    m, _ = execute(load_config(path))
+    np.testing.assert_array_equal(m.read(x["addr"], (64,), np.float32), np.ones(64, np.float32))

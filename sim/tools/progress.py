@@ -13,7 +13,6 @@ which :class:`PhaseProgress` draws; sweeps and calibrations draw each of their p
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import os
 import sys
@@ -27,7 +26,7 @@ from sim.model.layout import enforce_layout
 from sim.simulator import Run, Simulator
 from sim.time_limit import PLANNING_STAGE, expired_message, run_within
 from sim.tools.config import RunConfig
-from sim.tools.runner import Bound, bound_call, check_entries_map, execute, place_data, run_bound
+from sim.tools.runner import Bound, bound_call, execute, place_rest
 
 #: Seconds a run must last before its bar appears.
 DELAY_SECONDS = 1.0
@@ -266,11 +265,11 @@ def execute_with_progress(cfg: RunConfig, stream: IO[str] | None = None, delay: 
     if bound is None:
         bound = bound_call(cfg)
         enforce_layout(bound.call, bound.simulator.target)
-    m, call = bound.simulator, bound.call
+    m = bound.simulator
     limit = cfg.time_limit_seconds
     with PhaseProgress(stream, delay=delay, mininterval=mininterval) as phases:
-        check_entries_map(cfg, m)
-        place_data(cfg, m, cfg.numerics, progress=phases, already=bound.placed)
+        place_rest(cfg, bound, placing=phases)
+        call = bound.call
         phases("planning", 0, 1)  # a named tiling plans in one step; a search reports its own phases
         # The search's choice is cached: the run below plans the same call again without searching.  The time
         # limit covers the call's planning, done here ahead of it: it gets what the planning left.
@@ -278,7 +277,8 @@ def execute_with_progress(cfg: RunConfig, stream: IO[str] | None = None, delay: 
         plan, _ = _plan_within(m, cfg, call, limit, phases)
     left = None if limit is None else max(limit - (time.monotonic() - start), 1e-3)
     with RunProgress(plan.tile_count, stream=stream, delay=delay, mininterval=mininterval) as bar:
-        run = run_bound(dataclasses.replace(cfg, time_limit_seconds=left), bound, progress=bar)
+        run = m.run_bound(call, cfg.args, numerics=cfg.numerics, progress=bar, tiling=cfg.tiling,
+                          time_limit_seconds=left)
     return m, run
 
 

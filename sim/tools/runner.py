@@ -57,13 +57,12 @@ def _simulator(cfg: RunConfig) -> Simulator:
 
 @dataclass
 class Bound:
-    """A run-config's call bound (the run pipeline's first stage): the one simulator of the run, the call, the
-    data entries placed so far and the bytes the binding read (``(address, size in bytes, core)``)."""
+    """A run-config's call bound (the run pipeline's first stage): the one simulator of the run, the call and
+    the data entries placed so far."""
 
     simulator: Simulator
     call: BoundCall
     placed: set[str] = field(default_factory=set)
-    reads: list[tuple[int, int, int | None]] = field(default_factory=list)
 
 
 def bound_call(cfg: RunConfig) -> Bound:
@@ -81,11 +80,10 @@ def bound_call(cfg: RunConfig) -> Bound:
         if "values" in spec.source:
             _place(cfg, m, spec)
             placed.add(spec.name)
-    reads: list[tuple[int, int, int | None]] = []
-    place_on_demand(cfg, m, placed, reads)
+    place_on_demand(cfg, m, placed)
     call = bind(cfg, m)
     m.before_bind_read = None
-    return Bound(m, call, placed, reads)
+    return Bound(m, call, placed)
 
 
 def bind_only(cfg: RunConfig) -> tuple[Simulator, BoundCall]:
@@ -94,33 +92,44 @@ def bind_only(cfg: RunConfig) -> tuple[Simulator, BoundCall]:
     return b.simulator, b.call
 
 
+def place_rest(cfg: RunConfig, b: Bound, placing: Callable[[str, int, int], None] | None = None) -> None:
+    """Place the config's data entries not placed yet (all of them, or only the literal ones of a timing-only
+    config) in the bound call's simulator.  The call stays as bound: every entry its binding read was placed
+    when it read it (:func:`place_on_demand`).  Only when two entries share bytes (which the preflight warns
+    of) does the order of placing them matter: then every entry is placed again in the config's order, as a
+    run that placed everything first would have it, and the call bound again on that memory (and checked).
+    ``placing`` hears the data placed."""
+    m = b.simulator
+    check_entries_map(cfg, m)
+    if _entries_overlap(cfg, m):
+        place_data(cfg, m, cfg.numerics, progress=placing)
+        b.call = m.bind(cfg.symbol, **cfg.args)
+        enforce_layout(b.call, m.target)
+        return
+    place_data(cfg, m, cfg.numerics, progress=placing, already=b.placed)
+
+
+def _entries_overlap(cfg: RunConfig, m: Simulator) -> bool:
+    """Whether two of the config's data entries share bytes of one memory."""
+    spans = []
+    for spec in cfg.data:
+        lo = spec.addr
+        hi = lo + math.prod(spec.shape) * spec.dtype.itemsize
+        region = m.memory.map.region_of(lo, hi - lo)
+        key = None if region is None else (region.name, None if region.shared else spec.core)
+        spans.append((key, lo, hi))
+    return any(k1 == k2 and lo1 < hi2 and lo2 < hi1 for i, (k1, lo1, hi1) in enumerate(spans)
+               for k2, lo2, hi2 in spans[i + 1:])
+
+
 def run_bound(cfg: RunConfig, b: Bound, progress: Callable[[int, int], None] | None = None,
               placing: Callable[[str, int, int], None] | None = None) -> Run:
     """The run pipeline's last stages for a call bound and layout-checked by :func:`bound_call` (and the
-    preflight): the rest of the config's data placed in the same simulator, then the call run, with no second
-    bind nor layout check, unless a data entry placed now overlaps bytes the binding read (then the call is
-    bound and checked again on what memory holds now).  ``progress`` hears the tiles, ``placing`` the data
-    placed."""
-    m = b.simulator
-    check_entries_map(cfg, m)
-    place_data(cfg, m, cfg.numerics, progress=placing, already=b.placed)
-    if _rewrites_what_the_binding_read(cfg, m, b):
-        return m.call(cfg.symbol, numerics=cfg.numerics, progress=progress, tiling=cfg.tiling,
-                      time_limit_seconds=cfg.time_limit_seconds, **cfg.args)
-    return m.run_bound(b.call, cfg.args, numerics=cfg.numerics, progress=progress, tiling=cfg.tiling,
-                       time_limit_seconds=cfg.time_limit_seconds)
-
-
-def _rewrites_what_the_binding_read(cfg: RunConfig, m: Simulator, b: Bound) -> bool:
-    """Whether a data entry placed after the binding overlaps bytes the binding read."""
-    for spec in cfg.data:
-        if spec.name in b.placed:
-            continue
-        lo = spec.addr
-        hi = lo + math.prod(spec.shape) * spec.dtype.itemsize
-        if any(lo < addr + size and addr < hi and _same_memory(m, spec, core) for addr, size, core in b.reads):
-            return True
-    return False
+    preflight): the rest of the config's data placed in the same simulator (:func:`place_rest`), then the call
+    run with no second bind nor layout check.  ``progress`` hears the tiles, ``placing`` the data placed."""
+    place_rest(cfg, b, placing)
+    return b.simulator.run_bound(b.call, cfg.args, numerics=cfg.numerics, progress=progress, tiling=cfg.tiling,
+                                 time_limit_seconds=cfg.time_limit_seconds)
 
 
 def place_data(cfg: RunConfig, m: Simulator, numerics: bool,
@@ -169,8 +178,7 @@ def _same_memory(m: Simulator, spec: ArraySpec, core: int | None) -> bool:
     return region is not None and (region.shared or spec.core == core)
 
 
-def place_on_demand(cfg: RunConfig, m: Simulator, placed: set[str],
-                    reads: list[tuple[int, int, int | None]] | None = None) -> None:
+def place_on_demand(cfg: RunConfig, m: Simulator, placed: set[str]) -> None:
     """Have ``m`` place the config's data entries not in ``placed`` when a binding reads their bytes.
 
     A kernel reads a pointer table while binding (BatchNormGrad's params given as an address): the entry
@@ -178,8 +186,6 @@ def place_on_demand(cfg: RunConfig, m: Simulator, placed: set[str],
     ``validate`` never reads stay unbuilt (``validate`` reads only the headers of their files).
     """
     def before_read(addr: int, size_bytes: int, core: int | None) -> None:
-        if reads is not None:
-            reads.append((addr, size_bytes, core))
         for spec in cfg.data:
             lo = spec.addr
             hi = lo + math.prod(spec.shape) * spec.dtype.itemsize
