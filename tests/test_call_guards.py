@@ -239,16 +239,18 @@ def _dspsim(*argv: str) -> tuple[int, str]:
     return rc, err.getvalue()
 
 
-def test_dspsim_run_stops_at_the_time_limit_of_the_flag_or_the_config(tmp_path):
+def test_dspsim_run_stops_at_the_time_limit_of_the_flag_or_the_config(tmp_path, monkeypatch):
     """A limit far shorter than the call (a millisecond: the call's planning, its tiling search with the tuning
     cache bypassed, and its simulation take more; the binding and the layout check come before it, in the
     preflight) ends ``dspsim run`` with one line and exit 2, and writes no trace; the flag overrides the
     config."""
+    # The tuning cache off, as --no-cache does it (an environment variable: set here, so that it is unset again).
+    monkeypatch.setenv("DSPSIM_NO_CACHE", "1")
     generous = _config(tmp_path, time_limit_seconds=600)
     short = _config(tmp_path, "short", time_limit_seconds=0.001)
     out = tmp_path / "out"
     for argv in ((str(generous), "--time-limit", "0.001"), (str(short),)):
-        rc, err = _dspsim("run", *argv, "--no-cache", "--out-dir", str(out))
+        rc, err = _dspsim("run", *argv, "--out-dir", str(out))
         assert rc == 2, err
         lines = err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(
