@@ -86,12 +86,6 @@ def bound_call(cfg: RunConfig) -> Bound:
     return Bound(m, call, placed)
 
 
-def bind_only(cfg: RunConfig) -> tuple[Simulator, BoundCall]:
-    """:func:`bound_call`'s simulator and call."""
-    b = bound_call(cfg)
-    return b.simulator, b.call
-
-
 def place_rest(cfg: RunConfig, b: Bound, placing: Callable[[str, int, int], None] | None = None) -> None:
     """Place the config's data entries not placed yet (all of them, or only the literal ones of a timing-only
     config) in the bound call's simulator.  The call stays as bound: every entry its binding read was placed
