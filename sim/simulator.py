@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import numpy as np
 
@@ -111,6 +111,15 @@ def _checked_bound_call(sym: Symbol, got: Any, cores: tuple[int, ...]) -> BoundC
             raise KernelDefinitionError(f"{where} two buffers named {b.name!r}")
         names.add(b.name)
     return got
+
+
+class RunsOnSimulator(Protocol):
+    """What :meth:`Simulator.run_program` takes: a program (``sim.program.load_program(path)``), which knows how
+    to run itself on a simulator."""
+
+    def run(self, simulator: Simulator, **options: Any) -> Any:
+        """Run on ``simulator``; return the program's run."""
+        ...
 
 
 def _cores_of_mask(mask: Any, target: Target) -> tuple[int, ...]:
@@ -426,6 +435,15 @@ class Simulator:
         """:meth:`call` of a call bound (from ``args``, its C arguments by name) and layout-checked already: the
         run pipeline's last stage (:mod:`sim.tools.runner`), which binds and checks a run-config's call once."""
         return self._call(call.symbol, numerics, progress, tiling, time_limit_seconds, args, call)
+
+    @_locked
+    def run_program(self, program: RunsOnSimulator, **options: Any) -> Any:
+        """Run a program (``sim.program.load_program(path)``: a chain of calls over tensors, docs/programs.md) on
+        this simulator's memory: its tensors planned, every call checked before any runs (a refusal leaves
+        memory as it was), its data placed, its calls run back to back.  Returns its
+        ``sim.program.ProgramRun`` (per-call table, one trace, the total cycles); ``options`` are
+        ``sim.program.run_program``'s."""
+        return program.run(self, **options)
 
     def _call(self, symbol: str, numerics: bool, progress: Callable[[int, int], None] | None,
               tiling: Mapping[str, Any] | None, time_limit_seconds: float | None, kwargs: Mapping[str, Any],

@@ -4,7 +4,7 @@ The layers, lowest first (a module may import its own layer and the layers below
 
     sim.errors, sim.extras, sim.files  <-  sim.model  <-  sim.timing  <-  sim.engine  <-  sim.tuning  <-  sim.inspect
         <-  sim.plan_cache, sim.planning, sim.simulator (the facade; the package ``sim`` itself)
-        <-  sim.tools  <-  sim.cli
+        <-  sim.tools, sim.program (programs: chains of calls)  <-  sim.cli
 
 The facade (``sim.simulator`` and its planning half, ``sim.planning``) is the one part of ``sim/`` that imports
 ``kernels`` (``kernels.base`` and ``kernels.registry``);
@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS: dict[str, int] = {
     "sim.errors": 0, "sim.extras": 0, "sim.files": 0, "sim.model": 1, "sim.timing": 2, "sim.engine": 3, "sim.tuning": 4,
     "sim.inspect": 5, "sim.plan_cache": 6, "sim.planning": 6, "sim.simulator": 6, "sim": 6, "sim.tools": 7,
+    "sim.program": 7,
     "sim.cli": 8,
 }
 #: The facade's modules: the only ones of sim/ that import kernels.

@@ -21,7 +21,7 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -33,6 +33,19 @@ if TYPE_CHECKING:
 
 #: The process id of the (single) run in a trace document.
 PID = 1
+#: The track and the category of a trace's spans (a program's calls, :class:`Span`).
+SPAN_TRACK = "calls"
+SPAN_CATEGORY = "call"
+
+
+class Span(NamedTuple):
+    """A named span of a whole run, drawn on a track of its own above the cores (a program's calls): from cycle
+    ``start`` to ``end``, with ``args`` shown beside it."""
+
+    name: str
+    start: int
+    end: int
+    args: Mapping[str, Any]
 
 
 def sorted_events(events: Iterable[TraceEvent]) -> list[TraceEvent]:
@@ -296,7 +309,20 @@ def _flow_events(events: Sequence[TraceEvent], tids: dict, clock: _Clock) -> lis
     return out
 
 
-def chrome_trace(events: Sequence[TraceEvent], clock_hz: int, metadata: dict) -> dict:
+def _span_events(spans: Sequence[Span], tid: int, clock: _Clock) -> list[dict]:
+    if not spans:
+        return []
+    out: list[dict] = [
+        {"ph": "M", "pid": PID, "tid": tid, "name": "thread_name", "args": {"name": SPAN_TRACK}},
+        {"ph": "M", "pid": PID, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": -1}}]
+    for s in spans:
+        out.append({"ph": "X", "pid": PID, "tid": tid, "name": s.name, "cat": SPAN_CATEGORY, "ts": clock.us(s.start),
+                    "dur": clock.dur(s.start, s.end),
+                    "args": {**s.args, "start_cycle": s.start, "end_cycle": s.end, "cycles": s.end - s.start}})
+    return out
+
+
+def chrome_trace(events: Sequence[TraceEvent], clock_hz: int, metadata: dict, spans: Sequence[Span] = ()) -> dict:
     """A Chrome trace-event document of one run (Perfetto UI, chrome://tracing).
 
     One process named after the chip and symbol; one named thread per core
@@ -304,7 +330,8 @@ def chrome_trace(events: Sequence[TraceEvent], clock_hz: int, metadata: dict) ->
     and the raw cycles, bytes and addresses in its args; flow arrows DMA-in ->
     compute -> DMA-out per tile; counters of bytes in flight per shared region
     and busy units per core; the run's metadata as the document's ``metadata``
-    and as the args of a ``run`` instant event at cycle 0.
+    and as the args of a ``run`` instant event at cycle 0; ``spans`` (a program's calls) as slices of a track
+    of their own, named :data:`SPAN_TRACK`, above the cores'.
     """
     clock = _Clock(clock_hz)
     units = tracks(events)
@@ -318,6 +345,7 @@ def chrome_trace(events: Sequence[TraceEvent], clock_hz: int, metadata: dict) ->
                     "ts": clock.us(e.start), "dur": clock.dur(e.start, e.end), "args": _event_args(e)})
     out.extend(_flow_events(events, tids, clock))
     out.extend(_counter_events(events, clock, meta))
+    out.extend(_span_events(spans, len(units) + 1, clock))
     return {"traceEvents": out, "displayTimeUnit": "ns", "metadata": meta}
 
 
@@ -336,12 +364,14 @@ def events_csv(events: Sequence[TraceEvent]) -> str:
     return buf.getvalue()
 
 
-def write_trace(path: str | Path, events: Sequence[TraceEvent], clock_hz: int, metadata: dict) -> Path:
-    """Write a trace atomically: ``.csv`` gives CSV, anything else Chrome trace JSON."""
+def write_trace(path: str | Path, events: Sequence[TraceEvent], clock_hz: int, metadata: dict,
+                spans: Sequence[Span] = ()) -> Path:
+    """Write a trace atomically: ``.csv`` gives CSV (the events only), anything else Chrome trace JSON (with the
+    ``spans``, see :func:`chrome_trace`)."""
     p = Path(path)
     if p.suffix.lower() == ".csv":
         text = events_csv(events)
     else:
-        text = json.dumps(chrome_trace(events, clock_hz, metadata), indent=None, separators=(",", ":"))
+        text = json.dumps(chrome_trace(events, clock_hz, metadata, spans), indent=None, separators=(",", ":"))
     atomic_write_text(p, text)
     return p

@@ -27,7 +27,7 @@ from sim.inspect.summary import (
     core_summaries,
     summary_table,
 )
-from sim.inspect.trace import run_title, track_name, tracks, unit_label, unit_order
+from sim.inspect.trace import SPAN_CATEGORY, run_title, track_name, tracks, unit_label, unit_order
 from sim.inspect.trace_metadata import MAX_TRACE_CYCLE, TraceFileError, checked_metadata
 from sim.model.target_loader import MAX_CORES
 
@@ -184,8 +184,8 @@ def _load_json(path: Path, doc: Any) -> Trace:
     names = _track_names(doc["traceEvents"], path)
     events = []
     for i, ev in enumerate(doc["traceEvents"]):
-        if not isinstance(ev, dict) or ev.get("ph") != "X":
-            continue
+        if not isinstance(ev, dict) or ev.get("ph") != "X" or ev.get("cat") == SPAN_CATEGORY:
+            continue  # a program's calls are spans over the events, told by the metadata's calls
         where = f"traceEvents[{i}] ({brief(ev.get('name', '?'), 40)[1:-1]})"
         args = _args(ev, where, path)
         key = _track_key(ev)

@@ -346,21 +346,21 @@ def _shape(path: Path, raw: Any, key: str, dtype: np.dtype) -> tuple[int, ...]:
     return shape
 
 
-def _tiling(path: Path, raw: Any) -> dict | None:
+def _tiling(path: Path, raw: Any, key: str = "tiling") -> dict | None:
     """The optional ``tiling`` mapping: key (an identifier) -> a number, string, boolean or list of them.
 
-    Which keys and values a kernel takes is the kernel's to check when it plans.
+    Which keys and values a kernel takes is the kernel's to check when it plans.  ``key`` names it in messages.
     """
     if raw is None:
         return None
     if not isinstance(raw, dict):
-        raise _fail(path, "tiling", f"expected a mapping of tiling key -> value, got {type(raw).__name__}")
+        raise _fail(path, key, f"expected a mapping of tiling key -> value, got {type(raw).__name__}")
     for k, v in raw.items():
         if not isinstance(k, str) or not k.isidentifier():
-            raise _fail(path, f"tiling.{key_text(str(k))}", "expected a key that is an identifier")
+            raise _fail(path, f"{key}.{key_text(str(k))}", "expected a key that is an identifier")
         items = v if isinstance(v, list) else [v]
         if not all(isinstance(x, (int, float, str, bool)) for x in items):
-            raise _fail(path, f"tiling.{k}", f"expected a number, string, boolean or a list of them, got {brief(v)}")
+            raise _fail(path, f"{key}.{k}", f"expected a number, string, boolean or a list of them, got {brief(v)}")
     return dict(raw)
 
 
@@ -409,26 +409,76 @@ def load_config(path: str | Path, *, allow_kernels: bool | None = None) -> RunCo
     top = _mapping(p, doc, "<top>", {"target", "symbol", "args"},
                    {"data", "outputs", "trace", "numerics", "description", "tiling", "tiling_tolerance", "kernels",
                     "time_limit_seconds"})
-    for k in ("target", "symbol"):
-        if not isinstance(top[k], str) or not top[k] or not top[k].isprintable():
-            raise _fail(p, k, f"expected a non-empty one-line string, got {brief(top[k])}")
-        if len(top[k]) > MAX_PATH_CHARS:
-            raise _fail(p, k, f"at most {MAX_PATH_CHARS} characters, got {len(top[k])}: {brief(top[k], 40)}")
+    one_line_text(p, top, "symbol")
+    common = common_keys(p, top)
+    if not isinstance(top["args"], dict) or not all(isinstance(k, str) and k.isidentifier() for k in top["args"]):
+        raise _fail(p, "args", "expected a mapping of argument name (an identifier) -> value")
+    data, outputs = listed(p, top, "data"), listed(p, top, "outputs")
+    tiling = _tiling(p, top.get("tiling"))
+    data_specs = tuple(_array_spec(p, d, f"data[{i}]", True) for i, d in enumerate(data))
+    out_specs = tuple(_array_spec(p, o, f"outputs[{i}]", False) for i, o in enumerate(outputs))
+    for key, specs in (("data", data_specs), ("outputs", out_specs)):
+        check_unique_names(p, key, [spec.name for spec in specs])
+    return RunConfig(
+        path=p, target=common.target, symbol=top["symbol"], args=dict(top["args"]),
+        data=data_specs, outputs=out_specs,
+        trace=common.trace, numerics=common.numerics, description=common.description, tiling=tiling,
+        tiling_tolerance=common.tiling_tolerance,
+        kernels=common.kernels, allow_kernels=allow_kernels,
+        time_limit_seconds=common.time_limit_seconds)
+
+
+@dataclass(frozen=True)
+class CommonKeys:
+    """The top-level keys a run-config and a program file (:mod:`sim.program.schema`) share, checked."""
+
+    target: str  # a chip name, or the path of a target file (relative paths resolved against the file's folder)
+    description: str
+    numerics: bool
+    trace: str
+    tiling_tolerance: float | None
+    time_limit_seconds: float | None
+    kernels: tuple[KernelSource, ...]
+
+
+def one_line_text(p: Path, top: dict, key: str) -> str:
+    """The top-level ``key`` of file ``p``: a non-empty one-line string of at most MAX_PATH_CHARS characters."""
+    value = top[key]
+    if not isinstance(value, str) or not value or not value.isprintable():
+        raise _fail(p, key, f"expected a non-empty one-line string, got {brief(value)}")
+    if len(value) > MAX_PATH_CHARS:
+        raise _fail(p, key, f"at most {MAX_PATH_CHARS} characters, got {len(value)}: {brief(value, 40)}")
+    return value
+
+
+def listed(p: Path, top: dict, key: str) -> list:
+    """The optional top-level list ``key`` of file ``p`` (empty when absent or null)."""
+    val = top.get(key) or []
+    if not isinstance(val, list):
+        raise _fail(p, key, f"expected a list, got {type(val).__name__}")
+    return val
+
+
+def check_unique_names(p: Path, key: str, names: list[str]) -> None:
+    """ConfigError naming ``<key>[i].name`` at the first name of ``names`` that an earlier entry has."""
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        if name in seen:
+            raise _fail(p, f"{key}[{i}].name", f"duplicate name {name!r}")
+        seen.add(name)
+
+
+def common_keys(p: Path, top: dict) -> CommonKeys:
+    """The keys every file ``dspsim run`` takes shares: target, description, numerics, trace, tiling_tolerance,
+    time_limit_seconds and kernels (see docs/run-config.md)."""
+    target = one_line_text(p, top, "target")
     description = top.get("description")
     if description is not None and not isinstance(description, str):
         raise _fail(p, "description", f"expected text, got {type(description).__name__} {brief(description, 40)} "
                                       f"(put it in quotes to make it text)")
-    if not isinstance(top["args"], dict) or not all(isinstance(k, str) and k.isidentifier() for k in top["args"]):
-        raise _fail(p, "args", "expected a mapping of argument name (an identifier) -> value")
-    target = top["target"]
     if is_target_path(target):
         tp = Path(target)
         target = str(tp if tp.is_absolute() else p.parent / tp)
-    data = top.get("data") or []
-    outputs = top.get("outputs") or []
-    for key, val in (("data", data), ("outputs", outputs)):
-        if not isinstance(val, list):
-            raise _fail(p, key, f"expected a list, got {type(val).__name__}")
     numerics = top.get("numerics", True)
     if not isinstance(numerics, bool):
         raise _fail(p, "numerics", f"expected true or false, got {brief(numerics)}")
@@ -436,7 +486,6 @@ def load_config(path: str | Path, *, allow_kernels: bool | None = None) -> RunCo
     if not isinstance(trace, str) or not NAME_RE.match(trace):
         raise _fail(p, "trace", f"expected a file name of letters, digits, '_', '.', '-' (written under the "
                                 f"output folder), got {brief(trace)}")
-    tiling = _tiling(p, top.get("tiling"))
     tolerance = top.get("tiling_tolerance")
     if tolerance is not None and (isinstance(tolerance, bool) or not isinstance(tolerance, (int, float))
                                   or not 0 <= tolerance < 1):
@@ -445,21 +494,9 @@ def load_config(path: str | Path, *, allow_kernels: bool | None = None) -> RunCo
         time_limit = checked_time_limit(top.get("time_limit_seconds"), "")
     except KernelArgError as e:
         raise _fail(p, "time_limit_seconds", str(e)) from None
-    data_specs = tuple(_array_spec(p, d, f"data[{i}]", True) for i, d in enumerate(data))
-    out_specs = tuple(_array_spec(p, o, f"outputs[{i}]", False) for i, o in enumerate(outputs))
-    for key, specs in (("data", data_specs), ("outputs", out_specs)):
-        seen: set[str] = set()
-        for i, spec in enumerate(specs):
-            if spec.name in seen:
-                raise _fail(p, f"{key}[{i}].name", f"duplicate name {spec.name!r}")
-            seen.add(spec.name)
-    return RunConfig(
-        path=p, target=target, symbol=top["symbol"], args=dict(top["args"]),
-        data=data_specs, outputs=out_specs,
-        trace=trace, numerics=numerics, description=description or "", tiling=tiling,
-        tiling_tolerance=None if tolerance is None else float(tolerance),
-        kernels=_kernel_sources(p, top.get("kernels")), allow_kernels=allow_kernels,
-        time_limit_seconds=time_limit)
+    return CommonKeys(target=target, description=description or "", numerics=numerics, trace=trace,
+                      tiling_tolerance=None if tolerance is None else float(tolerance),
+                      time_limit_seconds=time_limit, kernels=_kernel_sources(p, top.get("kernels")))
 
 
 def check_data_file(cfg: RunConfig, spec: ArraySpec) -> None:

@@ -1,0 +1,245 @@
+"""What a program is refused for before anything runs: the rules that span its calls.
+
+Each call's own layout is :mod:`sim.model.layout`'s; these rules follow the bytes from call to call, in the
+program's order: the data entries place their bytes (step 0), each call reads its input buffers and then writes
+its output buffers, the ``outputs`` entries read theirs at the end.  Each finding is a
+:class:`~sim.model.layout.Violation` (its ``buffer`` the tensor, or the buffer when it lies in no tensor):
+
+* ``unwritten-read``: a call (or an ``outputs`` entry) reads bytes that no data entry placed and no earlier call
+  wrote, so it would read zeros, or another tensor's bytes where its own never were;
+* ``overwrite``: a call's output overwrites bytes of a tensor that a later call (or an ``outputs`` entry) still
+  reads (named at that read: the writer, the tensor it destroyed and the reader);
+* ``other-core``: a ``_p`` call's buffer lies in a tensor of another core's copy of the private memory (the call
+  would read, or write, its own core's copy at those addresses);
+* ``tensor-bounds``: a buffer that starts in a tensor runs past its end (the tensor is too small for the call);
+* ``tensor-dtype``: a buffer's element type is not its tensor's (float32 data for an ``hp_`` call's fp16 tensor).
+
+An in-place buffer (GEMM's ``c`` with ``beta`` 1) is the kernel's output only: the rules see it written, not
+read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sim.model.call import BoundCall, Buffer
+from sim.model.layout import Violation
+from sim.model.memory import MemoryMap
+from sim.model.target import Target
+from sim.program.planner import MemoryKey, MemoryPlan, Placement
+
+#: Rule id -> the rule in words (docs/programs.md lists them).
+RULES: dict[str, str] = {
+    "unwritten-read": "a call reads only bytes that a data entry placed or an earlier call wrote",
+    "overwrite": "no output overwrites a tensor a later call (or an outputs entry) still reads",
+    "other-core": "a _p call's buffers lie in its own core's tensors, never another core's",
+    "tensor-bounds": "a buffer that starts in a tensor lies wholly inside it",
+    "tensor-dtype": "a buffer has its tensor's element type",
+    "no-room": "every auto tensor finds room in its memory beside the tensors alive with it",
+}
+
+
+def _range(lo: int, hi: int) -> str:
+    return f"[{lo:#x}, {hi:#x})"
+
+
+@dataclass(frozen=True)
+class Access:
+    """One step's use of some bytes: a buffer a call reads or writes, or an entry placed or read back."""
+
+    who: str  # "call 'bn3' (fp_fused_batch_norm_grad_s)", "data 'x'", "outputs 'dx'"
+    buffer: str  # the buffer's (or entry's) own name
+    key: MemoryKey
+    start: int
+    end: int
+    tensor: str | None  # the tensor it lies in (None: a raw address)
+    where: str  # "ddr", "core 2's l2"
+
+
+@dataclass
+class _Seg:
+    start: int
+    end: int
+    by: Access  # the write that put these bytes there
+
+
+@dataclass(frozen=True)
+class _Clobber:
+    key: MemoryKey
+    start: int
+    end: int
+    victim: str  # the tensor whose bytes were overwritten
+    by: Access
+
+
+class _Bytes:
+    """Who wrote each byte of each memory last, and whose tensors' bytes writes destroyed."""
+
+    def __init__(self) -> None:
+        self.segs: dict[MemoryKey, list[_Seg]] = {}
+        self.clobbered: list[_Clobber] = []
+
+    def write(self, a: Access) -> None:
+        kept: list[_Seg] = []
+        for s in self.segs.get(a.key, []):
+            if s.end <= a.start or a.end <= s.start:
+                kept.append(s)
+                continue
+            lo, hi = max(s.start, a.start), min(s.end, a.end)
+            if s.by.tensor is not None and s.by.tensor != a.tensor:
+                self.clobbered.append(_Clobber(a.key, lo, hi, s.by.tensor, a))
+            if s.start < a.start:
+                kept.append(_Seg(s.start, a.start, s.by))
+            if a.end < s.end:
+                kept.append(_Seg(a.end, s.end, s.by))
+        kept.append(_Seg(a.start, a.end, a))
+        self.segs[a.key] = sorted(kept, key=lambda s: s.start)
+
+    def pieces(self, a: Access) -> list[tuple[int, int, _Seg | None]]:
+        """``[a.start, a.end)`` cut by who wrote it last (None: nobody)."""
+        out: list[tuple[int, int, _Seg | None]] = []
+        cursor = a.start
+        for s in self.segs.get(a.key, []):
+            if s.end <= cursor or s.start >= a.end:
+                continue
+            if s.start > cursor:
+                out.append((cursor, s.start, None))
+            out.append((max(s.start, cursor), min(s.end, a.end), s))
+            cursor = min(s.end, a.end)
+        if cursor < a.end:
+            out.append((cursor, a.end, None))
+        return out
+
+    def read(self, a: Access) -> list[Violation]:
+        """The violations of reading ``a`` now (see the module's rules)."""
+        out: list[Violation] = []
+        what = f"tensor '{a.tensor}'" if a.tensor is not None else f"buffer '{a.buffer}'"
+        reader = f"{a.who}" + (f" (its buffer '{a.buffer}')" if a.tensor is not None and a.buffer != a.tensor else "")
+        for lo, hi, seg in self.pieces(a):
+            if seg is not None and (a.tensor is None or seg.by.tensor == a.tensor):
+                continue
+            if a.tensor is not None:
+                hit = next((c for c in reversed(self.clobbered) if c.key == a.key and c.victim == a.tensor
+                            and c.start < hi and lo < c.end), None)
+                if hit is not None:
+                    lo, hi = max(lo, hit.start), min(hi, hit.end)
+                    by = hit.by
+                    out.append(Violation(a.tensor, "overwrite",
+                                         f"{by.who} writes its output '{by.buffer}'"
+                                         + (f" (tensor '{by.tensor}')" if by.tensor else "")
+                                         + f" {_range(by.start, by.end)} over {hi - lo} bytes {_range(lo, hi)} of "
+                                           f"tensor '{a.tensor}' in {a.where}, which {reader} still reads later: "
+                                           f"an output may not overwrite a tensor a later call reads",
+                                         None, lo, hi, a.key[0]))
+                    continue
+            held = "" if seg is None else f" (they hold {seg.by.who}'s '{seg.by.buffer}')"
+            out.append(Violation(a.tensor or a.buffer, "unwritten-read",
+                                 f"{reader} reads {what} {_range(a.start, a.end)} in {a.where}, but its bytes "
+                                 f"{_range(lo, hi)} were placed by no data entry and written by no earlier call"
+                                 f"{held}: place them (data) or make an earlier call write them",
+                                 None, lo, hi, a.key[0]))
+        return out[:1]  # the first finding per access names the mistake
+
+
+@dataclass(frozen=True)
+class CallBuffers:
+    """One call of a program, bound: what the checks see of it."""
+
+    name: str
+    call: BoundCall
+    named: tuple[str, ...]  # the tensors its arguments name
+
+
+def _where(key: MemoryKey) -> str:
+    region, core = key
+    return region if core is None else f"core {core}'s {region}"
+
+
+def locate(mmap: MemoryMap, plan: MemoryPlan, b: Buffer, core: int | None, named: Sequence[str] = ()
+           ) -> tuple[MemoryKey | None, Placement | None, Placement | None]:
+    """The memory a buffer lies in (None when unmapped), the tensor of that memory it starts in (preferring
+    those ``named``), and a tensor of *another* core's copy it starts in when none of its own does."""
+    region = mmap.region_of(b.addr, b.size_bytes)
+    if region is None:
+        return None, None, None
+    key: MemoryKey = (region.name, None if region.shared else core)
+    hits = [p for p in plan.placements if p.region.name == region.name and p.addr <= b.addr < p.end]
+    own = sorted((p for p in hits if p.key == key), key=lambda p: (p.tensor.name not in named, p.addr))
+    if own:
+        return key, own[0], None
+    return key, None, next(iter(hits), None)
+
+
+def check_calls(target: Target, plan: MemoryPlan, calls: Sequence[CallBuffers],
+                data: Sequence[tuple[str, Access]], outputs: Sequence[tuple[str, Access]]) -> list[Violation]:
+    """Every violation of the module's rules, in the program's order (data, calls, outputs).
+
+    ``data`` and ``outputs`` are the entries as accesses (see :func:`entry_access`).
+    """
+    mmap = MemoryMap(target)
+    out: list[Violation] = []
+    state = _Bytes()
+    for _, a in data:
+        state.write(a)
+    for c in calls:
+        core = c.call.cores[0] if c.call.variant == "p" else None
+        who = f"call '{c.name}' ({c.call.symbol})"
+        reads: list[Access] = []
+        writes: list[Access] = []
+        for b in c.call.buffers:
+            if not b.size_bytes:
+                continue
+            key, home, foreign = locate(mmap, plan, b, core, c.named)
+            if key is None:
+                continue  # unmapped: the call's layout check says so
+            if foreign is not None and core is not None:
+                verb = "reads" if b.role == "input" else "writes"
+                out.append(Violation(foreign.tensor.name, "other-core",
+                                     f"{who} runs on core {core} and {verb} buffer '{b.name}' "
+                                     f"{_range(b.addr, b.end)} in tensor '{foreign.tensor.name}' "
+                                     f"{_range(foreign.addr, foreign.end)}, which lives in core {foreign.core}'s "
+                                     f"{foreign.region.name}: a _p call sees only its own core's private memory "
+                                     f"(give the tensor core: {core}, or run the call on core {foreign.core})",
+                                     None, b.addr, b.end, foreign.region.name))
+                continue
+            if home is not None:
+                t = home.tensor
+                if b.end > home.end:
+                    out.append(Violation(t.name, "tensor-bounds",
+                                         f"{who}'s buffer '{b.name}' {_range(b.addr, b.end)} ({b.size_bytes} bytes) "
+                                         f"starts in tensor '{t.name}' {_range(home.addr, home.end)} "
+                                         f"({t.size_bytes} bytes, {t.dtype.name}{list(t.shape)}) and runs "
+                                         f"{b.end - home.end} bytes past its end", None, b.addr, b.end, key[0]))
+                    continue
+                if b.dtype != t.dtype:
+                    out.append(Violation(t.name, "tensor-dtype",
+                                         f"{who} {'reads' if b.role == 'input' else 'writes'} buffer '{b.name}' "
+                                         f"as {b.dtype}, but tensor '{t.name}' holds {t.dtype.name}: declare the "
+                                         f"tensor as {b.dtype}", None, b.addr, b.end, key[0]))
+                    continue
+            a = Access(who, b.name, key, b.addr, b.end, None if home is None else home.tensor.name, _where(key))
+            (reads if b.role == "input" else writes).append(a)
+        for a in reads:
+            out.extend(state.read(a))
+        for a in writes:
+            state.write(a)
+    for _, a in outputs:
+        out.extend(state.read(a))
+    return out
+
+
+def entry_access(mmap: MemoryMap, plan: MemoryPlan, who: str, name: str, addr: int, size_bytes: int,
+                 core: int | None, tensor: str | None) -> Access | None:
+    """A data or outputs entry as an access (None when its address is illegal: the entry's own check says so)."""
+    region = mmap.region_of(addr, size_bytes)
+    if region is None or size_bytes == 0:
+        return None
+    key: MemoryKey = (region.name, None if region.shared else core)
+    if tensor is None:  # a raw entry over a tensor's bytes places (or reads) that tensor
+        hit = next((p for p in plan.placements if p.key == key and p.addr <= addr < p.end), None)
+        tensor = None if hit is None else hit.tensor.name
+    return Access(who, name, key, addr, addr + size_bytes, tensor, _where(key))
+
+
+__all__ = ["RULES", "Access", "CallBuffers", "locate", "check_calls", "entry_access"]
