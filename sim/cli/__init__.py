@@ -12,11 +12,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sim.cli.options import add_allow_kernels, allow_kernels
+from sim.cli.program import run_program_command, validate_program_command
 from sim.cli.trace import add_trace_commands
 from sim.errors import ConfigError, LayoutError, SimError
 from sim.inspect.layout_map import layout_map, layout_report
 from sim.model.layout import Violation
 from sim.model.target_loader import available_targets, load_target
+from sim.program import is_program_file
 from sim.simulator import SHIPPED, Simulator, kernel_entry_point_errors, kernel_symbols
 from sim.time_limit import checked_time_limit
 from sim.tools.config import RunConfig, kernel_source, load_config
@@ -92,6 +94,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     warnings go to stderr, and ``--strict`` makes them errors.  Files are written before anything is printed,
     so a reader that goes away early (``dspsim run cfg | head -3``) loses no result.
     """
+    if is_program_file(args.config):  # a chain of calls (docs/programs.md)
+        return run_program_command(args)
     cfg = load_config(args.config, allow_kernels=allow_kernels(args))
     if args.time_limit is not None:  # the flag wins over the config's time_limit_seconds
         cfg = dataclasses.replace(cfg, time_limit_seconds=checked_time_limit(args.time_limit, "--time-limit: "))
@@ -152,6 +156,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     Prints the layout map and every finding; exit 1 on a layout violation or an entry error (on a warning
     too with ``--strict``), 2 when the config cannot be checked at all (a bad key, symbol or argument).
     """
+    if is_program_file(args.config):  # a chain of calls (docs/programs.md)
+        return validate_program_command(args)
     try:
         # What a user's kernel prints while it is imported, binds or plans goes to stderr: stdout is the report's.
         with stdout_to_stderr():
@@ -288,8 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "does (repeatable); this runs its code: naming it here is the opt-in, no "
                         f"{ALLOW_FLAG} needed")
     k.set_defaults(func=cmd_kernels)
-    r = sub.add_parser("run", help="run a run-config and write its trace")
-    r.add_argument("config", help="run-config YAML")
+    r = sub.add_parser("run", help="run a run-config (or a program: a chain of calls) and write its trace")
+    r.add_argument("config", help="run-config YAML, or a program YAML (docs/programs.md)")
     r.add_argument("--out-dir", default="traces", help="folder for the trace and outputs (default: traces)")
     r.add_argument("--trace", help="trace file name (default: the config's, or <config>.json)")
     r.add_argument("--csv", action="store_true", help="also write the trace as CSV")

@@ -47,7 +47,11 @@ def cmd_trace_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """Run a run-config and write its self-contained HTML report."""
+    """Run a run-config (or a program) and write its self-contained HTML report."""
+    from sim.program import is_program_file
+    if is_program_file(args.config):
+        from sim.cli.program import report_program_command
+        return report_program_command(args)
     from sim.tools.report import write_report
     out = Path(args.output) if args.output else Path("traces") / (Path(args.config).stem + ".html")
     path, run = write_report(args.config, out, stream=sys.stderr, strict=args.strict,

@@ -70,6 +70,35 @@ def _tiling(value: Any, path: Path) -> dict | None:
     return value
 
 
+#: Most calls a program's trace may list.
+MAX_TRACE_CALLS = 4096
+
+
+def _calls(value: Any, path: Path) -> list[dict]:
+    """A program trace's ``calls``: per call its name and symbol (text), start and cycles (bounded ints)."""
+    if not isinstance(value, list) or len(value) > MAX_TRACE_CALLS:
+        raise _fail(path, "calls", f"a list of at most {MAX_TRACE_CALLS} calls", value)
+    out = []
+    for i, call in enumerate(value):
+        key = f"calls[{i}]"
+        if not isinstance(call, dict):
+            raise _fail(path, key, "an object (name, symbol, start_cycle, cycles ...)", call)
+        call = dict(call)
+        for text in ("name", "symbol", "bound_by", "limited_by"):
+            if not isinstance(call.get(text), (str, type(None))):
+                raise _fail(path, f"{key}.{text}", "text", call[text])
+        if not isinstance(call.get("name"), str):
+            raise _fail(path, f"{key}.name", "text", call.get("name"))
+        for cyc in ("start_cycle", "cycles"):
+            call[cyc] = bounded_int(call.get(cyc), f"{path}: metadata.{key}.{cyc}", TraceFileError, 0,
+                                    MAX_TRACE_CYCLE)
+        if call.get("roofline_cycles") is not None:
+            call["roofline_cycles"] = bounded_float(call["roofline_cycles"], f"{path}: metadata.{key}.roofline_cycles",
+                                                    TraceFileError, 0.0, float(MAX_TRACE_CYCLE))
+        out.append(call)
+    return out
+
+
 def checked_metadata(meta: Mapping[str, Any], path: Path) -> dict:
     """A copy of a trace's metadata with every key the tools use checked (see the module docstring)."""
     out = dict(meta)
@@ -93,4 +122,6 @@ def checked_metadata(meta: Mapping[str, Any], path: Path) -> dict:
         raise _fail(path, "args", "an object of the call's arguments", out["args"])
     if "tiling" in out:
         out["tiling"] = _tiling(out["tiling"], path)
+    if out.get("calls") is not None:
+        out["calls"] = _calls(out["calls"], path)
     return out

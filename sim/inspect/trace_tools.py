@@ -63,6 +63,12 @@ class Trace:
         return tuple(int(x) for x in c) if c else tuple(sorted({e.core for e in self.events}))
 
     @property
+    def calls(self) -> list[dict]:
+        """A program's calls (name, symbol, start_cycle, cycles ...) as its metadata lists them; empty for the trace
+        of one call."""
+        return list(self.metadata.get("calls") or [])
+
+    @property
     def title(self) -> str:
         """``chip · symbol`` (or the file name when the trace has no metadata)."""
         return run_title(self.metadata) if self.metadata.get("symbol") else (self.source or "trace")
@@ -443,6 +449,19 @@ def critical_text(trace: Trace, cp: CriticalPath) -> list[str]:
     return lines
 
 
+def calls_text(t: Trace) -> list[str]:
+    """A program's calls, one line each (start, cycles, share, bound by, limited by); nothing for one call's."""
+    if not t.calls:
+        return []
+    lines = [f"{len(t.calls)} calls, back to back:"]
+    width = max(len(c["name"]) for c in t.calls)
+    for c in t.calls:
+        lines.append(f"  {c['name']:<{width}}  {c.get('symbol') or '?':<40} from {c['start_cycle']:>10}  "
+                     f"{c['cycles']:>10} cycles  {_pct(c['cycles'], t.cycles):>6}  bound by {c.get('bound_by') or '?'}"
+                     f", limited by {c.get('limited_by') or '?'}")
+    return lines
+
+
 def summary_text(s: TraceSummary) -> str:
     """The summary as text: header, per-core table, critical path, top stalls."""
     t = s.trace
@@ -456,6 +475,7 @@ def summary_text(s: TraceSummary) -> str:
         lines.append("timing only (numerics: false): no values were computed")
     if t.metadata.get("precision_note"):
         lines.append(f"precision: {t.metadata['precision_note']}")
+    lines += calls_text(t)
     lines += ["", summary_table(s.cores), ""]
     lines += critical_text(t, s.critical)
     lines.append("")
@@ -502,6 +522,7 @@ class TraceDiff:
     cores: tuple[tuple[int, tuple[DiffRow, ...]], ...]
     units: tuple[DiffRow, ...]
     metadata: tuple[tuple[str, Any, Any], ...]
+    calls: tuple[DiffRow, ...] = ()  # programs: each call's cycles (by name, A's order first)
 
 
 def unit_busy(events: Iterable[TraceEvent]) -> dict[tuple[int, str], int]:
@@ -541,8 +562,10 @@ def diff_traces(a: Trace, b: Trace) -> TraceDiff:
     for key in sorted(set(til_a) | set(til_b), key=lambda k: (k not in til_a, k)):
         if til_a.get(key) != til_b.get(key):
             meta.append((f"tiling.{key}", til_a.get(key), til_b.get(key)))
+    ca, cb = ({c["name"]: c["cycles"] for c in t.calls} for t in (a, b))
+    calls = tuple(DiffRow(name, ca.get(name), cb.get(name)) for name in [*ca, *(n for n in cb if n not in ca)])
     return TraceDiff(a=a, b=b, total=DiffRow("run cycles", a.cycles, b.cycles), cores=tuple(cores),
-                     units=units, metadata=tuple(meta))
+                     units=units, metadata=tuple(meta), calls=calls)
 
 
 def _tiling_of(t: Trace) -> dict[str, Any]:
@@ -595,7 +618,11 @@ def diff_text(d: TraceDiff) -> str:
     if d.a.cycles and d.b.cycles and d.a.cycles != d.b.cycles:
         speed = (f", B is {d.a.cycles / d.b.cycles:.2f}x as fast" if d.b.cycles < d.a.cycles
                  else f", B takes {d.b.cycles / d.a.cycles:.2f}x as long")
-    lines += [f"run cycles: A {d.total.a}, B {d.total.b}, change {delta} ({pct}){speed}", "", "per core (cycles):"]
+    lines += [f"run cycles: A {d.total.a}, B {d.total.b}, change {delta} ({pct}){speed}", ""]
+    if d.calls:
+        crows = [["call", "A", "B", "change", "%"]] + [[r.label, _fmt(r.a), _fmt(r.b), *_change(r)] for r in d.calls]
+        lines += ["per call (cycles):", _table(crows), ""]
+    lines.append("per core (cycles):")
     head = ["core"]
     for label, _ in _CORE_FIELDS:
         head += [f"{label} A", f"{label} B", "change"]
@@ -615,5 +642,5 @@ def diff_text(d: TraceDiff) -> str:
 
 __all__ = ["MAX_TRACE_BYTES", "MAX_TRACE_DEPTH", "MAX_TRACE_CYCLE",
            "Trace", "TraceFileError", "load_trace", "trace_of_run", "CriticalPath", "critical_path", "Stall",
-           "stalls", "TraceSummary", "summarize", "summary_text", "critical_text", "DiffRow", "TraceDiff",
+           "stalls", "TraceSummary", "summarize", "summary_text", "critical_text", "calls_text", "DiffRow", "TraceDiff",
            "diff_traces", "diff_text", "unit_busy", "unit_label"]

@@ -21,6 +21,7 @@ from sim.errors import ConfigError, LayoutError
 from sim.model.call import BoundCall
 from sim.model.layout import Violation, check_layout, layout_error
 from sim.model.memory import MemoryMap
+from sim.model.target import Target
 from sim.model.target_loader import load_target
 from sim.program.binding import arg_kinds, bind_call, lifetimes, named_tensors, resolved_args
 from sim.program.checks import Access, CallBuffers, check_calls, entry_access, locate
@@ -54,6 +55,7 @@ class CheckedProgram:
     addresses (as a run-config: ``config``), and every violation found."""
 
     program: Program
+    target: Target
     plan: MemoryPlan
     calls: tuple[CheckedCall, ...]
     config: RunConfig
@@ -171,7 +173,7 @@ def prepare_program(program: Program, m: Simulator, *, choose_tilings: bool = Tr
             calls = [_with_choice(m, c, violations) for c in calls]
     finally:
         m.memory.rollback()
-    return CheckedProgram(program, plan, tuple(calls), cfg, tuple(violations))
+    return CheckedProgram(program, m.target, plan, tuple(calls), cfg, tuple(violations))
 
 
 def _with_choice(m: Simulator, c: CheckedCall, violations: list[Violation]) -> CheckedCall:

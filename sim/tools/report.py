@@ -13,10 +13,11 @@ from __future__ import annotations
 import html
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from sim.engine.events import KINDS
+from sim.engine.events import KINDS, TraceEvent
 from sim.files.atomic import atomic_write_text
 from sim.inspect.layout_map import layout_map, layout_rows
 from sim.inspect.summary import limiting_resource, loop_summaries, resource_shares
@@ -49,20 +50,25 @@ def _human_bytes(n: float) -> str:
 
 def timeline_data(run: Run) -> dict:
     """The run's tracks and events in the compact form the page's script reads."""
-    trs = tracks(run.events)
+    return timeline_payload(run.events, run.cycles, run.target.clock_hz)
+
+
+def timeline_payload(events: Sequence[TraceEvent], cycles: int, clock_hz: int) -> dict:
+    """Tracks and events (of a run, or of a program's calls on one timeline) in the form the page's script reads."""
+    trs = tracks(events)
     index = {cu: i for i, cu in enumerate(trs)}
-    kinds = list(KINDS) + sorted({e.kind for e in run.events} - set(KINDS))
+    kinds = list(KINDS) + sorted({e.kind for e in events} - set(KINDS))
     kind_index = {k: i for i, k in enumerate(kinds)}
-    events = []
-    for e in sorted(run.events, key=lambda e: (index[(e.core, e.unit)], e.start, e.end)):
-        events.append([index[(e.core, e.unit)], kind_index[e.kind], e.start, e.end,
-                       e.tile, e.bytes, None if e.src is None else f"{e.src:#x}",
-                       None if e.dst is None else f"{e.dst:#x}", e.src_region, e.dst_region,
-                       e.wait_cycles, e.flops, e.phase, e.wait_start])
-    return {"cycles": run.cycles, "clock_hz": run.target.clock_hz,
+    rows = []
+    for e in sorted(events, key=lambda e: (index[(e.core, e.unit)], e.start, e.end)):
+        rows.append([index[(e.core, e.unit)], kind_index[e.kind], e.start, e.end,
+                     e.tile, e.bytes, None if e.src is None else f"{e.src:#x}",
+                     None if e.dst is None else f"{e.dst:#x}", e.src_region, e.dst_region,
+                     e.wait_cycles, e.flops, e.phase, e.wait_start])
+    return {"cycles": cycles, "clock_hz": clock_hz,
             "tracks": [{"core": c, "unit": u, "label": track_name(c, u)} for c, u in trs],
             "kinds": kinds, "kind_labels": [KIND_LABELS.get(k, k) for k in kinds],
-            "colours": [KIND_COLOURS.get(k, "#777777") for k in kinds], "events": events}
+            "colours": [KIND_COLOURS.get(k, "#777777") for k in kinds], "events": rows}
 
 
 def _script_json(data: Any) -> str:
@@ -550,9 +556,23 @@ window.dspsimTimeline = {view: function () { return [v0, v1]; }, setView: functi
 def report_html(run: Run, cfg: RunConfig | None = None) -> str:
     """The whole report page of a run as one HTML string (deterministic: no wall-clock in it)."""
     summary = summarize(trace_of_run(run))
-    title = f"{run.symbol} on {run.target.name}"
     desc = _esc(cfg.description) if cfg is not None and cfg.description else ""
-    data = _script_json(timeline_data(run))
+    return page_html(f"{run.symbol} on {run.target.name}", desc, _facts(run, cfg), timeline_data(run), [
+        ("summary-section", "Per-core summary", _summary_section(summary)),
+        ("roofline-section", "Roofline", _roofline_section(run)),
+        ("layout-section", "Memory layout of the call", _layout_section(run)),
+        ("args-section", "Arguments", _run_section(run))])
+
+
+def page_html(title: str, desc: str, facts: str, timeline: dict, sections: Sequence[tuple[str, str, str]]) -> str:
+    """A report page: its title, the description and facts (HTML), the interactive timeline of ``timeline``
+    (:func:`timeline_payload`), then ``sections`` (id, heading, HTML) in order."""
+    data = _script_json(timeline)
+    body = "".join(f"""<section id="{sid}">
+<h2>{_esc(heading)}</h2>
+{html_text}
+</section>
+""" for sid, heading, html_text in sections)
     csp = ("default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:; "
            "connect-src 'none'")
     return f"""<!DOCTYPE html>
@@ -568,7 +588,7 @@ def report_html(run: Run, cfg: RunConfig | None = None) -> str:
 <header>
 <h1>dspsim report: {_esc(title)}</h1>
 <p class="sub">{desc}</p>
-{_facts(run, cfg)}
+{facts}
 </header>
 <section id="timeline-section">
 <h2>Per-core timeline</h2>
@@ -579,23 +599,7 @@ def report_html(run: Run, cfg: RunConfig | None = None) -> str:
 <div class="timeline" id="timeline"><div class="labels" id="labels"><div class="axis-head">cycles<br>&micro;s</div></div><div class="plot" id="plot"><svg id="tl-svg" xmlns="http://www.w3.org/2000/svg"></svg></div></div>
 <div id="tooltip" role="tooltip" hidden></div>
 </section>
-<section id="summary-section">
-<h2>Per-core summary</h2>
-{_summary_section(summary)}
-</section>
-<section id="roofline-section">
-<h2>Roofline</h2>
-{_roofline_section(run)}
-</section>
-<section id="layout-section">
-<h2>Memory layout of the call</h2>
-{_layout_section(run)}
-</section>
-<section id="args-section">
-<h2>Arguments</h2>
-{_run_section(run)}
-</section>
-<script type="application/json" id="run-data">{data}</script>
+{body}<script type="application/json" id="run-data">{data}</script>
 <script>{_JS}</script>
 </body>
 </html>
