@@ -17,7 +17,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 #: (batch, height, width, block channels, bottleneck or expansion channels) per block, small and large.
-SHAPES = {"resnet50_bottleneck_bwd": (2, 8, 8, 64, 16), "mobilenetv2_block_bwd": (2, 8, 8, 16, 96)}
+SHAPES = {"resnet50_bottleneck_bwd": (1, 4, 4, 32, 8), "mobilenetv2_block_bwd": (1, 4, 4, 16, 96)}
 LARGE = {"resnet50_bottleneck_bwd": (4, 14, 14, 256, 64), "mobilenetv2_block_bwd": (4, 14, 14, 32, 192)}
 CHIPS = (("FT78NE", "ft78ne", "fp", "float32"), ("MT7004", "mt7004_hp", "hp", "float16"))
 KERNELS = ["../../examples/relu_grad.py", "../../examples/binary_elementwise.py", "../../examples/col2im.py",

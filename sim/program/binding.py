@@ -59,6 +59,13 @@ def named_tensors(program: Program, index: int, kinds: Mapping[str, str]) -> lis
     return out
 
 
+def tensor_args(program: Program, index: int, kinds: Mapping[str, str]) -> dict[str, str]:
+    """Call ``index``'s pointer arguments that name a tensor: argument name -> tensor (a kernel's buffer of that
+    name is the tensor, whatever else shares its addresses: another core's copy, a dead tensor's bytes)."""
+    return {arg: value for arg, value in program.calls[index].args.items()
+            if isinstance(value, str) and kinds.get(arg) in POINTER_KINDS}
+
+
 def lifetimes(program: Program, named: Sequence[Sequence[str]]) -> dict[str, Lifetime]:
     """Each tensor's lifetime from the steps that name it: data placed (step 0), the calls (``named[i]``, step
     ``i + 1``), outputs read back (the last step).  A tensor nothing names lives the whole program."""
@@ -102,4 +109,4 @@ def bind_call(m: Simulator, program: Program, index: int, args: Mapping[str, Any
         raise err from None
 
 
-__all__ = ["POINTER_KINDS", "arg_kinds", "named_tensors", "lifetimes", "resolved_args", "bind_call"]
+__all__ = ["POINTER_KINDS", "arg_kinds", "named_tensors", "tensor_args", "lifetimes", "resolved_args", "bind_call"]

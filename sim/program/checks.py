@@ -20,8 +20,8 @@ read.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from sim.model.call import BoundCall, Buffer
 from sim.model.layout import Violation
@@ -149,6 +149,7 @@ class CallBuffers:
     name: str
     call: BoundCall
     named: tuple[str, ...]  # the tensors its arguments name
+    by_arg: Mapping[str, str] = field(default_factory=dict)  # pointer argument -> the tensor it names
 
 
 def _where(key: MemoryKey) -> str:
@@ -156,15 +157,19 @@ def _where(key: MemoryKey) -> str:
     return region if core is None else f"core {core}'s {region}"
 
 
-def locate(mmap: MemoryMap, plan: MemoryPlan, b: Buffer, core: int | None, named: Sequence[str] = ()
-           ) -> tuple[MemoryKey | None, Placement | None, Placement | None]:
-    """The memory a buffer lies in (None when unmapped), the tensor of that memory it starts in (preferring
-    those ``named``), and a tensor of *another* core's copy it starts in when none of its own does."""
+def locate(mmap: MemoryMap, plan: MemoryPlan, b: Buffer, core: int | None, named: Sequence[str] = (),
+           arg_tensor: str | None = None) -> tuple[MemoryKey | None, Placement | None, Placement | None]:
+    """The memory a buffer lies in (None when unmapped), the tensor of that memory it starts in, and the tensor of
+    *another* core's copy it starts in instead.  ``arg_tensor``, the tensor the buffer's own argument names,
+    decides when it holds the buffer's start; else the tensors ``named`` by the call come first, then any."""
     region = mmap.region_of(b.addr, b.size_bytes)
     if region is None:
         return None, None, None
     key: MemoryKey = (region.name, None if region.shared else core)
     hits = [p for p in plan.placements if p.region.name == region.name and p.addr <= b.addr < p.end]
+    mine = [p for p in hits if p.tensor.name == arg_tensor]
+    if mine:
+        return (key, mine[0], None) if mine[0].key == key else (key, None, mine[0])
     own = sorted((p for p in hits if p.key == key), key=lambda p: (p.tensor.name not in named, p.addr))
     if own:
         return key, own[0], None
@@ -190,7 +195,7 @@ def check_calls(target: Target, plan: MemoryPlan, calls: Sequence[CallBuffers],
         for b in c.call.buffers:
             if not b.size_bytes:
                 continue
-            key, home, foreign = locate(mmap, plan, b, core, c.named)
+            key, home, foreign = locate(mmap, plan, b, core, c.named, c.by_arg.get(b.name))
             if key is None:
                 continue  # unmapped: the call's layout check says so
             if foreign is not None and core is not None:

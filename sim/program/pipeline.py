@@ -12,6 +12,7 @@ refused or not.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from sim.model.layout import Violation, check_layout, layout_error
 from sim.model.memory import MemoryMap
 from sim.model.target import Target
 from sim.model.target_loader import load_target
-from sim.program.binding import arg_kinds, bind_call, lifetimes, named_tensors, resolved_args
+from sim.program.binding import arg_kinds, bind_call, lifetimes, named_tensors, resolved_args, tensor_args
 from sim.program.checks import Access, CallBuffers, check_calls, entry_access, locate
 from sim.program.planner import Lifetime, MemoryPlan, Reserved, plan_memory
 from sim.program.schema import CallSpec, Program
@@ -46,6 +47,7 @@ class CheckedCall:
     args: Mapping[str, Any]
     call: BoundCall
     named: tuple[str, ...]
+    by_arg: Mapping[str, str] = field(default_factory=dict)
     choice: TilingChoice | None = None
 
 
@@ -95,7 +97,7 @@ def _stray_buffers(mmap: MemoryMap, plan: MemoryPlan, calls: list[CheckedCall]) 
     for c in calls:
         core = c.call.cores[0] if c.call.variant == "p" else None
         for b in c.call.buffers:
-            key, home, _ = locate(mmap, plan, b, core, c.named)
+            key, home, _ = locate(mmap, plan, b, core, c.named, c.by_arg.get(b.name))
             if key is None or not b.size_bytes or (home is not None and home.tensor.name in c.named):
                 continue
             if any(p.auto and p.key == key and p.addr < b.end and b.addr < p.end for p in plan.placements):
@@ -116,7 +118,8 @@ def _bind_all(m: Simulator, program: Program, cfg: RunConfig, addrs: Mapping[str
         out = []
         for i, call in enumerate(program.calls):
             args = resolved_args(program, i, kinds[i], addrs)
-            out.append(CheckedCall(call, args, bind_call(m, program, i, args), tuple(named[i])))
+            out.append(CheckedCall(call, args, bind_call(m, program, i, args), tuple(named[i]),
+                                   tensor_args(program, i, kinds[i])))
         return out
     finally:
         m.before_bind_read = None
@@ -167,7 +170,7 @@ def prepare_program(program: Program, m: Simulator, *, choose_tilings: bool = Tr
         check_entries_map(cfg, m)
         violations = [_in_call(c.spec, c.call, v) for c in calls for v in check_layout(c.call, m.target)]
         data, outputs = _entry_accesses(cfg, program, mmap, plan)
-        violations += check_calls(m.target, plan, [CallBuffers(c.spec.name, c.call, c.named) for c in calls],
+        violations += check_calls(m.target, plan, [CallBuffers(c.spec.name, c.call, c.named, c.by_arg) for c in calls],
                                   data, outputs)
         if choose_tilings and not violations:
             calls = [_with_choice(m, c, violations) for c in calls]
@@ -185,7 +188,7 @@ def _with_choice(m: Simulator, c: CheckedCall, violations: list[Violation]) -> C
             raise
         violations.extend(_in_call(c.spec, c.call, v) for v in e.violations)
         return c
-    return CheckedCall(c.spec, c.args, c.call, c.named, choice)
+    return dataclasses.replace(c, choice=choice)
 
 
 def check_program(program: Program, m: Simulator) -> CheckedProgram:

@@ -6,9 +6,9 @@ lifetimes do not overlap may share bytes (the later one overwrites a tensor noth
 lifetimes overlap never do.  The placement is greedy by size, as TFLite's arena planner and XLA's heap
 simulator do: per memory (a shared region, or one core's copy of a private region), the largest ``auto``
 tensor first, each at the lowest address, aligned as the layout rules want it (the element size and the
-region's ``alignment_bytes``), that overlaps no tensor alive at the same time, no fixed-address tensor alive
-then, no byte a ``reserved`` span holds (raw-address data and buffers), and no shared window the kernels own
-as a staging level.  Deterministic: ties go to the earlier first use, then the name.
+region's ``alignment_bytes``) and to the region's bursts, that overlaps no tensor alive at the same time (a
+fixed-address one included), no byte a ``reserved`` span holds (raw-address data and buffers), and no shared
+window the kernels own as a staging level.  Deterministic: ties go to the earlier first use, then the name.
 """
 
 from __future__ import annotations
@@ -130,7 +130,10 @@ def _region_of(target: Target, t: TensorSpec, key: str) -> Region:
 
 
 def _alignment(t: TensorSpec, region: Region) -> int:
-    return required_alignment(Buffer(t.name, 0, t.shape, np.dtype(t.dtype), "input"), region)
+    """What the layout rules want (the element size, the region's ``alignment_bytes``), and whole bursts of the
+    region: a tensor then starts where a DMA burst does."""
+    return max(required_alignment(Buffer(t.name, 0, t.shape, np.dtype(t.dtype), "input"), region),
+               region.burst_bytes)
 
 
 def _lowest_fit(region: Region, blocked: list[tuple[int, int]], size: int, align: int) -> int | None:

@@ -28,7 +28,7 @@ def _reads_writes(checked: CheckedProgram, c: CheckedCall) -> tuple[list[str], l
     core = c.call.cores[0] if c.call.variant == "p" else None
     out: tuple[list[str], list[str]] = ([], [])
     for b in c.call.buffers:
-        _, home, _ = locate(mmap, checked.plan, b, core, c.named)
+        _, home, _ = locate(mmap, checked.plan, b, core, c.named, c.by_arg.get(b.name))
         name = home.tensor.name if home is not None else f"{b.name}@{b.addr:#x}"
         bucket = out[0] if b.role == "input" else out[1]
         if name not in bucket:

@@ -1,0 +1,228 @@
+"""Programs (docs/programs.md): the planner's sharing, each refusal with memory unchanged, the one timeline, and
+``dspsim run|validate|report`` and ``trace summary|diff`` on program files.  Small elementwise programs keep it
+fast; tests/test_program_examples.py runs the shipped blocks against their reference."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import sim
+from sim.cli import main
+from sim.errors import ConfigError, LayoutError
+from sim.program import load_program, run_program
+from sim.program.planner import Lifetime, plan_memory
+from sim.program.schema import TensorSpec
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNELS = f"[{ROOT / 'examples' / 'relu_grad.py'}, {ROOT / 'examples' / 'binary_elementwise.py'}]"
+DDR = 0x80000000
+
+
+def program(tmp_path: Path, body: str, name: str = "prog") -> Path:
+    """A program file in ``tmp_path``: FT78NE, the example kernels, then ``body``."""
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(f"target: FT78NE\nkernels: {KERNELS}\n" + textwrap.dedent(body))
+    return p
+
+
+#: relu(dy, x) -> g, then g + dy -> y: x dies after step 1 and y is born at step 2, so they may share bytes.
+CHAIN = """\
+tensors:
+  - {name: dy, shape: [4, 64], dtype: float32}
+  - {name: x, shape: [4, 64], dtype: float32}
+  - {name: g, shape: [4, 64], dtype: float32}
+  - {name: y, shape: [4, 64], dtype: float32}
+data:
+  - {tensor: dy, random: {seed: 1}}
+  - {tensor: x, random: {seed: 2}}
+calls:
+  - {name: relu, symbol: fp_relu_grad_s, args: {dy: dy, x: x, dx: g, shape: [4, 64]}}
+  - {name: add, symbol: fp_binary_elementwise_s, args: {a: g, b: dy, out: y, shape: [4, 64], op: add}}
+outputs:
+  - {tensor: y}
+"""
+
+
+# -- the planner ---------------------------------------------------------------------------------------------
+
+
+def t(name: str, nbytes: int, addr: int | None = None) -> TensorSpec:
+    return TensorSpec(name, (nbytes // 4,), np.dtype(np.float32), "ddr", addr)
+
+
+def test_tensors_with_disjoint_lifetimes_share_bytes_and_overlapping_ones_never():
+    target = sim.load_target("FT78NE")
+    tensors = [t("a", 4096), t("b", 4096), t("c", 1024), t("d", 2048)]
+    lives = {"a": Lifetime(0, 1), "b": Lifetime(2, 3), "c": Lifetime(1, 2), "d": Lifetime(3, 4)}
+    plan = plan_memory(target, tensors, lives)
+    # Largest first, lowest address: a at the base; b (dead a) shares it; c lives with a and b, above them;
+    # d lives with b only, so above b's 4096 bytes but it may take c's bytes (c is dead by step 3).
+    assert [plan[n].addr - DDR for n in "abcd"] == [0, 0, 4096, 4096]
+    assert {(x.tensor.name, y.tensor.name) for x, y in plan.sharing()} == {("a", "b"), ("c", "d")}
+
+
+def test_the_planner_never_overlaps_tensors_alive_together_and_aligns_them():
+    target = sim.load_target("FT78NE")
+    rng = np.random.default_rng(7)
+    for _ in range(30):
+        n = int(rng.integers(2, 12))
+        tensors = [t(f"t{i}", int(rng.integers(1, 40)) * 4) for i in range(n)]
+        lives = {}
+        for x in tensors:
+            a, b = sorted(int(v) for v in rng.integers(0, 8, 2))
+            lives[x.name] = Lifetime(a, b)
+        plan = plan_memory(target, tensors, lives)
+        for i, p in enumerate(plan.placements):
+            assert p.addr % max(4, p.region.alignment_bytes, p.region.burst_bytes) == 0
+            assert p.region.contains(p.addr, p.tensor.size_bytes)
+            for q in plan.placements[i + 1:]:
+                if p.lifetime.overlaps(q.lifetime):
+                    assert not p.shares_bytes(q), (p, q)
+
+
+def test_an_auto_tensor_keeps_clear_of_a_fixed_one_alive_with_it():
+    target = sim.load_target("FT78NE")
+    plan = plan_memory(target, [t("fixed", 1024, DDR), t("auto", 512)], {"fixed": Lifetime(0, 3),
+                                                                        "auto": Lifetime(1, 2)})
+    assert plan["fixed"].addr == DDR and plan["auto"].addr == DDR + 1024
+
+
+# -- running, and the one timeline ----------------------------------------------------------------------------
+
+
+def test_a_program_runs_its_calls_back_to_back_and_computes_the_chain(tmp_path):
+    prog = load_program(program(tmp_path, CHAIN), allow_kernels=True)
+    m = sim.Simulator("FT78NE")
+    result = m.run_program(prog)
+    plan = result.plan
+    assert plan["x"].shares_bytes(plan["y"])  # x is dead when y is written
+    cfg = prog.as_run_config(plan.addrs)
+    dy, x = (cfg.materialise(s) for s in cfg.data)
+    assert np.array_equal(m.read(plan["y"].addr, (4, 64), np.float32), dy * (x > 0) + dy)
+    relu, add = result.calls
+    assert (relu.start_cycle, add.start_cycle, result.cycles) == (0, relu.cycles, relu.cycles + add.cycles)
+    # Each call starts at its own launch: the target's launch overhead, on every core of the call.
+    launches = sorted((e.start, e.end) for e in result.events if e.kind == "launch" and e.core == 0)
+    assert launches == [(0, 1800), (relu.cycles, relu.cycles + 1800)]
+    assert all(add.start_cycle <= e.start for e in result.events if e.phase and e.phase.startswith("add"))
+    rows = result.rows()
+    assert [r.name for r in rows] == ["relu", "add"] and abs(sum(r.share for r in rows) - 1) < 1e-9
+    assert "total" in result.table_text()
+
+
+# -- refusals: before anything runs, memory exactly as it was -----------------------------------------------------
+
+
+#: A 4x64 array of ones, as a data entry's values (placed while the calls are bound, then rolled back).
+ONES = str([[1.0] * 64] * 4)
+REFUSALS = {
+    "overwrite": ("""\
+tensors:
+  - {name: x, shape: [4, 64], dtype: float32, addr: 0xA0000000}
+  - {name: dy, shape: [4, 64], dtype: float32, addr: 0xA0010000}
+  - {name: g, shape: [4, 64], dtype: float32, addr: 0xA0000200}
+  - {name: y, shape: [4, 64], dtype: float32}
+data:
+  - {tensor: x, values: ONES}
+  - {tensor: dy, random: {seed: 1}}
+calls:
+  - {name: relu, symbol: fp_relu_grad_s, args: {dy: dy, x: dy, dx: g, shape: [4, 64]}}
+  - {name: add, symbol: fp_binary_elementwise_s, args: {a: g, b: x, out: y, shape: [4, 64], op: add}}
+""".replace("ONES", ONES),
+        ["layout rule 'overwrite'", "call 'relu' (fp_relu_grad_s) writes its output 'dx' (tensor 'g') "
+         "[0xa0000200, 0xa0000600) over 512 bytes [0xa0000200, 0xa0000400) of tensor 'x' in ddr, which call 'add' "
+         "(fp_binary_elementwise_s) (its buffer 'b') still reads later"]),
+    "unwritten-read": ("""\
+tensors:
+  - {name: dy, shape: [4, 64], dtype: float32}
+  - {name: x, shape: [4, 64], dtype: float32}
+  - {name: g, shape: [4, 64], dtype: float32}
+data:
+  - {tensor: dy, values: ONES}
+calls:
+  - {name: relu, symbol: fp_relu_grad_s, args: {dy: dy, x: x, dx: g, shape: [4, 64]}}
+""".replace("ONES", ONES),
+        ["layout rule 'unwritten-read'",
+         "call 'relu' (fp_relu_grad_s) reads tensor 'x' [0x80000800, 0x80000c00) in ddr",
+         "were placed by no data entry and written by no earlier call"]),
+    "other-core": ("""\
+tensors:
+  - {name: dy, shape: [4, 64], dtype: float32, region: l2, core: 0}
+  - {name: x, shape: [4, 64], dtype: float32, region: l2, core: 1}
+  - {name: g, shape: [4, 64], dtype: float32, region: l2, core: 0}
+data:
+  - {tensor: dy, values: ONES}
+  - {tensor: x, random: {seed: 2}}
+calls:
+  - {name: relu, symbol: fp_relu_grad_p, args: {dy: dy, x: x, dx: g, shape: [4, 64], core: 0}}
+""".replace("ONES", ONES),
+        ["layout rule 'other-core'", "call 'relu' (fp_relu_grad_p) runs on core 0 and reads buffer 'x' "
+         "[0x10000000, 0x10000400) in tensor 'x' [0x10000000, 0x10000400)", "lives in core 1's l2"]),
+}
+
+
+@pytest.mark.parametrize("rule", sorted(REFUSALS))
+def test_a_refused_program_runs_nothing_and_leaves_memory_as_it_was(tmp_path, rule):
+    body, words = REFUSALS[rule]
+    prog = load_program(program(tmp_path, body), allow_kernels=True)
+    m = sim.Simulator("FT78NE")
+    m.write(0xA0000000, np.full((8, 64), 7.0, np.float32))  # bytes a refusal must leave alone
+    m.write(0x10000000, np.full(64, 3.0, np.float32), core=0)
+    before = m.memory.snapshot()
+    with pytest.raises(LayoutError) as e:
+        m.run_program(prog)
+    for w in words:
+        assert w in str(e.value), str(e.value)
+    assert [v.rule for v in e.value.violations] == [rule]
+    assert m.memory.snapshot() == before
+
+
+def test_a_pointer_argument_naming_no_tensor_is_refused_naming_the_call_and_key(tmp_path):
+    prog = load_program(program(tmp_path, CHAIN.replace("x: x, dx: g", "x: xx, dx: g")), allow_kernels=True)
+    with pytest.raises(ConfigError, match=r"calls\[0\]\.args\.x: 'xx' names no tensor of the program"):
+        run_program(prog)
+
+
+# -- the command line -------------------------------------------------------------------------------------------
+
+
+def test_validate_prints_the_memory_map_and_fails_on_a_violation(tmp_path, capsys):
+    good = program(tmp_path, CHAIN)
+    assert main(["validate", str(good), "--allow-kernels"]) == 0
+    out = capsys.readouterr().out
+    assert "steps 0..1  auto  shares bytes with y" in out and "program OK" in out
+    assert "1 relu             fp_relu_grad_s: reads dy, x; writes g" in out
+    bad = program(tmp_path, REFUSALS["unwritten-read"][0], "bad")
+    assert main(["validate", str(bad), "--allow-kernels", "--format", "json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert not report["ok"] and [v["rule"] for v in report["violations"]] == ["unwritten-read"]
+    assert {t["name"]: t["first_step"] for t in report["tensors"]} == {"dy": 0, "x": 1, "g": 1}
+
+
+def test_run_writes_one_trace_with_the_calls_as_slices_and_trace_tools_read_it(tmp_path, capsys):
+    out = tmp_path / "out"
+    first = program(tmp_path, CHAIN, "first")
+    second = program(tmp_path, CHAIN.replace("shape: [4, 64]}}", "shape: [4, 64]}, tiling: {tile_elements: 32}}"),
+                     "second")
+    for p in (first, second):
+        assert main(["run", str(p), "--allow-kernels", "--out-dir", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "program first on FT78NE: 2 calls" in text and f"output: {out / 'first.y.npy'}" in text
+    doc = json.loads((out / "first.json").read_text())
+    slices = [e for e in doc["traceEvents"] if e.get("cat") == "call"]
+    assert [s["name"] for s in slices] == ["relu", "add"]
+    assert doc["metadata"]["cycles"] == slices[-1]["args"]["end_cycle"]
+    assert main(["trace", "summary", str(out / "first.json")]) == 0
+    assert "2 calls, back to back:" in capsys.readouterr().out
+    assert main(["trace", "diff", str(out / "first.json"), str(out / "second.json")]) == 0
+    diff = capsys.readouterr().out
+    assert "per call (cycles):" in diff and "\nrelu " in diff
+    report = tmp_path / "report.html"
+    assert main(["report", str(first), "--allow-kernels", "-o", str(report)]) == 0
+    page = report.read_text()
+    assert 'id="calls-table"' in page and 'id="plan-table"' in page
