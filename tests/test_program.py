@@ -226,3 +226,17 @@ def test_run_writes_one_trace_with_the_calls_as_slices_and_trace_tools_read_it(t
     assert main(["report", str(first), "--allow-kernels", "-o", str(report)]) == 0
     page = report.read_text()
     assert 'id="calls-table"' in page and 'id="plan-table"' in page
+
+
+def test_the_documented_program_file_parses_and_uses_every_key(tmp_path):
+    from markdown_blocks import blocks
+
+    from sim.program.schema import OPTIONAL_KEYS, PROGRAM_KEYS
+    (example,) = [b for b in blocks(ROOT / "docs" / "programs.md") if b.lang == "yaml"]
+    p = tmp_path / "relu_add.yaml"
+    p.write_text(example.code.replace("../../examples/", f"{ROOT / 'examples'}/"))
+    prog = load_program(p)
+    assert {t.name: t.addr for t in prog.tensors}["w"] == 0xA0000000
+    assert [c.name for c in prog.calls] == ["relu", "add"] and prog.calls[0].tiling == {"tile_elements": 64}
+    import yaml
+    assert set(yaml.safe_load(example.code)) == PROGRAM_KEYS | OPTIONAL_KEYS

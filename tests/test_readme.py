@@ -94,8 +94,10 @@ def test_every_shell_block_is_ci_or_dspsim_commands():
 
 @pytest.fixture
 def user_dir(tmp_path: Path) -> Path:
-    """A folder like a checkout's top, as the README's commands expect: the shipped run-configs."""
+    """A folder like a checkout's top, as the README's commands expect: the shipped run-configs and programs, and
+    the example kernels the programs name."""
     shutil.copytree(REPO / "configs", tmp_path / "configs")
+    shutil.copytree(REPO / "examples", tmp_path / "examples")
     return tmp_path
 
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sim.cli.options import add_allow_kernels, allow_kernels
+from sim.cli.output import print_written
 from sim.cli.program import run_program_command, validate_program_command
 from sim.cli.trace import add_trace_commands
 from sim.errors import ConfigError, LayoutError, SimError
@@ -109,12 +110,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         csv = run.write_trace(trace.with_suffix(".csv")) if args.csv else None
         # A timing-only run computed no values: its outputs would be zeros, so none are saved.
         outputs = save_outputs(cfg, m, out_dir, progress=phases) if cfg.numerics else []
-    print(run.summary_text())
-    print(f"trace: {trace}")
-    if csv is not None:
-        print(f"csv: {csv}")
-    for p in outputs:
-        print(f"output: {p}")
+    print_written(run.summary_text(), trace, csv, outputs)
     if not cfg.numerics and cfg.outputs:
         print(f"outputs: none saved (timing only: the config sets numerics: false, so the "
               f"{len(cfg.outputs)} output(s) it names hold no computed values)")

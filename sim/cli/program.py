@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from sim.cli.options import allow_kernels
+from sim.cli.output import print_written
 from sim.errors import SimError
 from sim.program import load_program, prepare_program, run_program, save_program_outputs, simulator_for
 from sim.program.report import program_map, program_report, write_program_report
@@ -32,12 +33,7 @@ def run_program_command(args: argparse.Namespace) -> int:
         trace = result.write_trace(out_dir / (args.trace or program.common.trace))
         csv = result.write_trace(trace.with_suffix(".csv")) if args.csv else None
         outputs = save_program_outputs(program, result, m, out_dir) if program.numerics else []
-    print(result.summary_text())
-    print(f"trace: {trace}")
-    if csv is not None:
-        print(f"csv: {csv}")
-    for p in outputs:
-        print(f"output: {p}")
+    print_written(result.summary_text(), trace, csv, outputs)
     return 0
 
 

@@ -30,7 +30,7 @@ from sim.program.planner import Lifetime, MemoryPlan, Reserved, plan_memory
 from sim.program.schema import CallSpec, Program
 from sim.simulator import Simulator
 from sim.tools.config import RunConfig
-from sim.tools.runner import _place, check_entries_map, place_on_demand
+from sim.tools.runner import check_entries_map, place_literals
 from sim.tools.user_kernels import load_kernels
 from sim.tuning import TilingChoice
 
@@ -108,12 +108,7 @@ def _stray_buffers(mmap: MemoryMap, plan: MemoryPlan, calls: list[CheckedCall]) 
 def _bind_all(m: Simulator, program: Program, cfg: RunConfig, addrs: Mapping[str, int],
               kinds: list[dict[str, str]], named: list[list[str]]) -> list[CheckedCall]:
     """Every call bound at ``addrs``, the pointer tables its binding reads placed first (journaled)."""
-    placed: set[str] = set()
-    for spec in cfg.data:
-        if "values" in spec.source:
-            _place(cfg, m, spec)
-            placed.add(spec.name)
-    place_on_demand(cfg, m, placed)
+    place_literals(cfg, m)
     try:
         out = []
         for i, call in enumerate(program.calls):

@@ -75,15 +75,23 @@ def bound_call(cfg: RunConfig) -> Bound:
     it is read (:func:`place_on_demand`).
     """
     m = _simulator(cfg)
+    placed = place_literals(cfg, m)
+    call = bind(cfg, m)
+    m.before_bind_read = None
+    return Bound(m, call, placed)
+
+
+def place_literals(cfg: RunConfig, m: Simulator) -> set[str]:
+    """Place the config's literal ``values`` entries in ``m`` and have the others placed when a binding reads them
+    (:func:`place_on_demand`): what binding a call needs.  Returns the names of the entries placed (the set the
+    on-demand placing adds to)."""
     placed: set[str] = set()
     for spec in cfg.data:
         if "values" in spec.source:
             _place(cfg, m, spec)
             placed.add(spec.name)
     place_on_demand(cfg, m, placed)
-    call = bind(cfg, m)
-    m.before_bind_read = None
-    return Bound(m, call, placed)
+    return placed
 
 
 def place_rest(cfg: RunConfig, b: Bound, placing: Callable[[str, int, int], None] | None = None) -> None:
