@@ -26,7 +26,7 @@ from fractions import Fraction
 from typing import TypeVar
 
 from sim.errors import SimError
-from sim.model.memory import MemoryMap, block_span
+from sim.model.memory import MemoryMap
 from sim.model.plan import Compute, Loop, Plan, Transfer
 from sim.model.target import CoreModel, DmaModel, FunctionalUnit, Region, Target
 
@@ -359,11 +359,8 @@ def roofline(plan: Plan, target: Target) -> Roofline:
                 for t in tile.loads + tile.stores:
                     size = t.size_bytes
                     core_bytes[core] += size
-                    for addr, strides in ((t.src, t.src_strides), (t.dst, t.dst_strides)):
-                        # A block's lowest byte is its address unless a stride runs backwards.
-                        lo = addr if min(strides, default=0) >= 0 else block_span(addr, t.shape, t.itemsize,
-                                                                                       strides)[0]
-                        r = region_of(lo)
+                    for side in ("src", "dst"):
+                        r = region_of(t.span(side)[0])  # the block's lowest byte
                         if r is not None:
                             region_bytes[r.name] += size
     n = len(plan.cores)

@@ -9,6 +9,7 @@ them.  Addresses are raw chip addresses; private regions resolve to the issuing 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,7 +47,9 @@ class Transfer:
     src_strides: tuple[int, ...]
     dst_strides: tuple[int, ...]
 
-    @property
+    # The derived geometry below is worked out once per descriptor (cached on the instance, outside the
+    # fields): the engine, the roofline and the plan check each ask for it, tile after tile.
+    @functools.cached_property
     def size_bytes(self) -> int:
         """Bytes moved by this descriptor."""
         n = self.itemsize
@@ -74,7 +77,13 @@ class Transfer:
         The run grows from the innermost dimension outwards while each stride
         continues the bytes before it; size-1 dimensions never break a run.
         """
-        strides = self.src_strides if side == "src" else self.dst_strides
+        return self._src_runs if side == "src" else self._dst_runs
+
+    def span(self, side: str) -> tuple[int, int]:
+        """``(lowest address, one past the highest byte)`` touched on ``side`` ('src' or 'dst')."""
+        return self._src_span if side == "src" else self._dst_span
+
+    def _runs_of(self, strides: tuple[int, ...]) -> tuple[int, int]:
         run = self.itemsize
         for n, st in zip(reversed(self.shape), reversed(strides)):
             if n == 1:
@@ -85,10 +94,20 @@ class Transfer:
         total = self.size_bytes
         return (total // run if run else 0), run
 
-    def span(self, side: str) -> tuple[int, int]:
-        """``(lowest address, one past the highest byte)`` touched on ``side`` ('src' or 'dst')."""
-        if side == "src":
-            return block_span(self.src, self.shape, self.itemsize, self.src_strides)
+    @functools.cached_property
+    def _src_runs(self) -> tuple[int, int]:
+        return self._runs_of(self.src_strides)
+
+    @functools.cached_property
+    def _dst_runs(self) -> tuple[int, int]:
+        return self._runs_of(self.dst_strides)
+
+    @functools.cached_property
+    def _src_span(self) -> tuple[int, int]:
+        return block_span(self.src, self.shape, self.itemsize, self.src_strides)
+
+    @functools.cached_property
+    def _dst_span(self) -> tuple[int, int]:
         return block_span(self.dst, self.shape, self.itemsize, self.dst_strides)
 
 
