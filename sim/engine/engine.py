@@ -116,7 +116,8 @@ class Engine:
         self.engine_pools: dict[int, Units] = {}
         # (lo, hi, core) -> (region, store key): a plan touches the same spans again and again.
         self._resolved: dict[tuple[int, int, int], tuple[Region, int]] = {}
-        self._recent_regions: list[Region] = []  # the regions resolve() found last, newest first
+        # The regions resolve() found last, newest first: (base, end, region, SHARED or a core).
+        self._recent_regions: list[tuple[int, int, Region, int]] = []
         # Kept with a plan (``memo``) by a caller that runs the same plan again, since resolving spans is a good
         # part of a transfer's cost.
         self.memo = EngineMemo() if memo is None else memo
@@ -167,15 +168,16 @@ class Engine:
         lo, hi = t.span(side)
         if hi - lo <= MAX_ACCESS_BYTES:
             # A plan's transfers mostly fall in the two or three regions found last: ask those first.
-            for region in self._recent_regions:
-                if region.base <= lo and max(hi, lo + 1) <= region.end:
-                    return region, (SHARED if region.shared else core)
+            for base, end, recent, key in self._recent_regions:
+                if base <= lo and max(hi, lo + 1) <= end:
+                    return recent, (SHARED if key == SHARED else core)
         got = self._resolved.get((lo, hi, core))
         if got is not None:
             return got
         region = self.memory.map.region_of(lo, hi - lo)
         if region is not None:
-            self._recent_regions = [region, *(r for r in self._recent_regions[:3] if r is not region)]
+            self._recent_regions = [(region.base, region.end, region, SHARED if region.shared else core),
+                                    *(r for r in self._recent_regions[:3] if r[2] is not region)]
         if region is not None and hi - lo <= MAX_ACCESS_BYTES:
             got = (region, SHARED if region.shared else core)
         else:
