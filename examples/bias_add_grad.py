@@ -22,7 +22,7 @@ from kernels.common.loops import streaming
 from kernels.common.pipeline import Pipeline
 from kernels.common.shares import core_shares
 from kernels.common.split_reduce import SplitReduce
-from kernels.common.streams import FIXED_SLOT, CoreStream, phase_of, plan_of
+from kernels.common.streams import FIXED_SLOT, CoreStream, plan_of
 from kernels.common.tensor_view import TensorView
 from sim.model.call import ArgSpec, BoundCall, MemoryReader
 from sim.model.plan import Compute, Plan
