@@ -184,7 +184,7 @@ class Engine:
             try:  # the full check, for its message
                 got = self.memory.map.resolve(lo, hi - lo, core, what=f"DMA {side}")
             except MemoryFault as e:
-                raise MemoryFault(f"core {core}, tile {tile.tile_id}, cycle {cycle_of(self.env)}: {e}") from None
+                raise MemoryFault.in_tile(e, core, tile, cycle_of(self.env)) from None
         self._resolved[(lo, hi, core)] = got
         return got
 
@@ -252,7 +252,7 @@ class Engine:
             try:
                 got = self.memory.map.resolve(op.addr, n, core, what=what)
             except MemoryFault as e:
-                raise MemoryFault(f"core {core}, tile {tile.tile_id}, cycle {cycle}: {label}: {e}") from None
+                raise MemoryFault.in_tile(e, core, tile, cycle, label) from None
             self._resolved[(op.addr, op.addr + n, core)] = got
         return got[1], n, dt
 
@@ -293,7 +293,12 @@ class Engine:
         c = tile.compute
         assert c is not None  # the walk computes only tiles that have a compute
         arrays = [self._read_operand(core, tile, op, cycle) for op in c.inputs]
-        results = checked_results(c.fn(*arrays), c.outputs, core, tile)
+        try:
+            returned = c.fn(*arrays)
+        except Exception as e:  # the kernel's own exception, as it is: the facade notes where it was raised
+            e.dspsim_tile = (core, tile)  # type: ignore[attr-defined]
+            raise
+        results = checked_results(returned, c.outputs, core, tile)
         if len(results) > 1:
             # A result that is (a view of) a read-only input must not change under an earlier output's write.
             results = [r.copy() if isinstance(r, np.ndarray) and not r.flags.writeable else r for r in results]
