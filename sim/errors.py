@@ -37,7 +37,38 @@ class LayoutError(SimError):
 
 
 class MemoryFault(SimError):
-    """An access outside the memory map (or to private memory without a core)."""
+    """An access outside the memory map (or to private memory without a core).
+
+    Raised while a tile runs, it names the kernel, core, tile and phase (and the cycle): ``core``, ``tile``
+    and ``cycle`` are attributes then (None otherwise).
+    """
+
+    core: int | None = None
+    tile: int | None = None
+    cycle: int | None = None
+    #: The message after the tile's coordinates (empty when the fault is not a tile's).
+    detail: str = ""
+    #: The Tile object whose transfer or operand faulted (the facade finds its phase by it); None when unknown.
+    tile_object: object = None
+
+    @classmethod
+    def in_tile(cls, fault: MemoryFault, core: int, tile: Any, cycle: int, label: str = "") -> MemoryFault:
+        """``fault`` as raised while ``core`` ran ``tile`` (a Tile) at ``cycle``: the engine knows these, and the
+        facade adds the kernel and the phase with :meth:`located`."""
+        what = f"{label}: " if label else ""
+        err = cls(f"core {core}, tile {tile.tile_id}, cycle {cycle}: {what}{fault}")
+        err.core, err.tile, err.cycle, err.tile_object = core, int(tile.tile_id), cycle, tile
+        err.detail = f"cycle {cycle}: {what}{fault}"
+        return err
+
+    def located(self, kernel: str | None, phase: str | None) -> MemoryFault:
+        """The same fault naming ``kernel`` and ``phase`` too, in the order a PlanError names them."""
+        where = [f"kernel {kernel!r}"] if kernel is not None else []
+        where += [f"core {self.core}", f"tile {self.tile}"] + ([f"phase {brief(phase, 40)}"] if phase else [])
+        err = MemoryFault(f"{', '.join(where)}, {self.detail}")
+        err.core, err.tile, err.cycle, err.tile_object = self.core, self.tile, self.cycle, self.tile_object
+        err.detail = self.detail
+        return err
 
 
 class ConfigError(SimError):

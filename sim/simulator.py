@@ -376,6 +376,17 @@ class Simulator:
                        memo=entry.engine_memo).replay(timing.effects)
         except ComputeOutputError as e:  # the engine knows the core and the tile: name the kernel and phase too
             raise e.located(kernel, _phase_of(entry.plan, e.core, e.tile_object)) from None
+        except MemoryFault as e:
+            if e.tile_object is None:
+                raise
+            raise e.located(kernel, _phase_of(entry.plan, e.core, e.tile_object)) from None
+        except Exception as e:
+            where = getattr(e, "dspsim_tile", None)
+            if where is not None:  # the kernel's own exception stays as it is; a note says where it came from
+                core, tile = where
+                _add_note(e, f"raised by the compute of kernel {kernel!r}, core {core}, tile {tile.tile_id}, phase "
+                             f"{_phase_of(entry.plan, core, tile)!r}")
+            raise
         return timing
 
     def _plan_and_run(self, symbol: str, tiling: Mapping[str, Any] | None, numerics: bool,
@@ -475,6 +486,14 @@ class Simulator:
                    sim_events=timing.sim_events, numerics=bool(numerics),
                    arg_kinds={a.name: a.kind for a in sym.kernel.args}, precision_note=sym.precision_note,
                    kernel_origin=sym.origin, user_kernel=bool(sym.origin) and sym.origin != SHIPPED)
+
+
+def _add_note(e: BaseException, note: str) -> None:
+    """``note`` added to ``e``'s traceback (Python 3.11's ``add_note``; an attribute of the same name before)."""
+    if hasattr(e, "add_note"):
+        e.add_note(note)
+    else:  # Python 3.10: what add_note keeps, without the traceback showing it
+        e.__notes__ = [*getattr(e, "__notes__", []), note]  # type: ignore[attr-defined]
 
 
 def _phase_of(plan: Plan, core: int | None, tile: object) -> str | None:

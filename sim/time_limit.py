@@ -115,9 +115,11 @@ def run_within(seconds: float | None, describe: Callable[[], str], fn: Callable[
     if seconds is None:
         return fn(*args)
     dog = _Watchdog(seconds)
-    dog.start()
     try:
         try:
+            # Started inside the try: on a loaded machine a very short limit can expire while the watchdog's
+            # thread is still starting, and its shot then lands in start() itself.
+            dog.start()
             result = fn(*args)
         finally:
             fired = dog.stop()

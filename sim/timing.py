@@ -26,7 +26,7 @@ from fractions import Fraction
 from typing import TypeVar
 
 from sim.errors import SimError
-from sim.model.memory import MemoryMap, block_span
+from sim.model.memory import MemoryMap
 from sim.model.plan import Compute, Loop, Plan, Transfer
 from sim.model.target import CoreModel, DmaModel, FunctionalUnit, Region, Target
 
@@ -314,7 +314,7 @@ def loop_resource_cycles(loop: Loop, core: CoreModel) -> int:
     """The least cycles ``core`` could run ``loop`` in: every iteration of every entry at the resource II (the
     busiest unit over its count, the issue width), without fill, recurrence, epilogue or overhead (what the
     roofline counts: :func:`loop_cycles` never charges less)."""
-    return int(loop.trips) * int(loop.entries) * _issue_bound(loop.issues, core, loop)[0]
+    return int(loop.trips) * int(loop.entries) * _priced(loop, core)[0].resource_ii
 
 
 class _RegionOf:
@@ -323,15 +323,15 @@ class _RegionOf:
 
     def __init__(self, mmap: MemoryMap):
         self.mmap = mmap
-        self.recent: list[Region] = []
+        self.recent: list[tuple[int, int, Region]] = []  # (base, end, region), the last found first
 
     def __call__(self, addr: int) -> Region | None:
-        for r in self.recent:
-            if r.base <= addr < r.end:
+        for base, end, r in self.recent:
+            if base <= addr < end:
                 return r
         found = self.mmap.region_at(addr)
         if found is not None:
-            self.recent = [found, *self.recent[:3]]
+            self.recent = [(found.base, found.end, found), *self.recent[:3]]
         return found
 
 
@@ -359,11 +359,8 @@ def roofline(plan: Plan, target: Target) -> Roofline:
                 for t in tile.loads + tile.stores:
                     size = t.size_bytes
                     core_bytes[core] += size
-                    for addr, strides in ((t.src, t.src_strides), (t.dst, t.dst_strides)):
-                        # A block's lowest byte is its address unless a stride runs backwards.
-                        lo = addr if min(strides, default=0) >= 0 else block_span(addr, t.shape, t.itemsize,
-                                                                                       strides)[0]
-                        r = region_of(lo)
+                    for side in ("src", "dst"):
+                        r = region_of(t.span(side)[0])  # the block's lowest byte
                         if r is not None:
                             region_bytes[r.name] += size
     n = len(plan.cores)

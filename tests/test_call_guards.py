@@ -282,3 +282,22 @@ def test_with_progress_bars_the_limit_covers_the_planning_done_ahead_of_the_call
         execute_with_progress(cfg, stream=_Terminal(), delay=0)
     m, run = execute_with_progress(dataclasses.replace(cfg, time_limit_seconds=600), stream=_Terminal(), delay=0)
     assert run.cycles > 0
+
+
+def test_a_limit_that_expires_while_its_watchdog_starts_is_a_time_limit_error(monkeypatch):
+    # On a loaded machine a very short limit can run out before the watchdog's thread has even told its starter
+    # that it runs: the shot then lands in start() itself, and must still come out as the call's TimeLimitError.
+    import sim.time_limit as time_limit
+
+    start = time_limit._Watchdog.start
+
+    def slow_start(dog):
+        start(dog)
+        deadline = time.monotonic() + 5
+        while not dog._fired and time.monotonic() < deadline:
+            time.sleep(0.001)  # the shot lands here, inside start()
+        assert dog._fired
+
+    monkeypatch.setattr(time_limit._Watchdog, "start", slow_start)
+    with pytest.raises(sim.TimeLimitError, match="too slow"):
+        time_limit.run_within(0.001, lambda: "too slow", lambda: None)

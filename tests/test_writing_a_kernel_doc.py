@@ -28,6 +28,8 @@ BLOCKS = blocks(DOC)
 EXAMPLE = REPO / "examples" / "relu_grad.py"
 PYPROJECT = REPO / "examples" / "relu_grad_pkg" / "pyproject.toml"
 MARK = "# examples/relu_grad.py"
+#: The worked examples whose every line the page shows: ReluGrad, then BiasAddGrad (a cross-core reduction).
+EXAMPLES = (EXAMPLE, REPO / "examples" / "bias_add_grad.py")
 
 
 def _excerpts(mark: str) -> list[Block]:
@@ -46,15 +48,17 @@ def test_every_block_is_of_a_known_kind():
     assert {b.lang for b in BLOCKS} <= {"python", "toml", "yaml", "sh", "text"}, [b.where for b in BLOCKS]
 
 
-def test_the_excerpts_are_the_examples_code_and_cover_all_of_it():
-    lines = EXAMPLE.read_text().splitlines()
+@pytest.mark.parametrize("example", EXAMPLES, ids=[e.name for e in EXAMPLES])
+def test_the_excerpts_are_the_examples_code_and_cover_all_of_it(example):
+    lines = example.read_text().splitlines()
     covered: set[int] = set()
-    for b in _excerpts(MARK):
+    for b in _excerpts(f"# examples/{example.name}"):
         part = b.code.splitlines()[1:]
         at = _find(lines, part)
-        assert at is not None, f"{b.where}: this excerpt is not in {EXAMPLE.name} as written"
+        assert at is not None, f"{b.where}: this excerpt is not in {example.name} as written"
         covered |= set(range(at, at + len(part)))
-    body_start = ast.parse(EXAMPLE.read_text()).body[0].end_lineno or 0  # after the module docstring
+    assert covered, f"the page shows nothing of {example.name}"
+    body_start = ast.parse(example.read_text()).body[0].end_lineno or 0  # after the module docstring
     missing = [f"{i + 1}: {line}" for i, line in enumerate(lines) if i >= body_start and i not in covered
                and line.strip() and not line.strip().startswith("# --")]
     assert not missing, "lines of the example the page does not show:\n" + "\n".join(missing)
@@ -77,7 +81,8 @@ def user_dir(tmp_path_factory):
 
 
 def _scripts() -> list[Block]:
-    return [b for b in BLOCKS if b.lang == "python" and b not in _excerpts(MARK)]
+    excerpts = [b for e in EXAMPLES for b in _excerpts(f"# examples/{e.name}")]
+    return [b for b in BLOCKS if b.lang == "python" and b not in excerpts]
 
 
 @pytest.mark.parametrize("block", _scripts(), ids=lambda b: b.where)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from kernels.common.shares import split_even, split_units
 from sim.errors import KernelArgError
 from sim.model.plan import DoesNotFit
 from sim.model.tiling import ChoiceKey, IntKey, Key, TilingSpace
@@ -53,26 +54,6 @@ def largest(hi: int, ok: Callable[[int], bool], lo: int = 0) -> int:
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if ok(mid) else (lo, mid - 1)
     return lo
-
-
-def split_even(total: int, parts: int) -> list[tuple[int, int]]:
-    """Split ``range(total)`` into ``parts`` contiguous ``(start, stop)`` ranges, sizes differing by one at most.
-
-    Empty ranges are dropped, so fewer than ``parts`` ranges come back when ``total < parts``.
-    """
-    base, extra = divmod(total, parts)
-    out, start = [], 0
-    for i in range(parts):
-        n = base + (1 if i < extra else 0)
-        if n:
-            out.append((start, start + n))
-        start += n
-    return out
-
-
-def split_units(total: int, unit: int, parts: int) -> list[tuple[int, int]]:
-    """Split ``range(total)`` into at most ``parts`` ranges of whole ``unit``s (the last may be short)."""
-    return [(u0 * unit, min(total, u1 * unit)) for u0, u1 in split_even(-(-total // unit), parts)]
 
 
 def padded_lanes(n: int, lanes: int) -> int:

@@ -34,17 +34,32 @@ class PhaseBuffers:
 
     def __init__(self, phase: Phase):
         self.gens: dict[tuple[str, int], _Generation] = defaultdict(_Generation)
+        # Each reference string parsed once: a plan names a generation from many tiles, and the walks look
+        # them up at every tile.
+        self._of: dict[str, _Generation] = {}
+        refs: dict[str, tuple[str, int]] = {}
         for tiles in phase.tiles.values():
             for tile in tiles:
                 for ref in tile.fills:
-                    self.gens[parse_buffer_ref(ref)].fills_left += 1
+                    self._ref(ref, refs).fills_left += 1
                 for ref in tile.uses:
-                    self.gens[parse_buffer_ref(ref)].uses_left += 1
+                    self._ref(ref, refs).uses_left += 1
         for gen in self.gens.values():
             if not gen.fills_left:  # refused by the plan check; a bare engine run just does not wait on it
                 gen.filled.open()
                 if not gen.uses_left:
                     gen.released.open()
+        # A fill's previous generation (None for generation 0), whose release its loads wait for (one no tile
+        # fills, which the plan check refuses, is made here and never opens: a bare engine run stalls on it).
+        self._previous: dict[str, _Generation | None] = {
+            ref: (self.gens[(name, g - 1)] if g > 0 else None) for ref, (name, g) in refs.items()}
+
+    def _ref(self, ref: str, refs: dict[str, tuple[str, int]]) -> _Generation:
+        gen = self._of.get(ref)
+        if gen is None:
+            refs[ref] = key = parse_buffer_ref(ref)
+            gen = self._of[ref] = self.gens[key]
+        return gen
 
     @staticmethod
     def has_buffers(phase: Phase) -> bool:
@@ -52,16 +67,16 @@ class PhaseBuffers:
         return any(t.fills or t.uses for tiles in phase.tiles.values() for t in tiles)
 
     def _gen(self, ref: str) -> _Generation:
-        return self.gens[parse_buffer_ref(ref)]
+        return self._of[ref]
 
     def before_loads(self, tile: Tile) -> list[Gate]:
         """The gates ``tile``'s loads wait for: its uses filled, and the previous generation of each buffer it
         fills released."""
-        gates = [self._gen(ref).filled for ref in tile.uses]
+        gates = [self._of[ref].filled for ref in tile.uses]
         for ref in tile.fills:
-            name, g = parse_buffer_ref(ref)
-            if g > 0:
-                gates.append(self.gens[(name, g - 1)].released)
+            previous = self._previous[ref]
+            if previous is not None:
+                gates.append(previous.released)
         return gates
 
     def landed(self, tile: Tile) -> None:

@@ -116,6 +116,8 @@ class Engine:
         self.engine_pools: dict[int, Units] = {}
         # (lo, hi, core) -> (region, store key): a plan touches the same spans again and again.
         self._resolved: dict[tuple[int, int, int], tuple[Region, int]] = {}
+        # The regions resolve() found last, newest first: (base, end, region, SHARED or a core).
+        self._recent_regions: list[tuple[int, int, Region, int]] = []
         # Kept with a plan (``memo``) by a caller that runs the same plan again, since resolving spans is a good
         # part of a transfer's cost.
         self.memo = EngineMemo() if memo is None else memo
@@ -164,17 +166,25 @@ class Engine:
         """The region and store key of transfer ``t``'s ``side`` ('src' or 'dst') as ``core`` sees it; a
         MemoryFault naming the core, the tile and the cycle when it is not one region's bytes."""
         lo, hi = t.span(side)
+        if hi - lo <= MAX_ACCESS_BYTES:
+            # A plan's transfers mostly fall in the two or three regions found last: ask those first.
+            for base, end, recent, key in self._recent_regions:
+                if base <= lo and max(hi, lo + 1) <= end:
+                    return recent, (SHARED if key == SHARED else core)
         got = self._resolved.get((lo, hi, core))
         if got is not None:
             return got
         region = self.memory.map.region_of(lo, hi - lo)
+        if region is not None:
+            self._recent_regions = [(region.base, region.end, region, SHARED if region.shared else core),
+                                    *(r for r in self._recent_regions[:3] if r[2] is not region)]
         if region is not None and hi - lo <= MAX_ACCESS_BYTES:
             got = (region, SHARED if region.shared else core)
         else:
             try:  # the full check, for its message
                 got = self.memory.map.resolve(lo, hi - lo, core, what=f"DMA {side}")
             except MemoryFault as e:
-                raise MemoryFault(f"core {core}, tile {tile.tile_id}, cycle {cycle_of(self.env)}: {e}") from None
+                raise MemoryFault.in_tile(e, core, tile, cycle_of(self.env)) from None
         self._resolved[(lo, hi, core)] = got
         return got
 
@@ -242,7 +252,7 @@ class Engine:
             try:
                 got = self.memory.map.resolve(op.addr, n, core, what=what)
             except MemoryFault as e:
-                raise MemoryFault(f"core {core}, tile {tile.tile_id}, cycle {cycle}: {label}: {e}") from None
+                raise MemoryFault.in_tile(e, core, tile, cycle, label) from None
             self._resolved[(op.addr, op.addr + n, core)] = got
         return got[1], n, dt
 
@@ -283,7 +293,12 @@ class Engine:
         c = tile.compute
         assert c is not None  # the walk computes only tiles that have a compute
         arrays = [self._read_operand(core, tile, op, cycle) for op in c.inputs]
-        results = checked_results(c.fn(*arrays), c.outputs, core, tile)
+        try:
+            returned = c.fn(*arrays)
+        except Exception as e:  # the kernel's own exception, as it is: the facade notes where it was raised
+            e.dspsim_tile = (core, tile)  # type: ignore[attr-defined]
+            raise
+        results = checked_results(returned, c.outputs, core, tile)
         if len(results) > 1:
             # A result that is (a view of) a read-only input must not change under an earlier output's write.
             results = [r.copy() if isinstance(r, np.ndarray) and not r.flags.writeable else r for r in results]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar, overload
 
 import numpy as np
 
@@ -27,6 +28,35 @@ def c_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:
         strides.append(step)
         step *= max(int(n), 1)
     return tuple(reversed(strides))
+
+
+_V = TypeVar("_V")
+
+
+class _derived(Generic[_V]):
+    """A value worked out from a frozen instance's fields on first use and kept on the instance (outside its
+    fields: equality, hashing and ``repr`` do not see it).  ``functools.cached_property`` without its lock, which
+    costs more than the values it would keep here (Python 3.11 takes it on every first use)."""
+
+    def __init__(self, fn: Callable[[Any], _V]):
+        self.fn = fn
+        self.name = fn.__name__
+        self.__doc__ = fn.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> _derived[_V]: ...
+
+    @overload
+    def __get__(self, obj: object, owner: type | None = None) -> _V: ...
+
+    def __get__(self, obj: object, owner: type | None = None) -> _V | _derived[_V]:
+        if obj is None:
+            return self
+        value = obj.__dict__[self.name] = self.fn(obj)  # a non-data descriptor: the instance's entry wins next
+        return value
 
 
 @dataclass(frozen=True)
@@ -46,7 +76,9 @@ class Transfer:
     src_strides: tuple[int, ...]
     dst_strides: tuple[int, ...]
 
-    @property
+    # The derived geometry below is worked out once per descriptor (cached on the instance, outside the
+    # fields): the engine, the roofline and the plan check each ask for it, tile after tile.
+    @_derived
     def size_bytes(self) -> int:
         """Bytes moved by this descriptor."""
         n = self.itemsize
@@ -74,7 +106,13 @@ class Transfer:
         The run grows from the innermost dimension outwards while each stride
         continues the bytes before it; size-1 dimensions never break a run.
         """
-        strides = self.src_strides if side == "src" else self.dst_strides
+        return self._src_runs if side == "src" else self._dst_runs
+
+    def span(self, side: str) -> tuple[int, int]:
+        """``(lowest address, one past the highest byte)`` touched on ``side`` ('src' or 'dst')."""
+        return self._src_span if side == "src" else self._dst_span
+
+    def _runs_of(self, strides: tuple[int, ...]) -> tuple[int, int]:
         run = self.itemsize
         for n, st in zip(reversed(self.shape), reversed(strides)):
             if n == 1:
@@ -85,10 +123,20 @@ class Transfer:
         total = self.size_bytes
         return (total // run if run else 0), run
 
-    def span(self, side: str) -> tuple[int, int]:
-        """``(lowest address, one past the highest byte)`` touched on ``side`` ('src' or 'dst')."""
-        if side == "src":
-            return block_span(self.src, self.shape, self.itemsize, self.src_strides)
+    @_derived
+    def _src_runs(self) -> tuple[int, int]:
+        return self._runs_of(self.src_strides)
+
+    @_derived
+    def _dst_runs(self) -> tuple[int, int]:
+        return self._runs_of(self.dst_strides)
+
+    @_derived
+    def _src_span(self) -> tuple[int, int]:
+        return block_span(self.src, self.shape, self.itemsize, self.src_strides)
+
+    @_derived
+    def _dst_span(self) -> tuple[int, int]:
         return block_span(self.dst, self.shape, self.itemsize, self.dst_strides)
 
 

@@ -22,6 +22,7 @@ class Pool:
         self.dropped: list[tuple[dict, str]] = []
         self.errors: list[tuple[dict, SimError]] = []
         self._fits: dict[int, bool] = {}  # index into tilings -> whether it passed the prefilter
+        self._by_value: dict[str, dict[Any, list[int]]] = {}  # key -> its values -> the tilings having each
 
     def fits(self, i: int) -> bool:
         """Whether tiling ``i`` passes the prefilter (checked once; a misfit is dropped with its reason)."""
@@ -32,6 +33,17 @@ class Pool:
             if why is not None:
                 self.dropped.append((self.tilings[i], reason_of(why)))
                 self.errors.append((self.tilings[i], why))
+        return got
+
+    def by_value(self, key: str) -> dict[Any, list[int]]:
+        """The values of ``key`` among the tilings that set it, in order of first appearance, each with the
+        indices of those tilings in order (worked out once per key: a climb asks at every step)."""
+        got = self._by_value.get(key)
+        if got is None:
+            got = self._by_value[key] = {}
+            for i, t in enumerate(self.tilings):
+                if key in t:
+                    got.setdefault(t[key], []).append(i)
         return got
 
     def fitting(self) -> Iterator[dict]:

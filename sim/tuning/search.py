@@ -46,10 +46,7 @@ def neighbours(space: TilingSpace, tiling: Mapping[str, Any], pool: Pool, fixed:
         if key in fixed:
             continue
         now = tiling[key]
-        by_value: dict[Any, list[int]] = {}
-        for i, t in enumerate(tilings):
-            if key in t and t[key] != now:
-                by_value.setdefault(t[key], []).append(i)
+        by_value = {v: idxs for v, idxs in pool.by_value(key).items() if v != now}
         values = list(by_value)
         if isinstance(space.keys[key], IntKey):
             # The nearest value on each side that some fitting tiling has.

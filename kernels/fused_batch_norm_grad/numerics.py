@@ -1,0 +1,84 @@
+"""Batch-norm gradient numerics (fp32, as the chip computes them) and the flop table the plans count."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kernels.fused_batch_norm_grad.attrs import View
+
+F32 = np.dtype(np.float32)
+
+FORMATS = ("NHWC", "NCHW")
+#: The chip widens fp16 and accumulates in fp32 for both symbol precisions.
+COMPUTE_PRECISION = "fp32"
+#: The flop table (BatchNormGrad's too). Vector element operations per element of a tile (FMA = 2):
+FLOPS_XHAT = 2          # (x - mean) * rs
+FLOPS_SUMS = 3          # Σdy += dy; Σdy·x̂ += dy·x̂ (FMA)
+FLOPS_DX_TRAIN = 4      # x̂·b + a (FMA), dy − that, · k
+FLOPS_DX_INFER = 1      # dy · k
+#: Per-channel vector work: rs = rsqrt(var + eps) (2; none when rs is given), k = scale·rs (1), a = Σdy/m,
+#: b = Σdy·x̂/m (2).
+FLOPS_CHANNEL_RS = 2
+FLOPS_CHANNEL_COEF = 3
+#: Fraction of the vector level the rows plan may spend on its per-channel vectors and partials.
+FIXED_AREA_FRACTION = 4
+#: The two plans a caller's ``tiling`` may name.
+SPLITS = ("channels", "rows")
+
+
+def rsqrt_var(variance: np.ndarray, epsilon: float) -> np.ndarray:
+    """rsqrt(variance + epsilon) in fp32."""
+    v = np.asarray(variance, F32) + F32.type(epsilon)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (F32.type(1.0) / np.sqrt(v)).astype(F32)
+
+
+def _per_channel(v: np.ndarray) -> np.ndarray:
+    return np.asarray(v, F32).reshape(1, -1, 1)
+
+
+def partial_sums(x: np.ndarray, dy: np.ndarray, mean: np.ndarray, rs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(Σdy, Σdy·x̂) per channel of a [a, c, b] block, in fp32."""
+    dyf = dy.astype(F32, copy=False)
+    xh = (x.astype(F32, copy=False) - _per_channel(mean)) * _per_channel(rs)
+    return dyf.sum(axis=(0, 2), dtype=F32), (dyf * xh).sum(axis=(0, 2), dtype=F32)
+
+
+def x_backprop_train(x: np.ndarray, dy: np.ndarray, mean: np.ndarray, rs: np.ndarray, scale: np.ndarray,
+                     sum_dy: np.ndarray, sum_dy_xhat: np.ndarray, m: int) -> np.ndarray:
+    """Training x_backprop of a [a, c, b] block from the whole-batch sums, in fp32."""
+    mf = F32.type(m)
+    xh = (x.astype(F32, copy=False) - _per_channel(mean)) * _per_channel(rs)
+    k = _per_channel(np.asarray(scale, F32) * rs / mf)
+    return k * (mf * dy.astype(F32, copy=False) - _per_channel(sum_dy) - xh * _per_channel(sum_dy_xhat))
+
+
+def x_backprop_infer(dy: np.ndarray, rs: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """Inference x_backprop of a [a, c, b] block, in fp32."""
+    return dy.astype(F32, copy=False) * _per_channel(np.asarray(scale, F32) * rs)
+
+
+def rs_of(variance_or_rs: np.ndarray, epsilon: float | None) -> np.ndarray:
+    """rsqrt(variance + epsilon), or the given rs itself when ``epsilon`` is None (BatchNormGrad's invar)."""
+    return rsqrt_var(variance_or_rs, epsilon) if epsilon is not None else np.asarray(variance_or_rs, F32)
+
+
+def batch_norm_backprop(x: np.ndarray, dy: np.ndarray, mean: np.ndarray, rs: np.ndarray, scale: np.ndarray,
+                        is_training: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(x_backprop in x's dtype, Σdy·x̂, Σdy) of a whole [A, C, B] view, computed like the chip does."""
+    s1, s2 = partial_sums(x, dy, mean, rs)
+    if is_training:
+        dx = x_backprop_train(x, dy, mean, rs, scale, s1, s2, x.shape[0] * x.shape[2])
+    else:
+        dx = x_backprop_infer(dy, rs, scale)
+    return dx.astype(x.dtype, copy=False), s2, s1
+
+
+def fused_batch_norm_grad_reference(dy: np.ndarray, x: np.ndarray, scale: np.ndarray, mean: np.ndarray,
+                                    variance: np.ndarray, epsilon: float, data_format: str,
+                                    is_training: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(x_backprop, scale_backprop, offset_backprop) of whole 4-D tensors, computed like the chip does."""
+    v = View.of(x.shape, data_format)
+    dx, s2, s1 = batch_norm_backprop(x.reshape(v.shape), dy.reshape(v.shape), mean, rsqrt_var(variance, epsilon),
+                                     scale, is_training)
+    return dx.reshape(x.shape), s2, s1

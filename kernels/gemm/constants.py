@@ -1,0 +1,97 @@
+"""GEMM's constants (its tiling keys' choices and the published schedule's block sizes), attributes and tiling."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kernels.base import PlanContext
+
+F32 = np.dtype(np.float32)
+#: How the cores share the work (the ``split`` key of a tiling).
+SPLITS = ("n", "m", "k")
+#: Where C lives over the k loop (the ``c_home`` key): ``am``, a core's C block resident in AM for every k block
+#: (loaded, when at all, and stored once); ``ddr``, C streamed per k block (the published library's loop order:
+#: k blocks outermost, each tile loads its C rows, accumulates one k block into them and stores them back).
+C_HOMES = ("am", "ddr")
+#: Who loads a GSM block of A (the ``a_loader`` key): ``cores``, the call's cores a share each; ``core0``, the
+#: first core of the call the whole block (the published library), the others waiting for it.
+A_LOADERS = ("cores", "core0")
+#: Where a core's B blocks come from (the ``b_staging`` key): ``am``, memory straight into AM; ``gsm``, split m
+#: only, memory into GSM once (the cores a share each), then GSM into each core's AM.
+B_STAGINGS = ("am", "gsm")
+#: C tiles in flight per core when C is streamed: the library triple-buffers C (one loading, one computing, one
+#: storing).
+STREAMED_C_SLOTS = 3
+#: The values of the blocking keys the search tries, the published schedule's first (SPEC §2): rows of op(A)
+#: per GSM block, depth of a block, columns of a B block.
+M_BLOCKS = (576, 288, 144, 48)
+K_BLOCKS = (256, 512, 128)
+N_BLOCK = 128
+#: A depth this many times the larger side of C tries split k first (each core a range of the depth).
+LONG_K = 8
+#: Micro-kernel heights the search tries (rows of C in registers), the published 6 first: with n_micro vectors
+#: per row, m_micro x n_micro / lanes accumulators, fewer than the FMAC units times their latency stall.
+MICRO_ROWS = (6, 8, 12)
+#: Precision a symbol computes in, by storage precision: hp products of fp16 values accumulated in fp32 (the
+#: chip's mixed-precision rate where the target lists it, else its fp32 rate).
+MIXED = "fp16_fp32acc"
+
+
+def compute_precision(ctx: PlanContext) -> str:
+    """The precision the chip computes this call's multiply-adds in."""
+    if ctx.precision == "fp16":
+        return MIXED if MIXED in ctx.target.core.precisions else "fp32"
+    return "fp32"
+
+
+
+@dataclass(frozen=True)
+class GemmAttrs:
+    """What binding found out about a call: sizes, transposes, beta and pitches (elements)."""
+
+    m: int
+    n: int
+    k: int
+    trans_a: bool
+    trans_b: bool
+    beta: bool
+    lda: int
+    ldb: int
+    ldc: int
+
+
+@dataclass(frozen=True)
+class GemmTiling:
+    """A full tiling of the space, as the planner takes it (the keys of :meth:`Gemm.tiling_space`)."""
+
+    split: str
+    m_block: int
+    n_block: int
+    k_block: int
+    m_panel: int
+    m_micro: int
+    n_micro: int
+    c_home: str = "am"
+    a_loader: str = "cores"
+    a_buffers: int = 2
+    b_staging: str = "am"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The tiling as the mapping a caller gives."""
+        return dict(split=self.split, c_home=self.c_home, a_loader=self.a_loader, a_buffers=self.a_buffers,
+                    b_staging=self.b_staging, m_block=self.m_block,
+                    n_block=self.n_block, k_block=self.k_block, m_panel=self.m_panel, m_micro=self.m_micro,
+                    n_micro=self.n_micro)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of the plan, the same on every core: GSM block ``block`` = (m block, k block), B block column
+    chunk ``chunk`` (an index into the core's column chunks, or the global ones with split m)."""
+
+    mb: int
+    kb: int
+    chunk: int

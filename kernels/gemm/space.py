@@ -1,0 +1,191 @@
+"""GEMM's tiling space: per key the published schedule's values first, then smaller blocks and the other splits."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from kernels.common.scratch import align_up
+from kernels.common.shares import ceil_div
+from kernels.common.tiling_space import ChoiceKey, IntKey, TilingSpace
+from kernels.gemm.constants import (
+    A_LOADERS,
+    B_STAGINGS,
+    C_HOMES,
+    F32,
+    K_BLOCKS,
+    LONG_K,
+    M_BLOCKS,
+    MICRO_ROWS,
+    N_BLOCK,
+    SPLITS,
+    STREAMED_C_SLOTS,
+)
+from kernels.gemm.layout import GemmLayouts
+from sim.errors import KernelArgError
+from sim.model.plan import DoesNotFit
+
+
+class GemmSpace(GemmLayouts):
+    """The call's tiling space (:meth:`_space`), built with the layout's fit."""
+
+    def _space(self) -> TilingSpace:
+        """The call's tiling space: per key the published schedule's value first (a micro-kernel of 6 x 4
+        vectors, 12-row panels, 512-deep blocks, 128-column B blocks, 576-row A blocks), then smaller blocks
+        and the other splits; ``fit`` lays the staging levels out, ``tiles`` counts a tiling's tiles."""
+        g = self.g
+        cores = len(self.ctx.cores)
+        n_micro = min(4 * self.lanes, align_up(g.n, self.lanes))
+        split = "n" if g.n >= 2 * n_micro * min(cores, 2) or cores == 1 else "m"
+        if cores > 1 and g.k >= LONG_K * max(g.m, g.n):
+            split = "k"  # small m x n, long k: the depth is the only dimension with work for every core
+        splits = (split,) + (tuple(x for x in SPLITS if x != split) if cores > 1 else ())
+
+        def panels(t: Mapping[str, Any]) -> list[int]:
+            # Two micro-kernels' rows; one when two such panels of this depth do not fit the scalar level.
+            two, one = min(2 * t["m_micro"], g.m), min(t["m_micro"], g.m)
+            slots = STREAMED_C_SLOTS if t["c_home"] == "ddr" else 2
+            out = [two] if self._panels_fit(two, t["k_block"], slots) else [two, one]
+            if g.trans_a:
+                # A stored [k, m]: a panel is k_block runs of m_panel elements; runs of whole bursts of A's
+                # region (and whole micro-kernels) waste none of them.  Read straight from memory (A not staged in
+                # GSM: split k, one core) such panels are the one choice where they fit, so that a step to a
+                # shallower k block that lets them fit takes them with it; from GSM they are one more choice.
+                whole = min(g.m, math.lcm(t["m_micro"], self.a_burst_elements))
+                if self._panels_fit(whole, t["k_block"], slots):
+                    if not self._may_share(t["split"]):
+                        return [whole]
+                    out.append(whole)
+            return list(dict.fromkeys(out))
+
+        def micro_width(t: Mapping[str, Any]) -> int:
+            # The micro-kernel's columns: the published 4 vectors, no wider than the B block (whole vectors).
+            return t.get("n_micro") or min(n_micro, align_up(t["n_block"], self.lanes))
+
+        def micro_widths(t: Mapping[str, Any]) -> list[int]:
+            # The published width (4 vectors, no wider than the B block) first, then narrower whole vectors: a
+            # B block that is not a multiple of the widest leaves a last micro-kernel mostly idle.
+            first = micro_width(t)
+            return [first] + [v * self.lanes for v in range(first // self.lanes - 1, 0, -1)
+                              if self._micro_registers(t["m_micro"], v * self.lanes) <= self.core.vector_registers]
+
+        def micro_rows(t: Mapping[str, Any]) -> list[int]:
+            # The published 6 rows; when the widest micro-kernel a core's columns allow leaves 6 rows fewer
+            # accumulators than the FMAC units times their latency (thin columns per core), the taller blocks the
+            # register file holds, which cover that latency with fewer vectors per row.
+            per_core = g.n if t["split"] != "n" else ceil_div(g.n, cores)
+            vectors = max(1, min(n_micro, align_up(per_core, self.lanes)) // self.lanes)
+            rows = [min(MICRO_ROWS[0], g.m)]
+            if rows[0] * vectors < self._fmac_depth():
+                rows += [min(v, g.m) for v in MICRO_ROWS[1:]
+                         if self._micro_registers(v, vectors * self.lanes) <= self.core.vector_registers]
+            return list(dict.fromkeys(rows))
+
+        def n_blocks(t: Mapping[str, Any]) -> list[int]:
+            # The published 128 columns; when two B blocks of them do not fit AM with this depth and these rows,
+            # the widest of their halvings (whole vectors) that does; split n with fewer column blocks than
+            # cores, first the block that gives every core one (whole vectors).
+            first = min(max(t.get("n_micro") or n_micro, N_BLOCK), g.n)
+            out = [first]
+            v = first
+            while True:
+                try:
+                    self._fit({**t, "n_block": v, "n_micro": micro_width({**t, "n_block": v})})
+                    out.append(v)
+                    break
+                except (DoesNotFit, KernelArgError):
+                    if v <= self.lanes:
+                        break
+                    v = max(self.lanes, align_up(v // 2, self.lanes))
+            if t["split"] == "n" and ceil_div(g.n, min(out[-1], first)) < cores:
+                out.insert(0, align_up(ceil_div(g.n, cores), self.lanes))  # preferred: no core idles
+            out = [x for x in dict.fromkeys(out) if x <= first]
+            # Then wider blocks, up to a core's whole columns, where they fit: each column block re-reads A (from
+            # GSM, or from memory where A is not staged), so fewer of them read A fewer times.
+            limit = g.n if t["split"] != "n" else min(g.n, align_up(ceil_div(g.n, cores), self.lanes))
+            for w in dict.fromkeys(x for x in (2 * first, 4 * first, limit) if first < x <= limit):
+                try:
+                    self._fit({**t, "n_block": w, "n_micro": micro_width({**t, "n_block": w})})
+                    out.append(w)
+                except (DoesNotFit, KernelArgError):
+                    pass
+            return out
+
+        def m_blocks(t: Mapping[str, Any]) -> list[int]:
+            p = t["m_panel"]  # whole panels (or all of m)
+            out = [min(g.m, max(p, v // p * p)) for v in M_BLOCKS]
+            level = self.blocks_level
+            if t["a_buffers"] == 1 and level is not None:
+                # One block: the most rows of this depth the staging window holds (whole panels), first.
+                row_bytes = min(t["k_block"], g.k) * self.isz
+                rows = level.size_bytes // row_bytes // p * p
+                while rows > p and align_up(rows * row_bytes, level.alignment_bytes) > level.size_bytes:
+                    rows -= p
+                out.insert(0, min(g.m, max(p, rows)))
+            return list(dict.fromkeys(out))
+
+        return TilingSpace(
+            ChoiceKey("split", SPLITS, "n: each core its columns of C (A blocks shared in GSM); m: each core its "
+                                       "micro-panels of each A block (every core loads the B block); k: each core "
+                                       "a range of the depth, partial C blocks summed through GSM (small m x n, "
+                                       "long k)", values=splits),
+            ChoiceKey("c_home", C_HOMES, "am: a core's C block stays in AM over the k loop (one load and one store "
+                                         "of C); ddr: C streamed per k block, the published library's loop order "
+                                         "(k blocks outermost; each tile loads its C rows from memory, accumulates "
+                                         "one k block and stores them back; C triple-buffered in AM): fp32 C only, "
+                                         "not with split k", values=self._c_homes),
+            ChoiceKey("a_loader", A_LOADERS, "cores: the cores of an _s call share each GSM block's loading; core0: "
+                                             "the call's first core loads every GSM block of A (the published "
+                                             "library), the others wait for it",
+                      values=lambda t: A_LOADERS if self._may_share(t["split"]) else A_LOADERS[:1]),
+            IntKey("a_buffers", 1, 2, "GSM blocks of A in flight: 2, the next block streams in while the cores "
+                                      "compute on this one; 1, one block as large as the staging window, loaded "
+                                      "once every core has finished with the previous one (the published "
+                                      "library's single GSM block behind a barrier)",
+                   values=lambda t: (2, 1) if self._may_share(t["split"]) else (2,)),
+            ChoiceKey("b_staging", B_STAGINGS, "am: each core loads its B blocks from memory into AM; gsm: split m "
+                                               "(every core uses the same B block), the cores share each B block's "
+                                               "loading into GSM and each copies it from there into AM (B read "
+                                               "from memory once instead of once per core)",
+                      values=lambda t: B_STAGINGS if t["split"] == "m" and self._may_share("m") else B_STAGINGS[:1]),
+            IntKey("m_micro", 1, 64, "rows of the micro-kernel's C block in registers (with n_micro: accumulators, a "
+                                     "row of B and the broadcast A values within the core's vector registers)",
+                   values=micro_rows),
+            IntKey("k_block", 1, g.k, "depth of a GSM block of A and of a B block",
+                   values=[min(v, g.k) for v in K_BLOCKS] + [max(1, min(max(K_BLOCKS), g.k) // 2)]),
+            IntKey("m_panel", 1, g.m, "rows of an A micro-panel in SM (one tile)", values=panels),
+            IntKey("m_block", 1, g.m, "rows of op(A) per GSM block (shared by the cores)", values=m_blocks),
+            IntKey("n_block", 1, g.n, "columns of op(B) per B block in AM (a core's C block width)",
+                   values=n_blocks),
+            IntKey("n_micro", 1, 4096, "columns of the micro-kernel's C block in registers (whole vectors)",
+                   values=micro_widths),
+            fit=self._fit, tiles=self._tiles, bound=self._bound)
+
+    def _bound(self, tiling: Mapping[str, Any]) -> float:
+        """The space's ``bound``: the launch, then the busiest core's tiles' computes one after another, summed
+        over the steps and panels :meth:`build` would give it without building them (the reduce phase of split
+        k left out: a lower bound still)."""
+        g, t = self.g, self.resolve(tiling)
+        steps, chunks, _ = self._steps_and_shares(t)
+        beta = g.beta and t.split != "k"  # (split k: the partials take no beta and are not rounded)
+        rounded_c = t.split != "k" and self.dt != F32
+        memo: dict[tuple[int, int, int, bool, bool, bool], int] = {}
+        busiest = 0
+        for core in self.ctx.cores:
+            n_kb = sum(1 for s in steps if s.mb == 0 and s.chunk == 0 and self._core_k(t, core, s))
+            total = 0
+            for s in steps:
+                col, kr = self._chunk(chunks, core, s), self._core_k(t, core, s)
+                if col is None or kr is None:
+                    continue
+                load_c, rounded = s.kb != 0 or beta, rounded_c and s.kb == n_kb - 1
+                for j, (p0, p1) in enumerate(self._panels(t, core, s)):
+                    key = (p1 - p0, col[1] - col[0], kr[1] - kr[0], load_c, j == 0 and g.trans_b, rounded)
+                    cycles = memo.get(key)
+                    if cycles is None:
+                        cycles = memo[key] = self.ctx.compute_cycles(self._tile_loops(
+                            t, key[0], key[1], key[2], load_c=load_c, transpose_b=key[4], rounded=rounded))
+                    total += cycles
+            busiest = max(busiest, total)
+        return self.ctx.target.launch_overhead_cycles + busiest

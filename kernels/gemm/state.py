@@ -1,0 +1,231 @@
+"""A GEMM call's state for planning: its sizes and buffers, the checks of a tiling, each core's shares and steps."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kernels.base import PlanContext
+from kernels.common.binding import attrs_of
+from kernels.common.loops import elementwise, gemm_micro_kernel, lanes
+from kernels.common.scratch import align_up
+from kernels.common.shares import split_even, split_units
+from kernels.gemm.constants import C_HOMES, F32, STREAMED_C_SLOTS, GemmAttrs, GemmTiling, Step, compute_precision
+from sim.errors import KernelArgError
+from sim.model.call import BoundCall
+from sim.model.plan import Loop
+
+
+class GemmCall:
+    """A GEMM call as its planner sees it: sizes, buffers, the core, the staging levels, and the shares and steps
+    of a tiling (what the layout, the tiling space and the build all read)."""
+
+    def __init__(self, call: BoundCall, ctx: PlanContext):
+        self.call, self.ctx = call, ctx
+        self.g = attrs_of(call, GemmAttrs)
+        self.a, self.b, self.c = (call.buffer(x) for x in ("a", "b", "c"))
+        self.dt = self.c.dtype
+        self.isz = self.dt.itemsize
+        self.core = ctx.target.core
+        self.prec = compute_precision(ctx)
+        self.lanes = lanes(self.core, self.prec)
+        self.am, self.sm = ctx.vector_level, ctx.scalar_level
+        self._split = "n"  # the split of the tiling being laid out or built
+
+    @property
+    def a_burst_elements(self) -> int:
+        """Elements of A per memory burst of the region holding A (1 where the region states no burst)."""
+        region = next((r for r in self.ctx.target.regions if r.contains(self.a.addr, 1)), None)
+        return max(1, (region.burst_bytes if region is not None else 1) // self.isz)
+
+    def _fmac_depth(self) -> int:
+        """Independent accumulators that keep every FMAC unit busy: the units times their latency."""
+        fmac = self.core.units["fmac"]
+        return fmac.count * fmac.latency_cycles
+
+    def _micro_registers(self, m_micro: int, n_micro: int) -> int:
+        """Vector registers an ``m_micro`` x ``n_micro`` micro-kernel keeps live (its loop's count)."""
+        nv = -(-n_micro // self.lanes)
+        return m_micro * nv + nv + m_micro
+
+    def _c_homes(self, t: Mapping[str, Any]) -> tuple[str, ...]:
+        """Where C may live over the k loop: streamed only for an fp32 C (an fp16 C is rounded once, at the end)
+        and not with split k (whose partials are summed once, at the end)."""
+        return C_HOMES if self.dt == F32 and t["split"] != "k" else C_HOMES[:1]
+
+    def _may_share(self, split: str) -> bool:
+        """Whether a tiling of this split stages A's blocks in the shared level."""
+        return (self.call.variant == "s" and len(self.ctx.cores) > 1 and self.blocks_level is not None
+                and split != "k")
+
+    # -- the GSM level: used by an _s call on several cores ----------------------------------------
+
+    @property
+    def shared(self) -> bool:
+        """Whether A's blocks are staged in the shared level (an _s call on more than one core)."""
+        return self._may_share(self._split)
+
+    @property
+    def blocks_level(self) -> Any:
+        """The shared staging level A's blocks go through: the largest shared one (the targets' ``gsm_blocks``;
+        a copy of a target with one shared level: that one), or None."""
+        shared = [a for a in self.ctx.levels if a.shared]
+        return max(shared, key=lambda a: a.size_bytes) if shared else None
+
+    # -- a tiling's checks -------------------------------------------------------------------------
+
+    def resolve(self, given: Mapping[str, Any]) -> GemmTiling:
+        """The full tiling ``given`` as the planner takes it; KernelArgError for keys that do not go together."""
+        t = GemmTiling(**{k: given[k] for k in GemmTiling.__dataclass_fields__})
+        if t.m_panel % t.m_micro and t.m_panel != self.g.m:
+            raise KernelArgError(f"argument 'tiling.m_panel': {t.m_panel} is not a multiple of m_micro "
+                                 f"({t.m_micro})")
+        if t.m_block % t.m_panel and t.m_block != self.g.m:
+            raise KernelArgError(f"argument 'tiling.m_block': {t.m_block} is not a multiple of m_panel "
+                                 f"({t.m_panel})")
+        regs = self._micro_registers(t.m_micro, t.n_micro)
+        if regs > self.core.vector_registers:
+            raise KernelArgError(f"argument 'tiling.m_micro': a {t.m_micro}x{t.n_micro} micro-kernel keeps {regs} "
+                                 f"vector registers live, the core has {self.core.vector_registers}")
+        if t.c_home == "ddr" and (self.dt != F32 or t.split == "k"):
+            why = "an fp16 C is rounded once, after the last k block" if self.dt != F32 else \
+                "split k sums fp32 partials once, after the last k block"
+            raise KernelArgError(f"argument 'tiling.c_home': ddr (C streamed per k block) does not go with this "
+                                 f"call: {why}")
+        if t.a_loader == "core0" and not self._may_share(t.split):
+            raise KernelArgError(f"argument 'tiling.a_loader': core0 loads the GSM blocks of A, which only an _s call "
+                                 f"on several cores with split n or m stages (this call: {self.call.symbol} on "
+                                 f"{len(self.ctx.cores)} core(s), split {t.split})")
+        if t.b_staging == "gsm" and not (t.split == "m" and self._may_share(t.split)):
+            raise KernelArgError(f"argument 'tiling.b_staging': gsm shares B blocks that every core uses, which only "
+                                 f"split m of an _s call on several cores has (this call: {self.call.symbol} on "
+                                 f"{len(self.ctx.cores)} core(s), split {t.split})")
+        if t.a_buffers == 1 and not self._may_share(t.split):
+            raise KernelArgError(f"argument 'tiling.a_buffers': 1 sizes the GSM block of A, which only an _s call "
+                                 f"on several cores with split n or m stages (this call: {self.call.symbol} on "
+                                 f"{len(self.ctx.cores)} core(s), split {t.split})")
+        return t
+
+    def _slots(self, t: GemmTiling) -> int:
+        """Tiles in flight per core: two with C's block in AM (double-buffered panels and C tiles); with C
+        streamed, three (the library's triple-buffered C), or fewer when a core computes fewer tiles per k block:
+        a core's slots order its tiles only that far, so a tile never loads C rows whose previous store has not
+        landed."""
+        if t.c_home == "am":
+            return 2
+        g, cores = self.g, self.ctx.cores
+        chunks, _ = self._shares(t)
+        # A core's tiles per k block: its column chunks times its panels of every GSM block (split m: its share).
+        panels = [0] * len(cores)
+        for r0 in range(0, g.m, t.m_block):
+            n_p = -(-min(t.m_block, g.m - r0) // t.m_panel)
+            if t.split == "m":
+                for i, (a, b) in enumerate(split_even(n_p, len(cores))):
+                    panels[i] += b - a
+            else:
+                panels = [p + n_p for p in panels]
+        per_pass = [len(chunks[c]) * panels[i] for i, c in enumerate(cores)]
+        return max(1, min([STREAMED_C_SLOTS] + [v for v in per_pass if v]))
+
+    def _panels_fit(self, m_panel: int, k_block: int, slots: int = 2) -> bool:
+        """Whether ``slots`` A micro-panels of ``m_panel`` rows and ``k_block`` depth fit the scalar level (no
+        scalar level: they go beside the C tiles, which the layout checks)."""
+        if self.sm is None:
+            return True
+        panel = align_up(min(m_panel, self.g.m) * min(k_block, self.g.k) * self.isz, self.sm.alignment_bytes)
+        return slots * panel <= self.sm.size_bytes
+
+    def _steps_and_shares(self, t: GemmTiling) -> tuple[list[Step], dict[int, list[tuple[int, int]]], int]:
+        """The steps, each core's column chunks (split n: its own; split m: all of them), and the most rows of a
+        GSM block one core accumulates."""
+        g = self.g
+        chunks, rows = self._shares(t)
+        n_steps_chunks = max((len(v) for v in chunks.values()), default=0)
+        n_kb = (max(-(-(b - a) // t.k_block) for a, b in self._k_shares(t)) if t.split == "k"
+                else -(-g.k // t.k_block))
+        n_mb = -(-g.m // t.m_block)
+        if t.c_home == "ddr":  # the library's order: k blocks outermost, C streamed through each pass
+            steps = [Step(mb, kb, ch) for kb in range(n_kb) for mb in range(n_mb) for ch in range(n_steps_chunks)]
+        else:  # a C block accumulates over the k blocks innermost
+            steps = [Step(mb, kb, ch) for mb in range(n_mb) for ch in range(n_steps_chunks) for kb in range(n_kb)]
+        return steps, chunks, rows
+
+    def _shares(self, t: GemmTiling) -> tuple[dict[int, list[tuple[int, int]]], int]:
+        """Each core's column chunks (split n: its own; split m and k: all of them) and the most rows of a GSM
+        block one core accumulates (no steps built: the layout needs only these)."""
+        g, cores = self.g, self.ctx.cores
+        n_chunks_all = [(a, min(a + t.n_block, g.n)) for a in range(0, g.n, t.n_block)]
+        if t.split == "n":
+            # Whole micro-kernel widths per core, then each core's share cut into B blocks.
+            shares = split_units(g.n, t.n_micro, len(cores))
+            chunks = {c: [(a, min(a + t.n_block, b)) for a, b in [s] for a in range(a, b, t.n_block)]
+                      for c, s in zip(cores, shares)}
+            for c in cores:
+                chunks.setdefault(c, [])
+            rows = min(t.m_block, g.m)
+        elif t.split == "k":
+            chunks = {c: n_chunks_all for c in cores}
+            rows = min(t.m_block, g.m)
+        else:
+            chunks = {c: n_chunks_all for c in cores}
+            panels = -(-min(t.m_block, g.m) // t.m_panel)
+            rows = -(-panels // len(cores)) * t.m_panel
+        return chunks, rows
+
+    def _k_shares(self, t: GemmTiling) -> list[tuple[int, int]]:
+        """Split k: each core's range of the depth, in whole k blocks (cores past the last block get none)."""
+        return split_units(self.g.k, t.k_block, len(self.ctx.cores))
+
+    def _core_k(self, t: GemmTiling, core: int, s: Step) -> tuple[int, int] | None:
+        """The depth ``core`` covers in step ``s``: the step's k block (split k: of the core's own range; None
+        when its range has fewer blocks)."""
+        if t.split != "k":
+            return self._k_range(t, s)
+        i = self.ctx.cores.index(core)
+        shares = self._k_shares(t)
+        if i >= len(shares):
+            return None
+        a, b = shares[i]
+        k0 = a + s.kb * t.k_block
+        return (k0, min(k0 + t.k_block, b)) if k0 < b else None
+
+    def _chunk(self, chunks: Mapping[int, list[tuple[int, int]]], core: int, s: Step) -> tuple[int, int] | None:
+        mine = chunks[core]
+        return mine[s.chunk] if s.chunk < len(mine) else None
+
+    def _block_rows(self, t: GemmTiling, s: Step) -> tuple[int, int]:
+        r0 = s.mb * t.m_block
+        return r0, min(r0 + t.m_block, self.g.m)
+
+    def _k_range(self, t: GemmTiling, s: Step) -> tuple[int, int]:
+        k0 = s.kb * t.k_block
+        return k0, min(k0 + t.k_block, self.g.k)
+
+    def _panels(self, t: GemmTiling, core: int, s: Step) -> list[tuple[int, int]]:
+        """The rows (global) of each micro-panel ``core`` computes in step ``s``."""
+        r0, r1 = self._block_rows(t, s)
+        panels = [(a, min(a + t.m_panel, r1)) for a in range(r0, r1, t.m_panel)]
+        if t.split in ("n", "k"):
+            return panels
+        share = split_even(len(panels), len(self.ctx.cores))
+        i = self.ctx.cores.index(core)
+        if i >= len(share):
+            return []
+        return panels[share[i][0]:share[i][1]]
+
+    def _tile_loops(self, t: GemmTiling, pr: int, nc: int, kd: int, *, load_c: bool, transpose_b: bool,
+                    rounded: bool) -> tuple[Loop, ...]:
+        """The loops of a tile of ``pr`` rows, ``nc`` columns and depth ``kd``: its micro-kernels (C's rows loaded
+        into the registers first when ``load_c``), B's transpose in AM first (``transpose_b``), C's rounding to
+        fp16 last (``rounded``)."""
+        entries = -(-pr // t.m_micro) * -(-nc // t.n_micro)
+        loops = [gemm_micro_kernel(self.core, self.prec, t.m_micro, t.n_micro, kd, itemsize=self.isz,
+                                   entries=entries, load_c=load_c)]
+        if transpose_b:
+            # Bᵀ staged as [n, k] rows: one pass of vector loads, shuffles and stores puts op(B)'s rows in place.
+            loops.insert(0, elementwise(self.core, self.prec, nc * kd, loads=1, stores=1, valu=1,
+                                        label="B block transpose in AM"))
+        if rounded:
+            loops.append(elementwise(self.core, self.prec, pr * nc, loads=1, stores=1, valu=1,
+                                     label="C rounded to fp16"))
+        return tuple(loops)
