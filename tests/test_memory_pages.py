@@ -87,3 +87,29 @@ def test_a_reserved_or_placed_large_array_is_one_run_and_a_short_page_rolls_back
     mem.write(am + 0xBFFF0, np.full(4, 2.0, np.float32), core=3)  # the last bytes of AM
     mem.rollback()
     assert mem.snapshot() == before
+
+
+def test_journals_nest_an_inner_commit_stays_undoable_and_an_inner_rollback_undoes_only_its_own():
+    m = sim.Simulator("FT78NE")
+    a, b = 0x80000000, 0x80100000
+    m.write(a, np.full(16, 1.0, np.float32))
+    before = m.memory.snapshot()
+    m.memory.begin()
+    m.write(a, np.full(16, 2.0, np.float32))
+    m.memory.begin()  # inner: a again (journaled by the outer already) and b (not)
+    m.write(a, np.full(16, 3.0, np.float32))
+    m.write(b, np.full(16, 4.0, np.float32))
+    m.memory.commit()
+    assert m.read(a, 16, np.float32)[0] == 3.0 and m.read(b, 16, np.float32)[0] == 4.0
+    m.memory.rollback()  # the outer undoes its own writes and the committed inner ones
+    assert m.memory.snapshot() == before
+
+    m.memory.begin()
+    m.write(a, np.full(16, 5.0, np.float32))
+    m.memory.begin()
+    m.write(a, np.full(16, 6.0, np.float32))
+    m.write(b, np.full(16, 7.0, np.float32))
+    m.memory.rollback()  # the inner alone: back to the outer's 5.0 and an unwritten b
+    assert m.read(a, 16, np.float32)[0] == 5.0 and m.read(b, 16, np.float32)[0] == 0.0
+    m.memory.commit()
+    assert m.read(a, 16, np.float32)[0] == 5.0

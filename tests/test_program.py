@@ -240,3 +240,26 @@ def test_the_documented_program_file_parses_and_uses_every_key(tmp_path):
     assert [c.name for c in prog.calls] == ["relu", "add"] and prog.calls[0].tiling == {"tile_elements": 64}
     import yaml
     assert set(yaml.safe_load(example.code)) == PROGRAM_KEYS | OPTIONAL_KEYS
+
+
+def test_a_call_failing_while_the_program_runs_leaves_memory_as_it_was_before_the_program(tmp_path, monkeypatch):
+    # The second call fails after it ran (its own journal committed): the program's journal, around every call's,
+    # undoes it, the first call's outputs and the data the program placed.
+    prog = load_program(program(tmp_path, CHAIN), allow_kernels=True)
+    m = sim.Simulator("FT78NE")
+    m.write(0x80000000, np.full((8, 64), 7.0, np.float32))  # where the planner puts the auto tensors
+    before = m.memory.snapshot()
+    real, calls = sim.Simulator.run_bound, []
+
+    def second_fails(self, call, args, **options):
+        run = real(self, call, args, **options)
+        calls.append(call.symbol)
+        if len(calls) == 2:
+            raise sim.TimeLimitError("stopped after it wrote")
+        return run
+
+    monkeypatch.setattr(sim.Simulator, "run_bound", second_fails)
+    with pytest.raises(sim.TimeLimitError, match=r"call 'add' \(fp_binary_elementwise_s\), starting at cycle \d+"):
+        m.run_program(prog)
+    assert calls == ["fp_relu_grad_s", "fp_binary_elementwise_s"]
+    assert m.memory.snapshot() == before

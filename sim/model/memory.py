@@ -152,6 +152,7 @@ class AddressSpace:
         self._runs: dict[int, dict[int, tuple[np.ndarray, int]]] = {}  # page index -> (its run, the run's first page)
         self._written: dict[int, set[int]] = {}  # store key -> chunks ever written (all others are zero)
         self._journal: dict[tuple[int, int], np.ndarray | None] | None = None
+        self._enclosing: list[dict[tuple[int, int], np.ndarray | None]] = []  # journals begun before it
         self._spare: list[np.ndarray] = []  # chunk-sized journal buffers free for the next call
         self._page_ends: dict[int, int] = {}  # page index -> bytes of it the map covers (from the page's start)
 
@@ -415,17 +416,32 @@ class AddressSpace:
     # -- journal ------------------------------------------------------------------------------
 
     def begin(self) -> None:
-        """Start recording the first write to every chunk, for :meth:`rollback`."""
+        """Start recording the first write to every chunk, for :meth:`rollback`.  Journals nest: one begun while
+        another records is committed into it or rolled back alone (a program's calls inside the program's)."""
+        if self._journal is not None:
+            self._enclosing.append(self._journal)
         self._journal = {}
 
     def commit(self) -> None:
-        """Keep every write since :meth:`begin`."""
-        journal, self._journal = self._journal or {}, None
-        self._recycle(journal)
+        """Keep every write since the last :meth:`begin` (an enclosing journal can still roll them back)."""
+        journal, self._journal = self._journal or {}, self._enclosing.pop() if self._enclosing else None
+        outer = self._journal
+        if outer is None:
+            self._recycle(journal)
+            return
+        # The enclosing journal needs each chunk's bytes at its own begin: those this journal saved, for the
+        # chunks it had not saved itself (it saved the others before, and keeps its own copy).
+        spare: dict[tuple[int, int], np.ndarray | None] = {}
+        for k, saved in journal.items():
+            if k in outer:
+                spare[k] = saved
+            else:
+                outer[k] = saved
+        self._recycle(spare)
 
     def rollback(self) -> None:
-        """Restore every chunk written since :meth:`begin` to its bytes at that moment."""
-        journal, self._journal = self._journal or {}, None
+        """Restore every chunk written since the last :meth:`begin` to its bytes at that moment."""
+        journal, self._journal = self._journal or {}, self._enclosing.pop() if self._enclosing else None
         for (key, chunk), saved in journal.items():
             view = self._chunk(key, chunk)
             if saved is None:

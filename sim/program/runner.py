@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sim.errors import SimError
-from sim.program.pipeline import check_program
+from sim.program.pipeline import CheckedProgram, check_program
 from sim.program.result import CallRun, ProgramRun
 from sim.program.schema import Program
 from sim.simulator import Simulator
@@ -31,12 +31,29 @@ def run_program(program: Program, simulator: Simulator | None = None, *,
     and run its calls back to back on ``simulator`` (default: a fresh one of the program's chip).
 
     ``progress(phase, done, total)`` hears ``placing data`` and ``running calls``.  A call that fails while it
-    runs rolls back its own writes (as ``Simulator.call`` does) and raises naming the call; the calls before it
-    have run and their results stay in memory.
+    runs (a fault, its time limit) raises naming the call, and memory is rolled back to what it was before the
+    program: the data it placed and the calls before the failing one are undone too (one journal around the
+    program, each call's own nested in it).
     """
     t0 = time.perf_counter()
     m = simulator if simulator is not None else simulator_for(program)
     checked = check_program(program, m)
+    m.memory.begin()
+    try:
+        runs = _run_checked(program, checked, m, progress)
+    except BaseException:
+        m.memory.rollback()
+        raise
+    m.memory.commit()
+    if progress is not None:
+        progress("running calls", len(checked.calls), len(checked.calls))
+    return ProgramRun(program.name, m.target, tuple(runs), checked.plan, numerics=checked.config.numerics,
+                      wall_seconds=time.perf_counter() - t0)
+
+
+def _run_checked(program: Program, checked: CheckedProgram, m: Simulator,
+                 progress: Callable[[str, int, int], None] | None) -> list[CallRun]:
+    """Place the data of a checked program and run its calls back to back; the runs."""
     cfg = checked.config
     check_entries_map(cfg, m)
     place_data(cfg, m, cfg.numerics, progress=progress)
@@ -55,10 +72,7 @@ def run_program(program: Program, simulator: Simulator | None = None, *,
             raise err from None
         runs.append(CallRun(c.spec.name, cursor, run))
         cursor += run.cycles
-    if progress is not None:
-        progress("running calls", len(checked.calls), len(checked.calls))
-    return ProgramRun(program.name, m.target, tuple(runs), checked.plan, numerics=cfg.numerics,
-                      wall_seconds=time.perf_counter() - t0)
+    return runs
 
 
 def save_program_outputs(program: Program, result: ProgramRun, m: Simulator, out_dir: Path) -> list[Path]:
