@@ -263,3 +263,34 @@ def test_a_call_failing_while_the_program_runs_leaves_memory_as_it_was_before_th
         m.run_program(prog)
     assert calls == ["fp_relu_grad_s", "fp_binary_elementwise_s"]
     assert m.memory.snapshot() == before
+
+
+#: C += A @ B on 4x8x16 with nothing placed in c: GEMM reads c first when beta is 1.
+IN_PLACE = """\
+tensors:
+  - {name: a, shape: [4, 16], dtype: float32}
+  - {name: b, shape: [16, 8], dtype: float32}
+  - {name: c, shape: [4, 8], dtype: float32}
+data:
+  - {tensor: a, random: {seed: 1}}
+  - {tensor: b, random: {seed: 2}}
+CPLACED
+calls:
+  - {name: acc, symbol: fp_gemm_s, args: {a: a, b: b, c: c, m: 4, n: 8, k: 16, beta: 1, core_mask: 0x1}}
+outputs:
+  - {tensor: c}
+"""
+
+
+def test_an_output_updated_in_place_is_read_first_by_the_cross_call_rules(tmp_path):
+    unplaced = load_program(program(tmp_path, IN_PLACE.replace("CPLACED\n", "")), allow_kernels=True)
+    m = sim.Simulator("FT78NE")
+    with pytest.raises(LayoutError, match=r"layout rule 'unwritten-read': call 'acc' \(fp_gemm_s\) reads tensor 'c'"):
+        m.run_program(unplaced)
+    placed = load_program(program(tmp_path, IN_PLACE.replace("CPLACED", "  - {tensor: c, fill: 1.0}"), "placed"),
+                          allow_kernels=True)
+    result = m.run_program(placed)
+    cfg = placed.as_run_config(result.plan.addrs)
+    a, b, _ = (cfg.materialise(s) for s in cfg.data)
+    got = m.read(result.plan["c"].addr, (4, 8), np.float32)
+    assert np.allclose(got, 1.0 + a @ b, rtol=1e-5)

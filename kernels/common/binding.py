@@ -61,11 +61,12 @@ class Arguments:
         return PRECISION_DTYPES[self.precision]
 
     def buffer(self, name: str, shape: Sequence[int], dtype: np.dtype | None = None, *, addr: int | None = None,
-               role: str | None = None, size_arg: str | None = None) -> Buffer:
+               role: str | None = None, size_arg: str | None = None, reads_too: bool = False) -> Buffer:
         """The Buffer of pointer argument ``name`` (its checked address and role from its spec), of ``shape`` in
         ``dtype`` (default: the precision's).  A buffer whose pointer is not an argument of its own (one inside
         ``params``) gives ``addr`` and ``role``.  ``size_arg`` names the argument that sized it (default:
-        ``name``) when it is larger than any chip's memory."""
+        ``name``) when it is larger than any chip's memory; ``reads_too`` marks an output updated in place
+        (:attr:`~sim.model.call.Buffer.reads_too`)."""
         dt = self.dtype if dtype is None else np.dtype(dtype)
         shape = tuple(int(d) for d in shape)
         check_buffer_size(size_arg or name, name, shape, dt.itemsize)
@@ -73,7 +74,7 @@ class Arguments:
             addr = self.addresses[name]
         if role is None:
             role = next(POINTER_ROLES[s.kind] for s in self.specs if s.name == name)
-        return Buffer(name, addr, shape, dt, role)
+        return Buffer(name, addr, shape, dt, role, reads_too)
 
 
 def bind_arguments(symbol: str, precision: str, specs: Sequence[ArgSpec], args: Mapping[str, Any]) -> Arguments:

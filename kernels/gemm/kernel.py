@@ -71,7 +71,7 @@ class Gemm:
         # itself never touches the elements past a row's end).
         buffers = (a.buffer("a", (a_rows, attrs.lda), size_arg="lda"),
                    a.buffer("b", (b_rows, attrs.ldb), size_arg="ldb"),
-                   a.buffer("c", (m, attrs.ldc), size_arg="ldc"))
+                   a.buffer("c", (m, attrs.ldc), size_arg="ldc", reads_too=bool(attrs.beta)))
         return bound_call(a, variant, cores, buffers, attrs)
 
     def plan(self, call: BoundCall, ctx: PlanContext) -> Plan:

@@ -22,6 +22,9 @@ class Buffer:
     shape: tuple[int, ...]
     dtype: np.dtype
     role: str  # "input" or "output"
+    #: An output whose bytes the kernel reads before it writes them (an in-place update: GEMM's C when beta is
+    #: 1): the layout check treats it as the output it is; a program's checks count it as read too.
+    reads_too: bool = False
 
     @property
     def size_bytes(self) -> int:

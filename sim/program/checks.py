@@ -224,7 +224,10 @@ def check_calls(target: Target, plan: MemoryPlan, calls: Sequence[CallBuffers],
                                          f"tensor as {b.dtype}", None, b.addr, b.end, key[0]))
                     continue
             a = Access(who, b.name, key, b.addr, b.end, None if home is None else home.tensor.name, _where(key))
-            (reads if b.role == "input" else writes).append(a)
+            if b.role == "input" or b.reads_too:  # an output updated in place reads what was there first
+                reads.append(a)
+            if b.role != "input":
+                writes.append(a)
         for a in reads:
             out.extend(state.read(a))
         for a in writes:
