@@ -4,7 +4,9 @@ fast; tests/test_program_examples.py runs the shipped blocks against their refer
 
 from __future__ import annotations
 
+import html as html_module
 import json
+import re
 import textwrap
 from pathlib import Path
 
@@ -226,6 +228,13 @@ def test_run_writes_one_trace_with_the_calls_as_slices_and_trace_tools_read_it(t
     assert main(["report", str(first), "--allow-kernels", "-o", str(report)]) == 0
     page = report.read_text()
     assert 'id="calls-table"' in page and 'id="plan-table"' in page
+    # The page's timeline draws the calls as spans on a track of their own, above the cores'.
+    data = json.loads(html_module.unescape(re.search(r'<script type="application/json" id="run-data">(.*?)</script>',
+                                                     page, re.S).group(1)))
+    assert data["tracks"][0]["label"] == "calls"
+    spans = [e for e in data["events"] if data["kinds"][e[1]] == "call"]
+    assert [(e[0], e[12]) for e in spans] == [(0, "relu"), (0, "add")]
+    assert spans[0][2] == 0 and spans[0][3] == spans[1][2] and spans[1][3] == data["cycles"]
 
 
 def test_the_documented_program_file_parses_and_uses_every_key(tmp_path):

@@ -149,3 +149,39 @@ def test_zoom_and_pan(page, run):
     a, b = _view(page)
     assert b - a == pytest.approx((full[1] - full[0]) / 2)
     assert page.problems == []
+
+
+def test_a_program_page_draws_its_calls_above_the_cores_and_names_them_on_hover(browser, tmp_path):
+    from sim.program import load_program, run_program
+    from sim.program.report import program_report_html
+
+    root = Path(__file__).resolve().parent.parent
+    src = tmp_path / "chain.yaml"
+    src.write_text(f"target: FT78NE\nkernels: [{root / 'examples' / 'relu_grad.py'}, "
+                   f"{root / 'examples' / 'binary_elementwise.py'}]\n"
+                   "tensors:\n  - {name: dy, shape: [4, 64], dtype: float32}\n"
+                   "  - {name: x, shape: [4, 64], dtype: float32}\n  - {name: g, shape: [4, 64], dtype: float32}\n"
+                   "  - {name: y, shape: [4, 64], dtype: float32}\n"
+                   "data:\n  - {tensor: dy, random: {seed: 1}}\n  - {tensor: x, random: {seed: 2}}\n"
+                   "calls:\n  - {name: relu, symbol: fp_relu_grad_s, args: {dy: dy, x: x, dx: g, shape: [4, 64]}}\n"
+                   "  - {name: add, symbol: fp_binary_elementwise_s, args: {a: g, b: dy, out: y, shape: [4, 64], "
+                   "op: add}}\n")
+    program = load_program(src, allow_kernels=True)
+    path = tmp_path / "program.html"
+    path.write_text(program_report_html(run_program(program), "", src), encoding="utf-8")
+    ctx = browser.new_context(viewport={"width": 1400, "height": 900})
+    try:
+        pg = ctx.new_page()
+        problems: list[str] = []
+        pg.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
+        pg.on("pageerror", lambda e: problems.append(str(e)))
+        pg.goto(path.as_uri())
+        pg.wait_for_selector("rect.bar")
+        assert problems == []
+        assert pg.locator(".row-label").all_inner_texts()[0] == "calls"
+        first = pg.locator("rect.bar").first  # the first call's span: row 0
+        assert int((float(first.get_attribute("y")) - 34) // 18) == 0
+        first.hover()
+        assert "relu" in pg.locator("#tooltip").inner_text()
+    finally:
+        ctx.close()

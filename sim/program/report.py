@@ -30,9 +30,9 @@ def _reads_writes(checked: CheckedProgram, c: CheckedCall) -> tuple[list[str], l
     for b in c.call.buffers:
         _, home, _ = locate(mmap, checked.plan, b, core, c.named, c.by_arg.get(b.name))
         name = home.tensor.name if home is not None else f"{b.name}@{b.addr:#x}"
-        bucket = out[0] if b.role == "input" else out[1]
-        if name not in bucket:
-            bucket.append(name)
+        for bucket, yes in ((out[0], b.role == "input" or b.reads_too), (out[1], b.role != "input")):
+            if yes and name not in bucket:
+                bucket.append(name)
     return out
 
 
@@ -135,7 +135,8 @@ def program_report_html(result: ProgramRun, description: str, path: Path) -> str
     trace = Trace(events=tuple(result.events), metadata=result.metadata(), source=path.name)
     return page_html(f"program {result.name} on {result.target.name}", _esc(description),
                      _facts(result, description, path),
-                     timeline_payload(result.events, result.cycles, result.target.clock_hz), [
+                     timeline_payload(result.events, result.cycles, result.target.clock_hz,
+                                      [(c.name, c.start_cycle, c.end_cycle) for c in result.calls]), [
                          ("calls-section", "Calls", _calls_table(result)),
                          ("summary-section", "Per-core summary", _summary_section(summarize(trace))),
                          ("plan-section", "Memory plan", _plan_table(result))])

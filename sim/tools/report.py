@@ -53,22 +53,33 @@ def timeline_data(run: Run) -> dict:
     return timeline_payload(run.events, run.cycles, run.target.clock_hz)
 
 
-def timeline_payload(events: Sequence[TraceEvent], cycles: int, clock_hz: int) -> dict:
-    """Tracks and events (of a run, or of a program's calls on one timeline) in the form the page's script reads."""
+#: The kind, label and colour of a program call's span on the page's ``calls`` track.
+CALL_KIND, CALL_LABEL, CALL_COLOUR = "call", "call", "#56B4E9"
+
+
+def timeline_payload(events: Sequence[TraceEvent], cycles: int, clock_hz: int,
+                     calls: Sequence[tuple[str, int, int]] = ()) -> dict:
+    """Tracks and events (of a run, or of a program's calls on one timeline) in the form the page's script reads;
+    ``calls`` (name, start cycle, end cycle) are a program's calls, drawn as spans on a track above the cores."""
     trs = tracks(events)
-    index = {cu: i for i, cu in enumerate(trs)}
-    kinds = list(KINDS) + sorted({e.kind for e in events} - set(KINDS))
+    first = 1 if calls else 0  # the calls' track comes first
+    index = {cu: i + first for i, cu in enumerate(trs)}
+    kinds = list(KINDS) + sorted({e.kind for e in events} - set(KINDS)) + ([CALL_KIND] if calls else [])
     kind_index = {k: i for i, k in enumerate(kinds)}
-    rows = []
+    rows: list[list] = [[0, kind_index[CALL_KIND], start, end, None, 0, None, None, None, None, 0, 0, name, None]
+                        for name, start, end in calls]
     for e in sorted(events, key=lambda e: (index[(e.core, e.unit)], e.start, e.end)):
         rows.append([index[(e.core, e.unit)], kind_index[e.kind], e.start, e.end,
                      e.tile, e.bytes, None if e.src is None else f"{e.src:#x}",
                      None if e.dst is None else f"{e.dst:#x}", e.src_region, e.dst_region,
                      e.wait_cycles, e.flops, e.phase, e.wait_start])
+    labels = {**KIND_LABELS, CALL_KIND: CALL_LABEL}
+    colours = {**KIND_COLOURS, CALL_KIND: CALL_COLOUR}
     return {"cycles": cycles, "clock_hz": clock_hz,
-            "tracks": [{"core": c, "unit": u, "label": track_name(c, u)} for c, u in trs],
-            "kinds": kinds, "kind_labels": [KIND_LABELS.get(k, k) for k in kinds],
-            "colours": [KIND_COLOURS.get(k, "#777777") for k in kinds], "events": rows}
+            "tracks": ([{"core": "calls", "unit": "calls", "label": "calls"}] if calls else [])
+            + [{"core": c, "unit": u, "label": track_name(c, u)} for c, u in trs],
+            "kinds": kinds, "kind_labels": [labels.get(k, k) for k in kinds],
+            "colours": [colours.get(k, "#777777") for k in kinds], "events": rows}
 
 
 def _script_json(data: Any) -> str:
