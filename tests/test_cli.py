@@ -11,7 +11,7 @@ import pytest
 from sim.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
-CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+# Every shipped config runs with the core install alone: tests/test_extras.py (each one's exit code).
 
 
 def test_run_shared_example_prints_table_and_writes_trace(tmp_path, capsys):
@@ -24,11 +24,6 @@ def test_run_shared_example_prints_table_and_writes_trace(tmp_path, capsys):
     assert (tmp_path / "ft78ne_batch_norm_grad_s.csv").exists()
     dx = np.load(tmp_path / "ft78ne_batch_norm_grad_s.dx.npy")
     assert dx.shape == (4, 64) and np.isfinite(dx).all() and dx.any()
-
-
-@pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
-def test_every_shipped_config_runs(config, tmp_path):
-    assert main(["run", str(config), "--out-dir", str(tmp_path)]) == 0
 
 
 def test_targets_and_kernels_listings(capsys):
