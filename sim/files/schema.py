@@ -278,7 +278,7 @@ def explain(text: str, doc: Any, schema: type, *, top: str = "<top>", top_scalar
             return path, f"expected a list of {items}, got {brief(value)}"
         if meta.get("max_length") is not None and len(value) > meta["max_length"]:
             return path, f"at most {meta['max_length']} {items}, got {len(value)}"
-        return path, f"expected a non-empty list of {meta.get('description') or items}"
+        return path, f"expected a non-empty list of {items}"
     return path, what[:1].lower() + what[1:]
 
 

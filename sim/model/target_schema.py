@@ -203,7 +203,7 @@ class Staging(Spec):
 
     source: Source
     levels: Annotated[list[Level], param("staging levels, outermost first", min_length=1, max_length=MAX_LEVELS,
-                                         items="levels")]
+                                         items="staging levels")]
 
 
 class TargetFile(Spec):
