@@ -45,31 +45,34 @@ class Spec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     the frozen data it returns; the structs themselves live only while a file is read."""
 
 
-def param(doc: str, *, ge: int | float | None = None, le: int | float | None = None, unit: str = "",
+def param(doc: str, *, ge: int | float | None = None, le: int | float | None = None, lt: int | float | None = None,
+          unit: str = "",
           why: str = "", note: str = "", hexa: bool = False, min_length: int | None = None,
           max_length: int | None = None, pattern: str | None = None, means: str = "", kind: str = "",
           items: str = "") -> Meta:
-    """The declaration of one key: ``doc`` (what it is), the range ``[ge, le]`` (``why`` says what the bound
-    stands for, ``note`` is appended to every range message, ``hexa`` shows bounds and values in hex), its
-    ``unit``; for strings and lists ``min_length``/``max_length`` and a ``pattern`` (``means`` says it in
-    words); ``kind`` ``text`` for free text, ``name`` for a one-line name; ``items`` names a list's entries."""
+    """The declaration of one key: ``doc`` (what it is), the range ``[ge, le]`` or ``[ge, lt)`` (``why``
+    says what the bound stands for, ``note`` is appended to every range message, ``hexa`` shows bounds and
+    values in hex), its ``unit``; for strings and lists ``min_length``/``max_length`` and a ``pattern``
+    (``means`` says what is expected in words); ``kind`` ``text`` for free text, ``name`` for a one-line name;
+    ``items`` names a list's entries."""
     given: dict[str, Any] = {"unit": unit, "why": why, "note": note, "hexa": hexa, "means": means, "kind": kind,
                              "items": items}
     extra = {k: v for k, v in given.items() if v}
-    constraints: dict[str, Any] = {"ge": ge, "le": le, "min_length": min_length, "max_length": max_length,
+    constraints: dict[str, Any] = {"ge": ge, "le": le, "lt": lt, "min_length": min_length, "max_length": max_length,
                                    "pattern": pattern}
     return Meta(**{k: v for k, v in constraints.items() if v is not None}, description=doc, extra=extra)
 
 
 def decode(doc: Any, schema: type[S], where: str, error: type[Exception], *, top: str = "<top>",
-           top_scalars: bool = True) -> S:
+           top_scalars: bool = True, named: bool = True) -> S:
     """``doc`` (a parsed YAML document) checked against ``schema``; ``error`` naming ``where`` (the file), the
     key path and the rule otherwise.  ``top`` labels the document itself in key paths (``<top>.cores``);
-    ``top_scalars`` False names top-level scalar keys bare (``numerics``) rather than under ``top``."""
+    ``top_scalars`` False names top-level scalar keys bare (``numerics``) rather than under ``top``; ``named``
+    False names list entries by index alone (``data[0]``, not ``data[0](x)``)."""
     try:
         return msgspec.convert(doc, schema, strict=True)
     except msgspec.ValidationError as e:
-        key, message = explain(str(e), doc, schema, top=top, top_scalars=top_scalars)
+        key, message = explain(str(e), doc, schema, top=top, top_scalars=top_scalars, named=named)
         raise error(f"{where}: {key}: {message}") from None
 
 
@@ -92,7 +95,7 @@ def _unwrap(t: Any) -> tuple[Any, dict]:
             base, *metas = get_args(t)
             for m in metas:
                 if isinstance(m, Meta):
-                    meta.update({k: getattr(m, k) for k in ("ge", "le", "min_length", "max_length", "pattern",
+                    meta.update({k: getattr(m, k) for k in ("ge", "le", "lt", "min_length", "max_length", "pattern",
                                                             "description") if getattr(m, k) is not None})
                     meta.update(m.extra or {})
             t = base
@@ -156,7 +159,7 @@ def _named(value: Any) -> str:
     return f"({name})" if ok else ""
 
 
-def _key_path(doc: Any, schema: type, parts: list[str | int], top: str, top_scalars: bool) -> str:
+def _key_path(doc: Any, schema: type, parts: list[str | int], top: str, top_scalars: bool, named: bool) -> str:
     """The key path as messages write it: ``core.units.fmac.count``, ``regions[2](gsm).base``, and a
     top-level scalar key under ``top`` (``<top>.cores``) when ``top_scalars``."""
     if not parts:
@@ -168,7 +171,7 @@ def _key_path(doc: Any, schema: type, parts: list[str | int], top: str, top_scal
         t, _ = _step(t, part) if t is not None else (None, {})
         if isinstance(part, int):
             value = value[part] if isinstance(value, list) and part < len(value) else None
-            text += f"[{part}]{_named(value)}"
+            text += f"[{part}]{_named(value) if named else ''}"
         else:
             value = value.get(part) if isinstance(value, dict) else None
             text += ("." if text else "") + key_text(part)
@@ -209,6 +212,8 @@ def _show(n: Any, meta: dict) -> str:
 def _range(v: Any, meta: dict, is_float: bool) -> str:
     """The message of a number outside its declared range."""
     note = meta.get("note", "")
+    if meta.get("means"):
+        return f"expected {meta['means']}, got {brief(v)}"
     ge, le = meta.get("ge"), meta.get("le")
     below = ge is not None and (not isinstance(v, (int, float)) or v < ge)
     got = brief(v) if is_float else _show(v, meta)
@@ -221,7 +226,8 @@ def _choices(t: Any) -> tuple | None:
     return get_args(t) if get_origin(t) is Literal else None
 
 
-def explain(text: str, doc: Any, schema: type, *, top: str = "<top>", top_scalars: bool = True) -> tuple[str, str]:
+def explain(text: str, doc: Any, schema: type, *, top: str = "<top>", top_scalars: bool = True,
+            named: bool = True) -> tuple[str, str]:
     """(key path, message) for msgspec's validation message ``text`` about ``doc`` against ``schema``."""
     m = re.fullmatch(r"(?s)(.*?)(?: - at `(key` in `)?(\$[^`]*)`)?", text)
     assert m is not None
@@ -235,10 +241,10 @@ def explain(text: str, doc: Any, schema: type, *, top: str = "<top>", top_scalar
         value = _value(doc, parts)
     except (KeyError, IndexError, TypeError):
         value = None
-    path = _key_path(doc, schema, parts, top, top_scalars)
+    path = _key_path(doc, schema, parts, top, top_scalars, named)
 
     def sub(key: str) -> str:
-        return _key_path(doc, schema, parts + [key], top, top_scalars) if parts else f"{top}.{key_text(key)}"
+        return _key_path(doc, schema, parts + [key], top, top_scalars, named) if parts else f"{top}.{key_text(key)}"
 
     if in_key:
         bad = next((k for k in value if not isinstance(k, str)), None) if isinstance(value, dict) else None
@@ -264,11 +270,13 @@ def explain(text: str, doc: Any, schema: type, *, top: str = "<top>", top_scalar
             hexa = " (hex like 0xA0000000 is fine)" if meta.get("hexa") else ""
             return path, f"expected an integer{hexa}, got {brief(value)}{_hint(value)}"
         return path, _range(value, meta, False)
-    if t is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+    if t is float or (get_origin(t) in (Union, types.UnionType) and set(get_args(t)) == {int, float}):
+        unbounded = meta.get("ge") is None and meta.get("le") is None and meta.get("lt") is None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or unbounded or \
                 (isinstance(value, float) and not math.isfinite(value)):
             positive = "positive " if (meta.get("ge") or 0) > 0 else ""
-            return path, f"expected a {positive}finite number, got {brief(value)}{_hint(value)}"
+            expected = meta.get("means") or f"a {positive}finite number"
+            return path, f"expected {expected}, got {brief(value)}{_hint(value)}"
         return path, _range(value, meta, True)
     if t is str:
         return path, _string(value, meta)
