@@ -49,14 +49,14 @@ def param(doc: str, *, ge: int | float | None = None, le: int | float | None = N
           unit: str = "",
           why: str = "", note: str = "", hexa: bool = False, min_length: int | None = None,
           max_length: int | None = None, pattern: str | None = None, means: str = "", kind: str = "",
-          items: str = "") -> Meta:
+          items: str = "", absent: str = "") -> Meta:
     """The declaration of one key: ``doc`` (what it is), the range ``[ge, le]`` or ``[ge, lt)`` (``why``
     says what the bound stands for, ``note`` is appended to every range message, ``hexa`` shows bounds and
     values in hex), its ``unit``; for strings and lists ``min_length``/``max_length`` and a ``pattern``
     (``means`` says what is expected in words); ``kind`` ``text`` for free text, ``name`` for a one-line name;
-    ``items`` names a list's entries."""
+    ``items`` names a list's entries; ``absent`` says what an optional key left out means (for the docs)."""
     given: dict[str, Any] = {"unit": unit, "why": why, "note": note, "hexa": hexa, "means": means, "kind": kind,
-                             "items": items}
+                             "items": items, "absent": absent}
     extra = {k: v for k, v in given.items() if v}
     constraints: dict[str, Any] = {"ge": ge, "le": le, "lt": lt, "min_length": min_length, "max_length": max_length,
                                    "pattern": pattern}
@@ -315,6 +315,7 @@ class Row:
     allowed: str
     default: Any
     doc: str
+    absent: str
 
 
 def _type_name(t: Any) -> str:
@@ -337,4 +338,4 @@ def reference(struct: type, prefix: str = "") -> Iterator[Row]:
         default = defaults.get(f.name)
         yield Row(key=prefix + f.name, required=f.required, type=_type_name(f.type), unit=f.meta.get("unit", ""),
                   allowed=allowed, default=None if default is msgspec.NODEFAULT else default,
-                  doc=f.meta.get("description", ""))
+                  doc=f.meta.get("description", ""), absent=f.meta.get("absent", ""))

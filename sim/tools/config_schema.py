@@ -27,14 +27,15 @@ OneLine = Annotated[str, param("one line of text", min_length=1, max_length=MAX_
                                pattern=r"\A[^\x00-\x1f\x7f-\x9f\u2028\u2029]*\Z",
                                means="a non-empty one-line string")]
 ArrayName = Annotated[str, param("letters, digits, `_`, `.`, `-` (not starting with `.` or `-`), at most 128 "
-                                 "characters; unique among the entries of its list", pattern=NAME_PATTERN,
+                                 "characters; unique among the entries of its list; names the array in messages "
+                                 "and output files", pattern=NAME_PATTERN,
                                  means="a name of letters, digits, '_', '.', '-' (it names an output file)")]
 Address = Annotated[int, param("the address of the array's first byte", ge=0, unit="address", hexa=True)]
 Shape = Annotated[list[Annotated[int, param("a size", ge=0, unit="elements")]],
                   param("list of sizes (at most 32 dimensions); the array is written C-contiguous (row-major)",
                         max_length=32, items="sizes")]
-Core = Annotated[int, param("the core whose private copy of the region the address is in; required for private "
-                            "memory, ignored for shared memory", ge=0, le=MAX_CORES - 1,
+Core = Annotated[int, param("the core whose private copy of the region (`l2`) the address is in; required for "
+                            "private memory, ignored for shared memory", ge=0, le=MAX_CORES - 1,
                             why=" (no chip has more cores)")]
 
 
@@ -77,26 +78,25 @@ class RunConfigFile(Spec):
     target: Annotated[OneLine, param("chip name or path to a target YAML")]
     symbol: Annotated[OneLine, param("kernel symbol")]
     args: Annotated[dict[str, Any], param("mapping: argument name → value")]
-    description: Annotated[str, param("text", kind="text")] | None = None
-    data: Annotated[list[Data], param("list of arrays to place", items="arrays to place")] | None = None
-    outputs: Annotated[list[Output], param("list of arrays to save", items="arrays to save")] | None = None
+    description: Annotated[str, param("text", kind="text", absent="empty")] | None = None
+    data: Annotated[list[Data], param("list of arrays to place", items="arrays to place",
+                                      absent="nothing placed")] | None = None
+    outputs: Annotated[list[Output], param("list of arrays to save", items="arrays to save",
+                                           absent="nothing saved")] | None = None
     trace: Annotated[str, param("file name", pattern=NAME_PATTERN,
                                 means="a file name of letters, digits, '_', '.', '-' (written under the output "
-                                      "folder)")] | None = None
-    numerics: Annotated[bool, param("`true` / `false`")] = True
-    tiling: Annotated[dict[str, Any], param("mapping: tiling key → value")] | None = None
+                                      "folder)", absent="`<config file stem>.json`")] | None = None
+    numerics: Annotated[bool, param("`true` / `false`", absent="`true`")] = True
+    tiling: Annotated[dict[str, Any], param("mapping: tiling key → value",
+                                            absent="the cost model chooses")] | None = None
     tiling_tolerance: Annotated[float, param("fraction in [0, 1)", ge=0, lt=1,
-                                             means="a fraction in [0, 1)")] | None = None
+                                             means="a fraction in [0, 1)",
+                                             absent="0.01")] | None = None
     time_limit_seconds: Annotated[float, param(
         f"seconds, more than 0, at most {MAX_TIME_LIMIT_SECONDS:.0f} (30 days)", unit="seconds",
-        means=f"a number of seconds more than 0 and at most {MAX_TIME_LIMIT_SECONDS:.0f} (or none)")] | None = None
+        means=f"a number of seconds more than 0 and at most {MAX_TIME_LIMIT_SECONDS:.0f} (or none)",
+        absent="no limit")] | None = None
     kernels: Annotated[list[str], param("list of Python files or module names",
-                                        items="Python files or module names")] | None = None
+                                        items="Python files or module names",
+                                        absent="only shipped and installed kernels")] | None = None
 
-
-#: The default of each optional top-level key as docs/run-config.md's table says it.
-DEFAULTS_SHOWN = {
-    "description": "empty", "data": "nothing placed", "outputs": "nothing saved",
-    "trace": "`<config file stem>.json`", "numerics": "`true`", "tiling": "the cost model chooses",
-    "tiling_tolerance": "0.01", "time_limit_seconds": "no limit", "kernels": "only shipped and installed kernels",
-}
