@@ -1,6 +1,8 @@
 """Run-configs: YAML files naming a target, a kernel symbol, its arguments, the data to place and what to save.
 
-docs/run-config.md describes every key, with a complete example that tests/test_run_config_doc.py runs.
+Every key is declared once, with its type, range and doc, in :mod:`sim.tools.config_schema` (read with
+:func:`sim.files.schema.decode`); the rules between keys are checked here.  docs/run-config.md describes every
+key (its key tables generated from the schema), with a complete example that tests/test_run_config_doc.py runs.
 
 Format::
 
