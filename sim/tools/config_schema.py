@@ -96,7 +96,9 @@ class RunConfigFile(Spec):
         f"seconds, more than 0, at most {MAX_TIME_LIMIT_SECONDS:.0f} (30 days)", unit="seconds",
         means=f"a number of seconds more than 0 and at most {MAX_TIME_LIMIT_SECONDS:.0f} (or none)",
         absent="no limit")] | None = None
-    kernels: Annotated[list[str], param("list of Python files or module names",
+    kernels: Annotated[list[Annotated[str, param("a Python file or a module name", means=(
+        f"a Python file or a module name (one line of at most {MAX_TEXT_CHARS} characters)"))]],
+                       param("list of Python files or module names",
                                         items="Python files or module names",
                                         absent="only shipped and installed kernels")] | None = None
 
