@@ -35,6 +35,7 @@ from sim.files.yamlsafe import (
     load_yaml,
     read_yaml_file,
 )
+from sim.model.target_schema import range_table
 from sim.tools.calibrate import load_measurements, load_target_document
 from sim.tools.config import load_config
 from sim.tools.runner import prepare
@@ -231,10 +232,9 @@ def with_value(path: tuple, value: Any) -> str:
 @pytest.mark.parametrize("chip", ["FT78NE", "MT7004"])
 def test_every_number_of_the_shipped_targets_has_a_documented_range(chip):
     doc = yaml.safe_load((ROOT / "targets" / f"{chip}.yaml").read_text())
-    table = sim.model.target_loader.__doc__
+    declared = {key.rsplit(".", 1)[-1] for key in range_table()}  # the ranges the schema declares
     for path in numeric_paths(doc):
-        name = path[-1]
-        assert re.search(rf"``([^`]*\.)?{name}``", table) or (name.endswith("_cycles") and "every ``*_cycles``" in table), path
+        assert path[-1] in declared, path
     sim.load_target(chip)  # the shipped numbers lie inside the ranges
 
 

@@ -238,9 +238,10 @@ def test_run_writes_one_trace_with_the_calls_as_slices_and_trace_tools_read_it(t
 
 
 def test_the_documented_program_file_parses_and_uses_every_key(tmp_path):
+    import msgspec
     from markdown_blocks import blocks
 
-    from sim.program.schema import OPTIONAL_KEYS, PROGRAM_KEYS
+    from sim.program.schema import ProgramFile
     (example,) = [b for b in blocks(ROOT / "docs" / "programs.md") if b.lang == "yaml"]
     p = tmp_path / "relu_add.yaml"
     p.write_text(example.code.replace("../../examples/", f"{ROOT / 'examples'}/"))
@@ -248,7 +249,7 @@ def test_the_documented_program_file_parses_and_uses_every_key(tmp_path):
     assert {t.name: t.addr for t in prog.tensors}["w"] == 0xA0000000
     assert [c.name for c in prog.calls] == ["relu", "add"] and prog.calls[0].tiling == {"tile_elements": 64}
     import yaml
-    assert set(yaml.safe_load(example.code)) == PROGRAM_KEYS | OPTIONAL_KEYS
+    assert set(yaml.safe_load(example.code)) == {f.name for f in msgspec.structs.fields(ProgramFile)}
 
 
 def test_a_call_failing_while_the_program_runs_leaves_memory_as_it_was_before_the_program(tmp_path, monkeypatch):

@@ -146,7 +146,7 @@ TARGET_CASES = [
     ("unknown level key", edit(level("am", "speed", value=1)), r"staging\.levels\[2\]\(am\)\.speed: unknown key"),
     ("too many levels", edit(setter("staging", "levels", value=[{"name": f"a{i}", "region": "am", "offset_bytes": i,
                                                                  "size_bytes": 1} for i in range(17)])),
-     r"staging\.levels: at most 16 levels, got 17"),
+     r"staging\.levels: at most 16 staging levels, got 17"),
     ("no staging source", edit(setter("staging", "source", delete=True)), r"staging\.source: required key"),
     ("no source", edit(setter("dma", "source", delete=True)), r"dma\.source: required key is missing"),
 ]

@@ -2,8 +2,10 @@
 
 The page's blocks run in order in a temporary folder, as a user would follow them: the python block
 writes the ``.npy`` input, the yaml block is saved under the name on its first line, the shell block
-runs ``dspsim validate`` and ``dspsim run`` through the CLI.  The keys ``sim/tools/config.py`` accepts are
-read from its own refusal of an unknown key, so a key added there fails here until it is documented.
+runs ``dspsim validate`` and ``dspsim run`` through the CLI.  The page's key tables are generated from the
+run-config's schema (``sim/tools/config_schema.py``, by ``python -m sim.tools.config_doc``) and must be what it
+makes now; the keys ``load_config`` accepts are read from its own refusal of an unknown key and must be the
+schema's, so a key added there fails here until it is documented.
 The saved outputs are checked against BatchNormGrad computed with numpy from inputs rebuilt the way the
 page says each data source builds them.
 """
@@ -22,7 +24,10 @@ from markdown_blocks import REPO, blocks, dspsim_lines, run_dspsim, run_python
 
 import sim.tools.config
 from sim.errors import ConfigError
+from sim.files.schema import fields
 from sim.tools.config import load_config
+from sim.tools.config_doc import render
+from sim.tools.config_schema import Data, Output, Random, RunConfigFile
 
 DOC = REPO / "docs" / "run-config.md"
 DOC_TEXT = DOC.read_text(encoding="utf-8")
@@ -89,6 +94,14 @@ def test_example_uses_every_key_config_py_accepts(followed):
         assert f"\n### `{key}`\n" in DOC_TEXT and f"[`{key}`](#{key})" in DOC_TEXT, key
     for key in data | outputs | random:
         assert f"`{key}" in DOC_TEXT, key
+    # ... and the keys load_config accepts are the schema's.
+    for keys, struct in ((top, RunConfigFile), (data, Data), (outputs, Output), (random, Random)):
+        assert keys == {f.name for f in fields(struct)}, struct
+
+
+def test_the_key_reference_is_the_one_the_schema_makes():
+    assert DOC_TEXT.count("<!-- end keys -->") == 2, "the page's two generated tables (top-level keys, data entry)"
+    assert render(DOC_TEXT) == DOC_TEXT, "docs/run-config.md's key tables are stale: run python -m sim.tools.config_doc"
 
 
 def test_example_validates_and_runs_as_the_page_says(followed):

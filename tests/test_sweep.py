@@ -229,7 +229,7 @@ def test_two_configs_sharing_a_file_name_are_two_sets_of_points(tmp_path):
     ("configs: [c.yaml]\ngrid: {args.core_mask: [1]}\ngrid: {args.core_mask: [3]}\n", "duplicate key 'grid'"),
     ("configs: [c.yaml]\ngrid: {args.core_mask: [1]}\ndescription: " + "[" * 5000 + "]" * 5000 + "\n",
      "nesting deeper"),
-    ("configs: [c.yaml]\ngrid: {args.core_mask: [1]}\ndescription: [a, b]\n", "description: expected one string"),
+    ("configs: [c.yaml]\ngrid: {args.core_mask: [1]}\ndescription: [a, b]\n", "description: expected text, got list"),
     ("configs: [c.yaml]\ngrid: {args.core_mask: [1, 1]}\n", r"grid\.args\.core_mask\[1\]: 1 is listed twice"),
     ("configs: [c.yaml]\ngrid: {target: [FT78NE, nochip.yaml]}\n", r"grid\.target\[1\]: .*nochip\.yaml"),
 ])

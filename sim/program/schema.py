@@ -17,10 +17,12 @@ docs/programs.md describes every key.  Format::
     outputs:                                 # read back after the last call
       - {tensor: dx}
 
-The keys a run-config has beside ``symbol`` and ``args`` (``target``, ``description``, ``numerics``, ``trace``,
-``tiling_tolerance``, ``time_limit_seconds``, ``kernels``) mean what they mean there
-(:func:`sim.tools.config.common_keys` reads them for both).  Errors name the file and the key path
-(:class:`~sim.errors.ConfigError`).  Parsing imports nothing and touches no memory: the planner
+Every key is declared once, with its type, range and doc, in :class:`ProgramFile` and the structs below it
+(read with :func:`sim.files.schema.decode`, as run-configs are); the keys a run-config has beside ``symbol``
+and ``args`` (``target``, ``description``, ``numerics``, ``trace``, ``tiling_tolerance``,
+``time_limit_seconds``, ``kernels``) are the run-config's own declarations
+(:class:`sim.tools.config_schema.CommonFile`) and mean what they mean there.  Errors name the file and the key
+path (:class:`~sim.errors.ConfigError`).  Parsing imports nothing and touches no memory: the planner
 (:mod:`sim.program.planner`) gives ``auto`` tensors their addresses, the checks (:mod:`sim.program.checks`)
 judge the calls, the runner (:mod:`sim.program.runner`) runs them.
 """
@@ -32,28 +34,23 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
 
-from sim.errors import ConfigError, brief
+from sim.errors import ConfigError
+from sim.files.schema import Spec, decode, param
 from sim.files.yamlsafe import read_yaml_file
-from sim.model.target_loader import MAX_CORES
+from sim.tools import config_schema as cs
 from sim.tools.config import (
-    DTYPES,
-    NAME_RE,
     ArraySpec,
     CommonKeys,
     RunConfig,
     _array_spec,
     _fail,
-    _int,
-    _mapping,
-    _shape,
     _tiling,
     check_unique_names,
     common_keys,
-    listed,
 )
 
 if TYPE_CHECKING:
@@ -62,15 +59,75 @@ if TYPE_CHECKING:
 
 #: The word that leaves a tensor's address to the planner.
 AUTO = "auto"
-#: The keys of a program file's top level (``calls`` is what tells a program from a run-config).
-PROGRAM_KEYS = {"target", "calls"}
-OPTIONAL_KEYS = {"tensors", "data", "outputs", "trace", "numerics", "description", "tiling_tolerance", "kernels",
-                 "time_limit_seconds"}
-#: Sources of a data entry (as in a run-config).
-SOURCES = ("random", "file", "fill", "values")
 #: Most tensors and most calls one program may have (a layer's backward pass has a few dozen of each).
 MAX_TENSORS = 4096
 MAX_CALLS = 4096
+#: An identifier: a kernel symbol, a region's name.
+IDENTIFIER = r"\A[A-Za-z_][A-Za-z0-9_]*\Z"
+
+
+# --- the schema: every key of a program file declared once ---------------------------------------------------
+
+
+class TensorEntry(Spec):
+    """A ``tensors`` entry: an array that lives in one region of the chip's memory across the calls."""
+
+    name: cs.ArrayName
+    shape: cs.Shape
+    dtype: cs.Dtype
+    region: Annotated[str, param("the region that holds it (ddr, gsm, l2 ...)", pattern=IDENTIFIER,
+                                 means="the name of a region of the chip (ddr, gsm, l2 ...)",
+                                 absent="the chip's largest shared storage region")] | None = None
+    addr: Annotated[int, param("the address of its first byte, or `auto`: the planner's", ge=0, unit="address",
+                               hexa=True)] | Literal["auto"] = "auto"
+    core: cs.Core | None = None
+
+
+class TensorData(Spec):
+    """A ``data`` entry naming a tensor: the tensor's bytes from one source (its shape, dtype and place are the
+    tensor's); ``name`` names it in messages (default: the tensor's)."""
+
+    tensor: Annotated[str, param("the tensor it places")]
+    name: cs.ArrayName | None = None
+    file: cs.FileSource | None = None
+    fill: cs.FillSource | None = None
+    random: cs.Random | None = None
+    values: cs.ValuesSource = None
+
+
+class TensorOutput(Spec):
+    """An ``outputs`` entry naming a tensor, read back after the last call (saved as ``<stem>.<name>.npy``)."""
+
+    tensor: Annotated[str, param("the tensor it reads back")]
+    name: cs.ArrayName | None = None
+
+
+class CallEntry(Spec):
+    """A ``calls`` entry: a kernel symbol and its arguments, whose pointers may name tensors."""
+
+    symbol: Annotated[str, param("kernel symbol", pattern=IDENTIFIER, means="a kernel symbol (an identifier)")]
+    args: Annotated[dict[str, Any], param("mapping: argument name → value (a pointer: a tensor's name or an "
+                                          "address)")]
+    name: Annotated[cs.ArrayName, param("the call's name in tables and traces", absent="`<index>_<symbol>`")] \
+        | None = None
+    tiling: Annotated[dict[str, Any], param("mapping: tiling key → value", absent="the cost model chooses")] \
+        | None = None
+
+
+class ProgramFile(cs.CommonFile, kw_only=True):
+    """A whole program file: the keys it shares with a run-config, its tensors, data, calls and outputs (a
+    ``data``/``outputs`` entry names a tensor, or is a run-config's entry at a raw address)."""
+
+    calls: Annotated[list[CallEntry], param("the calls, run back to back in this order", min_length=1,
+                                            max_length=MAX_CALLS, items="calls")]
+    tensors: Annotated[list[TensorEntry], param("the tensors", max_length=MAX_TENSORS, items="tensors",
+                                                absent="none")] | None = None
+    data: Annotated[list[dict[str, Any]], param("list of arrays to place: `{tensor: name, <source>}` or a "
+                                                "run-config entry", items="arrays to place",
+                                                absent="nothing placed")] | None = None
+    outputs: Annotated[list[dict[str, Any]], param("list of arrays to save: `{tensor: name}` or a run-config "
+                                                   "entry", items="arrays to save",
+                                                   absent="nothing saved")] | None = None
 
 
 @dataclass(frozen=True)
@@ -173,56 +230,36 @@ class Program:
         return run_program(self, simulator, **options)
 
 
-def _tensor(p: Path, raw: Any, key: str) -> TensorSpec:
-    m = _mapping(p, raw, key, {"name", "shape", "dtype"}, {"region", "addr", "core"})
-    name = m["name"]
-    if not isinstance(name, str) or not NAME_RE.match(name):
-        raise _fail(p, f"{key}.name", f"expected a name of letters, digits, '_', '.', '-', got {brief(name)}")
-    if not isinstance(m["dtype"], str) or m["dtype"] not in DTYPES:
-        raise _fail(p, f"{key}.dtype", f"expected one of {', '.join(DTYPES)}, got {brief(m['dtype'])}")
-    dtype = np.dtype(m["dtype"])
-    shape = _shape(p, m["shape"], f"{key}.shape", dtype)
-    region = m.get("region")
-    if region is not None and (not isinstance(region, str) or not region.isidentifier()):
-        raise _fail(p, f"{key}.region", f"expected the name of a region of the chip (ddr, gsm, l2 ...), got "
-                                        f"{brief(region)}")
-    addr = m.get("addr", AUTO)
-    addr = None if addr == AUTO else _int(p, addr, f"{key}.addr", why=" (addresses are at most 64 bits); or auto")
-    core = _int(p, m["core"], f"{key}.core", maximum=MAX_CORES - 1, why=" (no chip has more cores)") \
-        if m.get("core") is not None else None
-    return TensorSpec(name=name, shape=shape, dtype=dtype, region=region, addr=addr, core=core)
+def _tensor(t: TensorEntry) -> TensorSpec:
+    return TensorSpec(name=t.name, shape=tuple(t.shape), dtype=np.dtype(t.dtype), region=t.region,
+                      addr=None if t.addr == AUTO else int(t.addr), core=t.core)
 
 
 def _entry(p: Path, raw: Any, key: str, is_data: bool, tensors: Mapping[str, TensorSpec]) -> Entry:
-    """A data or outputs entry: ``{tensor: name, <source>}`` (shape, dtype and place from the tensor; an optional
-    ``name`` names the saved file), or a run-config entry at a raw address."""
+    """A data or outputs entry: ``{tensor: name, <source>}`` (shape, dtype and place from the tensor), or a
+    run-config entry at a raw address; each checked by its schema, then by the run-config's rules."""
+    entry_schema: type[cs.Data] | type[cs.Output] = cs.Data if is_data else cs.Output
     if not isinstance(raw, dict) or "tensor" not in raw:
-        return Entry(_array_spec(p, raw, key, is_data))
-    _mapping(p, raw, key, {"tensor"}, {"name"} | (set(SOURCES) if is_data else set()))
-    name = raw["tensor"]
-    if not isinstance(name, str) or name not in tensors:
-        raise _fail(p, f"{key}.tensor", f"{brief(name)} names no tensor of the program (tensors: "
+        return Entry(_array_spec(p, raw, decode(raw, entry_schema, str(p), ConfigError, top=key), key))
+    named = decode(raw, TensorData, str(p), ConfigError, top=key) if is_data \
+        else decode(raw, TensorOutput, str(p), ConfigError, top=key)
+    t = tensors.get(named.tensor)
+    if t is None:
+        raise _fail(p, f"{key}.tensor", f"{named.tensor!r} names no tensor of the program (tensors: "
                                         f"{', '.join(sorted(tensors)) or 'none'})")
-    t = tensors[name]
     # The tensor's shape and dtype, at a placeholder address: the source is checked as a run-config's is.
     shaped = {k: v for k, v in raw.items() if k != "tensor"}
-    shaped.setdefault("name", name)
+    shaped.setdefault("name", t.name)
     shaped.update(addr=0, shape=list(t.shape), dtype=t.dtype.name)
-    return Entry(_array_spec(p, shaped, key, is_data), tensor=name)
+    return Entry(_array_spec(p, shaped, decode(shaped, entry_schema, str(p), ConfigError, top=key), key),
+                 tensor=t.name)
 
 
-def _call(p: Path, raw: Any, key: str, index: int) -> CallSpec:
-    m = _mapping(p, raw, key, {"symbol", "args"}, {"name", "tiling"})
-    symbol = m["symbol"]
-    if not isinstance(symbol, str) or not symbol.isidentifier():
-        raise _fail(p, f"{key}.symbol", f"expected a kernel symbol (an identifier), got {brief(symbol)}")
-    args = m["args"]
-    if not isinstance(args, dict) or not all(isinstance(k, str) and k.isidentifier() for k in args):
+def _call(p: Path, c: CallEntry, key: str, index: int) -> CallSpec:
+    if not all(k.isidentifier() for k in c.args):
         raise _fail(p, f"{key}.args", "expected a mapping of argument name (an identifier) -> value")
-    name = m.get("name", f"{index}_{symbol}")
-    if not isinstance(name, str) or not NAME_RE.match(name):
-        raise _fail(p, f"{key}.name", f"expected a name of letters, digits, '_', '.', '-', got {brief(name)}")
-    return CallSpec(name=name, symbol=symbol, args=dict(args), tiling=_tiling(p, m.get("tiling"), f"{key}.tiling"))
+    return CallSpec(name=c.name or f"{index}_{c.symbol}", symbol=c.symbol, args=dict(c.args),
+                    tiling=_tiling(p, c.tiling, f"{key}.tiling"))
 
 
 def is_program_file(path: str | Path) -> bool:
@@ -242,25 +279,19 @@ def load_program(path: str | Path, *, allow_kernels: bool | None = None) -> Prog
     """
     p = Path(path)
     doc = read_yaml_file(p, str(p), ConfigError, what="program")
-    top = _mapping(p, doc, "<top>", PROGRAM_KEYS, OPTIONAL_KEYS)
+    top = decode(doc, ProgramFile, str(p), ConfigError, top_scalars=False, named=False)
     common = common_keys(p, top)
-    raw_tensors, raw_calls = listed(p, top, "tensors"), listed(p, top, "calls")
-    for key, items, most in (("tensors", raw_tensors, MAX_TENSORS), ("calls", raw_calls, MAX_CALLS)):
-        if len(items) > most:
-            raise _fail(p, key, f"at most {most} entries, got {len(items)}")
-    if not raw_calls:
-        raise _fail(p, "calls", "a program makes at least one call")
-    tensors = tuple(_tensor(p, t, f"tensors[{i}]") for i, t in enumerate(raw_tensors))
+    tensors = tuple(_tensor(t) for t in top.tensors or ())
     check_unique_names(p, "tensors", [t.name for t in tensors])
     by_name = {t.name: t for t in tensors}
-    calls = tuple(_call(p, c, f"calls[{i}]", i) for i, c in enumerate(raw_calls))
+    calls = tuple(_call(p, c, f"calls[{i}]", i) for i, c in enumerate(top.calls))
     check_unique_names(p, "calls", [c.name for c in calls])
-    data = tuple(_entry(p, d, f"data[{i}]", True, by_name) for i, d in enumerate(listed(p, top, "data")))
-    outputs = tuple(_entry(p, o, f"outputs[{i}]", False, by_name) for i, o in enumerate(listed(p, top, "outputs")))
+    data = tuple(_entry(p, d, f"data[{i}]", True, by_name) for i, d in enumerate(top.data or ()))
+    outputs = tuple(_entry(p, o, f"outputs[{i}]", False, by_name) for i, o in enumerate(top.outputs or ()))
     for key, entries in (("data", data), ("outputs", outputs)):
         check_unique_names(p, key, [e.spec.name for e in entries])
     return Program(path=p, common=common, tensors=tensors, calls=calls, data=data, outputs=outputs,
                    allow_kernels=allow_kernels)
 
 
-__all__ = ["AUTO", "TensorSpec", "CallSpec", "Entry", "Program", "load_program", "is_program_file"]
+__all__ = ["AUTO", "ProgramFile", "TensorSpec", "CallSpec", "Entry", "Program", "load_program", "is_program_file"]

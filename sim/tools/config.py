@@ -1,6 +1,8 @@
 """Run-configs: YAML files naming a target, a kernel symbol, its arguments, the data to place and what to save.
 
-docs/run-config.md describes every key, with a complete example that tests/test_run_config_doc.py runs.
+Every key is declared once, with its type, range and doc, in :mod:`sim.tools.config_schema` (read with
+:func:`sim.files.schema.decode`); the rules between keys are checked here.  docs/run-config.md describes every
+key (its key tables generated from the schema), with a complete example that tests/test_run_config_doc.py runs.
 
 Format::
 
@@ -60,11 +62,15 @@ import numpy as np
 
 from sim.errors import ConfigError, KernelArgError, brief
 from sim.files.regular_file import NotRegularFile, open_regular
+from sim.files.schema import decode
 from sim.files.yamlsafe import read_yaml_file
-from sim.model.target_loader import MAX_CORES, MAX_PATH_CHARS, is_target_path, key_text
+from sim.model.target_loader import MAX_PATH_CHARS, is_target_path, key_text
 from sim.time_limit import checked_time_limit
+from sim.tools import config_schema as cs
+from sim.tools.config_schema import DTYPES, NAME_PATTERN
 
-DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+__all__ = ["DTYPES", "ArraySpec", "CommonKeys", "KernelSource", "RunConfig", "check_data_file", "check_unique_names",
+           "common_keys", "data_file_digest", "kernel_source", "load_config"]
 #: Largest array a run-config may place or save (bytes); beyond it a typo that would exhaust the host's memory.
 MAX_ARRAY_BYTES = 1 << 31
 #: Largest address a run-config may give (addresses are at most 64 bits wide in every target).
@@ -72,7 +78,7 @@ MAX_ADDRESS = (1 << 64) - 1
 #: Largest random seed (numpy takes any non-negative integer; 128 bits are more than enough).
 MAX_SEED = (1 << 128) - 1
 #: Array and trace names become file names under the output folder: no paths, no hidden files.
-NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+NAME_RE = re.compile(NAME_PATTERN)
 
 
 @dataclass(frozen=True)
@@ -258,19 +264,6 @@ def _fail(path: Path, key: str, msg: str) -> ConfigError:
     return ConfigError(f"{path}: {key}: {msg}")
 
 
-def _mapping(path: Path, value: Any, key: str, required: set[str], optional: set[str]) -> dict:
-    if not isinstance(value, dict):
-        raise _fail(path, key, f"expected a mapping, got {type(value).__name__}")
-    unknown = sorted(str(k) for k in set(value) - required - optional)
-    if unknown:
-        raise _fail(path, f"{key}.{key_text(unknown[0])}",
-                    f"unknown key (allowed: {', '.join(sorted(required | optional))})")
-    missing = sorted(required - set(value))
-    if missing:
-        raise _fail(path, f"{key}.{missing[0]}", "required key is missing")
-    return value
-
-
 def _int(path: Path, value: Any, key: str, minimum: int = 0, maximum: int = MAX_ADDRESS, why: str = "") -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise _fail(path, key, f"expected an integer (hex like 0xA0000000 is fine), got {brief(value)}")
@@ -282,55 +275,39 @@ def _int(path: Path, value: Any, key: str, minimum: int = 0, maximum: int = MAX_
     return value
 
 
-def _array_spec(path: Path, raw: Any, key: str, is_data: bool) -> ArraySpec:
-    sources = {"random", "file", "fill", "values"}
-    m = _mapping(path, raw, key, {"name", "addr", "shape", "dtype"}, {"core"} | (sources if is_data else set()))
-    name = m["name"]
-    if not isinstance(name, str) or not NAME_RE.match(name):
-        raise _fail(path, f"{key}.name", f"expected a name of letters, digits, '_', '.', '-' (it names an output "
-                                         f"file), got {brief(name)}")
-    addr = _int(path, m["addr"], f"{key}.addr", why=" (addresses are at most 64 bits)")
-    if not isinstance(m["dtype"], str) or m["dtype"] not in DTYPES:
-        raise _fail(path, f"{key}.dtype", f"expected one of {', '.join(DTYPES)}, got {brief(m['dtype'])}")
-    dtype = np.dtype(m["dtype"])
-    shape = _shape(path, m["shape"], f"{key}.shape", dtype)
-    core = _int(path, m["core"], f"{key}.core", maximum=MAX_CORES - 1, why=" (no chip has more cores)") \
-        if m.get("core") is not None else None
+def _array_spec(path: Path, raw: dict, entry: cs.Data | cs.Output, key: str) -> ArraySpec:
+    """A ``data`` or ``outputs`` entry the schema accepted (``raw`` as the file gives it): the rules between its
+    keys checked (one source, a shape that fits, ``low`` not above ``high``, 64-bit addresses and seeds)."""
+    addr = _int(path, entry.addr, f"{key}.addr", why=" (addresses are at most 64 bits)")
+    dtype = np.dtype(entry.dtype)
+    shape = _shape(path, entry.shape, f"{key}.shape", dtype)
     src: dict = {}
-    if is_data:
-        given = sorted(sources & set(m))
+    if isinstance(entry, cs.Data):
+        sources = ("file", "fill", "random", "values")
+        given = [k for k in sources if k in raw]
         if len(given) != 1:
-            raise _fail(path, key, f"give exactly one of {', '.join(sorted(sources))} (got {given or 'none'})")
-        src = {given[0]: m[given[0]]}
-        if "random" in src:
-            r = _mapping(path, src["random"] or {}, f"{key}.random", set(), {"seed", "low", "high"})
+            raise _fail(path, key, f"give exactly one of {', '.join(sources)} (got {given or 'none'})")
+        src = {given[0]: raw[given[0]]}
+        r = entry.random
+        if r is not None:
             for k in ("low", "high"):
-                if k in r and not _finite_number(r[k]):
-                    raise _fail(path, f"{key}.random.{k}", f"expected a finite number, got {brief(r[k])}")
-            if "seed" in r:
-                _int(path, r["seed"], f"{key}.random.seed", maximum=MAX_SEED, why=" (a 128-bit seed)")
-            low, high = r.get("low", -1.0), r.get("high", 1.0)
-            if low > high:
-                raise _fail(path, f"{key}.random", f"low ({brief(low)}) is above high ({brief(high)})")
-        if "file" in src and not isinstance(src["file"], str):
-            raise _fail(path, f"{key}.file", f"expected a path string, got {brief(src['file'])}")
-        if "fill" in src and (isinstance(src["fill"], bool) or not isinstance(src["fill"], (int, float))
-                              or (isinstance(src["fill"], int) and not _finite_number(src["fill"]))):
-            raise _fail(path, f"{key}.fill", f"expected a number, got {brief(src['fill'])}")
-    return ArraySpec(name=name, addr=addr, shape=shape, dtype=dtype, core=core, source=src)
+                if not math.isfinite(getattr(r, k)):
+                    raise _fail(path, f"{key}.random.{k}", f"expected a finite number, got {brief(raw['random'][k])}")
+            _int(path, r.seed, f"{key}.random.seed", maximum=MAX_SEED, why=" (a 128-bit seed)")
+            if r.low > r.high:
+                raise _fail(path, f"{key}.random", f"low ({brief(r.low)}) is above high ({brief(r.high)})")
+        if entry.fill is not None and not _finite_number(entry.fill) and isinstance(entry.fill, int):
+            raise _fail(path, f"{key}.fill", f"expected a number, got {brief(entry.fill)}")
+    return ArraySpec(name=entry.name, addr=addr, shape=shape, dtype=dtype, core=entry.core, source=src)
 
 
-def _shape(path: Path, raw: Any, key: str, dtype: np.dtype) -> tuple[int, ...]:
+def _shape(path: Path, raw: list[int], key: str, dtype: np.dtype) -> tuple[int, ...]:
     """A shape whose array fits :data:`MAX_ARRAY_BYTES`: checked per dimension and for the whole.
 
     A zero-size array passes a bytes check whatever its other dimensions, but numpy still refuses to build
     ``[0, 2**62, 2**62]`` ("array is too big"): so each dimension alone, and the product of the non-zero
     ones, must fit as well.
     """
-    if not isinstance(raw, list):
-        raise _fail(path, key, f"expected a list of sizes, got {brief(raw)}")
-    if len(raw) > 32:
-        raise _fail(path, key, f"at most 32 dimensions, got {len(raw)}")
     most = MAX_ARRAY_BYTES // dtype.itemsize
     shape = tuple(_int(path, s, f"{key}[{i}]", maximum=most,
                        why=f" (the elements of a {dtype} array of at most {MAX_ARRAY_BYTES} bytes)")
@@ -346,17 +323,15 @@ def _shape(path: Path, raw: Any, key: str, dtype: np.dtype) -> tuple[int, ...]:
     return shape
 
 
-def _tiling(path: Path, raw: Any, key: str = "tiling") -> dict | None:
+def _tiling(path: Path, raw: dict | None, key: str = "tiling") -> dict | None:
     """The optional ``tiling`` mapping: key (an identifier) -> a number, string, boolean or list of them.
 
     Which keys and values a kernel takes is the kernel's to check when it plans.  ``key`` names it in messages.
     """
     if raw is None:
         return None
-    if not isinstance(raw, dict):
-        raise _fail(path, key, f"expected a mapping of tiling key -> value, got {type(raw).__name__}")
     for k, v in raw.items():
-        if not isinstance(k, str) or not k.isidentifier():
+        if not k.isidentifier():
             raise _fail(path, f"{key}.{key_text(str(k))}", "expected a key that is an identifier")
         items = v if isinstance(v, list) else [v]
         if not all(isinstance(x, (int, float, str, bool)) for x in items):
@@ -379,16 +354,14 @@ def kernel_source(text: str, folder: Path) -> KernelSource:
                      f"identifiers)")
 
 
-def _kernel_sources(path: Path, raw: Any) -> tuple[KernelSource, ...]:
+def _kernel_sources(path: Path, raw: list[str] | None) -> tuple[KernelSource, ...]:
     """The optional ``kernels`` list: Python files (relative to the config's folder) or module names."""
     if raw is None:
         return ()
-    if not isinstance(raw, list):
-        raise _fail(path, "kernels", f"expected a list of Python files or module names, got {brief(raw)}")
     out = []
     for i, entry in enumerate(raw):
         key = f"kernels[{i}]"
-        if not isinstance(entry, str) or not entry or not entry.isprintable() or len(entry) > MAX_PATH_CHARS:
+        if not entry or not entry.isprintable() or len(entry) > MAX_PATH_CHARS:
             raise _fail(path, key, f"expected a Python file or a module name (one line of at most "
                                    f"{MAX_PATH_CHARS} characters), got {brief(entry)}")
         try:
@@ -406,21 +379,17 @@ def load_config(path: str | Path, *, allow_kernels: bool | None = None) -> RunCo
     """
     p = Path(path)
     doc = read_yaml_file(p, str(p), ConfigError, what="run-config")
-    top = _mapping(p, doc, "<top>", {"target", "symbol", "args"},
-                   {"data", "outputs", "trace", "numerics", "description", "tiling", "tiling_tolerance", "kernels",
-                    "time_limit_seconds"})
-    one_line_text(p, top, "symbol")
-    common = common_keys(p, top)
-    if not isinstance(top["args"], dict) or not all(isinstance(k, str) and k.isidentifier() for k in top["args"]):
+    top = decode(doc, cs.RunConfigFile, str(p), ConfigError, top_scalars=False, named=False)
+    if not all(k.isidentifier() for k in top.args):
         raise _fail(p, "args", "expected a mapping of argument name (an identifier) -> value")
-    data, outputs = listed(p, top, "data"), listed(p, top, "outputs")
-    tiling = _tiling(p, top.get("tiling"))
-    data_specs = tuple(_array_spec(p, d, f"data[{i}]", True) for i, d in enumerate(data))
-    out_specs = tuple(_array_spec(p, o, f"outputs[{i}]", False) for i, o in enumerate(outputs))
+    common = common_keys(p, top)
+    tiling = _tiling(p, top.tiling)
+    data_specs = tuple(_array_spec(p, doc["data"][i], d, f"data[{i}]") for i, d in enumerate(top.data or ()))
+    out_specs = tuple(_array_spec(p, doc["outputs"][i], o, f"outputs[{i}]") for i, o in enumerate(top.outputs or ()))
     for key, specs in (("data", data_specs), ("outputs", out_specs)):
         check_unique_names(p, key, [spec.name for spec in specs])
     return RunConfig(
-        path=p, target=common.target, symbol=top["symbol"], args=dict(top["args"]),
+        path=p, target=common.target, symbol=top.symbol, args=dict(doc["args"]),
         data=data_specs, outputs=out_specs,
         trace=common.trace, numerics=common.numerics, description=common.description, tiling=tiling,
         tiling_tolerance=common.tiling_tolerance,
@@ -430,7 +399,8 @@ def load_config(path: str | Path, *, allow_kernels: bool | None = None) -> RunCo
 
 @dataclass(frozen=True)
 class CommonKeys:
-    """The top-level keys a run-config and a program file (:mod:`sim.program.schema`) share, checked."""
+    """The top-level keys a run-config and a program file (:mod:`sim.program.schema`) share, checked
+    (:class:`sim.tools.config_schema.CommonFile` declares them)."""
 
     target: str  # a chip name, or the path of a target file (relative paths resolved against the file's folder)
     description: str
@@ -441,22 +411,21 @@ class CommonKeys:
     kernels: tuple[KernelSource, ...]
 
 
-def one_line_text(p: Path, top: dict, key: str) -> str:
-    """The top-level ``key`` of file ``p``: a non-empty one-line string of at most MAX_PATH_CHARS characters."""
-    value = top[key]
-    if not isinstance(value, str) or not value or not value.isprintable():
-        raise _fail(p, key, f"expected a non-empty one-line string, got {brief(value)}")
-    if len(value) > MAX_PATH_CHARS:
-        raise _fail(p, key, f"at most {MAX_PATH_CHARS} characters, got {len(value)}: {brief(value, 40)}")
-    return value
-
-
-def listed(p: Path, top: dict, key: str) -> list:
-    """The optional top-level list ``key`` of file ``p`` (empty when absent or null)."""
-    val = top.get(key) or []
-    if not isinstance(val, list):
-        raise _fail(p, key, f"expected a list, got {type(val).__name__}")
-    return val
+def common_keys(p: Path, top: cs.CommonFile) -> CommonKeys:
+    """The shared keys of file ``p`` as the schema read them, with the rules the schema cannot state: a
+    target path relative to the file's folder, the trace's default name, the time limit, the kernel files."""
+    target = top.target
+    if is_target_path(target):
+        tp = Path(target)
+        target = str(tp if tp.is_absolute() else p.parent / tp)
+    try:
+        time_limit = checked_time_limit(top.time_limit_seconds, "")
+    except KernelArgError as e:
+        raise _fail(p, "time_limit_seconds", str(e)) from None
+    return CommonKeys(target=target, description=top.description or "", numerics=top.numerics,
+                      trace=f"{p.stem}.json" if top.trace is None else top.trace,
+                      tiling_tolerance=None if top.tiling_tolerance is None else float(top.tiling_tolerance),
+                      time_limit_seconds=time_limit, kernels=_kernel_sources(p, top.kernels))
 
 
 def check_unique_names(p: Path, key: str, names: list[str]) -> None:
@@ -466,37 +435,6 @@ def check_unique_names(p: Path, key: str, names: list[str]) -> None:
         if name in seen:
             raise _fail(p, f"{key}[{i}].name", f"duplicate name {name!r}")
         seen.add(name)
-
-
-def common_keys(p: Path, top: dict) -> CommonKeys:
-    """The keys every file ``dspsim run`` takes shares: target, description, numerics, trace, tiling_tolerance,
-    time_limit_seconds and kernels (see docs/run-config.md)."""
-    target = one_line_text(p, top, "target")
-    description = top.get("description")
-    if description is not None and not isinstance(description, str):
-        raise _fail(p, "description", f"expected text, got {type(description).__name__} {brief(description, 40)} "
-                                      f"(put it in quotes to make it text)")
-    if is_target_path(target):
-        tp = Path(target)
-        target = str(tp if tp.is_absolute() else p.parent / tp)
-    numerics = top.get("numerics", True)
-    if not isinstance(numerics, bool):
-        raise _fail(p, "numerics", f"expected true or false, got {brief(numerics)}")
-    trace = top.get("trace", f"{p.stem}.json")
-    if not isinstance(trace, str) or not NAME_RE.match(trace):
-        raise _fail(p, "trace", f"expected a file name of letters, digits, '_', '.', '-' (written under the "
-                                f"output folder), got {brief(trace)}")
-    tolerance = top.get("tiling_tolerance")
-    if tolerance is not None and (isinstance(tolerance, bool) or not isinstance(tolerance, (int, float))
-                                  or not 0 <= tolerance < 1):
-        raise _fail(p, "tiling_tolerance", f"expected a fraction in [0, 1), got {brief(tolerance)}")
-    try:
-        time_limit = checked_time_limit(top.get("time_limit_seconds"), "")
-    except KernelArgError as e:
-        raise _fail(p, "time_limit_seconds", str(e)) from None
-    return CommonKeys(target=target, description=description or "", numerics=numerics, trace=trace,
-                      tiling_tolerance=None if tolerance is None else float(tolerance),
-                      time_limit_seconds=time_limit, kernels=_kernel_sources(p, top.get("kernels")))
 
 
 def check_data_file(cfg: RunConfig, spec: ArraySpec) -> None:

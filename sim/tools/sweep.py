@@ -59,6 +59,7 @@ from sim.extras import need
 from sim.files.atomic import atomic_write, atomic_write_text
 from sim.files.jsonsafe import load_json
 from sim.files.regular_file import read_file
+from sim.files.schema import decode
 from sim.files.tuning_cache import model_version
 from sim.files.yamlsafe import decode_yaml_bytes, load_yaml, read_yaml_bytes
 from sim.inspect.summary import limiting_resource
@@ -68,6 +69,7 @@ from sim.tools.config import ArraySpec, RunConfig, data_file_digest, load_config
 from sim.tools.docedit import quote, set_path, split_path
 from sim.tools.progress import PhaseBar
 from sim.tools.signals import StopSignalsIgnored, die_with_parent, signal_number
+from sim.tools.sweep_schema import SweepFile
 from sim.tools.user_kernels import load_kernels, source_digest
 
 TARGET_EDIT = "target."
@@ -195,28 +197,13 @@ def load_sweep(path: str | Path, *, allow_kernels: bool | None = None) -> SweepS
     p = Path(path)
     text = decode_yaml_bytes(read_yaml_bytes(p, str(p), ConfigError, "sweep file"), str(p), ConfigError,
                              "sweep file")
-    doc = load_yaml(text, str(p), ConfigError)
-    if not isinstance(doc, dict):
-        raise ConfigError(f"{p}: expected a mapping with configs and grid")
-    allowed = ("configs", "grid", "numerics", "plot", "description")
-    unknown = sorted(str(k) for k in set(doc) - set(allowed))
-    if unknown:
-        raise ConfigError(f"{p}: {quote(unknown[0])}: unknown key (allowed: {', '.join(allowed)})")
-    if not isinstance(doc.get("description", ""), str):
-        raise ConfigError(f"{p}: description: expected one string, got {type(doc['description']).__name__}")
-    grid = doc.get("grid") or {}
-    if not isinstance(grid, dict):
-        raise ConfigError(f"{p}: grid: expected a mapping of axis -> list of values")
+    spec = decode(load_yaml(text, str(p), ConfigError), SweepFile, str(p), ConfigError, top_scalars=False)
+    grid = spec.grid or {}
     for axis, values in grid.items():
         _check_axis(p, axis, values)
-    configs = _load_configs(p, doc.get("configs"), grid, allow_kernels)
-    numerics = doc.get("numerics", False)
-    if not isinstance(numerics, bool):
-        raise ConfigError(f"{p}: numerics: expected true or false")
-    plot = doc.get("plot") or {}
-    if not isinstance(plot, dict) or set(plot) - {"x"}:
-        raise ConfigError(f"{p}: plot: expected a mapping with key x")
-    plot_x = plot.get("x")
+    configs = _load_configs(p, spec.configs, grid, allow_kernels)
+    numerics = spec.numerics
+    plot_x = spec.plot.x if spec.plot is not None else None
     if plot_x is not None and plot_x not in grid and plot_x not in RESULT_AXES:
         raise ConfigError(f"{p}: plot.x: {quote(plot_x)} is neither an axis of the grid nor one of "
                           f"{', '.join(RESULT_AXES)}")
@@ -261,10 +248,8 @@ def _check_axis(p: Path, axis: Any, values: Any) -> None:
         seen.add(k)
 
 
-def _load_configs(p: Path, raw: Any, grid: dict, allow_kernels: bool | None) -> tuple[BaseConfig, ...]:
+def _load_configs(p: Path, raw: list[str], grid: dict, allow_kernels: bool | None) -> tuple[BaseConfig, ...]:
     """The base configs, each checked against the grid's axes (an axis must fit every config)."""
-    if not isinstance(raw, list) or not raw or not all(isinstance(c, str) for c in raw):
-        raise ConfigError(f"{p}: configs: expected a non-empty list of run-config paths")
     paths = [Path(c) if Path(c).is_absolute() else p.parent / c for c in raw]
     names = Counter(cp.name for cp in paths)
     seen: dict[Path, int] = {}
