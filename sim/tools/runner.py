@@ -13,6 +13,7 @@ from sim.errors import SimError
 from sim.files.atomic import atomic_write
 from sim.model.call import BoundCall
 from sim.model.layout import enforce_layout
+from sim.model.target import Target
 from sim.simulator import Run, Simulator, check_argument_names
 from sim.tools.config import ArraySpec, RunConfig
 from sim.tools.user_kernels import load_kernels
@@ -44,15 +45,15 @@ def check_entries_map(cfg: RunConfig, m: Simulator) -> None:
                 raise type(e)(f"{cfg.path}: {kind} '{spec.name}': {e}") from None
 
 
-def _simulator(cfg: RunConfig) -> Simulator:
-    """A fresh simulator of the config's target and tolerance, the config's arguments checked first and its
-    ``kernels`` imported."""
+def _simulator(cfg: RunConfig, target: Target | None = None) -> Simulator:
+    """A fresh simulator of the config's target (``target`` instead: a sweep point's edited chip) and tolerance,
+    the config's arguments checked first and its ``kernels`` imported."""
     # Arguments are passed to call() as keywords: one named like call()'s own parameters must be refused here,
     # as a SimError naming the key, before Python's TypeError ("got multiple values for argument").
     check_argument_names(cfg.args, f"{cfg.path}: args")
     load_kernels(cfg)
-    return Simulator(cfg.target) if cfg.tiling_tolerance is None else \
-        Simulator(cfg.target, tiling_tolerance=cfg.tiling_tolerance)
+    chip = cfg.target if target is None else target
+    return Simulator(chip) if cfg.tiling_tolerance is None else Simulator(chip, tiling_tolerance=cfg.tiling_tolerance)
 
 
 @dataclass
@@ -65,8 +66,9 @@ class Bound:
     placed: set[str] = field(default_factory=set)
 
 
-def bound_call(cfg: RunConfig) -> Bound:
-    """A simulator holding only the config's literal ``values`` data, and the config's call bound on it.
+def bound_call(cfg: RunConfig, target: Target | None = None) -> Bound:
+    """A simulator holding only the config's literal ``values`` data, and the config's call bound on it
+    (``target``: the chip to simulate instead of the config's, as a sweep point gives it).
 
     That is what checking a config needs (pointers and shapes, not tensors);
     the other entries are not even resolved, so that the call's layout can be
@@ -74,7 +76,7 @@ def bound_call(cfg: RunConfig) -> Bound:
     itself reads (a params table from a ``.npy`` file): that one is placed when
     it is read (:func:`place_on_demand`).
     """
-    m = _simulator(cfg)
+    m = _simulator(cfg, target)
     placed = place_literals(cfg, m)
     call = bind(cfg, m)
     m.before_bind_read = None

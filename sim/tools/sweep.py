@@ -39,6 +39,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import copy
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -64,7 +65,7 @@ from sim.files.tuning_cache import model_version
 from sim.files.yamlsafe import decode_yaml_bytes, load_yaml, read_yaml_bytes
 from sim.inspect.summary import limiting_resource
 from sim.model.target_loader import parse_target, resolve_target_path
-from sim.simulator import check_argument_names, find_symbol
+from sim.simulator import find_symbol
 from sim.tools.config import ArraySpec, RunConfig, data_file_digest, load_config
 from sim.tools.docedit import quote, set_path, split_path
 from sim.tools.progress import PhaseBar
@@ -352,9 +353,10 @@ def _checked_text(path: str, digest: str, what: str) -> str:
 
 def run_point(point: dict) -> dict:
     """Run one sweep point; never raises a SimError or a bug: a failure is returned with its error."""
-    from sim.simulator import Simulator
-    from sim.tools.runner import (
-        place_data,  # imported here: worker processes import the facade on first use
+    from sim.model.layout import enforce_layout
+    from sim.tools.runner import (  # imported here: worker processes import the facade on first use
+        bound_call,
+        run_bound,
     )
 
     t0 = time.perf_counter()
@@ -397,11 +399,14 @@ def run_point(point: dict) -> dict:
                            wall_seconds=time.perf_counter() - t0)
                 return row
             args["core_mask"] = (1 << n) - 1
-        # Arguments go to call() as keywords: one named like call()'s own parameters is refused naming the key.
-        check_argument_names(args, f"{cfg.path}: args")
-        m = Simulator(chip) if tolerance is None else Simulator(chip, tiling_tolerance=tolerance)
-        place_data(cfg, m, point["numerics"])
-        run = m.call(symbol, numerics=point["numerics"], tiling=tiling, **args)
+        # The point is the config with the grid's settings, run through the run pipeline's stages as `dspsim run`
+        # runs one: one simulator, one bind (the literal data placed first), one layout check, the rest of the
+        # data placed, the call run on the bound call.
+        swept = dataclasses.replace(cfg, symbol=symbol, args=args, tiling=tiling, tiling_tolerance=tolerance,
+                                    numerics=point["numerics"])
+        bound = bound_call(swept, target=chip)
+        enforce_layout(bound.call, chip)
+        run = run_bound(swept, bound)
         row.update(chip=chip.name, symbol=symbol, cores=len(run.cores), cycles=run.cycles,
                    roofline_cycles=run.roofline.cycles, roofline_fraction=run.roofline_fraction,
                    bound_by=run.roofline.bound_by,
