@@ -29,9 +29,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 import cases  # noqa: E402
 
 import sim  # noqa: E402
+from sim.calibrate import load_target_document, parameter_values  # noqa: E402
+from sim.files.docedit import set_path, split_path  # noqa: E402
 from sim.model.target_loader import parse_target  # noqa: E402
-from sim.tools.calibrate import load_target_document, parameter_values  # noqa: E402
-from sim.tools.docedit import set_path, split_path  # noqa: E402
 
 #: (label, chips it applies to, key path, factor).
 VARIANTS = [

@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sim.tools.sweep import load_sweep, run_sweep
+from sim.sweep import load_sweep, run_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 GRID = {"target": ["FT78NE", "MT7004"], "args.core_mask": [1, 3, 15],

@@ -444,7 +444,7 @@ class Simulator:
                   progress: Callable[[int, int], None] | None = None, tiling: Mapping[str, Any] | None = None,
                   time_limit_seconds: float | None = None) -> Run:
         """:meth:`call` of a call bound (from ``args``, its C arguments by name) and layout-checked already: the
-        run pipeline's last stage (:mod:`sim.tools.runner`), which binds and checks a run-config's call once."""
+        run pipeline's last stage (:mod:`sim.run.runner`), which binds and checks a run-config's call once."""
         return self._call(call.symbol, numerics, progress, tiling, time_limit_seconds, args, call)
 
     @_locked

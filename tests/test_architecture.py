@@ -4,7 +4,8 @@ The layers, lowest first (a module may import its own layer and the layers below
 
     sim.errors, sim.extras, sim.files  <-  sim.model  <-  sim.timing  <-  sim.engine  <-  sim.tuning  <-  sim.inspect
         <-  sim.plan_cache, sim.planning, sim.simulator (the facade; the package ``sim`` itself)
-        <-  sim.tools, sim.program (programs: chains of calls)  <-  sim.cli
+        <-  sim.config (run-configs, their schema, user kernels)  <-  sim.run (the run pipeline, preflight, progress)
+        <-  sim.report, sim.sweep, sim.calibrate, sim.program (programs: chains of calls)  <-  sim.cli
 
 The facade (``sim.simulator`` and its planning half, ``sim.planning``) is the one part of ``sim/`` that imports
 ``kernels`` (``kernels.base`` and ``kernels.registry``);
@@ -27,9 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Layer of each part of sim/, lowest first.
 LAYERS: dict[str, int] = {
     "sim.errors": 0, "sim.extras": 0, "sim.files": 0, "sim.model": 1, "sim.timing": 2, "sim.engine": 3, "sim.tuning": 4,
-    "sim.inspect": 5, "sim.plan_cache": 6, "sim.planning": 6, "sim.simulator": 6, "sim": 6, "sim.tools": 7,
-    "sim.program": 7,
-    "sim.cli": 8,
+    "sim.inspect": 5, "sim.plan_cache": 6, "sim.planning": 6, "sim.simulator": 6, "sim": 6, "sim.config": 7,
+    "sim.run": 8, "sim.report": 9, "sim.sweep": 9, "sim.calibrate": 9, "sim.program": 9,
+    "sim.cli": 10,
 }
 #: The facade's modules: the only ones of sim/ that import kernels.
 FACADE = ("sim.simulator", "sim.planning")
@@ -102,7 +103,8 @@ def test_the_engine_model_timing_and_tuning_import_no_simulator_layer_above_them
     for path in sim_modules():
         me = module_name(path)
         if layer_of(me) <= LAYERS["sim.tuning"]:
-            assert not any(m.startswith(("kernels", "sim.simulator", "sim.inspect", "sim.tools", "sim.cli"))
+            assert not any(m.startswith(("kernels", "sim.simulator", "sim.inspect", "sim.config", "sim.run",
+                                           "sim.report", "sim.sweep", "sim.calibrate", "sim.program", "sim.cli"))
                            for m in imported_modules(path)), me
 
 
@@ -140,7 +142,7 @@ def test_the_architecture_test_catches_a_kernels_import_outside_the_facade(tmp_p
 
 
 @pytest.mark.parametrize("statement", ["import sim", "import kernels", "import sim.model.plan",
-                                       "import sim.engine.engine", "import sim.cli", "import sim.tools.sweep",
+                                       "import sim.engine.engine", "import sim.cli", "import sim.sweep",
                                        *[f"import kernels.{m}" for m in kernels.KERNEL_MODULES]])
 def test_either_package_imports_first_in_a_fresh_interpreter(statement):
     proc = subprocess.run([sys.executable, "-c", f"{statement}; import sim; sim.Simulator('FT78NE')"],

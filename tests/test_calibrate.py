@@ -12,15 +12,10 @@ import pytest
 import yaml
 
 import sim
-import sim.tools.progress
+import sim.run.progress
 from kernels.common.args import check_args, require_address, require_int
 from kernels.common.loops import gemm_micro_kernel
-from sim.cli import main
-from sim.errors import ConfigError
-from sim.model.call import ArgSpec, BoundCall, Buffer
-from sim.model.plan import Compute, Operand, Phase, Plan, Tile
-from sim.model.target_loader import parse_target
-from sim.tools.calibrate import (
+from sim.calibrate import (
     Measurement,
     calibrate,
     free_parameters,
@@ -30,6 +25,11 @@ from sim.tools.calibrate import (
     simulate,
     with_parameters,
 )
+from sim.cli import main
+from sim.errors import ConfigError
+from sim.model.call import ArgSpec, BoundCall, Buffer
+from sim.model.plan import Compute, Operand, Phase, Plan, Tile
+from sim.model.target_loader import parse_target
 
 G = 0x40000000
 
@@ -284,7 +284,7 @@ class FakeTerminal(io.StringIO):
 
 
 def test_calibrate_shows_each_phase_on_a_terminal_only(monkeypatch):
-    monkeypatch.setattr(sim.tools.progress, "DELAY_SECONDS", 0.0)
+    monkeypatch.setattr(sim.run.progress, "DELAY_SECONDS", 0.0)
     doc, _ = load_target_document("FT78NE")
     m = [Measurement(CALLS[0][0], CALLS[0][1], 4000)]
     tty = FakeTerminal()

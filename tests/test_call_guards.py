@@ -29,9 +29,9 @@ import sim
 import sim.simulator
 import sim.tuning.limits
 from sim.cli import main
+from sim.config.run_config import load_config
 from sim.model.plan import Plan
-from sim.tools.config import load_config
-from sim.tools.progress import execute_with_progress
+from sim.run.progress import execute_with_progress
 
 REPO = Path(__file__).resolve().parent.parent
 F32 = np.float32

@@ -59,13 +59,13 @@ def test_closed_pipe_is_no_traceback():
 @pytest.mark.parametrize("config", ["ft78ne_batch_norm_grad_s.yaml", "mt7004_hp_gemm_s.yaml",
                                     "mt7004_fused_batch_norm_grad_p.yaml"])
 def test_dspsim_run_makes_one_simulator_binds_once_and_checks_the_layout_once(config, monkeypatch, tmp_path):
-    """One pipeline (sim.tools.runner): `dspsim run` binds its call once and checks its layout once, on one
+    """One pipeline (sim.run.runner): `dspsim run` binds its call once and checks its layout once, on one
     simulator, from the preflight to the run (it made two simulators, bound three times and checked three)."""
     import collections
 
     import sim
     import sim.model.layout as layout
-    import sim.tools.preflight as preflight
+    import sim.run.preflight as preflight
     counts: collections.Counter = collections.Counter()
     real_init, real_bind, real_check = sim.Simulator.__init__, sim.Simulator.bind, layout.check_layout
 
@@ -101,7 +101,7 @@ def test_overlapping_data_entries_are_placed_in_the_configs_order_as_before(tmp_
                         "values": [1.0] * 64})
     path = tmp_path / "bn.yaml"
     path.write_text(yaml.safe_dump(doc))
-    from sim.tools.config import load_config
-    from sim.tools.runner import execute
+    from sim.config.run_config import load_config
+    from sim.run.runner import execute
     m, _ = execute(load_config(path))
     np.testing.assert_array_equal(m.read(x["addr"], (64,), np.float32), np.ones(64, np.float32))

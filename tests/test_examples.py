@@ -21,7 +21,7 @@ import sim
 from kernels.examples import CHIP_PRECISIONS, KERNELS, SIZES, configs, example, examples, scaled_args
 from kernels.examples.conv_math import depthwise_input_gradient, filter_gradient, geometry, window
 from kernels.examples.run_config import run_config_text
-from sim.tools.config import load_config
+from sim.config.run_config import load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = [e for e in examples() if e.size in ("tiny", "small")]

@@ -23,9 +23,9 @@ import pytest
 
 import sim
 from kernels.examples import example, examples
+from sim.config.run_config import RANDOM_CHUNK_ELEMENTS, ArraySpec, _random
 from sim.inspect.summary import limiting_resource
 from sim.timing import run_lower_bound_cycles
-from sim.tools.config import RANDOM_CHUNK_ELEMENTS, ArraySpec, _random
 from sim.tuning import TILING_TOLERANCE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -278,8 +278,8 @@ def test_memory_views_for_filling_and_saving_in_place():
 
 def test_dspsim_run_saves_outputs_equal_to_memory(tmp_path):
     """Outputs are streamed from simulated memory to .npy files: what np.load reads is what read() gives."""
-    from sim.tools.config import load_config
-    from sim.tools.runner import execute, save_outputs
+    from sim.config.run_config import load_config
+    from sim.run.runner import execute, save_outputs
     cfg = load_config(ROOT / "configs" / "ft78ne_fused_batch_norm_grad_s.yaml")
     m, _ = execute(cfg)
     paths = save_outputs(cfg, m, tmp_path)

@@ -33,8 +33,8 @@ def trace_digest(events) -> str:
 
 def _config_runs():
     import sim
-    from sim.tools.config import load_config
-    from sim.tools.runner import prepare
+    from sim.config.run_config import load_config
+    from sim.run.runner import prepare
     for path in sorted((ROOT / "configs").glob("*.yaml")):
         cfg = load_config(path)
         m = prepare(cfg, numerics=False)

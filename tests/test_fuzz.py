@@ -38,10 +38,10 @@ from hypothesis import strategies as st
 import kernels
 import sim
 from sim.cli import main
+from sim.config.run_config import load_config
 from sim.model.call import BoundCall, Buffer
 from sim.model.layout import check_layout
-from sim.tools.config import load_config
-from sim.tools.runner import prepare
+from sim.run.runner import prepare
 
 ROOT = Path(__file__).resolve().parent.parent
 FT78NE_DOC = yaml.safe_load((ROOT / "targets" / "FT78NE.yaml").read_text())
@@ -288,7 +288,7 @@ SMALL_CONFIG = dict(CONFIG_DOC, args=dict(CONFIG_DOC["args"], params=[0xC0000000
 def test_fuzz_sweep_files(tmp_path_factory, doc):
     """A mutated sweep file: loading refuses with a ConfigError (one short line) within seconds, or the sweep's
     points each run or fail with a message of their own; never another exception."""
-    from sim.tools.sweep import load_sweep, run_sweep
+    from sim.sweep import load_sweep, run_sweep
     folder = tmp_path_factory.mktemp("s")
     (folder / "cfg.yaml").write_text(yaml.safe_dump(SMALL_CONFIG, sort_keys=False))
     path = folder / "sweep.yaml"

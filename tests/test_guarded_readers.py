@@ -24,14 +24,14 @@ import hang
 import pytest
 
 import sim
+from sim.calibrate import load_measurements
 from sim.cli import main
+from sim.config.run_config import load_config
 from sim.files import tuning_cache
 from sim.files.jsonsafe import MAX_DEPTH, load_json, read_json_file
 from sim.files.regular_file import read_file
 from sim.inspect.trace_tools import MAX_TRACE_BYTES, TraceFileError, load_trace
-from sim.tools.calibrate import load_measurements
-from sim.tools.config import load_config
-from sim.tools.runner import prepare
+from sim.run.runner import prepare
 
 ROOT = Path(__file__).resolve().parent.parent
 #: A call of three cheap candidate tilings (the tuning cache's test call).
@@ -173,8 +173,8 @@ def test_entries_that_never_end_are_misses_in_bounded_memory():
     out = in_bounded_child(f"""
         import json, os, time
         from sim.files import tuning_cache
-        from sim.tools.config import load_config
-        from sim.tools.runner import prepare
+        from sim.config.run_config import load_config
+        from sim.run.runner import prepare
         cfg = load_config({str(SMALL)!r})
         def call():
             return prepare(cfg, numerics=False).call(cfg.symbol, numerics=False, **cfg.args)
@@ -430,7 +430,7 @@ def test_a_hostile_measurement_is_refused_on_one_line(tmp_path, capsys, rows, pa
 # --- the other readers: sweep journals, kernel files --------------------------------------------------------
 
 def test_a_sweep_journal_skips_the_lines_the_reader_refuses(tmp_path):
-    from sim.tools.sweep import _read_jsonl
+    from sim.sweep.results import _read_jsonl
     journal = tmp_path / "points.jsonl"
     journal.write_text("\n".join(["[" * 100_000, '{"id": [1]}', '{"id": "a", "cycles": ' + "9" * 5000 + "}",
                                   '{"id": "b", "cycles": 5, "roofline_fraction": NaN}', '{"id": "c"']) + "\n")
@@ -441,9 +441,9 @@ def test_a_sweep_journal_skips_the_lines_the_reader_refuses(tmp_path):
 
 @posix_only
 def test_a_pipe_as_sweep_journal_or_kernel_file_is_refused(tmp_path):
-    from sim.tools.config import KernelSource
-    from sim.tools.sweep import _read_jsonl
-    from sim.tools.user_kernels import source_digest
+    from sim.config.run_config import KernelSource
+    from sim.config.user_kernels import source_digest
+    from sim.sweep.results import _read_jsonl
     os.mkfifo(tmp_path / "points.jsonl")
     os.mkfifo(tmp_path / "k.py")
     with no_hang():

@@ -26,7 +26,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sim
+from sim.calibrate import load_measurements, load_target_document
 from sim.cli import main
+from sim.config.run_config import load_config
 from sim.errors import brief
 from sim.files.yamlsafe import (
     MAX_ALIAS_NODES,
@@ -36,9 +38,7 @@ from sim.files.yamlsafe import (
     read_yaml_file,
 )
 from sim.model.target_schema import range_table
-from sim.tools.calibrate import load_measurements, load_target_document
-from sim.tools.config import load_config
-from sim.tools.runner import prepare
+from sim.run.runner import prepare
 
 ROOT = Path(__file__).resolve().parent.parent
 FT78NE = (ROOT / "targets" / "FT78NE.yaml").read_text()
@@ -82,7 +82,7 @@ REFUSE_IN_CHILD = """
 import json, sys, time
 from pathlib import Path
 import sim
-from sim.tools.config import load_config
+from sim.config.run_config import load_config
 path = Path({path!r})
 t0 = time.perf_counter()
 try:
@@ -117,12 +117,12 @@ def test_billion_laughs_as_a_run_config_description_is_refused_in_a_second(tmp_p
 def test_billion_laughs_in_a_sweep_file_and_a_calibration_target_is_refused_in_a_second(tmp_path):
     sweep = tmp_path / "s.yaml"
     sweep.write_text(f"configs: [{CONFIG_S}]\ngrid: {{args.params.6: {laughs(9)}}}\n")
-    out = bounded(REFUSE_IN_CHILD.format(path=str(sweep), call="__import__('sim.tools.sweep').tools.sweep.load_sweep(path)"))
+    out = bounded(REFUSE_IN_CHILD.format(path=str(sweep), call="__import__('sim.sweep').sweep.load_sweep(path)"))
     assert out["error"] == "ConfigError" and out["seconds"] < 1.0 and "aliases repeat more than" in out["message"]
     chip = tmp_path / "chip.yaml"
     chip.write_text(FT78NE.replace("name: FT78NE", f"name: {laughs(9)}"))
     out = bounded(REFUSE_IN_CHILD.format(path=str(chip),
-                                         call="__import__('sim.tools.calibrate').tools.calibrate.load_target_document(path)"))
+                                         call="__import__('sim.calibrate').calibrate.load_target_document(path)"))
     assert out["error"] == "TargetError" and out["seconds"] < 1.0 and "aliases repeat more than" in out["message"]
 
 
@@ -368,8 +368,8 @@ def test_devices_and_folders_are_refused(tmp_path):
     out = bounded(f"""
         import json
         import sim
-        from sim.tools.config import load_config
-        from sim.tools.runner import prepare
+        from sim.config.run_config import load_config
+        from sim.run.runner import prepare
         msgs = []
         for call in (lambda: sim.load_target("/dev/zero"), lambda: load_config("/dev/zero"),
                      lambda: prepare(load_config({str(data_file_config(tmp_path, "/dev/zero"))!r}))):

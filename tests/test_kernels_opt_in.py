@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from sim.cli import main
-from sim.tools.config import load_config
-from sim.tools.runner import execute
-from sim.tools.sweep import load_sweep
-from sim.tools.user_kernels import KernelsNotAllowed
+from sim.config.run_config import load_config
+from sim.config.user_kernels import KernelsNotAllowed
+from sim.run.runner import execute
+from sim.sweep import load_sweep
 
 TESTS = Path(__file__).resolve().parent
 X, Y, N = 0xA0000000, 0xA0100000, 1024

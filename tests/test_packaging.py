@@ -26,8 +26,8 @@ import pytest
 import yaml
 
 import sim
-from sim.tools.config import load_config
-from sim.tools.runner import execute
+from sim.config.run_config import load_config
+from sim.run.runner import execute
 
 REPO = Path(__file__).resolve().parent.parent
 CHIPS = ("FT78NE", "MT7004")

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import yaml
 
-from sim.tools.config import load_config
-from sim.tools.progress import PhaseProgress, execute_with_progress, progress_phases
-from sim.tools.runner import execute, prepare
+from sim.config.run_config import load_config
+from sim.run.progress import PhaseProgress, execute_with_progress, progress_phases
+from sim.run.runner import execute, prepare
 
 ROOT = Path(__file__).resolve().parent.parent
 CONV = ROOT / "configs" / "ft78ne_conv2d_backprop_filter_s.yaml"

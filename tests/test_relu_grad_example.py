@@ -24,9 +24,9 @@ import yaml
 
 import sim
 from sim.cli import main
+from sim.config.run_config import load_config
+from sim.sweep import load_sweep, run_point
 from sim.testing import check_results, check_tiling_space
-from sim.tools.config import load_config
-from sim.tools.sweep import load_sweep, run_point
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
@@ -274,7 +274,7 @@ def test_a_fresh_worker_process_imports_the_configs_kernel_file():
     the config's kernels: itself."""
     point = load_sweep(SWEEP, allow_kernels=True).points()[0]
     here = run_point(point)
-    code = "import json, sys\nfrom sim.tools.sweep import run_point\nprint(json.dumps(run_point(json.load(sys.stdin))))"
+    code = "import json, sys\nfrom sim.sweep import run_point\nprint(json.dumps(run_point(json.load(sys.stdin))))"
     proc = subprocess.run([sys.executable, "-c", code], input=json.dumps(point), capture_output=True, text=True,
                           cwd=REPO, check=False)
     assert proc.returncode == 0, proc.stderr

@@ -16,7 +16,7 @@ import pytest
 
 import sim
 from sim.inspect.trace import track_name, tracks
-from sim.tools.report import report_html
+from sim.report.page import report_html
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

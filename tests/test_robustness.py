@@ -19,9 +19,9 @@ import yaml
 
 import sim
 from sim.cli import main
+from sim.config.run_config import load_config
 from sim.files.atomic import atomic_write, atomic_write_text
-from sim.tools.config import load_config
-from sim.tools.runner import prepare
+from sim.run.runner import prepare
 
 ROOT = Path(__file__).resolve().parent.parent
 FT78NE = (ROOT / "targets" / "FT78NE.yaml").read_text()

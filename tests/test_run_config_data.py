@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from sim.cli import main
-from sim.tools.config import load_config
-from sim.tools.runner import execute
+from sim.config.run_config import load_config
+from sim.run.runner import execute
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT / "configs" / "ft78ne_batch_norm_grad_s.yaml"

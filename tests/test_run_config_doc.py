@@ -3,7 +3,7 @@
 The page's blocks run in order in a temporary folder, as a user would follow them: the python block
 writes the ``.npy`` input, the yaml block is saved under the name on its first line, the shell block
 runs ``dspsim validate`` and ``dspsim run`` through the CLI.  The page's key tables are generated from the
-run-config's schema (``sim/tools/config_schema.py``, by ``python -m sim.tools.config_doc``) and must be what it
+run-config's schema (``sim/config/schema.py``, by ``python -m sim.config.doc``) and must be what it
 makes now; the keys ``load_config`` accepts are read from its own refusal of an unknown key and must be the
 schema's, so a key added there fails here until it is documented.
 The saved outputs are checked against BatchNormGrad computed with numpy from inputs rebuilt the way the
@@ -22,12 +22,12 @@ import pytest
 import yaml
 from markdown_blocks import REPO, blocks, dspsim_lines, run_dspsim, run_python
 
-import sim.tools.config
+import sim.config.run_config
+from sim.config.doc import render
+from sim.config.run_config import load_config
+from sim.config.schema import Data, Output, Random, RunConfigFile
 from sim.errors import ConfigError
 from sim.files.schema import fields
-from sim.tools.config import load_config
-from sim.tools.config_doc import render
-from sim.tools.config_schema import Data, Output, Random, RunConfigFile
 
 DOC = REPO / "docs" / "run-config.md"
 DOC_TEXT = DOC.read_text(encoding="utf-8")
@@ -101,7 +101,7 @@ def test_example_uses_every_key_config_py_accepts(followed):
 
 def test_the_key_reference_is_the_one_the_schema_makes():
     assert DOC_TEXT.count("<!-- end keys -->") == 2, "the page's two generated tables (top-level keys, data entry)"
-    assert render(DOC_TEXT) == DOC_TEXT, "docs/run-config.md's key tables are stale: run python -m sim.tools.config_doc"
+    assert render(DOC_TEXT) == DOC_TEXT, "docs/run-config.md's key tables are stale: run python -m sim.config.doc"
 
 
 def test_example_validates_and_runs_as_the_page_says(followed):
@@ -157,4 +157,4 @@ def test_without_tiling_the_cost_model_chooses(followed, tmp_path, capsys):
 
 def test_the_format_is_linked_from_the_readme_and_config_py():
     assert "](docs/run-config.md)" in (REPO / "README.md").read_text()
-    assert "docs/run-config.md" in (sim.tools.config.__doc__ or "")
+    assert "docs/run-config.md" in (sim.config.run_config.__doc__ or "")

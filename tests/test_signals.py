@@ -99,7 +99,7 @@ def test_the_workers_of_a_sweep_die_with_their_parent(tmp_path, signum):
 
 # Runs ``dspsim run`` with its .npy writer slowed down: the output's temporary file stays while the test signals.
 SLOW_WRITE = '''import sys, time
-import sim.tools.runner as runner
+import sim.run.runner as runner
 from sim.cli import main
 fast = runner._npy_writer
 def slow(arr):

@@ -14,12 +14,12 @@ from markdown_blocks import blocks
 
 import sim
 from sim.cli import main
+from sim.config.run_config import load_config
 from sim.model.call import Buffer
 from sim.model.layout import check_buffer, fit_violation, nearest_legal_address
 from sim.model.plan import DoesNotFit
+from sim.run.runner import execute
 from sim.simulator import staging_areas
-from sim.tools.config import load_config
-from sim.tools.runner import execute
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

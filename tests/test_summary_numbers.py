@@ -13,13 +13,13 @@ import yaml
 
 import kernels
 from sim.cli import main
+from sim.config.run_config import load_config
 from sim.engine.events import TraceEvent
 from sim.inspect.summary import core_summaries, summary_table
 from sim.inspect.trace_tools import diff_text, diff_traces, load_trace
 from sim.model.target_loader import parse_target
+from sim.run.runner import execute
 from sim.timing import roofline
-from sim.tools.config import load_config
-from sim.tools.runner import execute
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs"

@@ -17,10 +17,10 @@ import pytest
 import yaml
 
 import sim
-import sim.tools.progress
+import sim.run.progress
 from sim.cli import main
 from sim.errors import ConfigError
-from sim.tools.sweep import load_sweep, run_point, run_sweep
+from sim.sweep import load_sweep, run_point, run_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = ROOT / "configs" / "ft78ne_batch_norm_grad_s.yaml"
@@ -322,7 +322,7 @@ class FakeTerminal(io.StringIO):
 
 
 def test_progress_names_the_phase_on_a_terminal_only(tmp_path, monkeypatch):
-    monkeypatch.setattr(sim.tools.progress, "DELAY_SECONDS", 0.0)
+    monkeypatch.setattr(sim.run.progress, "DELAY_SECONDS", 0.0)
     spec = load_sweep(write_sweep(tmp_path, {"args.core_mask": [1, 3]}))
     tty = FakeTerminal()
     run_sweep(spec, tmp_path / "a", workers=2, progress=tty)
@@ -388,9 +388,9 @@ def test_ctrl_c_stops_at_once_and_keeps_every_finished_point(tmp_path):
 
 
 def test_dotted_paths_one_helper_for_sweeps_and_calibration():
-    import sim.tools.calibrate
-    import sim.tools.sweep
-    from sim.tools.docedit import get_path, set_path
+    import sim.calibrate
+    import sim.sweep
+    from sim.files.docedit import get_path, set_path
 
     doc = {"regions": [{"name": "gsm", "bw": 1}, {"name": "ddr", "bw": 2}], "args": {"params": [1, 2, 3]}}
     assert get_path(doc, ["regions", "ddr", "bw"], "w") == 2 and get_path(doc, ["regions", "0", "bw"], "w") == 1
@@ -404,7 +404,7 @@ def test_dotted_paths_one_helper_for_sweeps_and_calibration():
     with pytest.raises(ConfigError, match=r"w: no list item named 'hbm'"):
         get_path(doc, ["regions", "hbm"], "w")
     # Neither tool keeps a walker of its own.
-    for mod in (sim.tools.sweep, sim.tools.calibrate):
+    for mod in (sim.sweep, sim.calibrate):
         assert not {"_set_path", "_set", "_get"} & set(vars(mod)), mod.__name__
 
 
@@ -433,7 +433,7 @@ def test_a_config_argument_named_like_a_call_parameter_is_a_clear_point_error(tm
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(doc))
     sweep = tmp_path / "s.yaml"
     sweep.write_text("configs: [c.yaml]\ngrid:\n  tiling_tolerance: [0, 0.01]\n")
-    from sim.tools.sweep import load_sweep, run_sweep
+    from sim.sweep import load_sweep, run_sweep
     result = run_sweep(load_sweep(sweep), tmp_path / "out", workers=1)
     assert len(result.failed) == 2
     assert all("'numerics'" in r["error"] and "TypeError" not in r["error"] for r in result.rows)

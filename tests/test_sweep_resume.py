@@ -15,7 +15,7 @@ import numpy as np
 import yaml
 
 from sim.files import tuning_cache
-from sim.tools.sweep import load_sweep, run_point, run_sweep
+from sim.sweep import load_sweep, run_point, run_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent

@@ -11,9 +11,9 @@ import yaml
 import sim
 from kernels.examples import KERNELS, example
 from sim.cli import main
+from sim.config.run_config import load_config
 from sim.errors import ConfigError
-from sim.tools.config import load_config
-from sim.tools.runner import execute
+from sim.run.runner import execute
 
 ROOT = Path(__file__).resolve().parent.parent
 

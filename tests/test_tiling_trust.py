@@ -202,8 +202,8 @@ CONFIGS = [ROOT / "configs" / f"{name}.yaml" for name in (
 def test_a_warm_cache_writes_the_trace_a_cold_one_writes(tmp_path, monkeypatch, config):
     """A shipped config of each kernel, timing only: the run whose choice came from the tuning cache writes the
     trace, byte for byte, that the run which searched wrote."""
-    from sim.tools.config import load_config
-    from sim.tools.runner import prepare
+    from sim.config.run_config import load_config
+    from sim.run.runner import prepare
     monkeypatch.setenv(tuning_cache.ENV_VAR, str(tmp_path / "cache"))
     monkeypatch.delenv(tuning_cache.NO_CACHE_ENV_VAR, raising=False)
     cfg = load_config(config)

@@ -21,8 +21,8 @@ import pytest
 import sim
 from kernels.examples import KERNELS as EXAMPLE_KERNELS
 from kernels.examples import example
-from sim.tools import runner
-from sim.tools.config import load_config
+from sim.config.run_config import load_config
+from sim.run import runner
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))

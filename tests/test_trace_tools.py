@@ -15,6 +15,7 @@ import pytest
 
 import sim
 from sim.cli import main
+from sim.config.run_config import load_config
 from sim.engine.events import TraceEvent
 from sim.errors import SimError
 from sim.inspect.gantt import bandwidth_series, plot_gantt, stream_interval
@@ -40,14 +41,13 @@ from sim.inspect.trace_tools import (
     trace_of_run,
     unit_busy,
 )
-from sim.tools.config import load_config
-from sim.tools.progress import (
+from sim.report.page import report_html, timeline_data
+from sim.run.progress import (
     RunProgress,
     execute_with_progress,
     is_terminal,
 )
-from sim.tools.report import report_html, timeline_data
-from sim.tools.runner import execute
+from sim.run.runner import execute
 
 ROOT = Path(__file__).resolve().parent.parent
 BN_CONFIG = ROOT / "configs" / "ft78ne_batch_norm_grad_s.yaml"

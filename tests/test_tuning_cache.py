@@ -17,9 +17,9 @@ import pytest
 
 import sim
 from sim.cli import main
+from sim.config.run_config import load_config
 from sim.files import tuning_cache
-from sim.tools.config import load_config
-from sim.tools.runner import prepare
+from sim.run.runner import prepare
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Three candidate tilings, cheap to price: the cache test's call.
@@ -28,8 +28,8 @@ SMALL = ROOT / "configs" / "ft78ne_batch_norm_grad_p.yaml"
 #: One call in a fresh process: its cycles, tiling and how the tiling was found, as JSON on stdout.
 CHILD = """
 import json, sys
-from sim.tools.config import load_config
-from sim.tools.runner import prepare
+from sim.config.run_config import load_config
+from sim.run.runner import prepare
 cfg = load_config(sys.argv[1])
 m = prepare(cfg, numerics=False)
 run = m.call(cfg.symbol, numerics=False, **cfg.args)
@@ -200,8 +200,8 @@ def test_cli_cache_shows_and_clears(capsys, monkeypatch, tmp_path):
 KEYS = """
 import json, sys
 from pathlib import Path
-from sim.tools.config import load_config
-from sim.tools.runner import prepare
+from sim.config.run_config import load_config
+from sim.run.runner import prepare
 out = {}
 for path in sorted(Path(sys.argv[1]).glob("*.yaml")):
     cfg = load_config(path)

@@ -24,9 +24,9 @@ import kernels
 import sim
 from kernels import registry
 from sim.cli import main
+from sim.config.run_config import load_config
 from sim.model.call import ArgSpec, BoundCall
-from sim.tools.config import load_config
-from sim.tools.runner import execute
+from sim.run.runner import execute
 
 F32 = np.dtype(np.float32)
 N = 1024

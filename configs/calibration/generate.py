@@ -16,7 +16,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent))
 
-from sim.tools.calibrate import Measurement, load_target_document, simulate, with_parameters  # noqa: E402
+from sim.calibrate import Measurement, load_target_document, simulate, with_parameters  # noqa: E402
 
 #: The DDR bandwidth of the "board" (bytes per cycle; the shipped FT78NE says 20).
 BOARD_DDR_BYTES_PER_CYCLE = 16

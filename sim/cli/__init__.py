@@ -15,19 +15,19 @@ from sim.cli.options import add_allow_kernels, allow_kernels
 from sim.cli.output import print_written
 from sim.cli.program import run_program_command, validate_program_command
 from sim.cli.trace import add_trace_commands
+from sim.config.run_config import RunConfig, kernel_source, load_config
+from sim.config.user_kernels import ALLOW_ENV_VAR, ALLOW_FLAG, load_kernel, stdout_to_stderr
 from sim.errors import ConfigError, LayoutError, SimError
 from sim.inspect.layout_map import layout_map, layout_report
 from sim.model.layout import Violation
 from sim.model.target_loader import available_targets, load_target
 from sim.program import is_program_file
+from sim.run.preflight import EntryIssue, Preflight, check_before_run, preflight
+from sim.run.progress import execute_with_progress, progress_phases
+from sim.run.runner import save_outputs
+from sim.run.signals import signal_number, sigterm_raises
 from sim.simulator import SHIPPED, Simulator, kernel_entry_point_errors, kernel_symbols
 from sim.time_limit import checked_time_limit
-from sim.tools.config import RunConfig, kernel_source, load_config
-from sim.tools.preflight import EntryIssue, Preflight, check_before_run, preflight
-from sim.tools.progress import execute_with_progress, progress_phases
-from sim.tools.runner import save_outputs
-from sim.tools.signals import signal_number, sigterm_raises
-from sim.tools.user_kernels import ALLOW_ENV_VAR, ALLOW_FLAG, load_kernel, stdout_to_stderr
 from sim.tuning import TilingChoice
 
 
@@ -100,7 +100,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, allow_kernels=allow_kernels(args))
     if args.time_limit is not None:  # the flag wins over the config's time_limit_seconds
         cfg = dataclasses.replace(cfg, time_limit_seconds=checked_time_limit(args.time_limit, "--time-limit: "))
-    # One pipeline: bind and check once, place, choose the tiling, simulate (sim.tools.runner).
+    # One pipeline: bind and check once, place, choose the tiling, simulate (sim.run.runner).
     bound, _ = check_before_run(cfg, strict=args.strict)
     m, run = execute_with_progress(cfg, bound=bound)  # progress bars on a terminal once a phase passes a second
     out_dir = Path(args.out_dir)
@@ -199,7 +199,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     Exit 0 when every point ran (or was skipped), 1 when any point failed (after writing everything),
     130 on Ctrl-C (the finished points are kept; the same command resumes).
     """
-    from sim.tools.sweep import SweepInterrupted, load_sweep, run_sweep
+    from sim.sweep import SweepInterrupted, load_sweep, run_sweep
 
     spec = load_sweep(args.sweep, allow_kernels=allow_kernels(args))
     try:
@@ -228,14 +228,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Fit a target's free parameters to measured cycles; write the fitted copy of the target file."""
-    from sim.extras import need
-    from sim.files.atomic import atomic_write_text
-    from sim.tools.calibrate import (
+    from sim.calibrate import (
         calibrate,
         fitted_yaml,
         load_measurements,
         read_target_document,
     )
+    from sim.extras import need
+    from sim.files.atomic import atomic_write_text
 
     need("calibrate", "dspsim calibrate")  # before any work: the fit and the file it writes need it
     measurements = load_measurements(args.measurements)
@@ -319,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("measurements", help="CSV: symbol, args (JSON), cycles[, core_mask | core]")
     c.add_argument("--target", required=True, help="chip name or target YAML to start from")
     c.add_argument("-o", "--output", required=True, help="fitted target YAML to write")
-    from sim.tools.calibrate import CHIP_PARAMETERS  # (light: the fit's own libraries load when it runs)
+    from sim.calibrate import CHIP_PARAMETERS  # (light: the fit's own libraries load when it runs)
     c.add_argument("--params", help="comma-separated free parameters to fit, by key path in the target file "
                                     "(e.g. regions.ddr.bandwidth_bytes_per_cycle,dma.setup_cycles; default: "
                                     "regions.<region>.bandwidth_bytes_per_cycle of each shared region, "
@@ -352,7 +352,7 @@ def _stopped(signum: int) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: one line per error on stderr and a non-zero exit, never a traceback for bad input.
 
-    Ctrl-C and SIGTERM stop a command alike (SIGTERM raises :class:`~sim.tools.signals.Terminated`, a
+    Ctrl-C and SIGTERM stop a command alike (SIGTERM raises :class:`~sim.run.signals.Terminated`, a
     KeyboardInterrupt): its temporary files are removed, and the exit status is 128 + the signal's number.
     """
     args = build_parser().parse_args(argv)

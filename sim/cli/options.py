@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from sim.tools.user_kernels import ALLOW_ENV_VAR, ALLOW_FLAG
+from sim.config.user_kernels import ALLOW_ENV_VAR, ALLOW_FLAG
 
 #: What ``--allow-kernels`` says in the help of a command that loads one run-config.
 ALLOW_HELP = (f"import the Python files and modules the run-config's kernels: list names, which runs their code "

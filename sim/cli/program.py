@@ -11,12 +11,12 @@ from pathlib import Path
 
 from sim.cli.options import allow_kernels
 from sim.cli.output import print_written
+from sim.config.user_kernels import stdout_to_stderr
 from sim.errors import SimError
 from sim.program import load_program, prepare_program, run_program, save_program_outputs, simulator_for
 from sim.program.report import program_map, program_report, write_program_report
+from sim.run.progress import progress_phases
 from sim.time_limit import checked_time_limit
-from sim.tools.progress import progress_phases
-from sim.tools.user_kernels import stdout_to_stderr
 
 
 def run_program_command(args: argparse.Namespace) -> int:

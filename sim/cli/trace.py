@@ -52,7 +52,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if is_program_file(args.config):
         from sim.cli.program import report_program_command
         return report_program_command(args)
-    from sim.tools.report import write_report
+    from sim.report.page import write_report
     out = Path(args.output) if args.output else Path("traces") / (Path(args.config).stem + ".html")
     path, run = write_report(args.config, out, stream=sys.stderr, strict=args.strict,
                              allow_kernels=allow_kernels(args))

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sim.config.run_config import RunConfig
+from sim.config.user_kernels import load_kernels
 from sim.errors import ConfigError, LayoutError
 from sim.model.call import BoundCall
 from sim.model.layout import Violation, check_layout, layout_error
@@ -28,10 +30,8 @@ from sim.program.binding import arg_kinds, bind_call, lifetimes, named_tensors, 
 from sim.program.checks import Access, CallBuffers, check_calls, entry_access, locate
 from sim.program.planner import Lifetime, MemoryPlan, Reserved, plan_memory
 from sim.program.schema import CallSpec, Program
+from sim.run.runner import check_entries_map, place_literals
 from sim.simulator import Simulator
-from sim.tools.config import RunConfig
-from sim.tools.runner import check_entries_map, place_literals
-from sim.tools.user_kernels import load_kernels
 from sim.tuning import TilingChoice
 
 #: Times the planner plans again around raw-address buffers before giving up (each round keeps clear of more).

@@ -16,8 +16,8 @@ from sim.program.planner import Placement
 from sim.program.result import ProgramRun
 from sim.program.runner import run_program
 from sim.program.schema import load_program
-from sim.tools.progress import progress_phases
-from sim.tools.report import _summary_section, page_html, timeline_payload
+from sim.report.page import _summary_section, page_html, timeline_payload
+from sim.run.progress import progress_phases
 
 _esc = html.escape
 

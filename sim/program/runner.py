@@ -1,6 +1,6 @@
 """Running a program: checked first (:mod:`sim.program.pipeline`), its data placed, its calls run back to back.
 
-The run-config pipeline does the placing and the saving (:mod:`sim.tools.runner`): the program's data and
+The run-config pipeline does the placing and the saving (:mod:`sim.run.runner`): the program's data and
 outputs become a run-config's at the tensors' planned addresses.  Each call runs as ``Simulator.run_bound``
 runs a run-config's call, on the plan the checks chose, so nothing is bound, checked or searched twice.
 """
@@ -15,8 +15,8 @@ from sim.errors import SimError
 from sim.program.pipeline import CheckedProgram, check_program
 from sim.program.result import CallRun, ProgramRun
 from sim.program.schema import Program
+from sim.run.runner import check_entries_map, place_data, save_outputs
 from sim.simulator import Simulator
-from sim.tools.runner import check_entries_map, place_data, save_outputs
 
 
 def simulator_for(program: Program) -> Simulator:

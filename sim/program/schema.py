@@ -21,7 +21,7 @@ Every key is declared once, with its type, range and doc, in :class:`ProgramFile
 (read with :func:`sim.files.schema.decode`, as run-configs are); the keys a run-config has beside ``symbol``
 and ``args`` (``target``, ``description``, ``numerics``, ``trace``, ``tiling_tolerance``,
 ``time_limit_seconds``, ``kernels``) are the run-config's own declarations
-(:class:`sim.tools.config_schema.CommonFile`) and mean what they mean there.  Errors name the file and the key
+(:class:`sim.config.schema.CommonFile`) and mean what they mean there.  Errors name the file and the key
 path (:class:`~sim.errors.ConfigError`).  Parsing imports nothing and touches no memory: the planner
 (:mod:`sim.program.planner`) gives ``auto`` tensors their addresses, the checks (:mod:`sim.program.checks`)
 judge the calls, the runner (:mod:`sim.program.runner`) runs them.
@@ -38,11 +38,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
 
-from sim.errors import ConfigError
-from sim.files.schema import Spec, decode, param
-from sim.files.yamlsafe import read_yaml_file
-from sim.tools import config_schema as cs
-from sim.tools.config import (
+from sim.config import schema as cs
+from sim.config.run_config import (
     ArraySpec,
     CommonKeys,
     RunConfig,
@@ -52,6 +49,9 @@ from sim.tools.config import (
     check_unique_names,
     common_keys,
 )
+from sim.errors import ConfigError
+from sim.files.schema import Spec, decode, param
+from sim.files.yamlsafe import read_yaml_file
 
 if TYPE_CHECKING:
     from sim.program.result import ProgramRun
@@ -187,7 +187,7 @@ class Program:
     calls: tuple[CallSpec, ...]
     data: tuple[Entry, ...]
     outputs: tuple[Entry, ...]
-    #: Whether ``kernels`` may be imported, as :attr:`sim.tools.config.RunConfig.allow_kernels`.
+    #: Whether ``kernels`` may be imported, as :attr:`sim.config.run_config.RunConfig.allow_kernels`.
     allow_kernels: bool | None = None
 
     @property
@@ -214,7 +214,7 @@ class Program:
 
     def as_run_config(self, addrs: Mapping[str, int]) -> RunConfig:
         """A run-config holding the program's data and outputs at their planned addresses (``addrs``: tensor
-        name -> address), so that the run-config pipeline places and saves them (:mod:`sim.tools.runner`)."""
+        name -> address), so that the run-config pipeline places and saves them (:mod:`sim.run.runner`)."""
         by_name = {t.name: t for t in self.tensors}
         c = self.common
         return RunConfig(path=self.path, target=c.target, symbol="", args={},
@@ -275,7 +275,7 @@ def is_program_file(path: str | Path) -> bool:
 def load_program(path: str | Path, *, allow_kernels: bool | None = None) -> Program:
     """Parse and check a program file (see the module docstring and docs/programs.md).
 
-    ``allow_kernels`` is :func:`sim.tools.config.load_config`'s: may the file's ``kernels:`` be imported.
+    ``allow_kernels`` is :func:`sim.config.run_config.load_config`'s: may the file's ``kernels:`` be imported.
     """
     p = Path(path)
     doc = read_yaml_file(p, str(p), ConfigError, what="program")

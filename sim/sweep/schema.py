@@ -1,6 +1,6 @@
 """The sweep file's schema: each top-level key declared once, with its type, default and doc.
 
-:func:`sim.tools.sweep.load_sweep` reads a sweep file with it (:func:`sim.files.schema.decode`), then checks
+:func:`sim.sweep.load_sweep` reads a sweep file with it (:func:`sim.files.schema.decode`), then checks
 what depends on the base configs and the chips: each grid axis's kind and values, the arguments the symbols
 take, the ``plot.x`` axis (docs/sweeps.md describes the axes).
 """

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import numpy as np
 
+from sim.config.run_config import ArraySpec, RunConfig
+from sim.config.user_kernels import load_kernels
 from sim.errors import SimError
 from sim.files.atomic import atomic_write
 from sim.model.call import BoundCall
 from sim.model.layout import enforce_layout
 from sim.model.target import Target
 from sim.simulator import Run, Simulator, check_argument_names
-from sim.tools.config import ArraySpec, RunConfig
-from sim.tools.user_kernels import load_kernels
 
 
 def prepare(cfg: RunConfig, *, numerics: bool | None = None,
@@ -72,7 +72,7 @@ def bound_call(cfg: RunConfig, target: Target | None = None) -> Bound:
 
     That is what checking a config needs (pointers and shapes, not tensors);
     the other entries are not even resolved, so that the call's layout can be
-    judged before them (:mod:`sim.tools.preflight`), except an entry the binding
+    judged before them (:mod:`sim.run.preflight`), except an entry the binding
     itself reads (a params table from a ``.npy`` file): that one is placed when
     it is read (:func:`place_on_demand`).
     """

@@ -1,6 +1,6 @@
 """Run-configs: YAML files naming a target, a kernel symbol, its arguments, the data to place and what to save.
 
-Every key is declared once, with its type, range and doc, in :mod:`sim.tools.config_schema` (read with
+Every key is declared once, with its type, range and doc, in :mod:`sim.config.schema` (read with
 :func:`sim.files.schema.decode`); the rules between keys are checked here.  docs/run-config.md describes every
 key (its key tables generated from the schema), with a complete example that tests/test_run_config_doc.py runs.
 
@@ -40,7 +40,7 @@ keys left out are the kernel's own choice.
 
 ``kernels`` names kernels of the user's own (docs/writing-a-kernel.md): each entry is a Python file (a value
 ending in ``.py`` or holding a ``/``; relative to the config's folder unless absolute) or an importable module
-name, imported (and its ``KERNEL`` registered) by :mod:`sim.tools.user_kernels` before the call is bound.
+name, imported (and its ``KERNEL`` registered) by :mod:`sim.config.user_kernels` before the call is bound.
 Importing runs the file's code, so it is refused unless asked for: ``load_config(path, allow_kernels=True)``,
 ``--allow-kernels`` on the command line, or ``$DSPSIM_ALLOW_KERNELS=1``.
 
@@ -60,14 +60,14 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from sim.config import schema as cs
+from sim.config.schema import DTYPES, NAME_PATTERN
 from sim.errors import ConfigError, KernelArgError, brief
 from sim.files.regular_file import NotRegularFile, open_regular
 from sim.files.schema import decode
 from sim.files.yamlsafe import read_yaml_file
 from sim.model.target_loader import MAX_PATH_CHARS, is_target_path, key_text
 from sim.time_limit import checked_time_limit
-from sim.tools import config_schema as cs
-from sim.tools.config_schema import DTYPES, NAME_PATTERN
 
 __all__ = ["DTYPES", "ArraySpec", "CommonKeys", "KernelSource", "RunConfig", "check_data_file", "check_unique_names",
            "common_keys", "data_file_digest", "kernel_source", "load_config"]
@@ -119,7 +119,7 @@ class RunConfig:
     tiling_tolerance: float | None = None  # the cost model's tie tolerance; None: the simulator's default
     kernels: tuple[KernelSource, ...] = ()  # user kernels to import before binding
     #: Whether ``kernels`` may be imported (their code run): True or False, or None for the environment's
-    #: word ($DSPSIM_ALLOW_KERNELS; :func:`sim.tools.user_kernels.load_kernels` decides and refuses).
+    #: word ($DSPSIM_ALLOW_KERNELS; :func:`sim.config.user_kernels.load_kernels` decides and refuses).
     allow_kernels: bool | None = None
     time_limit_seconds: float | None = None  # the call's wall-clock limit; None: none
 
@@ -400,7 +400,7 @@ def load_config(path: str | Path, *, allow_kernels: bool | None = None) -> RunCo
 @dataclass(frozen=True)
 class CommonKeys:
     """The top-level keys a run-config and a program file (:mod:`sim.program.schema`) share, checked
-    (:class:`sim.tools.config_schema.CommonFile` declares them)."""
+    (:class:`sim.config.schema.CommonFile` declares them)."""
 
     target: str  # a chip name, or the path of a target file (relative paths resolved against the file's folder)
     description: str

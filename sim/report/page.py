@@ -17,16 +17,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from sim.config.run_config import RunConfig, load_config
 from sim.engine.events import KINDS, TraceEvent
 from sim.files.atomic import atomic_write_text
 from sim.inspect.layout_map import layout_map, layout_rows
 from sim.inspect.summary import limiting_resource, loop_summaries, resource_shares
 from sim.inspect.trace import track_name, tracks
 from sim.inspect.trace_tools import TraceSummary, critical_text, summarize, trace_of_run
+from sim.run.preflight import check_before_run
+from sim.run.progress import execute_with_progress
 from sim.simulator import Run
-from sim.tools.config import RunConfig, load_config
-from sim.tools.preflight import check_before_run
-from sim.tools.progress import execute_with_progress
 
 _esc = html.escape
 
@@ -621,7 +621,7 @@ def write_report(config: str | Path, out: str | Path, stream: IO[str] | None = N
                  strict: bool = False, allow_kernels: bool | None = None) -> tuple[Path, Run]:
     """Check a run-config as ``dspsim run`` does (warnings to ``stream``), run it (with progress bars on a
     terminal) and write its report page atomically.  ``allow_kernels`` is
-    :func:`~sim.tools.config.load_config`'s (may the config's ``kernels:`` be imported)."""
+    :func:`~sim.config.run_config.load_config`'s (may the config's ``kernels:`` be imported)."""
     cfg = load_config(config, allow_kernels=allow_kernels)
     bound, _ = check_before_run(cfg, strict=strict, warn=stream)
     _, run = execute_with_progress(cfg, stream=stream, bound=bound)

@@ -30,11 +30,11 @@ import types
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from sim.config.run_config import KernelSource, RunConfig
 from sim.errors import ConfigError, SimError, one_line
 from sim.files.local_modules import MAX_SOURCE_BYTES
 from sim.files.regular_file import read_file
 from sim.simulator import register_kernel, registry_generation
-from sim.tools.config import KernelSource, RunConfig
 
 #: Files and modules imported so far: "file:<resolved path>" or "module:<name>" -> the module.
 _IMPORTED: dict[str, types.ModuleType] = {}

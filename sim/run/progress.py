@@ -6,7 +6,7 @@ stream is a terminal, so quick runs, pipes, files and CI logs stay silent.
 Each bar names its phase.  :meth:`sim.simulator.Simulator.call` accepts
 ``progress=callable(tiles_done, cycle)`` (the engine calls it after each
 tile's compute); :meth:`sim.simulator.Simulator.plan_with_choice` and
-:func:`sim.tools.runner.prepare` accept ``progress=callable(phase, done, total)``,
+:func:`sim.run.runner.prepare` accept ``progress=callable(phase, done, total)``,
 which :class:`PhaseProgress` draws; sweeps and calibrations draw each of their phases with a
 :class:`PhaseBar` over it.
 """
@@ -20,13 +20,13 @@ import threading
 import time
 from typing import IO, Any, cast
 
+from sim.config.run_config import RunConfig
 from sim.errors import TimeLimitError
 from sim.model.call import BoundCall
 from sim.model.layout import enforce_layout
+from sim.run.runner import Bound, bound_call, execute, place_rest
 from sim.simulator import Run, Simulator
 from sim.time_limit import PLANNING_STAGE, expired_message, run_within
-from sim.tools.config import RunConfig
-from sim.tools.runner import Bound, bound_call, execute, place_rest
 
 #: Seconds a run must last before its bar appears.
 DELAY_SECONDS = 1.0
@@ -255,7 +255,7 @@ def progress_phases(stream: IO[str] | None = None, delay: float = DELAY_SECONDS)
 
 def execute_with_progress(cfg: RunConfig, stream: IO[str] | None = None, delay: float = DELAY_SECONDS,
                           mininterval: float = 0.2, bound: Bound | None = None) -> tuple[Simulator, Run]:
-    """Run a run-config like :func:`sim.tools.runner.execute` (``bound``: its call bound and checked already by
+    """Run a run-config like :func:`sim.run.runner.execute` (``bound``: its call bound and checked already by
     the preflight), with progress bars when ``stream`` (default stderr) is a terminal: placing the data,
     planning and pricing the candidate tilings, then simulating; otherwise exactly ``execute(cfg, bound=...)``.
     ``delay`` and ``mininterval`` (seconds) are when a bar first shows and how often it redraws."""

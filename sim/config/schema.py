@@ -1,10 +1,10 @@
 """The run-config's schema: every key declared once, with its type, unit, allowed values, default and doc.
 
-:func:`sim.tools.config.load_config` reads a run-config with it (:func:`sim.files.schema.decode`), then checks
+:func:`sim.config.run_config.load_config` reads a run-config with it (:func:`sim.files.schema.decode`), then checks
 the rules between keys (exactly one data source, names unique, a shape that fits the array limit for its
 dtype, ``low`` not above ``high``, addresses and seeds beyond 64 bits, tiling keys, kernel files) and builds
-:class:`sim.tools.config.RunConfig`.  The key reference of docs/run-config.md is generated from it
-(``python -m sim.tools.config_doc``; tests/test_run_config_doc.py checks that the page and the schema agree).
+:class:`sim.config.run_config.RunConfig`.  The key reference of docs/run-config.md is generated from it
+(``python -m sim.config.doc``; tests/test_run_config_doc.py checks that the page and the schema agree).
 """
 
 from __future__ import annotations

@@ -33,16 +33,16 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import IO, TYPE_CHECKING
 
+from sim.config.run_config import ArraySpec, RunConfig, check_data_file
 from sim.errors import ConfigError, SimError
 from sim.model.call import BoundCall, Buffer
 from sim.model.layout import Violation, check_layout, layout_error
 from sim.model.memory import MemoryMap
 from sim.model.target import Region, Target
-from sim.tools.config import ArraySpec, RunConfig, check_data_file
 
 if TYPE_CHECKING:
+    from sim.run.runner import Bound
     from sim.simulator import Simulator
-    from sim.tools.runner import Bound
 
 #: Rules whose findings are warnings unless ``strict``.
 WARNING_RULES = ("unplaced-input", "data-core", "data-overlap")
@@ -282,13 +282,13 @@ def check_entries(cfg: RunConfig, call: BoundCall, target: Target,
 
 def checked(cfg: RunConfig) -> tuple[Bound, Preflight]:
     """The run pipeline's first stages: bind ``cfg``'s call on a simulator holding only its literal ``values``
-    data (:func:`sim.tools.runner.bound_call`), check the call's layout, then the config's entries.  Returns the
+    data (:func:`sim.run.runner.bound_call`), check the call's layout, then the config's entries.  Returns the
     bound call (its simulator holds no tensors yet) and the findings.
 
     Errors that stop the check itself (an unknown symbol, a bad argument, a ``values`` entry that cannot
     be placed) propagate as they are.
     """
-    from sim.tools.runner import (
+    from sim.run.runner import (
         bound_call,  # the runner imports the facade, which imports the kernels
     )
 
@@ -306,7 +306,7 @@ def preflight(cfg: RunConfig) -> tuple[Simulator, Preflight]:
 def check_before_run(cfg: RunConfig, strict: bool = False, warn: IO[str] | None = None) -> tuple[Bound, Preflight]:
     """What ``dspsim run`` checks first: raise on a layout violation or an entry error (on a warning too when
     ``strict``), print each warning to ``warn`` (default stderr) as ``dspsim: warning: ...``.  Returns the bound
-    call the run goes on with (:func:`sim.tools.runner.run_bound`: no second bind nor layout check) and the
+    call the run goes on with (:func:`sim.run.runner.run_bound`: no second bind nor layout check) and the
     findings."""
     b, found = checked(cfg)
     found.raise_for_problems(strict)

@@ -1,6 +1,6 @@
-"""The key reference of docs/run-config.md, generated from the run-config's schema (:mod:`sim.tools.config_schema`).
+"""The key reference of docs/run-config.md, generated from the run-config's schema (:mod:`sim.config.schema`).
 
-``python -m sim.tools.config_doc`` rewrites the tables between the page's ``<!-- keys: ... -->`` markers;
+``python -m sim.config.doc`` rewrites the tables between the page's ``<!-- keys: ... -->`` markers;
 tests/test_run_config_doc.py checks that the page holds what :func:`tables` makes from the schema now.
 """
 
@@ -10,8 +10,8 @@ import re
 import sys
 from pathlib import Path
 
+from sim.config import schema as cs
 from sim.files.schema import reference
-from sim.tools import config_schema as cs
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "run-config.md"
 _SOURCES = ("file", "fill", "random", "values")
@@ -45,7 +45,7 @@ def entry_table() -> str:
 
 
 TABLES = {"top": top_table, "data": entry_table}
-_BLOCK = re.compile(r"(<!-- keys: (\w+) \(generated from sim/tools/config_schema\.py by python -m "
+_BLOCK = re.compile(r"(<!-- keys: (\w+) \(generated from sim/config/schema\.py by python -m "
                     r"sim\.tools\.config_doc\) -->\n)(.*?)(\n<!-- end keys -->)", re.S)
 
 
