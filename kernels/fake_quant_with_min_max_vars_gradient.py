@@ -64,7 +64,7 @@ from kernels.common.streams import FIXED_SLOT, CoreStream, plan_of
 from kernels.common.tiling_space import IntKey, TilingSpace, complete, pipeline_tile, split_units
 from sim.errors import KernelArgError
 from sim.model.call import ArgSpec, BoundCall, MemoryReader
-from sim.model.plan import Compute, DoesNotFit, Operand, Phase, Plan, Tile, Transfer
+from sim.model.plan import Compute, DoesNotFit, Operand, Phase, Plan, Tile, TileFn, Transfer
 
 F32 = np.dtype(np.float32)
 #: Masks compare the fp32 value of each element with fp32 bounds, for both symbol precisions.
@@ -131,6 +131,19 @@ def masked_gradients(gradients: np.ndarray, inputs: np.ndarray, nudged_min: np.f
     zero = F32.type(0)
     return (np.where(inside, g, zero), np.where(below, g, zero).sum(dtype=F32),
             np.where(above, g, zero).sum(dtype=F32))
+
+
+def nudge_tile(num_bits: int, narrow_range: bool, bounds_value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A core's first compute: the nudged bounds of ``[min, max]``, and its two sums zeroed."""
+    nmin, nmax = nudge(bounds_value[0], bounds_value[1], num_bits, narrow_range)
+    return np.array([nmin, nmax], F32), np.zeros(2, F32)
+
+
+def masked_tile(dtype: np.dtype, g: np.ndarray, x: np.ndarray, nudged_value: np.ndarray,
+                acc_value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One data tile: the input gradient (in ``dtype``), and the core's two sums with this tile's added."""
+    bp, below, above = masked_gradients(g, x, nudged_value[0], nudged_value[1])
+    return bp.astype(dtype, copy=False), acc_value + np.array([below, above], F32)
 
 
 def fake_quant_gradient_reference(gradients: np.ndarray, inputs: np.ndarray, min_value: float, max_value: float,
@@ -307,16 +320,13 @@ class _Planner:
         """Nudge, stream [e0, e1) through two slots in tiles of ``per_tile`` elements, publish the partial sums."""
         dt, b, attrs = self.dt, self.buf, self.attrs
 
-        def prep(bounds_value, _bits=attrs.num_bits, _narrow=attrs.narrow_range):
-            nmin, nmax = nudge(bounds_value[0], bounds_value[1], _bits, _narrow)
-            return np.array([nmin, nmax], F32), np.zeros(2, F32)
-
         stream = CoreStream()
         # The fixed area has its own slot, so the first data tile's loads overlap the nudge.
         # Every core nudges the bounds; the math counts one nudge (and zeroing the sums is no math).
         stream.add((Transfer.contiguous(b["min"].addr, self.bounds.addr, 4),
                     Transfer.contiguous(b["max"].addr, self.bounds.addr + 4, 4)),
-                   Compute(prep, (self.bounds,), (self.nudged, self.acc), flops=FLOPS_NUDGE if idx == 0 else 0,
+                   Compute(TileFn(nudge_tile, (attrs.num_bits, attrs.narrow_range)), (self.bounds,),
+                           (self.nudged, self.acc), flops=FLOPS_NUDGE if idx == 0 else 0,
                            precision=COMPUTE_PRECISION, loops=(sequence(NUDGE_OPS, label="nudge"),)),
                    (), slot=FIXED_SLOT)
         # Per vector: two compares with the nudged bounds and the select of the input gradient (the ALU), the
@@ -332,14 +342,10 @@ class _Planner:
             og, ox, obp = (slot.operand((n,), dt) for _ in range(3))
             off = s * dt.itemsize
 
-            def fn(g, x, nudged_value, acc_value, _dt=dt):
-                bp, below, above = masked_gradients(g, x, nudged_value[0], nudged_value[1])
-                return bp.astype(_dt, copy=False), acc_value + np.array([below, above], F32)
-
             stream.add((Transfer.contiguous(b["gradients"].addr + off, og.addr, og.size_bytes),
                         Transfer.contiguous(b["inputs"].addr + off, ox.addr, ox.size_bytes)),
-                       Compute(fn, (og, ox, self.nudged, self.acc), (obp, self.acc), flops=n * FLOPS_PER_ELEMENT,
-                               precision=COMPUTE_PRECISION, loops=(data_loop(n),)),
+                       Compute(TileFn(masked_tile, (dt,)), (og, ox, self.nudged, self.acc), (obp, self.acc),
+                               flops=n * FLOPS_PER_ELEMENT, precision=COMPUTE_PRECISION, loops=(data_loop(n),)),
                        (Transfer.contiguous(obp.addr, b["backprops_wrt_input"].addr + off, obp.size_bytes),))
         publish = (exchange.store(idx, self.acc.addr),) if exchange is not None else self._scalar_stores()
         stream.add((), None, publish, slot=FIXED_SLOT)
