@@ -147,6 +147,31 @@ def streaming(core: CoreModel, precision: str, elements: int, *, loads: int = 0,
                 vector_registers=registers(unroll), label=label)
 
 
+def reduce_broadcast(core: CoreModel, precision: str, rows: int, cols: int, *, loads: int, fmac: int, sums: int,
+                     apply_loads: int, apply_fmac: int, apply_stores: int, apply_valu: int = 0,
+                     prologue: Mapping[str, int] | None = None, load_itemsize: int | None = None,
+                     store_itemsize: int | None = None, label: str = "rows") -> tuple[Loop, Loop]:
+    """A column reduction with per-row broadcasts (a normalisation gradient over rows): two loops, each entered
+    once per row of ``cols`` elements.
+
+    The first streams the row's ``loads`` tensors into ``sums`` running sums (``fmac`` multiply-adds per vector,
+    unrolled into independent accumulators as :func:`streaming` does) and folds each sum across the lanes (a
+    reduction each).  The second starts each row with its prologue -- ``prologue`` issues (the scalar work that
+    turns the sums into the row's coefficients) then one broadcast per sum into vector registers, held over the
+    row -- and streams the row again: ``apply_loads`` tensors in, ``apply_fmac`` multiply-adds and
+    ``apply_valu`` other ops per vector, ``apply_stores`` out.  A prologue is priced as a per-entry epilogue is
+    (its issues' resource bound plus the latency of its last unit, the broadcast: the body waits for it).
+    """
+    head = dict(prologue or {})
+    head["broadcast"] = head.pop("broadcast", 0) + sums  # last: the body waits for the broadcast coefficients
+    reduce = streaming(core, precision, cols, loads=loads, fmac=fmac, sums=sums, load_itemsize=load_itemsize,
+                       entries=rows, reductions=sums, label=f"{label}: sums")
+    apply = streaming(core, precision, cols, loads=apply_loads, fmac=apply_fmac, valu=apply_valu,
+                      stores=apply_stores, load_itemsize=load_itemsize, store_itemsize=store_itemsize,
+                      const_registers=sums, entries=rows, epilogue=head, label=f"{label}: broadcast and apply")
+    return reduce, apply
+
+
 @_memoized
 def sequence(ops: Sequence[str], *, entries: int = 1, label: str = "sequence") -> Loop:
     """Straight-line code run once per entry: ``ops`` issued one after the other, each waiting for the one before
