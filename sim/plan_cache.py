@@ -21,7 +21,7 @@ PLAN_CACHE_SIZE = 16
 @dataclass
 class CachedPlan:
     """A plan the simulator keeps, with what runs of it remember: its roofline once computed, its timing once
-    simulated.  (What is worked out per transfer, loop and compute is remembered by value, :mod:`sim.memo`.)"""
+    simulated.  (What is worked out per transfer, loop and compute is remembered by value, :mod:`sim.model.memo`.)"""
 
     plan: Plan
     _roofline: Roofline | None = None

@@ -26,7 +26,7 @@ from fractions import Fraction
 from typing import TypeVar
 
 from sim.errors import SimError
-from sim.memo import memoized
+from sim.model.memo import memoized
 from sim.model.memory import MemoryMap
 from sim.model.plan import Compute, Loop, Plan, Transfer
 from sim.model.target import CoreModel, DmaModel, FunctionalUnit, Region, Target

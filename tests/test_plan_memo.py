@@ -137,10 +137,10 @@ def test_block_transfers_are_what_transfer_block_makes(shape, itemsize, starts, 
                 [type(v) for v in (want.src, want.dst, want.itemsize, *want.shape, *want.src_strides)]
 
 
-# --- plan values are hashable and remembered by value (sim/memo.py) ------------------------------------------
+# --- plan values are hashable and remembered by value (sim/model/memo.py) ------------------------------------------
 
 def test_a_loop_written_with_dicts_is_a_hashable_value():
-    from sim.memo import FrozenDict
+    from sim.model.memo import FrozenDict
     a = Loop(trips=4, issues={"fmac": 2, "vls": 1}, epilogue={"vls": 1})
     b = Loop(trips=4, issues={"vls": 1, "fmac": 2}, epilogue=FrozenDict({"vls": 1}))
     assert a == b and hash(a) == hash(b) and a.issues == {"fmac": 2, "vls": 1}

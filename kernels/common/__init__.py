@@ -16,5 +16,5 @@
 - :mod:`~kernels.common.split_reduce`: partials -> barrier -> reduce across cores.
 - :mod:`~kernels.common.shares`: per-core shares of a range, in whole units.
 - :mod:`~kernels.common.loops`: loop builders from the core's own numbers (``reduce_broadcast``: a column
-  reduction with per-row broadcasts and a prologue); they remember their loops by value (:mod:`sim.memo`).
+  reduction with per-row broadcasts and a prologue); they remember their loops by value (:mod:`sim.model.memo`).
 """

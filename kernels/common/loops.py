@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from sim.memo import memoized_frozen
+from sim.model.memo import memoized_frozen
 from sim.model.plan import Loop
 from sim.model.target import CoreModel
 
-#: Loop builders remember their loops by their arguments' values (sim.memo): a plan states the same loop for most
+#: Loop builders remember their loops by their arguments' values (sim.model.memo): a plan states the same loop for most
 #: of its tiles (every full block of a stream), and a loop is plain frozen data, so the tiles share one object
 #: (the plan check and the timing module judge a shared loop once).  Arguments equal but of another type (True
 #: and 1) are other arguments: the Loop keeps what it was given.

@@ -70,7 +70,7 @@ class _PlanBase:
     def data_loop(self, dims: tuple[int, int, int], kind: str) -> Loop:
         """The loop over a [na, nc, nb] block's elements: ``sums`` (Σdy, Σdy·x̂), ``both`` (the sums and
         inference's x_backprop) or ``dx`` (training's x_backprop from the sums).  The loop builders remember their
-        loops by value (sim.memo): the tiles of full blocks share one."""
+        loops by value (sim.model.memo): the tiles of full blocks share one."""
         (na, nc, nb), core, v = dims, self.core, self.v
         sums = 0 if kind == "dx" else 2
         stores = 0 if kind == "sums" else 1

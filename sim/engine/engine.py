@@ -42,7 +42,7 @@ from sim.engine.fluid import FlowNetwork, FlowShape, Link
 from sim.engine.units import Group, Units
 from sim.engine.walk import Walk
 from sim.errors import ComputeOutputError, MemoryFault, SimError, brief, one_line
-from sim.memo import memoized
+from sim.model.memo import memoized
 from sim.model.memory import MAX_ACCESS_BYTES, SHARED, AddressSpace, MemoryMap
 from sim.model.plan import Operand, Plan, Tile, Transfer
 from sim.model.target import Region, Target
@@ -52,7 +52,7 @@ from sim.timing import compute_cycles, compute_text, transfer_bytes, transfer_la
 @memoized
 def transfer_ends(t: Transfer, core: int, mmap: MemoryMap) -> tuple:
     """What the engine needs of transfer ``t`` issued by ``core`` over the memory map ``mmap``, worked out once per
-    distinct transfer (:mod:`sim.memo`): its source and destination ``(region, store key)``, its bytes, its route
+    distinct transfer (:mod:`sim.model.memo`): its source and destination ``(region, store key)``, its bytes, its route
     ``(source region, key, destination region, key)`` and the bytes each end moves (whole bursts).  MemoryFault
     (without the tile: the engine adds it) when a side is not one region's bytes."""
     src, dst = _resolved_side(mmap, core, t, "src"), _resolved_side(mmap, core, t, "dst")

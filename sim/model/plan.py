@@ -17,7 +17,7 @@ from typing import Any, Generic, TypeVar, overload
 import numpy as np
 
 from sim.errors import LayoutError
-from sim.memo import FrozenDict, cached_hash, state_without_hash
+from sim.model.memo import FrozenDict, cached_hash, state_without_hash
 from sim.model.memory import block_span
 
 
@@ -179,8 +179,8 @@ class Loop:
     names the loop in reports ("gemm micro-kernel 6x128", "elementwise").
 
     A loop is a hashable value: ``issues`` and ``epilogue`` may be given as any mapping (a dict, as kernels
-    write them) and are kept as :class:`~sim.memo.FrozenDict` (equal to the dict they were given), so equal
-    loops price once (:mod:`sim.memo`).
+    write them) and are kept as :class:`~sim.model.memo.FrozenDict` (equal to the dict they were given), so equal
+    loops price once (:mod:`sim.model.memo`).
     """
 
     trips: int
@@ -208,7 +208,7 @@ class Loop:
 class TileFn:
     """A tile's compute function as a value: a module-level function ``fn`` and the parameters it is called with,
     ``fn(*params, *operands)`` (``functools.partial`` as frozen data).  Two tiles stating the same function with
-    equal parameters state equal computes, so everything remembered of one (its price, :mod:`sim.memo`) serves the
+    equal parameters state equal computes, so everything remembered of one (its price, :mod:`sim.model.memo`) serves the
     other.  ``params`` must be hashable (ints, strings, tuples, numpy dtypes).  A plain function or closure stays a
     valid ``Compute.fn`` (a user kernel's): it is hashed by identity, so only the same object is the same fn."""
 
