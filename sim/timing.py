@@ -19,6 +19,7 @@ search (:mod:`sim.tuning`) prices candidate tilings by simulating them.  Nothing
 from __future__ import annotations
 
 import math
+import warnings
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -218,7 +219,7 @@ def compute_text(c: Compute, target: Target) -> str | None:
     :func:`loop_text`, separated by ``; `` (None for a compute that states no loops)."""
     if not c.loops:
         return None
-    return _by_loops(_loops_text, c.loops, target.core)
+    return _kept_price(c, target.core)[1]
 
 
 def compute_cycles(c: Compute, target: Target) -> int:
@@ -230,7 +231,18 @@ def compute_cycles(c: Compute, target: Target) -> int:
     core = target.core
     if c.precision not in core.precisions:
         raise SimError(f"plan computes in {c.precision}, which {target.name} lacks")
-    return _by_loops(_loops_cycles, c.loops, core)
+    return _kept_price(c, core)[0]
+
+
+def _kept_price(c: Compute, core: CoreModel) -> tuple[int, str]:
+    """(cycles, text) of ``c``'s loops on ``core``: the value memo's, kept on the compute (outside its fields, as
+    its hash is) for the next tile that states it, since the engine asks once per tile it runs."""
+    last = c.__dict__.get("_price")
+    if last is not None and last[0] is core:
+        return last[1]
+    price = (_by_loops(_loops_cycles, c.loops, core), _by_loops(_loops_text, c.loops, core))
+    c.__dict__["_price"] = (core, price)
+    return price
 
 
 def loops_cycles(loops: Sequence[Loop], target: Target) -> int:
@@ -412,9 +424,13 @@ def run_lower_bound_cycles(rf: Roofline, target: Target) -> float:
     return bound
 
 
-def serial_compute_cycles(plan: Plan, target: Target) -> dict[int, int]:
+def serial_compute_cycles(plan: Plan, target: Target, memo: object = None) -> dict[int, int]:
     """Per core, the cycles of all its computes (:func:`compute_cycles`): a core runs them one after another, so
-    no run of ``plan`` ends before the launch plus the largest of these."""
+    no run of ``plan`` ends before the launch plus the largest of these.  (``memo`` is no longer used: prices
+    are remembered by value, :mod:`sim.model.memo`; passing it warns.)"""
+    if memo is not None:
+        warnings.warn("serial_compute_cycles(memo=...) is no longer used: compute prices are remembered by value "
+                      "(sim.model.memo); drop the argument", DeprecationWarning, stacklevel=2)
     out: dict[int, int] = {}
     for phase in plan.phases:
         for core, tiles in phase.tiles.items():

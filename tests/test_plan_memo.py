@@ -187,3 +187,16 @@ def test_equal_values_are_worked_out_once_whichever_object_brings_them(machine):
     assert a is not b and loop_cost(a, core) is loop_cost(b, core)
     t = Transfer.contiguous(X, Y, 256)
     assert transfer_ends(t, 0, m.memory.map) is transfer_ends(dataclasses.replace(t), 0, m.memory.map)
+
+
+def test_the_engine_memo_is_gone_with_a_warning(machine):
+    import sim.engine.engine as engine_module
+    from sim.timing import serial_compute_cycles
+    m, _, _ = machine
+    plan = Plan((0,), (Phase("p", {0: ()}, barrier_after=False),), "fp32")
+    with pytest.warns(DeprecationWarning, match="sim.model.memo"):
+        memo = engine_module.EngineMemo()
+    with pytest.warns(DeprecationWarning, match="drop the argument"):
+        engine_module.simulate(plan, m.target, m.memory, numerics=False, memo=memo)
+    with pytest.warns(DeprecationWarning, match="drop the argument"):
+        assert serial_compute_cycles(plan, m.target, {}) == {0: 0}

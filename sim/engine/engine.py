@@ -26,6 +26,7 @@ so the event engine's work grows with tiles, not with elements.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -156,10 +157,18 @@ class Engine:
     def ends(self, core: int, tile: Tile, t: Transfer) -> tuple:
         """:func:`transfer_ends` of ``t`` on ``core``; a MemoryFault naming the core, the tile and the cycle when a
         side is not one region's bytes."""
+        mmap = self.memory.map
+        # The transfer keeps its last answer (outside its fields, as it keeps its hash): a plan's transfers are
+        # issued by one core over one map, run after run, and this path is taken once per transfer run.
+        last = t.__dict__.get("_ends")
+        if last is not None and last[0] is mmap and last[1] == core:
+            return last[2]
         try:
-            return transfer_ends(t, core, self.memory.map)
+            ends = transfer_ends(t, core, mmap)
         except MemoryFault as e:
             raise MemoryFault.in_tile(e, core, tile, cycle_of(self.env)) from None
+        t.__dict__["_ends"] = (mmap, core, ends)
+        return ends
 
     def route(self, src_region: Region, src_key: int, dst_region: Region, dst_key: int) -> tuple[Link, Link, int]:
         """(source link, destination link, access latency) of a transfer's two ends."""
@@ -467,9 +476,12 @@ class SimulatedTiming:
 
 def simulate(plan: Plan, target: Target, memory: AddressSpace, *, numerics: bool,
              on_tile: Callable[[int, int], None] | None = None,
-             until_cycles: int | None = None) -> SimulatedTiming | None:
+             until_cycles: int | None = None, memo: object = None) -> SimulatedTiming | None:
     """Run ``plan`` (its numerics too when ``numerics``) and return its timing, effects recorded; None when it
-    has not finished by ``until_cycles``."""
+    has not finished by ``until_cycles``.  (``memo``, an EngineMemo once, is no longer used: passing it warns.)"""
+    if memo is not None:
+        warnings.warn("simulate(memo=...) is no longer used: what runs remember is kept by value "
+                      "(sim.model.memo) and by the memory; drop the argument", DeprecationWarning, stacklevel=2)
     recorder = Recorder()
     effects: list[Effect] = []
     engine = Engine(target, memory, recorder, numerics=numerics, on_tile=on_tile, effects=effects)
@@ -477,3 +489,15 @@ def simulate(plan: Plan, target: Target, memory: AddressSpace, *, numerics: bool
     if cycles is None:
         return None
     return SimulatedTiming(cycles, tuple(recorder.events), engine.sim_events, tuple(effects))
+
+
+class _EngineMemoGone:
+    """What ``EngineMemo()`` gives now: nothing to keep (runs remember by value, :mod:`sim.model.memo`)."""
+
+
+def __getattr__(name: str) -> Any:
+    if name == "EngineMemo":  # removed: a caller that made one and passed it as memo= keeps working, warned
+        warnings.warn("sim.engine.engine.EngineMemo is gone: what runs of a plan remember is kept by value "
+                      "(sim.model.memo) and by the memory; stop passing memo=", DeprecationWarning, stacklevel=2)
+        return _EngineMemoGone
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

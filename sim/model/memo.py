@@ -125,9 +125,16 @@ def cached_hash(self: Any) -> int:
 
 
 
+#: What a frozen plan value keeps outside its fields for this process only: its hash (another process has another
+#: string-hash seed) and its last priced or resolved answer (kept with the objects it was for).
+_PROCESS_LOCAL = ("_value_hash", "_price", "_ends")
+
+
 def state_without_hash(self: Any) -> dict[str, Any]:
-    """A :func:`cached_hash` instance's pickled state: its ``__dict__`` without the kept hash, which another process
-    (another string-hash seed) would get wrong.  Assign it as ``__getstate__`` beside ``__hash__``."""
+    """A :func:`cached_hash` instance's pickled state: its ``__dict__`` without what it keeps for this process only
+    (its hash, which another process would get wrong; its last answers).  Assign it as ``__getstate__`` beside
+    ``__hash__``."""
     state = dict(self.__dict__)
-    state.pop("_value_hash", None)
+    for name in _PROCESS_LOCAL:
+        state.pop(name, None)
     return state
