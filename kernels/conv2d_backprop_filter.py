@@ -83,7 +83,7 @@ from kernels.common.tiling_space import (
 from kernels.common.transfers import block_in, block_out
 from sim.errors import KernelArgError
 from sim.model.call import ArgSpec, BoundCall, MemoryReader
-from sim.model.plan import Compute, DoesNotFit, Loop, Operand, Phase, Plan, Transfer
+from sim.model.plan import Compute, DoesNotFit, Loop, Operand, Phase, Plan, TileFn, Transfer
 
 F32 = np.dtype(np.float32)
 #: The precision of the fp32 accumulator's own loops (the drain's cast, the reduction of partials).
@@ -146,26 +146,21 @@ def conv2d_backprop_filter_reference(x: np.ndarray, dy: np.ndarray, geo: ConvGeo
     return filter_grad_block(x, dy, geo, fh, fw, (0, geo.out_h), nchw).astype(x.dtype)
 
 
-class _TileFn:
-    """Compute.fn of one row tile: the block's contribution, added to the accumulator unless first."""
-
-    def __init__(self, geo: ConvGeometry, fh: int, fw: int, rows: tuple[int, int], nchw: bool, has_x: bool,
-                 first: bool, x_shape: tuple[int, ...]):
-        self.geo, self.fh, self.fw, self.rows, self.nchw = geo, fh, fw, rows, nchw
-        self.has_x, self.first, self.x_shape = has_x, first, x_shape
-
-    def __call__(self, *operands: np.ndarray) -> tuple[np.ndarray]:
-        ops = list(operands)
-        # A tile whose window lies wholly in the padding loads no input: its x is an empty block.
-        x = ops.pop(0) if self.has_x else np.zeros(self.x_shape, F32)
-        dy = ops.pop(0)
-        part = filter_grad_block(x, dy, self.geo, self.fh, self.fw, self.rows, self.nchw)
-        return (part if self.first else np.add(ops[0], part, out=part),)
+def row_tile(geo: ConvGeometry, fh: int, fw: int, rows: tuple[int, int], nchw: bool, has_x: bool, first: bool,
+             x_shape: tuple[int, ...], *operands: np.ndarray) -> tuple[np.ndarray]:
+    """The compute of one row tile (a :class:`TileFn` of its block): the block's contribution, added to the
+    accumulator unless first."""
+    ops = list(operands)
+    # A tile whose window lies wholly in the padding loads no input: its x is an empty block.
+    x = ops.pop(0) if has_x else np.zeros(x_shape, F32)
+    dy = ops.pop(0)
+    part = filter_grad_block(x, dy, geo, fh, fw, rows, nchw)
+    return (part if first else np.add(ops[0], part, out=part),)
 
 
-def _cast_to(dtype: np.dtype):
-    """Compute.fn of a drain tile: the fp32 accumulator rows, cast to the output dtype."""
-    return lambda acc: (acc.astype(dtype),)
+def cast_to(dtype: np.dtype, acc: np.ndarray) -> tuple[np.ndarray]:
+    """The compute of a drain tile: the fp32 accumulator rows, cast to the output dtype."""
+    return (acc.astype(dtype),)
 
 
 # --- binding -----------------------------------------------------------------------------------
@@ -669,7 +664,7 @@ class _Planner:
         inputs.append(ody)
         if not first:
             inputs.append(acc)
-        fn = _TileFn(g, self.fh, self.fw, (blk.r0, blk.r1), g.nchw, bool(hl), first, x_shape)
+        fn = TileFn(row_tile, (g, self.fh, self.fw, (blk.r0, blk.r1), g.nchw, bool(hl), first, x_shape))
         # The math: a multiply-add per tap, position and (in, out) channel pair; the loops say what it costs.
         math = 2 * self.taps * nb * rows * g.out_w * grp.icg * grp.ocg
         loops = self._tile_loops(blk, grp, first, self._micro(blk, grp, first))
@@ -712,7 +707,7 @@ class _Planner:
             # A cast, not math: per vector of the fp32 rows, a load, a conversion to fp16 (hp_) and a store.
             cast = lp.elementwise(self.core, COMPUTE_PRECISION, (m1 - m0) * grp.ocg, loads=1, stores=1,
                                   valu=int(self.isz != F32.itemsize), label="dW drain")
-            compute = Compute(_cast_to(self.dt), (acc_rows,), (dst,), flops=0,
+            compute = Compute(TileFn(cast_to, (self.dt,)), (acc_rows,), (dst,), flops=0,
                               precision=COMPUTE_PRECISION, loops=(cast,))
             stream.add((), compute, self._rows_out(dst.addr, m0, m1, grp))
 

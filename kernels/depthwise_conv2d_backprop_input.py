@@ -58,7 +58,7 @@ simulator's search completes the keys a caller leaves out.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,7 +75,7 @@ from kernels.common.tiling_space import IntKey, TilingSpace, complete, largest, 
 from kernels.common.transfers import block_in, block_out, channel_grain, operand_in
 from sim.errors import KernelArgError
 from sim.model.call import ArgSpec, BoundCall, Buffer, MemoryReader
-from sim.model.plan import Compute, DoesNotFit, Loop, Operand, Plan, Transfer, c_strides
+from sim.model.plan import Compute, DoesNotFit, Loop, Operand, Plan, TileFn, Transfer, c_strides
 from sim.timing import streams_to_fill
 
 F32 = np.dtype(np.float32)
@@ -162,25 +162,19 @@ def depthwise_conv2d_backprop_input(filt: np.ndarray, out_backprop: np.ndarray, 
     return acc.astype(out_backprop.dtype, copy=False)
 
 
-def _tile_fn(rows: AxisTaps, cols: AxisTaps, geo: ConvGeometry, ct: int,
-             out_dtype: np.dtype) -> Callable[..., tuple[np.ndarray]]:
-    """The compute of one tile: (filter slice, out_backprop halo) -> output block, in the tensors' layout."""
-    shape = geo.order(1, rows.hi - rows.lo, cols.hi - cols.lo, ct)[1:]
-
-    def fn(filt: np.ndarray, dy: np.ndarray) -> tuple[np.ndarray]:
-        acc = np.zeros(shape, F32)
-        accumulate_taps(acc, dy[0].astype(F32, copy=False), filt.astype(F32, copy=False), rows, cols, geo.stride_h,
-                        geo.stride_w, geo.nchw)
-        return (acc[None].astype(out_dtype, copy=False),)
-
-    return fn
+def tile_block(rows: AxisTaps, cols: AxisTaps, geo: ConvGeometry, ct: int, out_dtype: np.dtype,
+               filt: np.ndarray, dy: np.ndarray) -> tuple[np.ndarray]:
+    """The compute of one tile (a :class:`TileFn` of its taps, geometry, channels and dtype): (filter slice,
+    out_backprop halo) -> output block, in the tensors' layout."""
+    acc = np.zeros(geo.order(1, rows.hi - rows.lo, cols.hi - cols.lo, ct)[1:], F32)
+    accumulate_taps(acc, dy[0].astype(F32, copy=False), filt.astype(F32, copy=False), rows, cols, geo.stride_h,
+                    geo.stride_w, geo.nchw)
+    return (acc[None].astype(out_dtype, copy=False),)
 
 
-def _zero_fn(shape: tuple[int, ...], out_dtype: np.dtype) -> Callable[..., tuple[np.ndarray]]:
+def zero_block(shape: tuple[int, ...], out_dtype: np.dtype) -> tuple[np.ndarray]:
     """The compute of a tile no out_backprop position reaches (strides skipping it, padding): zeros."""
-    def fn() -> tuple[np.ndarray]:
-        return (np.zeros(shape, out_dtype),)
-    return fn
+    return (np.zeros(shape, out_dtype),)
 
 
 # --- binding -----------------------------------------------------------------------------------------
@@ -533,7 +527,7 @@ class _Planner:
         if not rows.taps or not cols.taps:
             zeros = lp.elementwise(self.core, self.ctx.precision, int(np.prod(o_out.shape)), loads=0, stores=1,
                                    label="zero block")
-            stream.add(filter_load, Compute(_zero_fn(o_out.shape, dt), (), (o_out,), flops=0,
+            stream.add(filter_load, Compute(TileFn(zero_block, (o_out.shape, dt)), (), (o_out,), flops=0,
                                             precision=self.precision, loops=(zeros,)), stores)
             return
         o_dy = arena.operand(g.order(1, rows.o_n, cols.o_n, ct * self.mult), dt)
@@ -543,7 +537,7 @@ class _Planner:
                                               parts, inbound=True)
         # The math: a multiply-add per (tap, output position) pair; the loop says what it costs.
         math = 2 * self.mult * ct * rows.pairs * cols.pairs
-        stream.add(loads, Compute(_tile_fn(rows, cols, g, ct, dt), (o_f, o_dy), (o_out,), flops=math,
+        stream.add(loads, Compute(TileFn(tile_block, (rows, cols, g, ct, dt)), (o_f, o_dy), (o_out,), flops=math,
                                   precision=self.precision, loops=(self.tap_loop(rows, cols, ct),)),
                    stores)
 

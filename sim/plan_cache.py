@@ -1,14 +1,14 @@
 """The plans a simulator keeps (:class:`PlanCache`): per (bound call, tiling), each with what runs of it remember
-(:class:`CachedPlan`: the engine's memo, its roofline, its simulated timing, whether it passed the plan check)."""
+(:class:`CachedPlan`: its roofline, its simulated timing, whether it passed the plan check)."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from sim.engine.engine import EngineMemo, SimulatedTiming
+from sim.engine.engine import SimulatedTiming
 from sim.model.call import BoundCall
 from sim.model.plan import Plan
 from sim.model.target import Target
@@ -20,11 +20,10 @@ PLAN_CACHE_SIZE = 16
 
 @dataclass
 class CachedPlan:
-    """A plan the simulator keeps, with what runs of it remember: the engine's memo (resolved transfers and
-    operands, compute cycles) and the plan's roofline once computed."""
+    """A plan the simulator keeps, with what runs of it remember: its roofline once computed, its timing once
+    simulated.  (What is worked out per transfer, loop and compute is remembered by value, :mod:`sim.model.memo`.)"""
 
     plan: Plan
-    engine_memo: EngineMemo = field(default_factory=EngineMemo)
     _roofline: Roofline | None = None
     # The plan's timing once simulated (timing never depends on the bytes): a later call of the same plan
     # reuses it, and a full one only replays its effects on memory.

@@ -190,7 +190,7 @@ class CallPlanner:
             except Exception:
                 self.check(kernel, call, ctx, entry)  # a plan its bound cannot price breaks a rule: say which
                 raise
-            return Candidate(tiling, entry.plan, entry.engine_memo, bound,
+            return Candidate(tiling, entry.plan, bound,
                              None if entry.checked else functools.partial(self.check, kernel, call, ctx, entry))
 
         try:
@@ -261,7 +261,7 @@ class CallPlanner:
                 return Planned(planned[0][1], choice)
             return Planned(self.lower(kernel, call, ctx), TilingChoice(None, "kernel", dropped=tuple(dropped)))
         pick, choice, timing = choose_tiling(
-            [Candidate(c, e.plan, e.engine_memo, self.lower_bound(e)) for c, e in planned], self.target, self.memory,
+            [Candidate(c, e.plan, self.lower_bound(e)) for c, e in planned], self.target, self.memory,
             tolerance, progress)
         choice = replace(choice, dropped=tuple(dropped))
         planned[pick][1].timing = timing
@@ -275,7 +275,7 @@ class CallPlanner:
     def lower_bound(self, entry: CachedPlan) -> float:
         """Cycles no run of ``entry``'s plan can beat: its roofline's resources after what must precede them, and
         the launch plus the busiest core's computes one after another."""
-        serial = serial_compute_cycles(entry.plan, self.target, entry.engine_memo.compute)
+        serial = serial_compute_cycles(entry.plan, self.target)
         return max(run_lower_bound_cycles(entry.roofline(self.target), self.target),
                    self.target.launch_overhead_cycles + max(serial.values(), default=0))
 

@@ -367,13 +367,12 @@ class Simulator:
             self._reserve_outputs(call)
         try:
             if timing is None:
-                timing = simulate(entry.plan, self.target, self.memory, numerics=numerics, memo=entry.engine_memo,
+                timing = simulate(entry.plan, self.target, self.memory, numerics=numerics,
                                   on_tile=progress)
                 assert timing is not None  # run to the end (no until_cycles)
                 entry.timing = timing
             elif numerics:  # simulated before (by the tiling search or an earlier call): only the bytes move now
-                Engine(self.target, self.memory, Recorder(), on_tile=progress,
-                       memo=entry.engine_memo).replay(timing.effects)
+                Engine(self.target, self.memory, Recorder(), on_tile=progress).replay(timing.effects)
         except ComputeOutputError as e:  # the engine knows the core and the tile: name the kernel and phase too
             raise e.located(kernel, _phase_of(entry.plan, e.core, e.tile_object)) from None
         except MemoryFault as e:

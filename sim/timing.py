@@ -19,13 +19,15 @@ search (:mod:`sim.tuning`) prices candidate tilings by simulating them.  Nothing
 from __future__ import annotations
 
 import math
+import warnings
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TypeVar
 
 from sim.errors import SimError
+from sim.model.memo import memoized
 from sim.model.memory import MemoryMap
 from sim.model.plan import Compute, Loop, Plan, Transfer
 from sim.model.target import CoreModel, DmaModel, FunctionalUnit, Region, Target
@@ -145,32 +147,20 @@ def _issue_bound(issues: Mapping[str, int], core: CoreModel, loop: Loop) -> tupl
     return best, by
 
 
-#: Loop prices already worked out: (id of the core model, the loop's content) -> (that core model, its cost, its
-#: text).  A plan prices the same few loops on thousands of tiles, and a re-lowered plan brings new Loop objects
-#: with the same content, so the key is the content (a Loop holds dicts: it cannot be hashed itself).  The entry
-#: keeps its core model alive, so an id in a key is never reused by another core model while the entry exists.
-_PRICED: dict[tuple, tuple[CoreModel, LoopCost, str]] = {}
-#: Entries kept at most (a sweep over many shapes makes new loops; dropping them all now and then bounds it).
-_PRICED_MAX = 4096
-
-
 def _priced(loop: Loop, core: CoreModel) -> tuple[LoopCost, str]:
-    """(:func:`loop_cost`, :func:`loop_text`) of ``loop`` on ``core``, each worked out once per distinct loop."""
+    """(:func:`loop_cost`, :func:`loop_text`) of ``loop`` on ``core``, each worked out once per distinct loop (a
+    plan prices the same few loops on thousands of tiles, and a re-lowered plan brings equal loops anew)."""
     try:
-        key = (id(core), loop.trips, loop.entries, loop.reductions, loop.label, loop.chain, loop.carried,
-               tuple(loop.issues.items()), tuple(loop.epilogue.items()))
-        hit = _PRICED.get(key)
+        return _priced_by_value(loop, core)
     except TypeError:  # an unhashable field (refused by the plan check): price it without the memo
         cost = _loop_cost(loop, core)
         return cost, loop_text(cost, core)
-    if hit is not None and hit[0] is core:
-        return hit[1], hit[2]
+
+
+@memoized
+def _priced_by_value(loop: Loop, core: CoreModel) -> tuple[LoopCost, str]:
     cost = _loop_cost(loop, core)
-    text = loop_text(cost, core)
-    if len(_PRICED) >= _PRICED_MAX:
-        _PRICED.clear()
-    _PRICED[key] = (core, cost, text)
-    return cost, text
+    return cost, loop_text(cost, core)
 
 
 def loop_cost(loop: Loop, core: CoreModel) -> LoopCost:
@@ -229,8 +219,7 @@ def compute_text(c: Compute, target: Target) -> str | None:
     :func:`loop_text`, separated by ``; `` (None for a compute that states no loops)."""
     if not c.loops:
         return None
-    core = target.core
-    return "; ".join([f"tile overhead {core.tile_overhead_cycles}"] + [_priced(loop, core)[1] for loop in c.loops])
+    return _kept_price(c, target.core)[1]
 
 
 def compute_cycles(c: Compute, target: Target) -> int:
@@ -242,16 +231,48 @@ def compute_cycles(c: Compute, target: Target) -> int:
     core = target.core
     if c.precision not in core.precisions:
         raise SimError(f"plan computes in {c.precision}, which {target.name} lacks")
-    cycles = core.tile_overhead_cycles
-    for loop in c.loops:
-        cycles += _priced(loop, core)[0].cycles
-    return cycles
+    return _kept_price(c, core)[0]
+
+
+def _kept_price(c: Compute, core: CoreModel) -> tuple[int, str]:
+    """(cycles, text) of ``c``'s loops on ``core``: the value memo's, kept on the compute (outside its fields, as
+    its hash is) for the next tile that states it, since the engine asks once per tile it runs."""
+    last = c.__dict__.get("_price")
+    if last is not None and last[0] is core:
+        return last[1]
+    price = (_by_loops(_loops_cycles, c.loops, core), _by_loops(_loops_text, c.loops, core))
+    c.__dict__["_price"] = (core, price)
+    return price
 
 
 def loops_cycles(loops: Sequence[Loop], target: Target) -> int:
     """Cycles of a compute issuing ``loops``: :func:`compute_cycles` without the compute around them."""
-    core = target.core
-    return core.tile_overhead_cycles + sum(_priced(loop, core)[0].cycles for loop in loops)
+    return _by_loops(_loops_cycles, tuple(loops), target.core)
+
+
+_R = TypeVar("_R")
+
+
+def _by_loops(price: Callable[[tuple[Loop, ...], CoreModel], _R], loops: Sequence[Loop], core: CoreModel) -> _R:
+    """``price(loops, core)`` remembered by value (the engine asks once per tile it runs), worked out afresh for
+    loops that cannot be hashed (a list: refused by the plan check, priced all the same)."""
+    try:
+        return price(loops, core)  # type: ignore[arg-type]
+    except TypeError:
+        return price.__wrapped__(tuple(loops), core)  # type: ignore[attr-defined]
+
+
+@memoized
+def _loops_cycles(loops: tuple[Loop, ...], core: CoreModel) -> int:
+    cycles = core.tile_overhead_cycles
+    for loop in loops:
+        cycles += _priced(loop, core)[0].cycles
+    return cycles
+
+
+@memoized
+def _loops_text(loops: tuple[Loop, ...], core: CoreModel) -> str:
+    return "; ".join([f"tile overhead {core.tile_overhead_cycles}"] + [_priced(loop, core)[1] for loop in loops])
 
 
 def cheapest_loops(options: Sequence[tuple[T, Sequence[Loop]]], target: Target) -> T:
@@ -403,23 +424,21 @@ def run_lower_bound_cycles(rf: Roofline, target: Target) -> float:
     return bound
 
 
-def serial_compute_cycles(plan: Plan, target: Target, memo: dict[int, int] | None = None) -> dict[int, int]:
+def serial_compute_cycles(plan: Plan, target: Target, memo: object = None) -> dict[int, int]:
     """Per core, the cycles of all its computes (:func:`compute_cycles`): a core runs them one after another, so
-    no run of ``plan`` ends before the launch plus the largest of these.  ``memo`` maps a compute's ``id`` to its
-    cycles (the engine's memo: a run of the plan reuses it)."""
-    memo = {} if memo is None else memo
+    no run of ``plan`` ends before the launch plus the largest of these.  (``memo`` is no longer used: prices
+    are remembered by value, :mod:`sim.model.memo`; passing it warns.)"""
+    if memo is not None:
+        warnings.warn("serial_compute_cycles(memo=...) is no longer used: compute prices are remembered by value "
+                      "(sim.model.memo); drop the argument", DeprecationWarning, stacklevel=2)
     out: dict[int, int] = {}
     for phase in plan.phases:
         for core, tiles in phase.tiles.items():
             total = out.get(core, 0)
             for tile in tiles:
                 c = tile.compute
-                if c is None:
-                    continue
-                cycles = memo.get(id(c))
-                if cycles is None:
-                    cycles = memo[id(c)] = compute_cycles(c, target)
-                total += cycles
+                if c is not None:
+                    total += compute_cycles(c, target)
             out[core] = total
     return out
 

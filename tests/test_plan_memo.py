@@ -19,7 +19,7 @@ import sim
 from kernels.common import loops
 from kernels.common.transfers import block_in, block_out
 from sim.model.call import BoundCall, Buffer
-from sim.model.plan import Compute, Operand, Phase, Plan, Tile, Transfer, c_strides
+from sim.model.plan import Compute, Loop, Operand, Phase, Plan, Tile, Transfer, c_strides
 from sim.model.plan_check import check_plan
 
 F32 = np.dtype(np.float32)
@@ -135,3 +135,68 @@ def test_block_transfers_are_what_transfer_block_makes(shape, itemsize, starts, 
             assert got == want
             assert [type(v) for v in (got.src, got.dst, got.itemsize, *got.shape, *got.src_strides)] == \
                 [type(v) for v in (want.src, want.dst, want.itemsize, *want.shape, *want.src_strides)]
+
+
+# --- plan values are hashable and remembered by value (sim/model/memo.py) ------------------------------------------
+
+def test_a_loop_written_with_dicts_is_a_hashable_value():
+    from sim.model.memo import FrozenDict
+    a = Loop(trips=4, issues={"fmac": 2, "vls": 1}, epilogue={"vls": 1})
+    b = Loop(trips=4, issues={"vls": 1, "fmac": 2}, epilogue=FrozenDict({"vls": 1}))
+    assert a == b and hash(a) == hash(b) and a.issues == {"fmac": 2, "vls": 1}
+    assert type(a.issues) is FrozenDict and type(a.epilogue) is FrozenDict
+    with pytest.raises(TypeError):
+        a.issues["fmac"] = 3  # type: ignore[index]
+    import pickle
+    assert pickle.loads(pickle.dumps(a)) == a
+
+
+def _scaled(k: float, x: np.ndarray) -> tuple[np.ndarray]:
+    return (x * k,)
+
+
+def test_a_tile_function_is_a_value_and_a_closure_still_runs():
+    from sim.model.plan import TileFn
+    f, g = TileFn(_scaled, (2.0,)), TileFn(_scaled, (2.0,))
+    assert f == g and hash(f) == hash(g) and f != TileFn(_scaled, (3.0,))
+    assert f(np.ones(2))[0].tolist() == [2.0, 2.0] and f.__name__ == "_scaled"
+    op = Operand(0x100, (2,), F32)
+    c1, c2 = (Compute(h, (op,), (op,), flops=2, precision="fp32") for h in (f, g))
+    assert c1 == c2 and hash(c1) == hash(c2)
+    closure = Compute(lambda x: (x,), (op,), (op,), flops=0, precision="fp32")
+    assert hash(closure) == hash(closure)  # a plain closure: hashed by identity, accepted all the same
+
+
+def test_buffer_references_are_typed_and_still_their_strings():
+    from sim.model.plan import BufferRef, buffer_ref, parse_buffer_ref
+    ref = buffer_ref("gsm.b", 2)
+    assert isinstance(ref, BufferRef) and (ref.name, ref.generation) == ("gsm.b", 2)
+    assert ref == "gsm.b@2" and hash(ref) == hash("gsm.b@2") and {ref: 1}["gsm.b@2"] == 1
+    assert parse_buffer_ref(ref) == parse_buffer_ref("gsm.b@2") == ("gsm.b", 2)
+    with pytest.raises(ValueError, match="is not 'name@generation'"):
+        parse_buffer_ref(BufferRef("a", -1))
+
+
+def test_equal_values_are_worked_out_once_whichever_object_brings_them(machine):
+    from sim.engine.engine import transfer_ends
+    from sim.timing import loop_cost
+    m = machine[0]
+    core = m.target.core
+    a = Loop(trips=8, issues={"fmac": 3}, carried=("fmac",), label="once")
+    b = dataclasses.replace(a)
+    assert a is not b and loop_cost(a, core) is loop_cost(b, core)
+    t = Transfer.contiguous(X, Y, 256)
+    assert transfer_ends(t, 0, m.memory.map) is transfer_ends(dataclasses.replace(t), 0, m.memory.map)
+
+
+def test_the_engine_memo_is_gone_with_a_warning(machine):
+    import sim.engine.engine as engine_module
+    from sim.timing import serial_compute_cycles
+    m, _, _ = machine
+    plan = Plan((0,), (Phase("p", {0: ()}, barrier_after=False),), "fp32")
+    with pytest.warns(DeprecationWarning, match="sim.model.memo"):
+        memo = engine_module.EngineMemo()
+    with pytest.warns(DeprecationWarning, match="drop the argument"):
+        engine_module.simulate(plan, m.target, m.memory, numerics=False, memo=memo)
+    with pytest.warns(DeprecationWarning, match="drop the argument"):
+        assert serial_compute_cycles(plan, m.target, {}) == {0: 0}

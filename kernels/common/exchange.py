@@ -11,7 +11,7 @@ around it; this module lays out the slots and writes the descriptors and the red
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,19 +19,21 @@ import numpy as np
 from kernels.base import PlanContext
 from kernels.common.loops import streaming
 from kernels.common.tiling_space import split_even
-from sim.model.plan import Compute, DoesNotFit, Loop, Operand, Transfer
+from sim.model.plan import Compute, DoesNotFit, Loop, Operand, TileFn, Transfer
 from sim.model.target import CoreModel, StagingArea
 
 F32 = np.dtype(np.float32)
 
 
-def sum_partials(out_dtype: np.dtype = F32) -> Callable[[np.ndarray], tuple[np.ndarray]]:
-    """The compute function of a reduction: the parts (axis 0) summed in fp32, returned in ``out_dtype``."""
-    out_dtype = np.dtype(out_dtype)
+def summed_parts(out_dtype: np.dtype, parts: np.ndarray) -> tuple[np.ndarray]:
+    """The parts (axis 0) summed in fp32, returned in ``out_dtype`` (what :func:`sum_partials` calls)."""
+    return (parts.sum(axis=0, dtype=F32).astype(out_dtype, copy=False),)
 
-    def fn(parts: np.ndarray) -> tuple[np.ndarray]:
-        return (parts.sum(axis=0, dtype=F32).astype(out_dtype, copy=False),)
-    return fn
+
+def sum_partials(out_dtype: np.dtype = F32) -> TileFn:
+    """The compute function of a reduction: the parts (axis 0) summed in fp32, returned in ``out_dtype`` (a
+    :class:`~sim.model.plan.TileFn`: a hashable value)."""
+    return TileFn(summed_parts, (np.dtype(out_dtype),))
 
 
 @dataclass(frozen=True)

@@ -9,94 +9,17 @@ issue moves taken from the target, so the same kernel code states the right loop
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ParamSpec
+from collections.abc import Mapping, Sequence
 
+from sim.model.memo import memoized_frozen
 from sim.model.plan import Loop
 from sim.model.target import CoreModel
 
-_P = ParamSpec("_P")
-
-#: Distinct loops a process remembers (a plan states a few dozen; the bound keeps a long sweep's memory flat).
-LOOP_MEMO_SIZE = 4096
-
-
-#: Argument types that key themselves: equal values of these types are the same argument to a builder.
-_ATOMS = frozenset({int, str, type(None)})
-#: Argument types a builder's common call is keyed by at C speed (:func:`_call_key`).
-_FLAT = _ATOMS | {bool}
-
-
-class _Unkeyable(Exception):
-    """An argument the loop memo cannot key exactly (a float, an array, ...): the loop is built afresh."""
-
-
-def _key_part(v: Any, cores: list[CoreModel]) -> Any:
-    """``v`` as an exact, hashable key part.
-
-    Ints, strings and None stand for themselves; everything else is tagged with its type, so that no two
-    arguments a builder could treat differently share a key (True == 1 and hash alike, but a builder may
-    store either in its Loop).  A core is keyed by identity and kept in ``cores``: the memo holds it, so
-    its id cannot be reused while the entry lives.
-    """
-    t = type(v)
-    if t in _ATOMS:
-        return v
-    if t is bool:
-        return (bool, v)
-    if t is tuple or t is list:
-        if set(map(type, v)) <= _ATOMS:  # the common case, decided at C speed
-            return (t, tuple(v))
-        return (t, tuple([_key_part(x, cores) for x in v]))
-    if t is dict:
-        if set(map(type, v)) <= _ATOMS and set(map(type, v.values())) <= _ATOMS:
-            return (dict, tuple(v.items()))
-        return (dict, tuple([(_key_part(k, cores), _key_part(x, cores)) for k, x in v.items()]))
-    if t is CoreModel:
-        cores.append(v)
-        return (CoreModel, id(v))
-    raise _Unkeyable
-
-
-def _call_key(args: tuple, kwargs: dict[str, Any], cores: list[CoreModel]) -> tuple:
-    """The memo key of a builder's call.
-
-    The common call, a core and then ints, strings, None and bools, is keyed at C speed: a 3-tuple, or with a
-    bool among them a 5-tuple that adds every argument's type (True == 1, but a builder may keep either).  Any
-    other call keys every argument through :func:`_key_part`: a 2-tuple, never equal to the others.
-    """
-    first, rest, values = args[0] if args else None, args[1:], kwargs.values()
-    kinds = set(map(type, rest)) | set(map(type, values))
-    if type(first) is CoreModel and kinds <= _FLAT:
-        cores.append(first)
-        key = (id(first), rest, tuple(kwargs.items()))
-        return key + (tuple(map(type, rest)), tuple(map(type, values))) if bool in kinds else key
-    return (_key_part(args, cores), _key_part(kwargs, cores))
-
-
-def _memoized(build: Callable[_P, Loop]) -> Callable[_P, Loop]:
-    """``build`` remembering its loops by arguments: a plan states the same loop for most of its tiles (every
-    full block of a stream), and a loop is plain frozen data, so the tiles can share one object (the plan
-    check and the timing module judge a shared loop once).  Arguments it cannot key exactly build afresh."""
-    memo: dict[Any, tuple[Loop, list[CoreModel]]] = {}
-
-    @functools.wraps(build)
-    def memoized(*args: _P.args, **kwargs: _P.kwargs) -> Loop:
-        cores: list[CoreModel] = []
-        try:
-            key = _call_key(args, kwargs, cores)
-        except _Unkeyable:
-            return build(*args, **kwargs)
-        hit = memo.get(key)
-        if hit is not None:
-            return hit[0]
-        loop = build(*args, **kwargs)
-        if len(memo) >= LOOP_MEMO_SIZE:
-            memo.clear()
-        memo[key] = (loop, cores)
-        return loop
-    return memoized
+#: Loop builders remember their loops by their arguments' values (sim.model.memo): a plan states the same loop for most
+#: of its tiles (every full block of a stream), and a loop is plain frozen data, so the tiles share one object
+#: (the plan check and the timing module judge a shared loop once).  Arguments equal but of another type (True
+#: and 1) are other arguments: the Loop keeps what it was given.
+_memoized = memoized_frozen
 
 
 def lanes(core: CoreModel, precision: str) -> int:
@@ -222,6 +145,31 @@ def streaming(core: CoreModel, precision: str, elements: int, *, loads: int = 0,
     return Loop(trips=-(-vectors // unroll), issues=issues_for(unroll), chain=tuple(chain),
                 carried=("fmac",) if sums else (), entries=entries, epilogue=tail, reductions=reductions,
                 vector_registers=registers(unroll), label=label)
+
+
+def reduce_broadcast(core: CoreModel, precision: str, rows: int, cols: int, *, loads: int, fmac: int, sums: int,
+                     apply_loads: int, apply_fmac: int, apply_stores: int, apply_valu: int = 0,
+                     prologue: Mapping[str, int] | None = None, load_itemsize: int | None = None,
+                     store_itemsize: int | None = None, label: str = "rows") -> tuple[Loop, Loop]:
+    """A column reduction with per-row broadcasts (a normalisation gradient over rows): two loops, each entered
+    once per row of ``cols`` elements.
+
+    The first streams the row's ``loads`` tensors into ``sums`` running sums (``fmac`` multiply-adds per vector,
+    unrolled into independent accumulators as :func:`streaming` does) and folds each sum across the lanes (a
+    reduction each).  The second starts each row with its prologue -- ``prologue`` issues (the scalar work that
+    turns the sums into the row's coefficients) then one broadcast per sum into vector registers, held over the
+    row -- and streams the row again: ``apply_loads`` tensors in, ``apply_fmac`` multiply-adds and
+    ``apply_valu`` other ops per vector, ``apply_stores`` out.  A prologue is priced as a per-entry epilogue is
+    (its issues' resource bound plus the latency of its last unit, the broadcast: the body waits for it).
+    """
+    head = dict(prologue or {})
+    head["broadcast"] = head.pop("broadcast", 0) + sums  # last: the body waits for the broadcast coefficients
+    reduce = streaming(core, precision, cols, loads=loads, fmac=fmac, sums=sums, load_itemsize=load_itemsize,
+                       entries=rows, reductions=sums, label=f"{label}: sums")
+    apply = streaming(core, precision, cols, loads=apply_loads, fmac=apply_fmac, valu=apply_valu,
+                      stores=apply_stores, load_itemsize=load_itemsize, store_itemsize=store_itemsize,
+                      const_registers=sums, entries=rows, epilogue=head, label=f"{label}: broadcast and apply")
+    return reduce, apply
 
 
 @_memoized

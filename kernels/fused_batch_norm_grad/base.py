@@ -38,8 +38,6 @@ class _PlanBase:
         self.view_shape = self.v.shape
         self.views = {role: TensorView(self.addr(role), self.view_shape, self.dt.itemsize)
                       for role in ("x", "dy", "dx")}
-        #: The loops stated so far, by what decides them: most tiles are full blocks and state the same ones.
-        self._loop_memo: dict[tuple, Loop] = {}
 
     def addr(self, role: str) -> int:
         """Address of the buffer of ``role`` (a field of :class:`Tensors`)."""
@@ -71,15 +69,8 @@ class _PlanBase:
 
     def data_loop(self, dims: tuple[int, int, int], kind: str) -> Loop:
         """The loop over a [na, nc, nb] block's elements: ``sums`` (Σdy, Σdy·x̂), ``both`` (the sums and
-        inference's x_backprop) or ``dx`` (training's x_backprop from the sums)."""
-        key = ("data", dims, kind)
-        loop = self._loop_memo.get(key)
-        if loop is None:
-            loop = self._loop_memo[key] = self._data_loop(dims, kind)
-        return loop
-
-    def _data_loop(self, dims: tuple[int, int, int], kind: str) -> Loop:
-        """:meth:`data_loop`, built."""
+        inference's x_backprop) or ``dx`` (training's x_backprop from the sums).  The loop builders remember their
+        loops by value (sim.model.memo): the tiles of full blocks share one."""
         (na, nc, nb), core, v = dims, self.core, self.v
         sums = 0 if kind == "dx" else 2
         stores = 0 if kind == "sums" else 1
@@ -115,14 +106,6 @@ class _PlanBase:
         """A loop over ``nc`` channels' fp32 vectors: ``loads`` vectors in, ``fmac`` multiply-adds and ``stores`` out
         per vector, and with ``rsqrt`` rs = rsqrt(var + eps) too (an add, the estimate on the ALU, a Newton step of
         three FMAs; one more vector in and out)."""
-        key = ("channel", nc, rsqrt, loads, fmac, stores, label)
-        loop = self._loop_memo.get(key)
-        if loop is None:
-            loop = self._loop_memo[key] = self._channel_loop(nc, rsqrt, loads, fmac, stores, label)
-        return loop
-
-    def _channel_loop(self, nc: int, rsqrt: bool, loads: int, fmac: int, stores: int, label: str) -> Loop:
-        """:meth:`channel_loop`, built."""
         if rsqrt:
             loads, fmac, stores = loads + 1, fmac + 4, stores + 1
         return streaming(self.core, COMPUTE_PRECISION, padded_lanes(nc, self.lanes), loads=loads, stores=stores,

@@ -15,11 +15,10 @@ from kernels.fused_batch_norm_grad.numerics import (
     FLOPS_DX_TRAIN,
     FLOPS_SUMS,
     FLOPS_XHAT,
-    batch_norm_backprop,
-    rs_of,
+    channel_block_tile,
 )
 from sim.model.call import BoundCall
-from sim.model.plan import DoesNotFit, Phase, Plan, Tile, Transfer
+from sim.model.plan import DoesNotFit, Phase, Plan, Tile, TileFn, Transfer
 
 
 class _ChannelsPlan(_PlanBase):
@@ -111,9 +110,6 @@ class _ChannelsPlan(_PlanBase):
             if i == len(starts) - 1:
                 stores += vec_stores  # every block's sums are in place once the last block has computed
 
-            def fn(x, dy, mean, var, scale, _eps=self.eps, _train=self.train):
-                return batch_norm_backprop(x, dy, mean, rs_of(var, _eps), scale, _train)
-
             # rs (from the variance) and the coefficients per channel, the sums, then (training) a, b, k from
             # the sums and x_backprop: inference computes k with rs and x_backprop with the sums.
             dims = (v.a, n, v.b)
@@ -125,6 +121,7 @@ class _ChannelsPlan(_PlanBase):
                 loops = (self.channel_loop(n, rsqrt=self.eps is not None, loads=2, fmac=1, stores=1,
                                            label="rs, coefficients"), self.data_loop(dims, "both"))
             per_elem = FLOPS_XHAT + FLOPS_SUMS + dx_flops
+            fn = TileFn(channel_block_tile, (self.eps, self.train))
             stream.add(loads, self.compute(fn, (ox, ody, om, ovar, osc), (odx, osb, oob), loops,
                                            flops=v.a * n * v.b * per_elem + n * chan_flops), stores)
         return tuple(stream.tiles)

@@ -82,3 +82,36 @@ def fused_batch_norm_grad_reference(dy: np.ndarray, x: np.ndarray, scale: np.nda
     dx, s2, s1 = batch_norm_backprop(x.reshape(v.shape), dy.reshape(v.shape), mean, rsqrt_var(variance, epsilon),
                                      scale, is_training)
     return dx.reshape(x.shape), s2, s1
+
+
+# --- the tiles' compute functions (module-level, so that a tile states them as TileFn values) ---------------
+
+def sums_tile(x: np.ndarray, dy: np.ndarray, mean: np.ndarray, rs: np.ndarray, s1: np.ndarray,
+              s2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A row block's two sums added to the running ones."""
+    d1, d2 = partial_sums(x, dy, mean, rs)
+    return s1 + d1, s2 + d2
+
+
+def sums_and_dx_infer_tile(dtype: np.dtype, x: np.ndarray, dy: np.ndarray, mean: np.ndarray, rs: np.ndarray,
+                           scale: np.ndarray, s1: np.ndarray, s2: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Inference's row block: x_backprop (in ``dtype``) and the two sums added to the running ones."""
+    d1, d2 = partial_sums(x, dy, mean, rs)
+    return x_backprop_infer(dy, rs, scale).astype(dtype, copy=False), s1 + d1, s2 + d2
+
+
+def dx_train_tile(m: int, dtype: np.dtype, x: np.ndarray, dy: np.ndarray, mean: np.ndarray, rs: np.ndarray,
+                  scale: np.ndarray, s1: np.ndarray, s2: np.ndarray) -> tuple[np.ndarray]:
+    """Training's row block: x_backprop (in ``dtype``) from the reduced sums over ``m`` elements per channel."""
+    return (x_backprop_train(x, dy, mean, rs, scale, s1, s2, m).astype(dtype, copy=False),)
+
+
+def rs_and_zero_sums_tile(epsilon: float | None, channels: int, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A core's first tile: rsqrt(var + eps) of its channels, and its two sums zeroed."""
+    return rs_of(var, epsilon), np.zeros((2, channels), F32)
+
+
+def channel_block_tile(epsilon: float | None, training: bool, x: np.ndarray, dy: np.ndarray, mean: np.ndarray,
+                       var: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, ...]:
+    """A whole-rows channel block: x_backprop and both per-channel gradients at once."""
+    return batch_norm_backprop(x, dy, mean, rs_of(var, epsilon), scale, training)

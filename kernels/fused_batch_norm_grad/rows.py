@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from kernels.common.exchange import Exchange
 from kernels.common.scratch import Arena, Scratch, align_up, aligned_bytes
 from kernels.common.streams import FIXED_SLOT, CoreStream, plan_of
@@ -22,12 +20,12 @@ from kernels.fused_batch_norm_grad.numerics import (
     FLOPS_DX_TRAIN,
     FLOPS_SUMS,
     FLOPS_XHAT,
-    partial_sums,
-    rs_of,
-    x_backprop_infer,
-    x_backprop_train,
+    dx_train_tile,
+    rs_and_zero_sums_tile,
+    sums_and_dx_infer_tile,
+    sums_tile,
 )
-from sim.model.plan import Compute, DoesNotFit, Operand, Phase, Plan, Tile, Transfer
+from sim.model.plan import Compute, DoesNotFit, Operand, Phase, Plan, Tile, TileFn, Transfer
 
 
 @dataclass
@@ -312,24 +310,16 @@ class _RowsPlan(_PlanBase):
         count = na * nc * nb
         dims = (na, nc, nb)
         if kind == "sums":
-            def fn(x, dy, mean, rs, s1, s2):
-                d1, d2 = partial_sums(x, dy, mean, rs)
-                return s1 + d1, s2 + d2
-            return self.compute(fn, (ox, ody, mean, rs, s1, s2), (s1, s2), (self.data_loop(dims, "sums"),),
-                                flops=count * (FLOPS_XHAT + FLOPS_SUMS))
+            return self.compute(TileFn(sums_tile), (ox, ody, mean, rs, s1, s2), (s1, s2),
+                                (self.data_loop(dims, "sums"),), flops=count * (FLOPS_XHAT + FLOPS_SUMS))
         if kind == "both":
-            def fn_both(x, dy, mean, rs, scale, s1, s2, _dt=dt):
-                d1, d2 = partial_sums(x, dy, mean, rs)
-                return x_backprop_infer(dy, rs, scale).astype(_dt, copy=False), s1 + d1, s2 + d2
             loops = (self.channel_loop(nc, loads=2, fmac=1, stores=1, label="coefficients"),
                      self.data_loop(dims, "both"))
-            return self.compute(fn_both, (ox, ody, mean, rs, scale, s1, s2), (odx, s1, s2), loops,
-                                flops=count * (FLOPS_XHAT + FLOPS_SUMS + FLOPS_DX_INFER) + coef)
+            return self.compute(TileFn(sums_and_dx_infer_tile, (dt,)), (ox, ody, mean, rs, scale, s1, s2),
+                                (odx, s1, s2), loops, flops=count * (FLOPS_XHAT + FLOPS_SUMS + FLOPS_DX_INFER) + coef)
 
-        def fn_dx(x, dy, mean, rs, scale, s1, s2, _m=v.m, _dt=dt):
-            return (x_backprop_train(x, dy, mean, rs, scale, s1, s2, _m).astype(_dt, copy=False),)
         loops = (self.channel_loop(nc, loads=4, fmac=3, stores=3, label="coefficients"), self.data_loop(dims, "dx"))
-        return self.compute(fn_dx, (ox, ody, mean, rs, scale, s1, s2), (odx,), loops,
+        return self.compute(TileFn(dx_train_tile, (v.m, dt)), (ox, ody, mean, rs, scale, s1, s2), (odx,), loops,
                             flops=count * FLOPS_DX_TRAIN + coef)  # x̂ was the sums pass's math
 
     def _sums_tiles(self, idx: int, g0: int, fixed: _Fixed, blocks: list[_Block],
@@ -338,12 +328,10 @@ class _RowsPlan(_PlanBase):
         cg = fixed.mean.shape[0]
         stream = CoreStream()
 
-        def prep(var, _eps=self.eps, _n=cg):
-            return rs_of(var, _eps), np.zeros((2, _n), F32)
         # The fixed area has its own slot, so the first row tile's loads overlap this one.
         stream.add((self.vec_in(fixed.mean, "mean", g0), self.vec_in(fixed.rs, "variance", g0),
                     self.vec_in(fixed.scale, "scale", g0)),
-                   self.compute(prep, (fixed.rs,), (fixed.rs, fixed.sums),
+                   self.compute(TileFn(rs_and_zero_sums_tile, (self.eps, cg)), (fixed.rs,), (fixed.rs, fixed.sums),
                                 (self.channel_loop(cg, rsqrt=self.eps is not None, stores=2, label="rs, zero sums"),),
                                 flops=cg * self.rs_flops if idx == 0 else 0), (), slot=FIXED_SLOT)
         for blk in blocks:

@@ -13,10 +13,22 @@ from kernels.common.streams import CoreStream, phase_of
 from kernels.common.tensor_view import TensorView
 from kernels.gemm.constants import F32, GemmTiling, Step
 from kernels.gemm.layout import GemmLayout
-from kernels.gemm.numerics import _SumPartials, _TileFn
+from kernels.gemm.numerics import sum_partial_rows, tile_product
 from kernels.gemm.space import GemmSpace
 from sim.model.call import BoundCall
-from sim.model.plan import Compute, DoesNotFit, Operand, Phase, Plan, Tile, Transfer, buffer_ref
+from sim.model.plan import (
+    AnyBufferRef,
+    BufferRef,
+    Compute,
+    DoesNotFit,
+    Operand,
+    Phase,
+    Plan,
+    Tile,
+    TileFn,
+    Transfer,
+    buffer_ref,
+)
 
 
 class GemmPlanner(GemmSpace):
@@ -39,7 +51,7 @@ class GemmPlanner(GemmSpace):
         computes = dict.fromkeys(cores, 0)
 
         def add(core: int, loads: Sequence[Transfer], compute: Compute | None, stores: Sequence[Transfer],
-                fills: tuple[str, ...] = (), uses: tuple[str, ...] = ()) -> None:
+                fills: tuple[AnyBufferRef, ...] = (), uses: tuple[AnyBufferRef, ...] = ()) -> None:
             slot = 0
             if not fills:
                 slot = computes[core] % n_slots
@@ -69,13 +81,13 @@ class GemmPlanner(GemmSpace):
                     gens.append(gens[-1] if gens else 0)
             b_gen_of[core] = gens
 
-        def gsm_ref(gen: int) -> str:
+        def gsm_ref(gen: int) -> BufferRef:
             return buffer_ref(f"gsm.a{gen % t.a_buffers}", gen // t.a_buffers)
 
-        def b_ref(core: int, gen: int) -> str:
+        def b_ref(core: int, gen: int) -> BufferRef:
             return buffer_ref(f"am.b{core}.{gen % 2}", gen // 2)
 
-        def gsm_b_ref(gen: int) -> str:
+        def gsm_b_ref(gen: int) -> BufferRef:
             return buffer_ref(f"gsm.b{gen % 2}", gen // 2)
 
         first_of_gsm = {gen: i for i, gen in reversed(list(enumerate(gsm_gen)))}
@@ -84,15 +96,15 @@ class GemmPlanner(GemmSpace):
                              if self._chunk(chunks, core, steps[i]) is not None
                              and self._core_k(t, core, steps[i]) is not None} for core in cores}
 
-        def staging(core: int, step_index: int, pieces: int) -> list[tuple[tuple[Transfer, ...], tuple[str, ...],
-                                                                            tuple[str, ...]]]:
+        def staging(core: int, step_index: int, pieces: int) -> list[tuple[tuple[Transfer, ...], tuple[BufferRef, ...],
+                                                                            tuple[BufferRef, ...]]]:
             """The staging tiles (loads, fills, uses) of step ``step_index``'s new blocks on ``core``, cut by rows
             into at most ``pieces`` tiles: spread over a step's compute tiles, each holds a DMA engine for a short
             while only, so the compute tiles' own loads never queue long behind the next blocks.  With B staged
             in GSM, the core's copy of the B block from GSM into AM comes last, once every core's share landed."""
             s = steps[step_index]
             transfers: list[Transfer] = []
-            refs: list[str] = []
+            refs: list[BufferRef] = []
             if self.shared and first_of_gsm[gsm_gen[step_index]] == step_index:
                 fill = self._gsm_fill(t, lay, s, core, gsm_gen[step_index] % t.a_buffers)
                 if fill or t.a_loader == "cores":  # core0: the other cores take no part in the fill
@@ -101,7 +113,7 @@ class GemmPlanner(GemmSpace):
             col = self._chunk(chunks, core, s)
             kr = self._core_k(t, core, s)
             b_gen = b_gen_of[core]
-            copy: list[tuple[tuple[Transfer, ...], tuple[str, ...], tuple[str, ...]]] = []
+            copy: list[tuple[tuple[Transfer, ...], tuple[BufferRef, ...], tuple[BufferRef, ...]]] = []
             if col is not None and kr is not None and first_of_b[core].get(b_gen[step_index]) == step_index:
                 gen = b_gen[step_index]
                 if t.b_staging == "gsm":
@@ -193,7 +205,7 @@ class GemmPlanner(GemmSpace):
                 loops = (
                     elementwise(self.core, "fp32", (b - a) * g.n, loads=parts + int(g.beta), stores=1,
                                 fmac=parts - 1 + int(g.beta), valu=int(self.dt != F32), label="partials summed"),)
-                compute = Compute(_SumPartials(g.n, self.dt), tuple(inputs), (out,), flops=0,
+                compute = Compute(TileFn(sum_partial_rows, (g.n, self.dt)), tuple(inputs), (out,), flops=0,
                                   precision="fp32", loops=loops)
                 stream.add(loads, compute, (c.store_block(out.addr, (a, 0), (b - a, g.n)),))
         return phase_of("gemm:reduce", streams, barrier_after=False, drop_empty=True)
@@ -326,7 +338,7 @@ class GemmPlanner(GemmSpace):
         loops = self._tile_loops(t, pr, nc, kd, load_c=not first or beta, transpose_b=transpose_b,
                                  rounded=last and out_dtype != F32)
         flops = 2 * pr * nc * kd
-        fn = _TileFn(g.trans_a, g.trans_b, nc, first, beta, out_dtype)
+        fn = TileFn(tile_product, (g.trans_a, g.trans_b, nc, first, beta, out_dtype))
         compute = Compute(fn, tuple(inputs), outputs, flops=flops, precision=self.prec,
                           loops=loops)
         return loads, compute, stores

@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 
 from sim.engine.units import Gate
-from sim.model.plan import Phase, Tile, parse_buffer_ref
+from sim.model.plan import AnyBufferRef, Phase, Tile, parse_buffer_ref
 
 
 class _Generation:
@@ -36,8 +36,8 @@ class PhaseBuffers:
         self.gens: dict[tuple[str, int], _Generation] = defaultdict(_Generation)
         # Each reference string parsed once: a plan names a generation from many tiles, and the walks look
         # them up at every tile.
-        self._of: dict[str, _Generation] = {}
-        refs: dict[str, tuple[str, int]] = {}
+        self._of: dict[AnyBufferRef, _Generation] = {}
+        refs: dict[AnyBufferRef, tuple[str, int]] = {}
         for tiles in phase.tiles.values():
             for tile in tiles:
                 for ref in tile.fills:
@@ -51,10 +51,10 @@ class PhaseBuffers:
                     gen.released.open()
         # A fill's previous generation (None for generation 0), whose release its loads wait for (one no tile
         # fills, which the plan check refuses, is made here and never opens: a bare engine run stalls on it).
-        self._previous: dict[str, _Generation | None] = {
+        self._previous: dict[AnyBufferRef, _Generation | None] = {
             ref: (self.gens[(name, g - 1)] if g > 0 else None) for ref, (name, g) in refs.items()}
 
-    def _ref(self, ref: str, refs: dict[str, tuple[str, int]]) -> _Generation:
+    def _ref(self, ref: AnyBufferRef, refs: dict[AnyBufferRef, tuple[str, int]]) -> _Generation:
         gen = self._of.get(ref)
         if gen is None:
             refs[ref] = key = parse_buffer_ref(ref)
@@ -66,7 +66,7 @@ class PhaseBuffers:
         """Whether any tile of ``phase`` names a buffer."""
         return any(t.fills or t.uses for tiles in phase.tiles.values() for t in tiles)
 
-    def _gen(self, ref: str) -> _Generation:
+    def _gen(self, ref: AnyBufferRef) -> _Generation:
         return self._of[ref]
 
     def before_loads(self, tile: Tile) -> list[Gate]:

@@ -11,7 +11,7 @@ from sim.engine.clock import cycle_of
 from sim.engine.events import TraceEvent
 from sim.engine.units import Group
 from sim.model.plan import Tile, Transfer
-from sim.timing import engine_bytes, transfer_bytes
+from sim.timing import engine_bytes
 
 if TYPE_CHECKING:
     from sim.engine.engine import Engine
@@ -51,12 +51,7 @@ class Dma:
         self.eng, self.core, self.tile, self.t, self.kind, self.phase = eng, core, tile, t, kind, phase
         self.group = group
         self.env = eng.env
-        ends = eng.memo.transfers.get((id(t), core))
-        if ends is None:
-            src, dst = eng.resolve(core, tile, t, "src"), eng.resolve(core, tile, t, "dst")
-            route = (src[0].name, src[1], dst[0].name, dst[1])
-            ends = eng.memo.transfers[(id(t), core)] = (src, dst, t.size_bytes, route,
-                                                         *transfer_bytes(t, src[0], dst[0]))
+        ends = eng.ends(core, tile, t)
         self.src, self.dst, self.size_bytes, route, self.src_bytes, self.dst_bytes = ends
         self.src_link, self.dst_link, self.latency = eng.routes.get(route) or eng.route(*self.src, *self.dst)
         self.engines = eng.engine_pools.get(core) or eng.dma_engines(core)

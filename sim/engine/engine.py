@@ -26,6 +26,7 @@ so the event engine's work grows with tiles, not with elements.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,38 +43,35 @@ from sim.engine.fluid import FlowNetwork, FlowShape, Link
 from sim.engine.units import Group, Units
 from sim.engine.walk import Walk
 from sim.errors import ComputeOutputError, MemoryFault, SimError, brief, one_line
-from sim.model.memory import MAX_ACCESS_BYTES, SHARED, AddressSpace
-from sim.model.plan import Compute, Operand, Plan, Tile, Transfer
+from sim.model.memo import memoized
+from sim.model.memory import MAX_ACCESS_BYTES, SHARED, AddressSpace, MemoryMap
+from sim.model.plan import Operand, Plan, Tile, Transfer
 from sim.model.target import Region, Target
-from sim.timing import compute_cycles, compute_text, transfer_latency_cycles
+from sim.timing import compute_cycles, compute_text, transfer_bytes, transfer_latency_cycles
 
 
-class EngineMemo:
-    """What runs of one plan remember between runs, kept with the plan by a caller that runs it again.
+@memoized
+def transfer_ends(t: Transfer, core: int, mmap: MemoryMap) -> tuple:
+    """What the engine needs of transfer ``t`` issued by ``core`` over the memory map ``mmap``, worked out once per
+    distinct transfer (:mod:`sim.model.memo`): its source and destination ``(region, store key)``, its bytes, its route
+    ``(source region, key, destination region, key)`` and the bytes each end moves (whole bursts).  MemoryFault
+    (without the tile: the engine adds it) when a side is not one region's bytes."""
+    src, dst = _resolved_side(mmap, core, t, "src"), _resolved_side(mmap, core, t, "dst")
+    route = (src[0].name, src[1], dst[0].name, dst[1])
+    return (src, dst, t.size_bytes, route, *transfer_bytes(t, src[0], dst[0]))
 
-    Keyed by the ``id()`` of the plan's own transfers, operands and computes, which stay alive (and their ids
-    unique) as long as the plan the memo is kept with: ``transfers`` maps (transfer, core) to its resolved
-    ends, size, route and the bytes each end moves (whole bursts); ``copies`` (transfer, core) to the planned
-    byte copy (None: copy the slow way); ``operands`` (operand, core) to its store key, size, dtype and views;
-    ``compute`` a compute to its cycles, ``compute_text`` to how they were priced (its trace event's ``loops``).
-    """
 
-    __slots__ = ("transfers", "copies", "operands", "compute", "compute_text")
-
-    def __init__(self) -> None:
-        self.transfers: dict[tuple[int, int], tuple] = {}
-        self.copies: dict[tuple[int, int], Any] = {}  # a planned copy, or None
-        self.operands: dict[tuple[int, int], tuple] = {}
-        self.compute: dict[int, int] = {}
-        self.compute_text: dict[int, str | None] = {}
+def _resolved_side(mmap: MemoryMap, core: int, t: Transfer, side: str) -> tuple[Region, int]:
+    lo, hi = t.span(side)
+    region = mmap.region_of(lo, hi - lo)
+    if region is not None and hi - lo <= MAX_ACCESS_BYTES:
+        return region, (SHARED if region.shared else core)
+    return mmap.resolve(lo, hi - lo, core, what=f"DMA {side}")  # the full check, for its message
 
 
 class _PastLimit(Exception):
     """A run with a cycle limit that can no longer end by it (raised from inside the event loop)."""
 
-
-#: Memo value of a copy not planned yet (None means: not plannable, copy the slow way).
-_UNPLANNED = object()
 
 #: What a run does to simulated memory, in the order it does it: a transfer's bytes moving
 #: ``(transfer, core, source store key, destination store key)`` or a tile's compute ``(tile, core, cycle)``;
@@ -85,7 +83,7 @@ class Engine:
     """Runs one plan on a fresh SimPy environment; the cycle count is returned by :meth:`run`.
 
     Its parts (a core's :class:`~sim.engine.walk.Walk`, one :class:`~sim.engine.dma.Dma` transfer) drive it
-    through its public methods and read its public tables (``memo``, ``routes``, ``engine_links``,
+    through its public methods and read its public tables (``routes``, ``engine_links``,
     ``engine_pools``, ``flow_shapes``): the engine's interface to them, nothing private.
 
     With ``effects`` (a list), the run also appends every :data:`Effect` it has on memory, in order, whether it
@@ -94,8 +92,7 @@ class Engine:
     """
 
     def __init__(self, target: Target, memory: AddressSpace, recorder: Recorder, *, numerics: bool = True,
-                 on_tile: Callable[[int, int], None] | None = None, memo: EngineMemo | None = None,
-                 effects: list[Effect] | None = None):
+                 on_tile: Callable[[int, int], None] | None = None, effects: list[Effect] | None = None):
         self.target = target
         self.memory = memory
         self.recorder = recorder
@@ -114,13 +111,8 @@ class Engine:
         self._region_links: dict[tuple[str, int], Link] = {}
         self.engine_links: dict[tuple[int, int], Link] = {}
         self.engine_pools: dict[int, Units] = {}
-        # (lo, hi, core) -> (region, store key): a plan touches the same spans again and again.
+        # (lo, hi, core) -> (region, store key) of compute operands: a plan touches the same spans again and again.
         self._resolved: dict[tuple[int, int, int], tuple[Region, int]] = {}
-        # The regions resolve() found last, newest first: (base, end, region, SHARED or a core).
-        self._recent_regions: list[tuple[int, int, Region, int]] = []
-        # Kept with a plan (``memo``) by a caller that runs the same plan again, since resolving spans is a good
-        # part of a transfer's cost.
-        self.memo = EngineMemo() if memo is None else memo
         self.routes: dict[tuple[str, int, str, int], tuple[Link, Link, int]] = {}
         # (source link, its bytes, destination link, its bytes, engine link) -> the flow's shape in this run's net.
         self.flow_shapes: dict[tuple[Link, int, Link, int, Link], FlowShape] = {}
@@ -162,31 +154,21 @@ class Engine:
 
     # -- one transfer ------------------------------------------------------------------------------
 
-    def resolve(self, core: int, tile: Tile, t: Transfer, side: str) -> tuple[Region, int]:
-        """The region and store key of transfer ``t``'s ``side`` ('src' or 'dst') as ``core`` sees it; a
-        MemoryFault naming the core, the tile and the cycle when it is not one region's bytes."""
-        lo, hi = t.span(side)
-        if hi - lo <= MAX_ACCESS_BYTES:
-            # A plan's transfers mostly fall in the two or three regions found last: ask those first.
-            for base, end, recent, key in self._recent_regions:
-                if base <= lo and max(hi, lo + 1) <= end:
-                    return recent, (SHARED if key == SHARED else core)
-        got = self._resolved.get((lo, hi, core))
-        if got is not None:
-            return got
-        region = self.memory.map.region_of(lo, hi - lo)
-        if region is not None:
-            self._recent_regions = [(region.base, region.end, region, SHARED if region.shared else core),
-                                    *(r for r in self._recent_regions[:3] if r[2] is not region)]
-        if region is not None and hi - lo <= MAX_ACCESS_BYTES:
-            got = (region, SHARED if region.shared else core)
-        else:
-            try:  # the full check, for its message
-                got = self.memory.map.resolve(lo, hi - lo, core, what=f"DMA {side}")
-            except MemoryFault as e:
-                raise MemoryFault.in_tile(e, core, tile, cycle_of(self.env)) from None
-        self._resolved[(lo, hi, core)] = got
-        return got
+    def ends(self, core: int, tile: Tile, t: Transfer) -> tuple:
+        """:func:`transfer_ends` of ``t`` on ``core``; a MemoryFault naming the core, the tile and the cycle when a
+        side is not one region's bytes."""
+        mmap = self.memory.map
+        # The transfer keeps its last answer (outside its fields, as it keeps its hash): a plan's transfers are
+        # issued by one core over one map, run after run, and this path is taken once per transfer run.
+        last = t.__dict__.get("_ends")
+        if last is not None and last[0] is mmap and last[1] == core:
+            return last[2]
+        try:
+            ends = transfer_ends(t, core, mmap)
+        except MemoryFault as e:
+            raise MemoryFault.in_tile(e, core, tile, cycle_of(self.env)) from None
+        t.__dict__["_ends"] = (mmap, core, ends)
+        return ends
 
     def route(self, src_region: Region, src_key: int, dst_region: Region, dst_key: int) -> tuple[Link, Link, int]:
         """(source link, destination link, access latency) of a transfer's two ends."""
@@ -208,11 +190,9 @@ class Engine:
     # -- compute ---------------------------------------------------------------------------------
 
     def copy_bytes(self, t: Transfer, core: int, src_key: int, dst_key: int) -> None:
-        """Move a transfer's bytes in simulated memory (through views kept in the memo after the first time)."""
-        planned = self.memo.copies.get((id(t), core), _UNPLANNED)
-        if planned is _UNPLANNED:  # the copy's views, kept with the plan: its later runs reuse them
-            planned = self.memo.copies[(id(t), core)] = self.memory.copy_plan(
-                src_key, t.src, dst_key, t.dst, t.shape, t.itemsize, t.src_strides, t.dst_strides)
+        """Move a transfer's bytes in simulated memory (through views the memory keeps after the first time)."""
+        planned = self.memory.kept_copy_plan(src_key, t.src, dst_key, t.dst, t.shape, t.itemsize, t.src_strides,
+                                             t.dst_strides)
         if planned is None:
             self.memory.copy(src_key, t.src, dst_key, t.dst, t.shape, t.itemsize, t.src_strides, t.dst_strides)
         else:
@@ -259,17 +239,10 @@ class Engine:
     def _operand_view(self, core: int, tile: Tile, op: Operand, label: str, what: str,
                       cycle: int) -> tuple[int, int, np.dtype, np.ndarray | None, np.ndarray | None]:
         """(store key, bytes, dtype, a view of the operand's bytes and a read-only one, or None twice if it
-        crosses a page), kept in the memo: a cached plan's operands are the same every run."""
-        got = self.memo.operands.get((id(op), core))
-        if got is None:
-            key, n, dt = self._operand_key(core, tile, op, label, what, cycle)
-            view = self.memory.dense_view(key, op.addr, op.shape, dt)
-            frozen = None
-            if view is not None:
-                frozen = view.view()
-                frozen.flags.writeable = False
-            got = self.memo.operands[(id(op), core)] = (key, n, dt, view, frozen)
-        return got
+        crosses a page), the views kept by the memory: a cached plan's operands are the same every run."""
+        key, n, dt = self._operand_key(core, tile, op, label, what, cycle)
+        view, frozen = self.memory.kept_dense_views(key, op.addr, tuple(op.shape), dt)
+        return key, n, dt, view, frozen
 
     def _read_operand(self, core: int, tile: Tile, op: Operand, cycle: int) -> np.ndarray:
         key, n, dt, _, frozen = self._operand_view(core, tile, op, "compute operand", "read", cycle)
@@ -305,12 +278,6 @@ class Engine:
         for op, value in zip(c.outputs, results):
             self._write_operand(core, tile, op, value, cycle)
 
-    def _compute_cycles(self, c: Compute) -> int:
-        cycles = self.memo.compute.get(id(c))
-        if cycles is None:
-            cycles = self.memo.compute[id(c)] = compute_cycles(c, self.target)
-        return cycles
-
     def begin_compute(self, core: int, tile: Tile) -> int:
         """Run a tile's numerics (results written back now) and return the cycles its compute takes.
 
@@ -323,7 +290,7 @@ class Engine:
             self._compute_numerics(core, tile, cycle_of(self.env))
         if self.effects is not None:
             self.effects.append((tile, core, cycle_of(self.env)))
-        cycles = self._compute_cycles(c)
+        cycles = compute_cycles(c, self.target)
         if self._compute_left is not None:
             left = self._compute_left[core]
             if cycle_of(self.env) + left > self._limit:
@@ -335,11 +302,7 @@ class Engine:
         """The trace event of a tile's compute, which ran from ``start`` to now."""
         c = tile.compute
         assert c is not None
-        key = id(c)
-        if key in self.memo.compute_text:
-            text = self.memo.compute_text[key]
-        else:
-            text = self.memo.compute_text[key] = compute_text(c, self.target)
+        text = compute_text(c, self.target)
         self.record(TraceEvent(core, "compute", "compute", start, cycle_of(self.env), 0, None, None, None, None,
                                tile.tile_id, phase, c.flops, 0, None, text))
 
@@ -429,7 +392,7 @@ class Engine:
         if until_cycles is not None:
             # Each core's compute cycles, all of which it runs one after another (the early stop's bound).
             self._limit = until_cycles
-            self._compute_left = {core: sum(self._compute_cycles(t.compute) for ph in plan.phases
+            self._compute_left = {core: sum(compute_cycles(t.compute, self.target) for ph in plan.phases
                                             for t in ph.tiles.get(core, ()) if t.compute is not None)
                                   for core in plan.cores}
         multi = len(plan.cores) > 1
@@ -511,15 +474,30 @@ class SimulatedTiming:
     effects: tuple[Effect, ...]
 
 
-def simulate(plan: Plan, target: Target, memory: AddressSpace, *, numerics: bool, memo: EngineMemo | None = None,
+def simulate(plan: Plan, target: Target, memory: AddressSpace, *, numerics: bool,
              on_tile: Callable[[int, int], None] | None = None,
-             until_cycles: int | None = None) -> SimulatedTiming | None:
+             until_cycles: int | None = None, memo: object = None) -> SimulatedTiming | None:
     """Run ``plan`` (its numerics too when ``numerics``) and return its timing, effects recorded; None when it
-    has not finished by ``until_cycles``."""
+    has not finished by ``until_cycles``.  (``memo``, an EngineMemo once, is no longer used: passing it warns.)"""
+    if memo is not None:
+        warnings.warn("simulate(memo=...) is no longer used: what runs remember is kept by value "
+                      "(sim.model.memo) and by the memory; drop the argument", DeprecationWarning, stacklevel=2)
     recorder = Recorder()
     effects: list[Effect] = []
-    engine = Engine(target, memory, recorder, numerics=numerics, on_tile=on_tile, memo=memo, effects=effects)
+    engine = Engine(target, memory, recorder, numerics=numerics, on_tile=on_tile, effects=effects)
     cycles = engine.run(plan, until_cycles=until_cycles)
     if cycles is None:
         return None
     return SimulatedTiming(cycles, tuple(recorder.events), engine.sim_events, tuple(effects))
+
+
+class _EngineMemoGone:
+    """What ``EngineMemo()`` gives now: nothing to keep (runs remember by value, :mod:`sim.model.memo`)."""
+
+
+def __getattr__(name: str) -> Any:
+    if name == "EngineMemo":  # removed: a caller that made one and passed it as memo= keeps working, warned
+        warnings.warn("sim.engine.engine.EngineMemo is gone: what runs of a plan remember is kept by value "
+                      "(sim.model.memo) and by the memory; stop passing memo=", DeprecationWarning, stacklevel=2)
+        return _EngineMemoGone
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

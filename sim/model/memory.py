@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -44,6 +44,9 @@ Run = tuple[np.ndarray, int]
 SHARED = -1
 #: Largest single read or write (bytes): a bigger one is a typo that would exhaust the host's memory.
 MAX_ACCESS_BYTES = 1 << 31
+#: Views an address space keeps for copies and operands run again (AddressSpace.kept_copy_plan and
+#: kept_dense_views); past it they are all dropped and made afresh as needed.
+MAX_KEPT_VIEWS = 1 << 16
 
 
 def _is_int(v: object) -> bool:
@@ -155,6 +158,9 @@ class AddressSpace:
         self._enclosing: list[dict[tuple[int, int], np.ndarray | None]] = []  # journals begun before it
         self._spare: list[np.ndarray] = []  # chunk-sized journal buffers free for the next call
         self._page_ends: dict[int, int] = {}  # page index -> bytes of it the map covers (from the page's start)
+        # Views into these pages that runs ask for again and again (a cached plan's copies and operands), by the
+        # values that define them: they stay valid for good (pages never move), and die with this memory.
+        self._kept: dict[tuple, Any] = {}
 
     # -- pages and chunks ----------------------------------------------------------------------
 
@@ -342,6 +348,37 @@ class AddressSpace:
         src_view, dst_view, dst_key, dlo, dhi = planned
         self._touch(dst_key, dlo, dhi)
         dst_view[...] = src_view  # numpy buffers the copy itself when source and destination overlap
+
+    def kept_copy_plan(self, src_key: int, src: int, dst_key: int, dst: int, shape: tuple[int, ...], itemsize: int,
+                       src_strides: tuple[int, ...], dst_strides: tuple[int, ...]) -> tuple | None:
+        """:meth:`copy_plan`, made once per distinct copy and kept with this memory."""
+        key = ("copy", src_key, src, dst_key, dst, shape, itemsize, src_strides, dst_strides)
+        try:
+            return self._kept[key]
+        except KeyError:
+            got = self.copy_plan(src_key, src, dst_key, dst, shape, itemsize, src_strides, dst_strides)
+            return self._keep(key, got)
+
+    def kept_dense_views(self, key: int, addr: int, shape: tuple[int, ...],
+                         dtype: np.dtype) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """(:meth:`dense_view`, a read-only view of the same bytes), made once per distinct array and kept with
+        this memory; (None, None) if its bytes lie over pages of several runs."""
+        k = ("dense", key, addr, shape, dtype)
+        try:
+            return self._kept[k]
+        except KeyError:
+            view = self.dense_view(key, addr, shape, dtype)
+            frozen = None
+            if view is not None:
+                frozen = view.view()
+                frozen.flags.writeable = False
+            return self._keep(k, (view, frozen))
+
+    def _keep(self, key: tuple, value: Any) -> Any:
+        if len(self._kept) >= MAX_KEPT_VIEWS:  # a long sweep's plans: start afresh rather than grow
+            self._kept.clear()
+        self._kept[key] = value
+        return value
 
     def dense_view(self, key: int, addr: int, shape: Sequence[int], dtype: np.dtype) -> np.ndarray | None:
         """A writable view of the dense array at ``addr`` (little-endian ``dtype``), None if its bytes lie over

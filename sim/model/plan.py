@@ -17,6 +17,7 @@ from typing import Any, Generic, TypeVar, overload
 import numpy as np
 
 from sim.errors import LayoutError
+from sim.model.memo import FrozenDict, cached_hash, state_without_hash
 from sim.model.memory import block_span
 
 
@@ -75,6 +76,10 @@ class Transfer:
     itemsize: int
     src_strides: tuple[int, ...]
     dst_strides: tuple[int, ...]
+
+    # Hashed by value once per descriptor: the engine keys its work on a transfer by it, per transfer it runs.
+    __hash__ = cached_hash
+    __getstate__ = state_without_hash
 
     # The derived geometry below is worked out once per descriptor (cached on the instance, outside the
     # fields): the engine, the roofline and the plan check each ask for it, tile after tile.
@@ -148,6 +153,9 @@ class Operand:
     shape: tuple[int, ...]
     dtype: np.dtype
 
+    __hash__ = cached_hash
+    __getstate__ = state_without_hash
+
     @property
     def size_bytes(self) -> int:
         """Bytes the operand occupies."""
@@ -169,6 +177,10 @@ class Loop:
     entry after the loop: storing accumulators, ...) with ``reductions`` cross-lane vector reductions.
     ``vector_registers`` is how many vector registers the body keeps live (at most the core has); ``label``
     names the loop in reports ("gemm micro-kernel 6x128", "elementwise").
+
+    A loop is a hashable value: ``issues`` and ``epilogue`` may be given as any mapping (a dict, as kernels
+    write them) and are kept as :class:`~sim.model.memo.FrozenDict` (equal to the dict they were given), so equal
+    loops price once (:mod:`sim.model.memo`).
     """
 
     trips: int
@@ -180,6 +192,38 @@ class Loop:
     reductions: int = 0
     vector_registers: int = 0
     label: str = ""
+
+    __hash__ = cached_hash
+    __getstate__ = state_without_hash
+
+    def __post_init__(self) -> None:
+        # Frozen mappings make the loop hashable; a mapping that is not one (a kernel's dict) is copied into one.
+        for name in ("issues", "epilogue"):
+            value = getattr(self, name)
+            if type(value) is not FrozenDict and isinstance(value, Mapping):
+                object.__setattr__(self, name, FrozenDict(value))
+
+
+@dataclass(frozen=True)
+class TileFn:
+    """A tile's compute function as a value: a module-level function ``fn`` and the parameters it is called with,
+    ``fn(*params, *operands)`` (``functools.partial`` as frozen data).  Two tiles stating the same function with
+    equal parameters state equal computes, so everything remembered of one (its price, :mod:`sim.model.memo`) serves the
+    other.  ``params`` must be hashable (ints, strings, tuples, numpy dtypes).  A plain function or closure stays a
+    valid ``Compute.fn`` (a user kernel's): it is hashed by identity, so only the same object is the same fn."""
+
+    fn: Callable[..., Sequence[np.ndarray]]
+    params: tuple[Any, ...] = ()
+
+    __hash__ = cached_hash
+    __getstate__ = state_without_hash
+
+    def __call__(self, *operands: np.ndarray) -> Sequence[np.ndarray]:
+        return self.fn(*self.params, *operands)
+
+    @property
+    def __name__(self) -> str:  # messages name a tile's function: name the function this one calls
+        return getattr(self.fn, "__name__", type(self.fn).__name__)
 
 
 @dataclass(frozen=True)
@@ -199,6 +243,8 @@ class Compute:
     arithmetic intensity), never priced.  A compute that does arithmetic
     (``flops > 0``) or writes outputs must state its loops (the plan check's
     rule ``compute-loops``); one that does neither costs the tile overhead.
+    ``fn`` is best a :class:`TileFn` (a module-level function and its parameters: a hashable value); a plain
+    function or closure works too and is hashed by identity.
     """
 
     fn: Callable[..., Sequence[np.ndarray]]
@@ -208,21 +254,57 @@ class Compute:
     precision: str
     loops: tuple[Loop, ...] = ()
 
+    __hash__ = cached_hash
+    __getstate__ = state_without_hash
 
-#: Separates a staged buffer's name from its generation in a :class:`Tile`'s ``fills`` and ``uses``.
+
+#: Separates a staged buffer's name from its generation in the string form of a buffer reference.
 GENERATION_MARK = "@"
 
 
-def buffer_ref(name: str, generation: int) -> str:
-    """The reference ``"<name>@<generation>"`` a tile's ``fills``/``uses`` list: fill number ``generation``
-    (0, 1, 2 ...) of the staged buffer ``name``."""
-    return f"{name}{GENERATION_MARK}{int(generation)}"
+class BufferRef(str):
+    """Fill number ``generation`` (0, 1, 2 ...) of the staged buffer ``name``: what a :class:`Tile`'s ``fills`` and
+    ``uses`` list.  A typed reference that is also its string form ``"<name>@<generation>"`` (a ``str``: equal to
+    it, hashed alike, immutable), so kernels written when references were strings keep working and both forms
+    may be mixed.  Its fields are not checked here: the plan check refuses a malformed one, naming the tile."""
+
+    name: str
+    generation: int
+
+    def __new__(cls, name: str, generation: int) -> BufferRef:
+        ref = super().__new__(cls, f"{name}{GENERATION_MARK}{generation}")
+        ref.__dict__.update(name=name, generation=generation)
+        return ref
+
+    def __setattr__(self, key: str, value: object) -> None:
+        raise AttributeError("a BufferRef cannot change: make another")
+
+    def __getnewargs__(self) -> tuple[str, int]:  # type: ignore[override]
+        return self.name, self.generation
+
+    def __repr__(self) -> str:
+        return f"BufferRef({self.name!r}, {self.generation!r})"
 
 
-def parse_buffer_ref(ref: str) -> tuple[str, int]:
-    """``(name, generation)`` of a buffer reference (:func:`buffer_ref`); ValueError when malformed."""
+#: What a tile's ``fills`` and ``uses`` hold: a :class:`BufferRef` or its string form (a BufferRef is a str).
+AnyBufferRef = str
+
+
+def buffer_ref(name: str, generation: int) -> BufferRef:
+    """The reference to fill number ``generation`` (0, 1, 2 ...) of the staged buffer ``name``: a
+    :class:`BufferRef`, which is the string ``"<name>@<generation>"``."""
+    return BufferRef(name, int(generation))
+
+
+def parse_buffer_ref(ref: AnyBufferRef) -> tuple[str, int]:
+    """``(name, generation)`` of a buffer reference (a :class:`BufferRef` or its string form
+    ``"name@generation"``); ValueError when malformed."""
+    if type(ref) is BufferRef and isinstance(ref.name, str) and ref.name and type(ref.generation) is int \
+            and ref.generation >= 0:
+        return ref.name, ref.generation  # else its string form says what is wrong with it
     if not isinstance(ref, str):
-        raise ValueError(f"a buffer reference is a string 'name{GENERATION_MARK}generation', got {ref!r}")
+        raise ValueError(f"a buffer reference is a BufferRef(name, generation) or a string "
+                         f"'name{GENERATION_MARK}generation', got {ref!r}")
     name, mark, gen = ref.rpartition(GENERATION_MARK)
     if not mark or not name or not gen.isdigit() or not gen.isascii():
         raise ValueError(f"buffer reference {ref!r} is not 'name{GENERATION_MARK}generation' (a name, "
@@ -240,8 +322,8 @@ class Tile:
     pipeline and one that uses a single slot gets a serial one.
 
     Blocking through several levels (DDR -> a shared level -> a core's level) names staged buffers.  A
-    reference is ``"<buffer>@<generation>"`` (:func:`buffer_ref`): generation g of a buffer is its g-th fill
-    in the phase (names are the phase's, shared by all its cores).
+    reference is a :class:`BufferRef` (:func:`buffer_ref`) or its string ``"<buffer>@<generation>"``:
+    generation g of a buffer is its g-th fill in the phase (names are the phase's, shared by all its cores).
 
     * ``fills``: the buffers this tile's loads fill.  Such a *staging tile* has no compute and no stores, takes
       no part in slot ordering, and the core's walk does not wait for it: it moves on to its next tile while
@@ -262,8 +344,8 @@ class Tile:
     compute: Compute | None
     stores: tuple[Transfer, ...]
     slot: int = 0
-    fills: tuple[str, ...] = ()
-    uses: tuple[str, ...] = ()
+    fills: tuple[AnyBufferRef, ...] = ()
+    uses: tuple[AnyBufferRef, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ import bisect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from sim.model.plan import Compute, Phase, Tile, Transfer, parse_buffer_ref
+from sim.model.plan import AnyBufferRef, Compute, Phase, Tile, Transfer, parse_buffer_ref
 from sim.model.target import StagingArea
 
 #: A span of bytes ``(lo, hi)``; a sorted tuple of disjoint spans.
@@ -276,7 +276,8 @@ class AliasCheck:
                     return self._words(me, stage, latest[slot], STORES, (span, writes, other_writes))
         return None
 
-    def buffers(self, phase: Phase, parse: Callable[[str], tuple[str, int]] = parse_buffer_ref) -> Finding | None:
+    def buffers(self, phase: Phase,
+                parse: Callable[[AnyBufferRef], tuple[str, int]] = parse_buffer_ref) -> Finding | None:
         """The first pair of staged buffers of ``phase`` that fill the same bytes, or tile writing a buffer's
         bytes without being one of its fills; None if none (``Finding.index`` is the later tile's position in
         its core's tiles, the core is :attr:`core`)."""

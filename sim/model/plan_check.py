@@ -326,9 +326,9 @@ class _Checker:
                     raise self.fail("plan-structure", f"Tile.{field_name}: {e}") from None
         if tile.fills:
             if tile.compute is not None or tile.stores:
-                raise self.fail("buffers", f"the tile fills {', '.join(tile.fills)} and so is a staging tile, which "
-                                           f"the walk does not wait for: it may have loads only (no compute, no "
-                                           f"stores)")
+                raise self.fail("buffers", f"the tile fills {', '.join(map(str, tile.fills))} and so is a staging "
+                                           f"tile, which the walk does not wait for: it may have loads only (no "
+                                           f"compute, no stores)")
             filled = {self._ref(r)[0] for r in tile.fills}
             both = sorted(filled & {self._ref(r)[0] for r in tile.uses})
             if both:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from sim.model.memo import cached_hash, state_without_hash
+
 #: The storage precisions: the element types a kernel symbol's buffers hold (``fp32`` for ``fp_`` symbols,
 #: ``fp16`` for ``hp_``).  A core may compute in further precisions (``fp16_fp32acc``: fp16 products accumulated
 #: in fp32), which are rates, never symbols.
@@ -78,6 +80,10 @@ class CoreModel:
     issue_width: Mapping[str, int]
     units: Mapping[str, FunctionalUnit]
     vector_registers: int
+
+    # Hashed by value once (its mappings by their items): loop prices are remembered per core model (sim.model.memo).
+    __hash__ = cached_hash
+    __getstate__ = state_without_hash
 
 
 @dataclass(frozen=True)

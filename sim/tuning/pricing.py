@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sim.engine.engine import EngineMemo, SimulatedTiming, simulate
+from sim.engine.engine import SimulatedTiming, simulate
 from sim.errors import PlanError, TimeLimitError, detached
 from sim.model.memory import AddressSpace
 from sim.model.plan import Plan
@@ -32,14 +32,13 @@ class _TileCounter:
 
 @dataclass(frozen=True)
 class Candidate:
-    """A candidate tiling as the search sees it: the plan it gives, the plan's engine memo, a lower bound of its
+    """A candidate tiling as the search sees it: the plan it gives, a lower bound of its
     cycles that holds for any run of it (:func:`sim.timing.run_lower_bound_cycles`), and ``verify``, the plan
     check (a PlanError drops the candidate; None: checked already), made only for the candidate the search picks
     (or one whose timing-only run fails): a plan is checked before its results count."""
 
     tiling: dict
     plan: Plan
-    memo: EngineMemo | None
     lower_bound_cycles: float
     verify: Callable[[], None] | None = None
 
@@ -152,7 +151,7 @@ class Pricing:
                 self.progress("pricing tilings", self.done_tiles, self.total_tiles)
                 tick = _TileCounter(self.progress, "pricing tilings", self.done_tiles, self.total_tiles)
             try:
-                timing = simulate(cand.plan, self.target, self.memory, numerics=False, memo=cand.memo,
+                timing = simulate(cand.plan, self.target, self.memory, numerics=False,
                                   on_tile=tick, until_cycles=limit)
             except TimeLimitError:
                 raise  # the call's time ran out: nothing to do with this plan

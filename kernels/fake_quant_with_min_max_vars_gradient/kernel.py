@@ -1,48 +1,5 @@
-"""TensorFlow's FakeQuantWithMinMaxVarsGradient: ``{fp,hp}_fake_quant_with_min_max_vars_gradient_{s,p}``.
-
-``gradients`` and ``inputs`` have shape ``shape``; ``min`` and ``max`` are fp32
-scalars read from memory when the kernel runs.  With the quantisation range
-[qmin, qmax] = [narrow_range ? 1 : 0, 2^num_bits − 1], the bounds are nudged in
-float32, step by step, as TensorFlow's ``Nudge`` does::
-
-    scale = (max − min) / (qmax − qmin)
-    zero_point_from_min = qmin − min / scale
-    zero_point = clamp(round_half_away(zero_point_from_min), qmin, qmax)
-    nudged_min = (qmin − zero_point) · scale,  nudged_max = (qmax − zero_point) · scale
-
-then ``backprops_wrt_input = gradients · (nudged_min ≤ x ≤ nudged_max)``,
-``backprop_wrt_min = Σ gradients where x < nudged_min`` and ``backprop_wrt_max =
-Σ gradients where x > nudged_max`` (sums in fp32).  min = max = 0 passes every
-gradient and gives zero min/max gradients; min > max, min = max ≠ 0 or a
-non-finite bound raise KernelArgError when the values are read.
-
-Precision: ``fp_`` symbols store and compute in fp32; ``hp_`` symbols store
-gradients, inputs and backprops_wrt_input in fp16 and the four scalars in
-fp32, compare and sum in fp32 (fp16 loads and stores, three conversions per
-vector on the vector ALU, fp32 arithmetic; not counted as flops).
-
-Loops: the nudge is straight-line code on one lane (:data:`NUDGE_OPS`); a data
-tile is one streaming loop, per vector of fp32 lanes: gradients and inputs
-loaded, two compares and a select on the vector ALU, two masked adds into the
-min and max sums on the FMACs (running sums: a carried chain, unrolled into
-enough accumulators), the input gradient stored; each tile ends with a
-cross-lane reduction per sum.  The partials' reduction is
-kernels.common.exchange's loop.
-
-Plan: the flattened elements are split over the cores in whole vectors.  Each
-core first loads min and max into its scratchpad and nudges them (that tile's
-compute is where bad bounds are refused), then streams tiles of gradients and
-inputs through two scratchpad slots, accumulating its two partial sums.  With
-several cores the partials go to the shared staging level, a barrier follows,
-and the first core loads, reduces and stores the two scalars.
-
-Tiling (``tiling=`` of a call or run-config): ``cores`` -- how many of the
-call's cores share the elements (the first ones; one core needs no exchange
-and no barrier), ``tile_elements`` -- elements per tile (tried: a quarter of
-a core's share in whole vectors, as much as a slot holds, an eighth of the
-first).  The keys a caller leaves out the simulator's search chooses in
-:meth:`FakeQuantWithMinMaxVarsGradient.tiling_space`.
-"""
+"""Fake quant gradient's registry entry: binding, the tiling space and the plan (the package's docstring says how
+it is planned)."""
 
 from __future__ import annotations
 
@@ -52,97 +9,29 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from kernels.base import PRECISION_DTYPES, PlanContext
 from kernels.common.args import require_bool, require_int, require_ints
 from kernels.common.binding import attrs_of, bind_arguments, bound_call
 from kernels.common.exchange import Exchange
 from kernels.common.loops import sequence, streaming
 from kernels.common.scratch import Scratch, align_up, aligned_bytes
+from kernels.common.shares import core_shares
 from kernels.common.streams import FIXED_SLOT, CoreStream, plan_of
-from kernels.common.tiling_space import IntKey, TilingSpace, complete, pipeline_tile, split_units
-from sim.errors import KernelArgError
+from kernels.common.tensor_view import TensorView
+from kernels.common.tiling_space import IntKey, TilingSpace, complete, pipeline_tile
+from kernels.fake_quant_with_min_max_vars_gradient.numerics import (
+    COMPUTE_PRECISION,
+    F32,
+    FLOPS_NUDGE,
+    FLOPS_PER_ELEMENT,
+    NUDGE_OPS,
+    SHORT_TILE_FRACTION,
+    masked_tile,
+    nudge_tile,
+)
 from sim.model.call import ArgSpec, BoundCall, MemoryReader
-from sim.model.plan import Compute, DoesNotFit, Operand, Phase, Plan, Tile, Transfer
+from sim.model.plan import Compute, DoesNotFit, Operand, Phase, Plan, Tile, TileFn, Transfer
 
-F32 = np.dtype(np.float32)
-#: Masks compare the fp32 value of each element with fp32 bounds, for both symbol precisions.
-COMPUTE_PRECISION = "fp32"
-#: Vector element operations per element: x < nmin, x > nmax, select the input gradient (2),
-#: masked accumulation of the min and max sums (2 each).
-FLOPS_PER_ELEMENT = 8
-#: The scalar nudge, counted as vector ops on one lane each: sub, div, sub-div, round, clamp (2), 2 × (sub, mul).
-FLOPS_NUDGE = 11
-#: The nudge as the core runs it on one lane, each op waiting for the one before: load min and max; max - min and
-#: the multiply by 1/(qmax - qmin) (scale); 1/scale (the estimate and a Newton step of two FMAs) and qmin - min/scale
-#: (zero_point_from_min); round half away and the clamp (2); (qmin - zp)·scale and (qmax - zp)·scale side by side
-#: (a sub and a mul deep); store the nudged bounds and the zeroed sums.
-NUDGE_OPS = ("vls", "fmac", "fmac", "valu", "fmac", "fmac", "fmac", "valu", "valu", "valu", "fmac", "fmac", "vls",
-             "vls")
-#: The short-tile candidate takes this fraction of the heuristic's tile.
-SHORT_TILE_FRACTION = 8
-
-
-# -- numerics ---------------------------------------------------------------------------------------
-
-def _round_half_away(v: np.float32) -> float:
-    """std::round of a float32 value that lies in [qmin, qmax] (non-negative): exact in float64."""
-    return math.floor(float(v) + 0.5)
-
-
-def nudge(min_value: float, max_value: float, num_bits: int, narrow_range: bool) -> tuple[np.float32, np.float32]:
-    """(nudged_min, nudged_max) in float32, step by step as TensorFlow's Nudge; KernelArgError for bad bounds.
-
-    min = max = 0 returns (-inf, +inf): every input passes and no gradient flows to min or max.
-    """
-    lo, hi = F32.type(min_value), F32.type(max_value)
-    if not (np.isfinite(lo) and np.isfinite(hi)):
-        raise KernelArgError(f"arguments 'min' and 'max': expected finite bounds, got min={float(lo)!r}, "
-                             f"max={float(hi)!r}")
-    if lo > hi or (lo == hi and lo != 0):
-        raise KernelArgError(f"arguments 'min' and 'max': expected min < max (or min = max = 0), got "
-                             f"min={float(lo)!r}, max={float(hi)!r}")
-    if lo == hi:
-        return F32.type(-np.inf), F32.type(np.inf)
-    qmin = F32.type(1 if narrow_range else 0)
-    qmax = F32.type((1 << num_bits) - 1)
-    scale = F32.type((hi - lo) / (qmax - qmin))
-    zp_from_min = F32.type(qmin - F32.type(lo / scale))
-    if zp_from_min < qmin:
-        zp = qmin
-    elif zp_from_min > qmax:
-        zp = qmax
-    else:
-        zp = F32.type(_round_half_away(zp_from_min))
-    return F32.type(F32.type(qmin - zp) * scale), F32.type(F32.type(qmax - zp) * scale)
-
-
-def masked_gradients(gradients: np.ndarray, inputs: np.ndarray, nudged_min: np.float32,
-                     nudged_max: np.float32) -> tuple[np.ndarray, np.float32, np.float32]:
-    """(input gradient in fp32, Σ gradients below nudged_min, Σ gradients above nudged_max) of one block."""
-    g = gradients.astype(F32, copy=False)
-    x = inputs.astype(F32, copy=False)
-    below, above = x < nudged_min, x > nudged_max
-    if np.isneginf(nudged_min) and np.isposinf(nudged_max):
-        inside = np.ones(x.shape, bool)  # min = max = 0: every gradient passes, NaN inputs included
-    else:  # neither below nor above nor NaN (a NaN compares false both ways): two passes, not four
-        inside = (x >= nudged_min) & (x <= nudged_max)
-    zero = F32.type(0)
-    return (np.where(inside, g, zero), np.where(below, g, zero).sum(dtype=F32),
-            np.where(above, g, zero).sum(dtype=F32))
-
-
-def fake_quant_gradient_reference(gradients: np.ndarray, inputs: np.ndarray, min_value: float, max_value: float,
-                                  num_bits: int = 8, narrow_range: bool = False
-                                  ) -> tuple[np.ndarray, np.float32, np.float32]:
-    """The whole op on whole arrays, as the chip computes it (input gradient in the gradients' dtype)."""
-    nmin, nmax = nudge(min_value, max_value, num_bits, narrow_range)
-    bp, wmin, wmax = masked_gradients(gradients, inputs, nmin, nmax)
-    return bp.astype(gradients.dtype), wmin, wmax
-
-
-# -- the kernel -------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class FakeQuantAttrs:
@@ -276,8 +165,7 @@ class _Planner:
 
     def shares(self, cores: int) -> list[tuple[int, int, int]]:
         """(core, first element, end element) of each of the first ``cores`` with work: whole vectors, even."""
-        return [(core, e0, e1) for core, (e0, e1) in zip(self.call.cores,
-                                                         split_units(self.total, self.lanes, cores))]
+        return core_shares(self.call.cores[:cores], self.total, self.lanes)
 
     def heuristic_tile(self, span: int, tiles: int | None = None) -> int:
         """Elements per tile that cut a share of ``span`` into ``tiles`` tiles (whole vectors) when it fits."""
@@ -307,16 +195,13 @@ class _Planner:
         """Nudge, stream [e0, e1) through two slots in tiles of ``per_tile`` elements, publish the partial sums."""
         dt, b, attrs = self.dt, self.buf, self.attrs
 
-        def prep(bounds_value, _bits=attrs.num_bits, _narrow=attrs.narrow_range):
-            nmin, nmax = nudge(bounds_value[0], bounds_value[1], _bits, _narrow)
-            return np.array([nmin, nmax], F32), np.zeros(2, F32)
-
         stream = CoreStream()
         # The fixed area has its own slot, so the first data tile's loads overlap the nudge.
         # Every core nudges the bounds; the math counts one nudge (and zeroing the sums is no math).
         stream.add((Transfer.contiguous(b["min"].addr, self.bounds.addr, 4),
                     Transfer.contiguous(b["max"].addr, self.bounds.addr + 4, 4)),
-                   Compute(prep, (self.bounds,), (self.nudged, self.acc), flops=FLOPS_NUDGE if idx == 0 else 0,
+                   Compute(TileFn(nudge_tile, (attrs.num_bits, attrs.narrow_range)), (self.bounds,),
+                           (self.nudged, self.acc), flops=FLOPS_NUDGE if idx == 0 else 0,
                            precision=COMPUTE_PRECISION, loops=(sequence(NUDGE_OPS, label="nudge"),)),
                    (), slot=FIXED_SLOT)
         # Per vector: two compares with the nudged bounds and the select of the input gradient (the ALU), the
@@ -326,21 +211,16 @@ class _Planner:
                                       sums=2, load_itemsize=dt.itemsize, store_itemsize=dt.itemsize,
                                       chain=("vls",) + ("valu",) * (2 + 2 * (dt != F32)) + ("vls",), reductions=2,
                                       epilogue={"vls": 2}, label="masked gradients")
+        grads, inputs, out = (TensorView.of(b[name], (self.total,))
+                              for name in ("gradients", "inputs", "backprops_wrt_input"))
         for s in range(e0, e1, per_tile):
             n = min(per_tile, e1 - s)
             slot = self.scratch.slot(stream.slot)
             og, ox, obp = (slot.operand((n,), dt) for _ in range(3))
-            off = s * dt.itemsize
-
-            def fn(g, x, nudged_value, acc_value, _dt=dt):
-                bp, below, above = masked_gradients(g, x, nudged_value[0], nudged_value[1])
-                return bp.astype(_dt, copy=False), acc_value + np.array([below, above], F32)
-
-            stream.add((Transfer.contiguous(b["gradients"].addr + off, og.addr, og.size_bytes),
-                        Transfer.contiguous(b["inputs"].addr + off, ox.addr, ox.size_bytes)),
-                       Compute(fn, (og, ox, self.nudged, self.acc), (obp, self.acc), flops=n * FLOPS_PER_ELEMENT,
-                               precision=COMPUTE_PRECISION, loops=(data_loop(n),)),
-                       (Transfer.contiguous(obp.addr, b["backprops_wrt_input"].addr + off, obp.size_bytes),))
+            stream.add((grads.load_flat(og, s), inputs.load_flat(ox, s)),
+                       Compute(TileFn(masked_tile, (dt,)), (og, ox, self.nudged, self.acc), (obp, self.acc),
+                               flops=n * FLOPS_PER_ELEMENT, precision=COMPUTE_PRECISION, loops=(data_loop(n),)),
+                       (out.store_flat(obp, s),))
         publish = (exchange.store(idx, self.acc.addr),) if exchange is not None else self._scalar_stores()
         stream.add((), None, publish, slot=FIXED_SLOT)
         return tuple(stream.tiles)
