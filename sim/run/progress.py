@@ -268,7 +268,7 @@ def execute_with_progress(cfg: RunConfig, stream: IO[str] | None = None, delay: 
     m = bound.simulator
     limit = cfg.time_limit_seconds
     with PhaseProgress(stream, delay=delay, mininterval=mininterval) as phases:
-        place_rest(cfg, bound, placing=phases)
+        bound = place_rest(cfg, bound, placing=phases)
         call = bound.call
         phases("planning", 0, 1)  # a named tiling plans in one step; a search reports its own phases
         # The search's choice is cached: the run below plans the same call again without searching.  The time

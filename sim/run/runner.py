@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -56,10 +56,10 @@ def _simulator(cfg: RunConfig, target: Target | None = None) -> Simulator:
     return Simulator(chip) if cfg.tiling_tolerance is None else Simulator(chip, tiling_tolerance=cfg.tiling_tolerance)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Bound:
     """A run-config's call bound (the run pipeline's first stage): the one simulator of the run, the call and
-    the data entries placed so far."""
+    the data entries placed so far (the set binding fills as it reads entries)."""
 
     simulator: Simulator
     call: BoundCall
@@ -96,21 +96,22 @@ def place_literals(cfg: RunConfig, m: Simulator) -> set[str]:
     return placed
 
 
-def place_rest(cfg: RunConfig, b: Bound, placing: Callable[[str, int, int], None] | None = None) -> None:
+def place_rest(cfg: RunConfig, b: Bound, placing: Callable[[str, int, int], None] | None = None) -> Bound:
     """Place the config's data entries not placed yet (all of them, or only the literal ones of a timing-only
     config) in the bound call's simulator.  The call stays as bound: every entry its binding read was placed
     when it read it (:func:`place_on_demand`).  Only when two entries share bytes (which the preflight warns
     of) does the order of placing them matter: then every entry is placed again in the config's order, as a
     run that placed everything first would have it, and the call bound again on that memory (and checked).
-    ``placing`` hears the data placed."""
+    ``placing`` hears the data placed.  Returns the bound call to run: ``b``, or the one bound again."""
     m = b.simulator
     check_entries_map(cfg, m)
     if _entries_overlap(cfg, m):
         place_data(cfg, m, cfg.numerics, progress=placing)
-        b.call = m.bind(cfg.symbol, **cfg.args)
-        enforce_layout(b.call, m.target)
-        return
+        again = replace(b, call=m.bind(cfg.symbol, **cfg.args))
+        enforce_layout(again.call, m.target)
+        return again
     place_data(cfg, m, cfg.numerics, progress=placing, already=b.placed)
+    return b
 
 
 def _entries_overlap(cfg: RunConfig, m: Simulator) -> bool:
@@ -131,7 +132,7 @@ def run_bound(cfg: RunConfig, b: Bound, progress: Callable[[int, int], None] | N
     """The run pipeline's last stages for a call bound and layout-checked by :func:`bound_call` (and the
     preflight): the rest of the config's data placed in the same simulator (:func:`place_rest`), then the call
     run with no second bind nor layout check.  ``progress`` hears the tiles, ``placing`` the data placed."""
-    place_rest(cfg, b, placing)
+    b = place_rest(cfg, b, placing)
     return b.simulator.run_bound(b.call, cfg.args, numerics=cfg.numerics, progress=progress, tiling=cfg.tiling,
                                  time_limit_seconds=cfg.time_limit_seconds)
 
