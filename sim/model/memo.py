@@ -113,15 +113,25 @@ def _hashable(value: Any) -> Any:
     return value
 
 
+#: Each class's field names (dataclasses.fields() builds its tuple anew on every call: too slow for a value
+#: hashed once per plan object, thousands of them per plan).
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def cached_hash(self: Any) -> int:
     """A frozen dataclass's value hash, worked out once and kept on the instance (outside its fields).  Assign it
     as ``__hash__`` in the class body (the dataclass then keeps it); fields that are mappings hash by items."""
-    try:
-        return self.__dict__["_value_hash"]
-    except KeyError:
-        h = self.__dict__["_value_hash"] = hash((type(self).__qualname__,) + tuple(
-            _hashable(getattr(self, f.name)) for f in dataclasses.fields(self)))
-        return h
+    d = self.__dict__
+    h = d.get("_value_hash")
+    if h is None:
+        cls = type(self)
+        names = _FIELD_NAMES.get(cls)
+        if names is None:
+            names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+        values = [d[n] for n in names]
+        h = d["_value_hash"] = hash((cls.__qualname__, *(
+            v if not isinstance(v, Mapping) or isinstance(v, FrozenDict) else _hashable(v) for v in values)))
+    return h
 
 
 
