@@ -50,15 +50,18 @@ from sim.model.target import Region, Target
 from sim.timing import compute_cycles, compute_text, transfer_bytes, transfer_latency_cycles
 
 
-@memoized
-def transfer_ends(t: Transfer, core: int, mmap: MemoryMap) -> tuple:
-    """What the engine needs of transfer ``t`` issued by ``core`` over the memory map ``mmap``, worked out once per
-    distinct transfer (:mod:`sim.model.memo`): its source and destination ``(region, store key)``, its bytes, its route
-    ``(source region, key, destination region, key)`` and the bytes each end moves (whole bursts).  MemoryFault
-    (without the tile: the engine adds it) when a side is not one region's bytes."""
+def resolve_transfer_ends(t: Transfer, core: int, mmap: MemoryMap) -> tuple:
+    """What the engine needs of transfer ``t`` issued by ``core`` over the memory map ``mmap``: its source and
+    destination ``(region, store key)``, its bytes, its route ``(source region, key, destination region, key)``
+    and the bytes each end moves (whole bursts).  MemoryFault (without the tile: the engine adds it) when a side
+    is not one region's bytes."""
     src, dst = _resolved_side(mmap, core, t, "src"), _resolved_side(mmap, core, t, "dst")
     route = (src[0].name, src[1], dst[0].name, dst[1])
     return (src, dst, t.size_bytes, route, *transfer_bytes(t, src[0], dst[0]))
+
+
+#: :func:`resolve_transfer_ends` worked out once per distinct transfer (:mod:`sim.model.memo`).
+transfer_ends = memoized(resolve_transfer_ends)
 
 
 def _resolved_side(mmap: MemoryMap, core: int, t: Transfer, side: str) -> tuple[Region, int]:
@@ -155,7 +158,7 @@ class Engine:
     # -- one transfer ------------------------------------------------------------------------------
 
     def ends(self, core: int, tile: Tile, t: Transfer) -> tuple:
-        """:func:`transfer_ends` of ``t`` on ``core``; a MemoryFault naming the core, the tile and the cycle when a
+        """:func:`resolve_transfer_ends` of ``t`` on ``core``; a MemoryFault naming the core, the tile and the cycle when a
         side is not one region's bytes."""
         mmap = self.memory.map
         # The transfer keeps its last answer (outside its fields, as it keeps its hash): a plan's transfers are
@@ -164,7 +167,9 @@ class Engine:
         if last is not None and last[0] is mmap and last[1] == core:
             return last[2]
         try:
-            ends = transfer_ends(t, core, mmap)
+            # Worked out here rather than asked of the value memo: hashing a new transfer by value costs as much
+            # as resolving it, and the transfer keeps the answer for its later runs.
+            ends = resolve_transfer_ends(t, core, mmap)
         except MemoryFault as e:
             raise MemoryFault.in_tile(e, core, tile, cycle_of(self.env)) from None
         t.__dict__["_ends"] = (mmap, core, ends)
