@@ -5,6 +5,7 @@ Target files, run-configs, API arguments and the CLI; output files written atomi
 
 from __future__ import annotations
 
+import copy
 import io
 import math
 import os
@@ -32,11 +33,17 @@ S = dict(x=0xA0000000, dy=0xB0000000, dx=0xA1000000,
 
 # --- target files ---------------------------------------------------------------------------------
 
+#: The shipped FT78NE file parsed once (the cases below edit copies of it while the tests are collected).
+FT78NE_DOC = yaml.load(FT78NE, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+#: libyaml's dumper where PyYAML has it: the pure-Python one took seconds for the cases' few dozen dumps.
+DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
 def edit(change) -> str:
     """The shipped FT78NE file with ``change(doc)`` applied to its parsed form, dumped back to YAML."""
-    doc = yaml.safe_load(FT78NE)
+    doc = copy.deepcopy(FT78NE_DOC)
     change(doc)
-    return yaml.safe_dump(doc, sort_keys=False)
+    return yaml.dump(doc, Dumper=DUMPER, sort_keys=False)
 
 
 def region(doc: dict, name: str) -> dict:
@@ -213,7 +220,7 @@ def write_config(tmp_path: Path, doc: dict | str, name: str = "cfg.yaml") -> Pat
 
 
 def config_with(**changes) -> dict:
-    doc = yaml.safe_load(yaml.safe_dump(BASE_CONFIG))
+    doc = copy.deepcopy(BASE_CONFIG)
     for path, value in changes.items():
         node = doc
         keys = path.split("__")
