@@ -61,29 +61,9 @@ def test_closed_pipe_is_no_traceback():
 def test_dspsim_run_makes_one_simulator_binds_once_and_checks_the_layout_once(config, monkeypatch, tmp_path):
     """One pipeline (sim.run.runner): `dspsim run` binds its call once and checks its layout once, on one
     simulator, from the preflight to the run (it made two simulators, bound three times and checked three)."""
-    import collections
+    from pipeline_counts import count_stages
 
-    import sim
-    import sim.model.layout as layout
-    import sim.run.preflight as preflight
-    counts: collections.Counter = collections.Counter()
-    real_init, real_bind, real_check = sim.Simulator.__init__, sim.Simulator.bind, layout.check_layout
-
-    def init(self, *a, **k):
-        counts["simulators"] += 1
-        real_init(self, *a, **k)
-
-    def bind(self, *a, **k):
-        counts["binds"] += 1
-        return real_bind(self, *a, **k)
-
-    def check(*a, **k):
-        counts["layout checks"] += 1
-        return real_check(*a, **k)
-    monkeypatch.setattr(sim.Simulator, "__init__", init)
-    monkeypatch.setattr(sim.Simulator, "bind", bind)
-    monkeypatch.setattr(layout, "check_layout", check)
-    monkeypatch.setattr(preflight, "check_layout", check)
+    counts = count_stages(monkeypatch)
     assert main(["run", str(ROOT / "configs" / config), "--out-dir", str(tmp_path)]) == 0
     assert counts == {"simulators": 1, "binds": 1, "layout checks": 1}
 

@@ -441,29 +441,12 @@ def test_a_config_argument_named_like_a_call_parameter_is_a_clear_point_error(tm
 
 def test_a_point_makes_one_simulator_binds_once_and_checks_the_layout_once(tmp_path, monkeypatch):
     # A sweep point goes through the run pipeline's stages as `dspsim run` does (tests/test_cli.py counts those).
-    import collections
+    from pipeline_counts import count_stages
 
-    import sim.model.layout as layout
-    counts: collections.Counter = collections.Counter()
-    real_init, real_bind, real_check = sim.Simulator.__init__, sim.Simulator.bind, layout.check_layout
-
-    def init(self, *a, **k):
-        counts["simulators"] += 1
-        real_init(self, *a, **k)
-
-    def bind(self, *a, **k):
-        counts["binds"] += 1
-        return real_bind(self, *a, **k)
-
-    def check(*a, **k):
-        counts["layout checks"] += 1
-        return real_check(*a, **k)
     spec = load_sweep(write_sweep(tmp_path, {"args.core_mask": [3], "target.regions.ddr.bandwidth_bytes_per_cycle":
                                              [8]}))
     (point,) = spec.points()
-    monkeypatch.setattr(sim.Simulator, "__init__", init)
-    monkeypatch.setattr(sim.Simulator, "bind", bind)
-    monkeypatch.setattr(layout, "check_layout", check)
+    counts = count_stages(monkeypatch)
     row = run_point(point)
     assert row["error"] == "" and counts == {"simulators": 1, "binds": 1, "layout checks": 1}
     assert row["cycles"] == direct_cycles("FT78NE", 3, ddr_bw=8, batch=4, channel=64)

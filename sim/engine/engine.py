@@ -158,8 +158,8 @@ class Engine:
     # -- one transfer ------------------------------------------------------------------------------
 
     def ends(self, core: int, tile: Tile, t: Transfer) -> tuple:
-        """:func:`resolve_transfer_ends` of ``t`` on ``core``; a MemoryFault naming the core, the tile and the cycle when a
-        side is not one region's bytes."""
+        """:func:`resolve_transfer_ends` of ``t`` on ``core``; a MemoryFault naming the core, the tile and the cycle
+        when a side is not one region's bytes."""
         mmap = self.memory.map
         # The transfer keeps its last answer (outside its fields, as it keeps its hash): a plan's transfers are
         # issued by one core over one map, run after run, and this path is taken once per transfer run.
