@@ -304,3 +304,16 @@ def test_an_output_updated_in_place_is_read_first_by_the_cross_call_rules(tmp_pa
     a, b, _ = (cfg.materialise(s) for s in cfg.data)
     got = m.read(result.plan["c"].addr, (4, 8), np.float32)
     assert np.allclose(got, 1.0 + a @ b, rtol=1e-5)
+
+
+BAD_ADDRESSES = [("bogus", "expected an address (an integer; hex like 0xA0000000 is fine) or auto, got 'bogus'"),
+                 ("-5", "must be >= 0, got -5"),
+                 (str(1 << 64), "must be <= 0xffffffffffffffff (addresses are at most 64 bits)")]
+
+
+@pytest.mark.parametrize("addr,words", BAD_ADDRESSES)
+def test_a_tensor_address_is_an_address_or_auto(tmp_path, addr, words):
+    p = program(tmp_path, f"tensors: [{{name: x, shape: [4], dtype: float32, addr: {addr}}}]\n"
+                          "calls: [{symbol: fp_relu_grad_s, args: {dy: x, x: x, dx: x, shape: [4]}}]\n")
+    with pytest.raises(ConfigError, match=re.escape(f"tensors[0].addr: {words}")):
+        load_program(p)

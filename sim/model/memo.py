@@ -134,7 +134,6 @@ def cached_hash(self: Any) -> int:
     return h
 
 
-
 #: What a frozen plan value keeps outside its fields for this process only: its hash (another process has another
 #: string-hash seed) and its last priced or resolved answer (kept with the objects it was for).
 _PROCESS_LOCAL = ("_value_hash", "_price", "_ends")

@@ -34,7 +34,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 
@@ -45,11 +45,12 @@ from sim.config.run_config import (
     RunConfig,
     _array_spec,
     _fail,
+    _int,
     _tiling,
     check_unique_names,
     common_keys,
 )
-from sim.errors import ConfigError
+from sim.errors import ConfigError, brief
 from sim.files.schema import Spec, decode, param
 from sim.files.yamlsafe import read_yaml_file
 
@@ -78,8 +79,9 @@ class TensorEntry(Spec):
     region: Annotated[str, param("the region that holds it (ddr, gsm, l2 ...)", pattern=IDENTIFIER,
                                  means="the name of a region of the chip (ddr, gsm, l2 ...)",
                                  absent="the chip's largest shared storage region")] | None = None
-    addr: Annotated[int, param("the address of its first byte, or `auto`: the planner's", ge=0, unit="address",
-                               hexa=True)] | Literal["auto"] = "auto"
+    # Either kind of value: checked after the schema (_tensor), so that a bad one is told what both kinds take.
+    addr: Annotated[int | str, param("the address of its first byte, or `auto`: the planner's", unit="address",
+                                     hexa=True)] = "auto"
     core: cs.Core | None = None
 
 
@@ -230,9 +232,13 @@ class Program:
         return run_program(self, simulator, **options)
 
 
-def _tensor(t: TensorEntry) -> TensorSpec:
-    return TensorSpec(name=t.name, shape=tuple(t.shape), dtype=np.dtype(t.dtype), region=t.region,
-                      addr=None if t.addr == AUTO else int(t.addr), core=t.core)
+def _tensor(p: Path, t: TensorEntry, key: str) -> TensorSpec:
+    if isinstance(t.addr, str) and t.addr != AUTO:
+        raise _fail(p, f"{key}.addr", f"expected an address (an integer; hex like 0xA0000000 is fine) or {AUTO}, "
+                                      f"got {brief(t.addr)}")
+    addr = None if isinstance(t.addr, str) else _int(p, t.addr, f"{key}.addr", why=" (addresses are at most 64 bits)")
+    return TensorSpec(name=t.name, shape=tuple(t.shape), dtype=np.dtype(t.dtype), region=t.region, addr=addr,
+                      core=t.core)
 
 
 def _entry(p: Path, raw: Any, key: str, is_data: bool, tensors: Mapping[str, TensorSpec]) -> Entry:
@@ -281,7 +287,7 @@ def load_program(path: str | Path, *, allow_kernels: bool | None = None) -> Prog
     doc = read_yaml_file(p, str(p), ConfigError, what="program")
     top = decode(doc, ProgramFile, str(p), ConfigError, top_scalars=False, named=False)
     common = common_keys(p, top)
-    tensors = tuple(_tensor(t) for t in top.tensors or ())
+    tensors = tuple(_tensor(p, t, f"tensors[{i}]") for i, t in enumerate(top.tensors or ()))
     check_unique_names(p, "tensors", [t.name for t in tensors])
     by_name = {t.name: t for t in tensors}
     calls = tuple(_call(p, c, f"calls[{i}]", i) for i, c in enumerate(top.calls))
