@@ -1,7 +1,14 @@
+import os
 import sys
 from pathlib import Path
 
 import pytest
+
+# Bytecode is written and reused while the suite runs, whatever the environment says: with PYTHONDONTWRITEBYTECODE
+# set, each of the hundred-odd `python` processes the tests start (the CLI, installs, a second process for the
+# cache) compiles dspsim from source again, about half a second each.  __pycache__ is ignored by git.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 # Let the tests import their helpers (tests/golden.py) and the project from a plain checkout.
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -31,53 +31,69 @@ def trace_digest(events) -> str:
     return hashlib.sha256(repr(rows).encode()).hexdigest()[:16]
 
 
-def _config_runs():
-    import sim
-    from sim.config.run_config import load_config
-    from sim.run.runner import prepare
-    for path in sorted((ROOT / "configs").glob("*.yaml")):
-        cfg = load_config(path)
-        m = prepare(cfg, numerics=False)
-        run = m.call(cfg.symbol, numerics=False, tiling=cfg.tiling, **cfg.args)
-        assert isinstance(m, sim.Simulator)
-        yield f"config/{path.name}", run
+def _config_names() -> list[str]:
+    return [f"config/{path.name}" for path in sorted((ROOT / "configs").glob("*.yaml"))]
 
 
-def _bench_runs():
+def _bench_cases():
     sys.path.insert(0, str(ROOT / "bench"))
     try:
         import cases
     finally:
         sys.path.pop(0)
+    return cases
+
+
+def case_names() -> list[str]:
+    """Every shipped run-config and bench case, by the name cycles.json gives it."""
+    return [*_config_names(), *(f"bench/{case_id}" for case_id in _bench_cases().case_ids())]
+
+
+def run_of(name: str):
+    """The timing-only run of one shipped config (``config/<file>``) or bench case (``bench/<id>``)."""
     import sim
-    for case_id in cases.case_ids():
-        case = cases.build(case_id)
-        m = sim.Simulator(case.chip)
-        for addr, arr in case.inputs.items():
-            m.write(addr, arr)
-        run = m.call(case.symbol, numerics=False, **case.args)
-        yield f"bench/{case_id}", run
+    kind, _, rest = name.partition("/")
+    if kind == "config":
+        from sim.config.run_config import load_config
+        from sim.run.runner import prepare
+        cfg = load_config(ROOT / "configs" / rest)
+        m = prepare(cfg, numerics=False)
+        assert isinstance(m, sim.Simulator)
+        return m.call(cfg.symbol, numerics=False, tiling=cfg.tiling, **cfg.args)
+    case = _bench_cases().build(rest)
+    m = sim.Simulator(case.chip)
+    for addr, arr in case.inputs.items():
+        m.write(addr, arr)
+    return m.call(case.symbol, numerics=False, **case.args)
+
+
+def measured_of(name: str) -> dict:
+    """Cycles, trace digest and chosen tiling of one case."""
+    run = run_of(name)
+    return {"cycles": run.cycles, "trace": trace_digest(run.events),
+            "tiling": None if run.tiling is None else run.tiling.tiling}
 
 
 def measure() -> dict[str, dict]:
     """Cycles, trace digest and chosen tiling of every shipped config and bench case."""
-    out = {}
-    for name, run in [*_config_runs(), *_bench_runs()]:
-        out[name] = {"cycles": run.cycles, "trace": trace_digest(run.events),
-                     "tiling": None if run.tiling is None else run.tiling.tiling}
-    return out
+    return {name: measured_of(name) for name in case_names()}
 
 
-@pytest.fixture(scope="module")
-def measured() -> dict[str, dict]:
-    return measure()
+def _frozen() -> dict[str, dict]:
+    return json.loads(FROZEN.read_text())
 
 
-def test_cycles_and_traces_match_the_frozen_figures(measured):
-    frozen = json.loads(FROZEN.read_text())
-    assert sorted(measured) == sorted(frozen), "the set of configs / bench cases changed: regenerate"
-    changed = [f"{k}: {frozen[k]} -> {v}" for k, v in measured.items() if v != frozen[k]]
-    assert not changed, "timing changed (regenerate deliberately and explain):\n" + "\n".join(changed)
+def test_the_frozen_file_lists_every_config_and_bench_case():
+    assert sorted(case_names()) == sorted(_frozen()), "the set of configs / bench cases changed: regenerate"
+
+
+# One test per case, so that the suite's workers share them out.
+@pytest.mark.parametrize("name", case_names())
+def test_cycles_and_traces_match_the_frozen_figures(name):
+    frozen = _frozen().get(name)
+    assert frozen is not None, f"{name} is not in {FROZEN.name}: regenerate"
+    got = measured_of(name)
+    assert got == frozen, f"timing changed (regenerate deliberately and explain): {name}: {frozen} -> {got}"
 
 
 if __name__ == "__main__":
