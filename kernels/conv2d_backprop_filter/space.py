@@ -1,0 +1,139 @@
+"""The tiling space of a call (its keys, the values worth trying, its fit and tile count) and the plan of a tiling."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kernels.base import PlanContext
+from kernels.common.tiling_space import ChoiceKey, IntKey, TilingSpace, complete, padded_lanes
+from kernels.conv2d_backprop_filter.filter_split import filter_plan
+from kernels.conv2d_backprop_filter.layout import _Layout
+from kernels.conv2d_backprop_filter.micro import A_OPERANDS, MICRO_M_ROWS, MICRO_N_VECTORS, MicroAsk
+from kernels.conv2d_backprop_filter.spatial import share_stride, spatial_plan
+from kernels.conv2d_backprop_filter.tiles import _Tiles
+from sim.model.call import BoundCall
+from sim.model.plan import DoesNotFit, Plan
+
+#: The two ways to use the cores (the ``split`` key of a tiling).
+SPLITS = ("spatial", "filter")
+#: Row tiles shorter than this (positions) make the kernel also price halved out_c slices, at most this often.
+LONG_TILE_POSITIONS = 256
+MORE_OUT_C_CUTS = 2
+
+
+@dataclass(frozen=True)
+class _Choice:
+    """A way to plan the call: ``spatial`` or ``filter`` split, with filter slices of icg x ocg channels."""
+
+    kind: str
+    icg: int
+    ocg: int
+
+    def as_tiling(self) -> dict[str, Any]:
+        """The choice as a ``tiling`` mapping."""
+        return {"split": self.kind, "in_c_slice": self.icg, "out_c_slice": self.ocg}
+
+
+class _Planner:
+    """The candidate plans of one call: which fit, and how each is built."""
+
+    def __init__(self, call: BoundCall, ctx: PlanContext):
+        self.call, self.ctx = call, ctx
+        self.lay = lay = _Layout(call, ctx)
+        self.space = TilingSpace(
+            ChoiceKey("split", SPLITS, "spatial: the (image, row) space over the cores, partials exchanged; "
+                                       "filter: filter slices over the cores"),
+            IntKey("in_c_slice", 1, lay.in_c, "input channels of a filter slice", values=self._in_c_options),
+            IntKey("out_c_slice", 1, lay.out_c, "output channels of a filter slice", values=self._out_c_options),
+            ChoiceKey("a_operand", A_OPERANDS, "where the micro-kernel reads A: window (the input window, tap by "
+                                               "tap) or im2col (rows gathered per tile)", scope="compute"),
+            IntKey("m_micro", 1, lay.taps * lay.in_c, "micro-kernel rows of dW (clipped to a tap's channels "
+                                                      "with a_operand window)", scope="compute",
+                   values=range(1, MICRO_M_ROWS + 1)),
+            IntKey("n_micro", 1, lay.out_c, "micro-kernel columns of dW (output channels)", scope="compute",
+                   values=[j * lay.lanes for j in range(1, MICRO_N_VECTORS + 1)]),
+            fit=self._fit, tiles=self._tiles)
+        asked = self.space.parse(ctx)
+        self.asked = MicroAsk(asked["a_operand"], asked["m_micro"], asked["n_micro"])
+
+    def plan(self) -> Plan:
+        """The plan of the tiling (the first that fits in the space's order when the kernel is planned directly
+        with a partial one)."""
+        t = complete(self.space, self.ctx)
+        return self.build(_Choice(t["split"], t["in_c_slice"], t["out_c_slice"]))
+
+    def build(self, choice: _Choice) -> Plan:
+        """The plan of ``choice``."""
+        tiles = _Tiles(self.lay, self.asked)
+        if choice.kind == "spatial":
+            return spatial_plan(tiles, choice.icg, choice.ocg)
+        return filter_plan(tiles, choice.icg, choice.ocg)
+
+    def _in_c_options(self, tiling: Mapping[str, Any]) -> list[int]:
+        """Input channels of a slice worth trying: the largest slices that fit (both sides shrunk together)."""
+        fit = self.lay.fitting_slices(self.lay.in_c, self.lay.out_c)
+        return [fit[0]] if fit is not None else []
+
+    def _out_c_options(self, tiling: Mapping[str, Any]) -> list[int]:
+        """Output channels of a slice worth trying with ``tiling``'s split and in_c_slice: the largest that fit;
+        with the filter split, finer cuts so that every core gets a slice (evenly, or on whole vectors) and, when
+        many output channels leave short row tiles, halved slices (longer tiles, the input re-read once per
+        slice: the micro-kernels load and store the accumulator once per tile)."""
+        lay = self.lay
+        icg = tiling["in_c_slice"]
+        joint = lay.fitting_slices(lay.in_c, lay.out_c)
+        ocg = joint[1] if joint is not None and joint[0] == icg else lay.fitting_out_c(icg)
+        if ocg is None:
+            return [1]  # not one output channel fits with these input channels: the space's fit says by how much
+        out = [ocg]
+        if tiling["split"] != "filter":
+            return out
+        n = len(self.ctx.cores)
+        n_ic = -(-lay.in_c // icg)
+        if n > 1 and n_ic * -(-lay.out_c // ocg) < n:
+            even = -(-lay.out_c // -(-n // n_ic))
+            out += [o for o in sorted({even, padded_lanes(even, lay.lanes)}) if o < ocg]
+        o = ocg
+        for _ in range(MORE_OUT_C_CUTS):
+            if o <= lay.lanes or self._tile_positions(icg, o) >= LONG_TILE_POSITIONS:
+                break
+            o = padded_lanes(-(-o // 2), lay.lanes)
+            out.append(o)
+        return out
+
+    def _fit(self, tiling: Mapping[str, Any]) -> None:
+        """The space's ``fit``: the accumulator and a one-row tile fit the scratchpad, and with the spatial split
+        each core's partial dW rows fit its share of the shared level."""
+        lay = self.lay
+        icg, ocg = tiling["in_c_slice"], tiling["out_c_slice"]
+        if not lay.slices_fit(icg, ocg)[1]:
+            raise DoesNotFit(lay.level.name, lay.needed_bytes(icg, ocg), lay.level.size_bytes,
+                             f"{self.call.symbol}: tiling in_c_slice={icg}, out_c_slice={ocg} does not fit the "
+                             f"{lay.level.size_bytes}-byte {lay.level.name} scratchpad (the fp32 accumulator may "
+                             f"take half of it; a one-row tile must fit one of the two slots left)")
+        if tiling["split"] == "spatial" and len(lay.active) > 1:
+            share_stride(lay, ocg)  # DoesNotFit when a core's share of the shared level holds no row of dW
+
+    def _tiles(self, tiling: Mapping[str, Any]) -> int:
+        """The space's ``tiles``: row tiles of every slice over the whole input (each at least one output row)
+        plus the drain and, spatially, the exchange and the reduction (upper bounds)."""
+        lay, g = self.lay, self.lay.geo
+        icg, ocg = tiling["in_c_slice"], tiling["out_c_slice"]
+        slices = -(-lay.in_c // icg) * -(-lay.out_c // ocg)
+        rows = g.batch * g.out_h
+        cores = len(self.ctx.cores)
+        if tiling["split"] == "spatial":
+            return slices * (rows + cores * 2 * (lay.taps * icg + 2))
+        return slices * (rows + lay.taps * icg + 2)
+
+    def candidates(self) -> list[_Choice]:
+        """The slices the space offers by default, each split (for tests and tools that list them)."""
+        return [_Choice(t["split"], t["in_c_slice"], t["out_c_slice"]) for t in self.space.completions({}, 64)[0]]
+
+    def _tile_positions(self, icg: int, ocg: int) -> int:
+        """Positions of the longest row tile with slices of icg x ocg channels."""
+        lay, g = self.lay, self.lay.geo
+        blocks = lay.blocks(0, g.batch * g.out_h, icg, ocg, lay.scratch(icg, ocg))
+        return max((b.n1 - b.n0) * (b.r1 - b.r0) for b in blocks) * g.out_w
