@@ -7,7 +7,8 @@ and, after the slots, whatever stays resident between passes.  :class:`Pipeline`
 (:class:`~kernels.common.scratch.Scratch`) with its slot operands named: a slot is cut into one equal aligned
 part per operand (:meth:`Pipeline.tile_operands`), or allocated freely (:meth:`Scratch.slot`), and the fit
 errors it writes name the operands (``a slot of the vector staging level holds 32768 elements of dy, x and
-dx``).
+dx``).  A tile whose operands differ in size, allocated freely in a slot, is checked with :func:`slot_fits`
+(cheap: no layout built) and laid out by :meth:`Pipeline.for_tile`, whose DoesNotFit names them too.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kernels.common.scratch import Scratch, align_down
+from kernels.common.scratch import Scratch, align_down, align_up, aligned_bytes, fits
 from sim.model.plan import DoesNotFit, Operand
 from sim.model.target import StagingArea
 
@@ -25,6 +26,13 @@ def names_of(names: Sequence[str]) -> str:
     """``a``, ``a and b``, ``a, b and c``: operand names as a message lists them."""
     names = list(names)
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def slot_fits(area: StagingArea, fixed_bytes: int, sizes_bytes: Sequence[int], slots: int = 2) -> bool:
+    """True when buffers of ``sizes_bytes`` (each aligned) fit one of ``slots`` slots of the default layout beside
+    a fixed area of ``fixed_bytes``: the test :meth:`Pipeline.for_tile` makes, without building the layout."""
+    slot = Scratch.slot_bytes_for(area, fixed_bytes, slots)
+    return slot > 0 and fits(sizes_bytes, slot, area.alignment_bytes)
 
 
 class Pipeline(Scratch):
@@ -39,6 +47,24 @@ class Pipeline(Scratch):
         super().__init__(area, fixed_bytes, slots, slot_bytes, fixed_last=fixed_last)
         self.operands = tuple(operands)
         self.what = what or f"{area.name} staging level"
+
+    @classmethod
+    def for_tile(cls, area: StagingArea, operands: Sequence[str], sizes_bytes: Sequence[int], fixed_bytes: int = 0,
+                 slots: int = 2, *, tile: str = "a tile", fixed: str = "a fixed area",
+                 what: str | None = None) -> Pipeline:
+        """The layout of tiles whose operands ``operands`` take ``sizes_bytes`` each, allocated freely in a slot
+        (:meth:`~kernels.common.scratch.Scratch.slot`), beside ``fixed_bytes`` of ``fixed``.  When they do not
+        fit a slot (:func:`slot_fits`), DoesNotFit written from the names, needing the fixed area and every
+        slot's operands of the whole level (``tile`` says which tile it was)."""
+        if not slot_fits(area, fixed_bytes, sizes_bytes, slots):
+            align = area.alignment_bytes
+            fixed_area = align_up(max(0, fixed_bytes), align)
+            needed = fixed_area + slots * aligned_bytes(sizes_bytes, align)
+            where = what or f"{area.name} staging level"
+            raise DoesNotFit(area.name, needed, area.size_bytes,
+                             f"{tile} does not fit the {area.size_bytes}-byte {where}: {slots} slots of "
+                             f"{names_of(operands)} beside {fixed} ({fixed_area} bytes) need {needed} bytes")
+        return cls(area, operands, fixed_bytes, slots, what=what)
 
     @property
     def part_bytes(self) -> int:
