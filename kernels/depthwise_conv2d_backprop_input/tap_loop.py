@@ -12,6 +12,7 @@ results are narrowed in the epilogue (and fp16 operands widened per load where t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from kernels.base import PlanContext
@@ -19,7 +20,10 @@ from kernels.common import loops as lp
 from kernels.common.geometry import AxisTaps, ConvGeometry
 from kernels.common.shares import ceil_div
 from kernels.depthwise_conv2d_backprop_input.numerics import F32
+from sim.model.memo import memoized
 from sim.model.plan import Loop
+from sim.model.target import CoreModel, Target
+from sim.timing import cheapest_loops
 
 #: Most output vectors a tap loop accumulates at once (the register block) that the kernel's choice tries.
 MAX_BLOCK = 32
@@ -36,55 +40,25 @@ class _Work(NamedTuple):
     filter_vectors: int
 
 
-class TapLoops:
-    """The tap loops of one call's tiles, and the precision and lanes they compute in.
+@dataclass(frozen=True)
+class TapShape:
+    """What every tap loop of one call shares: the core, the layout, the multiplier, the operands' itemsize, and
+    the precision and lanes the loop computes in (a hashable value, so the block pick is remembered by value)."""
 
-    The register block is the caller's (``register_block``, clipped to a tile's vectors) or else the plan
-    context's ``cheapest_loops`` pick (the cost model), asked once per distinct loop of the call: the pick depends
-    on the chip the context prices for, so it is kept with the call's planner rather than by value.
-    """
+    core: CoreModel
+    nchw: bool
+    mult: int
+    itemsize: int
+    precision: str
+    convert: bool
+    lanes: int
 
-    def __init__(self, ctx: PlanContext, geo: ConvGeometry, mult: int, itemsize: int):
-        self.ctx, self.geo, self.mult, self.itemsize = ctx, geo, mult, itemsize
-        self.core = ctx.target.core
-        # hp_: fp16 products accumulated in fp32 where the chip has that rate, else widened to fp32 first.
-        self.precision = lp.accumulate_precision(self.core, ctx.precision)
-        self.convert = itemsize != F32.itemsize and self.precision == "fp32"
-        self.lanes = lp.lanes(self.core, self.precision)
-        self._picked: dict[_Work, int] = {}
-
-    def loop(self, rows: AxisTaps, cols: AxisTaps, ct: int, asked: int | None = None) -> Loop:
-        """The taps of a tile of ``ct`` channels accumulated into blocks of output vectors held in registers:
-        blocks of ``asked`` vectors (the tiling's ``register_block``) when given, else the cheapest block the
-        timing model prices."""
-        work = self._work(rows, cols, ct)
-        if asked is not None:
-            return self._blocked(work, min(asked, max(1, work.vectors)))
-        block = self._picked.get(work)
-        if block is None:
-            fitting = [b for b in range(1, min(MAX_BLOCK, work.vectors) + 1)
-                       if self.registers(b, 1) <= self.core.vector_registers]
-            block = self._picked[work] = self.ctx.cheapest_loops([(b, (self._blocked(work, b),)) for b in fitting])
-        return self._blocked(work, block)
-
-    def _work(self, rows: AxisTaps, cols: AxisTaps, ct: int) -> _Work:
-        """What the taps of a tile of ``ct`` channels over ``rows`` x ``cols`` ask of its loop."""
-        g, mult = self.geo, self.mult
-        width = cols.hi - cols.lo
-        if g.nchw:
-            per_vector = sum(ceil_div(t[2], self.lanes) for t in cols.taps)
-            vectors = ct * (rows.hi - rows.lo) * ceil_div(width, self.lanes)  # output vectors
-            return _Work(vectors, mult * ct * rows.pairs * per_vector, False, False, g.filter_h * g.filter_w * mult)
-        per_position = ceil_div(ct * mult, self.lanes)  # interleaved vectors of a position
-        return _Work((rows.hi - rows.lo) * width * per_position, rows.pairs * cols.pairs * per_position,
-                     (ct * mult) % self.lanes == 0, mult > 1, g.filter_h * g.filter_w * per_position)
-
-    def _blocked(self, work: _Work, block: int) -> Loop:
+    def blocked(self, work: _Work, block: int) -> Loop:
         """The tap loop of ``work`` in blocks of ``block`` output vectors."""
         entries = ceil_div(work.vectors, block)
         trips = ceil_div(work.fmacs, entries * block)
         resident = self.registers(block, work.filter_vectors) <= self.core.vector_registers
-        shuffles = block * (int(self.geo.nchw) + int(self.convert))
+        shuffles = block * (int(self.nchw) + int(self.convert))
         narrow = int(self.itemsize != F32.itemsize)
         return lp.tap_accumulate(self.core, block=block, taps=trips, entries=entries, operand_pairs=work.adjacent,
                                  shuffles=shuffles, filter_loads=0 if resident else 1,
@@ -98,3 +72,50 @@ class TapLoops:
         out_backprop vectors and ``filter_vectors`` filter vectors."""
         acc = block * lp.registers_for(self.core, self.lanes, F32.itemsize)
         return acc + block * lp.registers_for(self.core, self.lanes, self.itemsize) + filter_vectors
+
+
+@memoized
+def cheapest_block(shape: TapShape, work: _Work, target: Target) -> int:
+    """The register block the cost model picks for ``work`` (:func:`sim.timing.cheapest_loops`, what
+    ``PlanContext.cheapest_loops`` asks) among the blocks whose registers fit the core."""
+    fitting = [b for b in range(1, min(MAX_BLOCK, work.vectors) + 1)
+               if shape.registers(b, 1) <= shape.core.vector_registers]
+    return cheapest_loops([(b, (shape.blocked(work, b),)) for b in fitting], target)
+
+
+class TapLoops:
+    """The tap loops of one call's tiles, and the precision and lanes they compute in.
+
+    The register block is the caller's (``register_block``, clipped to a tile's vectors) or else the cost model's
+    pick (:func:`cheapest_block`), remembered by value for the chip it is priced on.
+    """
+
+    def __init__(self, ctx: PlanContext, geo: ConvGeometry, mult: int, itemsize: int):
+        self.ctx, self.geo, self.mult, self.itemsize = ctx, geo, mult, itemsize
+        self.core = ctx.target.core
+        # hp_: fp16 products accumulated in fp32 where the chip has that rate, else widened to fp32 first.
+        self.precision = lp.accumulate_precision(self.core, ctx.precision)
+        self.convert = itemsize != F32.itemsize and self.precision == "fp32"
+        self.lanes = lp.lanes(self.core, self.precision)
+        self.shape = TapShape(self.core, geo.nchw, mult, itemsize, self.precision, self.convert, self.lanes)
+
+    def loop(self, rows: AxisTaps, cols: AxisTaps, ct: int, asked: int | None = None) -> Loop:
+        """The taps of a tile of ``ct`` channels accumulated into blocks of output vectors held in registers:
+        blocks of ``asked`` vectors (the tiling's ``register_block``) when given, else the cheapest block the
+        timing model prices."""
+        work = self._work(rows, cols, ct)
+        if asked is not None:
+            return self.shape.blocked(work, min(asked, max(1, work.vectors)))
+        return self.shape.blocked(work, cheapest_block(self.shape, work, self.ctx.target))
+
+    def _work(self, rows: AxisTaps, cols: AxisTaps, ct: int) -> _Work:
+        """What the taps of a tile of ``ct`` channels over ``rows`` x ``cols`` ask of its loop."""
+        g, mult = self.geo, self.mult
+        width = cols.hi - cols.lo
+        if g.nchw:
+            per_vector = sum(ceil_div(t[2], self.lanes) for t in cols.taps)
+            vectors = ct * (rows.hi - rows.lo) * ceil_div(width, self.lanes)  # output vectors
+            return _Work(vectors, mult * ct * rows.pairs * per_vector, False, False, g.filter_h * g.filter_w * mult)
+        per_position = ceil_div(ct * mult, self.lanes)  # interleaved vectors of a position
+        return _Work((rows.hi - rows.lo) * width * per_position, rows.pairs * cols.pairs * per_position,
+                     (ct * mult) % self.lanes == 0, mult > 1, g.filter_h * g.filter_w * per_position)
