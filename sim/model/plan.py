@@ -12,12 +12,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, NamedTuple, TypeVar, overload
 
 import numpy as np
 
 from sim.errors import LayoutError
-from sim.model.memo import FrozenDict, cached_hash, state_without_hash
+from sim.model.memo import FrozenDict, cached_hash, memoized, state_without_hash
 from sim.model.memory import block_span
 
 
@@ -82,14 +82,19 @@ class Transfer:
     __getstate__ = state_without_hash
 
     # The derived geometry below is worked out once per descriptor (cached on the instance, outside the
-    # fields): the engine, the roofline and the plan check each ask for it, tile after tile.
+    # fields), from the geometry of its shape and strides, which is worked out once per distinct shape and strides
+    # (:func:`transfer_geometry`): a plan's transfers repeat a few geometries at thousands of addresses.
+    @_derived
+    def _geometry(self) -> TransferGeometry:
+        try:
+            return transfer_geometry(self.shape, self.itemsize, self.src_strides, self.dst_strides)
+        except TypeError:  # fields a hostile kernel gave unhashable (lists): worked out, not remembered
+            return _geometry_of(self.shape, self.itemsize, self.src_strides, self.dst_strides)
+
     @_derived
     def size_bytes(self) -> int:
         """Bytes moved by this descriptor."""
-        n = self.itemsize
-        for d in self.shape:
-            n *= d
-        return n
+        return self._geometry.size_bytes
 
     @staticmethod
     def contiguous(src: int, dst: int, size_bytes: int) -> Transfer:
@@ -117,32 +122,63 @@ class Transfer:
         """``(lowest address, one past the highest byte)`` touched on ``side`` ('src' or 'dst')."""
         return self._src_span if side == "src" else self._dst_span
 
-    def _runs_of(self, strides: tuple[int, ...]) -> tuple[int, int]:
-        run = self.itemsize
-        for n, st in zip(reversed(self.shape), reversed(strides)):
-            if n == 1:
-                continue
-            if st != run:
-                break
-            run *= n
-        total = self.size_bytes
-        return (total // run if run else 0), run
-
     @_derived
     def _src_runs(self) -> tuple[int, int]:
-        return self._runs_of(self.src_strides)
+        return self._geometry.src_runs
 
     @_derived
     def _dst_runs(self) -> tuple[int, int]:
-        return self._runs_of(self.dst_strides)
+        return self._geometry.dst_runs
 
     @_derived
     def _src_span(self) -> tuple[int, int]:
-        return block_span(self.src, self.shape, self.itemsize, self.src_strides)
+        lo, hi = self._geometry.src_span
+        return self.src + lo, self.src + hi
 
     @_derived
     def _dst_span(self) -> tuple[int, int]:
-        return block_span(self.dst, self.shape, self.itemsize, self.dst_strides)
+        lo, hi = self._geometry.dst_span
+        return self.dst + lo, self.dst + hi
+
+
+class TransferGeometry(NamedTuple):
+    """What a transfer's shape, itemsize and strides decide, wherever it lies: its bytes, each side's contiguous
+    runs ``(number, bytes per run)`` and each side's span relative to its address ``(lowest, one past the
+    highest byte)``."""
+
+    size_bytes: int
+    src_runs: tuple[int, int]
+    dst_runs: tuple[int, int]
+    src_span: tuple[int, int]
+    dst_span: tuple[int, int]
+
+
+def _runs_of(shape: tuple[int, ...], itemsize: int, strides: tuple[int, ...], total: int) -> tuple[int, int]:
+    """``(runs, bytes per run)``: the run grows from the innermost dimension outwards while each stride continues
+    the bytes before it; size-1 dimensions never break a run."""
+    run = itemsize
+    for n, st in zip(reversed(shape), reversed(strides)):
+        if n == 1:
+            continue
+        if st != run:
+            break
+        run *= n
+    return (total // run if run else 0), run
+
+
+def _geometry_of(shape: tuple[int, ...], itemsize: int, src_strides: tuple[int, ...],
+                 dst_strides: tuple[int, ...]) -> TransferGeometry:
+    """The :class:`TransferGeometry` of a transfer of ``shape`` elements of ``itemsize`` bytes at these strides."""
+    total = itemsize
+    for d in shape:
+        total *= d
+    return TransferGeometry(total, _runs_of(shape, itemsize, src_strides, total),
+                            _runs_of(shape, itemsize, dst_strides, total),
+                            block_span(0, shape, itemsize, src_strides), block_span(0, shape, itemsize, dst_strides))
+
+
+#: :func:`_geometry_of` remembered by value (:mod:`sim.model.memo`).
+transfer_geometry = memoized(_geometry_of)
 
 
 @dataclass(frozen=True)
