@@ -4,9 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import simpy
-from simpy.events import Timeout
-
 from sim.engine.clock import cycle_of
 from sim.engine.events import TraceEvent
 from sim.engine.units import Group
@@ -63,20 +60,12 @@ class Dma:
             self._engine(engine_id, cycle_of(self.env))
 
     def _engine(self, engine_id: int, at: int) -> None:
-        """Engine ``engine_id`` is this transfer's from cycle ``at`` (now or later): program it."""
+        """Engine ``engine_id`` is this transfer's from cycle ``at`` (now or later): program it; the stream starts
+        once the setup is done, a start the fluid network makes at that cycle (no event of the transfer's own)."""
         self.engine_id = engine_id
         self.start_cycle = at
-        Timeout(self.env, at - cycle_of(self.env) + self.eng.setup_cycles).callbacks.append(self._stream)
-
-    def _stream(self, _: simpy.Event) -> None:
-        """Setup done: the bytes move now (in simulated memory) and the stream joins the fluid network."""
-        t, eng = self.t, self.eng
-        self.stream_start = cycle_of(self.env)
-        if eng.numerics:
-            eng.copy_bytes(t, self.core, self.src[1], self.dst[1])
-        if eng.effects is not None:
-            eng.effects.append((t, self.core, self.src[1], self.dst[1]))
-        engine = eng.engine_links.get((self.core, self.engine_id)) or eng.engine_link(self.core, self.engine_id)
+        eng = self.eng
+        engine = eng.engine_links.get((self.core, engine_id)) or eng.engine_link(self.core, engine_id)
         # The same route, bytes and engine come back tile after tile: the flow's shape is worked out once a run.
         key = (self.src_link, self.src_bytes, self.dst_link, self.dst_bytes, engine)
         shape = eng.flow_shapes.get(key)
@@ -87,7 +76,17 @@ class Dma:
                 (engine, engine_bytes(self.src_bytes, self.dst_bytes))))
         # Only the flow's alone time is kept: holding the flow, whose on_done holds this transfer, would make a
         # reference cycle per transfer, garbage that only the cyclic collector frees.
-        self.alone_cycles = eng.net.start_shape(shape, self._streamed).alone_cycles
+        self.alone_cycles = shape.alone_cycles
+        eng.net.start_shape_at(at + eng.setup_cycles, shape, self._stream, self._streamed)
+
+    def _stream(self) -> None:
+        """Setup done: the bytes move now (in simulated memory); the network starts the stream right after."""
+        t, eng = self.t, self.eng
+        self.stream_start = cycle_of(self.env)
+        if eng.numerics:
+            eng.copy_bytes(t, self.core, self.src[1], self.dst[1])
+        if eng.effects is not None:
+            eng.effects.append((t, self.core, self.src[1], self.dst[1]))
 
     def _streamed(self, cycle: int) -> None:
         """The stream's last byte left at ``cycle`` (now): it lands one access latency later, the engine is free

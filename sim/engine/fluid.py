@@ -43,6 +43,7 @@ the filling: each flow's own cap (the most its links allow it alone) stands for 
 
 from __future__ import annotations
 
+import heapq
 import math
 import operator
 import weakref
@@ -284,6 +285,11 @@ class FlowNetwork:
         # of one cycle do not depend on the order they came in: each recomputation starts from scratch).
         self._dirty: list[Link] = []
         self._settling = False
+        # Flows to start at a later cycle (start_shape_at): (cycle, sequence, shape, on_start, on_done), earliest
+        # first, in the order they were asked for within a cycle.  They start at the network's own wake, so a
+        # stream's start costs no SimPy event of its own.
+        self._pending: list[tuple[int, int, FlowShape, Callable[[], None], Callable[[int], None]]] = []
+        self._pending_seq = 0
         #: How many times rates were recomputed (a start, or the completions of one cycle, with flows to rate).
         self.recomputations = 0
 
@@ -351,20 +357,55 @@ class FlowNetwork:
                 link._members.clear()
                 link._sumn, link._sumd = 0, 1
         for scratch in (self._active, self._shared, self._done, self._flows_scratch, self._links_scratch,
-                        self._stack, self._batch, self._capped, self._tight, self._dirty):
+                        self._stack, self._batch, self._capped, self._tight, self._dirty, self._pending):
             scratch.clear()
         self._settling = False
 
     def start_shape(self, shape: FlowShape, on_done: Callable[[int], None]) -> Flow:
         """Start a flow now with the demands of ``shape`` (made by this network's :meth:`shape`); as :meth:`start`."""
-        if type(shape) is not FlowShape or shape._net() is not self:
-            raise FlowError(f"start_shape: {brief(shape)} is not a flow shape of this network")
-        if not callable(on_done):
-            raise FlowError(f"start: on_done must be callable, got {brief(on_done)}")
+        self._check_start(shape, on_done)
         now = self.env.now
         if not isinstance(now, int):
             raise FlowError(f"start: the SimPy clock must be in integer cycles, it is {brief(now)}")
         retired = self._retire(now)
+        f, joined = self._join(shape, on_done, now)
+        retired.extend(joined)
+        if retired:
+            self._changed(retired)
+        else:
+            self._reschedule(now)  # (a flow of no bytes: it ends now)
+        return f
+
+    def start_shape_at(self, cycle: int, shape: FlowShape, on_start: Callable[[], None],
+                       on_done: Callable[[int], None]) -> None:
+        """Start a flow of ``shape`` at ``cycle`` (now or later): at that cycle ``on_start()`` is called, then the
+        flow joins its links exactly as :meth:`start_shape` would have started it then (flows asked for the same
+        cycle start in the order they were asked for).  A later start is the network's to make, at its own wake:
+        no SimPy event of its own."""
+        self._check_start(shape, on_done)
+        now = cycle_of(self.env)
+        if type(cycle) is not int or cycle < now:
+            raise FlowError(f"start_shape_at: cycle must be an int cycle no earlier than now ({now}), "
+                            f"got {brief(cycle)}")
+        if cycle == now:
+            on_start()
+            self.start_shape(shape, on_done)
+            return
+        heapq.heappush(self._pending, (cycle, self._pending_seq, shape, on_start, on_done))
+        self._pending_seq += 1
+        if self._done or self._settling:
+            return  # this cycle's wake or rates are still to come, and they reschedule
+        if self._wake_at is None or cycle < self._wake_at:
+            self._wake_once_at(cycle, now)
+
+    def _check_start(self, shape: FlowShape, on_done: Callable[[int], None]) -> None:
+        if type(shape) is not FlowShape or shape._net() is not self:
+            raise FlowError(f"start_shape: {brief(shape)} is not a flow shape of this network")
+        if not callable(on_done):
+            raise FlowError(f"start: on_done must be callable, got {brief(on_done)}")
+
+    def _join(self, shape: FlowShape, on_done: Callable[[int], None], now: int) -> tuple[Flow, tuple[Link, ...]]:
+        """A new flow of ``shape`` on its links from ``now`` (its rate still to work out); and those links."""
         f = Flow(now, on_done, shape)
         self._active.append(f)
         shared = self._shared
@@ -374,12 +415,7 @@ class FlowNetwork:
             if len(members) == 2:
                 shared.append(link)
             link._sumn, link._sumd = _add(link._sumn, link._sumd, an, ad)
-        retired.extend(shape._links)
-        if retired:
-            self._changed(retired)
-        else:
-            self._reschedule(now)  # (a flow of no bytes: it ends now)
-        return f
+        return f, shape._links
 
     def _changed(self, links: list[Link]) -> None:
         """Flows started or ended on ``links`` at this cycle: their rates are worked out once the cycle's other
@@ -590,12 +626,22 @@ class FlowNetwork:
             return
         active = self._active
         nxt = min(map(_FINISH, active)) if active else None  # (in C: this runs at every start and end)
+        pending = self._pending
+        if pending and (nxt is None or pending[0][0] < nxt):
+            nxt = pending[0][0]
         if nxt == self._wake_at:
             return
+        if nxt is None:
+            self._version += 1
+            self._wake_at = None
+        else:
+            self._wake_once_at(nxt, now)
+
+    def _wake_once_at(self, cycle: int, now: int) -> None:
+        """Make the one valid pending timeout the one at ``cycle`` (any earlier one becomes stale)."""
         self._version += 1
-        self._wake_at = nxt
-        if nxt is not None:
-            Timeout(self.env, nxt - now, value=self._version).callbacks.append(self._wake)
+        self._wake_at = cycle
+        Timeout(self.env, cycle - now, value=self._version).callbacks.append(self._wake)
 
     def _wake(self, event: simpy.Event) -> None:
         """The next completion cycle: end the flows due now, recompute their neighbours, report them."""
@@ -606,6 +652,11 @@ class FlowNetwork:
         seeds = self._retire(now)
         done, self._done = self._done, []
         self._wake_at = None
+        pending = self._pending
+        while pending and pending[0][0] == now:  # the streams due to start now, in the order they were asked for
+            _, _, shape, on_start, on_done = heapq.heappop(pending)
+            on_start()
+            seeds.extend(self._join(shape, on_done, now)[1])
         if seeds:
             self._changed(seeds)  # the rates (and the next timeout) once this cycle's starts are in too
         else:
