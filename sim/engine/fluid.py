@@ -290,6 +290,7 @@ class FlowNetwork:
         # stream's start costs no SimPy event of its own.
         self._pending: list[tuple[int, int, FlowShape, Callable[[], None], Callable[[int], None]]] = []
         self._pending_seq = 0
+        self._waking = False  # while a wake reports its completions
         #: How many times rates were recomputed (a start, or the completions of one cycle, with flows to rate).
         self.recomputations = 0
 
@@ -393,8 +394,8 @@ class FlowNetwork:
             return
         heapq.heappush(self._pending, (cycle, self._pending_seq, shape, on_start, on_done))
         self._pending_seq += 1
-        if self._done or self._settling:
-            return  # this cycle's wake or rates are still to come, and they reschedule
+        if self._done or self._settling or self._waking:
+            return  # this cycle's wake or rates are still to come, or the wake is reporting: they reschedule
         if self._wake_at is None or cycle < self._wake_at:
             self._wake_once_at(cycle, now)
 
@@ -657,9 +658,18 @@ class FlowNetwork:
             _, _, shape, on_start, on_done = heapq.heappop(pending)
             on_start()
             seeds.extend(self._join(shape, on_done, now)[1])
-        if seeds:
-            self._changed(seeds)  # the rates (and the next timeout) once this cycle's starts are in too
+        self._waking = True  # (a later start asked for by a callback waits for the reschedule below)
+        try:
+            for f in done:
+                f.on_done(now)
+        finally:
+            self._waking = False
+        if self._settling:
+            self._dirty.extend(seeds)  # a flow started at once this cycle: its rating, still to come, takes these
+        elif seeds:
+            # Every start and end of this cycle so far is in: rate them now, not at an event of their own.  A flow
+            # started at once later in the cycle has the rates worked out again after it (:meth:`_changed`).
+            self._recompute(seeds, now)
+            self._reschedule(now)
         else:
             self._reschedule(now)
-        for f in done:
-            f.on_done(now)
