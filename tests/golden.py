@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,16 @@ def assert_matches(case: dict, name: str, actual: np.ndarray, expected: np.ndarr
         np.testing.assert_array_equal(a, e, err_msg=f"{case['id']} {name} must match exactly")
     else:
         np.testing.assert_allclose(a, e, rtol=case["rtol"], atol=case["atol"], err_msg=f"{case['id']} {name}")
+
+
+def tolerances(case: dict, names: Sequence[str]) -> dict[str, float]:
+    """``rtol`` and ``atol`` for :func:`sim.testing.check_results` comparing outputs ``names`` of the case: its own
+    tolerances, or 0 (equal as values) when every one of them is listed in ``exact``.  A case with some outputs
+    exact and some not is compared output by output (:func:`assert_matches`): ValueError."""
+    exact = set(case.get("exact", []))
+    if exact and not exact >= set(names):
+        raise ValueError(f"{case['id']}: {sorted(exact)} exact, the others within tolerances: use assert_matches")
+    return {"rtol": 0.0, "atol": 0.0} if exact else {"rtol": case["rtol"], "atol": case["atol"]}
 
 
 def chips_for(case: dict) -> list[str]:

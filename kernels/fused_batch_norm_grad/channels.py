@@ -114,12 +114,13 @@ class _ChannelsPlan(_PlanBase):
             # the sums and x_backprop: inference computes k with rs and x_backprop with the sums.
             dims = (v.a, n, v.b)
             if self.train:
-                loops = ((self.channel_loop(n, rsqrt=True, label="rs"),) if self.eps is not None else ()) + (
-                    self.data_loop(dims, "sums"), self.channel_loop(n, loads=4, fmac=3, stores=3, label="coefficients"),
-                    self.data_loop(dims, "dx"))
+                loops = ((self.loops.channel(n, rsqrt=True, label="rs"),) if self.eps is not None else ()) + (
+                    self.loops.data(dims, "sums"),
+                    self.loops.channel(n, loads=4, fmac=3, stores=3, label="coefficients"),
+                    self.loops.data(dims, "dx"))
             else:
-                loops = (self.channel_loop(n, rsqrt=self.eps is not None, loads=2, fmac=1, stores=1,
-                                           label="rs, coefficients"), self.data_loop(dims, "both"))
+                loops = (self.loops.channel(n, rsqrt=self.eps is not None, loads=2, fmac=1, stores=1,
+                                            label="rs, coefficients"), self.loops.data(dims, "both"))
             per_elem = FLOPS_XHAT + FLOPS_SUMS + dx_flops
             fn = TileFn(channel_block_tile, (self.eps, self.train))
             stream.add(loads, self.compute(fn, (ox, ody, om, ovar, osc), (odx, osb, oob), loops,

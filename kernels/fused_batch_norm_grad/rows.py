@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+import numpy as np
 
 from kernels.common.exchange import Exchange
 from kernels.common.scratch import Arena, Scratch, align_up, aligned_bytes
 from kernels.common.streams import FIXED_SLOT, CoreStream, plan_of
 from kernels.common.tiling_space import pipeline_tile, split_even, split_units
 from kernels.common.transfers import sub_operand
-from kernels.fused_batch_norm_grad.base import _PlanBase
+from kernels.fused_batch_norm_grad.base import CoreLoops, _PlanBase
 from kernels.fused_batch_norm_grad.numerics import (
     COMPUTE_PRECISION,
     F32,
@@ -25,10 +28,11 @@ from kernels.fused_batch_norm_grad.numerics import (
     sums_and_dx_infer_tile,
     sums_tile,
 )
+from sim.model.memo import cached_hash, memoized, state_without_hash
 from sim.model.plan import Compute, DoesNotFit, Operand, Phase, Plan, Tile, TileFn, Transfer
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Fixed:
     """The rows plan's per-channel vectors of one channel group, at fixed addresses of the vector level."""
 
@@ -37,19 +41,14 @@ class _Fixed:
     scale: Operand
     sums: Operand    # [2, Cg]: Σdy, Σdy·x̂
     partials: Operand | None  # [P, 2, Cg]: every participating core's sums, gathered from the shared level
-    _slices: dict[tuple[int, int], tuple[Operand, Operand, Operand, Operand, Operand]] = field(
-        default_factory=dict, repr=False, compare=False)
-    #: The computes of the group's blocks, by what decides them (:meth:`_RowsPlan._block_compute`).
-    computes: dict[tuple, Compute] = field(default_factory=dict, repr=False, compare=False)
+
+    __hash__ = cached_hash  # worked out once: every block's compute is keyed by its group's vectors
+    __getstate__ = state_without_hash
 
     def channels(self, c0: int, n: int) -> tuple[Operand, Operand, Operand, Operand, Operand]:
-        """(mean, rs, scale, Σdy, Σdy·x̂) of channels [c0, c0 + n) of the group: the same operands for every
-        block of the same channels, so made once."""
-        got = self._slices.get((c0, n))
-        if got is None:
-            got = self._slices[(c0, n)] = (sub_operand(self.mean, c0, n), sub_operand(self.rs, c0, n),
-                                           sub_operand(self.scale, c0, n), self.s1(c0, n), self.s2(c0, n))
-        return got
+        """(mean, rs, scale, Σdy, Σdy·x̂) of channels [c0, c0 + n) of the group."""
+        return (sub_operand(self.mean, c0, n), sub_operand(self.rs, c0, n), sub_operand(self.scale, c0, n),
+                self.s1(c0, n), self.s2(c0, n))
 
     def s1(self, c0: int, n: int) -> Operand:
         """Σdy of channels [c0, c0 + n) of the group."""
@@ -111,7 +110,6 @@ class _RowsPlan(_PlanBase):
         """The channel groups laid out one after the other (a group's layout is made when the one before is done)."""
         self.first_want: int | None = None
         self.largest_want: int | None = None
-        self._operand_memo: dict[tuple, tuple[Operand, Operand, Operand]] = {}
         self.shares = self._shares()
         self.parts = len(self.shares)
         group = self._group_size()
@@ -262,21 +260,10 @@ class _RowsPlan(_PlanBase):
 
     # -- tiles ----------------------------------------------------------------------------------
 
-    def _operands(self, blk: _Block) -> tuple[Operand, Operand, Operand]:
-        """x, dy and x_backprop of a block; a resident block writes x_backprop over its dy.  Streamed blocks of
-        the same size in the same slot get the same operands: made once."""
-        key = (blk.addr, blk.dims, blk.resident)
-        ops = self._operand_memo.get(key)
-        if ops is None:
-            arena = Arena(blk.addr, 3 * self._bytes(blk.dims), self.align, resource=self.level.name)
-            ox, ody = arena.operand(blk.dims, self.dt), arena.operand(blk.dims, self.dt)
-            ops = self._operand_memo[key] = (ox, ody, (ody if blk.resident else arena.operand(blk.dims, self.dt)))
-        return ops
-
     def _stream_tile(self, stream: CoreStream, blk: _Block, g0: int, fixed: _Fixed, kind: str) -> None:
         """One block of rows: 'sums' (training phase 1), 'both' (inference phase 1) or 'dx' (training phase 2)."""
         (a, c, b), nc = blk.start, blk.dims[1]
-        ox, ody, odx = self._operands(blk)
+        ox, ody, odx = block_operands(blk.addr, blk.dims, blk.resident, self.dt, self.align)
         start = (a, g0 + c, b)
         loads: tuple[Transfer, ...] = (self.tensor_in(ox, "x", start), self.tensor_in(ody, "dy", start))
         if kind == "dx" and blk.resident:
@@ -284,43 +271,9 @@ class _RowsPlan(_PlanBase):
         # The per-channel coefficients count as the math's once per channel: in the block holding the channel's
         # first element (every other block recomputes them).
         coef = nc * FLOPS_CHANNEL_COEF if a == 0 and b == 0 else 0
-        comp = self._block_compute(blk, fixed, kind, coef)
+        comp = block_compute(self.loops, fixed, self.v.m, self.align, kind, blk.addr, blk.dims, blk.resident, c, coef)
         stores = () if kind == "sums" else (self.tensor_out(odx, start),)
         stream.add(loads, comp, stores, slot=blk.slot)
-
-    def _block_compute(self, blk: _Block, fixed: _Fixed, kind: str, coef: int) -> Compute:
-        """The compute of a block (see :meth:`_stream_tile`) with ``coef`` flops of per-channel coefficients.
-
-        It reads nothing but the block's operands, its channels in the group's fixed area, its size and
-        ``coef``: blocks that agree on them (a stream's full blocks in the same slot) share one Compute, which
-        the plan check judges and the engine prices once.
-        """
-        key = (kind, blk.addr, blk.dims, blk.resident, blk.start[1], coef)
-        comp = fixed.computes.get(key)
-        if comp is None:
-            comp = fixed.computes[key] = self._new_block_compute(blk, fixed, kind, coef)
-        return comp
-
-    def _new_block_compute(self, blk: _Block, fixed: _Fixed, kind: str, coef: int) -> Compute:
-        """:meth:`_block_compute`, made."""
-        c, (na, nc, nb) = blk.start[1], blk.dims
-        v, dt = self.v, self.dt
-        ox, ody, odx = self._operands(blk)
-        mean, rs, scale, s1, s2 = fixed.channels(c, nc)
-        count = na * nc * nb
-        dims = (na, nc, nb)
-        if kind == "sums":
-            return self.compute(TileFn(sums_tile), (ox, ody, mean, rs, s1, s2), (s1, s2),
-                                (self.data_loop(dims, "sums"),), flops=count * (FLOPS_XHAT + FLOPS_SUMS))
-        if kind == "both":
-            loops = (self.channel_loop(nc, loads=2, fmac=1, stores=1, label="coefficients"),
-                     self.data_loop(dims, "both"))
-            return self.compute(TileFn(sums_and_dx_infer_tile, (dt,)), (ox, ody, mean, rs, scale, s1, s2),
-                                (odx, s1, s2), loops, flops=count * (FLOPS_XHAT + FLOPS_SUMS + FLOPS_DX_INFER) + coef)
-
-        loops = (self.channel_loop(nc, loads=4, fmac=3, stores=3, label="coefficients"), self.data_loop(dims, "dx"))
-        return self.compute(TileFn(dx_train_tile, (v.m, dt)), (ox, ody, mean, rs, scale, s1, s2), (odx,), loops,
-                            flops=count * FLOPS_DX_TRAIN + coef)  # x̂ was the sums pass's math
 
     def _sums_tiles(self, idx: int, g0: int, fixed: _Fixed, blocks: list[_Block],
                     exchange: Exchange | None) -> tuple[Tile, ...]:
@@ -332,7 +285,7 @@ class _RowsPlan(_PlanBase):
         stream.add((self.vec_in(fixed.mean, "mean", g0), self.vec_in(fixed.rs, "variance", g0),
                     self.vec_in(fixed.scale, "scale", g0)),
                    self.compute(TileFn(rs_and_zero_sums_tile, (self.eps, cg)), (fixed.rs,), (fixed.rs, fixed.sums),
-                                (self.channel_loop(cg, rsqrt=self.eps is not None, stores=2, label="rs, zero sums"),),
+                                (self.loops.channel(cg, rsqrt=self.eps is not None, stores=2, label="rs, zero sums"),),
                                 flops=cg * self.rs_flops if idx == 0 else 0), (), slot=FIXED_SLOT)
         for blk in blocks:
             self._stream_tile(stream, blk, g0, fixed, "sums" if self.train else "both")
@@ -363,3 +316,42 @@ class _RowsPlan(_PlanBase):
             for blk in sorted(blocks, key=lambda b: not b.resident):
                 self._stream_tile(stream, blk, g0, fixed, "dx")
         return tuple(stream.tiles)
+
+
+# -- a block's operands and compute: pure functions of plan values, remembered by value (sim.model.memo) ------
+
+
+@memoized
+def block_operands(addr: int, dims: tuple[int, int, int], resident: bool, dtype: np.dtype,
+                   alignment: int) -> tuple[Operand, Operand, Operand]:
+    """x, dy and x_backprop of a block of ``dims`` at ``addr``, one after the other (each aligned); a resident
+    block writes x_backprop over its dy.  Remembered by value: the streamed blocks of a slot are of a few sizes."""
+    arena = Arena(addr, 3 * align_up(math.prod(dims) * dtype.itemsize, alignment), alignment)
+    x, dy = arena.operand(dims, dtype), arena.operand(dims, dtype)
+    return x, dy, dy if resident else arena.operand(dims, dtype)
+
+
+@memoized
+def block_compute(loops: CoreLoops, fixed: _Fixed, m: int, alignment: int, kind: str, addr: int,
+                  dims: tuple[int, int, int], resident: bool, c: int, coef: int) -> Compute:
+    """The compute of a block of ``dims`` at ``addr`` whose channels start at ``c`` of its group (``fixed``): its
+    ``kind`` ('sums', 'both' or 'dx', see :meth:`_RowsPlan._stream_tile`) with ``coef`` flops of per-channel
+    coefficients; ``m`` elements per channel.
+
+    It reads nothing but the block's operands, its channels in the group's fixed area, its size and ``coef``:
+    remembered by value, blocks that agree on them (a stream's full blocks in the same slot) share one Compute,
+    which the plan check judges and the engine prices once."""
+    (na, nc, nb), dt = dims, loops.dtype
+    ox, ody, odx = block_operands(addr, dims, resident, dt, alignment)
+    mean, rs, scale, s1, s2 = fixed.channels(c, nc)
+    count = na * nc * nb
+    if kind == "sums":
+        return _PlanBase.compute(TileFn(sums_tile), (ox, ody, mean, rs, s1, s2), (s1, s2), (loops.data(dims, "sums"),),
+                                 flops=count * (FLOPS_XHAT + FLOPS_SUMS))
+    if kind == "both":
+        both = (loops.channel(nc, loads=2, fmac=1, stores=1, label="coefficients"), loops.data(dims, "both"))
+        return _PlanBase.compute(TileFn(sums_and_dx_infer_tile, (dt,)), (ox, ody, mean, rs, scale, s1, s2),
+                                 (odx, s1, s2), both, flops=count * (FLOPS_XHAT + FLOPS_SUMS + FLOPS_DX_INFER) + coef)
+    dx = (loops.channel(nc, loads=4, fmac=3, stores=3, label="coefficients"), loops.data(dims, "dx"))
+    return _PlanBase.compute(TileFn(dx_train_tile, (m, dt)), (ox, ody, mean, rs, scale, s1, s2), (odx,), dx,
+                             flops=count * FLOPS_DX_TRAIN + coef)  # x̂ was the sums pass's math

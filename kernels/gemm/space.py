@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
+from itertools import groupby
 from typing import Any
 
 from kernels.common.scratch import align_up
 from kernels.common.shares import ceil_div
 from kernels.common.tiling_space import ChoiceKey, IntKey, TilingSpace
+from kernels.common.transfers import channel_grain
 from kernels.gemm.constants import (
     A_LOADERS,
     B_STAGINGS,
@@ -23,6 +24,7 @@ from kernels.gemm.constants import (
     STREAMED_C_SLOTS,
 )
 from kernels.gemm.layout import GemmLayouts
+from kernels.gemm.state import tile_loops
 from sim.errors import KernelArgError
 from sim.model.plan import DoesNotFit
 
@@ -52,7 +54,7 @@ class GemmSpace(GemmLayouts):
                 # region (and whole micro-kernels) waste none of them.  Read straight from memory (A not staged in
                 # GSM: split k, one core) such panels are the one choice where they fit, so that a step to a
                 # shallower k block that lets them fit takes them with it; from GSM they are one more choice.
-                whole = min(g.m, math.lcm(t["m_micro"], self.a_burst_elements))
+                whole = min(g.m, channel_grain(self.ctx, self.a.addr, self.isz, t["m_micro"]))
                 if self._panels_fit(whole, t["k_block"], slots):
                     if not self._may_share(t["split"]):
                         return [whole]
@@ -170,22 +172,24 @@ class GemmSpace(GemmLayouts):
         steps, chunks, _ = self._steps_and_shares(t)
         beta = g.beta and t.split != "k"  # (split k: the partials take no beta and are not rounded)
         rounded_c = t.split != "k" and self.dt != F32
-        memo: dict[tuple[int, int, int, bool, bool, bool], int] = {}
         busiest = 0
         for core in self.ctx.cores:
             n_kb = sum(1 for s in steps if s.mb == 0 and s.chunk == 0 and self._core_k(t, core, s))
+            # The core's tiles of each GSM block (by its index) as runs of equal ones, (rows, B transposed first,
+            # how many): they depend on the block alone, not on the step, and equal tiles cost the same.
+            runs = [[(shape, len(list(same))) for shape, same in groupby(
+                (p1 - p0, j == 0 and g.trans_b) for j, (p0, p1) in enumerate(self._panels(t, core, s)))]
+                for s in steps if s.chunk == s.kb == 0]
             total = 0
             for s in steps:
                 col, kr = self._chunk(chunks, core, s), self._core_k(t, core, s)
                 if col is None or kr is None:
                     continue
                 load_c, rounded = s.kb != 0 or beta, rounded_c and s.kb == n_kb - 1
-                for j, (p0, p1) in enumerate(self._panels(t, core, s)):
-                    key = (p1 - p0, col[1] - col[0], kr[1] - kr[0], load_c, j == 0 and g.trans_b, rounded)
-                    cycles = memo.get(key)
-                    if cycles is None:
-                        cycles = memo[key] = self.ctx.compute_cycles(self._tile_loops(
-                            t, key[0], key[1], key[2], load_c=load_c, transpose_b=key[4], rounded=rounded))
-                    total += cycles
+                for (rows, transpose_b), n in runs[s.mb]:
+                    # The loops and their price are remembered by value (tile_loops; sim.timing).
+                    total += n * self.ctx.compute_cycles(tile_loops(
+                        self.core, self.prec, self.isz, t.m_micro, t.n_micro, rows, col[1] - col[0], kr[1] - kr[0],
+                        load_c, transpose_b, rounded))
             busiest = max(busiest, total)
         return self.ctx.target.launch_overhead_cycles + busiest

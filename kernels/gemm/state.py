@@ -13,7 +13,9 @@ from kernels.common.shares import split_even, split_units
 from kernels.gemm.constants import C_HOMES, F32, STREAMED_C_SLOTS, GemmAttrs, GemmTiling, Step, compute_precision
 from sim.errors import KernelArgError
 from sim.model.call import BoundCall
+from sim.model.memo import memoized
 from sim.model.plan import Loop
+from sim.model.target import CoreModel
 
 
 class GemmCall:
@@ -31,12 +33,6 @@ class GemmCall:
         self.lanes = lanes(self.core, self.prec)
         self.am, self.sm = ctx.vector_level, ctx.scalar_level
         self._split = "n"  # the split of the tiling being laid out or built
-
-    @property
-    def a_burst_elements(self) -> int:
-        """Elements of A per memory burst of the region holding A (1 where the region states no burst)."""
-        region = next((r for r in self.ctx.target.regions if r.contains(self.a.addr, 1)), None)
-        return max(1, (region.burst_bytes if region is not None else 1) // self.isz)
 
     def _fmac_depth(self) -> int:
         """Independent accumulators that keep every FMAC unit busy: the units times their latency."""
@@ -215,17 +211,28 @@ class GemmCall:
 
     def _tile_loops(self, t: GemmTiling, pr: int, nc: int, kd: int, *, load_c: bool, transpose_b: bool,
                     rounded: bool) -> tuple[Loop, ...]:
-        """The loops of a tile of ``pr`` rows, ``nc`` columns and depth ``kd``: its micro-kernels (C's rows loaded
-        into the registers first when ``load_c``), B's transpose in AM first (``transpose_b``), C's rounding to
-        fp16 last (``rounded``)."""
-        entries = -(-pr // t.m_micro) * -(-nc // t.n_micro)
-        loops = [gemm_micro_kernel(self.core, self.prec, t.m_micro, t.n_micro, kd, itemsize=self.isz,
-                                   entries=entries, load_c=load_c)]
-        if transpose_b:
-            # Bᵀ staged as [n, k] rows: one pass of vector loads, shuffles and stores puts op(B)'s rows in place.
-            loops.insert(0, elementwise(self.core, self.prec, nc * kd, loads=1, stores=1, valu=1,
-                                        label="B block transpose in AM"))
-        if rounded:
-            loops.append(elementwise(self.core, self.prec, pr * nc, loads=1, stores=1, valu=1,
-                                     label="C rounded to fp16"))
-        return tuple(loops)
+        """The loops of a tile of ``pr`` rows, ``nc`` columns and depth ``kd`` (:func:`tile_loops` on this call's
+        core, precision and itemsize)."""
+        return tile_loops(self.core, self.prec, self.isz, t.m_micro, t.n_micro, pr, nc, kd, load_c, transpose_b,
+                          rounded)
+
+
+@memoized
+def tile_loops(core: CoreModel, precision: str, itemsize: int, m_micro: int, n_micro: int, rows: int, cols: int,
+               depth: int, load_c: bool, transpose_b: bool, rounded: bool) -> tuple[Loop, ...]:
+    """The loops of a tile of ``rows`` x ``cols`` of C and depth ``depth``: its ``m_micro`` x ``n_micro``
+    micro-kernels (C's rows loaded into the registers first when ``load_c``), B's transpose in AM first
+    (``transpose_b``), C's rounding to fp16 last (``rounded``).
+
+    Remembered by value (sim.model.memo): the tiling space's ``bound`` asks for the same few tile shapes for every
+    panel of every step, and the build once per tile."""
+    entries = -(-rows // m_micro) * -(-cols // n_micro)
+    loops = [gemm_micro_kernel(core, precision, m_micro, n_micro, depth, itemsize=itemsize, entries=entries,
+                               load_c=load_c)]
+    if transpose_b:
+        # Bᵀ staged as [n, k] rows: one pass of vector loads, shuffles and stores puts op(B)'s rows in place.
+        loops.insert(0, elementwise(core, precision, cols * depth, loads=1, stores=1, valu=1,
+                                    label="B block transpose in AM"))
+    if rounded:
+        loops.append(elementwise(core, precision, rows * cols, loads=1, stores=1, valu=1, label="C rounded to fp16"))
+    return tuple(loops)

@@ -3,7 +3,7 @@
 
 import numpy as np
 import pytest
-from golden import arrays, assert_matches, cases, chips_for
+from golden import arrays, cases, chips_for, tolerances
 from tilings import (
     ADDR,
     assert_first_candidate_is_the_kernels_own_plan,
@@ -13,6 +13,7 @@ from tilings import (
 )
 
 import sim
+from sim.testing import check_results
 
 SHARED = dict(x=0xA0000000, dy=0xA4000000, dx=0xA8000000, mean=0xC0000000, invar=0xC0100000,
               scale=0xC0200000, dbias=0xC0300000, dscale=0xC0400000, params=0xC0500000)
@@ -27,23 +28,20 @@ PARAMS = [(c, chip, variant, form) for c in cases("batch_norm_grad") for chip in
                          ids=[f"{c['id']}-{chip}-{v}-{f}" for c, chip, v, f in PARAMS])
 def test_golden(case, chip, variant, form):
     data = arrays(case)
-    m = sim.Simulator(chip)
     a = SHARED if variant == "s" else PRIVATE
-    core = None if variant == "s" else 2
-    for name in ("x", "dy", "mean", "invar", "scale"):
-        m.write(a[name], data[name], core=core)
+    inputs = [(a[name], data[name]) for name in ("x", "dy", "mean", "invar", "scale")]
     at = case["attrs"]
     params = [a["mean"], a["invar"], a["scale"], a["dbias"], a["dscale"], at["batch"], at["channel"], at["is_train"]]
     if form == "address":
-        m.write(a["params"], np.array(params + [0] * 4, np.int64), core=core)
+        inputs.append((a["params"], np.array(params + [0] * 4, np.int64)))
         params = a["params"]
     prefix = "hp" if case["precision"] == "fp16" else "fp"
-    where = {"core_mask": sim.load_target(chip).all_cores_mask} if variant == "s" else {"core": core}
-    run = m.call(f"{prefix}_batch_norm_grad_{variant}", x=a["x"], dy=a["dy"], dx=a["dx"], params=params, **where)
+    where = {"core_mask": sim.load_target(chip).all_cores_mask} if variant == "s" else {"core": 2}
+    names = ("dx", "dbias", "dscale")
+    run = check_results(chip, f"{prefix}_batch_norm_grad_{variant}",
+                        dict(x=a["x"], dy=a["dy"], dx=a["dx"], params=params, **where), inputs,
+                        {n: (a[n], data[n].shape, data[n].dtype) for n in names}, data, **tolerances(case, names))
     assert run.cycles > 0
-    for name in ("dx", "dbias", "dscale"):
-        exp = data[name]
-        assert_matches(case, name, m.read(a[name], exp.shape, exp.dtype, core=core), exp)
 
 
 # --- tilings (FusedBatchNormGrad's planner on the [batch, channel, 1] view) ----------------------------------

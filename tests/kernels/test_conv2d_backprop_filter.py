@@ -7,11 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from golden import arrays, assert_matches, cases, chips_for
+from golden import arrays, cases, chips_for, tolerances
 from streams import assert_private_streams
 
 import kernels.conv2d_backprop_filter as cbf
 import sim
+from sim.testing import check_results
 
 KERNEL = "conv2d_backprop_filter"
 SHARED = dict(input=0xA0000000, out_backprop=0xA4000000, output=0xA8000000)
@@ -79,9 +80,9 @@ def reference(x: np.ndarray, dy: np.ndarray, filter_sizes, strides, padding, exp
 
 # --- helpers ---------------------------------------------------------------------------------------------
 
-def _where(m: sim.Simulator, variant: str, core: int = 1, mask: int | None = None) -> tuple[dict, dict, int | None]:
+def _where(target: sim.Target, variant: str, core: int = 1, mask: int | None = None) -> tuple[dict, dict, int | None]:
     if variant == "s":
-        return SHARED, {"core_mask": mask if mask is not None else m.target.all_cores_mask}, None
+        return SHARED, {"core_mask": mask if mask is not None else target.all_cores_mask}, None
     return PRIVATE, {"core": core}, core
 
 
@@ -90,7 +91,7 @@ def run_case(chip, precision: str, variant: str, x: np.ndarray, dy: np.ndarray, 
              tiling: dict | None = None) -> tuple[np.ndarray, sim.Run]:
     """Place x and dy, call the kernel (with ``tiling`` if given), read dW back."""
     m = sim.Simulator(chip)
-    a, where, core = _where(m, variant, mask=mask)
+    a, where, core = _where(m.target, variant, mask=mask)
     m.write(a["input"], x, core=core)
     m.write(a["out_backprop"], dy, core=core)
     prefix = "hp" if precision == "fp16" else "fp"
@@ -98,6 +99,19 @@ def run_case(chip, precision: str, variant: str, x: np.ndarray, dy: np.ndarray, 
                  output=a["output"], numerics=numerics, tiling=tiling, **attrs, **where)
     dt = np.float16 if precision == "fp16" else np.float32
     return m.read(a["output"], tuple(attrs["filter_sizes"]), dt, core=core), run
+
+
+def check_case(chip, precision: str, variant: str, x: np.ndarray, dy: np.ndarray, attrs: dict, expected: np.ndarray,
+               *, rtol: float, atol: float, mask: int | None = None, tiling: dict | None = None) -> sim.Run:
+    """:func:`run_case` through ``sim.testing.check_results``: dW compared with ``expected`` (``rtol``, ``atol``);
+    returns the run."""
+    a, where, _ = _where(chip if isinstance(chip, sim.Target) else sim.load_target(chip), variant, mask=mask)
+    prefix, dt = ("hp", np.float16) if precision == "fp16" else ("fp", np.float32)
+    return check_results(chip, f"{prefix}_{KERNEL}_{variant}",
+                         dict(input=a["input"], out_backprop=a["out_backprop"], output=a["output"], **attrs, **where),
+                         [(a["input"], x), (a["out_backprop"], dy)],
+                         {"output": (a["output"], tuple(attrs["filter_sizes"]), dt)}, {"output": expected}, rtol=rtol,
+                         atol=atol, tiling=tiling)
 
 
 def random_case(seed: int, attrs: dict, dtype=np.float32) -> tuple[np.ndarray, np.ndarray]:
@@ -136,9 +150,9 @@ GOLDEN = [(c, chip, v) for c in cases(KERNEL) for chip in chips_for(c) for v in 
 def test_golden(case, chip, variant):
     data = arrays(case)
     attrs = {k: v for k, v in case["attrs"].items() if v is not None}
-    out, run = run_case(chip, case["precision"], variant, data["input"], data["out_backprop"], attrs)
+    run = check_case(chip, case["precision"], variant, data["input"], data["out_backprop"], attrs, data["output"],
+                     **tolerances(case, ["output"]))
     assert run.cycles >= run.roofline.cycles
-    assert_matches(case, "output", out, data["output"])
 
 
 def test_golden_cases_are_all_there():
@@ -153,8 +167,8 @@ def test_tensorflow_literal_case(chip, variant):
     x = np.arange(1, 7, dtype=np.float32).reshape(1, 2, 3, 1)
     dy = np.array([1, 2], np.float32).reshape(1, 1, 2, 1)
     attrs = dict(input_shape=[1, 2, 3, 1], filter_sizes=[2, 2, 1, 1], strides=[1, 1, 1, 1], padding="VALID")
-    out, _ = run_case(chip, "fp32", variant, x, dy, attrs)
-    np.testing.assert_array_equal(out.ravel(), [5, 8, 14, 17])
+    check_case(chip, "fp32", variant, x, dy, attrs, np.array([5, 8, 14, 17], np.float32).reshape(2, 2, 1, 1), rtol=0,
+               atol=0)
 
 
 def test_hand_derived_stride_two_same():
@@ -163,9 +177,9 @@ def test_hand_derived_stride_two_same():
     x = np.arange(1, 10, dtype=np.float32).reshape(1, 3, 3, 1)
     dy = np.array([1, 2, 3, 4], np.float32).reshape(1, 2, 2, 1)
     attrs = dict(input_shape=[1, 3, 3, 1], filter_sizes=[2, 2, 1, 1], strides=[1, 2, 2, 1], padding="SAME")
-    out, _ = run_case("FT78NE", "fp32", "s", x, dy, attrs)
     # kh,kw=0,0: 1·1+3·2+7·3+9·4 = 64; (0,1): 2·1+0+8·3+0 = 26; (1,0): 4·1+6·2+0+0 = 16; (1,1): 5·1 = 5
-    np.testing.assert_array_equal(out.ravel(), [64, 26, 16, 5])
+    check_case("FT78NE", "fp32", "s", x, dy, attrs, np.array([64, 26, 16, 5], np.float32).reshape(2, 2, 1, 1), rtol=0,
+               atol=0)
 
 
 # --- our own float64 reference: dilated, strided, explicitly padded, both layouts ------------------------
@@ -198,8 +212,7 @@ OWN_RUNS = [(name, chip, variant, mask) for name in OWN
 def test_own_reference_fp32(name, chip, variant, mask):
     attrs = OWN[name]
     x, dy = random_case(list(OWN).index(name), attrs)
-    out, run = run_case(chip, "fp32", variant, x, dy, attrs, mask=mask)
-    np.testing.assert_allclose(out, reference(x, dy, **attrs), rtol=1e-5, atol=1e-5)
+    run = check_case(chip, "fp32", variant, x, dy, attrs, reference(x, dy, **attrs), rtol=1e-5, atol=1e-5, mask=mask)
     assert run.cycles >= run.roofline.cycles
 
 
@@ -208,18 +221,15 @@ def test_own_reference_fp32(name, chip, variant, mask):
 def test_own_reference_fp16(name, variant):
     attrs = OWN[name]
     x, dy = random_case(7, attrs, np.float16)
-    out, _ = run_case("MT7004", "fp16", variant, x, dy, attrs)
-    assert out.dtype == np.float16
-    exp = reference(x, dy, **attrs)
-    # fp32 accumulation, one rounding to fp16 at the end: within an fp16 ulp or so of the float64 truth.
-    np.testing.assert_allclose(out.astype(np.float64), exp, rtol=2e-3, atol=2e-3)
+    # dW read back as fp16; fp32 accumulation, one rounding to fp16 at the end: within an fp16 ulp or so of the
+    # float64 truth.
+    check_case("MT7004", "fp16", variant, x, dy, attrs, reference(x, dy, **attrs), rtol=2e-3, atol=2e-3)
 
 
 def test_out_backprop_shape_when_right_is_accepted():
     attrs = dict(OWN["nchw-explicit"], out_backprop_shape=list(geometry(**OWN["nchw-explicit"])["dy_shape"]))
     x, dy = random_case(3, OWN["nchw-explicit"])
-    out, _ = run_case("FT78NE", "fp32", "s", x, dy, attrs)
-    np.testing.assert_allclose(out, reference(x, dy, **OWN["nchw-explicit"]), rtol=1e-5, atol=1e-5)
+    check_case("FT78NE", "fp32", "s", x, dy, attrs, reference(x, dy, **OWN["nchw-explicit"]), rtol=1e-5, atol=1e-5)
 
 
 # --- every plan the planner may choose is right: forced spatial / filter splits, tiny scratchpads ---------
@@ -267,19 +277,18 @@ def test_in_c_slices_exchange_in_rounds(tmp_path):
     (choice,) = [c for c in _choices(target, attrs) if c.kind == "spatial"]
     assert choice.icg < 40  # the input rows were cut into channel slices
     x, dy = random_case(5, attrs)
-    out, run = run_case(target, "fp32", "s", x, dy, attrs, tiling=choice.as_tiling())
+    run = check_case(target, "fp32", "s", x, dy, attrs, reference(x, dy, **attrs), rtol=1e-5, atol=1e-5,
+                     tiling=choice.as_tiling())
     names = [p.name for p in run.plan.phases]
     assert "slice0:reduce1" in names  # the partials did not fit the 4 KiB workspace at once
-    np.testing.assert_allclose(out, reference(x, dy, **attrs), rtol=1e-5, atol=1e-5)
 
 
 def test_filter_split_for_small_images_and_big_filters():
     attrs = dict(input_shape=[1, 4, 4, 256], filter_sizes=[3, 3, 256, 256], strides=[1, 1, 1, 1], padding="SAME")
     x, dy = random_case(2, attrs)
-    out, run = run_case("FT78NE", "fp32", "s", x, dy, attrs)
+    run = check_case("FT78NE", "fp32", "s", x, dy, attrs, reference(x, dy, **attrs), rtol=1e-4, atol=1e-4)
     assert [p.name for p in run.plan.phases] == ["filter_slices"]
     assert all(run.plan.phases[0].tiles[c] for c in range(8))  # every core has a slice
-    np.testing.assert_allclose(out, reference(x, dy, **attrs), rtol=1e-4, atol=1e-4)
 
 
 # --- argument refusals -----------------------------------------------------------------------------------
@@ -411,8 +420,7 @@ def test_more_cores_are_faster_when_compute_bound():
 
 def test_barrier_and_workspace_exchange_when_split_over_the_batch():
     x, dy = random_case(1, BATCH_SPLIT)
-    out, run = run_case("FT78NE", "fp32", "s", x, dy, BATCH_SPLIT)
-    np.testing.assert_allclose(out, reference(x, dy, **BATCH_SPLIT), rtol=1e-4, atol=1e-4)
+    run = check_case("FT78NE", "fp32", "s", x, dy, BATCH_SPLIT, reference(x, dy, **BATCH_SPLIT), rtol=1e-4, atol=1e-4)
     names = [p.name for p in run.plan.phases]
     assert names[0] == "slice0:partials0" and "slice0:reduce0" in names
     waits = [e for e in run.events if e.kind == "barrier_wait"]

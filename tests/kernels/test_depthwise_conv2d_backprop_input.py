@@ -7,10 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from golden import arrays, assert_matches, cases, chips_for
+from golden import arrays, cases, chips_for, tolerances
 from streams import assert_private_streams
 
 import sim
+from sim.testing import check_results
 
 KERNEL = "depthwise_conv2d_backprop_input"
 SHARED = dict(filter=0xA0000000, out_backprop=0xA1000000, output=0xB0000000)
@@ -110,6 +111,18 @@ def run_kernel(chip, symbol, filt, dy, attrs, variant="s", core=None, tiling=Non
     return m.read(a["output"], tuple(attrs["input_sizes"]), filt.dtype, core=core), run
 
 
+def check_kernel(chip, symbol, filt, dy, attrs, expected, *, rtol, atol, variant="s", core=None, tiling=None,
+                 **where):
+    """:func:`run_kernel` through ``sim.testing.check_results``: dx compared with ``expected`` (``rtol``,
+    ``atol``); returns the run."""
+    a = SHARED if variant == "s" else PRIVATE
+    if variant == "p":
+        where = {"core": 0 if core is None else core}
+    return check_results(chip, symbol, {**a, **attrs, **where}, [(a["filter"], filt), (a["out_backprop"], dy)],
+                         {"output": (a["output"], tuple(attrs["input_sizes"]), filt.dtype)}, {"output": expected},
+                         rtol=rtol, atol=atol, tiling=tiling)
+
+
 def random_case(seed, input_sizes, filter_shape, strides, padding, dtype=np.float32, **attrs):
     """Seeded filter and out_backprop for a call with these attributes."""
     rng = np.random.default_rng(seed)
@@ -130,10 +143,9 @@ def test_golden(case, chip, variant):
     data = arrays(case)
     prefix = "hp" if case["precision"] == "fp16" else "fp"
     where = {"core_mask": sim.load_target(chip).all_cores_mask} if variant == "s" else {}
-    got, run = run_kernel(chip, f"{prefix}_{KERNEL}_{variant}", data["filter"], data["out_backprop"],
-                          case["attrs"], variant, core=2, **where)
+    run = check_kernel(chip, f"{prefix}_{KERNEL}_{variant}", data["filter"], data["out_backprop"], case["attrs"],
+                       data["output"], variant=variant, core=2, **tolerances(case, ["output"]), **where)
     assert run.cycles > 0
-    assert_matches(case, "output", got, data["output"])
 
 
 def test_golden_set_covers_both_precisions_and_formats():
@@ -166,8 +178,8 @@ OWN = [
 def test_fp32_against_float64_reference(i, chip, variant):
     sizes, fshape, strides, padding, extra = OWN[i]
     filt, dy, attrs = random_case(i, sizes, fshape, strides, padding, **extra)
-    got, _ = run_kernel(chip, f"fp_{KERNEL}_{variant}", filt, dy, attrs, variant, core=5 if chip == "FT78NE" else 3)
-    np.testing.assert_allclose(got, reference(filt, dy, **attrs), rtol=1e-5, atol=1e-5)
+    check_kernel(chip, f"fp_{KERNEL}_{variant}", filt, dy, attrs, reference(filt, dy, **attrs), rtol=1e-5, atol=1e-5,
+                 variant=variant, core=5 if chip == "FT78NE" else 3)
 
 
 @pytest.mark.parametrize("variant", ["s", "p"])
@@ -175,11 +187,10 @@ def test_fp32_against_float64_reference(i, chip, variant):
 def test_fp16_against_float64_reference(i, variant):
     sizes, fshape, strides, padding, extra = OWN[i]
     filt, dy, attrs = random_case(100 + i, sizes, fshape, strides, padding, dtype=np.float16, **extra)
-    got, _ = run_kernel("MT7004", f"hp_{KERNEL}_{variant}", filt, dy, attrs, variant)
-    assert got.dtype == np.float16
-    exp = reference(filt, dy, **attrs)
+    assert filt.dtype == np.float16  # dx is read back as fp16, the filter's dtype
     # fp32 accumulation, one rounding to fp16 at the end: within half an fp16 ulp (plus fp32 noise).
-    np.testing.assert_allclose(got.astype(np.float64), exp, rtol=2 ** -10, atol=2 ** -14)
+    check_kernel("MT7004", f"hp_{KERNEL}_{variant}", filt, dy, attrs, reference(filt, dy, **attrs), rtol=2 ** -10,
+                 atol=2 ** -14, variant=variant)
 
 
 def test_is_the_adjoint_of_the_forward_convolution():
@@ -206,9 +217,8 @@ def test_hand_derived_values():
     dy[0, 0, 0, 0] = 1.0
     dy[0, 1, 1, 0] = 10.0
     attrs = dict(input_sizes=[1, 3, 3, 1], filter_shape=[2, 2, 1, 1], strides=[1, 1, 1, 1], padding="VALID")
-    got, _ = run_kernel("FT78NE", f"fp_{KERNEL}_s", filt, dy, attrs)
-    exp = np.array([[1, 2, 0], [3, 4 + 10, 20], [0, 30, 40]], np.float32)
-    np.testing.assert_array_equal(got[0, :, :, 0], exp)
+    exp = np.array([[1, 2, 0], [3, 4 + 10, 20], [0, 30, 40]], np.float32).reshape(1, 3, 3, 1)
+    check_kernel("FT78NE", f"fp_{KERNEL}_s", filt, dy, attrs, exp, rtol=0, atol=0)
 
 
 def test_multiplier_channel_order():
@@ -217,8 +227,8 @@ def test_multiplier_channel_order():
     filt[0, 0] = [[1, 10, 100], [1000, 10000, 100000]]
     dy = np.ones((1, 1, 1, 6), np.float32) * np.array([1, 2, 3, 4, 5, 6], np.float32)
     attrs = dict(input_sizes=[1, 1, 1, 2], filter_shape=[1, 1, 2, 3], strides=[1, 1, 1, 1], padding="VALID")
-    got, _ = run_kernel("FT78NE", f"fp_{KERNEL}_p", filt, dy, attrs, "p")
-    np.testing.assert_array_equal(got.reshape(2), [1 + 20 + 300, 4000 + 50000 + 600000])
+    exp = np.array([1 + 20 + 300, 4000 + 50000 + 600000], np.float32).reshape(1, 1, 1, 2)
+    check_kernel("FT78NE", f"fp_{KERNEL}_p", filt, dy, attrs, exp, rtol=0, atol=0, variant="p")
 
 
 # --- tiling: a tiny scratchpad forces row, channel and column blocks -----------------------------------------
@@ -242,8 +252,7 @@ def test_many_tiles_match_reference(tmp_path, fmt, am_kib):
     sizes = [2, 12, 70, 40] if fmt == "NHWC" else [2, 40, 12, 70]
     filt, dy, attrs = random_case(3, sizes, [3, 4, 40, 2], [1, 1, 1, 1], "SAME", data_format=fmt,
                                   dilations=[1, 2, 1, 1] if fmt == "NHWC" else [1, 1, 2, 1])
-    got, run = run_kernel(target, f"fp_{KERNEL}_s", filt, dy, attrs)
-    np.testing.assert_allclose(got, reference(filt, dy, **attrs), rtol=1e-5, atol=1e-5)
+    run = check_kernel(target, f"fp_{KERNEL}_s", filt, dy, attrs, reference(filt, dy, **attrs), rtol=1e-5, atol=1e-5)
     n_tiles = sum(len(t) for t in run.plan.phases[0].tiles.values())
     assert n_tiles > 16
     widths = {t.compute.outputs[0].shape[2 if fmt == "NHWC" else 3]
@@ -270,8 +279,8 @@ def test_nothing_fits_is_a_layout_error(tmp_path):
 def test_cores_share_the_work(tiling, busy):
     """3 input rows, 2 channel vectors of 32: rows only keeps 3 cores busy, two channel groups 3 x 2."""
     filt, dy, attrs = random_case(1, [1, 3, 16, 64], [3, 3, 64, 1], [1, 1, 1, 1], "SAME")
-    got, run = run_kernel("FT78NE", f"fp_{KERNEL}_s", filt, dy, attrs, core_mask=0xFF, tiling=tiling)
-    np.testing.assert_allclose(got, reference(filt, dy, **attrs), rtol=1e-5, atol=1e-5)
+    run = check_kernel("FT78NE", f"fp_{KERNEL}_s", filt, dy, attrs, reference(filt, dy, **attrs), rtol=1e-5,
+                       atol=1e-5, core_mask=0xFF, tiling=tiling)
     used = [c for c, tiles in run.plan.phases[0].tiles.items() if tiles]
     assert len(used) == (busy or 3 * run.tiling.tiling["channel_parts"])
     assert set(run.plan.cores) == set(range(8))
@@ -279,8 +288,8 @@ def test_cores_share_the_work(tiling, busy):
 
 def test_core_mask_subset_runs_on_those_cores_only():
     filt, dy, attrs = random_case(4, [2, 7, 9, 6], [3, 3, 6, 2], [1, 2, 1, 1], "SAME", dilations=[1, 1, 2, 1])
-    got, run = run_kernel("FT78NE", f"fp_{KERNEL}_s", filt, dy, attrs, core_mask=0b10100101)
-    np.testing.assert_allclose(got, reference(filt, dy, **attrs), rtol=1e-5, atol=1e-5)
+    run = check_kernel("FT78NE", f"fp_{KERNEL}_s", filt, dy, attrs, reference(filt, dy, **attrs), rtol=1e-5,
+                       atol=1e-5, core_mask=0b10100101)
     assert {e.core for e in run.events} == {0, 2, 5, 7}
 
 

@@ -18,6 +18,7 @@ from tilings import (
 )
 
 import sim
+from sim.testing import check_results
 
 KERNEL = "fake_quant_with_min_max_vars_gradient"
 OUTPUTS = ("backprops_wrt_input", "backprop_wrt_min", "backprop_wrt_max")
@@ -41,6 +42,19 @@ def run_kernel(m, prefix, variant, gradients, inputs, lo, hi, core=2, **attrs):
     return run, {"backprops_wrt_input": m.read(a["backprops_wrt_input"], inputs.shape, gradients.dtype, core=c),
                  "backprop_wrt_min": m.read(a["backprop_wrt_min"], (), np.float32, core=c),
                  "backprop_wrt_max": m.read(a["backprop_wrt_max"], (), np.float32, core=c)}
+
+
+def check_kernel(chip, prefix, variant, gradients, inputs, lo, hi, expected, *, core=2, tiling=None, **attrs):
+    """:func:`run_kernel` through ``sim.testing.check_results``: the three outputs equal (as values) to
+    ``expected``'s; returns the run."""
+    a = SHARED if variant == "s" else PRIVATE
+    where = {"core": core} if variant == "p" else {}
+    placed = [(a["gradients"], gradients), (a["inputs"], inputs), (a["min"], np.float32(lo)),
+              (a["max"], np.float32(hi))]
+    shapes = {"backprops_wrt_input": (inputs.shape, gradients.dtype), "backprop_wrt_min": ((), np.float32),
+              "backprop_wrt_max": ((), np.float32)}
+    return check_results(chip, f"{prefix}_{KERNEL}_{variant}", {**a, "shape": list(inputs.shape), **attrs, **where},
+                         placed, {n: (a[n], *shapes[n]) for n in OUTPUTS}, expected, rtol=0, atol=0, tiling=tiling)
 
 
 # -- TensorFlow's golden cases ----------------------------------------------------------------------
@@ -95,13 +109,10 @@ def test_xla_table(row):
     lo, hi, bits, narrow, nmin, nmax, step = row
     inputs = xla_inputs(nmin, nmax, step)
     gradients = np.arange(1, len(inputs) + 1, dtype=np.float32)
+    expected = {"backprops_wrt_input": np.array([0, 0, 3, 4, 5, 6, 7, 8, 9, 0, 0], np.float32),
+                "backprop_wrt_min": np.float32(1.0 + 2.0), "backprop_wrt_max": np.float32(10.0 + 11.0)}
     for chip, variant in (("FT78NE", "s"), ("MT7004", "p")):
-        _, out = run_kernel(sim.Simulator(chip), "fp", variant, gradients, inputs, lo, hi, num_bits=bits,
-                            narrow_range=narrow)
-        np.testing.assert_array_equal(out["backprops_wrt_input"],
-                                      np.array([0, 0, 3, 4, 5, 6, 7, 8, 9, 0, 0], np.float32))
-        assert out["backprop_wrt_min"] == 1.0 + 2.0
-        assert out["backprop_wrt_max"] == 10.0 + 11.0
+        check_kernel(chip, "fp", variant, gradients, inputs, lo, hi, expected, num_bits=bits, narrow_range=narrow)
 
 
 def test_xla_table_fp16_and_split_over_cores():
@@ -110,15 +121,15 @@ def test_xla_table_fp16_and_split_over_cores():
     inputs = np.tile(xla_inputs(nmin, nmax, step), 40).astype(np.float16)
     gradients = np.tile(np.arange(1, 12, dtype=np.float16), 40)
     # Named as the tiling: by default the cost model may find one core cheaper for so small a call.
-    run, out = run_kernel(sim.Simulator("MT7004"), "hp", "s", gradients, inputs, lo, hi, num_bits=bits,
-                          narrow_range=narrow, tiling={"cores": 4})
-    assert len(run.plan.phases[0].tiles) == 4
     # fp16 moves the ±0.01 neighbours (63 ± 0.01 round to 63.0): check against the fp32 rule on the fp16 values.
     x = inputs.astype(np.float32)
     inside = (x >= nmin) & (x <= nmax)
-    np.testing.assert_array_equal(out["backprops_wrt_input"], np.where(inside, gradients, 0))
-    assert out["backprop_wrt_min"] == gradients[x < nmin].astype(np.float32).sum()
-    assert out["backprop_wrt_max"] == gradients[x > nmax].astype(np.float32).sum()
+    expected = {"backprops_wrt_input": np.where(inside, gradients, 0),
+                "backprop_wrt_min": gradients[x < nmin].astype(np.float32).sum(),
+                "backprop_wrt_max": gradients[x > nmax].astype(np.float32).sum()}
+    run = check_kernel("MT7004", "hp", "s", gradients, inputs, lo, hi, expected, num_bits=bits, narrow_range=narrow,
+                       tiling={"cores": 4})
+    assert len(run.plan.phases[0].tiles) == 4
 
 
 # -- hand cases and a float64 reference -----------------------------------------------------------------
@@ -126,9 +137,8 @@ def test_xla_table_fp16_and_split_over_cores():
 def test_min_equal_max_zero_passes_every_gradient():
     g = np.linspace(-3, 3, 100).astype(np.float32)
     x = np.linspace(-5, 5, 100).astype(np.float32)
-    _, out = run_kernel(sim.Simulator("FT78NE"), "fp", "s", g, x, 0.0, 0.0)
-    np.testing.assert_array_equal(out["backprops_wrt_input"], g)
-    assert out["backprop_wrt_min"] == 0 and out["backprop_wrt_max"] == 0
+    check_kernel("FT78NE", "fp", "s", g, x, 0.0, 0.0, {"backprops_wrt_input": g, "backprop_wrt_min": np.float32(0),
+                                                       "backprop_wrt_max": np.float32(0)})
 
 
 @pytest.mark.parametrize("bits,narrow", [(2, False), (4, True), (8, False), (8, True)])
@@ -161,9 +171,9 @@ def test_input_exactly_on_fp32_nudged_bound_passes():
     x = np.array([0.0, 127.5, np.nextafter(np.float32(127.5), np.float32(200)),
                   np.nextafter(np.float32(0), np.float32(-1))], np.float32)
     g = np.array([1, 2, 4, 8], np.float32)
-    _, out = run_kernel(sim.Simulator("FT78NE"), "fp", "p", g, x, -0.1, 127.4)
-    np.testing.assert_array_equal(out["backprops_wrt_input"], [1, 2, 0, 0])
-    assert out["backprop_wrt_min"] == 8 and out["backprop_wrt_max"] == 4
+    check_kernel("FT78NE", "fp", "p", g, x, -0.1, 127.4, {"backprops_wrt_input": np.array([1, 2, 0, 0], np.float32),
+                                                         "backprop_wrt_min": np.float32(8),
+                                                         "backprop_wrt_max": np.float32(4)})
 
 
 # -- refusals -------------------------------------------------------------------------------------
