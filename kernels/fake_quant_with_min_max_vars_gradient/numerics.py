@@ -3,13 +3,16 @@ and the whole op on whole arrays (the reference)."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
+from kernels.common.halves import F16, widened
 from sim.errors import KernelArgError
 
 F32 = np.dtype(np.float32)
+U16, U32 = np.dtype(np.uint16), np.dtype(np.uint32)
 #: Masks compare the fp32 value of each element with fp32 bounds, for both symbol precisions.
 COMPUTE_PRECISION = "fp32"
 #: Vector element operations per element: x < nmin, x > nmax, select the input gradient (2),
@@ -59,19 +62,103 @@ def nudge(min_value: float, max_value: float, num_bits: int, narrow_range: bool)
     return F32.type(F32.type(qmin - zp) * scale), F32.type(F32.type(qmax - zp) * scale)
 
 
+#: An fp16 value's place in a total order of its 65536 bit patterns, as a uint16 (:func:`_f16_order`): every
+#: non-NaN value in [0, _F16_ORDERED) in the order of its value (-0 just below +0), the NaNs above.
+_F16_ORDERED = 63490
+
+
+def _f16_order(h: np.ndarray) -> np.ndarray:
+    """The uint16 order keys of an fp16 array's elements (four passes over 16-bit words, no widening)."""
+    s = h.view(np.int16) >> 15  # 0, or -1 for the negative patterns
+    np.bitwise_and(s, np.int16(0x7FFF), out=s)
+    np.bitwise_xor(s, h.view(np.int16), out=s)  # signed integers in the values' order, NaNs at both ends
+    u = s.view(U16)
+    np.add(u, U16.type(31745), out=u)  # -inf (0xFC00 -> -31745) to 0: the negative NaNs wrap to the top
+    return u
+
+
+@functools.cache
+def _f16_values_in_order() -> np.ndarray:
+    """The fp32 value of every order key below _F16_ORDERED (non-decreasing)."""
+    keys = (np.arange(_F16_ORDERED, dtype=np.int32) - 31745).astype(np.int16)
+    bits = keys ^ ((keys >> 15) & np.int16(0x7FFF))
+    return bits.view(F16).astype(F32)
+
+
+def _f16_bounds(nudged_min: np.float32, nudged_max: np.float32) -> tuple[int, int]:
+    """(lo, hi): an fp16 value v is below nudged_min iff its key < lo, above nudged_max iff hi < key <
+    _F16_ORDERED; exact, since every fp16 value is an fp32 one."""
+    values = _f16_values_in_order()
+    return (int(np.searchsorted(values, nudged_min, "left")),
+            int(np.searchsorted(values, nudged_max, "right")) - 1)
+
+
+def _masks(x: np.ndarray, nudged_min: np.float32, nudged_max: np.float32,
+           passes_all: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(below, above, inside) of the fp32 values of ``x``, as fp32 compares give them (a NaN neither below, above
+    nor inside); inside is None when every element passes (min = max = 0: NaN inputs included)."""
+    if x.dtype == F16:  # compared as order keys: no widening, and fp16 compares are slow in numpy
+        key = _f16_order(x)
+        lo, hi = _f16_bounds(nudged_min, nudged_max)
+        below = np.less(key, U16.type(lo))
+        np.subtract(key, U16.type(hi + 1), out=key)  # keys above hi from 0 (the lower ones wrap past the NaNs)
+        above = np.less(key, U16.type(_F16_ORDERED - hi - 1))
+        if passes_all:
+            return below, above, None
+        if lo > hi:  # no fp16 value lies in [nudged_min, nudged_max]
+            return below, above, np.zeros(x.shape, bool)
+        return below, above, np.greater_equal(key, U16.type(65535 - (hi - lo)))  # keys lo..hi, moved to the top
+    xf = x.astype(F32, copy=False)
+    below, above = np.less(xf, nudged_min), np.greater(xf, nudged_max)
+    if passes_all:
+        return below, above, None
+    inside = np.greater_equal(xf, nudged_min)  # neither below nor above nor NaN (a NaN compares false both ways)
+    inside &= np.less_equal(xf, nudged_max)
+    return below, above, inside
+
+
+def _select(bits: np.ndarray, mask: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``bits`` where ``mask``, else 0 (the bits of +0.0), into ``out`` (an unsigned array of ``bits``' dtype):
+    np.where(mask, value, 0)'s bits without its branches (slow on a mask of scattered elements)."""
+    np.copyto(out, mask)
+    np.negative(out, out=out)  # 0 or all ones
+    return np.bitwise_and(out, bits, out=out)
+
+
+def _masked_sum(bits32: np.ndarray, mask: np.ndarray, scratch: np.ndarray) -> np.float32:
+    """Σ of the fp32 values (as uint32 bits) under ``mask``: np.where(mask, g, 0).sum(dtype=F32), the same
+    pairwise sum over the same array (+0 when the mask is empty)."""
+    if not mask.any():
+        return F32.type(0)
+    return _select(bits32, mask, scratch).view(F32).sum(dtype=F32)
+
+
+def masked(gradients: np.ndarray, inputs: np.ndarray, nudged_min: np.float32,
+           nudged_max: np.float32) -> tuple[np.ndarray, np.float32, np.float32]:
+    """(input gradient, Σ gradients below nudged_min, Σ gradients above nudged_max) of one block, the input
+    gradient in fp16 for fp16 gradients (their fp32 values narrowed back: the same numbers), in fp32 otherwise.
+
+    The masks compare the fp32 values of the inputs with the fp32 bounds; a NaN input is neither below nor above
+    and passes no gradient, unless min = max = 0 (bounds ±inf), where every gradient passes.  The sums add the
+    fp32 values of the gradients."""
+    passes_all = float(nudged_min) == -math.inf and float(nudged_max) == math.inf
+    below, above, inside = _masks(inputs, nudged_min, nudged_max, passes_all)
+    g = widened(gradients)
+    out = gradients if gradients.dtype == F16 else g
+    if inside is None:
+        bp = out.copy()
+    else:
+        unsigned = U16 if out.dtype == F16 else U32
+        bp = _select(out.view(unsigned), inside, np.empty(out.shape, unsigned)).view(out.dtype)
+    bits, scratch = g.view(U32), np.empty(g.shape, U32)
+    return bp, _masked_sum(bits, below, scratch), _masked_sum(bits, above, scratch)
+
+
 def masked_gradients(gradients: np.ndarray, inputs: np.ndarray, nudged_min: np.float32,
                      nudged_max: np.float32) -> tuple[np.ndarray, np.float32, np.float32]:
     """(input gradient in fp32, Σ gradients below nudged_min, Σ gradients above nudged_max) of one block."""
-    g = gradients.astype(F32, copy=False)
-    x = inputs.astype(F32, copy=False)
-    below, above = x < nudged_min, x > nudged_max
-    if np.isneginf(nudged_min) and np.isposinf(nudged_max):
-        inside = np.ones(x.shape, bool)  # min = max = 0: every gradient passes, NaN inputs included
-    else:  # neither below nor above nor NaN (a NaN compares false both ways): two passes, not four
-        inside = (x >= nudged_min) & (x <= nudged_max)
-    zero = F32.type(0)
-    return (np.where(inside, g, zero), np.where(below, g, zero).sum(dtype=F32),
-            np.where(above, g, zero).sum(dtype=F32))
+    bp, below, above = masked(gradients, inputs, nudged_min, nudged_max)
+    return bp.astype(F32, copy=False), below, above
 
 
 def nudge_tile(num_bits: int, narrow_range: bool, bounds_value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -83,7 +170,7 @@ def nudge_tile(num_bits: int, narrow_range: bool, bounds_value: np.ndarray) -> t
 def masked_tile(dtype: np.dtype, g: np.ndarray, x: np.ndarray, nudged_value: np.ndarray,
                 acc_value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """One data tile: the input gradient (in ``dtype``), and the core's two sums with this tile's added."""
-    bp, below, above = masked_gradients(g, x, nudged_value[0], nudged_value[1])
+    bp, below, above = masked(g, x, nudged_value[0], nudged_value[1])
     return bp.astype(dtype, copy=False), acc_value + np.array([below, above], F32)
 
 
@@ -92,7 +179,7 @@ def fake_quant_gradient_reference(gradients: np.ndarray, inputs: np.ndarray, min
                                   ) -> tuple[np.ndarray, np.float32, np.float32]:
     """The whole op on whole arrays, as the chip computes it (input gradient in the gradients' dtype)."""
     nmin, nmax = nudge(min_value, max_value, num_bits, narrow_range)
-    bp, wmin, wmax = masked_gradients(gradients, inputs, nmin, nmax)
-    return bp.astype(gradients.dtype), wmin, wmax
+    bp, wmin, wmax = masked(gradients, inputs, nmin, nmax)
+    return bp.astype(gradients.dtype, copy=False), wmin, wmax
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kernels.common.halves import widened
 from kernels.fused_batch_norm_grad.attrs import View
 
 F32 = np.dtype(np.float32)
@@ -37,25 +38,46 @@ def _per_channel(v: np.ndarray) -> np.ndarray:
     return np.asarray(v, F32).reshape(1, -1, 1)
 
 
+def _in_f32(op: np.ufunc, first: np.ndarray | np.float32, block: np.ndarray, *, block_first: bool) -> np.ndarray:
+    """``op`` of a block (in fp32: an fp16 block :func:`widened` first) and ``first`` (a scalar or per-channel
+    vector), the block the left operand when ``block_first``, in a new fp32 array (a widened block's own)."""
+    if block.dtype == F32:
+        return op(block, first) if block_first else op(first, block)
+    wide = widened(block)
+    return op(wide, first, out=wide) if block_first else op(first, wide, out=wide)
+
+
+def _xhat(x: np.ndarray, mean: np.ndarray, rs: np.ndarray) -> np.ndarray:
+    """x̂ = (x - mean) · rs of a [a, c, b] block in fp32, in a new array (one for both steps)."""
+    xh = _in_f32(np.subtract, _per_channel(mean), x, block_first=True)
+    return np.multiply(xh, _per_channel(rs), out=xh)
+
+
 def partial_sums(x: np.ndarray, dy: np.ndarray, mean: np.ndarray, rs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(Σdy, Σdy·x̂) per channel of a [a, c, b] block, in fp32."""
-    dyf = dy.astype(F32, copy=False)
-    xh = (x.astype(F32, copy=False) - _per_channel(mean)) * _per_channel(rs)
-    return dyf.sum(axis=(0, 2), dtype=F32), (dyf * xh).sum(axis=(0, 2), dtype=F32)
+    dyf = widened(dy)
+    prod = _xhat(x, mean, rs)
+    np.multiply(dyf, prod, out=prod)
+    return dyf.sum(axis=(0, 2), dtype=F32), prod.sum(axis=(0, 2), dtype=F32)
 
 
 def x_backprop_train(x: np.ndarray, dy: np.ndarray, mean: np.ndarray, rs: np.ndarray, scale: np.ndarray,
                      sum_dy: np.ndarray, sum_dy_xhat: np.ndarray, m: int) -> np.ndarray:
-    """Training x_backprop of a [a, c, b] block from the whole-batch sums, in fp32."""
+    """Training x_backprop of a [a, c, b] block from the whole-batch sums, in fp32:
+    k · ((m·dy − Σdy) − x̂·Σdy·x̂) with k = scale·rs/m, each step rounded to fp32 in that order
+    (and with its operands in that order: of two NaNs, x86 keeps the first's)."""
     mf = F32.type(m)
-    xh = (x.astype(F32, copy=False) - _per_channel(mean)) * _per_channel(rs)
-    k = _per_channel(np.asarray(scale, F32) * rs / mf)
-    return k * (mf * dy.astype(F32, copy=False) - _per_channel(sum_dy) - xh * _per_channel(sum_dy_xhat))
+    t = _in_f32(np.multiply, mf, dy, block_first=False)
+    np.subtract(t, _per_channel(sum_dy), out=t)
+    xh = _xhat(x, mean, rs)
+    np.multiply(xh, _per_channel(sum_dy_xhat), out=xh)
+    np.subtract(t, xh, out=t)
+    return np.multiply(_per_channel(np.asarray(scale, F32) * rs / mf), t, out=t)
 
 
 def x_backprop_infer(dy: np.ndarray, rs: np.ndarray, scale: np.ndarray) -> np.ndarray:
     """Inference x_backprop of a [a, c, b] block, in fp32."""
-    return dy.astype(F32, copy=False) * _per_channel(np.asarray(scale, F32) * rs)
+    return widened(dy) * _per_channel(np.asarray(scale, F32) * rs)
 
 
 def rs_of(variance_or_rs: np.ndarray, epsilon: float | None) -> np.ndarray:
