@@ -183,12 +183,13 @@ class Engine:
         return route
 
     def start_transfers(self, core: int, tile: Tile, transfers: tuple[Transfer, ...], kind: str, phase: str,
-                         done: Callable[[], None]) -> None:
-        """Start ``transfers`` now, all at once; ``done()`` runs when the last has landed (at once if none)."""
+                         done: Callable[[], None], known: Callable[[int], bool] | None = None) -> None:
+        """Start ``transfers`` now, all at once; ``done()`` runs when the last has landed (at once if none), unless
+        ``known(landing cycle)`` takes the landing as done when it is known (:class:`~sim.engine.units.Group`)."""
         if not transfers:
             done()
             return
-        group = Group(self.env, len(transfers), done)
+        group = Group(self.env, len(transfers), done, known)
         for t in transfers:
             Dma(self, core, tile, t, kind, phase, group).start()
 

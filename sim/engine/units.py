@@ -110,16 +110,20 @@ class Group:
     """The transfers a tile starts together; ``done()`` runs when the last of them has landed.
 
     Each member reports its landing cycle as soon as its stream starts (it is
-    known then), so the group needs one timeout, not one per member.
+    known then), so the group needs one timeout, not one per member, and none when ``known(cycle)`` (if given)
+    says, once the last landing cycle is known, that nothing can look at the group before that cycle and that it
+    has taken the landing as done (a walk that will not reach the tile before it lands).
     """
 
-    __slots__ = ("env", "left", "latest", "done")
+    __slots__ = ("env", "left", "latest", "done", "known")
 
-    def __init__(self, env: simpy.Environment, members: int, done: Callable[[], None]):
+    def __init__(self, env: simpy.Environment, members: int, done: Callable[[], None],
+                 known: Callable[[int], bool] | None = None):
         self.env = env
         self.left = members
         self.latest = 0
         self.done = done
+        self.known = known
 
     def lands_at(self, cycle: int) -> None:
         """One member will have landed at ``cycle``."""
@@ -127,6 +131,8 @@ class Group:
         if cycle > self.latest:
             self.latest = cycle
         if not self.left:
+            if self.known is not None and self.known(self.latest):
+                return
             Timeout(self.env, self.latest - cycle_of(self.env)).callbacks.append(self._landed)
 
     def _landed(self, _: simpy.Event) -> None:

@@ -33,7 +33,7 @@ class Walk:
     """
 
     __slots__ = ("eng", "core", "tiles", "phase", "finished", "i", "issued", "loaded", "waiting", "latest",
-                 "gates", "stores_left", "walked", "compute_start", "buffers")
+                 "gates", "stores_left", "walked", "compute_start", "compute_end", "buffers")
 
     def __init__(self, eng: Engine, core: int, tiles: tuple[Tile, ...], phase: str,
                  finished: Callable[[], None], buffers: PhaseBuffers | None = None):
@@ -50,6 +50,7 @@ class Walk:
         self.stores_left = len(tiles)
         self.walked = False
         self.compute_start = 0
+        self.compute_end = -1  # while a compute runs: the cycle it ends (the walk looks at the next tile then)
 
     def _issue(self, i: int) -> None:
         tile, eng = self.tiles[i], self.eng
@@ -63,7 +64,8 @@ class Walk:
         self.issued = i + 1
 
         def start() -> None:
-            eng.start_transfers(self.core, tile, tile.loads, "dma_in", self.phase, lambda: self._loaded(i))
+            eng.start_transfers(self.core, tile, tile.loads, "dma_in", self.phase, lambda: self._loaded(i),
+                                lambda cycle: self._loaded_before_looked_at(i, cycle))
 
         if prev is None:
             start()
@@ -93,13 +95,22 @@ class Walk:
         if prev is not None:
             waits.insert(0, prev)
         after_all(waits, lambda: eng.start_transfers(self.core, tile, tile.loads, "dma_in", self.phase,
-                                                      lambda: self._loaded(i)))
+                                                      lambda: self._loaded(i),
+                                                      lambda cycle: self._loaded_before_looked_at(i, cycle)))
 
     def _loaded(self, i: int) -> None:
         self.loaded[i] = True
         if self.waiting and i == self.i:
             self.waiting = False
             self.advance()
+
+    def _loaded_before_looked_at(self, i: int, cycle: int) -> bool:
+        """Tile ``i``'s loads land at ``cycle``: if the walk is computing tile ``i - 1`` until then or later, it
+        looks at tile ``i`` only when that compute ends, so the landing needs no event of its own (taken now)."""
+        if self.i == i - 1 and self.compute_end >= cycle:
+            self.loaded[i] = True
+            return True
+        return False
 
     def advance(self) -> None:
         """Walk on as far as the loads allow (a tile with compute continues in its timeout's callback)."""
@@ -125,7 +136,9 @@ class Walk:
             if tile.compute is not None:
                 eng = self.eng
                 self.compute_start = cycle_of(eng.env)
-                Timeout(eng.env, eng.begin_compute(self.core, tile)).callbacks.append(self._computed)
+                cycles = eng.begin_compute(self.core, tile)
+                self.compute_end = self.compute_start + cycles
+                Timeout(eng.env, cycles).callbacks.append(self._computed)
                 return
             self._store(i)
 
@@ -135,6 +148,7 @@ class Walk:
 
     def _computed(self, _: simpy.Event) -> None:
         i = self.i
+        self.compute_end = -1
         self.eng.record_compute(self.core, self.tiles[i], self.phase, self.compute_start)
         self._store(i)
         self.advance()
