@@ -83,9 +83,10 @@ class BiasAddGrad:
                        (), slot=FIXED_SLOT)
             for a in range(r0, r1, per_tile):
                 (tile,) = level.tile_operands(stream.slot, (min(per_tile, r1 - a), channels), F32)
-                # Per vector of the tile's rows: one load and one add into the running sums (a carried chain).
+                # Per vector of the tile's rows: one load and one add into the running sums (a carried chain);
+                # the epilogue loads the sums and stores them (named a store: its latency ends the loop).
                 loop = streaming(ctx.target.core, "fp32", tile.shape[0] * channels, loads=1, fmac=1, sums=1,
-                                 epilogue={"vls": 2}, label="rows summed")
+                                 epilogue={"vls": 1, "vls.store": 1}, label="rows summed")
                 stream.add((dy.load(tile, (a, 0)),), Compute(add_rows, (tile, sums), (sums,), flops=tile.shape[0]
                                                              * channels, precision="fp32", loops=(loop,)), ())
             stream.add((), None, (reduce.publish(part, sums.addr),), slot=FIXED_SLOT)

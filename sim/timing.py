@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TypeVar
@@ -29,7 +29,7 @@ from typing import TypeVar
 from sim.errors import SimError
 from sim.model.memo import memoized
 from sim.model.memory import MemoryMap
-from sim.model.plan import Compute, Loop, Plan, Transfer
+from sim.model.plan import REDUCE, Compute, Loop, Plan, Transfer, unit_class
 from sim.model.target import CoreModel, DmaModel, FunctionalUnit, Region, Target
 
 #: An option's label in :func:`cheapest_loops`.
@@ -119,22 +119,41 @@ class LoopCost:
 
 
 def _unit(core: CoreModel, name: str, loop: Loop) -> FunctionalUnit:
-    """The core's unit class ``name``; SimError naming the loop when the core has none (the plan check refuses
-    such a plan before it runs; this guards a plan priced without it, e.g. a kernel's own estimate)."""
-    unit = core.units.get(name)
+    """The core's unit class ``name`` (a store, ``"vls.store"``, issues on ``vls``); SimError naming the loop when
+    the core has none (the plan check refuses such a plan before it runs; this guards a plan priced without it,
+    e.g. a kernel's own estimate)."""
+    unit = core.units.get(unit_class(name)[0])
     if unit is None:
         raise SimError(f"loop {loop.label or '(unlabelled)'} issues on unit class {name!r}, which the core lacks "
                        f"(it has: {', '.join(core.units)})")
     return unit
 
 
+def _latency(core: CoreModel, name: str, loop: Loop) -> int:
+    """Cycles after its issue that an instruction on unit ``name`` is done: its result ready (``latency_cycles``),
+    a store's data in memory (``"vls.store"``: the unit's store latency); a cross-lane reduction's (:data:`REDUCE`)
+    is in its ``reduction_latency_cycles`` per vector."""
+    if name == REDUCE:
+        return 0
+    return _unit(core, name, loop).latency(store=unit_class(name)[1])
+
+
 def _issue_bound(issues: Mapping[str, int], core: CoreModel, loop: Loop) -> tuple[int, str]:
     """(cycles, what bounds them) to issue ``issues`` once: the busiest unit class over its count, or an issue
-    class's instructions over its VLIW slots, whichever is larger (a tie names the unit)."""
+    class's instructions over its VLIW slots, whichever is larger (a tie names the unit).  Loads and stores on a
+    unit class (``vls``, ``vls.store``) share its units; cross-lane reductions (:data:`REDUCE`) take
+    ``reduction_latency_cycles`` each, one after the other."""
     best, by = 0, "-"
     per_class: dict[str, int] = defaultdict(int)
+    per_unit: dict[str, int] = defaultdict(int)
     for name, count in issues.items():
         n = int(count)  # a numpy int would wrap around silently on a hostile count (the plan check bounds them)
+        if name == REDUCE:
+            if n * core.reduction_latency_cycles > best:
+                best, by = n * core.reduction_latency_cycles, name
+            continue
+        per_unit[unit_class(name)[0]] += n
+    for name, n in per_unit.items():
         unit = _unit(core, name, loop)
         per_class[unit.issue_class] += n
         need = -(-n // unit.count)
@@ -171,9 +190,11 @@ def loop_cost(loop: Loop, core: CoreModel) -> LoopCost:
     * recurrence II: the latencies of the ``carried`` units summed (the next iteration's accumulate waits
       for this one's);
     * II = the larger (at least 1: an iteration takes a cycle);
-    * fill: the latencies of the ``chain`` units summed (paid when the loop runs at all);
-    * epilogue: the epilogue's issues as the body's (its resource bound) plus the latency of the last unit
-      it names, and ``reductions`` x ``reduction_latency_cycles``;
+    * fill: the latencies of the ``chain`` units summed (paid when the loop runs at all; a store's,
+      ``vls.store``, is the unit's store latency);
+    * epilogue: the chain of :meth:`~sim.model.plan.Loop.epilogue_steps` (``epilogue_chain``, the
+      ``reductions``, the ``epilogue``), each step waiting for the one before, pipelined
+      (:func:`epilogue_cycles`);
     * cycles = entries x (loop_overhead_cycles + fill + trips x II + epilogue).
 
     SimError when the loop names a unit class the core lacks (the plan check refuses such a plan first).
@@ -184,19 +205,49 @@ def loop_cost(loop: Loop, core: CoreModel) -> LoopCost:
 def _loop_cost(loop: Loop, core: CoreModel) -> LoopCost:
     """:func:`loop_cost` worked out (no memo)."""
     ii_res, bound_by = _issue_bound(loop.issues, core, loop)
-    ii_rec = sum(_unit(core, u, loop).latency_cycles for u in loop.carried)
+    ii_rec = sum(_latency(core, u, loop) for u in loop.carried)
     if ii_rec > ii_res:
         bound_by = "recurrence"
     ii = max(1, ii_res, ii_rec)
     trips, entries = int(loop.trips), int(loop.entries)  # Python ints: exact whatever the kernel stated them in
-    fill = sum(_unit(core, u, loop).latency_cycles for u in loop.chain) if trips else 0
-    used = [u for u, n in loop.epilogue.items() if n]
-    epilogue = (_issue_bound(loop.epilogue, core, loop)[0] + _unit(core, used[-1], loop).latency_cycles
-                if used else 0) \
-        + int(loop.reductions) * core.reduction_latency_cycles
+    fill = sum(_latency(core, u, loop) for u in loop.chain) if trips else 0
+    epilogue = epilogue_cycles([(_issue_bound(step, core, loop)[0], _latency(core, _last(step), loop),
+                                 {unit_class(u)[0] for u, n in step.items() if int(n)})
+                                for step in loop.epilogue_steps()])
     cycles = entries * (core.loop_overhead_cycles + fill + trips * ii + epilogue)
     return LoopCost(label=loop.label, trips=loop.trips, entries=loop.entries, ii=ii, bound_by=bound_by,
                     resource_ii=ii_res, recurrence_ii=ii_rec, fill=fill, epilogue=epilogue, cycles=cycles)
+
+
+def _last(step: Mapping[str, int]) -> str:
+    """The unit a step names last among those it issues on (its latency ends the step)."""
+    return [u for u, n in step.items() if int(n)][-1]
+
+
+def epilogue_cycles(steps: Sequence[tuple[int, int, Collection[str]]]) -> int:
+    """Cycles of a chain of dependent steps, each ``(issue cycles, latency, unit classes it issues on)``, run as
+    a software pipeline runs them (the published improved reduction's schedule, tests/test_epilogue_chains.py):
+
+    * a step starts when the step before's first results are ready (its start + its latency), and not before
+      the last earlier step on one of its unit classes has issued its last instruction (a unit class runs one
+      step at a time);
+    * its last instruction issues no sooner than its issue cycles after its start, and than the step before's
+      last results are ready (the step before's end + its latency);
+    * the chain is done the last step's latency after the last step's end.
+
+    With issue cycles ``n_i``, latencies ``L_i``, starts ``S_i`` and ends ``F_i`` (the cycle after the last
+    issue): ``S_i = max(S_{i-1} + L_{i-1}, F_j`` of earlier steps sharing a unit class), ``F_i = max(S_i +
+    n_i, F_{i-1} + L_{i-1})``, cycles ``F_last + L_last``; one step costs ``n + L`` (its resource bound plus
+    its latency), a chain of single instructions the sum of their latencies."""
+    start = end = latency = 0
+    busy: dict[str, int] = {}
+    for issue, lat, units in steps:
+        start = max([start + latency] + [busy[u] for u in units if u in busy])
+        end = max(start + issue, end + latency)
+        latency = lat
+        for u in units:
+            busy[u] = end
+    return end + latency
 
 
 def loop_cycles(loop: Loop, core: CoreModel) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from sim.model.memo import memoized_frozen
-from sim.model.plan import Loop
+from sim.model.plan import Loop, stored
 from sim.model.target import CoreModel
 
 #: Loop builders remember their loops by their arguments' values (sim.model.memo): a plan states the same loop for most
@@ -20,6 +20,11 @@ from sim.model.target import CoreModel
 #: (the plan check and the timing module judge a shared loop once).  Arguments equal but of another type (True
 #: and 1) are other arguments: the Loop keeps what it was given.
 _memoized = memoized_frozen
+
+
+#: A vector store as a loop names it where its latency counts (a fill ending in one, an epilogue of stores): it issues
+#: on ``vls`` and its data is in AM the unit's ``store_latency_cycles`` after issue (VSTDW: 4; a load's VLDDW: 9).
+VSTORE = stored("vls")
 
 
 def lanes(core: CoreModel, precision: str) -> int:
@@ -58,7 +63,7 @@ def elementwise(core: CoreModel, precision: str, elements: int, *, loads: int, s
     unroll = vectors_per_issue(core)
     trips = -(-vectors // unroll)
     issues = {"vls": vls_issues(core, (loads + stores) * unroll), "fmac": fmac * unroll, "valu": valu * unroll}
-    chain = tuple(u for u, n in (("vls", loads), ("fmac", fmac), ("valu", valu), ("vls", stores)) if n)
+    chain = tuple(u for u, n in (("vls", loads), ("fmac", fmac), ("valu", valu), (VSTORE, stores)) if n)
     return Loop(trips=trips, issues={u: n for u, n in issues.items() if n}, chain=chain, entries=entries,
                 epilogue=dict(epilogue or {}), reductions=reductions,
                 vector_registers=(loads + stores + fmac + valu) * unroll, label=label)
@@ -100,13 +105,13 @@ def streaming(core: CoreModel, precision: str, elements: int, *, loads: int = 0,
     (each accumulator's add waits for the previous one's, an FMAC latency): the loop keeps one accumulator per
     unrolled vector and unrolls further, as far as the registers and the elements allow, until its busiest unit
     takes at least that latency per iteration (the chain then costs nothing); the epilogue adds the
-    accumulators of each sum together.  ``fmac_depth`` / ``valu_depth`` are the dependent FMAC / other vector
-    ops on one element's path (the fill, in the order load, widen, FMAC, ALU, narrow, store; ``chain`` gives
-    another path whole), ``const_registers`` the
-    vector registers held for the whole loop (per-channel coefficients), ``const_loads`` vectors of such
-    coefficients loaded again with every vector instead (when they are too many to hold), ``epilogue`` further
-    issues once per entry (storing the sums, loading coefficients), ``reductions`` cross-lane reductions per
-    entry.
+    accumulators of each sum together, a tree of dependent levels (:func:`tree_levels`,
+    ``Loop.epilogue_chain``), before the ``reductions`` and the ``epilogue``.  ``fmac_depth`` / ``valu_depth``
+    are the dependent FMAC / other vector ops on one element's path (the fill, in the order load, widen, FMAC,
+    ALU, narrow, store; ``chain`` gives another path whole), ``const_registers`` the vector registers held for
+    the whole loop (per-channel coefficients), ``const_loads`` vectors of such coefficients loaded again with
+    every vector instead (when they are too many to hold), ``epilogue`` further issues once per entry (storing
+    the sums, loading coefficients), ``reductions`` cross-lane reductions per entry.
     """
     lane, width = lanes(core, precision), element_bytes(core, precision)
     li, si = load_itemsize or width, store_itemsize or width
@@ -138,13 +143,22 @@ def streaming(core: CoreModel, precision: str, elements: int, *, loads: int = 0,
         fd = min(fmac, 1) if fmac_depth is None else fmac_depth
         vd = min(valu, 1) if valu_depth is None else valu_depth
         chain = (("vls",) * bool(loads) + ("valu",) * bool(loads and li != width) + ("fmac",) * fd + ("valu",) * vd
-                 + ("valu",) * bool(stores and si != width) + ("vls",) * bool(stores))
-    tail = dict(epilogue or {})
-    if sums and unroll > 1:
-        tail["fmac"] = tail.get("fmac", 0) + sums * (unroll - 1)
+                 + ("valu",) * bool(stores and si != width) + (VSTORE,) * bool(stores))
     return Loop(trips=-(-vectors // unroll), issues=issues_for(unroll), chain=tuple(chain),
-                carried=("fmac",) if sums else (), entries=entries, epilogue=tail, reductions=reductions,
-                vector_registers=registers(unroll), label=label)
+                carried=("fmac",) if sums else (), entries=entries, epilogue=dict(epilogue or {}),
+                epilogue_chain=tuple({"fmac": sums * adds} for adds in tree_levels(unroll)) if sums else (),
+                reductions=reductions, vector_registers=registers(unroll), label=label)
+
+
+def tree_levels(accumulators: int) -> tuple[int, ...]:
+    """The adds of each level of a tree that sums ``accumulators`` registers into one: pairs added at once, each
+    level waiting for the one before (8 -> 4, 2, 1: three FMAC latencies where a chain would take seven)."""
+    levels = []
+    left = max(int(accumulators), 1)
+    while left > 1:
+        levels.append(left // 2)
+        left -= left // 2
+    return tuple(levels)
 
 
 def reduce_broadcast(core: CoreModel, precision: str, rows: int, cols: int, *, loads: int, fmac: int, sums: int,
@@ -182,6 +196,23 @@ def sequence(ops: Sequence[str], *, entries: int = 1, label: str = "sequence") -
     return Loop(trips=1, issues=counts, chain=tuple(ops), entries=entries, vector_registers=2, label=label)
 
 
+def sums_epilogue(core: CoreModel, loads: int, sums: int) -> dict[str, int]:
+    """An epilogue that loads ``loads`` vectors (coefficients) and adds ``sums`` vectors of running sums into
+    their partials in AM: each partial loaded, then stored (last: the loop is done their store latency after)."""
+    both = vls_issues(core, loads + 2 * sums)  # in whole issues, the stores' share last
+    stores = both - vls_issues(core, loads + sums)
+    return {u: n for u, n in (("vls", both - stores), (VSTORE, stores)) if n}
+
+
+def c_epilogue(core: CoreModel, vectors: int, load_c: bool) -> dict[str, int]:
+    """A micro-kernel's epilogue: its block of C, ``vectors`` vectors, stored (and loaded first when ``load_c``):
+    the loads and the stores share the vector load/store units, the stores last (the loop is done their store
+    latency after the last)."""
+    loads = vls_issues(core, vectors) if load_c else 0
+    stores = vls_issues(core, vectors * (2 if load_c else 1)) - loads  # C's loads and stores in whole issues
+    return {u: n for u, n in (("vls", loads), (VSTORE, stores)) if n}
+
+
 @_memoized
 def gemm_micro_kernel(core: CoreModel, precision: str, m_r: int, n_r: int, k: int, *, itemsize: int,
                       entries: int = 1, load_c: bool = False, label: str | None = None) -> Loop:
@@ -198,7 +229,7 @@ def gemm_micro_kernel(core: CoreModel, precision: str, m_r: int, n_r: int, k: in
     accumulators = m_r * nv
     issues = {"vls": vls_issues(core, nv), "sload": sload_issues(core, m_r, itemsize), "broadcast": m_r,
               "fmac": accumulators}
-    epilogue = {"vls": vls_issues(core, accumulators * (2 if load_c else 1))}
+    epilogue = c_epilogue(core, accumulators, load_c)
     return Loop(trips=int(k), issues=issues, chain=("sload", "broadcast", "fmac"), carried=("fmac",),
                 entries=entries, epilogue=epilogue, vector_registers=accumulators + nv + m_r,
                 label=label or f"gemm micro-kernel {m_r}x{n_r}")
@@ -234,7 +265,7 @@ def gemm_micro_kernel_from_am(core: CoreModel, precision: str, m_r: int, n_r: in
     acc_regs = m_r * registers_for(core, n_r, 4)
     issues = {"vls": vls_issues(core, nv) + vls_issues(core, a_vectors), "valu": a_vectors,
               "sload": sload_issues(core, m_r, itemsize), "broadcast": m_r, "fmac": m_r * nv}
-    epilogue = {"vls": vls_issues(core, acc_regs * (2 if load_c else 1))}
+    epilogue = c_epilogue(core, acc_regs, load_c)
     return Loop(trips=int(k), issues=issues, chain=("vls", "valu", "sload", "broadcast", "fmac"),
                 carried=("fmac",), entries=entries, epilogue=epilogue,
                 vector_registers=acc_regs + registers_for(core, n_r, itemsize) + a_vectors + m_r,
@@ -248,7 +279,7 @@ def gather_rows(core: CoreModel, rows: int, *, load_vectors: int, store_vectors:
     realigning them with ``shuffles`` vector permutes (``valu``) and storing ``store_vectors`` vectors.  A row's
     vectors are adjacent, so a wide load/store issue moves several; rows are independent (no carried chain)."""
     issues = {"vls": vls_issues(core, load_vectors) + vls_issues(core, store_vectors), "valu": shuffles}
-    chain = ("vls", "valu", "vls") if shuffles else ("vls", "vls")
+    chain = ("vls", "valu", VSTORE) if shuffles else ("vls", VSTORE)
     return Loop(trips=int(rows), issues={u: n for u, n in issues.items() if n}, chain=chain, entries=entries,
                 vector_registers=max(load_vectors, store_vectors) + shuffles, label=label)
 
@@ -267,7 +298,7 @@ def tap_accumulate(core: CoreModel, *, block: int, taps: int, entries: int, oper
     loads = vls_issues(core, block) if operand_pairs else block
     issues = {"vls": loads + (vls_issues(core, filter_loads) if filter_loads else 0), "fmac": block,
               "valu": shuffles}
-    epilogue = {"valu": epilogue_valu, "vls": vls_issues(core, epilogue_stores) if operand_pairs
+    epilogue = {"valu": epilogue_valu, VSTORE: vls_issues(core, epilogue_stores) if operand_pairs
                 else epilogue_stores}
     chain = ("vls", "valu", "fmac") if shuffles else ("vls", "fmac")
     return Loop(trips=int(taps), issues={u: n for u, n in issues.items() if n}, chain=chain, carried=("fmac",),

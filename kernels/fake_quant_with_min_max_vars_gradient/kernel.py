@@ -13,7 +13,7 @@ from kernels.base import PRECISION_DTYPES, PlanContext
 from kernels.common.args import require_bool, require_int, require_ints
 from kernels.common.binding import attrs_of, bind_arguments, bound_call
 from kernels.common.exchange import Exchange
-from kernels.common.loops import sequence, streaming
+from kernels.common.loops import VSTORE, sequence, streaming
 from kernels.common.scratch import Scratch, align_up, aligned_bytes
 from kernels.common.shares import core_shares
 from kernels.common.streams import FIXED_SLOT, CoreStream, plan_of
@@ -209,8 +209,8 @@ class _Planner:
         # carried); each tile ends with a cross-lane reduction per sum, added to the core's two sums.
         data_loop = functools.partial(streaming, self.core, COMPUTE_PRECISION, loads=2, stores=1, valu=3, fmac=2,
                                       sums=2, load_itemsize=dt.itemsize, store_itemsize=dt.itemsize,
-                                      chain=("vls",) + ("valu",) * (2 + 2 * (dt != F32)) + ("vls",), reductions=2,
-                                      epilogue={"vls": 2}, label="masked gradients")
+                                      chain=("vls",) + ("valu",) * (2 + 2 * (dt != F32)) + (VSTORE,), reductions=2,
+                                      epilogue={"vls": 1, VSTORE: 1}, label="masked gradients")
         grads, inputs, out = (TensorView.of(b[name], (self.total,))
                               for name in ("gradients", "inputs", "backprops_wrt_input"))
         for s in range(e0, e1, per_tile):

@@ -10,7 +10,7 @@ import numpy as np
 
 from kernels.base import PRECISION_DTYPES, PlanContext
 from kernels.common.binding import attrs_of
-from kernels.common.loops import streaming, vls_issues
+from kernels.common.loops import streaming, sums_epilogue
 from kernels.common.tensor_view import TensorView
 from kernels.common.tiling_space import padded_lanes
 from kernels.fused_batch_norm_grad.attrs import BatchNormAttrs
@@ -108,11 +108,11 @@ class CoreLoops:
             # the coefficients held, and loads, adds to and stores the sums of every channel vector.
             ncv = -(-nc // self.lanes)
             held = loop(na * ncv * self.lanes * nb, const_registers=consts * ncv,
-                        epilogue={"vls": vls_issues(core, consts * ncv + 2 * sums * ncv)})
+                        epilogue=sums_epilogue(core, consts * ncv, sums * ncv))
             if held.vector_registers <= core.vector_registers:
                 return held
             return loop(na * ncv * self.lanes * nb, const_loads=consts,
-                        epilogue={"vls": vls_issues(core, 2 * sums * ncv)} if sums else None)
+                        epilogue=sums_epilogue(core, 0, sums * ncv) if sums else None)
         # Spatial positions on the lanes: a loop per channel over its na x nb elements (each row padded to whole
         # vectors), its coefficients broadcast from a lane once per entry, each sum reduced across the lanes and
         # added to the channel's partial at the end.

@@ -198,6 +198,27 @@ class Operand:
         return math.prod(int(d) for d in self.shape) * np.dtype(self.dtype).itemsize
 
 
+#: How a loop names a store on a load/store unit class: ``"vls" + STORE`` (``"vls.store"``) issues on ``vls`` like
+#: a load and is done its unit's ``store_latency_cycles`` after issue (its data in memory), where a load's result
+#: is ready ``latency_cycles`` after (FT-M7032: VSTDW 4, VLDDW 9).  Allowed wherever a loop names a unit class.
+STORE = ".store"
+#: The pseudo-unit of an epilogue step that reduces vectors across their lanes (through the scalar-vector
+#: register): ``{REDUCE: n}`` takes n x the core's ``reduction_latency_cycles``; ``Loop.reductions`` is such a step.
+REDUCE = "reduce"
+
+
+def stored(unit: str) -> str:
+    """The name of a store on load/store unit class ``unit`` (``stored("vls") == "vls.store"``)."""
+    return unit + STORE
+
+
+def unit_class(name: str) -> tuple[str, bool]:
+    """``(unit class, is a store)`` of a unit name a loop states: ``"vls.store"`` -> ``("vls", True)``."""
+    if name.endswith(STORE):
+        return name[:-len(STORE)], True
+    return name, False
+
+
 @dataclass(frozen=True)
 class Loop:
     """One loop of a tile's compute as the core runs it (the timing module prices it, :func:`sim.timing.loop_cycles`).
@@ -209,14 +230,19 @@ class Loop:
     (the pipeline fill: e.g. ``("sload", "broadcast", "fmac")``); ``carried`` those on the dependence from one
     iteration to the next (an accumulation into the same registers: ``("fmac",)``), which bounds the interval
     from below by their latencies.  The loop is entered ``entries`` times (the product of the enclosing loops'
-    trips), each entry paying the loop overhead, the fill, the trips and the ``epilogue`` (issues once per
-    entry after the loop: storing accumulators, ...) with ``reductions`` cross-lane vector reductions.
-    ``vector_registers`` is how many vector registers the body keeps live (at most the core has); ``label``
-    names the loop in reports ("gemm micro-kernel 6x128", "elementwise").
+    trips), each entry paying the loop overhead, the fill, the trips and the epilogue after the last iteration.
+    The epilogue is a chain of dependent steps, in order: ``epilogue_chain`` (each step a mapping of issues
+    per unit class that waits for the step before: the levels of a tree adding accumulators together, a store
+    then the modulo load reading it back, ...), then ``reductions`` cross-lane vector reductions (a step
+    ``{REDUCE: reductions}``), then ``epilogue`` (issues after all that: storing the results, ...).  A store is
+    named ``"vls.store"`` (:data:`STORE`) wherever its latency matters (the last step of a chain, a fill that
+    ends in a store): it issues on ``vls`` and is done its store latency after issue.  ``vector_registers`` is
+    how many vector registers the body keeps live (at most the core has); ``label`` names the loop in reports
+    ("gemm micro-kernel 6x128", "elementwise").
 
-    A loop is a hashable value: ``issues`` and ``epilogue`` may be given as any mapping (a dict, as kernels
-    write them) and are kept as :class:`~sim.model.memo.FrozenDict` (equal to the dict they were given), so equal
-    loops price once (:mod:`sim.model.memo`).
+    A loop is a hashable value: ``issues``, ``epilogue`` and each step of ``epilogue_chain`` may be given as any
+    mapping (a dict, as kernels write them) and are kept as :class:`~sim.model.memo.FrozenDict` (equal to the
+    dict they were given), so equal loops price once (:mod:`sim.model.memo`).
     """
 
     trips: int
@@ -228,6 +254,7 @@ class Loop:
     reductions: int = 0
     vector_registers: int = 0
     label: str = ""
+    epilogue_chain: tuple[Mapping[str, int], ...] = ()
 
     __hash__ = cached_hash
     __getstate__ = state_without_hash
@@ -238,6 +265,17 @@ class Loop:
             value = getattr(self, name)
             if type(value) is not FrozenDict and isinstance(value, Mapping):
                 object.__setattr__(self, name, FrozenDict(value))
+        steps = self.epilogue_chain
+        if isinstance(steps, (tuple, list)) and any(type(m) is not FrozenDict and isinstance(m, Mapping)
+                                                    for m in steps):
+            object.__setattr__(self, "epilogue_chain", tuple(FrozenDict(m) if isinstance(m, Mapping) else m
+                                                             for m in steps))
+
+    def epilogue_steps(self) -> tuple[Mapping[str, int], ...]:
+        """The whole epilogue as the chain :func:`sim.timing.loop_cost` prices: ``epilogue_chain``, the
+        ``reductions`` step, the ``epilogue`` step (each left out when it issues nothing)."""
+        tail = (FrozenDict({REDUCE: self.reductions}), self.epilogue)
+        return tuple(m for m in (*self.epilogue_chain, *tail) if any(int(n) for n in m.values()))
 
 
 @dataclass(frozen=True)

@@ -60,10 +60,12 @@ import numpy as np
 from sim.errors import PlanError, brief, one_line
 from sim.model.call import BoundCall
 from sim.model.memory import MemoryMap, block_span
-from sim.model.plan import Compute, Loop, Operand, Phase, Plan, Tile, Transfer, parse_buffer_ref
+from sim.model.plan import REDUCE, Compute, Loop, Operand, Phase, Plan, Tile, Transfer, parse_buffer_ref, unit_class
 from sim.model.plan_alias import AliasCheck, Spans, merged
 from sim.model.target import StagingArea, Target
 
+#: Most steps a loop's ``epilogue_chain`` may state (a reduction tree of 2**32 accumulators has 32 levels).
+MAX_EPILOGUE_STEPS = 256
 #: Largest count a loop may state (``Loop.trips``, ``entries``, ``reductions``, each issue count): 2**32.
 MAX_LOOP_COUNT = 1 << 32
 #: Largest ``Compute.flops`` of one tile (2**48, about 2.8e14: a tile holds at most a staging level's elements).
@@ -599,8 +601,10 @@ class _Checker:
         total = 0
         for loop in c.loops:  # in Python ints: numpy counts would wrap around (their bounds are checked above)
             per_trip = sum(int(n) * OPS_PER_ISSUE.get(u, 0) for u, n in loop.issues.items())
-            after = sum(int(n) * OPS_PER_ISSUE.get(u, 0) for u, n in loop.epilogue.items())
-            total += int(loop.entries) * (int(loop.trips) * per_trip + after) * lanes + int(loop.reductions) * lanes
+            after = sum(int(n) * OPS_PER_ISSUE.get(u, 0) for step in (loop.epilogue, *loop.epilogue_chain)
+                        for u, n in step.items())
+            reduced = int(loop.reductions) + sum(int(step.get(REDUCE, 0)) for step in loop.epilogue_chain)
+            total += int(loop.entries) * (int(loop.trips) * per_trip + after) * lanes + reduced * lanes
         return total
 
     def loop(self, loop: Any, index: int) -> None:
@@ -618,8 +622,13 @@ class _Checker:
                 raise self.fail("bounds", f"{name}: Loop.{field_name} is {brief(getattr(loop, field_name))}, more "
                                           f"than the {MAX_LOOP_COUNT} (2**32) a loop's count may be")
         named: list[str] = []
-        for field_name in ("issues", "epilogue"):
-            m = getattr(loop, field_name)
+        steps = loop.epilogue_chain
+        if type(steps) is not tuple or len(steps) > MAX_EPILOGUE_STEPS:
+            raise self.fail("plan-structure", f"{name}: Loop.epilogue_chain must be a tuple of at most "
+                                              f"{MAX_EPILOGUE_STEPS} mappings of issues, got {brief(steps)}")
+        mappings = [("issues", loop.issues), ("epilogue", loop.epilogue)] + \
+            [(f"epilogue_chain[{i}]", m) for i, m in enumerate(steps)]
+        for field_name, m in mappings:
             if not isinstance(m, Mapping) or not all(isinstance(k, str) for k in m) or not _ints(tuple(m.values()), 0):
                 raise self.fail("plan-structure", f"{name}: Loop.{field_name} must map a unit class to an int >= 0 "
                                                   f"of issues, got {brief(m)}")
@@ -627,7 +636,7 @@ class _Checker:
             if big:
                 raise self.fail("bounds", f"{name}: Loop.{field_name}[{brief(big[0][0], 40)}] is {brief(big[0][1])}, "
                                           f"more than the {MAX_LOOP_COUNT} (2**32) a loop's count may be")
-            named.extend(m)
+            named.extend(u for u in m if not (field_name.startswith("epilogue") and u == REDUCE))
         for field_name in ("chain", "carried"):
             t = getattr(loop, field_name)
             if type(t) is not tuple or not all(isinstance(u, str) for u in t):
@@ -635,7 +644,7 @@ class _Checker:
                                                   f"got {brief(t)}")
             named.extend(t)
         core = self.target.core
-        missing = [u for u in named if u not in core.units]
+        missing = [u for u in named if unit_class(u)[0] not in core.units]
         if missing:
             raise self.fail("loop-units", f"{name} issues on unit class {brief(missing[0], 40)}, which "
                                           f"{self.target.name}'s core lacks (it has: {', '.join(core.units)})")

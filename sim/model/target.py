@@ -51,6 +51,10 @@ class FunctionalUnit:
     ``latency_cycles`` after issue.  ``bytes_per_issue`` is what one issue moves
     between memory and registers, for the load/store classes (``vls``: a vector
     load or store from AM; ``sload``: a scalar load from SM); 0 for the others.
+    ``store_latency_cycles`` is how long after its issue a store's data is in
+    memory (a loop names a store on the unit as ``<unit>.store``,
+    :data:`sim.model.plan.STORE`); the load/store classes may set it apart
+    from a load's ``latency_cycles`` (FT-M7032: VSTDW 4, VLDDW 9).
     """
 
     name: str
@@ -58,6 +62,14 @@ class FunctionalUnit:
     issue_class: str
     latency_cycles: int
     bytes_per_issue: int = 0
+    store_latency_cycles: int | None = None
+
+    def latency(self, *, store: bool = False) -> int:
+        """Cycles from an issue to its result (``store``: to a store's data in memory; a unit without its own
+        store latency stores as it loads)."""
+        if store and self.store_latency_cycles is not None:
+            return self.store_latency_cycles
+        return self.latency_cycles
 
 
 @dataclass(frozen=True)

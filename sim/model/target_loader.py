@@ -146,8 +146,10 @@ def _core(c: _Checker, cs: ts.Core) -> CoreModel:
         us = getattr(cs.units, uname)
         if us is None:
             continue
+        store_latency = getattr(us, "store_latency_cycles", None)
         unit = FunctionalUnit(name=uname, count=us.count, issue_class=us.issue_class, latency_cycles=us.latency_cycles,
-                              bytes_per_issue=getattr(us, "bytes_per_issue", 0))
+                              bytes_per_issue=getattr(us, "bytes_per_issue", 0),
+                              store_latency_cycles=us.latency_cycles if store_latency is None else store_latency)
         if uname == "vls" and unit.bytes_per_issue % vector_width:
             raise c.fail(f"core.units.{uname}.bytes_per_issue",
                          f"a vector load or store moves whole vectors of core.vector_width_bytes {vector_width}: a "

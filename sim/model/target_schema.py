@@ -96,6 +96,10 @@ class MemoryUnit(Spec):
                                          unit="cycles")]
     bytes_per_issue: Annotated[int, param("bytes one issue moves between memory and registers (vls: whole "
                                           "vectors)", ge=1, le=MAX_BYTES_PER_ISSUE, unit="bytes")]
+    store_latency_cycles: Annotated[int, param(
+        "cycles from a store's issue to its data in memory (latency_cycles is a load's, issue to result); a loop "
+        "pays it after its last store (default: latency_cycles)", ge=0, le=MAX_UNIT_LATENCY_CYCLES,
+        unit="cycles")] | None = None
 
 
 class Units(Spec):
