@@ -155,10 +155,11 @@ def test_exchange_slots_descriptors_and_reduction():
     comp = ex.reduce(Operand(0x2000, (3, 10), F32), Operand(0x3000, (10,), np.dtype(np.float16)), precision="fp32")
     assert comp.flops == 0  # adding the cores' partials is the split's work, not the math's
     # Its loop, on FT78NE (32 fp32 lanes, 256 B a load issue): 10 outputs are one vector; per vector the 3 parts
-    # loaded (3 issues), 2 adds, the result narrowed to fp16 (one ALU conversion) and stored (1 issue).
+    # loaded (3 issues), 2 adds, the result narrowed to fp16 (one ALU conversion) and stored (1 issue; the chain
+    # ends in a store, charged the store latency: vls.store).
     (loop,) = comp.loops
     assert (loop.trips, dict(loop.issues), loop.chain) == (1, {"vls": 4, "fmac": 2, "valu": 1},
-                                                           ("vls", "fmac", "fmac", "valu", "vls"))
+                                                           ("vls", "fmac", "fmac", "valu", "vls.store"))
     parts = np.arange(30, dtype=np.float32).reshape(3, 10)
     (out,) = comp.fn(parts)
     assert out.dtype == np.float16 and out.tolist() == [30 + 3 * i for i in range(10)]
