@@ -497,3 +497,57 @@ def test_a_kept_shape_starts_flows_as_start_does_and_a_foreign_one_is_refused():
     with pytest.raises(FlowError, match="on_done must be callable"):
         net.start_shape(shape, None)  # type: ignore[arg-type]
     assert not other.active and not net.active
+
+
+# --- starts asked for a later cycle (FlowNetwork.start_shape_at: the engine's streams after their DMA setup) ----
+
+def test_later_starts_cost_only_the_networks_wakes_and_start_in_the_order_asked():
+    """One link of 1 B/cycle.  Flows a and b (5 bytes each) asked for cycle 10, c (5 bytes) for cycle 20.  At 10
+    a and b share the link, 1/2 B/cycle each: 5 bytes take 10 cycles, both end at 20, where c starts alone and ends
+    at 25.  The network's wake-ups are the only events: at 10 (two starts), 20 (two ends, one start), 25 (one end)."""
+    class Counting(simpy.Environment):
+        scheduled = 0
+
+        def schedule(self, event, priority=1, delay=0):
+            self.scheduled += 1
+            super().schedule(event, priority, delay)
+
+    env = Counting()
+    net = FlowNetwork(env)
+    link = net.add_link("l", 1)
+    shape = net.shape({link: 5})
+    log: list = []
+    for name, cycle in (("a", 10), ("b", 10), ("c", 20)):
+        net.start_shape_at(cycle, shape, lambda n=name: log.append(("start", n, env.now)),
+                           lambda end, n=name: log.append(("end", n, end)))
+    env.run()
+    assert log == [("start", "a", 10), ("start", "b", 10), ("start", "c", 20), ("end", "a", 20), ("end", "b", 20),
+                   ("end", "c", 25)]
+    assert env.scheduled == 3 and not net.active
+
+
+def test_a_later_start_matches_a_start_made_at_that_cycle():
+    """The same three flows, started by timeouts at their cycles with start_shape, end at the same cycles."""
+    env = simpy.Environment()
+    net = FlowNetwork(env)
+    link = net.add_link("l", 1)
+    shape = net.shape({link: 5})
+    ends: dict = {}
+    for name, cycle in (("a", 10), ("b", 10), ("c", 20)):
+        at(env, cycle, lambda n=name: net.start_shape(shape, lambda end, n=n: ends.__setitem__(n, end)))
+    env.run()
+    assert ends == {"a": 20, "b": 20, "c": 25}
+
+
+def test_a_start_asked_for_the_past_is_refused_naming_the_cycle():
+    env = simpy.Environment()
+    net = FlowNetwork(env)
+    shape = net.shape({net.add_link("l", 1): 5})
+    at(env, 7, lambda: None)
+    env.run()
+    with pytest.raises(FlowError, match=r"start_shape_at: cycle must be .*no earlier than now \(7\), got 3"):
+        net.start_shape_at(3, shape, lambda: None, lambda end: None)
+    started: list = []
+    net.start_shape_at(7, shape, lambda: started.append(env.now), lambda end: started.append(end))  # now: at once
+    env.run()
+    assert started == [7, 12]

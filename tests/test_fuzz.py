@@ -57,7 +57,7 @@ MESSAGE_CHARS = 600
 
 #: DSPSIM_FUZZ_EXAMPLES=500 runs a deeper, randomised search (CI runs the small derandomised one).
 DEEP = int(os.environ.get("DSPSIM_FUZZ_EXAMPLES", "0") or 0)
-FUZZ = settings(max_examples=DEEP or 40, deadline=None, database=None, derandomize=not DEEP,
+FUZZ = settings(max_examples=DEEP or 25, deadline=None, database=None, derandomize=not DEEP,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 
@@ -370,7 +370,7 @@ def check_entry(text: str, key: str, cycles: int, tiling: dict) -> None:
         assert (run.cycles, run.tiling.tiling) == (cycles, tiling)
 
 
-@settings(FUZZ, max_examples=DEEP or 25)
+@settings(FUZZ, max_examples=DEEP or 15)
 @given(data=st.data())
 def test_fuzz_tuning_cache_entries(small_entry, data):
     """A real entry with keys deleted or replaced by junk: a miss or a usable choice, never an error."""
@@ -537,7 +537,7 @@ SYMBOLS = [s for s in kernels.symbols()]
 def test_fuzz_kernel_arguments(symbol):
     chip = "MT7004" if symbol.precision == "fp16" else "FT78NE"
 
-    @settings(FUZZ, max_examples=DEEP or 25)
+    @settings(FUZZ, max_examples=DEEP or 15)
     @given(args=call_args(symbol))
     def check(args):
         m = fresh_simulator(chip, symbol.variant)

@@ -365,10 +365,10 @@ def tiny_spec(kind: str) -> st.SearchStrategy:
     return st.fixed_dictionaries(dict(conv=tiny_conv()))
 
 
-#: DSPSIM_FUZZ_EXAMPLES=200 sweeps deeper, randomised (the suite runs a small derandomised sweep: about 12
+#: DSPSIM_FUZZ_EXAMPLES=200 sweeps deeper, randomised (the suite runs a small derandomised sweep: about 8
 #: tiny calls per symbol and chip, a few seconds in all).
 DEEP = int(os.environ.get("DSPSIM_FUZZ_EXAMPLES", "0") or 0)
-SWEEP = settings(max_examples=DEEP or 12, deadline=None, database=None, derandomize=not DEEP,
+SWEEP = settings(max_examples=DEEP or 8, deadline=None, database=None, derandomize=not DEEP,
                  suppress_health_check=[HealthCheck.too_slow])
 
 
