@@ -31,6 +31,10 @@ from sim.run.progress import PhaseBar
 PROBE_FACTOR = 1.5
 #: Smallest relative change of some measurement's cycles that makes a probed parameter identifiable.
 MIN_EFFECT = 1e-3
+#: The fit stops once a step changes the error or the parameters (in log space) by less than this fraction: cycle
+#: counts are whole numbers, so a tighter tolerance only chases their rounding, one evaluation (a simulation of
+#: every measurement) after another.
+FIT_TOLERANCE = 1e-4
 #: The fit keeps each parameter within this factor of the target's value; one that ends at that bound is
 #: not identified by the measurements.
 MAX_DRIFT = 1e3
@@ -263,7 +267,7 @@ def calibrate(doc: Mapping, measurements: Sequence[Measurement], names: Sequence
         with PhaseBar(f"calibrate: fitting {len(free)} parameters ({n_meas} simulations per evaluation)",
                       progress, unit="evaluation") as bar:
             fit = least_squares(residuals, x0, args=(free,), diff_step=_diff_steps(free, x0), x_scale=1.0,
-                                max_nfev=max_evaluations, method="trf")
+                                max_nfev=max_evaluations, method="trf", ftol=FIT_TOLERANCE, xtol=FIT_TOLERANCE)
         fitted = trial(fit.x, free)
         at_limit = {n: float(np.exp(x)) for n, x in zip(free, fit.x)
                     if np.exp(x) <= lim[n][0] * 1.01 or np.exp(x) >= lim[n][1] / 1.01}
