@@ -14,13 +14,15 @@ barrier.  Every number comes from the target.  The engine knows no kernel: it
 moves bytes and calls each tile's compute on the operands it reads back from
 simulated memory.
 
-Transfers are not SimPy processes: each is a timeout (setup) whose callback
-starts its flow; the network holds one pending timeout (its next completion)
-and calls each flow back when it ends; a free engine is taken without an
-event, and an engine queue whose holders have all said when they let go hands
-its first waiter an engine and the cycle of its turn at once.  A tile costs a
-few events per transfer, one for its group's landing and one for its compute,
-so the event engine's work grows with tiles, not with elements.
+Transfers are not SimPy processes: once a transfer holds an engine, the network
+starts its flow when the setup is done (at the network's own wake-up, no event of
+the transfer's), holds one pending timeout (its next start or completion) and
+calls each flow back when it ends; a free engine is taken without an event, and
+an engine queue whose holders have all said when they let go hands its first
+waiter an engine and the cycle of its turn at once.  A tile costs its share of
+the network's wake-ups, one event for its group's landing (none when the loads
+land while the walk still computes the tile before) and one for its compute, so
+the event engine's work grows with tiles, not with elements.
 """
 
 from __future__ import annotations
