@@ -24,6 +24,16 @@ from sim.engine.fluid import FlowError, FlowNetwork
 from sim.errors import SimError
 
 
+class Counting(simpy.Environment):
+    """An environment that counts the events scheduled on it."""
+
+    scheduled = 0
+
+    def schedule(self, event, priority=1, delay=0):
+        self.scheduled += 1
+        super().schedule(event, priority, delay)
+
+
 def at(env: simpy.Environment, cycle: int, fn) -> None:
     """Call ``fn()`` at ``cycle`` (a timeout scheduled now, so it runs before events scheduled later)."""
     simpy.events.Timeout(env, cycle - env.now).callbacks.append(lambda _: fn())
@@ -262,13 +272,6 @@ def test_events_per_flow_are_bounded(shared, burst_mismatch):
     # One pending timeout per network: each start and each completion cycle schedules at most one timeout
     # (the stale ones fire as no-ops), so the network's events are at most 2 per flow.  Run with -s to see
     # the cost of a start or an end with 16 flows streaming at once.
-    class Counting(simpy.Environment):
-        scheduled = 0
-
-        def schedule(self, event, priority=1, delay=0):
-            self.scheduled += 1
-            super().schedule(event, priority, delay)
-
     env = Counting()
     flows = 2000
     net = sixteen_streams(flows, shared, burst_mismatch, env)
@@ -505,13 +508,6 @@ def test_later_starts_cost_only_the_networks_wakes_and_start_in_the_order_asked(
     """One link of 1 B/cycle.  Flows a and b (5 bytes each) asked for cycle 10, c (5 bytes) for cycle 20.  At 10
     a and b share the link, 1/2 B/cycle each: 5 bytes take 10 cycles, both end at 20, where c starts alone and ends
     at 25.  The network's wake-ups are the only events: at 10 (two starts), 20 (two ends, one start), 25 (one end)."""
-    class Counting(simpy.Environment):
-        scheduled = 0
-
-        def schedule(self, event, priority=1, delay=0):
-            self.scheduled += 1
-            super().schedule(event, priority, delay)
-
     env = Counting()
     net = FlowNetwork(env)
     link = net.add_link("l", 1)
