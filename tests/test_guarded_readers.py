@@ -451,3 +451,27 @@ def test_a_pipe_as_sweep_journal_or_kernel_file_is_refused(tmp_path):
             _read_jsonl(tmp_path / "points.jsonl")
         with pytest.raises(sim.ConfigError, match=r"k\.py: is a named pipe"):
             source_digest(KernelSource(text="k.py", path=tmp_path / "k.py"))
+
+
+def test_libyamls_events_read_every_shipped_file_as_the_pure_python_loader_does():
+    """The strict reader's fast path (libyaml's parser under the same composer and constructors) gives the very
+    document the pure Python loader gives, for every YAML file the project ships; and a refusal is the pure Python
+    loader's, word for word."""
+    import yaml
+
+    from sim.errors import ConfigError
+    from sim.files import yamlsafe
+
+    if yamlsafe._CParser is None:
+        pytest.skip("this PyYAML has no libyaml")
+    root = Path(__file__).resolve().parent.parent
+    files = [p for d in ("targets", "configs", "examples") for p in sorted((root / d).rglob("*.yaml"))]
+    assert len(files) >= 20
+    for path in files:
+        text = path.read_text()
+        assert yaml.load(text, Loader=yamlsafe._FastStrictLoader) == yaml.load(text, Loader=yamlsafe._StrictLoader)
+    bad = "a: 1\na: 2\n"
+    with pytest.raises(yaml.YAMLError):
+        yaml.load(bad, Loader=yamlsafe._FastStrictLoader)
+    with pytest.raises(ConfigError, match=r"^f\.yaml: not valid YAML: .*duplicate key 'a' \(first on line 1\)"):
+        yamlsafe.load_yaml(bad, "f.yaml", ConfigError)
