@@ -122,10 +122,14 @@ def _unit(core: CoreModel, name: str, loop: Loop) -> FunctionalUnit:
     """The core's unit class ``name`` (a store, ``"vls.store"``, issues on ``vls``); SimError naming the loop when
     the core has none (the plan check refuses such a plan before it runs; this guards a plan priced without it,
     e.g. a kernel's own estimate)."""
-    unit = core.units.get(unit_class(name)[0])
+    cls, store = unit_class(name)
+    unit = core.units.get(cls)
     if unit is None:
         raise SimError(f"loop {loop.label or '(unlabelled)'} issues on unit class {name!r}, which the core lacks "
                        f"(it has: {', '.join(core.units)})")
+    if store and not unit.bytes_per_issue:
+        raise SimError(f"loop {loop.label or '(unlabelled)'} names a store on unit class {cls!r}, which moves no "
+                       f"data (a store issues on a load/store unit)")
     return unit
 
 

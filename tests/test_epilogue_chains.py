@@ -39,7 +39,7 @@ import sim
 from kernels.common.loops import VSTORE, gemm_micro_kernel, streaming, tree_levels, vls_issues
 from sim.model.plan import REDUCE, Loop, Plan, Tile, stored
 from sim.model.target import FunctionalUnit
-from sim.timing import epilogue_cycles, loop_cost
+from sim.timing import epilogue_cycles, loop_cost, loop_cycles
 
 ROOT = Path(__file__).resolve().parents[1]
 FT = yaml.safe_load((ROOT / "targets" / "FT78NE.yaml").read_text())["core"]
@@ -189,6 +189,7 @@ def _with_loop(loop: Loop):
     (Loop(trips=256, issues={"vls": 1, "fmac": 1}, epilogue_chain=({"tensor.store": 1},)), "loop-units"),
     (Loop(trips=256, issues={"vls": 1, "fmac": 1}, epilogue_chain=({"fmac": -1},)), "plan-structure"),
     (Loop(trips=256, issues={"vls": 1, "fmac": 1}, chain=(REDUCE,)), "loop-units"),
+    (Loop(trips=256, issues={"vls": 1, "fmac": 1}, chain=("vls", "fmac.store")), "loop-units"),
 ])
 def test_the_plan_check_takes_stores_and_reductions_and_refuses_other_units(loop, refused):
     m = sim.Simulator("FT78NE")
@@ -201,3 +202,17 @@ def test_the_plan_check_takes_stores_and_reductions_and_refuses_other_units(loop
             with pytest.raises(sim.PlanError) as info:
                 m.call(f"fp_chain_{refused.replace('-', '_')}_s", numerics=False, **args)
             assert info.value.rule == refused
+
+
+def test_a_store_on_a_unit_that_moves_no_data_is_refused_naming_it():
+    """An FMAC stores nothing: 'fmac.store' is refused by the plan check (the call runs nothing) and by the
+    pricing of a loop the check never saw, each naming the unit."""
+    m = sim.Simulator("FT78NE")
+    args = {"x": 0xA0000000, "y": 0xA0100000, "n": 1024, "core_mask": 0x1}
+    loop = Loop(trips=256, issues={"vls": 1, "fmac": 1}, chain=("vls", "fmac.store"), label="bad store")
+    with sim.registered_kernel(Twice("chain_fmac_store", _with_loop(loop))):
+        with pytest.raises(sim.PlanError, match=r"names a store on unit class 'fmac', which moves no data: a store "
+                                                r"issues on a load/store unit \(vls\.store, sload\.store\)"):
+            m.call("fp_chain_fmac_store_s", numerics=False, **args)
+    with pytest.raises(sim.SimError, match=r"loop bad store names a store on unit class 'fmac', which moves no data"):
+        loop_cycles(loop, m.target.core)

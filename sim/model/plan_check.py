@@ -28,7 +28,8 @@ engine.  The rules, each with the id a :class:`~sim.errors.PlanError` names (see
   issues, and so what it costs: :func:`sim.timing.compute_cycles` prices loops only);
 * ``compute-flops``: a compute states no more flops than its loops can issue (:data:`ARITHMETIC_RULE`: its flops
   are reported, never priced, so a compute claiming more would show its arithmetic in the time of far less);
-* ``loop-units``: a compute's loops issue only on unit classes the core has (``core.units``);
+* ``loop-units``: a compute's loops issue only on unit classes the core has (``core.units``), stores only on a unit
+  that moves data (``vls.store``, ``sload.store``);
 * ``loop-registers``: a loop keeps live at most the vector registers the core has;
 * ``bounds``: every count a plan states is bounded, so that no report overflows: ``Loop.trips``, ``entries``,
   ``reductions`` and each issue count at most :data:`MAX_LOOP_COUNT` (2**32), ``Compute.flops`` at most
@@ -60,7 +61,19 @@ import numpy as np
 from sim.errors import PlanError, brief, one_line
 from sim.model.call import BoundCall
 from sim.model.memory import MemoryMap, block_span
-from sim.model.plan import REDUCE, Compute, Loop, Operand, Phase, Plan, Tile, Transfer, parse_buffer_ref, unit_class
+from sim.model.plan import (
+    REDUCE,
+    Compute,
+    Loop,
+    Operand,
+    Phase,
+    Plan,
+    Tile,
+    Transfer,
+    parse_buffer_ref,
+    stored,
+    unit_class,
+)
 from sim.model.plan_alias import AliasCheck, Spans, merged
 from sim.model.target import StagingArea, Target
 
@@ -94,7 +107,7 @@ RULES: dict[str, str] = {
     "compute-loops": "a compute that does arithmetic or writes outputs states the loops that issue its work",
     "compute-flops": "a compute states no more flops than its loops can issue (2 per FMAC, vector ALU and scalar "
                      "ALU issue per lane)",
-    "loop-units": "a compute's loops issue only on unit classes the core has",
+    "loop-units": "a compute's loops issue only on unit classes the core has, stores only on a load/store unit",
     "loop-registers": "a loop keeps live at most the vector registers the core has",
     "bounds": "a plan's counts are bounded: a loop's counts at most 2**32, a tile's flops at most 2**48, a tile's "
               "compute at most 2**40 cycles and a core's computes at most 2**52",
@@ -648,6 +661,12 @@ class _Checker:
         if missing:
             raise self.fail("loop-units", f"{name} issues on unit class {brief(missing[0], 40)}, which "
                                           f"{self.target.name}'s core lacks (it has: {', '.join(core.units)})")
+        movers = [u for u, unit in core.units.items() if unit.bytes_per_issue]
+        stores = [u for u in named if unit_class(u)[1] and not core.units[unit_class(u)[0]].bytes_per_issue]
+        if stores:
+            raise self.fail("loop-units", f"{name} names a store on unit class {brief(unit_class(stores[0])[0], 40)}, "
+                                          f"which moves no data: a store issues on a load/store unit "
+                                          f"({', '.join(stored(u) for u in movers)})")
         if loop.vector_registers > core.vector_registers:
             raise self.fail("loop-registers", f"{name} keeps {loop.vector_registers} vector registers live, more "
                                               f"than {self.target.name}'s core has ({core.vector_registers}): "
