@@ -11,7 +11,9 @@ on each variant, as a change.  Variants:
   the FT-M7002's published "16-bit 200 GMACS" be fixed-point;
 * DDR at 0.8 and 1.25 times its bandwidth (the DDR figure is inferred from DDR-bound published runs);
 * GSM at half its bandwidth (its 64 B/cycle is an assumption sitting at what the 8-core GEMM needs);
-* DMA setup at twice its cycles (assumed 64).
+* DMA setup at twice its cycles (assumed 64);
+* the DDR's organisation (``regions.ddr.rows``: datasheet values, but how the chip's channels and banks are laid
+  out is assumed): the activation window (tFAW) twice as long, and rows of a quarter the bytes.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ VARIANTS = [
     ("DDR x 1.25", ("FT78NE", "MT7004"), "regions.ddr.bandwidth_bytes_per_cycle", 1.25),
     ("GSM x 0.5", ("FT78NE", "MT7004"), "regions.gsm.bandwidth_bytes_per_cycle", 0.5),
     ("DMA setup x 2", ("FT78NE", "MT7004"), "dma.setup_cycles", 2.0),
+    ("DDR tFAW x 2", ("FT78NE", "MT7004"), "regions.ddr.rows.window_cycles", 2.0),
+    ("DDR rows x 0.25", ("FT78NE", "MT7004"), "regions.ddr.rows.row_bytes", 0.25),
 ]
 
 
@@ -49,7 +53,7 @@ def target(chip: str, key: str | None = None, factor: float = 1.0) -> sim.Target
     if key is not None:
         value = parameter_values(doc, [key])[key] * factor
         doc = copy.deepcopy(doc)
-        set_path(doc, split_path(key), round(value) if key.endswith(("lanes", "cycles")) else value, key)
+        set_path(doc, split_path(key), round(value) if key.endswith(("lanes", "cycles", "bytes")) else value, key)
     return parse_target(doc, f"{chip} ({key} x {factor:g})" if key else path)
 
 

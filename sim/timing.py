@@ -27,6 +27,7 @@ from fractions import Fraction
 from typing import TypeVar
 
 from sim.errors import SimError
+from sim.model.dram import NO_ROWS, RowUse, row_use
 from sim.model.memo import memoized
 from sim.model.memory import MemoryMap
 from sim.model.plan import REDUCE, Compute, Loop, Plan, Transfer, unit_class
@@ -48,6 +49,40 @@ def transfer_bytes(t: Transfer, src: Region, dst: Region) -> tuple[int, int]:
     """(bytes the source moves, bytes the destination moves): each end's contiguous runs in whole bursts of its
     region (a dense copy: its bytes rounded up to a burst; a slice of a few channels per row: a burst a row)."""
     return src.burst_bytes_for(*t.runs("src")), dst.burst_bytes_for(*t.runs("dst"))
+
+
+def side_rows(t: Transfer, side: str, region: Region) -> RowUse:
+    """The DRAM rows ``side`` ('src' or 'dst') of ``t`` opens in ``region`` (:func:`sim.model.dram.row_use`); none
+    for a region without rows."""
+    rows = region.rows
+    if rows is None:
+        return NO_ROWS
+    addr, strides = (t.src, t.src_strides) if side == "src" else (t.dst, t.dst_strides)
+    return row_use(rows, addr - region.base, t.shape, t.itemsize, strides)
+
+
+def row_demands(src: Region, dst: Region, src_rows: RowUse, dst_rows: RowUse) -> tuple[tuple[Region, int, int], ...]:
+    """What a transfer asks of the DRAM rows it crosses: ``(region, activations, least cycles)`` per region with
+    rows, the least cycles its busiest bank's repeats take at tRC (:meth:`~sim.model.dram.RowUse.bank_cycles`); a
+    copy within one region adds both sides' activations and takes the slower side's banks."""
+    out: list[tuple[Region, int, int]] = []
+    for region, use in ((src, src_rows), (dst, dst_rows)):
+        if region.rows is None or not use.activations:
+            continue
+        least = use.bank_cycles(region.rows)
+        if out and out[0][0] is region:
+            out[0] = (region, out[0][1] + use.activations, max(out[0][2], least))
+        else:
+            out.append((region, use.activations, least))
+    return tuple(out)
+
+
+def activation_rate(region: Region) -> Fraction:
+    """Row activations per cycle ``region``'s DRAM allows over all its banks (tFAW: ``activations_per_window``
+    in ``window_cycles``), exact."""
+    rows = region.rows
+    assert rows is not None
+    return Fraction(rows.activations_per_window, rows.window_cycles)
 
 
 def stream_demands(src: Region, dst: Region, src_bytes: int, dst_bytes: int) -> tuple[tuple[Region, int], ...]:
@@ -78,12 +113,16 @@ def streams_to_fill(dma: DmaModel, region: Region) -> int:
 def stream_cycles(t: Transfer, src: Region, dst: Region, dma: DmaModel) -> int:
     """Cycles a transfer streams with its regions and its DMA engine to itself: every region it crosses moves its
     bytes (:func:`transfer_bytes`, :func:`stream_demands`) at that region's whole bandwidth and the engine the
-    larger end's at ``dma.engine_bytes_per_cycle``; the slowest of them sets the pace (a dense copy from DDR:
-    ``ceil(bytes / min(DDR bandwidth, engine rate))``).  Sharing only slows it (:mod:`sim.engine.fluid`)."""
+    larger end's at ``dma.engine_bytes_per_cycle``, and a DRAM with rows opens the rows it touches at its
+    activation rate (:func:`row_demands`: tFAW over the device, tRC for the busiest bank's repeats); the slowest
+    of them sets the pace (a dense copy from DDR: ``ceil(bytes / min(DDR bandwidth, engine rate))``, a row
+    opened per 8 KiB costing nothing more).  Sharing only slows it (:mod:`sim.engine.fluid`)."""
     sb, db = transfer_bytes(t, src, dst)
     worst = Fraction(engine_bytes(sb, db)) / exact_rate(dma.engine_bytes_per_cycle)
     for region, nbytes in stream_demands(src, dst, sb, db):
         worst = max(worst, nbytes / exact_rate(region.bandwidth_bytes_per_cycle))
+    for region, activations, least in row_demands(src, dst, side_rows(t, "src", src), side_rows(t, "dst", dst)):
+        worst = max(worst, activations / activation_rate(region), Fraction(least))
     return math.ceil(worst)
 
 

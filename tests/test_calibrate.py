@@ -366,3 +366,19 @@ def test_bad_measurement_files(tmp_path):
     p.write_text("symbol,args\n")
     with pytest.raises(ConfigError, match="no measurements"):
         load_measurements(p)
+
+
+def test_a_drams_activation_window_is_fitted_when_named():
+    """A batch norm whose 8-channel slices (32 bytes) of 4,096 fp32 channels each open a DDR row is paced by the
+    activations: measured on a copy whose tFAW window is 57 cycles instead of 38, the fit named that parameter
+    recovers 57.  The rows' parameters are known to the fit but not fitted by default."""
+    from sim.calibrate import ROW_PARAMETERS, row_parameters
+    doc, _ = load_target_document("FT78NE")
+    window = "regions.ddr.rows.window_cycles"
+    assert row_parameters(doc) == [f"regions.ddr.{key}" for key in ROW_PARAMETERS]
+    assert window not in free_parameters(doc)
+    call = ("fp_batch_norm_grad_s", {**bn(64, 4096), "tiling": {"split": "channels", "channel_block": 8}})
+    truth = simulate(with_parameters(doc, {window: 57}), [Measurement(*call, 1)])
+    cal = calibrate(doc, [Measurement(*call, int(truth[0]))], [window])
+    assert cal.fitted == [window]
+    assert cal.after[window] == pytest.approx(57, rel=0.05) and abs(cal.error_after[0]) < 0.01

@@ -15,7 +15,9 @@ first), ``dma.setup_cycles``, ``sync.launch_overhead_cycles``, and the compute p
 ``core.tile_overhead_cycles`` (per tile's compute call), ``core.loop_overhead_cycles`` (per entry of an inner
 loop) and ``core.units.fmac.latency_cycles`` (the FMAC latency: a loop's fill, an accumulation's recurrence).
 The unit counts, lanes and issue widths are the chip's design (whole numbers no fit moves smoothly): they stay
-as the target says.  A chip with other shared regions (an extra ``l3``, no ``gsm``) calibrates its own.
+as the target says.  A chip with other shared regions (an extra ``l3``, no ``gsm``) calibrates its own.  A DRAM's
+rows (``regions.<name>.rows.window_cycles``, ``.bank_busy_cycles``: :data:`ROW_PARAMETERS`) are fitted when
+``--params`` names them, not by default (only measurements of transfers that open rows often respond).
 
 Not every set of measurements says something about every parameter.  Before
 the fit each parameter is moved by a factor of :data:`PROBE_FACTOR` both ways;
@@ -37,16 +39,19 @@ from sim.calibrate.fit import Calibration, calibrate
 from sim.calibrate.measurements import Measurement, load_measurements
 from sim.calibrate.parameters import (
     CHIP_PARAMETERS,
+    ROW_PARAMETERS,
     check_parameter_names,
     free_parameters,
     parameter_values,
     pinned,
+    row_parameters,
     simulate,
     stored_value,
     with_parameters,
 )
 from sim.calibrate.target_copy import TargetDocument, fitted_yaml, load_target_document, read_target_document
 
-__all__ = ["CHIP_PARAMETERS", "Calibration", "Measurement", "TargetDocument", "calibrate", "check_parameter_names",
+__all__ = ["CHIP_PARAMETERS", "ROW_PARAMETERS", "Calibration", "Measurement", "TargetDocument", "calibrate",
+           "check_parameter_names",
            "fitted_yaml", "free_parameters", "load_measurements", "load_target_document", "parameter_values", "pinned",
-           "read_target_document", "simulate", "stored_value", "with_parameters"]
+           "read_target_document", "row_parameters", "simulate", "stored_value", "with_parameters"]

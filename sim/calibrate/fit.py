@@ -16,6 +16,7 @@ from sim.calibrate.parameters import (
     free_parameters,
     is_cycles,
     parameter_values,
+    row_parameters,
     pinned,
     runs_on,
     simulate,
@@ -221,10 +222,11 @@ def calibrate(doc: Mapping, measurements: Sequence[Measurement], names: Sequence
     from scipy.optimize import least_squares
 
     try:
-        known = free_parameters(doc)
+        default = free_parameters(doc)
     except TargetError as e:
         raise ConfigError(f"the starting target: {e}") from None
-    names = list(names or known)
+    known = default + row_parameters(doc)
+    names = list(names or default)
     check_parameter_names(names, known)
     start = parameter_values(doc, names)
     measured = np.array([m.cycles for m in measurements], dtype=np.float64)

@@ -35,6 +35,17 @@ def free_parameters(doc: Mapping) -> list[str]:
     return [f"regions.{name}.bandwidth_bytes_per_cycle" for name in shared] + list(CHIP_PARAMETERS)
 
 
+#: The parameters of a DRAM's rows (``regions[].rows``) a fit may be asked for (``--params``): not fitted by
+#: default, since only measurements of transfers that open rows often respond to them.
+ROW_PARAMETERS = ("rows.window_cycles", "rows.bank_busy_cycles")
+
+
+def row_parameters(doc: Mapping) -> list[str]:
+    """The key paths of :data:`ROW_PARAMETERS` of every region of ``doc`` that states its rows, in file order."""
+    return [f"regions.{r.get('name')}.{key}" for r in doc.get("regions", ()) if isinstance(r, Mapping)
+            and isinstance(r.get("rows"), Mapping) for key in ROW_PARAMETERS]
+
+
 def is_cycles(name: str) -> bool:
     """Whether the free parameter ``name`` is a whole number of cycles (every ``*_cycles`` key)."""
     return name.endswith("_cycles")

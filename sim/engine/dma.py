@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from sim.engine.clock import cycle_of
 from sim.engine.events import TraceEvent
+from sim.engine.fluid import FlowShape, Link
 from sim.engine.units import Group
 from sim.model.plan import Tile, Transfer
 from sim.timing import engine_bytes
@@ -42,14 +43,14 @@ class Dma:
 
     __slots__ = ("eng", "env", "core", "tile", "t", "kind", "phase", "group", "src", "dst", "src_link",
                  "dst_link", "src_bytes", "dst_bytes", "latency", "engines", "engine_id", "start_cycle",
-                 "stream_start", "alone_cycles", "size_bytes")
+                 "stream_start", "alone_cycles", "size_bytes", "rows")
 
     def __init__(self, eng: Engine, core: int, tile: Tile, t: Transfer, kind: str, phase: str, group: Group):
         self.eng, self.core, self.tile, self.t, self.kind, self.phase = eng, core, tile, t, kind, phase
         self.group = group
         self.env = eng.env
         ends = eng.ends(core, tile, t)
-        self.src, self.dst, self.size_bytes, route, self.src_bytes, self.dst_bytes = ends
+        self.src, self.dst, self.size_bytes, route, self.src_bytes, self.dst_bytes, self.rows = ends
         self.src_link, self.dst_link, self.latency = eng.routes.get(route) or eng.route(*self.src, *self.dst)
         self.engines = eng.engine_pools.get(core) or eng.dma_engines(core)
 
@@ -67,17 +68,27 @@ class Dma:
         eng = self.eng
         engine = eng.engine_links.get((self.core, engine_id)) or eng.engine_link(self.core, engine_id)
         # The same route, bytes and engine come back tile after tile: the flow's shape is worked out once a run.
-        key = (self.src_link, self.src_bytes, self.dst_link, self.dst_bytes, engine)
+        key = (self.src_link, self.src_bytes, self.dst_link, self.dst_bytes, engine, self.rows)
         shape = eng.flow_shapes.get(key)
         if shape is None:
-            # A copy within one region names its link twice: the network adds both ends' bytes on it.
-            shape = eng.flow_shapes[key] = eng.net.shape((
-                (self.src_link, self.src_bytes), (self.dst_link, self.dst_bytes),
-                (engine, engine_bytes(self.src_bytes, self.dst_bytes))))
+            shape = eng.flow_shapes[key] = self._shape(engine)
         # Only the flow's alone time is kept: holding the flow, whose on_done holds this transfer, would make a
         # reference cycle per transfer, garbage that only the cyclic collector frees.
         self.alone_cycles = shape.alone_cycles
         eng.net.start_shape_at(at + eng.setup_cycles, shape, self._stream, self._streamed)
+
+    def _shape(self, engine: Link) -> FlowShape:
+        """The flow's demands: both ends' bytes (a copy within one region names its link twice: the network adds
+        them), the engine's, and the rows it opens on each DRAM it crosses, with its busiest bank's pace."""
+        eng = self.eng
+        demands = [(self.src_link, self.src_bytes), (self.dst_link, self.dst_bytes),
+                   (engine, engine_bytes(self.src_bytes, self.dst_bytes))]
+        least = 0
+        for region, activations, bank_cycles in self.rows:
+            key = self.src[1] if region is self.src[0] else self.dst[1]
+            demands.append((eng.row_link(region, key), activations))
+            least = max(least, bank_cycles)
+        return eng.net.shape(tuple(demands), least)
 
     def _stream(self) -> None:
         """Setup done: the bytes move now (in simulated memory); the network starts the stream right after."""
@@ -99,5 +110,5 @@ class Dma:
         self.eng.record(TraceEvent(self.core, _DMA_UNITS[self.engine_id], self.kind, self.start_cycle, landed,
                                    self.size_bytes, t.src, t.dst, self.src[0].name, self.dst[0].name,
                                    self.tile.tile_id, self.phase, 0, cycle - self.stream_start - self.alone_cycles,
-                                   self.stream_start))
+                                   self.stream_start, None, sum(r[1] for r in self.rows) if self.rows else 0))
         self.group.lands_at(landed)

@@ -49,17 +49,26 @@ from sim.model.memo import memoized
 from sim.model.memory import MAX_ACCESS_BYTES, SHARED, AddressSpace, MemoryMap
 from sim.model.plan import Operand, Plan, Tile, Transfer
 from sim.model.target import Region, Target
-from sim.timing import compute_cycles, compute_text, transfer_bytes, transfer_latency_cycles
+from sim.timing import (
+    activation_rate,
+    compute_cycles,
+    compute_text,
+    row_demands,
+    side_rows,
+    transfer_bytes,
+    transfer_latency_cycles,
+)
 
 
 def resolve_transfer_ends(t: Transfer, core: int, mmap: MemoryMap) -> tuple:
     """What the engine needs of transfer ``t`` issued by ``core`` over the memory map ``mmap``: its source and
-    destination ``(region, store key)``, its bytes, its route ``(source region, key, destination region, key)``
-    and the bytes each end moves (whole bursts).  MemoryFault (without the tile: the engine adds it) when a side
-    is not one region's bytes."""
+    destination ``(region, store key)``, its bytes, its route ``(source region, key, destination region, key)``,
+    the bytes each end moves (whole bursts) and the DRAM rows it opens (:func:`sim.timing.row_demands`).
+    MemoryFault (without the tile: the engine adds it) when a side is not one region's bytes."""
     src, dst = _resolved_side(mmap, core, t, "src"), _resolved_side(mmap, core, t, "dst")
     route = (src[0].name, src[1], dst[0].name, dst[1])
-    return (src, dst, t.size_bytes, route, *transfer_bytes(t, src[0], dst[0]))
+    rows = row_demands(src[0], dst[0], side_rows(t, "src", src[0]), side_rows(t, "dst", dst[0]))
+    return (src, dst, t.size_bytes, route, *transfer_bytes(t, src[0], dst[0]), rows)
 
 
 #: :func:`resolve_transfer_ends` worked out once per distinct transfer (:mod:`sim.model.memo`).
@@ -114,13 +123,15 @@ class Engine:
         # The shared bandwidth: one network per run, its links made on first use.
         self.net = FlowNetwork(self.env)
         self._region_links: dict[tuple[str, int], Link] = {}
+        self._row_links: dict[tuple[str, int], Link] = {}
         self.engine_links: dict[tuple[int, int], Link] = {}
         self.engine_pools: dict[int, Units] = {}
         # (lo, hi, core) -> (region, store key) of compute operands: a plan touches the same spans again and again.
         self._resolved: dict[tuple[int, int, int], tuple[Region, int]] = {}
         self.routes: dict[tuple[str, int, str, int], tuple[Link, Link, int]] = {}
-        # (source link, its bytes, destination link, its bytes, engine link) -> the flow's shape in this run's net.
-        self.flow_shapes: dict[tuple[Link, int, Link, int, Link], FlowShape] = {}
+        # (source link, its bytes, destination link, its bytes, engine link, rows) -> the flow's shape in this run's
+        # net.
+        self.flow_shapes: dict[tuple, FlowShape] = {}
         self.core_end_cycles: dict[int, int] = {}
         # A run with a cycle limit: the limit, and each core's compute cycles not started yet.
         self._limit = 0
@@ -142,6 +153,16 @@ class Engine:
         if link is None:
             name = region.name if region.shared else f"{region.name}@core{key}"
             link = self._region_links[k] = self.net.add_link(name, region.bandwidth_bytes_per_cycle)
+        return link
+
+    def row_link(self, region: Region, key: int) -> Link:
+        """The activation link of DRAM ``region`` (its one device for a shared region; core ``key``'s for a private
+        one): the rows its transfers open, at the device's tFAW rate (:func:`sim.timing.activation_rate`)."""
+        k = (region.name, key)
+        link = self._row_links.get(k)
+        if link is None:
+            name = f"{region.name}.rows" if region.shared else f"{region.name}.rows@core{key}"
+            link = self._row_links[k] = self.net.add_link(name, activation_rate(region))
         return link
 
     def engine_link(self, core: int, engine_id: int) -> Link:

@@ -31,6 +31,8 @@ class TraceEvent(NamedTuple):
     how they were priced (:func:`sim.timing.compute_text`: each loop's label,
     trips, initiation interval and the unit or issue class that bounds it, its
     fill, epilogue and overhead); None otherwise (and in traces written before).
+    ``row_activations`` is, for a DMA, the DRAM rows it opened (:mod:`sim.model.dram`; 0 where it crosses no
+    DRAM with rows, and in traces written before).
     """
 
     core: int
@@ -49,6 +51,7 @@ class TraceEvent(NamedTuple):
     wait_cycles: int = 0
     wait_start: int | None = None
     loops: str | None = None
+    row_activations: int = 0
 
     @property
     def cycles(self) -> int:

@@ -1,9 +1,11 @@
 """Shared bandwidth as a fluid: streams divide the links they cross max-min fairly, in SimPy time.
 
 A *link* is anything with a bandwidth in bytes per cycle that concurrent streams share: a shared memory
-region, one core's private region, one DMA engine.  A *flow* is one transfer's stream: it crosses a few
-links and moves a given number of bytes through each (the two ends of a copy may move different byte counts
-because each rounds its runs up to its own bursts; an engine link sees the larger).  A flow's progress rate r
+region, one core's private region, one DMA engine; or with a rate of other units, counted as a flow's "bytes"
+through it (a DRAM's row activations per cycle, its tFAW: a flow asks it for the rows it opens).  A *flow* is
+one transfer's stream: it crosses a few links and moves a given number of bytes through each (the two ends of
+a copy may move different byte counts because each rounds its runs up to its own bursts; an engine link sees
+the larger).  A flow's progress rate r
 is the fraction of the transfer done per cycle; on link l it takes ``r * bytes_l`` of the capacity.
 
 Rates are max-min fair, weighted so that fairness is in bytes per cycle of each flow's size (``size_bytes``,
@@ -155,7 +157,7 @@ class FlowShape:
 
     __slots__ = ("_capd", "_capn", "_coefs", "_links", "_net", "alone_cycles", "demands", "size_bytes")
 
-    def __init__(self, net: FlowNetwork, links: list[Link], nbytes: list[int]):
+    def __init__(self, net: FlowNetwork, links: list[Link], nbytes: list[int], least_cycles: int = 0):
         self._net = weakref.ref(net)  # (weak, as a link's)
         self.demands = tuple(zip(links, nbytes))
         self._links = tuple(links)
@@ -174,6 +176,10 @@ class FlowShape:
             n, d = link._cn * ad, link._cd * an  # capacity / coefficient
             if not capd or n * capd < capn * d:
                 capn, capd = n, d
+        if least_cycles and size and (not capd or size * capd < capn * least_cycles):
+            # The flow's own pace (a DRAM bank's repeats): no faster than size_bytes per least_cycles, whatever its
+            # links leave it, a cap as a link carrying it alone would be.
+            capn, capd = size, least_cycles
         if capd:
             g = gcd(capn, capd)
             capn, capd = capn // g, capd // g
@@ -327,8 +333,11 @@ class FlowNetwork:
         """
         return self.start_shape(self.shape(links_with_bytes), on_done)
 
-    def shape(self, links_with_bytes: Demands) -> FlowShape:
-        """The demands of a flow as :meth:`start` takes them, checked and worked out, for :meth:`start_shape`."""
+    def shape(self, links_with_bytes: Demands, least_cycles: int = 0) -> FlowShape:
+        """The demands of a flow as :meth:`start` takes them, checked and worked out, for :meth:`start_shape`;
+        ``least_cycles``, the flow's own pace: it streams for no fewer cycles, alone or not (0: its links decide)."""
+        if type(least_cycles) is not int or least_cycles < 0:
+            raise FlowError(f"shape: least_cycles must be a non-negative int, got {brief(least_cycles)}")
         pairs = links_with_bytes
         if type(pairs) is not tuple and isinstance(pairs, Mapping):  # (a tuple, the engine's form, is no mapping)
             pairs = pairs.items()
@@ -349,7 +358,7 @@ class FlowNetwork:
             else:
                 links.append(lk)
                 nbytes.append(b)
-        return FlowShape(self, links, nbytes)
+        return FlowShape(self, links, nbytes, least_cycles)
 
     def abandon(self) -> None:
         """Forget the flows streaming now (their run was stopped: nothing will complete them)."""

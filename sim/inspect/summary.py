@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sim.engine.events import TraceEvent
+from sim.engine.events import DMA_KINDS, TraceEvent
 from sim.model.plan import Plan
 from sim.model.target import Target
 from sim.timing import DMA_ENGINES, Roofline, compute_cycles, loop_cost
@@ -300,6 +300,45 @@ def loop_summaries(plan: Plan, target: Target) -> tuple[list[LoopSummary], int]:
     return rows, total
 
 
+def row_activations(events: Iterable[TraceEvent], target: Target) -> dict[str, tuple[int, int, int]]:
+    """Per DRAM region with rows: (rows its transfers opened, the transfers that opened any, their bytes), from the
+    trace's DMA events (a transfer's activations go to the side in a region with rows)."""
+    out: dict[str, list[int]] = {}
+    for e in events:
+        if e.kind in DMA_KINDS and e.row_activations:
+            name = e.src_region if _has_rows(target, e.src_region) else e.dst_region
+            counts = out.setdefault(name or "", [0, 0, 0])
+            counts[0] += e.row_activations
+            counts[1] += 1
+            counts[2] += e.bytes
+    return {name: (a, n, b) for name, (a, n, b) in sorted(out.items())}
+
+
+def _has_rows(target: Target, name: str | None) -> bool:
+    if name is None:
+        return False
+    try:
+        return target.region(name).rows is not None
+    except KeyError:
+        return False
+
+
+def rows_text(events: Iterable[TraceEvent], target: Target, cycles: int) -> str | None:
+    """The summary's line on DRAM rows: per region, the rows opened, bytes per activation, and how busy the
+    device's activation rate (tFAW) alone would be over the run (None when no transfer opened a row)."""
+    counts = row_activations(events, target)
+    if not counts:
+        return None
+    parts = []
+    for name, (activations, transfers, nbytes) in counts.items():
+        rows = target.region(name).rows
+        assert rows is not None
+        busy = activations * rows.window_cycles / rows.activations_per_window / cycles if cycles else 0.0
+        parts.append(f"{name}: {activations:,} row activations in {transfers:,} transfers (one per "
+                     f"{nbytes / activations:,.0f} bytes), its activation rate busy {100 * busy:.1f}% of the run")
+    return "DRAM rows: " + "; ".join(parts)
+
+
 def loops_text(plan: Plan, target: Target, limit: int = 4) -> str | None:
     """The summary's line on the inner loops: the ``limit`` costliest kinds with their II, what sets it and their
     share of all compute cycles (None when no tile states loops)."""
@@ -336,6 +375,9 @@ def run_summary_text(run: Run) -> str:
         f"{run.peak_flops_per_second / 1e9:.1f} GFLOP/s peak on {len(run.cores)} cores",
         f"precision: {run.precision_note}",
     ]
+    rows = rows_text(run.events, run.target, run.cycles)
+    if rows is not None:
+        lines.append(rows)
     loops = loops_text(run.plan, run.target)
     if loops is not None:
         lines.append(loops)

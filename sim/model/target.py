@@ -109,6 +109,30 @@ class DmaModel:
 
 
 @dataclass(frozen=True)
+class DramRows:
+    """How a DRAM region's bytes sit in rows and banks, and what opening a row costs (``regions[].rows``).
+
+    The region's bytes are cut into rows of ``row_bytes`` from its base; row ``r`` lies in bank ``r % banks``
+    (rows interleaved over the banks).  Each bank keeps its last row open: reading or writing another row of
+    the bank first activates it.  The device allows ``activations_per_window`` activations in any
+    ``window_cycles`` (tFAW, over all its banks), and one bank activates at most once per
+    ``bank_busy_cycles`` (tRC).  :func:`sim.model.dram.row_use` counts a transfer's activations;
+    :mod:`sim.engine` streams them through the region's activation link (:mod:`sim.engine.fluid`).
+    """
+
+    row_bytes: int
+    banks: int
+    activations_per_window: int
+    window_cycles: int
+    bank_busy_cycles: int
+
+    @property
+    def period_bytes(self) -> int:
+        """Bytes after which the rows' banks repeat (``row_bytes * banks``)."""
+        return self.row_bytes * self.banks
+
+
+@dataclass(frozen=True)
 class Region:
     """A mapped address range.
 
@@ -121,7 +145,8 @@ class Region:
     fair, :mod:`sim.engine.fluid`), and a lone one may take all of it.
     ``burst_bytes`` is the smallest unit the region moves: a DMA whose
     contiguous runs are shorter (a strided slice of a few channels per row)
-    still pays whole bursts.
+    still pays whole bursts.  ``rows`` (DRAM only) is how its bytes sit in rows and banks, None for memory that
+    opens no rows (SRAM scratchpads, GSM).
     """
 
     name: str
@@ -133,6 +158,7 @@ class Region:
     bandwidth_bytes_per_cycle: float
     alignment_bytes: int
     burst_bytes: int = 1
+    rows: DramRows | None = None
 
     def burst_bytes_for(self, runs: int, run_bytes: int) -> int:
         """Bytes the region moves for ``runs`` contiguous runs of ``run_bytes`` each (whole bursts)."""

@@ -38,6 +38,7 @@ from sim.model.target import (
     UNIT_CLASSES,
     CoreModel,
     DmaModel,
+    DramRows,
     FunctionalUnit,
     PrecisionModel,
     Region,
@@ -105,6 +106,17 @@ def _parse(doc: Any, path: str) -> Target:
     )
 
 
+def _rows(c: _Checker, kp: str, rs: ts.Rows, burst_bytes: int) -> DramRows:
+    """A DRAM's rows: a power-of-two row of whole bursts."""
+    if not _power_of_two(rs.row_bytes):
+        raise c.fail(f"{kp}.row_bytes", _not_power_of_two(rs.row_bytes))
+    if rs.row_bytes % burst_bytes:
+        raise c.fail(f"{kp}.row_bytes", f"must be a whole number of the region's {burst_bytes}-byte bursts, got "
+                                        f"{rs.row_bytes}")
+    return DramRows(row_bytes=rs.row_bytes, banks=rs.banks, activations_per_window=rs.activations_per_window,
+                    window_cycles=rs.window_cycles, bank_busy_cycles=rs.bank_busy_cycles)
+
+
 def _regions(c: _Checker, specs: list[ts.Region], address_bits: int) -> list[Region]:
     """The regions, each inside the address space, with a power-of-two alignment, a unique name and no overlap."""
     limit = 1 << address_bits
@@ -118,7 +130,8 @@ def _regions(c: _Checker, specs: list[ts.Region], address_bits: int) -> list[Reg
             raise c.fail(f"{kp}.size_bytes", f"must be <= {limit:#x}{space}, got {rs.size_bytes:#x}")
         region = Region(name=rs.name, base=rs.base, size_bytes=rs.size_bytes, kind=rs.kind, role=rs.role,
                         latency_cycles=rs.latency_cycles, bandwidth_bytes_per_cycle=float(rs.bandwidth_bytes_per_cycle),
-                        alignment_bytes=rs.alignment_bytes, burst_bytes=rs.burst_bytes)
+                        alignment_bytes=rs.alignment_bytes, burst_bytes=rs.burst_bytes,
+                        rows=None if rs.rows is None else _rows(c, f"{kp}.rows", rs.rows, rs.burst_bytes))
         if not _power_of_two(region.alignment_bytes):
             raise c.fail(f"{kp}.alignment_bytes", _not_power_of_two(region.alignment_bytes))
         if region.end > limit:

@@ -168,6 +168,30 @@ class Dma(Spec):
         "it crosses; the shipped chips assume 64)", ge=MIN_RATE, le=MAX_RATE, unit="bytes/cycle", note=_TYPO)]
 
 
+#: Most banks a DRAM may have, and the longest row (bytes): beyond any DDR, LPDDR or HBM device.
+MAX_BANKS = 1024
+MAX_ROW_BYTES = 1 << 20
+#: Most activations one tFAW window may allow.
+MAX_ACTIVATIONS_PER_WINDOW = 1024
+
+
+class Rows(Spec):
+    """``regions[].rows``: a DRAM's rows and banks (opening a row costs; see docs/timing-model.md)."""
+
+    source: Source
+    row_bytes: Annotated[int, param("bytes of one row (page); rows are cut from the region's base (a power of two, "
+                                    "at least the region's burst)", ge=1, le=MAX_ROW_BYTES, unit="bytes")]
+    banks: Annotated[int, param("banks the rows are interleaved over (row r in bank r % banks); each keeps its "
+                                "last row open", ge=1, le=MAX_BANKS, unit="banks")]
+    activations_per_window: Annotated[int, param(
+        "row activations the device allows in any window_cycles (tFAW), over all its banks", ge=1,
+        le=MAX_ACTIVATIONS_PER_WINDOW, unit="activations")]
+    window_cycles: Annotated[int, param("the activation window (tFAW)", ge=1, le=MAX_CYCLES, unit="cycles",
+                                        why=" cycles (10 ms at 1 GHz)")]
+    bank_busy_cycles: Annotated[int, param("the least cycles between two activations of one bank (tRC)", ge=0,
+                                           le=MAX_CYCLES, unit="cycles", why=" cycles (10 ms at 1 GHz)")]
+
+
 class Region(Spec):
     """``regions[]``: a mapped address range."""
 
@@ -187,6 +211,7 @@ class Region(Spec):
                                           le=MAX_ALIGNMENT_BYTES, unit="bytes")] = 1
     burst_bytes: Annotated[int, param("the smallest unit the region moves", ge=1, le=MAX_BURST_BYTES,
                                       unit="bytes")] = 1
+    rows: Rows | None = None
 
 
 class Level(Spec):
@@ -232,6 +257,7 @@ class TargetFile(Spec):
 SECTIONS: tuple[tuple[str, type], ...] = (
     ("", TargetFile), ("sync.", Sync), ("core.", Core), ("core.issue_width.", IssueWidth),
     ("core.units.*.", MemoryUnit), ("core.precisions.*.", Lanes), ("dma.", Dma), ("regions[].", Region),
+    ("regions[].rows.", Rows),
     ("staging.", Staging), ("staging.levels[].", Level),
 )
 

@@ -1,0 +1,149 @@
+"""Which DRAM rows a transfer opens: its row activations, counted from its addresses (no timing here).
+
+A DRAM region with ``rows`` (:class:`~sim.model.target.DramRows`) cuts its bytes into rows of ``row_bytes`` from
+its base, row ``r`` in bank ``r % banks``; each bank keeps its last row open (an open-page controller).  A
+transfer's side in such a region walks its contiguous runs in descriptor order (outermost dimension first) and
+opens a row each time it touches a row that is not the one open in that row's bank.  The count assumes every bank
+closed when the transfer starts: a transfer does not inherit the rows an earlier one left open, nor lose its own to
+another core's transfer streaming at the same time (docs/timing-model.md says what that leaves out).
+
+:mod:`sim.engine` charges the activations on the region's activation link (the device's tFAW rate, shared by every
+transfer streaming through the region) and the busiest bank's repeats at tRC as the transfer's own pace
+(:func:`sim.timing.stream_cycles` gives the alone time).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from sim.model.memo import memoized
+from sim.model.target import DramRows
+
+#: Run counts up to this are walked in Python; more with numpy (a call costs tens of microseconds).
+_SMALL = 16
+
+
+class RowUse(NamedTuple):
+    """What one side of a transfer asks of a DRAM's rows: the rows it activates, and the most of them in one bank."""
+
+    activations: int
+    busiest_bank: int
+
+    def bank_cycles(self, rows: DramRows) -> int:
+        """The least cycles the side streams for its busiest bank: after that bank's first activation, each repeat
+        waits tRC (``bank_busy_cycles``); the first activation of every bank can start at once."""
+        return max(0, self.busiest_bank - 1) * rows.bank_busy_cycles
+
+
+NO_ROWS = RowUse(0, 0)
+
+
+def row_use(rows: DramRows, offset: int, shape: tuple[int, ...], itemsize: int,
+            strides: tuple[int, ...]) -> RowUse:
+    """The :class:`RowUse` of a block of ``shape`` elements of ``itemsize`` bytes at byte ``strides``, its first
+    element ``offset`` bytes past the region's base."""
+    # The banks repeat every row_bytes * banks bytes: a block that far further on opens the same rows' banks.
+    return _row_use(rows, offset % rows.period_bytes, tuple(shape), itemsize, tuple(strides))
+
+
+@memoized
+def _row_use(rows: DramRows, offset: int, shape: tuple[int, ...], itemsize: int,
+             strides: tuple[int, ...]) -> RowUse:
+    run, outer = _runs(shape, itemsize, strides)
+    if run == 0:
+        return NO_ROWS
+    span = _gapless_span(outer, run, rows.row_bytes)
+    if span is not None:
+        first, last = offset // rows.row_bytes, (offset + span - 1) // rows.row_bytes
+        q, rem = divmod(last - first + 1, rows.banks)
+        return RowUse(last - first + 1, q + (1 if rem else 0))
+    count = 1
+    for n, _ in outer:
+        count *= n
+    if count <= _SMALL:
+        return _walked(rows, _starts_py(offset, outer), run)
+    return _counted(rows, _starts_np(offset, outer), run)
+
+
+def _runs(shape: tuple[int, ...], itemsize: int, strides: tuple[int, ...]) -> tuple[int, list[tuple[int, int]]]:
+    """(bytes per contiguous run, the outer dimensions ``(count, byte stride)`` that place the runs, outermost
+    first); a run of 0 bytes for an empty block.  The run grows from the innermost dimension outwards while each
+    stride continues the bytes before it (as :meth:`~sim.model.plan.Transfer.runs`)."""
+    if any(n == 0 for n in shape):
+        return 0, []
+    run = itemsize
+    dims = [(n, st) for n, st in zip(shape, strides) if n != 1]
+    while dims and dims[-1][1] == run:
+        run *= dims.pop()[0]
+    return run, dims
+
+
+def _gapless_span(outer: list[tuple[int, int]], run: int, row_bytes: int) -> int | None:
+    """The bytes from the block's first to its last when its runs come in address order with gaps shorter than a
+    row (so its rows are every row from its first to its last, each opened once); None otherwise."""
+    extent = run
+    for n, st in reversed(outer):
+        if st < extent or st - extent >= row_bytes:
+            return None
+        extent += (n - 1) * st
+    return extent
+
+
+def _starts_py(offset: int, outer: list[tuple[int, int]]) -> list[int]:
+    starts = [offset]
+    for n, st in outer:
+        starts = [s + i * st for s in starts for i in range(n)]
+    return starts
+
+
+def _starts_np(offset: int, outer: list[tuple[int, int]]) -> np.ndarray:
+    starts = np.array([offset], dtype=np.int64)
+    for n, st in outer:
+        starts = (starts[:, None] + np.arange(n, dtype=np.int64) * st).ravel()
+    return starts
+
+
+def _walked(rows: DramRows, starts: list[int], run: int) -> RowUse:
+    """Open-page walk of a few runs: a row opens when its bank holds another."""
+    size, banks = rows.row_bytes, rows.banks
+    open_row: dict[int, int] = {}
+    per_bank: dict[int, int] = {}
+    for s in starts:
+        for r in range(s // size, (s + run - 1) // size + 1):
+            b = r % banks
+            if open_row.get(b) != r:
+                open_row[b] = r
+                per_bank[b] = per_bank.get(b, 0) + 1
+    return RowUse(sum(per_bank.values()), max(per_bank.values()))
+
+
+def _counted(rows: DramRows, starts: np.ndarray, run: int) -> RowUse:
+    """The same count as :func:`_walked`, vectorised: the rows each run touches, in order, grouped by bank (a
+    stable sort keeps each bank's order); a row opens where its bank's previous row differs.  Rows met in
+    order need no sort: each distinct one opens once."""
+    size = rows.row_bytes
+    first = starts // size
+    last = (starts + (run - 1)) // size
+    if np.array_equal(first, last):
+        seq = first
+    else:
+        spans = last - first + 1
+        ends = np.cumsum(spans)
+        seq = np.repeat(first - (ends - spans), spans) + np.arange(int(ends[-1]), dtype=np.int64)
+    if len(seq) > 1 and bool((seq[1:] >= seq[:-1]).all()):
+        # Rows in order (positive strides, runs one after another): a row left is never met again, so each
+        # distinct row opens once, and no sort is needed.
+        keep = np.empty(len(seq), dtype=bool)
+        keep[0] = True
+        np.not_equal(seq[1:], seq[:-1], out=keep[1:])
+        distinct = seq[keep]
+        return RowUse(len(distinct), int(np.bincount(distinct % rows.banks).max()))
+    bank = seq % rows.banks
+    order = np.argsort(bank, kind="stable")
+    b, r = bank[order], seq[order]
+    opens = np.ones(len(b), dtype=bool)
+    opens[1:] = (b[1:] != b[:-1]) | (r[1:] != r[:-1])
+    per_bank = np.bincount(b[opens])
+    return RowUse(int(opens.sum()), int(per_bank.max()))

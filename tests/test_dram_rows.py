@@ -1,0 +1,187 @@
+"""DDR rows and banks (sim/model/dram.py, the activation link of sim/engine): activations counted from the addresses,
+and their cost derived by hand from the target file's numbers.
+
+FT78NE's DDR (targets/FT78NE.yaml): 20 B/cycle, 64-byte bursts, latency 200; rows of 8 KiB over 32 banks, 8
+activations per 38-cycle window (tFAW), 84 cycles between two activations of one bank (tRC).  Its DMA: setup 64,
+64 B/cycle per engine; the launch 1,800 cycles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import sim
+from sim.engine.engine import simulate
+from sim.model.dram import row_use
+from sim.model.memory import AddressSpace
+from sim.model.plan import Phase, Plan, Tile, Transfer
+from sim.model.target import DramRows
+from sim.timing import stream_cycles
+
+FT = sim.load_target("FT78NE")
+DDR, AM = FT.region("ddr"), FT.region("am")
+ROWS = DDR.rows
+assert ROWS is not None
+
+
+def _column(src: int, runs: int, run_bytes: int, pitch_bytes: int, dst: int) -> Transfer:
+    """``runs`` runs of ``run_bytes`` fp32 bytes ``pitch_bytes`` apart in DDR, packed into AM."""
+    n = run_bytes // 4
+    return Transfer(src, dst, (runs, n), 4, (pitch_bytes, 4), (run_bytes, 4))
+
+
+# --- counting -------------------------------------------------------------------------------------
+
+
+def test_the_shipped_ddr_states_its_rows():
+    assert (ROWS.row_bytes, ROWS.banks, ROWS.activations_per_window, ROWS.window_cycles,
+            ROWS.bank_busy_cycles) == (8192, 32, 8, 38, 84)
+    mt = sim.load_target("MT7004").region("ddr").rows
+    assert mt is not None and (mt.row_bytes, mt.banks, mt.activations_per_window, mt.window_cycles) == (8192, 16, 4, 21)
+    assert FT.region("gsm").rows is None and AM.rows is None  # SRAM opens no rows
+
+
+def test_hand_counted_activations():
+    # 64 KiB from the base: rows 0..7, each in its own bank.
+    assert row_use(ROWS, 0, (65536,), 1, (1,)) == (8, 1)
+    # 64 runs of 64 B, 16 KiB apart: every run opens a row (rows 0, 2, ..., 126), in banks 0, 2, ..., 30, four
+    # rows each.
+    assert row_use(ROWS, 0, (64, 16), 4, (16384, 4)) == (64, 4)
+    # The same 64 runs 128 B apart stay in row 0: one activation.
+    assert row_use(ROWS, 0, (64, 16), 4, (128, 4)) == (1, 1)
+    # 256 KiB apart (32 rows of 8 KiB): every run in bank 0, each a new row.
+    assert row_use(ROWS, 0, (10, 16), 4, (262144, 4)) == (10, 10)
+    # A run that crosses a row boundary opens both rows; the banks repeat every 256 KiB of offset.
+    assert row_use(ROWS, 8192 - 32, (16,), 4, (4,)) == (2, 1)
+    assert row_use(ROWS, 8192 - 32 + 262144 * 3, (16,), 4, (4,)) == (2, 1)
+    assert row_use(ROWS, 0, (0, 16), 4, (64, 4)) == (0, 0)
+
+
+def test_counts_match_an_element_by_element_walk():
+    """The run-level count (Python for a few runs, numpy for many) equals opening rows byte by byte in the
+    descriptor's order, each bank keeping its last row open."""
+    rows = DramRows(row_bytes=256, banks=4, activations_per_window=4, window_cycles=21, bank_busy_cycles=47)
+    rng = random.Random(7)
+    for _ in range(400):
+        nd = rng.randint(1, 3)
+        shape = tuple(rng.randint(1, 20) for _ in range(nd))
+        itemsize = rng.choice([1, 2, 4])
+        strides = tuple(rng.choice([itemsize, itemsize * rng.randint(1, 9), rng.randint(1, 3000)]) for _ in range(nd))
+        offset = rng.randint(0, 5000)
+        open_row: dict[int, int] = {}
+        per_bank: dict[int, int] = {}
+        for index in np.ndindex(*shape):
+            start = offset + sum(i * s for i, s in zip(index, strides))
+            for byte in range(start, start + itemsize):
+                r = byte // rows.row_bytes
+                b = r % rows.banks
+                if open_row.get(b) != r:
+                    open_row[b] = r
+                    per_bank[b] = per_bank.get(b, 0) + 1
+        assert row_use(rows, offset, shape, itemsize, strides) == (sum(per_bank.values()), max(per_bank.values()))
+
+
+# --- cost ------------------------------------------------------------------------------------------
+
+
+def _run(target, transfers_by_core: dict[int, Transfer]):
+    tiles = {core: (Tile(0, (t,), None, ()),) for core, t in transfers_by_core.items()}
+    plan = Plan(tuple(sorted(tiles)), (Phase("p", tiles, barrier_after=False),), "fp32")
+    return simulate(plan, target, AddressSpace(target), numerics=False)
+
+
+def _dma(run, core: int):
+    (e,) = [e for e in run.events if e.kind == "dma_in" and e.core == core]
+    return e
+
+
+def test_distant_short_runs_are_paced_by_the_activation_rate():
+    # 64 runs of 64 B, 16 KiB apart: 4,096 bytes (whole bursts) take 4096 / 20 = 204.8 cycles of DDR and
+    # 4096 / 64 = 64 of the engine, but 64 activations at 8 per 38 cycles take 64 * 38 / 8 = 304 cycles, and bank
+    # 0's four rows (3 repeats at tRC 84) 252: the activations set the pace.
+    t = _column(DDR.base, 64, 64, 16384, AM.base)
+    assert stream_cycles(t, DDR, AM, FT.dma) == 304
+    e = _dma(_run(FT, {0: t}), 0)
+    latency = max(DDR.latency_cycles, AM.latency_cycles)
+    assert (e.start, e.end - e.start) == (FT.launch_overhead_cycles, FT.dma.setup_cycles + 304 + latency)
+    assert e.row_activations == 64 and e.wait_cycles == 0
+    # The same bytes as one long run open one row: ceil(4096 / 20) = 205 cycles.
+    long = Transfer.contiguous(DDR.base, AM.base, 4096)
+    assert stream_cycles(long, DDR, AM, FT.dma) == 205
+    assert _dma(_run(FT, {0: long}), 0).row_activations == 1
+
+
+def test_camping_on_one_bank_pays_trc():
+    # 10 runs 256 KiB apart all fall in bank 0: 9 repeats at 84 cycles = 756, against 10 * 38 / 8 = 47.5.
+    t = _column(DDR.base, 10, 64, 262144, AM.base)
+    assert stream_cycles(t, DDR, AM, FT.dma) == 9 * 84
+
+
+def test_two_cores_share_the_activation_rate_and_neighbouring_runs_recover_it():
+    """Two cores streaming short runs from distant rows at once share the device's activations: 128 at 8 per 38
+    cycles end both streams at 608 cycles, where one long run each (8,192 bytes over 20 B/cycle) ends at 410.
+    Runs of the two cores that interleave within the same rows (what a synchronised transfer reads) open one row
+    each and cost what the long runs cost."""
+    distant = _run(FT, {0: _column(DDR.base, 64, 64, 16384, AM.base),
+                        1: _column(DDR.base + 8192, 64, 64, 16384, AM.base)})
+    long = _run(FT, {0: Transfer.contiguous(DDR.base, AM.base, 4096),
+                     1: Transfer.contiguous(DDR.base + 4096, AM.base, 4096)})
+    neighbours = _run(FT, {0: _column(DDR.base, 64, 64, 128, AM.base),
+                           1: _column(DDR.base + 64, 64, 64, 128, AM.base)})
+    stream = FT.dma.setup_cycles + max(DDR.latency_cycles, AM.latency_cycles)
+    for core in (0, 1):
+        assert _dma(distant, core).end - _dma(distant, core).start == stream + 128 * 38 // 8
+        assert _dma(long, core).end - _dma(long, core).start == stream + math.ceil(8192 / 20)
+        assert _dma(neighbours, core).end - _dma(neighbours, core).start == stream + math.ceil(8192 / 20)
+        assert _dma(neighbours, core).row_activations == 1
+    # What the sharing cost each distant stream beyond its alone time (304), as the trace says.
+    assert _dma(distant, 0).wait_cycles == 608 - 304
+
+
+def test_a_ddr_without_rows_is_the_uniform_pipe_it_was():
+    plain = dataclasses.replace(FT, regions=tuple(dataclasses.replace(r, rows=None) for r in FT.regions))
+    t = _column(DDR.base, 64, 64, 16384, AM.base)
+    assert stream_cycles(t, plain.region("ddr"), AM, FT.dma) == math.ceil(4096 / 20)
+    assert _dma(_run(plain, {0: t}), 0).row_activations == 0
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("row_bytes", 6000, "must be a power of two"),
+    ("row_bytes", 32, "whole number of the region's 64-byte bursts"),
+    ("banks", 0, "banks"),
+    ("window_cycles", 0, "window_cycles"),
+])
+def test_a_bad_rows_block_is_refused_naming_its_key(tmp_path, key, value, words):
+    import yaml
+    doc = yaml.safe_load((Path(__file__).resolve().parent.parent / "targets" / "FT78NE.yaml").read_text())
+    ddr = next(r for r in doc["regions"] if r["name"] == "ddr")
+    ddr["rows"][key] = value
+    path = tmp_path / "chip.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(sim.TargetError) as err:
+        sim.load_target(str(path))
+    assert "rows" in str(err.value) and key in str(err.value) and words in str(err.value)
+
+
+def test_traces_and_the_summary_carry_the_rows(tmp_path):
+    """Each DMA event says how many rows it opened, a written trace (JSON and CSV) reads back with them, and the
+    summary's rows line counts them per region: the two distant streams above open 64 rows each, 8,192 bytes in
+    all, and the activation rate is busy 128 x 38 / 8 = 608 cycles of the run."""
+    from sim.inspect.summary import row_activations, rows_text
+    from sim.inspect.trace import write_trace
+    from sim.inspect.trace_tools import load_trace
+    run = _run(FT, {0: _column(DDR.base, 64, 64, 16384, AM.base), 1: _column(DDR.base + 8192, 64, 64, 16384, AM.base)})
+    assert row_activations(run.events, FT) == {"ddr": (128, 2, 8192)}
+    text = rows_text(run.events, FT, run.cycles)
+    assert text is not None and text.startswith("DRAM rows: ddr: 128 row activations in 2 transfers (one per 64 bytes)")
+    assert f"busy {100 * 608 / run.cycles:.1f}% of the run" in text
+    for suffix in (".json", ".csv"):
+        path = write_trace(tmp_path / f"t{suffix}", run.events, FT.clock_hz, {})
+        back = [e for e in load_trace(path).events if e.kind == "dma_in"]
+        assert sorted(e.row_activations for e in back) == [64, 64]
