@@ -384,6 +384,19 @@ def cheapest_loops(options: Sequence[tuple[T, Sequence[Loop]]], target: Target) 
 
 #: The roofline's name for the DMA engines' resource (the busiest core's engines at their total rate).
 DMA_ENGINES = "dma engines"
+#: How a roofline names a DRAM's activation rate as a resource: ``<region> rows``.
+ROWS_SUFFIX = " rows"
+
+
+def rows_resource(region: str) -> str:
+    """The roofline's name of ``region``'s activation rate (``ddr rows``)."""
+    return region + ROWS_SUFFIX
+
+
+def region_of_resource(name: str) -> str:
+    """The region a roofline resource other than compute and the DMA engines belongs to (``ddr`` for ``ddr`` and
+    ``ddr rows``)."""
+    return name.removesuffix(ROWS_SUFFIX)
 
 
 @dataclass(frozen=True)
@@ -397,7 +410,8 @@ class Roofline:
     no fill, recurrence, epilogue or overhead, so no schedule beats it) over
     the cores; a region's bytes over its bandwidth (a shared region's whole
     bandwidth, which its transfers share; a private region's times the cores,
-    each of which has its own copy); and all cores' transfer bytes over their
+    each of which has its own copy); a DRAM's rows opened over its activation
+    rate (``<region> rows``, :func:`rows_resource`); and all cores' transfer bytes over their
     DMA engines' total rate.  A plan that leaves cores idle or loads one core
     more than the others cannot reach this bound: its run reads as that far
     from it.  ``busiest_core_cycles`` holds ``compute`` and ``dma engines`` for
@@ -457,6 +471,7 @@ def roofline(plan: Plan, target: Target) -> Roofline:
     flops_by_prec: dict[str, int] = defaultdict(int)  # the math's own flops (reported)
     loop_cycles_by_core: dict[int, int] = defaultdict(int)  # each core's loops at their resource II
     region_bytes: dict[str, int] = defaultdict(int)
+    region_rows: dict[str, int] = defaultdict(int)  # DRAM rows opened (sim.model.dram), per region with rows
     core_bytes: dict[int, int] = defaultdict(int)  # bytes through each core's DMA engines
     loops_of: dict[int, int] = {}  # id(compute) -> its loops at their resource II: tiles share computes
     region_of = _RegionOf(mmap)
@@ -478,6 +493,8 @@ def roofline(plan: Plan, target: Target) -> Roofline:
                         r = region_of(t.span(side)[0])  # the block's lowest byte
                         if r is not None:
                             region_bytes[r.name] += size
+                            if r.rows is not None:
+                                region_rows[r.name] += side_rows(t, side, r).activations
     n = len(plan.cores)
     cycles: dict[str, float] = {}
     # Every core's loops at their resource II spread over the call's cores: an idle or underloaded core is work
@@ -489,6 +506,10 @@ def roofline(plan: Plan, target: Target) -> Roofline:
         # Whatever the transfers, a region never delivers more than its bandwidth (each core's own copy of a
         # private region its own), and a lone transfer may take all of it.
         cycles[name] = b / (r.bandwidth_bytes_per_cycle * (1 if r.shared else n))
+    for name, activations in region_rows.items():
+        # Every row a transfer opens goes through its DRAM's activation rate (tFAW), shared as its bandwidth is.
+        r = target.region(name)
+        cycles[rows_resource(name)] = activations / (float(activation_rate(r)) * (1 if r.shared else n))
     if core_bytes:
         rate = target.dma.engines_per_core * target.dma.engine_bytes_per_cycle
         cycles[DMA_ENGINES] = sum(core_bytes.values()) / n / rate
@@ -513,7 +534,7 @@ def run_lower_bound_cycles(rf: Roofline, target: Target) -> float:
     for name, cycles in per_plan.items():
         if name == "compute":
             continue
-        after = 0 if name == DMA_ENGINES else target.region(name).latency_cycles
+        after = 0 if name == DMA_ENGINES else target.region(region_of_resource(name)).latency_cycles
         bound = max(bound, launch + setup + cycles + after)
     return bound
 

@@ -90,10 +90,13 @@ def test_counts_match_an_element_by_element_walk():
 # --- cost ------------------------------------------------------------------------------------------
 
 
-def _run(target, transfers_by_core: dict[int, Transfer]):
+def _plan(transfers_by_core: dict[int, Transfer]) -> Plan:
     tiles = {core: (Tile(0, (t,), None, ()),) for core, t in transfers_by_core.items()}
-    plan = Plan(tuple(sorted(tiles)), (Phase("p", tiles, barrier_after=False),), "fp32")
-    return simulate(plan, target, AddressSpace(target), numerics=False)
+    return Plan(tuple(sorted(tiles)), (Phase("p", tiles, barrier_after=False),), "fp32")
+
+
+def _run(target, transfers_by_core: dict[int, Transfer]):
+    return simulate(_plan(transfers_by_core), target, AddressSpace(target), numerics=False)
 
 
 def _dma(run, core: int):
@@ -185,3 +188,33 @@ def test_traces_and_the_summary_carry_the_rows(tmp_path):
         path = write_trace(tmp_path / f"t{suffix}", run.events, FT.clock_hz, {})
         back = [e for e in load_trace(path).events if e.kind == "dma_in"]
         assert sorted(e.row_activations for e in back) == [64, 64]
+
+
+def test_the_roofline_counts_the_rows_and_no_run_beats_it():
+    """The two distant streams' 128 activations need 128 x 38 / 8 = 608 cycles of DDR's activation rate: the
+    roofline's ``ddr rows`` resource, above their 8,192 bytes over 20 B/cycle, and the run lower bound adds the
+    launch, the setup and DDR's latency (the run takes exactly that: nothing else shares the rate)."""
+    from sim.timing import roofline, run_lower_bound_cycles
+    transfers = {0: _column(DDR.base, 64, 64, 16384, AM.base), 1: _column(DDR.base + 8192, 64, 64, 16384, AM.base)}
+    rf = roofline(_plan(transfers), FT)
+    assert rf.resource_cycles["ddr rows"] == pytest.approx(608) and rf.bound_by == "ddr rows"
+    assert rf.resource_cycles["ddr"] == pytest.approx(8192 / 20)
+    bound = run_lower_bound_cycles(rf, FT)
+    assert bound == pytest.approx(FT.launch_overhead_cycles + FT.dma.setup_cycles + 608 + DDR.latency_cycles)
+    assert _run(FT, transfers).cycles >= bound
+
+
+def test_a_tiling_of_short_runs_a_row_apart_reads_as_limited_by_the_rows():
+    """BatchNormGrad on 64 x 4096 fp32 channels cut into 8-channel slices (32 bytes, 16 KiB apart: each opens a
+    row) is paced by DDR's activations, and its summary says so; the search's own tiling reads long runs."""
+    from sim.inspect.summary import limiting_resource, resource_shares
+    args = {"x": 0x80000000, "dy": 0x80100000, "dx": 0x80200000,
+            "params": [0x80300000 + i * 0x10000 for i in range(5)] + [64, 4096, 1]}
+    m = sim.Simulator(FT)
+    slices = m.call("fp_batch_norm_grad_s", numerics=False, tiling={"split": "channels", "channel_block": 8}, **args)
+    summaries = slices.summaries()
+    assert limiting_resource(slices.roofline, summaries, slices.cycles) == "ddr rows"
+    assert resource_shares(slices.roofline, summaries, slices.cycles)["ddr rows"] > 0.9
+    assert "DRAM rows: ddr:" in slices.summary_text() and "limited by ddr rows" in slices.summary_text()
+    best = m.call("fp_batch_norm_grad_s", numerics=False, **args)
+    assert best.cycles < slices.cycles / 2 and best.roofline.bound_by == "ddr"

@@ -12,7 +12,7 @@ import numpy as np
 from sim.engine.events import DMA_KINDS, TraceEvent
 from sim.model.plan import Plan
 from sim.model.target import Target
-from sim.timing import DMA_ENGINES, Roofline, compute_cycles, loop_cost
+from sim.timing import DMA_ENGINES, ROWS_SUFFIX, Roofline, compute_cycles, loop_cost, region_of_resource
 
 if TYPE_CHECKING:
     from sim.inspect.run import Run
@@ -204,7 +204,8 @@ def resource_shares(rf: Roofline, summaries: Sequence[CoreSummary], cycles: int)
     ``compute``: the busiest core's functional units, as the trace shows it
     (its tiles' loops with their overheads, fill, recurrences and epilogues);
     each region: the bytes the plan moves through it at the full bandwidth the
-    cores can draw, and the DMA engines: the busiest core's bytes at its
+    cores can draw, each DRAM's rows opened at its activation rate (``ddr rows``), and the DMA engines: the
+    busiest core's bytes at its
     engines' total rate (the roofline's figures over the run).  A share near 1 is a
     resource the run could not have used more of.
     """
@@ -393,4 +394,7 @@ def _share_words(resource: str, share: float) -> str:
         return f"the busiest core's vector unit worked {100 * share:.1f}% of the run"
     if resource == DMA_ENGINES:
         return f"the busiest core's DMA engines at their full rate would be busy {100 * share:.1f}% of the run"
+    if resource.endswith(ROWS_SUFFIX):
+        return (f"the rows the transfers open in {region_of_resource(resource)}, at its activation rate, would "
+                f"take {100 * share:.1f}% of the run")
     return f"{resource} at full bandwidth would be busy {100 * share:.1f}% of the run"
