@@ -218,3 +218,14 @@ def test_a_tiling_of_short_runs_a_row_apart_reads_as_limited_by_the_rows():
     assert "DRAM rows: ddr:" in slices.summary_text() and "limited by ddr rows" in slices.summary_text()
     best = m.call("fp_batch_norm_grad_s", numerics=False, **args)
     assert best.cycles < slices.cycles / 2 and best.roofline.bound_by == "ddr"
+
+
+def test_the_html_report_lists_the_rows():
+    from sim.report.page import report_html
+    run = sim.Simulator(FT).call("fp_batch_norm_grad_s", numerics=False,
+                                 tiling={"split": "channels", "channel_block": 8},
+                                 x=0x80000000, dy=0x80100000, dx=0x80200000,
+                                 params=[0x80300000 + i * 0x10000 for i in range(5)] + [8, 4096, 1])
+    html = report_html(run)
+    assert "<dt>DRAM rows</dt><dd>ddr: " in html and "row activations in" in html
+    assert "set by ddr rows" in html
