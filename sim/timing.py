@@ -57,14 +57,24 @@ def side_rows(t: Transfer, side: str, region: Region) -> RowUse:
     rows = region.rows
     if rows is None:
         return NO_ROWS
+    # The transfer keeps its answer (outside its fields, as it keeps its engine ends): the engine and the roofline
+    # ask for it, run after run, and hashing the descriptor for the value memo costs as much as the lookup saves.
+    key = "_src_rows" if side == "src" else "_dst_rows"
+    kept = t.__dict__.get(key)
+    if kept is not None and kept[0] is region:
+        return kept[1]
     addr, strides = (t.src, t.src_strides) if side == "src" else (t.dst, t.dst_strides)
-    return row_use(rows, addr - region.base, t.shape, t.itemsize, strides)
+    use = row_use(rows, addr - region.base, t.shape, t.itemsize, strides)
+    t.__dict__[key] = (region, use)
+    return use
 
 
 def row_demands(src: Region, dst: Region, src_rows: RowUse, dst_rows: RowUse) -> tuple[tuple[Region, int, int], ...]:
     """What a transfer asks of the DRAM rows it crosses: ``(region, activations, least cycles)`` per region with
     rows, the least cycles its busiest bank's repeats take at tRC (:meth:`~sim.model.dram.RowUse.bank_cycles`); a
     copy within one region adds both sides' activations and takes the slower side's banks."""
+    if src.rows is None and dst.rows is None:
+        return ()
     out: list[tuple[Region, int, int]] = []
     for region, use in ((src, src_rows), (dst, dst_rows)):
         if region.rows is None or not use.activations:

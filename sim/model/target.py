@@ -126,6 +126,10 @@ class DramRows:
     window_cycles: int
     bank_busy_cycles: int
 
+    # Hashed once: it keys the row counts remembered by value (sim.model.memo).
+    __hash__ = cached_hash
+    __getstate__ = state_without_hash
+
     @property
     def period_bytes(self) -> int:
         """Bytes after which the rows' banks repeat (``row_bytes * banks``)."""
