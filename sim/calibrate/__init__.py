@@ -52,6 +52,6 @@ from sim.calibrate.parameters import (
 from sim.calibrate.target_copy import TargetDocument, fitted_yaml, load_target_document, read_target_document
 
 __all__ = ["CHIP_PARAMETERS", "ROW_PARAMETERS", "Calibration", "Measurement", "TargetDocument", "calibrate",
-           "check_parameter_names",
-           "fitted_yaml", "free_parameters", "load_measurements", "load_target_document", "parameter_values", "pinned",
-           "read_target_document", "row_parameters", "simulate", "stored_value", "with_parameters"]
+           "check_parameter_names", "fitted_yaml", "free_parameters", "load_measurements", "load_target_document",
+           "parameter_values", "pinned", "read_target_document", "row_parameters", "simulate", "stored_value",
+           "with_parameters"]

@@ -204,10 +204,10 @@ def resource_shares(rf: Roofline, summaries: Sequence[CoreSummary], cycles: int)
     ``compute``: the busiest core's functional units, as the trace shows it
     (its tiles' loops with their overheads, fill, recurrences and epilogues);
     each region: the bytes the plan moves through it at the full bandwidth the
-    cores can draw, each DRAM's rows opened at its activation rate (``ddr rows``), and the DMA engines: the
-    busiest core's bytes at its
-    engines' total rate (the roofline's figures over the run).  A share near 1 is a
-    resource the run could not have used more of.
+    cores can draw; each DRAM's rows opened at its activation rate (``ddr rows``);
+    and the DMA engines: the busiest core's bytes at its engines' total rate (the
+    roofline's figures over the run).  A share near 1 is a resource the run could
+    not have used more of.
     """
     if not cycles:
         return {}
