@@ -30,6 +30,9 @@ def test_targets_and_kernels_listings(capsys):
     assert main(["targets"]) == 0
     out = capsys.readouterr().out
     assert "FT78NE: 8 cores at 1.8 GHz" in out and "MT7004: 4 cores" in out and "ddr" in out
+    # Each DRAM's rows as its target file states them (targets/*.yaml, regions[].rows).
+    assert "rows of 8192 B over 32 banks, 8 activations per 38 cycles (tFAW), 84 cycles between two in one bank" in out
+    assert "rows of 8192 B over 16 banks, 4 activations per 21 cycles (tFAW), 47 cycles" in out
     assert main(["kernels"]) == 0
     out = capsys.readouterr().out
     assert "fp_batch_norm_grad_s" in out and "hp_batch_norm_grad_p" in out and "params" in out

@@ -53,6 +53,11 @@ def cmd_targets(args: argparse.Namespace) -> int:
             print(f"  {r.name:<4} [{r.base:#012x}, {r.end:#012x}) {r.size_bytes:>11} B  {r.kind:<7}{role:<11} "
                   f"{r.bandwidth_bytes_per_cycle:g} B/cycle {'shared by all cores' if r.shared else 'per core'}, "
                   f"{r.latency_cycles} cycles latency")
+            if r.rows is not None:
+                rows = r.rows
+                print(f"         rows of {rows.row_bytes} B over {rows.banks} banks, {rows.activations_per_window} "
+                      f"activations per {rows.window_cycles} cycles (tFAW), {rows.bank_busy_cycles} cycles between "
+                      f"two in one bank (tRC)")
         print("  staging levels, outermost first:")
         for lv in t.staging:
             where = "shared" if lv.shared else "per core"
