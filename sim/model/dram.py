@@ -19,6 +19,7 @@ from typing import NamedTuple
 import numpy as np
 
 from sim.model.memo import memoized
+from sim.model.plan import run_layout
 from sim.model.target import DramRows
 
 #: Run counts up to this are walked in Python; more with numpy (a call costs tens of microseconds).
@@ -68,16 +69,10 @@ def _row_use(rows: DramRows, offset: int, shape: tuple[int, ...], itemsize: int,
 
 
 def _runs(shape: tuple[int, ...], itemsize: int, strides: tuple[int, ...]) -> tuple[int, list[tuple[int, int]]]:
-    """(bytes per contiguous run, the outer dimensions ``(count, byte stride)`` that place the runs, outermost
-    first); a run of 0 bytes for an empty block.  The run grows from the innermost dimension outwards while each
-    stride continues the bytes before it (as :meth:`~sim.model.plan.Transfer.runs`)."""
+    """:func:`~sim.model.plan.run_layout`, with a run of 0 bytes for an empty block."""
     if any(n == 0 for n in shape):
         return 0, []
-    run = itemsize
-    dims = [(n, st) for n, st in zip(shape, strides) if n != 1]
-    while dims and dims[-1][1] == run:
-        run *= dims.pop()[0]
-    return run, dims
+    return run_layout(shape, itemsize, strides)
 
 
 def _gapless_span(outer: list[tuple[int, int]], run: int, row_bytes: int) -> int | None:

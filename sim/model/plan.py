@@ -153,16 +153,25 @@ class TransferGeometry(NamedTuple):
     dst_span: tuple[int, int]
 
 
-def _runs_of(shape: tuple[int, ...], itemsize: int, strides: tuple[int, ...], total: int) -> tuple[int, int]:
-    """``(runs, bytes per run)``: the run grows from the innermost dimension outwards while each stride continues
-    the bytes before it; size-1 dimensions never break a run."""
+def run_layout(shape: Sequence[int], itemsize: int, strides: Sequence[int]) -> tuple[int, list[tuple[int, int]]]:
+    """(bytes per contiguous run, the dimensions ``(count, byte stride)`` that place the runs, outermost first): the
+    run grows from the innermost dimension outwards while each stride continues the bytes before it; size-1
+    dimensions never break a run and place none."""
     run = itemsize
-    for n, st in zip(reversed(shape), reversed(strides)):
-        if n == 1:
-            continue
-        if st != run:
-            break
-        run *= n
+    dims = list(zip(shape, strides))
+    while dims:
+        n, st = dims[-1]
+        if n != 1:
+            if st != run:
+                break
+            run *= n
+        dims.pop()
+    return run, [(n, st) for n, st in dims if n != 1]
+
+
+def _runs_of(shape: tuple[int, ...], itemsize: int, strides: tuple[int, ...], total: int) -> tuple[int, int]:
+    """``(runs, bytes per run)`` (:func:`run_layout`)."""
+    run = run_layout(shape, itemsize, strides)[0]
     return (total // run if run else 0), run
 
 
