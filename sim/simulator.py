@@ -10,6 +10,7 @@ import functools
 import math
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, cast
@@ -174,8 +175,11 @@ class Simulator:
         self.tuning_cache = disk_tunings.enabled_by_default() if tuning_cache is None else bool(tuning_cache)
         self._registry_generation = generation()
         self.memory = AddressSpace(self.target)
-        self._planner = CallPlanner(self.target, self.memory, lambda: self.tiling_tolerance,
-                                    lambda: self.tuning_cache)
+        # The planner reads the two settings through a weak reference: a closure over self would make a reference
+        # cycle, and a dropped simulator (its memory and plans) would wait for the cyclic collector.
+        me = weakref.ref(self)
+        self._planner = CallPlanner(self.target, self.memory, lambda: _alive(me).tiling_tolerance,
+                                    lambda: _alive(me).tuning_cache)
         self._plans = self._planner.plans  # the plans of recent calls (tests look inside)
         #: Called as ``before_bind_read(addr, size_bytes, core)`` just before a kernel's binding reads memory (a
         #: pointer table such as BatchNormGrad's params array), after the table's layout check; ``core`` is the
@@ -485,6 +489,13 @@ class Simulator:
                    sim_events=timing.sim_events, numerics=bool(numerics),
                    arg_kinds={a.name: a.kind for a in sym.kernel.args}, precision_note=sym.precision_note,
                    kernel_origin=sym.origin, user_kernel=bool(sym.origin) and sym.origin != SHIPPED)
+
+
+def _alive(ref: weakref.ReferenceType[Simulator]) -> Simulator:
+    """The simulator ``ref`` refers to (its planner runs only inside one of its calls, so it is alive)."""
+    sim = ref()
+    assert sim is not None
+    return sim
 
 
 def _add_note(e: BaseException, note: str) -> None:

@@ -24,13 +24,14 @@ from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from sim.errors import SimError
 from sim.model.dram import NO_ROWS, RowUse, row_use
 from sim.model.memo import memoized
 from sim.model.memory import MemoryMap
 from sim.model.plan import REDUCE, Compute, Loop, Plan, Transfer, unit_class
+from sim.model.sync import group_row_uses, source_reads, sync_groups
 from sim.model.target import CoreModel, DmaModel, FunctionalUnit, Region, Target
 
 #: An option's label in :func:`cheapest_loops`.
@@ -85,6 +86,15 @@ def row_demands(src: Region, dst: Region, src_rows: RowUse, dst_rows: RowUse) ->
         else:
             out.append((region, use.activations, least))
     return tuple(out)
+
+
+def sync_row_demands(transfers: Sequence[Transfer], src_regions: Sequence[Region], dst_regions: Sequence[Region],
+                     reads: Sequence[bool]) -> tuple[tuple[Region, int, int], ...]:
+    """What a synchronised transfer (members in core order, :mod:`sim.model.sync`) asks of the rows of the shared
+    DRAMs it crosses: ``(region, activations, least cycles)`` of the merged stream, as :func:`row_demands` gives
+    them for one transfer."""
+    return tuple((region, use.activations, use.bank_cycles(region.rows))  # type: ignore[arg-type]
+                 for region, use in group_row_uses(transfers, src_regions, dst_regions, reads))
 
 
 def activation_rate(region: Region) -> Fraction:
@@ -485,6 +495,7 @@ def roofline(plan: Plan, target: Target) -> Roofline:
     core_bytes: dict[int, int] = defaultdict(int)  # bytes through each core's DMA engines
     loops_of: dict[int, int] = {}  # id(compute) -> its loops at their resource II: tiles share computes
     region_of = _RegionOf(mmap)
+    synced = False
     for phase in plan.phases:
         for core, tiles in phase.tiles.items():
             for tile in tiles:
@@ -499,12 +510,17 @@ def roofline(plan: Plan, target: Target) -> Roofline:
                 for t in tile.loads + tile.stores:
                     size = t.size_bytes
                     core_bytes[core] += size
+                    if t.sync is not None:
+                        synced = True  # its memory side is its group's (below)
+                        continue
                     for side in ("src", "dst"):
                         r = region_of(t.span(side)[0])  # the block's lowest byte
                         if r is not None:
                             region_bytes[r.name] += size
                             if r.rows is not None:
                                 region_rows[r.name] += side_rows(t, side, r).activations
+    if synced:
+        _synced_memory(plan, region_of, region_bytes, region_rows)
     n = len(plan.cores)
     cycles: dict[str, float] = {}
     # Every core's loops at their resource II spread over the call's cores: an idle or underloaded core is work
@@ -527,6 +543,30 @@ def roofline(plan: Plan, target: Target) -> Roofline:
     return Roofline(resource_cycles=dict(cycles), total_flops=sum(flops_by_prec.values()),
                     region_bytes=dict(region_bytes), flops_by_precision=dict(flops_by_prec),
                     busiest_core_cycles=busiest)
+
+
+def _synced_memory(plan: Plan, region_of: Callable[[int], Region | None], region_bytes: dict[str, int],
+                   region_rows: dict[str, int]) -> None:
+    """The memory side of ``plan``'s synchronised transfers, added to the roofline's counts: each member's bytes
+    at its destination, at its source where its read counts (a broadcast reads once), and the rows of each
+    group's merged stream (:mod:`sim.model.sync`); a member's side in a private DRAM counts alone."""
+    for members in sync_groups(plan).values():
+        ts = [m.transfer for m in members]
+        srcs = [region_of(t.span("src")[0]) for t in ts]
+        dsts = [region_of(t.span("dst")[0]) for t in ts]
+        if any(r is None for r in srcs + dsts):
+            continue  # a side the plan check refuses: no bound to add
+        src_regions, dst_regions = cast(list[Region], srcs), cast(list[Region], dsts)
+        reads = source_reads(ts, src_regions)
+        for t, src, dst, read in zip(ts, src_regions, dst_regions, reads):
+            region_bytes[dst.name] += t.size_bytes
+            if read:
+                region_bytes[src.name] += t.size_bytes
+            for side, region in (("src", src), ("dst", dst)):
+                if region.rows is not None and not region.shared and (read or side == "dst"):
+                    region_rows[region.name] += side_rows(t, side, region).activations
+        for region, activations, _ in sync_row_demands(ts, src_regions, dst_regions, reads):
+            region_rows[region.name] += activations
 
 
 def run_lower_bound_cycles(rf: Roofline, target: Target) -> float:

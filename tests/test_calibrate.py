@@ -100,11 +100,11 @@ CALLS = [
     ("fp_conv2d_backprop_filter_s", {"input": 0x80000000, "out_backprop": 0x90000000, "output": 0xA0000000,
                                      "input_shape": [4, 28, 28, 64], "filter_sizes": [3, 3, 64, 64],
                                      "strides": [1, 1, 1, 1], "padding": "SAME"}),
-    # One core through 64 tiles of 4 rows: the per-tile overhead shows even where the vector work is slow.
-    ("fp_batch_norm_grad_s", {**bn(256, 64, mask=0x1), "tiling": {"split": "rows", "tile_elements": 256}}),
+    # One core through 32 tiles of 4 rows: the per-tile overhead shows even where the vector work is slow.
+    ("fp_batch_norm_grad_s", {**bn(128, 64, mask=0x1), "tiling": {"split": "rows", "tile_elements": 256}}),
     ("fp_micro_kernels_s", micro(k=2048, entries=1, tiles=2)),
     ("fp_micro_kernels_s", micro(k=1, entries=400, tiles=2)),
-    ("fp_micro_kernels_s", micro(k=1, entries=1, tiles=200)),
+    ("fp_micro_kernels_s", micro(k=1, entries=1, tiles=100)),
 ]
 #: FT78NE's free parameters (its shared regions' bandwidths, DDR outermost, then the chip's), truth = nominal x factor.
 FACTORS = {"regions.ddr.bandwidth_bytes_per_cycle": 1.3, "regions.gsm.bandwidth_bytes_per_cycle": 0.7,

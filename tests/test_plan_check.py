@@ -98,6 +98,15 @@ def claims_more_than_its_loops(p: Plan, x: PlanContext) -> Plan:
 
 
 #: rule -> (how the plan is broken, variant, a phrase of the detail)
+def _two_members_on_one_core(p: Plan, c, x) -> Plan:
+    """Both tiles of core 0 load as members of one synchronised transfer."""
+    phase = p.phases[0]
+    core = p.cores[0]
+    tiles = tuple(dataclasses.replace(t, loads=tuple(dataclasses.replace(ld, sync="g") for ld in t.loads))
+                  for t in phase.tiles[core])
+    return dataclasses.replace(p, phases=(dataclasses.replace(phase, tiles={**phase.tiles, core: tiles}),))
+
+
 HOSTILE: dict[str, tuple[Breaker, str, str]] = {
     "transfer-unmapped": (load_from(0x60000000), "s", "load 0 (2048 bytes) reads [0x60000000, 0x60000800): "
                                                       "unmapped (between gsm and ddr of the map)"),
@@ -134,6 +143,8 @@ HOSTILE: dict[str, tuple[Breaker, str, str]] = {
                       "the compute does 512 flops and writes 1 output operand but states no loops: a compute is "
                       "priced from its inner loops only (its flops are reported, never priced), so state the loop "
                       "that issues its work in Compute.loops (kernels/common/loops.py; see docs/writing-a-kernel.md)"),
+    "sync-transfers": (_two_members_on_one_core, "s", "load 0 is a second member of synchronised transfer 'g' "
+                                                        "on core 0: each core issues one member of a group"),
     "staging-alias": (same_slot_bytes, "s",
                       "tile 1 (slot 1) loads into [0x20000000, 0x20000800) of am, which tile 0 (slot 0) loads into "
                       "while both may be in flight (the engine starts a tile's loads while the tile before it "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from kernels.base import PlanContext
 from kernels.common.loops import elementwise
@@ -114,6 +115,7 @@ class GemmPlanner(GemmSpace):
             kr = self._core_k(t, core, s)
             b_gen = b_gen_of[core]
             copy: list[tuple[tuple[Transfer, ...], tuple[BufferRef, ...], tuple[BufferRef, ...]]] = []
+            lead: list[tuple[tuple[Transfer, ...], tuple[BufferRef, ...], tuple[BufferRef, ...]]] = []
             if col is not None and kr is not None and first_of_b[core].get(b_gen[step_index]) == step_index:
                 gen = b_gen[step_index]
                 if t.b_staging == "gsm":
@@ -122,14 +124,21 @@ class GemmPlanner(GemmSpace):
                         transfers.append(share)
                         refs.append(gsm_b_ref(gen))
                     copy.append(((self._b_copy(t, lay, col, gen % 2, kr),), (b_ref(core, gen),), (gsm_b_ref(gen),)))
+                elif t.b_staging == "broadcast":
+                    # One synchronised transfer per block, in a staging tile of its own ahead of the A block's
+                    # pieces: a member holds one of its core's engines while it waits for the others, so a core
+                    # holds at most one, and no member waits behind core 0's refill of a single A block (which
+                    # waits for every core's last use of the block before).
+                    member = replace(self._b_fill(t, lay, s, col, gen % 2, kr), sync=f"b.{step_index}")
+                    lead.append(((member,), (b_ref(core, gen),), ()))
                 else:
                     transfers.append(self._b_fill(t, lay, s, col, gen % 2, kr))
                     refs.append(b_ref(core, gen))
             if not refs:
-                return copy
+                return lead + copy
             cut = [_cut_rows(x, pieces) for x in transfers]
             count = max([len(c) for c in cut] + [1])
-            return [(tuple(c[j] for c in cut if j < len(c)), tuple(refs), ()) for j in range(count)] + copy
+            return lead + [(tuple(c[j] for c in cut if j < len(c)), tuple(refs), ()) for j in range(count)] + copy
 
         for core in cores:
             if steps:

@@ -20,8 +20,10 @@ C_HOMES = ("am", "ddr")
 #: first core of the call the whole block (the published library), the others waiting for it.
 A_LOADERS = ("cores", "core0")
 #: Where a core's B blocks come from (the ``b_staging`` key): ``am``, memory straight into AM; ``gsm``, split m
-#: only, memory into GSM once (the cores a share each), then GSM into each core's AM.
-B_STAGINGS = ("am", "gsm")
+#: only, memory into GSM once (the cores a share each), then GSM into each core's AM; ``broadcast``, split m only,
+#: memory straight into every core's AM as one synchronised transfer (``Transfer.sync``): read once, each core's
+#: engine carrying its copy.
+B_STAGINGS = ("am", "gsm", "broadcast")
 #: C tiles in flight per core when C is streamed: the library triple-buffers C (one loading, one computing, one
 #: storing).
 STREAMED_C_SLOTS = 3

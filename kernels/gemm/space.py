@@ -149,8 +149,13 @@ class GemmSpace(GemmLayouts):
             ChoiceKey("b_staging", B_STAGINGS, "am: each core loads its B blocks from memory into AM; gsm: split m "
                                                "(every core uses the same B block), the cores share each B block's "
                                                "loading into GSM and each copies it from there into AM (B read "
-                                               "from memory once instead of once per core)",
-                      values=lambda t: B_STAGINGS if t["split"] == "m" and self._may_share("m") else B_STAGINGS[:1]),
+                                               "from memory once instead of once per core); broadcast: split m, "
+                                               "every core loads the block from memory into its AM as one "
+                                               "synchronised transfer, which reads it once",
+                      # (broadcast only when asked for: searched, it leads the climb away from better plans of
+                      # thin B, 12288x32x1024 on FT78NE 7 % slower)
+                      values=lambda t: B_STAGINGS[:2] if t["split"] == "m" and self._may_share("m")
+                      else B_STAGINGS[:1]),
             IntKey("m_micro", 1, 64, "rows of the micro-kernel's C block in registers (with n_micro: accumulators, a "
                                      "row of B and the broadcast A values within the core's vector registers)",
                    values=micro_rows),

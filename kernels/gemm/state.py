@@ -92,8 +92,9 @@ class GemmCall:
             raise KernelArgError(f"argument 'tiling.a_loader': core0 loads the GSM blocks of A, which only an _s call "
                                  f"on several cores with split n or m stages (this call: {self.call.symbol} on "
                                  f"{len(self.ctx.cores)} core(s), split {t.split})")
-        if t.b_staging == "gsm" and not (t.split == "m" and self._may_share(t.split)):
-            raise KernelArgError(f"argument 'tiling.b_staging': gsm shares B blocks that every core uses, which only "
+        if t.b_staging != "am" and not (t.split == "m" and self._may_share(t.split)):
+            raise KernelArgError(f"argument 'tiling.b_staging': {t.b_staging} shares B blocks that every core uses, "
+                                 f"which only "
                                  f"split m of an _s call on several cores has (this call: {self.call.symbol} on "
                                  f"{len(self.ctx.cores)} core(s), split {t.split})")
         if t.a_buffers == 1 and not self._may_share(t.split):

@@ -66,6 +66,9 @@ class Dma:
         self.engine_id = engine_id
         self.start_cycle = at
         eng = self.eng
+        if self.t.sync is not None:  # programmed, it waits for the other members, then streams with them
+            eng.rendezvous().arrive(self, at + eng.setup_cycles)
+            return
         engine = eng.engine_links.get((self.core, engine_id)) or eng.engine_link(self.core, engine_id)
         # The same route, bytes and engine come back tile after tile: the flow's shape is worked out once a run.
         key = (self.src_link, self.src_bytes, self.dst_link, self.dst_bytes, engine, self.rows)

@@ -42,6 +42,7 @@ from sim.engine.clock import cycle_of, discard_pending
 from sim.engine.dma import Dma
 from sim.engine.events import Recorder, TraceEvent
 from sim.engine.fluid import FlowNetwork, FlowShape, Link
+from sim.engine.sync import Rendezvous
 from sim.engine.units import Group, Units
 from sim.engine.walk import Walk
 from sim.errors import ComputeOutputError, MemoryFault, SimError, brief, one_line
@@ -138,6 +139,8 @@ class Engine:
         self._compute_left: dict[int, int] | None = None
         self._walks: list[Walk] = []  # every walk started (dropped when the run is over: :meth:`_abandon`)
         self._buffers: list[PhaseBuffers] = []  # the phases' staged buffers (dropped with the walks)
+        self._plan: Plan | None = None  # the plan being run
+        self._rendezvous: Rendezvous | None = None  # its synchronised transfers' meeting place, once one comes
 
     @property
     def sim_events(self) -> int:
@@ -197,6 +200,13 @@ class Engine:
             raise MemoryFault.in_tile(e, core, tile, cycle_of(self.env)) from None
         t.__dict__["_ends"] = (mmap, core, ends)
         return ends
+
+    def rendezvous(self) -> Rendezvous:
+        """Where this run's synchronised transfers meet (:mod:`sim.engine.sync`), made at the first one."""
+        if self._rendezvous is None:
+            assert self._plan is not None
+            self._rendezvous = Rendezvous(self, self._plan)
+        return self._rendezvous
 
     def route(self, src_region: Region, src_key: int, dst_region: Region, dst_key: int) -> tuple[Link, Link, int]:
         """(source link, destination link, access latency) of a transfer's two ends."""
@@ -387,6 +397,7 @@ class Engine:
             staged.gens.clear()
         for pool in self.engine_pools.values():
             pool.waiters.clear()
+        self._rendezvous = None  # (it refers to the engine)
         for process in cores:
             process.close()
 
@@ -424,6 +435,7 @@ class Engine:
             self._compute_left = {core: sum(compute_cycles(t.compute, self.target) for ph in plan.phases
                                             for t in ph.tiles.get(core, ()) if t.compute is not None)
                                   for core in plan.cores}
+        self._plan = plan
         multi = len(plan.cores) > 1
         barriers = [
             {"arrived": 0, "expected": len(plan.cores), "release": self.env.event()}
@@ -441,12 +453,14 @@ class Engine:
         except _PastLimit:
             return None
         finally:
+            stalled = self._rendezvous.stalled() if self._rendezvous is not None else ""
             self._abandon(cores)
         if until_cycles is not None and len(self.core_end_cycles) < len(plan.cores):
             return None
         missing = [c for c in plan.cores if c not in self.core_end_cycles]
         if missing:
-            raise SimError(f"simulation stalled: cores {missing} never finished (deadlocked plan)")
+            raise SimError(f"simulation stalled: cores {missing} never finished (deadlocked plan)"
+                           + (f": {stalled}" if stalled else ""))
         return max(self.core_end_cycles.values())
 
 

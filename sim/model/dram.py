@@ -5,7 +5,8 @@ its base, row ``r`` in bank ``r % banks``; each bank keeps its last row open (an
 transfer's side in such a region walks its contiguous runs in descriptor order (outermost dimension first) and
 opens a row each time it touches a row that is not the one open in that row's bank.  The count assumes every bank
 closed when the transfer starts: a transfer does not inherit the rows an earlier one left open, nor lose its own to
-another core's transfer streaming at the same time (docs/timing-model.md says what that leaves out).
+another core's transfer streaming at the same time (docs/timing-model.md says what that leaves out); the members of
+a synchronised transfer stream as one, and :func:`interleaved_row_use` walks their merged stream.
 
 :mod:`sim.engine` charges the activations on the region's activation link (the device's tFAW rate, shared by every
 transfer streaming through the region) and the busiest bank's repeats at tRC as the transfer's own pace
@@ -68,6 +69,26 @@ def _row_use(rows: DramRows, offset: int, shape: tuple[int, ...], itemsize: int,
     return _counted(rows, _starts_np(offset, outer), run)
 
 
+def interleaved_row_use(rows: DramRows, sides: list[tuple[int, tuple[int, ...], int, tuple[int, ...]]]) -> RowUse:
+    """The :class:`RowUse` of several blocks streamed in lock step (a synchronised transfer's members, in core
+    order): each block's runs, in descriptor order, interleaved run by run (run ``i`` of every block before run
+    ``i + 1`` of any), as one open-page walk.  ``sides``: each block's ``(offset past the region's base, shape,
+    itemsize, byte strides)``.  One block is :func:`row_use` of it."""
+    if len(sides) == 1:
+        return row_use(rows, *sides[0])
+    runs = [_runs(shape, itemsize, strides) for _, shape, itemsize, strides in sides]
+    starts = [_starts_np(offset, outer) for (offset, *_), (run, outer) in zip(sides, runs) if run]
+    lengths = [run for run, _ in runs if run]
+    if not starts:
+        return NO_ROWS
+    # Run i of block j at position (i, j): a stable sort by run index keeps core order within each i.
+    index = np.concatenate([np.arange(len(s), dtype=np.int64) for s in starts])
+    order = np.argsort(index, kind="stable")
+    first_byte = np.concatenate(starts)[order]
+    last_byte = np.concatenate([s + (n - 1) for s, n in zip(starts, lengths)])[order]
+    return _counted_rows(rows, first_byte // rows.row_bytes, last_byte // rows.row_bytes)
+
+
 def _runs(shape: tuple[int, ...], itemsize: int, strides: tuple[int, ...]) -> tuple[int, list[tuple[int, int]]]:
     """:func:`~sim.model.plan.run_layout`, with a run of 0 bytes for an empty block."""
     if any(n == 0 for n in shape):
@@ -119,8 +140,11 @@ def _counted(rows: DramRows, starts: np.ndarray, run: int) -> RowUse:
     stable sort keeps each bank's order); a row opens where its bank's previous row differs.  Rows met in
     order need no sort: each distinct one opens once."""
     size = rows.row_bytes
-    first = starts // size
-    last = (starts + (run - 1)) // size
+    return _counted_rows(rows, starts // size, (starts + (run - 1)) // size)
+
+
+def _counted_rows(rows: DramRows, first: np.ndarray, last: np.ndarray) -> RowUse:
+    """:func:`_counted` of runs given by the first and last row each touches, in walk order."""
     if np.array_equal(first, last):
         seq = first
     else:

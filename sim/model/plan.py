@@ -76,6 +76,12 @@ class Transfer:
     itemsize: int
     src_strides: tuple[int, ...]
     dst_strides: tuple[int, ...]
+    #: A synchronised transfer's group (None: the transfer runs alone).  The transfers of one phase that name the
+    #: same key, each on a different core, move together as one synchronised transfer (the chip's row-synchronised
+    #: DMA, docs/timing-model.md): their descriptors' runs stream in lock step, interleaved run by run in core
+    #: order, so their DRAM rows are the merged stream's; a source block that several of them read alike from a
+    #: shared region is read once (a broadcast).  A key names one group in the whole plan.
+    sync: str | None = None
 
     # Hashed by value once per descriptor: the engine keys its work on a transfer by it, per transfer it runs.
     __hash__ = cached_hash

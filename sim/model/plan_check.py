@@ -40,7 +40,9 @@ engine.  The rules, each with the id a :class:`~sim.errors.PlanError` names (see
   tile's loads overlap the previous tile's compute and stores, and a tile's stores the later tiles) never touch
   the same bytes of a per-core staging level with one of them writing (:mod:`sim.model.plan_alias`); two
   staged buffers of a phase never fill the same bytes, and only a buffer's fills write its bytes.  A core's
-  tiles use at most 64 slots in a phase.
+  tiles use at most 64 slots in a phase;
+* ``sync-transfers``: the transfers that name one ``Transfer.sync`` key (a synchronised transfer,
+  :mod:`sim.model.sync`) lie in one phase, each on a different core (a key names one group in the whole plan).
 
 Also under ``plan-structure``: ``Plan.precision`` is one the chip computes in, and an operand's dtype is a
 number type (bool, int, uint or float).
@@ -113,6 +115,8 @@ RULES: dict[str, str] = {
               "compute at most 2**40 cycles and a core's computes at most 2**52",
     "staging-alias": "two tiles of a core that may be in flight at once (of different slots) never touch the same "
                      "staging bytes, one of them writing; staged buffers keep their bytes to themselves",
+    "sync-transfers": "the members of a synchronised transfer (one Transfer.sync key) are issued in one phase, "
+                      "each by a different core",
 }
 
 
@@ -214,6 +218,8 @@ class _Checker:
         self._cycles: dict[int, int] = {}  # id of a compute that passed -> its cycles (when priced)
         self._loop_cycles: dict[int, int] = {}  # id of a loop that passed (kept alive in _loops) -> its cycles
         self._core_cycles: dict[int, int] = {}  # core -> its computes' cycles so far
+        self._phase_no = 0  # the phase being checked, counted from 0
+        self._sync: dict[str, tuple[int, str, set[int]]] = {}  # sync key -> (phase no, its name, members' cores)
 
     def _ref(self, ref: Any) -> tuple[str, int]:
         """:func:`parse_buffer_ref` of ``ref``, remembered for plain strings (a plan names a buffer generation in
@@ -249,7 +255,7 @@ class _Checker:
         if not isinstance(plan.phases, tuple) or not all(isinstance(p, Phase) for p in plan.phases):
             raise self.fail("plan-structure", f"Plan.phases must be a tuple of Phase, got {brief(plan.phases)}")
         plan_cores = {int(c) for c in cores}
-        for phase in plan.phases:
+        for self._phase_no, phase in enumerate(plan.phases):
             self.where.phase = phase.name if isinstance(phase.name, str) else brief(phase.name)
             if not isinstance(phase.tiles, Mapping):
                 raise self.fail("plan-structure", f"Phase.tiles must map a core to its tiles, got "
@@ -438,6 +444,8 @@ class _Checker:
                 and (plain or _ints(numbers)) and item >= 1 and (not shape or min(shape) >= 0)):
             raise self.fail("plan-structure", f"{kind} {index}: a Transfer needs int addresses, an itemsize >= 1, and "
                                               f"one size >= 0 and two int strides per dimension, got {brief(t, 160)}")
+        if t.sync is not None:
+            self._sync_member(t.sync, kind, index)
         if 0 in shape:
             return  # moves nothing
         if plain:  # equal keys of Python ints are equal numbers, so they give the same offsets
@@ -465,6 +473,29 @@ class _Checker:
             for base, end in self._local:
                 if base <= s_lo and s_hi <= end:
                     self._sides[2 if kind == "load" else 3].append((s_lo, s_hi))
+
+    def _sync_member(self, key: Any, kind: str, index: int) -> None:
+        """The ``sync-transfers`` rule for one member of the synchronised transfer ``key``."""
+        if type(key) is not str or not key:
+            raise self.fail("plan-structure", f"{kind} {index}: Transfer.sync must be None or a non-empty str (the "
+                                              f"synchronised transfer's key), got {brief(key)}")
+        core, name = self.where.core, self.where.phase or ""
+        assert core is not None
+        seen = self._sync.get(key)
+        if seen is None:
+            self._sync[key] = (self._phase_no, name, {core})
+            return
+        phase_no, first_name, cores = seen
+        if phase_no != self._phase_no:
+            raise self.fail("sync-transfers", f"{kind} {index} joins synchronised transfer {key!r}, whose members "
+                                              f"so far are in phase {first_name!r}: a synchronised transfer's "
+                                              f"members are issued in one phase (give each phase's group its own "
+                                              f"key)")
+        if core in cores:
+            raise self.fail("sync-transfers", f"{kind} {index} is a second member of synchronised transfer {key!r} "
+                                              f"on core {core}: each core issues one member of a group (give "
+                                              f"each of the core's transfers its own key)")
+        cores.add(core)
 
     def _side(self, lo: int, hi: int, legal: list[tuple[int, int]], writing: bool, t: Transfer, kind: str,
               index: int) -> None:

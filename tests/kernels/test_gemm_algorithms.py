@@ -154,12 +154,13 @@ def test_b_staged_in_gsm_is_read_from_memory_once_for_all_cores():
     """Split m on 8 cores: every core uses every B block.  b_staging am: each core loads B from DDR, 8 x B's
     131,072 bytes; gsm: the cores share each block's loading into GSM (131,072 bytes from DDR in all) and each
     copies the block from GSM into its AM (a staging tile that uses the GSM block: the next block may not overwrite
-    it before every core's copy has landed).  C is right either way."""
+    it before every core's copy has landed); broadcast: each core's engine carries its copy, DDR reads the block
+    once.  One A block of all 2,048 rows, so each B block is loaded once.  C is right every way."""
     m, n, k = 2048, 64, 512
     b_lo, b_hi = DDR[1], DDR[1] + k * n * 4
-    for staging, reads in (("am", 8), ("gsm", 1)):
+    for staging, reads in (("am", 8), ("gsm", 1), ("broadcast", 8)):
         run, got, want, _ = run_gemm("FT78NE", "fp_gemm_s", m, n, k,
-                                     tiling={"split": "m", "b_staging": staging, "k_block": 256})
+                                     tiling={"split": "m", "b_staging": staging, "k_block": 256, "m_block": 2048})
         assert_close(got, want, k)
         from_b = [e for e in run.events if e.kind == "dma_in" and e.src is not None and b_lo <= e.src < b_hi]
         assert sum(e.bytes for e in from_b) == reads * k * n * 4, staging
@@ -167,8 +168,35 @@ def test_b_staged_in_gsm_is_read_from_memory_once_for_all_cores():
             assert {e.dst_region for e in from_b} == {"gsm"} and len({e.core for e in from_b}) == 8
             copies = [e for e in run.events if e.kind == "dma_in" and e.src_region == "gsm" and e.dst_region == "am"]
             assert sum(e.bytes for e in copies) == 8 * k * n * 4  # each core its own copy of every block
-    with pytest.raises(sim.KernelArgError, match=r"tiling\.b_staging"):
-        run_gemm("FT78NE", "fp_gemm_s", 64, 64, 64, tiling={"split": "n", "b_staging": "gsm"})
+        if staging == "broadcast":
+            # Each core's engine carries its copy (8 x B through the engines), but DDR reads each block once.
+            assert {e.dst_region for e in from_b} == {"am"} and len({e.core for e in from_b}) == 8
+            assert run.roofline.region_bytes["ddr"] - (m * k + m * n) * 4 == k * n * 4
+    for staging in ("gsm", "broadcast"):
+        with pytest.raises(sim.KernelArgError, match=r"tiling\.b_staging"):
+            run_gemm("FT78NE", "fp_gemm_s", 64, 64, 64, tiling={"split": "n", "b_staging": staging})
+
+
+def test_a_broadcast_b_block_streams_in_lock_step_at_its_share_of_ddr():
+    """Split m, core 0 loading the one A block (576 x 64, 147,456 bytes) into GSM while the 8 cores load the B
+    block (64 x 64, 16,384 bytes) as one broadcast.  From FT78NE's numbers: both start at the launch (1,800) on
+    their engines, stream from the setup's end (+ 64), and share DDR's 20 B/cycle max-min fairly, 10 each (the
+    broadcast reads B once: its engines, 64 B/cycle each, and AM do not limit it): B's 16,384 bytes take 1,638.4
+    -> 1,639 cycles, then land DDR's latency (200) later, on every core at once."""
+    ft = sim.load_target("FT78NE")
+    ddr = ft.region("ddr")
+    m, n, k = 576, 64, 64
+    run, got, want, _ = run_gemm("FT78NE", "fp_gemm_s", m, n, k,
+                                 tiling={"split": "m", "b_staging": "broadcast", "a_loader": "core0",
+                                         "a_buffers": 1, "k_block": 64, "n_block": 64})
+    assert_close(got, want, k)
+    b_lo, b_hi = DDR[1], DDR[1] + k * n * 4
+    members = [e for e in run.events if e.kind == "dma_in" and e.src is not None and b_lo <= e.src < b_hi]
+    assert len(members) == 8 and {e.core for e in members} == set(range(8))
+    start = ft.launch_overhead_cycles
+    for e in members:
+        assert (e.start, e.wait_start, e.end) == (start, start + ft.dma.setup_cycles,
+                                                  start + ft.dma.setup_cycles + 1639 + ddr.latency_cycles)
 
 
 @pytest.mark.parametrize("chip,symbol,shape,given", [

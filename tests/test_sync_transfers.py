@@ -1,0 +1,193 @@
+"""Synchronised transfers (Transfer.sync: sim/model/sync.py, sim/engine/sync.py): the members of a group meet, then
+stream as one flow; the rows a DRAM opens are the merged stream's, and a shared source block read alike by
+several members is read once.  Costs derived by hand from FT78NE's file.
+
+FT78NE (targets/FT78NE.yaml): DDR 20 B/cycle, 64-byte bursts, latency 200, rows of 8 KiB over 32 banks, 8
+activations per 38 cycles (tFAW), tRC 84; DMA setup 64 cycles, 64 B/cycle per engine, 2 engines per core; launch
+1,800 cycles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import sim
+from sim.engine.engine import simulate
+from sim.errors import SimError
+from sim.model.dram import interleaved_row_use, row_use
+from sim.model.memory import AddressSpace
+from sim.model.plan import Phase, Plan, Tile, Transfer
+from sim.model.target import DramRows
+from sim.timing import roofline, run_lower_bound_cycles
+
+FT = sim.load_target("FT78NE")
+DDR, AM = FT.region("ddr"), FT.region("am")
+ROWS = DDR.rows
+assert ROWS is not None
+LAUNCH, SETUP = FT.launch_overhead_cycles, FT.dma.setup_cycles
+LATENCY = max(DDR.latency_cycles, AM.latency_cycles)
+
+
+def _column(src: int, sync: str | None = None) -> Transfer:
+    """64 runs of 64 B, 16 KiB apart in DDR (a row each), packed into AM."""
+    return Transfer(src, AM.base, (64, 16), 4, (16384, 4), (64, 4), sync)
+
+
+def _plan(loads_by_core: dict[int, tuple[Transfer, ...]]) -> Plan:
+    tiles = {core: (Tile(0, loads, None, ()),) for core, loads in loads_by_core.items()}
+    return Plan(tuple(sorted(tiles)), (Phase("p", tiles, barrier_after=False),), "fp32")
+
+
+def _run(loads_by_core: dict[int, tuple[Transfer, ...]]):
+    return simulate(_plan(loads_by_core), FT, AddressSpace(FT), numerics=False)
+
+
+def _events(run, core: int):
+    return [e for e in run.events if e.kind == "dma_in" and e.core == core]
+
+
+def test_the_merged_stream_opens_the_rows_its_members_share():
+    # Core 0's run i and core 1's run i lie in the same row: streamed in lock step (run i of both before run i + 1
+    # of either) they open that row once, 64 rows in all, where each stream alone opens its 64.
+    alone = row_use(ROWS, 0, (64, 16), 4, (16384, 4))
+    assert alone == (64, 4)
+    sides = [(0, (64, 16), 4, (16384, 4)), (64, (64, 16), 4, (16384, 4))]
+    assert interleaved_row_use(ROWS, sides) == (64, 4)
+    # Members in different rows of one bank take turns in it: 256 KiB apart, core 1's run i closes core 0's row
+    # and the next run of core 0 opens it again: 2 x 10 activations, all in bank 0.
+    camping = [(0, (10, 16), 4, (128, 4)), (262144, (10, 16), 4, (128, 4))]
+    assert row_use(ROWS, 0, (10, 16), 4, (128, 4)) == (1, 1)
+    assert interleaved_row_use(ROWS, camping) == (20, 20)
+
+
+def test_the_interleaved_count_matches_an_element_walk():
+    rows = DramRows(row_bytes=256, banks=4, activations_per_window=4, window_cycles=21, bank_busy_cycles=47)
+    rng = np.random.default_rng(3)
+    for _ in range(100):
+        sides = []
+        for _ in range(int(rng.integers(1, 4))):
+            n, run = int(rng.integers(1, 12)), int(rng.choice([4, 16, 40]))
+            sides.append((int(rng.integers(0, 3000)), (n, run // 4), 4, (int(rng.integers(run, 900)), 4)))
+        open_row: dict[int, int] = {}
+        per_bank: dict[int, int] = {}
+        for i in range(max(s[1][0] for s in sides)):
+            for offset, (n, per), _, (pitch, _) in sides:
+                if i < n:
+                    for r in range((offset + i * pitch) // 256, (offset + i * pitch + 4 * per - 1) // 256 + 1):
+                        if open_row.get(r % 4) != r:
+                            open_row[r % 4] = r
+                            per_bank[r % 4] = per_bank.get(r % 4, 0) + 1
+        assert interleaved_row_use(rows, sides) == (sum(per_bank.values()), max(per_bank.values())), sides
+
+
+def test_synchronising_two_cores_short_runs_recovers_the_long_run_time():
+    """Two cores read their runs of the same rows: unsynchronised, each stream opens its 64 rows, 128 at 8 per 38
+    cycles: 608 cycles.  Synchronised, the merged stream opens 64 rows (304 cycles) and the 8,192 bytes take
+    8192 / 20 = 409.6 -> 410 cycles of DDR: the time one long run each takes."""
+    apart = _run({0: (_column(DDR.base),), 1: (_column(DDR.base + 64),)})
+    together = _run({0: (_column(DDR.base, "b"),), 1: (_column(DDR.base + 64, "b"),)})
+    for core in (0, 1):
+        (a,) = _events(apart, core)
+        (t,) = _events(together, core)
+        assert (a.start, a.end) == (LAUNCH, LAUNCH + SETUP + 608 + LATENCY)
+        assert (t.start, t.wait_start, t.end) == (LAUNCH, LAUNCH + SETUP, LAUNCH + SETUP + 410 + LATENCY)
+    # The group's 64 activations are recorded once, on the first member's event.
+    assert [e.row_activations for e in _events(together, 0) + _events(together, 1)] == [64, 0]
+    assert sum(e.row_activations for e in apart.events) == 128
+    assert together.cycles == LAUNCH + SETUP + 410 + LATENCY
+
+
+def test_a_broadcast_reads_its_shared_source_once():
+    """Two cores load the same 4,096 bytes of DDR into their own AM: unsynchronised, DDR carries both reads
+    (8192 / 20 -> 410 cycles); synchronised, it reads them once (4096 / 20 = 204.8 -> 205) and each core's engine
+    carries its copy."""
+    block = Transfer.contiguous(DDR.base, AM.base, 4096)
+    apart = _run({0: (block,), 1: (block,)})
+    shared = dataclasses.replace(block, sync="a")
+    together = _run({0: (shared,), 1: (shared,)})
+    assert apart.cycles == LAUNCH + SETUP + 410 + LATENCY
+    assert together.cycles == LAUNCH + SETUP + 205 + LATENCY
+    rf = roofline(_plan({0: (shared,), 1: (shared,)}), FT)
+    assert rf.region_bytes["ddr"] == 4096 and rf.region_bytes["am"] == 8192
+    assert run_lower_bound_cycles(rf, FT) <= together.cycles
+
+
+def test_the_group_streams_once_its_last_member_is_programmed():
+    """Core 1's member waits for an engine behind two plain loads (8,192 bytes over DDR: 410 cycles, landing the
+    latency later); core 0's member, programmed at once, waits for it.  The group then streams from core 1's
+    setup end: a 4,096-byte broadcast, 205 cycles."""
+    plain = (Transfer.contiguous(DDR.base + 65536, AM.base + 8192, 4096),
+             Transfer.contiguous(DDR.base + 131072, AM.base + 16384, 4096))
+    member = Transfer(DDR.base, AM.base, (4096,), 1, (1,), (1,), "late")
+    run = _run({0: (member,), 1: (*plain, member)})
+    free = LAUNCH + SETUP + 410 + LATENCY  # core 1's engines land their plain loads
+    (m0,) = _events(run, 0)
+    m1 = [e for e in _events(run, 1) if e.src == DDR.base][0]
+    assert (m0.start, m1.start) == (LAUNCH, free)
+    assert m0.wait_start == m1.wait_start == free + SETUP
+    assert m0.end == m1.end == free + SETUP + 205 + LATENCY
+
+
+def test_members_waiting_for_each_other_in_crossed_order_stall_with_the_groups_named():
+    # Core 0 takes group A then B, core 1 B then A, each group on one engine: with one engine per core, each
+    # core's first member holds its engine while waiting for a member the other core cannot start.
+    one_engine = dataclasses.replace(FT, dma=dataclasses.replace(FT.dma, engines_per_core=1))
+    a0, b0 = _column(DDR.base, "A"), _column(DDR.base + 8192, "B")
+    a1, b1 = _column(DDR.base + 64, "A"), _column(DDR.base + 8256, "B")
+    plan = _plan({0: (a0, b0), 1: (b1, a1)})
+    with pytest.raises(SimError, match=r"cores \[0, 1\] never finished .*synchronised transfer 'A' waits for "
+                                       r"cores \[1\] \(cores \[0\] are ready\)"):
+        simulate(plan, one_engine, AddressSpace(one_engine), numerics=False)
+
+
+def test_numerics_move_every_members_bytes():
+    memory = AddressSpace(FT)
+    data = np.arange(2048, dtype=np.float32)
+    memory.write(DDR.base, data)
+    shared = Transfer(DDR.base, AM.base, (2048,), 4, (4,), (4,), "n")
+    simulate(_plan({0: (shared,), 1: (shared,)}), FT, memory, numerics=True)
+    for core in (0, 1):
+        np.testing.assert_array_equal(memory.read(AM.base, 2048, np.float32, core=core), data)
+
+
+# --- the plan check (through the facade: refused before anything runs, memory as it was) -------------------------
+
+
+def _refused(breaker):
+    from test_plan_check import _machine
+    from tiny_kernels import Twice
+
+    with sim.registered_kernel(Twice("synced", breaker)):
+        m, args, _ = _machine("s")
+        before = m.memory.snapshot()
+        with pytest.raises(sim.PlanError) as info:
+            m.call("fp_synced_s", **args)
+        assert m.memory.snapshot() == before
+    return info.value
+
+
+@pytest.mark.parametrize("key", [["x"], "", 3])
+def test_a_sync_key_is_a_non_empty_string(key):
+    def breaker(p, c, x):
+        from test_plan_check import tile1
+        return tile1(p, loads=tuple(dataclasses.replace(t, sync=key) for t in p.phases[0].tiles[p.cores[0]][1].loads))
+    err = _refused(breaker)
+    assert err.rule == "plan-structure" and "Transfer.sync must be None or a non-empty str" in str(err)
+
+
+def test_a_group_lies_in_one_phase():
+    def breaker(p, c, x):
+        phase = p.phases[0]
+        core = p.cores[0]
+        t0, t1 = phase.tiles[core]
+        synced = [dataclasses.replace(t, loads=tuple(dataclasses.replace(ld, sync="g") for ld in t.loads))
+                  for t in (t0, t1)]
+        first = dataclasses.replace(phase, tiles={core: (synced[0],)})
+        second = dataclasses.replace(phase, name="again", tiles={core: (dataclasses.replace(synced[1], tile_id=0),)})
+        return dataclasses.replace(p, phases=(first, second))
+    err = _refused(breaker)
+    assert err.rule == "sync-transfers" and err.phase == "again"
+    assert "joins synchronised transfer 'g', whose members so far are in phase 'twice'" in str(err)
