@@ -8,7 +8,8 @@ kernel is a 6 x 96 fp32 one); they are a yardstick, not constants any number of 
 
 Sources: Yu et al., "Optimizing General Matrix Multiplications on Modern Multi-core DSPs", IPDPS 2024 (micro-
 kernel, single core, weak scaling); VVinstonSmith/BLAS-for-multi-core-DSP (irregular GEMM reports).
-``--quick`` leaves out the 8-core weak-scaling runs (the slowest, minutes each).
+``--quick`` leaves out the 8-core weak-scaling runs (the slowest, minutes each); ``--nt`` prints only the table of
+the merged NT micro-kernel's cycles (BLAS-for-multi-core-DSP, 相关说明/NT模式下微内核的合并与重叠).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import sim  # noqa: E402
-from kernels.common.loops import gemm_micro_kernel  # noqa: E402
-from sim.timing import loop_cycles  # noqa: E402
+from kernels.common.loops import gemm_micro_kernel, gemm_nt_micro_kernel  # noqa: E402
+from sim.timing import loop_cost, loop_cycles, loop_text  # noqa: E402
 
 A, B, C = 0x80000000, 0x90000000, 0xA0000000
 CHIP = "FT78NE"
@@ -89,5 +90,29 @@ def main(quick: bool) -> None:
               f"{scale:.2f}x | {scale / pub:.3f} | - | {run.tiling.tiling}; {s:.0f} s |", flush=True)
 
 
+#: The merged NT micro-kernel's published cycles (fp64 on FT-M7032; 3 x 6 blocks): (blocks m/3, n/6, k, the
+#: report's formula 92 + (14 + 3k/8) x blocks, measured with get_clk).  The measurement includes get_clk's 21
+#: cycles and the call's 7; dspsim's loop counts the call (its 8 cycles of loop overhead), not get_clk.
+NT_PUBLISHED = ((1, 1, 512, 298, 326), (4, 4, 512, 3388, 3416), (2, 2, 1024, 1684, 1712))
+GET_CLK = 21
+
+
+def nt_rows() -> None:
+    """The merged NT micro-kernel: published cycles against dspsim's loop on FT78NE (fp32: a fp64 k-step of 32 is
+    two vectors a row, as a fp32 k-step of 64 is, so fp64 k maps to fp32 2k)."""
+    core = sim.load_target(CHIP).core
+    print("| blocks (m/3 x n/6), k (fp64) | published formula | published measured - get_clk | dspsim | ratio | "
+          "dspsim's loop |")
+    print("|---|---|---|---|---|---|")
+    for mb, nb, k, formula, measured in NT_PUBLISHED:
+        loop = gemm_nt_micro_kernel(core, "fp32", 3, 6, 2 * k, blocks=mb * nb)
+        got = loop_cycles(loop, core)
+        print(f"| {mb} x {nb}, {k} | {formula:,} | {measured - GET_CLK:,} | {got:,} | "
+              f"{got / (measured - GET_CLK):.3f} | {loop_text(loop_cost(loop, core), core)} |", flush=True)
+
+
 if __name__ == "__main__":
-    main("--quick" in sys.argv)
+    if "--nt" in sys.argv:
+        nt_rows()
+    else:
+        main("--quick" in sys.argv)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from sim.model.memo import memoized_frozen
-from sim.model.plan import Loop, stored
+from sim.model.plan import REDUCE, Loop, stored, unit_class
 from sim.model.target import CoreModel
 
 #: Loop builders remember their loops by their arguments' values (sim.model.memo): a plan states the same loop for most
@@ -234,6 +234,55 @@ def gemm_micro_kernel(core: CoreModel, precision: str, m_r: int, n_r: int, k: in
                 entries=entries, epilogue=epilogue, vector_registers=accumulators + nv + m_r,
                 label=label or f"gemm micro-kernel {m_r}x{n_r}")
 
+
+
+def modulo_reduction(core: CoreModel, accumulators: int, *, group: int = 4) -> tuple[dict[str, int], ...]:
+    """The published improved reduction (Yu et al., IPDPS 2024, Table III) of ``accumulators`` vector
+    accumulators, one element of C each, added into C's old values in SM: as an epilogue chain, its steps in
+    order.  Rounds of: the vectors stored into AM (VSTDW), read back in modulo-``group`` order (VLDDWM4) so that
+    ``group`` vectors hold lanes of the same accumulators, and added as a tree (FMAC), ``group`` vectors into one,
+    until at most ``group`` vectors are left (48 -> 12 -> 3); then those moved into the scalar-vector register
+    (VMVCGC, ``valu``), read out one element a cycle (the core's cross-lane reduction), each added to C's old
+    value (SFADDD, ``salu``) and stored into SM (SSTDW)."""
+    steps: list[dict[str, int]] = []
+    vectors = max(int(accumulators), 1)
+    while vectors > group:
+        groups = -(-vectors // group)
+        steps += [{VSTORE: vls_issues(core, vectors)}, {"vls": vls_issues(core, vectors)}]
+        steps += [{"fmac": groups * adds} for adds in tree_levels(group)]
+        vectors = groups
+    steps += [{"valu": vectors}, {REDUCE: vectors}, {"salu": accumulators}, {stored("sload"): accumulators}]
+    return tuple(steps)
+
+
+@_memoized
+def gemm_nt_micro_kernel(core: CoreModel, precision: str, m_r: int, n_r: int, k: int, *, blocks: int = 1,
+                         entries: int = 1, label: str | None = None) -> Loop:
+    """The published NT micro-kernel, merged (BLAS-for-multi-core-DSP, 相关说明/NT模式下微内核的合并与重叠): C = A·Bᵀ
+    over ``blocks`` blocks of ``m_r`` x ``n_r`` elements of C, each the dot products of ``m_r`` rows of A with
+    ``n_r`` rows of B, both contiguous in k and read from AM as vectors: one vector accumulator per element of C
+    (3 x 6 is the smallest block whose 18 accumulators keep the 3 FMAC units of latency 6 busy), reduced across
+    its lanes at the end (:func:`modulo_reduction`).
+
+    Merged, the blocks run as one software-pipelined loop, a block an iteration: a block's reduction issues while
+    the next block computes (its stores, modulo loads, adds, SVR moves, scalar adds and stores take the units'
+    spare issues; its adds share the FMAC units), so an iteration issues one block's k-steps -- per vector of k,
+    the ``m_r`` + ``n_r`` row vectors (VLDDW) and ``m_r`` x ``n_r`` FMACs -- and one block's reduction; the last
+    block's reduction is the epilogue.  Registers: two blocks' accumulators (the one computing, the one being
+    reduced) and the row vectors."""
+    steps_k = -(-int(k) // lanes(core, precision))
+    acc = m_r * n_r
+    reduction = modulo_reduction(core, acc)
+    issues: dict[str, int] = {"vls": vls_issues(core, m_r + n_r) * steps_k, "fmac": acc * steps_k}
+    for step in reduction:  # the block before's reduction, issued while this block computes
+        for unit, n in step.items():
+            # The SVR read-out (one element a cycle, on the scalar load unit, as gemm_micro_kernel_from_am reads
+            # it) and every store issue on their unit classes.
+            cls = "sload" if unit == REDUCE else unit_class(unit)[0]
+            issues[cls] = issues.get(cls, 0) + (acc if unit == REDUCE else n)
+    return Loop(trips=int(blocks), issues=issues, chain=("vls", "fmac"), entries=entries,
+                epilogue_chain=reduction, vector_registers=2 * acc + m_r + n_r,
+                label=label or f"gemm NT micro-kernel {blocks} x {m_r}x{n_r}")
 
 
 # --- builders for the convolution kernels (conv2d backprop filter, depthwise backprop input) -----------------
