@@ -113,5 +113,6 @@ class Dma:
         self.eng.record(TraceEvent(self.core, _DMA_UNITS[self.engine_id], self.kind, self.start_cycle, landed,
                                    self.size_bytes, t.src, t.dst, self.src[0].name, self.dst[0].name,
                                    self.tile.tile_id, self.phase, 0, cycle - self.stream_start - self.alone_cycles,
-                                   self.stream_start, None, sum(r[1] for r in self.rows) if self.rows else 0))
+                                   self.stream_start, None, sum(r[1] for r in self.rows) if self.rows else 0,
+                                   t.sync))
         self.group.lands_at(landed)

@@ -32,7 +32,9 @@ class TraceEvent(NamedTuple):
     trips, initiation interval and the unit or issue class that bounds it, its
     fill, epilogue and overhead); None otherwise (and in traces written before).
     ``row_activations`` is, for a DMA, the DRAM rows it opened (:mod:`sim.model.dram`; 0 where it crosses no
-    DRAM with rows, and in traces written before).
+    DRAM with rows, and in traces written before).  ``sync`` is, for a DMA that is a member of a synchronised
+    transfer (``Transfer.sync``), its group's key (None otherwise): ``wait_start - start`` minus the DMA setup is
+    then what it waited for the other members, and the group's row activations are on its first member's event.
     """
 
     core: int
@@ -52,6 +54,7 @@ class TraceEvent(NamedTuple):
     wait_start: int | None = None
     loops: str | None = None
     row_activations: int = 0
+    sync: str | None = None
 
     @property
     def cycles(self) -> int:

@@ -340,6 +340,18 @@ def rows_text(events: Iterable[TraceEvent], target: Target, cycles: int) -> str 
     return "DRAM rows: " + "; ".join(parts)
 
 
+def sync_text(events: Iterable[TraceEvent], setup_cycles: int) -> str | None:
+    """The summary's line on synchronised transfers: the groups, their members, and what the members waited for
+    one another (from programmed to the group's stream start; None when the run had none)."""
+    waits = [e.wait_start - e.start - setup_cycles for e in events
+             if e.kind in DMA_KINDS and e.sync is not None and e.wait_start is not None]
+    if not waits:
+        return None
+    groups = len({e.sync for e in events if e.kind in DMA_KINDS and e.sync is not None})
+    return (f"synchronised transfers: {groups:,} group{'s' if groups != 1 else ''} of {len(waits):,} member "
+            f"transfers; the members waited {sum(waits):,} cycles in all for one another (at most {max(waits):,})")
+
+
 def loops_text(plan: Plan, target: Target, limit: int = 4) -> str | None:
     """The summary's line on the inner loops: the ``limit`` costliest kinds with their II, what sets it and their
     share of all compute cycles (None when no tile states loops)."""
@@ -379,6 +391,9 @@ def run_summary_text(run: Run) -> str:
     rows = rows_text(run.events, run.target, run.cycles)
     if rows is not None:
         lines.append(rows)
+    synced = sync_text(run.events, run.target.dma.setup_cycles)
+    if synced is not None:
+        lines.append(synced)
     loops = loops_text(run.plan, run.target)
     if loops is not None:
         lines.append(loops)

@@ -177,7 +177,7 @@ def test_b_staged_in_gsm_is_read_from_memory_once_for_all_cores():
             run_gemm("FT78NE", "fp_gemm_s", 64, 64, 64, tiling={"split": "n", "b_staging": staging})
 
 
-def test_a_broadcast_b_block_streams_in_lock_step_at_its_share_of_ddr():
+def test_a_broadcast_b_block_streams_in_lock_step_at_its_share_of_ddr(tmp_path):
     """Split m, core 0 loading the one A block (576 x 64, 147,456 bytes) into GSM while the 8 cores load the B
     block (64 x 64, 16,384 bytes) as one broadcast.  From FT78NE's numbers: both start at the launch (1,800) on
     their engines, stream from the setup's end (+ 64), and share DDR's 20 B/cycle max-min fairly, 10 each (the
@@ -197,6 +197,14 @@ def test_a_broadcast_b_block_streams_in_lock_step_at_its_share_of_ddr():
     for e in members:
         assert (e.start, e.wait_start, e.end) == (start, start + ft.dma.setup_cycles,
                                                   start + ft.dma.setup_cycles + 1639 + ddr.latency_cycles)
+    # The trace names each member's group (and reads it back); the summary counts the groups and the waits.
+    assert {e.sync for e in members} == {"b.0"} and all(e.sync is None for e in run.events if e not in members)
+    assert ("synchronised transfers: 1 group of 8 member transfers; the members waited 0 cycles in all for one "
+            "another (at most 0)") in run.summary_text()
+    from sim.inspect.trace_tools import load_trace
+    for ext in ("json", "csv"):
+        back = load_trace(run.write_trace(tmp_path / f"t.{ext}"))
+        assert sorted(back.events) == sorted(run.events), ext
 
 
 @pytest.mark.parametrize("chip,symbol,shape,given", [
