@@ -93,8 +93,11 @@ def sync_row_demands(transfers: Sequence[Transfer], src_regions: Sequence[Region
     """What a synchronised transfer (members in core order, :mod:`sim.model.sync`) asks of the rows of the shared
     DRAMs it crosses: ``(region, activations, least cycles)`` of the merged stream, as :func:`row_demands` gives
     them for one transfer."""
-    return tuple((region, use.activations, use.bank_cycles(region.rows))  # type: ignore[arg-type]
-                 for region, use in group_row_uses(transfers, src_regions, dst_regions, reads))
+    out = []
+    for region, use in group_row_uses(transfers, src_regions, dst_regions, reads):
+        assert region.rows is not None  # (only regions with rows are counted)
+        out.append((region, use.activations, use.bank_cycles(region.rows)))
+    return tuple(out)
 
 
 def activation_rate(region: Region) -> Fraction:

@@ -46,7 +46,8 @@ class Rendezvous:
         for d in members:
             d.alone_cycles = shape.alone_cycles
         for d in members[1:]:
-            d.rows = ()  # the group's activations are the first member's to record
+            # The group's activations are the first member's to record; each keeps its private DRAM's own.
+            d.rows = tuple(r for r in d.rows if not r[0].shared)
 
         def stream() -> None:
             for d in members:

@@ -340,7 +340,7 @@ def rows_text(events: Iterable[TraceEvent], target: Target, cycles: int) -> str 
     return "DRAM rows: " + "; ".join(parts)
 
 
-def sync_text(events: Iterable[TraceEvent], setup_cycles: int) -> str | None:
+def sync_text(events: Sequence[TraceEvent], setup_cycles: int) -> str | None:
     """The summary's line on synchronised transfers: the groups, their members, and what the members waited for
     one another (from programmed to the group's stream start; None when the run had none)."""
     waits = [e.wait_start - e.start - setup_cycles for e in events
