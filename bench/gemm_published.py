@@ -9,7 +9,9 @@ kernel is a 6 x 96 fp32 one); they are a yardstick, not constants any number of 
 Sources: Yu et al., "Optimizing General Matrix Multiplications on Modern Multi-core DSPs", IPDPS 2024 (micro-
 kernel, single core, weak scaling); VVinstonSmith/BLAS-for-multi-core-DSP (irregular GEMM reports).
 ``--quick`` leaves out the 8-core weak-scaling runs (the slowest, minutes each); ``--nt`` prints only the table of
-the merged NT micro-kernel's cycles (BLAS-for-multi-core-DSP, 相关说明/NT模式下微内核的合并与重叠).
+the merged NT micro-kernel's cycles (BLAS-for-multi-core-DSP, 相关说明/NT模式下微内核的合并与重叠);
+``--max-plan-tiles N`` raises the plan-size budget for this run (KA = 128 on 8 cores plans 196,232 tiles: about
+200 s and 5 GB).
 """
 
 from __future__ import annotations
@@ -111,7 +113,19 @@ def nt_rows() -> None:
               f"{got / (measured - GET_CLK):.3f} | {loop_text(loop_cost(loop, core), core)} |", flush=True)
 
 
+def raise_plan_budget(tiles: int) -> None:
+    """The plan-size budget (sim.tuning.MAX_PLAN_TILES) raised to ``tiles`` in every module that reads it, for
+    this process (a benchmark of one huge plan; the simulator's own budget is unchanged)."""
+    import sim.planning
+    import sim.tuning.limits
+    import sim.tuning.misses
+    for module in (sim.tuning.limits, sim.tuning.misses, sim.planning):
+        module.MAX_PLAN_TILES = tiles  # type: ignore[attr-defined]
+
+
 if __name__ == "__main__":
+    if "--max-plan-tiles" in sys.argv:
+        raise_plan_budget(int(sys.argv[sys.argv.index("--max-plan-tiles") + 1]))
     if "--nt" in sys.argv:
         nt_rows()
     else:
