@@ -191,3 +191,28 @@ def test_a_group_lies_in_one_phase():
     err = _refused(breaker)
     assert err.rule == "sync-transfers" and err.phase == "again"
     assert "joins synchronised transfer 'g', whose members so far are in phase 'twice'" in str(err)
+
+
+def test_a_stalled_group_through_the_facade_names_the_groups_and_leaves_memory_as_it_was():
+    """Two cores take groups A and B in opposite orders, each group in a tile of the one slot (a tile waits for the
+    one before it to finish): each core's first member waits for the other core's second."""
+    from test_plan_check import _machine
+    from tiny_kernels import Twice
+
+    def breaker(p, c, x):
+        phase = p.phases[0]
+        t0, t1 = phase.tiles[0]
+
+        def synced(t, key):
+            return dataclasses.replace(t, slot=0, loads=tuple(dataclasses.replace(ld, sync=key) for ld in t.loads))
+        tiles = {0: (synced(t0, "A"), synced(t1, "B")), 1: (synced(t0, "B"), synced(t1, "A"))}
+        return dataclasses.replace(p, cores=(0, 1), phases=(dataclasses.replace(phase, tiles=tiles),))
+
+    with sim.registered_kernel(Twice("stall", breaker)):
+        m, args, _ = _machine("s")
+        before = m.memory.snapshot()
+        with pytest.raises(SimError, match=r"simulation stalled: cores \[0, 1\] never finished .*synchronised "
+                                           r"transfer 'A' waits for cores \[1\] \(cores \[0\] are ready\); "
+                                           r"synchronised transfer 'B' waits for cores \[0\]"):
+            m.call("fp_stall_s", **args)
+        assert m.memory.snapshot() == before
