@@ -21,7 +21,7 @@ from sim.config.run_config import RunConfig, load_config
 from sim.engine.events import KINDS, TraceEvent
 from sim.files.atomic import atomic_write_text
 from sim.inspect.layout_map import layout_map, layout_rows
-from sim.inspect.summary import limiting_resource, loop_summaries, resource_shares, rows_text
+from sim.inspect.summary import limiting_resource, loop_summaries, resource_shares, rows_text, sync_text
 from sim.inspect.trace import track_name, tracks
 from sim.inspect.trace_tools import TraceSummary, critical_text, summarize, trace_of_run
 from sim.run.preflight import check_before_run
@@ -109,6 +109,9 @@ def _facts(run: Run, cfg: RunConfig | None) -> str:
     rows = rows_text(run.events, run.target, run.cycles)
     if rows is not None:
         items.append(("DRAM rows", rows.removeprefix("DRAM rows: ")))
+    synced = sync_text(run.events, run.target.dma.setup_cycles)
+    if synced is not None:
+        items.append(("synchronised transfers", synced.removeprefix("synchronised transfers: ")))
     if run.user_kernel:
         items.append(("kernel", run.kernel_origin))
     if cfg is not None:

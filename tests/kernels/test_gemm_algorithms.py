@@ -201,6 +201,8 @@ def test_a_broadcast_b_block_streams_in_lock_step_at_its_share_of_ddr(tmp_path):
     assert {e.sync for e in members} == {"b.0"} and all(e.sync is None for e in run.events if e not in members)
     assert ("synchronised transfers: 1 group of 8 member transfers; the members waited 0 cycles in all for one "
             "another (at most 0)") in run.summary_text()
+    from sim.report.page import report_html
+    assert "<dt>synchronised transfers</dt><dd>1 group of 8 member transfers" in report_html(run)
     from sim.inspect.trace_tools import load_trace
     for ext in ("json", "csv"):
         back = load_trace(run.write_trace(tmp_path / f"t.{ext}"))
