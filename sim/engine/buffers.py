@@ -10,7 +10,6 @@ as deterministic as the rest of the engine.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable, Iterable
 
 from sim.engine.units import Gate
@@ -22,18 +21,30 @@ class _Generation:
 
     __slots__ = ("fills_left", "uses_left", "filled", "released")
 
-    def __init__(self) -> None:
+    def __init__(self, key: tuple[str, int] = ("", 0)) -> None:
         self.fills_left = 0
         self.uses_left = 0
-        self.filled = Gate()
-        self.released = Gate()
+        self.filled = Gate(("gen", *key, 0))
+        self.released = Gate(("gen", *key, 1))
+
+    def retag(self, key: tuple[str, int]) -> None:
+        """Stand for generation ``key`` (a steady state's skip moved it there)."""
+        self.filled.tag, self.released.tag = ("gen", *key, 0), ("gen", *key, 1)
+
+
+class _Generations(dict):
+    """(buffer, generation) -> its :class:`_Generation`, made on first use."""
+
+    def __missing__(self, key: tuple[str, int]) -> _Generation:
+        gen = self[key] = _Generation(key)
+        return gen
 
 
 class PhaseBuffers:
     """The staged buffers of one phase (every core's tiles' ``fills`` and ``uses`` counted up front)."""
 
     def __init__(self, phase: Phase):
-        self.gens: dict[tuple[str, int], _Generation] = defaultdict(_Generation)
+        self.gens: dict[tuple[str, int], _Generation] = _Generations()
         # Each reference string parsed once: a plan names a generation from many tiles, and the walks look
         # them up at every tile.
         self._of: dict[AnyBufferRef, _Generation] = {}
@@ -44,6 +55,10 @@ class PhaseBuffers:
                     self._ref(ref, refs).fills_left += 1
                 for ref in tile.uses:
                     self._ref(ref, refs).uses_left += 1
+        #: Each generation's fills and uses as the plan counts them (what the steady state compares).
+        self.initial: dict[tuple[str, int], tuple[int, int]] = {
+            key: (gen.fills_left, gen.uses_left) for key, gen in self.gens.items()}
+        self.refs = refs
         for gen in self.gens.values():
             if not gen.fills_left:  # refused by the plan check; a bare engine run just does not wait on it
                 gen.filled.open()
@@ -53,6 +68,22 @@ class PhaseBuffers:
         # fills, which the plan check refuses, is made here and never opens: a bare engine run stalls on it).
         self._previous: dict[AnyBufferRef, _Generation | None] = {
             ref: (self.gens[(name, g - 1)] if g > 0 else None) for ref, (name, g) in refs.items()}
+
+    def shift(self, name: str, lo: int, hi: int, by: int) -> None:
+        """Generations ``lo`` to ``hi`` of buffer ``name`` become generations ``lo + by`` to ``hi + by`` (a steady
+        state skipped ``by`` generations of it): those in between are released, and every tile naming a generation
+        finds the one it now stands for."""
+        gens = self.gens
+        moved = {g + by: gens[(name, g)] for g in range(lo, hi + 1)}
+        for g in range(lo, lo + by):
+            done = _Generation((name, g))
+            done.filled.is_open = done.released.is_open = True
+            gens[(name, g)] = done
+        for g, gen in moved.items():
+            gens[(name, g)] = gen
+            gen.retag((name, g))
+        self._of = {ref: gens[key] for ref, key in self.refs.items()}
+        self._previous = {ref: (gens[(n, g - 1)] if g > 0 else None) for ref, (n, g) in self.refs.items()}
 
     def _ref(self, ref: AnyBufferRef, refs: dict[AnyBufferRef, tuple[str, int]]) -> _Generation:
         gen = self._of.get(ref)

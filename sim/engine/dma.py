@@ -43,11 +43,15 @@ class Dma:
 
     __slots__ = ("eng", "env", "core", "tile", "t", "kind", "phase", "group", "src", "dst", "src_link",
                  "dst_link", "src_bytes", "dst_bytes", "latency", "engines", "engine_id", "start_cycle",
-                 "stream_start", "alone_cycles", "size_bytes", "rows")
+                 "stream_start", "alone_cycles", "size_bytes", "rows", "index", "pos")
 
-    def __init__(self, eng: Engine, core: int, tile: Tile, t: Transfer, kind: str, phase: str, group: Group):
+    def __init__(self, eng: Engine, core: int, tile: Tile, t: Transfer, kind: str, phase: str, group: Group,
+                 index: int = -1, pos: int = 0):
         self.eng, self.core, self.tile, self.t, self.kind, self.phase = eng, core, tile, t, kind, phase
         self.group = group
+        # Which tile of its core's walk (its index there, -1 if none) and which of the tile's loads or stores it
+        # is: what the steady state (sim.engine.steady) reads of it.
+        self.index, self.pos = index, pos
         self.env = eng.env
         ends = eng.ends(core, tile, t)
         self.src, self.dst, self.size_bytes, route, self.src_bytes, self.dst_bytes, self.rows = ends
@@ -101,18 +105,24 @@ class Dma:
             eng.copy_bytes(t, self.core, self.src[1], self.dst[1])
         if eng.effects is not None:
             eng.effects.append((t, self.core, self.src[1], self.dst[1]))
+        if eng.elog is not None:
+            eng.elog.append((0, self.core, eng.real_index(self.core, self.index), self.kind, self.pos, self.src[1],
+                             self.dst[1]))
 
     def _streamed(self, cycle: int) -> None:
         """The stream's last byte left at ``cycle`` (now): it lands one access latency later, the engine is free
         then, and the trace event and the group's landing are known."""
         landed = cycle + self.latency
         self.engines.release_at(landed, self.engine_id)
-        t = self.t
+        t, eng = self.t, self.eng
+        off = eng.offset  # (the cycles a steady state skipped)
         # wait_cycles: what sharing cost the stream (its cycles beyond its alone time, Flow.wait_cycles), from the
         # stream's start.
-        self.eng.record(TraceEvent(self.core, _DMA_UNITS[self.engine_id], self.kind, self.start_cycle, landed,
-                                   self.size_bytes, t.src, t.dst, self.src[0].name, self.dst[0].name,
-                                   self.tile.tile_id, self.phase, 0, cycle - self.stream_start - self.alone_cycles,
-                                   self.stream_start, None, sum(r[1] for r in self.rows) if self.rows else 0,
-                                   t.sync))
+        eng.record(TraceEvent(self.core, _DMA_UNITS[self.engine_id], self.kind, self.start_cycle + off, landed + off,
+                              self.size_bytes, t.src, t.dst, self.src[0].name, self.dst[0].name,
+                              self.tile.tile_id, self.phase, 0, cycle - self.stream_start - self.alone_cycles,
+                              self.stream_start + off, None, sum(r[1] for r in self.rows) if self.rows else 0,
+                              t.sync))
+        if eng.rprov is not None:
+            eng.rprov.append((self.core, eng.real_index(self.core, self.index), self.kind, self.pos))
         self.group.lands_at(landed)

@@ -37,11 +37,13 @@ import numpy as np
 import simpy
 from simpy.core import EmptySchedule
 
+from sim.engine import steady as steady_state
 from sim.engine.buffers import PhaseBuffers
 from sim.engine.clock import cycle_of, discard_pending
 from sim.engine.dma import Dma
 from sim.engine.events import Recorder, TraceEvent
 from sim.engine.fluid import FlowNetwork, FlowShape, Link
+from sim.engine.steady import Skip, SteadyState
 from sim.engine.sync import Rendezvous
 from sim.engine.units import Group, Units
 from sim.engine.walk import Walk
@@ -107,7 +109,8 @@ class Engine:
     """
 
     def __init__(self, target: Target, memory: AddressSpace, recorder: Recorder, *, numerics: bool = True,
-                 on_tile: Callable[[int, int], None] | None = None, effects: list[Effect] | None = None):
+                 on_tile: Callable[[int, int], None] | None = None, effects: list[Effect] | None = None,
+                 steady: bool | None = None):
         self.target = target
         self.memory = memory
         self.recorder = recorder
@@ -141,6 +144,17 @@ class Engine:
         self._buffers: list[PhaseBuffers] = []  # the phases' staged buffers (dropped with the walks)
         self._plan: Plan | None = None  # the plan being run
         self._rendezvous: Rendezvous | None = None  # its synchronised transfers' meeting place, once one comes
+        self._steady: SteadyState | None = None
+        self._skips: tuple[Skip, ...] = ()
+        # The exact steady state (sim.engine.steady): on unless ``steady`` is False (or STEADY_STATE is, when
+        # ``steady`` is None), and only with a plain Recorder (the skipped periods' events are appended to it).
+        self.steady_on = (steady_state.STEADY_STATE if steady is None else steady) and type(recorder) is Recorder
+        self.offset = 0  # cycles skipped so far: added to every cycle the run reports
+        self.boundary = False  # a watched walk began a compute: the steady state looks at the run after the event
+        self.rprov: list[tuple | None] | None = None  # per trace event: (core, tile, kind, position) or None
+        self.elog: list[tuple] | None = None  # the memory effects and progress reports, with the same
+        self.walk_of: dict[int, Walk] = {}  # each core's current walk
+        self.where: dict[int, tuple] = {}  # each core's place: ("walk", phase) / ("barrier", phase, arrival) / ...
 
     @property
     def sim_events(self) -> int:
@@ -197,7 +211,7 @@ class Engine:
             # as resolving it, and the transfer keeps the answer for its later runs.
             ends = resolve_transfer_ends(t, core, mmap)
         except MemoryFault as e:
-            raise MemoryFault.in_tile(e, core, tile, cycle_of(self.env)) from None
+            raise MemoryFault.in_tile(e, core, tile, cycle_of(self.env) + self.offset) from None
         t.__dict__["_ends"] = (mmap, core, ends)
         return ends
 
@@ -216,15 +230,29 @@ class Engine:
         return route
 
     def start_transfers(self, core: int, tile: Tile, transfers: tuple[Transfer, ...], kind: str, phase: str,
-                         done: Callable[[], None], known: Callable[[int], bool] | None = None) -> None:
+                         done: Callable[[], None], known: Callable[[int], bool] | None = None,
+                         index: int = -1) -> None:
         """Start ``transfers`` now, all at once; ``done()`` runs when the last has landed (at once if none), unless
-        ``known(landing cycle)`` takes the landing as done when it is known (:class:`~sim.engine.units.Group`)."""
+        ``known(landing cycle)`` takes the landing as done when it is known (:class:`~sim.engine.units.Group`).
+        ``index``: the tile's in its core's walk."""
         if not transfers:
             done()
             return
         group = Group(self.env, len(transfers), done, known)
-        for t in transfers:
-            Dma(self, core, tile, t, kind, phase, group).start()
+        for pos, t in enumerate(transfers):
+            Dma(self, core, tile, t, kind, phase, group, index, pos).start()
+
+    def real_index(self, core: int, index: int) -> int:
+        """The index in the plan of tile ``index`` of ``core``'s current walk."""
+        return self.walk_of[core].real_index(index)
+
+    def tick(self) -> None:
+        """A tile is done: tell ``on_tile`` (at the cycle the run reports)."""
+        cycle = cycle_of(self.env) + self.offset
+        if self.elog is not None:
+            self.elog.append((2, cycle))
+        assert self.on_tile is not None
+        self.on_tile(1, cycle)
 
     # -- compute ---------------------------------------------------------------------------------
 
@@ -317,56 +345,72 @@ class Engine:
         for op, value in zip(c.outputs, results):
             self._write_operand(core, tile, op, value, cycle)
 
-    def begin_compute(self, core: int, tile: Tile) -> int:
+    def begin_compute(self, core: int, tile: Tile, real: int = -1) -> int:
         """Run a tile's numerics (results written back now) and return the cycles its compute takes.
 
         In a run with a cycle limit, stop the run (:class:`_PastLimit`) as soon as this core's computes still to
         come cannot end by the limit: a core runs its computes one after another, so it ends no sooner than now
-        plus their cycles."""
+        plus their cycles.  ``real``: the tile's index in the plan (what the steady state logs)."""
         c = tile.compute
         assert c is not None  # the walk computes only tiles that have a compute
+        now = cycle_of(self.env) + self.offset
         if self.numerics:
-            self._compute_numerics(core, tile, cycle_of(self.env))
+            self._compute_numerics(core, tile, now)
         if self.effects is not None:
-            self.effects.append((tile, core, cycle_of(self.env)))
+            self.effects.append((tile, core, now))
+        if self.elog is not None:
+            self.elog.append((1, core, real, now))
         cycles = compute_cycles(c, self.target)
         if self._compute_left is not None:
             left = self._compute_left[core]
-            if cycle_of(self.env) + left > self._limit:
+            if now + left > self._limit:
                 raise _PastLimit
             self._compute_left[core] = left - cycles
         return cycles
 
-    def record_compute(self, core: int, tile: Tile, phase: str, start: int) -> None:
-        """The trace event of a tile's compute, which ran from ``start`` to now."""
+    def record_compute(self, core: int, tile: Tile, phase: str, start: int, real: int = -1) -> None:
+        """The trace event of a tile's compute, which ran from ``start`` to now (``real``: the tile's index in the
+        plan)."""
         c = tile.compute
         assert c is not None
         text = compute_text(c, self.target)
-        self.record(TraceEvent(core, "compute", "compute", start, cycle_of(self.env), 0, None, None, None, None,
-                               tile.tile_id, phase, c.flops, 0, None, text))
+        off = self.offset
+        self.record(TraceEvent(core, "compute", "compute", start + off, cycle_of(self.env) + off, 0, None, None, None,
+                               None, tile.tile_id, phase, c.flops, 0, None, text))
+        if self.rprov is not None:
+            self.rprov.append((core, real, "compute", 0))
 
     # -- a core's walk through the plan ---------------------------------------------------------
 
     def _tiles(self, core: int, tiles: tuple[Tile, ...], phase: str,
                buffers: PhaseBuffers | None = None) -> Generator:
         if not tiles:
+            self.walk_of.pop(core, None)
             return
         done = self.env.event()
         walk = Walk(self, core, tiles, phase, done.succeed, buffers)
         self._walks.append(walk)
+        self.walk_of[core] = walk
+        walk.phase_index = self.where[core][1]
+        if self._steady is not None:
+            self._steady.new_walk(walk)
         walk.advance()
         yield done  # the last store of the phase has landed
 
     def _barrier(self, core: int, phase: str, state: dict) -> Generator:
-        arrive = cycle_of(self.env)
+        # (as reported: a skip while the core waits moves what comes after, not its arrival)
+        arrived = cycle_of(self.env) + self.offset
+        self.where[core] = ("barrier", phase)
         state["arrived"] += 1
         if state["arrived"] == state["expected"]:
             release = state["release"]
             self.env.process(self._release(release))
         yield state["release"]
-        self.recorder.record(TraceEvent(core=core, unit="sync", kind="barrier_wait", start=arrive,
-                                        end=cycle_of(self.env), phase=phase, wait_cycles=cycle_of(self.env) - arrive,
-                                        wait_start=arrive))
+        end = cycle_of(self.env) + self.offset
+        self.recorder.record(TraceEvent(core=core, unit="sync", kind="barrier_wait", start=arrived, end=end,
+                                        phase=phase, wait_cycles=end - arrived, wait_start=arrived))
+        if self.rprov is not None:
+            self.rprov.append(None)
 
     def _release(self, event: simpy.Event) -> Generator:
         yield self.env.timeout(self.target.barrier_latency_cycles)
@@ -376,11 +420,15 @@ class Engine:
               buffers: list[PhaseBuffers | None]) -> Generator:
         yield self.env.timeout(self.target.launch_overhead_cycles)
         self.recorder.record(TraceEvent(core=core, unit="sync", kind="launch", start=0, end=cycle_of(self.env)))
-        for phase, state, staged in zip(plan.phases, barriers, buffers):
+        if self.rprov is not None:
+            self.rprov.append(None)
+        for index, (phase, state, staged) in enumerate(zip(plan.phases, barriers, buffers)):
+            self.where[core] = ("walk", index)
             yield from self._tiles(core, tuple(phase.tiles.get(core, ())), phase.name, staged)
             if state is not None:
                 yield from self._barrier(core, phase.name, state)
-        self.core_end_cycles[core] = cycle_of(self.env)
+        self.where[core] = ("done",)
+        self.core_end_cycles[core] = cycle_of(self.env) + self.offset
 
     def _abandon(self, cores: list[Generator]) -> None:
         """Drop what a run stopped before its end still holds (its pending events, streams and walks).
@@ -408,16 +456,28 @@ class Engine:
         does the same work with a local counter.
         """
         env, step, n = self.env, self.env.step, 0
+        steady = self._steady
         try:
             if until_cycles is None:
+                if steady is None:
+                    while True:
+                        step()
+                        n += 1
                 while True:
                     step()
                     n += 1
+                    if self.boundary:
+                        self.boundary = False
+                        n += steady.look(self.events_processed + n)  # (+ the events of the periods it skips)
             else:
                 peek = env.peek
-                while peek() <= until_cycles:
+                while peek() + self.offset <= until_cycles:
                     step()
                     n += 1
+                    if self.boundary:
+                        self.boundary = False
+                        if steady is not None:
+                            n += steady.look(self.events_processed + n)
         except EmptySchedule:
             pass
         finally:
@@ -436,6 +496,9 @@ class Engine:
                                             for t in ph.tiles.get(core, ()) if t.compute is not None)
                                   for core in plan.cores}
         self._plan = plan
+        self._steady = SteadyState(self, plan) if self.steady_on else None
+        if self._steady is not None:
+            self.rprov, self.elog = [], []
         multi = len(plan.cores) > 1
         barriers = [
             {"arrived": 0, "expected": len(plan.cores), "release": self.env.event()}
@@ -455,6 +518,8 @@ class Engine:
         finally:
             stalled = self._rendezvous.stalled() if self._rendezvous is not None else ""
             self._abandon(cores)
+            if self._steady is not None:  # (it refers to the engine: kept, it would make the engine a cycle)
+                self._skips, self._steady = tuple(self._steady.skips), None
         if until_cycles is not None and len(self.core_end_cycles) < len(plan.cores):
             return None
         missing = [c for c in plan.cores if c not in self.core_end_cycles]
@@ -462,6 +527,11 @@ class Engine:
             raise SimError(f"simulation stalled: cores {missing} never finished (deadlocked plan)"
                            + (f": {stalled}" if stalled else ""))
         return max(self.core_end_cycles.values())
+
+    @property
+    def skips(self) -> tuple[Skip, ...]:
+        """The periods the steady state skipped in this run (:class:`sim.engine.steady.Skip`, in order)."""
+        return self._skips
 
 
 def _output_error(tile: Tile, core: int, detail: str) -> ComputeOutputError:

@@ -142,11 +142,12 @@ class Group:
 class Gate:
     """Opens once; callbacks registered before run when it opens, those registered after run at once."""
 
-    __slots__ = ("is_open", "waiting")
+    __slots__ = ("is_open", "waiting", "tag")
 
-    def __init__(self) -> None:
+    def __init__(self, tag: tuple = ()) -> None:
         self.is_open = False
         self.waiting: list[Callable[[], None]] = []
+        self.tag = tag  # what it stands for (a tile's stores, a buffer generation's fill): the steady state reads it
 
     def then(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` when the gate is open."""

@@ -33,7 +33,8 @@ class Walk:
     """
 
     __slots__ = ("eng", "core", "tiles", "phase", "finished", "i", "issued", "loaded", "waiting", "latest",
-                 "gates", "stores_left", "walked", "compute_start", "compute_end", "buffers")
+                 "gates", "stores_left", "walked", "compute_start", "compute_end", "buffers", "watch", "origin",
+                 "remaps", "phase_index")
 
     def __init__(self, eng: Engine, core: int, tiles: tuple[Tile, ...], phase: str,
                  finished: Callable[[], None], buffers: PhaseBuffers | None = None):
@@ -51,52 +52,69 @@ class Walk:
         self.walked = False
         self.compute_start = 0
         self.compute_end = -1  # while a compute runs: the cycle it ends (the walk looks at the next tile then)
+        # The steady state (sim.engine.steady): whether this walk's compute starts are the run's period boundaries,
+        # the tiles as the plan lists them, and the (index, tiles) cuts a skip made in ``tiles``.
+        self.watch = False
+        self.origin = tiles
+        self.remaps: list[tuple[int, int]] = []
+        self.phase_index = 0  # (set by the engine)
 
     def _issue(self, i: int) -> None:
-        tile, eng = self.tiles[i], self.eng
-        gate = Gate()
+        tile = self.tiles[i]
+        gate = Gate(("tile", self.core, i))
         self.gates.append(gate)
         if self.buffers is not None and (tile.fills or tile.uses):
-            self._issue_staged(i, tile, gate)
+            self._issue_staged(i, tile)
             return
         prev = self.latest.get(tile.slot)
         self.latest[tile.slot] = gate
         self.issued = i + 1
-
-        def start() -> None:
-            eng.start_transfers(self.core, tile, tile.loads, "dma_in", self.phase, lambda: self._loaded(i),
-                                lambda cycle: self._loaded_before_looked_at(i, cycle))
-
         if prev is None:
-            start()
+            self.start_loads(i)
         else:
-            prev.then(start)  # the slot's buffers are free once the previous tile's stores landed
+            prev.then(StartLoads(self, i))  # the slot's buffers are free once the previous tile's stores landed
 
-    def _issue_staged(self, i: int, tile: Tile, gate: Gate) -> None:
+    def start_loads(self, i: int) -> None:
+        """Start tile ``i``'s loads (its slot and buffers are free): the walk hears when they have landed."""
+        tile, loaded = self.tiles[i], Loaded(self, i)
+        self.eng.start_transfers(self.core, tile, tile.loads, "dma_in", self.phase, loaded, loaded.known, i)
+
+    def start_staging(self, i: int) -> None:
+        """Start staging tile ``i``'s loads (the buffers it fills are free)."""
+        tile = self.tiles[i]
+        self.eng.start_transfers(self.core, tile, tile.loads, "dma_in", self.phase, StagedLanded(self, i), None, i)
+
+    def _issue_staged(self, i: int, tile: Tile) -> None:
         """Issue tile ``i``, which names staged buffers: its loads wait for its buffers' gates (and, unless it is
         a staging tile, for its slot as any tile's)."""
-        eng, buffers = self.eng, self.buffers
+        buffers = self.buffers
         assert buffers is not None
         self.issued = i + 1
         waits = buffers.before_loads(tile)
         if tile.fills:
-            def landed() -> None:
-                buffers.landed(tile)
-                if tile.uses:  # a staging tile that copies from another buffer is done with it once it landed
-                    buffers.finished(tile)
-                self.loaded[i] = True
-                gate.open()
-                self._one_stored()
-
-            after_all(waits, lambda: eng.start_transfers(self.core, tile, tile.loads, "dma_in", self.phase, landed))
+            after_all(waits, StartStaging(self, i))
             return
         prev = self.latest.get(tile.slot)
-        self.latest[tile.slot] = gate
+        self.latest[tile.slot] = self.gates[i]
         if prev is not None:
             waits.insert(0, prev)
-        after_all(waits, lambda: eng.start_transfers(self.core, tile, tile.loads, "dma_in", self.phase,
-                                                      lambda: self._loaded(i),
-                                                      lambda cycle: self._loaded_before_looked_at(i, cycle)))
+        after_all(waits, StartLoads(self, i))
+
+    def staged_landed(self, i: int) -> None:
+        """Staging tile ``i``'s loads have landed: its buffers are filled, and it counts as stored."""
+        tile, buffers = self.tiles[i], self.buffers
+        assert buffers is not None
+        buffers.landed(tile)
+        if tile.uses:  # a staging tile that copies from another buffer is done with it once it landed
+            buffers.finished(tile)
+        self.loaded[i] = True
+        self.gates[i].open()
+        self._one_stored()
+
+    def stored(self, i: int) -> None:
+        """Tile ``i``'s stores have all landed: its slot is free again."""
+        self.gates[i].open()
+        self._one_stored()
 
     def _loaded(self, i: int) -> None:
         self.loaded[i] = True
@@ -136,9 +154,11 @@ class Walk:
             if tile.compute is not None:
                 eng = self.eng
                 self.compute_start = cycle_of(eng.env)
-                cycles = eng.begin_compute(self.core, tile)
+                cycles = eng.begin_compute(self.core, tile, self.real_index(i))
                 self.compute_end = self.compute_start + cycles
                 Timeout(eng.env, cycles).callbacks.append(self._computed)
+                if self.watch:
+                    eng.boundary = True
                 return
             self._store(i)
 
@@ -149,31 +169,33 @@ class Walk:
     def _computed(self, _: simpy.Event) -> None:
         i = self.i
         self.compute_end = -1
-        self.eng.record_compute(self.core, self.tiles[i], self.phase, self.compute_start)
+        self.eng.record_compute(self.core, self.tiles[i], self.phase, self.compute_start, self.real_index(i))
         self._store(i)
         self.advance()
 
     def _store(self, i: int) -> None:
         """Start tile ``i``'s stores and step to the next tile."""
-        tile, gate, eng = self.tiles[i], self.gates[i], self.eng
-
-        def stored_one() -> None:
-            gate.open()
-            self._one_stored()
-
+        tile, eng = self.tiles[i], self.eng
         if self.buffers is not None and tile.uses:
             self.buffers.finished(tile)  # its compute is done: the buffers it read may be refilled
-        eng.start_transfers(self.core, tile, tile.stores, "dma_out", self.phase, stored_one)
+        eng.start_transfers(self.core, tile, tile.stores, "dma_out", self.phase, Stored(self, i), None, i)
         if eng.on_tile is not None:
-            eng.on_tile(1, cycle_of(eng.env))
+            eng.tick()
         self.i = i + 1
 
     def _pass_staging(self, i: int) -> None:
         """Step past staging tile ``i`` (issued already): the walk does not wait for its loads."""
-        eng = self.eng
-        if eng.on_tile is not None:
-            eng.on_tile(1, cycle_of(eng.env))
+        if self.eng.on_tile is not None:
+            self.eng.tick()
         self.i = i + 1
+
+    def real_index(self, i: int) -> int:
+        """The index in the plan's tiles (:attr:`origin`) of the tile at ``i`` in :attr:`tiles` (a skip cuts
+        periods out of ``tiles``)."""
+        for at, cut in reversed(self.remaps):  # (each cut's index is in the tiles the cuts before it left)
+            if i >= at:
+                i += cut
+        return i
 
     def abandon(self) -> None:
         """Drop the tiles, the engine and the gates (a run stopped: its pending callbacks still refer to the walk,
@@ -189,3 +211,53 @@ class Walk:
     def _stored_all(self) -> None:
         if self.walked:
             self.finished()
+
+
+class _Step:
+    """A callback on tile ``i`` of a walk, that reads the tile when it runs (a skip may have replaced it by the
+    tile periods later: :mod:`sim.engine.steady`); an object rather than a closure so that the steady state can
+    read which tile it is for."""
+
+    __slots__ = ("walk", "i")
+
+    def __init__(self, walk: Walk, i: int):
+        self.walk, self.i = walk, i
+
+
+class StartLoads(_Step):
+    """Start the tile's loads."""
+
+    def __call__(self) -> None:
+        self.walk.start_loads(self.i)
+
+
+class StartStaging(_Step):
+    """Start a staging tile's loads."""
+
+    def __call__(self) -> None:
+        self.walk.start_staging(self.i)
+
+
+class Loaded(_Step):
+    """The tile's loads have landed; :meth:`known` takes a landing as done when the walk cannot look sooner."""
+
+    def __call__(self) -> None:
+        self.walk._loaded(self.i)
+
+    def known(self, cycle: int) -> bool:
+        """Whether the landing at ``cycle`` needs no event (the walk computes the tile before until then)."""
+        return self.walk._loaded_before_looked_at(self.i, cycle)
+
+
+class StagedLanded(_Step):
+    """A staging tile's loads have landed."""
+
+    def __call__(self) -> None:
+        self.walk.staged_landed(self.i)
+
+
+class Stored(_Step):
+    """The tile's stores have landed."""
+
+    def __call__(self) -> None:
+        self.walk.stored(self.i)
