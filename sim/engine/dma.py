@@ -106,7 +106,7 @@ class Dma:
         if eng.effects is not None:
             eng.effects.append((t, self.core, self.src[1], self.dst[1]))
         if eng.elog is not None:
-            eng.elog.append((0, self.core, eng.real_index(self.core, self.index), self.kind, self.pos, self.src[1],
+            eng.elog.append((0, self.core, self.index, self.kind, self.pos, self.src[1],
                              self.dst[1]))
 
     def _streamed(self, cycle: int) -> None:
@@ -124,5 +124,5 @@ class Dma:
                               self.stream_start + off, None, sum(r[1] for r in self.rows) if self.rows else 0,
                               t.sync))
         if eng.rprov is not None:
-            eng.rprov.append((self.core, eng.real_index(self.core, self.index), self.kind, self.pos))
+            eng.rprov.append((self.core, self.index, self.kind, self.pos))
         self.group.lands_at(landed)

@@ -151,8 +151,10 @@ class Engine:
         self.steady_on = (steady_state.STEADY_STATE if steady is None else steady) and type(recorder) is Recorder
         self.offset = 0  # cycles skipped so far: added to every cycle the run reports
         self.boundary = False  # a watched walk began a compute: the steady state looks at the run after the event
-        self.rprov: list[tuple | None] | None = None  # per trace event: (core, tile, kind, position) or None
-        self.elog: list[tuple] | None = None  # the memory effects and progress reports, with the same
+        # Per trace event, (core, tile index in its walk, kind, position) or None; and the memory effects and
+        # progress reports with the same: what the steady state repeats.
+        self.rprov: list[tuple | None] | None = None
+        self.elog: list[tuple] | None = None
         self.walk_of: dict[int, Walk] = {}  # each core's current walk
         self.where: dict[int, tuple] = {}  # each core's place: ("walk", phase) / ("barrier", phase, arrival) / ...
 
@@ -241,10 +243,6 @@ class Engine:
         group = Group(self.env, len(transfers), done, known)
         for pos, t in enumerate(transfers):
             Dma(self, core, tile, t, kind, phase, group, index, pos).start()
-
-    def real_index(self, core: int, index: int) -> int:
-        """The index in the plan of tile ``index`` of ``core``'s current walk."""
-        return self.walk_of[core].real_index(index)
 
     def tick(self) -> None:
         """A tile is done: tell ``on_tile`` (at the cycle the run reports)."""
@@ -345,12 +343,12 @@ class Engine:
         for op, value in zip(c.outputs, results):
             self._write_operand(core, tile, op, value, cycle)
 
-    def begin_compute(self, core: int, tile: Tile, real: int = -1) -> int:
+    def begin_compute(self, core: int, tile: Tile, index: int = -1) -> int:
         """Run a tile's numerics (results written back now) and return the cycles its compute takes.
 
         In a run with a cycle limit, stop the run (:class:`_PastLimit`) as soon as this core's computes still to
         come cannot end by the limit: a core runs its computes one after another, so it ends no sooner than now
-        plus their cycles.  ``real``: the tile's index in the plan (what the steady state logs)."""
+        plus their cycles.  ``index``: the tile's in its core's walk (what the steady state logs)."""
         c = tile.compute
         assert c is not None  # the walk computes only tiles that have a compute
         now = cycle_of(self.env) + self.offset
@@ -359,7 +357,7 @@ class Engine:
         if self.effects is not None:
             self.effects.append((tile, core, now))
         if self.elog is not None:
-            self.elog.append((1, core, real, now))
+            self.elog.append((1, core, index, now))
         cycles = compute_cycles(c, self.target)
         if self._compute_left is not None:
             left = self._compute_left[core]
@@ -368,9 +366,9 @@ class Engine:
             self._compute_left[core] = left - cycles
         return cycles
 
-    def record_compute(self, core: int, tile: Tile, phase: str, start: int, real: int = -1) -> None:
-        """The trace event of a tile's compute, which ran from ``start`` to now (``real``: the tile's index in the
-        plan)."""
+    def record_compute(self, core: int, tile: Tile, phase: str, start: int, index: int = -1) -> None:
+        """The trace event of a tile's compute, which ran from ``start`` to now (``index``: the tile's in its
+        core's walk)."""
         c = tile.compute
         assert c is not None
         text = compute_text(c, self.target)
@@ -378,7 +376,7 @@ class Engine:
         self.record(TraceEvent(core, "compute", "compute", start + off, cycle_of(self.env) + off, 0, None, None, None,
                                None, tile.tile_id, phase, c.flops, 0, None, text))
         if self.rprov is not None:
-            self.rprov.append((core, real, "compute", 0))
+            self.rprov.append((core, index, "compute", 0))
 
     # -- a core's walk through the plan ---------------------------------------------------------
 
@@ -496,7 +494,7 @@ class Engine:
                                             for t in ph.tiles.get(core, ()) if t.compute is not None)
                                   for core in plan.cores}
         self._plan = plan
-        self._steady = SteadyState(self, plan) if self.steady_on else None
+        self._steady = SteadyState(self, plan) if self.steady_on and SteadyState.worthwhile(plan) else None
         if self._steady is not None:
             self.rprov, self.elog = [], []
         multi = len(plan.cores) > 1

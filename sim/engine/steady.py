@@ -46,6 +46,11 @@ if TYPE_CHECKING:
 
 #: How many earlier boundaries with the same state a boundary tries (the nearest first).
 _TRIES = 8
+#: Walks of fewer tiles are not looked at (too few periods to skip), nor runs without a longer one.
+MIN_TILES = 32
+#: Boundaries looked at in vain before the steady state looks at every other one only (then every fourth...):
+#: a run that does not settle costs few signatures; a skip looks at every boundary again.
+_PATIENCE = 8
 
 #: Whether engines skip repeated periods (the default of :class:`~sim.engine.engine.Engine`'s ``steady``).
 STEADY_STATE = os.environ.get("DSPSIM_NO_STEADY", "") in ("", "0")
@@ -96,10 +101,18 @@ class SteadyState:
         self._periodic: dict[tuple, int] = {}  # (walk, period's tiles, first tile, q) -> first tile not repeating
         self._names: dict[int, list[tuple[str, list[int]]]] = {}  # id(phase buffers) -> each buffer's generations
         self._first_live: dict[tuple[int, str], int] = {}  # (id(phase buffers), buffer) -> lowest unfinished
+        self.boundaries = 0  # boundaries so far
+        self.stride, self.misses = 1, 0  # look at every stride-th; looks since the stride last changed
+
+    @staticmethod
+    def worthwhile(plan: Plan) -> bool:
+        """Whether some core walks a phase long enough to look for a period in."""
+        return any(len(tiles) >= MIN_TILES for phase in plan.phases for tiles in phase.tiles.values())
 
     def new_walk(self, walk: Walk) -> None:
         """A core began walking a phase."""
-        walk.watch = walk.core == self.watched[walk.phase_index]
+        walk.watch = walk.core == self.watched[walk.phase_index] and len(walk.tiles) >= MIN_TILES
+        self.stride, self.misses = 1, 0
         self._low[id(walk)] = 0
         self.seen.clear()  # (a signature of another set of walks never comes back)
 
@@ -109,8 +122,12 @@ class SteadyState:
         """At a boundary (``events`` SimPy events processed so far): write the state down and, if it was seen
         before, skip what repeats; the SimPy events of the skipped periods (0 if none)."""
         eng = self.eng
-        if eng._rendezvous is not None:
+        self.boundaries += 1
+        if self.boundaries % self.stride or eng._rendezvous is not None:
             return 0
+        self.misses += 1
+        if self.misses >= _PATIENCE:
+            self.stride, self.misses = 2 * self.stride, 0
         try:
             sig, mark = self._signature(events)
         except _Unknown:
@@ -127,6 +144,7 @@ class SteadyState:
         if best is None:
             return 0
         del marks[:-1]
+        self.stride, self.misses = 1, 0
         return self._skip(best[2], mark, best[1])
 
     def _signature(self, events: int) -> tuple[tuple, _Mark]:
@@ -348,6 +366,7 @@ class SteadyState:
 
     def _jump(self, a: _Mark, b: _Mark, period: int, steps: dict[int, int], q: dict, periods: int) -> None:
         eng = self.eng
+        self._repeat_outputs(a, b, period, steps, periods)
         dmas = list(_live_dmas(eng))
         for core, p in steps.items():
             if not p:
@@ -369,7 +388,6 @@ class SteadyState:
             assert a.compute_left is not None and b.compute_left is not None
             for core in eng._compute_left:
                 eng._compute_left[core] -= periods * (a.compute_left[core] - b.compute_left[core])
-        self._repeat_outputs(a, b, period, steps, periods)
         eng.offset += periods * period
         self._periodic.clear()
         self._first_live.clear()
@@ -378,19 +396,24 @@ class SteadyState:
                                tuple(sorted((c, p) for c, p in steps.items()))))
 
     def _repeat_outputs(self, a: _Mark, b: _Mark, period: int, steps: dict[int, int], periods: int) -> None:
-        """The trace events, memory effects and progress reports of the skipped periods, in order."""
+        """The trace events, memory effects and progress reports of the skipped periods, in order (before the
+        walks are cut: the logs name tiles by their index in the walks as they are)."""
         eng = self.eng
         events, rprov, elog = eng.recorder.events, eng.rprov, eng.elog
         assert rprov is not None and elog is not None
-        origin = {core: eng.walk_of[core].origin for core in steps}
+        walks = {core: eng.walk_of[core] for core in steps}
+
+        def tile_of(core: int, index: int, k: int) -> Tile:
+            walk = walks[core]
+            return walk.origin[walk.real_index(index) + k * steps[core]]
+
         window = list(zip(events[a.records:b.records], rprov[a.records:b.records]))
         for k in range(1, periods + 1):
             dt = k * period
             for ev, prov in window:
                 assert prov is not None
-                core, real, kind, pos = prov
-                moved = real + k * steps[core]
-                tile = origin[core][moved]
+                core, index, kind, pos = prov
+                tile = tile_of(core, index, k)
                 if kind == "compute":
                     events.append(ev._replace(start=ev.start + dt, end=ev.end + dt, tile=tile.tile_id))
                 else:
@@ -398,36 +421,30 @@ class SteadyState:
                     assert ev.wait_start is not None  # (a DMA's event has its stream's start)
                     events.append(ev._replace(start=ev.start + dt, end=ev.end + dt, wait_start=ev.wait_start + dt,
                                               tile=tile.tile_id, src=t.src, dst=t.dst))
-                rprov.append((core, moved, kind, pos))
-        effects = elog[a.effects:b.effects]
+        rprov.extend([None] * (len(events) - len(rprov)))  # (no later window reaches back past a skip)
         if not (eng.numerics or eng.effects is not None or eng.on_tile is not None):
             return
+        effects = elog[a.effects:b.effects]
         for k in range(1, periods + 1):
             dt = k * period
             for entry in effects:
                 if entry[0] == 0:
-                    _, core, real, kind, pos, src_key, dst_key = entry
-                    moved = real + k * steps[core]
-                    tile = origin[core][moved]
+                    _, core, index, kind, pos, src_key, dst_key = entry
+                    tile = tile_of(core, index, k)
                     t = (tile.loads if kind == "dma_in" else tile.stores)[pos]
                     if eng.numerics:
                         eng.copy_bytes(t, core, src_key, dst_key)
                     if eng.effects is not None:
                         eng.effects.append((t, core, src_key, dst_key))
-                    elog.append((0, core, moved, kind, pos, src_key, dst_key))
                 elif entry[0] == 1:
-                    _, core, real, cycle = entry
-                    moved = real + k * steps[core]
-                    tile = origin[core][moved]
+                    _, core, index, cycle = entry
+                    tile = tile_of(core, index, k)
                     if eng.numerics:
                         eng._compute_numerics(core, tile, cycle + dt)
                     if eng.effects is not None:
                         eng.effects.append((tile, core, cycle + dt))
-                    elog.append((1, core, moved, cycle + dt))
-                else:
-                    if eng.on_tile is not None:
-                        eng.on_tile(1, entry[1] + dt)
-                    elog.append((2, entry[1] + dt))
+                elif eng.on_tile is not None:
+                    eng.on_tile(1, entry[1] + dt)
 
 
 def _finished(gen: Any) -> bool:

@@ -154,7 +154,7 @@ class Walk:
             if tile.compute is not None:
                 eng = self.eng
                 self.compute_start = cycle_of(eng.env)
-                cycles = eng.begin_compute(self.core, tile, self.real_index(i))
+                cycles = eng.begin_compute(self.core, tile, i)
                 self.compute_end = self.compute_start + cycles
                 Timeout(eng.env, cycles).callbacks.append(self._computed)
                 if self.watch:
@@ -169,7 +169,7 @@ class Walk:
     def _computed(self, _: simpy.Event) -> None:
         i = self.i
         self.compute_end = -1
-        self.eng.record_compute(self.core, self.tiles[i], self.phase, self.compute_start, self.real_index(i))
+        self.eng.record_compute(self.core, self.tiles[i], self.phase, self.compute_start, i)
         self._store(i)
         self.advance()
 
