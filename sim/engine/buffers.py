@@ -59,6 +59,7 @@ class PhaseBuffers:
         self.initial: dict[tuple[str, int], tuple[int, int]] = {
             key: (gen.fills_left, gen.uses_left) for key, gen in self.gens.items()}
         self.refs = refs
+        self._refs_by_name: dict[str, list[tuple[AnyBufferRef, int]]] | None = None  # (made at the first shift)
         for gen in self.gens.values():
             if not gen.fills_left:  # refused by the plan check; a bare engine run just does not wait on it
                 gen.filled.open()
@@ -69,21 +70,28 @@ class PhaseBuffers:
         self._previous: dict[AnyBufferRef, _Generation | None] = {
             ref: (self.gens[(name, g - 1)] if g > 0 else None) for ref, (name, g) in refs.items()}
 
-    def shift(self, name: str, lo: int, hi: int, by: int) -> None:
-        """Generations ``lo`` to ``hi`` of buffer ``name`` become generations ``lo + by`` to ``hi + by`` (a steady
-        state skipped ``by`` generations of it): those in between are released, and every tile naming a generation
-        finds the one it now stands for."""
+    def shift(self, moves: list[tuple[str, int, int, int]]) -> None:
+        """For each ``(name, lo, hi, by)``: generations ``lo`` to ``hi`` of buffer ``name`` become generations
+        ``lo + by`` to ``hi + by`` (a steady state skipped ``by`` generations of it); those in between are
+        released, and every tile naming a generation of it finds the one it now stands for."""
         gens = self.gens
-        moved = {g + by: gens[(name, g)] for g in range(lo, hi + 1)}
-        for g in range(lo, lo + by):
-            done = _Generation((name, g))
-            done.filled.is_open = done.released.is_open = True
-            gens[(name, g)] = done
-        for g, gen in moved.items():
-            gens[(name, g)] = gen
-            gen.retag((name, g))
-        self._of = {ref: gens[key] for ref, key in self.refs.items()}
-        self._previous = {ref: (gens[(n, g - 1)] if g > 0 else None) for ref, (n, g) in self.refs.items()}
+        for name, lo, hi, by in moves:
+            moved = {g + by: gens[(name, g)] for g in range(lo, hi + 1)}
+            for g in range(lo, lo + by):
+                done = _Generation((name, g))
+                done.filled.is_open = done.released.is_open = True
+                gens[(name, g)] = done
+            for g, gen in moved.items():
+                gens[(name, g)] = gen
+                gen.retag((name, g))
+        if self._refs_by_name is None:
+            self._refs_by_name = {}
+            for ref, key in self.refs.items():
+                self._refs_by_name.setdefault(key[0], []).append((ref, key[1]))
+        for name, *_ in moves:
+            for ref, g in self._refs_by_name.get(name, ()):
+                self._of[ref] = gens[(name, g)]
+                self._previous[ref] = gens[(name, g - 1)] if g > 0 else None
 
     def _ref(self, ref: AnyBufferRef, refs: dict[AnyBufferRef, tuple[str, int]]) -> _Generation:
         gen = self._of.get(ref)

@@ -35,11 +35,14 @@ from typing import TYPE_CHECKING, Any
 from sim.engine.buffers import PhaseBuffers, _AfterAll
 from sim.engine.clock import cycle_of
 from sim.engine.dma import Dma
+from sim.engine.events import TraceEvent
 from sim.engine.fluid import _UNRATED, FlowNetwork
 from sim.engine.units import Gate, Group, Units
 from sim.engine.walk import Loaded, StagedLanded, StartLoads, StartStaging, Stored, Walk
 from sim.errors import MemoryFault
+from sim.model.memory import MAX_ACCESS_BYTES
 from sim.model.plan import Plan, Tile, parse_buffer_ref
+from sim.model.target import Region
 
 if TYPE_CHECKING:
     from sim.engine.engine import Engine
@@ -98,9 +101,10 @@ class SteadyState:
         # The first core with tiles in each phase: its compute starts are the boundaries looked at.
         self.watched = [next((c for c in plan.cores if phase.tiles.get(c)), None) for phase in plan.phases]
         self._low: dict[int, int] = {}  # id(walk) -> its lowest tile still in use (found going up)
-        self._periodic: dict[tuple, int] = {}  # (walk, period's tiles, first tile, q) -> first tile not repeating
+        self._pairs: dict[tuple, dict[int, bool]] = {}  # (walk, p, q) -> tile j -> whether tile j + p repeats it
         self._names: dict[int, list[tuple[str, list[int]]]] = {}  # id(phase buffers) -> each buffer's generations
         self._first_live: dict[tuple[int, str], int] = {}  # (id(phase buffers), buffer) -> lowest unfinished
+        self._recent: tuple[Region, ...] = ()
         self.boundaries = 0  # boundaries so far
         self.stride, self.misses = 1, 0  # look at every stride-th; looks since the stride last changed
 
@@ -134,18 +138,15 @@ class SteadyState:
             return 0
         marks = self.seen.setdefault(sig, [])
         marks.append(mark)
-        # The same state came back: skip from the earlier boundary that proves the most cycles (the nearest one
-        # may be too short a period for the tiles to repeat: DRAM rows can repeat over several tiles).
-        best: tuple[int, int, _Mark] | None = None
+        # The same state came back: skip from the nearest earlier boundary whose period the tiles repeat (the
+        # nearest may be too short: DRAM rows can repeat over several tiles).
         for before in reversed(marks[-1 - _TRIES:-1]):
             periods = self._periods(before, mark)
-            if periods and (best is None or periods * (mark.now - before.now) > best[0]):
-                best = (periods * (mark.now - before.now), periods, before)
-        if best is None:
-            return 0
-        del marks[:-1]
-        self.stride, self.misses = 1, 0
-        return self._skip(best[2], mark, best[1])
+            if periods:
+                del marks[:-1]
+                self.stride, self.misses = 1, 0
+                return self._skip(before, mark, periods)
+        return 0
 
     def _signature(self, events: int) -> tuple[tuple, _Mark]:
         eng = self.eng
@@ -286,24 +287,21 @@ class SteadyState:
 
     def _repeats_until(self, walk: Walk, start: int, p: int, q: dict, enough: int) -> int:
         """The first tile j >= ``start`` of ``walk`` whose tile j + ``p`` does not repeat it (buffers ``q``
-        generations on); the tiles' end if none, or any tile from ``enough`` on.  Each tile is compared with its
-        own in the first period (``start`` to ``start + p``), k periods on: what the engine makes of a transfer
-        depends on its addresses only through their regions, bursts and DRAM rows."""
+        generations on); the tiles' end if none, or any tile from ``enough`` on."""
         qn = {name: v for (phase, name), v in q.items() if phase == walk.phase_index}
-        key = (id(walk), p, start, tuple(sorted(qn.items())))
-        j = self._periodic.get(key, start + p)
-        tiles, n = walk.tiles, len(walk.tiles)
-        limit = min(n, enough + p)
-        while j < limit:
-            k, m = divmod(j - start, p)
-            if not self._same_tile(walk.core, tiles[start + m], tiles[j], k, qn):
+        pairs = self._pairs.setdefault((id(walk), p, tuple(sorted(qn.items()))), {})
+        tiles, n, j = walk.tiles, len(walk.tiles), start
+        while j + p < n and j < enough:
+            same = pairs.get(j)
+            if same is None:
+                same = pairs[j] = self._same_tile(walk.core, tiles[j], tiles[j + p], qn)
+            if not same:
                 break
             j += 1
-        self._periodic[key] = j
-        return j - p
+        return j
 
-    def _same_tile(self, core: int, r: Tile, y: Tile, k: int, q: dict[str, int]) -> bool:
-        """Whether tile ``y`` of ``core`` runs as tile ``r`` does, its buffers ``k`` periods of ``q`` on."""
+    def _same_tile(self, core: int, r: Tile, y: Tile, q: dict[str, int]) -> bool:
+        """Whether tile ``y`` of ``core`` runs as tile ``r`` does, its buffers ``q`` generations on."""
         if r.slot != y.slot or len(r.loads) != len(y.loads) or len(r.stores) != len(y.stores):
             return False
         c, d = r.compute, y.compute
@@ -315,7 +313,7 @@ class SteadyState:
                 return False
             for a, b in zip(refs_r, refs_y):
                 (na, ga), (nb, gb) = parse_buffer_ref(a), parse_buffer_ref(b)
-                if na != nb or gb - ga != k * q.get(na, 0):
+                if na != nb or gb - ga != q.get(na, 0):
                     return False
         for tr, ty in zip(r.loads + r.stores, y.loads + y.stores):
             if not self._same_transfer(core, r, tr, y, ty):
@@ -323,19 +321,18 @@ class SteadyState:
         return True
 
     def _same_transfer(self, core: int, r: Tile, tr: Any, y: Tile, ty: Any) -> bool:
-        """Whether the engine makes of transfer ``ty`` (of tile ``y``) what it makes of ``tr`` (of tile ``r``)."""
+        """Whether the engine makes of transfer ``ty`` (of tile ``y``) what it makes of ``tr`` (of tile ``r``):
+        what it makes of a transfer depends on its addresses only through their regions, bursts and DRAM rows."""
         if tr.sync is not None or ty.sync is not None:
-            return False
-        try:
-            ends = self.eng.ends(core, r, tr)
-        except MemoryFault:
             return False
         if (tr.shape, tr.itemsize, tr.src_strides, tr.dst_strides) == \
                 (ty.shape, ty.itemsize, ty.src_strides, ty.dst_strides):
-            # The same block at other addresses: the same ends if each side stays in its region, whole bursts and
+            # The same block at other addresses: the same ends if each side stays in one region, whole bursts and
             # whole DRAM rows away (a shift by whole rows only renames the banks).
-            for (region, _), moved, (lo, hi) in ((ends[0], ty.src - tr.src, tr.span("src")),
-                                                 (ends[1], ty.dst - tr.dst, tr.span("dst"))):
+            for moved, (lo, hi) in ((ty.src - tr.src, tr.span("src")), (ty.dst - tr.dst, tr.span("dst"))):
+                region = self._region_of(lo, hi - lo)
+                if region is None or hi - lo > MAX_ACCESS_BYTES:
+                    break
                 period = region.burst_bytes if region.rows is None else math.lcm(region.burst_bytes,
                                                                                  region.rows.row_bytes)
                 if moved % period or not region.contains(lo + moved, hi - lo):
@@ -343,10 +340,21 @@ class SteadyState:
             else:
                 return True
         try:  # another geometry, or a shift the rule above cannot tell: compare what the engine makes of both
-            other = self.eng.ends(core, y, ty)
+            ends, other = self.eng.ends(core, r, tr), self.eng.ends(core, y, ty)
         except MemoryFault:
             return False
         return ends[:3] == other[:3] and ends[4:] == other[4:]
+
+    def _region_of(self, addr: int, size: int) -> Region | None:
+        """The region wholly holding the bytes (the ones asked for last tried first: a plan's transfers keep to a
+        few regions)."""
+        for recent in self._recent:
+            if recent.contains(addr, size):
+                return recent
+        region = self.eng.memory.map.region_of(addr, size)
+        if region is not None:
+            self._recent = (region, *self._recent[:3])
+        return region
 
     def _counts_repeat(self, key: tuple[int, str], lo: int, hi: int, by: int) -> int:
         """How many periods of ``by`` generations the plan's fill and use counts of buffer ``key`` repeat for,
@@ -381,15 +389,18 @@ class SteadyState:
                 if d.core == core and d.index >= at:
                     tile = d.tile = walk.tiles[d.index]
                     d.t = (tile.loads if d.kind == "dma_in" else tile.stores)[d.pos]
+        moves: dict[int, list[tuple[str, int, int, int]]] = {}
         for key, by in q.items():
             if by:
-                self._phase_buffers(key[0]).shift(key[1], b.gen_base[key], b.gen_high[key], periods * by)
+                moves.setdefault(key[0], []).append((key[1], b.gen_base[key], b.gen_high[key], periods * by))
+        for phase, shifts in moves.items():
+            self._phase_buffers(phase).shift(shifts)
         if eng._compute_left is not None:
             assert a.compute_left is not None and b.compute_left is not None
             for core in eng._compute_left:
                 eng._compute_left[core] -= periods * (a.compute_left[core] - b.compute_left[core])
         eng.offset += periods * period
-        self._periodic.clear()
+        self._pairs.clear()
         self._first_live.clear()
         self.seen.clear()
         self.skips.append(Skip(b.now + eng.offset - periods * period, period, periods,
@@ -403,24 +414,32 @@ class SteadyState:
         assert rprov is not None and elog is not None
         walks = {core: eng.walk_of[core] for core in steps}
 
+        reals: dict[tuple[int, int], int] = {}
+
         def tile_of(core: int, index: int, k: int) -> Tile:
-            walk = walks[core]
-            return walk.origin[walk.real_index(index) + k * steps[core]]
+            real = reals.get((core, index))
+            if real is None:
+                real = reals[(core, index)] = walks[core].real_index(index)
+            return walks[core].origin[real + k * steps[core]]
 
         window = list(zip(events[a.records:b.records], rprov[a.records:b.records]))
+        append = events.append
         for k in range(1, periods + 1):
             dt = k * period
             for ev, prov in window:
                 assert prov is not None
                 core, index, kind, pos = prov
                 tile = tile_of(core, index, k)
+                # (built field by field: a named tuple's _replace costs several times more, per event of every copy)
                 if kind == "compute":
-                    events.append(ev._replace(start=ev.start + dt, end=ev.end + dt, tile=tile.tile_id))
+                    append(TraceEvent(ev[0], ev[1], ev[2], ev[3] + dt, ev[4] + dt, ev[5], ev[6], ev[7], ev[8], ev[9],
+                                      tile.tile_id, *ev[11:]))
                 else:
                     t = (tile.loads if kind == "dma_in" else tile.stores)[pos]
-                    assert ev.wait_start is not None  # (a DMA's event has its stream's start)
-                    events.append(ev._replace(start=ev.start + dt, end=ev.end + dt, wait_start=ev.wait_start + dt,
-                                              tile=tile.tile_id, src=t.src, dst=t.dst))
+                    wait_start = ev[14]
+                    assert wait_start is not None  # (a DMA's event has its stream's start)
+                    append(TraceEvent(ev[0], ev[1], ev[2], ev[3] + dt, ev[4] + dt, ev[5], t.src, t.dst, ev[8], ev[9],
+                                      tile.tile_id, ev[11], ev[12], ev[13], wait_start + dt, *ev[15:]))
         rprov.extend([None] * (len(events) - len(rprov)))  # (no later window reaches back past a skip)
         if not (eng.numerics or eng.effects is not None or eng.on_tile is not None):
             return
