@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from sim.engine.engine import Engine
 
 #: How many earlier boundaries with the same state a boundary tries (the nearest first).
-_TRIES = 8
+_TRIES = 4
 #: Walks of fewer tiles are not looked at (too few periods to skip), nor runs without a longer one.
 MIN_TILES = 32
 #: Boundaries looked at in vain before the steady state looks at every other one only (then every fourth...):
@@ -105,6 +105,7 @@ class SteadyState:
         self._names: dict[int, list[tuple[str, list[int]]]] = {}  # id(phase buffers) -> each buffer's generations
         self._first_live: dict[tuple[int, str], int] = {}  # (id(phase buffers), buffer) -> lowest unfinished
         self._recent: tuple[Region, ...] = ()
+        self.fingerprints: set[tuple] = set()
         self.boundaries = 0  # boundaries so far
         self.stride, self.misses = 1, 0  # look at every stride-th; looks since the stride last changed
 
@@ -132,6 +133,16 @@ class SteadyState:
         self.misses += 1
         if self.misses >= _PATIENCE:
             self.stride, self.misses = 2 * self.stride, 0
+        # A few numbers of the state first (a part of its signature): the whole signature is written down only
+        # when they have been seen before, so a run that does not settle costs little.
+        now = cycle_of(eng.env)
+        fingerprint = (tuple(sorted(e[0] - now for e in eng.env._queue)),
+                       tuple((w.core, w.issued - w.i, w.compute_end - now if w.compute_end >= 0 else None)
+                             for w in eng.walk_of.values()),
+                       tuple(None if f._finish == _UNRATED else f._finish - now for f in eng.net._active))
+        if fingerprint not in self.fingerprints:
+            self.fingerprints.add(fingerprint)
+            return 0
         try:
             sig, mark = self._signature(events)
         except _Unknown:
@@ -403,6 +414,7 @@ class SteadyState:
         self._pairs.clear()
         self._first_live.clear()
         self.seen.clear()
+        self.fingerprints.clear()
         self.skips.append(Skip(b.now + eng.offset - periods * period, period, periods,
                                tuple(sorted((c, p) for c, p in steps.items()))))
 
