@@ -81,7 +81,8 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("-o", "--output", type=Path)
     a = p.parse_args()
-    lines = ["| case | tiles | tiles skipped | plain s | steady s | speed-up | cycles (both) |", "|---|---|---|---|---|---|---|"]
+    lines = ["| case | tiles | tiles skipped | plain s | steady s | speed-up | cycles (both) |",
+             "|---|---|---|---|---|---|---|"]
     for case_id in cases.case_ids(sizes=["large"]):
         r = simulation(case_id, a.repeat)
         assert r[False][1] == r[True][1], case_id
