@@ -22,16 +22,17 @@ FT78NE = sim.load_target("FT78NE")
 
 
 def _pipeline(target: sim.Target, tiles: int, cores: tuple[int, ...] = (0,), bad_tile: int | None = None,
-              row_step: int = 4096) -> Plan:
-    """``tiles`` tiles per core alternating two AM slots: 4 KiB in from DDR (``row_step`` apart), a loop, 4 KiB
-    back out; with ``bad_tile``, that tile of every core loads from an address no region holds."""
+              row_step: int = 4096, fewer: dict[int, int] | None = None) -> Plan:
+    """``tiles`` tiles per core (``fewer[core]`` on some) alternating two AM slots: 4 KiB in from DDR
+    (``row_step`` apart), a loop, 4 KiB back out; with ``bad_tile``, that tile of every core loads from an
+    address no region holds.  Several cores end the phase in a barrier, and a second, short phase follows."""
     from kernels.common.loops import elementwise
     ddr, am = target.region("ddr"), target.region("am")
     loop = elementwise(target.core, "fp32", 1024 * 8, loads=1, stores=1, fmac=4)
     per_core = {}
     for core in cores:
         out = []
-        for i in range(tiles):
+        for i in range((fewer or {}).get(core, tiles)):
             slot = am.base + (i % 2) * 8192
             op = Operand(slot, (1024,), np.dtype(np.float32))
             src = ddr.base + (core * tiles + i) * row_step
@@ -43,7 +44,10 @@ def _pipeline(target: sim.Target, tiles: int, cores: tuple[int, ...] = (0,), bad
                             (Transfer.contiguous(slot, ddr.base + 0x4000000 + (core * tiles + i) * 4096, 4096),),
                             slot=i % 2))
         per_core[core] = tuple(out)
-    return Plan(cores, (Phase("p", per_core, barrier_after=len(cores) > 1),), "fp32")
+    phases = (Phase("p", per_core, barrier_after=len(cores) > 1),)
+    if len(cores) > 1:
+        phases += (Phase("after", {c: per_core[c][:2] for c in cores}, barrier_after=False),)
+    return Plan(cores, phases, "fp32")
 
 
 def _run(plan: Plan, target: sim.Target, steady: bool, *, numerics: bool = False, until: int | None = None,
@@ -90,6 +94,17 @@ def test_eight_cores_sharing_ddr_skip_together():
     plain, steady = _run(plan, FT78NE, False), _run(plan, FT78NE, True)
     _same(plain, steady)
     assert steady["skips"] and all(len(s.tiles) == 8 for s in steady["skips"])
+
+
+def test_a_core_waiting_at_the_barrier_while_the_others_skip():
+    """Core 1 has 40 tiles and waits at the phase's barrier while core 0 walks 300: its wait, recorded after
+    core 0's skips, is what simulating every period gives."""
+    plan = _pipeline(FT78NE, 300, cores=(0, 1), fewer={1: 40})
+    plain, steady = _run(plan, FT78NE, False), _run(plan, FT78NE, True)
+    _same(plain, steady)
+    assert steady["skips"]
+    waits = [e for e in steady["events"] if e.kind == "barrier_wait" and e.core == 1]
+    assert waits and waits[0].wait_cycles > 100_000
 
 
 def test_numerics_of_skipped_tiles_run_on_their_own_bytes():
