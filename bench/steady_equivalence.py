@@ -56,44 +56,51 @@ def _run(chip: str, plan: Plan, steady: bool, seed: int) -> dict:
             "memory": m.memory.snapshot(), "skips": eng.skips}
 
 
+def check_kernel(kernel: str, examples: int, scale: int, seed: int) -> dict:
+    """Run the drawn calls of ``kernel``; their counts, and ``failure`` naming the first call that disagrees."""
+    counts: dict = {"calls": 0, "with skips": 0, "tiles skipped": 0, "failure": None}
+
+    @settings(max_examples=examples, deadline=None, database=None, derandomize=False,
+              suppress_health_check=list(HealthCheck))
+    @given(data=st.data())
+    def check(data: st.DataObject) -> None:
+        chip, symbol, args = data.draw(tiling_property.calls(kernel, scale=scale))
+        m = sim.Simulator(chip, tuning_cache=False)
+        try:
+            call = m.bind(symbol, **args)
+            space = m.kernel_of(call).tiling_space(call, m.context(call))
+            pool, _ = space.completions({}, 64)
+            if not pool:
+                return
+            plan = m.plan_bound(call, data.draw(st.sampled_from(pool)))
+        except (DoesNotFit, sim.SimError):
+            return
+        plain, steady = _run(chip, plan, False, seed), _run(chip, plan, True, seed)
+        counts["calls"] += 1
+        counts["with skips"] += bool(steady["skips"])
+        counts["tiles skipped"] += sum(s.periods * sum(n for _, n in s.tiles) for s in steady["skips"])
+        for key in ("cycles", "events", "sim_events", "effects", "memory"):
+            if plain[key] != steady[key]:
+                counts["failure"] = f"{kernel}: {key} differ for {chip} {symbol} {args}"
+                raise AssertionError(counts["failure"])
+
+    try:
+        check()
+    except AssertionError:
+        pass
+    return counts
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--examples", type=int, default=40)
     p.add_argument("--scale", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
-    failures: list[str] = []
     for kernel in tiling_property.KERNELS:
-        counts = {"calls": 0, "with skips": 0, "tiles skipped": 0}
-
-        @settings(max_examples=a.examples, deadline=None, database=None, derandomize=False,
-                  suppress_health_check=list(HealthCheck))
-        @given(data=st.data())
-        def check(data: st.DataObject) -> None:
-            chip, symbol, args = data.draw(tiling_property.calls(kernel, scale=a.scale))
-            m = sim.Simulator(chip, tuning_cache=False)
-            try:
-                call = m.bind(symbol, **args)
-                space = m.kernel_of(call).tiling_space(call, m.context(call))
-                pool, _ = space.completions({}, 64)
-                if not pool:
-                    return
-                plan = m.plan_bound(call, data.draw(st.sampled_from(pool)))
-            except (DoesNotFit, sim.SimError):
-                return
-            plain, steady = _run(chip, plan, False, a.seed), _run(chip, plan, True, a.seed)
-            counts["calls"] += 1
-            counts["with skips"] += bool(steady["skips"])
-            counts["tiles skipped"] += sum(s.periods * sum(n for _, n in s.tiles) for s in steady["skips"])
-            for key in ("cycles", "events", "sim_events", "effects", "memory"):
-                if plain[key] != steady[key]:
-                    failures.append(f"{kernel}: {key} differ for {chip} {symbol} {args}")
-                    raise AssertionError(failures[-1])
-
-        try:
-            check()
-        except AssertionError:
-            print(failures[-1])
+        counts = check_kernel(kernel, a.examples, a.scale, a.seed)
+        if counts["failure"]:
+            print(counts["failure"])
             return 1
         print(f"{kernel}: {counts['calls']} calls, {counts['with skips']} with skips, "
               f"{counts['tiles skipped']} tiles skipped; all the same", flush=True)
