@@ -191,7 +191,8 @@ class CallPlanner:
                 self.check(kernel, call, ctx, entry)  # a plan its bound cannot price breaks a rule: say which
                 raise
             return Candidate(tiling, entry.plan, bound,
-                             None if entry.checked else functools.partial(self.check, kernel, call, ctx, entry))
+                             None if entry.checked else functools.partial(self.check, kernel, call, ctx, entry),
+                             entry.roofline(self.target).region_bytes)
 
         try:
             found = search(space, fixed, planner, self.target, self.memory, tolerance, progress)
@@ -261,7 +262,8 @@ class CallPlanner:
                 return Planned(planned[0][1], choice)
             return Planned(self.lower(kernel, call, ctx), TilingChoice(None, "kernel", dropped=tuple(dropped)))
         pick, choice, timing = choose_tiling(
-            [Candidate(c, e.plan, self.lower_bound(e)) for c, e in planned], self.target, self.memory,
+            [Candidate(c, e.plan, self.lower_bound(e), None, e.roofline(self.target).region_bytes)
+             for c, e in planned], self.target, self.memory,
             tolerance, progress)
         choice = replace(choice, dropped=tuple(dropped))
         planned[pick][1].timing = timing

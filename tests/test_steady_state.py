@@ -197,3 +197,18 @@ def test_drawn_calls_run_the_same(kernel, data):
     except (DoesNotFit, sim.SimError):
         assume(False)
     _same(_run(plan, m.target, False), _run(plan, m.target, True))
+
+
+def test_a_buffer_generation_a_wait_has_not_reached_yet_moves_with_the_skip():
+    """A GEMM of one column on two cores (core 1 idle): a tile's wait lists the next A block's fill after its B
+    block's, and that A generation is touched by nothing yet.  The skip must move it with the generations in use,
+    or the wait is left on a generation no tile fills any more (found by bench/steady_equivalence.py)."""
+    m = sim.Simulator("FT78NE", tuning_cache=False)
+    call = m.bind("fp_gemm_s", a=0x80000000, b=0x84000000, c=0x88000000, m=17, n=1, k=2285, trans_a=0, trans_b=0,
+                  beta=0, core_mask=3)
+    plan = m.plan_bound(call, {"split": "n", "c_home": "am", "a_loader": "core0", "a_buffers": 2,
+                               "b_staging": "am", "m_micro": 12, "k_block": 128, "m_panel": 17, "m_block": 17,
+                               "n_block": 1, "n_micro": 32})
+    plain, steady = _run(plan, m.target, False), _run(plan, m.target, True)
+    _same(plain, steady)
+    assert steady["skips"]

@@ -101,6 +101,11 @@ class Dma:
         """Setup done: the bytes move now (in simulated memory); the network starts the stream right after."""
         t, eng = self.t, self.eng
         self.stream_start = cycle_of(self.env)
+        left = eng.bytes_left
+        if left is not None:  # (what the early stop counts: the roofline's bytes, a side each)
+            for region in (self.src[0], self.dst[0]):
+                if region.name in left:
+                    left[region.name] -= self.size_bytes
         if eng.numerics:
             eng.copy_bytes(t, self.core, self.src[1], self.dst[1])
         if eng.effects is not None:

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -137,9 +138,12 @@ class Engine:
         # net.
         self.flow_shapes: dict[tuple, FlowShape] = {}
         self.core_end_cycles: dict[int, int] = {}
-        # A run with a cycle limit: the limit, and each core's compute cycles not started yet.
+        # A run with a cycle limit: the limit, each core's compute cycles not started yet, and with the plan's
+        # bytes per region, those not yet streaming through each shared region and its bandwidth.
         self._limit = 0
         self._compute_left: dict[int, int] | None = None
+        self.bytes_left: dict[str, int] | None = None
+        self._bandwidths: dict[str, Fraction] = {}
         self._walks: list[Walk] = []  # every walk started (dropped when the run is over: :meth:`_abandon`)
         self._buffers: list[PhaseBuffers] = []  # the phases' staged buffers (dropped with the walks)
         self._plan: Plan | None = None  # the plan being run
@@ -156,7 +160,7 @@ class Engine:
         self.rprov: list[tuple | None] | None = None
         self.elog: list[tuple] | None = None
         self.walk_of: dict[int, Walk] = {}  # each core's current walk
-        self.where: dict[int, tuple] = {}  # each core's place: ("walk", phase) / ("barrier", phase, arrival) / ...
+        self.where: dict[int, tuple] = {}  # each core's place: ("walk", phase) / ("barrier", phase) / ("done",)
 
     @property
     def sim_events(self) -> int:
@@ -364,6 +368,12 @@ class Engine:
             if now + left > self._limit:
                 raise _PastLimit
             self._compute_left[core] = left - cycles
+            if self.bytes_left is not None:
+                # The bytes no stream has started yet cross their shared region at its bandwidth at most.
+                ahead = self._limit - now
+                for name, left_bytes in self.bytes_left.items():
+                    if left_bytes > ahead * self._bandwidths[name]:
+                        raise _PastLimit
         return cycles
 
     def record_compute(self, core: int, tile: Tile, phase: str, start: int, index: int = -1) -> None:
@@ -481,11 +491,14 @@ class Engine:
         finally:
             self.events_processed += n
 
-    def run(self, plan: Plan, until_cycles: int | None = None) -> int | None:
+    def run(self, plan: Plan, until_cycles: int | None = None,
+            region_bytes: Mapping[str, int] | None = None) -> int | None:
         """Simulate ``plan``; returns the cycles from launch to the last core's end.
 
-        With ``until_cycles``, stop there and return None if the plan has not
-        finished by then (a candidate already slower than the best one known).
+        With ``until_cycles``, stop there and return None if the plan has not finished by then (a candidate already
+        slower than the best one known), and sooner once it cannot: when a core's computes still to come, or
+        (given ``region_bytes``, the bytes the plan's transfers move through each region, its roofline's) the
+        bytes still to start streaming through a shared region at its bandwidth, outlast the limit.
         """
         if until_cycles is not None:
             # Each core's compute cycles, all of which it runs one after another (the early stop's bound).
@@ -493,6 +506,10 @@ class Engine:
             self._compute_left = {core: sum(compute_cycles(t.compute, self.target) for ph in plan.phases
                                             for t in ph.tiles.get(core, ()) if t.compute is not None)
                                   for core in plan.cores}
+            if region_bytes is not None:
+                shared = [r for r in self.target.regions if r.shared and r.name in region_bytes]
+                self.bytes_left = {r.name: region_bytes[r.name] for r in shared}
+                self._bandwidths = {r.name: _exact(r.bandwidth_bytes_per_cycle) for r in shared}
         self._plan = plan
         self._steady = SteadyState(self, plan) if self.steady_on and SteadyState.worthwhile(plan) else None
         if self._steady is not None:
@@ -530,6 +547,11 @@ class Engine:
     def skips(self) -> tuple[Skip, ...]:
         """The periods the steady state skipped in this run (:class:`sim.engine.steady.Skip`, in order)."""
         return self._skips
+
+
+def _exact(bandwidth: float) -> Fraction:
+    """A bandwidth as the decimal its target file wrote (12.8 is 64/5), as the fluid network takes it."""
+    return Fraction(repr(bandwidth)) if isinstance(bandwidth, float) else Fraction(bandwidth)
 
 
 def _output_error(tile: Tile, core: int, detail: str) -> ComputeOutputError:
@@ -587,16 +609,18 @@ class SimulatedTiming:
 
 def simulate(plan: Plan, target: Target, memory: AddressSpace, *, numerics: bool,
              on_tile: Callable[[int, int], None] | None = None,
-             until_cycles: int | None = None, memo: object = None) -> SimulatedTiming | None:
+             until_cycles: int | None = None, memo: object = None,
+             region_bytes: Mapping[str, int] | None = None) -> SimulatedTiming | None:
     """Run ``plan`` (its numerics too when ``numerics``) and return its timing, effects recorded; None when it
-    has not finished by ``until_cycles``.  (``memo``, an EngineMemo once, is no longer used: passing it warns.)"""
+    has not finished by ``until_cycles`` (or cannot: :meth:`Engine.run`, ``region_bytes``).  (``memo``, an
+    EngineMemo once, is no longer used: passing it warns.)"""
     if memo is not None:
         warnings.warn("simulate(memo=...) is no longer used: what runs remember is kept by value "
                       "(sim.model.memo) and by the memory; drop the argument", DeprecationWarning, stacklevel=2)
     recorder = Recorder()
     effects: list[Effect] = []
     engine = Engine(target, memory, recorder, numerics=numerics, on_tile=on_tile, effects=effects)
-    cycles = engine.run(plan, until_cycles=until_cycles)
+    cycles = engine.run(plan, until_cycles=until_cycles, region_bytes=region_bytes)
     if cycles is None:
         return None
     return SimulatedTiming(cycles, tuple(recorder.events), engine.sim_events, tuple(effects))

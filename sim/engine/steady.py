@@ -89,6 +89,7 @@ class _Mark:
     records: int
     effects: int
     compute_left: dict[int, int] | None
+    bytes_left: dict[str, int] | None  # (the early stop's count of bytes not yet streaming, per shared region)
 
 
 class SteadyState:
@@ -184,7 +185,7 @@ class SteadyState:
                 places.append(where[:2])  # (its arrival, reported as it was, does not change what comes)
             else:
                 places.append(where)
-        gen_base, gen_high, live = self._buffers(walks)
+        gen_base, gen_high, live = self._buffers(walks, low)
         d = _Describer(now, base, gen_base)
         buffers = tuple((key, tuple(d.generation(pb.gens[(key[1], g)]) if (key[1], g) in pb.gens else None
                                     for g in range(gen_base[key], gen_high[key] + 1)))
@@ -195,7 +196,8 @@ class SteadyState:
         counts = {(key, g - gen_base[key]): (pb.gens[(key[1], g)].fills_left, pb.gens[(key[1], g)].uses_left)
                   for key, pb in live for g in range(gen_base[key], gen_high[key] + 1) if (key[1], g) in pb.gens}
         mark = _Mark(now, base, issued, low, gen_base, gen_high, counts, events, len(eng.recorder.events),
-                     len(eng.elog or ()), dict(eng._compute_left) if eng._compute_left is not None else None)
+                     len(eng.elog or ()), dict(eng._compute_left) if eng._compute_left is not None else None,
+                     dict(eng.bytes_left) if eng.bytes_left is not None else None)
         return sig, mark
 
     def _lowest_in_use(self, walk: Walk) -> int:
@@ -207,12 +209,22 @@ class SteadyState:
         self._low[id(walk)] = k
         return min(k, walk.i)
 
-    def _buffers(self, walks: list[Walk]) -> tuple[dict, dict, list]:
-        """Each (phase, buffer)'s lowest generation in use and highest touched, and its phase's buffers."""
+    def _buffers(self, walks: list[Walk], low: dict[int, int]) -> tuple[dict, dict, list]:
+        """Each (phase, buffer)'s lowest generation in use and highest touched (counted, waited for, or named by
+        a tile issued and not done: its gates may sit in a wait not reached yet), and its phase's buffers."""
         gen_base: dict[tuple[int, str], int] = {}
         gen_high: dict[tuple[int, str], int] = {}
         out: list[tuple[tuple[int, str], PhaseBuffers]] = []
         seen: set[int] = set()
+        named: dict[tuple[int, str], int] = {}
+        for walk in walks:
+            for j in range(low[walk.core], walk.issued):
+                tile = walk.tiles[j]
+                for ref in tile.fills + tile.uses:
+                    name, g = parse_buffer_ref(ref)
+                    key = (walk.phase_index, name)
+                    if g > named.get(key, -1):
+                        named[key] = g
         for walk in walks:
             pb = walk.buffers
             if pb is None or id(pb) in seen:
@@ -232,11 +244,11 @@ class SteadyState:
                     at += 1
                 self._first_live[(id(pb), name)] = at
                 lo = gs[at] if at < len(gs) else gs[-1] + 1
-                hi = lo - 1
+                key = (walk.phase_index, name)
+                hi = max(lo - 1, named.get(key, -1))
                 for g in gs[at:]:
                     if not _pristine(pb, name, g):
-                        hi = g
-                key = (walk.phase_index, name)
+                        hi = max(hi, g)
                 gen_base[key], gen_high[key] = lo, hi
                 out.append((key, pb))
         return gen_base, gen_high, out
@@ -410,6 +422,10 @@ class SteadyState:
             assert a.compute_left is not None and b.compute_left is not None
             for core in eng._compute_left:
                 eng._compute_left[core] -= periods * (a.compute_left[core] - b.compute_left[core])
+        if eng.bytes_left is not None:
+            assert a.bytes_left is not None and b.bytes_left is not None
+            for name in eng.bytes_left:
+                eng.bytes_left[name] -= periods * (a.bytes_left[name] - b.bytes_left[name])
         eng.offset += periods * period
         self._pairs.clear()
         self._first_live.clear()

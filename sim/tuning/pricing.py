@@ -41,6 +41,9 @@ class Candidate:
     plan: Plan
     lower_bound_cycles: float
     verify: Callable[[], None] | None = None
+    #: Bytes the plan's transfers move through each region (its roofline's): what lets a run that cannot end by
+    #: the search's limit stop sooner (:meth:`sim.engine.engine.Engine.run`).
+    region_bytes: Mapping[str, int] | None = None
 
 
 class Planner(Protocol):
@@ -152,7 +155,7 @@ class Pricing:
                 tick = _TileCounter(self.progress, "pricing tilings", self.done_tiles, self.total_tiles)
             try:
                 timing = simulate(cand.plan, self.target, self.memory, numerics=False,
-                                  on_tile=tick, until_cycles=limit)
+                                  on_tile=tick, until_cycles=limit, region_bytes=cand.region_bytes)
             except TimeLimitError:
                 raise  # the call's time ran out: nothing to do with this plan
             except Exception:
