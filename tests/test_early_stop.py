@@ -42,17 +42,17 @@ def _run(plan: Plan, until: int | None, region_bytes: dict | None) -> tuple[int 
 
 @pytest.mark.parametrize("margin", [0, 1, 1000])
 def test_a_run_that_ends_by_the_limit_is_never_stopped(margin):
-    plan = _ddr_bound_plan(40)
+    plan = _ddr_bound_plan(24)
     full, _ = _run(plan, None, None)
     rf = roofline(plan, FT78NE)
     assert _run(plan, full + margin, rf.region_bytes)[0] == full
 
 
 def test_a_ddr_bound_run_past_the_limit_stops_early():
-    plan = _ddr_bound_plan(40)
+    plan = _ddr_bound_plan(24)
     full, events = _run(plan, None, None)
-    # 8 x 40 x 64 KiB through DDR at 20 B/cycle: no run is shorter than this (hand-derived).
-    assert full >= 8 * 40 * 65536 / 20
+    # 8 x 24 x 64 KiB through DDR at 20 B/cycle: no run is shorter than this (hand-derived).
+    assert full >= 8 * 24 * 65536 / 20
     rf = roofline(plan, FT78NE)
     limit = int(full * 0.95)
     plain, plain_events = _run(plan, limit, None)

@@ -159,18 +159,29 @@ def test_turned_off_it_never_skips(monkeypatch):
     assert eng.skips == ()
 
 
-@pytest.mark.parametrize("kernel,chip,prefix,size,skips", [
-    ("batch_norm_grad", "MT7004", "hp", "large", True), ("fused_batch_norm_grad", "MT7004", "fp", "large", True),
-    ("fake_quant_with_min_max_vars_gradient", "FT78NE", "fp", "medium", False),
-    ("conv2d_backprop_filter", "MT7004", "hp", "medium", False),
-    ("depthwise_conv2d_backprop_input", "MT7004", "hp", "large", True), ("gemm", "FT78NE", "fp", "medium", True)])
-def test_every_kernels_example_runs_the_same_with_its_numerics(kernel, chip, prefix, size, skips):
-    """An example's plan (the search's pick), numerics on: cycles, trace, effects, outputs; ``skips``: the plan
-    is long enough to skip periods (the others' plans are too short to look at)."""
+#: Each kernel's example with the tiling the search picks for it (given, so the test does not search).
+EXAMPLES = [
+    ("batch_norm_grad", "MT7004", "hp", "large", {"split": "rows", "tile_elements": 14154}, True),
+    ("fused_batch_norm_grad", "MT7004", "fp", "large", {"split": "rows", "tile_elements": 7216}, True),
+    ("fake_quant_with_min_max_vars_gradient", "FT78NE", "fp", "medium", {"cores": 4, "tile_elements": 32704},
+     False),
+    ("conv2d_backprop_filter", "MT7004", "hp", "medium",
+     {"split": "spatial", "in_c_slice": 64, "out_c_slice": 64}, False),
+    ("depthwise_conv2d_backprop_input", "MT7004", "hp", "large",
+     {"channel_parts": 2, "tile_channels": 32, "tile_cols": 112, "tile_rows": 8}, True),
+    ("gemm", "FT78NE", "fp", "medium", {"split": "n", "c_home": "am", "a_loader": "core0", "a_buffers": 2,
+                                        "b_staging": "am", "m_micro": 8, "k_block": 256, "m_panel": 16,
+                                        "m_block": 256, "n_block": 64, "n_micro": 64}, True)]
+
+
+@pytest.mark.parametrize("kernel,chip,prefix,size,tiling,skips", EXAMPLES)
+def test_every_kernels_example_runs_the_same_with_its_numerics(kernel, chip, prefix, size, tiling, skips):
+    """An example's plan, numerics on: cycles, trace, effects, outputs; ``skips``: the plan is long enough to
+    skip periods (the others' plans are too short to look at)."""
     e = example(kernel, size, chip, prefix)
     m = sim.Simulator(chip, tuning_cache=False)
     e.place(m.write)
-    _, plan = m.plan(e.symbol, **e.args)
+    _, plan = m.plan(e.symbol, tiling=tiling, **e.args)
     fill = {d.addr: arr for d, arr in zip(e.data, (d.array() for d in e.data)) if d.core is None}
     outputs = {o.addr: np.zeros(o.shape, o.dtype) for o in e.outputs}
     plain = _run(plan, m.target, False, numerics=True, fill={**fill, **outputs})
