@@ -469,7 +469,7 @@ def loop_resource_cycles(loop: Loop, core: CoreModel) -> int:
     return int(loop.trips) * int(loop.entries) * _priced(loop, core)[0].resource_ii
 
 
-class _RegionOf:
+class RegionOf:
     """``MemoryMap.region_at``, answering at once for an address in the region it found last (a plan's
     transfers mostly alternate between two or three regions)."""
 
@@ -497,7 +497,7 @@ def roofline(plan: Plan, target: Target) -> Roofline:
     region_rows: dict[str, int] = defaultdict(int)  # DRAM rows opened (sim.model.dram), per region with rows
     core_bytes: dict[int, int] = defaultdict(int)  # bytes through each core's DMA engines
     loops_of: dict[int, int] = {}  # id(compute) -> its loops at their resource II: tiles share computes
-    region_of = _RegionOf(mmap)
+    region_of = RegionOf(mmap)
     synced = False
     for phase in plan.phases:
         for core, tiles in phase.tiles.items():

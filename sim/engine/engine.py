@@ -43,7 +43,7 @@ from sim.engine.buffers import PhaseBuffers
 from sim.engine.clock import cycle_of, discard_pending
 from sim.engine.dma import Dma
 from sim.engine.events import Recorder, TraceEvent
-from sim.engine.fluid import FlowNetwork, FlowShape, Link
+from sim.engine.fluid import FlowNetwork, FlowShape, Link, exact_capacity
 from sim.engine.steady import Skip, SteadyState
 from sim.engine.sync import Rendezvous
 from sim.engine.units import Group, Units
@@ -509,7 +509,7 @@ class Engine:
             if region_bytes is not None:
                 shared = [r for r in self.target.regions if r.shared and r.name in region_bytes]
                 self.bytes_left = {r.name: region_bytes[r.name] for r in shared}
-                self._bandwidths = {r.name: _exact(r.bandwidth_bytes_per_cycle) for r in shared}
+                self._bandwidths = {r.name: exact_capacity(r.bandwidth_bytes_per_cycle) for r in shared}
         self._plan = plan
         self._steady = SteadyState(self, plan) if self.steady_on and SteadyState.worthwhile(plan) else None
         if self._steady is not None:
@@ -547,11 +547,6 @@ class Engine:
     def skips(self) -> tuple[Skip, ...]:
         """The periods the steady state skipped in this run (:class:`sim.engine.steady.Skip`, in order)."""
         return self._skips
-
-
-def _exact(bandwidth: float) -> Fraction:
-    """A bandwidth as the decimal its target file wrote (12.8 is 64/5), as the fluid network takes it."""
-    return Fraction(repr(bandwidth)) if isinstance(bandwidth, float) else Fraction(bandwidth)
 
 
 def _output_error(tile: Tile, core: int, detail: str) -> ComputeOutputError:

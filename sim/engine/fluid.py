@@ -95,6 +95,11 @@ def _ratio(value: object, what: str) -> tuple[int, int]:
     return value.numerator, value.denominator
 
 
+def exact_capacity(value: Capacity, what: str = "capacity") -> Fraction:
+    """``value`` as the exact Fraction a link of that capacity has (FlowError naming ``what`` if it is none)."""
+    return Fraction(*_ratio(value, what))
+
+
 def _add(n: int, d: int, an: int, ad: int) -> tuple[int, int]:
     """n/d + an/ad, reduced (d, ad > 0)."""
     if d == 1 and ad == 1:

@@ -4,7 +4,7 @@ A pipeline of identical tiles settles into a period: every T cycles each core is
 pending (the SimPy events, each stream's remaining bytes and rate, the DMA engines' queues, the staged buffers'
 fills and uses, each walk's loads and slots) looks the same, relative to now and to each core's tile.  Each time
 the watched walk (the first core's with tiles in its phase) begins a compute, :meth:`SteadyState.look` writes that
-state down as a :func:`signature`: cycles relative to now, tiles relative to each core's current one, buffer
+state down as its signature: cycles relative to now, tiles relative to each core's current one, buffer
 generations relative to the lowest one still in use.  Timing is deterministic and depends on the bytes only
 through the tiles' shapes, so when a signature comes back T cycles later, the run from there repeats the run
 since, as long as the tiles ahead repeat too: tile j + p_c of every core has tile j's transfers (regions, bytes,
@@ -19,8 +19,10 @@ buffers' fill and use counts repeat.  The largest number K of periods for which 
   cycles k * T later; with numerics, the copies and computes are carried out in that order.
 
 So a skip gives exactly what simulating the periods would: the same cycles, trace, memory and counts (the tests
-compare every kernel's runs with and without it).  Plans with synchronised transfers and recorders other than a
-plain :class:`~sim.engine.events.Recorder` run without.  ``DSPSIM_NO_STEADY=1`` turns it off for a process.
+compare every kernel's runs with and without it).  A run stops looking once a synchronised transfer is programmed,
+and no tile with one counts as repeating; runs with a recorder other than a plain
+:class:`~sim.engine.events.Recorder`, and walks of fewer than :data:`MIN_TILES` tiles, are not looked at.
+``DSPSIM_NO_STEADY=1`` turns it off for a process.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from sim.engine.walk import Loaded, StagedLanded, StartLoads, StartStaging, Stor
 from sim.errors import MemoryFault
 from sim.model.memory import MAX_ACCESS_BYTES
 from sim.model.plan import Plan, Tile, parse_buffer_ref
-from sim.model.target import Region
+from sim.timing import RegionOf
 
 if TYPE_CHECKING:
     from sim.engine.engine import Engine
@@ -105,7 +107,7 @@ class SteadyState:
         self._pairs: dict[tuple, dict[int, bool]] = {}  # (walk, p, q) -> tile j -> whether tile j + p repeats it
         self._names: dict[int, list[tuple[str, list[int]]]] = {}  # id(phase buffers) -> each buffer's generations
         self._first_live: dict[tuple[int, str], int] = {}  # (id(phase buffers), buffer) -> lowest unfinished
-        self._recent: tuple[Region, ...] = ()
+        self._region_at = RegionOf(eng.memory.map)  # (a plan's transfers keep to a few regions)
         self.fingerprints: set[tuple] = set()
         self.boundaries = 0  # boundaries so far
         self.stride, self.misses = 1, 0  # look at every stride-th; looks since the stride last changed
@@ -353,8 +355,8 @@ class SteadyState:
             # The same block at other addresses: the same ends if each side stays in one region, whole bursts and
             # whole DRAM rows away (a shift by whole rows only renames the banks).
             for moved, (lo, hi) in ((ty.src - tr.src, tr.span("src")), (ty.dst - tr.dst, tr.span("dst"))):
-                region = self._region_of(lo, hi - lo)
-                if region is None or hi - lo > MAX_ACCESS_BYTES:
+                region = self._region_at(lo)
+                if region is None or hi - lo > MAX_ACCESS_BYTES or not region.contains(lo, hi - lo):
                     break
                 period = region.burst_bytes if region.rows is None else math.lcm(region.burst_bytes,
                                                                                  region.rows.row_bytes)
@@ -367,17 +369,6 @@ class SteadyState:
         except MemoryFault:
             return False
         return ends[:3] == other[:3] and ends[4:] == other[4:]
-
-    def _region_of(self, addr: int, size: int) -> Region | None:
-        """The region wholly holding the bytes (the ones asked for last tried first: a plan's transfers keep to a
-        few regions)."""
-        for recent in self._recent:
-            if recent.contains(addr, size):
-                return recent
-        region = self.eng.memory.map.region_of(addr, size)
-        if region is not None:
-            self._recent = (region, *self._recent[:3])
-        return region
 
     def _counts_repeat(self, key: tuple[int, str], lo: int, hi: int, by: int) -> int:
         """How many periods of ``by`` generations the plan's fill and use counts of buffer ``key`` repeat for,
