@@ -36,6 +36,20 @@ MIN_EFFECT = 1e-3
 #: counts are whole numbers, so a tighter tolerance only chases their rounding, one evaluation (a simulation of
 #: every measurement) after another.
 FIT_TOLERANCE = 1e-4
+
+#: The cycles of the measurements on each target document simulated so far (by the document's text): whole-cycle
+#: parameters are rounded as a file holds them, so a step of the fit or of a probe often lands on a document
+#: already simulated, and a simulation is deterministic.  Cleared at every calibration.
+_SIMULATED: dict[tuple[str, int], np.ndarray] = {}
+
+
+def _simulated(doc: Mapping, measurements: Sequence[Measurement]) -> np.ndarray:
+    """:func:`~sim.calibrate.parameters.simulate`, once per distinct document and measurements."""
+    key = (repr(doc), id(measurements))
+    got = _SIMULATED.get(key)
+    if got is None:
+        got = _SIMULATED[key] = simulate(doc, measurements)
+    return got.copy()
 #: The fit keeps each parameter within this factor of the target's value; one that ends at that bound is
 #: not identified by the measurements.
 MAX_DRIFT = 1e3
@@ -134,7 +148,7 @@ def _sensitivity(doc: Mapping, measurements: Sequence[Measurement], names: Seque
         sides: list[np.ndarray | None] = []
         for factor in (PROBE_FACTOR, 1 / PROBE_FACTOR):
             try:
-                sides.append(simulate(with_parameters(doc, dict(values, **{n: values[n] * factor})), measurements))
+                sides.append(_simulated(with_parameters(doc, dict(values, **{n: values[n] * factor})), measurements))
             except SimError:
                 sides.append(None)
             bar.advance()
@@ -239,6 +253,7 @@ def calibrate(doc: Mapping, measurements: Sequence[Measurement], names: Sequence
         raise ConfigError(f"a measurement cannot run on the starting target: {e}") from None
     cycles_before = np.array([run.cycles for run in runs], dtype=np.float64)
     measurements = pinned(measurements, runs)  # the starting target's tilings, for every evaluation
+    _SIMULATED.clear()
     with PhaseBar("calibrate: probing which parameters the measurements respond to", progress,
                   total=2 * len(names), unit="probe") as bar:
         sens = _sensitivity(doc, measurements, names, start, cycles_before, bar)
@@ -257,7 +272,7 @@ def calibrate(doc: Mapping, measurements: Sequence[Measurement], names: Sequence
 
     def residuals(x: np.ndarray, free: list[str]) -> np.ndarray:
         bar.advance()
-        return (simulate(with_parameters(doc, trial(x, free)), measurements) - measured) / measured
+        return (_simulated(with_parameters(doc, trial(x, free)), measurements) - measured) / measured
 
     lim = {n: _limits(n, start[n]) for n in names}
     fitted = dict(start)
@@ -278,7 +293,7 @@ def calibrate(doc: Mapping, measurements: Sequence[Measurement], names: Sequence
                                f"target's {start[n]:.4g}: the measurements do not pin it down")
         if at_limit:
             continue
-        base = simulate(with_parameters(doc, fitted), measurements)
+        base = _simulated(with_parameters(doc, fitted), measurements)
         with PhaseBar("calibrate: checking the fitted parameters are identified", progress,
                       total=2 * len(free), unit="probe") as bar:
             sens = _sensitivity(doc, measurements, free, fitted, base, bar)
@@ -291,6 +306,7 @@ def calibrate(doc: Mapping, measurements: Sequence[Measurement], names: Sequence
     with PhaseBar(f"calibrate: simulating {n_meas} measurements on the fitted target", progress,
                   total=n_meas, unit="call") as bar:
         cycles_after = simulate(fitted_doc, measurements, on_call=bar.advance)
+    _SIMULATED.clear()
     return Calibration(before=start, after=after, measured=measured, cycles_before=cycles_before,
                        cycles_after=cycles_after, document=fitted_doc,
                        unidentified={n: unidentified[n] for n in names if n in unidentified})
