@@ -30,6 +30,7 @@ from sim.model.plan_check import check_plan
 from sim.model.target import StagingArea, Target
 from sim.model.tiling import TilingSpace
 from sim.plan_cache import CachedPlan, PlanCache
+from sim.startup import startup
 from sim.timing import loop_cycles, run_lower_bound_cycles, serial_compute_cycles
 from sim.tuning import (
     MAX_PLAN_TILES,
@@ -276,10 +277,11 @@ class CallPlanner:
 
     def lower_bound(self, entry: CachedPlan) -> float:
         """Cycles no run of ``entry``'s plan can beat: its roofline's resources after what must precede them, and
-        the launch plus the busiest core's computes one after another."""
+        each core's computes one after another after what must land before its first (:mod:`sim.startup`)."""
         serial = serial_compute_cycles(entry.plan, self.target)
         return max(run_lower_bound_cycles(entry.roofline(self.target), self.target),
-                   self.target.launch_overhead_cycles + max(serial.values(), default=0))
+                   self.target.launch_overhead_cycles + max(serial.values(), default=0),
+                   startup(entry.plan, self.target).bound_cycles(serial))
 
     # -- the on-disk tuning cache ---------------------------------------------------------------------------
 

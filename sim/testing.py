@@ -25,6 +25,7 @@ from sim.model.layout import enforce_layout
 from sim.model.plan import DoesNotFit
 from sim.model.target import Target
 from sim.simulator import Simulator, find_symbol
+from sim.startup import startup
 from sim.timing import roofline, run_lower_bound_cycles, serial_compute_cycles
 from sim.tuning import MAX_COMPLETIONS, MAX_PLAN_TILES, prefilter
 
@@ -109,7 +110,8 @@ def check_tiling_space(chip: str | Target, symbol: str, args: Mapping[str, Any],
             if space.bound is not None:  # the bound from the tiling alone never exceeds the plan's own
                 serial = serial_compute_cycles(plan, m.target)
                 plan_bound = max(run_lower_bound_cycles(roofline(plan, m.target), m.target),
-                                 m.target.launch_overhead_cycles + max(serial.values(), default=0))
+                                 m.target.launch_overhead_cycles + max(serial.values(), default=0),
+                                 startup(plan, m.target).bound_cycles(serial))
                 assert space.bound(t) <= plan_bound, (symbol, t, space.bound(t), plan_bound)
     try:
         plan, choice = m.plan_bound_with_choice(call)

@@ -22,7 +22,7 @@ import math
 import warnings
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import TypeVar, cast
 
@@ -450,6 +450,11 @@ class Roofline:
     region_bytes: Mapping[str, int]
     flops_by_precision: Mapping[str, int] = field(default_factory=dict)
     busiest_core_cycles: Mapping[str, float] = field(default_factory=dict)
+    #: A plan of several cores whose phases a barrier separates: per segment between barriers (in order), the
+    #: cycles each resource needs for that segment's work, as ``busiest_core_cycles`` and the regions' entries of
+    #: ``resource_cycles`` count the whole plan's.  No segment's work overlaps another's, so a run takes at least
+    #: their sum (:func:`run_lower_bound_cycles`).  Empty for a plan of one segment.
+    segment_cycles: tuple[Mapping[str, float], ...] = ()
 
     @property
     def cycles(self) -> float:
@@ -499,53 +504,85 @@ def roofline(plan: Plan, target: Target) -> Roofline:
     loops_of: dict[int, int] = {}  # id(compute) -> its loops at their resource II: tiles share computes
     region_of = RegionOf(mmap)
     synced = False
-    for phase in plan.phases:
-        for core, tiles in phase.tiles.items():
-            for tile in tiles:
-                c = tile.compute
-                if c is not None:
-                    flops_by_prec[c.precision] += c.flops
-                    cycles_of_c = loops_of.get(id(c))
-                    if cycles_of_c is None:
-                        cycles_of_c = loops_of[id(c)] = sum(loop_resource_cycles(loop, core_model)
-                                                            for loop in c.loops)
-                    loop_cycles_by_core[core] += cycles_of_c
-                for t in tile.loads + tile.stores:
-                    size = t.size_bytes
-                    core_bytes[core] += size
-                    if t.sync is not None:
-                        synced = True  # its memory side is its group's (below)
-                        continue
-                    for side in ("src", "dst"):
-                        r = region_of(t.span(side)[0])  # the block's lowest byte
-                        if r is not None:
-                            region_bytes[r.name] += size
-                            if r.rows is not None:
-                                region_rows[r.name] += side_rows(t, side, r).activations
+    n = len(plan.cores)
+    # Barriers cut a plan of several cores into segments that run one after another (each counted apart too).
+    cuts = [i + 1 for i, phase in enumerate(plan.phases[:-1]) if phase.barrier_after] if n > 1 else []
+    segments: list[tuple[dict[int, int], dict[str, int], dict[str, int], dict[int, int]]] = []
+    for lo, hi in zip([0, *cuts], [*cuts, len(plan.phases)]):
+        seg = (loop_cycles_by_core, region_bytes, region_rows, core_bytes) if not cuts else (
+            defaultdict(int), defaultdict(int), defaultdict(int), defaultdict(int))
+        seg_loops, seg_bytes, seg_rows, seg_core_bytes = seg
+        for phase in plan.phases[lo:hi]:
+            for core, tiles in phase.tiles.items():
+                for tile in tiles:
+                    c = tile.compute
+                    if c is not None:
+                        flops_by_prec[c.precision] += c.flops
+                        cycles_of_c = loops_of.get(id(c))
+                        if cycles_of_c is None:
+                            cycles_of_c = loops_of[id(c)] = sum(loop_resource_cycles(loop, core_model)
+                                                                for loop in c.loops)
+                        seg_loops[core] += cycles_of_c
+                    for t in tile.loads + tile.stores:
+                        size = t.size_bytes
+                        seg_core_bytes[core] += size
+                        if t.sync is not None:
+                            synced = True  # its memory side is its group's (below)
+                            continue
+                        for side in ("src", "dst"):
+                            r = region_of(t.span(side)[0])  # the block's lowest byte
+                            if r is not None:
+                                seg_bytes[r.name] += size
+                                if r.rows is not None:
+                                    seg_rows[r.name] += side_rows(t, side, r).activations
+        if cuts:
+            if synced:
+                _synced_memory(replace(plan, phases=plan.phases[lo:hi]), region_of, seg_bytes, seg_rows)
+                synced = False
+            segments.append(seg)
+            for total, part in zip((loop_cycles_by_core, region_bytes, region_rows, core_bytes), seg):
+                for key, value in part.items():
+                    total[key] += value  # type: ignore[index]
     if synced:
         _synced_memory(plan, region_of, region_bytes, region_rows)
-    n = len(plan.cores)
-    cycles: dict[str, float] = {}
+    cycles = _resource_cycles(target, n, region_bytes, region_rows)
     # Every core's loops at their resource II spread over the call's cores: an idle or underloaded core is work
     # the plan could have given it.  The busiest core's alone bounds this plan's runs.
     cycles["compute"] = sum(loop_cycles_by_core.values()) / n if n else 0
-    busiest = {"compute": float(max(loop_cycles_by_core.values(), default=0))}
+    busiest = _busiest(target, loop_cycles_by_core, core_bytes)
+    if core_bytes:
+        rate = target.dma.engines_per_core * target.dma.engine_bytes_per_cycle
+        cycles[DMA_ENGINES] = sum(core_bytes.values()) / n / rate
+    return Roofline(resource_cycles=dict(cycles), total_flops=sum(flops_by_prec.values()),
+                    region_bytes=dict(region_bytes), flops_by_precision=dict(flops_by_prec),
+                    busiest_core_cycles=busiest,
+                    segment_cycles=tuple({**_resource_cycles(target, n, b, r), **_busiest(target, lc, cb)}
+                                         for lc, b, r, cb in segments))
+
+
+def _resource_cycles(target: Target, cores: int, region_bytes: Mapping[str, int],
+                     region_rows: Mapping[str, int]) -> dict[str, float]:
+    """Each region's bytes over its bandwidth and each DRAM's rows over its activation rate (the roofline's)."""
+    cycles: dict[str, float] = {}
     for name, b in region_bytes.items():
         r = target.region(name)
         # Whatever the transfers, a region never delivers more than its bandwidth (each core's own copy of a
         # private region its own), and a lone transfer may take all of it.
-        cycles[name] = b / (r.bandwidth_bytes_per_cycle * (1 if r.shared else n))
+        cycles[name] = b / (r.bandwidth_bytes_per_cycle * (1 if r.shared else cores))
     for name, activations in region_rows.items():
         # Every row a transfer opens goes through its DRAM's activation rate (tFAW), shared as its bandwidth is.
         r = target.region(name)
-        cycles[rows_resource(name)] = activations / (float(activation_rate(r)) * (1 if r.shared else n))
+        cycles[rows_resource(name)] = activations / (float(activation_rate(r)) * (1 if r.shared else cores))
+    return cycles
+
+
+def _busiest(target: Target, loop_cycles_by_core: Mapping[int, int], core_bytes: Mapping[int, int]) -> dict[str, float]:
+    """The busiest core's loops at their resource II and its DMA engines' bytes at their total rate."""
+    busiest = {"compute": float(max(loop_cycles_by_core.values(), default=0))}
     if core_bytes:
-        rate = target.dma.engines_per_core * target.dma.engine_bytes_per_cycle
-        cycles[DMA_ENGINES] = sum(core_bytes.values()) / n / rate
-        busiest[DMA_ENGINES] = max(core_bytes.values()) / rate
-    return Roofline(resource_cycles=dict(cycles), total_flops=sum(flops_by_prec.values()),
-                    region_bytes=dict(region_bytes), flops_by_precision=dict(flops_by_prec),
-                    busiest_core_cycles=busiest)
+        busiest[DMA_ENGINES] = max(core_bytes.values()) / (target.dma.engines_per_core
+                                                           * target.dma.engine_bytes_per_cycle)
+    return busiest
 
 
 def _synced_memory(plan: Plan, region_of: Callable[[int], Region | None], region_bytes: dict[str, int],
@@ -574,21 +611,33 @@ def _synced_memory(plan: Plan, region_of: Callable[[int], Region | None], region
 
 def run_lower_bound_cycles(rf: Roofline, target: Target) -> float:
     """Cycles no run of the plan whose roofline is ``rf`` can beat: its roofline's resources, each after what
-    must come before it and with what must follow it.
+    must come before it and with what must follow it; and for a plan that barriers cut into segments, the sum of
+    each segment's own such bound and the barriers' latency (a segment starts once every core has finished the
+    one before: its stores landed, the barrier released).
 
     Nothing runs before the launch; no byte streams before a DMA engine is programmed (its setup); and the last
     byte through a region lands at least that region's access latency after it streamed (a transfer lands the
     slower end's latency after its stream), while a core ends only once its stores have landed.  The tiling
     search leaves out a candidate whose bound shows it cannot win.
     """
-    launch, setup = target.launch_overhead_cycles, target.dma.setup_cycles
-    per_plan = {**rf.resource_cycles, **rf.busiest_core_cycles}  # this plan's busiest core, not an even spread
-    bound = launch + per_plan.get("compute", 0)
+    launch = target.launch_overhead_cycles
+    bound = launch + _resources_bound(target, {**rf.resource_cycles, **rf.busiest_core_cycles})
+    if rf.segment_cycles:
+        bound = max(bound, launch + sum(_resources_bound(target, seg) for seg in rf.segment_cycles)
+                    + (len(rf.segment_cycles) - 1) * target.barrier_latency_cycles)
+    return bound
+
+
+def _resources_bound(target: Target, per_plan: Mapping[str, float]) -> float:
+    """The cycles after the launch that ``per_plan``'s resources (a plan's busiest core's compute and DMA engines,
+    its regions) need, each after the DMA setup and with the region's latency after it."""
+    setup = target.dma.setup_cycles
+    bound = per_plan.get("compute", 0)
     for name, cycles in per_plan.items():
         if name == "compute":
             continue
         after = 0 if name == DMA_ENGINES else target.region(region_of_resource(name)).latency_cycles
-        bound = max(bound, launch + setup + cycles + after)
+        bound = max(bound, setup + cycles + after)
     return bound
 
 

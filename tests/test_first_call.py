@@ -47,10 +47,21 @@ def _exhaustive_pick(ex, tilings, place: bool = True) -> tuple[dict, list[tuple[
         except sim.LayoutError:  # a candidate that does not fit is dropped by the search too
             continue
         rows.append((dict(cand), run.cycles, run.plan.tile_count))
+        assert _plan_bound(run, m.target) <= run.cycles, cand  # the bound the search leaves candidates out by
     best = min(c for _, c, _ in rows)
     tied = [i for i, (_, c, _) in enumerate(rows) if c <= best * (1 + TILING_TOLERANCE)]
     pick = min(tied, key=lambda i: (rows[i][2], rows[i][1], i))
     return rows[pick][0], rows
+
+
+def _plan_bound(run: sim.Run, target: sim.Target) -> float:
+    """The search's lower bound of ``run``'s plan (sim.planning.CallPlanner.lower_bound): its roofline's
+    resources, barrier segments included, and each core's computes after its first ones' loads."""
+    from sim.startup import startup
+    from sim.timing import serial_compute_cycles
+    serial = serial_compute_cycles(run.plan, target)
+    return max(run_lower_bound_cycles(run.roofline, target), target.launch_overhead_cycles + max(serial.values()),
+               startup(run.plan, target).bound_cycles(serial))
 
 
 def _fitting(ex) -> list[dict]:

@@ -39,8 +39,10 @@ class GemmPlanner(GemmSpace):
         super().__init__(call, ctx)
         self.space = self._space()
 
-    def build(self, t: GemmTiling) -> Plan:
-        """The plan of tiling ``t``: one phase, staged buffers instead of barriers."""
+    def build(self, t: GemmTiling, first_only: bool = False) -> Plan:
+        """The plan of tiling ``t``: one phase, staged buffers instead of barriers (split k: then the reduce
+        phase).  ``first_only``: each core's tiles only up to its first compute tile, the first phase only (what
+        :func:`sim.startup.startup` looks at: the tiling space's bound)."""
         g, ctx = self.g, self.ctx
         lay = self.layout(t)
         n_slots = lay.am.slots
@@ -149,7 +151,8 @@ class GemmPlanner(GemmSpace):
                 kr = self._core_k(t, core, s)
                 panels = self._panels(t, core, s) if col is not None and kr is not None else []
                 # The next blocks stream while this step computes: a piece after each of its tiles.
-                ahead = staging(core, i + 1, max(1, len(panels))) if i + 1 < len(steps) else []
+                ahead = staging(core, i + 1, max(1, len(panels))) if i + 1 < len(steps) and not (
+                    first_only and panels) else []
                 if not panels:
                     for staged, fills, uses in ahead:
                         add(core, staged, None, (), fills=fills, uses=uses)
@@ -169,11 +172,15 @@ class GemmPlanner(GemmSpace):
                                                         transpose_b=j == 0 and g.trans_b, k_range=kr,
                                                         partial_to=partial_to)
                     add(core, loads, compute, stores, uses=uses)
+                    if first_only:
+                        break
                     if j < len(ahead):
                         add(core, ahead[j][0], None, (), fills=ahead[j][1], uses=ahead[j][2])
+                if first_only:
+                    break
                 for staged, fills, b_uses in ahead[len(panels):]:  # the GSM -> AM copy of a B block, last
                     add(core, staged, None, (), fills=fills, uses=b_uses)
-        if t.split != "k":
+        if t.split != "k" or first_only:
             phase = Phase("gemm", {c: tuple(ts) for c, ts in tiles.items()}, barrier_after=False)
             return Plan(cores=self.call.cores, phases=(phase,), precision=self.call.precision)
         partials = Phase("gemm:partials", {c: tuple(ts) for c, ts in tiles.items() if ts}, barrier_after=True)

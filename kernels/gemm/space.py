@@ -22,11 +22,13 @@ from kernels.gemm.constants import (
     N_BLOCK,
     SPLITS,
     STREAMED_C_SLOTS,
+    GemmTiling,
 )
 from kernels.gemm.layout import GemmLayouts
 from kernels.gemm.state import tile_loops
 from sim.errors import KernelArgError
-from sim.model.plan import DoesNotFit
+from sim.model.plan import DoesNotFit, Plan
+from sim.startup import startup
 
 
 class GemmSpace(GemmLayouts):
@@ -171,14 +173,15 @@ class GemmSpace(GemmLayouts):
             fit=self._fit, tiles=self._tiles, bound=self._bound)
 
     def _bound(self, tiling: Mapping[str, Any]) -> float:
-        """The space's ``bound``: the launch, then the busiest core's tiles' computes one after another, summed
-        over the steps and panels :meth:`build` would give it without building them (the reduce phase of split
-        k left out: a lower bound still)."""
+        """The space's ``bound``: each core's tiles' computes one after another, summed over the steps and panels
+        :meth:`build` would give it without building them (the reduce phase of split k left out: a lower bound
+        still), after what must land before its first compute (:func:`sim.startup.startup` of the plan's first
+        tiles, the only ones built)."""
         g, t = self.g, self.resolve(tiling)
         steps, chunks, _ = self._steps_and_shares(t)
         beta = g.beta and t.split != "k"  # (split k: the partials take no beta and are not rounded)
         rounded_c = t.split != "k" and self.dt != F32
-        busiest = 0
+        serial: dict[int, int] = {}
         for core in self.ctx.cores:
             n_kb = sum(1 for s in steps if s.mb == 0 and s.chunk == 0 and self._core_k(t, core, s))
             # The core's tiles of each GSM block (by its index) as runs of equal ones, (rows, B transposed first,
@@ -197,5 +200,14 @@ class GemmSpace(GemmLayouts):
                     total += n * self.ctx.compute_cycles(tile_loops(
                         self.core, self.prec, self.isz, t.m_micro, t.n_micro, rows, col[1] - col[0], kr[1] - kr[0],
                         load_c, transpose_b, rounded))
-            busiest = max(busiest, total)
-        return self.ctx.target.launch_overhead_cycles + busiest
+            serial[core] = total
+        computes = self.ctx.target.launch_overhead_cycles + max(serial.values(), default=0)
+        try:
+            first = self.build(t, first_only=True)
+        except (DoesNotFit, KernelArgError):  # (a tiling the search has not checked for fit: its computes only)
+            return computes
+        return max(computes, startup(first, self.ctx.target).bound_cycles(serial))
+
+    def build(self, t: GemmTiling, first_only: bool = False) -> Plan:
+        """The plan of tiling ``t`` (:class:`~kernels.gemm.build.GemmPlanner`'s)."""
+        raise NotImplementedError

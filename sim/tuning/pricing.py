@@ -58,16 +58,19 @@ class Planner(Protocol):
 # --- pricing planned candidates ---------------------------------------------------------------------------
 
 
-def _cannot_win(pick: tuple[int, int], rest: Sequence[Candidate], tolerance: float) -> bool:
-    """Whether none of the candidates not yet simulated can change the pick ``(tiles, cycles)``.
+def _cannot_win(pick: tuple[int, int], best: int, rest: Sequence[Candidate], tolerance: float) -> bool:
+    """Whether none of the candidates not yet simulated can change the pick ``(tiles, cycles)``, the cheapest
+    simulated so far taking ``best`` cycles.
 
-    Candidates are taken fewest tiles first, so each of ``rest`` has at least as many tiles as the pick.  The pick
-    stays tied whatever they cost if none can come in under its cycles / (1 + tolerance) (the cheapest could then
-    not leave it out of the tie); one with more tiles then loses the tie to it, and one with as many tiles loses
-    unless it is cheaper (an equal count goes to the pick, which comes first in the kernel's order).
+    The pick stays tied whatever they cost if none can come in under its cycles / (1 + tolerance) (the cheapest
+    could then not leave it out of the tie); one with more tiles then loses the tie to it, and one with as many
+    tiles loses unless it is cheaper (an equal count goes to the pick, which comes first in the kernel's order).
+    One with fewer tiles (a round priced one candidate at a time takes them in the order of their bounds) wins
+    as soon as it comes within the tolerance of the cheapest, so only its bound beyond that rules it out.
     """
     tiles, cycles = pick
-    return all(c.lower_bound_cycles >= cycles / (1 + tolerance)
+    return all(c.lower_bound_cycles > best * (1 + tolerance) if c.plan.tile_count < tiles else
+               c.lower_bound_cycles >= cycles / (1 + tolerance)
                and (c.plan.tile_count > tiles or c.lower_bound_cycles >= cycles) for c in rest)
 
 
@@ -81,6 +84,7 @@ class Pricing:
         self.timings: dict[int, SimulatedTiming] = {}
         self.failed: dict[int, PlanError] = {}  # index -> the plan rule it breaks (its cycles do not count)
         self.verified: set[int] = set()  # candidates whose plan passed the check
+        self._left_out: set[int] = set()  # not simulated: they could not change the pick of their time
         self.best: int | None = None
         # Progress over every round: tiles simulated (a candidate stopped or left out counts as done) of all.
         self.done_tiles = self.total_tiles = 0
@@ -136,41 +140,60 @@ class Pricing:
         return True
 
     def _price(self, indices: Sequence[int]) -> None:
-        """Simulate those of candidates ``indices`` that can change the pick, fewest tiles first."""
+        """Simulate those of candidates ``indices`` that can change the pick, fewest tiles first; then those left
+        out earlier (this round or another) against a pick that has changed since and that can now change it."""
         order = sorted(indices, key=lambda i: (self.candidates[i].plan.tile_count, i))
         self.total_tiles += sum(self.candidates[i].plan.tile_count for i in order)
-        for k, i in enumerate(order):
-            cand = self.candidates[i]
-            if self.best is not None:
-                pick = self.pick()
-                rest = [self.candidates[j] for j in order[k:]]
-                if _cannot_win((self.candidates[pick].plan.tile_count, self.cycles[pick] or 0), rest, self.tolerance):
-                    break
-            limit = None if self.best is None else int(self.best * (1 + self.tolerance))
-            if limit is not None and cand.lower_bound_cycles > limit:
-                continue  # it cannot come within the tolerance of the cheapest, whatever is simulated after it
-            tick = None
-            if self.progress is not None:
-                self.progress("pricing tilings", self.done_tiles, self.total_tiles)
-                tick = _TileCounter(self.progress, "pricing tilings", self.done_tiles, self.total_tiles)
-            try:
-                timing = simulate(cand.plan, self.target, self.memory, numerics=False,
-                                  on_tile=tick, until_cycles=limit, region_bytes=cand.region_bytes)
-            except TimeLimitError:
-                raise  # the call's time ran out: nothing to do with this plan
-            except Exception:
-                if self._verified(i):
-                    raise  # a plan that passes the check and fails to run: the engine's fault, not the plan's
-                continue  # a plan that breaks a rule: what its run does is undefined, the rule is what it broke
-            self.done_tiles += cand.plan.tile_count
-            self.cycles[i] = None if timing is None else timing.cycles
-            if timing is not None:
-                self.timings[i] = timing
-                if self.best is None or timing.cycles < self.best:
-                    self.best = timing.cycles
+        while order:
+            for i in order:
+                self._price_one(i)
+            # A candidate left out against the pick of its time may win against today's (one with fewer tiles came
+            # after it, or a cheaper one left the pick out of the tie): looked at again until none can.
+            order = [i for i in sorted(self._left_out, key=lambda i: (self.candidates[i].plan.tile_count, i))
+                     if not self._cannot_win(i)]
         self.done_tiles = self.total_tiles  # the candidates stopped early or left out count as done
         if self.progress is not None:
             self.progress("pricing tilings", self.done_tiles, self.total_tiles)
+
+    def _cannot_win(self, i: int) -> bool:
+        """Whether candidate ``i`` cannot change the pick, whatever it costs (:func:`_cannot_win`)."""
+        if self.best is None:
+            return False
+        pick = self.pick()
+        return _cannot_win((self.candidates[pick].plan.tile_count, self.cycles[pick] or 0), self.best,
+                           [self.candidates[i]], self.tolerance)
+
+    def _price_one(self, i: int) -> None:
+        """Simulate candidate ``i`` unless it cannot change the pick (then it is left out, to be looked at again
+        if the pick changes) or its bound puts it beyond the tolerance of the cheapest (for good: the cheapest
+        only gets cheaper)."""
+        self._left_out.discard(i)
+        cand = self.candidates[i]
+        if self._cannot_win(i):
+            self._left_out.add(i)
+            return
+        limit = None if self.best is None else int(self.best * (1 + self.tolerance))
+        if limit is not None and cand.lower_bound_cycles > limit:
+            return  # it cannot come within the tolerance of the cheapest, whatever is simulated after it
+        tick = None
+        if self.progress is not None:
+            self.progress("pricing tilings", self.done_tiles, self.total_tiles)
+            tick = _TileCounter(self.progress, "pricing tilings", self.done_tiles, self.total_tiles)
+        try:
+            timing = simulate(cand.plan, self.target, self.memory, numerics=False,
+                              on_tile=tick, until_cycles=limit, region_bytes=cand.region_bytes)
+        except TimeLimitError:
+            raise  # the call's time ran out: nothing to do with this plan
+        except Exception:
+            if self._verified(i):
+                raise  # a plan that passes the check and fails to run: the engine's fault, not the plan's
+            return  # a plan that breaks a rule: what its run does is undefined, the rule is what it broke
+        self.done_tiles += cand.plan.tile_count
+        self.cycles[i] = None if timing is None else timing.cycles
+        if timing is not None:
+            self.timings[i] = timing
+            if self.best is None or timing.cycles < self.best:
+                self.best = timing.cycles
 
     def note(self, i: int, pick: int) -> str:
         """Why candidate ``i`` is not the pick ("" when its cycles say it: slower beyond the tolerance)."""
