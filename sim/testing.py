@@ -112,7 +112,7 @@ def check_tiling_space(chip: str | Target, symbol: str, args: Mapping[str, Any],
                 plan_bound = max(run_lower_bound_cycles(roofline(plan, m.target), m.target),
                                  m.target.launch_overhead_cycles + max(serial.values(), default=0),
                                  startup(plan, m.target).bound_cycles(serial))
-                assert space.bound(t) <= plan_bound, (symbol, t, space.bound(t), plan_bound)
+                assert space.bound(t) <= plan_bound, (symbol, dict(args), t, space.bound(t), plan_bound)
     try:
         plan, choice = m.plan_bound_with_choice(call)
     except LayoutError as e:

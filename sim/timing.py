@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections import defaultdict
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import TypeVar, cast
@@ -540,9 +540,14 @@ def roofline(plan: Plan, target: Target) -> Roofline:
                 _synced_memory(replace(plan, phases=plan.phases[lo:hi]), region_of, seg_bytes, seg_rows)
                 synced = False
             segments.append(seg)
-            for total, part in zip((loop_cycles_by_core, region_bytes, region_rows, core_bytes), seg):
-                for key, value in part.items():
-                    total[key] += value  # type: ignore[index]
+            for key, value in seg_loops.items():
+                loop_cycles_by_core[key] += value
+            for name, value in seg_bytes.items():
+                region_bytes[name] += value
+            for name, value in seg_rows.items():
+                region_rows[name] += value
+            for key, value in seg_core_bytes.items():
+                core_bytes[key] += value
     if synced:
         _synced_memory(plan, region_of, region_bytes, region_rows)
     cycles = _resource_cycles(target, n, region_bytes, region_rows)
@@ -607,6 +612,59 @@ def _synced_memory(plan: Plan, region_of: Callable[[int], Region | None], region
                     region_rows[region.name] += side_rows(t, side, region).activations
         for region, activations, _ in sync_row_demands(ts, src_regions, dst_regions, reads):
             region_rows[region.name] += activations
+
+
+#: :func:`landed_cycles` prices at most this many of a set's transfers alone (the longest): beyond them, the set's
+#: bytes through its shared regions and DMA engines are the bound (a staged block cut into hundreds of pieces).
+ALONE_PRICED = 4
+
+
+def landed_cycles(transfers: Iterable[tuple[int, Transfer, Region, Region]], target: Target) -> int:
+    """The fewest cycles after they are issued, all at once, by which every one of ``transfers`` ``(core,
+    transfer, source region, destination region)`` has landed, whatever else streams (0 for none): the DMA setup,
+    then each alone (:func:`stream_cycles`, the :data:`ALONE_PRICED` longest), and all together through each
+    shared region's bandwidth and DRAM activation rate and each core's DMA engines, the last byte landing the
+    slower end's latency after it streamed.  A synchronised transfer streams with its group: it counts for
+    nothing here."""
+    dma = target.dma
+    latest = Fraction(0)
+    region_bytes: dict[str, int] = {}
+    region_rows: dict[str, int] = {}
+    region_latency: dict[str, int] = {}
+    core_bytes: dict[int, int] = {}
+    core_latency: dict[int, int] = {}
+    regions: dict[str, Region] = {}
+    alone: list[tuple[int, Transfer, Region, Region, int]] = []
+    for core, t, src, dst in transfers:
+        if t.sync is not None:
+            continue
+        latency = transfer_latency_cycles(src, dst)
+        sb, db = transfer_bytes(t, src, dst)
+        alone.append((max(sb, db), t, src, dst, latency))
+        core_bytes[core] = core_bytes.get(core, 0) + engine_bytes(sb, db)
+        core_latency[core] = min(core_latency.get(core, latency), latency)
+        for region, nbytes in stream_demands(src, dst, sb, db):
+            if region.shared:
+                regions[region.name] = region
+                region_bytes[region.name] = region_bytes.get(region.name, 0) + nbytes
+                region_latency[region.name] = min(region_latency.get(region.name, latency), latency)
+        for side, region in (("src", src), ("dst", dst)):
+            if region.shared and region.rows is not None:
+                region_rows[region.name] = region_rows.get(region.name, 0) + side_rows(t, side, region).activations
+    if not alone:
+        return 0
+    alone.sort(key=lambda a: a[0], reverse=True)
+    for _, t, src, dst, latency in alone[:ALONE_PRICED]:
+        latest = max(latest, Fraction(stream_cycles(t, src, dst, dma) + latency))
+    engines = exact_rate(dma.engine_bytes_per_cycle) * dma.engines_per_core
+    for core, nbytes in core_bytes.items():
+        latest = max(latest, nbytes / engines + core_latency[core])
+    for name, nbytes in region_bytes.items():
+        region = regions[name]
+        latest = max(latest, nbytes / exact_rate(region.bandwidth_bytes_per_cycle) + region_latency[name])
+        if name in region_rows:
+            latest = max(latest, region_rows[name] / activation_rate(region) + region_latency[name])
+    return dma.setup_cycles + int(latest)  # (the engine's cycles are whole: the floor is never late)
 
 
 def run_lower_bound_cycles(rf: Roofline, target: Target) -> float:

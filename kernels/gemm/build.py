@@ -315,7 +315,7 @@ class GemmPlanner(GemmSpace):
         # The core's C block: its rows of the GSM block, dense [rows, nc] fp32; this panel's rows of it.
         acc = Operand(lay.acc_addr + acc_row * nc * F32.itemsize, (pr, nc), F32)
         inputs = [panel, bblock]
-        c_slot = lay.am.slot(slot)
+        # (a tile takes at most one operand of its slot, below: the slot's allocator is made where it does)
         c_rows = (g.ldc * isz, isz)
         c_at = self.c.addr + (r0 * g.ldc + n0) * isz
         stores: list[Transfer] = []
@@ -323,7 +323,7 @@ class GemmPlanner(GemmSpace):
         if t.c_home == "ddr":
             # C streamed: the tile's rows of C come into its slot (unless this is the first k block and beta is
             # 0), take this k block and go back to memory, in place in the slot.
-            rows_c = c_slot.operand((pr, nc), self.dt)
+            rows_c = lay.am.slot(slot).operand((pr, nc), self.dt)
             if not first or beta:
                 loads.append(Transfer.block(c_at, rows_c.addr, (pr, nc), isz, c_rows))
                 inputs.append(rows_c)
@@ -333,7 +333,7 @@ class GemmPlanner(GemmSpace):
             # The tile adds the rows it loaded, if any (the micro-kernel loads them first); none from an AM block.
             beta, first = not first or beta, True
         elif first and beta:
-            old = c_slot.operand((pr, nc), self.dt)
+            old = lay.am.slot(slot).operand((pr, nc), self.dt)
             loads.append(Transfer.block(c_at, old.addr, (pr, nc), isz, c_rows))
             inputs.append(old)
         elif not first:
@@ -342,7 +342,7 @@ class GemmPlanner(GemmSpace):
             # The finished rows of C go to the tile's slot (rounded to fp16 for hp), not the C block: the slot is
             # not reused before its stores have landed, while the C block's rows are the next step's to write.
             out_dtype = self.dt if partial_to is None else F32
-            out = (c_slot.operand((pr, nc), out_dtype) if not (first and beta)
+            out = (lay.am.slot(slot).operand((pr, nc), out_dtype) if not (first and beta)
                    else Operand(inputs[-1].addr, (pr, nc), out_dtype))
             outputs = (out,)
             if partial_to is None:

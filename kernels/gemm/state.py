@@ -33,6 +33,8 @@ class GemmCall:
         self.lanes = lanes(self.core, self.prec)
         self.am, self.sm = ctx.vector_level, ctx.scalar_level
         self._split = "n"  # the split of the tiling being laid out or built
+        shared = [a for a in ctx.levels if a.shared]
+        self._blocks_level = max(shared, key=lambda a: a.size_bytes) if shared else None  # (asked for per tile)
 
     def _fmac_depth(self) -> int:
         """Independent accumulators that keep every FMAC unit busy: the units times their latency."""
@@ -65,8 +67,7 @@ class GemmCall:
     def blocks_level(self) -> Any:
         """The shared staging level A's blocks go through: the largest shared one (the targets' ``gsm_blocks``;
         a copy of a target with one shared level: that one), or None."""
-        shared = [a for a in self.ctx.levels if a.shared]
-        return max(shared, key=lambda a: a.size_bytes) if shared else None
+        return self._blocks_level
 
     # -- a tiling's checks -------------------------------------------------------------------------
 

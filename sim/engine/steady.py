@@ -350,25 +350,41 @@ class SteadyState:
         what it makes of a transfer depends on its addresses only through their regions, bursts and DRAM rows."""
         if tr.sync is not None or ty.sync is not None:
             return False
-        if (tr.shape, tr.itemsize, tr.src_strides, tr.dst_strides) == \
+        # (the geometry is remembered by value: the same shape and strides give the very same object)
+        if tr._geometry is ty._geometry or (tr.shape, tr.itemsize, tr.src_strides, tr.dst_strides) == \
                 (ty.shape, ty.itemsize, ty.src_strides, ty.dst_strides):
             # The same block at other addresses: the same ends if each side stays in one region, whole bursts and
             # whole DRAM rows away (a shift by whole rows only renames the banks).
-            for moved, (lo, hi) in ((ty.src - tr.src, tr.span("src")), (ty.dst - tr.dst, tr.span("dst"))):
-                region = self._region_at(lo)
-                if region is None or hi - lo > MAX_ACCESS_BYTES or not region.contains(lo, hi - lo):
-                    break
-                period = region.burst_bytes if region.rows is None else math.lcm(region.burst_bytes,
-                                                                                 region.rows.row_bytes)
-                if moved % period or not region.contains(lo + moved, hi - lo):
-                    break
-            else:
+            (src_r, src_period), (dst_r, dst_period) = self._placed(tr)
+            (src_y, _), (dst_y, _) = self._placed(ty)
+            if src_r is not None and src_r is src_y and dst_r is not None and dst_r is dst_y \
+                    and not (ty.src - tr.src) % src_period and not (ty.dst - tr.dst) % dst_period:
                 return True
         try:  # another geometry, or a shift the rule above cannot tell: compare what the engine makes of both
             ends, other = self.eng.ends(core, r, tr), self.eng.ends(core, y, ty)
         except MemoryFault:
             return False
         return ends[:3] == other[:3] and ends[4:] == other[4:]
+
+    def _placed(self, t: Any) -> tuple[tuple[Any, int], tuple[Any, int]]:
+        """Per side of transfer ``t``: the region wholly holding it (None if none, or too long an access) and the
+        shift that keeps its bursts and DRAM rows as they are there; kept on the transfer (outside its fields) with
+        the memory map it was found in, as the engine keeps a transfer's ends."""
+        mmap = self.eng.memory.map
+        kept = t.__dict__.get("_steady_placed")
+        if kept is not None and kept[0] is mmap:
+            return kept[1]
+        sides: list[tuple[Any, int]] = []
+        for lo, hi in (t.span("src"), t.span("dst")):
+            region = self._region_at(lo)
+            if region is None or hi - lo > MAX_ACCESS_BYTES or not region.contains(lo, hi - lo):
+                sides.append((None, 1))
+            else:
+                sides.append((region, region.burst_bytes if region.rows is None
+                              else math.lcm(region.burst_bytes, region.rows.row_bytes)))
+        placed = (sides[0], sides[1])
+        t.__dict__["_steady_placed"] = (mmap, placed)
+        return placed
 
     def _counts_repeat(self, key: tuple[int, str], lo: int, hi: int, by: int) -> int:
         """How many periods of ``by`` generations the plan's fill and use counts of buffer ``key`` repeat for,
