@@ -58,20 +58,21 @@ class Planner(Protocol):
 # --- pricing planned candidates ---------------------------------------------------------------------------
 
 
-def _cannot_win(pick: tuple[int, int], best: int, rest: Sequence[Candidate], tolerance: float) -> bool:
-    """Whether none of the candidates not yet simulated can change the pick ``(tiles, cycles)``, the cheapest
-    simulated so far taking ``best`` cycles.
+def _cannot_win(pick: tuple[int, int], best: int, c: Candidate, tolerance: float) -> bool:
+    """Whether candidate ``c``, not yet simulated, cannot change the pick ``(tiles, cycles)`` whatever it costs,
+    the cheapest simulated so far taking ``best`` cycles.
 
-    The pick stays tied whatever they cost if none can come in under its cycles / (1 + tolerance) (the cheapest
-    could then not leave it out of the tie); one with more tiles then loses the tie to it, and one with as many
-    tiles loses unless it is cheaper (an equal count goes to the pick, which comes first in the kernel's order).
-    One with fewer tiles (a round priced one candidate at a time takes them in the order of their bounds) wins
-    as soon as it comes within the tolerance of the cheapest, so only its bound beyond that rules it out.
+    The pick stays tied if ``c`` cannot come in under its cycles / (1 + tolerance) (the cheapest could then not
+    leave it out of the tie); with more tiles ``c`` then loses the tie to it, and with as many tiles it loses
+    unless it is cheaper (an equal count goes to the pick, which comes first in the kernel's order).  With fewer
+    tiles (a round priced one candidate at a time takes them in the order of their bounds) it wins as soon as it
+    comes within the tolerance of the cheapest, so only its bound beyond that rules it out.
     """
     tiles, cycles = pick
-    return all(c.lower_bound_cycles > best * (1 + tolerance) if c.plan.tile_count < tiles else
-               c.lower_bound_cycles >= cycles / (1 + tolerance)
-               and (c.plan.tile_count > tiles or c.lower_bound_cycles >= cycles) for c in rest)
+    if c.plan.tile_count < tiles:
+        return c.lower_bound_cycles > best * (1 + tolerance)
+    return c.lower_bound_cycles >= cycles / (1 + tolerance) and (c.plan.tile_count > tiles
+                                                                 or c.lower_bound_cycles >= cycles)
 
 
 class Pricing:
@@ -161,7 +162,7 @@ class Pricing:
             return False
         pick = self.pick()
         return _cannot_win((self.candidates[pick].plan.tile_count, self.cycles[pick] or 0), self.best,
-                           [self.candidates[i]], self.tolerance)
+                           self.candidates[i], self.tolerance)
 
     def _price_one(self, i: int) -> None:
         """Simulate candidate ``i`` unless it cannot change the pick (then it is left out, to be looked at again
