@@ -188,15 +188,17 @@ class _Registry:
         self.user: dict[str, KernelInfo] = {}
         self.symbols: dict[str, Symbol] = {}  # the live symbol table (REGISTRY)
         self.generation = 0
-        self.shipped_loaded = False
+        self.shipped_loaded = False  # every shipped module imported (one may be, alone: :func:`_load_shipped`)
         self.entry_points_loaded = False
         self.entry_point_errors: list[str] = []
 
     def active(self, name: str) -> KernelInfo | None:
         return self.user.get(name) or self.shipped.get(name)
 
-    def rebuild(self) -> None:
-        """The symbol table from the active kernels (shipped ones first, then users', sorted by name)."""
+    def rebuild(self, changed: bool = True) -> None:
+        """The symbol table from the active kernels (shipped ones first, then users', sorted by name); ``changed``
+        False when it only gains a shipped kernel's symbols (no symbol the table had changes: the generation
+        stays, so a simulator keeps its plans)."""
         table: dict[str, Symbol] = {}
         for name in sorted(set(self.shipped) | set(self.user)):
             info = self.active(name)
@@ -207,7 +209,8 @@ class _Registry:
                     table[sym] = Symbol(sym, info.kernel, precision, variant, info.origin)
         self.symbols.clear()
         self.symbols.update(table)
-        self.generation += 1
+        if changed:
+            self.generation += 1
 
 
 _STATE = _Registry()
@@ -219,10 +222,28 @@ REGISTRY: dict[str, Symbol] = _STATE.symbols
 def _build_shipped() -> None:
     _STATE.shipped_loaded = True
     for mod_name in KERNEL_MODULES:
-        kernel = importlib.import_module(f"kernels.{mod_name}").KERNEL
-        info = check_kernel(kernel, SHIPPED)
-        _STATE.shipped[info.kernel.name] = info
-    _STATE.rebuild()
+        _load_shipped(mod_name, rebuild=False)
+    _STATE.rebuild(changed=False)  # (only symbols joined: none that a simulator planned with changed)
+
+
+def _load_shipped(mod_name: str, rebuild: bool = True) -> None:
+    """Import one shipped kernel module and add its kernel (each module's kernel is named as the module); with
+    ``rebuild``, its symbols join the table at once (no other symbol changes: the registry's generation stays)."""
+    if mod_name in _STATE.shipped:
+        return
+    info = check_kernel(importlib.import_module(f"kernels.{mod_name}").KERNEL, SHIPPED)
+    _STATE.shipped[info.kernel.name] = info
+    if rebuild:
+        _STATE.rebuild(changed=False)
+
+
+def _shipped_module_of(symbol: str) -> str | None:
+    """The shipped kernel module that would provide ``symbol`` (``fp_gemm_s``: ``gemm``), if any."""
+    parts = symbol.split("_")
+    if len(parts) < 3 or parts[0] not in PREFIX_PRECISION or parts[-1] not in VARIANTS:
+        return None
+    name = "_".join(parts[1:-1])
+    return name if name in KERNEL_MODULES else None
 
 
 def _caller_origin(kernel: Any) -> str:
@@ -320,12 +341,13 @@ def _entry_point_words(ep: importlib.metadata.EntryPoint) -> str:
     return f"entry point '{ep.name} = {ep.value}' (group {ENTRY_POINT_GROUP}) of {dist_words}"
 
 
-def _load_entry_points() -> None:
+def _load_entry_points(every_shipped: bool = True) -> None:
     """Register the shipped kernels, then those installed packages declare (once per process, on first use); a
     broken package's kernel is recorded, not raised, so that the shipped kernels and the other packages' keep
-    working."""
+    working.  ``every_shipped`` False (a lookup): the shipped modules are imported only if a package declares
+    kernels (each is checked against every shipped name); the lookup imports the one module it needs."""
     with _STATE.lock:
-        if not _STATE.shipped_loaded:  # on first use, not on import: ``import sim`` stays quick
+        if every_shipped and not _STATE.shipped_loaded:  # on first use, not on import: ``import sim`` stays quick
             _build_shipped()
         if _STATE.entry_points_loaded:
             return
@@ -336,6 +358,8 @@ def _load_entry_points() -> None:
             _STATE.entry_point_errors.append(f"the {ENTRY_POINT_GROUP} entry points cannot be listed: "
                                              f"{type(e).__name__}: {brief(str(e), 200)}")
             return
+        if eps and not _STATE.shipped_loaded:
+            _build_shipped()
         for ep in eps:
             where = _entry_point_words(ep)
             try:
@@ -380,11 +404,21 @@ def lookup(symbol: object) -> Symbol:
     if not isinstance(symbol, str):
         raise KernelArgError(f"symbol: expected a kernel symbol name (str), got {brief(symbol)}")
     if not _STATE.entry_points_loaded:
-        _load_entry_points()
-    try:
-        return _STATE.symbols[symbol]
-    except KeyError:
-        pass
+        _load_entry_points(every_shipped=False)
+    found = _STATE.symbols.get(symbol)
+    if found is not None:
+        return found
+    if not _STATE.shipped_loaded:  # the first call of a process imports the one kernel it calls, not all six
+        module = _shipped_module_of(symbol)
+        with _STATE.lock:
+            if module is not None:
+                _load_shipped(module)
+            found = _STATE.symbols.get(symbol)
+            if found is None:
+                _build_shipped()  # a symbol no shipped module is named for: the hint looks at every kernel
+                found = _STATE.symbols.get(symbol)
+        if found is not None:
+            return found
     hint = _not_found_hint(symbol)
     broken = _STATE.entry_point_errors
     if broken:

@@ -378,3 +378,43 @@ def test_dspsim_kernels_load_lists_a_files_kernels_with_where_they_came_from(tmp
     lines = out.splitlines()
     origins = [lines[i - 2].split()[0] for i, line in enumerate(lines) if line.startswith("    kernel: ")]
     assert origins == ["fp_cfg_twice_p", "fp_cfg_twice_s"]  # a shipped symbol has no origin line
+
+
+# --- a first call imports the one shipped kernel it calls ------------------------------------------------------
+
+@pytest.mark.parametrize("module", registry.KERNEL_MODULES)
+def test_each_shipped_kernel_is_named_as_its_module(module):
+    # A lookup imports the one module a symbol names (``fp_<module>_s``): that holds only if the names agree.
+    assert importlib.import_module(f"kernels.{module}").KERNEL.name == module
+
+
+_FIRST_LOOKUP = """
+import sys
+import sim
+from kernels import registry
+g = registry.generation()
+sym = registry.lookup(sys.argv[1])
+print(sorted(registry._STATE.shipped), registry.generation() == g)
+print(len([s for s in registry.symbols() if s.origin == registry.SHIPPED]), registry.generation() == g)
+"""
+
+
+@pytest.mark.parametrize("symbol, module", [("fp_gemm_s", "gemm"), ("hp_batch_norm_grad_p", "batch_norm_grad")])
+def test_a_fresh_process_first_lookup_imports_only_its_kernel_and_a_listing_all(symbol, module):
+    proc = subprocess.run([sys.executable, "-c", _FIRST_LOOKUP, symbol], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parent.parent, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    first, listing = proc.stdout.splitlines()
+    # Only the kernel called, and symbols joining keeps the generation (a simulator keeps its plans).
+    assert first == f"{[module]!r} True"
+    # A listing then imports every shipped kernel: all their symbols, as this (fully loaded) process lists them.
+    assert listing == f"{len([s for s in registry.symbols() if s.origin == registry.SHIPPED])} True"
+
+
+def test_an_unknown_symbol_after_a_lone_kernel_still_hints_from_every_kernel():
+    code = ("import sim\nfrom kernels import registry\nregistry.lookup('fp_gemm_s')\n"
+            "try:\n    registry.lookup('fp_batch_norm_grad_x')\nexcept sim.KernelArgError as e:\n    print(e)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parent.parent, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "unknown kernel symbol 'fp_batch_norm_grad_x'" in proc.stdout and "fp_batch_norm_grad_s" in proc.stdout

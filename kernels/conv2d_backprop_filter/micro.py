@@ -37,6 +37,15 @@ class MicroAsk(NamedTuple):
     n_micro: int | None
 
 
+class _TileShape(NamedTuple):
+    """What a row tile's loops take from its block: its positions (the micro-kernels' k), its layout loops and
+    its window's zero border."""
+
+    positions: int
+    layout: tuple[Loop, ...]
+    padding: tuple[Loop, ...]
+
+
 class _TileKind(NamedTuple):
     """Tiles of a slice whose micro-kernel options cost alike: as many positions, both starting the accumulator or
     neither, both windows with a zero border or neither.  The border's size is not part of the kind (it adds one
@@ -150,17 +159,23 @@ class TileLoops:
     def tile_loops(self, blk: _Block, first: bool, micro: Micro) -> tuple[Loop, ...]:
         """Every loop of a row tile: layout changes, then the window's zero border or the im2col gather, then
         the micro-kernels."""
-        positions = self.positions(blk)
-        loops = self.layout_loops(blk)
-        loops += [self.gather_loop(positions)] if micro[0] == "im2col" else self.padding_loop(blk)
-        return tuple(loops + self.micro_loops(positions, first, micro))
+        return self._loops_of(self.shape_of(blk), first, micro)
+
+    def shape_of(self, blk: _Block) -> _TileShape:
+        """All that a row tile's loops take from its block."""
+        return _TileShape(self.positions(blk), tuple(self.layout_loops(blk)), tuple(self.padding_loop(blk)))
+
+    def _loops_of(self, shape: _TileShape, first: bool, micro: Micro) -> tuple[Loop, ...]:
+        loops = list(shape.layout)
+        loops += [self.gather_loop(shape.positions)] if micro[0] == "im2col" else list(shape.padding)
+        return tuple(loops + self.micro_loops(shape.positions, first, micro))
 
     def micro_fits(self, m_r: int, n_r: int) -> bool:
         """True when an m_r x n_r micro-kernel's live vectors fit the core's register file."""
         loop = lp.gemm_micro_kernel_from_am(self.core, self.precision, m_r, n_r, 1, itemsize=self.op_isz)
         return loop.vector_registers <= self.core.vector_registers
 
-    def options(self, asked: MicroAsk, blk: _Block, first: bool) -> list[tuple[Micro, tuple[Loop, ...]]]:
+    def options(self, asked: MicroAsk, shape: _TileShape, first: bool) -> list[tuple[Micro, tuple[Loop, ...]]]:
         """The micro-kernels a row tile may run, each with the tile's loops: the caller's keys where given
         (clipped to the tile); else every m_micro up to MICRO_M_ROWS rows (within a tap's channels with the
         window) and n_micro of 1 to MICRO_N_VECTORS vectors, among those that fit the vector registers."""
@@ -182,7 +197,7 @@ class TileLoops:
                                 f"vector and broadcasts)")
                         continue
                     micro = (mode, m_r, n_r)
-                    options.append((micro, self.tile_loops(blk, first, micro)))
+                    options.append((micro, self._loops_of(shape, first, micro)))
         assert options  # a 1 x lanes micro-kernel always fits
         return options
 
@@ -203,7 +218,14 @@ def micro_kernels(loops: TileLoops, asked: MicroAsk, target: Target,
             first = i == 0
             kind = _TileKind(loops.positions(blk), first, bool(loops.padding_loop(blk)))
             if kind not in picked:
-                picked[kind] = cheapest_loops(loops.options(asked, blk, first), target)
+                picked[kind] = _cheapest(loops, asked, target, loops.shape_of(blk), first)
             row.append(picked[kind])
         out.append(tuple(row))
     return tuple(out)
+
+
+@memoized
+def _cheapest(loops: TileLoops, asked: MicroAsk, target: Target, shape: _TileShape, first: bool) -> Micro:
+    """The cost model's micro-kernel of a row tile of ``shape``: the tilings a search plans share their tiles'
+    shapes, so each is priced once per call, not once per candidate."""
+    return cheapest_loops(loops.options(asked, shape, first), target)

@@ -83,6 +83,13 @@ def cheapest_block(shape: TapShape, work: _Work, target: Target) -> int:
     return cheapest_loops([(b, (shape.blocked(work, b),)) for b in fitting], target)
 
 
+@memoized
+def blocked_loop(shape: TapShape, work: _Work, block: int) -> Loop:
+    """:meth:`TapShape.blocked`, remembered by value: a call's tiles (and the tilings a search plans) repeat a
+    few works."""
+    return shape.blocked(work, block)
+
+
 class TapLoops:
     """The tap loops of one call's tiles, and the precision and lanes they compute in.
 
@@ -105,8 +112,8 @@ class TapLoops:
         timing model prices."""
         work = self._work(rows, cols, ct)
         if asked is not None:
-            return self.shape.blocked(work, min(asked, max(1, work.vectors)))
-        return self.shape.blocked(work, cheapest_block(self.shape, work, self.ctx.target))
+            return blocked_loop(self.shape, work, min(asked, max(1, work.vectors)))
+        return blocked_loop(self.shape, work, cheapest_block(self.shape, work, self.ctx.target))
 
     def _work(self, rows: AxisTaps, cols: AxisTaps, ct: int) -> _Work:
         """What the taps of a tile of ``ct`` channels over ``rows`` x ``cols`` ask of its loop."""
