@@ -127,6 +127,8 @@ class CallPlanner:
         if hasattr(kernel, "tiling_space"):
             space = self.space(kernel, call, ctx)
             fixed = space.fixed(tiling)
+            if tiling is not None:
+                fixed = space.implied(fixed)
             if tiling is not None and space.is_complete(fixed):
                 return Planned(self._given(kernel, call, ctx, space, fixed), TilingChoice(fixed, "given"))
             return self._searched(kernel, call, ctx, space, fixed, progress)
@@ -173,7 +175,7 @@ class CallPlanner:
         if disk_key is not None:
             def as_searched(tiling: dict) -> dict | None:
                 # A stored tiling goes through the checks a searched one does (keys, plan-size budget, fit).
-                t = space.canonical(space.fixed(tiling))
+                t = space.implied(space.canonical(space.fixed(tiling)))
                 return t if space.is_complete(t) and prefilter(space, t) is None else None
 
             stored = self._stored(disk_key, kernel, call, ctx, as_searched, space.canonical)

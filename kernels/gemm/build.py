@@ -169,7 +169,8 @@ class GemmPlanner(GemmSpace):
                                                         computes[core] % n_slots, gsm_gen[i] % t.a_buffers,
                                                         b_gen[i] % 2,
                                                         first=s.kb == 0, last=s.kb == n_kb_of[core] - 1,
-                                                        transpose_b=j == 0 and g.trans_b, k_range=kr,
+                                                        transpose_b=j == 0 and g.trans_b and t.nt_kernel != "reduce",
+                                                        k_range=kr,
                                                         partial_to=partial_to)
                     add(core, loads, compute, stores, uses=uses)
                     if first_only:
@@ -284,7 +285,8 @@ class GemmPlanner(GemmSpace):
               acc_row: int, slot: int, gsm_parity: int, b_parity: int, *, first: bool, last: bool,
               transpose_b: bool, k_range: tuple[int, int] | None = None,
               partial_to: tuple[int, int] | None = None) -> tuple[list[Transfer], Compute, list[Transfer]]:
-        """One tile: an A micro-panel into SM, the micro-kernels over the B block, C's rows in AM.  ``k_range``:
+        """One tile: an A micro-panel into SM, the micro-kernels over the B block, C's rows in AM (the NT
+        reduction kernel: the panel into AM, C's rows in SM).  ``k_range``:
         the depth it covers (default: step ``s``'s k block); ``partial_to``: (address, row pitch in bytes) where
         the last k block stores its fp32 partial rows instead of C (split k: no beta, no rounding)."""
         g, isz = self.g, self.isz
@@ -294,7 +296,10 @@ class GemmPlanner(GemmSpace):
         k0, k1 = self._k_range(t, s) if k_range is None else k_range
         pr, nc, kd = r1 - r0, n1 - n0, k1 - k0
         panel_shape = (kd, pr) if g.trans_a else (pr, kd)
-        panel = Operand(lay.sm.slot_addr(slot) + lay.panel_offset_bytes, panel_shape, self.dt)
+        # The NT reduction kernel reads A's panel as vectors (from AM) and adds into C's rows in SM.
+        nt_reduce = t.nt_kernel == "reduce"
+        panel_at = lay.am.slot_addr(slot) if nt_reduce else lay.sm.slot_addr(slot) + lay.panel_offset_bytes
+        panel = Operand(panel_at, panel_shape, self.dt)
         loads: list[Transfer] = []
         if self.shared:
             b_r0, _ = self._block_rows(t, s)
@@ -323,7 +328,7 @@ class GemmPlanner(GemmSpace):
         if t.c_home == "ddr":
             # C streamed: the tile's rows of C come into its slot (unless this is the first k block and beta is
             # 0), take this k block and go back to memory, in place in the slot.
-            rows_c = lay.am.slot(slot).operand((pr, nc), self.dt)
+            rows_c = (lay.sm if nt_reduce else lay.am).slot(slot).operand((pr, nc), self.dt)
             if not first or beta:
                 loads.append(Transfer.block(c_at, rows_c.addr, (pr, nc), isz, c_rows))
                 inputs.append(rows_c)

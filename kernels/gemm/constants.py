@@ -24,6 +24,11 @@ A_LOADERS = ("cores", "core0")
 #: memory straight into every core's AM as one synchronised transfer (``Transfer.sync``): read once, each core's
 #: engine carrying its copy.
 B_STAGINGS = ("am", "gsm", "broadcast")
+#: How a B stored transposed (trans_b = 1) is multiplied (the ``nt_kernel`` key): ``transpose``, each B block
+#: transposed in AM and the NN micro-kernel run on it; ``reduce``, the published NT micro-kernel
+#: (BLAS-for-multi-core-DSP): dot products of A's and B's rows, both contiguous in k, read from AM as vectors,
+#: one vector accumulator per element of C, reduced across its lanes into C's rows in SM.
+NT_KERNELS = ("transpose", "reduce")
 #: C tiles in flight per core when C is streamed: the library triple-buffers C (one loading, one computing, one
 #: storing).
 STREAMED_C_SLOTS = 3
@@ -80,11 +85,12 @@ class GemmTiling:
     a_loader: str = "cores"
     a_buffers: int = 2
     b_staging: str = "am"
+    nt_kernel: str = "transpose"
 
     def as_dict(self) -> dict[str, Any]:
         """The tiling as the mapping a caller gives."""
         return dict(split=self.split, c_home=self.c_home, a_loader=self.a_loader, a_buffers=self.a_buffers,
-                    b_staging=self.b_staging, m_block=self.m_block,
+                    b_staging=self.b_staging, nt_kernel=self.nt_kernel, m_block=self.m_block,
                     n_block=self.n_block, k_block=self.k_block, m_panel=self.m_panel, m_micro=self.m_micro,
                     n_micro=self.n_micro)
 

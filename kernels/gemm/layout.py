@@ -72,6 +72,8 @@ class GemmLayouts(GemmCall):
         tile_c_bytes = align_up(min(t.m_panel, self.g.m) * ncols * F32.itemsize, am_align)
         fixed = acc_bytes + 2 * b_bytes
         slots = self._slots(t)
+        if t.nt_kernel == "reduce":
+            return self._nt_layout(t, fixed, slots, b_bytes)
         if fixed + slots * tile_c_bytes > self.am.size_bytes:
             held = f"a C block of {rows}x{ncols} fp32, " if acc_bytes else ""
             raise DoesNotFit(self.am.name, fixed + slots * tile_c_bytes, self.am.size_bytes,
@@ -86,6 +88,34 @@ class GemmLayouts(GemmCall):
             am = Scratch(self.am, fixed, slots=slots, slot_bytes=tile_c_bytes + panel_bytes)
             sm = am
         b0 = am.fixed_base + acc_bytes
+        gsm, gsm_b = self._gsm_layout(t)
+        return GemmLayout(am.fixed_base, (b0, b0 + b_bytes), am, sm, 0 if self.sm is not None else tile_c_bytes,
+                          gsm, gsm_b, self._exchange_layout(t) if t.split == "k" else None)
+
+    def _nt_layout(self, t: GemmTiling, fixed: int, slots: int, b_bytes: int) -> GemmLayout:
+        """The NT reduction kernel's layout: AM holds the two B blocks and, per slot, a tile's A panel (both read
+        as vectors); SM holds, per slot, the tile's rows of C (the reduction adds into them from the scalar
+        side)."""
+        assert self.sm is not None  # (the kernel is offered only with a scalar level)
+        pr, ncols, kdepth = min(t.m_panel, self.g.m), min(t.n_block, self.g.n), min(t.k_block, self.g.k)
+        panel_bytes = align_up(pr * kdepth * self.isz, self.am.alignment_bytes)
+        if fixed + slots * panel_bytes > self.am.size_bytes:
+            raise DoesNotFit(self.am.name, fixed + slots * panel_bytes, self.am.size_bytes,
+                             f"{self.call.symbol}: two B blocks of {ncols}x{kdepth} and {slots} A panels of "
+                             f"{pr}x{kdepth} do not fit the {self.am.size_bytes}-byte {self.am.name} level")
+        c_bytes = align_up(pr * ncols * F32.itemsize, self.sm.alignment_bytes)
+        if slots * c_bytes > self.sm.size_bytes:
+            raise DoesNotFit(self.sm.name, slots * c_bytes, self.sm.size_bytes,
+                             f"{self.call.symbol}: {slots} tiles' rows of C ({pr}x{ncols} fp32 each) do not fit the "
+                             f"{self.sm.size_bytes}-byte {self.sm.name} level")
+        am = Scratch(self.am, fixed, slots=slots, slot_bytes=panel_bytes)
+        sm = Scratch(self.sm, 0, slots=slots, slot_bytes=c_bytes)
+        gsm, gsm_b = self._gsm_layout(t)
+        return GemmLayout(am.fixed_base, (am.fixed_base, am.fixed_base + b_bytes), am, sm, 0, gsm, gsm_b)
+
+    def _gsm_layout(self, t: GemmTiling) -> tuple[tuple[int, ...], tuple[int, int]]:
+        """The GSM blocks of A (one or two; none unless staged) and of B (b_staging gsm)."""
+        kdepth, ncols = min(t.k_block, self.g.k), min(t.n_block, self.g.n)
         gsm: tuple[int, ...] = ()
         gsm_b = (0, 0)
         if self.shared:
@@ -102,8 +132,7 @@ class GemmLayouts(GemmCall):
             gsm = (level.base, level.base + block) if count == 2 else (level.base,)
             b_base = level.base + count * block
             gsm_b = (b_base, b_base + b_block)
-        return GemmLayout(am.fixed_base, (b0, b0 + b_bytes), am, sm, 0 if self.sm is not None else tile_c_bytes,
-                          gsm, gsm_b, self._exchange_layout(t) if t.split == "k" else None)
+        return gsm, gsm_b
 
     def _exchange_layout(self, t: GemmTiling) -> Exchange:
         """Split k: the exchange of the cores' fp32 partial C blocks through the largest shared level, each core an

@@ -20,6 +20,7 @@ from kernels.gemm.constants import (
     M_BLOCKS,
     MICRO_ROWS,
     N_BLOCK,
+    NT_KERNELS,
     SPLITS,
     STREAMED_C_SLOTS,
     GemmTiling,
@@ -47,6 +48,10 @@ class GemmSpace(GemmLayouts):
         splits = (split,) + (tuple(x for x in SPLITS if x != split) if cores > 1 else ())
 
         def panels(t: Mapping[str, Any]) -> list[int]:
+            if t.get("nt_kernel") == "reduce":
+                # The NT kernel reads A's panel from AM (the layout checks it), C's rows live in SM: the
+                # published 12 rows (four blocks of 3), then one block pair.
+                return list(dict.fromkeys([min(4 * t["m_micro"], g.m), min(2 * t["m_micro"], g.m)]))
             # Two micro-kernels' rows; one when two such panels of this depth do not fit the scalar level.
             two, one = min(2 * t["m_micro"], g.m), min(t["m_micro"], g.m)
             slots = STREAMED_C_SLOTS if t["c_home"] == "ddr" else 2
@@ -64,12 +69,18 @@ class GemmSpace(GemmLayouts):
             return list(dict.fromkeys(out))
 
         def micro_width(t: Mapping[str, Any]) -> int:
-            # The micro-kernel's columns: the published 4 vectors, no wider than the B block (whole vectors).
+            # The micro-kernel's columns: the published 4 vectors, no wider than the B block (whole vectors); the
+            # NT kernel's block.
+            if t.get("nt_kernel") == "reduce":
+                return min(self._nt_block()[1], g.n)
             return t.get("n_micro") or min(n_micro, align_up(t["n_block"], self.lanes))
 
         def micro_widths(t: Mapping[str, Any]) -> list[int]:
             # The published width (4 vectors, no wider than the B block) first, then narrower whole vectors: a
-            # B block that is not a multiple of the widest leaves a last micro-kernel mostly idle.
+            # B block that is not a multiple of the widest leaves a last micro-kernel mostly idle.  The NT kernel:
+            # its published block.
+            if t.get("nt_kernel") == "reduce":
+                return [min(self._nt_block()[1], g.n)]
             first = micro_width(t)
             return [first] + [v * self.lanes for v in range(first // self.lanes - 1, 0, -1)
                               if self._micro_registers(t["m_micro"], v * self.lanes) <= self.core.vector_registers]
@@ -78,6 +89,8 @@ class GemmSpace(GemmLayouts):
             # The published 6 rows; when the widest micro-kernel a core's columns allow leaves 6 rows fewer
             # accumulators than the FMAC units times their latency (thin columns per core), the taller blocks the
             # register file holds, which cover that latency with fewer vectors per row.
+            if t.get("nt_kernel") == "reduce":
+                return [min(self._nt_block()[0], g.m)]
             per_core = g.n if t["split"] != "n" else ceil_div(g.n, cores)
             vectors = max(1, min(n_micro, align_up(per_core, self.lanes)) // self.lanes)
             rows = [min(MICRO_ROWS[0], g.m)]
@@ -134,6 +147,13 @@ class GemmSpace(GemmLayouts):
                                        "micro-panels of each A block (every core loads the B block); k: each core "
                                        "a range of the depth, partial C blocks summed through GSM (small m x n, "
                                        "long k)", values=splits),
+            ChoiceKey("nt_kernel", NT_KERNELS, "B stored transposed (trans_b = 1): reduce, the published NT "
+                                               "micro-kernel (3 x 6 blocks of C, dot products of A's and B's rows "
+                                               "read from AM as vectors, reduced across the lanes into C's rows "
+                                               "in SM; fp32, A not transposed, C streamed), tried first; "
+                                               "transpose, each B block transposed in AM and the NN micro-kernel "
+                                               "run on it (the only choice for any other call)",
+                      values=self._nt_kernels),
             ChoiceKey("c_home", C_HOMES, "am: a core's C block stays in AM over the k loop (one load and one store "
                                          "of C); ddr: C streamed per k block, the published library's loop order "
                                          "(k blocks outermost; each tile loads its C rows from memory, accumulates "
@@ -181,13 +201,14 @@ class GemmSpace(GemmLayouts):
         steps, chunks, _ = self._steps_and_shares(t)
         beta = g.beta and t.split != "k"  # (split k: the partials take no beta and are not rounded)
         rounded_c = t.split != "k" and self.dt != F32
+        transposes_b = g.trans_b and t.nt_kernel != "reduce"  # (the NT kernel reads B's rows as they are)
         serial: dict[int, int] = {}
         for core in self.ctx.cores:
             n_kb = sum(1 for s in steps if s.mb == 0 and s.chunk == 0 and self._core_k(t, core, s))
             # The core's tiles of each GSM block (by its index) as runs of equal ones, (rows, B transposed first,
             # how many): they depend on the block alone, not on the step, and equal tiles cost the same.
             runs = [[(shape, len(list(same))) for shape, same in groupby(
-                (p1 - p0, j == 0 and g.trans_b) for j, (p0, p1) in enumerate(self._panels(t, core, s)))]
+                (p1 - p0, j == 0 and transposes_b) for j, (p0, p1) in enumerate(self._panels(t, core, s)))]
                 for s in steps if s.chunk == s.kb == 0]
             total = 0
             for s in steps:
@@ -199,7 +220,7 @@ class GemmSpace(GemmLayouts):
                     # The loops and their price are remembered by value (tile_loops; sim.timing).
                     total += n * self.ctx.compute_cycles(tile_loops(
                         self.core, self.prec, self.isz, t.m_micro, t.n_micro, rows, col[1] - col[0], kr[1] - kr[0],
-                        load_c, transpose_b, rounded))
+                        load_c, transpose_b, rounded, t.nt_kernel == "reduce"))
             serial[core] = total
         computes = self.ctx.target.launch_overhead_cycles + max(serial.values(), default=0)
         try:

@@ -190,6 +190,15 @@ class TilingSpace:
         """Whether ``tiling`` sets every plan-scope key that applies to it."""
         return all(k.name in tiling for k in self.keys.values() if k.scope == "plan" and self.applies(k, tiling))
 
+    def implied(self, fixed: dict[str, Any]) -> dict[str, Any]:
+        """``fixed`` with the keys it leaves out set where the space allows them one value only (a tiling written
+        before its kernel gained a key that has one value for this call is still a full one); ``fixed`` itself
+        when it is complete or some key it leaves out has a choice."""
+        if self.is_complete(fixed):
+            return fixed
+        only, more = self.completions(fixed, 1)
+        return only[0] if only and not more else fixed
+
     # -- what the search goes through -----------------------------------------------------------------
 
     def completions(self, fixed: Mapping[str, Any], limit: int) -> tuple[list[dict[str, Any]], bool]:

@@ -213,6 +213,7 @@ def test_a_broadcast_b_block_streams_in_lock_step_at_its_share_of_ddr(tmp_path):
     ("FT78NE", "fp_gemm_s", (200, 300, 700), {"split": "n", "c_home": "am"}),
     ("FT78NE", "fp_gemm_s", (200, 300, 700), {"split": "m", "c_home": "ddr"}),
     ("MT7004", "hp_gemm_s", (100, 136, 260), {"split": "n"}),
+    ("FT78NE", "fp_gemm_s", (200, 300, 700), {"split": "n", "nt_kernel": "reduce"}),
 ])
 def test_the_bound_from_the_tiling_is_the_plans_serial_compute(chip, symbol, shape, given):
     """The space's bound (the search plans a tiling only when it could still win) is, for a split without the
@@ -294,3 +295,85 @@ def test_core0_refills_the_one_gsm_block_after_every_core_is_done_with_it_at_the
     assert landed >= block0_done + 64 + -(-(96 * 512 * 4 + sum(e.bytes for e in b_next)) // 20) + 200
     for c in (0, 1):
         assert computes[c][per_block].start == landed + 64 + 2 * 24576 // 16 + 40
+
+
+# --- the NT reduction kernel (nt_kernel: reduce) ---------------------------------------------------------------
+
+def _sm_range(chip: str) -> tuple[int, int]:
+    sm = next(r for r in sim.load_target(chip).regions if r.name == "sm")
+    return sm.base, sm.base + sm.size_bytes
+
+
+@pytest.mark.parametrize("beta, pad", [(1, 3), (0, 0)])
+def test_the_nt_reduction_kernel_matches_numpy_with_c_rows_in_sm(beta, pad):
+    """B stored transposed, the published NT kernel forced: C's rows come from memory into SM (beta = 1, or a
+    later k block) and go back from SM; the pitches' pads are never touched (run_gemm checks them)."""
+    lo, hi = _sm_range("FT78NE")
+    run, got, want, _ = run_gemm("FT78NE", "fp_gemm_s", 40, 50, 300, trans_b=1, beta=beta, pad=pad,
+                                 tiling={"nt_kernel": "reduce", "k_block": 128})
+    assert_close(got, want, 300)
+    assert run.tiling.tiling["nt_kernel"] == "reduce" and run.tiling.tiling["c_home"] == "ddr"
+    c_lo, c_hi = DDR[2], DDR[2] + 40 * (50 + pad) * 4
+    into_sm = [e for e in run.events if e.kind == "dma_in" and e.src is not None and c_lo <= e.src < c_hi]
+    out_of_sm = [e for e in run.events if e.kind == "dma_out" and e.dst is not None and c_lo <= e.dst < c_hi]
+    assert into_sm and out_of_sm
+    assert all(lo <= e.dst < hi for e in into_sm) and all(lo <= e.src < hi for e in out_of_sm)
+
+
+def test_an_nt_reduction_tile_costs_what_the_target_file_gives():
+    """One core, 12 x 18 x 1024 with B transposed, one k block: one tile of 4 x 3 blocks of 3 x 6 (the FMAC units
+    x their latency, FT78NE: 3 x 6), merged into one loop (tests/test_nt_micro_kernel.py derives its parts): per
+    block 1024 / 32 = 32 vectors of k, 18 FMACs each, and the block before's reduction adds (10 + 5 + 4 + 2): II =
+    ceil((576 + 21) / 3) = 199 on the FMAC units; fill = VLDDW 9 + FMAC 6; the last block's reduction chain 91.
+    The tile: its 24 cycles of control + 8 + 15 + 12 x 199 + 91 = 2526, no B transpose."""
+    t = sim.load_target("FT78NE")
+    fmac = t.core.units["fmac"]
+    assert (fmac.count, fmac.latency_cycles) == (3, 6)
+    lanes = t.core.vector_width_bytes // 4
+    ii = -(-(fmac.count * fmac.latency_cycles * (1024 // lanes) + 10 + 5 + 4 + 2) // fmac.count)
+    fill = t.core.units["vls"].latency_cycles + fmac.latency_cycles
+    want = t.core.tile_overhead_cycles + t.core.loop_overhead_cycles + fill + 12 * ii + 91
+    assert (ii, fill, want) == (199, 15, 2526)
+    run, got, ref, _ = run_gemm("FT78NE", "fp_gemm_s", 12, 18, 1024, trans_b=1, where={"core_mask": 0x1},
+                                tiling={"nt_kernel": "reduce", "k_block": 1024, "m_panel": 12, "n_block": 18})
+    assert_close(got, ref, 1024)
+    computes = [e for e in run.events if e.kind == "compute"]
+    assert [e.end - e.start for e in computes] == [want]
+
+
+def test_the_search_starts_from_the_nt_kernel_and_keeps_it_where_it_is_cheaper():
+    """B transposed, one core, 24 x 1024 x 2048: the space's first tiling is the published NT kernel (3 x 6
+    blocks, C streamed: it adds into C's rows in SM), and B transposed in AM is one step away with C streamed
+    kept (C in AM is that tiling's own step: one decision a step).  On this shape, 24 rows per B block, the
+    transpose of each B block is paid over few rows: the search keeps the NT kernel, cheaper than the best
+    plan that transposes B."""
+    from sim.tuning.pool import Pool
+    from sim.tuning.search import neighbours
+    machine = sim.Simulator("FT78NE", tuning_cache=False)
+    args = dict(a=DDR[0], b=DDR[1], c=DDR[2], m=24, n=1024, k=2048, trans_b=1, core_mask=0x1)
+    call = machine.bind("fp_gemm_s", **args)
+    space = kernels.lookup("fp_gemm_s").kernel.tiling_space(call, machine.context(call))
+    pool = Pool(space, {})
+    first = next(pool.fitting())
+    assert (first["nt_kernel"], first["c_home"], first["m_micro"], first["n_micro"]) == ("reduce", "ddr", 3, 6)
+    steps = [t for t in neighbours(space, first, pool, {}) if t["nt_kernel"] == "transpose"]
+    assert steps and all(t["c_home"] == "ddr" for t in steps)
+    picked = machine.call("fp_gemm_s", numerics=False, **args)
+    transposed = machine.call("fp_gemm_s", numerics=False, tiling={"nt_kernel": "transpose"}, **args)
+    assert picked.tiling.tiling["nt_kernel"] == "reduce"
+    assert picked.cycles < transposed.cycles
+    # A call whose B is not transposed offers the transpose choice only, and a full tiling written without the
+    # key is still a full one (given, not searched).
+    nn = machine.bind("fp_gemm_s", a=DDR[0], b=DDR[1], c=DDR[2], m=24, n=1024, k=2048)
+    pool_nn, _ = kernels.lookup("fp_gemm_s").kernel.tiling_space(nn, machine.context(nn)).completions({}, 50)
+    assert {t["nt_kernel"] for t in pool_nn} == {"transpose"}
+    old = {k: v for k, v in pool_nn[0].items() if k != "nt_kernel"}
+    run = machine.call("fp_gemm_s", numerics=False, tiling=old, a=DDR[0], b=DDR[1], c=DDR[2], m=24, n=1024, k=2048)
+    assert run.tiling.source == "given" and run.tiling.tiling == pool_nn[0]
+
+
+def test_the_nt_kernel_is_refused_by_key_where_it_cannot_run():
+    with pytest.raises(sim.KernelArgError, match=r"tiling\.nt_kernel.*A that is not"):
+        run_gemm("FT78NE", "fp_gemm_s", 24, 24, 64, trans_a=1, trans_b=1, tiling={"nt_kernel": "reduce"})
+    with pytest.raises(sim.KernelArgError, match=r"tiling\.nt_kernel.*c_home ddr"):
+        run_gemm("FT78NE", "fp_gemm_s", 24, 24, 64, trans_b=1, tiling={"nt_kernel": "reduce", "c_home": "am"})
