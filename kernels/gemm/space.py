@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from itertools import groupby
 from typing import Any
@@ -105,6 +106,12 @@ class GemmSpace(GemmLayouts):
             # cores, first the block that gives every core one (whole vectors).
             first = min(max(t.get("n_micro") or n_micro, N_BLOCK), g.n)
             out = [first]
+            if t.get("nt_kernel") == "reduce":
+                # The NT kernel's blocks are n_micro columns: also the widest block of whole blocks and whole
+                # vectors (96 on FT78NE), which computes no padding columns.
+                whole = math.lcm(self._nt_block()[1], self.lanes)
+                if whole < first and first % whole:
+                    out.append(first // whole * whole)
             v = first
             while True:
                 try:

@@ -356,6 +356,8 @@ def test_the_search_starts_from_the_nt_kernel_and_keeps_it_where_it_is_cheaper()
     pool = Pool(space, {})
     first = next(pool.fitting())
     assert (first["nt_kernel"], first["c_home"], first["m_micro"], first["n_micro"]) == ("reduce", "ddr", 3, 6)
+    # Besides the published 128 columns, B blocks of whole 6-column blocks and whole 32-lane vectors: lcm 96.
+    assert space.keys["n_block"].candidates(first)[:2] == [128, 96]
     steps = [t for t in neighbours(space, first, pool, {}) if t["nt_kernel"] == "transpose"]
     assert steps and all(t["c_home"] == "ddr" for t in steps)
     picked = machine.call("fp_gemm_s", numerics=False, **args)
