@@ -157,9 +157,9 @@ class GemmSpace(GemmLayouts):
             ChoiceKey("nt_kernel", NT_KERNELS, "B stored transposed (trans_b = 1): reduce, the published NT "
                                                "micro-kernel (3 x 6 blocks of C, dot products of A's and B's rows "
                                                "read from AM as vectors, reduced across the lanes into C's rows "
-                                               "in SM; fp32, A not transposed, C streamed), tried first; "
-                                               "transpose, each B block transposed in AM and the NN micro-kernel "
-                                               "run on it (the only choice for any other call)",
+                                               "in SM; fp32, A not transposed, C streamed); transpose, each B "
+                                               "block transposed in AM and the NN micro-kernel run on it (tried "
+                                               "first, and the only choice for any other call)",
                       values=self._nt_kernels),
             ChoiceKey("c_home", C_HOMES, "am: a core's C block stays in AM over the k loop (one load and one store "
                                          "of C); ddr: C streamed per k block, the published library's loop order "

@@ -65,13 +65,13 @@ class GemmCall:
         return fmac.count, fmac.latency_cycles
 
     def _nt_kernels(self, t: Mapping[str, Any]) -> tuple[str, ...]:
-        """How a transposed B may be multiplied: the published NT reduction kernel first where the call allows it
-        (B transposed and A not, fp32 operands and C, a scalar level to hold C's rows, not split k), then B
-        transposed in AM; B transposed in AM only for any other call."""
+        """How a transposed B may be multiplied: B transposed in AM, then the published NT reduction kernel where
+        the call allows it (B transposed and A not, fp32 operands and C, a scalar level to hold C's rows, not split
+        k); B transposed in AM only for any other call."""
         g = self.g
         if (g.trans_b and not g.trans_a and self.prec == "fp32" and self.dt == F32 and self.sm is not None
                 and t["split"] != "k"):
-            return NT_KERNELS[::-1]
+            return NT_KERNELS
         return NT_KERNELS[:1]
 
     def _c_homes(self, t: Mapping[str, Any]) -> tuple[str, ...]:
