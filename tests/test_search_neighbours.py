@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
+import sim
 from sim.model.tiling import ChoiceKey, IntKey, TilingSpace
 from sim.tuning.pool import Pool
-from sim.tuning.search import neighbours
+from sim.tuning.search import _nearest_with, neighbours
 
 
 def test_a_step_changes_one_choice_and_drags_only_integer_keys():
@@ -27,3 +30,21 @@ def test_a_step_changes_one_choice_and_drags_only_integer_keys():
     assert {"split": "a", "mode": "x", "depth": 2, "size": 1} in got
     # From split b, mode y is one step.
     assert {"split": "b", "mode": "y", "depth": 2, "size": 2} in neighbours(space, {**here, "split": "b"}, pool, {})
+
+
+def test_the_tiling_of_another_algorithm_nearest_the_climbs_end():
+    """A space's ``starts`` name algorithms two choices away (``mode`` y exists only with ``split`` b): the search
+    prices the tiling of each nearest where its climb ended (fewest keys changed), unless the caller's keys
+    exclude it or the climb ended there already."""
+    space = TilingSpace(
+        ChoiceKey("split", ("a", "b"), "split"),
+        ChoiceKey("mode", ("x", "y"), "mode", values=lambda t: ("x", "y") if t["split"] == "b" else ("x",)),
+        IntKey("depth", 1, 2, "depth", values=(2, 1)),
+        starts=({"mode": "y"},))
+    pool = Pool(space, {})
+    here = {"split": "a", "mode": "x", "depth": 1}
+    assert _nearest_with(pool, space.starts[0], here, {}) == {"split": "b", "mode": "y", "depth": 1}
+    assert _nearest_with(pool, space.starts[0], here, {"mode": "x"}) is None
+    assert _nearest_with(pool, space.starts[0], {"split": "b", "mode": "y", "depth": 2}, {}) is None
+    with pytest.raises(sim.KernelArgError, match="unknown key"):
+        TilingSpace(ChoiceKey("split", ("a", "b"), "split"), starts=({"mode": "y"},))

@@ -197,7 +197,9 @@ class GemmSpace(GemmLayouts):
                    values=n_blocks),
             IntKey("n_micro", 1, 4096, "columns of the micro-kernel's C block in registers (whole vectors)",
                    values=micro_widths),
-            fit=self._fit, tiles=self._tiles, bound=self._bound)
+            fit=self._fit, tiles=self._tiles, bound=self._bound,
+            # The NT kernel streams C: two choices from the NN schedule's tilings, priced once the climb ends.
+            starts=({"nt_kernel": "reduce"},) if len(self._nt_kernels({"split": split})) > 1 else ())
 
     def _bound(self, tiling: Mapping[str, Any]) -> float:
         """The space's ``bound``: each core's tiles' computes one after another, summed over the steps and panels

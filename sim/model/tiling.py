@@ -126,11 +126,15 @@ class TilingSpace:
     worked out from the tiling alone (cheap: no plan built; never more than the plan's own lower bound,
     :meth:`sim.planning.CallPlanner.lower_bound`): the search plans a round's tilings lowest bound first, one at
     a time, and leaves unplanned those whose bound is beyond the tolerance of the cheapest found so far.
+    ``starts``: partial tilings naming algorithms a step of one key cannot reach (their tilings differ from the
+    others in two choices at once): once its climb ends, the search also prices the tiling of each nearest the
+    climb's end, and climbs on from it if it is the cheapest.
     """
 
     def __init__(self, *keys: Key, fit: Callable[[dict[str, Any]], None] | None = None,
                  tiles: Callable[[dict[str, Any]], int] | None = None,
-                 bound: Callable[[dict[str, Any]], float] | None = None):
+                 bound: Callable[[dict[str, Any]], float] | None = None,
+                 starts: Sequence[Mapping[str, Any]] = ()):
         self.keys: dict[str, Key] = {}
         for k in keys:
             if k.scope not in SCOPES:
@@ -141,6 +145,9 @@ class TilingSpace:
         self.fit = fit
         self.tiles = tiles
         self.bound = bound
+        self.starts = tuple(dict(start) for start in starts)
+        for start in self.starts:
+            self.check_names(start)
 
     # -- checking a caller's tiling -------------------------------------------------------------------
 

@@ -10,7 +10,9 @@ the fewest tiles.
 How much it plans: a space of at most :data:`EXHAUSTIVE_CANDIDATES` fitting tilings is planned whole;
 a larger one is searched from the kernel's preferred tiling by steps of one key (each round plans the best
 tiling's neighbours: the same tiling with another choice of one key, or the next smaller or larger value of
-one integer key), until the best is its own best neighbour or :data:`MAX_PLANNED` tilings are planned.
+one integer key), until the best is its own best neighbour or :data:`MAX_PLANNED` tilings are planned; then,
+for each of the space's ``starts`` (an algorithm two choices away), the tiling of it nearest the climb's end is
+priced, and the climb goes on from it if it is the cheapest.
 Planned candidates are simulated fewest tiles first; one still running when it
 can no longer tie is stopped there, and a round ends as soon as no candidate left can change the pick by a
 lower bound of any run of it (:func:`sim.timing.run_lower_bound_cycles`): on a DDR-bound layer, a candidate

@@ -68,6 +68,17 @@ def neighbours(space: TilingSpace, tiling: Mapping[str, Any], pool: Pool, fixed:
     return out
 
 
+def _nearest_with(pool: Pool, keys: Mapping[str, Any], tiling: Mapping[str, Any],
+                  fixed: Mapping[str, Any]) -> dict | None:
+    """The fitting tiling of ``pool`` with ``keys``' values nearest ``tiling`` (fewest keys changed, then the
+    kernel's order); None if ``tiling`` has them already, the caller's keys exclude them, or none fits."""
+    if all(tiling.get(k) == v for k, v in keys.items()) or any(fixed.get(k, v) != v for k, v in keys.items()):
+        return None
+    idxs = [i for i, t in enumerate(pool.tilings) if all(t.get(k) == v for k, v in keys.items())]
+    return next((pool.tilings[i] for i in sorted(idxs, key=lambda i: _distance(pool.tilings[i], tiling))
+                 if pool.fits(i)), None)
+
+
 def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, target: Target, memory: AddressSpace,
            tolerance: float, progress: Progress | None = None) -> SearchResult:
     """The cost model's pick among the completions of ``fixed`` in ``space``.
@@ -117,17 +128,10 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
         if new:
             pricing.price(new)
 
-    few = pool.at_most(EXHAUSTIVE_CANDIDATES)
-    if few is not None:
-        plan_all(few)
-    else:
-        incumbent: dict | None = None
-        for t in pool.fitting():  # the kernel's preferred tiling that plans and runs (the pick is checked at the end)
-            plan_all([t])
-            if pricing.best is not None:
-                incumbent = t
-                break
-        while incumbent is not None and len(planned) < MAX_PLANNED:
+    def climb(incumbent: dict) -> dict:
+        """From ``incumbent`` (planned and priced) to the cheapest of its neighbours, round after round; the
+        tiling it ends at."""
+        while len(planned) < MAX_PLANNED:
             here = pricing.cycles.get(planned[repr(incumbent)])
             plan_all(neighbours(space, incumbent, pool, fixed))
             # The climb follows the cheapest (the tie rule picks among the candidates at the end), while a step
@@ -141,6 +145,29 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
             if best == incumbent:
                 break
             incumbent = best
+        return incumbent
+
+    few = pool.at_most(EXHAUSTIVE_CANDIDATES)
+    if few is not None:
+        plan_all(few)
+    else:
+        incumbent: dict | None = None
+        for t in pool.fitting():  # the kernel's preferred tiling that plans and runs (the pick is checked at the end)
+            plan_all([t])
+            if pricing.best is not None:
+                incumbent = t
+                break
+        if incumbent is not None:
+            incumbent = climb(incumbent)
+            for start in space.starts:
+                # The space's other algorithms, a step that changes more than one choice: the tiling of the
+                # algorithm nearest the climb's end, and a climb from it if it is the cheapest now.
+                jump = _nearest_with(pool, start, incumbent, fixed)
+                if jump is None or repr(jump) in planned or len(planned) >= MAX_PLANNED:
+                    continue
+                plan_all([jump])
+                if pricing.best is not None and pricing.candidates[pricing.cheapest()].tiling == jump:
+                    incumbent = climb(jump)
     pick = pricing.settle()
     if pick is None:
         raise no_candidate_error(space, fixed, errors + [(pricing.candidates[i].tiling, e)
