@@ -12,7 +12,8 @@ a larger one is searched from the kernel's preferred tiling by steps of one key 
 tiling's neighbours: the same tiling with another choice of one key, or the next smaller or larger value of
 one integer key), until the best is its own best neighbour or :data:`MAX_PLANNED` tilings are planned; then,
 for each of the space's ``starts`` (an algorithm two choices away), the tiling of it nearest the climb's end is
-priced, and the climb goes on from it if it is the cheapest.
+priced (even past the budget), and the climb goes on from it, :data:`MAX_STARTED` tilings more at most, if it
+is the cheapest.
 Planned candidates are simulated fewest tiles first; one still running when it
 can no longer tie is stopped there, and a round ends as soon as no candidate left can change the pick by a
 lower bound of any run of it (:func:`sim.timing.run_lower_bound_cycles`): on a DDR-bound layer, a candidate
@@ -32,6 +33,7 @@ from sim.tuning.limits import (
     MAX_COMPLETIONS,
     MAX_PLAN_TILES,
     MAX_PLANNED,
+    MAX_STARTED,
     MAX_TILING_CANDIDATES,
     TILING_TOLERANCE,
 )
@@ -41,6 +43,6 @@ from sim.tuning.pricing import Candidate, Planner, Progress, choose_tiling
 from sim.tuning.search import SearchResult, neighbours, search
 
 __all__ = ["TilingCache", "TilingChoice", "EXHAUSTIVE_CANDIDATES", "LISTED_DROPS", "MAX_COMPLETIONS", "MAX_PLAN_TILES",
-           "MAX_PLANNED", "MAX_TILING_CANDIDATES", "TILING_TOLERANCE", "fit_hint", "nearest_fitting",
+           "MAX_PLANNED", "MAX_STARTED", "MAX_TILING_CANDIDATES", "TILING_TOLERANCE", "fit_hint", "nearest_fitting",
            "no_candidate_error", "prefilter", "reason_of", "tiles_refusal", "Candidate", "Planner", "Progress",
            "choose_tiling", "Pool", "SearchResult", "neighbours", "search"]

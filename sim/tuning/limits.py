@@ -19,6 +19,9 @@ MAX_COMPLETIONS = 4096
 EXHAUSTIVE_CANDIDATES = 6
 #: Most candidates one search plans (the kernel's preferred tiling and its neighbours, round after round).
 MAX_PLANNED = 20
+#: Most candidates a climb from one of a space's ``starts`` plans beyond :data:`MAX_PLANNED` (when that start's
+#: tiling nearest the first climb's end wins; each start's tiling is priced even past the budget).
+MAX_STARTED = MAX_PLANNED // 2
 #: Most dropped candidates a summary or an error lists by name (the others are counted).
 LISTED_DROPS = 3
 #: Candidate tilings taken from a kernel's older ``tilings()`` list at most (those it lists beyond are ignored),

@@ -13,7 +13,7 @@ from sim.model.memory import AddressSpace
 from sim.model.target import Target
 from sim.model.tiling import IntKey, TilingSpace
 from sim.tuning.choice import TilingChoice
-from sim.tuning.limits import EXHAUSTIVE_CANDIDATES, MAX_PLANNED, TILING_TOLERANCE
+from sim.tuning.limits import EXHAUSTIVE_CANDIDATES, MAX_PLANNED, MAX_STARTED, TILING_TOLERANCE
 from sim.tuning.misses import no_candidate_error, reason_of
 from sim.tuning.pool import Pool
 from sim.tuning.pricing import Candidate, Planner, Pricing, Progress, priced_choice
@@ -94,9 +94,9 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
     if progress is not None:
         progress("planning tilings", 0, 0)  # 0 of a number not known yet: the search is taking the space in
 
-    def plan_all(tilings: Sequence[dict]) -> None:
+    def plan_all(tilings: Sequence[dict], cap: int = MAX_PLANNED) -> None:
         new: list[Candidate] = []
-        todo = [t for t in tilings if repr(t) not in planned][:max(0, MAX_PLANNED - len(planned))]
+        todo = [t for t in tilings if repr(t) not in planned][:max(0, cap - len(planned))]
         bounds: list[float] = []
         if space.bound is not None:
             # Lowest bound first, each priced before the next is planned: the cheapest known early, the tilings
@@ -128,12 +128,12 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
         if new:
             pricing.price(new)
 
-    def climb(incumbent: dict) -> dict:
-        """From ``incumbent`` (planned and priced) to the cheapest of its neighbours, round after round; the
-        tiling it ends at."""
-        while len(planned) < MAX_PLANNED:
+    def climb(incumbent: dict, cap: int = MAX_PLANNED) -> dict:
+        """From ``incumbent`` (planned and priced) to the cheapest of its neighbours, round after round, until
+        ``cap`` tilings are planned in all; the tiling it ends at."""
+        while len(planned) < cap:
             here = pricing.cycles.get(planned[repr(incumbent)])
-            plan_all(neighbours(space, incumbent, pool, fixed))
+            plan_all(neighbours(space, incumbent, pool, fixed), cap)
             # The climb follows the cheapest (the tie rule picks among the candidates at the end), while a step
             # gains more than TILING_TOLERANCE: a tie is no way up, and the next round would cost as much as this.
             # The default tolerance, whatever the simulator's: every tolerance climbs the same way, so a strict
@@ -161,13 +161,14 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
             incumbent = climb(incumbent)
             for start in space.starts:
                 # The space's other algorithms, a step that changes more than one choice: the tiling of the
-                # algorithm nearest the climb's end, and a climb from it if it is the cheapest now.
+                # algorithm nearest the climb's end (beyond the budget: one more), and if it is the cheapest now,
+                # a climb from it of at most MAX_STARTED more.
                 jump = _nearest_with(pool, start, incumbent, fixed)
-                if jump is None or repr(jump) in planned or len(planned) >= MAX_PLANNED:
+                if jump is None or repr(jump) in planned:
                     continue
-                plan_all([jump])
+                plan_all([jump], len(planned) + 1)
                 if pricing.best is not None and pricing.candidates[pricing.cheapest()].tiling == jump:
-                    incumbent = climb(jump)
+                    incumbent = climb(jump, len(planned) + MAX_STARTED)
     pick = pricing.settle()
     if pick is None:
         raise no_candidate_error(space, fixed, errors + [(pricing.candidates[i].tiling, e)
