@@ -199,7 +199,7 @@ class GemmSpace(GemmLayouts):
                    values=micro_widths),
             fit=self._fit, tiles=self._tiles, bound=self._bound,
             # The NT kernel streams C: two choices from the NN schedule's tilings, priced once the climb ends.
-            starts=({"nt_kernel": "reduce"},) if len(self._nt_kernels({"split": split})) > 1 else ())
+            starts=({"nt_kernel": "reduce"},) if any(len(self._nt_kernels({"split": x})) > 1 for x in splits) else ())
 
     def _bound(self, tiling: Mapping[str, Any]) -> float:
         """The space's ``bound``: each core's tiles' computes one after another, summed over the steps and panels

@@ -376,6 +376,22 @@ def test_the_nt_kernel_is_one_step_from_streamed_c_and_cheaper_with_few_rows_per
     assert run.tiling.source == "given" and run.tiling.tiling == pool_nn[0]
 
 
+def test_the_search_prices_the_nt_tiling_nearest_its_climbs_end_past_the_budget():
+    """FT78NE, 8 cores, 2048 x 64 x 512 with B transposed: the climb from the NN schedule spends the planning
+    budget (MAX_PLANNED) on transposing tilings; then the NT tiling nearest its end is priced past the budget,
+    wins, and a climb from it plans at most MAX_STARTED more.  The pick runs the NT kernel and beats every
+    transposing candidate the search simulated."""
+    from sim.tuning import MAX_PLANNED, MAX_STARTED
+    run = sim.Simulator("FT78NE", tuning_cache=False).call(
+        "fp_gemm_s", a=DDR[0], b=DDR[1], c=DDR[2], m=2048, n=64, k=512, trans_b=1, core_mask=0xFF, numerics=False)
+    candidates = run.tiling.candidates
+    planned = [t for (t, _), note in zip(candidates, run.tiling.notes) if not note.startswith("not planned")]
+    assert MAX_PLANNED < len(planned) <= MAX_PLANNED + 1 + MAX_STARTED
+    assert run.tiling.tiling["nt_kernel"] == "reduce"
+    transposing = [c for t, c in candidates if t["nt_kernel"] == "transpose" and c is not None]
+    assert transposing and run.cycles < min(transposing)
+
+
 def test_the_nt_kernel_is_refused_by_key_where_it_cannot_run():
     with pytest.raises(sim.KernelArgError, match=r"tiling\.nt_kernel.*A that is not"):
         run_gemm("FT78NE", "fp_gemm_s", 24, 24, 64, trans_a=1, trans_b=1, tiling={"nt_kernel": "reduce"})
