@@ -514,6 +514,8 @@ def roofline(plan: Plan, target: Target) -> Roofline:
         seg_loops, seg_bytes, seg_rows, seg_core_bytes = seg
         for phase in plan.phases[lo:hi]:
             for core, tiles in phase.tiles.items():
+                # (summed per core and per region here, added once: a plan has thousands of tiles)
+                core_loops = core_transfer_bytes = 0
                 for tile in tiles:
                     c = tile.compute
                     if c is not None:
@@ -522,19 +524,28 @@ def roofline(plan: Plan, target: Target) -> Roofline:
                         if cycles_of_c is None:
                             cycles_of_c = loops_of[id(c)] = sum(loop_resource_cycles(loop, core_model)
                                                                 for loop in c.loops)
-                        seg_loops[core] += cycles_of_c
-                    for t in tile.loads + tile.stores:
-                        size = t.size_bytes
-                        seg_core_bytes[core] += size
-                        if t.sync is not None:
-                            synced = True  # its memory side is its group's (below)
-                            continue
-                        for side in ("src", "dst"):
-                            r = region_of(t.span(side)[0])  # the block's lowest byte
+                        core_loops += cycles_of_c
+                    for transfers in (tile.loads, tile.stores):
+                        for t in transfers:
+                            geometry = t._geometry
+                            size = geometry.size_bytes
+                            core_transfer_bytes += size
+                            if t.sync is not None:
+                                synced = True  # its memory side is its group's (below)
+                                continue
+                            # Each side's region is the one holding the block's lowest byte.
+                            r = region_of(t.src + geometry.src_span[0])
                             if r is not None:
                                 seg_bytes[r.name] += size
                                 if r.rows is not None:
-                                    seg_rows[r.name] += side_rows(t, side, r).activations
+                                    seg_rows[r.name] += side_rows(t, "src", r).activations
+                            r = region_of(t.dst + geometry.dst_span[0])
+                            if r is not None:
+                                seg_bytes[r.name] += size
+                                if r.rows is not None:
+                                    seg_rows[r.name] += side_rows(t, "dst", r).activations
+                seg_loops[core] += core_loops
+                seg_core_bytes[core] += core_transfer_bytes
         if cuts:
             if synced:
                 _synced_memory(replace(plan, phases=plan.phases[lo:hi]), region_of, seg_bytes, seg_rows)

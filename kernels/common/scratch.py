@@ -83,9 +83,10 @@ class Arena:
 
     def operand(self, shape: Sequence[int], dtype: np.dtype) -> Operand:
         """Reserve room for a dense array and describe it as a compute operand."""
-        shape = tuple(int(s) for s in shape)
-        n = math.prod(shape) * np.dtype(dtype).itemsize  # Python ints: exact, and cheap per tile
-        return Operand(self.alloc(n), shape, np.dtype(dtype))
+        shape = tuple(map(int, shape))
+        dtype = np.dtype(dtype)
+        n = math.prod(shape) * dtype.itemsize  # Python ints: exact, and cheap per tile
+        return Operand(self.alloc(n), shape, dtype)
 
 
 class Scratch:

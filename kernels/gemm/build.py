@@ -302,26 +302,24 @@ class GemmPlanner(GemmSpace):
         panel = Operand(panel_at, panel_shape, self.dt)
         loads: list[Transfer] = []
         if self.shared:
-            b_r0, _ = self._block_rows(t, s)
+            b_r0, b_r1 = self._block_rows(t, s)
             gbase = lay.gsm_addrs[gsm_parity]
             if g.trans_a:  # the block is [k, block rows]: the panel is a column band of it
-                block_rows = self._block_rows(t, s)
-                width = block_rows[1] - block_rows[0]
                 src = gbase + (r0 - b_r0) * isz
-                loads.append(Transfer.block(src, panel.addr, panel_shape, isz, (width * isz, isz)))
+                loads.append(Transfer(src, panel_at, panel_shape, isz, ((b_r1 - b_r0) * isz, isz), (pr * isz, isz)))
             else:
-                loads.append(Transfer.contiguous(gbase + (r0 - b_r0) * kd * isz, panel.addr, pr * kd * isz))
+                loads.append(Transfer(gbase + (r0 - b_r0) * kd * isz, panel_at, (pr * kd * isz,), 1, (1,), (1,)))
         else:
             first_row, first_col = (k0, r0) if g.trans_a else (r0, k0)
-            loads.append(Transfer.block(self.a.addr + (first_row * g.lda + first_col) * isz, panel.addr, panel_shape,
-                                        isz, (g.lda * isz, isz)))
+            loads.append(_rows(self.a.addr + (first_row * g.lda + first_col) * isz, panel_at, panel_shape, isz,
+                               g.lda * isz, panel_shape[1] * isz))
         b_shape = (nc, kd) if g.trans_b else (kd, nc)
         bblock = Operand(lay.b_addrs[b_parity], b_shape, self.dt)
         # The core's C block: its rows of the GSM block, dense [rows, nc] fp32; this panel's rows of it.
         acc = Operand(lay.acc_addr + acc_row * nc * F32.itemsize, (pr, nc), F32)
         inputs = [panel, bblock]
         # (a tile takes at most one operand of its slot, below: the slot's allocator is made where it does)
-        c_rows = (g.ldc * isz, isz)
+        c_pitch = g.ldc * isz
         c_at = self.c.addr + (r0 * g.ldc + n0) * isz
         stores: list[Transfer] = []
         out_dtype = None
@@ -330,16 +328,16 @@ class GemmPlanner(GemmSpace):
             # 0), take this k block and go back to memory, in place in the slot.
             rows_c = (lay.sm if nt_reduce else lay.am).slot(slot).operand((pr, nc), self.dt)
             if not first or beta:
-                loads.append(Transfer.block(c_at, rows_c.addr, (pr, nc), isz, c_rows))
+                loads.append(_rows(c_at, rows_c.addr, (pr, nc), isz, c_pitch, nc * isz))
                 inputs.append(rows_c)
             outputs: tuple[Operand, ...] = (rows_c,)
-            stores.append(Transfer.block(rows_c.addr, c_at, (pr, nc), isz, (nc * isz, isz), c_rows))
+            stores.append(_rows(rows_c.addr, c_at, (pr, nc), isz, nc * isz, c_pitch))
             out_dtype = self.dt
             # The tile adds the rows it loaded, if any (the micro-kernel loads them first); none from an AM block.
             beta, first = not first or beta, True
         elif first and beta:
             old = lay.am.slot(slot).operand((pr, nc), self.dt)
-            loads.append(Transfer.block(c_at, old.addr, (pr, nc), isz, c_rows))
+            loads.append(_rows(c_at, old.addr, (pr, nc), isz, c_pitch, nc * isz))
             inputs.append(old)
         elif not first:
             inputs.append(acc)
@@ -351,9 +349,9 @@ class GemmPlanner(GemmSpace):
                    else Operand(inputs[-1].addr, (pr, nc), out_dtype))
             outputs = (out,)
             if partial_to is None:
-                stores.append(Transfer.block(out.addr, c_at, (pr, nc), isz, (nc * isz, isz), c_rows))
+                stores.append(_rows(out.addr, c_at, (pr, nc), isz, nc * isz, c_pitch))
             else:
-                stores.append(Transfer.block(out.addr, partial_to[0], (pr, nc), 4, (nc * 4, 4), (partial_to[1], 4)))
+                stores.append(_rows(out.addr, partial_to[0], (pr, nc), 4, nc * 4, partial_to[1]))
         elif t.c_home == "am":
             outputs = (acc,)
         loops = self._tile_loops(t, pr, nc, kd, load_c=not first or beta, transpose_b=transpose_b,
@@ -363,6 +361,12 @@ class GemmPlanner(GemmSpace):
         compute = Compute(fn, tuple(inputs), outputs, flops=flops, precision=self.prec,
                           loops=loops)
         return loads, compute, stores
+
+
+def _rows(src: int, dst: int, shape: tuple[int, int], itemsize: int, src_pitch: int, dst_pitch: int) -> Transfer:
+    """A block of ``shape`` (rows, elements) of ``itemsize`` bytes, rows ``src_pitch`` / ``dst_pitch`` bytes apart
+    (``Transfer.block`` without its conversions: the values are ints already, and a plan makes thousands)."""
+    return Transfer(src, dst, shape, itemsize, (src_pitch, itemsize), (dst_pitch, itemsize))
 
 
 def _cut_rows(t: Transfer, pieces: int) -> list[Transfer]:

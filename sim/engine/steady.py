@@ -108,6 +108,7 @@ class SteadyState:
         self._names: dict[int, list[tuple[str, list[int]]]] = {}  # id(phase buffers) -> each buffer's generations
         self._first_live: dict[tuple[int, str], int] = {}  # (id(phase buffers), buffer) -> lowest unfinished
         self._region_at = RegionOf(eng.memory.map)  # (a plan's transfers keep to a few regions)
+        self._shift_of: dict[str, int] = {}  # region name -> the shift that keeps its bursts and rows
         self.fingerprints: set[tuple] = set()
         self.boundaries = 0  # boundaries so far
         self.stride, self.misses = 1, 0  # look at every stride-th; looks since the stride last changed
@@ -374,17 +375,22 @@ class SteadyState:
         kept = t.__dict__.get("_steady_placed")
         if kept is not None and kept[0] is mmap:
             return kept[1]
-        sides: list[tuple[Any, int]] = []
-        for lo, hi in (t.span("src"), t.span("dst")):
-            region = self._region_at(lo)
-            if region is None or hi - lo > MAX_ACCESS_BYTES or not region.contains(lo, hi - lo):
-                sides.append((None, 1))
-            else:
-                sides.append((region, region.burst_bytes if region.rows is None
-                              else math.lcm(region.burst_bytes, region.rows.row_bytes)))
-        placed = (sides[0], sides[1])
+        geometry = t._geometry
+        placed = (self._side_placed(t.src + geometry.src_span[0], geometry.src_span[1] - geometry.src_span[0]),
+                  self._side_placed(t.dst + geometry.dst_span[0], geometry.dst_span[1] - geometry.dst_span[0]))
         t.__dict__["_steady_placed"] = (mmap, placed)
         return placed
+
+    def _side_placed(self, lo: int, size_bytes: int) -> tuple[Any, int]:
+        """:meth:`_placed` of one side: its bytes from ``lo`` on."""
+        region = self._region_at(lo)
+        if region is None or size_bytes > MAX_ACCESS_BYTES or not region.contains(lo, size_bytes):
+            return None, 1
+        period = self._shift_of.get(region.name)
+        if period is None:
+            period = self._shift_of[region.name] = (region.burst_bytes if region.rows is None
+                                                    else math.lcm(region.burst_bytes, region.rows.row_bytes))
+        return region, period
 
     def _counts_repeat(self, key: tuple[int, str], lo: int, hi: int, by: int) -> int:
         """How many periods of ``by`` generations the plan's fill and use counts of buffer ``key`` repeat for,

@@ -17,12 +17,17 @@ from typing import Any, Generic, NamedTuple, TypeVar, overload
 import numpy as np
 
 from sim.errors import LayoutError
+from sim.model.direct_init import direct_init
 from sim.model.memo import FrozenDict, cached_hash, memoized, state_without_hash
 from sim.model.memory import block_span
 
 
 def c_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:
     """Byte strides of a C-ordered array of ``shape`` with ``itemsize`` bytes per element."""
+    if len(shape) == 2 and type(itemsize) is int:  # (most blocks: rows of a matrix)
+        rows, cols = shape
+        if type(rows) is int and type(cols) is int:
+            return (itemsize * max(cols, 1), itemsize)
     strides: list[int] = []
     step = itemsize
     for n in reversed(tuple(shape)):
@@ -60,6 +65,7 @@ class _derived(Generic[_V]):
         return value
 
 
+@direct_init
 @dataclass(frozen=True)
 class Transfer:
     """One DMA descriptor: an n-d block of elements copied from ``src`` to ``dst``.
@@ -111,10 +117,10 @@ class Transfer:
     def block(src: int, dst: int, shape: Sequence[int], itemsize: int,
               src_strides: Sequence[int], dst_strides: Sequence[int] | None = None) -> Transfer:
         """A strided block; ``dst_strides`` defaults to a dense C-ordered destination."""
-        shape = tuple(int(s) for s in shape)
-        dst_s = tuple(dst_strides) if dst_strides is not None else c_strides(shape, itemsize)
-        return Transfer(src, dst, shape, int(itemsize), tuple(int(s) for s in src_strides),
-                        tuple(int(s) for s in dst_s))
+        shape = tuple(map(int, shape))
+        itemsize = int(itemsize)
+        dst_s = tuple(map(int, dst_strides)) if dst_strides is not None else c_strides(shape, itemsize)
+        return Transfer(src, dst, shape, itemsize, tuple(map(int, src_strides)), dst_s)
 
     def runs(self, side: str) -> tuple[int, int]:
         """``(number of contiguous runs, bytes per run)`` of ``side`` ('src' or 'dst').
@@ -196,6 +202,7 @@ def _geometry_of(shape: tuple[int, ...], itemsize: int, src_strides: tuple[int, 
 transfer_geometry = memoized(_geometry_of)
 
 
+@direct_init
 @dataclass(frozen=True)
 class Operand:
     """A dense C-ordered array at ``addr`` in the issuing core's view of memory."""
@@ -293,6 +300,7 @@ class Loop:
         return tuple(m for m in (*self.epilogue_chain, *tail) if any(int(n) for n in m.values()))
 
 
+@direct_init
 @dataclass(frozen=True)
 class TileFn:
     """A tile's compute function as a value: a module-level function ``fn`` and the parameters it is called with,
@@ -315,6 +323,7 @@ class TileFn:
         return getattr(self.fn, "__name__", type(self.fn).__name__)
 
 
+@direct_init
 @dataclass(frozen=True)
 class Compute:
     """The vector work of one tile.
@@ -359,10 +368,14 @@ class BufferRef(str):
 
     name: str
     generation: int
+    _parsed: tuple[str, int] | None
 
     def __new__(cls, name: str, generation: int) -> BufferRef:
         ref = super().__new__(cls, f"{name}{GENERATION_MARK}{generation}")
-        ref.__dict__.update(name=name, generation=generation)
+        # (name, generation) as parse_buffer_ref answers for a well-formed reference, worked out once: the engine,
+        # the plan check and the steady state parse a plan's references tens of thousands of times.
+        well_formed = isinstance(name, str) and name and type(generation) is int and generation >= 0
+        ref.__dict__.update(name=name, generation=generation, _parsed=(name, generation) if well_formed else None)
         return ref
 
     def __setattr__(self, key: str, value: object) -> None:
@@ -388,9 +401,10 @@ def buffer_ref(name: str, generation: int) -> BufferRef:
 def parse_buffer_ref(ref: AnyBufferRef) -> tuple[str, int]:
     """``(name, generation)`` of a buffer reference (a :class:`BufferRef` or its string form
     ``"name@generation"``); ValueError when malformed."""
-    if type(ref) is BufferRef and isinstance(ref.name, str) and ref.name and type(ref.generation) is int \
-            and ref.generation >= 0:
-        return ref.name, ref.generation  # else its string form says what is wrong with it
+    if type(ref) is BufferRef:
+        parsed = ref._parsed
+        if parsed is not None:
+            return parsed  # else its string form says what is wrong with it
     if not isinstance(ref, str):
         raise ValueError(f"a buffer reference is a BufferRef(name, generation) or a string "
                          f"'name{GENERATION_MARK}generation', got {ref!r}")
@@ -401,6 +415,7 @@ def parse_buffer_ref(ref: AnyBufferRef) -> tuple[str, int]:
     return name, int(gen)
 
 
+@direct_init
 @dataclass(frozen=True)
 class Tile:
     """DMA in, compute, DMA out: the unit the engine double-buffers.
