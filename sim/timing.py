@@ -501,7 +501,7 @@ def roofline(plan: Plan, target: Target) -> Roofline:
     region_bytes: dict[str, int] = defaultdict(int)
     region_rows: dict[str, int] = defaultdict(int)  # DRAM rows opened (sim.model.dram), per region with rows
     core_bytes: dict[int, int] = defaultdict(int)  # bytes through each core's DMA engines
-    loops_of: dict[int, int] = {}  # id(compute) -> its loops at their resource II: tiles share computes
+    loops_of: dict[int, int] = {}  # id(loops) -> at their resource II: tiles share computes and loops
     region_of = RegionOf(mmap)
     synced = False
     n = len(plan.cores)
@@ -520,10 +520,10 @@ def roofline(plan: Plan, target: Target) -> Roofline:
                     c = tile.compute
                     if c is not None:
                         flops_by_prec[c.precision] += c.flops
-                        cycles_of_c = loops_of.get(id(c))
+                        cycles_of_c = loops_of.get(id(c.loops))
                         if cycles_of_c is None:
-                            cycles_of_c = loops_of[id(c)] = sum(loop_resource_cycles(loop, core_model)
-                                                                for loop in c.loops)
+                            cycles_of_c = loops_of[id(c.loops)] = sum(loop_resource_cycles(loop, core_model)
+                                                                      for loop in c.loops)
                         core_loops += cycles_of_c
                     for transfers in (tile.loads, tile.stores):
                         for t in transfers:
