@@ -27,7 +27,7 @@ from fractions import Fraction
 from typing import TypeVar, cast
 
 from sim.errors import SimError
-from sim.model.dram import NO_ROWS, RowUse, row_use
+from sim.model.dram import NO_ROWS, RowUse, row_use, run_row_use
 from sim.model.memo import memoized
 from sim.model.memory import MemoryMap
 from sim.model.plan import REDUCE, Compute, Loop, Plan, Transfer, unit_class
@@ -65,7 +65,12 @@ def side_rows(t: Transfer, side: str, region: Region) -> RowUse:
     if kept is not None and kept[0] is region:
         return kept[1]
     addr, strides = (t.src, t.src_strides) if side == "src" else (t.dst, t.dst_strides)
-    use = row_use(rows, addr - region.base, t.shape, t.itemsize, strides)
+    geometry = t._geometry
+    count, run = geometry.src_runs if side == "src" else geometry.dst_runs
+    if count == 1:  # one contiguous run (most of a plan's transfers)
+        use = run_row_use(rows, addr - region.base, run)
+    else:
+        use = row_use(rows, addr - region.base, t.shape, t.itemsize, strides)
     t.__dict__[key] = (region, use)
     return use
 

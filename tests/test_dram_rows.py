@@ -18,7 +18,7 @@ import pytest
 
 import sim
 from sim.engine.engine import simulate
-from sim.model.dram import row_use
+from sim.model.dram import row_use, run_row_use
 from sim.model.memory import AddressSpace
 from sim.model.plan import Phase, Plan, Tile, Transfer
 from sim.model.target import DramRows
@@ -86,6 +86,17 @@ def test_counts_match_an_element_by_element_walk():
                     per_bank[b] = per_bank.get(b, 0) + 1
         assert row_use(rows, offset, shape, itemsize, strides) == (sum(per_bank.values()), max(per_bank.values()))
 
+
+
+def test_one_run_is_counted_without_the_walk():
+    """:func:`run_row_use` (the shortcut the engine and the roofline take for a one-run side) answers what the walk
+    answers, rows crossed and banks wrapped included."""
+    rows = DramRows(row_bytes=256, banks=4, activations_per_window=4, window_cycles=21, bank_busy_cycles=47)
+    for offset in (0, 1, 255, 256, 1000, 4095):
+        for nbytes in (1, 2, 255, 256, 257, 1024, 1025, 5000):
+            assert run_row_use(rows, offset, nbytes) == row_use(rows, offset, (nbytes,), 1, (1,))
+    # Ten rows over four banks: three in the busiest.
+    assert run_row_use(rows, 0, 2560) == (10, 3)
 
 # --- cost ------------------------------------------------------------------------------------------
 

@@ -50,6 +50,15 @@ def row_use(rows: DramRows, offset: int, shape: tuple[int, ...], itemsize: int,
     return _row_use(rows, offset % rows.period_bytes, tuple(shape), itemsize, tuple(strides))
 
 
+def run_row_use(rows: DramRows, offset: int, nbytes: int) -> RowUse:
+    """The :class:`RowUse` of one contiguous run of ``nbytes`` (> 0) bytes, ``offset`` bytes past the region's base:
+    every row from its first to its last, each opened once, spread over the banks in turn (what :func:`row_use`
+    answers for such a block, without remembering it: working it out costs less than looking it up)."""
+    size = rows.row_bytes
+    opened = (offset + nbytes - 1) // size - offset // size + 1
+    return RowUse(opened, -(-opened // rows.banks))
+
+
 @memoized
 def _row_use(rows: DramRows, offset: int, shape: tuple[int, ...], itemsize: int,
              strides: tuple[int, ...]) -> RowUse:
