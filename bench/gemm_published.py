@@ -9,7 +9,8 @@ kernel is a 6 x 96 fp32 one); they are a yardstick, not constants any number of 
 Sources: Yu et al., "Optimizing General Matrix Multiplications on Modern Multi-core DSPs", IPDPS 2024 (micro-
 kernel, single core, weak scaling); VVinstonSmith/BLAS-for-multi-core-DSP (irregular GEMM reports).
 ``--quick`` leaves out the 8-core weak-scaling runs (the slowest, minutes each); ``--nt`` prints only the table of
-the merged NT micro-kernel's cycles (BLAS-for-multi-core-DSP, 相关说明/NT模式下微内核的合并与重叠);
+the merged NT micro-kernel's cycles (BLAS-for-multi-core-DSP, 相关说明/NT模式下微内核的合并与重叠); ``--nt-yu`` only
+the table of Yu et al.'s NT kernel and GEMM (one core, and the speed-up on 4 and 8 cores);
 ``--max-plan-tiles N`` raises the plan-size budget for this run (KA = 128 on 8 cores plans 196,232 tiles: about
 200 s and 5 GB).
 """
@@ -23,7 +24,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import sim  # noqa: E402
-from kernels.common.loops import gemm_micro_kernel, gemm_nt_micro_kernel  # noqa: E402
+from kernels.common.loops import (  # noqa: E402
+    gemm_micro_kernel,
+    gemm_nt_micro_kernel,
+    gemm_nt_serial_micro_kernel,
+)
 from sim.timing import loop_cost, loop_cycles, loop_text  # noqa: E402
 
 A, B, C = 0x80000000, 0x90000000, 0xA0000000
@@ -113,6 +118,71 @@ def nt_rows() -> None:
               f"{got / (measured - GET_CLK):.3f} | {loop_text(loop_cost(loop, core), core)} |", flush=True)
 
 
+#: Yu et al.'s NT micro-kernel (IPDPS 2024, Fig. 12(b): 6 x KA x 8, fp64): measured efficiencies, and the paper's
+#: k / (k + 138) for the depths it plots but does not quote.
+NT_YU_KERNEL = ((64, 0.303, "measured"), (512, 512 / 650, "formula"), (1024, 1024 / 1162, "formula"),
+                (2048, 0.932, "measured"))
+#: Yu et al.'s NT GEMM on one core (Fig. 14: stable over M, K and N, here M = 1440, N = 2048, K = 2048 fp64):
+#: (KA, N_A, M_S, published efficiency).
+NT_YU_ONE_CORE = ((512, 64, 12, 0.74), (1024, 32, 12, 0.84), (2048, 16, 6, 0.89))
+#: Yu et al.'s NT GEMM on P cores (Fig. 16: M = 2880, K = 2048 fp64, N = 2048 P): (KA, N_A, M_S, cores, published
+#: speed-up; None where the paper says "nearly linear" without a figure).
+NT_YU_SCALING = ((256, 128, 12, 8, None), (512, 64, 12, 8, None), (1024, 32, 12, 4, 3.73), (1024, 32, 12, 8, 6.52))
+
+
+def yu_nt_tiling(ka: int, n_a: int, m_s: int, m: int, cores: int) -> dict:
+    """Yu et al.'s NT schedule as tiling keys (docs/gemm.md): their 6 x 8 kernel, each block reduced before the next
+    (``reduce_serial``); C streamed through SM per KA block; B blocks of N_A rows, A panels of M_S rows in AM; an fp64
+    k-step of 16 lanes is half a 32-lane fp32 row, so K_A maps to 2 K_A fp32; on several cores core 0 loads A's
+    block into GSM (one copy for every core), two blocks in flight where two fit."""
+    k_block = 2 * ka
+    two_fit = 2 * m * k_block * 4 <= 6 * 2**20
+    return {"split": "n", "nt_kernel": "reduce_serial", "c_home": "ddr", "b_staging": "am",
+            "a_loader": "core0" if cores > 1 else "cores", "a_buffers": 2 if two_fit or cores == 1 else 1,
+            "m_micro": 6, "n_micro": 8, "k_block": k_block, "m_panel": m_s, "m_block": m, "n_block": n_a}
+
+
+def efficiency_nt(m: int, n: int, k: int, cores: int, tiling: dict) -> tuple[float, sim.Run, float]:
+    """:func:`efficiency` of C = A·Bᵀ (B stored transposed)."""
+    t0 = time.perf_counter()
+    run = sim.Simulator(CHIP, tuning_cache=False).call("fp_gemm_s", a=A, b=B, c=C, m=m, n=n, k=k, trans_b=1,
+                                                       numerics=False, core_mask=(1 << cores) - 1, tiling=tiling)
+    core = run.target.core
+    peak = core.precisions["fp32"].lanes * core.units["fmac"].count * 2 * cores
+    return 2 * m * n * k / (run.cycles * peak), run, time.perf_counter() - t0
+
+
+def yu_nt_rows() -> None:
+    """Yu et al.'s NT kernel and GEMM (Figs. 12(b), 14, 16) against dspsim with their schedule forced."""
+    core = sim.load_target(CHIP).core
+    peak = core.precisions["fp32"].lanes * core.units["fmac"].count * 2
+    print("| configuration | published | dspsim, published algorithm | ratio | notes |")
+    print("|---|---|---|---|---|")
+    for ka, pub, how in NT_YU_KERNEL:
+        loop = gemm_nt_serial_micro_kernel(core, "fp32", 6, 8, 2 * ka)
+        got = 2 * 6 * 8 * 2 * ka / peak / loop_cycles(loop, core)
+        print(f"| NT micro-kernel 6 x {ka} x 8 (fp64), Yu et al. ({how}) | {pub:.1%} | {got:.1%} | {got / pub:.3f} | "
+              f"{loop_text(loop_cost(loop, core), core)} |", flush=True)
+    for ka, n_a, m_s, pub in NT_YU_ONE_CORE:
+        got, run, s = efficiency_nt(1440, 2048, 4096, 1, yu_nt_tiling(ka, n_a, m_s, 1440, 1))
+        print(f"| 1 core NT, KA = {ka}, N_A = {n_a}, M_S = {m_s}: 1440 x 2048 x 2048 (fp64) | {pub:.1%} | {got:.1%} | "
+              f"{got / pub:.3f} | {run.cycles:,} cycles; {s:.0f} s |", flush=True)
+    one: dict[int, float] = {}
+    for ka, n_a, m_s, cores, pub_x in NT_YU_SCALING:
+        # M = 288 rows (the published 2880 on 8 cores plans 245,760 tiles at KA = 1024): each core's work per A
+        # block is what the published run's is per A block of M_G rows; the speed-up compares like with like.
+        m = 288
+        if ka not in one:
+            one[ka], _, _ = efficiency_nt(m, 2048, 4096, 1, yu_nt_tiling(ka, n_a, m_s, m, 1))
+        got, run, s = efficiency_nt(m, 2048 * cores, 4096, cores, yu_nt_tiling(ka, n_a, m_s, m, cores))
+        scale = cores * got / one[ka]
+        pub = f"{pub_x}x" if pub_x is not None else "nearly linear"
+        ratio = f"{scale / pub_x:.3f}" if pub_x is not None else "-"
+        print(f"| NT speed-up on {cores} cores, KA = {ka}, N_A = {n_a}: {m} x 2048P x 2048 (fp64) | {pub} | "
+              f"{scale:.2f}x | {ratio} | efficiency {one[ka]:.1%} on 1 core, {got:.1%} on {cores}; {s:.0f} s |",
+              flush=True)
+
+
 def raise_plan_budget(tiles: int) -> None:
     """The plan-size budget (sim.tuning.MAX_PLAN_TILES) raised to ``tiles`` in every module that reads it, for
     this process (a benchmark of one huge plan; the simulator's own budget is unchanged)."""
@@ -128,5 +198,7 @@ if __name__ == "__main__":
         raise_plan_budget(int(sys.argv[sys.argv.index("--max-plan-tiles") + 1]))
     if "--nt" in sys.argv:
         nt_rows()
+    elif "--nt-yu" in sys.argv:
+        yu_nt_rows()
     else:
         main("--quick" in sys.argv)

@@ -103,3 +103,38 @@ def test_merging_pays_the_reduction_once():
     assert loop_cycles(apart, CORE) == 16 * loop_cycles(one, CORE) == 16 * 313
     assert loop_cycles(apart, CORE) - loop_cycles(merged, CORE) == 15 * (8 + 15 + 91)
     assert merged.vector_registers == 2 * 18 + 9 <= CORE.vector_registers
+
+
+def test_yu_et_al_serial_6x8_block_by_hand():
+    """Yu et al.'s NT micro-kernel (IPDPS 2024, "6 x KA x 8"): each 6 x 8 block of C computes its 48 dot products,
+    then reduces them (the published improved reduction of 48 vectors), before the next block starts.  The block:
+    the NN micro-kernel's 6 rows, and as many rows of B as the 64 vector registers hold with one accumulator per
+    element of C and a row vector of each row: (64 - 6) // (6 + 1) = 8.  The paper gives the kernel's efficiency
+    as k / (k + 138) for KA = k (fp64), measured 30.3 % at KA = 64 and 93.2 % at KA = 2048; an fp64 k-step of 16
+    lanes is half the bytes of a row of 32 fp32, so KA maps to 2 KA fp32 here."""
+    from kernels.common.loops import gemm_nt_serial_micro_kernel
+    u = FT["units"]
+    rows = 6
+    cols = (FT["vector_registers"] - rows) // (rows + 1)
+    assert cols == 8
+    lanes = FT["vector_width_bytes"] // 4
+    per_issue = u["vls"]["bytes_per_issue"] // FT["vector_width_bytes"]
+    # A vector of k: 6 + 8 row vectors (7 VLDDW on 2 units: 4 cycles) and 48 FMACs on 3 units: 16 cycles, carried
+    # from step to step (latency 6 < 16); the vector issue width (7 + 48) / 6 is 10.
+    ii = max(ceil(ceil((rows + cols) / per_issue) / u["vls"]["count"]), ceil(rows * cols / u["fmac"]["count"]),
+             ceil((ceil((rows + cols) / per_issue) + rows * cols) / FT["issue_width"]["vector"]))
+    assert ii == 16
+    fill = u["vls"]["latency_cycles"] + u["fmac"]["latency_cycles"]  # 15
+    chain = 121  # the 48-vector reduction and write-back, derived step by step in tests/test_epilogue_chains.py
+    for ka, published in ((64, 0.303), (2048, 0.932)):
+        k = 2 * ka
+        want = FT["loop_overhead_cycles"] + fill + (k // lanes) * ii + chain
+        loop = gemm_nt_serial_micro_kernel(CORE, "fp32", rows, cols, k)
+        assert loop.vector_registers == rows * cols + rows + cols == 62
+        cost = loop_cost(loop, CORE)
+        assert (cost.ii, cost.fill, cost.epilogue) == (ii, fill, chain)
+        assert loop_cycles(loop, CORE) == want == ka + 144  # the paper's ka + 138
+        assert abs(ka / want - published) < 0.006
+    # Blocks one after another: each pays its entry, fill and reduction (no overlap, unlike the merged kernel).
+    four = gemm_nt_serial_micro_kernel(CORE, "fp32", rows, cols, 1024, blocks=4)
+    assert loop_cycles(four, CORE) == 4 * (512 + 144)

@@ -285,6 +285,23 @@ def gemm_nt_micro_kernel(core: CoreModel, precision: str, m_r: int, n_r: int, k:
                 label=label or f"gemm NT micro-kernel {blocks} x {m_r}x{n_r}")
 
 
+@_memoized
+def gemm_nt_serial_micro_kernel(core: CoreModel, precision: str, m_r: int, n_r: int, k: int, *, blocks: int = 1,
+                                label: str | None = None) -> Loop:
+    """The NT micro-kernel of Yu et al. (IPDPS 2024, "6 x KA x 8"): C = A·Bᵀ over ``blocks`` blocks of ``m_r`` x
+    ``n_r`` elements of C, one after another, each its own loop entry: per vector of k, the ``m_r`` + ``n_r`` row
+    vectors (VLDDW, both operands contiguous in k in AM) and ``m_r`` x ``n_r`` FMACs into one vector accumulator per
+    element of C, carried from step to step; then the block's improved reduction (:func:`modulo_reduction`) into
+    C's rows in SM as the entry's epilogue chain, before the next block starts (not overlapped: the paper's
+    k/(k + 138) efficiency of the kernel).  Registers: one block's accumulators and its row vectors."""
+    steps_k = -(-int(k) // lanes(core, precision))
+    acc = m_r * n_r
+    return Loop(trips=steps_k, issues={"vls": vls_issues(core, m_r + n_r), "fmac": acc}, chain=("vls", "fmac"),
+                carried=("fmac",), entries=int(blocks), epilogue_chain=modulo_reduction(core, acc),
+                vector_registers=acc + m_r + n_r,
+                label=label or f"gemm NT micro-kernel (serial) {blocks} x {m_r}x{n_r}")
+
+
 # --- builders for the convolution kernels (conv2d backprop filter, depthwise backprop input) -----------------
 
 

@@ -41,8 +41,9 @@ along m alike), so op(A) = Aᵀ only changes the descriptors' strides (its SM pa
 elements: short runs, whole bursts).  A B stored transposed is staged as it is ([n_block, k_block] rows) and
 transposed in AM once per B block, a vector loop of loads, shuffles and stores charged to the block's first
 tile (loads and stores: the micro-kernel needs rows of op(B) as vectors), or, with ``nt_kernel`` ``reduce``
-(fp32, A not transposed, C streamed), multiplied by the published NT micro-kernel: dot products of A's and B's
-rows read from AM as vectors, A's panel in AM and C's rows in SM, where each reduced dot product is added.
+or ``reduce_serial`` (fp32, A not transposed, C streamed), multiplied by a published NT micro-kernel: dot
+products of A's and B's rows read from AM as vectors, A's panel in AM and C's rows in SM, where each reduced dot
+product is added.
 
 The package: :mod:`~kernels.gemm.constants` (the keys' choices, the attributes, a tiling),
 :mod:`~kernels.gemm.numerics`, :mod:`~kernels.gemm.state` (a call's shares and steps),
@@ -62,6 +63,7 @@ from kernels.gemm.constants import (
     MIXED,
     N_BLOCK,
     NT_KERNELS,
+    NT_REDUCTIONS,
     SPLITS,
     STREAMED_C_SLOTS,
     GemmAttrs,
@@ -72,6 +74,6 @@ from kernels.gemm.kernel import KERNEL, Gemm
 from kernels.gemm.numerics import gemm_reference
 
 __all__ = ["A_LOADERS", "B_STAGINGS", "C_HOMES", "F32", "K_BLOCKS", "LONG_K", "M_BLOCKS", "MICRO_ROWS", "MIXED",
-           "N_BLOCK", "NT_KERNELS", "SPLITS", "STREAMED_C_SLOTS", "GemmAttrs", "GemmTiling",
+           "N_BLOCK", "NT_KERNELS", "NT_REDUCTIONS", "SPLITS", "STREAMED_C_SLOTS", "GemmAttrs", "GemmTiling",
            "compute_precision", "KERNEL", "Gemm",
            "gemm_reference"]

@@ -12,7 +12,7 @@ from kernels.common.shares import split_even
 from kernels.common.split_reduce import SplitReduce
 from kernels.common.streams import CoreStream, phase_of
 from kernels.common.tensor_view import TensorView
-from kernels.gemm.constants import F32, GemmTiling, Step
+from kernels.gemm.constants import F32, NT_A_PANELS, GemmTiling, Step
 from kernels.gemm.layout import GemmLayout
 from kernels.gemm.numerics import sum_partial_rows, tile_product
 from kernels.gemm.space import GemmSpace
@@ -45,7 +45,8 @@ class GemmPlanner(GemmSpace):
         :func:`sim.startup.startup` looks at: the tiling space's bound)."""
         g, ctx = self.g, self.ctx
         lay = self.layout(t)
-        n_slots = lay.am.slots
+        # (an NT reduction kernel's tiles take their slot in SM, C's rows; AM holds its two A panels)
+        n_slots = lay.sm.slots if t.nt_reduces else lay.am.slots
         steps, chunks, _ = self._steps_and_shares(t)
         cores = ctx.cores
         n_kb_of = {c: sum(1 for s in steps if s.mb == 0 and s.chunk == 0 and self._core_k(t, c, s)) for c in cores}
@@ -167,9 +168,9 @@ class GemmPlanner(GemmSpace):
                         partial_to = (lay.exchange.addr(cores.index(core), p0 * g.n + col[0]), g.n * 4)
                     loads, compute, stores = self._tile(t, lay, s, col, (p0, p1), p0 - panels[0][0],
                                                         computes[core] % n_slots, gsm_gen[i] % t.a_buffers,
-                                                        b_gen[i] % 2,
+                                                        b_gen[i] % 2, a_panel=computes[core] % NT_A_PANELS,
                                                         first=s.kb == 0, last=s.kb == n_kb_of[core] - 1,
-                                                        transpose_b=j == 0 and g.trans_b and t.nt_kernel != "reduce",
+                                                        transpose_b=j == 0 and g.trans_b and not t.nt_reduces,
                                                         k_range=kr,
                                                         partial_to=partial_to)
                     add(core, loads, compute, stores, uses=uses)
@@ -282,11 +283,11 @@ class GemmPlanner(GemmSpace):
         return Transfer.block(src, lay.b_addrs[parity], shape, self.isz, (g.ldb * self.isz, self.isz))
 
     def _tile(self, t: GemmTiling, lay: GemmLayout, s: Step, col: tuple[int, int], rows: tuple[int, int],
-              acc_row: int, slot: int, gsm_parity: int, b_parity: int, *, first: bool, last: bool,
+              acc_row: int, slot: int, gsm_parity: int, b_parity: int, *, a_panel: int = 0, first: bool, last: bool,
               transpose_b: bool, k_range: tuple[int, int] | None = None,
               partial_to: tuple[int, int] | None = None) -> tuple[list[Transfer], Compute, list[Transfer]]:
         """One tile: an A micro-panel into SM, the micro-kernels over the B block, C's rows in AM (the NT
-        reduction kernel: the panel into AM, C's rows in SM).  ``k_range``:
+        reduction kernels: the panel into AM, in A panel buffer ``a_panel``, C's rows in SM).  ``k_range``:
         the depth it covers (default: step ``s``'s k block); ``partial_to``: (address, row pitch in bytes) where
         the last k block stores its fp32 partial rows instead of C (split k: no beta, no rounding)."""
         g, isz = self.g, self.isz
@@ -296,9 +297,9 @@ class GemmPlanner(GemmSpace):
         k0, k1 = self._k_range(t, s) if k_range is None else k_range
         pr, nc, kd = r1 - r0, n1 - n0, k1 - k0
         panel_shape = (kd, pr) if g.trans_a else (pr, kd)
-        # The NT reduction kernel reads A's panel as vectors (from AM) and adds into C's rows in SM.
-        nt_reduce = t.nt_kernel == "reduce"
-        panel_at = lay.am.slot_addr(slot) if nt_reduce else lay.sm.slot_addr(slot) + lay.panel_offset_bytes
+        # The NT reduction kernels read A's panel as vectors (from AM) and add into C's rows in SM.
+        nt_reduce = t.nt_reduces
+        panel_at = lay.am.slot_addr(a_panel) if nt_reduce else lay.sm.slot_addr(slot) + lay.panel_offset_bytes
         panel = Operand(panel_at, panel_shape, self.dt)
         loads: list[Transfer] = []
         if self.shared:

@@ -25,10 +25,18 @@ A_LOADERS = ("cores", "core0")
 #: engine carrying its copy.
 B_STAGINGS = ("am", "gsm", "broadcast")
 #: How a B stored transposed (trans_b = 1) is multiplied (the ``nt_kernel`` key): ``transpose``, each B block
-#: transposed in AM and the NN micro-kernel run on it; ``reduce``, the published NT micro-kernel
+#: transposed in AM and the NN micro-kernel run on it; ``reduce``, the published merged NT micro-kernel
 #: (BLAS-for-multi-core-DSP): dot products of A's and B's rows, both contiguous in k, read from AM as vectors,
-#: one vector accumulator per element of C, reduced across its lanes into C's rows in SM.
-NT_KERNELS = ("transpose", "reduce")
+#: one vector accumulator per element of C, reduced across its lanes into C's rows in SM, each block's reduction
+#: overlapping the next block's dot products; ``reduce_serial``, Yu et al.'s NT micro-kernel (IPDPS 2024), the
+#: same dot products in larger blocks, each block reduced before the next starts (asked for only: ``reduce``
+#: does the same work in fewer cycles).
+NT_KERNELS = ("transpose", "reduce", "reduce_serial")
+#: The ``nt_kernel`` values that reduce dot products into C's rows in SM (A's panel in AM, C streamed).
+NT_REDUCTIONS = ("reduce", "reduce_serial")
+#: A panels in AM with an NT reduction kernel: double-buffered (one loading, one computing), while C's rows in SM
+#: are triple-buffered (Yu et al.'s capacity constraints: (2 M_S + 2 N_A) K_A in AM, 3 M_A N_A in SM).
+NT_A_PANELS = 2
 #: C tiles in flight per core when C is streamed: the library triple-buffers C (one loading, one computing, one
 #: storing).
 STREAMED_C_SLOTS = 3
@@ -86,6 +94,11 @@ class GemmTiling:
     a_buffers: int = 2
     b_staging: str = "am"
     nt_kernel: str = "transpose"
+
+    @property
+    def nt_reduces(self) -> bool:
+        """Whether the tiling multiplies by an NT micro-kernel that reduces into C's rows in SM."""
+        return self.nt_kernel in NT_REDUCTIONS
 
     def as_dict(self) -> dict[str, Any]:
         """The tiling as the mapping a caller gives."""

@@ -9,7 +9,7 @@ from typing import Any
 from kernels.common.exchange import Exchange
 from kernels.common.scratch import Scratch, align_up
 from kernels.common.shares import ceil_div
-from kernels.gemm.constants import F32, GemmTiling
+from kernels.gemm.constants import F32, NT_A_PANELS, GemmTiling
 from kernels.gemm.state import GemmCall
 from sim.model.plan import DoesNotFit
 
@@ -72,7 +72,7 @@ class GemmLayouts(GemmCall):
         tile_c_bytes = align_up(min(t.m_panel, self.g.m) * ncols * F32.itemsize, am_align)
         fixed = acc_bytes + 2 * b_bytes
         slots = self._slots(t)
-        if t.nt_kernel == "reduce":
+        if t.nt_reduces:
             return self._nt_layout(t, fixed, slots, b_bytes)
         if fixed + slots * tile_c_bytes > self.am.size_bytes:
             held = f"a C block of {rows}x{ncols} fp32, " if acc_bytes else ""
@@ -93,22 +93,24 @@ class GemmLayouts(GemmCall):
                           gsm, gsm_b, self._exchange_layout(t) if t.split == "k" else None)
 
     def _nt_layout(self, t: GemmTiling, fixed: int, slots: int, b_bytes: int) -> GemmLayout:
-        """The NT reduction kernel's layout: AM holds the two B blocks and, per slot, a tile's A panel (both read
-        as vectors); SM holds, per slot, the tile's rows of C (the reduction adds into them from the scalar
-        side)."""
+        """The NT reduction kernels' layout: AM holds the two B blocks and two A panels (both read as vectors;
+        tile j's panel goes where tile j - 2's was: the walk issues tile j's loads once tile j - 2 has computed,
+        and a tile's stores, in flight meanwhile, are of C: the published (2 x M_S + 2 x N_A) x K_A); SM holds,
+        per slot, the tile's rows of C (the reduction adds into them from the scalar side; C triple-buffered)."""
         assert self.sm is not None  # (the kernel is offered only with a scalar level)
         pr, ncols, kdepth = min(t.m_panel, self.g.m), min(t.n_block, self.g.n), min(t.k_block, self.g.k)
         panel_bytes = align_up(pr * kdepth * self.isz, self.am.alignment_bytes)
-        if fixed + slots * panel_bytes > self.am.size_bytes:
-            raise DoesNotFit(self.am.name, fixed + slots * panel_bytes, self.am.size_bytes,
-                             f"{self.call.symbol}: two B blocks of {ncols}x{kdepth} and {slots} A panels of "
+        panels = NT_A_PANELS
+        if fixed + panels * panel_bytes > self.am.size_bytes:
+            raise DoesNotFit(self.am.name, fixed + panels * panel_bytes, self.am.size_bytes,
+                             f"{self.call.symbol}: two B blocks of {ncols}x{kdepth} and {panels} A panels of "
                              f"{pr}x{kdepth} do not fit the {self.am.size_bytes}-byte {self.am.name} level")
         c_bytes = align_up(pr * ncols * F32.itemsize, self.sm.alignment_bytes)
         if slots * c_bytes > self.sm.size_bytes:
             raise DoesNotFit(self.sm.name, slots * c_bytes, self.sm.size_bytes,
                              f"{self.call.symbol}: {slots} tiles' rows of C ({pr}x{ncols} fp32 each) do not fit the "
                              f"{self.sm.size_bytes}-byte {self.sm.name} level")
-        am = Scratch(self.am, fixed, slots=slots, slot_bytes=panel_bytes)
+        am = Scratch(self.am, fixed, slots=panels, slot_bytes=panel_bytes)
         sm = Scratch(self.sm, 0, slots=slots, slot_bytes=c_bytes)
         gsm, gsm_b = self._gsm_layout(t)
         return GemmLayout(am.fixed_base, (am.fixed_base, am.fixed_base + b_bytes), am, sm, 0, gsm, gsm_b)

@@ -22,6 +22,7 @@ from kernels.gemm.constants import (
     MICRO_ROWS,
     N_BLOCK,
     NT_KERNELS,
+    NT_REDUCTIONS,
     SPLITS,
     STREAMED_C_SLOTS,
     GemmTiling,
@@ -49,10 +50,11 @@ class GemmSpace(GemmLayouts):
         splits = (split,) + (tuple(x for x in SPLITS if x != split) if cores > 1 else ())
 
         def panels(t: Mapping[str, Any]) -> list[int]:
-            if t.get("nt_kernel") == "reduce":
-                # The NT kernel reads A's panel from AM (the layout checks it), C's rows live in SM: the
-                # published 12 rows (four blocks of 3), then one block pair.
-                return list(dict.fromkeys([min(4 * t["m_micro"], g.m), min(2 * t["m_micro"], g.m)]))
+            if t.get("nt_kernel") in NT_REDUCTIONS:
+                # The NT kernels read A's panel from AM (the layout checks it), C's rows live in SM: the
+                # published 12 rows (four blocks of 3, or two of Yu et al.'s 6), then half as many.
+                blocks = 4 if t["nt_kernel"] == "reduce" else 2
+                return list(dict.fromkeys([min(blocks * t["m_micro"], g.m), min(blocks // 2 * t["m_micro"], g.m)]))
             # Two micro-kernels' rows; one when two such panels of this depth do not fit the scalar level.
             two, one = min(2 * t["m_micro"], g.m), min(t["m_micro"], g.m)
             slots = STREAMED_C_SLOTS if t["c_home"] == "ddr" else 2
@@ -72,16 +74,16 @@ class GemmSpace(GemmLayouts):
         def micro_width(t: Mapping[str, Any]) -> int:
             # The micro-kernel's columns: the published 4 vectors, no wider than the B block (whole vectors); the
             # NT kernel's block.
-            if t.get("nt_kernel") == "reduce":
-                return min(self._nt_block()[1], g.n)
+            if t.get("nt_kernel") in NT_REDUCTIONS:
+                return min(self._nt_block(t["nt_kernel"])[1], g.n)
             return t.get("n_micro") or min(n_micro, align_up(t["n_block"], self.lanes))
 
         def micro_widths(t: Mapping[str, Any]) -> list[int]:
             # The published width (4 vectors, no wider than the B block) first, then narrower whole vectors: a
             # B block that is not a multiple of the widest leaves a last micro-kernel mostly idle.  The NT kernel:
             # its published block.
-            if t.get("nt_kernel") == "reduce":
-                return [min(self._nt_block()[1], g.n)]
+            if t.get("nt_kernel") in NT_REDUCTIONS:
+                return [min(self._nt_block(t["nt_kernel"])[1], g.n)]
             first = micro_width(t)
             return [first] + [v * self.lanes for v in range(first // self.lanes - 1, 0, -1)
                               if self._micro_registers(t["m_micro"], v * self.lanes) <= self.core.vector_registers]
@@ -90,8 +92,8 @@ class GemmSpace(GemmLayouts):
             # The published 6 rows; when the widest micro-kernel a core's columns allow leaves 6 rows fewer
             # accumulators than the FMAC units times their latency (thin columns per core), the taller blocks the
             # register file holds, which cover that latency with fewer vectors per row.
-            if t.get("nt_kernel") == "reduce":
-                return [min(self._nt_block()[0], g.m)]
+            if t.get("nt_kernel") in NT_REDUCTIONS:
+                return [min(self._nt_block(t["nt_kernel"])[0], g.m)]
             per_core = g.n if t["split"] != "n" else ceil_div(g.n, cores)
             vectors = max(1, min(n_micro, align_up(per_core, self.lanes)) // self.lanes)
             rows = [min(MICRO_ROWS[0], g.m)]
@@ -106,12 +108,17 @@ class GemmSpace(GemmLayouts):
             # cores, first the block that gives every core one (whole vectors).
             first = min(max(t.get("n_micro") or n_micro, N_BLOCK), g.n)
             out = [first]
-            if t.get("nt_kernel") == "reduce":
-                # The NT kernel's blocks are n_micro columns: also the widest block of whole blocks and whole
-                # vectors (96 on FT78NE), which computes no padding columns.
-                whole = math.lcm(self._nt_block()[1], self.lanes)
+            nt = t.get("nt_kernel") in NT_REDUCTIONS
+            if nt:
+                # The NT kernels' blocks are n_micro columns: also the widest block of whole blocks and whole
+                # vectors (96 on FT78NE for reduce's 6), which computes no padding columns.
+                whole = math.lcm(self._nt_block(t["nt_kernel"])[1], self.lanes)
                 if whole < first and first % whole:
                     out.append(first // whole * whole)
+            # An NT kernel's B block is rows of B (not vectors): deep blocks halve it down to one NT block, as the
+            # published NT schedules do (N_A 64, 32, 16 for K_A 512, 1024, 2048); the NN kernel's stays whole
+            # vectors.
+            floor = self._nt_block(t["nt_kernel"])[1] if nt else self.lanes
             v = first
             while True:
                 try:
@@ -119,9 +126,9 @@ class GemmSpace(GemmLayouts):
                     out.append(v)
                     break
                 except (DoesNotFit, KernelArgError):
-                    if v <= self.lanes:
+                    if v <= floor:
                         break
-                    v = max(self.lanes, align_up(v // 2, self.lanes))
+                    v = max(floor, v // 2 if nt else align_up(v // 2, self.lanes))
             if t["split"] == "n" and ceil_div(g.n, min(out[-1], first)) < cores:
                 out.insert(0, align_up(ceil_div(g.n, cores), self.lanes))  # preferred: no core idles
             out = [x for x in dict.fromkeys(out) if x <= first]
@@ -154,12 +161,15 @@ class GemmSpace(GemmLayouts):
                                        "micro-panels of each A block (every core loads the B block); k: each core "
                                        "a range of the depth, partial C blocks summed through GSM (small m x n, "
                                        "long k)", values=splits),
-            ChoiceKey("nt_kernel", NT_KERNELS, "B stored transposed (trans_b = 1): reduce, the published NT "
-                                               "micro-kernel (3 x 6 blocks of C, dot products of A's and B's rows "
+            ChoiceKey("nt_kernel", NT_KERNELS, "B stored transposed (trans_b = 1): reduce, the published merged "
+                                               "NT micro-kernel (3 x 6 blocks of C, dot products of A's and B's rows "
                                                "read from AM as vectors, reduced across the lanes into C's rows "
-                                               "in SM; fp32, A not transposed, C streamed); transpose, each B "
-                                               "block transposed in AM and the NN micro-kernel run on it (tried "
-                                               "first, and the only choice for any other call)",
+                                               "in SM, each block's reduction overlapping the next block; fp32, A "
+                                               "not transposed, C streamed); reduce_serial (asked for only), Yu et "
+                                               "al.'s NT micro-kernel (6 x 8 blocks, each reduced before the next "
+                                               "starts); transpose, each B block transposed in AM and the NN "
+                                               "micro-kernel run on it (tried first, and the only choice for any "
+                                               "other call)",
                       values=self._nt_kernels),
             ChoiceKey("c_home", C_HOMES, "am: a core's C block stays in AM over the k loop (one load and one store "
                                          "of C); ddr: C streamed per k block, the published library's loop order "
@@ -210,7 +220,7 @@ class GemmSpace(GemmLayouts):
         steps, chunks, _ = self._steps_and_shares(t)
         beta = g.beta and t.split != "k"  # (split k: the partials take no beta and are not rounded)
         rounded_c = t.split != "k" and self.dt != F32
-        transposes_b = g.trans_b and t.nt_kernel != "reduce"  # (the NT kernel reads B's rows as they are)
+        transposes_b = g.trans_b and not t.nt_reduces  # (the NT kernels read B's rows as they are)
         serial: dict[int, int] = {}
         for core in self.ctx.cores:
             n_kb = sum(1 for s in steps if s.mb == 0 and s.chunk == 0 and self._core_k(t, core, s))
@@ -229,7 +239,7 @@ class GemmSpace(GemmLayouts):
                     # The loops and their price are remembered by value (tile_loops; sim.timing).
                     total += n * self.ctx.compute_cycles(tile_loops(
                         self.core, self.prec, self.isz, t.m_micro, t.n_micro, rows, col[1] - col[0], kr[1] - kr[0],
-                        load_c, transpose_b, rounded, t.nt_kernel == "reduce"))
+                        load_c, transpose_b, rounded, t.nt_kernel))
             serial[core] = total
         computes = self.ctx.target.launch_overhead_cycles + max(serial.values(), default=0)
         try:

@@ -7,13 +7,21 @@ from typing import Any
 
 from kernels.base import PlanContext
 from kernels.common.binding import attrs_of
-from kernels.common.loops import elementwise, gemm_micro_kernel, gemm_nt_micro_kernel, lanes
+from kernels.common.loops import (
+    elementwise,
+    gemm_micro_kernel,
+    gemm_nt_micro_kernel,
+    gemm_nt_serial_micro_kernel,
+    lanes,
+)
 from kernels.common.scratch import align_up
 from kernels.common.shares import split_even, split_units
 from kernels.gemm.constants import (
     C_HOMES,
     F32,
+    MICRO_ROWS,
     NT_KERNELS,
+    NT_REDUCTIONS,
     STREAMED_C_SLOTS,
     GemmAttrs,
     GemmTiling,
@@ -52,33 +60,43 @@ class GemmCall:
 
     def _micro_registers(self, m_micro: int, n_micro: int, nt_kernel: str = "transpose") -> int:
         """Vector registers an ``m_micro`` x ``n_micro`` micro-kernel keeps live (its loop's count; the NT
-        reduction kernel: two blocks' accumulators, one per element of C, and a row vector of each row)."""
-        if nt_kernel == "reduce":
-            return 2 * m_micro * n_micro + m_micro + n_micro
+        reduction kernels: one vector accumulator per element of C, two blocks' of them where a block's reduction
+        overlaps the next block (``reduce``), and a row vector of each row)."""
+        if nt_kernel in NT_REDUCTIONS:
+            blocks = 2 if nt_kernel == "reduce" else 1
+            return blocks * m_micro * n_micro + m_micro + n_micro
         nv = -(-n_micro // self.lanes)
         return m_micro * nv + nv + m_micro
 
-    def _nt_block(self) -> tuple[int, int]:
-        """The NT reduction kernel's block of C (rows, columns): as many rows as FMAC units and columns as their
-        latency, the fewest accumulators that keep every unit busy (on FT78NE the published 3 x 6)."""
+    def _nt_block(self, nt_kernel: str = "reduce") -> tuple[int, int]:
+        """An NT reduction kernel's block of C (rows, columns).  ``reduce``: as many rows as FMAC units and columns
+        as their latency, the fewest accumulators that keep every unit busy (on FT78NE the published 3 x 6).
+        ``reduce_serial``: the NN micro-kernel's published rows (6) and as many columns as the vector registers
+        hold with one accumulator per element of C and a row vector of each row (Yu et al.'s 6 x 8 on FT78NE)."""
+        if nt_kernel == "reduce_serial":
+            rows = MICRO_ROWS[0]
+            return rows, (self.core.vector_registers - rows) // (rows + 1)
         fmac = self.core.units["fmac"]
         return fmac.count, fmac.latency_cycles
 
-    def _nt_kernels(self, t: Mapping[str, Any]) -> tuple[str, ...]:
-        """How a transposed B may be multiplied: B transposed in AM, then the published NT reduction kernel where
-        the call allows it (B transposed and A not, fp32 operands and C, a scalar level to hold C's rows, not split
-        k); B transposed in AM only for any other call."""
+    def _nt_allowed(self, split: str) -> bool:
+        """Whether this call may multiply a transposed B by an NT reduction kernel: B transposed and A not, fp32
+        operands and C, a scalar level to hold C's rows, not split k."""
         g = self.g
-        if (g.trans_b and not g.trans_a and self.prec == "fp32" and self.dt == F32 and self.sm is not None
-                and t["split"] != "k"):
-            return NT_KERNELS
-        return NT_KERNELS[:1]
+        return (g.trans_b and not g.trans_a and self.prec == "fp32" and self.dt == F32 and self.sm is not None
+                and split != "k")
+
+    def _nt_kernels(self, t: Mapping[str, Any]) -> tuple[str, ...]:
+        """How the search may multiply a transposed B: B transposed in AM, then the published merged NT kernel
+        where the call allows it (``reduce_serial`` only when asked for: the merged kernel does the same work in
+        fewer cycles); B transposed in AM only for any other call."""
+        return NT_KERNELS[:2] if self._nt_allowed(t["split"]) else NT_KERNELS[:1]
 
     def _c_homes(self, t: Mapping[str, Any]) -> tuple[str, ...]:
         """Where C may live over the k loop: streamed only for an fp32 C (an fp16 C is rounded once, at the end)
         and not with split k (whose partials are summed once, at the end); streamed only with the NT reduction
-        kernel (it adds into C's rows in SM)."""
-        if t.get("nt_kernel") == "reduce":
+        kernels (they add into C's rows in SM)."""
+        if t.get("nt_kernel") in NT_REDUCTIONS:
             return C_HOMES[1:]
         return C_HOMES if self.dt == F32 and t["split"] != "k" else C_HOMES[:1]
 
@@ -111,15 +129,15 @@ class GemmCall:
         if t.m_block % t.m_panel and t.m_block != self.g.m:
             raise KernelArgError(f"argument 'tiling.m_block': {t.m_block} is not a multiple of m_panel "
                                  f"({t.m_panel})")
-        if t.nt_kernel == "reduce":
-            if t.nt_kernel not in self._nt_kernels({"split": t.split}):
-                raise KernelArgError(f"argument 'tiling.nt_kernel': reduce (the NT micro-kernel) multiplies a B "
-                                     f"stored transposed by an A that is not, in fp32, with C's rows in the scalar "
+        if t.nt_reduces:
+            if not self._nt_allowed(t.split):
+                raise KernelArgError(f"argument 'tiling.nt_kernel': {t.nt_kernel} (an NT micro-kernel) multiplies a "
+                                     f"B stored transposed by an A that is not, in fp32, with C's rows in the scalar "
                                      f"level, and not with split k (this call: trans_a {int(self.g.trans_a)}, "
                                      f"trans_b {int(self.g.trans_b)}, {self.prec}, split {t.split})")
             if t.c_home != "ddr":
-                raise KernelArgError("argument 'tiling.nt_kernel': reduce adds each dot product into C's rows in SM, "
-                                     "which come from memory per k block: it goes with c_home ddr only")
+                raise KernelArgError(f"argument 'tiling.nt_kernel': {t.nt_kernel} adds each dot product into C's "
+                                     f"rows in SM, which come from memory per k block: it goes with c_home ddr only")
         regs = self._micro_registers(t.m_micro, t.n_micro, t.nt_kernel)
         if regs > self.core.vector_registers:
             raise KernelArgError(f"argument 'tiling.m_micro': a {t.m_micro}x{t.n_micro} micro-kernel keeps {regs} "
@@ -256,24 +274,28 @@ class GemmCall:
         """The loops of a tile of ``pr`` rows, ``nc`` columns and depth ``kd`` (:func:`tile_loops` on this call's
         core, precision and itemsize)."""
         return tile_loops(self.core, self.prec, self.isz, t.m_micro, t.n_micro, pr, nc, kd, load_c, transpose_b,
-                          rounded, t.nt_kernel == "reduce")
+                          rounded, t.nt_kernel)
 
 
 @memoized
 def tile_loops(core: CoreModel, precision: str, itemsize: int, m_micro: int, n_micro: int, rows: int, cols: int,
-               depth: int, load_c: bool, transpose_b: bool, rounded: bool, nt_reduce: bool = False
+               depth: int, load_c: bool, transpose_b: bool, rounded: bool, nt_kernel: str = "transpose"
                ) -> tuple[Loop, ...]:
     """The loops of a tile of ``rows`` x ``cols`` of C and depth ``depth``: its ``m_micro`` x ``n_micro``
     micro-kernels (C's rows loaded into the registers first when ``load_c``), B's transpose in AM first
-    (``transpose_b``), C's rounding to fp16 last (``rounded``).  ``nt_reduce``: the published NT micro-kernel
-    instead, its ``m_micro`` x ``n_micro`` blocks merged into one loop over the tile (each block's dot products
-    reduced into C's rows in SM, added to their old values: no C load into registers, no transpose).
+    (``transpose_b``), C's rounding to fp16 last (``rounded``).  ``nt_kernel`` ``reduce``: the published NT
+    micro-kernel instead, its ``m_micro`` x ``n_micro`` blocks merged into one loop over the tile (each block's dot
+    products reduced into C's rows in SM, added to their old values: no C load into registers, no transpose);
+    ``reduce_serial``: Yu et al.'s NT micro-kernel, each block's dot products then its reduction, block after
+    block.
 
     Remembered by value (sim.model.memo): the tiling space's ``bound`` asks for the same few tile shapes for every
     panel of every step, and the build once per tile."""
     entries = -(-rows // m_micro) * -(-cols // n_micro)
-    if nt_reduce:
+    if nt_kernel == "reduce":
         return (gemm_nt_micro_kernel(core, precision, m_micro, n_micro, depth, blocks=entries),)
+    if nt_kernel == "reduce_serial":
+        return (gemm_nt_serial_micro_kernel(core, precision, m_micro, n_micro, depth, blocks=entries),)
     loops = [gemm_micro_kernel(core, precision, m_micro, n_micro, depth, itemsize=itemsize, entries=entries,
                                load_c=load_c)]
     if transpose_b:

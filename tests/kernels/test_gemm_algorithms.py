@@ -397,3 +397,79 @@ def test_the_nt_kernel_is_refused_by_key_where_it_cannot_run():
         run_gemm("FT78NE", "fp_gemm_s", 24, 24, 64, trans_a=1, trans_b=1, tiling={"nt_kernel": "reduce"})
     with pytest.raises(sim.KernelArgError, match=r"tiling\.nt_kernel.*c_home ddr"):
         run_gemm("FT78NE", "fp_gemm_s", 24, 24, 64, trans_b=1, tiling={"nt_kernel": "reduce", "c_home": "am"})
+
+
+# --- Yu et al.'s NT kernel (nt_kernel: reduce_serial) -----------------------------------------------------------
+
+@pytest.mark.parametrize("beta, pad", [(1, 2), (0, 0)])
+def test_the_serial_nt_kernel_matches_numpy_with_c_rows_in_sm(beta, pad):
+    """B stored transposed, Yu et al.'s NT kernel forced (6 x 8 blocks, 20 x 50 leaves partial blocks both ways):
+    C's rows come into SM and go back from it, and the result is numpy's."""
+    lo, hi = _sm_range("FT78NE")
+    run, got, want, _ = run_gemm("FT78NE", "fp_gemm_s", 20, 50, 300, trans_b=1, beta=beta, pad=pad,
+                                 tiling={"nt_kernel": "reduce_serial", "k_block": 128})
+    assert_close(got, want, 300)
+    t = run.tiling.tiling
+    assert (t["nt_kernel"], t["c_home"], t["m_micro"], t["n_micro"]) == ("reduce_serial", "ddr", 6, 8)
+    c_lo, c_hi = DDR[2], DDR[2] + 20 * (50 + pad) * 4
+    into_sm = [e for e in run.events if e.kind == "dma_in" and e.src is not None and c_lo <= e.src < c_hi]
+    assert into_sm and all(lo <= e.dst < hi for e in into_sm)
+
+
+def test_a_serial_nt_tile_costs_what_the_target_file_gives():
+    """One core, 12 x 16 x 1024 with B transposed, one k block, one tile of 2 x 2 blocks of 6 x 8, block after
+    block (tests/test_nt_micro_kernel.py derives a block): per block 8 + fill 15 + 1024 / 32 x 16 + the 48-vector
+    reduction 121 = 656; the tile 24 + 4 x 656 = 2648, no B transpose."""
+    t = sim.load_target("FT78NE")
+    fmac, vls = t.core.units["fmac"], t.core.units["vls"]
+    lanes = t.core.vector_width_bytes // 4
+    block = t.core.loop_overhead_cycles + vls.latency_cycles + fmac.latency_cycles + \
+        (1024 // lanes) * -(-48 // fmac.count) + 121
+    want = t.core.tile_overhead_cycles + 4 * block
+    assert (block, want) == (656, 2648)
+    run, got, ref, _ = run_gemm("FT78NE", "fp_gemm_s", 12, 16, 1024, trans_b=1, where={"core_mask": 0x1},
+                                tiling={"nt_kernel": "reduce_serial", "k_block": 1024, "m_panel": 12,
+                                        "n_block": 16})
+    assert_close(got, ref, 1024)
+    assert [e.end - e.start for e in run.events if e.kind == "compute"] == [want]
+
+
+def test_the_serial_nt_kernel_is_asked_for_only_and_refused_where_it_cannot_run():
+    """The search never offers it (the merged kernel does the same work in fewer cycles: 1 core, 24 x 96 x 1024,
+    forced, it costs more than the merged one forced); asked for, every candidate runs it; where no NT kernel can
+    run, or with C in AM, it is refused by key."""
+    machine = sim.Simulator("FT78NE", tuning_cache=False)
+    args = dict(a=DDR[0], b=DDR[1], c=DDR[2], m=24, n=96, k=1024, trans_b=1, core_mask=0x1)
+    call = machine.bind("fp_gemm_s", **args)
+    space = kernels.lookup("fp_gemm_s").kernel.tiling_space(call, machine.context(call))
+    assert space.keys["nt_kernel"].candidates({"split": "n"}) == ["transpose", "reduce"]
+    serial = machine.call("fp_gemm_s", numerics=False, tiling={"nt_kernel": "reduce_serial"}, **args)
+    merged = machine.call("fp_gemm_s", numerics=False, tiling={"nt_kernel": "reduce"}, **args)
+    assert all(t["nt_kernel"] == "reduce_serial" for t, _ in serial.tiling.candidates)
+    assert merged.cycles < serial.cycles
+    with pytest.raises(sim.KernelArgError, match=r"tiling\.nt_kernel.*reduce_serial.*A that is not"):
+        run_gemm("FT78NE", "fp_gemm_s", 24, 24, 64, trans_a=1, trans_b=1, tiling={"nt_kernel": "reduce_serial"})
+    with pytest.raises(sim.KernelArgError, match=r"tiling\.nt_kernel.*reduce_serial.*c_home ddr"):
+        run_gemm("FT78NE", "fp_gemm_s", 24, 24, 64, trans_b=1,
+                 tiling={"nt_kernel": "reduce_serial", "c_home": "am"})
+
+
+@pytest.mark.parametrize("nt_kernel, floor", [("reduce", 6), ("reduce_serial", 8)])
+def test_deep_nt_blocks_halve_the_b_block_below_a_vector(nt_kernel, floor):
+    """An NT kernel's B block is rows of B, not vectors: at a depth where two 32-row blocks and the A panels do not
+    fit AM (k_block 4096 fp32, the published K_A 2048 fp64: 16 KiB a row), the space halves it on, down to one NT
+    block's columns, as the published schedules do (N_A 64, 32, 16 for K_A 512, 1024, 2048); before, it stopped at
+    a vector's 32 and no tiling of that depth fitted."""
+    machine = sim.Simulator("FT78NE", tuning_cache=False)
+    args = dict(a=DDR[0], b=DDR[1], c=DDR[2], m=12, n=64, k=4096, trans_b=1, core_mask=0x1)
+    call = machine.bind("fp_gemm_s", **args)
+    space = kernels.lookup("fp_gemm_s").kernel.tiling_space(call, machine.context(call))
+    chosen = {"split": "n", "nt_kernel": nt_kernel, "c_home": "ddr", "a_loader": "cores", "a_buffers": 2,
+              "b_staging": "am", "m_micro": 6 if nt_kernel == "reduce_serial" else 3, "k_block": 4096,
+              "m_panel": 6, "m_block": 12}
+    values = space.keys["n_block"].candidates(chosen)
+    assert min(values) >= floor and any(v < 32 for v in values)
+    run = machine.call("fp_gemm_s", numerics=False, tiling={"nt_kernel": nt_kernel, "k_block": 4096}, **args)
+    # AM: two B blocks and two 6-row A panels (one loading, one computing) of 16 KiB rows within 768 KiB:
+    # 2 n + 12 <= 48, n <= 18: the published 16.
+    assert run.tiling.tiling["n_block"] == 16 and run.tiling.tiling["k_block"] == 4096
