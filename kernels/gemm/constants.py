@@ -16,6 +16,11 @@ SPLITS = ("n", "m", "k")
 #: (loaded, when at all, and stored once); ``ddr``, C streamed per k block (the published library's loop order:
 #: k blocks outermost, each tile loads its C rows, accumulates one k block into them and stores them back).
 C_HOMES = ("am", "ddr")
+#: Where a core's A panels come from (the ``a_staging`` key): ``gsm``, A's blocks staged in the shared level first
+#: (one copy for every core: an _s call on several cores always, and on one core the published single-core
+#: blocking, M_G x K_G of A in GSM); ``memory``, each panel read straight from memory (split k, a _p call, or one
+#: core).
+A_STAGINGS = ("gsm", "memory")
 #: Who loads a GSM block of A (the ``a_loader`` key): ``cores``, the call's cores a share each; ``core0``, the
 #: first core of the call the whole block (the published library), the others waiting for it.
 A_LOADERS = ("cores", "core0")
@@ -94,6 +99,7 @@ class GemmTiling:
     a_buffers: int = 2
     b_staging: str = "am"
     nt_kernel: str = "transpose"
+    a_staging: str = "gsm"
 
     @property
     def nt_reduces(self) -> bool:
@@ -103,7 +109,8 @@ class GemmTiling:
     def as_dict(self) -> dict[str, Any]:
         """The tiling as the mapping a caller gives."""
         return dict(split=self.split, c_home=self.c_home, a_loader=self.a_loader, a_buffers=self.a_buffers,
-                    b_staging=self.b_staging, nt_kernel=self.nt_kernel, m_block=self.m_block,
+                    b_staging=self.b_staging, nt_kernel=self.nt_kernel, a_staging=self.a_staging,
+                    m_block=self.m_block,
                     n_block=self.n_block, k_block=self.k_block, m_panel=self.m_panel, m_micro=self.m_micro,
                     n_micro=self.n_micro)
 

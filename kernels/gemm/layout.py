@@ -39,7 +39,9 @@ class GemmLayouts(GemmCall):
     def _tiles(self, tiling: Mapping[str, Any]) -> int:
         """The space's ``tiles``: at most the tiles the tiling plans on all cores, counted without building them
         (per core and step: its panels' tiles and as many staging pieces; split k: the reduce tiles too)."""
-        g, t = self.g, GemmTiling(**{k: tiling[k] for k in GemmTiling.__dataclass_fields__})
+        g = self.g
+        t = GemmTiling(**{k: tiling[k] for k in GemmTiling.__dataclass_fields__ if k != "a_staging"},
+                       a_staging=self._a_staging_of(tiling))
         cores = len(self.ctx.cores)
         n_mb, n_kb = -(-g.m // t.m_block), -(-g.k // t.k_block)
         panels = -(-min(t.m_block, g.m) // t.m_panel)
@@ -60,7 +62,7 @@ class GemmLayouts(GemmCall):
 
     def layout(self, t: GemmTiling) -> GemmLayout:
         """Addresses of the staged buffers and slots; DoesNotFit naming the level that is too small."""
-        self._split = t.split
+        self._a_staged = t.a_staging == "gsm"
         _, rows = self._shares(t)
         am_align = self.am.alignment_bytes
         ncols = min(t.n_block, self.g.n)

@@ -13,6 +13,7 @@ from kernels.common.tiling_space import ChoiceKey, IntKey, TilingSpace
 from kernels.common.transfers import channel_grain
 from kernels.gemm.constants import (
     A_LOADERS,
+    A_STAGINGS,
     B_STAGINGS,
     C_HOMES,
     F32,
@@ -62,11 +63,11 @@ class GemmSpace(GemmLayouts):
             if g.trans_a:
                 # A stored [k, m]: a panel is k_block runs of m_panel elements; runs of whole bursts of A's
                 # region (and whole micro-kernels) waste none of them.  Read straight from memory (A not staged in
-                # GSM: split k, one core) such panels are the one choice where they fit, so that a step to a
-                # shallower k block that lets them fit takes them with it; from GSM they are one more choice.
+                # GSM: split k, one core's first choice) such panels are the one choice where they fit, so that a
+                # step to a shallower k block that lets them fit takes them with it; from GSM one more choice.
                 whole = min(g.m, channel_grain(self.ctx, self.a.addr, self.isz, t["m_micro"]))
                 if self._panels_fit(whole, t["k_block"], slots):
-                    if not self._may_share(t["split"]):
+                    if self._a_staging_of(t) != "gsm":
                         return [whole]
                     out.append(whole)
             return list(dict.fromkeys(out))
@@ -176,6 +177,14 @@ class GemmSpace(GemmLayouts):
                                          "(k blocks outermost; each tile loads its C rows from memory, accumulates "
                                          "one k block and stores them back; C triple-buffered in AM): fp32 C only, "
                                          "not with split k", values=self._c_homes),
+            # (a key of one-core _s calls only: elsewhere the split decides it, and a key that changed with the
+            # split would keep the climb from stepping between splits, a step changing one choice)
+            *((ChoiceKey("a_staging", A_STAGINGS, "one core of an _s call: where its A panels come from: memory, "
+                                                  "each panel read straight from memory (tried first); gsm, A's "
+                                                  "blocks staged in the shared level first, the published "
+                                                  "single-core blocking (several cores with split n or m always "
+                                                  "stage them, split k and _p calls never: no key there)",
+                         values=self._a_stagings),) if self._a_staging_chosen() else ()),
             ChoiceKey("a_loader", A_LOADERS, "cores: the cores of an _s call share each GSM block's loading; core0: "
                                              "the call's first core loads every GSM block of A (the published "
                                              "library), the others wait for it",
@@ -184,7 +193,7 @@ class GemmSpace(GemmLayouts):
                                       "compute on this one; 1, one block as large as the staging window, loaded "
                                       "once every core has finished with the previous one (the published "
                                       "library's single GSM block behind a barrier)",
-                   values=lambda t: (2, 1) if self._may_share(t["split"]) else (2,)),
+                   values=lambda t: (2, 1) if self._a_staging_of(t) == "gsm" else (2,)),
             ChoiceKey("b_staging", B_STAGINGS, "am: each core loads its B blocks from memory into AM; gsm: split m "
                                                "(every core uses the same B block), the cores share each B block's "
                                                "loading into GSM and each copies it from there into AM (B read "

@@ -17,6 +17,7 @@ from kernels.common.loops import (
 from kernels.common.scratch import align_up
 from kernels.common.shares import split_even, split_units
 from kernels.gemm.constants import (
+    A_STAGINGS,
     C_HOMES,
     F32,
     MICRO_ROWS,
@@ -49,7 +50,7 @@ class GemmCall:
         self.prec = compute_precision(ctx)
         self.lanes = lanes(self.core, self.prec)
         self.am, self.sm = ctx.vector_level, ctx.scalar_level
-        self._split = "n"  # the split of the tiling being laid out or built
+        self._a_staged = False  # whether the tiling being laid out or built stages A's blocks in GSM
         shared = [a for a in ctx.levels if a.shared]
         self._blocks_level = max(shared, key=lambda a: a.size_bytes) if shared else None  # (asked for per tile)
 
@@ -101,16 +102,35 @@ class GemmCall:
         return C_HOMES if self.dt == F32 and t["split"] != "k" else C_HOMES[:1]
 
     def _may_share(self, split: str) -> bool:
-        """Whether a tiling of this split stages A's blocks in the shared level."""
+        """Whether a tiling of this split shares A's blocks among several cores through the shared level."""
         return (self.call.variant == "s" and len(self.ctx.cores) > 1 and self.blocks_level is not None
                 and split != "k")
 
-    # -- the GSM level: used by an _s call on several cores ----------------------------------------
+    def _a_staging_chosen(self) -> bool:
+        """Whether the call chooses where A's panels come from (the ``a_staging`` key): one core of an _s call
+        with a shared level."""
+        return self.call.variant == "s" and len(self.ctx.cores) == 1 and self.blocks_level is not None
+
+    def _a_stagings(self, t: Mapping[str, Any]) -> tuple[str, ...]:
+        """Where this call's A panels may come from: the shared level on several cores (split n or m); on one core
+        of an _s call with a shared level, memory first (each panel read straight from it), then the published
+        single-core blocking's GSM block; memory only for split k, a _p call or no shared level."""
+        if self._may_share(t["split"]):
+            return A_STAGINGS[:1]
+        if self._a_staging_chosen():
+            return A_STAGINGS[::-1]
+        return A_STAGINGS[1:]
+
+    def _a_staging_of(self, t: Mapping[str, Any]) -> str:
+        """A tiling's ``a_staging``: its key where the call chooses it, else what its split decides."""
+        return t.get("a_staging") or self._a_stagings(t)[0]
+
+    # -- the GSM level: used by an _s call on several cores, or asked for on one ------------------------
 
     @property
     def shared(self) -> bool:
-        """Whether A's blocks are staged in the shared level (an _s call on more than one core)."""
-        return self._may_share(self._split)
+        """Whether the tiling being laid out or built stages A's blocks in the shared level."""
+        return self._a_staged
 
     @property
     def blocks_level(self) -> Any:
@@ -122,7 +142,8 @@ class GemmCall:
 
     def resolve(self, given: Mapping[str, Any]) -> GemmTiling:
         """The full tiling ``given`` as the planner takes it; KernelArgError for keys that do not go together."""
-        t = GemmTiling(**{k: given[k] for k in GemmTiling.__dataclass_fields__})
+        t = GemmTiling(**{k: given[k] for k in GemmTiling.__dataclass_fields__ if k != "a_staging"},
+                       a_staging=self._a_staging_of(given))
         if t.m_panel % t.m_micro and t.m_panel != self.g.m:
             raise KernelArgError(f"argument 'tiling.m_panel': {t.m_panel} is not a multiple of m_micro "
                                  f"({t.m_micro})")
@@ -156,9 +177,15 @@ class GemmCall:
                                  f"which only "
                                  f"split m of an _s call on several cores has (this call: {self.call.symbol} on "
                                  f"{len(self.ctx.cores)} core(s), split {t.split})")
-        if t.a_buffers == 1 and not self._may_share(t.split):
-            raise KernelArgError(f"argument 'tiling.a_buffers': 1 sizes the GSM block of A, which only an _s call "
-                                 f"on several cores with split n or m stages (this call: {self.call.symbol} on "
+        if t.a_staging not in self._a_stagings({"split": t.split}):
+            raise KernelArgError(f"argument 'tiling.a_staging': {t.a_staging} does not go with this call: A's "
+                                 f"panels come from {' or '.join(self._a_stagings({'split': t.split}))} here (GSM "
+                                 f"always on several cores with split n or m, asked for on one core of an _s call; "
+                                 f"memory for split k and _p calls; this call: {self.call.symbol} on "
+                                 f"{len(self.ctx.cores)} core(s), split {t.split})")
+        if t.a_buffers == 1 and t.a_staging != "gsm":
+            raise KernelArgError(f"argument 'tiling.a_buffers': 1 sizes the GSM block of A, which this tiling does "
+                                 f"not stage (a_staging {t.a_staging}; this call: {self.call.symbol} on "
                                  f"{len(self.ctx.cores)} core(s), split {t.split})")
         return t
 

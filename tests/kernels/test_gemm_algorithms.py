@@ -5,15 +5,17 @@ memory traffic and a tile's cycles derived by hand from targets/FT78NE.yaml."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 import kernels
 import sim
 from kernels.common.loops import gemm_micro_kernel
 from sim.timing import loop_cost, loop_cycles
-from tests.kernels.test_gemm import DDR, assert_close, run_gemm
+from tests.kernels.test_gemm import DDR, L2, assert_close, run_gemm
 
 
 def c_traffic(run, m: int, n: int, ldc: int | None = None) -> tuple[int, int]:
@@ -473,3 +475,78 @@ def test_deep_nt_blocks_halve_the_b_block_below_a_vector(nt_kernel, floor):
     # AM: two B blocks and two 6-row A panels (one loading, one computing) of 16 KiB rows within 768 KiB:
     # 2 n + 12 <= 48, n <= 18: the published 16.
     assert run.tiling.tiling["n_block"] == 16 and run.tiling.tiling["k_block"] == 4096
+
+
+# --- A staged in GSM on one core (a_staging) ---------------------------------------------------------------------
+
+def _space_of(chip: str, symbol: str, mask: int, **args):
+    machine = sim.Simulator(chip, tuning_cache=False)
+    call = machine.bind(symbol, **args, **({"core_mask": mask} if symbol.endswith("_s") else {"core": 0}))
+    return kernels.lookup(symbol).kernel.tiling_space(call, machine.context(call))
+
+
+def test_a_staging_is_a_key_of_one_core_calls_only():
+    """One core of an _s call chooses where its A panels come from, memory first; on several cores the split decides
+    (split n or m stage A in GSM, split k reads it from memory: a key that changed with the split would keep the
+    climb from stepping between splits) and a _p call has no shared level to stage in: no key there."""
+    args = dict(a=DDR[0], b=DDR[1], c=DDR[2], m=100, n=200, k=300)
+    one = _space_of("FT78NE", "fp_gemm_s", 0x1, **args)
+    assert one.keys["a_staging"].candidates({"split": "n"}) == ["memory", "gsm"]
+    assert "a_staging" not in _space_of("FT78NE", "fp_gemm_s", 0xFF, **args).keys
+    assert "a_staging" not in _space_of("MT7004", "fp_gemm_p", 0x1, a=L2[0], b=L2[1], c=L2[2], m=100, n=200,
+                                        k=300).keys
+
+
+@pytest.mark.parametrize("trans_b, nt_kernel", [(0, "transpose"), (1, "reduce_serial")])
+def test_one_core_staging_a_in_gsm_matches_numpy_and_reads_a_from_memory_once(trans_b, nt_kernel):
+    """One core, a_staging gsm: A's blocks go memory -> GSM once, then each panel GSM -> SM (or AM for the NT
+    kernel), re-read from GSM for every column block; the result is numpy's."""
+    run, got, want, _ = run_gemm("FT78NE", "fp_gemm_s", 40, 96, 256, trans_b=trans_b, beta=1,
+                                 where={"core_mask": 0x1},
+                                 tiling={"a_staging": "gsm", "nt_kernel": nt_kernel, "n_block": 32})
+    assert_close(got, want, 256)
+    assert run.tiling.tiling["a_staging"] == "gsm"
+    a_lo, a_hi = DDR[0], DDR[0] + 40 * 256 * 4
+    from_a = [e for e in run.events if e.kind == "dma_in" and e.src is not None and a_lo <= e.src < a_hi]
+    assert from_a and all(e.dst_region == "gsm" for e in from_a)
+    assert sum(e.bytes for e in from_a) == 40 * 256 * 4  # once, though three column blocks use it
+    panels = [e for e in run.events if e.kind == "dma_in" and e.src_region == "gsm"]
+    assert sum(e.bytes for e in panels) == 3 * 40 * 256 * 4
+
+
+def test_a_one_core_gsm_fill_costs_what_the_target_file_gives():
+    """One core, 24 x 32 x 64, A staged in GSM: the block's one descriptor moves 24 x 64 fp32 = 6,144 bytes, 96
+    whole 64-byte bursts of DDR in one row, in the same staging tile as the B block (64 x 32 fp32, 8,192 bytes from
+    DDR into AM).  Both are programmed at once (setup 64, an engine each) and share DDR's 20 B/cycle at equal byte
+    rates (max-min fair; GSM's 64 B/cycle, the engines' 64 and one row's activation, 38 / 8 cycles, bind neither)
+    until the smaller, A's, is done: ceil(6144 / 10) = 615 cycles of stream, 307 of them waiting for DDR, then
+    the slower end's latency, DDR's 200."""
+    doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "targets" / "FT78NE.yaml").read_text())
+    regions = {r["name"]: r for r in doc["regions"]}
+    ddr, gsm = regions["ddr"], regions["gsm"]
+    a_bytes, b_bytes = 24 * 64 * 4, 64 * 32 * 4
+    assert a_bytes < b_bytes and a_bytes % ddr["burst_bytes"] == b_bytes % ddr["burst_bytes"] == 0
+    share = ddr["bandwidth_bytes_per_cycle"] / 2
+    assert max(gsm["bandwidth_bytes_per_cycle"], doc["dma"]["engine_bytes_per_cycle"]) > share
+    assert ddr["rows"]["window_cycles"] / ddr["rows"]["activations_per_window"] < a_bytes / share
+    stream = -(-a_bytes // share)
+    alone = -(-a_bytes // ddr["bandwidth_bytes_per_cycle"])
+    want = doc["dma"]["setup_cycles"] + stream + max(ddr["latency_cycles"], gsm["latency_cycles"])
+    assert (stream, alone, want) == (615, 308, 64 + 615 + 200)
+    run, got, ref, _ = run_gemm("FT78NE", "fp_gemm_s", 24, 32, 64, where={"core_mask": 0x1},
+                                tiling={"a_staging": "gsm"})
+    assert_close(got, ref, 64)
+    fill = [e for e in run.events if e.kind == "dma_in" and e.dst_region == "gsm"]
+    b_load = [e for e in run.events if e.kind == "dma_in" and e.src == DDR[1]]
+    assert len(fill) == 1 and fill[0].bytes == a_bytes and fill[0].end - fill[0].start == want
+    assert fill[0].wait_cycles == stream - alone and b_load[0].wait_start == fill[0].wait_start
+
+
+def test_a_staging_is_refused_by_key_where_it_cannot_be():
+    with pytest.raises(sim.KernelArgError, match=r"tiling.*unknown key 'a_staging'"):
+        run_gemm("MT7004", "fp_gemm_p", 24, 24, 64, tiling={"a_staging": "gsm"})
+    with pytest.raises(sim.KernelArgError, match=r"tiling.*unknown key 'a_staging'"):
+        run_gemm("FT78NE", "fp_gemm_s", 96, 96, 64, where={"core_mask": 0x3}, tiling={"a_staging": "memory"})
+    with pytest.raises(sim.KernelArgError, match=r"tiling\.a_buffers"):
+        run_gemm("FT78NE", "fp_gemm_s", 24, 24, 64, where={"core_mask": 0x1},
+                 tiling={"a_staging": "memory", "a_buffers": 1})
