@@ -133,6 +133,19 @@ class GemmSpace(GemmLayouts):
             if t["split"] == "n" and ceil_div(g.n, min(out[-1], first)) < cores:
                 out.insert(0, align_up(ceil_div(g.n, cores), self.lanes))  # preferred: no core idles
             out = [x for x in dict.fromkeys(out) if x <= first]
+            if t["split"] == "n" and not nt:
+                # Split n shares the columns out in micro-kernel widths: a width that does not divide a core's share
+                # leaves some cores a block more than the others (2304 columns on 8 cores in 128s: 18 blocks, two
+                # cores get 3, the busiest 384 columns where the mean is 288).  The widest equal split of a core's
+                # columns into whole vectors, no wider than the published block, evens them (3 x 96).
+                per_core = ceil_div(g.n, cores)
+                even = align_up(ceil_div(per_core, ceil_div(per_core, first)), self.lanes)
+                if even < first and even not in out:
+                    try:
+                        self._fit({**t, "n_block": even, "n_micro": micro_width({**t, "n_block": even})})
+                        out.append(even)
+                    except (DoesNotFit, KernelArgError):
+                        pass
             # Then wider blocks, up to a core's whole columns, where they fit: each column block re-reads A (from
             # GSM, or from memory where A is not staged), so fewer of them read A fewer times.
             limit = g.n if t["split"] != "n" else min(g.n, align_up(ceil_div(g.n, cores), self.lanes))
