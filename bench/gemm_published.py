@@ -10,7 +10,8 @@ Sources: Yu et al., "Optimizing General Matrix Multiplications on Modern Multi-c
 kernel, single core, weak scaling); VVinstonSmith/BLAS-for-multi-core-DSP (irregular GEMM reports).
 ``--quick`` leaves out the 8-core weak-scaling runs (the slowest, minutes each); ``--nt`` prints only the table of
 the merged NT micro-kernel's cycles (BLAS-for-multi-core-DSP, 相关说明/NT模式下微内核的合并与重叠); ``--nt-yu`` only
-the table of Yu et al.'s NT kernel and GEMM (one core, and the speed-up on 4 and 8 cores);
+the table of Yu et al.'s NT kernel and GEMM (one core, and the speed-up on 4 and 8 cores); ``--tt`` only TT against
+NN (BLAS-for-multi-core-DSP, 相关说明/TT模式下GEMM两种实现方法的对比);
 ``--max-plan-tiles N`` raises the plan-size budget for this run (KA = 128 on 8 cores plans 196,232 tiles: about
 200 s and 5 GB).
 """
@@ -187,6 +188,27 @@ def yu_nt_rows() -> None:
               flush=True)
 
 
+def tt_rows() -> None:
+    """TT against NN (BLAS-for-multi-core-DSP, 相关说明/TT模式下GEMM两种实现方法的对比: M = 1536, K = 2048, N = 2304;
+    the transpose of C fused into the GEMM costs less than 2 % against NN on every core count): dspsim's default
+    plans of NN and TT on 1 and 8 cores."""
+    m, n, k = 1536, 2304, 2048
+    print("| cores | NN (default plan) | TT (default plan) | TT / NN | TT's plan |")
+    print("|---|---|---|---|---|")
+    for cores in (1, 8):
+        got = {}
+        for trans in (0, 1):
+            t0 = time.perf_counter()
+            run = sim.Simulator(CHIP, tuning_cache=False).call(
+                "fp_gemm_s", a=A, b=B, c=C, m=m, n=n, k=k, trans_a=trans, trans_b=trans, numerics=False,
+                core_mask=(1 << cores) - 1)
+            core = run.target.core
+            peak = core.precisions["fp32"].lanes * core.units["fmac"].count * 2 * cores
+            got[trans] = (2 * m * n * k / (run.cycles * peak), run, time.perf_counter() - t0)
+        (nn, _, _), (tt, run, s) = got[0], got[1]
+        print(f"| {cores} | {nn:.1%} | {tt:.1%} | {tt / nn:.3f} | {run.tiling.tiling}; {s:.0f} s |", flush=True)
+
+
 def raise_plan_budget(tiles: int) -> None:
     """The plan-size budget (sim.tuning.MAX_PLAN_TILES) raised to ``tiles`` in every module that reads it, for
     this process (a benchmark of one huge plan; the simulator's own budget is unchanged)."""
@@ -204,5 +226,7 @@ if __name__ == "__main__":
         nt_rows()
     elif "--nt-yu" in sys.argv:
         yu_nt_rows()
+    elif "--tt" in sys.argv:
+        tt_rows()
     else:
         main("--quick" in sys.argv)
