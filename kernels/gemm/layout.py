@@ -39,9 +39,7 @@ class GemmLayouts(GemmCall):
     def _tiles(self, tiling: Mapping[str, Any]) -> int:
         """The space's ``tiles``: at most the tiles the tiling plans on all cores, counted without building them
         (per core and step: its panels' tiles and as many staging pieces; split k: the reduce tiles too)."""
-        g = self.g
-        t = GemmTiling(**{k: tiling[k] for k in GemmTiling.__dataclass_fields__ if k != "a_staging"},
-                       a_staging=self._a_staging_of(tiling))
+        g, t = self.g, self._tiling_of(tiling)
         cores = len(self.ctx.cores)
         n_mb, n_kb = -(-g.m // t.m_block), -(-g.k // t.k_block)
         panels = -(-min(t.m_block, g.m) // t.m_panel)

@@ -140,10 +140,14 @@ class GemmCall:
 
     # -- a tiling's checks -------------------------------------------------------------------------
 
+    def _tiling_of(self, given: Mapping[str, Any]) -> GemmTiling:
+        """The full tiling ``given`` as a GemmTiling, unchecked (``a_staging`` where the split decides it)."""
+        return GemmTiling(**{k: given[k] for k in GemmTiling.__dataclass_fields__ if k != "a_staging"},
+                          a_staging=self._a_staging_of(given))
+
     def resolve(self, given: Mapping[str, Any]) -> GemmTiling:
         """The full tiling ``given`` as the planner takes it; KernelArgError for keys that do not go together."""
-        t = GemmTiling(**{k: given[k] for k in GemmTiling.__dataclass_fields__ if k != "a_staging"},
-                       a_staging=self._a_staging_of(given))
+        t = self._tiling_of(given)
         if t.m_panel % t.m_micro and t.m_panel != self.g.m:
             raise KernelArgError(f"argument 'tiling.m_panel': {t.m_panel} is not a multiple of m_micro "
                                  f"({t.m_micro})")
