@@ -11,7 +11,8 @@ kernel, single core, weak scaling); VVinstonSmith/BLAS-for-multi-core-DSP (irreg
 ``--quick`` leaves out the 8-core weak-scaling runs (the slowest, minutes each); ``--nt`` prints only the table of
 the merged NT micro-kernel's cycles (BLAS-for-multi-core-DSP, 相关说明/NT模式下微内核的合并与重叠); ``--nt-yu`` only
 the table of Yu et al.'s NT kernel and GEMM (one core, and the speed-up on 4 and 8 cores); ``--tt`` only TT against
-NN (BLAS-for-multi-core-DSP, 相关说明/TT模式下GEMM两种实现方法的对比);
+NN (BLAS-for-multi-core-DSP, 相关说明/TT模式下GEMM两种实现方法的对比); ``--thin-b`` only the published thin-B runs
+(相关说明/不规则矩阵乘算法设计和性能优化) against the default plan;
 ``--max-plan-tiles N`` raises the plan-size budget for this run (KA = 128 on 8 cores plans 196,232 tiles: about
 200 s and 5 GB).
 """
@@ -209,6 +210,23 @@ def tt_rows() -> None:
         print(f"| {cores} | {nn:.1%} | {tt:.1%} | {tt / nn:.3f} | {run.tiling.tiling}; {s:.0f} s |", flush=True)
 
 
+#: The published thin-B runs (BLAS-for-multi-core-DSP, 相关说明/不规则矩阵乘算法设计和性能优化, 8 cores, fp64, split m):
+#: (m, n, k, the scheme, its efficiency).
+THIN_B = ((13824, 192, 4096, "direct, scheme 2 (K_G 512, N_G 192)", 0.602),
+          (12288, 192, 4096, "transposed to short A and back (K_G 2048, N_G 192)", 0.851))
+
+
+def thin_b_rows() -> None:
+    """The published thin-B figures against dspsim's default plan on FT78NE's 8 cores."""
+    print("| shape (m x n x k), 8 cores | published scheme | published | dspsim default | ratio | default plan |")
+    print("|---|---|---|---|---|---|")
+    for m, n, k, scheme, pub in THIN_B:
+        got, run, s = efficiency(m, n, k, 8, None)
+        limited = next((line for line in run.summary_text().splitlines() if line.startswith("limited by")), "")
+        print(f"| {m} x {n} x {k} | {scheme} | {pub:.1%} | {got:.1%} | {got / pub:.3f} | {run.tiling.tiling}; "
+              f"{limited}; {s:.0f} s |", flush=True)
+
+
 def raise_plan_budget(tiles: int) -> None:
     """The plan-size budget (sim.tuning.MAX_PLAN_TILES) raised to ``tiles`` in every module that reads it, for
     this process (a benchmark of one huge plan; the simulator's own budget is unchanged)."""
@@ -228,5 +246,7 @@ if __name__ == "__main__":
         yu_nt_rows()
     elif "--tt" in sys.argv:
         tt_rows()
+    elif "--thin-b" in sys.argv:
+        thin_b_rows()
     else:
         main("--quick" in sys.argv)
