@@ -10,7 +10,13 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tiling_property import KERNELS, calls, check_space
+from tiling_property import KERNELS, addresses, calls, check_space
+
+import kernels
+import sim
+from sim.model.plan import DoesNotFit
+from sim.tuning.limits import MAX_COMPLETIONS
+from sim.tuning.misses import prefilter
 
 #: Drawn calls per kernel in the suite.
 EXAMPLES = 12
@@ -33,13 +39,6 @@ def test_gemm_choices_asked_for_only_plan_legally_or_do_not_fit(m, n, k, cores, 
     """GEMM's choices the search does not offer, asked for (Yu et al.'s NT kernel with B transposed; on one core, A
     staged in GSM): every candidate of the completed space plans legally or is refused as not fitting, never a
     PlanError or a foreign exception (the property above, over the space with those keys fixed)."""
-    import kernels
-    import sim
-    from sim.model.plan import DoesNotFit
-    from sim.tuning.limits import MAX_COMPLETIONS
-    from sim.tuning.misses import prefilter
-    from tiling_property import addresses
-
     machine = sim.Simulator("FT78NE", tuning_cache=False)
     a, b, c = addresses("s")[:3]
     call = machine.bind("fp_gemm_s", a=a, b=b, c=c, m=m, n=n, k=k, trans_b=1, core_mask=(1 << cores) - 1)
