@@ -12,7 +12,7 @@ from kernels.common.shares import split_even
 from kernels.common.split_reduce import SplitReduce
 from kernels.common.streams import CoreStream, phase_of
 from kernels.common.tensor_view import TensorView
-from kernels.gemm.constants import F32, NT_A_PANELS, GemmTiling, Step
+from kernels.gemm.constants import F32, GemmTiling, Step
 from kernels.gemm.layout import GemmLayout
 from kernels.gemm.numerics import sum_partial_rows, tile_product
 from kernels.gemm.space import GemmSpace
@@ -168,7 +168,7 @@ class GemmPlanner(GemmSpace):
                         partial_to = (lay.exchange.addr(cores.index(core), p0 * g.n + col[0]), g.n * 4)
                     loads, compute, stores = self._tile(t, lay, s, col, (p0, p1), p0 - panels[0][0],
                                                         computes[core] % n_slots, gsm_gen[i] % t.a_buffers,
-                                                        b_gen[i] % 2, a_panel=computes[core] % NT_A_PANELS,
+                                                        b_gen[i] % 2, a_panel=computes[core] % lay.am.slots,
                                                         first=s.kb == 0, last=s.kb == n_kb_of[core] - 1,
                                                         transpose_b=j == 0 and g.trans_b and not t.nt_reduces,
                                                         k_range=kr,

@@ -93,14 +93,15 @@ class GemmLayouts(GemmCall):
                           gsm, gsm_b, self._exchange_layout(t) if t.split == "k" else None)
 
     def _nt_layout(self, t: GemmTiling, fixed: int, slots: int, b_bytes: int) -> GemmLayout:
-        """The NT reduction kernels' layout: AM holds the two B blocks and two A panels (both read as vectors;
+        """The NT reduction kernels' layout: AM holds the two B blocks and two A panels (one where a core has one
+        tile in flight; both read as vectors;
         tile j's panel goes where tile j - 2's was: the walk issues tile j's loads once tile j - 2 has computed,
         and a tile's stores, in flight meanwhile, are of C: the published (2 x M_S + 2 x N_A) x K_A); SM holds,
         per slot, the tile's rows of C (the reduction adds into them from the scalar side; C triple-buffered)."""
         assert self.sm is not None  # (the kernel is offered only with a scalar level)
         pr, ncols, kdepth = min(t.m_panel, self.g.m), min(t.n_block, self.g.n), min(t.k_block, self.g.k)
         panel_bytes = align_up(pr * kdepth * self.isz, self.am.alignment_bytes)
-        panels = NT_A_PANELS
+        panels = min(NT_A_PANELS, slots)  # (one tile in flight: one panel, as before)
         if fixed + panels * panel_bytes > self.am.size_bytes:
             raise DoesNotFit(self.am.name, fixed + panels * panel_bytes, self.am.size_bytes,
                              f"{self.call.symbol}: two B blocks of {ncols}x{kdepth} and {panels} A panels of "
