@@ -476,19 +476,19 @@ class Simulator:
                                   f"running one returns, or on another Simulator")
         self._running = symbol_text(symbol)
         try:
+            # The Run is made inside the pause too: its roofline and events are objects the run keeps.
             with collector_paused():
                 call, entry, choice, timing = self._journaled_call(symbol, tiling, bool(numerics), progress, limit,
                                                                    kwargs, bound)
+                sym = lookup(call.symbol)
+                return Run(symbol=symbol, target=self.target, call=call, plan=entry.plan, cycles=timing.cycles,
+                           events=list(timing.events), roofline=entry.roofline(self.target),
+                           wall_seconds=time.perf_counter() - t0, args=dict(kwargs), tiling=choice,
+                           sim_events=timing.sim_events, numerics=bool(numerics),
+                           arg_kinds={a.name: a.kind for a in sym.kernel.args}, precision_note=sym.precision_note,
+                           kernel_origin=sym.origin, user_kernel=bool(sym.origin) and sym.origin != SHIPPED)
         finally:
             self._running = None
-        sym = lookup(call.symbol)
-        plan = entry.plan
-        return Run(symbol=symbol, target=self.target, call=call, plan=plan, cycles=timing.cycles,
-                   events=list(timing.events), roofline=entry.roofline(self.target),
-                   wall_seconds=time.perf_counter() - t0, args=dict(kwargs), tiling=choice,
-                   sim_events=timing.sim_events, numerics=bool(numerics),
-                   arg_kinds={a.name: a.kind for a in sym.kernel.args}, precision_note=sym.precision_note,
-                   kernel_origin=sym.origin, user_kernel=bool(sym.origin) and sym.origin != SHIPPED)
 
 
 def _alive(ref: weakref.ReferenceType[Simulator]) -> Simulator:

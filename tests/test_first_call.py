@@ -230,6 +230,47 @@ def test_the_collector_is_paused_for_a_call_and_comes_back_as_it_was():
         gc.enable()
 
 
+def test_what_a_call_keeps_goes_to_the_collectors_oldest_generation_unwalked(monkeypatch):
+    """A call's plan, run and trace are not walked by the collector's young passes after it (they would free
+    nothing); a user's frozen objects stay frozen; a full pass comes once the promoted objects outnumber the heap."""
+    import gc
+
+    import sim.engine.collector as collector
+    ex = example("fused_batch_norm_grad", "medium", "FT78NE", "fp")
+    m = _placed(ex, tuning_cache=False)
+    passes = []
+
+    def count(phase, info):
+        if phase == "start":
+            passes.append(info["generation"])
+    gc.callbacks.append(count)
+    try:
+        run = m.call(ex.symbol, numerics=False, **ex.args)
+        assert not passes  # neither during the call nor when it ended (the floor is far off)
+        def young_ids():
+            return {id(o) for o in gc.get_objects(0)} | {id(o) for o in gc.get_objects(1)}
+        young = young_ids()
+        assert id(run) not in young and id(run.plan) not in young and id(run.events) not in young
+        assert gc.get_count()[0] < 100
+        # A user froze objects (before a fork): they stay frozen, and what the call kept stays young.
+        gc.freeze()
+        try:
+            run = m.call(ex.symbol, numerics=False, **ex.args)
+            assert gc.get_freeze_count() > 0 and id(run) in young_ids()
+            assert id(run) in {id(o) for o in gc.get_objects(0)}
+        finally:
+            gc.unfreeze()
+        # Past the floor, the call that crosses it ends with one full pass.
+        monkeypatch.setattr(collector, "FULL_PASS_FLOOR", 0)
+        monkeypatch.setattr(collector, "_alive_after_full", 0)
+        passes.clear()
+        m.call(ex.symbol, numerics=False, **ex.args)
+        assert passes == [2]
+        assert collector._promoted_since_full == 0 and collector._alive_after_full > 0
+    finally:
+        gc.callbacks.remove(count)
+
+
 def test_only_the_picked_plan_is_kept_after_a_search():
     """The losing candidates' plans are dropped once the search is over (a layer's plans hold hundreds of
     thousands of objects); the picked one stays, with its timing, for the calls that follow."""

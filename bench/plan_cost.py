@@ -1,0 +1,92 @@
+"""What one timing-only call of a big plan costs in a fresh process, phase by phase (issue 22's planning cost).
+
+    python3 bench/plan_cost.py [--tree PATH] [--rounds N]
+
+The call: FT78NE's 8 cores, a GEMM of 2048 a side with its tiling given (no search), so one plan is built,
+checked and simulated.  Per tree and round, a fresh process makes the call once and reports the wall seconds
+of the call, of the kernel's plan(), of the plan check and of the simulation, and the seconds the cyclic
+garbage collector spent in passes during the call and in the 20,000 small allocations right after it (what the
+caller's next lines pay for the call's objects); the best of the rounds is kept.  ``--tree`` is another
+checkout measured the same way (the "before").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: The 8-core tiling of bench/first_call_search.md's large GEMM measurements, at 2048 a side.
+TILING = {"split": "n", "nt_kernel": "transpose", "c_home": "am", "a_loader": "core0", "a_buffers": 2,
+          "b_staging": "am", "m_micro": 6, "k_block": 256, "m_panel": 12, "m_block": 576, "n_block": 128,
+          "n_micro": 128}
+
+#: What each child runs (public names and the modules every checkout since issue 21 has).
+CHILD = r"""
+import gc, json, sys, time
+import sim, sim.planning, sim.simulator
+from kernels.registry import lookup
+tiling = json.loads(sys.argv[1])
+spent = {"plan": 0.0, "check": 0.0, "simulate": 0.0}
+def timed(owner, name, label):
+    inner = getattr(owner, name)
+    def wrapped(*a, **k):
+        t0 = time.perf_counter()
+        try:
+            return inner(*a, **k)
+        finally:
+            spent[label] += time.perf_counter() - t0
+    setattr(owner, name, wrapped)
+timed(sim.planning, "check_plan", "check")
+timed(sim.simulator, "simulate", "simulate")
+kernel = type(lookup("fp_gemm_s").kernel)
+timed(kernel, "plan", "plan")
+passes = []
+gc.callbacks.append(lambda phase, info: passes.append(time.perf_counter()))
+m = sim.Simulator("FT78NE", tuning_cache=False)
+t0 = time.perf_counter()
+run = m.call("fp_gemm_s", a=0x80000000, b=0x90000000, c=0xA0000000, m=2048, n=2048, k=2048, numerics=False,
+             core_mask=255, tiling=tiling)
+t1 = time.perf_counter()
+after = [(i, [i]) for i in range(20000)]  # the caller's next allocations
+t2 = time.perf_counter()
+collector = sum(b - a for a, b in zip(passes[::2], passes[1::2]))
+print(json.dumps({"call": t1 - t0, "after": t2 - t1, "collector": collector, "cycles": run.cycles, **spent}))
+"""
+
+
+def measure(tree: Path) -> dict:
+    """One fresh process in ``tree``: the call's seconds by phase."""
+    out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(TILING)], cwd=tree, capture_output=True,
+                         text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    """Measure, and print the table."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tree", type=Path, help="another checkout measured beside this one (the 'before')")
+    p.add_argument("--rounds", type=int, default=3, help="fresh processes per tree (default 3)")
+    args = p.parse_args()
+    trees = [("before", args.tree)] if args.tree else []
+    trees.append(("now", ROOT))
+    best: dict[str, dict] = {}
+    for _ in range(args.rounds):
+        for label, tree in trees:
+            got = measure(tree)
+            if label not in best or got["call"] + got["after"] < best[label]["call"] + best[label]["after"]:
+                best[label] = got
+    print("| tree | cycles | call s | plan() s | plan check s | simulation s | collector s (in and after the call) "
+          "| next 20,000 allocations s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for label, got in best.items():
+        print(f"| {label} | {got['cycles']:,} | {got['call']:.2f} | {got['plan']:.2f} | {got['check']:.2f} | "
+              f"{got['simulate']:.2f} | {got['collector']:.2f} | {got['after']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
