@@ -152,7 +152,11 @@ class GemmPlanner(GemmSpace):
                 kr = self._core_k(t, core, s)
                 panels = self._panels(t, core, s) if col is not None and kr is not None else []
                 # The next blocks stream while this step computes: a piece after each of its tiles.
-                ahead = staging(core, i + 1, max(1, len(panels))) if i + 1 < len(steps) and not (
+                # With B staged in GSM, the next blocks' pieces take the step's first third, so that the B block's
+                # copy into AM (once every core's share landed) streams during the rest, not after the step:
+                # 3072x192x4096 on 8 cores, A from memory, 7,194,103 cycles with it last, 5,136,882 so.
+                pieces = (len(panels) + 2) // 3 if t.b_staging == "gsm" else len(panels)
+                ahead = staging(core, i + 1, max(1, pieces)) if i + 1 < len(steps) and not (
                     first_only and panels) else []
                 if not panels:
                     for staged, fills, uses in ahead:

@@ -121,10 +121,11 @@ class GemmLayouts(GemmCall):
         kdepth, ncols = min(t.k_block, self.g.k), min(t.n_block, self.g.n)
         gsm: tuple[int, ...] = ()
         gsm_b = (0, 0)
-        if self.shared:
+        if self.shared or t.b_staging == "gsm":
             level = self.blocks_level
-            block = align_up(min(t.m_block, self.g.m) * kdepth * self.isz, level.alignment_bytes)
-            count = t.a_buffers
+            block = align_up(min(t.m_block, self.g.m) * kdepth * self.isz, level.alignment_bytes) \
+                if self.shared else 0
+            count = t.a_buffers if self.shared else 0
             b_block = align_up(kdepth * ncols * self.isz, level.alignment_bytes) if t.b_staging == "gsm" else 0
             if count * block + 2 * b_block > level.size_bytes:
                 with_b = f" and two B blocks of {kdepth}x{ncols}" if b_block else ""
@@ -132,7 +133,7 @@ class GemmLayouts(GemmCall):
                                  f"{self.call.symbol}: {count} A block(s) of {min(t.m_block, self.g.m)}x{kdepth} "
                                  f"({block} bytes each){with_b} do not fit the {level.size_bytes}-byte {level.name} "
                                  f"staging window")
-            gsm = (level.base, level.base + block) if count == 2 else (level.base,)
+            gsm = (level.base, level.base + block)[:count]
             b_base = level.base + count * block
             gsm_b = (b_base, b_base + b_block)
         return gsm, gsm_b

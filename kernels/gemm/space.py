@@ -190,18 +190,21 @@ class GemmSpace(GemmLayouts):
                                          "(k blocks outermost; each tile loads its C rows from memory, accumulates "
                                          "one k block and stores them back; C triple-buffered in AM): fp32 C only, "
                                          "not with split k", values=self._c_homes),
-            # (a key of one-core _s calls only: elsewhere the split decides it, and a key that changed with the
-            # split would keep the climb from stepping between splits, a step changing one choice)
-            *((ChoiceKey("a_staging", A_STAGINGS, "one core of an _s call: where its A panels come from: memory, "
-                                                  "each panel read straight from memory (tried first); gsm, A's "
-                                                  "blocks staged in the shared level first, the published "
-                                                  "single-core blocking (several cores with split n or m always "
-                                                  "stage them, split k and _p calls never: no key there)",
-                         values=self._a_stagings),) if self._a_staging_chosen() else ()),
+            # (on several cores a key of split m only: split n always stages A and split k never, and a key whose
+            # one value changed with the split would keep the climb from stepping between splits)
+            *((ChoiceKey("a_staging", A_STAGINGS, "_s calls: where A's panels come from. One core: memory, each "
+                                                  "panel read straight from memory (tried first); gsm, A's blocks "
+                                                  "staged in the shared level first, the published single-core "
+                                                  "blocking. Several cores, split m only: gsm (tried first), or "
+                                                  "memory, each core reading its own panels (its rows of A are no "
+                                                  "other core's). Split n always stages A, split k and _p calls "
+                                                  "never: no key there",
+                         values=self._a_stagings, only=self._a_staging_only()),) if self._a_staging_chosen() else ()),
             ChoiceKey("a_loader", A_LOADERS, "cores: the cores of an _s call share each GSM block's loading; core0: "
                                              "the call's first core loads every GSM block of A (the published "
                                              "library), the others wait for it",
-                      values=lambda t: A_LOADERS if self._may_share(t["split"]) else A_LOADERS[:1]),
+                      values=lambda t: A_LOADERS if self._may_share(t["split"]) and self._a_staging_of(t) == "gsm"
+                      else A_LOADERS[:1]),
             IntKey("a_buffers", 1, 2, "GSM blocks of A in flight: 2, the next block streams in while the cores "
                                       "compute on this one; 1, one block as large as the staging window, loaded "
                                       "once every core has finished with the previous one (the published "

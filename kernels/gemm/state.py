@@ -108,15 +108,22 @@ class GemmCall:
 
     def _a_staging_chosen(self) -> bool:
         """Whether the call chooses where A's panels come from (the ``a_staging`` key): one core of an _s call
-        with a shared level."""
-        return self.call.variant == "s" and len(self.ctx.cores) == 1 and self.blocks_level is not None
+        with a shared level (every split), or several (split m only: :meth:`_a_staging_only`)."""
+        return self.call.variant == "s" and self.blocks_level is not None
+
+    def _a_staging_only(self) -> tuple[str, str] | None:
+        """The ``only`` of the ``a_staging`` key: ``("split", "m")`` on several cores (split n always stages A,
+        every core reading all of it, and split k never does), None on one core (every split chooses)."""
+        return ("split", "m") if len(self.ctx.cores) > 1 else None
 
     def _a_stagings(self, t: Mapping[str, Any]) -> tuple[str, ...]:
-        """Where this call's A panels may come from: the shared level on several cores (split n or m); on one core
-        of an _s call with a shared level, memory first (each panel read straight from it), then the published
-        single-core blocking's GSM block; memory only for split k, a _p call or no shared level."""
+        """Where this call's A panels may come from: on several cores, the shared level (split n), or the shared
+        level then memory (split m: each core's rows of A are its own, so each core may read its panels straight
+        from memory); on one core of an _s call with a shared level, memory first (each panel read straight from
+        it), then the published single-core blocking's GSM block; memory only for split k, a _p call or no
+        shared level."""
         if self._may_share(t["split"]):
-            return A_STAGINGS[:1]
+            return A_STAGINGS if t["split"] == "m" else A_STAGINGS[:1]
         if self._a_staging_chosen():
             return A_STAGINGS[::-1]
         return A_STAGINGS[1:]
@@ -172,10 +179,10 @@ class GemmCall:
                 "split k sums fp32 partials once, after the last k block"
             raise KernelArgError(f"argument 'tiling.c_home': ddr (C streamed per k block) does not go with this "
                                  f"call: {why}")
-        if t.a_loader == "core0" and not self._may_share(t.split):
+        if t.a_loader == "core0" and not (self._may_share(t.split) and t.a_staging == "gsm"):
             raise KernelArgError(f"argument 'tiling.a_loader': core0 loads the GSM blocks of A, which only an _s call "
                                  f"on several cores with split n or m stages (this call: {self.call.symbol} on "
-                                 f"{len(self.ctx.cores)} core(s), split {t.split})")
+                                 f"{len(self.ctx.cores)} core(s), split {t.split}, a_staging {t.a_staging})")
         if t.b_staging != "am" and not (t.split == "m" and self._may_share(t.split)):
             raise KernelArgError(f"argument 'tiling.b_staging': {t.b_staging} shares B blocks that every core uses, "
                                  f"which only "
@@ -184,8 +191,9 @@ class GemmCall:
         if t.a_staging not in self._a_stagings({"split": t.split}):
             raise KernelArgError(f"argument 'tiling.a_staging': {t.a_staging} does not go with this call: A's "
                                  f"panels come from {' or '.join(self._a_stagings({'split': t.split}))} here (GSM "
-                                 f"always on several cores with split n or m, asked for on one core of an _s call; "
-                                 f"memory for split k and _p calls; this call: {self.call.symbol} on "
+                                 f"always on several cores with split n, GSM or memory with split m, asked for on "
+                                 f"one core of an _s call; memory for split k and _p calls; this call: "
+                                 f"{self.call.symbol} on "
                                  f"{len(self.ctx.cores)} core(s), split {t.split})")
         if t.a_buffers == 1 and t.a_staging != "gsm":
             raise KernelArgError(f"argument 'tiling.a_buffers': 1 sizes the GSM block of A, which this tiling does "

@@ -58,9 +58,10 @@ def neighbours(space: TilingSpace, tiling: Mapping[str, Any], pool: Pool, fixed:
             if not any(pool.fits(i) for i in by_value[value]):
                 continue
             # A step changes no other choice key: a move of this key that only exists with another choice is that
-            # other key's step (taken from there, if it pays), not a step of this one.
+            # other key's step (taken from there, if it pays), not a step of this one.  A choice key that belongs
+            # to one choice of another (``only``) and is absent from one side is not a choice changed.
             same_choices = [i for i in by_value[value] if all(
-                tilings[i].get(other) == tiling[other] for other in choices if other != key and other in tiling)]
+                tilings[i].get(other, tiling[other]) == tiling[other] for other in choices if other != key)]
             near = next((i for i in sorted(same_choices, key=lambda i: _distance(tilings[i], tiling))
                          if pool.fits(i)), None)
             if near is not None and tilings[near] not in out:
