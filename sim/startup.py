@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+from sim.model.buffer_reads import buffer_spans, read_uses
 from sim.model.memory import MemoryMap
 from sim.model.plan import AnyBufferRef, Phase, Plan, Tile, Transfer, parse_buffer_ref
 from sim.model.target import Region, Target
@@ -32,7 +33,8 @@ class Startup:
 
     #: Per core with a compute: no run begins its first compute sooner.
     first_compute_cycles: Mapping[int, int]
-    #: Per such core: the cycles from its first compute tile's buffers filled to its own loads landed.
+    #: Per such core: the cycles from its first compute tile's buffers filled to its own loads landed (0 when its
+    #: loads read none of those buffers: they stream meanwhile, :mod:`sim.model.buffer_reads`).
     own_load_cycles: Mapping[int, int]
     #: No run has the buffers of every first compute of the first phase filled sooner (None: none uses one).
     all_filled_cycles: int | None
@@ -82,6 +84,7 @@ class _PhaseFills:
                 for ref in tile.fills:
                     self.fillers.setdefault(parse_buffer_ref(ref), []).append((core, tile))
         self._filled: dict[tuple[str, int], int] = {}
+        self.spans = buffer_spans(phase)  # what a tile's loads must wait for (sim.model.buffer_reads)
 
     def fillers_of(self, uses: Iterable[AnyBufferRef]) -> list[tuple[int, Tile]]:
         """The staging tiles (with their cores) that fill what ``uses`` names."""
@@ -126,18 +129,22 @@ def startup(plan: Plan, target: Target) -> Startup:
             if tile is None:
                 continue
             ready = 0  # (after the launch)
+            loads_wait = False  # whether its loads wait for the buffers (they read one): else they overlap
             if tile.uses:
                 phase_fills = fills.get(i)
                 if phase_fills is None:
                     phase_fills = fills[i] = _PhaseFills(phase, ends)
                 ready = phase_fills.ready(tile.uses)
+                loads_wait = bool(read_uses(tile, phase_fills.spans))
                 if i == 0:  # (a later phase begins after a barrier: its fills are not all issued at the launch)
                     waiting.append(core)
                     latest_ready = max(latest_ready, ready)
                     for c, filler in phase_fills.fillers_of(tile.uses):
                         union[id(filler)] = (c, filler)
-            own[core] = ends.landed((core, t) for t in tile.loads)
-            first[core] = launch + ready + own[core]
+            loaded = ends.landed((core, t) for t in tile.loads)
+            # Loads that read no used buffer stream from the launch: nothing need follow the fills but the compute.
+            own[core] = loaded if loads_wait else 0
+            first[core] = launch + (ready + loaded if loads_wait else max(ready, loaded))
             break
     together = ends.landed((c, t) for c, tile in union.values() for t in tile.loads)
     return Startup(first, own, launch + max(together, latest_ready) if waiting else None, tuple(waiting))

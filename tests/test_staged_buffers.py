@@ -108,6 +108,33 @@ def test_a_use_waits_for_the_staging_tile_and_the_walk_does_not():
     np.testing.assert_array_equal(m.read(Y, 160, F32), np.arange(160, 320, dtype=F32))
 
 
+def test_loads_that_read_none_of_a_used_buffer_start_at_once_and_the_compute_waits_for_it():
+    """Core 0: tile 0 stages 6400 bytes DDR -> AM (fills b@0, at am + 8192: a block the compute reads, as GEMM's
+    B block); tile 1 uses b@0 but its load (640 bytes of x, DDR -> am) reads none of b's bytes, so the load does
+    not wait for b@0, the compute does (on the chip the DMA is issued at once, the core waits for both).
+
+    Both loads start at 1800 (engines 0 and 1), stream from 1864 sharing DDR at 10 B/cycle until tile 1's 640 bytes
+    are done at 1928 (lands 2128); tile 0's 5760 bytes left at 20 B/cycle -> 2216, lands 2416: b@0 filled.
+    Tile 1's compute starts then, at 2416, not at its load's 2128; its store follows the compute."""
+    def build(ctx):
+        am = ctx.vector_level.base
+        x, b, out = Operand(am, (160,), F32), Operand(am + 8192, (160,), F32), Operand(am + 1024, (160,), F32)
+        add = Compute(lambda u, v: (u + v,), (x, b), (out,), flops=160, precision="fp32",
+                      loops=(elementwise(ctx.target.core, "fp32", 160, loads=2, stores=1, valu=1, label="add"),))
+        return {0: (Tile(0, (Transfer.contiguous(X + 640, am + 8192, 6400),), None, (), fills=("b@0",)),
+                    Tile(1, (Transfer.contiguous(X, am, 640),), add, (Transfer.contiguous(am + 1024, Y, 640),),
+                         uses=("b@0",)))}
+    r, m = run(build)
+    (fill,), (load, store) = dma(r.events, 0, 0), dma(r.events, 0, 1)
+    assert (fill.start, fill.end) == (1800, 2416)
+    assert (load.start, load.end) == (1800, 2128)
+    (compute,) = [e for e in r.events if e.core == 0 and e.kind == "compute"]
+    assert compute.start == 2416 and store.start == compute.end
+    # y[i] = x[i] + x[160 + i]: the compute read the staged block.
+    got = m.read(Y, 160, F32)
+    np.testing.assert_array_equal(got, np.arange(160, dtype=F32) + np.arange(160, 320, dtype=F32))
+
+
 def test_cores_split_a_fill_and_both_wait_for_the_whole_block():
     """Cores 0 and 1 each stage half of a 6400-byte block (3200 bytes each, fills g@0); each then uses the whole
     block (6400 bytes GSM -> AM).  Both halves stream from 1864 sharing DDR at 10 B/cycle: 320 cycles -> 2184, land

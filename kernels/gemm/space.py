@@ -86,8 +86,17 @@ class GemmSpace(GemmLayouts):
             if t.get("nt_kernel") in NT_REDUCTIONS:
                 return [min(self._nt_block(t["nt_kernel"])[1], g.n)]
             first = micro_width(t)
-            return [first] + [v * self.lanes for v in range(first // self.lanes - 1, 0, -1)
-                              if self._micro_registers(t["m_micro"], v * self.lanes) <= self.core.vector_registers]
+            out = [first] + [v * self.lanes for v in range(first // self.lanes - 1, 0, -1)
+                             if self._micro_registers(t["m_micro"], v * self.lanes) <= self.core.vector_registers]
+            if t.get("n_micro") is None and t["n_block"] % first:
+                # A block that is not a multiple of the widest: first the widest equal split of it into whole
+                # vectors (192 columns as 2 x 96, not 128 + a 64-column kernel short of accumulators for the FMAC
+                # latency).
+                even = self._even_width(t["n_block"], first)
+                if even in out:
+                    out.remove(even)
+                    out.insert(0, even)
+            return out
 
         def micro_rows(t: Mapping[str, Any]) -> list[int]:
             # The published 6 rows; when the widest micro-kernel a core's columns allow leaves 6 rows fewer
@@ -168,6 +177,18 @@ class GemmSpace(GemmLayouts):
                 while rows > p and align_up(rows * row_bytes, level.alignment_bytes) > level.size_bytes:
                     rows -= p
                 out.insert(0, min(g.m, max(p, rows)))
+            if t["split"] == "m" and cores > 1 and self._a_staging_of(t) == "memory":
+                # A's panels straight from memory: an m block is no GSM block, only how many rows each B block
+                # serves before the next is loaded, so the tallest re-reads B least (12288 rows in 576-row blocks
+                # load each B block 22 times): the tallest of m and its halvings whose C block in AM fits beside
+                # B's blocks at every column width (all of B's columns: the widest), alone.
+                v = g.m
+                while v > p:
+                    try:
+                        self._fit({**t, "m_block": v, "n_block": g.n, "n_micro": micro_width({**t, "n_block": g.n})})
+                        return [v]
+                    except (DoesNotFit, KernelArgError):
+                        v = max(p, v // 2 // p * p)
             return list(dict.fromkeys(out))
 
         return TilingSpace(
@@ -233,8 +254,20 @@ class GemmSpace(GemmLayouts):
             IntKey("n_micro", 1, 4096, "columns of the micro-kernel's C block in registers (whole vectors)",
                    values=micro_widths),
             fit=self._fit, tiles=self._tiles, bound=self._bound,
-            # The NT kernel streams C: two choices from the NN schedule's tilings, priced once the climb ends.
-            starts=({"nt_kernel": "reduce"},) if any(len(self._nt_kernels({"split": x})) > 1 for x in splits) else ())
+            # Priced once the climb ends, each the tiling nearest its end: the NT kernel (it streams C: two choices
+            # from the NN schedule's tilings); on thin B, the published direct scheme (split m, B shared through
+            # GSM, here each core's A panels read from memory, all of B's columns a block): three choices from the
+            # preferred tiling, which the climb, its budget spent on the steps around it, often does not reach.
+            starts=(*(({"nt_kernel": "reduce"},) if any(len(self._nt_kernels({"split": x})) > 1 for x in splits)
+                      else ()),
+                    *(({"split": "m", "a_staging": "memory", "b_staging": "gsm", "n_block": g.n,
+                        **({"n_micro": even} if (even := self._even_width(g.n, n_micro)) != n_micro else {})},)
+                      if split == "m" and self._a_staging_only() is not None and self._may_share("m") else ())))
+
+    def _even_width(self, columns: int, widest: int) -> int:
+        """The widest micro-kernel width (whole vectors) that splits ``columns`` into equal parts no wider than
+        ``widest``."""
+        return align_up(ceil_div(columns, ceil_div(columns, widest)), self.lanes)
 
     def _bound(self, tiling: Mapping[str, Any]) -> float:
         """The space's ``bound``: each core's tiles' computes one after another, summed over the steps and panels

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from sim.engine.units import Gate
+from sim.model.buffer_reads import buffer_spans, loads_read
 from sim.model.plan import AnyBufferRef, Phase, Tile, parse_buffer_ref
 
 
@@ -55,6 +56,9 @@ class PhaseBuffers:
                     self._ref(ref, refs).fills_left += 1
                 for ref in tile.uses:
                     self._ref(ref, refs).uses_left += 1
+        #: Each buffer's bytes: a tile's loads wait for a buffer it uses only if they read them; otherwise only
+        #: its compute waits (:meth:`before_compute`, :mod:`sim.model.buffer_reads`).
+        self.spans = buffer_spans(phase)
         #: Each generation's fills and uses as the plan counts them (what the steady state compares).
         self.initial: dict[tuple[str, int], tuple[int, int]] = {
             key: (gen.fills_left, gen.uses_left) for key, gen in self.gens.items()}
@@ -108,15 +112,24 @@ class PhaseBuffers:
     def _gen(self, ref: AnyBufferRef) -> _Generation:
         return self._of[ref]
 
+    def reads(self, tile: Tile, ref: AnyBufferRef) -> bool:
+        """Whether ``tile``'s loads read bytes of buffer ``ref`` (:func:`~sim.model.buffer_reads.loads_read`)."""
+        return loads_read(tile, self.refs[ref][0], self.spans)
+
     def before_loads(self, tile: Tile) -> list[Gate]:
-        """The gates ``tile``'s loads wait for: its uses filled, and the previous generation of each buffer it
-        fills released."""
-        gates = [self._of[ref].filled for ref in tile.uses]
+        """The gates ``tile``'s loads wait for: the buffers it uses whose bytes they read filled, and the previous
+        generation of each buffer it fills released."""
+        gates = [self._of[ref].filled for ref in tile.uses if self.reads(tile, ref)]
         for ref in tile.fills:
             previous = self._previous[ref]
             if previous is not None:
                 gates.append(previous.released)
         return gates
+
+    def before_compute(self, tile: Tile) -> list[Gate]:
+        """The gates of the buffers ``tile`` uses that its loads do not read (its compute reads them: a B block in
+        AM, say), which its compute waits for and its loads do not."""
+        return [self._of[ref].filled for ref in tile.uses if not self.reads(tile, ref)]
 
     def landed(self, tile: Tile) -> None:
         """A filling tile's loads have landed."""
@@ -162,3 +175,4 @@ class _AfterAll:
                 gate.then(self.step)
                 return
         self.callback()
+

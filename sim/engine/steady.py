@@ -40,7 +40,7 @@ from sim.engine.dma import Dma
 from sim.engine.events import TraceEvent
 from sim.engine.fluid import _UNRATED, FlowNetwork
 from sim.engine.units import Gate, Group, Units
-from sim.engine.walk import Loaded, StagedLanded, StartLoads, StartStaging, Stored, Walk
+from sim.engine.walk import Loaded, StagedLanded, StartLoads, StartStaging, Stored, UsesFilled, Walk
 from sim.errors import MemoryFault
 from sim.model.memory import MAX_ACCESS_BYTES
 from sim.model.plan import Plan, Tile, parse_buffer_ref
@@ -578,7 +578,7 @@ class _Describer:
         raise _Unknown
 
     def callback(self, cb: Any) -> tuple:
-        if isinstance(cb, (StartLoads, StartStaging, Loaded, StagedLanded, Stored)):
+        if isinstance(cb, (StartLoads, StartStaging, Loaded, StagedLanded, Stored, UsesFilled)):
             return (type(cb).__name__, cb.walk.core, cb.i - self.base[cb.walk.core])
         if type(cb) is types.MethodType and type(cb.__self__) is _AfterAll:
             after = cb.__self__

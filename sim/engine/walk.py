@@ -26,7 +26,8 @@ class Walk:
     over and every store has landed.
 
     With ``buffers`` (a phase whose tiles name staged buffers, :class:`~sim.model.plan.Tile`), a tile's loads
-    also wait for the buffers it uses to be filled and, for a staging tile (one that fills buffers), for the
+    also wait for the buffers it uses whose bytes they read to be filled (its compute for all it uses) and, for a
+    staging tile (one that fills buffers), for the
     previous generation of each to be released; the walk passes a staging tile at once (its loads land in the
     background, and count as its stores for the end of the walk), and prefetches through staging tiles to the
     next tile that is not one.
@@ -151,6 +152,8 @@ class Walk:
                 self.waiting = True
                 return
             tile = tiles[i]
+            if self.buffers is not None and tile.uses and not self._compute_may_start(i, tile):
+                return
             if tile.compute is not None:
                 eng = self.eng
                 self.compute_start = cycle_of(eng.env)
@@ -165,6 +168,22 @@ class Walk:
         self.walked = True
         if not self.stores_left:
             self.finished()
+
+    def _compute_may_start(self, i: int, tile: Tile) -> bool:
+        """Whether the buffers tile ``i``'s compute uses and its loads did not wait for (they read none of their
+        bytes) are filled; if not, the walk waits for them (:class:`UsesFilled` resumes it)."""
+        assert self.buffers is not None
+        pending = [g for g in self.buffers.before_compute(tile) if not g.is_open]
+        if not pending:
+            return True
+        self.waiting = True
+        after_all(pending, UsesFilled(self, i))
+        return False
+
+    def _uses_filled(self, i: int) -> None:
+        if self.waiting and i == self.i:
+            self.waiting = False
+            self.advance()
 
     def _computed(self, _: simpy.Event) -> None:
         i = self.i
@@ -247,6 +266,13 @@ class Loaded(_Step):
     def known(self, cycle: int) -> bool:
         """Whether the landing at ``cycle`` needs no event (the walk computes the tile before until then)."""
         return self.walk._loaded_before_looked_at(self.i, cycle)
+
+
+class UsesFilled(_Step):
+    """The buffers the tile's compute uses (and its loads do not read) are filled."""
+
+    def __call__(self) -> None:
+        self.walk._uses_filled(self.i)
 
 
 class StagedLanded(_Step):

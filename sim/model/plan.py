@@ -435,9 +435,10 @@ class Tile:
       filled once every tile that lists it in ``fills`` (on any core: one core loads a block, or the cores
       split it) has landed its loads.  Its loads start only once generation g - 1 is filled and every tile
       that uses it has finished (the write-after-read hazard: a buffer is refilled only when no one reads it).
-    * ``uses``: buffers that must be filled (by any core's tiles) before this tile's loads start (and so its
-      compute); the tile has finished with them once its compute is done (for a tile without compute: its
-      loads have landed).
+    * ``uses``: buffers that must be filled (by any core's tiles) before this tile's compute starts, and before
+      its loads start if they read the buffer's bytes (:mod:`sim.model.buffer_reads`: a panel copied out of a
+      staged block waits for the block, a load next to a block only the compute reads does not); the tile has
+      finished with them once its compute is done (for a tile without compute: its loads have landed).
 
     A plan without ``fills`` and ``uses`` runs exactly as before they existed.  The plan check
     (:mod:`sim.model.plan_check`, rule ``buffers``) refuses references that cannot be met or that deadlock.

@@ -380,18 +380,21 @@ def test_the_nt_kernel_is_one_step_from_streamed_c_and_cheaper_with_few_rows_per
 
 def test_the_search_prices_the_nt_tiling_nearest_its_climbs_end():
     """FT78NE, 8 cores, 2048 x 64 x 512 with B transposed: the climb from the NN schedule steps through transposing
-    tilings; once it ends, the NT tiling nearest its end is priced too (a step of one key cannot reach it).
-    Before split m could read A from memory that NT tiling won (312,297 cycles); now the climb ends at B's blocks
-    transposed in AM, B shared through GSM and A's panels straight from memory, below the NT tiling's lower bound:
-    the pick is the cheapest candidate."""
+    tilings; once it ends, the NT tiling nearest its end is priced too (a step of one key cannot reach it), here
+    by its lower bound, which the climb's end beats: split m with B's blocks transposed in AM and shared through
+    GSM, A's panels straight from memory in one 2048-row block.  (The NT kernel won this call, 312,297 cycles,
+    before split m could read A from memory; 266,450 before that block grew to all of m.)  The pick is the
+    cheapest candidate."""
     run = sim.Simulator("FT78NE", tuning_cache=False).call(
         "fp_gemm_s", a=DDR[0], b=DDR[1], c=DDR[2], m=2048, n=64, k=512, trans_b=1, core_mask=0xFF, numerics=False)
     candidates = run.tiling.candidates
     nt = [note for (t, _), note in zip(candidates, run.tiling.notes) if t["nt_kernel"] == "reduce"]
     assert len(nt) == 1 and "lower bound" in nt[0]
-    assert run.tiling.tiling["a_staging"] == "memory" and run.tiling.tiling["nt_kernel"] == "transpose"
+    got = run.tiling.tiling
+    assert (got["nt_kernel"], got["a_staging"], got["b_staging"], got["m_block"]) == ("transpose", "memory", "gsm",
+                                                                                       2048)
     priced = [c for _, c in candidates if c is not None]
-    assert run.cycles == min(priced) < 312_297
+    assert run.cycles == min(priced) < 266_450
 
 
 def test_the_nt_kernel_is_refused_by_key_where_it_cannot_run():
@@ -608,3 +611,50 @@ def test_the_next_b_blocks_copy_from_gsm_streams_within_the_step_not_after_it():
         kinds = "".join("C" if t.compute is not None else
                         "c" if any(str(r).startswith("gsm.b") for r in t.uses) else "s" for t in tiles)
         assert kinds == "sc" + step * 3 + "C" * 12, core
+
+
+def test_on_thin_b_the_search_prices_the_published_direct_scheme_once_its_climb_ends():
+    """FT78NE, 8 cores, 768 x 192 x 512 (B thin: split m preferred): the climb ends at split m, B shared through
+    GSM, A from memory, in 128-column blocks (237,638 cycles; its budget spent on the steps around the preferred
+    tiling); the space's thin-B start, the published direct scheme with all 192 columns a block, is priced then
+    and wins (158,327, with 96-column micro-kernels): more than 15 % fewer cycles than the climb's end."""
+    run = sim.Simulator("FT78NE", tuning_cache=False).call(
+        "fp_gemm_s", a=DDR[0], b=DDR[1], c=DDR[2], m=768, n=192, k=512, core_mask=0xFF, numerics=False)
+    got = run.tiling.tiling
+    assert (got["split"], got["a_staging"], got["b_staging"], got["n_block"]) == ("m", "memory", "gsm", 192)
+    climbs_end = {**got, "n_block": 128, "n_micro": 128}
+    other = sim.Simulator("FT78NE", tuning_cache=False).call(
+        "fp_gemm_s", a=DDR[0], b=DDR[1], c=DDR[2], m=768, n=192, k=512, core_mask=0xFF, numerics=False,
+        tiling=climbs_end)
+    assert run.cycles < 0.85 * other.cycles
+
+
+def test_with_a_from_memory_split_m_takes_the_tallest_m_block_whose_c_block_fits_am():
+    """Split m, A's panels from memory: an m block only says how many rows a B block serves, so its one value is
+    the tallest of m and its halvings whose C block fits AM beside two B blocks at all of B's columns.  12288 x 192
+    x 4096 on 8 cores, k_block 256, from targets/FT78NE.yaml's AM: a 6144-row block gives each core 768 rows of
+    C, 768 x 192 x 4 = 589,824 bytes, and two B blocks 2 x 256 x 192 x 4 = 393,216: over the 786,432 bytes of AM;
+    3072 rows: 294,912 + 393,216 + the C tiles' slots fit."""
+    doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "targets" / "FT78NE.yaml").read_text())
+    am = next(r for r in doc["regions"] if r["name"] == "am")["size_bytes"]
+    b_blocks = 2 * 256 * 192 * 4
+    assert 6144 // 8 * 192 * 4 + b_blocks > am > 3072 // 8 * 192 * 4 + b_blocks
+    space = _space_of("FT78NE", "fp_gemm_s", 0xFF, a=DDR[0], b=DDR[1], c=DDR[2], m=12288, n=192, k=4096)
+    t = {"split": "m", "nt_kernel": "transpose", "c_home": "am", "a_staging": "memory", "a_loader": "cores",
+         "a_buffers": 2, "b_staging": "gsm", "m_micro": 6, "k_block": 256, "m_panel": 12}
+    assert space.keys["m_block"].candidates(t) == [3072]
+    assert space.keys["m_block"].candidates({**t, "a_staging": "gsm"})[0] == 576  # a GSM block: the published
+
+
+def test_a_b_block_that_is_not_a_multiple_of_the_widest_micro_kernel_prefers_an_even_split():
+    """192 columns are 2 x 96 before 128 + 64 (the 64-column kernel keeps 6 x 2 vector accumulators, fewer than
+    FT78NE's 3 FMAC units times their 6-cycle latency: its loop is bound by the recurrence; 6 x 3 cover it); a
+    128- or 256-column block keeps the published 128 first."""
+    core = sim.load_target("FT78NE").core
+    fmac, lanes = core.units["fmac"], core.precisions["fp32"].lanes
+    assert 6 * 64 // lanes < fmac.count * fmac.latency_cycles <= 6 * 96 // lanes
+    space = _space_of("FT78NE", "fp_gemm_s", 0xFF, a=DDR[0], b=DDR[1], c=DDR[2], m=12288, n=192, k=4096)
+    t = {"split": "m", "nt_kernel": "transpose", "c_home": "am", "a_staging": "memory", "a_loader": "cores",
+         "a_buffers": 2, "b_staging": "gsm", "m_micro": 6, "k_block": 256, "m_panel": 12, "m_block": 3072}
+    assert space.keys["n_micro"].candidates({**t, "n_block": 192})[:2] == [96, 128]
+    assert space.keys["n_micro"].candidates({**t, "n_block": 128})[0] == 128
