@@ -33,8 +33,9 @@ class Startup:
 
     #: Per core with a compute: no run begins its first compute sooner.
     first_compute_cycles: Mapping[int, int]
-    #: Per such core: the cycles from its first compute tile's buffers filled to its own loads landed (0 when its
-    #: loads read none of those buffers: they stream meanwhile, :mod:`sim.model.buffer_reads`).
+    #: Per such core: the cycles from its first compute tile's buffers filled to its own loads landed (0 unless its
+    #: loads read every one of those buffers: else they may stream before the last fill,
+    #: :mod:`sim.model.buffer_reads`).
     own_load_cycles: Mapping[int, int]
     #: No run has the buffers of every first compute of the first phase filled sooner (None: none uses one).
     all_filled_cycles: int | None
@@ -128,23 +129,26 @@ def startup(plan: Plan, target: Target) -> Startup:
             tile = next((t for t in phase.tiles.get(core, ()) if t.compute is not None), None)
             if tile is None:
                 continue
-            ready = 0  # (after the launch)
-            loads_wait = False  # whether its loads wait for the buffers (they read one): else they overlap
+            ready = ready_read = 0  # (after the launch) all its buffers filled; those its loads read filled
+            reads_all = True  # whether its loads read every buffer it uses (else they start before some fill)
             if tile.uses:
                 phase_fills = fills.get(i)
                 if phase_fills is None:
                     phase_fills = fills[i] = _PhaseFills(phase, ends)
                 ready = phase_fills.ready(tile.uses)
-                loads_wait = bool(read_uses(tile, phase_fills.spans))
+                read = read_uses(tile, phase_fills.spans)
+                ready_read, reads_all = phase_fills.ready(read), len(read) == len(tile.uses)
                 if i == 0:  # (a later phase begins after a barrier: its fills are not all issued at the launch)
                     waiting.append(core)
                     latest_ready = max(latest_ready, ready)
                     for c, filler in phase_fills.fillers_of(tile.uses):
                         union[id(filler)] = (c, filler)
             loaded = ends.landed((core, t) for t in tile.loads)
-            # Loads that read no used buffer stream from the launch: nothing need follow the fills but the compute.
-            own[core] = loaded if loads_wait else 0
-            first[core] = launch + (ready + loaded if loads_wait else max(ready, loaded))
+            # Its loads start once the buffers they read are filled; the compute waits for them and for all its
+            # buffers.  Loads that do not read every buffer may have landed before the last fill: nothing of them
+            # need follow it.
+            own[core] = loaded if reads_all else 0
+            first[core] = launch + max(ready_read + loaded, ready)
             break
     together = ends.landed((c, t) for c, tile in union.values() for t in tile.loads)
     return Startup(first, own, launch + max(together, latest_ready) if waiting else None, tuple(waiting))

@@ -28,6 +28,7 @@ from sim.model.plan import (
     buffer_ref,
     parse_buffer_ref,
 )
+from sim.startup import startup
 
 F32 = np.dtype(np.float32)
 X, Y = 0xA0000000, 0xA1000000  # DDR: the input x (4096 floats) and the output y (4096 floats)
@@ -130,6 +131,10 @@ def test_loads_that_read_none_of_a_used_buffer_start_at_once_and_the_compute_wai
     assert (load.start, load.end) == (1800, 2128)
     (compute,) = [e for e in r.events if e.core == 0 and e.kind == "compute"]
     assert compute.start == 2416 and store.start == compute.end
+    # The startup bound (sim/startup.py) by the same rule: alone, the fill would land at 64 + 6400 / 20 + 200 =
+    # 584 after the launch and the load at 64 + 640 / 20 + 200 = 296, at once: the compute starts no sooner than
+    # 1800 + max(584, 296) = 2384 (the old rule's 1800 + 584 + 296 = 2680 would be past the run's 2416).
+    assert startup(r.plan, sim.load_target("FT78NE")).first_compute_cycles[0] == 2384 <= compute.start
     # y[i] = x[i] + x[160 + i]: the compute read the staged block.
     got = m.read(Y, 160, F32)
     np.testing.assert_array_equal(got, np.arange(160, dtype=F32) + np.arange(160, 320, dtype=F32))

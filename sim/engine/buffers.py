@@ -175,4 +175,3 @@ class _AfterAll:
                 gate.then(self.step)
                 return
         self.callback()
-
