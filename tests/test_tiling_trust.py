@@ -177,6 +177,20 @@ def test_a_tiling_beyond_the_plan_size_budget_is_refused_before_planning():
                                      tiling={"tile_elements": 1})
 
 
+def test_a_search_whose_every_tiling_is_beyond_the_budget_says_so_with_the_fewest_tiles_first(monkeypatch):
+    """With the budget at 5 tiles no tiling of a 96 x 256 x 256 GEMM on 8 cores plans: the error lists the nearest
+    misses fewest tiles first, each with its count (not cut off after repeating the tiling)."""
+    import re
+
+    import sim.tuning.misses
+    monkeypatch.setattr(sim.tuning.misses, "MAX_PLAN_TILES", 5)
+    with pytest.raises(sim.KernelArgError) as info:
+        gemm("FT78NE", "fp_gemm_s", 96, 256, 256, 0xFF)
+    text = str(info.value)
+    counts = [int(n) for n in re.findall(r"the tiling plans (\d+) tiles, more than the 5 a plan may have", text)]
+    assert len(counts) == 3 and counts == sorted(counts) and counts[0] > 5
+
+
 def test_a_poisoned_cache_entry_beyond_the_budget_is_ignored(tmp_path, monkeypatch):
     monkeypatch.setenv(tuning_cache.ENV_VAR, str(tmp_path))
     args = dict(a=A, b=B, c=C, m=96, n=128, k=128, core_mask=0xFF)

@@ -48,7 +48,7 @@ def tiles_refusal(space: TilingSpace, tiling: Mapping[str, Any]) -> str | None:
             if n < fewest:
                 blame, fewest = key.name, n
     raise_key = f": raise tiling.{blame} (now {tiling[blame]})" if blame is not None else ""
-    return (f"tiling {dict(tiling)} plans {count} tiles, more than the {MAX_PLAN_TILES} a plan may have "
+    return (f"the tiling plans {count} tiles, more than the {MAX_PLAN_TILES} a plan may have "
             f"(sim.tuning.MAX_PLAN_TILES){raise_key}")
 
 
@@ -64,6 +64,16 @@ def prefilter(space: TilingSpace, tiling: dict) -> SimError | None:
         except (DoesNotFit, KernelArgError) as e:
             return detached(e)
     return None
+
+
+def _tiles_or_zero(space: TilingSpace, tiling: Mapping[str, Any]) -> int:
+    """The tiles ``tiling`` plans by the space's count (0 when it has none or cannot count them)."""
+    if space.tiles is None:
+        return 0
+    try:
+        return space.tiles(dict(tiling))
+    except SimError:
+        return 0
 
 
 def _over(e: SimError) -> int:
@@ -116,7 +126,8 @@ def no_candidate_error(space: TilingSpace, fixed: Mapping[str, Any],
     if not errors:
         given = f" with {dict(fixed)} given" if fixed else ""
         return KernelArgError(f"argument 'tiling': the kernel's tiling space has no tiling{given}")
-    ranked = sorted(errors, key=lambda te: _over(te[1]))
+    # Fewest bytes over first; among tilings refused for other reasons (the plan-size budget), fewest tiles first.
+    ranked = sorted(errors, key=lambda te: (_over(te[1]), _tiles_or_zero(space, te[0])))
     first_t, first_e = ranked[0]
     if isinstance(first_e, PlanError):  # a kernel whose plans break the IR's rules: the rule, where, as it is
         return PlanError(first_e.rule, f"{first_e.detail} (with tiling {first_t}; every one of the {len(errors)} "
