@@ -28,21 +28,24 @@ def _short(text: str, limit: int = 240) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def tiles_refusal(space: TilingSpace, tiling: Mapping[str, Any]) -> str | None:
-    """Why ``tiling`` plans too many tiles (naming the key that makes them), or None: within the budget."""
+def tiles_refusal(space: TilingSpace, tiling: Mapping[str, Any], *, hint: bool = True) -> str | None:
+    """Why ``tiling`` plans too many tiles, or None: within the budget.  With ``hint``, naming the key to raise:
+    the one whose value, among those the space offers that fit, cuts the most tiles (the search's prefilter asks
+    without: it refuses thousands of tilings, and only the few its error lists need the key)."""
     if space.tiles is None:
         return None
     count = space.tiles(dict(tiling))
     if count <= MAX_PLAN_TILES:
         return None
-    # The key whose largest value the space offers cuts the most tiles is the one to raise.
     blame, fewest = None, count
-    for key in space.keys.values():
+    for key in space.keys.values() if hint else ():
         if not isinstance(key, IntKey) or key.name not in tiling:
             continue
         for v in (key.hi, *key.candidates(tiling)):
             try:
                 n = space.tiles({**tiling, key.name: v})
+                if n < fewest and space.fit is not None:
+                    space.fit({**tiling, key.name: v})  # a value that does not fit is no way out
             except SimError:
                 continue
             if n < fewest:
@@ -55,7 +58,7 @@ def tiles_refusal(space: TilingSpace, tiling: Mapping[str, Any]) -> str | None:
 def prefilter(space: TilingSpace, tiling: dict) -> SimError | None:
     """Why a full ``tiling`` cannot plan, found without planning it (the space's ``tiles`` and ``fit``: a
     KernelArgError beyond the plan-size budget, the DoesNotFit of the level it overflows), or None."""
-    too_many = tiles_refusal(space, tiling)
+    too_many = tiles_refusal(space, tiling, hint=False)
     if too_many is not None:
         return KernelArgError(f"argument 'tiling': {too_many}")
     if space.fit is not None:
@@ -64,6 +67,12 @@ def prefilter(space: TilingSpace, tiling: dict) -> SimError | None:
         except (DoesNotFit, KernelArgError) as e:
             return detached(e)
     return None
+
+
+def _reason_with_hint(space: TilingSpace, tiling: Mapping[str, Any], e: SimError) -> str:
+    """A listed miss's reason: beyond the plan-size budget, with the key to raise (the prefilter's has none)."""
+    too_many = tiles_refusal(space, tiling) if isinstance(e, KernelArgError) else None
+    return _short(too_many) if too_many is not None else reason_of(e)
 
 
 def _tiles_or_zero(space: TilingSpace, tiling: Mapping[str, Any]) -> int:
@@ -104,7 +113,7 @@ def nearest_fitting(space: TilingSpace, tiling: Mapping[str, Any], key: str) -> 
             space.fit({**tiling, key: v})
         except (DoesNotFit, KernelArgError):
             continue
-        if tiles_refusal(space, {**tiling, key: v}) is None:
+        if tiles_refusal(space, {**tiling, key: v}, hint=False) is None:
             return v
     return None
 
@@ -133,7 +142,7 @@ def no_candidate_error(space: TilingSpace, fixed: Mapping[str, Any],
         return PlanError(first_e.rule, f"{first_e.detail} (with tiling {first_t}; every one of the {len(errors)} "
                                        f"tilings tried fails)", kernel=first_e.kernel, core=first_e.core,
                          tile=first_e.tile, phase=first_e.phase)
-    misses = "; ".join(f"{t}: {reason_of(e)}" for t, e in ranked[:LISTED_DROPS])
+    misses = "; ".join(f"{t}: {_reason_with_hint(space, t, e)}" for t, e in ranked[:LISTED_DROPS])
     text = (f"no tiling{' with ' + str(dict(fixed)) + ' given' if fixed else ''} of the kernel's space plans "
             f"({len(errors)} tried); nearest misses: {misses}{fit_hint(space, first_t)}")
     if isinstance(first_e, DoesNotFit):
