@@ -248,7 +248,8 @@ class GemmSpace(GemmLayouts):
             IntKey("k_block", 1, g.k, "depth of a GSM block of A and of a B block",
                    values=[min(v, g.k) for v in K_BLOCKS] + [max(1, min(max(K_BLOCKS), g.k) // 2)]),
             IntKey("m_panel", 1, g.m, "rows of an A micro-panel in SM (one tile)", values=panels),
-            IntKey("m_block", 1, g.m, "rows of op(A) per GSM block (shared by the cores)", values=m_blocks),
+            IntKey("m_block", 1, g.m, "rows of op(A) per GSM block (shared by the cores); A read from memory on "
+                                      "split m: the rows each B block serves", values=m_blocks),
             IntKey("n_block", 1, g.n, "columns of op(B) per B block in AM (a core's C block width)",
                    values=n_blocks),
             IntKey("n_micro", 1, 4096, "columns of the micro-kernel's C block in registers (whole vectors)",
