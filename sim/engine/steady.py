@@ -341,6 +341,10 @@ class SteadyState:
                 (na, ga), (nb, gb) = parse_buffer_ref(a), parse_buffer_ref(b)
                 if na != nb or gb - ga != q.get(na, 0):
                     return False
+        if r.uses:  # the loads of both wait for the same buffers (those whose bytes they read), the computes the rest
+            pb = self.eng.walk_of[core].buffers
+            if pb is not None and any(pb.reads(r, a) != pb.reads(y, b) for a, b in zip(r.uses, y.uses)):
+                return False
         for tr, ty in zip(r.loads + r.stores, y.loads + y.stores):
             if not self._same_transfer(core, r, tr, y, ty):
                 return False
