@@ -13,7 +13,8 @@ Blocking (SPEC §2: DDR → GSM → AM/SM → registers):
   cores split each block's loading (one descriptor each, rows of A in its own orientation), and the next block
   streams into the other half of the GSM window while the cores compute on this one (staged buffers
   ``gsm.a0`` / ``gsm.a1``, :class:`~sim.model.plan.Tile` ``fills`` / ``uses``: no barrier).  A ``_p`` call
-  (one core, private memory) and a one-core call read A's panels straight from memory (nothing to share).
+  (one core, private memory) and split k read A's panels straight from memory (nothing to share); one core of an
+  ``_s`` call, and split m on several, choose (the ``a_staging`` key).
 * **B blocks in AM** (``k_block`` × ``n_block`` of op(B)) per core, double-buffered the same way (staged
   buffers ``am.b<core>.0`` / ``.1``).
 * **A micro-panels in SM** (``m_panel`` rows × ``k_block``), one per tile, through the two SM slots: the

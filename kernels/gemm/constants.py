@@ -17,9 +17,9 @@ SPLITS = ("n", "m", "k")
 #: k blocks outermost, each tile loads its C rows, accumulates one k block into them and stores them back).
 C_HOMES = ("am", "ddr")
 #: Where a core's A panels come from (the ``a_staging`` key): ``gsm``, A's blocks staged in the shared level first
-#: (one copy for every core: an _s call on several cores always, and on one core the published single-core
-#: blocking, M_G x K_G of A in GSM); ``memory``, each panel read straight from memory (split k, a _p call, or one
-#: core).
+#: (one copy for every core: split n on several cores always, split m by choice, and on one core the published
+#: single-core blocking, M_G x K_G of A in GSM); ``memory``, each panel read straight from memory (split k, a _p
+#: call, split m by choice, or one core).
 A_STAGINGS = ("gsm", "memory")
 #: Who loads a GSM block of A (the ``a_loader`` key): ``cores``, the call's cores a share each; ``core0``, the
 #: first core of the call the whole block (the published library), the others waiting for it.

@@ -124,7 +124,7 @@ class GemmCall:
         shared level."""
         if self._may_share(t["split"]):
             return A_STAGINGS if t["split"] == "m" else A_STAGINGS[:1]
-        if self._a_staging_chosen():
+        if self._a_staging_chosen() and len(self.ctx.cores) == 1:
             return A_STAGINGS[::-1]
         return A_STAGINGS[1:]
 

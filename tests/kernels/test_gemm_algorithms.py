@@ -499,6 +499,7 @@ def test_a_staging_is_a_key_of_one_core_calls_and_of_split_m():
     several = _space_of("FT78NE", "fp_gemm_s", 0xFF, **args)
     assert several.keys["a_staging"].only == ("split", "m")
     assert several.keys["a_staging"].candidates({"split": "m"}) == ["gsm", "memory"]
+    assert several.keys["a_staging"].candidates({"split": "k"}) == ["memory"]  # (split k stages nothing)
     assert "a_staging" not in _space_of("MT7004", "fp_gemm_p", 0x1, a=L2[0], b=L2[1], c=L2[2], m=100, n=200,
                                         k=300).keys
 
