@@ -121,9 +121,18 @@ def stream_demands(src: Region, dst: Region, src_bytes: int, dst_bytes: int) -> 
     return ((src, src_bytes), (dst, dst_bytes))
 
 
-def engine_bytes(src_bytes: int, dst_bytes: int) -> int:
-    """Bytes a transfer moves through its DMA engine: the larger end's."""
-    return max(src_bytes, dst_bytes)
+def engine_bytes(t: Transfer, src_bytes: int, dst_bytes: int, dma: DmaModel) -> int:
+    """Bytes a transfer moves through its DMA engine: the larger end's, and at least a whole engine beat
+    (``dma.engine_bytes_per_cycle``) per contiguous run of either side, in the engine's units of bytes.
+
+    An engine's beat carries the bytes of one run at one address: a run shorter than a beat still takes one, and
+    a run a beat and a byte long takes two (the side with more beats sets the engine's cycles).  A dense copy is
+    its bytes; a gather of 4-byte elements from AM is a cycle an element."""
+    rate = exact_rate(dma.engine_bytes_per_cycle)
+    beats = 0
+    for count, run in (t.runs("src"), t.runs("dst")):
+        beats = max(beats, count * math.ceil(run / rate))
+    return max(src_bytes, dst_bytes, math.ceil(beats * rate))
 
 
 def lone_stream_bytes_per_cycle(dma: DmaModel, *regions: Region) -> float:
@@ -146,7 +155,7 @@ def stream_cycles(t: Transfer, src: Region, dst: Region, dma: DmaModel) -> int:
     of them sets the pace (a dense copy from DDR: ``ceil(bytes / min(DDR bandwidth, engine rate))``, a row
     opened per 8 KiB costing nothing more).  Sharing only slows it (:mod:`sim.engine.fluid`)."""
     sb, db = transfer_bytes(t, src, dst)
-    worst = Fraction(engine_bytes(sb, db)) / exact_rate(dma.engine_bytes_per_cycle)
+    worst = Fraction(engine_bytes(t, sb, db, dma)) / exact_rate(dma.engine_bytes_per_cycle)
     for region, nbytes in stream_demands(src, dst, sb, db):
         worst = max(worst, nbytes / exact_rate(region.bandwidth_bytes_per_cycle))
     for region, activations, least in row_demands(src, dst, side_rows(t, "src", src), side_rows(t, "dst", dst)):
@@ -657,7 +666,7 @@ def landed_cycles(transfers: Iterable[tuple[int, Transfer, Region, Region]], tar
         latency = transfer_latency_cycles(src, dst)
         sb, db = transfer_bytes(t, src, dst)
         alone.append((max(sb, db), t, src, dst, latency))
-        core_bytes[core] = core_bytes.get(core, 0) + engine_bytes(sb, db)
+        core_bytes[core] = core_bytes.get(core, 0) + engine_bytes(t, sb, db, dma)
         core_latency[core] = min(core_latency.get(core, latency), latency)
         for region, nbytes in stream_demands(src, dst, sb, db):
             if region.shared:

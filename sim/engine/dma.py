@@ -42,7 +42,7 @@ class Dma:
     """
 
     __slots__ = ("eng", "env", "core", "tile", "t", "kind", "phase", "group", "src", "dst", "src_link",
-                 "dst_link", "src_bytes", "dst_bytes", "latency", "engines", "engine_id", "start_cycle",
+                 "dst_link", "src_bytes", "dst_bytes", "engine_bytes", "latency", "engines", "engine_id", "start_cycle",
                  "stream_start", "alone_cycles", "size_bytes", "rows", "index", "pos")
 
     def __init__(self, eng: Engine, core: int, tile: Tile, t: Transfer, kind: str, phase: str, group: Group,
@@ -56,6 +56,7 @@ class Dma:
         ends = eng.ends(core, tile, t)
         self.src, self.dst, self.size_bytes, route, self.src_bytes, self.dst_bytes, self.rows = ends
         self.src_link, self.dst_link, self.latency = eng.routes.get(route) or eng.route(*self.src, *self.dst)
+        self.engine_bytes = engine_bytes(t, self.src_bytes, self.dst_bytes, eng.target.dma)
         self.engines = eng.engine_pools.get(core) or eng.dma_engines(core)
 
     def start(self) -> None:
@@ -75,7 +76,7 @@ class Dma:
             return
         engine = eng.engine_links.get((self.core, engine_id)) or eng.engine_link(self.core, engine_id)
         # The same route, bytes and engine come back tile after tile: the flow's shape is worked out once a run.
-        key = (self.src_link, self.src_bytes, self.dst_link, self.dst_bytes, engine, self.rows)
+        key = (self.src_link, self.src_bytes, self.dst_link, self.dst_bytes, engine, self.engine_bytes, self.rows)
         shape = eng.flow_shapes.get(key)
         if shape is None:
             shape = eng.flow_shapes[key] = self._shape(engine)
@@ -89,7 +90,7 @@ class Dma:
         them), the engine's, and the rows it opens on each DRAM it crosses, with its busiest bank's pace."""
         eng = self.eng
         demands = [(self.src_link, self.src_bytes), (self.dst_link, self.dst_bytes),
-                   (engine, engine_bytes(self.src_bytes, self.dst_bytes))]
+                   (engine, self.engine_bytes)]
         least = 0
         for region, activations, bank_cycles in self.rows:
             key = self.src[1] if region is self.src[0] else self.dst[1]

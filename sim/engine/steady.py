@@ -44,7 +44,7 @@ from sim.engine.walk import Loaded, StagedLanded, StartLoads, StartStaging, Stor
 from sim.errors import MemoryFault
 from sim.model.memory import MAX_ACCESS_BYTES
 from sim.model.plan import Plan, Tile, parse_buffer_ref
-from sim.timing import RegionOf
+from sim.timing import RegionOf, engine_bytes
 
 if TYPE_CHECKING:
     from sim.engine.engine import Engine
@@ -369,7 +369,9 @@ class SteadyState:
             ends, other = self.eng.ends(core, r, tr), self.eng.ends(core, y, ty)
         except MemoryFault:
             return False
-        return ends[:3] == other[:3] and ends[4:] == other[4:]
+        dma = self.eng.target.dma
+        return ends[:3] == other[:3] and ends[4:] == other[4:] \
+            and engine_bytes(tr, ends[4], ends[5], dma) == engine_bytes(ty, other[4], other[5], dma)
 
     def _placed(self, t: Any) -> tuple[tuple[Any, int], tuple[Any, int]]:
         """Per side of transfer ``t``: the region wholly holding it (None if none, or too long an access) and the

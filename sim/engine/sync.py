@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from sim.model.memory import SHARED
 from sim.model.plan import Plan
 from sim.model.sync import SyncMember, source_reads, sync_groups
-from sim.timing import engine_bytes, sync_row_demands
+from sim.timing import sync_row_demands
 
 if TYPE_CHECKING:
     from sim.engine.dma import Dma
@@ -71,7 +71,7 @@ class Rendezvous:
                 demands.append((d.src_link, d.src_bytes))
             demands.append((d.dst_link, d.dst_bytes))
             engine = eng.engine_links.get((d.core, d.engine_id)) or eng.engine_link(d.core, d.engine_id)
-            demands.append((engine, engine_bytes(d.src_bytes, d.dst_bytes)))
+            demands.append((engine, d.engine_bytes))
             for region, activations, bank_cycles in d.rows:
                 if not region.shared and (read or region is d.dst[0]):
                     demands.append((eng.row_link(region, d.core), activations))
