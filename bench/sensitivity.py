@@ -13,7 +13,9 @@ on each variant, as a change.  Variants:
 * GSM at half its bandwidth (its 64 B/cycle is an assumption sitting at what the 8-core GEMM needs);
 * DMA setup at twice its cycles (assumed 64);
 * the DDR's organisation (``regions.ddr.rows``: datasheet values, but how the chip's channels and banks are laid
-  out is assumed): the activation window (tFAW) twice as long, and rows of a quarter the bytes.
+  out is assumed): the activation window (tFAW) twice as long, and rows of a quarter the bytes;
+* the DDR controller's write batch (``regions.ddr.rows.write_batch_bytes``, assumed 2 KiB: how many bytes of
+  writes it drains per read/write turn of the data bus) at half and twice that.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ VARIANTS = [
     ("DMA setup x 2", ("FT78NE", "MT7004"), "dma.setup_cycles", 2.0),
     ("DDR tFAW x 2", ("FT78NE", "MT7004"), "regions.ddr.rows.window_cycles", 2.0),
     ("DDR rows x 0.25", ("FT78NE", "MT7004"), "regions.ddr.rows.row_bytes", 0.25),
+    ("DDR write batch x 0.5", ("FT78NE", "MT7004"), "regions.ddr.rows.write_batch_bytes", 0.5),
+    ("DDR write batch x 2", ("FT78NE", "MT7004"), "regions.ddr.rows.write_batch_bytes", 2.0),
 ]
 
 

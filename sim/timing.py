@@ -113,11 +113,28 @@ def activation_rate(region: Region) -> Fraction:
     return Fraction(rows.activations_per_window, rows.window_cycles)
 
 
+def bus_cost_per_written_byte(region: Region) -> Fraction:
+    """Bytes of ``region``'s bandwidth a byte written to it costs on top of itself while reads stream there too
+    (its data bus turning between them, :mod:`sim.engine.turnaround`): ``(write_to_read_cycles +
+    read_to_write_cycles) * bandwidth / (channels * write_batch_bytes)``; 0 if its bus does not turn."""
+    rows = region.rows
+    if rows is None or not rows.turns_around:
+        return Fraction(0)
+    turn = rows.write_to_read_cycles + rows.read_to_write_cycles
+    return turn * exact_rate(region.bandwidth_bytes_per_cycle) / (rows.channels * rows.write_batch_bytes)
+
+
+def copy_turn_bytes(region: Region, dst_bytes: int) -> int:
+    """What a copy within DRAM ``region`` pays for its bus turning between its own reads and writes: bytes of the
+    region, whole (:func:`bus_cost_per_written_byte` of its ``dst_bytes``, rounded up)."""
+    return math.ceil(dst_bytes * bus_cost_per_written_byte(region))
+
+
 def stream_demands(src: Region, dst: Region, src_bytes: int, dst_bytes: int) -> tuple[tuple[Region, int], ...]:
     """What a transfer asks of each region it crosses: (region, bytes); a copy within one region reads and
-    writes it, so that region carries both ends' bytes."""
+    writes it, so that region carries both ends' bytes (and, in a DRAM whose bus turns, its turns)."""
     if src is dst:
-        return ((src, src_bytes + dst_bytes),)
+        return ((src, src_bytes + dst_bytes + copy_turn_bytes(src, dst_bytes)),)
     return ((src, src_bytes), (dst, dst_bytes))
 
 

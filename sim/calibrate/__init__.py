@@ -16,8 +16,9 @@ first), ``dma.setup_cycles``, ``sync.launch_overhead_cycles``, and the compute p
 loop) and ``core.units.fmac.latency_cycles`` (the FMAC latency: a loop's fill, an accumulation's recurrence).
 The unit counts, lanes and issue widths are the chip's design (whole numbers no fit moves smoothly): they stay
 as the target says.  A chip with other shared regions (an extra ``l3``, no ``gsm``) calibrates its own.  A DRAM's
-rows (``regions.<name>.rows.window_cycles``, ``.bank_busy_cycles``: :data:`ROW_PARAMETERS`) are fitted when
-``--params`` names them, not by default (only measurements of transfers that open rows often respond).
+rows (``regions.<name>.rows.window_cycles``, ``.bank_busy_cycles``, and its bus's ``.write_to_read_cycles``:
+:data:`ROW_PARAMETERS`) are fitted when ``--params`` names them, not by default (only measurements of transfers
+that open rows often, or write beside reads, respond).
 
 Not every set of measurements says something about every parameter.  Before
 the fit each parameter is moved by a factor of :data:`PROBE_FACTOR` both ways;

@@ -37,7 +37,7 @@ def free_parameters(doc: Mapping) -> list[str]:
 
 #: The parameters of a DRAM's rows (``regions[].rows``) a fit may be asked for (``--params``): not fitted by
 #: default, since only measurements of transfers that open rows often respond to them.
-ROW_PARAMETERS = ("rows.window_cycles", "rows.bank_busy_cycles")
+ROW_PARAMETERS = ("rows.window_cycles", "rows.bank_busy_cycles", "rows.write_to_read_cycles")
 
 
 def row_parameters(doc: Mapping) -> list[str]:

@@ -9,7 +9,7 @@ from sim.engine.events import TraceEvent
 from sim.engine.fluid import FlowShape, Link
 from sim.engine.units import Group
 from sim.model.plan import Tile, Transfer
-from sim.timing import engine_bytes
+from sim.timing import copy_turn_bytes, engine_bytes
 
 if TYPE_CHECKING:
     from sim.engine.engine import Engine
@@ -91,12 +91,14 @@ class Dma:
         eng = self.eng
         demands = [(self.src_link, self.src_bytes), (self.dst_link, self.dst_bytes),
                    (engine, self.engine_bytes)]
+        if self.src[0] is self.dst[0] and self.src_link is self.dst_link:  # a copy within one region
+            demands.append((self.src_link, copy_turn_bytes(self.src[0], self.dst_bytes)))
         least = 0
         for region, activations, bank_cycles in self.rows:
             key = self.src[1] if region is self.src[0] else self.dst[1]
             demands.append((eng.row_link(region, key), activations))
             least = max(least, bank_cycles)
-        return eng.net.shape(tuple(demands), least)
+        return eng.net.shape(tuple(demands), least, {self.dst_link: self.dst_bytes})
 
     def _stream(self) -> None:
         """Setup done: the bytes move now (in simulated memory); the network starts the stream right after."""

@@ -46,6 +46,7 @@ from sim.engine.events import Recorder, TraceEvent
 from sim.engine.fluid import FlowNetwork, FlowShape, Link, exact_capacity
 from sim.engine.steady import Skip, SteadyState
 from sim.engine.sync import Rendezvous
+from sim.engine.turnaround import Turnaround
 from sim.engine.units import Group, Units
 from sim.engine.walk import Walk
 from sim.errors import ComputeOutputError, MemoryFault, SimError, brief, one_line
@@ -176,6 +177,8 @@ class Engine:
         if link is None:
             name = region.name if region.shared else f"{region.name}@core{key}"
             link = self._region_links[k] = self.net.add_link(name, region.bandwidth_bytes_per_cycle)
+            if region.rows is not None and region.rows.turns_around:
+                self.net.couple(link, Turnaround(region))  # (its bus turns between reads and writes)
         return link
 
     def row_link(self, region: Region, key: int) -> Link:

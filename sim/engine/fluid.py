@@ -35,6 +35,12 @@ give rates with large denominators, and a flow's exact remaining work would pile
 change.  When its denominator passes 2**64, the remaining work is rounded up to a multiple of 2**-64 byte:
 the flow ends at most that much later than exact, never earlier, and the guarantees above still hold.
 
+Couplings.  What a flow asks of a link is fixed when it starts, except on a *coupled* link (:meth:`FlowNetwork.couple`):
+there, whenever a flow starts on the link or leaves it, the coupling is called before that cycle's rates are worked
+out and may change a flow's bytes through the link for the rest of its stream (:meth:`FlowNetwork.set_bytes`; a
+DRAM whose bus turns between reads and writes charges its writers more while readers share it,
+:mod:`sim.engine.turnaround`).  Between two such changes everything above holds as stated.
+
 SimPy.  The network holds one pending timeout, at the next completion cycle; when a recomputation moves
 that cycle, a new timeout is scheduled and the old one is left to fire as a no-op (its version is stale).
 Each start and each end costs at most one timeout, so events per flow are O(1).  The work per start or end
@@ -124,7 +130,7 @@ class Link:
     Made by :meth:`FlowNetwork.add_link`.  ``capacity`` is exact (bytes per cycle, a Fraction).
     """
 
-    __slots__ = ("_cd", "_cn", "_free", "_members", "_net", "_stamp", "_sumd", "_sumn", "_ud", "_un",
+    __slots__ = ("_cd", "_cn", "_coupling", "_free", "_members", "_net", "_stamp", "_sumd", "_sumn", "_ud", "_un",
                  "_wd", "_wn", "capacity", "name")
 
     def __init__(self, net: FlowNetwork, name: str, cn: int, cd: int):
@@ -141,6 +147,8 @@ class Link:
         # Scratch of one progressive filling: usage of the frozen flows (_un/_ud), sum of the unfrozen flows'
         # coefficients (_wn/_wd), how many are unfrozen.
         self._un = self._ud = self._wn = self._wd = self._free = 0
+        # What the link's flows ask of it may depend on which flows share it (FlowNetwork.couple): None if not.
+        self._coupling: Coupling | None = None
 
     @property
     def flows(self) -> tuple[Flow, ...]:
@@ -160,37 +168,54 @@ class FlowShape:
     the arithmetic that :meth:`FlowNetwork.start` does per flow.
     """
 
-    __slots__ = ("_capd", "_capn", "_coefs", "_links", "_net", "alone_cycles", "demands", "size_bytes")
+    __slots__ = ("_capd", "_capn", "_coefs", "_least", "_links", "_net", "alone_cycles", "demands", "size_bytes",
+                 "written")
 
-    def __init__(self, net: FlowNetwork, links: list[Link], nbytes: list[int], least_cycles: int = 0):
+    def __init__(self, net: FlowNetwork, links: list[Link], nbytes: list[int], least_cycles: int = 0,
+                 written: Mapping[Link, int] | None = None):
         self._net = weakref.ref(net)  # (weak, as a link's)
         self.demands = tuple(zip(links, nbytes))
         self._links = tuple(links)
+        #: Of the bytes through each link, those the flow writes (the rest it reads), where the caller said so: what
+        #: a link's coupling reads (a DRAM's data bus turns around between reads and writes).
+        self.written: Mapping[Link, int] = written or {}
         size = self.size_bytes = max(nbytes, default=0)
-        # Each link's usage per unit of level is bytes / size (a reduced pair; 1 on the flow's largest link);
-        # the flow's cap is the smallest capacity * size / bytes over its links.
+        # Each link's usage per unit of level is bytes / size (a reduced pair; 1 on the flow's largest link).
         coefs = []
-        capn = capd = 0
-        for link, b in zip(links, nbytes):
+        for b in nbytes:
             if b == size:
-                an = ad = 1
+                coefs.append((1, 1))
             else:
                 g = gcd(b, size)
-                an, ad = b // g, size // g
-            coefs.append((an, ad))
-            n, d = link._cn * ad, link._cd * an  # capacity / coefficient
-            if not capd or n * capd < capn * d:
-                capn, capd = n, d
-        if least_cycles and size and (not capd or size * capd < capn * least_cycles):
-            # The flow's own pace (a DRAM bank's repeats): no faster than size_bytes per least_cycles, whatever its
-            # links leave it, a cap as a link carrying it alone would be.
-            capn, capd = size, least_cycles
-        if capd:
-            g = gcd(capn, capd)
-            capn, capd = capn // g, capd // g
+                coefs.append((b // g, size // g))
         self._coefs = tuple(coefs)
-        self._capn, self._capd = capn, capd
+        self._least = least_cycles
+        self._capn, self._capd = _cap(self._links, self._coefs, size, least_cycles)
+        capn, capd = self._capn, self._capd
         self.alone_cycles = -((-size * capd) // capn) if size else 0  # ceil(size / cap)
+
+
+def _cap(links: tuple[Link, ...], coefs: tuple[tuple[int, int], ...], size: int, least_cycles: int) -> tuple[int, int]:
+    """The most level a flow's links allow it alone: the smallest capacity * size / bytes over its links (capacity /
+    coefficient), or its own pace, ``size`` per ``least_cycles``, if slower; a reduced pair (0, 0) for no links."""
+    capn = capd = 0
+    for link, (an, ad) in zip(links, coefs):
+        n, d = link._cn * ad, link._cd * an  # capacity / coefficient
+        if not capd or n * capd < capn * d:
+            capn, capd = n, d
+    if least_cycles and size and (not capd or size * capd < capn * least_cycles):
+        # The flow's own pace (a DRAM bank's repeats): no faster than size_bytes per least_cycles, whatever its
+        # links leave it, a cap as a link carrying it alone would be.
+        capn, capd = size, least_cycles
+    if capd:
+        g = gcd(capn, capd)
+        capn, capd = capn // g, capd // g
+    return capn, capd
+
+
+#: What a coupled link's flows ask of it, worked out again whenever its flows change (FlowNetwork.couple): called
+#: with the network and the link, it may change a flow's bytes through the link (FlowNetwork.set_bytes).
+Coupling = Callable[["FlowNetwork", Link], None]
 
 
 class Flow:
@@ -202,9 +227,9 @@ class Flow:
     to itself; :attr:`stream_cycles` and :attr:`wait_cycles` (the cost of sharing) are known at the end.
     """
 
-    __slots__ = ("_capd", "_capn", "_coefs", "_finish", "_frozen", "_links", "_newd", "_newn", "_rd", "_remd",
-                 "_remn", "_rn", "_since", "_stamp", "alone_cycles", "demands", "end_cycle", "on_done",
-                 "size_bytes", "start_cycle")
+    __slots__ = ("_capd", "_capn", "_coefs", "_finish", "_frozen", "_least", "_links", "_newd", "_newn", "_rd",
+                 "_remd", "_remn", "_rn", "_since", "_stamp", "alone_cycles", "demands", "end_cycle", "on_done",
+                 "size_bytes", "start_cycle", "written")
 
     def __init__(self, start_cycle: int, on_done: Callable[[int], None], shape: FlowShape):
         self.start_cycle = start_cycle
@@ -215,6 +240,8 @@ class Flow:
         self._links = shape._links
         self._coefs = shape._coefs
         self._capn, self._capd = shape._capn, shape._capd
+        self._least = shape._least
+        self.written = shape.written
         self.alone_cycles = shape.alone_cycles
         size = self.size_bytes = shape.size_bytes
         self._remn, self._remd = size, 1  # remaining bytes of size_bytes, exact, as of cycle _since
@@ -253,9 +280,17 @@ class Flow:
         whose rate its cycle has not worked out yet)."""
         if not self._rd:
             return Fraction(0)
-        for lk, b in self.demands:
+        for lk, (an, ad) in zip(self._links, self._coefs):
             if lk is link:
-                return Fraction(self._rn * b, self._rd * self.size_bytes)
+                return Fraction(self._rn * an, self._rd * ad)
+        return Fraction(0)
+
+    def bytes_through(self, link: Link) -> Fraction:
+        """Bytes the flow moves through ``link`` now, over its whole stream: what it asked for, or what the link's
+        coupling made of that (0 for a link it does not cross)."""
+        for lk, (an, ad) in zip(self._links, self._coefs):
+            if lk is link:
+                return Fraction(an * self.size_bytes, ad)
         return Fraction(0)
 
     def __repr__(self) -> str:
@@ -327,6 +362,39 @@ class FlowNetwork:
         """The flows streaming now, in start order (a flow ending at this cycle may still be among them)."""
         return tuple(self._active)
 
+    def couple(self, link: Link, coupling: Coupling) -> None:
+        """Make what ``link``'s flows ask of it depend on which flows share it: whenever a flow starts on the link
+        or leaves it, before the rates of that cycle are worked out, ``coupling(network, link)`` is called and may
+        change a flow's bytes through the link for the rest of its stream (:meth:`set_bytes`)."""
+        if type(link) is not Link or link._net() is not self:
+            raise FlowError(f"couple: {brief(link)} is not a link of this network")
+        if not callable(coupling):
+            raise FlowError(f"couple: coupling must be callable, got {brief(coupling)}")
+        link._coupling = coupling
+
+    def set_bytes(self, flow: Flow, link: Link, nbytes: Fraction) -> None:
+        """From now, ``flow`` moves ``nbytes`` through ``link`` over its whole stream (each unit of its progress takes
+        ``nbytes / size_bytes`` of the link, as its shape's bytes did): for a link's coupling.  Its bytes through
+        its other links, and so its progress, stay as they are; its cap follows."""
+        i = flow._links.index(link)
+        value = Fraction(nbytes) / flow.size_bytes
+        if value <= 0:
+            raise FlowError(f"set_bytes: bytes through {link.name!r} must be positive, got {brief(nbytes)}")
+        an, ad = value.numerator, value.denominator
+        on, od = flow._coefs[i]
+        if (an, ad) == (on, od):
+            return
+        coefs = list(flow._coefs)
+        coefs[i] = (an, ad)
+        flow._coefs = tuple(coefs)
+        members = link._members
+        for j, m in enumerate(members):
+            if m[0] is flow:
+                members[j] = (flow, an, ad)
+                break
+        link._sumn, link._sumd = _add(*_sub(link._sumn, link._sumd, on, od), an, ad)
+        flow._capn, flow._capd = _cap(flow._links, flow._coefs, flow.size_bytes, flow._least)
+
     # -- flows -------------------------------------------------------------------------------------------
 
     def start(self, links_with_bytes: Demands, on_done: Callable[[int], None]) -> Flow:
@@ -338,9 +406,11 @@ class FlowNetwork:
         """
         return self.start_shape(self.shape(links_with_bytes), on_done)
 
-    def shape(self, links_with_bytes: Demands, least_cycles: int = 0) -> FlowShape:
+    def shape(self, links_with_bytes: Demands, least_cycles: int = 0,
+              written: Mapping[Link, int] | None = None) -> FlowShape:
         """The demands of a flow as :meth:`start` takes them, checked and worked out, for :meth:`start_shape`;
-        ``least_cycles``, the flow's own pace: it streams for no fewer cycles, alone or not (0: its links decide)."""
+        ``least_cycles``, the flow's own pace: it streams for no fewer cycles, alone or not (0: its links decide);
+        ``written``, of the bytes through a link, those the flow writes (for the link's coupling, :meth:`couple`)."""
         if type(least_cycles) is not int or least_cycles < 0:
             raise FlowError(f"shape: least_cycles must be a non-negative int, got {brief(least_cycles)}")
         pairs = links_with_bytes
@@ -363,7 +433,7 @@ class FlowNetwork:
             else:
                 links.append(lk)
                 nbytes.append(b)
-        return FlowShape(self, links, nbytes, least_cycles)
+        return FlowShape(self, links, nbytes, least_cycles, written)
 
     def abandon(self) -> None:
         """Forget the flows streaming now (their run was stopped: nothing will complete them)."""
@@ -475,6 +545,14 @@ class FlowNetwork:
         active = self._active
         if not active:
             return
+        coupled = None
+        for link in seeds:
+            if link._coupling is not None and link._members:
+                if coupled is None:
+                    coupled = []
+                if link not in coupled:
+                    coupled.append(link)
+                    link._coupling(self, link)
         for link in seeds:
             if len(link._members) == len(active):
                 # A link every active flow crosses (DDR in a shared call): the group is everything.

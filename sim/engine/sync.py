@@ -21,7 +21,7 @@ from sim.timing import sync_row_demands
 if TYPE_CHECKING:
     from sim.engine.dma import Dma
     from sim.engine.engine import Engine
-    from sim.engine.fluid import FlowShape
+    from sim.engine.fluid import FlowShape, Link
 
 
 class Rendezvous:
@@ -65,11 +65,13 @@ class Rendezvous:
         eng = self.eng
         reads = source_reads([d.t for d in members], [d.src[0] for d in members])
         demands = []
+        written: dict[Link, int] = {}
         least = 0
         for d, read in zip(members, reads):
             if read:
                 demands.append((d.src_link, d.src_bytes))
             demands.append((d.dst_link, d.dst_bytes))
+            written[d.dst_link] = written.get(d.dst_link, 0) + d.dst_bytes
             engine = eng.engine_links.get((d.core, d.engine_id)) or eng.engine_link(d.core, d.engine_id)
             demands.append((engine, d.engine_bytes))
             for region, activations, bank_cycles in d.rows:
@@ -82,7 +84,7 @@ class Rendezvous:
             demands.append((eng.row_link(region, SHARED), activations))
             least = max(least, bank_cycles)
         members[0].rows = tuple(merged) + tuple(r for r in members[0].rows if not r[0].shared)
-        return eng.net.shape(tuple(demands), least)
+        return eng.net.shape(tuple(demands), least, written)
 
     def stalled(self) -> str:
         """What still waits when a run can go no further: each group's key, the cores whose members came and the

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sim.engine.events import DMA_KINDS, TraceEvent
+from sim.inspect.dram_turns import turns_text
 from sim.model.plan import Plan
 from sim.model.target import Target
 from sim.timing import DMA_ENGINES, ROWS_SUFFIX, Roofline, compute_cycles, loop_cost, region_of_resource
@@ -391,6 +392,9 @@ def run_summary_text(run: Run) -> str:
     rows = rows_text(run.events, run.target, run.cycles)
     if rows is not None:
         lines.append(rows)
+    turns = turns_text(run.events, run.target)
+    if turns is not None:
+        lines.append(turns)
     synced = sync_text(run.events, run.target.dma.setup_cycles)
     if synced is not None:
         lines.append(synced)

@@ -117,7 +117,9 @@ class DramRows:
     the bank first activates it.  The device allows ``activations_per_window`` activations in any
     ``window_cycles`` (tFAW, over all its banks), and one bank activates at most once per
     ``bank_busy_cycles`` (tRC).  :func:`sim.model.dram.row_use` counts a transfer's activations;
-    :mod:`sim.engine` streams them through the region's activation link (:mod:`sim.engine.fluid`).
+    :mod:`sim.engine` streams them through the region's activation link (:mod:`sim.engine.fluid`).  While reads
+    and writes stream through the region at once, each channel's data bus turns around twice per
+    ``write_batch_bytes`` of writes (:mod:`sim.engine.turnaround`).
     """
 
     row_bytes: int
@@ -125,6 +127,14 @@ class DramRows:
     activations_per_window: int
     window_cycles: int
     bank_busy_cycles: int
+    #: Data buses (channels) the rows are spread over; each turns its bus around on its own.
+    channels: int = 1
+    #: Cycles a channel's data bus idles from a write burst's last data to the next read's first (tWTR + CL).
+    write_to_read_cycles: int = 0
+    #: Cycles it idles from a read burst's last data to the next write's first (DDR4: 2 clocks).
+    read_to_write_cycles: int = 0
+    #: Bytes of writes the controller drains per turn while reads wait (0: no turnaround is modelled).
+    write_batch_bytes: int = 0
 
     # Hashed once: it keys the row counts remembered by value (sim.model.memo).
     __hash__ = cached_hash
@@ -134,6 +144,11 @@ class DramRows:
     def period_bytes(self) -> int:
         """Bytes after which the rows' banks repeat (``row_bytes * banks``)."""
         return self.row_bytes * self.banks
+
+    @property
+    def turns_around(self) -> bool:
+        """Whether the data bus pays for switching between reads and writes."""
+        return bool(self.write_batch_bytes) and bool(self.write_to_read_cycles + self.read_to_write_cycles)
 
 
 @dataclass(frozen=True)

@@ -113,8 +113,13 @@ def _rows(c: _Checker, kp: str, rs: ts.Rows, burst_bytes: int) -> DramRows:
     if rs.row_bytes % burst_bytes:
         raise c.fail(f"{kp}.row_bytes", f"must be a whole number of the region's {burst_bytes}-byte bursts, got "
                                         f"{rs.row_bytes}")
+    if rs.write_batch_bytes and rs.write_batch_bytes % burst_bytes:
+        raise c.fail(f"{kp}.write_batch_bytes", f"must be a whole number of the region's {burst_bytes}-byte bursts, "
+                                                f"got {rs.write_batch_bytes}")
     return DramRows(row_bytes=rs.row_bytes, banks=rs.banks, activations_per_window=rs.activations_per_window,
-                    window_cycles=rs.window_cycles, bank_busy_cycles=rs.bank_busy_cycles)
+                    window_cycles=rs.window_cycles, bank_busy_cycles=rs.bank_busy_cycles, channels=rs.channels,
+                    write_to_read_cycles=rs.write_to_read_cycles, read_to_write_cycles=rs.read_to_write_cycles,
+                    write_batch_bytes=rs.write_batch_bytes)
 
 
 def _regions(c: _Checker, specs: list[ts.Region], address_bits: int) -> list[Region]:

@@ -190,6 +190,17 @@ class Rows(Spec):
                                         why=" cycles (10 ms at 1 GHz)")]
     bank_busy_cycles: Annotated[int, param("the least cycles between two activations of one bank (tRC)", ge=0,
                                            le=MAX_CYCLES, unit="cycles", why=" cycles (10 ms at 1 GHz)")]
+    channels: Annotated[int, param("data buses (channels) the rows are spread over; each turns around on its own",
+                                   ge=1, le=MAX_BANKS, unit="channels")] = 1
+    write_to_read_cycles: Annotated[int, param(
+        "cycles a channel's data bus idles from a write's last data to the next read's first (tWTR + CL)", ge=0,
+        le=MAX_CYCLES, unit="cycles", why=" cycles (10 ms at 1 GHz)")] = 0
+    read_to_write_cycles: Annotated[int, param(
+        "cycles a channel's data bus idles from a read's last data to the next write's first", ge=0,
+        le=MAX_CYCLES, unit="cycles", why=" cycles (10 ms at 1 GHz)")] = 0
+    write_batch_bytes: Annotated[int, param(
+        "bytes of writes the controller drains per turn while reads wait (0: the bus never turns around)", ge=0,
+        le=MAX_ROW_BYTES, unit="bytes")] = 0
 
 
 class Region(Spec):
