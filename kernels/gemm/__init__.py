@@ -7,6 +7,10 @@ dense); the elements between a row's end and its pitch are never read or written
 rows of the matrix only).  ``hp_gemm`` takes fp16 A, B, C, multiplies fp16 values (their products are exact in
 fp32), accumulates in fp32 and rounds C to fp16 once, when it is stored.
 
+A call with both A and B transposed (C = Aᵀ·Bᵀ) is planned as the published library computes it: Cᵀ = B·A of the
+operands as stored (an NN product, B in A's role), each finished tile of Cᵀ transposed in AM into C's rows; its
+tiling keys name the blocks of that product (docs/gemm.md, "TT").
+
 Blocking (SPEC §2: DDR → GSM → AM/SM → registers):
 
 * **GSM blocks of A** (``m_block`` rows × ``k_block`` of op(A)), shared by the cores of an ``_s`` call: the

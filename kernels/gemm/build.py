@@ -325,44 +325,53 @@ class GemmPlanner(GemmSpace):
         inputs = [panel, bblock]
         # (a tile takes at most one operand of its slot, below: the slot's allocator is made where it does)
         c_pitch = g.ldc * isz
-        c_at = self.c.addr + (r0 * g.ldc + n0) * isz
+        c_t = self.c_transposed
+        # The tile's rows of C in memory: [pr, nc] at (r0, n0); a TT call's tile of Cᵀ is C's [nc, pr] at (n0, r0).
+        c_shape = (nc, pr) if c_t else (pr, nc)
+        c_at = self.c.addr + ((n0 * g.ldc + r0) if c_t else (r0 * g.ldc + n0)) * isz
+        c_run = c_shape[1] * isz
         stores: list[Transfer] = []
         out_dtype = None
+        c_in = c_out = False  # (C's rows transposed in AM on their way in, on their way out: a TT call's)
         if t.c_home == "ddr":
             # C streamed: the tile's rows of C come into its slot (unless this is the first k block and beta is
             # 0), take this k block and go back to memory, in place in the slot.
-            rows_c = (lay.sm if nt_reduce else lay.am).slot(slot).operand((pr, nc), self.dt)
+            rows_c = (lay.sm if nt_reduce else lay.am).slot(slot).operand(c_shape, self.dt)
             if not first or beta:
-                loads.append(_rows(c_at, rows_c.addr, (pr, nc), isz, c_pitch, nc * isz))
+                loads.append(_rows(c_at, rows_c.addr, c_shape, isz, c_pitch, c_run))
                 inputs.append(rows_c)
+                c_in = c_t
             outputs: tuple[Operand, ...] = (rows_c,)
-            stores.append(_rows(rows_c.addr, c_at, (pr, nc), isz, nc * isz, c_pitch))
+            stores.append(_rows(rows_c.addr, c_at, c_shape, isz, c_run, c_pitch))
             out_dtype = self.dt
+            c_out = c_t
             # The tile adds the rows it loaded, if any (the micro-kernel loads them first); none from an AM block.
             beta, first = not first or beta, True
         elif first and beta:
-            old = lay.am.slot(slot).operand((pr, nc), self.dt)
-            loads.append(_rows(c_at, old.addr, (pr, nc), isz, c_pitch, nc * isz))
+            old = lay.am.slot(slot).operand(c_shape, self.dt)
+            loads.append(_rows(c_at, old.addr, c_shape, isz, c_pitch, c_run))
             inputs.append(old)
+            c_in = c_t
         elif not first:
             inputs.append(acc)
         if t.c_home == "am" and last:
             # The finished rows of C go to the tile's slot (rounded to fp16 for hp), not the C block: the slot is
             # not reused before its stores have landed, while the C block's rows are the next step's to write.
             out_dtype = self.dt if partial_to is None else F32
-            out = (lay.am.slot(slot).operand((pr, nc), out_dtype) if not (first and beta)
-                   else Operand(inputs[-1].addr, (pr, nc), out_dtype))
+            out = (lay.am.slot(slot).operand(c_shape, out_dtype) if not (first and beta)
+                   else Operand(inputs[-1].addr, c_shape, out_dtype))
             outputs = (out,)
+            c_out = c_t
             if partial_to is None:
-                stores.append(_rows(out.addr, c_at, (pr, nc), isz, nc * isz, c_pitch))
+                stores.append(_rows(out.addr, c_at, c_shape, isz, c_run, c_pitch))
             else:
                 stores.append(_rows(out.addr, partial_to[0], (pr, nc), 4, nc * 4, partial_to[1]))
         elif t.c_home == "am":
             outputs = (acc,)
         loops = self._tile_loops(t, pr, nc, kd, load_c=not first or beta, transpose_b=transpose_b,
-                                 rounded=last and out_dtype != F32)
+                                 rounded=last and out_dtype != F32, c_in=c_in, c_out=c_out)
         flops = 2 * pr * nc * kd
-        fn = TileFn(tile_product, (g.trans_a, g.trans_b, nc, first, beta, out_dtype))
+        fn = TileFn(tile_product, (g.trans_a, g.trans_b, nc, first, beta, out_dtype, c_t))
         compute = Compute(fn, tuple(inputs), outputs, flops=flops, precision=self.prec,
                           loops=loops)
         return loads, compute, stores

@@ -18,16 +18,22 @@ def gemm_reference(a: np.ndarray, b: np.ndarray, c: np.ndarray | None, trans_a: 
 
 
 def tile_product(trans_a: bool, trans_b: bool, ncols: int, first: bool, beta: bool, out_dtype: np.dtype | None,
-                 panel: np.ndarray, bblock: np.ndarray, *rest: np.ndarray) -> tuple[np.ndarray]:
+                 c_transposed: bool, panel: np.ndarray, bblock: np.ndarray, *rest: np.ndarray) -> tuple[np.ndarray]:
     """The compute of one tile (a :class:`~sim.model.plan.TileFn` of the parameters before ``panel``): the
     panel's product with the B block, added to the accumulator (or to the old C when ``beta`` is 1 on the first
-    k block), returned as fp32 accumulator rows or, on the last k block of an fp16 call, as fp16 C rows."""
+    k block), returned as fp32 accumulator rows or, once finished (``out_dtype``), as C's rows in C's dtype.
+    ``c_transposed`` (a TT call, planned as Cᵀ = B·A): the old C comes in as C's rows, the finished tile goes out
+    as C's rows, each the transpose of the tile's."""
     oa = (panel.T if trans_a else panel).astype(F32)
     ob = (bblock.T if trans_b else bblock).astype(F32)
     acc = oa @ ob
     if not first or beta:
-        acc += rest[0].astype(F32)  # the accumulator, or the old C on the first k block
-    return (acc if out_dtype is None else acc.astype(out_dtype),)
+        old = rest[0]  # the accumulator, or the old C on the first k block
+        acc += (old.T if c_transposed and first else old).astype(F32)
+    if out_dtype is None:
+        return (acc,)
+    out = acc.astype(out_dtype)
+    return (np.ascontiguousarray(out.T) if c_transposed else out,)
 
 
 def sum_partial_rows(n: int, dtype: np.dtype, stack: np.ndarray, *old: np.ndarray) -> tuple[np.ndarray]:

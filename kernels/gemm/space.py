@@ -48,7 +48,13 @@ class GemmSpace(GemmLayouts):
         split = "n" if g.n >= 2 * n_micro * min(cores, 2) or cores == 1 else "m"
         if cores > 1 and g.k >= LONG_K * max(g.m, g.n):
             split = "k"  # small m x n, long k: the depth is the only dimension with work for every core
+        if self.c_transposed and split == "k":
+            split = "n"  # (a TT call's partials would be Cᵀ's rows: no split k, below)
         splits = (split,) + (tuple(x for x in SPLITS if x != split) if cores > 1 else ())
+        if self.c_transposed:
+            # A TT call, planned as Cᵀ = B·A, transposes each finished tile into C's rows; split k's reduce phase
+            # sums rows of C from the cores' partial rows, which would be Cᵀ's.
+            splits = tuple(x for x in splits if x != "k")
 
         def panels(t: Mapping[str, Any]) -> list[int]:
             if t.get("nt_kernel") in NT_REDUCTIONS:
@@ -294,11 +300,15 @@ class GemmSpace(GemmLayouts):
                 if col is None or kr is None:
                     continue
                 load_c, rounded = s.kb != 0 or beta, rounded_c and s.kb == n_kb - 1
+                # A TT call's C rows transposed in AM: in where they come from memory, out where they go to it.
+                streamed = t.c_home == "ddr"
+                c_in = self.c_transposed and (load_c if streamed else s.kb == 0 and beta)
+                c_out = self.c_transposed and (streamed or s.kb == n_kb - 1)
                 for (rows, transpose_b), n in runs[s.mb]:
                     # The loops and their price are remembered by value (tile_loops; sim.timing).
                     total += n * self.ctx.compute_cycles(tile_loops(
                         self.core, self.prec, self.isz, t.m_micro, t.n_micro, rows, col[1] - col[0], kr[1] - kr[0],
-                        load_c, transpose_b, rounded, t.nt_kernel))
+                        load_c, transpose_b, rounded, t.nt_kernel, c_in, c_out))
             serial[core] = total
         computes = self.ctx.target.launch_overhead_cycles + max(serial.values(), default=0)
         try:

@@ -42,8 +42,20 @@ class GemmCall:
 
     def __init__(self, call: BoundCall, ctx: PlanContext):
         self.call, self.ctx = call, ctx
-        self.g = attrs_of(call, GemmAttrs)
-        self.a, self.b, self.c = (call.buffer(x) for x in ("a", "b", "c"))
+        #: The call's attributes as given; :attr:`g` those of the product planned.
+        self.asked = asked = attrs_of(call, GemmAttrs)
+        #: C = Aᵀ·Bᵀ (both stored transposed) is planned as the published library computes it (BLAS-for-multi-
+        #: core-DSP, TT): Cᵀ = B·A of the operands as stored, an NN product (B's [n, k] rows in A's role, A's [k, m]
+        #: rows in B's), each finished tile of Cᵀ transposed in AM into C's rows on its way out (and C's old rows,
+        #: beta = 1, transposed on their way in).  Every tiling key then names the blocks of that product.
+        self.c_transposed = asked.trans_a and asked.trans_b
+        if self.c_transposed:
+            self.g = GemmAttrs(asked.n, asked.m, asked.k, False, False, asked.beta, asked.ldb, asked.lda, asked.ldc)
+            self.a, self.b = call.buffer("b"), call.buffer("a")
+        else:
+            self.g = asked
+            self.a, self.b = call.buffer("a"), call.buffer("b")
+        self.c = call.buffer("c")
         self.dt = self.c.dtype
         self.isz = self.dt.itemsize
         self.core = ctx.target.core
@@ -165,8 +177,8 @@ class GemmCall:
             if not self._nt_allowed(t.split):
                 raise KernelArgError(f"argument 'tiling.nt_kernel': {t.nt_kernel} (an NT micro-kernel) multiplies a "
                                      f"B stored transposed by an A that is not, in fp32, with C's rows in the scalar "
-                                     f"level, and not with split k (this call: trans_a {int(self.g.trans_a)}, "
-                                     f"trans_b {int(self.g.trans_b)}, {self.prec}, split {t.split})")
+                                     f"level, and not with split k (this call: trans_a {int(self.asked.trans_a)}, "
+                                     f"trans_b {int(self.asked.trans_b)}, {self.prec}, split {t.split})")
             if t.c_home != "ddr":
                 raise KernelArgError(f"argument 'tiling.nt_kernel': {t.nt_kernel} adds each dot product into C's "
                                      f"rows in SM, which come from memory per k block: it goes with c_home ddr only")
@@ -309,24 +321,25 @@ class GemmCall:
         return panels[share[i][0]:share[i][1]]
 
     def _tile_loops(self, t: GemmTiling, pr: int, nc: int, kd: int, *, load_c: bool, transpose_b: bool,
-                    rounded: bool) -> tuple[Loop, ...]:
+                    rounded: bool, c_in: bool = False, c_out: bool = False) -> tuple[Loop, ...]:
         """The loops of a tile of ``pr`` rows, ``nc`` columns and depth ``kd`` (:func:`tile_loops` on this call's
-        core, precision and itemsize)."""
+        core, precision and itemsize); ``c_in`` / ``c_out``: C's rows transposed in AM on their way in / out."""
         return tile_loops(self.core, self.prec, self.isz, t.m_micro, t.n_micro, pr, nc, kd, load_c, transpose_b,
-                          rounded, t.nt_kernel)
+                          rounded, t.nt_kernel, c_in, c_out)
 
 
 @memoized
 def tile_loops(core: CoreModel, precision: str, itemsize: int, m_micro: int, n_micro: int, rows: int, cols: int,
-               depth: int, load_c: bool, transpose_b: bool, rounded: bool, nt_kernel: str = "transpose"
-               ) -> tuple[Loop, ...]:
+               depth: int, load_c: bool, transpose_b: bool, rounded: bool, nt_kernel: str = "transpose",
+               c_in: bool = False, c_out: bool = False) -> tuple[Loop, ...]:
     """The loops of a tile of ``rows`` x ``cols`` of C and depth ``depth``: its ``m_micro`` x ``n_micro``
     micro-kernels (C's rows loaded into the registers first when ``load_c``), B's transpose in AM first
-    (``transpose_b``), C's rounding to fp16 last (``rounded``).  ``nt_kernel`` ``reduce``: the published NT
-    micro-kernel instead, its ``m_micro`` x ``n_micro`` blocks merged into one loop over the tile (each block's dot
-    products reduced into C's rows in SM, added to their old values: no C load into registers, no transpose);
-    ``reduce_serial``: Yu et al.'s NT micro-kernel, each block's dot products then its reduction, block after
-    block.
+    (``transpose_b``), C's rounding to fp16 last (``rounded``); a TT call's C (planned as Cᵀ): its old rows
+    transposed in AM first (``c_in``), its finished rows transposed last (``c_out``, with the rounding).
+    ``nt_kernel`` ``reduce``: the published NT micro-kernel instead, its ``m_micro`` x ``n_micro`` blocks merged
+    into one loop over the tile (each block's dot products reduced into C's rows in SM, added to their old values:
+    no C load into registers, no transpose); ``reduce_serial``: Yu et al.'s NT micro-kernel, each block's dot
+    products then its reduction, block after block.
 
     Remembered by value (sim.model.memo): the tiling space's ``bound`` asks for the same few tile shapes for every
     panel of every step, and the build once per tile."""
@@ -341,6 +354,14 @@ def tile_loops(core: CoreModel, precision: str, itemsize: int, m_micro: int, n_m
         # Bᵀ staged as [n, k] rows: one pass of vector loads, shuffles and stores puts op(B)'s rows in place.
         loops.insert(0, elementwise(core, precision, cols * depth, loads=1, stores=1, valu=1,
                                     label="B block transpose in AM"))
-    if rounded:
+    if c_in:
+        # C's old rows came in as C's (Cᵀ's columns): one such pass puts them in the micro-kernel's order.
+        loops.insert(0, elementwise(core, precision, rows * cols, loads=1, stores=1, valu=1,
+                                    label="old C transposed in AM"))
+    if c_out:
+        # The same pass back, the rounding to fp16 fused into it (the library transposes each C tile in AM).
+        loops.append(elementwise(core, precision, rows * cols, loads=1, stores=1, valu=1 + int(rounded),
+                                 label="C rounded to fp16 and transposed in AM" if rounded else "C transposed in AM"))
+    elif rounded:
         loops.append(elementwise(core, precision, rows * cols, loads=1, stores=1, valu=1, label="C rounded to fp16"))
     return tuple(loops)
