@@ -20,6 +20,7 @@ from typing import IO, Any
 from sim.config.run_config import RunConfig, load_config
 from sim.engine.events import KINDS, TraceEvent
 from sim.files.atomic import atomic_write_text
+from sim.inspect.dram_turns import turns_text
 from sim.inspect.layout_map import layout_map, layout_rows
 from sim.inspect.summary import limiting_resource, loop_summaries, resource_shares, rows_text, sync_text
 from sim.inspect.trace import track_name, tracks
@@ -109,6 +110,9 @@ def _facts(run: Run, cfg: RunConfig | None) -> str:
     rows = rows_text(run.events, run.target, run.cycles)
     if rows is not None:
         items.append(("DRAM rows", rows.removeprefix("DRAM rows: ")))
+    turns = turns_text(run.events, run.target)
+    if turns is not None:
+        items.append(("DRAM read/write turns", turns.removeprefix("DRAM read/write turns: ")))
     synced = sync_text(run.events, run.target.dma.setup_cycles)
     if synced is not None:
         items.append(("synchronised transfers", synced.removeprefix("synchronised transfers: ")))
