@@ -145,11 +145,16 @@ def engine_bytes(t: Transfer, src_bytes: int, dst_bytes: int, dma: DmaModel) -> 
     An engine's beat carries the bytes of one run at one address: a run shorter than a beat still takes one, and
     a run a beat and a byte long takes two (the side with more beats sets the engine's cycles).  A dense copy is
     its bytes; a gather of 4-byte elements from AM is a cycle an element."""
-    rate = exact_rate(dma.engine_bytes_per_cycle)
-    beats = 0
-    for count, run in (t.runs("src"), t.runs("dst")):
-        beats = max(beats, count * math.ceil(run / rate))
-    return max(src_bytes, dst_bytes, math.ceil(beats * rate))
+    return max(src_bytes, dst_bytes, _beat_bytes(t.runs("src"), t.runs("dst"), dma.engine_bytes_per_cycle))
+
+
+@memoized
+def _beat_bytes(src_runs: tuple[int, int], dst_runs: tuple[int, int], rate_value: float) -> int:
+    """The engine's bytes for whole beats of ``rate_value`` bytes, per (runs, bytes per run) of each side
+    (remembered by value: a plan's transfers come in a few run layouts, and the engine asks per transfer run)."""
+    rate = exact_rate(rate_value)
+    beats = max(count * math.ceil(run / rate) for count, run in (src_runs, dst_runs))
+    return math.ceil(beats * rate)
 
 
 def lone_stream_bytes_per_cycle(dma: DmaModel, *regions: Region) -> float:

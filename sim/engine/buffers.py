@@ -59,6 +59,9 @@ class PhaseBuffers:
         #: Each buffer's bytes: a tile's loads wait for a buffer it uses only if they read them; otherwise only
         #: its compute waits (:meth:`before_compute`, :mod:`sim.model.buffer_reads`).
         self.spans = buffer_spans(phase)
+        # (tile, buffer name) -> whether the tile's loads read the buffer's bytes: asked for each tile's loads, its
+        # compute and the steady state's comparisons; the plan's tiles outlive the run, so their ids stay theirs.
+        self._reads: dict[tuple[int, str], bool] = {}
         #: Each generation's fills and uses as the plan counts them (what the steady state compares).
         self.initial: dict[tuple[str, int], tuple[int, int]] = {
             key: (gen.fills_left, gen.uses_left) for key, gen in self.gens.items()}
@@ -114,7 +117,12 @@ class PhaseBuffers:
 
     def reads(self, tile: Tile, ref: AnyBufferRef) -> bool:
         """Whether ``tile``'s loads read bytes of buffer ``ref`` (:func:`~sim.model.buffer_reads.loads_read`)."""
-        return loads_read(tile, self.refs[ref][0], self.spans)
+        name = self.refs[ref][0]
+        key = (id(tile), name)
+        got = self._reads.get(key)
+        if got is None:
+            got = self._reads[key] = loads_read(tile, name, self.spans)
+        return got
 
     def before_loads(self, tile: Tile) -> list[Gate]:
         """The gates ``tile``'s loads wait for: the buffers it uses whose bytes they read filled, and the previous
