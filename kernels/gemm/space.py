@@ -48,13 +48,12 @@ class GemmSpace(GemmLayouts):
         split = "n" if g.n >= 2 * n_micro * min(cores, 2) or cores == 1 else "m"
         if cores > 1 and g.k >= LONG_K * max(g.m, g.n):
             split = "k"  # small m x n, long k: the depth is the only dimension with work for every core
-        if self.c_transposed and split == "k":
-            split = "n"  # (a TT call's partials would be Cᵀ's rows: no split k, below)
-        splits = (split,) + (tuple(x for x in SPLITS if x != split) if cores > 1 else ())
-        if self.c_transposed:
-            # A TT call, planned as Cᵀ = B·A, transposes each finished tile into C's rows; split k's reduce phase
-            # sums rows of C from the cores' partial rows, which would be Cᵀ's.
-            splits = tuple(x for x in splits if x != "k")
+        # A TT call, planned as Cᵀ = B·A, transposes each finished tile into C's rows: it has no split k, whose
+        # reduce phase sums rows of C from the cores' partial rows (they would be Cᵀ's).
+        allowed = tuple(x for x in SPLITS if x != "k") if self.c_transposed else SPLITS
+        if split not in allowed:
+            split = "n"
+        splits = (split,) + (tuple(x for x in allowed if x != split) if cores > 1 else ())
 
         def panels(t: Mapping[str, Any]) -> list[int]:
             if t.get("nt_kernel") in NT_REDUCTIONS:
