@@ -327,12 +327,36 @@ def test_bad_flows_are_refused_and_change_nothing():
 # -- properties on random networks -------------------------------------------------------------------
 
 
-def reference_ends(links: dict, flows: list) -> list[int]:
+def max_min_levels(cap: dict, demand: list, size: list, left) -> dict:
+    """Max-min fair levels of the flows ``left`` by progressive filling over links only: each round, every link
+    with unfrozen flows saturates at level (capacity - frozen usage) / (sum of its unfrozen flows' bytes / size);
+    the lowest binds and its flows freeze."""
+    rate: dict = {}
+    while len(rate) < len(left):
+        best = None
+        for k, capacity in cap.items():
+            free = [i for i in left if k in demand[i] and i not in rate]
+            if not free:
+                continue
+            used = sum((rate[i] * demand[i][k] / size[i] for i in left if k in demand[i] and i in rate),
+                       Fraction(0))
+            level = (capacity - used) / sum(Fraction(demand[i][k]) / size[i] for i in free)
+            if best is None or level < best[0]:
+                best = (level, free)
+            elif level == best[0]:
+                best = (level, best[1] + free)
+        for i in best[1]:
+            rate[i] = best[0]
+    return rate
+
+
+def reference_ends(links: dict, flows: list, demands_at=None) -> list[int]:
     """End cycles by the textbook algorithm, in Fractions, every rate recomputed at every event cycle.
 
-    Progressive filling over links only (no caps): each round, every link with unfrozen flows saturates at
-    level (capacity - frozen usage) / (sum of its unfrozen flows' bytes / size); the lowest binds and its
-    flows freeze.  A flow ends at the first cycle at or after its exact finish, completions before starts.
+    Progressive filling over links only (no caps, :func:`max_min_levels`).  A flow ends at the first cycle at or
+    after its exact finish, completions before starts.  ``demands_at(i, left, demand)``, if given, is flow ``i``'s
+    bytes per link while the flows ``left`` stream (a coupled link's), recomputed at every event cycle; else what
+    it asked.
     """
     cap = {k: Fraction(repr(v)) if isinstance(v, float) else Fraction(v) for k, v in links.items()}
     demand = []
@@ -346,7 +370,6 @@ def reference_ends(links: dict, flows: list) -> list[int]:
     size = [max(d.values(), default=0) for d in demand]
     out: list = [None] * len(flows)
     left: dict = {}  # flow -> remaining bytes of its size
-    rate: dict = {}
     finish: dict = {}
     times = sorted({s for s, _ in flows})
     t = times[0]
@@ -360,23 +383,8 @@ def reference_ends(links: dict, flows: list) -> list[int]:
                     left[i] = Fraction(size[i])
                 else:
                     out[i] = t
-        # max-min fair levels
-        rate = {}
-        while len(rate) < len(left):
-            best = None
-            for k, capacity in cap.items():
-                free = [i for i in left if k in demand[i] and i not in rate]
-                if not free:
-                    continue
-                used = sum((rate[i] * demand[i][k] / size[i] for i in left if k in demand[i] and i in rate),
-                           Fraction(0))
-                level = (capacity - used) / sum(Fraction(demand[i][k], size[i]) for i in free)
-                if best is None or level < best[0]:
-                    best = (level, free)
-                elif level == best[0]:
-                    best = (level, best[1] + free)
-            for i in best[1]:
-                rate[i] = best[0]
+        now = demand if demands_at is None else {i: demands_at(i, left, demand) for i in left}
+        rate = max_min_levels(cap, now, size, left)
         for i, remaining in left.items():
             q = remaining / rate[i]
             finish[i] = t + -(-q.numerator // q.denominator)

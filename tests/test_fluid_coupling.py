@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from sim.engine import fluid
 from sim.engine.fluid import FlowError, FlowNetwork
 from sim.engine.turnaround import Turnaround
+from tests.test_fluid import reference_ends
 
 ALPHA = Fraction(165, 1024)
 
@@ -50,57 +51,18 @@ def run_coupled(links: dict, flows: list) -> list:
 
 
 def reference(links: dict, flows: list) -> list:
-    """The end cycles by the textbook algorithm, each flow's bytes on "bus" recomputed at every event cycle: its
-    asked bytes, plus ALPHA times its written bytes while another flow on "bus" reads it (asks more than it
-    writes); a flow that reads and writes "bus" itself is left as it asked."""
-    cap = {k: Fraction(v) for k, v in links.items()}
-    size = [max(d.values()) for _, d, _ in flows]
-    out: list = [None] * len(flows)
-    left: dict = {}
-    finish: dict = {}
-    times = sorted({s for s, _, _ in flows})
-    t = times[0]
-    while True:
-        for i in [i for i in left if finish[i] <= t]:
-            out[i] = t
-            del left[i]
-        for i, (s, _, _) in enumerate(flows):
-            if s == t:
-                left[i] = Fraction(size[i])
-        demand = {}
-        readers = [i for i in left if flows[i][1].get("bus", 0) > flows[i][2]]
-        for i in left:
-            d = {k: Fraction(b) for k, b in flows[i][1].items()}
-            written = flows[i][2]
-            if written and written == flows[i][1]["bus"] and any(j != i for j in readers):
-                d["bus"] += ALPHA * written
-            demand[i] = d
-        rate: dict = {}
-        while len(rate) < len(left):
-            best = None
-            for k, capacity in cap.items():
-                free = [i for i in left if k in demand[i] and i not in rate]
-                if not free:
-                    continue
-                used = sum((rate[i] * demand[i][k] / size[i] for i in left if k in demand[i] and i in rate),
-                           Fraction(0))
-                level = (capacity - used) / sum(demand[i][k] / size[i] for i in free)
-                if best is None or level < best[0]:
-                    best = (level, free)
-                elif level == best[0]:
-                    best = (level, best[1] + free)
-            for i in best[1]:
-                rate[i] = best[0]
-        for i, remaining in left.items():
-            q = remaining / rate[i]
-            finish[i] = t + -(-q.numerator // q.denominator)
-        later = [s for s in times if s > t] + [finish[i] for i in left]
-        if not later:
-            return out
-        nxt = min(later)
-        for i in left:
-            left[i] -= rate[i] * (nxt - t)
-        t = nxt
+    """The end cycles by the reference of tests/test_fluid.py, each flow's bytes on "bus" recomputed at every event
+    cycle: its asked bytes, plus ALPHA times its written bytes while another flow on "bus" reads it (asks more
+    than it writes); a flow that reads and writes "bus" itself is left as it asked."""
+    def demands_at(i: int, left: dict, demand: list) -> dict:
+        d = {k: Fraction(b) for k, b in demand[i].items()}
+        written = flows[i][2]
+        readers = [j for j in left if demand[j].get("bus", 0) > flows[j][2]]
+        if written and written == demand[i]["bus"] and any(j != i for j in readers):
+            d["bus"] += ALPHA * written
+        return d
+
+    return reference_ends(links, [(s, d) for s, d, _ in flows], demands_at)
 
 
 @st.composite
