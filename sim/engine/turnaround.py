@@ -39,18 +39,16 @@ class Turnaround:
         self.alpha = bus_cost_per_written_byte(region)
 
     def __call__(self, net: FlowNetwork, link: Link) -> None:
-        flows = link.flows
-        # Who reads through the link: a flow moving more bytes through it than it writes.
-        readers = [f for f in flows if f.written.get(link, 0) < _asked(f, link)]
-        for f in flows:
-            written = f.written.get(link, 0)
-            asked = _asked(f, link)
-            if not written or written < asked:
-                continue  # (a copy within the region asked for its own turns: sim.timing.copy_turn_bytes)
-            mixed = any(g is not f for g in readers)
-            want = asked + self.alpha * written if mixed else Fraction(asked)
-            if want != f.bytes_through(link):
-                net.set_bytes(f, link, want)
+        flows = [(f, f.written.get(link, 0), _asked(f, link)) for f in link.flows]
+        # Anything reading through the link (a flow moving more bytes through it than it writes) turns the bus for
+        # the pure writers; a copy within the region, which reads too, asked for its own turns
+        # (sim.timing.copy_turn_bytes) and is left as it is.
+        reading = any(written < asked for _, written, asked in flows)
+        for f, written, asked in flows:
+            if written and written == asked:
+                want = asked + self.alpha * written if reading else Fraction(asked)
+                if want != f.bytes_through(link):
+                    net.set_bytes(f, link, want)
 
 
 def _asked(f: Flow, link: Link) -> int:
