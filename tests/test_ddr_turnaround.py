@@ -69,7 +69,8 @@ def test_a_read_and_a_write_at_once_pay_the_turns():
     got = _streams(FT, {0: _load(8192), 1: _store(8192)})
     assert got == {0: (end, end + 200), 1: (end, end + 200)}
     no_turns = dataclasses.replace(FT, regions=tuple(
-        dataclasses.replace(r, rows=dataclasses.replace(r.rows, write_batch_bytes=0)) if r.name == "ddr" else r
+        dataclasses.replace(r, rows=dataclasses.replace(r.rows, write_to_read_cycles=0, read_to_write_cycles=0,
+                                                            write_batch_bytes=0)) if r.name == "ddr" else r
         for r in FT.regions))
     assert _streams(no_turns, {0: _load(8192), 1: _store(8192)}) == {0: (2684, 2884), 1: (2684, 2884)}
 
@@ -136,3 +137,11 @@ def test_the_summary_and_the_html_report_list_the_turns():
     assert line is not None and line in run.summary_text()
     assert f"<dt>DRAM read/write turns</dt><dd>{line.removeprefix('DRAM read/write turns: ')}</dd>" in \
         report_html(run)
+
+
+def test_turn_cycles_without_a_write_batch_are_refused():
+    doc = yaml.safe_load(Path(FT.path).read_text())
+    del next(r for r in doc["regions"] if r["name"] == "ddr")["rows"]["write_batch_bytes"]
+    with pytest.raises(sim.TargetError, match=r"regions\[4\]\(ddr\)\.rows\.write_batch_bytes: is needed with "
+                                              r"write_to_read_cycles"):
+        parse_target(doc, "FT78NE (no batch)")

@@ -105,11 +105,12 @@ def test_a_ddr_bound_layer_leaves_out_the_smaller_tiles():
     """FusedBatchNormGrad 16x56x56x64 on FT78NE is DDR-bound: the candidate with 4x the tiles moves about the same
     bytes, its lower bound is within the tolerance of the first's cycles, so it is never
     simulated, and the pick is the exhaustive search's.  On a DDR whose bus never turns between reads and writes
-    (``write_batch_bytes: 0``): the turns (sim/engine/turnaround.py) are a cost no lower bound counts, so on the
-    shipped chip the first candidate's cycles lie further above its bound and both candidates are simulated."""
+    (no turn cycles, no write batch): the turns (sim/engine/turnaround.py) are a cost no lower bound counts, so on
+    the shipped chip the first candidate's cycles lie further above its bound and both candidates are simulated."""
     ft = sim.load_target("FT78NE")
     no_turns = dataclasses.replace(ft, regions=tuple(
-        dataclasses.replace(r, rows=dataclasses.replace(r.rows, write_batch_bytes=0)) if r.rows else r
+        dataclasses.replace(r, rows=dataclasses.replace(r.rows, write_to_read_cycles=0, read_to_write_cycles=0,
+                                                            write_batch_bytes=0)) if r.rows else r
         for r in ft.regions))
     ex = example("fused_batch_norm_grad", "large", "FT78NE", "fp")
     ex = dataclasses.replace(ex, chip=no_turns, args=dict(ex.args, shape=[16, 56, 56, 64]))

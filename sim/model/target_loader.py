@@ -113,6 +113,10 @@ def _rows(c: _Checker, kp: str, rs: ts.Rows, burst_bytes: int) -> DramRows:
     if rs.row_bytes % burst_bytes:
         raise c.fail(f"{kp}.row_bytes", f"must be a whole number of the region's {burst_bytes}-byte bursts, got "
                                         f"{rs.row_bytes}")
+    if (rs.write_to_read_cycles or rs.read_to_write_cycles) and not rs.write_batch_bytes:
+        raise c.fail(f"{kp}.write_batch_bytes", "is needed with write_to_read_cycles or read_to_write_cycles: the bus "
+                                                "turns once per batch of writes, and without one the turns would "
+                                                "never be charged (give the bytes of writes drained per turn)")
     if rs.write_batch_bytes and rs.write_batch_bytes % burst_bytes:
         raise c.fail(f"{kp}.write_batch_bytes", f"must be a whole number of the region's {burst_bytes}-byte bursts, "
                                                 f"got {rs.write_batch_bytes}")
