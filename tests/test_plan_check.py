@@ -64,6 +64,17 @@ def compute_with(inputs=None, outputs=None, **fields) -> Breaker:
     return breaker
 
 
+def like_tile0(**fields) -> Breaker:
+    """Tile 1 computes tile 0's very operands, its compute a copy of tile 0's with ``fields`` changed (a callable
+    field: its value from tile 0's compute)."""
+    def breaker(p, c, x):
+        old = p.phases[0].tiles[p.cores[0]][0].compute
+        assert old.flops  # (so that a float of them equals them: the check must tell them apart all the same)
+        return tile1(p, compute=dataclasses.replace(
+            old, **{k: v(old) if callable(v) else v for k, v in fields.items()}))
+    return breaker
+
+
 def _op(offset: int, n: int) -> Callable[[PlanContext], Operand]:
     return lambda x: Operand(x.vector_level.base + offset, (n,), F32)
 
@@ -264,6 +275,11 @@ def test_a_write_into_a_p_calls_own_input_is_refused_in_private_memory():
     ("float sizes", lambda p, c, x: tile1(p, loads=(Transfer(X, x.vector_level.base, (512.0,), 4, (4,), (4,)),)),
      "plan-structure"),
     ("a compute that is not callable", compute_with(fn="not a function"), "plan-structure"),
+    # Tile 0's compute again but for one field: the check remembers the computes that passed by what its rules read
+    # of them, and that must tell these apart.
+    ("tile 0's compute with its flops as a float", like_tile0(flops=lambda old: float(old.flops)), "plan-structure"),
+    ("tile 0's compute, not callable", like_tile0(fn="not a function"), "plan-structure"),
+    ("tile 0's compute in fp64", like_tile0(precision="fp64"), "plan-structure"),
     # (GSM is all staging for a call with no buffer in it: gsm_blocks takes its free bytes.)
     ("a write into DDR past the call's output", store_to(Y + 0x100000), "write-outside-outputs"),
     ("operands that together overflow the level",

@@ -241,6 +241,21 @@ def test_misused_buffers_are_refused_before_the_run(what, tiles, detail):
     assert info.value.rule in ("buffers", "plan-structure")
 
 
+def test_a_deadlock_names_the_first_stuck_tile_of_the_lowest_core():
+    """Cores listed 1 then 0, each waiting for the other's later fill: the refusal names core 0's tile 0 (the
+    lowest core with a stuck tile, its first), whatever order the phase lists its cores in."""
+    def build(ctx):
+        g, a = ctx.shared_level.base, ctx.vector_level.base
+        return {c: (Tile(0, (Transfer.contiguous(X, a + 256, 64),), None, ()),
+                    Tile(1, (Transfer.contiguous(g + 64 * c, a, 64),), None, (), uses=(f"b{c}@0",)),
+                    Tile(2, (Transfer.contiguous(X, a + 128, 64),), None, ()),
+                    Tile(3, (Transfer.contiguous(X, g + 64 * (1 - c), 64),), None, (), fills=(f"b{1 - c}@0",)))
+                for c in (1, 0)}
+    with pytest.raises(sim.PlanError) as info:
+        run(build, name="misused")
+    assert (info.value.rule, info.value.core, info.value.tile) == ("buffers", 0, 1), str(info.value)
+
+
 def test_a_prefetched_fill_right_after_its_use_is_no_deadlock():
     """Core 0 uses g@0 in tile 0 and stages it in tile 1: the walk issues tile 1 with tile 0 (one tile ahead), so
     the fill lands and the use follows."""

@@ -202,6 +202,7 @@ class _Checker:
         # id -> a compute that passed: the compute rules read nothing but the compute (frozen data), so tiles
         # sharing one are judged once; held so that its id is not reused.
         self._computes: dict[int, Compute] = {}
+        self._compute_values: dict[tuple, Compute] = {}  # a compute that passed, by what the rules read of it
         self._refs: dict[str, tuple[str, int]] = {}  # a buffer reference -> (name, generation), parsed once
         self._transfer_memo: dict[int, tuple[int, int, int, int]] = {}  # id -> a checked transfer's spans
         self._compute_memo: dict[int, tuple[Spans, Spans]] = {}  # id -> its output and input spans, merged
@@ -378,53 +379,76 @@ class _Checker:
                 n, gen = need[0]
                 raise self.fail("buffers", f"buffer {n!r} generation {gen} is never filled in this phase (no tile "
                                            f"lists '{n}@{gen}' in its fills), so the tile would wait for it forever")
-        # Nodes: ("t", core, i) a tile done (a staging tile: landed; another: computed), ("f", name, g) generation
-        # g filled, ("r", name, g) released.  Edges say "before".
-        succ: dict[tuple, list[tuple]] = {}
-        indeg: dict[tuple, int] = {}
+        # Nodes: each tile done (a staging tile: landed; another: computed), numbered core after core from 0; then
+        # each generation filled and each released, numbered as first met.  Edges say "before".  (Plain ints and
+        # lists: a phase has a node per tile and per generation, and this walk is a good part of the check.)
+        cores = [(int(core), tiles) for core, tiles in phase.tiles.items()]
+        first = 0
+        starts: list[int] = []
+        for _, tiles in cores:
+            starts.append(first)
+            first += len(tiles)
+        succ: list[list[int]] = [[] for _ in range(first)]
+        indeg = [0] * first
+        filled: dict[tuple[str, int], int] = {}
+        released: dict[tuple[str, int], int] = {}
+        parse = self._ref
 
-        def edge(a: tuple, b: tuple) -> None:
-            succ.setdefault(a, []).append(b)
-            indeg[b] = indeg.get(b, 0) + 1
-            indeg.setdefault(a, indeg.get(a, 0))
+        def gen_node(nodes: dict[tuple[str, int], int], key: tuple[str, int]) -> int:
+            got = nodes.get(key)
+            if got is None:
+                got = nodes[key] = len(indeg)
+                succ.append([])
+                indeg.append(0)
+            return got
 
-        for core, tiles in phase.tiles.items():
-            last_walked: tuple | None = None  # the latest tile the walk waits for (not a staging tile)
-            before_last: tuple | None = None  # the one before it: the walk issues tile i once tile i-2 is done
+        for (_, tiles), start in zip(cores, starts):
+            last_walked = before_last = -1  # the latest tile the walk waits for (not a staging tile), the one before
             for i, tile in enumerate(tiles):
-                node = ("t", int(core), i)
-                indeg.setdefault(node, 0)
+                node = start + i
                 # The walk issues the tiles after the one it is at up to the next non-staging tile: a tile is issued
                 # once the walk reaches the non-staging tile before it, i.e. once the non-staging tile before that
                 # one is done; a non-staging tile also runs after the previous non-staging one.
                 walked_before = last_walked if not tile.fills else before_last
-                if walked_before is not None:
-                    edge(walked_before, node)
-                for ref in tile.uses:
-                    name, g = self._ref(ref)
-                    edge(("f", name, g), node)
-                    edge(node, ("r", name, g))
-                for ref in tile.fills:
-                    name, g = self._ref(ref)
-                    edge(node, ("f", name, g))
+                if walked_before >= 0:
+                    succ[walked_before].append(node)
+                    indeg[node] += 1
+                for r in tile.uses:
+                    key = parse(r)
+                    f = gen_node(filled, key)
+                    succ[f].append(node)
+                    indeg[node] += 1
+                    rel = gen_node(released, key)
+                    succ[node].append(rel)
+                    indeg[rel] += 1
+                for r in tile.fills:
+                    name, g = key = parse(r)
+                    f = gen_node(filled, key)
+                    succ[node].append(f)
+                    indeg[f] += 1
                     if g > 0:
-                        edge(("r", name, g - 1), node)
+                        rel = gen_node(released, (name, g - 1))
+                        succ[rel].append(node)
+                        indeg[node] += 1
                 if not tile.fills:
                     before_last, last_walked = last_walked, node
-        for name, g in fillers:
-            edge(("f", name, g), ("r", name, g))
-        ready = [n for n, d in indeg.items() if d == 0]
+        for key in fillers:
+            f, rel = gen_node(filled, key), gen_node(released, key)
+            succ[f].append(rel)
+            indeg[rel] += 1
+        ready = [n for n, d in enumerate(indeg) if d == 0]
         done = 0
         while ready:
             node = ready.pop()
             done += 1
-            for after in succ.get(node, []):
+            for after in succ[node]:
                 indeg[after] -= 1
                 if not indeg[after]:
                     ready.append(after)
         if done < len(indeg):
-            stuck = sorted(n for n, d in indeg.items() if d and n[0] == "t")
-            core, i = stuck[0][1], stuck[0][2]
+            # (the first stuck tile of the lowest core with one)
+            core, i = min(next((c, i) for i in range(len(tiles)) if indeg[start + i])
+                          for (c, tiles), start in zip(cores, starts) if any(indeg[start:start + len(tiles)]))
             tile = phase.tiles[core][i]
             self.where.core, self.where.tile = core, int(tile.tile_id)
             waits = ", ".join((*tile.uses, *tile.fills)) or "the tiles before it"
@@ -545,6 +569,18 @@ class _Checker:
         return cursor >= hi
 
     def compute(self, c: Any) -> None:
+        key = None
+        if id(c) not in self._computes and type(c) is Compute:
+            # A compute like one that passed (tiles of one slot and shape build such computes): the rules read no
+            # more than this key, so it passes alike.  (Not the compute's own hash: that hashes its function's
+            # parameters and its loops by value, which costs more than the rules.)
+            key = self._compute_key(c)
+            same = self._compute_values.get(key) if key is not None else None
+            if same is not None:
+                self._computes[id(c)] = c
+                self._compute_memo[id(c)] = self._compute_memo[id(same)]
+                if id(same) in self._cycles:
+                    self._cycles[id(c)] = self._cycles[id(same)]
         if id(c) in self._computes:
             cycles = self._cycles.get(id(c))
         else:
@@ -552,6 +588,8 @@ class _Checker:
             cycles = self._priced(c)
             if type(c) is Compute:  # frozen: it passes again (a subclass might not be)
                 self._computes[id(c)] = c
+                if key is not None:
+                    self._compute_values[key] = c
                 if cycles is not None:
                     self._cycles[id(c)] = cycles
         if cycles is not None:
@@ -562,6 +600,23 @@ class _Checker:
                 raise self.fail("bounds", f"the core's computes take {total} cycles up to this tile, more than the "
                                           f"{MAX_CORE_COMPUTE_CYCLES} (2**52) a core's may in one plan: the run's "
                                           f"cycles would overflow the 64-bit counts of summaries and traces")
+
+    def _compute_key(self, c: Compute) -> tuple | None:
+        """What the compute rules read of ``c``: its flops (and their type), precision, whether its function is
+        callable, its loops (by identity: a judged loop is kept alive) and its operands' addresses, shapes and
+        dtypes; None when a field is not of the types the key assumes (the compute is then judged in full)."""
+        ins, outs, loops = c.inputs, c.outputs, c.loops
+        if type(ins) is not tuple or type(outs) is not tuple or type(loops) is not tuple:
+            return None
+        if not all(type(o) is Operand for o in ins) or not all(type(o) is Operand for o in outs):
+            return None
+        key = (type(c.flops), c.flops, c.precision, callable(c.fn), tuple(map(id, loops)),
+               tuple((o.addr, o.shape, o.dtype) for o in ins), tuple((o.addr, o.shape, o.dtype) for o in outs))
+        try:
+            hash(key)
+        except TypeError:  # (a shape in a list, say)
+            return None
+        return key
 
     def _priced(self, c: Compute) -> int | None:
         """The cycles a checked compute takes, the tile overhead and each loop's (None when the check was given no
