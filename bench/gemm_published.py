@@ -8,13 +8,12 @@ kernel is a 6 x 96 fp32 one); they are a yardstick, not constants any number of 
 
 Sources: Yu et al., "Optimizing General Matrix Multiplications on Modern Multi-core DSPs", IPDPS 2024 (micro-
 kernel, single core, weak scaling); VVinstonSmith/BLAS-for-multi-core-DSP (irregular GEMM reports).
-``--quick`` leaves out the 8-core weak-scaling runs (the slowest, minutes each); ``--nt`` prints only the table of
-the merged NT micro-kernel's cycles (BLAS-for-multi-core-DSP, 相关说明/NT模式下微内核的合并与重叠); ``--nt-yu`` only
-the table of Yu et al.'s NT kernel and GEMM (one core, and the speed-up on 4 and 8 cores); ``--tt`` only TT against
-NN (BLAS-for-multi-core-DSP, 相关说明/TT模式下GEMM两种实现方法的对比); ``--thin-b`` only the published thin-B runs
-(相关说明/不规则矩阵乘算法设计和性能优化) against the default plan;
-``--max-plan-tiles N`` raises the plan-size budget for this run (KA = 128 on 8 cores plans 196,232 tiles: about
-200 s and 5 GB).
+``--quick`` leaves out the 8-core weak-scaling runs (the slowest, minutes each; ``--weak`` runs only them, raising
+the plan-size budget for their 130,000 tiles); ``--nt`` prints only the table of the merged NT micro-kernel's cycles
+(BLAS-for-multi-core-DSP, 相关说明/NT模式下微内核的合并与重叠); ``--nt-yu`` only the table of Yu et al.'s NT kernel
+and GEMM (one core, and the speed-up on 4 and 8 cores); ``--tt`` only TT against NN (BLAS-for-multi-core-DSP,
+相关说明/TT模式下GEMM两种实现方法的对比); ``--thin-b`` only the published thin-B runs (相关说明/不规则矩阵乘算法设计和
+性能优化) against the default plan; ``--max-plan-tiles N`` raises the plan-size budget for this run.
 """
 
 from __future__ import annotations
@@ -85,18 +84,41 @@ def main(quick: bool) -> None:
                   f"default {run.tiling.tiling}; {s:.0f} s"), flush=True)
     if quick:
         return
-    for ka, pub in ((128, 3.7), (256, 5.4), (512, 7.8)):
-        tiling = {"c_home": "ddr", "a_loader": "core0", "k_block": ka, "m_block": 576, "m_micro": 6, "n_micro": 96,
-                  "n_block": 96}
-        one, _, _ = efficiency(576, 1536, 2048, 1, {**tiling, "a_loader": "cores"})
-        try:
-            eight, run, s = efficiency(576, 1536 * 8, 2048, 8, tiling)
-        except sim.SimError as e:  # KA = 128 on 8 cores plans more tiles than a plan may have
-            print(f"| weak scaling to 8 cores, KA = {ka} | {pub}x | - | - | - | {str(e)[:160]} |", flush=True)
-            continue
-        scale = 8 * eight / one
-        print(f"| weak scaling to 8 cores, C streamed, KA = {ka}: 576 x 1536P x 2048, Yu et al. (about) | {pub}x | "
-              f"{scale:.2f}x | {scale / pub:.3f} | - | {run.tiling.tiling}; {s:.0f} s |", flush=True)
+    weak_scaling_rows()
+
+
+#: Yu et al.'s NN weak scaling (M = 6048, K = 2048, N = 1536 P, C streamed per k block): (KA, published speed-up on 8
+#: cores, published one-core efficiency at that KA).
+WEAK_SCALING = ((512, 7.8, 0.96), (256, 5.4, 0.94), (128, 3.7, 0.92))
+#: Yu et al.'s NN GSM block of A: M_G = 1512 rows (one 1512 x 512 fp64 block fills the 6 MiB GSM).
+YU_M_G = 1512
+
+
+def weak_scaling_rows() -> None:
+    """Yu et al.'s NN weak scaling on one A block of their M_G rows (M = M_G: per block each core does what it does
+    in the published run, and B is read once per block, as there), and the same with the library's M_G = 576.  Per
+    row, the DDR bytes (A once, B once, C stored once per k block and loaded back for all but the first) over the
+    run's cycles, and over the cycles the published figure implies for the same bytes."""
+    raise_plan_budget(400_000)  # (KA = 128 on 8 cores plans about 130,000 tiles at M = 1512)
+    core = sim.load_target(CHIP).core
+    peak = core.precisions["fp32"].lanes * core.units["fmac"].count * 2
+    print("| KA | M = M_G | published speed-up on 8 cores | dspsim | ratio | dspsim efficiency, 1 core / 8 cores | "
+          "DDR B/cycle: dspsim / implied by the published figure | tiling; seconds |")
+    print("|---|---|---|---|---|---|---|---|")
+    for m_g in (YU_M_G, 576):
+        for ka, pub, pub_one in WEAK_SCALING:
+            # The published A panel (6 x 512) in SM's three slots: as many rows at a shallower KA (fewer tiles).
+            tiling = {"c_home": "ddr", "a_loader": "core0", "a_buffers": 1, "k_block": ka, "m_block": m_g,
+                      "m_micro": 6, "m_panel": 6 * 512 // ka, "n_micro": 96, "n_block": 96}
+            one, _, _ = efficiency(m_g, 1536, 2048, 1, {**tiling, "a_loader": "cores"})
+            eight, run, s = efficiency(m_g, 1536 * 8, 2048, 8, tiling)
+            n, k, blocks = 1536 * 8, 2048, 2048 // ka
+            ddr_bytes = 4 * (m_g * k + k * n + (2 * blocks - 1) * m_g * n)
+            implied = 2 * m_g * n * k / (8 * peak * pub / 8 * pub_one)  # cycles of the published efficiency
+            scale = 8 * eight / one
+            print(f"| {ka} | {m_g} | about {pub}x | {scale:.2f}x | {scale / pub:.3f} | {one:.1%} / {eight:.1%} | "
+                  f"{ddr_bytes / run.cycles:.1f} / {ddr_bytes / implied:.1f} | {run.tiling.tiling}; {s:.0f} s |",
+                  flush=True)
 
 
 #: The merged NT micro-kernel's published cycles (fp64 on FT-M7032; 3 x 6 blocks): (blocks m/3, n/6, k, the
@@ -255,6 +277,8 @@ if __name__ == "__main__":
         yu_nt_rows()
     elif "--tt" in sys.argv:
         tt_rows()
+    elif "--weak" in sys.argv:
+        weak_scaling_rows()
     elif "--thin-b" in sys.argv:
         thin_b_rows()
     else:
