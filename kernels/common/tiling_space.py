@@ -20,10 +20,10 @@ from typing import Any
 from kernels.common.shares import split_even, split_units
 from sim.errors import KernelArgError
 from sim.model.plan import DoesNotFit
-from sim.model.tiling import ChoiceKey, IntKey, Key, TilingSpace
+from sim.model.tiling import ChoiceKey, IntKey, Key, TilingSpace, union
 
-__all__ = ["ChoiceKey", "IntKey", "Key", "TilingSpace", "MIN_TILES_PER_CORE", "unique", "pipeline_tile", "largest",
-           "split_even", "split_units", "padded_lanes", "complete"]
+__all__ = ["ChoiceKey", "IntKey", "Key", "TilingSpace", "union", "MIN_TILES_PER_CORE", "unique", "pipeline_tile",
+           "largest", "split_even", "split_units", "padded_lanes", "complete"]
 
 #: A core's share is cut into at least this many tiles when it is large enough: the pipeline depth that lets
 #: loads overlap compute (every kernel's heuristics use this one number).

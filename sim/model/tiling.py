@@ -128,13 +128,16 @@ class TilingSpace:
     a time, and leaves unplanned those whose bound is beyond the tolerance of the cheapest found so far.
     ``starts``: partial tilings naming algorithms a step of one key cannot reach (their tilings differ from the
     others in two choices at once): once its climb ends, the search also prices the tiling of each nearest the
-    climb's end, and climbs on from it if it is the cheapest.
+    climb's end, and climbs on from it if it is the cheapest.  ``alternatives``: partial tilings naming
+    formulations whose other keys mean something else (a tiling nearest the climb's end says little of them):
+    the search climbs from each one's preferred tiling too, as far as from the space's first, and picks among
+    everything the climbs priced.
     """
 
     def __init__(self, *keys: Key, fit: Callable[[dict[str, Any]], None] | None = None,
                  tiles: Callable[[dict[str, Any]], int] | None = None,
                  bound: Callable[[dict[str, Any]], float] | None = None,
-                 starts: Sequence[Mapping[str, Any]] = ()):
+                 starts: Sequence[Mapping[str, Any]] = (), alternatives: Sequence[Mapping[str, Any]] = ()):
         self.keys: dict[str, Key] = {}
         for k in keys:
             if k.scope not in SCOPES:
@@ -146,7 +149,8 @@ class TilingSpace:
         self.tiles = tiles
         self.bound = bound
         self.starts = tuple(dict(start) for start in starts)
-        for start in self.starts:
+        self.alternatives = tuple(dict(a) for a in alternatives)
+        for start in self.starts + self.alternatives:
             self.check_names(start)
 
     # -- checking a caller's tiling -------------------------------------------------------------------
@@ -244,3 +248,79 @@ class TilingSpace:
             scope = " [per tile: the cost model prices each compute's loops]" if k.scope == "compute" else ""
             lines.append(f"{k.name}: {k.takes()}{when}" + (f" -- {k.doc}" if k.doc else "") + scope)
         return "\n".join(lines)
+
+
+def union(key: ChoiceKey, spaces: Mapping[str, TilingSpace],
+          alternatives: Sequence[Mapping[str, Any]] = ()) -> TilingSpace:
+    """One space of a call's several formulations, each a space of its own: ``key`` chooses the formulation
+    (``key.choices`` name ``spaces``; its ``values`` say which the search tries, preferred first), and every other
+    key means what the chosen formulation's space says.
+
+    A key several formulations have is one key of the union: its range or choices theirs together (a caller's
+    value is checked against the chosen formulation's own when the union's ``fit`` runs), its candidates the
+    chosen formulation's.  A key one formulation has applies to that choice of ``key`` only (it cannot then have
+    an ``only`` of its own).  ``fit`` is the chosen formulation's, given the tiling with its own keys only; so are
+    ``tiles`` and ``bound`` where every formulation has them; ``starts``: each formulation's own (with its choice
+    of ``key``); ``alternatives``: the formulations (choices of ``key``) the search climbs from as well."""
+    if set(key.choices) != set(spaces):
+        raise ValueError(f"tiling key {key.name!r}: its choices {key.choices} must name the spaces {tuple(spaces)}")
+    names: list[str] = []
+    for space in spaces.values():
+        if key.name in space.keys:
+            raise ValueError(f"tiling key {key.name!r} is a key of a formulation too")
+        names += [name for name in space.keys if name not in names]
+    merged: list[Key] = [key]
+    for name in names:
+        having = [(choice, space.keys[name]) for choice, space in spaces.items() if name in space.keys]
+        first = having[0][1]
+        if any(type(k) is not type(first) or k.scope != first.scope or k.only != first.only for _, k in having):
+            raise ValueError(f"tiling key {name!r}: the formulations declare it differently (type, scope or only)")
+        only = first.only
+        if len(having) < len(spaces):
+            if len(having) > 1 or only is not None:
+                raise ValueError(f"tiling key {name!r}: a key some formulations lack must belong to one, with no "
+                                 f"'only' of its own")
+            only = (key.name, having[0][0])
+        values = _chosen_candidates(key.name, name, spaces)
+        if isinstance(first, IntKey):
+            ints = [k for _, k in having if isinstance(k, IntKey)]
+            merged.append(IntKey(name, min(k.lo for k in ints), max(k.hi for k in ints), first.doc, only, values,
+                                 first.scope))
+        else:
+            choices = tuple(dict.fromkeys(c for _, k in having if isinstance(k, ChoiceKey) for c in k.choices))
+            merged.append(ChoiceKey(name, choices, first.doc, only, values, first.scope))
+
+    def own(tiling: Mapping[str, Any]) -> tuple[TilingSpace, dict[str, Any]]:
+        space = spaces[tiling[key.name]]
+        return space, {k: v for k, v in tiling.items() if k in space.keys}
+
+    def fit(tiling: dict[str, Any]) -> None:
+        space, t = own(tiling)
+        space.check(t)  # (the chosen formulation's ranges: the union's are theirs together)
+        if space.fit is not None:
+            space.fit(t)
+
+    def tiles(tiling: dict[str, Any]) -> int:
+        space, t = own(tiling)
+        assert space.tiles is not None
+        return space.tiles(t)
+
+    def bound(tiling: dict[str, Any]) -> float:
+        space, t = own(tiling)
+        assert space.bound is not None
+        return space.bound(t)
+
+    all_starts = [{key.name: choice, **start} for choice, space in spaces.items() for start in space.starts]
+    return TilingSpace(*merged, fit=fit,
+                       tiles=tiles if all(s.tiles is not None for s in spaces.values()) else None,
+                       bound=bound if all(s.bound is not None for s in spaces.values()) else None,
+                       starts=all_starts, alternatives=alternatives)
+
+
+def _chosen_candidates(choice_key: str, name: str,
+                       spaces: Mapping[str, TilingSpace]) -> Callable[[Mapping[str, Any]], list[Any]]:
+    """The candidates of key ``name`` in the space ``choice_key`` chooses (none where that space lacks the key)."""
+    def values(chosen: Mapping[str, Any]) -> list[Any]:
+        k = spaces[chosen[choice_key]].keys.get(name)
+        return k.candidates(chosen) if k is not None else []
+    return values

@@ -98,9 +98,12 @@ class Pricing:
         tied = [i for i, cycles in self.cycles.items() if cycles is not None and cycles <= best * (1 + self.tolerance)]
         return min(tied, key=lambda i: (self.candidates[i].plan.tile_count, self.cycles[i] or 0, i))
 
-    def cheapest(self) -> int:
-        """The simulated candidate of the fewest cycles (the first planned on a tie)."""
-        return min((i for i, c in self.cycles.items() if c is not None), key=lambda i: (self.cycles[i] or 0, i))
+    def cheapest(self, within: Mapping[str, Any] | None = None) -> int | None:
+        """The simulated candidate of the fewest cycles (the first planned on a tie); with ``within``, among those
+        whose tiling has its keys' values only (None when none has been simulated)."""
+        return min((i for i, c in self.cycles.items() if c is not None and (within is None or all(
+            self.candidates[i].tiling.get(k) == v for k, v in within.items()))),
+            key=lambda i: (self.cycles[i] or 0, i), default=None)
 
     def price(self, new: Sequence[Candidate]) -> None:
         """Add ``new`` candidates and simulate those that can change the pick, fewest tiles first."""

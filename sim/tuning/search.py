@@ -129,9 +129,10 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
         if new:
             pricing.price(new)
 
-    def climb(incumbent: dict, cap: int = MAX_PLANNED) -> dict:
+    def climb(incumbent: dict, cap: int = MAX_PLANNED, within: Mapping[str, Any] | None = None) -> dict:
         """From ``incumbent`` (planned and priced) to the cheapest of its neighbours, round after round, until
-        ``cap`` tilings are planned in all; the tiling it ends at."""
+        ``cap`` tilings are planned in all; the tiling it ends at.  ``within``: a formulation's keys, the climb
+        following the cheapest of its tilings only."""
         while len(planned) < cap:
             here = pricing.cycles.get(planned[repr(incumbent)])
             plan_all(neighbours(space, incumbent, pool, fixed), cap)
@@ -139,8 +140,9 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
             # gains more than TILING_TOLERANCE: a tie is no way up, and the next round would cost as much as this.
             # The default tolerance, whatever the simulator's: every tolerance climbs the same way, so a strict
             # search and a tolerant one choose among the same candidates.
-            cheapest = pricing.cheapest()
-            if here is not None and (pricing.cycles[cheapest] or 0) * (1 + TILING_TOLERANCE) > here:
+            cheapest = pricing.cheapest(within)
+            if cheapest is None or (here is not None
+                                    and (pricing.cycles[cheapest] or 0) * (1 + TILING_TOLERANCE) > here):
                 break
             best = pricing.candidates[cheapest].tiling
             if best == incumbent:
@@ -168,8 +170,20 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
                 if jump is None or repr(jump) in planned:
                     continue
                 plan_all([jump], len(planned) + 1)
-                if pricing.best is not None and pricing.candidates[pricing.cheapest()].tiling == jump:
+                cheapest = pricing.cheapest()
+                if cheapest is not None and pricing.candidates[cheapest].tiling == jump:
                     incumbent = climb(jump, len(planned) + MAX_STARTED)
+            for alternative in space.alternatives:
+                # A formulation whose keys mean something else: a climb of its own among its tilings, from its
+                # preferred one that plans, with a budget of its own (a start slower than the cheapest by more than
+                # the tolerance is stopped unpriced: the climb then ends there).
+                budget = len(planned) + MAX_PLANNED
+                first = next((t for t in pool.fitting() if all(t.get(k) == v for k, v in alternative.items())
+                              and repr(t) not in planned), None)
+                if first is not None:
+                    plan_all([first], len(planned) + 1)
+                    if planned[repr(first)] >= 0:
+                        climb(first, budget, alternative)
     pick = pricing.settle()
     if pick is None:
         raise no_candidate_error(space, fixed, errors + [(pricing.candidates[i].tiling, e)
