@@ -13,7 +13,8 @@ the plan-size budget for their 130,000 tiles); ``--nt`` prints only the table of
 (BLAS-for-multi-core-DSP, 相关说明/NT模式下微内核的合并与重叠); ``--nt-yu`` only the table of Yu et al.'s NT kernel
 and GEMM (one core, and the speed-up on 4 and 8 cores); ``--tt`` only TT against NN (BLAS-for-multi-core-DSP,
 相关说明/TT模式下GEMM两种实现方法的对比); ``--thin-b`` only the published thin-B runs (相关说明/不规则矩阵乘算法设计和
-性能优化) against the default plan; ``--max-plan-tiles N`` raises the plan-size budget for this run.
+性能优化) against the default plan; ``--thin-c`` only thin C on one core, each formulation against the default plan;
+``--max-plan-tiles N`` raises the plan-size budget for this run.
 """
 
 from __future__ import annotations
@@ -258,6 +259,27 @@ def thin_b_rows() -> None:
               f"{limited}; {s:.0f} s | {forced:.1%} | {forced / pub:.3f} |", flush=True)
 
 
+def thin_c_rows() -> None:
+    """Thin C on one core (fp32, 4096 x n x 4096): the direct formulation, the transposed one (C's rows the
+    vectors, each tile transposed into C), and the default plan, which searches both where n is below two
+    vectors (docs/gemm.md, "The transposed formulation")."""
+    print("| m x n x k, 1 core | direct | transposed | default plan | default's formulation |")
+    print("|---|---|---|---|---|")
+    for n in (16, 32, 48, 64):
+        got = {}
+        for name, tiling in (("direct", {"formulation": "direct"}), ("transposed", {"formulation": "transposed"}),
+                             ("default", None)):
+            try:
+                got[name] = efficiency(4096, n, 4096, 1, tiling)
+            except sim.SimError:  # (no formulation key: n of two vectors or more)
+                got[name] = None
+        default = got["default"]
+        assert default is not None
+        cells = [f"{got[x][0]:.1%}" if got[x] is not None else "- (no key)" for x in ("direct", "transposed")]
+        print(f"| 4096 x {n} x 4096 | {cells[0]} | {cells[1]} | {default[0]:.1%} | "
+              f"{default[1].tiling.tiling.get('formulation', 'direct (no key)')} |", flush=True)
+
+
 def raise_plan_budget(tiles: int) -> None:
     """The plan-size budget (sim.tuning.MAX_PLAN_TILES) raised to ``tiles`` in every module that reads it, for
     this process (a benchmark of one huge plan; the simulator's own budget is unchanged)."""
@@ -277,6 +299,8 @@ if __name__ == "__main__":
         yu_nt_rows()
     elif "--tt" in sys.argv:
         tt_rows()
+    elif "--thin-c" in sys.argv:
+        thin_c_rows()
     elif "--weak" in sys.argv:
         weak_scaling_rows()
     elif "--thin-b" in sys.argv:

@@ -35,8 +35,8 @@ from sim.model.plan import (
 class GemmPlanner(GemmSpace):
     """The plans of one call: :meth:`build` of a tiling :meth:`resolve` took."""
 
-    def __init__(self, call: BoundCall, ctx: PlanContext):
-        super().__init__(call, ctx)
+    def __init__(self, call: BoundCall, ctx: PlanContext, formulation: str | None = None):
+        super().__init__(call, ctx, formulation)
         self.space = self._space()
 
     def build(self, t: GemmTiling, first_only: bool = False) -> Plan:

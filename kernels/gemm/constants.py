@@ -37,6 +37,13 @@ B_STAGINGS = ("am", "gsm", "broadcast")
 #: same dot products in larger blocks, each block reduced before the next starts (asked for only: ``reduce``
 #: does the same work in fewer cycles).
 NT_KERNELS = ("transpose", "reduce", "reduce_serial")
+#: How the product is formulated (the ``formulation`` key): ``direct``, C = op(A)·op(B), A's rows in SM panels and
+#: B's columns in AM blocks; ``transposed``, Cᵀ = op(B)ᵀ·op(A)ᵀ, A's and B's roles swapped (B's rows in the panels,
+#: A's in the blocks) and each finished tile of Cᵀ transposed in AM into C's rows (C's old rows, beta = 1,
+#: transposed on their way in): the published TT loop nest (BLAS-for-multi-core-DSP, TT), where it computes
+#: Cᵀ = B·A of the operands as stored, and the transposed scheme for thin C (few columns: the micro-kernel's A
+#: broadcasts would bound it; swapped, C's many rows are the vectors).
+FORMULATIONS = ("direct", "transposed")
 #: The ``nt_kernel`` values that reduce dot products into C's rows in SM (A's panel in AM, C streamed).
 NT_REDUCTIONS = ("reduce", "reduce_serial")
 #: A panels in AM with an NT reduction kernel: double-buffered (one loading, one computing), while C's rows in SM

@@ -10,9 +10,9 @@ import numpy as np
 from kernels.base import PlanContext
 from kernels.common.args import require_int
 from kernels.common.binding import bind_arguments, bound_call
-from kernels.common.tiling_space import TilingSpace, complete
+from kernels.common.tiling_space import ChoiceKey, TilingSpace, complete, union
 from kernels.gemm.build import GemmPlanner
-from kernels.gemm.constants import GemmAttrs
+from kernels.gemm.constants import FORMULATIONS, GemmAttrs
 from sim.errors import KernelArgError
 from sim.model.call import ArgSpec, BoundCall, MemoryReader
 from sim.model.plan import Plan
@@ -76,14 +76,47 @@ class Gemm:
 
     def plan(self, call: BoundCall, ctx: PlanContext) -> Plan:
         """The plan of the tiling ``ctx.tiling`` (a full tiling of :meth:`tiling_space`)."""
-        p = GemmPlanner(call, ctx)
-        return p.build(p.resolve(complete(p.space, ctx)))
+        planners, space = _formulations(call, ctx)
+        t = complete(space, ctx)
+        p = planners[t.get("formulation", next(iter(planners)))]
+        return p.build(p.resolve(t))
 
     def tiling_space(self, call: BoundCall, ctx: PlanContext) -> TilingSpace:
-        """The keys ``split``, ``m_micro``, ``n_micro``, ``m_panel``, ``k_block``, ``m_block``, ``n_block``: the
-        published schedule's values first (SPEC §2), then smaller blocks and the other splits."""
-        return GemmPlanner(call, ctx).space
+        """The keys ``split``, ``m_micro``, ``n_micro``, ``m_panel``, ``k_block``, ``m_block``, ``n_block`` and the
+        algorithm keys (docs/gemm.md): the published schedule's values first (SPEC §2), then smaller blocks and the
+        other splits; and ``formulation`` where the call has a choice of it (:func:`_formulations`)."""
+        return _formulations(call, ctx)[1]
 
+
+#: The ``formulation`` key's doc.
+FORMULATION_DOC = ("direct: C = op(A)·op(B), A's rows in the panels, B's columns in the blocks; transposed: "
+                   "Cᵀ = op(B)ᵀ·op(A)ᵀ, A's and B's roles swapped and each finished tile transposed into C's rows "
+                   "in AM (every other key then names the blocks of Cᵀ's product). A call of C = Aᵀ·Bᵀ searches "
+                   "transposed only (the published TT loop nest; direct when asked for); a thin C (fewer columns "
+                   "than two vectors, at least that many rows) searches both, transposed first; any other call "
+                   "has no such key (direct)")
+
+
+def _formulations(call: BoundCall, ctx: PlanContext) -> tuple[dict[str, GemmPlanner], TilingSpace]:
+    """The call's planner per formulation it may take, and its tiling space: the direct planner's own when the
+    call has no choice, else their union under the key ``formulation``.  C = Aᵀ·Bᵀ is searched transposed only
+    (the published TT loop nest, 2 % or less below NN: BLAS-for-multi-core-DSP), direct when asked for; a thin C
+    (n below two vectors, m at least that) both, transposed first: a micro-kernel of one vector of columns issues an
+    A broadcast per FMAC, so the broadcasts bound it (FT78NE fp32, 4096 x 32 x 4096 on one core: 65 % of the peak
+    direct, 80 % transposed)."""
+    planner = GemmPlanner(call, ctx)
+    asked, lanes = planner.asked, planner.lanes
+    searched: tuple[str, ...]
+    if asked.trans_a and asked.trans_b:
+        planners, searched = {"transposed": planner, "direct": GemmPlanner(call, ctx, "direct")}, ("transposed",)
+    elif asked.n < 2 * lanes <= asked.m:
+        planners, searched = {"transposed": GemmPlanner(call, ctx, "transposed"), "direct": planner}, \
+            ("transposed", "direct")
+    else:
+        return {"direct": planner}, planner.space
+    key = ChoiceKey("formulation", FORMULATIONS, FORMULATION_DOC, values=searched)
+    return planners, union(key, {f: planners[f].space for f in FORMULATIONS},
+                           alternatives=[{"formulation": f} for f in searched[1:]])
 
 
 KERNEL = Gemm()

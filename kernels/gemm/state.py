@@ -40,17 +40,20 @@ class GemmCall:
     """A GEMM call as its planner sees it: sizes, buffers, the core, the staging levels, and the shares and steps
     of a tiling (what the layout, the tiling space and the build all read)."""
 
-    def __init__(self, call: BoundCall, ctx: PlanContext):
+    def __init__(self, call: BoundCall, ctx: PlanContext, formulation: str | None = None):
         self.call, self.ctx = call, ctx
         #: The call's attributes as given; :attr:`g` those of the product planned.
         self.asked = asked = attrs_of(call, GemmAttrs)
-        #: C = Aᵀ·Bᵀ (both stored transposed) is planned as the published library computes it (BLAS-for-multi-
-        #: core-DSP, TT): Cᵀ = B·A of the operands as stored, an NN product (B's [n, k] rows in A's role, A's [k, m]
-        #: rows in B's), each finished tile of Cᵀ transposed in AM into C's rows on its way out (and C's old rows,
+        #: The product planned (:data:`~kernels.gemm.constants.FORMULATIONS`; by default ``transposed`` for C = Aᵀ·Bᵀ,
+        #: as the published library computes it, else ``direct``).  Transposed, C = op(A)·op(B) is planned as
+        #: Cᵀ = op(B)ᵀ·op(A)ᵀ: B's rows in A's role, A's in B's (an op(B)ᵀ of B stored [k, n] is B stored transposed,
+        #: and so on), each finished tile of Cᵀ transposed in AM into C's rows on its way out (and C's old rows,
         #: beta = 1, transposed on their way in).  Every tiling key then names the blocks of that product.
-        self.c_transposed = asked.trans_a and asked.trans_b
+        self.formulation = formulation or ("transposed" if asked.trans_a and asked.trans_b else "direct")
+        self.c_transposed = self.formulation == "transposed"
         if self.c_transposed:
-            self.g = GemmAttrs(asked.n, asked.m, asked.k, False, False, asked.beta, asked.ldb, asked.lda, asked.ldc)
+            self.g = GemmAttrs(asked.n, asked.m, asked.k, not asked.trans_b, not asked.trans_a, asked.beta,
+                               asked.ldb, asked.lda, asked.ldc)
             self.a, self.b = call.buffer("b"), call.buffer("a")
         else:
             self.g = asked
