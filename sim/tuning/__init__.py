@@ -13,7 +13,8 @@ tiling's neighbours: the same tiling with another choice of one key, or the next
 one integer key), until the best is its own best neighbour or :data:`MAX_PLANNED` tilings are planned; then,
 for each of the space's ``starts`` (an algorithm two choices away), the tiling of it nearest the climb's end is
 priced (even past the budget), and the climb goes on from it, :data:`MAX_STARTED` tilings more at most, if it
-is the cheapest.
+is the cheapest; and for each of its ``alternatives`` (a formulation whose keys mean something else), a climb of
+its own among that formulation's tilings, from its preferred one, with a budget of its own.
 Planned candidates are simulated fewest tiles first; one still running when it
 can no longer tie is stopped there, and a round ends as soon as no candidate left can change the pick by a
 lower bound of any run of it (:func:`sim.timing.run_lower_bound_cycles`): on a DDR-bound layer, a candidate

@@ -178,10 +178,10 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
                 # preferred one that plans, with a budget of its own (a start slower than the cheapest by more than
                 # the tolerance is stopped unpriced: the climb then ends there).
                 budget = len(planned) + MAX_PLANNED
-                first = next((t for t in pool.fitting() if all(t.get(k) == v for k, v in alternative.items())
-                              and repr(t) not in planned), None)
+                first = next((t for t in pool.fitting() if all(t.get(k) == v for k, v in alternative.items())), None)
                 if first is not None:
-                    plan_all([first], len(planned) + 1)
+                    if repr(first) not in planned:
+                        plan_all([first], len(planned) + 1)
                     if planned[repr(first)] >= 0:
                         climb(first, budget, alternative)
     pick = pricing.settle()
