@@ -43,7 +43,10 @@ class PlanContext:
     simulator's search completes every key of scope ``plan``; a key of scope
     ``compute`` it leaves out unless the caller fixed it, and the kernel asks
     :meth:`cheapest_loops` for the cost model's pick per tile.  A kernel never
-    compares tilings itself.
+    compares tilings itself.  When the simulator asks for the tiling space,
+    ``tiling`` is the caller's tiling as given (some keys, or None): a space may
+    offer a key only where it is asked for (GEMM's ``formulation``, docs/gemm.md),
+    and a full tiling it plans then has that key too.
     """
 
     target: Target

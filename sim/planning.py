@@ -125,7 +125,8 @@ class CallPlanner:
             if not takes_tiling(kernel):
                 raise KernelArgError(f"argument 'tiling': {call.symbol} takes no tiling (it has a single plan)")
         if hasattr(kernel, "tiling_space"):
-            space = self.space(kernel, call, ctx)
+            # (the space is asked for with the caller's tiling: a kernel may offer a key only where it is asked for)
+            space = self.space(kernel, call, ctx if tiling is None else replace(ctx, tiling=dict(tiling)))
             fixed = space.fixed(tiling)
             if tiling is not None:
                 fixed = space.implied(fixed)

@@ -94,7 +94,7 @@ FORMULATION_DOC = ("direct: C = op(A)·op(B), A's rows in the panels, B's column
                    "in AM (every other key then names the blocks of Cᵀ's product). A call of C = Aᵀ·Bᵀ searches "
                    "transposed only (the published TT loop nest; direct when asked for); a thin C (fewer columns "
                    "than two vectors, at least that many rows) searches both, transposed first; any other call "
-                   "has no such key (direct)")
+                   "searches direct and has the key only where a tiling names it")
 
 
 def _formulations(call: BoundCall, ctx: PlanContext) -> tuple[dict[str, GemmPlanner], TilingSpace]:
@@ -103,7 +103,8 @@ def _formulations(call: BoundCall, ctx: PlanContext) -> tuple[dict[str, GemmPlan
     (the published TT loop nest, 2 % or less below NN: BLAS-for-multi-core-DSP), direct when asked for; a thin C
     (n below two vectors, m at least that) both, transposed first: a micro-kernel of one vector of columns issues an
     A broadcast per FMAC, so the broadcasts bound it (FT78NE fp32, 4096 x 32 x 4096 on one core: 65 % of the peak
-    direct, 80 % transposed)."""
+    direct, 80 % transposed).  Any other call has the key only where its tiling names it (``ctx.tiling`` when the
+    simulator asks for the space: the caller's), the one named searched."""
     planner = GemmPlanner(call, ctx)
     asked, lanes = planner.asked, planner.lanes
     searched: tuple[str, ...]
@@ -112,6 +113,9 @@ def _formulations(call: BoundCall, ctx: PlanContext) -> tuple[dict[str, GemmPlan
     elif asked.n < 2 * lanes <= asked.m:
         planners, searched = {"transposed": GemmPlanner(call, ctx, "transposed"), "direct": planner}, \
             ("transposed", "direct")
+    elif ctx.tiling and "formulation" in ctx.tiling:  # asked for: the union, the asked-for one searched
+        planners, searched = {"direct": planner, "transposed": GemmPlanner(call, ctx, "transposed")}, \
+            (str(ctx.tiling["formulation"]),)
     else:
         return {"direct": planner}, planner.space
     key = ChoiceKey("formulation", FORMULATIONS, FORMULATION_DOC, values=searched)

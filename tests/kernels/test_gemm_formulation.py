@@ -61,6 +61,7 @@ def test_thin_c_transposed_is_the_tt_product_of_the_swapped_operands_and_a_trans
     ("FT78NE", "fp_gemm_s", np.float32, 96, 8, 40, 1, 0, 0),
     ("FT78NE", "fp_gemm_s", np.float32, 64, 20, 48, 1, 1, 1),
     ("MT7004", "hp_gemm_s", np.float16, 160, 40, 64, 0, 0, 1),
+    ("FT78NE", "fp_gemm_s", np.float32, 80, 100, 48, 0, 1, 0),  # (not thin: the key only where asked for)
 ])
 @pytest.mark.parametrize("formulation", ["direct", "transposed"])
 def test_both_formulations_compute_the_product(chip, symbol, dtype, m, n, k, trans_a, trans_b, beta, formulation):
@@ -111,7 +112,7 @@ def test_the_search_climbs_each_formulation_of_a_thin_c():
 
 
 def test_which_calls_have_the_key():
-    # Not thin (n of two vectors or more), or too few rows to swap: direct, no key (the tilings as before).
+    # Not thin (n of two vectors or more), or too few rows to swap: direct searched, no key (the tilings as before).
     for m, n in ((256, 64), (48, 32)):
         _, tiling = _cycles(m, n, 64, core_mask=1)
         assert "formulation" not in tiling
@@ -120,5 +121,8 @@ def test_which_calls_have_the_key():
                                                      trans_b=1, core_mask=1, numerics=False)
     assert run.tiling.tiling["formulation"] == "transposed"
     assert all(t["formulation"] == "transposed" for t, _ in run.tiling.candidates)
-    with pytest.raises(sim.SimError, match="tiling"):
-        _cycles(256, 64, 64, core_mask=1, tiling={"formulation": "transposed"})
+    # Any call takes the key where a tiling names it: the one named is searched.
+    _, tiling = _cycles(256, 64, 64, core_mask=1, tiling={"formulation": "transposed"})
+    assert tiling["formulation"] == "transposed"
+    with pytest.raises(sim.SimError, match=r"tiling\.formulation"):
+        _cycles(256, 64, 64, core_mask=1, tiling={"formulation": "sideways"})
