@@ -63,6 +63,8 @@ def test_fit_tiles_and_bound_are_the_chosen_formulations():
         space.fit({"form": "plain", "split": "n", "block": 256})
     with pytest.raises(KernelArgError, match=r"tiling\.split"):
         space.fit({"form": "plain", "split": "k", "block": 8})
+    with pytest.raises(KernelArgError, match=r"tiling\.block.*1\.\.64"):
+        space.tiles({"form": "plain", "split": "n", "block": 256})
 
 
 def test_formulations_that_declare_a_key_differently_are_refused():

@@ -257,11 +257,12 @@ def union(key: ChoiceKey, spaces: Mapping[str, TilingSpace],
     key means what the chosen formulation's space says.
 
     A key several formulations have is one key of the union: its range or choices theirs together (a caller's
-    value is checked against the chosen formulation's own when the union's ``fit`` runs), its candidates the
-    chosen formulation's.  A key one formulation has applies to that choice of ``key`` only (it cannot then have
-    an ``only`` of its own).  ``fit`` is the chosen formulation's, given the tiling with its own keys only; so are
-    ``tiles`` and ``bound`` where every formulation has them; ``starts``: each formulation's own (with its choice
-    of ``key``); ``alternatives``: the formulations (choices of ``key``) the search climbs from as well."""
+    value is checked against the chosen formulation's own when the union's ``fit``, ``tiles`` or ``bound`` runs),
+    its candidates the chosen formulation's.  A key one formulation has applies to that choice of ``key`` only (it
+    cannot then have an ``only`` of its own).  ``fit`` is the chosen formulation's, given the tiling with its own
+    keys only; so are ``tiles`` and ``bound`` where every formulation has them; ``starts``: each formulation's own
+    (with its choice of ``key``); ``alternatives``: the formulations (choices of ``key``) the search climbs from as
+    well."""
     if set(key.choices) != set(spaces):
         raise ValueError(f"tiling key {key.name!r}: its choices {key.choices} must name the spaces {tuple(spaces)}")
     names: list[str] = []
@@ -291,12 +292,15 @@ def union(key: ChoiceKey, spaces: Mapping[str, TilingSpace],
             merged.append(ChoiceKey(name, choices, first.doc, only, values, first.scope))
 
     def own(tiling: Mapping[str, Any]) -> tuple[TilingSpace, dict[str, Any]]:
+        """The chosen formulation's space and ``tiling``'s keys of it, checked against its own ranges (the union's
+        are theirs together): KernelArgError naming ``tiling.<key>``."""
         space = spaces[tiling[key.name]]
-        return space, {k: v for k, v in tiling.items() if k in space.keys}
+        t = {k: v for k, v in tiling.items() if k in space.keys}
+        space.check(t)
+        return space, t
 
     def fit(tiling: dict[str, Any]) -> None:
         space, t = own(tiling)
-        space.check(t)  # (the chosen formulation's ranges: the union's are theirs together)
         if space.fit is not None:
             space.fit(t)
 

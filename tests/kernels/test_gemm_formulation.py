@@ -126,3 +126,13 @@ def test_which_calls_have_the_key():
     assert tiling["formulation"] == "transposed"
     with pytest.raises(sim.SimError, match=r"tiling\.formulation"):
         _cycles(256, 64, 64, core_mask=1, tiling={"formulation": "sideways"})
+
+
+def test_a_full_tiling_is_checked_against_its_formulations_own_ranges():
+    # Transposed, 1024 x 32 x 512 is the product of 32 rows by 1024 columns: a block of 576 rows is no block of it.
+    tiling = {"formulation": "transposed", "split": "n", "nt_kernel": "transpose", "c_home": "am",
+              "a_staging": "memory", "a_loader": "cores", "a_buffers": 2, "b_staging": "am", "m_micro": 6,
+              "k_block": 256, "m_panel": 32, "m_block": 576, "n_block": 256, "n_micro": 128}
+    with pytest.raises(sim.SimError, match=r"tiling\.m_block': expected an integer in 1\.\.32"):
+        _cycles(1024, 32, 512, core_mask=1, tiling=tiling)
+    _cycles(1024, 32, 512, core_mask=1, tiling={**tiling, "m_block": 32})
