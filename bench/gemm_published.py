@@ -215,22 +215,24 @@ def yu_nt_rows() -> None:
 def tt_rows() -> None:
     """TT against NN (BLAS-for-multi-core-DSP, 相关说明/TT模式下GEMM两种实现方法的对比: M = 1536, K = 2048, N = 2304;
     the transpose of C fused into the GEMM costs less than 2 % against NN on every core count): dspsim's default
-    plans of NN and TT on 1 and 8 cores."""
+    plans of NN and TT on 1 and 8 cores, and TT's direct formulation (``formulation: direct``, B's blocks transposed
+    in AM and A's panels read by strides: the search's other choice, which it does not take)."""
     m, n, k = 1536, 2304, 2048
-    print("| cores | NN (default plan) | TT (default plan) | TT / NN | TT's plan |")
-    print("|---|---|---|---|---|")
+    print("| cores | NN (default plan) | TT (default plan) | TT / NN | TT's plan | TT direct (forced) | / NN |")
+    print("|---|---|---|---|---|---|---|")
     for cores in (1, 8):
         got = {}
-        for trans in (0, 1):
+        for name, trans, tiling in (("nn", 0, None), ("tt", 1, None), ("direct", 1, {"formulation": "direct"})):
             t0 = time.perf_counter()
             run = sim.Simulator(CHIP, tuning_cache=False).call(
                 "fp_gemm_s", a=A, b=B, c=C, m=m, n=n, k=k, trans_a=trans, trans_b=trans, numerics=False,
-                core_mask=(1 << cores) - 1)
+                core_mask=(1 << cores) - 1, tiling=tiling)
             core = run.target.core
             peak = core.precisions["fp32"].lanes * core.units["fmac"].count * 2 * cores
-            got[trans] = (2 * m * n * k / (run.cycles * peak), run, time.perf_counter() - t0)
-        (nn, _, _), (tt, run, s) = got[0], got[1]
-        print(f"| {cores} | {nn:.1%} | {tt:.1%} | {tt / nn:.3f} | {run.tiling.tiling}; {s:.0f} s |", flush=True)
+            got[name] = (2 * m * n * k / (run.cycles * peak), run, time.perf_counter() - t0)
+        (nn, _, _), (tt, run, s), (direct, _, _) = got["nn"], got["tt"], got["direct"]
+        print(f"| {cores} | {nn:.1%} | {tt:.1%} | {tt / nn:.3f} | {run.tiling.tiling}; {s:.0f} s | {direct:.1%} | "
+              f"{direct / nn:.3f} |", flush=True)
 
 
 #: The published thin-B runs (BLAS-for-multi-core-DSP, 相关说明/不规则矩阵乘算法设计和性能优化, 8 cores, fp64, split m):
