@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from gemm_tiles import assert_tiles_transposed_into_c, compute_tiles
 
 import sim
 from kernels.common.loops import gemm_micro_kernel
-from sim.timing import compute_cycles, loop_cost
+from sim.timing import loop_cost
 
 FT = sim.load_target("FT78NE")
 A, B, C = 0x80000000, 0x90000000, 0xA0000000
@@ -41,18 +42,10 @@ def test_thin_c_transposed_is_the_tt_product_of_the_swapped_operands_and_a_trans
     # bytes, each tile then transposed into C's rows (12 x 96 fp32: 59 cycles, derived in test_gemm_tt.py).
     thin = _plan(96, 24, tiling={"formulation": "transposed", **TILING})
     tt = _plan(24, 96, a=B, b=A, trans_a=1, trans_b=1, tiling={"formulation": "direct", **TILING})
-    thin_tiles = [t for t in thin.phases[0].tiles[0] if t.compute is not None]
-    tt_tiles = [t for t in tt.phases[0].tiles[0] if t.compute is not None]
-    assert len(thin_tiles) == len(tt_tiles) == 2
-    for t_thin, t_tt in zip(thin_tiles, tt_tiles):
-        assert t_thin.loads == t_tt.loads
-        labels = [loop.label for loop in t_thin.compute.loops]
-        assert labels == [loop.label for loop in t_tt.compute.loops] + ["C transposed in AM"]
-        assert compute_cycles(t_thin.compute, FT) == compute_cycles(t_tt.compute, FT) + 59
-        # Cᵀ's panel [r0:r0 + 12, 0:96] is C's [0:96, r0:r0 + 12]: 96 rows of 12 elements, C's pitch apart.
-        (store,) = t_thin.stores
-        r0 = 12 * thin_tiles.index(t_thin)
-        assert (store.dst, store.shape, store.dst_strides) == (C + r0 * 4, (96, 12), (24 * 4, 4))
+    assert len(compute_tiles(thin)) == 2
+    # Cᵀ's panel [r0:r0 + 12, 0:96] is C's [0:96, r0:r0 + 12]: 96 rows of 12 elements, C's pitch apart.
+    assert {t.stores[0].shape for t in compute_tiles(thin)} == {(96, 12)}
+    assert_tiles_transposed_into_c(thin, tt, FT, C, 24 * 4, 59)
 
 
 @pytest.mark.parametrize("chip,symbol,dtype,m,n,k,trans_a,trans_b,beta", [

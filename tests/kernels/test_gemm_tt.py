@@ -8,9 +8,11 @@ entry, 24 per tile's compute call.
 
 from __future__ import annotations
 
+from gemm_tiles import assert_tiles_transposed_into_c, compute_tiles
+
 import sim
 from kernels.common.loops import elementwise
-from sim.timing import compute_cycles, loop_cycles
+from sim.timing import loop_cycles
 
 FT = sim.load_target("FT78NE")
 A, B, C = 0x80000000, 0x90000000, 0xA0000000
@@ -45,20 +47,12 @@ def test_tt_is_the_nn_product_of_the_stored_operands_and_a_transpose():
     # in A's role (m 24, lda 64) and A in B's role (n 96, ldb 96).
     tt = _plan(96, 24, trans_a=1, trans_b=1)
     nn = _plan(24, 96, a=B, b=A)  # (the same bytes as NN operands)
-    tt_tiles = [t for t in tt.phases[0].tiles[0] if t.compute is not None]
-    nn_tiles = [t for t in nn.phases[0].tiles[0] if t.compute is not None]
-    assert len(tt_tiles) == len(nn_tiles) == 2  # two 12-row panels of Cᵀ
-    for t_tt, t_nn in zip(tt_tiles, nn_tiles):
-        # The same loads of A's panel (B's rows) and of the B block (A's rows); the same micro-kernels, then the
-        # transpose: 59 cycles more per tile, as derived above.
-        assert t_tt.loads == t_nn.loads
-        labels = [loop.label for loop in t_tt.compute.loops]
-        assert labels == [loop.label for loop in t_nn.compute.loops] + ["C transposed in AM"]
-        assert compute_cycles(t_tt.compute, FT) == compute_cycles(t_nn.compute, FT) + 59
-        # C's rows go out as 96 rows of 12 elements: Cᵀ's panel [r0:r0 + 12, 0:96] is C's [0:96, r0:r0 + 12].
-        (store,) = t_tt.stores
-        r0 = 12 * tt_tiles.index(t_tt)
-        assert (store.dst, store.shape, store.dst_strides) == (C + r0 * 4, (96, 12), (24 * 4, 4))
+    assert len(compute_tiles(tt)) == 2  # two 12-row panels of Cᵀ
+    # The same loads of A's panel (B's rows) and of the B block (A's rows); the same micro-kernels, then the
+    # transpose: 59 cycles more per tile, as derived above. C's rows go out as 96 rows of 12 elements: Cᵀ's panel
+    # [r0:r0 + 12, 0:96] is C's [0:96, r0:r0 + 12].
+    assert {t.stores[0].shape for t in compute_tiles(tt)} == {(96, 12)}
+    assert_tiles_transposed_into_c(tt, nn, FT, C, 24 * 4, 59)
 
 
 def test_beta_brings_c_in_transposed_too():
