@@ -151,3 +151,50 @@ def test_a_sweep_that_cannot_write_its_results_says_so_in_one_line(tmp_path):
     assert proc.returncode == 2, proc.stderr
     (line,) = proc.stderr.splitlines()
     assert line == f"dspsim: error: output {out / 'points.jsonl'}: cannot write: File too large"
+
+
+class _SignalsItselfWhenDropped:
+    """An object whose finalizer sends this process ``signum`` and lets its handler run there, inside the
+    finalizer, where Python drops the handler's exception ("Exception ignored in ...")."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+
+    def __del__(self) -> None:
+        os.kill(os.getpid(), self.signum)
+        for _ in range(10_000):  # the handler runs at one of these steps: still inside the finalizer
+            pass
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_signal_lost_in_a_finalizer_is_raised_at_the_latch_check(signum, monkeypatch):
+    """A sweep's loop keeps a StopLatch: a Ctrl-C (or SIGTERM) whose exception a finalizer swallowed still stops it
+    at the loop's next turn, with the exception the signal stands for."""
+    from sim.run.signals import StopLatch, Terminated, signal_number, sigterm_raises
+
+    dropped: list[BaseException | None] = []  # what Python dropped ("Exception ignored in ...")
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: dropped.append(u.exc_value))
+    with sigterm_raises(), StopLatch() as latch:
+        _SignalsItselfWhenDropped(signum)  # dropped at once: the signal's exception is raised and lost there
+        lost = True  # (reached: nothing propagated out of the finalizer)
+        assert len(dropped) == 1 and isinstance(dropped[0], KeyboardInterrupt)
+        with pytest.raises(KeyboardInterrupt) as raised:
+            latch.check()
+    assert lost and signal_number(raised.value) == signum
+    assert isinstance(raised.value, Terminated) == (signum == signal.SIGTERM)
+    # Left as they were: Ctrl-C raises as Python's own handler does, and a latch with no signal checks quietly.
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with StopLatch() as quiet:
+        quiet.check()
+
+
+def test_a_latch_leaves_an_ignored_signal_ignored():
+    """``nohup`` and background jobs ignore Ctrl-C: the latch does not turn it back on."""
+    from sim.run.signals import StopLatch
+
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with StopLatch():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, old)

@@ -76,6 +76,48 @@ class StopSignalsIgnored:
             signal.signal(s, old)  # type: ignore[arg-type]
 
 
+class StopLatch:
+    """Meanwhile each stop signal (Ctrl-C, SIGTERM) is also written down, and :meth:`check` raises it again.
+
+    A signal's handler runs wherever the main thread is, a finalizer or a garbage collector callback included, and
+    Python drops an exception raised there ("Exception ignored in ..."): the stop would be lost, and a sweep would
+    run to its end.  A loop that calls :meth:`check` at each turn stops all the same.  A signal this process
+    ignores (``nohup``) stays ignored; nothing changes in another thread than the main one."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._old: dict[int, object] = {}
+
+    def __enter__(self) -> StopLatch:
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for s in self.SIGNALS:
+            old = signal.getsignal(s)
+            if callable(old):  # (a handler of ours or Python's: SIG_IGN and SIG_DFL stay as they are)
+                self._old[s] = old
+                signal.signal(s, self._noted)
+        return self
+
+    def _noted(self, signum: int, frame: types.FrameType | None) -> None:
+        self.signum = signum
+        handler = self._old[signum]
+        assert callable(handler)
+        handler(signum, frame)
+
+    def check(self) -> None:
+        """Raise the stop signal that arrived meanwhile, if one did (its exception may have been lost)."""
+        if self.signum is not None:
+            if self.signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            raise Terminated(self.signum)
+
+    def __exit__(self, *exc: object) -> None:
+        for s, old in self._old.items():
+            signal.signal(s, old)  # type: ignore[arg-type]
+
+
 def _ask_for_death_signal() -> None:
     """Have Linux send this process SIGKILL when its parent dies (nothing elsewhere, or when prctl fails)."""
     if not sys.platform.startswith("linux"):

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sim.run.progress import PhaseBar
-from sim.run.signals import StopSignalsIgnored, die_with_parent
+from sim.run.signals import StopLatch, StopSignalsIgnored, die_with_parent
 from sim.sweep.point import failed_row, run_point
 
 #: Seconds between two looks at the running points (how soon Ctrl-C and the progress bar are served).
@@ -77,12 +77,15 @@ def run_local(points: list[dict], workers: int, record: Callable[[dict], None], 
         futures = {pool.submit(run_point, p): p for p in points}
         bar.start()  # after the workers are forked: no thread of ours is copied into them
         pending = set(futures)
-        while pending:
-            # A short wait, not a blocking one: Ctrl-C is served within POLL_SECONDS.
-            done, pending = cf.wait(pending, timeout=POLL_SECONDS, return_when=cf.FIRST_COMPLETED)
-            for f in done:
-                record(_result(f, futures[f]))
-                recorded.add(f)  # after recording: an interrupt in between records it twice, never not at all
+        with StopLatch() as latch:
+            while pending:
+                # A short wait, not a blocking one: Ctrl-C is served within POLL_SECONDS, even when its
+                # KeyboardInterrupt was raised in a finalizer and lost there (the latch raises it again).
+                done, pending = cf.wait(pending, timeout=POLL_SECONDS, return_when=cf.FIRST_COMPLETED)
+                for f in done:
+                    record(_result(f, futures[f]))
+                    recorded.add(f)  # after recording: an interrupt in between records it twice, never not at all
+                latch.check()
     except KeyboardInterrupt:
         with StopSignalsIgnored():
             for f, p in futures.items():
@@ -108,9 +111,11 @@ def run_dask(points: list[dict], scheduler: Any, record: Callable[[dict], None],
         futures = client.map(run_point, points, pure=False)  # pure=False: a failed point is never reused
         by_key = {f.key: p for f, p in zip(futures, points)}
         bar.start()
-        for f in dask_completed(futures):
-            record(_result(f, by_key[f.key]))
-            recorded.add(f.key)
+        with StopLatch() as latch:
+            for f in dask_completed(futures):
+                record(_result(f, by_key[f.key]))
+                recorded.add(f.key)
+                latch.check()
     except KeyboardInterrupt:
         with StopSignalsIgnored():
             for f, p in zip(futures, points):
