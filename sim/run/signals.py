@@ -18,7 +18,8 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 #: Linux's prctl option that signals a process when its parent dies (linux/prctl.h).
 PR_SET_PDEATHSIG = 1
@@ -80,15 +81,17 @@ class StopLatch:
     """Meanwhile each stop signal (Ctrl-C, SIGTERM) is also written down, and :meth:`check` raises it again.
 
     A signal's handler runs wherever the main thread is, a finalizer or a garbage collector callback included, and
-    Python drops an exception raised there ("Exception ignored in ..."): the stop would be lost, and a sweep would
-    run to its end.  A loop that calls :meth:`check` at each turn stops all the same.  A signal this process
-    ignores (``nohup``) stays ignored; nothing changes in another thread than the main one."""
+    Python drops an exception raised there (printing "Exception ignored in ..."): the stop would be lost, and a
+    sweep would run to its end.  A loop that calls :meth:`check` at each turn stops all the same, and the dropped
+    exception is not printed (the stop's own one-line message says it all).  A signal this process ignores
+    (``nohup``) stays ignored; nothing changes in another thread than the main one."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self) -> None:
         self.signum: int | None = None
         self._old: dict[int, object] = {}
+        self._hook: Callable[[Any], object] | None = None
 
     def __enter__(self) -> StopLatch:
         if threading.current_thread() is not threading.main_thread():
@@ -98,7 +101,15 @@ class StopLatch:
             if callable(old):  # (a handler of ours or Python's: SIG_IGN and SIG_DFL stay as they are)
                 self._old[s] = old
                 signal.signal(s, self._noted)
+        self._hook = sys.unraisablehook
+        sys.unraisablehook = self._dropped
         return self
+
+    def _dropped(self, unraisable: Any) -> None:
+        """An exception Python drops: the stop signal's own is raised again by :meth:`check`, not printed."""
+        if not (self.signum is not None and isinstance(unraisable.exc_value, KeyboardInterrupt)):
+            assert self._hook is not None
+            self._hook(unraisable)
 
     def _noted(self, signum: int, frame: types.FrameType | None) -> None:
         self.signum = signum
@@ -116,6 +127,8 @@ class StopLatch:
     def __exit__(self, *exc: object) -> None:
         for s, old in self._old.items():
             signal.signal(s, old)  # type: ignore[arg-type]
+        if self._hook is not None and sys.unraisablehook == self._dropped:
+            sys.unraisablehook = self._hook
 
 
 def _ask_for_death_signal() -> None:
