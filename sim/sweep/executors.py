@@ -64,8 +64,10 @@ def _result(f: Any, point: dict) -> dict:
 def run_serial(points: list[dict], record: Callable[[dict], None], bar: PhaseBar) -> None:
     """Run ``points`` one after another in this process."""
     bar.start()
-    for p in points:
-        record(run_point(p))  # Ctrl-C interrupts the point itself: it is simply not recorded
+    with StopLatch() as latch:
+        for p in points:
+            record(run_point(p))  # Ctrl-C interrupts the point itself: it is simply not recorded
+            latch.check()
 
 
 def run_local(points: list[dict], workers: int, record: Callable[[dict], None], bar: PhaseBar) -> None:
