@@ -44,12 +44,14 @@ from sim.engine.clock import cycle_of, discard_pending
 from sim.engine.dma import Dma
 from sim.engine.events import Recorder, TraceEvent
 from sim.engine.fluid import FlowNetwork, FlowShape, Link, exact_capacity
+from sim.engine.replay import replay as replay_effects
+from sim.engine.results import checked_results
 from sim.engine.steady import Skip, SteadyState
 from sim.engine.sync import Rendezvous
 from sim.engine.turnaround import Turnaround
 from sim.engine.units import Group, Units
 from sim.engine.walk import Walk
-from sim.errors import ComputeOutputError, MemoryFault, SimError, brief, one_line
+from sim.errors import MemoryFault, SimError
 from sim.model.memo import memoized
 from sim.model.memory import MAX_ACCESS_BYTES, SHARED, AddressSpace, MemoryMap
 from sim.model.plan import Operand, Plan, Tile, Transfer
@@ -284,15 +286,7 @@ class Engine:
     def replay(self, effects: Sequence[Effect]) -> None:
         """Carry out the effects a run of this engine's plan recorded, in their order: the memory a full run
         leaves, without simulating again; ``on_tile`` hears the tiles as the run reported them."""
-        copy, compute, tick = self.copy_bytes, self._compute_numerics, self.on_tile
-        for effect in effects:
-            if len(effect) == 4:
-                copy(*effect)
-            elif len(effect) == 3:
-                tile, core, cycle = effect
-                compute(core, tile, cycle)
-            elif tick is not None:
-                tick(*effect)
+        replay_effects(self, effects)
 
     def _operand_key(self, core: int, tile: Tile, op: Operand, label: str, what: str,
                      cycle: int) -> tuple[int, int, np.dtype]:
@@ -550,47 +544,6 @@ class Engine:
     def skips(self) -> tuple[Skip, ...]:
         """The periods the steady state skipped in this run (:class:`sim.engine.steady.Skip`, in order)."""
         return self._skips
-
-
-def _output_error(tile: Tile, core: int, detail: str) -> ComputeOutputError:
-    """The refusal of a compute's result on ``core``, carrying the tile (the facade names its phase)."""
-    err = ComputeOutputError(detail, core=core, tile=int(tile.tile_id))
-    err.tile_object = tile
-    return err
-
-
-def checked_results(results: Any, outputs: Sequence[Operand], core: int, tile: Tile) -> list[np.ndarray]:
-    """What a compute returned, once it is one array per output operand, each of that operand's shape and of a
-    dtype that converts to the operand's without changing kind (float64 -> float32 is fine, float -> int or
-    complex -> float is not); ComputeOutputError saying what is wrong otherwise.  A masked array is refused as
-    ``Simulator.write`` refuses one: storing it would silently drop its mask."""
-    if isinstance(results, (str, bytes, np.ndarray)) or not isinstance(results, Sequence):
-        raise _output_error(tile, core, f"the compute returned {brief(results)}, not a sequence of one array per "
-                                        f"output operand ({len(outputs)})")
-    if len(results) != len(outputs):
-        raise _output_error(tile, core, f"the compute returned {len(results)} arrays for {len(outputs)} output "
-                                        f"operands")
-    out = list(results)
-    for i, (op, value) in enumerate(zip(outputs, out)):
-        if isinstance(value, np.ma.MaskedArray):
-            raise _output_error(tile, core, f"output {i} is a masked array: its mask cannot be stored in memory "
-                                            f"(only its data would be); return np.ma.getdata(a), or a.filled(value)")
-        if not isinstance(value, np.ndarray):
-            try:
-                value = out[i] = np.asarray(value)
-            except (TypeError, ValueError, OverflowError) as e:
-                raise _output_error(tile, core, f"output {i} ({brief(value)}) is not an array: "
-                                                f"{one_line(str(e), 120)}") from None
-        want = np.dtype(op.dtype)
-        if value.dtype.kind not in "biuf" or value.dtype.fields is not None or value.dtype.subdtype is not None \
-                or not np.can_cast(value.dtype, want, "same_kind"):
-            raise _output_error(tile, core, f"output {i} has dtype {one_line(str(value.dtype), 40)}, which its "
-                                            f"operand's {want} cannot take without changing kind (return numbers "
-                                            f"of the operand's kind: bool, int, uint or float)")
-        if value.shape != tuple(op.shape):
-            raise _output_error(tile, core, f"output {i} of shape {brief(value.shape, 60)} does not fill operand "
-                                            f"{tuple(op.shape)} exactly (a result has its operand's shape)")
-    return out
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,53 @@
+"""What a tile's compute function returned, checked before it is written to memory: one array per output operand,
+of that operand's shape and of a dtype its own converts to without changing kind."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from sim.errors import ComputeOutputError, brief, one_line
+from sim.model.plan import Operand, Tile
+
+
+def _output_error(tile: Tile, core: int, detail: str) -> ComputeOutputError:
+    """The refusal of a compute's result on ``core``, carrying the tile (the facade names its phase)."""
+    err = ComputeOutputError(detail, core=core, tile=int(tile.tile_id))
+    err.tile_object = tile
+    return err
+
+
+def checked_results(results: Any, outputs: Sequence[Operand], core: int, tile: Tile) -> list[np.ndarray]:
+    """What a compute returned, once it is one array per output operand, each of that operand's shape and of a
+    dtype that converts to the operand's without changing kind (float64 -> float32 is fine, float -> int or
+    complex -> float is not); ComputeOutputError saying what is wrong otherwise.  A masked array is refused as
+    ``Simulator.write`` refuses one: storing it would silently drop its mask."""
+    if isinstance(results, (str, bytes, np.ndarray)) or not isinstance(results, Sequence):
+        raise _output_error(tile, core, f"the compute returned {brief(results)}, not a sequence of one array per "
+                                        f"output operand ({len(outputs)})")
+    if len(results) != len(outputs):
+        raise _output_error(tile, core, f"the compute returned {len(results)} arrays for {len(outputs)} output "
+                                        f"operands")
+    out = list(results)
+    for i, (op, value) in enumerate(zip(outputs, out)):
+        if isinstance(value, np.ma.MaskedArray):
+            raise _output_error(tile, core, f"output {i} is a masked array: its mask cannot be stored in memory "
+                                            f"(only its data would be); return np.ma.getdata(a), or a.filled(value)")
+        if not isinstance(value, np.ndarray):
+            try:
+                value = out[i] = np.asarray(value)
+            except (TypeError, ValueError, OverflowError) as e:
+                raise _output_error(tile, core, f"output {i} ({brief(value)}) is not an array: "
+                                                f"{one_line(str(e), 120)}") from None
+        want = np.dtype(op.dtype)
+        if value.dtype.kind not in "biuf" or value.dtype.fields is not None or value.dtype.subdtype is not None \
+                or not np.can_cast(value.dtype, want, "same_kind"):
+            raise _output_error(tile, core, f"output {i} has dtype {one_line(str(value.dtype), 40)}, which its "
+                                            f"operand's {want} cannot take without changing kind (return numbers "
+                                            f"of the operand's kind: bool, int, uint or float)")
+        if value.shape != tuple(op.shape):
+            raise _output_error(tile, core, f"output {i} of shape {brief(value.shape, 60)} does not fill operand "
+                                            f"{tuple(op.shape)} exactly (a result has its operand's shape)")
+    return out

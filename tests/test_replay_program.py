@@ -1,0 +1,82 @@
+"""A repeated call replays its plan's recorded effects through views prepared once per memory
+(sim/engine/replay.py): the bytes it leaves are those a simulation with numerics leaves, call after call, on the
+inputs in memory at each call; an effect whose operand has no kept view takes the engine's own way."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sim
+from kernels.examples import example
+from sim.model import memory as memory_module
+
+CASES = [("batch_norm_grad", "medium", "FT78NE", "fp"), ("fused_batch_norm_grad", "medium", "MT7004", "hp"),
+         ("fake_quant_with_min_max_vars_gradient", "medium", "MT7004", "hp"),
+         ("conv2d_backprop_filter", "medium", "FT78NE", "fp"),
+         ("depthwise_conv2d_backprop_input", "medium", "MT7004", "hp"), ("gemm", "medium", "FT78NE", "fp")]
+
+
+def _placed(ex, inputs=None) -> sim.Simulator:
+    m = sim.Simulator(ex.chip, tuning_cache=False)
+    ex.place(m.write, inputs) if inputs is not None else ex.place(m.write)
+    return m
+
+
+def _new_inputs(ex, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    return {d.name: (rng.uniform(-2, 2, d.shape).astype(d.dtype) if d.random is not None else d.array())
+            for d in ex.data}
+
+
+@pytest.mark.parametrize("kernel,size,chip,prefix", CASES)
+def test_each_replay_leaves_what_a_simulation_of_the_same_bytes_leaves(kernel, size, chip, prefix):
+    """Three calls on one simulator (the first simulates, the next two replay through the kept program, on new
+    inputs each time) against a fresh simulator per call that simulates with numerics: the same memory, byte for
+    byte."""
+    ex = example(kernel, size, chip, prefix)
+    m = _placed(ex)
+    tiling = m.call(ex.symbol, **ex.args).tiling.tiling
+    for seed in (1, 2):
+        inputs = _new_inputs(ex, seed)
+        ex.place(m.write, inputs)
+        m.call(ex.symbol, **ex.args)
+        fresh = _placed(ex, inputs)
+        fresh.call(ex.symbol, tiling=tiling, **ex.args)
+        assert m.memory.snapshot() == fresh.memory.snapshot(), seed
+
+
+def test_an_operand_without_a_kept_view_takes_the_engines_way(monkeypatch):
+    """When the memory keeps no view of an operand's bytes (they lie over pages of several runs), its compute
+    is replayed as the engine runs it, reading and writing through the pages: the same bytes."""
+    ex = example("fake_quant_with_min_max_vars_gradient", "medium", "FT78NE", "fp")
+    m = _placed(ex)
+    tiling = m.call(ex.symbol, numerics=False, **ex.args).tiling.tiling
+    kept = memory_module.AddressSpace.kept_dense_views
+    monkeypatch.setattr(memory_module.AddressSpace, "kept_dense_views",
+                        lambda self, *a: (None, None) if a[1] % 3 == 0 else kept(self, *a))
+    m.call(ex.symbol, **ex.args)
+    monkeypatch.undo()
+    fresh = _placed(ex)
+    fresh.call(ex.symbol, tiling=tiling, **ex.args)
+    assert m.memory.snapshot() == fresh.memory.snapshot()
+
+
+def test_a_result_of_another_dtype_is_converted_as_the_engine_converts_it(monkeypatch):
+    """A tile function returning float64 for a float32 operand: the replay's quick path does not take it, the
+    check does, and the value is stored as the simulated call stores it."""
+    ex = example("fake_quant_with_min_max_vars_gradient", "medium", "FT78NE", "fp")
+    wide = _placed(ex)
+    run = wide.call(ex.symbol, numerics=False, **ex.args)
+    tiling = run.tiling.tiling
+    for phase in run.plan.phases:
+        for tiles in phase.tiles.values():
+            for tile in tiles:
+                c = tile.compute
+                if c is not None and c.outputs:
+                    fn = c.fn
+                    object.__setattr__(c, "fn", lambda *a, fn=fn: [np.asarray(r, np.float64) for r in fn(*a)])
+    wide.call(ex.symbol, **ex.args)
+    plain = _placed(ex)
+    plain.call(ex.symbol, tiling=tiling, **ex.args)
+    assert wide.memory.snapshot() == plain.memory.snapshot()
