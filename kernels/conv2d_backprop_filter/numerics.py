@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from kernels.common.geometry import ConvGeometry, axis_taps
+from kernels.common.halves import widened
 
 F32 = np.dtype(np.float32)
 #: The precision of the fp32 accumulator's own loops (the drain's cast, the reduction of partials).
@@ -24,6 +25,8 @@ def filter_grad_block(x: np.ndarray, dy: np.ndarray, geo: ConvGeometry, fh: int,
     """
     r0, r1 = rows
     nrows = r1 - r0
+    # fp16 blocks widened once by table look-up (exact, as every tap's copy into the fp32 matrix would widen them)
+    x, dy = widened(x), widened(dy)
     xf = x.transpose(0, 2, 3, 1) if nchw else x
     dyf = dy.transpose(0, 2, 3, 1) if nchw else dy
     nb, hl, wl, icg = xf.shape

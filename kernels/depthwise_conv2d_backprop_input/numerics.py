@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from kernels.common.geometry import AxisTaps, ConvGeometry
+from kernels.common.halves import widened
 
 F32 = np.dtype(np.float32)
 
@@ -92,8 +93,7 @@ def tile_block(rows: AxisTaps, cols: AxisTaps, geo: ConvGeometry, ct: int, out_d
     """The compute of one tile (a :class:`TileFn` of its taps, geometry, channels and dtype): (filter slice,
     out_backprop halo) -> output block, in the tensors' layout."""
     acc = np.zeros(geo.order(1, rows.hi - rows.lo, cols.hi - cols.lo, ct)[1:], F32)
-    accumulate_taps(acc, dy[0].astype(F32, copy=False), filt.astype(F32, copy=False), rows, cols, geo.stride_h,
-                    geo.stride_w, geo.nchw)
+    accumulate_taps(acc, widened(dy[0]), widened(filt), rows, cols, geo.stride_h, geo.stride_w, geo.nchw)
     return (acc[None].astype(out_dtype, copy=False),)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kernels.common.halves import widened
 from kernels.gemm.constants import F32
 
 
@@ -24,12 +25,14 @@ def tile_product(trans_a: bool, trans_b: bool, ncols: int, first: bool, beta: bo
     k block), returned as fp32 accumulator rows or, once finished (``out_dtype``), as C's rows in C's dtype.
     ``c_transposed`` (a TT call, planned as Cᵀ = B·A): the old C comes in as C's rows, the finished tile goes out
     as C's rows, each the transpose of the tile's."""
-    oa = (panel.T if trans_a else panel).astype(F32)
-    ob = (bblock.T if trans_b else bblock).astype(F32)
+    # fp32 operands as they lie (no copy), fp16 ones widened by table look-up: the same values as astype gives, in
+    # the same memory order (a transposed operand widened first, then transposed), so the same product.
+    oa = widened(panel).T if trans_a else widened(panel)
+    ob = widened(bblock).T if trans_b else widened(bblock)
     acc = oa @ ob
     if not first or beta:
-        old = rest[0]  # the accumulator, or the old C on the first k block
-        acc += (old.T if c_transposed and first else old).astype(F32)
+        old = widened(rest[0])  # the accumulator, or the old C on the first k block
+        acc += old.T if c_transposed and first else old
     if out_dtype is None:
         return (acc,)
     out = acc.astype(out_dtype)
