@@ -68,10 +68,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=7, help="repeat calls per process (the best is kept)")
     ap.add_argument("--rounds", type=int, default=2, help="processes per tree and case, taking turns")
     ap.add_argument("--case", action="append", help="only these case ids")
+    ap.add_argument("--all-large", action="store_true", help="every kernel's large cases (both chips, each precision)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "repeat_calls.md"), help="the table's file, - prints")
     a = ap.parse_args()
     before = Path(a.before).resolve()
-    ids = a.case or case_ids(KERNELS)
+    ids = a.case or (case_ids(sizes=["large"]) if a.all_large else case_ids(KERNELS))
     rows = []
     for case_id in ids:
         got: dict[str, list[dict]] = {"before": [], "after": []}
@@ -86,7 +87,8 @@ def main() -> None:
         print(f"{case_id:55s} {b:8.4f} {f:8.4f} {b / f:5.2f}x  bit-identical={same} same-cycles={timing}",
               file=sys.stderr)
     cmd = "python3 bench/repeat_calls.py " + " ".join(shlex.quote(x) for x in sys.argv[1:])
-    lines = ["# Repeat calls: fake quant and batch norms", "",
+    title = "every kernel's large cases" if a.all_large else "fake quant and batch norms"
+    lines = [f"# Repeat calls: {title}", "",
              "A repeated call (`m.call(...)` again on the same simulator, numerics on): best of "
              f"{a.repeat} calls per process, {a.rounds} processes per tree and case, the trees taking turns.",
              f"Made with `{cmd}`.", "",
