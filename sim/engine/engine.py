@@ -302,7 +302,7 @@ class Engine:
             self._resolved[(op.addr, op.addr + n, core)] = got
         return got[1], n, dt
 
-    def _operand_view(self, core: int, tile: Tile, op: Operand, label: str, what: str,
+    def operand_view(self, core: int, tile: Tile, op: Operand, label: str, what: str,
                       cycle: int) -> tuple[int, int, np.dtype, np.ndarray | None, np.ndarray | None]:
         """(store key, bytes, dtype, a view of the operand's bytes and a read-only one, or None twice if it
         crosses a page), the views kept by the memory: a cached plan's operands are the same every run."""
@@ -311,7 +311,7 @@ class Engine:
         return key, n, dt, view, frozen
 
     def _read_operand(self, core: int, tile: Tile, op: Operand, cycle: int) -> np.ndarray:
-        key, n, dt, _, frozen = self._operand_view(core, tile, op, "compute operand", "read", cycle)
+        key, n, dt, _, frozen = self.operand_view(core, tile, op, "compute operand", "read", cycle)
         # Read-only: a tile's function cannot write simulated memory through its inputs (numpy refuses), and
         # its results are written back only once it has returned, so no input is copied.
         if frozen is not None:
@@ -319,7 +319,7 @@ class Engine:
         return self.memory.read_span(key, op.addr, n).copy().view(dt).reshape(op.shape)
 
     def _write_operand(self, core: int, tile: Tile, op: Operand, value: np.ndarray, cycle: int) -> None:
-        key, n, dt, view, _ = self._operand_view(core, tile, op, "compute output", "write", cycle)
+        key, n, dt, view, _ = self.operand_view(core, tile, op, "compute output", "write", cycle)
         arr = np.asarray(value, dtype=dt)
         if view is not None:
             self.memory.touch(key, op.addr, op.addr + n)
@@ -327,7 +327,7 @@ class Engine:
         else:
             self.memory.write_span(key, op.addr, np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
 
-    def _compute_numerics(self, core: int, tile: Tile, cycle: int) -> None:
+    def compute_numerics(self, core: int, tile: Tile, cycle: int) -> None:
         """Run a tile's compute function on its operands in simulated memory and write its results back."""
         c = tile.compute
         assert c is not None  # the walk computes only tiles that have a compute
@@ -354,7 +354,7 @@ class Engine:
         assert c is not None  # the walk computes only tiles that have a compute
         now = cycle_of(self.env) + self.offset
         if self.numerics:
-            self._compute_numerics(core, tile, now)
+            self.compute_numerics(core, tile, now)
         if self.effects is not None:
             self.effects.append((tile, core, now))
         if self.elog is not None:

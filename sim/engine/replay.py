@@ -8,8 +8,8 @@ memory keeps stay valid), so the first replay on a memory writes the effects dow
 kept with the memory, and every replay runs the program: a copy journals its destination and assigns one view to
 another; a compute calls its function on its inputs' read-only views, checks its results and writes each into its
 output's view.  Exactly the operations, in exactly the order, of :meth:`Engine.copy_bytes
-<sim.engine.engine.Engine.copy_bytes>` and :meth:`Engine._compute_numerics
-<sim.engine.engine.Engine._compute_numerics>`, which an effect whose bytes span pages of several runs still takes.
+<sim.engine.engine.Engine.copy_bytes>` and :meth:`Engine.compute_numerics
+<sim.engine.engine.Engine.compute_numerics>`, which an effect whose bytes span pages of several runs still takes.
 """
 
 from __future__ import annotations
@@ -31,10 +31,9 @@ _COPY, _COMPUTE, _SLOW, _TICK = 0, 1, 2, 3
 def replay(eng: Engine, effects: Sequence[Effect]) -> None:
     """Carry out ``effects`` (a run of ``eng``'s kind recorded them) on ``eng``'s memory, in order."""
     memory = eng.memory
-    key = ("replay", id(effects))
-    kept = memory._kept.get(key)
-    if kept is None or kept[0] is not effects:
-        kept = memory._keep(key, (effects, _program(eng, effects)))
+    # (the effects are kept beside their program: while it is kept, their id names no other list)
+    kept = memory.kept(("replay", id(effects)), lambda: (effects, _program(eng, effects)))
+    assert kept[0] is effects
     touch, tick = memory.touch, eng.on_tile
     for step in kept[1]:
         kind = step[0]
@@ -50,7 +49,7 @@ def replay(eng: Engine, effects: Sequence[Effect]) -> None:
                 eng.copy_bytes(*effect)
             else:
                 tile, core, cycle = effect
-                eng._compute_numerics(core, tile, cycle)
+                eng.compute_numerics(core, tile, cycle)
         elif tick is not None:
             tick(*step[1])
 
@@ -78,13 +77,13 @@ def _compute_step(eng: Engine, tile: Any, core: int, cycle: int) -> tuple:
     c = tile.compute
     inputs = []
     for op in c.inputs:
-        _, _, _, _, frozen = eng._operand_view(core, tile, op, "compute operand", "read", cycle)
+        _, _, _, _, frozen = eng.operand_view(core, tile, op, "compute operand", "read", cycle)
         if frozen is None:
             return _SLOW, (tile, core, cycle)
         inputs.append(frozen)
-    outputs = []
+    outputs = []  # (view, store key, lo, hi, little-endian dtype, shape, the operand's dtype)
     for op in c.outputs:
-        key, n, dt, view, _ = eng._operand_view(core, tile, op, "compute output", "write", cycle)
+        key, n, dt, view, _ = eng.operand_view(core, tile, op, "compute output", "write", cycle)
         if view is None:
             return _SLOW, (tile, core, cycle)
         outputs.append((view, key, op.addr, op.addr + n, dt, tuple(op.shape), np.dtype(op.dtype)))
@@ -93,7 +92,7 @@ def _compute_step(eng: Engine, tile: Any, core: int, cycle: int) -> tuple:
 
 def _compute(touch: Callable[[int, int, int], None], c: Any, inputs: tuple, outputs: tuple, core: int,
              tile: Any) -> None:
-    """One compute through its kept views (as :meth:`Engine._compute_numerics` runs it)."""
+    """One compute through its kept views (as :meth:`Engine.compute_numerics` runs it)."""
     try:
         returned = c.fn(*inputs)
     except Exception as e:  # the kernel's own exception, as it is: the facade notes where it was raised
@@ -101,7 +100,8 @@ def _compute(touch: Callable[[int, int, int], None], c: Any, inputs: tuple, outp
         raise
     # (results that are plain arrays of their operands' dtypes and shapes pass the check as they are: most do)
     if type(returned) in (list, tuple) and len(returned) == len(outputs) and all(
-            type(r) is np.ndarray and r.shape == out[5] and r.dtype == out[6] for r, out in zip(returned, outputs)):
+            type(r) is np.ndarray and r.shape == shape and r.dtype == want
+            for r, (_, _, _, _, _, shape, want) in zip(returned, outputs)):
         results = list(returned)
     else:
         results = checked_results(returned, c.outputs, core, tile)

@@ -506,7 +506,7 @@ class SteadyState:
                     _, core, index, cycle = entry
                     tile = tile_of(core, index, k)
                     if eng.numerics:
-                        eng._compute_numerics(core, tile, cycle + dt)
+                        eng.compute_numerics(core, tile, cycle + dt)
                     if eng.effects is not None:
                         eng.effects.append((tile, core, cycle + dt))
                 elif eng.on_tile is not None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -373,6 +373,14 @@ class AddressSpace:
                 frozen = view.view()
                 frozen.flags.writeable = False
             return self._keep(k, (view, frozen))
+
+    def kept(self, key: tuple, make: Callable[[], Any]) -> Any:
+        """``make()``, made once per ``key`` and kept with this memory, as its views are (a replay's program of
+        them: :mod:`sim.engine.replay`); a key names what the value is made of."""
+        try:
+            return self._kept[key]
+        except KeyError:
+            return self._keep(key, make())
 
     def _keep(self, key: tuple, value: Any) -> Any:
         if len(self._kept) >= MAX_KEPT_VIEWS:  # a long sweep's plans: start afresh rather than grow
