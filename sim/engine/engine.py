@@ -45,7 +45,7 @@ from sim.engine.dma import Dma
 from sim.engine.events import Recorder, TraceEvent
 from sim.engine.fluid import FlowNetwork, FlowShape, Link, exact_capacity
 from sim.engine.replay import replay as replay_effects
-from sim.engine.results import checked_results
+from sim.engine.results import tile_results
 from sim.engine.steady import Skip, SteadyState
 from sim.engine.sync import Rendezvous
 from sim.engine.turnaround import Turnaround
@@ -331,16 +331,7 @@ class Engine:
         """Run a tile's compute function on its operands in simulated memory and write its results back."""
         c = tile.compute
         assert c is not None  # the walk computes only tiles that have a compute
-        arrays = [self._read_operand(core, tile, op, cycle) for op in c.inputs]
-        try:
-            returned = c.fn(*arrays)
-        except Exception as e:  # the kernel's own exception, as it is: the facade notes where it was raised
-            e.dspsim_tile = (core, tile)  # type: ignore[attr-defined]
-            raise
-        results = checked_results(returned, c.outputs, core, tile)
-        if len(results) > 1:
-            # A result that is (a view of) a read-only input must not change under an earlier output's write.
-            results = [r.copy() if isinstance(r, np.ndarray) and not r.flags.writeable else r for r in results]
+        results = tile_results(c, [self._read_operand(core, tile, op, cycle) for op in c.inputs], core, tile)
         for op, value in zip(c.outputs, results):
             self._write_operand(core, tile, op, value, cycle)
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sim.engine.results import checked_results
+from sim.engine.results import tile_results
 
 if TYPE_CHECKING:
     from sim.engine.engine import Effect, Engine
@@ -81,34 +81,19 @@ def _compute_step(eng: Engine, tile: Any, core: int, cycle: int) -> tuple:
         if frozen is None:
             return _SLOW, (tile, core, cycle)
         inputs.append(frozen)
-    outputs = []  # (view, store key, lo, hi, little-endian dtype, shape, the operand's dtype)
+    outputs = []  # (view, store key, lo, hi, little-endian dtype, shape)
     for op in c.outputs:
         key, n, dt, view, _ = eng.operand_view(core, tile, op, "compute output", "write", cycle)
         if view is None:
             return _SLOW, (tile, core, cycle)
-        outputs.append((view, key, op.addr, op.addr + n, dt, tuple(op.shape), np.dtype(op.dtype)))
+        outputs.append((view, key, op.addr, op.addr + n, dt, tuple(op.shape)))
     return _COMPUTE, c, tuple(inputs), tuple(outputs), core, tile
 
 
 def _compute(touch: Callable[[int, int, int], None], c: Any, inputs: tuple, outputs: tuple, core: int,
              tile: Any) -> None:
     """One compute through its kept views (as :meth:`Engine.compute_numerics` runs it)."""
-    try:
-        returned = c.fn(*inputs)
-    except Exception as e:  # the kernel's own exception, as it is: the facade notes where it was raised
-        e.dspsim_tile = (core, tile)  # type: ignore[attr-defined]
-        raise
-    # (results that are plain arrays of their operands' dtypes and shapes pass the check as they are: most do)
-    if type(returned) in (list, tuple) and len(returned) == len(outputs) and all(
-            type(r) is np.ndarray and r.shape == shape and r.dtype == want
-            for r, (_, _, _, _, _, shape, want) in zip(returned, outputs)):
-        results = list(returned)
-    else:
-        results = checked_results(returned, c.outputs, core, tile)
-    if len(results) > 1:
-        # A result that is (a view of) a read-only input must not change under an earlier output's write.
-        results = [r.copy() if isinstance(r, np.ndarray) and not r.flags.writeable else r for r in results]
-    for (view, key, lo, hi, dt, shape, _), value in zip(outputs, results):
+    for (view, key, lo, hi, dt, shape), value in zip(outputs, tile_results(c, inputs, core, tile)):
         arr = np.asarray(value, dtype=dt)
         touch(key, lo, hi)
         view[...] = arr.reshape(shape)

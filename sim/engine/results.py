@@ -1,5 +1,5 @@
-"""What a tile's compute function returned, checked before it is written to memory: one array per output operand,
-of that operand's shape and of a dtype its own converts to without changing kind."""
+"""A tile's compute function called, and what it returned checked before it is written to memory: one array per
+output operand, of that operand's shape and of a dtype its own converts to without changing kind."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from sim.errors import ComputeOutputError, brief, one_line
-from sim.model.plan import Operand, Tile
+from sim.model.plan import Compute, Operand, Tile
 
 
 def _output_error(tile: Tile, core: int, detail: str) -> ComputeOutputError:
@@ -51,3 +51,25 @@ def checked_results(results: Any, outputs: Sequence[Operand], core: int, tile: T
             raise _output_error(tile, core, f"output {i} of shape {brief(value.shape, 60)} does not fill operand "
                                             f"{tuple(op.shape)} exactly (a result has its operand's shape)")
     return out
+
+
+def tile_results(c: Compute, arrays: Sequence[np.ndarray], core: int, tile: Tile) -> list[np.ndarray]:
+    """Call compute ``c``'s function on its input ``arrays`` and return its results, checked
+    (:func:`checked_results`), ready to be written in order.  The kernel's own exception propagates as it is, noted
+    with where it was raised (``dspsim_tile``: the facade names the tile)."""
+    try:
+        returned = c.fn(*arrays)
+    except Exception as e:
+        e.dspsim_tile = (core, tile)  # type: ignore[attr-defined]
+        raise
+    outputs = c.outputs
+    # (plain arrays of their operands' dtypes and shapes, what most functions return, pass the check as they are)
+    if type(returned) in (list, tuple) and len(returned) == len(outputs) and all(
+            type(r) is np.ndarray and r.dtype == op.dtype and r.shape == op.shape for r, op in zip(returned, outputs)):
+        results = list(returned)
+    else:
+        results = checked_results(returned, outputs, core, tile)
+    if len(results) > 1:
+        # A result that is (a view of) a read-only input must not change under an earlier output's write.
+        results = [r.copy() if isinstance(r, np.ndarray) and not r.flags.writeable else r for r in results]
+    return results
