@@ -101,6 +101,28 @@ def test_the_pruned_search_picks_what_simulating_every_candidate_picks(kernel, s
             assert cycles is None or cycles == by_tiling[repr(tiling)]
 
 
+def test_a_run_that_can_no_longer_change_the_pick_is_stopped():
+    """BatchNormGrad on MT7004 (fp16, medium): the candidate with 4x the pick's tiles ties with it, slower. Its run is
+    stopped once it cannot end before the cheapest (with more tiles, only a run cheaper than the cheapest could
+    leave the pick out of the tie or make a new cheapest): simulated to the end it is indeed no cheaper, and the
+    pick is the exhaustive search's."""
+    ex = example("batch_norm_grad", "medium", "MT7004", "hp")
+    run = _placed(ex, tuning_cache=False).call(ex.symbol, numerics=False, **ex.args)
+    stopped = [t for (t, c), note in zip(run.tiling.candidates, run.tiling.notes)
+               if note == "stopped: it could no longer change the pick"]
+    assert len(stopped) == 1
+    expected, rows = _exhaustive_pick(ex, [t for t, _ in run.tiling.candidates])
+    assert run.tiling.tiling == expected
+    full = {repr(t): (cycles, tiles) for t, cycles, tiles in rows}
+    cheapest = min(cycles for cycles, _ in full.values())
+    picked_tiles = full[repr(run.tiling.tiling)][1]
+    cycles, tiles = full[repr(stopped[0])]
+    assert tiles > picked_tiles and cycles >= cheapest  # what allowed the stop, as the full run shows
+    assert cycles <= cheapest * (1 + TILING_TOLERANCE)  # a tie: the stop the tolerance's limit would not make
+    assert [c for t, c in run.tiling.candidates if t == stopped[0]] == [None]
+    assert run.tiling.simulated == len(rows)  # (stopped, it was still simulated)
+
+
 def test_a_ddr_bound_layer_leaves_out_the_smaller_tiles():
     """FusedBatchNormGrad 16x56x56x64 on FT78NE is DDR-bound: the candidate with 4x the tiles moves about the same
     bytes, its lower bound is within the tolerance of the first's cycles, so it is never

@@ -22,19 +22,12 @@ from tests.test_fluid import reference_ends
 ALPHA = Fraction(165, 1024)
 
 
-class _Bus(Turnaround):
-    """The turns' coupling with a given alpha (not a region's)."""
-
-    def __init__(self, alpha: Fraction) -> None:
-        self.alpha = alpha
-
-
 def run_coupled(links: dict, flows: list) -> list:
     """``flows``: [(start, {link: bytes}, written bytes on "bus")]; "bus" is coupled.  The flows' end cycles."""
     env = simpy.Environment()
     net = FlowNetwork(env)
     made = {name: net.add_link(name, cap) for name, cap in links.items()}
-    net.couple(made["bus"], _Bus(ALPHA))
+    net.couple(made["bus"], Turnaround(ALPHA))
     ends: list = [None] * len(flows)
 
     def starter(i, demands, written):
@@ -96,7 +89,7 @@ def test_set_bytes_refuses_what_a_coupling_cannot_mean():
     bus = net.add_link("bus", 10)
     other = FlowNetwork(simpy.Environment()).add_link("x", 1)
     with pytest.raises(FlowError, match="couple: .* is not a link of this network"):
-        net.couple(other, _Bus(ALPHA))
+        net.couple(other, Turnaround(ALPHA))
     with pytest.raises(FlowError, match="couple: coupling must be callable"):
         net.couple(bus, 3)  # type: ignore[arg-type]
     flow = net.start({bus: 100}, lambda cycle: None)

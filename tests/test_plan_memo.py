@@ -178,7 +178,7 @@ def test_buffer_references_are_typed_and_still_their_strings():
 
 
 def test_equal_values_are_worked_out_once_whichever_object_brings_them(machine):
-    from sim.engine.engine import transfer_ends
+    from sim.engine.ends import transfer_ends
     from sim.timing import loop_cost
     m = machine[0]
     core = m.target.core

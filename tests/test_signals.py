@@ -173,8 +173,17 @@ class _FailsWhenDropped:
         raise ValueError("a finalizer's own error")
 
 
+@pytest.fixture
+def foreground_sigint():
+    """Ctrl-C as a terminal's foreground process has it: Python's own handler (a suite started in the background
+    inherits SIGINT ignored, which the code under test rightly leaves alone); put back as it was after."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_a_stop_signal_lost_in_a_finalizer_is_raised_at_the_latch_check(signum, monkeypatch):
+def test_a_stop_signal_lost_in_a_finalizer_is_raised_at_the_latch_check(signum, monkeypatch, foreground_sigint):
     """A sweep's loop keeps a StopLatch: a Ctrl-C (or SIGTERM) whose exception a finalizer swallowed still stops it
     at the loop's next turn, with the exception the signal stands for, and the swallowed one is not printed."""
     from sim.run.signals import StopLatch, Terminated, signal_number, sigterm_raises

@@ -353,9 +353,11 @@ def test_ctrl_c_stops_at_once_and_keeps_every_finished_point(tmp_path):
                         configs=[fused])
     out = tmp_path / "out"
     journal = out / "points.jsonl"
+    # (SIGINT at its default in the child, as in a terminal's foreground job: a suite started in the background
+    # inherits it ignored, and Python then leaves it ignored)
     proc = subprocess.Popen([sys.executable, "-m", "sim.cli", "sweep", str(sweep), "-o", str(out), "--workers", "2"],
                             cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 120
         while not (journal.exists() and journal.read_text().count("\n") >= 1):

@@ -42,6 +42,7 @@ from sim.engine import steady as steady_state
 from sim.engine.buffers import PhaseBuffers
 from sim.engine.clock import cycle_of, discard_pending
 from sim.engine.dma import Dma
+from sim.engine.ends import EndsMemo
 from sim.engine.events import Recorder, TraceEvent
 from sim.engine.fluid import FlowNetwork, FlowShape, Link, exact_capacity
 from sim.engine.replay import replay as replay_effects
@@ -52,42 +53,15 @@ from sim.engine.turnaround import Turnaround
 from sim.engine.units import Group, Units
 from sim.engine.walk import Walk
 from sim.errors import MemoryFault, SimError
-from sim.model.memo import memoized
-from sim.model.memory import MAX_ACCESS_BYTES, SHARED, AddressSpace, MemoryMap
+from sim.model.memory import AddressSpace
 from sim.model.plan import Operand, Plan, Tile, Transfer
 from sim.model.target import Region, Target
 from sim.timing import (
     activation_rate,
     compute_cycles,
     compute_text,
-    row_demands,
-    side_rows,
-    transfer_bytes,
     transfer_latency_cycles,
 )
-
-
-def resolve_transfer_ends(t: Transfer, core: int, mmap: MemoryMap) -> tuple:
-    """What the engine needs of transfer ``t`` issued by ``core`` over the memory map ``mmap``: its source and
-    destination ``(region, store key)``, its bytes, its route ``(source region, key, destination region, key)``,
-    the bytes each end moves (whole bursts) and the DRAM rows it opens (:func:`sim.timing.row_demands`).
-    MemoryFault (without the tile: the engine adds it) when a side is not one region's bytes."""
-    src, dst = _resolved_side(mmap, core, t, "src"), _resolved_side(mmap, core, t, "dst")
-    route = (src[0].name, src[1], dst[0].name, dst[1])
-    rows = row_demands(src[0], dst[0], side_rows(t, "src", src[0]), side_rows(t, "dst", dst[0]))
-    return (src, dst, t.size_bytes, route, *transfer_bytes(t, src[0], dst[0]), rows)
-
-
-#: :func:`resolve_transfer_ends` worked out once per distinct transfer (:mod:`sim.model.memo`).
-transfer_ends = memoized(resolve_transfer_ends)
-
-
-def _resolved_side(mmap: MemoryMap, core: int, t: Transfer, side: str) -> tuple[Region, int]:
-    lo, hi = t.span(side)
-    region = mmap.region_of(lo, hi - lo)
-    if region is not None and hi - lo <= MAX_ACCESS_BYTES:
-        return region, (SHARED if region.shared else core)
-    return mmap.resolve(lo, hi - lo, core, what=f"DMA {side}")  # the full check, for its message
 
 
 class _PastLimit(Exception):
@@ -140,6 +114,7 @@ class Engine:
         # (source link, its bytes, destination link, its bytes, engine link, rows) -> the flow's shape in this run's
         # net.
         self.flow_shapes: dict[tuple, FlowShape] = {}
+        self._ends = EndsMemo(memory.map)  # (each transfer's ends, kept per shape and placement)
         self.core_end_cycles: dict[int, int] = {}
         # A run with a cycle limit: the limit, each core's compute cycles not started yet, and with the plan's
         # bytes per region, those not yet streaming through each shared region and its bandwidth.
@@ -180,7 +155,7 @@ class Engine:
             name = region.name if region.shared else f"{region.name}@core{key}"
             link = self._region_links[k] = self.net.add_link(name, region.bandwidth_bytes_per_cycle)
             if region.rows is not None and region.rows.turns_around:
-                self.net.couple(link, Turnaround(region))  # (its bus turns between reads and writes)
+                self.net.couple(link, Turnaround.of_region(region))  # (its bus turns between reads and writes)
         return link
 
     def row_link(self, region: Region, key: int) -> Link:
@@ -209,8 +184,8 @@ class Engine:
     # -- one transfer ------------------------------------------------------------------------------
 
     def ends(self, core: int, tile: Tile, t: Transfer) -> tuple:
-        """:func:`resolve_transfer_ends` of ``t`` on ``core``; a MemoryFault naming the core, the tile and the cycle
-        when a side is not one region's bytes."""
+        """:func:`~sim.engine.ends.resolve_transfer_ends` of ``t`` on ``core``; a MemoryFault naming the core, the
+        tile and the cycle when a side is not one region's bytes."""
         mmap = self.memory.map
         # The transfer keeps its last answer (outside its fields, as it keeps its hash): a plan's transfers are
         # issued by one core over one map, run after run, and this path is taken once per transfer run.
@@ -218,9 +193,9 @@ class Engine:
         if last is not None and last[0] is mmap and last[1] == core:
             return last[2]
         try:
-            # Worked out here rather than asked of the value memo: hashing a new transfer by value costs as much
-            # as resolving it, and the transfer keeps the answer for its later runs.
-            ends = resolve_transfer_ends(t, core, mmap)
+            # Looked up by the transfer's shape and placement rather than asked of the value memo: hashing a new
+            # transfer by value costs as much as resolving it, and the transfer keeps the answer for its later runs.
+            ends = self._ends(t, core)
         except MemoryFault as e:
             raise MemoryFault.in_tile(e, core, tile, cycle_of(self.env) + self.offset) from None
         t.__dict__["_ends"] = (mmap, core, ends)

@@ -380,13 +380,19 @@ class FlowNetwork:
         value = Fraction(nbytes) / flow.size_bytes
         if value <= 0:
             raise FlowError(f"set_bytes: bytes through {link.name!r} must be positive, got {brief(nbytes)}")
-        an, ad = value.numerator, value.denominator
-        on, od = flow._coefs[i]
-        if (an, ad) == (on, od):
+        self.set_coefficient(flow, i, value.numerator, value.denominator)
+
+    def set_coefficient(self, flow: Flow, pos: int, an: int, ad: int) -> None:
+        """:meth:`set_bytes` of the link at place ``pos`` of ``flow``'s demands, given as the reduced pair ``an / ad``
+        of bytes through it per byte of the flow's ``size_bytes`` (positive): a coupling that works the pairs out
+        once calls this on every change of the link's flows."""
+        on, od = flow._coefs[pos]
+        if an == on and ad == od:
             return
         coefs = list(flow._coefs)
-        coefs[i] = (an, ad)
+        coefs[pos] = (an, ad)
         flow._coefs = tuple(coefs)
+        link = flow._links[pos]
         members = link._members
         for j, m in enumerate(members):
             if m[0] is flow:

@@ -33,27 +33,53 @@ from sim.timing import bus_cost_per_written_byte
 class Turnaround:
     """The coupling of one DRAM region's link: writers pay ``alpha`` per written byte while anything reads there."""
 
-    __slots__ = ("alpha",)
+    __slots__ = ("_kinds", "alpha")
 
-    def __init__(self, region: Region) -> None:
-        self.alpha = bus_cost_per_written_byte(region)
+    def __init__(self, alpha: Fraction) -> None:
+        self.alpha = Fraction(alpha)
+        # What each flow shape is to the link, worked out once (flows of one shape stream tile after tile): keyed
+        # by id of the shape's demands, which the entry keeps alive.
+        self._kinds: dict[int, tuple[tuple, int, int, int, int, int]] = {}
+
+    @classmethod
+    def of_region(cls, region: Region) -> Turnaround:
+        """The coupling of ``region``'s link (its ``alpha``: :func:`sim.timing.bus_cost_per_written_byte`)."""
+        return cls(bus_cost_per_written_byte(region))
 
     def __call__(self, net: FlowNetwork, link: Link) -> None:
-        flows = [(f, f.written.get(link, 0), _asked(f, link)) for f in link.flows]
+        kinds = [(f, self._kind(f, link)) for f in link.flows]
         # Anything reading through the link (a flow moving more bytes through it than it writes) turns the bus for
         # the pure writers; a copy within the region, which reads too, asked for its own turns
         # (sim.timing.copy_turn_bytes) and is left as it is.
-        reading = any(written < asked for _, written, asked in flows)
-        for f, written, asked in flows:
-            if written and written == asked:
-                want = asked + self.alpha * written if reading else Fraction(asked)
-                if want != f.bytes_through(link):
-                    net.set_bytes(f, link, want)
+        reading = any(kind[1] == _READS for _, kind in kinds)
+        for f, (_, pos, plain_n, plain_d, turned_n, turned_d) in kinds:
+            if pos >= 0:
+                if reading:
+                    net.set_coefficient(f, pos, turned_n, turned_d)
+                else:
+                    net.set_coefficient(f, pos, plain_n, plain_d)
+
+    def _kind(self, f: Flow, link: Link) -> tuple[tuple, int, int, int, int, int]:
+        """``(f's demands, pos, plain coefficient, turned coefficient)`` for a flow that only writes through
+        ``link`` (``pos`` the link's place among its demands; a coefficient is bytes through the link per byte of
+        ``size_bytes``, a reduced pair), ``pos`` :data:`_READS` for one that reads there, -1 for neither."""
+        got = self._kinds.get(id(f.demands))
+        if got is not None:
+            return got
+        pos, asked = next(((i, b) for i, (lk, b) in enumerate(f.demands) if lk is link), (-1, 0))
+        written = f.written.get(link, 0)
+        plain = turned = Fraction(0)
+        if written < asked:
+            pos = _READS
+        elif not (written and written == asked):
+            pos = -1
+        else:
+            plain = Fraction(asked, f.size_bytes)
+            turned = (asked + self.alpha * written) / f.size_bytes
+        got = self._kinds[id(f.demands)] = (f.demands, pos, plain.numerator, plain.denominator,
+                                           turned.numerator, turned.denominator)
+        return got
 
 
-def _asked(f: Flow, link: Link) -> int:
-    """The bytes ``f`` asked to move through ``link`` (its shape's)."""
-    for lk, b in f.demands:
-        if lk is link:
-            return b
-    return 0
+#: The place :meth:`Turnaround._kind` gives a flow that reads through the link.
+_READS = -2

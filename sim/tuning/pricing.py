@@ -58,7 +58,7 @@ class Planner(Protocol):
 # --- pricing planned candidates ---------------------------------------------------------------------------
 
 
-def _cannot_win(pick: tuple[int, int], best: int, c: Candidate, tolerance: float) -> bool:
+def _cannot_win(pick: tuple[int, int], best: int, c: Candidate, tolerance: float, proven: int = 0) -> bool:
     """Whether candidate ``c``, not yet simulated, cannot change the pick ``(tiles, cycles)`` whatever it costs,
     the cheapest simulated so far taking ``best`` cycles.
 
@@ -66,13 +66,14 @@ def _cannot_win(pick: tuple[int, int], best: int, c: Candidate, tolerance: float
     leave it out of the tie); with more tiles ``c`` then loses the tie to it, and with as many tiles it loses
     unless it is cheaper (an equal count goes to the pick, which comes first in the kernel's order).  With fewer
     tiles (a round priced one candidate at a time takes them in the order of their bounds) it wins as soon as it
-    comes within the tolerance of the cheapest, so only its bound beyond that rules it out.
+    comes within the tolerance of the cheapest, so only its bound beyond that rules it out.  ``proven``: a bound
+    of ``c``'s cycles that a stopped run of it proved (the larger bound counts).
     """
     tiles, cycles = pick
+    bound = max(c.lower_bound_cycles, proven)
     if c.plan.tile_count < tiles:
-        return c.lower_bound_cycles > best * (1 + tolerance)
-    return c.lower_bound_cycles >= cycles / (1 + tolerance) and (c.plan.tile_count > tiles
-                                                                 or c.lower_bound_cycles >= cycles)
+        return bound > best * (1 + tolerance)
+    return bound >= cycles / (1 + tolerance) and (c.plan.tile_count > tiles or bound >= cycles)
 
 
 class Pricing:
@@ -86,6 +87,9 @@ class Pricing:
         self.failed: dict[int, PlanError] = {}  # index -> the plan rule it breaks (its cycles do not count)
         self.verified: set[int] = set()  # candidates whose plan passed the check
         self._left_out: set[int] = set()  # not simulated: they could not change the pick of their time
+        # Candidates whose run was stopped once it could change neither the cheapest nor the pick, and the lower
+        # bound of their cycles that the stop proved (they are left out too: looked at again if the pick changes).
+        self._proven: dict[int, int] = {}
         self.best: int | None = None
         # Progress over every round: tiles simulated (a candidate stopped or left out counts as done) of all.
         self.done_tiles = self.total_tiles = 0
@@ -165,7 +169,24 @@ class Pricing:
             return False
         pick = self.pick()
         return _cannot_win((self.candidates[pick].plan.tile_count, self.cycles[pick] or 0), self.best,
-                           self.candidates[i], self.tolerance)
+                           self.candidates[i], self.tolerance, self._proven.get(i, 0))
+
+    def _irrelevant_after(self, i: int) -> int | None:
+        """The cycles past which candidate ``i``'s run can change neither the cheapest nor the pick (None: any run
+        of it within the tolerance may).  With more tiles than the pick it changes the pick only by leaving it out
+        of the tie, which takes fewer cycles than the cheapest's; with as many, only by beating the pick (its
+        cycles, or fewer when planned after it).  A run past that is stopped and its candidate left out, with
+        those cycles as its bound."""
+        if self.best is None:
+            return None
+        pick = self.pick()
+        tiles, mine = self.candidates[pick].plan.tile_count, self.candidates[i].plan.tile_count
+        if mine > tiles:
+            return self.best - 1
+        if mine == tiles:
+            cycles = self.cycles[pick] or 0
+            return cycles - 1 if i > pick else cycles
+        return None
 
     def _price_one(self, i: int) -> None:
         """Simulate candidate ``i`` unless it cannot change the pick (then it is left out, to be looked at again
@@ -176,9 +197,14 @@ class Pricing:
         if self._cannot_win(i):
             self._left_out.add(i)
             return
+        self._proven.pop(i, None)
         limit = None if self.best is None else int(self.best * (1 + self.tolerance))
         if limit is not None and cand.lower_bound_cycles > limit:
             return  # it cannot come within the tolerance of the cheapest, whatever is simulated after it
+        irrelevant = self._irrelevant_after(i)
+        tied_stop = irrelevant is not None and limit is not None and irrelevant < limit
+        if tied_stop:
+            limit = irrelevant
         tick = None
         if self.progress is not None:
             self.progress("pricing tilings", self.done_tiles, self.total_tiles)
@@ -194,6 +220,10 @@ class Pricing:
             return  # a plan that breaks a rule: what its run does is undefined, the rule is what it broke
         self.done_tiles += cand.plan.tile_count
         self.cycles[i] = None if timing is None else timing.cycles
+        if timing is None and tied_stop:
+            assert limit is not None
+            self._proven[i] = limit + 1
+            self._left_out.add(i)
         if timing is not None:
             self.timings[i] = timing
             if self.best is None or timing.cycles < self.best:
@@ -207,6 +237,8 @@ class Pricing:
             return "not simulated: its lower bound cannot change the pick"
         cycles = self.cycles[i]
         if cycles is None:
+            if i in self._proven:
+                return "stopped: it could no longer change the pick"
             return f"stopped: slower than {self.tolerance:.0%} over the cheapest"
         assert self.best is not None
         if cycles <= self.best * (1 + self.tolerance):
