@@ -5,16 +5,21 @@ A run records its effects on memory in order (:data:`sim.engine.engine.Effect`):
 tile's compute, each progress report.  A repeated call of the same plan carries them out again on the bytes now in
 memory.  Which bytes each copy and each compute operand moves through does not change between calls (the views a
 memory keeps stay valid), so the first replay on a memory writes the effects down as a program of those views,
-kept with the memory, and every replay runs the program: a copy journals its destination and assigns one view to
-another; a compute calls its function on its inputs' read-only views, checks its results and writes each into its
-output's view.  Exactly the operations, in exactly the order, of :meth:`Engine.copy_bytes
-<sim.engine.engine.Engine.copy_bytes>` and :meth:`Engine.compute_numerics
-<sim.engine.engine.Engine.compute_numerics>`, which an effect whose bytes span pages of several runs still takes.
+kept with the memory, and every replay runs the program: a copy assigns one view to another; a compute calls its
+function on its inputs' read-only views, checks its results and writes each into its output's view.  Exactly the
+operations, in exactly the order, of :meth:`Engine.copy_bytes <sim.engine.engine.Engine.copy_bytes>` and
+:meth:`Engine.compute_numerics <sim.engine.engine.Engine.compute_numerics>`, which an effect whose bytes span pages
+of several runs still takes.
+
+The call's journal (:meth:`AddressSpace.touch <sim.model.memory.AddressSpace.touch>`) saves each chunk's bytes
+before the call first changes them, so that a failing call leaves memory as it was.  The program journals every
+chunk its steps write before its first step, all at once: the bytes saved are the same (nothing has changed them
+yet), a rolled-back call restores the same chunks, and the steps pay no journal look each.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,17 +37,17 @@ def replay(eng: Engine, effects: Sequence[Effect]) -> None:
     """Carry out ``effects`` (a run of ``eng``'s kind recorded them) on ``eng``'s memory, in order."""
     memory = eng.memory
     # (the effects are kept beside their program: while it is kept, their id names no other list)
-    kept = memory.kept(("replay", id(effects)), lambda: (effects, _program(eng, effects)))
+    kept = memory.kept(("replay", id(effects)), lambda: (effects, *_program(eng, effects)))
     assert kept[0] is effects
     touch, tick = memory.touch, eng.on_tile
+    for key, lo, hi in kept[2]:
+        touch(key, lo, hi)
     for step in kept[1]:
         kind = step[0]
         if kind == _COPY:
-            _, src_view, dst_view, dst_key, lo, hi = step
-            touch(dst_key, lo, hi)
-            dst_view[...] = src_view  # numpy buffers the copy itself when source and destination overlap
+            step[2][...] = step[1]  # numpy buffers the copy itself when source and destination overlap
         elif kind == _COMPUTE:
-            _compute(touch, *step[1:])
+            _compute(*step[1:])
         elif kind == _SLOW:
             effect = step[1]
             if len(effect) == 4:
@@ -54,20 +59,41 @@ def replay(eng: Engine, effects: Sequence[Effect]) -> None:
             tick(*step[1])
 
 
-def _program(eng: Engine, effects: Sequence[Effect]) -> list[tuple]:
-    """The steps that carry out ``effects`` on ``eng``'s memory (views resolved once)."""
+def _program(eng: Engine, effects: Sequence[Effect]) -> tuple[list[tuple], list[tuple[int, int, int]]]:
+    """The steps that carry out ``effects`` on ``eng``'s memory (views resolved once), and the spans ``(store key,
+    lo, hi)`` their copies and computes write, merged (the engine's own way journals its own)."""
     memory = eng.memory
     out: list[tuple] = []
+    written: list[tuple[int, int, int]] = []
     for effect in effects:
         if len(effect) == 4:
             t, _, src_key, dst_key = effect
             planned = memory.kept_copy_plan(src_key, t.src, dst_key, t.dst, t.shape, t.itemsize, t.src_strides,
                                             t.dst_strides)
-            out.append((_SLOW, effect) if planned is None else (_COPY, *planned))
+            if planned is None:
+                out.append((_SLOW, effect))
+            else:
+                out.append((_COPY, *planned[:2]))
+                written.append(planned[2:])
         elif len(effect) == 3:
-            out.append(_compute_step(eng, *effect))
+            step = _compute_step(eng, *effect)
+            out.append(step)
+            if step[0] == _COMPUTE:
+                written.extend((key, lo, hi) for _, key, lo, hi, _, _ in step[3])
         else:
             out.append((_TICK, effect))
+    return out, _merged(written)
+
+
+def _merged(spans: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """``spans`` of each store key merged where they overlap or meet."""
+    out: list[tuple[int, int, int]] = []
+    for key, lo, hi in sorted(spans):
+        if out and out[-1][0] == key and lo <= out[-1][2]:
+            if hi > out[-1][2]:
+                out[-1] = (key, out[-1][1], hi)
+        else:
+            out.append((key, lo, hi))
     return out
 
 
@@ -90,10 +116,7 @@ def _compute_step(eng: Engine, tile: Any, core: int, cycle: int) -> tuple:
     return _COMPUTE, c, tuple(inputs), tuple(outputs), core, tile
 
 
-def _compute(touch: Callable[[int, int, int], None], c: Any, inputs: tuple, outputs: tuple, core: int,
-             tile: Any) -> None:
-    """One compute through its kept views (as :meth:`Engine.compute_numerics` runs it)."""
-    for (view, key, lo, hi, dt, shape), value in zip(outputs, tile_results(c, inputs, core, tile)):
-        arr = np.asarray(value, dtype=dt)
-        touch(key, lo, hi)
-        view[...] = arr.reshape(shape)
+def _compute(c: Any, inputs: tuple, outputs: tuple, core: int, tile: Any) -> None:
+    """One compute through its kept views (as :meth:`Engine.compute_numerics` runs it, its outputs journaled)."""
+    for (view, _, _, _, dt, shape), value in zip(outputs, tile_results(c, inputs, core, tile)):
+        view[...] = np.asarray(value, dtype=dt).reshape(shape)
