@@ -227,6 +227,14 @@ GEOMETRY_KNOBS = ("filter_h", "filter_w", "stride_h", "stride_w", "dilation_h", 
                   "pad_bottom", "pad_left", "pad_right")
 
 
+@pytest.fixture(scope="module")
+def full_pass_paid():
+    """The collector's full pass over the process's objects (the other tests' in a worker) paid before the timed
+    calls below, not inside one of them (sim.engine.collector: the call that crosses the threshold pays it)."""
+    from sim.engine.collector import collect_now
+    collect_now()
+
+
 @settings(max_examples=80, deadline=None, database=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(kernel=st.sampled_from(["conv2d_backprop_filter", "depthwise_conv2d_backprop_input"]),
@@ -241,7 +249,8 @@ GEOMETRY_KNOBS = ("filter_h", "filter_w", "stride_h", "stride_w", "dilation_h", 
 @example(kernel="depthwise_conv2d_backprop_input", fmt="NCHW", padding="EXPLICIT", hw=(8, 8),
          knobs={**{k: 1 for k in GEOMETRY_KNOBS}, "filter_h": 3, "filter_w": 3},
          huge={"stride_w": 662001, "pad_top": 134315}, numerics=True)
-def test_huge_geometry_answers_within_a_second_and_bounded_memory(kernel, fmt, padding, hw, knobs, huge, numerics):
+def test_huge_geometry_answers_within_a_second_and_bounded_memory(kernel, fmt, padding, hw, knobs, huge, numerics,
+                                                                 full_pass_paid):
     m = warm_simulator()
     g = {**knobs, **huge}
     order = (lambda n, h, w, c: [n, h, w, c]) if fmt == "NHWC" else (lambda n, h, w, c: [n, c, h, w])

@@ -74,3 +74,14 @@ def _promote_survivors() -> None:
         gc.collect()
         _alive_after_full = len(gc.get_objects())
         _promoted_since_full = 0
+
+
+def collect_now() -> None:
+    """Run the full pass that :func:`collector_paused` would run once enough objects were promoted, now (a process
+    about to time something pays the pass before rather than inside it); the count towards the next starts
+    again."""
+    global _promoted_since_full, _alive_after_full
+    with _lock:
+        gc.collect()
+        _alive_after_full = len(gc.get_objects())
+        _promoted_since_full = 0
