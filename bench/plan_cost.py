@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -61,8 +62,10 @@ print(json.dumps({"call": t1 - t0, "after": t2 - t1, "collector": collector, "cy
 
 def measure(tree: Path) -> dict:
     """One fresh process in ``tree``: the call's seconds by phase."""
+    # (each tree's bytecode cached, as an installed dspsim's is: see bench/first_call_search.py)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(TILING)], cwd=tree, capture_output=True,
-                         text=True, check=True)
+                         text=True, check=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
