@@ -58,22 +58,24 @@ class Planner(Protocol):
 # --- pricing planned candidates ---------------------------------------------------------------------------
 
 
-def _cannot_win(pick: tuple[int, int], best: int, c: Candidate, tolerance: float, proven: int = 0) -> bool:
-    """Whether candidate ``c``, not yet simulated, cannot change the pick ``(tiles, cycles)`` whatever it costs,
-    the cheapest simulated so far taking ``best`` cycles.
+def _cannot_win(pick: tuple[int, int, int], best: int, c: Candidate, index: int, tolerance: float,
+                proven: int = 0) -> bool:
+    """Whether candidate ``c`` (planned ``index``-th), not yet simulated, cannot change the pick ``(tiles, cycles,
+    index)`` whatever it costs, the cheapest simulated so far taking ``best`` cycles.
 
     The pick stays tied if ``c`` cannot come in under its cycles / (1 + tolerance) (the cheapest could then not
     leave it out of the tie); with more tiles ``c`` then loses the tie to it, and with as many tiles it loses
-    unless it is cheaper (an equal count goes to the pick, which comes first in the kernel's order).  With fewer
-    tiles (a round priced one candidate at a time takes them in the order of their bounds) it wins as soon as it
-    comes within the tolerance of the cheapest, so only its bound beyond that rules it out.  ``proven``: a bound
-    of ``c``'s cycles that a stopped run of it proved (the larger bound counts).
+    unless it is cheaper, or as cheap and planned before it.  With fewer tiles (a round priced one candidate at a
+    time takes them in the order of their bounds) it wins as soon as it comes within the tolerance of the cheapest,
+    so only its bound beyond that rules it out.  ``proven``: a bound of ``c``'s cycles that a stopped run of it
+    proved (the larger bound counts).
     """
-    tiles, cycles = pick
+    tiles, cycles, first = pick
     bound = max(c.lower_bound_cycles, proven)
     if c.plan.tile_count < tiles:
         return bound > best * (1 + tolerance)
-    return bound >= cycles / (1 + tolerance) and (c.plan.tile_count > tiles or bound >= cycles)
+    return bound >= cycles / (1 + tolerance) and (c.plan.tile_count > tiles or bound > cycles
+                                                  or (bound == cycles and index > first))
 
 
 class Pricing:
@@ -119,19 +121,41 @@ class Pricing:
         """The pick once its plan passed the check (None: no candidate is left).
 
         Candidates are simulated unchecked, since a search stops or leaves out most of them; the pick is checked,
-        and one that breaks a plan rule is dropped and the pick made again among the others (those whose runs it
-        stopped, or whose bounds it left out, priced again against the new cheapest)."""
+        and so is the cheapest when the tie its cycles bound could, without it, take in a candidate ahead of the
+        pick.  One that breaks a plan rule is dropped and the pick made again among the others (those whose runs
+        it stopped, or whose bounds it left out, priced again against the new cheapest)."""
         while self.best is not None:
             pick = self.pick()
-            if self._verified(pick):
+            broken = pick if not self._verified(pick) else self._broken_cheapest(pick)
+            if broken is None:
                 return pick
-            del self.cycles[pick]
-            self.timings.pop(pick, None)
+            del self.cycles[broken]
+            self.timings.pop(broken, None)
             self.best = min((c for c in self.cycles.values() if c is not None), default=None)
             again = [i for i in range(len(self.candidates)) if i not in self.failed and self.cycles.get(i) is None]
             for i in again:
                 self.cycles.pop(i, None)
             self._price(again)
+        return None
+
+    def _broken_cheapest(self, pick: int) -> int | None:
+        """The cheapest simulated candidate if it is not the pick, its plan breaks a rule, and the pick could change
+        without it (None otherwise).  Its cycles bound the tie: without it the tie can only widen, and the pick
+        changes only if a candidate ahead of it in the tie rule (fewer tiles; as many and fewer cycles, or as many
+        and planned before it) joins; one not simulated to the end might be ahead whatever its cycles."""
+        cheapest = self.cheapest()
+        if cheapest is None or cheapest == pick:
+            return None
+        best, tiles, cycles = self.best, self.candidates[pick].plan.tile_count, self.cycles[pick] or 0
+        assert best is not None
+        for i, c in enumerate(self.candidates):
+            if i == pick or i in self.failed or c.plan.tile_count > tiles:
+                continue
+            mine = self.cycles.get(i)
+            if mine is not None and mine <= best * (1 + self.tolerance):
+                continue  # tied already, and behind the pick
+            if c.plan.tile_count < tiles or mine is None or (mine, i) < (cycles, pick):
+                return None if self._verified(cheapest) else cheapest
         return None
 
     def _verified(self, i: int) -> bool:
@@ -168,8 +192,8 @@ class Pricing:
         if self.best is None:
             return False
         pick = self.pick()
-        return _cannot_win((self.candidates[pick].plan.tile_count, self.cycles[pick] or 0), self.best,
-                           self.candidates[i], self.tolerance, self._proven.get(i, 0))
+        return _cannot_win((self.candidates[pick].plan.tile_count, self.cycles[pick] or 0, pick), self.best,
+                           self.candidates[i], i, self.tolerance, self._proven.get(i, 0))
 
     def _irrelevant_after(self, i: int) -> int | None:
         """The cycles past which candidate ``i``'s run can change neither the cheapest nor the pick (None: any run
@@ -197,7 +221,8 @@ class Pricing:
         if self._cannot_win(i):
             self._left_out.add(i)
             return
-        self._proven.pop(i, None)
+        if self._proven.pop(i, None) is not None:
+            self.done_tiles -= cand.plan.tile_count  # (its stopped run counted as done: it is simulated again)
         limit = None if self.best is None else int(self.best * (1 + self.tolerance))
         if limit is not None and cand.lower_bound_cycles > limit:
             return  # it cannot come within the tolerance of the cheapest, whatever is simulated after it
