@@ -5,6 +5,8 @@ DRAM row, another core's private memory) get their own; one outside the map is r
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import sim
 from sim.engine.ends import EndsMemo, resolve_transfer_ends
@@ -53,3 +55,20 @@ def test_a_transfer_outside_the_map_is_refused_as_resolving_refuses_it():
     with pytest.raises(MemoryFault) as kept:
         memo(past, 0)
     assert str(kept.value) == str(direct.value)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(sides=st.lists(st.tuples(st.sampled_from(["ddr", "gsm", "am"]), st.integers(0, 3 * ROW),
+                                st.sampled_from(["ddr", "gsm", "am"]), st.integers(0, 1 << 14),
+                                st.integers(1, 24), st.integers(1, 300), st.sampled_from([1, 2, 4]),
+                                st.integers(0, 2)), min_size=1, max_size=40),
+       core=st.integers(0, 7))
+def test_the_kept_answer_is_what_resolving_each_transfer_gives(sides, core):
+    """Random blocks (rows of a few hundred elements, strided or dense, at any offset) between DDR, GSM and AM, on
+    one memo: each answer is exactly the transfer's own, whichever transfer made it."""
+    memo, mmap = _memo()
+    for src_name, src_off, dst_name, dst_off, rows, cols, item, gap in sides:
+        src, dst = FT78NE.region(src_name), FT78NE.region(dst_name)
+        t = Transfer(src.base + src_off, dst.base + dst_off, (rows, cols), item, ((cols + gap) * item, item),
+                     (cols * item, item))
+        assert memo(t, core) == resolve_transfer_ends(t, core, mmap)
