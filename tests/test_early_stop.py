@@ -14,6 +14,7 @@ from sim.engine.engine import Engine
 from sim.engine.events import Recorder
 from sim.model.plan import Compute, Operand, Phase, Plan, Tile, Transfer
 from sim.timing import roofline
+from tests.random_plans import random_plans
 
 FT78NE = sim.load_target("FT78NE")
 
@@ -65,42 +66,8 @@ def test_a_ddr_bound_run_past_the_limit_stops_early():
     assert bounded_events < plain_events / 4
 
 
-@st.composite
-def _random_plans(draw: st.DrawFn) -> Plan:
-    """One phase on a few cores: each tile loads a block from DDR or GSM (dense or strided) into its AM slot,
-    computes over it for a random while, and may store it back to DDR."""
-    from kernels.common.loops import elementwise
-    ddr, gsm, am = FT78NE.region("ddr"), FT78NE.region("gsm"), FT78NE.region("am")
-    cores = draw(st.lists(st.integers(0, 7), min_size=1, max_size=8, unique=True))
-    per_core = {}
-    # Regular: every core the same block tile after tile (a pipeline the steady state may skip); else drawn anew.
-    regular = draw(st.booleans())
-    count = draw(st.sampled_from([1, 3, 12, 40]))  # (40: long enough for the steady state)
-    drawn = None
-    for n, core in enumerate(sorted(cores)):
-        tiles = []
-        for i in range(count if regular else draw(st.sampled_from([1, 3, 12, 40]))):
-            if drawn is None or not regular:
-                drawn = (draw(st.sampled_from([1, 8, 32])), draw(st.sampled_from([16, 64, 256, 1024])),
-                         draw(st.sampled_from([0, 0, 64, 4096])), draw(st.sampled_from([ddr, gsm])),
-                         draw(st.integers(1, 8)), draw(st.booleans()))
-            rows, cols, gap, src, work, store = drawn
-            slot = i % 2
-            at = am.base + slot * 131072
-            base = src.base + ((n * 64 + i) << 17) % (src.size_bytes - (1 << 18))
-            load = Transfer(base, at, (rows, cols), 4, ((cols * 4 + gap), 4), (cols * 4, 4))
-            op = Operand(at, (rows * cols,), np.dtype(np.float32))
-            loop = elementwise(FT78NE.core, "fp32", rows * cols * work, loads=1, stores=0, fmac=1)
-            stores = ((Transfer.contiguous(at, ddr.base + (1 << 28) + ((n * 64 + i) << 17), rows * cols * 4),)
-                      if store else ())
-            tiles.append(Tile(i, (load,), Compute(lambda a: (a,), (op,), (op,), flops=rows * cols, precision="fp32",
-                                                  loops=(loop,)), stores, slot=slot))
-        per_core[core] = tuple(tiles)
-    return Plan(tuple(sorted(cores)), (Phase("p", per_core, barrier_after=draw(st.booleans())),), "fp32")
-
-
 @settings(max_examples=60, deadline=None, derandomize=True, database=None)
-@given(plan=_random_plans(), margin=st.integers(0, 50), steady=st.booleans())
+@given(plan=random_plans(FT78NE), margin=st.integers(0, 50), steady=st.booleans())
 def test_a_random_run_stops_only_if_it_cannot_end_by_its_limit(plan, margin, steady):
     """Whatever the plan: with its roofline's bytes, a run given a limit at or past its cycles ends with those
     cycles, and one given a limit a cycle short of them never ends (the search's stops are only ever right), with

@@ -17,6 +17,7 @@ from sim.errors import MemoryFault
 from sim.model.plan import Compute, Operand, Phase, Plan, Tile, Transfer
 from sim.testing import DoesNotFit
 from tests import tiling_property
+from tests.random_plans import random_plans
 
 FT78NE = sim.load_target("FT78NE")
 
@@ -223,3 +224,15 @@ def test_a_buffer_generation_a_wait_has_not_reached_yet_moves_with_the_skip():
     plain, steady = _run(plan, m.target, False), _run(plan, m.target, True)
     _same(plain, steady)
     assert steady["skips"]
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None)
+@given(plan=random_plans(FT78NE), until=st.sampled_from([None, 0.5, 0.9]))
+def test_random_plans_run_the_same(plan, until):
+    """Random plans (tests/random_plans.py: regular pipelines on several cores sharing DDR, irregular ones), run to
+    their end or stopped at a limit: the same cycles, trace, SimPy events, effects and progress both ways."""
+    plain = _run(plan, FT78NE, False)
+    limit = None if until is None else int(plain["cycles"] * until)
+    if limit is not None:
+        plain = _run(plan, FT78NE, False, until=limit)
+    _same(plain, _run(plan, FT78NE, True, until=limit))

@@ -48,6 +48,7 @@ from sim.engine.fluid import FlowNetwork, FlowShape, Link, exact_capacity
 from sim.engine.replay import replay as replay_effects
 from sim.engine.results import tile_results
 from sim.engine.steady import Skip, SteadyState
+from sim.engine.stop_checks import StopLog
 from sim.engine.sync import Rendezvous
 from sim.engine.turnaround import Turnaround
 from sim.engine.units import Group, Units
@@ -118,7 +119,8 @@ class Engine:
         self.core_end_cycles: dict[int, int] = {}
         # A run with a cycle limit: the limit, each core's compute cycles not started yet, and with the plan's
         # bytes per region, those not yet streaming through each shared region and its bandwidth.
-        self._limit = 0
+        self.limit_cycles: int | None = None  # the run's cycle limit, if given (the steady state skips no further)
+        self.stop_log: StopLog | None = None  # the early stop's checks passed, under a limit with the steady state
         self._compute_left: dict[int, int] | None = None
         self.bytes_left: dict[str, int] | None = None
         self._bandwidths: dict[str, Fraction] = {}
@@ -327,16 +329,21 @@ class Engine:
             self.elog.append((1, core, index, now))
         cycles = compute_cycles(c, self.target)
         if self._compute_left is not None:
+            limit = self.limit_cycles
+            assert limit is not None  # (the compute still to come is counted only under a limit)
             left = self._compute_left[core]
-            if now + left > self._limit:
+            if now + left > limit:
                 raise _PastLimit
             self._compute_left[core] = left - cycles
             if self.bytes_left is not None:
                 # The bytes no stream has started yet cross their shared region at its bandwidth at most.
-                ahead = self._limit - now
+                ahead = limit - now
                 for name, left_bytes in self.bytes_left.items():
                     if left_bytes > ahead * self._bandwidths[name]:
                         raise _PastLimit
+            if self.stop_log is not None:
+                self.stop_log.entries.append((now, core, left, tuple(self.bytes_left.values())
+                                              if self.bytes_left is not None else ()))
         return cycles
 
     def record_compute(self, core: int, tile: Tile, phase: str, start: int, index: int = -1) -> None:
@@ -465,7 +472,7 @@ class Engine:
         """
         if until_cycles is not None:
             # Each core's compute cycles, all of which it runs one after another (the early stop's bound).
-            self._limit = until_cycles
+            self.limit_cycles = until_cycles
             self._compute_left = {core: sum(compute_cycles(t.compute, self.target) for ph in plan.phases
                                             for t in ph.tiles.get(core, ()) if t.compute is not None)
                                   for core in plan.cores}
@@ -477,6 +484,8 @@ class Engine:
         self._steady = SteadyState(self, plan) if self.steady_on and SteadyState.worthwhile(plan) else None
         if self._steady is not None:
             self.rprov, self.elog = [], []
+            if until_cycles is not None:
+                self.stop_log = StopLog(tuple(self.bytes_left or ()))
         multi = len(plan.cores) > 1
         barriers = [
             {"arrived": 0, "expected": len(plan.cores), "release": self.env.event()}

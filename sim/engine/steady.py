@@ -39,6 +39,7 @@ from sim.engine.clock import cycle_of
 from sim.engine.dma import Dma
 from sim.engine.events import TraceEvent
 from sim.engine.fluid import _UNRATED, FlowNetwork
+from sim.engine.stop_checks import periods_within
 from sim.engine.units import Gate, Group, Units
 from sim.engine.walk import Loaded, StagedLanded, StartLoads, StartStaging, Stored, UsesFilled, Walk
 from sim.errors import MemoryFault
@@ -92,6 +93,7 @@ class _Mark:
     effects: int
     compute_left: dict[int, int] | None
     bytes_left: dict[str, int] | None  # (the early stop's count of bytes not yet streaming, per shared region)
+    checks: int  # the early stop's checks passed so far (Engine.stop_log)
 
 
 class SteadyState:
@@ -200,7 +202,8 @@ class SteadyState:
                   for key, pb in live for g in range(gen_base[key], gen_high[key] + 1) if (key[1], g) in pb.gens}
         mark = _Mark(now, base, issued, low, gen_base, gen_high, counts, events, len(eng.recorder.events),
                      len(eng.elog or ()), dict(eng._compute_left) if eng._compute_left is not None else None,
-                     dict(eng.bytes_left) if eng.bytes_left is not None else None)
+                     dict(eng.bytes_left) if eng.bytes_left is not None else None,
+                     len(eng.stop_log.entries) if eng.stop_log is not None else 0)
         return sig, mark
 
     def _lowest_in_use(self, walk: Walk) -> int:
@@ -296,6 +299,20 @@ class SteadyState:
                 periods = min(periods, (fills - 1) // df)
             if du:
                 periods = min(periods, (uses - 1) // du)
+        limit = eng.limit_cycles
+        if limit is not None:
+            # A run with a limit processes no event past it, and stops at the first compute start whose early-stop
+            # check fails: the skipped periods end by the limit and hold no such compute start, and the run goes on
+            # from there as a plain one would (sim.engine.stop_checks).
+            periods = min(periods, (limit - b.now - eng.offset) // period)
+            if eng.stop_log is not None and a.compute_left is not None and b.compute_left is not None:
+                per_bytes = ({name: a.bytes_left[name] - b.bytes_left[name] for name in a.bytes_left}
+                             if a.bytes_left is not None and b.bytes_left is not None else {})
+                most = periods_within(eng.stop_log, a.checks, b.checks, limit, period,
+                                      {core: a.compute_left[core] - b.compute_left[core] for core in a.compute_left},
+                                      per_bytes, eng._bandwidths)
+                if most is not None:
+                    periods = min(periods, most)
         return max(periods, 0)
 
     def _skip(self, a: _Mark, b: _Mark, periods: int) -> int:
