@@ -1,0 +1,116 @@
+"""Random plans (tests/random_plans.py) through the engine: no run beats the bounds the search prunes with, a
+core computes one tile at a time and a DMA engine streams one transfer at a time, and a replay of a run's
+recorded effects leaves exactly the bytes a simulating run leaves, or, when a tile fails, the bytes there were."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import sim
+from sim.engine.engine import Engine
+from sim.engine.events import Recorder
+from sim.model.plan import Compute, Phase, Plan, Tile
+from sim.startup import startup
+from sim.timing import roofline, run_lower_bound_cycles, serial_compute_cycles
+from tests.random_plans import random_plans
+
+FT78NE = sim.load_target("FT78NE")
+DDR, GSM = FT78NE.region("ddr"), FT78NE.region("gsm")
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(plan=random_plans(FT78NE))
+def test_no_run_beats_its_bounds_and_no_unit_does_two_things_at_once(plan):
+    m = sim.Simulator(FT78NE, tuning_cache=False)
+    eng = Engine(m.target, m.memory, Recorder(), numerics=False)
+    cycles = eng.run(plan)
+    serial = serial_compute_cycles(plan, FT78NE)
+    assert cycles >= run_lower_bound_cycles(roofline(plan, FT78NE), FT78NE)
+    assert cycles >= FT78NE.launch_overhead_cycles + max(serial.values())
+    assert cycles >= startup(plan, FT78NE).bound_cycles(serial)
+    busy: dict[tuple[int, str], list[tuple[int, int]]] = {}
+    for ev in eng.recorder.events:
+        assert 0 <= ev.start <= ev.end <= cycles
+        busy.setdefault((ev.core, ev.unit), []).append((ev.start, ev.end))
+    for spans in busy.values():  # (a compute unit, or one DMA engine: its transfers from engine to landing)
+        spans.sort()
+        assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:]))
+
+
+def _doubled(a: np.ndarray) -> tuple[np.ndarray]:
+    return (a * np.float32(2) + np.float32(1),)
+
+
+class _Fails:
+    """A tile function that fails on its ``n``-th call (counted across tiles)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __call__(self, a: np.ndarray) -> tuple[np.ndarray]:
+        self.n -= 1
+        if self.n < 0:
+            raise ValueError("a tile that fails")
+        return _doubled(a)
+
+
+def _with_fn(plan: Plan, fn) -> Plan:
+    phases = tuple(Phase(p.name, {c: tuple(Tile(t.tile_id, t.loads, Compute(fn, t.compute.inputs, t.compute.outputs,
+                                                                          t.compute.flops, t.compute.precision,
+                                                                          t.compute.loops), t.stores, slot=t.slot)
+                                          for t in tiles) for c, tiles in p.tiles.items()}, p.barrier_after)
+                   for p in plan.phases)
+    return Plan(plan.cores, phases, plan.precision)
+
+
+def _filled() -> sim.Simulator:
+    m = sim.Simulator(FT78NE, tuning_cache=False)
+    rng = np.random.default_rng(7)
+    for region in (DDR, GSM):  # the blocks random plans load lie in the first 2 MiB of each (and DDR's outputs
+        m.write(region.base, rng.standard_normal(1 << 19).astype(np.float32))  # from 256 MiB on start at zero)
+    return m
+
+
+def _bytes(m: sim.Simulator) -> dict:
+    return m.memory.snapshot()
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(plan=random_plans(FT78NE), fail_at=st.sampled_from([None, 0, 3, 17]))
+def test_a_replay_leaves_the_bytes_a_simulating_run_leaves(plan, fail_at):
+    """Each tile's compute doubles its block and adds one, in its AM slot, which the next tile of the slot loads
+    over: the order of copies and computes decides the bytes.  A replay of a timing-only run's effects leaves what
+    a run with numerics leaves; with a tile that fails, a replay inside a journal rolled back leaves memory as it
+    was."""
+    plan = _with_fn(plan, _doubled)
+    simulated = _filled()
+    Engine(simulated.target, simulated.memory, Recorder(), numerics=True).run(plan)
+    effects: list = []
+    replayed = _filled()
+    Engine(replayed.target, replayed.memory, Recorder(), numerics=False, effects=effects).run(plan)
+    eng = Engine(replayed.target, replayed.memory, Recorder(), numerics=True)
+    eng.replay(effects)
+    assert _bytes(replayed) == _bytes(simulated)
+    eng.replay(effects)  # again (the program kept with the memory): the same steps on the bytes now there
+    Engine(simulated.target, simulated.memory, Recorder(), numerics=True).run(plan)
+    assert _bytes(replayed) == _bytes(simulated)
+    if fail_at is None:
+        return
+    failing = _with_fn(plan, _Fails(fail_at))
+    fx: list = []
+    Engine(replayed.target, replayed.memory, Recorder(), numerics=False, effects=fx).run(failing)
+    before = _bytes(replayed)
+    computes = sum(1 for e in fx if len(e) == 3)
+    replayed.memory.begin()
+    if fail_at < computes:
+        with pytest.raises(ValueError, match="a tile that fails"):
+            Engine(replayed.target, replayed.memory, Recorder(), numerics=True).replay(fx)
+        replayed.memory.rollback()
+        assert _bytes(replayed) == before
+    else:
+        Engine(replayed.target, replayed.memory, Recorder(), numerics=True).replay(fx)
+        replayed.memory.commit()
