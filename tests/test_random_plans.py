@@ -4,6 +4,8 @@ recorded effects leaves exactly the bytes a simulating run leaves, or, when a ti
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -12,7 +14,7 @@ from hypothesis import strategies as st
 import sim
 from sim.engine.engine import Engine
 from sim.engine.events import Recorder
-from sim.model.plan import Compute, Phase, Plan, Tile
+from sim.model.plan import Compute, Plan, Tile
 from sim.startup import startup
 from sim.timing import roofline, run_lower_bound_cycles, serial_compute_cycles
 from tests.random_plans import random_plans
@@ -58,12 +60,15 @@ class _Fails:
 
 
 def _with_fn(plan: Plan, fn) -> Plan:
-    phases = tuple(Phase(p.name, {c: tuple(Tile(t.tile_id, t.loads, Compute(fn, t.compute.inputs, t.compute.outputs,
-                                                                          t.compute.flops, t.compute.precision,
-                                                                          t.compute.loops), t.stores, slot=t.slot)
-                                          for t in tiles) for c, tiles in p.tiles.items()}, p.barrier_after)
+    """``plan`` with ``fn`` as every compute's function."""
+    def tile(t: Tile) -> Tile:
+        if t.compute is None:
+            return t
+        c = t.compute
+        return dataclasses.replace(t, compute=Compute(fn, c.inputs, c.outputs, c.flops, c.precision, c.loops))
+    phases = tuple(dataclasses.replace(p, tiles={c: tuple(map(tile, ts)) for c, ts in p.tiles.items()})
                    for p in plan.phases)
-    return Plan(plan.cores, phases, plan.precision)
+    return dataclasses.replace(plan, phases=phases)
 
 
 def _filled() -> sim.Simulator:
