@@ -5,6 +5,8 @@ two GSM buffers (one core's staging tiles fill them, every core's tiles use them
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 from hypothesis import strategies as st
 
@@ -106,3 +108,30 @@ def staged_plans(draw: st.DrawFn, target: sim.Target) -> Plan:
                     stage(g + 1, core)
     phase = Phase("staged", {c: tuple(ts) for c, ts in walks.items()}, barrier_after=draw(st.booleans()))
     return Plan(tuple(cores), (phase,), "fp32")
+
+
+def doubled(a: np.ndarray) -> tuple[np.ndarray]:
+    """A tile function: its block doubled, plus one (in fp32)."""
+    return (a * np.float32(2) + np.float32(1),)
+
+
+def with_fn(plan: Plan, fn) -> Plan:
+    """``plan`` with ``fn`` as every compute's function."""
+    def tile(t: Tile) -> Tile:
+        if t.compute is None:
+            return t
+        c = t.compute
+        return dataclasses.replace(t, compute=Compute(fn, c.inputs, c.outputs, c.flops, c.precision, c.loops))
+    phases = tuple(dataclasses.replace(p, tiles={c: tuple(map(tile, ts)) for c, ts in p.tiles.items()})
+                   for p in plan.phases)
+    return dataclasses.replace(plan, phases=phases)
+
+
+def filled(target: sim.Target) -> sim.Simulator:
+    """A simulator of ``target`` whose DDR and GSM start with 2 MiB of random fp32 each (the blocks random plans
+    load lie there or further on, in zeros; their outputs from DDR's 256 MiB on start at zero)."""
+    m = sim.Simulator(target, tuning_cache=False)
+    rng = np.random.default_rng(7)
+    for name in ("ddr", "gsm"):
+        m.write(target.region(name).base, rng.standard_normal(1 << 19).astype(np.float32))
+    return m

@@ -4,8 +4,6 @@ recorded effects leaves exactly the bytes a simulating run leaves, or, when a ti
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,10 +12,9 @@ from hypothesis import strategies as st
 import sim
 from sim.engine.engine import Engine
 from sim.engine.events import Recorder
-from sim.model.plan import Compute, Plan, Tile
 from sim.startup import startup
 from sim.timing import roofline, run_lower_bound_cycles, serial_compute_cycles
-from tests.random_plans import random_plans
+from tests.random_plans import doubled, filled, random_plans, with_fn
 
 FT78NE = sim.load_target("FT78NE")
 DDR, GSM = FT78NE.region("ddr"), FT78NE.region("gsm")
@@ -42,10 +39,6 @@ def test_no_run_beats_its_bounds_and_no_unit_does_two_things_at_once(plan):
         assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:]))
 
 
-def _doubled(a: np.ndarray) -> tuple[np.ndarray]:
-    return (a * np.float32(2) + np.float32(1),)
-
-
 class _Fails:
     """A tile function that fails on its ``n``-th call (counted across tiles)."""
 
@@ -56,27 +49,7 @@ class _Fails:
         self.n -= 1
         if self.n < 0:
             raise ValueError("a tile that fails")
-        return _doubled(a)
-
-
-def _with_fn(plan: Plan, fn) -> Plan:
-    """``plan`` with ``fn`` as every compute's function."""
-    def tile(t: Tile) -> Tile:
-        if t.compute is None:
-            return t
-        c = t.compute
-        return dataclasses.replace(t, compute=Compute(fn, c.inputs, c.outputs, c.flops, c.precision, c.loops))
-    phases = tuple(dataclasses.replace(p, tiles={c: tuple(map(tile, ts)) for c, ts in p.tiles.items()})
-                   for p in plan.phases)
-    return dataclasses.replace(plan, phases=phases)
-
-
-def _filled() -> sim.Simulator:
-    m = sim.Simulator(FT78NE, tuning_cache=False)
-    rng = np.random.default_rng(7)
-    for region in (DDR, GSM):  # the blocks random plans load lie in the first 2 MiB of each (and DDR's outputs
-        m.write(region.base, rng.standard_normal(1 << 19).astype(np.float32))  # from 256 MiB on start at zero)
-    return m
+        return doubled(a)
 
 
 def _bytes(m: sim.Simulator) -> dict:
@@ -91,11 +64,11 @@ def test_a_replay_leaves_the_bytes_a_simulating_run_leaves(plan, fail_at):
     over: the order of copies and computes decides the bytes.  A replay of a timing-only run's effects leaves what
     a run with numerics leaves; with a tile that fails, a replay inside a journal rolled back leaves memory as it
     was."""
-    plan = _with_fn(plan, _doubled)
-    simulated = _filled()
+    plan = with_fn(plan, doubled)
+    simulated = filled(FT78NE)
     Engine(simulated.target, simulated.memory, Recorder(), numerics=True).run(plan)
     effects: list = []
-    replayed = _filled()
+    replayed = filled(FT78NE)
     Engine(replayed.target, replayed.memory, Recorder(), numerics=False, effects=effects).run(plan)
     eng = Engine(replayed.target, replayed.memory, Recorder(), numerics=True)
     eng.replay(effects)
@@ -105,7 +78,7 @@ def test_a_replay_leaves_the_bytes_a_simulating_run_leaves(plan, fail_at):
     assert _bytes(replayed) == _bytes(simulated)
     if fail_at is None:
         return
-    failing = _with_fn(plan, _Fails(fail_at))
+    failing = with_fn(plan, _Fails(fail_at))
     fx: list = []
     Engine(replayed.target, replayed.memory, Recorder(), numerics=False, effects=fx).run(failing)
     before = _bytes(replayed)

@@ -17,7 +17,7 @@ from sim.errors import MemoryFault
 from sim.model.plan import Compute, Operand, Phase, Plan, Tile, Transfer
 from sim.testing import DoesNotFit
 from tests import tiling_property
-from tests.random_plans import random_plans
+from tests.random_plans import doubled, filled, random_plans, with_fn
 
 FT78NE = sim.load_target("FT78NE")
 
@@ -236,3 +236,17 @@ def test_random_plans_run_the_same(plan, until):
     if limit is not None:
         plain = _run(plan, FT78NE, False, until=limit)
     _same(plain, _run(plan, FT78NE, True, until=limit))
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None)
+@given(plan=random_plans(FT78NE))
+def test_random_plans_compute_the_same_bytes(plan):
+    """With numerics (each tile doubling its block in its AM slot, which the slot's next tile loads over): the same
+    bytes everywhere in memory after a run with the steady state as after a plain one."""
+    plan = with_fn(plan, doubled)
+    after = []
+    for steady in (False, True):
+        m = filled(FT78NE)
+        Engine(m.target, m.memory, Recorder(), numerics=True, steady=steady).run(plan)
+        after.append(m.memory.snapshot())
+    assert after[0] == after[1]
