@@ -17,19 +17,19 @@ from sim.timing import roofline, run_lower_bound_cycles, serial_compute_cycles
 from tests.random_plans import doubled, filled, random_plans, with_fn
 
 FT78NE = sim.load_target("FT78NE")
-DDR, GSM = FT78NE.region("ddr"), FT78NE.region("gsm")
 
 
 @settings(max_examples=60, deadline=None, derandomize=True, database=None)
-@given(plan=random_plans(FT78NE))
-def test_no_run_beats_its_bounds_and_no_unit_does_two_things_at_once(plan):
-    m = sim.Simulator(FT78NE, tuning_cache=False)
+@given(target=st.sampled_from([FT78NE, sim.load_target("MT7004")]), data=st.data())
+def test_no_run_beats_its_bounds_and_no_unit_does_two_things_at_once(target, data):
+    plan = data.draw(random_plans(target))
+    m = sim.Simulator(target, tuning_cache=False)
     eng = Engine(m.target, m.memory, Recorder(), numerics=False)
     cycles = eng.run(plan)
-    serial = serial_compute_cycles(plan, FT78NE)
-    assert cycles >= run_lower_bound_cycles(roofline(plan, FT78NE), FT78NE)
-    assert cycles >= FT78NE.launch_overhead_cycles + max(serial.values())
-    assert cycles >= startup(plan, FT78NE).bound_cycles(serial)
+    serial = serial_compute_cycles(plan, target)
+    assert cycles >= run_lower_bound_cycles(roofline(plan, target), target)
+    assert cycles >= target.launch_overhead_cycles + max(serial.values())
+    assert cycles >= startup(plan, target).bound_cycles(serial)
     busy: dict[tuple[int, str], list[tuple[int, int]]] = {}
     for ev in eng.recorder.events:
         assert 0 <= ev.start <= ev.end <= cycles

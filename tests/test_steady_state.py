@@ -226,16 +226,19 @@ def test_a_buffer_generation_a_wait_has_not_reached_yet_moves_with_the_skip():
     assert steady["skips"]
 
 
-@settings(max_examples=40, deadline=None, derandomize=True, database=None)
-@given(plan=random_plans(FT78NE), until=st.sampled_from([None, 0.5, 0.9]))
-def test_random_plans_run_the_same(plan, until):
-    """Random plans (tests/random_plans.py: regular pipelines on several cores sharing DDR, irregular ones), run to
-    their end or stopped at a limit: the same cycles, trace, SimPy events, effects and progress both ways."""
-    plain = _run(plan, FT78NE, False)
+@settings(max_examples=50, deadline=None, derandomize=True, database=None)
+@given(target=st.sampled_from([FT78NE, sim.load_target("MT7004")]), until=st.sampled_from([None, 0.5, 0.9]),
+       data=st.data())
+def test_random_plans_run_the_same(target, until, data):
+    """Random plans (tests/random_plans.py: regular pipelines on several cores sharing DDR, irregular ones, blocks
+    staged through GSM), run to their end or stopped at a limit, on either chip: the same cycles, trace, SimPy
+    events, effects and progress both ways."""
+    plan = data.draw(random_plans(target))
+    plain = _run(plan, target, False)
     limit = None if until is None else int(plain["cycles"] * until)
     if limit is not None:
-        plain = _run(plan, FT78NE, False, until=limit)
-    _same(plain, _run(plan, FT78NE, True, until=limit))
+        plain = _run(plan, target, False, until=limit)
+    _same(plain, _run(plan, target, True, until=limit))
 
 
 @settings(max_examples=25, deadline=None, derandomize=True, database=None)
