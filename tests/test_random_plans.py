@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 import sim
 from sim.engine.engine import Engine
 from sim.engine.events import Recorder
+from sim.model.plan import Plan, Tile
 from sim.startup import startup
 from sim.timing import roofline, run_lower_bound_cycles, serial_compute_cycles
 from tests.random_plans import doubled, filled, random_plans, with_fn
@@ -92,3 +93,43 @@ def test_a_replay_leaves_the_bytes_a_simulating_run_leaves(plan, fail_at):
     else:
         Engine(replayed.target, replayed.memory, Recorder(), numerics=True).replay(fx)
         replayed.memory.commit()
+
+
+def _panel(m: sim.Simulator, plan: Plan, tile: Tile) -> np.ndarray:
+    """The block ``tile`` loads, as the memory ``m`` held it before the run: read from where its load reads it, or,
+    from a staged buffer, from where the staging tiles that filled it read it."""
+    (load,) = tile.loads
+    rows, cols = (1, *load.shape) if len(load.shape) == 1 else load.shape
+    row_stride = load.src_strides[0] if len(load.shape) == 2 else cols * load.itemsize
+    src = load.src
+    if tile.uses:
+        fills = [t for p in plan.phases for ts in p.tiles.values() for t in ts if set(t.fills) & set(tile.uses)]
+        staged = next(f.loads[0] for f in fills if f.loads[0].dst <= src < f.loads[0].dst + f.loads[0].size_bytes)
+        src = staged.src + (src - staged.dst)
+    dtype = np.dtype(np.float32) if load.itemsize == 4 else np.dtype(np.uint8)
+    return np.concatenate([m.read(src + r * row_stride, (cols,), dtype) for r in range(rows)]).view(np.float32)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(target=st.sampled_from([FT78NE, sim.load_target("MT7004")]), data=st.data())
+def test_every_stored_block_is_its_loaded_block_computed(target, data):
+    """Whatever the timing (slots reused, blocks staged through GSM buffers and refilled, shares moving as one
+    synchronised transfer), each tile that stores writes exactly its compute of the block its load read: the block
+    as the memory held it before the run (through the staging tile that filled its buffer, if it read one)."""
+    plan = with_fn(data.draw(random_plans(target)), doubled)
+    before = filled(target)
+    m = filled(target)
+    Engine(m.target, m.memory, Recorder(), numerics=True).run(plan)
+    stored = 0
+    for phase in plan.phases:
+        for tiles in phase.tiles.values():
+            for tile in tiles:
+                if tile.compute is None or not tile.stores:
+                    continue
+                (store,) = tile.stores
+                want = doubled(_panel(before, plan, tile))[0]
+                got = m.read(store.dst, want.shape, np.float32)
+                assert np.array_equal(got, want, equal_nan=True), (tile.tile_id, hex(store.dst))
+                stored += 1
+    assert stored or not any(t.stores for p in plan.phases for ts in p.tiles.values() for t in ts)
