@@ -12,10 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sim
+from kernels.common.args import check_args, require_address
 from sim.engine.engine import Engine
 from sim.engine.events import Recorder
 from sim.errors import PlanError
-from sim.model.call import BoundCall, Buffer
+from sim.model.call import ArgSpec, BoundCall, Buffer
 from sim.model.plan import Plan, Tile, Transfer
 from sim.model.plan_check import check_plan
 from sim.startup import startup
@@ -195,3 +196,53 @@ def test_the_plan_check_passes_every_random_plan_and_refuses_it_with_its_slots_o
         assert refused.value.rule == "staging-alias"
     else:
         _check(_slot_one_over_slot_zero(plan, target), target)
+
+
+class _GivenPlan:
+    """A user kernel whose plan is whatever the test sets (``given``): it reads x (DDR's first 256 MiB, which random
+    plans load from) and writes y (DDR from 256 MiB on, where they store)."""
+
+    name = "random_plan"
+    args = (ArgSpec("x", "in_ptr", "input"), ArgSpec("y", "out_ptr", "output"))
+    precisions = ("fp32",)
+
+    def __init__(self, given: Plan) -> None:
+        self.given = given
+
+    def bind(self, symbol, precision, variant, cores, args, read):
+        a = check_args(symbol, self.args, args)
+        f32 = np.dtype(np.float32)
+        return BoundCall(symbol, precision, variant, cores,
+                         (Buffer("x", require_address("x", a["x"]), (OUT_BYTES // 4,), f32, "input"),
+                          Buffer("y", require_address("y", a["y"]), (PHASE_OUT_BYTES,), f32, "output")), {})
+
+    def plan(self, call, ctx):
+        return self.given
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(target=st.sampled_from([FT78NE, sim.load_target("MT7004")]), data=st.data())
+def test_a_user_kernel_of_a_random_plan_through_the_simulator(target, data):
+    """Through ``Simulator.call`` (bind, plan check, simulation, a repeated call replayed): the first call leaves
+    the bytes an engine run with numerics leaves, a repeated call on the same inputs leaves them again, its cycles
+    and trace are the first's, and each core's summary splits its run into parts that add up to it."""
+    plan = with_fn(data.draw(random_plans(target)), doubled)
+    kernel = _GivenPlan(plan)
+    ddr = target.region("ddr").base
+    engine_run = filled(target)
+    Engine(engine_run.target, engine_run.memory, Recorder(), numerics=True).run(plan)
+    with sim.registered_kernel(kernel):
+        m = filled(target)
+        mask = sum(1 << c for c in plan.cores)
+        first = m.call("fp_random_plan_s", x=ddr, y=ddr + OUT_BYTES, core_mask=mask)
+        assert _bytes(m) == _bytes(engine_run)
+        again = m.call("fp_random_plan_s", x=ddr, y=ddr + OUT_BYTES, core_mask=mask)
+        assert _bytes(m) == _bytes(engine_run)
+    assert (again.cycles, again.events) == (first.cycles, first.events)
+    # Each core's cycles split into compute only, both, DMA only, waiting and idle: together its whole run.
+    for s in first.summaries():
+        parts = (s.compute_only_cycles, s.overlap_cycles, s.dma_only_cycles, s.wait_cycles, s.idle_cycles)
+        assert min(parts) >= 0 and sum(parts) == s.run_cycles == first.cycles, s.core
+        assert 0 <= s.utilisation <= 1 and 0 <= s.compute_utilisation <= 1
+    assert first.roofline_fraction <= 1 and 0 <= first.load_imbalance
