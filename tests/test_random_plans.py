@@ -246,3 +246,30 @@ def test_a_user_kernel_of_a_random_plan_through_the_simulator(target, data):
         assert min(parts) >= 0 and sum(parts) == s.run_cycles == first.cycles, s.core
         assert 0 <= s.utilisation <= 1 and 0 <= s.compute_utilisation <= 1
     assert first.roofline_fraction <= 1 and 0 <= first.load_imbalance
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(target=st.sampled_from([FT78NE, sim.load_target("MT7004")]), fail_at=st.integers(0, 30), data=st.data())
+def test_a_user_kernel_whose_tile_fails_leaves_memory_as_it_was(target, fail_at, data):
+    """A random plan whose ``fail_at``-th compute raises: the call raises the kernel's own error and leaves every
+    byte of memory as it was, on its first call (which replays the searched plan's effects) and on a repeated call
+    of the same plan once it has run."""
+    plan = data.draw(random_plans(target))
+    computes = sum(1 for p in plan.phases for ts in p.tiles.values() for t in ts if t.compute is not None)
+    ddr = target.region("ddr").base
+    mask = sum(1 << c for c in plan.cores)
+    failing = _Fails(min(fail_at, computes - 1))
+    with sim.registered_kernel(_GivenPlan(with_fn(plan, failing))):
+        m = filled(target)
+        before = _bytes(m)
+        with pytest.raises(ValueError, match="a tile that fails"):
+            m.call("fp_random_plan_s", x=ddr, y=ddr + OUT_BYTES, core_mask=mask)
+        assert _bytes(m) == before
+        failing.n = computes  # (every compute passes: the plan runs, and is kept)
+        m.call("fp_random_plan_s", x=ddr, y=ddr + OUT_BYTES, core_mask=mask)
+        after = _bytes(m)
+        failing.n = min(fail_at, computes - 1)
+        with pytest.raises(ValueError, match="a tile that fails"):
+            m.call("fp_random_plan_s", x=ddr, y=ddr + OUT_BYTES, core_mask=mask)
+        assert _bytes(m) == after
