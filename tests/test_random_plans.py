@@ -23,6 +23,7 @@ from kernels.common.args import check_args, require_address
 from sim.engine.engine import Engine
 from sim.engine.events import Recorder
 from sim.errors import PlanError
+from sim.inspect.trace_tools import load_trace, summarize
 from sim.model.call import ArgSpec, BoundCall, Buffer
 from sim.model.plan import Plan, Tile, Transfer
 from sim.model.plan_check import check_plan
@@ -205,6 +206,11 @@ def test_the_plan_check_passes_every_random_plan_and_refuses_it_with_its_slots_o
         _check(_slot_one_over_slot_zero(plan, target), target)
 
 
+def _fields(ev) -> tuple:
+    """What a trace file keeps of an event: its core, unit, kind, cycles, bytes, tile and phase."""
+    return (ev.core, ev.unit, ev.kind, ev.start, ev.end, ev.bytes, ev.tile, ev.phase)
+
+
 class _GivenPlan:
     """A user kernel whose plan is whatever the test sets (``given``): it reads x (DDR's first 256 MiB, which random
     plans load from) and writes y (DDR from 256 MiB on, where they store)."""
@@ -233,7 +239,8 @@ class _GivenPlan:
 def test_a_user_kernel_of_a_random_plan_through_the_simulator(target, data):
     """Through ``Simulator.call`` (bind, plan check, simulation, a repeated call replayed): the first call leaves
     the bytes an engine run with numerics leaves, a repeated call on the same inputs leaves them again, its cycles
-    and trace are the first's, and each core's summary splits its run into parts that add up to it."""
+    and trace are the first's, each core's summary splits its run into parts that add up to it, and the trace
+    written to a file and read back gives the same events and summary."""
     plan = with_fn(data.draw(random_plans(target)), doubled)
     kernel = _GivenPlan(plan)
     ddr = target.region("ddr").base
@@ -253,6 +260,12 @@ def test_a_user_kernel_of_a_random_plan_through_the_simulator(target, data):
         assert min(parts) >= 0 and sum(parts) == s.run_cycles == first.cycles, s.core
         assert 0 <= s.utilisation <= 1 and 0 <= s.compute_utilisation <= 1
     assert first.roofline_fraction <= 1 and 0 <= first.load_imbalance
+    # Its trace, written as Chrome JSON and as CSV and read back: the same events, and the same per-core summary.
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ("trace.json", "trace.csv"):
+            back = load_trace(first.write_trace(Path(tmp) / name))
+            assert sorted(map(_fields, back.events)) == sorted(map(_fields, first.events)), name
+            assert list(summarize(back).cores) == first.summaries(), name
 
 
 @settings(max_examples=25, deadline=None, derandomize=True, database=None,
