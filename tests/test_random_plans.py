@@ -27,6 +27,7 @@ from sim.inspect.trace_tools import load_trace, summarize
 from sim.model.call import ArgSpec, BoundCall, Buffer
 from sim.model.plan import Plan, Tile, Transfer
 from sim.model.plan_check import check_plan
+from sim.report.page import report_html
 from sim.startup import startup
 from sim.timing import loop_cycles, roofline, run_lower_bound_cycles, serial_compute_cycles
 from tests.random_plans import OUT_BYTES, PHASE_OUT_BYTES, doubled, filled, random_plans, with_fn
@@ -239,8 +240,8 @@ class _GivenPlan:
 def test_a_user_kernel_of_a_random_plan_through_the_simulator(target, data):
     """Through ``Simulator.call`` (bind, plan check, simulation, a repeated call replayed): the first call leaves
     the bytes an engine run with numerics leaves, a repeated call on the same inputs leaves them again, its cycles
-    and trace are the first's, each core's summary splits its run into parts that add up to it, and the trace
-    written to a file and read back gives the same events and summary."""
+    and trace are the first's, each core's summary splits its run into parts that add up to it, the trace written to
+    a file and read back gives the same events and summary, and the report page builds."""
     plan = with_fn(data.draw(random_plans(target)), doubled)
     kernel = _GivenPlan(plan)
     ddr = target.region("ddr").base
@@ -266,6 +267,10 @@ def test_a_user_kernel_of_a_random_plan_through_the_simulator(target, data):
             back = load_trace(first.write_trace(Path(tmp) / name))
             assert sorted(map(_fields, back.events)) == sorted(map(_fields, first.events)), name
             assert list(summarize(back).cores) == first.summaries(), name
+    # Its report page builds, the same twice, with the run's data in it as JSON.
+    page = report_html(first)
+    assert page == report_html(first)
+    json.loads(page.split('id="run-data">', 1)[1].split("</script>", 1)[0])
 
 
 @settings(max_examples=25, deadline=None, derandomize=True, database=None,
