@@ -1,6 +1,13 @@
-"""Random plans (tests/random_plans.py) through the engine: no run beats the bounds the search prunes with, a
-core computes one tile at a time and a DMA engine streams one transfer at a time, and a replay of a run's
-recorded effects leaves exactly the bytes a simulating run leaves, or, when a tile fails, the bytes there were."""
+"""Random plans (tests/random_plans.py) through the engine and the simulator.
+
+- No run beats the bounds the search prunes with; a core computes one tile at a time and a DMA engine streams one
+  transfer at a time.
+- Every stored block is its compute of the block its load read; a replay of a run's recorded effects leaves exactly
+  the bytes a simulating run leaves, or, when a tile fails, the bytes there were.
+- The plan check passes them, and refuses them with their slots overlapping where tiles would race.
+- As a user kernel's plan through ``Simulator.call``: the same bytes, a replayed repeat call, summaries, trace
+  files and the report page; memory as it was when a tile fails.
+- The same cycles and trace whatever the process's string hash seed."""
 
 from __future__ import annotations
 
@@ -38,6 +45,8 @@ FT78NE = sim.load_target("FT78NE")
 @settings(max_examples=60, deadline=None, derandomize=True, database=None)
 @given(target=st.sampled_from([FT78NE, sim.load_target("MT7004")]), data=st.data())
 def test_no_run_beats_its_bounds_and_no_unit_does_two_things_at_once(target, data):
+    """The search's bounds (roofline resources after the launch, setup and latency; each core's computes one after
+    another; what must land before the first) are physical: no run is shorter; and every event lies in the run."""
     plan = data.draw(random_plans(target))
     m = sim.Simulator(target, tuning_cache=False)
     eng = Engine(m.target, m.memory, Recorder(), numerics=False)
@@ -69,6 +78,7 @@ class _Fails:
 
 
 def _bytes(m: sim.Simulator) -> dict:
+    """Every chunk of ``m``'s memory written and not all zero, and its bytes."""
     return m.memory.snapshot()
 
 
