@@ -82,7 +82,7 @@ def _bytes(m: sim.Simulator) -> dict:
     return m.memory.snapshot()
 
 
-@settings(max_examples=40, deadline=None, derandomize=True, database=None,
+@settings(max_examples=25, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(plan=random_plans(FT78NE), fail_at=st.sampled_from([None, 0, 3, 17]))
 def test_a_replay_leaves_the_bytes_a_simulating_run_leaves(plan, fail_at):
@@ -244,7 +244,7 @@ class _GivenPlan:
         return self.given
 
 
-@settings(max_examples=25, deadline=None, derandomize=True, database=None,
+@settings(max_examples=15, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(target=st.sampled_from([FT78NE, sim.load_target("MT7004")]), data=st.data())
 def test_a_user_kernel_of_a_random_plan_through_the_simulator(target, data):
