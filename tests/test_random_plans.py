@@ -46,7 +46,8 @@ FT78NE = sim.load_target("FT78NE")
 @given(target=st.sampled_from([FT78NE, sim.load_target("MT7004")]), data=st.data())
 def test_no_run_beats_its_bounds_and_no_unit_does_two_things_at_once(target, data):
     """The search's bounds (roofline resources after the launch, setup and latency; each core's computes one after
-    another; what must land before the first) are physical: no run is shorter; and every event lies in the run."""
+    another; what must land before the first) are physical: no run is shorter; every event lies in the run; and
+    the roofline's bytes through each region are what the run's transfers moved there."""
     plan = data.draw(random_plans(target))
     m = sim.Simulator(target, tuning_cache=False)
     eng = Engine(m.target, m.memory, Recorder(), numerics=False)
@@ -62,6 +63,14 @@ def test_no_run_beats_its_bounds_and_no_unit_does_two_things_at_once(target, dat
     for spans in busy.values():  # (a compute unit, or one DMA engine: its transfers from engine to landing)
         spans.sort()
         assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:]))
+    # The roofline's bytes through each region (the early stop's count) are what the run's transfers moved there.
+    moved: dict[str, int] = {}
+    for ev in eng.recorder.events:
+        if ev.kind in ("dma_in", "dma_out"):
+            for region in (ev.src_region, ev.dst_region):
+                moved[region] = moved.get(region, 0) + ev.bytes
+    counted = roofline(plan, target).region_bytes
+    assert {r: b for r, b in counted.items() if b} == {r: b for r, b in moved.items() if r in counted}
 
 
 class _Fails:
