@@ -169,14 +169,18 @@ def test_every_stored_block_is_its_loaded_block_computed(target, data):
     assert stored or not any(t.stores for p in plan.phases for ts in p.tiles.values() for t in ts)
 
 
+def _buffers(x: int, y: int) -> tuple[Buffer, Buffer]:
+    """A random plan's call's buffers: x, what it reads from DDR (its first 256 MiB), and y, where it writes (a
+    phase's outputs each, from x's end on)."""
+    f32 = np.dtype(np.float32)
+    return (Buffer("x", x, (OUT_BYTES // 4,), f32, "input"), Buffer("y", y, (PHASE_OUT_BYTES,), f32, "output"))
+
+
 def _check(plan: Plan, target: sim.Target) -> None:
     """The plan check on ``plan``, as a call on every core whose input and output buffers hold what random plans
     read from and write to DDR."""
     ddr = target.region("ddr").base
-    f32 = np.dtype(np.float32)
-    call = BoundCall("fp_random_s", "fp32", "s", tuple(range(target.cores)),
-                     (Buffer("x", ddr, (OUT_BYTES // 4,), f32, "input"),
-                      Buffer("y", ddr + OUT_BYTES, (4 * PHASE_OUT_BYTES // 4,), f32, "output")), {})
+    call = BoundCall("fp_random_s", "fp32", "s", tuple(range(target.cores)), _buffers(ddr, ddr + OUT_BYTES), {})
     ctx = sim.Simulator(target, tuning_cache=False).context(call)
     operands = (ctx.vector_level,) + ((ctx.scalar_level,) if ctx.scalar_level is not None else ())
     check_plan(plan, call, target, ctx.levels, operands, "random", lambda loop: loop_cycles(loop, target.core))
@@ -244,10 +248,8 @@ class _GivenPlan:
 
     def bind(self, symbol, precision, variant, cores, args, read):
         a = check_args(symbol, self.args, args)
-        f32 = np.dtype(np.float32)
         return BoundCall(symbol, precision, variant, cores,
-                         (Buffer("x", require_address("x", a["x"]), (OUT_BYTES // 4,), f32, "input"),
-                          Buffer("y", require_address("y", a["y"]), (PHASE_OUT_BYTES,), f32, "output")), {})
+                         _buffers(require_address("x", a["x"]), require_address("y", a["y"])), {})
 
     def plan(self, call, ctx):
         return self.given

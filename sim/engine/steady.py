@@ -27,7 +27,6 @@ and no tile with one counts as repeating; runs with a recorder other than a plai
 
 from __future__ import annotations
 
-import math
 import os
 import types
 from dataclasses import dataclass
@@ -43,9 +42,8 @@ from sim.engine.stop_checks import periods_within
 from sim.engine.units import Gate, Group, Units
 from sim.engine.walk import Loaded, StagedLanded, StartLoads, StartStaging, Stored, UsesFilled, Walk
 from sim.errors import MemoryFault
-from sim.model.memory import MAX_ACCESS_BYTES
 from sim.model.plan import Plan, Tile, parse_buffer_ref
-from sim.timing import RegionOf, engine_bytes
+from sim.timing import engine_bytes
 
 if TYPE_CHECKING:
     from sim.engine.engine import Engine
@@ -109,8 +107,6 @@ class SteadyState:
         self._pairs: dict[tuple, dict[int, bool]] = {}  # (walk, p, q) -> tile j -> whether tile j + p repeats it
         self._names: dict[int, list[tuple[str, list[int]]]] = {}  # id(phase buffers) -> each buffer's generations
         self._first_live: dict[tuple[int, str], int] = {}  # (id(phase buffers), buffer) -> lowest unfinished
-        self._region_at = RegionOf(eng.memory.map)  # (a plan's transfers keep to a few regions)
-        self._shift_of: dict[str, int] = {}  # region name -> the shift that keeps its bursts and rows
         self.fingerprints: set[tuple] = set()
         self.boundaries = 0  # boundaries so far
         self.stride, self.misses = 1, 0  # look at every stride-th; looks since the stride last changed
@@ -372,48 +368,15 @@ class SteadyState:
         what it makes of a transfer depends on its addresses only through their regions, bursts and DRAM rows."""
         if tr.sync is not None or ty.sync is not None:
             return False
-        # (the geometry is remembered by value: the same shape and strides give the very same object)
-        if tr._geometry is ty._geometry or (tr.shape, tr.itemsize, tr.src_strides, tr.dst_strides) == \
-                (ty.shape, ty.itemsize, ty.src_strides, ty.dst_strides):
-            # The same block at other addresses: the same ends if each side stays in one region, whole bursts and
-            # whole DRAM rows away (a shift by whole rows only renames the banks).
-            (src_r, src_period), (dst_r, dst_period) = self._placed(tr)
-            (src_y, _), (dst_y, _) = self._placed(ty)
-            if src_r is not None and src_r is src_y and dst_r is not None and dst_r is dst_y \
-                    and not (ty.src - tr.src) % src_period and not (ty.dst - tr.dst) % dst_period:
-                return True
-        try:  # another geometry, or a shift the rule above cannot tell: compare what the engine makes of both
+        try:
             ends, other = self.eng.ends(core, r, tr), self.eng.ends(core, y, ty)
         except MemoryFault:
             return False
+        if ends is other:
+            return True  # the same block placed alike (the engine keeps one answer per shape and placement)
         dma = self.eng.target.dma
         return ends[:3] == other[:3] and ends[4:] == other[4:] \
             and engine_bytes(tr, ends[4], ends[5], dma) == engine_bytes(ty, other[4], other[5], dma)
-
-    def _placed(self, t: Any) -> tuple[tuple[Any, int], tuple[Any, int]]:
-        """Per side of transfer ``t``: the region wholly holding it (None if none, or too long an access) and the
-        shift that keeps its bursts and DRAM rows as they are there; kept on the transfer (outside its fields) with
-        the memory map it was found in, as the engine keeps a transfer's ends."""
-        mmap = self.eng.memory.map
-        kept = t.__dict__.get("_steady_placed")
-        if kept is not None and kept[0] is mmap:
-            return kept[1]
-        geometry = t._geometry
-        placed = (self._side_placed(t.src + geometry.src_span[0], geometry.src_span[1] - geometry.src_span[0]),
-                  self._side_placed(t.dst + geometry.dst_span[0], geometry.dst_span[1] - geometry.dst_span[0]))
-        t.__dict__["_steady_placed"] = (mmap, placed)
-        return placed
-
-    def _side_placed(self, lo: int, size_bytes: int) -> tuple[Any, int]:
-        """:meth:`_placed` of one side: its bytes from ``lo`` on."""
-        region = self._region_at(lo)
-        if region is None or size_bytes > MAX_ACCESS_BYTES or not region.contains(lo, size_bytes):
-            return None, 1
-        period = self._shift_of.get(region.name)
-        if period is None:
-            period = self._shift_of[region.name] = (region.burst_bytes if region.rows is None
-                                                    else math.lcm(region.burst_bytes, region.rows.row_bytes))
-        return region, period
 
     def _counts_repeat(self, key: tuple[int, str], lo: int, hi: int, by: int) -> int:
         """How many periods of ``by`` generations the plan's fill and use counts of buffer ``key`` repeat for,

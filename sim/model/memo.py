@@ -136,7 +136,7 @@ def cached_hash(self: Any) -> int:
 
 #: What a frozen plan value keeps outside its fields for this process only: its hash (another process has another
 #: string-hash seed) and its last priced or resolved answer (kept with the objects it was for).
-_PROCESS_LOCAL = ("_value_hash", "_price", "_ends", "_src_rows", "_dst_rows", "_steady_placed")
+_PROCESS_LOCAL = ("_value_hash", "_price", "_ends", "_src_rows", "_dst_rows")
 
 
 def state_without_hash(self: Any) -> dict[str, Any]:
