@@ -14,11 +14,14 @@ EVERY_FP16 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float
 
 
 def _plain_masked(g: np.ndarray, x: np.ndarray, lo: F32, hi: F32) -> tuple[np.ndarray, F32, F32]:
-    """The formula: np.where over fp32 values, sums of the zero-filled arrays."""
-    g32, x32, zero = g.astype(F32), x.astype(F32), F32(0)
-    inside = np.ones(x.shape, bool) if (lo, hi) == (-np.inf, np.inf) else (x32 >= lo) & (x32 <= hi)
-    return (np.where(inside, g32, zero), np.where(x32 < lo, g32, zero).sum(dtype=F32),
-            np.where(x32 > hi, g32, zero).sum(dtype=F32))
+    """TensorFlow's formula on fp32 values: each mask 1.0 or 0.0, times the gradients, and the sums of those
+    products; min = max = 0 (bounds ±inf, SPEC section 4) passes every gradient and gives zero sums."""
+    g32, x32 = g.astype(F32), x.astype(F32)
+    if (lo, hi) == (-np.inf, np.inf):
+        return g32, F32(0), F32(0)
+    one, zero = F32(1), F32(0)
+    mask = [np.where(m, one, zero) for m in ((x32 >= lo) & (x32 <= hi), x32 < lo, x32 > hi)]
+    return g32 * mask[0], (g32 * mask[1]).sum(dtype=F32), (g32 * mask[2]).sum(dtype=F32)
 
 
 def _bits(a: np.ndarray) -> bytes:
@@ -33,16 +36,21 @@ def test_widened_is_astype_for_every_fp16_pattern():
 @pytest.mark.parametrize("lo,hi", [(-6.0, 6.0), (0.0, 1.0), (-1.0, 0.0), (1.0001, 1.0002), (-1e6, 1e6),
                                    (0.1, 0.1000001), (65504.0, 7e4), (-np.inf, np.inf)])
 @pytest.mark.parametrize("dt", [np.float16, np.float32])
-def test_masks_and_sums_match_the_formula_bit_for_bit(lo, hi, dt):
-    """Every fp16 pattern as an input (NaNs, ±inf, ±0, subnormals), bounds on, between and beside fp16 values."""
+@pytest.mark.parametrize("finite", [True, False])
+def test_masks_and_sums_match_the_formula_bit_for_bit(lo, hi, dt, finite):
+    """Every fp16 pattern as an input (NaNs, ±inf, ±0, subnormals), bounds on, between and beside fp16 values;
+    gradients of both signs and ±0, with NaNs and infinities among them or not (fp16 takes a path of its own for
+    finite gradients)."""
     rng = np.random.default_rng(7)
     x = EVERY_FP16.astype(dt)
     g = rng.standard_normal(x.size).astype(dt)
-    g[::97], g[1::89], g[2::83] = np.nan, np.inf, -0.0
+    g[2::83], g[3::79] = -0.0, 0.0
+    if not finite:
+        g[::97], g[1::89] = np.nan, np.inf
     lo32, hi32 = F32(lo), F32(hi)
     for a, b in ((lo32, hi32), (np.nextafter(lo32, F32(np.inf)), np.nextafter(hi32, F32(-np.inf)))):
-        want = _plain_masked(g, x, a, b)
         with np.errstate(invalid="ignore"):
+            want = _plain_masked(g, x, a, b)
             bp, below, above = masked(g, x, a, b)
             assert bp.dtype == np.dtype(dt)
             got = masked_gradients(g, x, a, b)

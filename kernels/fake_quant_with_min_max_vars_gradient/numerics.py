@@ -12,7 +12,7 @@ from kernels.common.halves import F16, widened
 from sim.errors import KernelArgError
 
 F32 = np.dtype(np.float32)
-U16, U32 = np.dtype(np.uint16), np.dtype(np.uint32)
+U16 = np.dtype(np.uint16)
 #: Masks compare the fp32 value of each element with fp32 bounds, for both symbol precisions.
 COMPUTE_PRECISION = "fp32"
 #: Vector element operations per element: x < nmin, x > nmax, select the input gradient (2),
@@ -38,7 +38,9 @@ def _round_half_away(v: np.float32) -> float:
 def nudge(min_value: float, max_value: float, num_bits: int, narrow_range: bool) -> tuple[np.float32, np.float32]:
     """(nudged_min, nudged_max) in float32, step by step as TensorFlow's Nudge; KernelArgError for bad bounds.
 
-    min = max = 0 returns (-inf, +inf): every input passes and no gradient flows to min or max.
+    min = max = 0 returns (-inf, +inf): every input passes and no gradient flows to min or max.  Finite bounds
+    whose range overflows fp32 give TensorFlow's infinite scale, and so a NaN nudged_min (0 x inf), which no input
+    is below, above or inside.
     """
     lo, hi = F32.type(min_value), F32.type(max_value)
     if not (np.isfinite(lo) and np.isfinite(hi)):
@@ -51,15 +53,16 @@ def nudge(min_value: float, max_value: float, num_bits: int, narrow_range: bool)
         return F32.type(-np.inf), F32.type(np.inf)
     qmin = F32.type(1 if narrow_range else 0)
     qmax = F32.type((1 << num_bits) - 1)
-    scale = F32.type((hi - lo) / (qmax - qmin))
-    zp_from_min = F32.type(qmin - F32.type(lo / scale))
-    if zp_from_min < qmin:
-        zp = qmin
-    elif zp_from_min > qmax:
-        zp = qmax
-    else:
-        zp = F32.type(_round_half_away(zp_from_min))
-    return F32.type(F32.type(qmin - zp) * scale), F32.type(F32.type(qmax - zp) * scale)
+    with np.errstate(over="ignore", invalid="ignore"):
+        scale = F32.type((hi - lo) / (qmax - qmin))
+        zp_from_min = F32.type(qmin - F32.type(lo / scale))
+        if zp_from_min < qmin:
+            zp = qmin
+        elif zp_from_min > qmax:
+            zp = qmax
+        else:
+            zp = F32.type(_round_half_away(zp_from_min))
+        return F32.type(F32.type(qmin - zp) * scale), F32.type(F32.type(qmax - zp) * scale)
 
 
 #: An fp16 value's place in a total order of its 65536 bit patterns, as a uint16 (:func:`_f16_order`): every
@@ -97,7 +100,9 @@ def _masks(x: np.ndarray, nudged_min: np.float32, nudged_max: np.float32,
            passes_all: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """(below, above, inside) of the fp32 values of ``x``, as fp32 compares give them (a NaN neither below, above
     nor inside); inside is None when every element passes (min = max = 0: NaN inputs included)."""
-    if x.dtype == F16:  # compared as order keys: no widening, and fp16 compares are slow in numpy
+    if x.dtype == F16 and not (math.isnan(nudged_min) or math.isnan(nudged_max)):
+        # Compared as order keys: no widening, and fp16 compares are slow in numpy.  (A NaN bound, which no
+        # value is below or above, has no key: such bounds compare the fp32 values below.)
         key = _f16_order(x)
         lo, hi = _f16_bounds(nudged_min, nudged_max)
         below = np.less(key, U16.type(lo))
@@ -117,20 +122,23 @@ def _masks(x: np.ndarray, nudged_min: np.float32, nudged_max: np.float32,
     return below, above, inside
 
 
-def _select(bits: np.ndarray, mask: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """``bits`` where ``mask``, else 0 (the bits of +0.0), into ``out`` (an unsigned array of ``bits``' dtype):
-    np.where(mask, value, 0)'s bits without its branches (slow on a mask of scattered elements)."""
-    np.copyto(out, mask)
-    np.negative(out, out=out)  # 0 or all ones
-    return np.bitwise_and(out, bits, out=out)
+def _times(g: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """``g × mask`` in fp32, the mask 1.0 or 0.0 per element (TensorFlow's ``gradients * mask``): g where the mask
+    holds, else 0 carrying g's sign, and NaN where g is NaN or infinite (0 × inf is NaN)."""
+    with np.errstate(invalid="ignore"):
+        return np.multiply(g, mask, dtype=F32)
 
 
-def _masked_sum(bits32: np.ndarray, mask: np.ndarray, scratch: np.ndarray) -> np.float32:
-    """Σ of the fp32 values (as uint32 bits) under ``mask``: np.where(mask, g, 0).sum(dtype=F32), the same
-    pairwise sum over the same array (+0 when the mask is empty)."""
+def _masked_sum(g: np.ndarray, mask: np.ndarray, finite: list[bool | None]) -> np.float32:
+    """Σ ``g × mask`` in fp32 (TensorFlow's ``(gradients * mask).sum()``): +0 when the mask is empty and every
+    gradient finite, NaN when a gradient is NaN or infinite anywhere (0 × inf); ``finite`` holds whether every
+    gradient is finite once worked out (None before)."""
     if not mask.any():
-        return F32.type(0)
-    return _select(bits32, mask, scratch).view(F32).sum(dtype=F32)
+        if finite[0] is None:
+            finite[0] = bool(np.isfinite(g).all())
+        if finite[0]:
+            return F32.type(0)
+    return _times(g, mask).sum(dtype=F32)
 
 
 def masked(gradients: np.ndarray, inputs: np.ndarray, nudged_min: np.float32,
@@ -138,20 +146,35 @@ def masked(gradients: np.ndarray, inputs: np.ndarray, nudged_min: np.float32,
     """(input gradient, Σ gradients below nudged_min, Σ gradients above nudged_max) of one block, the input
     gradient in fp16 for fp16 gradients (their fp32 values narrowed back: the same numbers), in fp32 otherwise.
 
-    The masks compare the fp32 values of the inputs with the fp32 bounds; a NaN input is neither below nor above
-    and passes no gradient, unless min = max = 0 (bounds ±inf), where every gradient passes.  The sums add the
-    fp32 values of the gradients."""
+    As TensorFlow's functor: each mask is 1.0 or 0.0 per element and multiplies the gradients, so a gradient
+    outside the range gives 0 with its sign, and a NaN or infinite one gives NaN (in the input gradient, and in
+    both sums wherever it lies).  The masks compare the fp32 values of the inputs with the fp32 bounds; a NaN
+    input is neither below nor above nor inside; min = max = 0 (bounds ±inf) passes every gradient as it is and
+    gives zero sums."""
     passes_all = float(nudged_min) == -math.inf and float(nudged_max) == math.inf
     below, above, inside = _masks(inputs, nudged_min, nudged_max, passes_all)
     g = widened(gradients)
-    out = gradients if gradients.dtype == F16 else g
     if inside is None:
-        bp = out.copy()
+        bp = gradients.copy()
+        return bp, F32.type(0), F32.type(0)
+    finite: list[bool | None] = [None]
+    if gradients.dtype == F16:
+        finite[0] = bool(np.isfinite(g).all())
+        # Every gradient finite (the common case): g x mask is g or g's sign bit, computed on the fp16 bits (a
+        # product in fp32 narrowed back would cost a slow fp32 -> fp16 pass); otherwise that product.
+        bp = _sign_or_value(gradients, inside) if finite[0] else _times(g, inside).astype(F16)
     else:
-        unsigned = U16 if out.dtype == F16 else U32
-        bp = _select(out.view(unsigned), inside, np.empty(out.shape, unsigned)).view(out.dtype)
-    bits, scratch = g.view(U32), np.empty(g.shape, U32)
-    return bp, _masked_sum(bits, below, scratch), _masked_sum(bits, above, scratch)
+        bp = _times(g, inside)
+    return bp, _masked_sum(g, below, finite), _masked_sum(g, above, finite)
+
+
+def _sign_or_value(h: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """``h x mask`` of finite fp16 values, on their bits: h where ``mask``, else 0 with h's sign."""
+    keep = np.empty(h.shape, U16)
+    np.copyto(keep, mask)  # 1 or 0
+    np.multiply(keep, U16.type(0x7FFF), out=keep)  # every bit but the sign's, or none
+    np.bitwise_or(keep, U16.type(0x8000), out=keep)  # and the sign's always
+    return np.bitwise_and(keep, h.view(U16), out=keep).view(F16)
 
 
 def masked_gradients(gradients: np.ndarray, inputs: np.ndarray, nudged_min: np.float32,

@@ -80,9 +80,10 @@ class FusedBatchNormGrad(BatchNormPlanning):
         data_format = require_choice("data_format", a["data_format"], FORMATS)
         epsilon = require_float("epsilon", a["epsilon"])
         # Compared before any cast: casting a value beyond fp32 to fp32 overflows (with numpy's warning).
-        if not 0 < epsilon <= float(np.finfo(F32).max) or F32.type(epsilon) <= 0:
-            raise KernelArgError(f"argument 'epsilon': expected a positive number representable in fp32, "
-                                 f"got {epsilon!r}")
+        # 0 is TensorFlow's too (its CPU kernel takes any epsilon): rsqrt(variance) then.  A negative one would
+        # take the root of a negative variance wherever the variance is smaller.
+        if not 0 <= epsilon <= float(np.finfo(F32).max):
+            raise KernelArgError(f"argument 'epsilon': expected a number >= 0 representable in fp32, got {epsilon!r}")
         attrs = BatchNormAttrs(View.of(shape, data_format), require_bool("is_training", a["is_training"]), epsilon,
                                FUSED_TENSORS)
         c = attrs.view.c

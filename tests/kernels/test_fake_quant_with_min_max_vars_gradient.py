@@ -165,6 +165,40 @@ def test_against_float64_reference_away_from_the_bounds(bits, narrow):
     assert len(run.plan.phases) == 2  # partial sums through the workspace, then one core reduces
 
 
+@pytest.mark.parametrize("chip,prefix,variant", [("FT78NE", "fp", "s"), ("MT7004", "fp", "p"), ("MT7004", "hp", "s"),
+                                                  ("MT7004", "hp", "p")])
+def test_gradients_times_the_masks_as_tensorflow_computes_them(chip, prefix, variant):
+    """TensorFlow multiplies the gradients by each mask (1.0 or 0.0, fake_quant_ops_functor.h): outside the range a
+    gradient gives 0 with its sign, a NaN or infinite one NaN (0 x inf), in the input gradient and in both sums
+    wherever it lies.  min = -1, max = 1, 8 bits: nudged [-0.9960785, 1.0039216]."""
+    dt = np.float16 if prefix == "hp" else np.float32
+    x = np.array([-2, -1, -0.5, 0, 0.5, 1, 2, 3, -3], dt)
+    g = np.array([np.nan, 2, 3, 4, 5, 6, np.inf, -7, -8], dt)
+    run, out = run_kernel(sim.Simulator(chip), prefix, variant, g, x, -1.0, 1.0)
+    bp = out["backprops_wrt_input"]
+    want = np.array([np.nan, 0, 3, 4, 5, 6, np.nan, -0.0, -0.0], dt)
+    np.testing.assert_array_equal(bp, want)  # (NaNs where NaNs, values equal)
+    assert list(np.signbit(bp[[1, 7, 8]])) == [False, True, True]  # 2 x 0 is +0; -7 x 0 and -8 x 0 are -0
+    assert np.isnan(out["backprop_wrt_min"]) and np.isnan(out["backprop_wrt_max"])
+    # Finite gradients: the sums are the gradients outside, each inside one adding 0.
+    g[[0, 6]] = 1
+    run, out = run_kernel(sim.Simulator(chip), prefix, variant, g, x, -1.0, 1.0)
+    assert out["backprop_wrt_min"] == 1 + 2 - 8 and out["backprop_wrt_max"] == 1 - 7
+
+
+@pytest.mark.parametrize("chip,prefix", [("FT78NE", "fp"), ("MT7004", "fp"), ("MT7004", "hp")])
+def test_a_range_that_overflows_fp32_nudges_as_tensorflow_does(chip, prefix):
+    """min = -3e38, max = 3e38: the fp32 scale (6e38 / 255) overflows to inf, so TensorFlow's nudged_min is
+    0 x inf = NaN and nudged_max inf: no input is below, inside or above, and every output is 0 (fp16 inputs
+    compared as fp16 keys must agree with the fp32 compares)."""
+    dt = np.float16 if prefix == "hp" else np.float32
+    x = np.array([-2, -1, -0.5, 0, 0.5, 1, 2], dt)
+    g = np.arange(1, 8).astype(dt)
+    run, out = run_kernel(sim.Simulator(chip), prefix, "s", g, x, -3e38, 3e38)
+    np.testing.assert_array_equal(out["backprops_wrt_input"], np.zeros(7, dt))
+    assert out["backprop_wrt_min"] == 0 and out["backprop_wrt_max"] == 0
+
+
 def test_input_exactly_on_fp32_nudged_bound_passes():
     # min=-0.1, max=127.4, 8 bits: fp32 nudging gives exactly [0, 127.5] (TensorFlow's test above);
     # the float32 scale is 0.5 exactly, so 127.5 itself must pass and its successor must not.

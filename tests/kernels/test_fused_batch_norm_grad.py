@@ -127,6 +127,17 @@ def test_float64_reference_shared(shape, data_format, plan, is_training):
     check_against_reference(data, out, 1e-3, data_format, is_training)
 
 
+@pytest.mark.parametrize("epsilon", [0.0, 1e-60])
+@pytest.mark.parametrize("is_training", [True, False])
+def test_epsilon_zero_is_tensorflows_rsqrt_of_the_variance(epsilon, is_training):
+    """TensorFlow's CPU kernel takes epsilon = 0 (rsqrt of the variance alone), and one that rounds to 0 in fp32."""
+    shape = (2, 8, 8, 40)
+    data = make_data(shape, "NHWC", seed=5)
+    run, out = run_kernel(sim.Simulator("FT78NE"), "fp", "s", data, shape=list(shape), epsilon=epsilon,
+                          data_format="NHWC", is_training=is_training)
+    check_against_reference(data, out, 0.0, "NHWC", is_training)
+
+
 @pytest.mark.parametrize("is_training", [True, False])
 @pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
 def test_float64_reference_private_mt7004(data_format, is_training):
@@ -203,9 +214,8 @@ def good_args(**over):
     (dict(data_format="nhwc"), "data_format"),
     (dict(epsilon=float("nan")), "epsilon"),
     (dict(epsilon=float("inf")), "epsilon"),
-    (dict(epsilon=0.0), "epsilon"),
     (dict(epsilon=-1e-3), "epsilon"),
-    (dict(epsilon=1e-60), "epsilon"),
+    (dict(epsilon=-1e-60), "epsilon"),
     (dict(epsilon="small"), "epsilon"),
     (dict(is_training="yes"), "is_training"),
     (dict(is_training=2), "is_training"),
