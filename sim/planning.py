@@ -69,6 +69,21 @@ def staging_areas(target: Target, buffers: Sequence[Buffer] = ()) -> tuple[Stagi
     return tuple(out)
 
 
+def _listed_tilings(kernel: Any, listed: Any) -> list[dict]:
+    """The first :data:`~sim.tuning.limits.MAX_TILING_CANDIDATES` tilings a kernel's ``tilings()`` lists, each a
+    dict; the ``tiling-space`` PlanError when it lists something else."""
+    try:
+        got = list(itertools.islice(listed, limits.MAX_TILING_CANDIDATES))
+    except TypeError:
+        raise PlanError("tiling-space", f"tilings() returned {brief(listed)}, not an iterable of tilings",
+                        kernel=getattr(kernel, "name", None)) from None
+    for c in got:
+        if not isinstance(c, Mapping):
+            raise PlanError("tiling-space", f"tilings() listed {brief(c)}, not a tiling (a dict of keys)",
+                            kernel=getattr(kernel, "name", None))
+    return [dict(c) for c in got]
+
+
 def kernel_of(call: BoundCall) -> Any:
     """The kernel object behind a bound call."""
     return lookup(call.symbol).kernel
@@ -125,20 +140,31 @@ class CallPlanner:
             if not takes_tiling(kernel):
                 raise KernelArgError(f"argument 'tiling': {call.symbol} takes no tiling (it has a single plan)")
         if hasattr(kernel, "tiling_space"):
-            # (the space is asked for with the caller's tiling: a kernel may offer a key only where it is asked for)
-            space = self.space(kernel, call, ctx if tiling is None else replace(ctx, tiling=dict(tiling)))
-            fixed = space.fixed(tiling)
-            if tiling is not None:
-                fixed = space.implied(fixed)
-            if tiling is not None and space.is_complete(fixed):
-                return Planned(self._given(kernel, call, ctx, space, fixed), TilingChoice(fixed, "given"))
-            return self._searched(kernel, call, ctx, space, fixed, progress)
+            try:
+                return self._in_space(kernel, call, ctx, tiling, progress)
+            except PlanError as e:
+                if e.rule != "tiling-space" or e.kernel is not None:
+                    raise
+                # (the tiling space refuses what a kernel declared in it, not knowing the kernel: name it)
+                raise PlanError(e.rule, e.detail, kernel=getattr(kernel, "name", None)) from None
         if tiling is not None:
             return Planned(self.lower(kernel, call, replace(ctx, tiling=dict(tiling))),
                            TilingChoice(dict(tiling), "given"))
         if hasattr(kernel, "tilings"):
             return self._listed(kernel, call, ctx, progress)
         return Planned(self.lower(kernel, call, ctx), TilingChoice(None, "kernel"))
+
+    def _in_space(self, kernel: Any, call: BoundCall, ctx: PlanContext, tiling: Mapping[str, Any] | None,
+                  progress: Progress | None) -> Planned:
+        """The plan of ``call`` by the kernel's tiling space: ``tiling`` if it is complete, else the search's."""
+        # (the space is asked for with the caller's tiling: a kernel may offer a key only where it is asked for)
+        space = self.space(kernel, call, ctx if tiling is None else replace(ctx, tiling=dict(tiling)))
+        fixed = space.fixed(tiling)
+        if tiling is not None:
+            fixed = space.implied(fixed)
+        if tiling is not None and space.is_complete(fixed):
+            return Planned(self._given(kernel, call, ctx, space, fixed), TilingChoice(fixed, "given"))
+        return self._searched(kernel, call, ctx, space, fixed, progress)
 
     def space(self, kernel: Any, call: BoundCall, ctx: PlanContext) -> TilingSpace:
         """The kernel's tiling space of ``call``; a space that cannot exist (nothing of the call fits at all)
@@ -232,7 +258,7 @@ class CallPlanner:
         if progress is not None:
             progress("planning tilings", 0, 0)  # 0 of an unknown number: the kernel is listing its candidates
         try:
-            listed = [dict(c) for c in itertools.islice(kernel.tilings(call, ctx), limits.MAX_TILING_CANDIDATES)]
+            listed = _listed_tilings(kernel, kernel.tilings(call, ctx))
         except DoesNotFit as e:  # no candidate can fit at all (a chip without the level the kernel needs)
             raise layout_error([fit_violation(call, self.target, e)]) from None
         disk_key = self.disk_key(kernel, call) if self._use_disk() else None

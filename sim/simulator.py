@@ -172,6 +172,8 @@ class Simulator:
         self.tiling_tolerance = tiling_tolerance
         # The on-disk tuning cache (sim.files.tuning_cache): False neither reads nor writes it; None follows
         # $DSPSIM_NO_CACHE (what --no-cache sets, for the worker processes too).
+        if tuning_cache is not None and not isinstance(tuning_cache, (bool, np.bool_)):
+            raise KernelArgError(f"Simulator: 'tuning_cache': expected True, False or None, got {brief(tuning_cache)}")
         self.tuning_cache = disk_tunings.enabled_by_default() if tuning_cache is None else bool(tuning_cache)
         self._registry_generation = generation()
         self.memory = AddressSpace(self.target)

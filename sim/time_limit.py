@@ -20,7 +20,10 @@ test-and-set (a lock acquired without blocking, never released) that either side
 the watchdog never fires; if the watchdog wins, the call waits for the shot and clears it if it is still
 pending.  So nothing can land after :func:`run_within` has returned, and since there is only one shot, what
 it interrupts (the kernel's code, or the disarming itself) never runs again under fire: the caller's cleanup
-(the memory rollback) runs outside the watched region.
+(the memory rollback) runs outside the watched region.  The watchdog's thread needs the interpreter to let it
+run, which takes a few milliseconds: a call that ends past its limit before the shot fires fails all the same
+(its wall-clock time is compared with the limit as it returns), so whether a call passes never depends on a
+thread switch.
 """
 
 from __future__ import annotations
@@ -115,6 +118,7 @@ def run_within(seconds: float | None, describe: Callable[[], str], fn: Callable[
     if seconds is None:
         return fn(*args)
     dog = _Watchdog(seconds)
+    began = time.monotonic()
     try:
         try:
             # Started inside the try: on a loaded machine a very short limit can expire while the watchdog's
@@ -126,5 +130,9 @@ def run_within(seconds: float | None, describe: Callable[[], str], fn: Callable[
     except _Expired:  # the one shot landed in fn (or in stop itself, which then has nothing left to do)
         raise TimeLimitError(describe()) from None
     if fired:  # the shot was swallowed (a kernel catching BaseException), or fn ended as it was fired
+        raise TimeLimitError(describe())
+    if time.monotonic() - began > seconds:
+        # Past its limit, though the shot never came: the watchdog's thread waits for the interpreter to let it
+        # run (a few milliseconds), so a call ending just after its limit would otherwise pass or fail by chance.
         raise TimeLimitError(describe())
     return result

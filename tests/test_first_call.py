@@ -267,7 +267,9 @@ def test_what_a_call_keeps_goes_to_the_collectors_oldest_generation_unwalked(mon
     import sim.engine.collector as collector
     ex = example("fused_batch_norm_grad", "medium", "FT78NE", "fp")
     m = _placed(ex, tuning_cache=False)
-    # (what earlier tests in this process promoted must not bring the full pass into this call)
+    # (what earlier tests in this process promoted must not bring the full pass into this call; and a call this
+    # small stays under the floor below which nothing is promoted: tests/test_hostile_inputs.py)
+    monkeypatch.setattr(collector, "PROMOTE_FLOOR", 0)
     monkeypatch.setattr(collector, "_promoted_since_full", 0)
     monkeypatch.setattr(collector, "_alive_after_full", 0)
     passes = []

@@ -25,7 +25,7 @@ import sim
 from kernels.base import PlanContext
 from kernels.common.loops import elementwise, gemm_micro_kernel
 from sim.model import plan_check
-from sim.model.plan import Loop, Operand, Phase, Plan, Tile, Transfer
+from sim.model.plan import Loop, Operand, Phase, Plan, Tile, TileFn, Transfer
 from sim.model.plan_check import RULES
 from sim.timing import loop_cycles
 
@@ -90,6 +90,11 @@ def same_slot_bytes(p, c, x) -> Plan:
                                              outputs=tuple(dataclasses.replace(o, addr=o.addr + back)
                                                            for o in comp.outputs)),
                  stores=tuple(dataclasses.replace(t, src=t.src + back) for t in t1.stores))
+
+
+def loads_changed(change: Callable[[Transfer], Transfer]) -> Breaker:
+    """Tile 1 with each of its loads changed by ``change``."""
+    return lambda p, c, x: tile1(p, loads=tuple(change(t) for t in p.phases[0].tiles[p.cores[0]][1].loads))
 
 
 def with_loop(**changes) -> Breaker:
@@ -284,6 +289,22 @@ def test_a_write_into_a_p_calls_own_input_is_refused_in_private_memory():
     ("a write into DDR past the call's output", store_to(Y + 0x100000), "write-outside-outputs"),
     ("operands that together overflow the level",
      compute_with(inputs=lambda x: (_op(0, 0x70000 // 4)(x), _op(0x40000, 0x70000 // 4)(x))), "tile-size"),
+    # Numbers a run would trip over later (a trace, a summary, numpy's own limits): refused by the check.
+    ("an int32 size in a transfer (it overflows on a chip address)",
+     loads_changed(lambda t: dataclasses.replace(t, shape=(np.int32(t.shape[0]),))), "plan-structure"),
+    ("a uint64 address (added to an int64 offset it turns into a float)",
+     loads_changed(lambda t: dataclasses.replace(t, src=np.uint64(t.src))), "plan-structure"),
+    ("a transfer of 33 dimensions", loads_changed(lambda t: Transfer(t.src, t.dst, (1,) * 32 + t.shape, 1,
+                                                                     (1,) * 33, (1,) * 33)), "plan-structure"),
+    ("a barrier that is an array", lambda p, c, x: dataclasses.replace(p, phases=(dataclasses.replace(
+        p.phases[0], barrier_after=np.array([1, 0])),)), "plan-structure"),
+    ("a barrier that is a string", lambda p, c, x: dataclasses.replace(p, phases=(dataclasses.replace(
+        p.phases[0], barrier_after="no"),)), "plan-structure"),
+    ("a loop labelled in bytes", with_loop(label=b"twice"), "plan-structure"),
+    ("a precision in a list", compute_with(precision=["fp32"]), "plan-structure"),
+    ("a TileFn of a number", compute_with(fn=TileFn(5, ())), "plan-structure"),
+    ("tile 0's compute with a TileFn of a number", like_tile0(fn=lambda old: TileFn(5, ())), "plan-structure"),
+    ("a TileFn whose parameters are a list", like_tile0(fn=lambda old: TileFn(np.multiply, [2])), "plan-structure"),
 ])
 def test_more_hostile_plans(what, breaker, rule):
     with sim.registered_kernel(Twice("hostile", breaker)):

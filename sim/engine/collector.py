@@ -12,7 +12,9 @@ Coming back, the collector would find every object the call made and kept (its p
 for an 8-core GEMM of 2048 a side) in its youngest generation, and walk them all at its next young pass and
 again at the next middle one (a second on that GEMM, a quarter of its call), to free nothing.  So when the pause
 ends the objects it tracks move to its oldest generation unwalked (``gc.freeze`` then ``gc.unfreeze``, two list
-splices), unless something froze objects already (a user preparing a fork: unfreezing would undo it).  What a
+splices), unless something froze objects already (a user preparing a fork: unfreezing would undo it), or the call
+made fewer than :data:`PROMOTE_FLOOR` (the collector's own young pass then walks them, and frees the caller's
+dropped cycles on its way: promoted, those would wait for a full pass).  What a
 call leaves for the cyclic collector is a few hundred to a few thousand objects (a run's engine graph, the
 search's planners), now collected by a full pass only; the collector's own rule for full passes counts only
 objects it promoted itself, so this module runs one when the objects it promoted since the last full pass
@@ -32,6 +34,12 @@ from collections.abc import Iterator
 #: are at most this many objects (a few hundred MB at worst), and a plan up to this size is never walked in its
 #: own call.
 FULL_PASS_FLOOR = 2_000_000
+
+#: Objects a call made and kept below which nothing is promoted: the collector's next young pass walks them (a few
+#: milliseconds at most) and frees, with them, whatever reference cycles the caller dropped meanwhile; promoted,
+#: those would wait for a full pass (a loop of small calls, each dropping a simulator held in a cycle, would keep
+#: every simulator's memory until then).
+PROMOTE_FLOOR = 100_000
 
 _lock = threading.Lock()
 _depth = 0
@@ -67,7 +75,10 @@ def _promote_survivors() -> None:
     if gc.get_freeze_count():
         return  # someone froze objects on purpose: gc.unfreeze() would release theirs too
     # The youngest generation's count is the objects made and kept since its last pass: the call's, mostly.
-    _promoted_since_full += gc.get_count()[0]
+    made = gc.get_count()[0]
+    if made < PROMOTE_FLOOR:
+        return  # a small call: the collector's own young pass walks it soon, and frees the caller's cycles with it
+    _promoted_since_full += made
     gc.freeze()
     gc.unfreeze()
     if _promoted_since_full > max(FULL_PASS_FLOOR, _alive_after_full):

@@ -6,11 +6,12 @@ cache, fitted targets)."""
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from sim.errors import SimError
+from sim.errors import SimError, brief
 
 
 def _mode_for(p: Path) -> int:
@@ -57,10 +58,32 @@ def _fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
+def output_path(path: object) -> Path:
+    """``path`` as a Path; SimError unless it is a non-empty str or path-like object (not bytes: a file name is
+    text)."""
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    if not isinstance(path, str) or not path:
+        raise SimError(f"output: expected the path of a file to write (a str or a Path), got {brief(path)}")
+    return Path(path)
+
+
+def atomic_write(path: str | Path, write: Callable[[Path], object], *, into_devices: bool = True) -> Path:
     """Call ``write(tmp_path)`` on a temporary file beside ``path``, flush it to the disk, then rename it into
-    place (and flush the rename): whatever happens, ``path`` holds the old file or the whole new one."""
-    p = Path(path)
+    place (and flush the rename): whatever happens, ``path`` holds the old file or the whole new one.
+
+    A path the caller named that is a character device or a pipe (``--trace /dev/null``, ``/dev/stdout``, a FIFO
+    something reads) is written into as it is (``into_devices``): a rename would replace the device or the pipe
+    by a file.  A pipe nothing reads, a folder, a block device or a socket is refused.  A file of dspsim's own
+    (a tuning-cache entry: ``into_devices`` False) replaces whatever took its name."""
+    p = output_path(path)
+    if into_devices:
+        try:
+            mode = p.stat().st_mode
+        except OSError:
+            mode = None  # (a new file, or a name the writes below will say they cannot use)
+        if mode is not None and not stat.S_ISREG(mode):
+            return _write_into(p, mode, write)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
@@ -82,9 +105,28 @@ def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
     return p
 
 
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` atomically."""
-    return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+def _write_into(p: Path, mode: int, write: Callable[[Path], object]) -> Path:
+    """``write(p)`` straight into the character device or pipe ``p``; SimError for anything else that is not a
+    file, and for a pipe no process reads (writing would wait for one for ever)."""
+    if stat.S_ISFIFO(mode):
+        try:
+            os.close(os.open(p, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            raise SimError(f"output {p}: it is a named pipe that no process reads: start its reader first, or "
+                           f"give the path of a file") from None
+    elif not stat.S_ISCHR(mode):
+        kind = "a folder" if stat.S_ISDIR(mode) else "a block device" if stat.S_ISBLK(mode) else "not a file"
+        raise SimError(f"output {p}: it is {kind}: give the path of a file to write")
+    try:
+        write(p)
+    except OSError as e:
+        raise SimError(f"output {p}: cannot write: {e.strerror or e}") from None
+    return p
+
+
+def atomic_write_text(path: str | Path, text: str, *, into_devices: bool = True) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically (``into_devices``: :func:`atomic_write`'s)."""
+    return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), into_devices=into_devices)
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:

@@ -113,6 +113,20 @@ def _invalid_text(doc: Any) -> str | None:
     return None
 
 
+def plain_scalar(value: Any) -> Any:
+    """``json.dumps``'s ``default`` for the numbers a plan may state as numpy scalars (a user kernel's core numbers,
+    tile ids and addresses may be numpy ints, which the plan check accepts): their Python value."""
+    import numpy as np
+
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    raise TypeError(f"{type(value).__name__} is not a JSON value")
+
+
 def load_json(text: str, where: str, error: type[SimError], max_depth: int = MAX_DEPTH,
               non_finite: bool = False, unique_keys: bool = True) -> Any:
     """Parse the JSON document ``text`` strictly (see the module docstring); ``error`` naming ``where`` when it

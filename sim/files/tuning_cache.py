@@ -185,7 +185,7 @@ def store(key: str, entry: dict) -> bool:
     except (TypeError, ValueError):
         return False
     try:
-        atomic_write_text(_entry_path(key), text)
+        atomic_write_text(_entry_path(key), text, into_devices=False)  # (whatever took an entry's name goes)
     except SimError:  # a cache that cannot be written is no error: the choice is searched again next time
         return False
     return True

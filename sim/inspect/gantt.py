@@ -29,8 +29,9 @@ from simpy.events import Timeout
 
 from sim.engine.events import DMA_KINDS, TraceEvent
 from sim.engine.fluid import Flow, FlowNetwork, Link
+from sim.errors import SimError
 from sim.extras import need
-from sim.files.atomic import atomic_write_bytes
+from sim.files.atomic import atomic_write_bytes, output_path
 from sim.inspect.trace import shared_regions, track_name, tracks
 from sim.inspect.trace_tools import Trace
 
@@ -337,10 +338,14 @@ def plot_gantt(trace: Trace, path: str | Path, title: str | None = None,
     """Draw the Gantt chart of ``trace`` into a PNG (or any format matplotlib knows by suffix), atomically."""
     need("plots", "a Gantt chart", ("matplotlib",))
     import matplotlib.pyplot as plt
+    from matplotlib.backend_bases import FigureCanvasBase
 
+    fmt = output_path(path).suffix.lstrip(".").lower() or "png"
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if fmt not in formats:
+        raise SimError(f"output {path}: unknown picture format {fmt!r} (use one of: {', '.join(sorted(formats))})")
     fig = gantt_figure(trace, title=title, window=window, dpi=dpi)
     buf = io.BytesIO()
-    fmt = Path(path).suffix.lstrip(".").lower() or "png"
     try:
         fig.savefig(buf, format=fmt, dpi=dpi)
     finally:

@@ -44,14 +44,14 @@ class Run:
 
     @property
     def cores(self) -> tuple[int, ...]:
-        """The cores the call ran on."""
-        return self.plan.cores
+        """The cores the call ran on (Python ints, whatever ints the plan named them by)."""
+        return tuple(map(int, self.plan.cores))
 
     @property
     def idle_cores(self) -> tuple[int, ...]:
         """The cores of the call that got no tile in any phase of the plan (empty when every core worked)."""
         working = {core for phase in self.plan.phases for core, tiles in phase.tiles.items() if tiles}
-        return tuple(core for core in self.plan.cores if core not in working)
+        return tuple(core for core in self.cores if core not in working)
 
     @property
     def load_imbalance(self) -> float:

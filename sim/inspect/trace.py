@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from sim.engine.events import DMA_KINDS, TraceEvent
-from sim.files.atomic import atomic_write_text
+from sim.files.atomic import atomic_write_text, output_path
+from sim.files.jsonsafe import plain_scalar
 
 if TYPE_CHECKING:
     from sim.inspect.run import Run
@@ -368,10 +369,11 @@ def write_trace(path: str | Path, events: Sequence[TraceEvent], clock_hz: int, m
                 spans: Sequence[Span] = ()) -> Path:
     """Write a trace atomically: ``.csv`` gives CSV (the events only), anything else Chrome trace JSON (with the
     ``spans``, see :func:`chrome_trace`)."""
-    p = Path(path)
+    p = output_path(path)
     if p.suffix.lower() == ".csv":
         text = events_csv(events)
     else:
-        text = json.dumps(chrome_trace(events, clock_hz, metadata, spans), indent=None, separators=(",", ":"))
+        text = json.dumps(chrome_trace(events, clock_hz, metadata, spans), indent=None, separators=(",", ":"),
+                          default=plain_scalar)
     atomic_write_text(p, text)
     return p

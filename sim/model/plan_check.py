@@ -6,7 +6,10 @@ cannot move bytes the call does not own, compute on operands outside the staging
 engine.  The rules, each with the id a :class:`~sim.errors.PlanError` names (see :data:`RULES`):
 
 * ``plan-structure``: a Plan of Phases whose tiles map a core to Tiles of well-formed Transfers and
-  Computes (int addresses and shapes, strides per dimension, a precision the chip computes in);
+  Computes (int addresses and shapes, strides per dimension, at most :data:`MAX_TRANSFER_DIMS` dimensions, a
+  precision the chip computes in, a callable function, str loop labels, a bool ``barrier_after``); a
+  transfer's and an operand's numbers are Python ints or numpy int64 (a narrower numpy int overflows on a chip
+  address, an unsigned one turns a sum with a signed offset into a float);
 * ``cores``: the plan runs on cores of the call only, each once, and a phase has tiles on the plan's cores
   only;
 * ``tile-ids``: a tile id appears once per core in a phase (traces and messages name a tile by phase and id);
@@ -71,6 +74,7 @@ from sim.model.plan import (
     Phase,
     Plan,
     Tile,
+    TileFn,
     Transfer,
     parse_buffer_ref,
     stored,
@@ -89,6 +93,10 @@ MAX_TILE_FLOPS = 1 << 48
 #: plan (2**52): a run's cycles then stay far inside the 64-bit integers summaries and traces count them in.
 MAX_TILE_CYCLES = 1 << 40
 MAX_CORE_COMPUTE_CYCLES = 1 << 52
+
+#: Most dimensions a transfer may have (a DMA descriptor's; numpy's arrays have at most 64, and a copy views
+#: each side with one more).
+MAX_TRANSFER_DIMS = 32
 
 #: Rule id -> the rule in words (for the docs and for tools).
 RULES: dict[str, str] = {
@@ -133,6 +141,12 @@ def _ints(values: tuple, minimum: int | None = None) -> bool:
     if not set(map(type, values)) <= _JUST_INT and not all(_is_int(v) for v in values):
         return False
     return minimum is None or not values or min(values) >= minimum
+
+
+def _wide(values: tuple) -> bool:
+    """Whether ``values`` (ints) are Python ints or numpy int64: the types whose sums with chip addresses neither
+    overflow nor turn into floats (a numpy int32 overflows past 2**31, a uint64 added to an int64 gives a float)."""
+    return all(type(v) is int or type(v) is np.int64 for v in values)
 
 
 def _span(lo: int, hi: int) -> str:
@@ -261,6 +275,9 @@ class _Checker:
             if not isinstance(phase.tiles, Mapping):
                 raise self.fail("plan-structure", f"Phase.tiles must map a core to its tiles, got "
                                                   f"{brief(phase.tiles)}")
+            if not isinstance(phase.barrier_after, (bool, np.bool_)):
+                raise self.fail("plan-structure", f"Phase.barrier_after must be True or False, got "
+                                                  f"{brief(phase.barrier_after)}")
             self._staged = any(getattr(t, "fills", None) or getattr(t, "uses", None)
                                for ts in phase.tiles.values() if isinstance(ts, (tuple, list)) for t in ts)
             for core, tiles in phase.tiles.items():
@@ -468,6 +485,13 @@ class _Checker:
                 and (plain or _ints(numbers)) and item >= 1 and (not shape or min(shape) >= 0)):
             raise self.fail("plan-structure", f"{kind} {index}: a Transfer needs int addresses, an itemsize >= 1, and "
                                               f"one size >= 0 and two int strides per dimension, got {brief(t, 160)}")
+        if not plain and not _wide(numbers):
+            raise self.fail("plan-structure", f"{kind} {index}: a Transfer's numbers must be Python ints or 64-bit "
+                                              f"numpy ints (numpy.int64): a narrower or unsigned numpy int overflows "
+                                              f"or changes type on chip addresses, got {brief(t, 160)}")
+        if len(shape) > MAX_TRANSFER_DIMS:
+            raise self.fail("plan-structure", f"{kind} {index}: a Transfer has at most {MAX_TRANSFER_DIMS} "
+                                              f"dimensions, got {len(shape)}")
         if t.sync is not None:
             self._sync_member(t.sync, kind, index)
         if 0 in shape:
@@ -479,8 +503,10 @@ class _Checker:
                 offsets = self._spans[key] = _span_offsets(shape, ss, ds, item)
             src_lo, src_hi, dst_lo, dst_hi = offsets
             spans = (t.src + src_lo, t.src + src_hi, t.dst + dst_lo, t.dst + dst_hi)
-        else:  # numpy ints: their arithmetic is their own, so each side's span as the address gives it
-            spans = block_span(t.src, shape, item, ss) + block_span(t.dst, shape, item, ds)
+        else:  # numpy ints: worked out in Python ints (a narrow numpy int would overflow on a chip address)
+            n_shape, n_item = tuple(map(int, shape)), int(item)
+            spans = block_span(int(t.src), n_shape, n_item, tuple(map(int, ss))) + \
+                block_span(int(t.dst), n_shape, n_item, tuple(map(int, ds)))
         self._side(spans[0], spans[1], self.readable, False, t, kind, index)
         self._side(spans[2], spans[3], self.writable, True, t, kind, index)
         if self._staged:  # the staged buffers' alias rule reads every transfer's spans (the plan holds t)
@@ -610,7 +636,9 @@ class _Checker:
             return None
         if not all(type(o) is Operand for o in ins) or not all(type(o) is Operand for o in outs):
             return None
-        key = (type(c.flops), c.flops, c.precision, callable(c.fn), tuple(map(id, loops)),
+        fn = c.fn
+        fn_ok = callable(fn) and (type(fn) is not TileFn or (callable(fn.fn) and type(fn.params) is tuple))
+        key = (type(c.flops), c.flops, c.precision, fn_ok, tuple(map(id, loops)),
                tuple((o.addr, o.shape, o.dtype) for o in ins), tuple((o.addr, o.shape, o.dtype) for o in outs))
         try:
             hash(key)
@@ -639,14 +667,17 @@ class _Checker:
     def _compute(self, c: Any) -> None:
         if type(c) is not Compute and not isinstance(c, Compute):
             raise self.fail("plan-structure", f"Tile.compute must be a Compute or None, got {brief(c)}")
-        if not callable(c.fn):
-            raise self.fail("plan-structure", f"Compute.fn must be callable, got {brief(c.fn)}")
+        if not callable(c.fn) or (isinstance(c.fn, TileFn) and not callable(c.fn.fn)):
+            got = c.fn.fn if isinstance(c.fn, TileFn) else c.fn
+            raise self.fail("plan-structure", f"Compute.fn must be callable (a TileFn a callable fn), got {brief(got)}")
+        if isinstance(c.fn, TileFn) and type(c.fn.params) is not tuple:
+            raise self.fail("plan-structure", f"TileFn.params must be a tuple, got {brief(c.fn.params)}")
         if not _ints((c.flops,), 0):
             raise self.fail("plan-structure", f"Compute.flops must be an int >= 0, got {brief(c.flops)}")
         if c.flops > MAX_TILE_FLOPS:
             raise self.fail("bounds", f"Compute.flops is {brief(c.flops)}, more than the {MAX_TILE_FLOPS} (2**48) a "
                                       f"tile's compute may state (a tile holds at most a staging level's elements)")
-        if c.precision not in self.target.core.precisions:
+        if not isinstance(c.precision, str) or c.precision not in self.target.core.precisions:
             have = ", ".join(self.target.core.precisions)
             raise self.fail("plan-structure", f"the compute is in precision {brief(c.precision)}, which "
                                               f"{self.target.name} lacks (it computes in: {have})")
@@ -712,6 +743,9 @@ class _Checker:
         if type(loop) is not Loop and not isinstance(loop, Loop):
             raise self.fail("plan-structure", f"loop {index}: expected a Loop, got {brief(loop)}")
         name = f"loop {index}" + (f" ({brief(loop.label, 60)})" if isinstance(loop.label, str) and loop.label else "")
+        if not isinstance(loop.label, str):
+            raise self.fail("plan-structure", f"{name}: Loop.label must be a str (it names the loop in reports), got "
+                                              f"{brief(loop.label)}")
         if not _ints((loop.trips, loop.entries, loop.reductions, loop.vector_registers), 0):
             counts = (loop.trips, loop.entries, loop.reductions, loop.vector_registers)
             raise self.fail("plan-structure", f"{name}: Loop.trips, entries, reductions and vector_registers must "
@@ -772,14 +806,16 @@ class _Checker:
                 return known
         label = f"{role} operand {index}"
         try:
-            ok = key is not None and _is_int(op.addr) and type(op.shape) is tuple and _ints(op.shape, 0)
+            ok = key is not None and _is_int(op.addr) and type(op.shape) is tuple and _ints(op.shape, 0) \
+                and _wide((op.addr,) + op.shape)
             dt = np.dtype(op.dtype) if ok else None
             size = math.prod(op.shape) * dt.itemsize if dt is not None else 0
         except TypeError:
             ok, dt = False, None
         if not ok:
             raise self.fail("plan-structure", f"{label}: an Operand needs an int address, a tuple shape of sizes "
-                                              f">= 0 and a numpy dtype, got {brief(op, 160)}")
+                                              f">= 0 (Python ints or numpy int64) and a numpy dtype, got "
+                                              f"{brief(op, 160)}")
         assert dt is not None
         if dt.kind not in "biuf" or dt.fields is not None or dt.subdtype is not None:
             raise self.fail("plan-structure", f"{label}: dtype {one_line(str(dt), 40)} is not a number type (bool, "

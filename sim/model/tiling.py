@@ -22,13 +22,14 @@ its plan context for the cost model's pick per tile (``PlanContext.cheapest_loop
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from sim.errors import KernelArgError, brief
+from sim.errors import KernelArgError, PlanError, brief
 
 #: The candidate values of a key: a sequence, or a function of the keys already chosen.
 Values = Sequence[Any] | Callable[[Mapping[str, Any]], Iterable[Any]] | None
@@ -36,11 +37,40 @@ Values = Sequence[Any] | Callable[[Mapping[str, Any]], Iterable[Any]] | None
 SCOPES = ("plan", "compute")
 
 
-def _values_of(values: Values, chosen: Mapping[str, Any]) -> list[Any]:
+#: Most candidate values one key may list for the search (as many as the candidates a kernel's ``tilings()`` may).
+MAX_KEY_VALUES = 1024
+
+
+def _space_error(detail: str) -> PlanError:
+    """The ``tiling-space`` PlanError: a kernel's tiling space holds something the search cannot use."""
+    return PlanError("tiling-space", detail)
+
+
+def _values_of(values: Values, chosen: Mapping[str, Any], name: str) -> list[Any]:
+    """The values key ``name`` lists given the keys ``chosen``: at most :data:`MAX_KEY_VALUES` (an endless
+    iterator is cut there and refused, not exhausted)."""
     if values is None:
         return []
     got = values(chosen) if callable(values) else values
-    return list(got)
+    try:
+        out = list(itertools.islice(got, MAX_KEY_VALUES + 1))
+    except TypeError:
+        raise _space_error(f"tiling key {name!r}: its values are {brief(got)}, not a list of values") from None
+    if len(out) > MAX_KEY_VALUES:
+        raise _space_error(f"tiling key {name!r} lists more than {MAX_KEY_VALUES} values for the search")
+    return out
+
+
+def _integer(value: Any) -> int | None:
+    """``value`` as an int if it is an integer (a Python or numpy int, or a float with an integer value), else
+    None (a bool, NaN, an infinity, a string...)."""
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)) and math.isfinite(value) and float(value).is_integer():
+        return int(value)
+    return None
 
 
 @dataclass(frozen=True)
@@ -65,11 +95,19 @@ class IntKey:
                                  f"got {brief(value)}")
         return int(value)
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or _integer(self.lo) is None or _integer(self.hi) is None:
+            raise _space_error(f"an IntKey needs a name and integer bounds lo and hi, got IntKey({brief(self.name)}, "
+                               f"{brief(self.lo)}, {brief(self.hi)})")
+        _check_declared(self.name, self.values, self.scope, self.only)
+
     def candidates(self, chosen: Mapping[str, Any]) -> list[int]:
         """The values the search tries given the keys ``chosen`` so far: in range, each once, in order."""
         out: list[int] = []
-        for v in _values_of(self.values, chosen):
-            v = int(v)
+        for given in _values_of(self.values, chosen, self.name):
+            v = _integer(given)
+            if v is None:
+                raise _space_error(f"tiling key {self.name!r} lists {brief(given)}, not an integer")
             if self.lo <= v <= self.hi and v not in out:
                 out.append(v)
         return out
@@ -97,9 +135,16 @@ class ChoiceKey:
                                  f"got {brief(value)}")
         return value
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not isinstance(self.choices, tuple) or not self.choices \
+                or not all(isinstance(c, str) for c in self.choices):
+            raise _space_error(f"a ChoiceKey needs a name and a non-empty tuple of str choices, got "
+                               f"ChoiceKey({brief(self.name)}, {brief(self.choices)})")
+        _check_declared(self.name, self.values, self.scope, self.only)
+
     def candidates(self, chosen: Mapping[str, Any]) -> list[str]:
         """The choices the search tries given the keys ``chosen`` so far, each once, in order."""
-        got = self.choices if self.values is None else _values_of(self.values, chosen)
+        got = self.choices if self.values is None else _values_of(self.values, chosen, self.name)
         out: list[str] = []
         for v in got:
             if v in self.choices and v not in out:
@@ -112,6 +157,42 @@ class ChoiceKey:
 
 
 Key = IntKey | ChoiceKey
+
+
+def _check_declared(name: str, values: Any, scope: Any, only: Any) -> None:
+    """What every key declares: ``values`` None, a sequence or a function; a known ``scope``; ``only`` None or
+    (another key, one of its choices)."""
+    if values is not None and not callable(values) and (isinstance(values, (str, bytes, Mapping))
+                                                         or not isinstance(values, Iterable)):
+        raise _space_error(f"tiling key {name!r}: values must be a sequence of values or a function of the keys "
+                           f"chosen, got {brief(values)}")
+    if scope not in SCOPES:
+        raise _space_error(f"tiling key {name!r}: scope must be one of {', '.join(SCOPES)}, got {brief(scope)}")
+    if only is not None and not (isinstance(only, tuple) and len(only) == 2 and all(isinstance(x, str) for x in only)):
+        raise _space_error(f"tiling key {name!r}: only must be (another key, one of its choices), got {brief(only)}")
+
+
+def _checked(fn: Callable[[dict[str, Any]], Any], what: str, number: Callable[[Any], Any]) -> Callable[..., Any]:
+    """``fn`` whose result ``number`` checks (None: refused with the ``tiling-space`` PlanError naming ``what``)."""
+    def checked(tiling: dict[str, Any]) -> Any:
+        got = fn(tiling)
+        value = number(got)
+        if value is None:
+            raise _space_error(f"the tiling space's {what} gave {brief(got)} for {brief(tiling, 160)}")
+        return value
+    return checked
+
+
+def _count(value: Any) -> int | None:
+    got = _integer(value)
+    return got if got is not None and got >= 0 else None
+
+
+def _cycles(value: Any) -> float | None:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return None
+    got = float(value)
+    return got if got >= 0 else None  # (NaN compares false: refused; inf is a bound no run beats)
 
 
 class TilingSpace:
@@ -140,14 +221,17 @@ class TilingSpace:
                  starts: Sequence[Mapping[str, Any]] = (), alternatives: Sequence[Mapping[str, Any]] = ()):
         self.keys: dict[str, Key] = {}
         for k in keys:
-            if k.scope not in SCOPES:
-                raise ValueError(f"tiling key {k.name!r}: scope must be one of {SCOPES}, got {k.scope!r}")
+            if not isinstance(k, (IntKey, ChoiceKey)):
+                raise _space_error(f"a tiling space's keys are IntKey and ChoiceKey, got {brief(k)}")
             if k.name in self.keys:
-                raise ValueError(f"tiling key {k.name!r} declared twice")
+                raise _space_error(f"tiling key {k.name!r} declared twice")
             self.keys[k.name] = k
+        for name, fn in (("fit", fit), ("tiles", tiles), ("bound", bound)):
+            if fn is not None and not callable(fn):
+                raise _space_error(f"the tiling space's {name} must be a function of a tiling, got {brief(fn)}")
         self.fit = fit
-        self.tiles = tiles
-        self.bound = bound
+        self.tiles = None if tiles is None else _checked(tiles, "tiles()", _count)
+        self.bound = None if bound is None else _checked(bound, "bound()", _cycles)
         self.starts = tuple(dict(start) for start in starts)
         self.alternatives = tuple(dict(a) for a in alternatives)
         for start in self.starts + self.alternatives:

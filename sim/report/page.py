@@ -20,6 +20,7 @@ from typing import IO, Any
 from sim.config.run_config import RunConfig, load_config
 from sim.engine.events import KINDS, TraceEvent
 from sim.files.atomic import atomic_write_text
+from sim.files.jsonsafe import plain_scalar
 from sim.inspect.dram_turns import turns_text
 from sim.inspect.layout_map import layout_map, layout_rows
 from sim.inspect.summary import limiting_resource, loop_summaries, resource_shares, rows_text, sync_text
@@ -85,7 +86,7 @@ def timeline_payload(events: Sequence[TraceEvent], cycles: int, clock_hz: int,
 
 def _script_json(data: Any) -> str:
     # Inside <script>, "<" must never start a tag: escape it (JSON allows \u003c).
-    return json.dumps(data, separators=(",", ":")).replace("<", "\\u003c")
+    return json.dumps(data, separators=(",", ":"), default=plain_scalar).replace("<", "\\u003c")
 
 
 # -- static sections -------------------------------------------------------------------------------
@@ -303,7 +304,7 @@ def _layout_section(run: Run) -> str:
 def _arg_text(value: Any) -> str:
     # Addresses read best in hex; small ints (sizes, flags) in decimal.
     if isinstance(value, bool) or not isinstance(value, (int, list, tuple)):
-        return json.dumps(value) if not isinstance(value, str) else value
+        return json.dumps(value, default=plain_scalar) if not isinstance(value, str) else value
     if isinstance(value, int):
         return f"{value:#x}" if value >= 0x10000 else str(value)
     return "[" + ", ".join(_arg_text(v) for v in value) + "]"

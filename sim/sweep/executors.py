@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from sim.errors import SimError, one_line
 from sim.run.progress import PhaseBar
 from sim.run.signals import StopLatch, StopSignalsIgnored, die_with_parent
 from sim.sweep.point import failed_row, run_point
@@ -101,12 +102,22 @@ def run_local(points: list[dict], workers: int, record: Callable[[dict], None], 
     pool.shutdown(wait=True)
 
 
+def _connected(client_type: Any, address: Any) -> Any:
+    """A Dask client of the scheduler at ``address``; SimError on one line when it is no address or nothing
+    answers there."""
+    try:
+        return client_type(address, timeout="30s")
+    except (OSError, ValueError, TypeError, TimeoutError) as e:
+        raise SimError(f"--scheduler {address}: cannot connect to a Dask scheduler there ({one_line(str(e), 200)}); "
+                       f"give its address as tcp://host:port") from None
+
+
 def run_dask(points: list[dict], scheduler: Any, record: Callable[[dict], None], bar: PhaseBar) -> None:
     """Run ``points`` on the Dask cluster behind ``scheduler``."""
     from distributed import Client
     from distributed import as_completed as dask_completed
 
-    client = scheduler if isinstance(scheduler, Client) else Client(scheduler)
+    client = scheduler if isinstance(scheduler, Client) else _connected(Client, scheduler)
     futures: list = []
     recorded: set[str] = set()
     try:

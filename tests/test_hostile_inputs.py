@@ -1,0 +1,235 @@
+"""Inputs a fuzzing campaign found unguarded, each now refused on one line (a SimError naming what is wrong) or
+taken as it should be: output paths that are devices, pipes, folders or not paths; a tiling space holding values
+the search cannot use; a tuning-cache flag that is not one; a call that ends past its time limit; numpy ints in a
+user kernel's plan reaching the trace writer; the collector keeping a loop's dropped cycles alive."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import sys
+import weakref
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tiny_kernels import Twice
+
+import sim
+import sim.time_limit as time_limit
+from sim.engine import collector
+from sim.files.atomic import atomic_write_text
+from sim.model.tiling import IntKey, TilingSpace
+
+REPO = Path(__file__).resolve().parent.parent
+X, Y, N = 0xA0000000, 0xA0100000, 1024
+F32 = np.dtype(np.float32)
+
+
+# -- output paths -------------------------------------------------------------------------------------------
+
+def test_a_pipe_is_written_into_not_replaced(tmp_path):
+    """A rename over a FIFO (or a device: ``--trace /dev/null``) would replace it by a file: it is written into."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader, there before the write (its buffer holds it)
+    try:
+        atomic_write_text(fifo, "through the pipe")
+        assert os.read(fd, 100) == b"through the pipe"
+    finally:
+        os.close(fd)
+    assert fifo.is_fifo()
+
+
+def test_a_pipe_nothing_reads_is_refused_at_once(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(sim.SimError, match="a named pipe that no process reads"):
+        atomic_write_text(fifo, "nobody listens")
+    assert fifo.is_fifo()
+
+
+@pytest.mark.parametrize("path,match", [(None, "expected the path of a file"), (5, "expected the path of a file"),
+                                        ("", "expected the path of a file"), ("folder", "it is a folder")])
+def test_output_paths_that_are_no_file_are_refused(tmp_path, path, match):
+    (tmp_path / "folder").mkdir()
+    target = tmp_path / path if isinstance(path, str) and path else path
+    with pytest.raises(sim.SimError, match=match):
+        atomic_write_text(target, "text")  # type: ignore[arg-type]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder"]  # no temporary file left
+
+
+def test_a_trace_of_numpy_int_cores_and_ids_is_written(tmp_path):
+    """The plan check takes numpy int64 core numbers and tile ids; the trace writer writes them as numbers."""
+    def numpy_ints(p, c, x):
+        phase = p.phases[0]
+        tiles = {np.int64(core): tuple(_replace(t, tile_id=np.int64(t.tile_id)) for t in ts)
+                 for core, ts in phase.tiles.items()}
+        return _replace(p, cores=tuple(np.int64(core) for core in p.cores), phases=(_replace(phase, tiles=tiles),))
+
+    with sim.registered_kernel(Twice("numpy_ints", numpy_ints)):
+        m = sim.Simulator("FT78NE")
+        m.write(X, np.arange(N, dtype=F32))
+        run = m.call("fp_numpy_ints_s", x=X, y=Y, n=N, core_mask=0x3)
+        for name in ("t.json", "t.csv"):
+            run.write_trace(tmp_path / name)
+        summary = run.summary_text()
+    doc = json.loads((tmp_path / "t.json").read_text())
+    computes = [e for e in doc["traceEvents"] if e.get("cat") == "compute"]
+    assert len(computes) == 2 and "cores [0, 1]" in summary
+    assert len((tmp_path / "t.csv").read_text().splitlines()) == len(run.events) + 1
+    np.testing.assert_array_equal(m.read(Y, N, F32), 2 * np.arange(N, dtype=F32))
+
+
+def _replace(obj, **changes):
+    import dataclasses
+    return dataclasses.replace(obj, **changes)
+
+
+def test_a_gantt_chart_in_an_unknown_format_is_refused_in_one_line(tmp_path):
+    pytest.importorskip("matplotlib")
+    run = [sys.executable, "-m", "sim.cli"]
+    trace = tmp_path / "bng.json"
+    done = subprocess.run(run + ["run", str(REPO / "configs" / "ft78ne_batch_norm_grad_s.yaml"), "--out-dir",
+                                 str(tmp_path), "--trace", str(trace)], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    done = subprocess.run(run + ["trace", "plot", str(trace), "-o", str(tmp_path / "p.xyz")], capture_output=True,
+                          text=True, cwd=REPO)
+    assert done.returncode == 2 and "unknown picture format 'xyz'" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "p.xyz").exists()
+
+
+# -- a kernel's tiling space ----------------------------------------------------------------------------------
+
+def _relu_grad():
+    """examples/relu_grad.py's kernel class and its layout helper."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("relu_grad_hostile_spaces", REPO / "examples" / "relu_grad.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _call_with_space(make_key, **space):
+    """examples' ReluGrad with the tiling space of one key ``make_key()`` (made inside the call, as a kernel
+    makes its space) and ``space``'s callbacks."""
+    module = _relu_grad()
+
+    def tiling_space(self, call, ctx):
+        lay = module._Layout(call, ctx)
+        return TilingSpace(make_key(), fit=lambda t: lay.check(t["tile_elements"]), **space)
+
+    kernel = type("Spaced", (module.ReluGrad,), {"name": "spaced", "tiling_space": tiling_space})()
+    with sim.registered_kernel(kernel):
+        m = sim.Simulator("FT78NE", tuning_cache=False)
+        m.write(X, np.ones(4096, F32))
+        before = m.memory.snapshot()
+        try:
+            return m.call("fp_spaced_s", dy=X, x=X + 0x400000, dx=X + 0x800000, shape=[4096], core_mask=0xFF)
+        finally:
+            if sys.exc_info()[0] is not None:
+                assert m.memory.snapshot() == before
+
+
+def _key(values, lo=1, hi=4096):
+    return lambda: IntKey("tile_elements", lo, hi, values=values)
+
+
+@pytest.mark.parametrize("make_key,space,match", [
+    (_key([float("nan"), 512]), {}, "lists nan, not an integer"),
+    (_key(["abc", 512]), {}, "lists 'abc', not an integer"),
+    (_key([float("inf")]), {}, "lists inf, not an integer"),
+    (_key(512), {}, "values must be a sequence"),
+    (_key([512], hi=None), {}, "integer bounds lo and hi"),
+    # (an endless iterator was exhausted: this one ends, its values out of range, so a search without the cap
+    # fails quickly instead of eating the machine's memory)
+    (_key(lambda chosen: iter(range(10_000, 12_000))), {}, "lists more than 1024 values"),
+    (_key([512, 1024]), {"tiles": lambda t: None}, r"tiles\(\) gave None"),
+    (_key([512, 1024, 128, 64]), {"bound": lambda t: None}, r"bound\(\) gave None"),
+    (_key([512, 1024, 128, 64]), {"bound": lambda t: "x"}, r"bound\(\) gave 'x'"),
+    (_key([512, 1024]), {"tiles": 3}, "tiles must be a function"),
+], ids=["nan", "text", "inf", "a number", "no hi", "endless", "tiles None", "bound None", "bound text", "tiles 3"])
+def test_a_tiling_space_holding_what_the_search_cannot_use_is_refused(make_key, space, match):
+    with pytest.raises(sim.PlanError, match=match) as info:
+        _call_with_space(make_key, **space)
+    assert info.value.rule == "tiling-space" and info.value.kernel == "spaced"
+
+
+def test_integral_floats_and_numpy_ints_are_values_a_key_may_list():
+    run = _call_with_space(_key([512.0, np.int64(1024)]))
+    assert run.tiling.tiling["tile_elements"] in (512, 1024)
+
+
+@pytest.mark.parametrize("listed,match", [(None, "not an iterable of tilings"), ([1, 2, 3], "not a tiling")])
+def test_a_kernel_listing_what_is_no_tiling_is_refused(listed, match):
+    module = _relu_grad()
+
+    class Listed(module.ReluGrad):
+        """The older form of kernel: ``tilings()`` and no tiling space (ReluGrad's hidden)."""
+
+        name = "listed"
+        tiling_space = property(lambda self: (_ for _ in ()).throw(AttributeError("tiling_space")))
+
+        def tilings(self, call, ctx):
+            return listed
+
+    kernel = Listed()
+    assert not hasattr(kernel, "tiling_space")
+    with sim.registered_kernel(kernel), pytest.raises(sim.PlanError, match=match):
+        sim.Simulator("FT78NE", tuning_cache=False).call("fp_listed_s", dy=X, x=X + 0x400000, dx=X + 0x800000,
+                                                         shape=[4096])
+
+
+# -- the simulator's settings and its time limit ------------------------------------------------------------------
+
+@pytest.mark.parametrize("flag", ["no", "false", 0, 2, [0]])
+def test_a_tuning_cache_flag_must_be_a_bool(flag):
+    with pytest.raises(sim.KernelArgError, match="'tuning_cache': expected True, False or None"):
+        sim.Simulator("FT78NE", tuning_cache=flag)
+
+
+def test_a_call_ending_past_its_limit_fails_though_the_watchdog_never_fired(monkeypatch):
+    """The watchdog's thread needs the interpreter to run: a call may end a few milliseconds past its limit before
+    it fires.  Such a call fails all the same (its result would otherwise depend on the thread switch)."""
+    class Asleep:
+        def __init__(self, seconds):
+            pass
+
+        def start(self):
+            pass
+
+        def stop(self):
+            return False
+
+    monkeypatch.setattr(time_limit, "_Watchdog", Asleep)
+    import time
+    with pytest.raises(sim.TimeLimitError, match="stopped while sleeping"):
+        time_limit.run_within(0.001, lambda: "stopped while sleeping", time.sleep, 0.01)
+    assert time_limit.run_within(10.0, lambda: "never", lambda: 7) == 7
+
+
+# -- the collector ----------------------------------------------------------------------------------------------
+
+def test_a_small_call_leaves_the_callers_dropped_cycles_to_the_young_passes():
+    """A call that made few objects promotes none: a cycle the caller dropped before it is freed by the collector's
+    young passes, not kept until a full one (a loop of calls each dropping a simulator in a cycle grew without
+    bound)."""
+    class Node:
+        pass
+
+    m = sim.Simulator("FT78NE", tuning_cache=False)
+    m.write(X, np.arange(N, dtype=F32))
+    with sim.registered_kernel(Twice("small")):
+        m.call("fp_small_s", x=X, y=Y, n=N)  # (planned once: the call below makes few objects)
+        gc.collect()
+        node = Node()
+        node.me = node  # type: ignore[attr-defined]
+        alive = weakref.ref(node)
+        del node
+        m.call("fp_small_s", x=X, y=Y, n=N)
+        assert gc.get_count()[0] < collector.PROMOTE_FLOOR
+        gc.collect(1)  # the young and middle generations only
+        assert alive() is None
