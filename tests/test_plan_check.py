@@ -296,6 +296,9 @@ def test_a_write_into_a_p_calls_own_input_is_refused_in_private_memory():
      loads_changed(lambda t: dataclasses.replace(t, src=np.uint64(t.src))), "plan-structure"),
     ("a transfer of 33 dimensions", loads_changed(lambda t: Transfer(t.src, t.dst, (1,) * 32 + t.shape, 1,
                                                                      (1,) * 33, (1,) * 33)), "plan-structure"),
+    ("tile 0's operands stated in int32 (equal to the Python ints that passed)",
+     like_tile0(inputs=lambda old: tuple(dataclasses.replace(o, addr=np.int32(o.addr)) for o in old.inputs)),
+     "plan-structure"),
     ("a barrier that is an array", lambda p, c, x: dataclasses.replace(p, phases=(dataclasses.replace(
         p.phases[0], barrier_after=np.array([1, 0])),)), "plan-structure"),
     ("a barrier that is a string", lambda p, c, x: dataclasses.replace(p, phases=(dataclasses.replace(

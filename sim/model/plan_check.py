@@ -143,6 +143,11 @@ def _ints(values: tuple, minimum: int | None = None) -> bool:
     return minimum is None or not values or min(values) >= minimum
 
 
+def _ints_only(values: object) -> bool:
+    """Whether ``values`` is a tuple of Python ints only."""
+    return type(values) is tuple and set(map(type, values)) <= _JUST_INT
+
+
 def _wide(values: tuple) -> bool:
     """Whether ``values`` (ints) are Python ints or numpy int64: the types whose sums with chip addresses neither
     overflow nor turn into floats (a numpy int32 overflows past 2**31, a uint64 added to an int64 gives a float)."""
@@ -634,8 +639,8 @@ class _Checker:
         ins, outs, loops = c.inputs, c.outputs, c.loops
         if type(ins) is not tuple or type(outs) is not tuple or type(loops) is not tuple:
             return None
-        if not all(type(o) is Operand for o in ins) or not all(type(o) is Operand for o in outs):
-            return None
+        if not all(type(o) is Operand and type(o.addr) is int and _ints_only(o.shape) for o in ins + outs):
+            return None  # (numpy ints equal to Python ones hash alike: such a compute is judged in full)
         fn = c.fn
         fn_ok = callable(fn) and (type(fn) is not TileFn or (callable(fn.fn) and type(fn.params) is tuple))
         key = (type(c.flops), c.flops, c.precision, fn_ok, tuple(map(id, loops)),
@@ -797,7 +802,10 @@ class _Checker:
         malformed or outside the levels."""
         key = None
         if type(op) is Operand:
-            key = (op.addr, op.shape, op.dtype)
+            # (numpy ints equal to Python ones hash alike: only an operand of Python ints may meet a judged one)
+            key = (op.addr, op.shape, op.dtype) if type(op.addr) is int and _ints_only(op.shape) else \
+                (op.addr, op.shape, op.dtype, type(op.addr), tuple(map(type, op.shape)) if type(op.shape) is tuple
+                 else None)
             try:
                 known = self._operands.get(key)  # tiles reuse the same slots: most operands were judged before
             except TypeError:  # unhashable: a malformed operand (a list for a shape)
