@@ -306,6 +306,51 @@ def test_an_output_updated_in_place_is_read_first_by_the_cross_call_rules(tmp_pa
     assert np.allclose(got, 1.0 + a @ b, rtol=1e-5)
 
 
+#: A tensor in GSM alive across a GEMM whose buffers all lie in DDR: such a call takes all of GSM but its own
+#: buffers as staging (gsm_blocks), and its plan stages its blocks of A there.
+ACROSS_A_GEMM = """\
+tensors:
+  - {name: dy, shape: [64, 64], dtype: float32}
+  - {name: x, shape: [64, 64], dtype: float32}
+  - {name: t, shape: [64, 64], dtype: float32, region: REGION}
+  - {name: a, shape: [64, 64], dtype: float32}
+  - {name: b, shape: [64, 64], dtype: float32}
+  - {name: c, shape: [64, 64], dtype: float32}
+  - {name: out, shape: [64, 64], dtype: float32}
+data:
+  - {tensor: dy, random: {seed: 1}}
+  - {tensor: x, random: {seed: 2}}
+  - {tensor: a, random: {seed: 3}}
+  - {tensor: b, random: {seed: 4}}
+calls:
+  - {name: r1, symbol: fp_relu_grad_s, args: {dy: dy, x: x, dx: t, shape: [64, 64]}}
+  - {name: mm, symbol: fp_gemm_s, args: {a: a, b: b, c: c, m: 64, n: 64, k: 64}, tiling: {split: n}}
+  - {name: r2, symbol: fp_relu_grad_s, args: {dy: t, x: x, dx: out, shape: [64, 64]}}
+outputs:
+  - {tensor: out}
+"""
+
+
+def test_a_tensor_a_call_stages_over_is_refused_and_the_program_is_right_elsewhere(tmp_path):
+    """The GEMM's plan writes its blocks of A over tensor t in GSM, which r2 reads after it: refused before
+    anything runs (it used to run and read the GEMM's A as t); with t in DDR the program runs and is right."""
+    m = sim.Simulator("FT78NE")
+    in_gsm = load_program(program(tmp_path, ACROSS_A_GEMM.replace("REGION", "gsm")), allow_kernels=True)
+    before = m.memory.snapshot()
+    with pytest.raises(LayoutError, match=r"layout rule 'overwrite': call 'mm' \(fp_gemm_s\) stages blocks in gsm "
+                                          r".* of tensor 't' in gsm, which call 'r2' \(fp_relu_grad_s\) \(its "
+                                          r"buffer 'dy'\) still reads later"):
+        m.run_program(in_gsm)
+    assert m.memory.snapshot() == before
+    in_ddr = load_program(program(tmp_path, ACROSS_A_GEMM.replace("REGION", "ddr"), "ddr"), allow_kernels=True)
+    result = m.run_program(in_ddr)
+    cfg = in_ddr.as_run_config(result.plan.addrs)
+    dy, x, _, _ = (cfg.materialise(s) for s in cfg.data)
+    t_want = np.where(x > 0, dy, dy * np.float32(0))
+    got = m.read(result.plan["out"].addr, (64, 64), np.float32)
+    np.testing.assert_array_equal(got, np.where(x > 0, t_want, t_want * np.float32(0)))
+
+
 BAD_ADDRESSES = [("bogus", "expected an address (an integer; hex like 0xA0000000 is fine) or auto, got 'bogus'"),
                  ("-5", "must be >= 0, got -5"),
                  (str(1 << 64), "must be <= 0xffffffffffffffff (addresses are at most 64 bits)")]

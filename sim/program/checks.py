@@ -7,8 +7,9 @@ its output buffers, the ``outputs`` entries read theirs at the end.  Each findin
 
 * ``unwritten-read``: a call (or an ``outputs`` entry) reads bytes that no data entry placed and no earlier call
   wrote, so it would read zeros, or another tensor's bytes where its own never were;
-* ``overwrite``: a call's output overwrites bytes of a tensor that a later call (or an ``outputs`` entry) still
-  reads (named at that read: the writer, the tensor it destroyed and the reader);
+* ``overwrite``: a call's output, or a block its plan stages in a staging level (GEMM's blocks of A in the GSM
+  it takes whole when its buffers lie elsewhere), overwrites bytes of a tensor that a later call (or an
+  ``outputs`` entry) still reads (named at that read: the writer, the tensor it destroyed and the reader);
 * ``other-core``: a ``_p`` call's buffer lies in a tensor of another core's copy of the private memory (the call
   would read, or write, its own core's copy at those addresses);
 * ``tensor-bounds``: a buffer that starts in a tensor runs past its end (the tensor is too small for the call);
@@ -26,7 +27,9 @@ from dataclasses import dataclass, field
 from sim.model.call import BoundCall, Buffer
 from sim.model.layout import Violation
 from sim.model.memory import MemoryMap
-from sim.model.target import Target
+from sim.model.plan import Plan
+from sim.model.plan_alias import merged
+from sim.model.target import StagingArea, Target
 from sim.program.planner import MemoryKey, MemoryPlan, Placement
 
 #: Rule id -> the rule in words (docs/programs.md lists them).
@@ -55,6 +58,7 @@ class Access:
     end: int
     tensor: str | None  # the tensor it lies in (None: a raw address)
     where: str  # "ddr", "core 2's l2"
+    staging: bool = False  # bytes the call's plan stages in (a staging level), not a buffer of the call
 
 
 @dataclass
@@ -125,13 +129,16 @@ class _Bytes:
                 if hit is not None:
                     lo, hi = max(lo, hit.start), min(hi, hit.end)
                     by = hit.by
+                    written = (f"stages blocks in {by.where} {_range(by.start, by.end)} (staging level "
+                               f"'{by.buffer}', which its plan owns during the call)" if by.staging else
+                               f"writes its output '{by.buffer}'" + (f" (tensor '{by.tensor}')" if by.tensor else "")
+                               + f" {_range(by.start, by.end)}")
+                    rule = ("keep the tensor out of the staging levels of the calls it lives across (another "
+                            "region)" if by.staging else "an output may not overwrite a tensor a later call reads")
                     out.append(Violation(a.tensor, "overwrite",
-                                         f"{by.who} writes its output '{by.buffer}'"
-                                         + (f" (tensor '{by.tensor}')" if by.tensor else "")
-                                         + f" {_range(by.start, by.end)} over {hi - lo} bytes {_range(lo, hi)} of "
-                                           f"tensor '{a.tensor}' in {a.where}, which {reader} still reads later: "
-                                           f"an output may not overwrite a tensor a later call reads",
-                                         None, lo, hi, a.key[0]))
+                                         f"{by.who} {written} over {hi - lo} bytes {_range(lo, hi)} of "
+                                         f"tensor '{a.tensor}' in {a.where}, which {reader} still reads later: "
+                                         f"{rule}", None, lo, hi, a.key[0]))
                     continue
             held = "" if seg is None else f" (they hold {seg.by.who}'s '{seg.by.buffer}')"
             out.append(Violation(a.tensor or a.buffer, "unwritten-read",
@@ -144,12 +151,38 @@ class _Bytes:
 
 @dataclass(frozen=True)
 class CallBuffers:
-    """One call of a program, bound: what the checks see of it."""
+    """One call of a program, bound: what the checks see of it (``staged``: the bytes its plan writes in staging
+    levels, as ``(memory, start, end, level)``, once its plan is known)."""
 
     name: str
     call: BoundCall
     named: tuple[str, ...]  # the tensors its arguments name
     by_arg: Mapping[str, str] = field(default_factory=dict)  # pointer argument -> the tensor it names
+    staged: tuple[tuple[MemoryKey, int, int, str], ...] = ()
+
+
+def staged_bytes(plan: Plan, levels: Sequence[StagingArea], mmap: MemoryMap
+                 ) -> tuple[tuple[MemoryKey, int, int, str], ...]:
+    """The bytes ``plan``'s transfers write in the staging ``levels`` (a call's plan as it runs), per memory and
+    level, merged: what a program's tensor in such a level loses across the call."""
+    spans: dict[tuple[MemoryKey, str], list[tuple[int, int]]] = {}
+    for phase in plan.phases:
+        for core, tiles in phase.tiles.items():
+            for tile in tiles:
+                for t in tile.loads + tile.stores:
+                    lo, hi = t.span("dst")
+                    level = next((a for a in levels if a.base <= lo and hi <= a.end), None)
+                    if level is None or hi <= lo:
+                        continue
+                    region = mmap.region_of(lo, hi - lo)
+                    if region is not None:
+                        spans.setdefault(((region.name, None if region.shared else int(core)), level.name),
+                                         []).append((lo, hi))
+    out = []
+    for (key, name), got in spans.items():
+        for lo, hi in merged(got):
+            out.append((key, lo, hi, name))
+    return tuple(out)
 
 
 def _where(key: MemoryKey) -> str:
@@ -232,6 +265,8 @@ def check_calls(target: Target, plan: MemoryPlan, calls: Sequence[CallBuffers],
             out.extend(state.read(a))
         for a in writes:
             state.write(a)
+        for key, lo, hi, level in c.staged:
+            state.write(Access(who, level, key, lo, hi, None, _where(key), staging=True))
     for _, a in outputs:
         out.extend(state.read(a))
     return out
@@ -250,4 +285,4 @@ def entry_access(mmap: MemoryMap, plan: MemoryPlan, who: str, name: str, addr: i
     return Access(who, name, key, addr, addr + size_bytes, tensor, _where(key))
 
 
-__all__ = ["RULES", "Access", "CallBuffers", "locate", "check_calls", "entry_access"]
+__all__ = ["RULES", "Access", "CallBuffers", "locate", "check_calls", "entry_access", "staged_bytes"]

@@ -5,7 +5,8 @@ its arguments (their lifetimes); the memory planned (:mod:`sim.program.planner`)
 addresses (a buffer at a raw address that lands on an ``auto`` tensor makes the planner keep clear of it, and
 plan again); each call's own layout checked (:mod:`sim.model.layout`, each violation naming its call); the rules
 across calls (:mod:`sim.program.checks`); then each call's tiling chosen (a tiling that cannot fit is the
-``scratchpad-fit`` violation).  What binding needs in memory (a pointer table placed by a ``values`` entry) is
+``scratchpad-fit`` violation), and the rules across calls judged again with what each call's plan writes in the
+staging levels (a tensor in GSM across a GEMM that stages its blocks of A there would lose its bytes).  What binding needs in memory (a pointer table placed by a ``values`` entry) is
 written under the memory's journal and rolled back at the end, so that checking leaves memory exactly as it was,
 refused or not.
 """
@@ -27,7 +28,8 @@ from sim.model.memory import MemoryMap
 from sim.model.target import Target
 from sim.model.target_loader import load_target
 from sim.program.binding import arg_kinds, bind_call, lifetimes, named_tensors, resolved_args, tensor_args
-from sim.program.checks import Access, CallBuffers, check_calls, entry_access, locate
+from sim.planning import staging_areas
+from sim.program.checks import Access, CallBuffers, check_calls, entry_access, locate, staged_bytes
 from sim.program.planner import Lifetime, MemoryPlan, Reserved, plan_memory
 from sim.program.schema import CallSpec, Program
 from sim.run.runner import check_entries_map, place_literals
@@ -49,6 +51,8 @@ class CheckedCall:
     named: tuple[str, ...]
     by_arg: Mapping[str, str] = field(default_factory=dict)
     choice: TilingChoice | None = None
+    #: The bytes the chosen plan writes in staging levels (:func:`~sim.program.checks.staged_bytes`).
+    staged: tuple[tuple[tuple[str, int | None], int, int, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -169,6 +173,9 @@ def prepare_program(program: Program, m: Simulator, *, choose_tilings: bool = Tr
                                   data, outputs)
         if choose_tilings and not violations:
             calls = [_with_choice(m, c, violations) for c in calls]
+            if not violations:  # the plans known: what each stages in the staging levels counts as written too
+                violations += check_calls(m.target, plan, [CallBuffers(c.spec.name, c.call, c.named, c.by_arg,
+                                                                        c.staged) for c in calls], data, outputs)
     finally:
         m.memory.rollback()
     return CheckedProgram(program, m.target, plan, tuple(calls), cfg, tuple(violations))
@@ -177,13 +184,14 @@ def prepare_program(program: Program, m: Simulator, *, choose_tilings: bool = Tr
 def _with_choice(m: Simulator, c: CheckedCall, violations: list[Violation]) -> CheckedCall:
     """``c`` with its tiling chosen (the plan the run will use); a tiling that cannot fit joins ``violations``."""
     try:
-        _, choice = m.plan_bound_with_choice(c.call, c.spec.tiling)
+        plan, choice = m.plan_bound_with_choice(c.call, c.spec.tiling)
     except LayoutError as e:
         if not e.violations:
             raise
         violations.extend(_in_call(c.spec, c.call, v) for v in e.violations)
         return c
-    return dataclasses.replace(c, choice=choice)
+    staged = staged_bytes(plan, staging_areas(m.target, c.call.buffers), MemoryMap(m.target))
+    return dataclasses.replace(c, choice=choice, staged=staged)
 
 
 def check_program(program: Program, m: Simulator) -> CheckedProgram:
