@@ -351,6 +351,41 @@ def test_a_tensor_a_call_stages_over_is_refused_and_the_program_is_right_elsewhe
     np.testing.assert_array_equal(got, np.where(x > 0, t_want, t_want * np.float32(0)))
 
 
+#: A call's output at a raw address (the planner must keep the auto tensors clear of it: dy used to land there),
+#: read back by a raw outputs entry.
+RAW_OUTPUT = """\
+tensors:
+  - {name: dy, shape: [4, 64], dtype: float32}
+  - {name: x, shape: [4, 64], dtype: float32}
+data:
+  - {tensor: dy, random: {seed: 1}}
+  - {tensor: x, random: {seed: 2}}
+calls:
+  - {name: relu, symbol: fp_relu_grad_s, args: {dy: dy, x: x, dx: 0x80000000, shape: [4, 64]}}
+outputs:
+  - {name: dx, addr: 0x80000000, shape: [4, 64], dtype: float32}
+"""
+
+
+def test_a_raw_buffer_is_raw_even_where_it_lands_on_a_tensor_the_call_names_elsewhere(tmp_path):
+    """The planner keeps clear of a call's raw-address buffers, whatever tensors the call names for its other
+    arguments: the raw dx stays the call's own bytes (dy, which the call also names, used to be placed there,
+    and the program was refused for overlapping), and a raw x there is read as unwritten, not as dy."""
+    m = sim.Simulator("FT78NE")
+    raw = load_program(program(tmp_path, RAW_OUTPUT), allow_kernels=True)
+    result = m.run_program(raw)
+    assert all(not (p.addr < DDR + 1024 and DDR < p.end) for p in result.plan.placements)
+    cfg = raw.as_run_config(result.plan.addrs)
+    dy, x = (cfg.materialise(s) for s in cfg.data)
+    np.testing.assert_array_equal(m.read(DDR, (4, 64), np.float32), np.where(x > 0, dy, dy * np.float32(0)))
+    reads_raw = RAW_OUTPUT.replace("x: x, dx: 0x80000000", "x: 0x80000000, dx: x").replace(
+        "  - {tensor: x, random: {seed: 2}}\n", "").replace("{name: dx, addr: 0x80000000, shape: [4, 64], dtype: "
+                                                             "float32}", "{tensor: x}")
+    with pytest.raises(LayoutError, match=r"'unwritten-read': call 'relu' \(fp_relu_grad_s\) reads buffer 'x' "
+                                          r"\[0x80000000, 0x80000400\)"):
+        m.run_program(load_program(program(tmp_path, reads_raw, "reads_raw"), allow_kernels=True))
+
+
 BAD_ADDRESSES = [("bogus", "expected an address (an integer; hex like 0xA0000000 is fine) or auto, got 'bogus'"),
                  ("-5", "must be >= 0, got -5"),
                  (str(1 << 64), "must be <= 0xffffffffffffffff (addresses are at most 64 bits)")]

@@ -6,9 +6,9 @@ addresses (a buffer at a raw address that lands on an ``auto`` tensor makes the 
 plan again); each call's own layout checked (:mod:`sim.model.layout`, each violation naming its call); the rules
 across calls (:mod:`sim.program.checks`); then each call's tiling chosen (a tiling that cannot fit is the
 ``scratchpad-fit`` violation), and the rules across calls judged again with what each call's plan writes in the
-staging levels (a tensor in GSM across a GEMM that stages its blocks of A there would lose its bytes).  What binding needs in memory (a pointer table placed by a ``values`` entry) is
-written under the memory's journal and rolled back at the end, so that checking leaves memory exactly as it was,
-refused or not.
+staging levels (a tensor in GSM across a GEMM that stages its blocks of A there would lose its bytes).  What
+binding needs in memory (a pointer table placed by a ``values`` entry) is written under the memory's journal and
+rolled back at the end, so that checking leaves memory exactly as it was, refused or not.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 from sim.config.run_config import RunConfig
 from sim.config.user_kernels import load_kernels
-from sim.errors import ConfigError, LayoutError
+from sim.errors import ConfigError, KernelArgError, LayoutError
 from sim.model.call import BoundCall
 from sim.model.layout import Violation, check_layout, layout_error
 from sim.model.memory import MemoryMap
@@ -101,8 +101,11 @@ def _stray_buffers(mmap: MemoryMap, plan: MemoryPlan, calls: list[CheckedCall]) 
     for c in calls:
         core = c.call.cores[0] if c.call.variant == "p" else None
         for b in c.call.buffers:
-            key, home, _ = locate(mmap, plan, b, core, c.named, c.by_arg.get(b.name))
-            if key is None or not b.size_bytes or (home is not None and home.tensor.name in c.named):
+            arg_tensor = c.by_arg.get(b.name)
+            key, home, _ = locate(mmap, plan, b, core, c.named, arg_tensor)
+            # (a buffer whose own argument names the tensor it lies in is that tensor's; any other one is raw,
+            # even where it lands on a tensor the call names for another argument)
+            if key is None or not b.size_bytes or (home is not None and home.tensor.name == arg_tensor):
                 continue
             if any(p.auto and p.key == key and p.addr < b.end and b.addr < p.end for p in plan.placements):
                 out.append(Reserved(key, b.addr, b.end, f"call '{c.spec.name}' buffer '{b.name}'"))
@@ -155,7 +158,10 @@ def prepare_program(program: Program, m: Simulator, *, choose_tilings: bool = Tr
     try:
         reserved = _raw_entries(program, cfg0, mmap)
         for _ in range(MAX_PLANNING_ROUNDS):
-            plan = plan_memory(m.target, program.tensors, lives, reserved)
+            try:
+                plan = plan_memory(m.target, program.tensors, lives, reserved)
+            except ConfigError as e:  # (a tensor's region, core or address: name the file)
+                raise ConfigError(f"{program.path}: {e}") from None
             cfg = program.as_run_config(plan.addrs)
             calls = _bind_all(m, program, cfg, plan.addrs, kinds, named)
             stray = _stray_buffers(mmap, plan, calls)
@@ -172,7 +178,7 @@ def prepare_program(program: Program, m: Simulator, *, choose_tilings: bool = Tr
         violations += check_calls(m.target, plan, [CallBuffers(c.spec.name, c.call, c.named, c.by_arg) for c in calls],
                                   data, outputs)
         if choose_tilings and not violations:
-            calls = [_with_choice(m, c, violations) for c in calls]
+            calls = [_with_choice(m, program, c, violations) for c in calls]
             if not violations:  # the plans known: what each stages in the staging levels counts as written too
                 violations += check_calls(m.target, plan, [CallBuffers(c.spec.name, c.call, c.named, c.by_arg,
                                                                         c.staged) for c in calls], data, outputs)
@@ -181,10 +187,13 @@ def prepare_program(program: Program, m: Simulator, *, choose_tilings: bool = Tr
     return CheckedProgram(program, m.target, plan, tuple(calls), cfg, tuple(violations))
 
 
-def _with_choice(m: Simulator, c: CheckedCall, violations: list[Violation]) -> CheckedCall:
-    """``c`` with its tiling chosen (the plan the run will use); a tiling that cannot fit joins ``violations``."""
+def _with_choice(m: Simulator, program: Program, c: CheckedCall, violations: list[Violation]) -> CheckedCall:
+    """``c`` with its tiling chosen (the plan the run will use); a tiling that cannot fit joins ``violations``, one
+    the kernel refuses names the file and the call."""
     try:
         plan, choice = m.plan_bound_with_choice(c.call, c.spec.tiling)
+    except KernelArgError as e:
+        raise KernelArgError(f"{program.path}: call '{c.spec.name}' ({c.call.symbol}): {e}") from None
     except LayoutError as e:
         if not e.violations:
             raise
