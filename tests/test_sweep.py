@@ -231,6 +231,10 @@ def test_two_configs_sharing_a_file_name_are_two_sets_of_points(tmp_path):
      "nesting deeper"),
     ("configs: [c.yaml]\ngrid: {args.core_mask: [1]}\ndescription: [a, b]\n", "description: expected text, got list"),
     ("configs: [c.yaml]\ngrid: {args.core_mask: [1, 1]}\n", r"grid\.args\.core_mask\[1\]: 1 is listed twice"),
+    # (the same value spelled two ways: one number, one chip)
+    ("configs: [c.yaml]\ngrid: {target.regions.ddr.bandwidth_bytes_per_cycle: [12, 12.0]}\n",
+     r"grid\.target\.regions\.ddr\.bandwidth_bytes_per_cycle\[1\]: 12\.0 is listed twice"),
+    ("configs: [c.yaml]\ngrid: {target: [ft78ne, FT78NE]}\n", r"grid\.target\[1\]: 'FT78NE' is listed twice"),
     ("configs: [c.yaml]\ngrid: {target: [FT78NE, nochip.yaml]}\n", r"grid\.target\[1\]: .*nochip\.yaml"),
 ])
 def test_sweep_files_are_read_strictly(tmp_path, capsys, text, match):

@@ -67,6 +67,9 @@ class Calibration:
     document: dict
     #: Parameters kept at the target's value because the measurements cannot identify them: name -> why.
     unidentified: dict[str, str] = field(default_factory=dict)
+    #: Each measurement's cycles on the fitted target with the tiling the search chooses there (what a call on it
+    #: gives); ``cycles_after`` prices each with the starting target's tiling, as the fit does.  None: not run.
+    cycles_own_tiling: np.ndarray | None = None
 
     @property
     def fitted(self) -> list[str]:
@@ -96,12 +99,21 @@ class Calibration:
             for n, why in self.unidentified.items():
                 lines.append(f"  {n}: {why}")
         lines.append("")
-        lines.append("measurement                                  measured    before (err)        after (err)")
-        for meas, mc, b, a, eb, ea in zip(measurements, self.measured, self.cycles_before, self.cycles_after,
-                                          self.error_before, self.error_after):
-            lines.append(f"{meas.symbol:<44} {mc:>8.0f}  {b:>8.0f} ({100 * eb:+6.2f}%)  {a:>8.0f} ({100 * ea:+6.2f}%)")
+        own = self.cycles_own_tiling
+        lines.append("measurement                                  measured    before (err)        after (err)"
+                     + ("   fitted target's own tiling (err)" if own is not None else ""))
+        for i, (meas, mc, b, a, eb, ea) in enumerate(zip(measurements, self.measured, self.cycles_before,
+                                                         self.cycles_after, self.error_before, self.error_after)):
+            line = f"{meas.symbol:<44} {mc:>8.0f}  {b:>8.0f} ({100 * eb:+6.2f}%)  {a:>8.0f} ({100 * ea:+6.2f}%)"
+            if own is not None:
+                line += f"  {own[i]:>8.0f} ({100 * (own[i] - mc) / mc:+6.2f}%)" + ("" if own[i] == a else " *")
+            lines.append(line)
         lines.append(f"max |error|: before {100 * np.abs(self.error_before).max():.2f}%, "
                      f"after {100 * np.abs(self.error_after).max():.2f}%")
+        lines.append("(before and after: each call with the tiling the search chose for it on the starting target, "
+                     "as the fit prices it" + ("; * the fitted target's search chooses another tiling, and a call "
+                                               "on it gives that column" if own is not None and
+                                               bool((own != self.cycles_after).any()) else "") + ")")
         return "\n".join(lines)
 
 
@@ -252,6 +264,7 @@ def calibrate(doc: Mapping, measurements: Sequence[Measurement], names: Sequence
     except SimError as e:
         raise ConfigError(f"a measurement cannot run on the starting target: {e}") from None
     cycles_before = np.array([run.cycles for run in runs], dtype=np.float64)
+    unpinned = measurements
     measurements = pinned(measurements, runs)  # the starting target's tilings, for every evaluation
     _SIMULATED.clear()
     with PhaseBar("calibrate: probing which parameters the measurements respond to", progress,
@@ -306,9 +319,13 @@ def calibrate(doc: Mapping, measurements: Sequence[Measurement], names: Sequence
     with PhaseBar(f"calibrate: simulating {n_meas} measurements on the fitted target", progress,
                   total=n_meas, unit="call") as bar:
         cycles_after = simulate(fitted_doc, measurements, on_call=bar.advance)
+    with PhaseBar(f"calibrate: simulating {n_meas} measurements on the fitted target, its own tilings", progress,
+                  total=n_meas, unit="call") as bar:
+        own = np.array([run.cycles for run in runs_on(fitted_doc, unpinned, "calibration", on_call=bar.advance)],
+                       dtype=np.float64)
     _SIMULATED.clear()
     return Calibration(before=start, after=after, measured=measured, cycles_before=cycles_before,
                        cycles_after=cycles_after, document=fitted_doc,
-                       unidentified={n: unidentified[n] for n in names if n in unidentified})
+                       unidentified={n: unidentified[n] for n in names if n in unidentified}, cycles_own_tiling=own)
 
 

@@ -3,6 +3,7 @@ named by a digest of everything that decides its result (see :mod:`sim.sweep`)."
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -10,6 +11,7 @@ import os
 import signal
 from collections import Counter
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -186,13 +188,26 @@ def _check_axis(p: Path, axis: Any, values: Any) -> None:
         for i, v in enumerate(values):
             if not isinstance(v, str):
                 raise ConfigError(f"{p}: grid.symbol[{i}]: expected a symbol name, got {quote(v)}")
-    # Two equal values would be two points with one id: one row would shadow the other.
+    # Two equal values would be two points of one meaning (or with one id: one row would shadow the other).
     seen = set()
     for i, v in enumerate(values):
-        k = json.dumps(v, sort_keys=True, default=str)
+        k = _value_key(axis, v)
         if k in seen:
             raise ConfigError(f"{p}: grid.{_short(axis)}[{i}]: {quote(v)} is listed twice")
         seen.add(k)
+
+
+def _value_key(axis: str, v: object) -> object:
+    """What an axis value means, for telling two listed values apart: numbers by value (12 and 12.0 are one),
+    a target by the file it names (chip names are case-insensitive: ``ft78ne`` is FT78NE), anything else as its
+    JSON."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        with contextlib.suppress(ValueError, OverflowError):  # (NaN and the infinities: as their JSON)
+            return ("number", Fraction(v))
+    if axis == "target" and isinstance(v, str):
+        with contextlib.suppress(SimError, OSError):  # (one that names no target file is refused later)
+            return ("target", str(Path(resolve_target_path(v)).resolve()))
+    return ("json", json.dumps(v, sort_keys=True, default=str))
 
 
 def _load_configs(p: Path, raw: list[str], grid: dict, allow_kernels: bool | None) -> tuple[BaseConfig, ...]:
