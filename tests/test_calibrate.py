@@ -243,6 +243,11 @@ def test_more_parameters_than_measurements_is_refused_naming_what_to_fit(tmp_pat
         calibrate(doc, m, three)
     cal = calibrate(doc, m, three[:1])
     assert abs(cal.error_after[0]) < 0.005 and cal.fitted == three[:1]
+    # Its own search on the fitted target gives what a call on it gives (the after column keeps the start's tiling).
+    fitted = sim.Simulator(parse_target(cal.document), tuning_cache=False)
+    call = m[0]
+    assert cal.cycles_own_tiling is not None
+    assert cal.cycles_own_tiling[0] == fitted.call(call.symbol, numerics=False, **call.args).cycles
 
 
 def test_the_shipped_example_measurements_recover_the_boards_ddr(tmp_path, capsys):
