@@ -207,8 +207,11 @@ class _Registry:
                 for variant in info.variants:
                     sym = f"{_prefix(precision)}_{name}_{variant}"
                     table[sym] = Symbol(sym, info.kernel, precision, variant, info.origin)
-        self.symbols.clear()
+        # Updated in place, never emptied: lookups take no lock, and one in another thread between a clear and
+        # the refill would miss every symbol (a shipped kernel's call failing while a user kernel registers).
         self.symbols.update(table)
+        for stale in [sym for sym in self.symbols if sym not in table]:
+            del self.symbols[stale]
         if changed:
             self.generation += 1
 

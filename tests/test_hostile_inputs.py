@@ -233,3 +233,47 @@ def test_a_small_call_leaves_the_callers_dropped_cycles_to_the_young_passes():
         assert gc.get_count()[0] < collector.PROMOTE_FLOOR
         gc.collect(1)  # the young and middle generations only
         assert alive() is None
+
+
+def test_the_collector_comes_back_on_though_its_full_pass_is_interrupted(monkeypatch):
+    """A Ctrl-C landing in the full pass a call's end runs left the collector off for the rest of the process."""
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(collector, "_promote_survivors", interrupted)
+    assert gc.isenabled()
+    with pytest.raises(KeyboardInterrupt), collector.collector_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+def test_a_shipped_symbol_stays_in_the_table_while_kernels_register(monkeypatch):
+    """The symbol table is refreshed in place, never emptied: lookups take no lock, and one in another thread
+    between an emptying and the refill missed every symbol (a shipped kernel's bind failed with 'unknown kernel
+    symbol' while a user kernel was registered and unregistered).  Every change to the table is watched here."""
+    from kernels import registry
+    registry.lookup("fp_gemm_s")  # (the shipped kernels loaded)
+    gaps: list[str] = []
+
+    class Watched(dict):
+        def _look(self, what: str) -> None:
+            if "fp_gemm_s" not in self:
+                gaps.append(what)
+
+        def clear(self) -> None:
+            super().clear()
+            self._look("clear")
+
+        def __delitem__(self, key) -> None:
+            super().__delitem__(key)
+            self._look("del")
+
+        def update(self, *args, **kwargs) -> None:
+            super().update(*args, **kwargs)
+            self._look("update")
+
+    monkeypatch.setattr(registry._STATE, "symbols", Watched(registry._STATE.symbols))
+    kernel = Twice("twice_watched")
+    sim.register_kernel(kernel)
+    sim.unregister_kernel(kernel)
+    assert not gaps and "fp_twice_watched_s" not in registry._STATE.symbols

@@ -64,8 +64,10 @@ def collector_paused() -> Iterator[None]:
         with _lock:
             _depth -= 1
             if _depth == 0 and _was_enabled:
-                _promote_survivors()
-                gc.enable()
+                try:
+                    _promote_survivors()
+                finally:  # (a Ctrl-C during its full pass must not leave the collector off for good)
+                    gc.enable()
 
 
 def _promote_survivors() -> None:
