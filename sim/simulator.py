@@ -307,9 +307,11 @@ class Simulator:
         """Forget the plans and tiling choices this simulator remembers, so that the next call plans afresh.
 
         Plans are cached by the bound call and the tiling: after replacing a kernel's planner (as tests do to
-        inject a fault), call this so that no plan of the old planner is reused.
+        inject a fault), call this so that no plan of the old planner is reused.  The views and replay programs the
+        memory keeps for repeat calls go too (they hold the forgotten plans' effects).
         """
         self._planner.clear()
+        self.memory.forget_kept()
 
     def _forget_plans_of_replaced_kernels(self) -> None:
         """Plans are cached by the bound call, which names a symbol: when the registry changed (a kernel

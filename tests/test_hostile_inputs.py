@@ -277,3 +277,35 @@ def test_a_shipped_symbol_stays_in_the_table_while_kernels_register(monkeypatch)
     sim.register_kernel(kernel)
     sim.unregister_kernel(kernel)
     assert not gaps and "fp_twice_watched_s" not in registry._STATE.symbols
+
+
+def test_what_a_simulator_keeps_for_repeat_calls_is_bounded_and_cleared(monkeypatch):
+    """Each distinct call kept its replay program (its plan's effects: tiles, transfers and all) and its tiling
+    choice for good, and clear_caches() did not give the programs back: memory grew call after call."""
+    from sim.model import memory as memory_module
+    monkeypatch.setattr(memory_module, "MAX_KEPT_VALUES", 2)
+    m = sim.Simulator("FT78NE", tuning_cache=False)
+    m.write(X, np.arange(N, dtype=F32))
+    with sim.registered_kernel(Twice("kept")):
+        for i in range(5):
+            y = Y + i * 0x10000
+            for _ in range(2):  # the first call simulates, the second replays
+                m.call("fp_kept_s", x=X, y=y, n=N)
+            np.testing.assert_array_equal(m.read(y, N, F32), 2 * np.arange(N, dtype=F32))
+        assert len(m.memory._values) == 2
+        m.clear_caches()
+        assert not m.memory._values and not m.memory._kept
+        m.call("fp_kept_s", x=X, y=Y, n=N)  # (made afresh as needed)
+
+
+def test_the_tiling_choices_a_simulator_remembers_are_bounded(monkeypatch):
+    from sim.tuning import TilingChoice
+    from sim.tuning import choice as choice_module
+    monkeypatch.setattr(choice_module, "MAX_CHOICES", 3)
+    cache = choice_module.TilingCache()
+    for i in range(5):
+        cache.put("fp_x_s", ("call", i), 0.01, TilingChoice({"k": i}, "cost model"))
+    assert cache.get("fp_x_s", ("call", 2), 0.01) is not None  # (used: kept over the older ones)
+    cache.put("fp_x_s", ("call", 5), 0.01, TilingChoice({"k": 5}, "cost model"))
+    assert [cache.get("fp_x_s", ("call", i), 0.01) is not None for i in range(6)] == [False, False, True, False,
+                                                                                      True, True]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -47,6 +48,10 @@ MAX_ACCESS_BYTES = 1 << 31
 #: Views an address space keeps for copies and operands run again (AddressSpace.kept_copy_plan and
 #: kept_dense_views); past it they are all dropped and made afresh as needed.
 MAX_KEPT_VIEWS = 1 << 16
+#: Values made of views an address space keeps (:meth:`AddressSpace.kept`: a replayed plan's program, which holds
+#: the plan's effects: tiles, transfers and all), the least recently used dropped first; as many as the plans a
+#: simulator keeps (sim.plan_cache.PLAN_CACHE_SIZE), whose repeat calls replay them.
+MAX_KEPT_VALUES = 16
 
 
 def _is_int(v: object) -> bool:
@@ -161,6 +166,7 @@ class AddressSpace:
         # Views into these pages that runs ask for again and again (a cached plan's copies and operands), by the
         # values that define them: they stay valid for good (pages never move), and die with this memory.
         self._kept: dict[tuple, Any] = {}
+        self._values: OrderedDict[tuple, Any] = OrderedDict()  # (AddressSpace.kept)
 
     # -- pages and chunks ----------------------------------------------------------------------
 
@@ -376,11 +382,23 @@ class AddressSpace:
 
     def kept(self, key: tuple, make: Callable[[], Any]) -> Any:
         """``make()``, made once per ``key`` and kept with this memory, as its views are (a replay's program of
-        them: :mod:`sim.engine.replay`); a key names what the value is made of."""
+        them: :mod:`sim.engine.replay`; the :data:`MAX_KEPT_VALUES` used last); a key names what the value is made
+        of."""
+        values = self._values
         try:
-            return self._kept[key]
+            got = values[key]
         except KeyError:
-            return self._keep(key, make())
+            got = values[key] = make()
+            while len(values) > MAX_KEPT_VALUES:
+                values.popitem(last=False)
+        else:
+            values.move_to_end(key)
+        return got
+
+    def forget_kept(self) -> None:
+        """Drop every view and value kept for runs made again (they are made afresh as needed)."""
+        self._kept.clear()
+        self._values.clear()
 
     def _keep(self, key: tuple, value: Any) -> Any:
         if len(self._kept) >= MAX_KEPT_VIEWS:  # a long sweep's plans: start afresh rather than grow

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,12 +75,18 @@ def _changes(tiling: Mapping[str, Any], base: Mapping[str, Any]) -> str:
     return "{" + ", ".join(f"{k}: {v}" for k, v in diff.items()) + "}"
 
 
+#: Choices a simulator remembers (the least recently used forgotten first): a sweep of distinct calls keeps a
+#: couple of kilobytes each, bounded.
+MAX_CHOICES = 4096
+
+
 class TilingCache:
     """The tilings already chosen, per (symbol, bound call, fixed keys, tolerance): a repeated call chooses
-    without listing or pricing its candidates again."""
+    without listing or pricing its candidates again (at most :data:`MAX_CHOICES`, the least recently used
+    forgotten first)."""
 
     def __init__(self) -> None:
-        self._choices: dict[tuple[str, str, str, float], TilingChoice] = {}
+        self._choices: OrderedDict[tuple[str, str, str, float], TilingChoice] = OrderedDict()
 
     @staticmethod
     def _key(symbol: str, call: Any, fixed: Mapping[str, Any], tolerance: float) -> tuple[str, str, str, float]:
@@ -88,12 +95,20 @@ class TilingCache:
     def get(self, symbol: str, call: Any, tolerance: float, fixed: Mapping[str, Any] | None = None) \
             -> TilingChoice | None:
         """The choice made for this call before, or None."""
-        return self._choices.get(self._key(symbol, call, fixed or {}, tolerance))
+        key = self._key(symbol, call, fixed or {}, tolerance)
+        got = self._choices.get(key)
+        if got is not None:
+            self._choices.move_to_end(key)
+        return got
 
     def put(self, symbol: str, call: Any, tolerance: float, choice: TilingChoice,
             fixed: Mapping[str, Any] | None = None) -> None:
         """Remember ``choice`` for this call."""
-        self._choices[self._key(symbol, call, fixed or {}, tolerance)] = choice
+        key = self._key(symbol, call, fixed or {}, tolerance)
+        self._choices[key] = choice
+        self._choices.move_to_end(key)
+        while len(self._choices) > MAX_CHOICES:
+            self._choices.popitem(last=False)
 
     def clear(self) -> None:
         """Forget every choice."""
