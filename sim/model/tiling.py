@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import numbers
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -189,8 +190,8 @@ def _count(value: Any) -> int | None:
 
 
 def _cycles(value: Any) -> float | None:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.integer, np.floating)):
+        return None  # (a Fraction of cycles is a number: numbers.Real)
     got = float(value)
     return got if got >= 0 else None  # (NaN compares false: refused; inf is a bound no run beats)
 
