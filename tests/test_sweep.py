@@ -249,6 +249,15 @@ def test_sweep_files_are_read_strictly(tmp_path, capsys, text, match):
     assert err.count("\n") == 1 and err.startswith("dspsim: error: ") and "Traceback" not in err
 
 
+def test_a_program_as_a_sweeps_base_config_is_refused_as_such(tmp_path, capsys):
+    program = ROOT / "configs" / "programs" / "ft78ne_resnet50_bottleneck_bwd.yaml"
+    p = tmp_path / "s.yaml"
+    p.write_text(f"configs: [{program}]\ngrid: {{cores: [1, 2]}}\n")
+    with pytest.raises(ConfigError, match=r"configs\[0\]: .* is a program \(it has calls\): a sweep's points are "
+                                          r"run-configs"):
+        load_sweep(p)
+
+
 def test_sweep_file_errors(tmp_path):
     with pytest.raises(ConfigError, match="grid.bogus"):
         load_sweep(write_sweep(tmp_path, {"bogus": [1]}))

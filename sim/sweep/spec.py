@@ -23,6 +23,7 @@ from sim.files.schema import decode
 from sim.files.tuning_cache import model_version
 from sim.files.yamlsafe import decode_yaml_bytes, load_yaml, read_yaml_bytes
 from sim.model.target_loader import resolve_target_path
+from sim.program.schema import is_program_file
 from sim.simulator import find_symbol
 from sim.sweep.schema import SweepFile
 
@@ -222,6 +223,9 @@ def _load_configs(p: Path, raw: list[str], grid: dict, allow_kernels: bool | Non
             raise ConfigError(f"{p}: configs[{i}]: {_short(c)} is the same file as configs[{seen[real]}]")
         seen[real] = i
         data = read_yaml_bytes(cp, str(cp), ConfigError, f"configs[{i}]: run-config")
+        if is_program_file(cp):
+            raise ConfigError(f"{p}: configs[{i}]: {_short(c)} is a program (it has calls): a sweep's points are "
+                              f"run-configs, one call each; sweep each call of the program as a run-config")
         # A broken base config is the sweep file's error, not every point's.
         cfg = load_config(cp, allow_kernels=allow_kernels)
         load_kernels(cfg)  # its own kernels, before its symbol is looked up
