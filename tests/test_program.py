@@ -386,6 +386,22 @@ def test_a_raw_buffer_is_raw_even_where_it_lands_on_a_tensor_the_call_names_else
         m.run_program(load_program(program(tmp_path, reads_raw, "reads_raw"), allow_kernels=True))
 
 
+@pytest.mark.parametrize("change,words", [
+    (("{name: g, shape: [4, 64], dtype: float32}", "{name: g, shape: [4, 64], dtype: float32, region: am}"),
+     r"tensors\[2\]\.region: 'am' is not a storage region of FT78NE"),
+    (("dx: g, shape: [4, 64]}}", "dx: g, shape: [4, 64]}, tiling: {tile_elements: 9999}}"),
+     r"call 'relu' \(fp_relu_grad_s\): argument 'tiling\.tile_elements'"),
+])
+def test_a_programs_refusals_name_its_file(tmp_path, change, words):
+    """A tensor's region (or core, or address) and a tiling the kernel refuses: one line naming the file (and the
+    call), as every other refusal of a program file does."""
+    body = CHAIN.replace("  - {name: add, symbol: fp_binary_elementwise_s, args: {a: g, b: dy, out: y, shape: [4, 64], "
+                         "op: add}}\n", "").replace("  - {tensor: y}", "  - {tensor: g}").replace(*change)
+    path = program(tmp_path, body)
+    with pytest.raises(sim.SimError, match=re.escape(str(path)) + ": " + words):
+        sim.Simulator("FT78NE").run_program(load_program(path, allow_kernels=True))
+
+
 BAD_ADDRESSES = [("bogus", "expected an address (an integer; hex like 0xA0000000 is fine) or auto, got 'bogus'"),
                  ("-5", "must be >= 0, got -5"),
                  (str(1 << 64), "must be <= 0xffffffffffffffff (addresses are at most 64 bits)")]
