@@ -309,3 +309,11 @@ def test_the_tiling_choices_a_simulator_remembers_are_bounded(monkeypatch):
     cache.put("fp_x_s", ("call", 5), 0.01, TilingChoice({"k": 5}, "cost model"))
     assert [cache.get("fp_x_s", ("call", i), 0.01) is not None for i in range(6)] == [False, False, True, False,
                                                                                       True, True]
+
+
+def test_a_scheduler_address_that_is_no_address_is_refused_in_one_line():
+    pytest.importorskip("distributed")
+    from sim.sweep.executors import run_dask
+    with pytest.raises(sim.SimError, match=r"--scheduler notaurl: cannot connect to a Dask scheduler there \(missing "
+                                           r"port number"):
+        run_dask([], "notaurl", lambda row: None, None)  # type: ignore[arg-type]

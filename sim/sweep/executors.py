@@ -106,7 +106,7 @@ def _connected(client_type: Any, address: Any) -> Any:
     """A Dask client of the scheduler at ``address``; SimError on one line when it is no address or nothing
     answers there."""
     try:
-        return client_type(address, timeout="30s")
+        return client_type(address)
     except (OSError, ValueError, TypeError, TimeoutError) as e:
         raise SimError(f"--scheduler {address}: cannot connect to a Dask scheduler there ({one_line(str(e), 200)}); "
                        f"give its address as tcp://host:port") from None
