@@ -39,12 +39,13 @@ def at(env: simpy.Environment, cycle: int, fn) -> None:
     simpy.events.Timeout(env, cycle - env.now).callbacks.append(lambda _: fn())
 
 
-def run(links: dict, flows: list, observer=None) -> tuple[FlowNetwork, list]:
-    """Run ``flows`` [(start cycle, {link name: bytes})] on ``links`` {name: capacity}; (network, handles)."""
+def run(links: dict, flows: list, observer=None, unweighed=()) -> tuple[FlowNetwork, list]:
+    """Run ``flows`` [(start cycle, {link name: bytes})] on ``links`` {name: capacity}, the links named in
+    ``unweighed`` not weighing their flows' shares; (network, handles)."""
     env = simpy.Environment()
     net = FlowNetwork(env, observer)
     for name, cap in links.items():
-        net.add_link(name, cap)
+        net.add_link(name, cap, weighs=name not in unweighed)
     handles: list = [None] * len(flows)
     reported: list = [None] * len(flows)
 
@@ -160,6 +161,23 @@ def test_a_flow_capped_by_its_engine_leaves_the_rest_of_the_shared_link_to_anoth
                       [(0, {"ddr": 800, "ea": 800}), (0, {"ddr": 3200, "eb": 3200})])
     assert (a.end_cycle, b.end_cycle) == (100, 167)
     assert (a.wait_cycles, b.wait_cycles) == (0, 33)
+
+
+def test_a_link_that_does_not_weigh_leaves_the_shares_of_the_shared_link_equal():
+    # DDR 24 B/cycle; A and B each move 1,200 bytes through it, A's engine 1,200 bytes, B's 2,400 (its runs padded
+    # to whole beats), both engines 96 B/cycle and not weighing.  Each flow's size is its DDR bytes, 1,200: they
+    # split DDR 12 / 12 and both end at 1200 / 12 = 100 (B's engine then carries 24 B/cycle, under its 96).
+    _, (a, b) = run({"ddr": 24, "ea": 96, "eb": 96},
+                    [(0, {"ddr": 1200, "ea": 1200}), (0, {"ddr": 1200, "eb": 2400})], unweighed={"ea", "eb"})
+    assert (a.end_cycle, b.end_cycle) == (100, 100) and (a.size_bytes, b.size_bytes) == (1200, 1200)
+    # Were the engines weighing, B's size would be 2,400 and its DDR share half A's: levels 16 (24 = L + L / 2),
+    # A done at 1200 / 16 = 75; B has moved 600 DDR bytes by then and the other 600 at 24 B/cycle take 25: 100.
+    _, (a, b) = run({"ddr": 24, "ea": 96, "eb": 96},
+                    [(0, {"ddr": 1200, "ea": 1200}), (0, {"ddr": 1200, "eb": 2400})])
+    assert (a.end_cycle, b.end_cycle) == (75, 100)
+    # A flow crossing no weighing link weighs by its largest bytes.
+    _, (c,) = run({"e": 8}, [(0, {"e": 80})], unweighed={"e"})
+    assert (c.size_bytes, c.end_cycle) == (80, 10)
 
 
 def test_flows_on_disjoint_links_do_not_affect_each_other():
@@ -350,13 +368,14 @@ def max_min_levels(cap: dict, demand: list, size: list, left) -> dict:
     return rate
 
 
-def reference_ends(links: dict, flows: list, demands_at=None) -> list[int]:
+def reference_ends(links: dict, flows: list, demands_at=None, unweighed=()) -> list[int]:
     """End cycles by the textbook algorithm, in Fractions, every rate recomputed at every event cycle.
 
     Progressive filling over links only (no caps, :func:`max_min_levels`).  A flow ends at the first cycle at or
     after its exact finish, completions before starts.  ``demands_at(i, left, demand)``, if given, is flow ``i``'s
     bytes per link while the flows ``left`` stream (a coupled link's), recomputed at every event cycle; else what
-    it asked.
+    it asked.  A flow's size is its most bytes through a link not named in ``unweighed`` (through any link if it
+    crosses only those).
     """
     cap = {k: Fraction(repr(v)) if isinstance(v, float) else Fraction(v) for k, v in links.items()}
     demand = []
@@ -367,7 +386,8 @@ def reference_ends(links: dict, flows: list, demands_at=None) -> list[int]:
             if b:
                 acc[k] = acc.get(k, 0) + b
         demand.append(acc)
-    size = [max(d.values(), default=0) for d in demand]
+    size = [max((b for k, b in d.items() if k not in unweighed), default=0) or max(d.values(), default=0)
+            for d in demand]
     out: list = [None] * len(flows)
     left: dict = {}  # flow -> remaining bytes of its size
     finish: dict = {}
@@ -409,7 +429,7 @@ def networks(draw):
     for _ in range(draw(st.integers(1, 8))):
         names = draw(st.lists(st.sampled_from(sorted(links)), min_size=1, max_size=3))  # repeats: summed
         flows.append((draw(st.integers(0, 40)), [(k, draw(st.integers(0, 400))) for k in names]))
-    return links, flows
+    return links, flows, draw(st.sets(st.sampled_from(sorted(links))))
 
 
 def check_max_min(net: FlowNetwork) -> None:
@@ -430,7 +450,7 @@ def check_max_min(net: FlowNetwork) -> None:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(networks())
 def test_random_networks_are_fair_within_capacity_and_match_the_reference(case):
-    links, flows = case
+    links, flows, unweighed = case
     checks = []
 
     def observe(net):
@@ -438,8 +458,8 @@ def test_random_networks_are_fair_within_capacity_and_match_the_reference(case):
         checks.append(1)
 
     with mock.patch.object(fluid, "_GRID", 1 << 100000):  # exact all the way: comparable with the reference
-        net, fs = run(links, flows, observe)
-    assert ends(fs) == reference_ends(links, flows)
+        net, fs = run(links, flows, observe, unweighed)
+    assert ends(fs) == reference_ends(links, flows, unweighed=unweighed)
     assert len(checks) == net.recomputations
     for f in fs:
         assert f.end_cycle >= f.start_cycle + f.alone_cycles

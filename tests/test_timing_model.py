@@ -237,6 +237,26 @@ def test_a_transfer_capped_by_its_engine_leaves_the_rest_of_ddr_to_others(tmp_pa
     assert cycles == 2884
 
 
+def test_a_strided_stream_gets_as_much_ddr_as_a_dense_one_whatever_its_engine_beats(tmp_path):
+    """Core 0 loads 8192 dense DDR bytes, core 1 128 runs of 64 B, 128 B apart (8192 DDR bytes too, 128 bursts),
+    both into AM at cycle 1864.  With FT78NE's 64-byte beats each run is one beat: the engines carry 8192 bytes
+    each.  With a copy whose engines stream 128 B/cycle a beat carries 128 bytes and core 1's engine 128 x 128 =
+    16384.  Either way DDR is what both streams share: 10 B/cycle each, both end at 1864 + ceil(8192 / 10) = 2684
+    and land at 2884.  (An engine link does not weigh a stream's share: weighed by its engine's 16384, the strided
+    stream got half the dense one's DDR, which landed at 2679.)"""
+    doc = yaml.safe_load((TARGETS / "FT78NE.yaml").read_text())
+    doc["dma"]["engine_bytes_per_cycle"] = 128
+    path = tmp_path / "fast_engines.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    for t in (ft78ne(), sim.load_target(path)):
+        ddr, am = t.region("ddr"), t.region("am")
+        dense = Transfer.contiguous(ddr.base, am.base, 8192)
+        strided = Transfer(ddr.base + 0x100000, am.base + 0x4000, (128, 16), 4, (128, 4), (64, 4))
+        cycles, events, _ = run_plan(t, loads_plan({0: [dense], 1: [strided]}))
+        assert [(e.core, e.wait_start, e.end) for e in dma_events(events)] == [(0, 1864, 2884), (1, 1864, 2884)]
+        assert cycles == 2884
+
+
 def test_a_private_transfer_sees_no_other_core():
     """Core 0 loads 8192 bytes from its own l2 into its AM: ceil(max(8192 / 32, 8192 / 128, 8192 / 64)) = 256
     cycles, landing at 1864 + 256 + max(24, 4) = 2144, exactly as alone, while the seven other cores stream from

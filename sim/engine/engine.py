@@ -167,13 +167,13 @@ class Engine:
         link = self._row_links.get(k)
         if link is None:
             name = f"{region.name}.rows" if region.shared else f"{region.name}.rows@core{key}"
-            link = self._row_links[k] = self.net.add_link(name, activation_rate(region))
+            link = self._row_links[k] = self.net.add_link(name, activation_rate(region), weighs=False)
         return link
 
     def engine_link(self, core: int, engine_id: int) -> Link:
         """The link of DMA engine ``engine_id`` of ``core`` (its rate caps the one transfer it streams)."""
         link = self.engine_links[(core, engine_id)] = self.net.add_link(
-            f"dma{engine_id}@core{core}", self.target.dma.engine_bytes_per_cycle)
+            f"dma{engine_id}@core{core}", self.target.dma.engine_bytes_per_cycle, weighs=False)
         return link
 
     def dma_engines(self, core: int) -> Units:

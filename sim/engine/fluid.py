@@ -9,7 +9,10 @@ the larger).  A flow's progress rate r
 is the fraction of the transfer done per cycle; on link l it takes ``r * bytes_l`` of the capacity.
 
 Rates are max-min fair, weighted so that fairness is in bytes per cycle of each flow's size (``size_bytes``,
-the most bytes it moves through any one link): progressive filling raises the *level* lambda of every
+the most bytes it moves through any one link that *weighs*, :attr:`Link.weighs`: a link one flow holds alone,
+a DMA engine, or one whose units are not bytes, a DRAM's activations, caps the flow but does not weigh its share
+elsewhere; so two flows moving the same bytes through a shared region split it equally, however many beats
+either one's engine pads its runs to): progressive filling raises the *level* lambda of every
 unfrozen flow together (each flow at r = lambda / size_bytes), and whenever a link saturates its flows freeze
 at that level; repeat until every flow is frozen.  A flow alone gets the most all its links allow; two equal
 flows on one link get half each; a flow capped elsewhere (by its engine, by a private region) leaves the
@@ -131,11 +134,14 @@ class Link:
     """
 
     __slots__ = ("_cd", "_cn", "_coupling", "_free", "_members", "_net", "_stamp", "_sumd", "_sumn", "_ud", "_un",
-                 "_wd", "_wn", "capacity", "name")
+                 "_wd", "_wn", "capacity", "name", "weighs")
 
-    def __init__(self, net: FlowNetwork, name: str, cn: int, cd: int):
+    def __init__(self, net: FlowNetwork, name: str, cn: int, cd: int, weighs: bool = True):
         self.name = name
         self.capacity = Fraction(cn, cd)
+        #: Whether a flow's bytes through the link count toward its fairness weight (its ``size_bytes``): False for
+        #: a link only one flow can hold at a time (a DMA engine) or whose units are not bytes (row activations).
+        self.weighs = weighs
         # A weak reference: the network holds its links, and a link that held its network would make each network
         # a reference cycle, freed only by the cyclic collector's passes.
         self._net = weakref.ref(net)
@@ -179,8 +185,11 @@ class FlowShape:
         #: Of the bytes through each link, those the flow writes (the rest it reads), where the caller said so: what
         #: a link's coupling reads (a DRAM's data bus turns around between reads and writes).
         self.written: Mapping[Link, int] = written or {}
-        size = self.size_bytes = max(nbytes, default=0)
-        # Each link's usage per unit of level is bytes / size (a reduced pair; 1 on the flow's largest link).
+        # The flow's weight: its most bytes through a link that weighs (through any link if none does).
+        size = self.size_bytes = max((b for lk, b in zip(links, nbytes) if lk.weighs), default=0) \
+            or max(nbytes, default=0)
+        # Each link's usage per unit of level is bytes / size (a reduced pair; 1 on the flow's weighing link with the
+        # most bytes, more than 1 on an engine moving more).
         coefs = []
         for b in nbytes:
             if b == size:
@@ -342,14 +351,17 @@ class FlowNetwork:
 
     # -- building ----------------------------------------------------------------------------------------
 
-    def add_link(self, name: str, capacity: Capacity) -> Link:
-        """A new link ``name`` of ``capacity`` bytes per cycle."""
+    def add_link(self, name: str, capacity: Capacity, *, weighs: bool = True) -> Link:
+        """A new link ``name`` of ``capacity`` bytes per cycle; ``weighs`` False for a link whose bytes do not weigh
+        its flows' fair shares (:attr:`Link.weighs`)."""
         if not isinstance(name, str) or not name:
             raise FlowError(f"add_link: name must be a non-empty string, got {brief(name)}")
         if name in self._links:
             raise FlowError(f"add_link: a link named {brief(name)} exists already")
         cn, cd = _ratio(capacity, f"add_link({name!r}): capacity")
-        link = self._links[name] = Link(self, name, cn, cd)
+        if type(weighs) is not bool:
+            raise FlowError(f"add_link({name!r}): weighs must be a bool, got {brief(weighs)}")
+        link = self._links[name] = Link(self, name, cn, cd, weighs)
         return link
 
     @property
