@@ -1,5 +1,6 @@
 """Random plans for property tests of the engine: one or two phases, each on a few cores, each tile loading a
-block from DDR or GSM (dense or strided) into its AM slot, computing over it, and maybe storing it back; regular
+block from DDR or GSM (dense or strided, at a drawn ``Transfer.priority``) into its AM slot, computing over it, and
+maybe storing it back; regular
 (every core the same block tile after tile, a pipeline the steady state may skip) or drawn anew at each tile; or
 blocks staged through two GSM buffers (staging tiles fill them, every core's tiles use them).  The phases' outputs
 and staged buffers lie apart, so that whatever order two phases without a barrier run in, each tile's output is its
@@ -60,8 +61,8 @@ def streaming_phase(draw: st.DrawFn, target: sim.Target, k: int) -> tuple[list[i
             if drawn is None or not regular:
                 drawn = (draw(st.sampled_from([1, 8, 32])), draw(st.sampled_from([16, 64, 256, 1024])),
                          draw(st.sampled_from([0, 0, 64, 4096])), draw(st.sampled_from(["ddr", "gsm"])),
-                         draw(st.integers(1, 8)), draw(st.booleans()))
-            rows, cols, gap, src, work, store = drawn
+                         draw(st.integers(1, 8)), draw(st.booleans()), draw(st.sampled_from([0, 0, 0, 1, 2])))
+            rows, cols, gap, src, work, store, priority = drawn
             slot = i % 2
             at = am.base + slot * 131072
             if src == "ddr":
@@ -69,7 +70,7 @@ def streaming_phase(draw: st.DrawFn, target: sim.Target, k: int) -> tuple[list[i
             else:
                 base = gsm.base + STREAMED_GSM_FROM + ((n * 64 + i) << 17) % (gsm.size_bytes - STREAMED_GSM_FROM
                                                                                - (1 << 18))
-            load = Transfer(base, at, (rows, cols), 4, ((cols * 4 + gap), 4), (cols * 4, 4))
+            load = Transfer(base, at, (rows, cols), 4, ((cols * 4 + gap), 4), (cols * 4, 4), priority=priority)
             op = Operand(at, (rows * cols,), np.dtype(np.float32))
             loop = elementwise(target.core, "fp32", rows * cols * work, loads=1, stores=0, fmac=1)
             out = ddr.base + OUT_BYTES + k * PHASE_OUT_BYTES + ((n * 64 + i) << 17)
@@ -96,6 +97,7 @@ def staged_phase(draw: st.DrawFn, target: sim.Target, k: int) -> tuple[list[int]
     block_bytes = panel_bytes * panels * len(cores)
     buffers = gsm.base + k * STAGED_GSM_BYTES
     ahead, in_turn, store = draw(st.booleans()), draw(st.booleans()), draw(st.booleans())
+    priority = draw(st.sampled_from([0, 0, 1]))  # the staging loads' (the panels' stay at 0)
     # Or every core stages its own share of each block, the shares moving as one synchronised transfer.
     together = len(cores) > 1 and draw(st.booleans())
     loop = elementwise(target.core, "fp32", rows * cols * draw(st.integers(1, 6)), loads=1, stores=0, fmac=1)
@@ -111,9 +113,10 @@ def staged_phase(draw: st.DrawFn, target: sim.Target, k: int) -> tuple[list[int]
             share = block_bytes // len(cores)
             at = cores.index(core) * share
             load = Transfer(ddr.base + g * block_bytes + at, buffers + (g % 2) * block_bytes + at, (share,), 1,
-                            (1,), (1,), sync=f"phase {k} block {g}")
+                            (1,), (1,), sync=f"phase {k} block {g}", priority=priority)
         else:
-            load = Transfer.contiguous(ddr.base + g * block_bytes, buffers + (g % 2) * block_bytes, block_bytes)
+            load = Transfer(ddr.base + g * block_bytes, buffers + (g % 2) * block_bytes, (block_bytes,), 1, (1,),
+                            (1,), priority=priority)
         walks[core].append(Tile(len(walks[core]), (load,), None, (), 0, ref))
 
     def stages(g: int, core: int) -> bool:

@@ -40,8 +40,8 @@ def at(env: simpy.Environment, cycle: int, fn) -> None:
 
 
 def run(links: dict, flows: list, observer=None, unweighed=()) -> tuple[FlowNetwork, list]:
-    """Run ``flows`` [(start cycle, {link name: bytes})] on ``links`` {name: capacity}, the links named in
-    ``unweighed`` not weighing their flows' shares; (network, handles)."""
+    """Run ``flows`` [(start cycle, {link name: bytes}[, priority])] on ``links`` {name: capacity}, the links named
+    in ``unweighed`` not weighing their flows' shares; (network, handles)."""
     env = simpy.Environment()
     net = FlowNetwork(env, observer)
     for name, cap in links.items():
@@ -49,16 +49,16 @@ def run(links: dict, flows: list, observer=None, unweighed=()) -> tuple[FlowNetw
     handles: list = [None] * len(flows)
     reported: list = [None] * len(flows)
 
-    def starter(i, demands):
+    def starter(i, demands, priority):
         def go():
             def done(cycle):
                 assert reported[i] is None, "on_done called twice"
                 reported[i] = cycle
-            handles[i] = net.start(demands, done)
+            handles[i] = net.start_shape(net.shape(demands, priority=priority), done)
         return go
 
-    for i, (cycle, demands) in enumerate(flows):
-        at(env, cycle, starter(i, demands))
+    for i, (cycle, demands, *priority) in enumerate(flows):
+        at(env, cycle, starter(i, demands, priority[0] if priority else 0))
     env.run()
     for h, cycle in zip(handles, reported):
         assert cycle is not None and h.end_cycle == cycle, "every flow ends and reports its end cycle"
@@ -178,6 +178,19 @@ def test_a_link_that_does_not_weigh_leaves_the_shares_of_the_shared_link_equal()
     # A flow crossing no weighing link weighs by its largest bytes.
     _, (c,) = run({"e": 8}, [(0, {"e": 80})], unweighed={"e"})
     assert (c.size_bytes, c.end_cycle) == (80, 10)
+
+
+def test_a_flow_of_a_higher_priority_takes_the_link_first():
+    # DDR 24 B/cycle, A and B 1,200 bytes each from cycle 0, B of priority 1: B takes all 24 and ends at
+    # 1200 / 24 = 50; A, starved until then, moves its 1,200 at 24 from 50: 100 (alone 50, so it waited 50).
+    _, (a, b) = run({"ddr": 24}, [(0, {"ddr": 1200}, 0), (0, {"ddr": 1200}, 1)])
+    assert (a.end_cycle, b.end_cycle) == (100, 50) and (a.wait_cycles, b.wait_cycles) == (50, 0)
+    # B held to 8 B/cycle by its engine: it takes its 8 (1200 / 8 = 150), A the 16 left (1200 / 16 = 75).
+    _, (a, b) = run({"ddr": 24, "eb": 8}, [(0, {"ddr": 1200}, 0), (0, {"ddr": 1200, "eb": 1200}, 1)])
+    assert (a.end_cycle, b.end_cycle) == (75, 150)
+    # Equal priorities other than 0 share as equals: 12 each, both at 100.
+    _, fs = run({"ddr": 24}, [(0, {"ddr": 1200}, 2), (0, {"ddr": 1200}, 2)])
+    assert ends(fs) == [100, 100]
 
 
 def test_flows_on_disjoint_links_do_not_affect_each_other():
@@ -345,15 +358,23 @@ def test_bad_flows_are_refused_and_change_nothing():
 # -- properties on random networks -------------------------------------------------------------------
 
 
-def max_min_levels(cap: dict, demand: list, size: list, left) -> dict:
+def max_min_levels(cap: dict, demand: list, size: list, left, priority=None) -> dict:
     """Max-min fair levels of the flows ``left`` by progressive filling over links only: each round, every link
     with unfrozen flows saturates at level (capacity - frozen usage) / (sum of its unfrozen flows' bytes / size);
-    the lowest binds and its flows freeze."""
+    the lowest binds and its flows freeze.  With ``priority`` (a class per flow), class by class, highest first,
+    each over what the classes before it left."""
     rate: dict = {}
-    while len(rate) < len(left):
+    for cls in sorted({priority[i] for i in left}, reverse=True) if priority else [None]:
+        members = [i for i in left if priority is None or priority[i] == cls]
+        _fill_class(cap, demand, size, left, members, rate)
+    return rate
+
+
+def _fill_class(cap: dict, demand: list, size: list, left, members: list, rate: dict) -> None:
+    while not all(i in rate for i in members):
         best = None
         for k, capacity in cap.items():
-            free = [i for i in left if k in demand[i] and i not in rate]
+            free = [i for i in members if k in demand[i] and i not in rate]
             if not free:
                 continue
             used = sum((rate[i] * demand[i][k] / size[i] for i in left if k in demand[i] and i in rate),
@@ -365,17 +386,16 @@ def max_min_levels(cap: dict, demand: list, size: list, left) -> dict:
                 best = (level, best[1] + free)
         for i in best[1]:
             rate[i] = best[0]
-    return rate
 
 
-def reference_ends(links: dict, flows: list, demands_at=None, unweighed=()) -> list[int]:
+def reference_ends(links: dict, flows: list, demands_at=None, unweighed=(), priority=None) -> list[int]:
     """End cycles by the textbook algorithm, in Fractions, every rate recomputed at every event cycle.
 
     Progressive filling over links only (no caps, :func:`max_min_levels`).  A flow ends at the first cycle at or
     after its exact finish, completions before starts.  ``demands_at(i, left, demand)``, if given, is flow ``i``'s
     bytes per link while the flows ``left`` stream (a coupled link's), recomputed at every event cycle; else what
     it asked.  A flow's size is its most bytes through a link not named in ``unweighed`` (through any link if it
-    crosses only those).
+    crosses only those).  ``priority``: each flow's class (strict priority), or None for one class.
     """
     cap = {k: Fraction(repr(v)) if isinstance(v, float) else Fraction(v) for k, v in links.items()}
     demand = []
@@ -404,11 +424,14 @@ def reference_ends(links: dict, flows: list, demands_at=None, unweighed=()) -> l
                 else:
                     out[i] = t
         now = demand if demands_at is None else {i: demands_at(i, left, demand) for i in left}
-        rate = max_min_levels(cap, now, size, left)
+        rate = max_min_levels(cap, now, size, left, priority)
         for i, remaining in left.items():
-            q = remaining / rate[i]
-            finish[i] = t + -(-q.numerator // q.denominator)
-        later = [s for s in times if s > t] + [finish[i] for i in left]
+            if rate[i]:
+                q = remaining / rate[i]
+                finish[i] = t + -(-q.numerator // q.denominator)
+            else:  # starved by a higher class until the next event
+                finish[i] = float("inf")
+        later = [s for s in times if s > t] + [finish[i] for i in left if finish[i] != float("inf")]
         if not later:
             return out
         nxt = min(later)
@@ -428,7 +451,8 @@ def networks(draw):
     flows = []
     for _ in range(draw(st.integers(1, 8))):
         names = draw(st.lists(st.sampled_from(sorted(links)), min_size=1, max_size=3))  # repeats: summed
-        flows.append((draw(st.integers(0, 40)), [(k, draw(st.integers(0, 400))) for k in names]))
+        flows.append((draw(st.integers(0, 40)), [(k, draw(st.integers(0, 400))) for k in names],
+                      draw(st.sampled_from([0, 0, 0, 1, 2]))))
     return links, flows, draw(st.sets(st.sampled_from(sorted(links))))
 
 
@@ -441,10 +465,13 @@ def check_max_min(net: FlowNetwork) -> None:
     for f in net.active:
         if not f.size_bytes:
             continue
-        assert 0 < f.rate <= f.cap
+        assert 0 <= f.rate <= f.cap
+        # (strict priority: a flow's bottleneck is full, and no flow of its class or below gets more of it)
         assert any(sum((g.usage(link) for g in link.flows), Fraction(0)) == link.capacity
-                   and all(g.rate <= f.rate for g in link.flows)
+                   and all(g.rate <= f.rate for g in link.flows if g.priority <= f.priority)
                    for link, _ in f.demands), f"{f} has no bottleneck"
+        assert f.rate or any(g.priority > f.priority for link, _ in f.demands for g in link.flows), \
+            f"{f} starves with no flow of a higher class beside it"
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -459,7 +486,8 @@ def test_random_networks_are_fair_within_capacity_and_match_the_reference(case):
 
     with mock.patch.object(fluid, "_GRID", 1 << 100000):  # exact all the way: comparable with the reference
         net, fs = run(links, flows, observe, unweighed)
-    assert ends(fs) == reference_ends(links, flows, unweighed=unweighed)
+    assert ends(fs) == reference_ends(links, [(s, d) for s, d, _ in flows], unweighed=unweighed,
+                                      priority=[p for _, _, p in flows])
     assert len(checks) == net.recomputations
     for f in fs:
         assert f.end_cycle >= f.start_cycle + f.alone_cycles

@@ -308,6 +308,10 @@ def test_a_write_into_a_p_calls_own_input_is_refused_in_private_memory():
     ("a TileFn of a number", compute_with(fn=TileFn(5, ())), "plan-structure"),
     ("tile 0's compute with a TileFn of a number", like_tile0(fn=lambda old: TileFn(5, ())), "plan-structure"),
     ("a TileFn whose parameters are a list", like_tile0(fn=lambda old: TileFn(np.multiply, [2])), "plan-structure"),
+    ("a priority above the highest", loads_changed(lambda t: dataclasses.replace(t, priority=8)), "plan-structure"),
+    ("a negative priority", loads_changed(lambda t: dataclasses.replace(t, priority=-1)), "plan-structure"),
+    ("a priority that is a bool", loads_changed(lambda t: dataclasses.replace(t, priority=True)), "plan-structure"),
+    ("a priority that is text", loads_changed(lambda t: dataclasses.replace(t, priority="1")), "plan-structure"),
 ])
 def test_more_hostile_plans(what, breaker, rule):
     with sim.registered_kernel(Twice("hostile", breaker)):

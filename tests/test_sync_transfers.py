@@ -193,6 +193,18 @@ def test_a_group_lies_in_one_phase():
     assert "joins synchronised transfer 'g', whose members so far are in phase 'twice'" in str(err)
 
 
+def test_a_group_streams_at_one_priority():
+    def breaker(p, c, x):
+        phase = p.phases[0]
+        t0 = phase.tiles[0][0]
+        tiles = {core: (dataclasses.replace(t0, loads=tuple(dataclasses.replace(ld, sync="g", priority=core)
+                                                             for ld in t0.loads)),) for core in (0, 1)}
+        return dataclasses.replace(p, cores=(0, 1), phases=(dataclasses.replace(phase, tiles=tiles),))
+    err = _refused(breaker)
+    assert err.rule == "sync-transfers" and "load 0 joins synchronised transfer 'g' with priority 1, its first " \
+                                               "member's is 0: a synchronised transfer streams as one" in str(err)
+
+
 def test_a_stalled_group_through_the_facade_names_the_groups_and_leaves_memory_as_it_was():
     """Two cores take groups A and B in opposite orders, each group in a tile of the one slot (a tile waits for the
     one before it to finish): each core's first member waits for the other core's second."""

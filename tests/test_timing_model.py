@@ -257,6 +257,46 @@ def test_a_strided_stream_gets_as_much_ddr_as_a_dense_one_whatever_its_engine_be
         assert cycles == 2884
 
 
+def test_a_transfer_of_a_higher_priority_takes_ddr_first():
+    """Cores 0 and 1 each load 8192 bytes from DDR at cycle 1864, core 1's at priority 1.  Core 1's stream takes
+    all of DDR's 20 B/cycle (its engine's 64 and AM's 128 allow more): 8192 / 20 = 409.6, it ends at 2274 and lands
+    at 2474, never waiting.  Core 0's gets nothing until then, then all 20: 409.6 more, ending at
+    ceil(2274 + 409.6) = 2684 and landing at 2884 (the run ends when it would have with equal shares), 410 of its
+    820 stream cycles lost to core 1."""
+    t = ft78ne()
+    ddr, am = t.region("ddr"), t.region("am")
+    n = 8192
+    loads = {c: [Transfer(ddr.base + c * n, am.base, (n,), 1, (1,), (1,), priority=c)] for c in (0, 1)}
+    cycles, events, _ = run_plan(t, loads_plan(loads))
+    assert [(e.core, e.wait_start, e.end, e.wait_cycles) for e in dma_events(events)] == [
+        (0, 1864, 2884, 410), (1, 1864, 2474, 0)]
+    assert cycles == 2884
+
+
+def test_a_waiting_transfer_of_a_higher_priority_takes_the_next_free_engine():
+    """Core 0 issues four DDR -> AM loads at launch (1800): L1 of 4096 bytes and L2 of 8192 take the two engines;
+    L3 and L4, 64 bytes each, wait, L3 first.  L1 and L2 stream from 1864 at 10 B/cycle each: L1's 4096 take 409.6
+    cycles, to 2274, and it lands at 2474; L2 has moved 4100 bytes by 2274 and streams its other 4092 alone at 20,
+    204.6 cycles, to 2479, landing at 2679.  The engine L1 frees at 2474 goes to the waiter served first, the
+    other's at 2679 to the second.  First come, first served (every priority 0): L3 at 2474, L4 at 2679.  With L4
+    at priority 1, L4 at 2474 and L3 at 2679.  (The two small loads each stream alone: 64 bytes are 3.2 cycles of
+    DDR, but the row each opens takes 38 / 8 = 4.75 cycles of DDR's activation rate, so 5 cycles: 2474 + 64 + 5 +
+    200 = 2743 and 2679 + 64 + 5 + 200 = 2948, the run's end.)"""
+    t = ft78ne()
+    ddr, am = t.region("ddr"), t.region("am")
+
+    def load(at: int, n: int, priority: int = 0) -> Transfer:
+        return Transfer(ddr.base + at, am.base + at, (n,), 1, (1,), (1,), priority=priority)
+
+    for l4_priority, starts in ((0, {"L3": 2474, "L4": 2679}), (1, {"L3": 2679, "L4": 2474})):
+        loads = [load(0, 4096), load(0x10000, 8192), load(0x20000, 64), load(0x30000, 64, l4_priority)]
+        cycles, events, _ = run_plan(t, loads_plan({0: loads}))
+        got = {e.src: (e.start, e.end) for e in dma_events(events)}
+        assert got[loads[0].src] == (1800, 2474) and got[loads[1].src] == (1800, 2679)
+        assert {name: got[loads[i].src][0] for name, i in (("L3", 2), ("L4", 3))} == starts
+        assert sorted(got[loads[i].src][1] for i in (2, 3)) == [2743, 2948] and cycles == 2948
+
+
 def test_a_private_transfer_sees_no_other_core():
     """Core 0 loads 8192 bytes from its own l2 into its AM: ceil(max(8192 / 32, 8192 / 128, 8192 / 64)) = 256
     cycles, landing at 1864 + 256 + max(24, 4) = 2144, exactly as alone, while the seven other cores stream from

@@ -61,7 +61,7 @@ class Dma:
 
     def start(self) -> None:
         """Ask for a DMA engine; program it (setup) once it is this transfer's."""
-        engine_id = self.engines.acquire(self._engine)
+        engine_id = self.engines.acquire(self._engine, self.t.priority)
         if engine_id is not None:
             self._engine(engine_id, cycle_of(self.env))
 
@@ -76,7 +76,8 @@ class Dma:
             return
         engine = eng.engine_links.get((self.core, engine_id)) or eng.engine_link(self.core, engine_id)
         # The same route, bytes and engine come back tile after tile: the flow's shape is worked out once a run.
-        key = (self.src_link, self.src_bytes, self.dst_link, self.dst_bytes, engine, self.engine_bytes, self.rows)
+        key = (self.src_link, self.src_bytes, self.dst_link, self.dst_bytes, engine, self.engine_bytes, self.rows,
+               self.t.priority)
         shape = eng.flow_shapes.get(key)
         if shape is None:
             shape = eng.flow_shapes[key] = self._shape(engine)
@@ -98,7 +99,7 @@ class Dma:
             key = self.src[1] if region is self.src[0] else self.dst[1]
             demands.append((eng.row_link(region, key), activations))
             least = max(least, bank_cycles)
-        return eng.net.shape(tuple(demands), least, {self.dst_link: self.dst_bytes})
+        return eng.net.shape(tuple(demands), least, {self.dst_link: self.dst_bytes}, self.t.priority)
 
     def _stream(self) -> None:
         """Setup done: the bytes move now (in simulated memory); the network starts the stream right after."""

@@ -127,6 +127,7 @@ class Engine:
         self._walks: list[Walk] = []  # every walk started (dropped when the run is over: :meth:`_abandon`)
         self._buffers: list[PhaseBuffers] = []  # the phases' staged buffers (dropped with the walks)
         self._plan: Plan | None = None  # the plan being run
+        self._prioritised: set[int] | None = None  # (made on first use: _prioritised_cores)
         self._rendezvous: Rendezvous | None = None  # its synchronised transfers' meeting place, once one comes
         self._steady: SteadyState | None = None
         self._skips: tuple[Skip, ...] = ()
@@ -180,8 +181,22 @@ class Engine:
         """The DMA engines of ``core`` (made on first use)."""
         pool = self.engine_pools.get(core)
         if pool is None:
-            pool = self.engine_pools[core] = Units(self.env, self.target.dma.engines_per_core)
+            pool = self.engine_pools[core] = Units(self.env, self.target.dma.engines_per_core,
+                                                   core in self._prioritised_cores())
         return pool
+
+    def _prioritised_cores(self) -> set[int]:
+        """The cores whose transfers in the plan have more than one priority (their engines serve by priority)."""
+        found = self._prioritised
+        if found is None:
+            assert self._plan is not None
+            found = self._prioritised = set()
+            for phase in self._plan.phases:
+                for core, tiles in phase.tiles.items():
+                    if core not in found and len({t.priority for tile in tiles
+                                                  for t in (*tile.loads, *tile.stores)}) > 1:
+                        found.add(core)
+        return found
 
     # -- one transfer ------------------------------------------------------------------------------
 
@@ -423,6 +438,7 @@ class Engine:
             staged.gens.clear()
         for pool in self.engine_pools.values():
             pool.waiters.clear()
+            pool.ranks.clear()
         self._rendezvous = None  # (it refers to the engine)
         for process in cores:
             process.close()
@@ -481,6 +497,7 @@ class Engine:
                 self.bytes_left = {r.name: region_bytes[r.name] for r in shared}
                 self._bandwidths = {r.name: exact_capacity(r.bandwidth_bytes_per_cycle) for r in shared}
         self._plan = plan
+        self._prioritised = None
         self._steady = SteadyState(self, plan) if self.steady_on and SteadyState.worthwhile(plan) else None
         if self._steady is not None:
             self.rprov, self.elog = [], []

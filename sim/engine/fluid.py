@@ -174,12 +174,14 @@ class FlowShape:
     the arithmetic that :meth:`FlowNetwork.start` does per flow.
     """
 
-    __slots__ = ("_capd", "_capn", "_coefs", "_least", "_links", "_net", "alone_cycles", "demands", "size_bytes",
-                 "written")
+    __slots__ = ("_capd", "_capn", "_coefs", "_least", "_links", "_net", "alone_cycles", "demands", "priority",
+                 "size_bytes", "written")
 
     def __init__(self, net: FlowNetwork, links: list[Link], nbytes: list[int], least_cycles: int = 0,
-                 written: Mapping[Link, int] | None = None):
+                 written: Mapping[Link, int] | None = None, priority: int = 0):
         self._net = weakref.ref(net)  # (weak, as a link's)
+        #: The flow's class: flows of a higher priority take what they can of the links first (strict priority).
+        self.priority = priority
         self.demands = tuple(zip(links, nbytes))
         self._links = tuple(links)
         #: Of the bytes through each link, those the flow writes (the rest it reads), where the caller said so: what
@@ -238,7 +240,7 @@ class Flow:
 
     __slots__ = ("_capd", "_capn", "_coefs", "_finish", "_frozen", "_least", "_links", "_newd", "_newn", "_rd",
                  "_remd", "_remn", "_rn", "_since", "_stamp", "alone_cycles", "demands", "end_cycle", "on_done",
-                 "size_bytes", "start_cycle", "written")
+                 "priority", "size_bytes", "start_cycle", "written")
 
     def __init__(self, start_cycle: int, on_done: Callable[[int], None], shape: FlowShape):
         self.start_cycle = start_cycle
@@ -252,6 +254,7 @@ class Flow:
         self._least = shape._least
         self.written = shape.written
         self.alone_cycles = shape.alone_cycles
+        self.priority = shape.priority
         size = self.size_bytes = shape.size_bytes
         self._remn, self._remd = size, 1  # remaining bytes of size_bytes, exact, as of cycle _since
         self._since = start_cycle
@@ -340,6 +343,7 @@ class FlowNetwork:
         # of one cycle do not depend on the order they came in: each recomputation starts from scratch).
         self._dirty: list[Link] = []
         self._settling = False
+        self._prioritised = 0  # active flows of a priority other than 0 (none: every filling is one class)
         # Flows to start at a later cycle (start_shape_at): (cycle, sequence, shape, on_start, on_done), earliest
         # first, in the order they were asked for within a cycle.  They start at the network's own wake, so a
         # stream's start costs no SimPy event of its own.
@@ -425,12 +429,16 @@ class FlowNetwork:
         return self.start_shape(self.shape(links_with_bytes), on_done)
 
     def shape(self, links_with_bytes: Demands, least_cycles: int = 0,
-              written: Mapping[Link, int] | None = None) -> FlowShape:
+              written: Mapping[Link, int] | None = None, priority: int = 0) -> FlowShape:
         """The demands of a flow as :meth:`start` takes them, checked and worked out, for :meth:`start_shape`;
         ``least_cycles``, the flow's own pace: it streams for no fewer cycles, alone or not (0: its links decide);
-        ``written``, of the bytes through a link, those the flow writes (for the link's coupling, :meth:`couple`)."""
+        ``written``, of the bytes through a link, those the flow writes (for the link's coupling, :meth:`couple`);
+        ``priority``, the flow's class (a non-negative int): the flows of the highest class present share the links
+        max-min fairly as if the others were absent, the next class shares what they leave, and so on."""
         if type(least_cycles) is not int or least_cycles < 0:
             raise FlowError(f"shape: least_cycles must be a non-negative int, got {brief(least_cycles)}")
+        if type(priority) is not int or priority < 0:
+            raise FlowError(f"shape: priority must be a non-negative int, got {brief(priority)}")
         pairs = links_with_bytes
         if type(pairs) is not tuple and isinstance(pairs, Mapping):  # (a tuple, the engine's form, is no mapping)
             pairs = pairs.items()
@@ -451,7 +459,7 @@ class FlowNetwork:
             else:
                 links.append(lk)
                 nbytes.append(b)
-        return FlowShape(self, links, nbytes, least_cycles, written)
+        return FlowShape(self, links, nbytes, least_cycles, written, priority)
 
     def abandon(self) -> None:
         """Forget the flows streaming now (their run was stopped: nothing will complete them)."""
@@ -463,6 +471,7 @@ class FlowNetwork:
                         self._stack, self._batch, self._capped, self._tight, self._dirty, self._pending):
             scratch.clear()
         self._settling = False
+        self._prioritised = 0
 
     def start_shape(self, shape: FlowShape, on_done: Callable[[int], None]) -> Flow:
         """Start a flow now with the demands of ``shape`` (made by this network's :meth:`shape`); as :meth:`start`."""
@@ -511,6 +520,8 @@ class FlowNetwork:
         """A new flow of ``shape`` on its links from ``now`` (its rate still to work out); and those links."""
         f = Flow(now, on_done, shape)
         self._active.append(f)
+        if f.priority:
+            self._prioritised += 1
         shared = self._shared
         for link, (an, ad) in zip(shape._links, shape._coefs):
             members = link._members
@@ -607,11 +618,40 @@ class FlowNetwork:
         """Max-min fair rates of ``flows`` (a connected group; ``multi``: its links with more than one flow)
         by progressive filling, and the new finish cycles of those whose rate changed."""
         self.recomputations += 1
-        # Progressive filling: every flow unfrozen, shared links with no frozen usage yet.
+        if self._prioritised and any(f.priority != flows[0].priority for f in flows):
+            self._fill_classes(flows, multi)
+        else:
+            # Progressive filling: every flow unfrozen, shared links with no frozen usage yet.
+            for link in multi:
+                link._un, link._ud, link._wn, link._wd, link._free = 0, 1, link._sumn, link._sumd, len(link._members)
+            for f in flows:
+                f._frozen = False
+            self._fill_group(flows, multi, True)
+        self._settle(flows, now)
+        if self.observer is not None:
+            self.observer(self)
+
+    def _fill_classes(self, flows: list[Flow], multi: list[Link]) -> None:
+        """Strict priority: the flows of each class, highest first, filled over what the classes above left of the
+        links (a lower class absent, marked frozen, until its turn)."""
         for link in multi:
-            link._un, link._ud, link._wn, link._wd, link._free = 0, 1, link._sumn, link._sumd, len(link._members)
+            link._un, link._ud, link._wn, link._wd, link._free = 0, 1, 0, 1, 0
         for f in flows:
-            f._frozen = False
+            f._frozen = True
+        classes = sorted({f.priority for f in flows}, reverse=True)
+        for cls in classes:
+            group = [f for f in flows if f.priority == cls]
+            for f in group:
+                f._frozen = False
+                for link, (an, ad) in zip(f._links, f._coefs):
+                    if len(link._members) > 1:
+                        link._wn, link._wd = _add(link._wn, link._wd, an, ad)
+                        link._free += 1
+            self._fill_group(group, multi, cls == classes[-1])
+
+    def _fill_group(self, flows: list[Flow], multi: list[Link], last: bool) -> None:
+        """Progressive filling of the unfrozen ``flows`` over ``multi``'s capacity their links' frozen usage leaves;
+        ``last``: no class is filled after them (the last round's usage is not booked on the links)."""
         left = len(flows)
         batch, capped, tight = self._batch, self._capped, self._tight
         while left:
@@ -659,7 +699,7 @@ class FlowNetwork:
                         f._newn, f._newd = bn, bd
                         batch.append(f)
             left -= len(batch)
-            if not left:
+            if not left and last:
                 break  # the last round: the links' bookkeeping is not needed any more
             for f in batch:  # the frozen flows' usage becomes fixed on their shared links
                 for link, (an, ad) in zip(f._links, f._coefs):
@@ -671,9 +711,6 @@ class FlowNetwork:
                         link._un, link._ud = un * (d // g) + n * (ud // g), ud // g * d
                         link._wn, link._wd = _sub(link._wn, link._wd, an, ad)
                         link._free -= 1
-        self._settle(flows, now)
-        if self.observer is not None:
-            self.observer(self)
 
     @staticmethod
     def _settle(flows: list[Flow], now: int) -> None:
@@ -698,7 +735,8 @@ class FlowNetwork:
                     f._remn, f._remd = remn, remd
             f._rn, f._rd = rn, rd
             f._since = now
-            f._finish = now - ((-f._remn * rd) // (f._remd * rn))  # now + ceil(remaining / rate)
+            # now + ceil(remaining / rate); a flow a higher class starves waits for the next recomputation
+            f._finish = now - ((-f._remn * rd) // (f._remd * rn)) if rn else _UNRATED
 
     # -- time --------------------------------------------------------------------------------------------
 
@@ -716,6 +754,8 @@ class FlowNetwork:
                 continue
             f.end_cycle = now
             self._done.append(f)
+            if f.priority:
+                self._prioritised -= 1
             for link in f._links:
                 members = link._members
                 for i, m in enumerate(members):

@@ -366,7 +366,7 @@ class SteadyState:
     def _same_transfer(self, core: int, r: Tile, tr: Any, y: Tile, ty: Any) -> bool:
         """Whether the engine makes of transfer ``ty`` (of tile ``y``) what it makes of ``tr`` (of tile ``r``):
         what it makes of a transfer depends on its addresses only through their regions, bursts and DRAM rows."""
-        if tr.sync is not None or ty.sync is not None:
+        if tr.sync is not None or ty.sync is not None or tr.priority != ty.priority:
             return False
         try:
             ends, other = self.eng.ends(core, r, tr), self.eng.ends(core, y, ty)

@@ -84,7 +84,7 @@ class Rendezvous:
             demands.append((eng.row_link(region, SHARED), activations))
             least = max(least, bank_cycles)
         members[0].rows = tuple(merged) + tuple(r for r in members[0].rows if not r[0].shared)
-        return eng.net.shape(tuple(demands), least, written)
+        return eng.net.shape(tuple(demands), least, written, members[0].t.priority)  # (one for all: the plan check)
 
     def stalled(self) -> str:
         """What still waits when a run can go no further: each group's key, the cores whose members came and the

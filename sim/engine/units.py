@@ -28,16 +28,22 @@ class Units:
     so it is granted at once with that cycle and no event is spent on the
     hand-over; while some holder has not said yet, one timeout at the earliest
     known release hands units over (a later-said release may be earlier).
+
+    ``ordered`` units serve their waiters by priority (:meth:`acquire`'s ``priority``, highest first; first come,
+    first served among equals).  A request of a higher priority may still come before a unit's release, so a unit
+    is handed over at its release cycle (a timeout), never granted ahead.
     """
 
-    __slots__ = ("env", "units", "free", "busy", "waiters", "wakes", "next_wake", "serving")
+    __slots__ = ("env", "units", "free", "busy", "waiters", "ranks", "ordered", "wakes", "next_wake", "serving")
 
-    def __init__(self, env: simpy.Environment, units: int):
+    def __init__(self, env: simpy.Environment, units: int, ordered: bool = False):
         self.env = env
         self.units = units
+        self.ordered = ordered
         self.free: deque[int] = deque(range(units))
         self.busy: list[tuple[int, int]] = []  # heap of (cycle it comes free, unit) of the held units
-        self.waiters: deque[Callable[[int, int], None]] = deque()
+        self.waiters: deque[Callable[[int, int], None]] = deque()  # in the order they are served
+        self.ranks: deque[int] = deque()  # ordered units: each waiter's priority, beside it
         self.wakes: list[int] = []  # cycles of the wake-ups already scheduled (one timeout each, never twice)
         self.next_wake: int | None = None  # the earliest of them
         self.serving = False  # a hand-over loop is running (a grant's callback may release a unit again)
@@ -47,9 +53,10 @@ class Units:
         while busy and busy[0][0] <= now:
             free.append(heapq.heappop(busy)[1])
 
-    def acquire(self, granted: Callable[[int, int], None]) -> int | None:
+    def acquire(self, granted: Callable[[int, int], None], priority: int = 0) -> int | None:
         """A unit taken now; else None, and ``granted(unit, cycle)`` runs when its turn is known (the cycle it
-        gets the unit, now or later; perhaps before this returns)."""
+        gets the unit, now or later; perhaps before this returns).  ``priority`` orders the waiters of ordered
+        units."""
         busy = self.busy
         if busy:
             now = cycle_of(self.env)
@@ -57,7 +64,15 @@ class Units:
                 self._collect(now)
         if self.free and not self.waiters:
             return self.free.popleft()
-        self.waiters.append(granted)
+        if self.ordered:
+            ranks = self.ranks
+            at = len(ranks)
+            while at and ranks[at - 1] < priority:  # behind every waiter of its priority or higher
+                at -= 1
+            ranks.insert(at, priority)
+            self.waiters.insert(at, granted)
+        else:
+            self.waiters.append(granted)
         if not self.serving:
             self._serve()
         return None
@@ -77,10 +92,13 @@ class Units:
         now = cycle_of(self.env)
         if busy and busy[0][0] <= now:
             self._collect(now)
+        ranks = self.ranks if self.ordered else None
         while waiters:
             if free:
+                if ranks is not None:
+                    ranks.popleft()
                 waiters.popleft()(free.popleft(), now)
-            elif len(busy) == units:
+            elif len(busy) == units and ranks is None:
                 cycle, unit = heapq.heappop(busy)
                 waiters.popleft()(unit, cycle if cycle > now else now)
             else:

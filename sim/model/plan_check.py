@@ -7,7 +7,8 @@ engine.  The rules, each with the id a :class:`~sim.errors.PlanError` names (see
 
 * ``plan-structure``: a Plan of Phases whose tiles map a core to Tiles of well-formed Transfers and
   Computes (int addresses and shapes, strides per dimension, at most :data:`MAX_TRANSFER_DIMS` dimensions, a
-  precision the chip computes in, a callable function, str loop labels, a bool ``barrier_after``); a
+  ``Transfer.priority`` from 0 to :data:`~sim.model.plan.MAX_PRIORITY`, a precision the chip computes in, a
+  callable function, str loop labels, a bool ``barrier_after``); a
   transfer's and an operand's numbers are Python ints or numpy int64 (a narrower numpy int overflows on a chip
   address, an unsigned one turns a sum with a signed offset into a float);
 * ``cores``: the plan runs on cores of the call only, each once, and a phase has tiles on the plan's cores
@@ -45,7 +46,8 @@ engine.  The rules, each with the id a :class:`~sim.errors.PlanError` names (see
   staged buffers of a phase never fill the same bytes, and only a buffer's fills write its bytes.  A core's
   tiles use at most 64 slots in a phase;
 * ``sync-transfers``: the transfers that name one ``Transfer.sync`` key (a synchronised transfer,
-  :mod:`sim.model.sync`) lie in one phase, each on a different core (a key names one group in the whole plan).
+  :mod:`sim.model.sync`) lie in one phase, each on a different core, at one ``Transfer.priority`` (a key names one
+  group in the whole plan).
 
 Also under ``plan-structure``: ``Plan.precision`` is one the chip computes in, and an operand's dtype is a
 number type (bool, int, uint or float).
@@ -67,6 +69,7 @@ from sim.errors import PlanError, brief, one_line
 from sim.model.call import BoundCall
 from sim.model.memory import MemoryMap, block_span
 from sim.model.plan import (
+    MAX_PRIORITY,
     REDUCE,
     Compute,
     Loop,
@@ -124,7 +127,7 @@ RULES: dict[str, str] = {
     "staging-alias": "two tiles of a core that may be in flight at once (of different slots) never touch the same "
                      "staging bytes, one of them writing; staged buffers keep their bytes to themselves",
     "sync-transfers": "the members of a synchronised transfer (one Transfer.sync key) are issued in one phase, "
-                      "each by a different core",
+                      "each by a different core, at one priority",
 }
 
 
@@ -239,7 +242,8 @@ class _Checker:
         self._loop_cycles: dict[int, int] = {}  # id of a loop that passed (kept alive in _loops) -> its cycles
         self._core_cycles: dict[int, int] = {}  # core -> its computes' cycles so far
         self._phase_no = 0  # the phase being checked, counted from 0
-        self._sync: dict[str, tuple[int, str, set[int]]] = {}  # sync key -> (phase no, its name, members' cores)
+        # sync key -> (phase no, its name, members' cores, priority)
+        self._sync: dict[str, tuple[int, str, set[int], int]] = {}
 
     def _ref(self, ref: Any) -> tuple[str, int]:
         """:func:`parse_buffer_ref` of ``ref``, remembered for plain strings (a plan names a buffer generation in
@@ -497,8 +501,12 @@ class _Checker:
         if len(shape) > MAX_TRANSFER_DIMS:
             raise self.fail("plan-structure", f"{kind} {index}: a Transfer has at most {MAX_TRANSFER_DIMS} "
                                               f"dimensions, got {len(shape)}")
+        priority = t.priority
+        if type(priority) is not int or not 0 <= priority <= MAX_PRIORITY:
+            raise self.fail("plan-structure", f"{kind} {index}: Transfer.priority must be an int from 0 to "
+                                              f"{MAX_PRIORITY} (higher streams first), got {brief(priority)}")
         if t.sync is not None:
-            self._sync_member(t.sync, kind, index)
+            self._sync_member(t.sync, priority, kind, index)
         if 0 in shape:
             return  # moves nothing
         if plain:  # equal keys of Python ints are equal numbers, so they give the same offsets
@@ -529,7 +537,7 @@ class _Checker:
                 if base <= s_lo and s_hi <= end:
                     self._sides[2 if kind == "load" else 3].append((s_lo, s_hi))
 
-    def _sync_member(self, key: Any, kind: str, index: int) -> None:
+    def _sync_member(self, key: Any, priority: int, kind: str, index: int) -> None:
         """The ``sync-transfers`` rule for one member of the synchronised transfer ``key``."""
         if type(key) is not str or not key:
             raise self.fail("plan-structure", f"{kind} {index}: Transfer.sync must be None or a non-empty str (the "
@@ -538,9 +546,9 @@ class _Checker:
         assert core is not None
         seen = self._sync.get(key)
         if seen is None:
-            self._sync[key] = (self._phase_no, name, {core})
+            self._sync[key] = (self._phase_no, name, {core}, priority)
             return
-        phase_no, first_name, cores = seen
+        phase_no, first_name, cores, first_priority = seen
         if phase_no != self._phase_no:
             raise self.fail("sync-transfers", f"{kind} {index} joins synchronised transfer {key!r}, whose members "
                                               f"so far are in phase {first_name!r}: a synchronised transfer's "
@@ -550,6 +558,10 @@ class _Checker:
             raise self.fail("sync-transfers", f"{kind} {index} is a second member of synchronised transfer {key!r} "
                                               f"on core {core}: each core issues one member of a group (give "
                                               f"each of the core's transfers its own key)")
+        if priority != first_priority:
+            raise self.fail("sync-transfers", f"{kind} {index} joins synchronised transfer {key!r} with priority "
+                                              f"{priority}, its first member's is {first_priority}: a synchronised "
+                                              f"transfer streams as one, at one priority")
         cores.add(core)
 
     def _side(self, lo: int, hi: int, legal: list[tuple[int, int]], writing: bool, t: Transfer, kind: str,
