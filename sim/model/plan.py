@@ -119,18 +119,18 @@ class Transfer:
         return self._geometry.size_bytes
 
     @staticmethod
-    def contiguous(src: int, dst: int, size_bytes: int) -> Transfer:
+    def contiguous(src: int, dst: int, size_bytes: int, priority: int = 0) -> Transfer:
         """A plain copy of ``size_bytes`` contiguous bytes."""
-        return Transfer(src, dst, (int(size_bytes),), 1, (1,), (1,))
+        return Transfer(src, dst, (int(size_bytes),), 1, (1,), (1,), None, priority)
 
     @staticmethod
     def block(src: int, dst: int, shape: Sequence[int], itemsize: int,
-              src_strides: Sequence[int], dst_strides: Sequence[int] | None = None) -> Transfer:
+              src_strides: Sequence[int], dst_strides: Sequence[int] | None = None, priority: int = 0) -> Transfer:
         """A strided block; ``dst_strides`` defaults to a dense C-ordered destination."""
         shape = tuple(map(int, shape))
         itemsize = int(itemsize)
         dst_s = tuple(map(int, dst_strides)) if dst_strides is not None else c_strides(shape, itemsize)
-        return Transfer(src, dst, shape, itemsize, tuple(map(int, src_strides)), dst_s)
+        return Transfer(src, dst, shape, itemsize, tuple(map(int, src_strides)), dst_s, None, priority)
 
     def runs(self, side: str) -> tuple[int, int]:
         """``(number of contiguous runs, bytes per run)`` of ``side`` ('src' or 'dst').
