@@ -92,6 +92,19 @@ def test_the_write_runs_at_full_speed_once_the_read_is_done():
                                                               1: (write_end, write_end + 200)}
 
 
+def test_a_writer_turns_the_bus_only_for_readers_of_its_priority_or_higher():
+    # A store of priority 1 beside a load of priority 0: the store shares DDR as if the load were absent, all 20
+    # B/cycle and no turns, 8192 / 20 = 409.6 -> 2274; the load, starved until then, streams alone after it:
+    # ceil(2274 + 409.6) = 2684.  (Were the starved load counted as reading beside it, the store would pay turns
+    # on every byte: ceil(1864 + 8192 x (1 + 165/1024) / 20) = 2340.)
+    store = dataclasses.replace(_store(8192), priority=1)
+    assert _streams(FT, {0: _load(8192), 1: store}) == {0: (2684, 2884), 1: (2274, 2474)}
+    # A load of priority 1 beside a store of priority 0: the store turns the bus for it while it waits (a reader of a
+    # higher priority), but gets no bandwidth until the load is done: the load ends at 2274, the store at 2684.
+    load = dataclasses.replace(_load(8192), priority=1)
+    assert _streams(FT, {0: load, 1: _store(8192)}) == {0: (2274, 2474), 1: (2684, 2884)}
+
+
 def test_the_summary_counts_the_turns_from_the_trace():
     # Both 8,192-byte streams over [1864, 2750): every written byte beside a read, 8192 / 2048 = 4 turns, each
     # idling one of the two channels 33 cycles: 66 cycles of DDR's whole bandwidth, the 2750 - 2684 they cost.

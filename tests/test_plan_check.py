@@ -159,6 +159,13 @@ HOSTILE: dict[str, tuple[Breaker, str, str]] = {
                       "the compute does 512 flops and writes 1 output operand but states no loops: a compute is "
                       "priced from its inner loops only (its flops are reported, never priced), so state the loop "
                       "that issues its work in Compute.loops (kernels/common/loops.py; see docs/writing-a-kernel.md)"),
+    # Tile 1 loads x[0:512] and x[512:1024] into the same 2048 bytes of its slot.
+    "transfer-overlap": (lambda p, c, x: tile1(p, loads=(
+        Transfer.contiguous(X, p.phases[0].tiles[p.cores[0]][1].loads[0].dst, 2048),
+        p.phases[0].tiles[p.cores[0]][1].loads[0])), "s",
+        "load 1 writes [0x20010000, 0x20010800), bytes load 0 of the same tile writes too ([0x20010000, "
+        "0x20010800)): a tile's loads stream at the same time, in an order the DMA engines' queues and priorities "
+        "decide, so which bytes land last would be a race; give each its own bytes"),
     "sync-transfers": (_two_members_on_one_core, "s", "load 0 is a second member of synchronised transfer 'g' "
                                                         "on core 0: each core issues one member of a group"),
     "staging-alias": (same_slot_bytes, "s",
@@ -308,6 +315,8 @@ def test_a_write_into_a_p_calls_own_input_is_refused_in_private_memory():
     ("a TileFn of a number", compute_with(fn=TileFn(5, ())), "plan-structure"),
     ("tile 0's compute with a TileFn of a number", like_tile0(fn=lambda old: TileFn(5, ())), "plan-structure"),
     ("a TileFn whose parameters are a list", like_tile0(fn=lambda old: TileFn(np.multiply, [2])), "plan-structure"),
+    ("two stores of a tile writing the same bytes", lambda p, c, x: tile1(
+        p, stores=p.phases[0].tiles[p.cores[0]][1].stores * 2), "transfer-overlap"),
     ("a priority above the highest", loads_changed(lambda t: dataclasses.replace(t, priority=8)), "plan-structure"),
     ("a negative priority", loads_changed(lambda t: dataclasses.replace(t, priority=-1)), "plan-structure"),
     ("a priority that is a bool", loads_changed(lambda t: dataclasses.replace(t, priority=True)), "plan-structure"),
@@ -585,3 +594,12 @@ def test_numpy_int_counts_are_bounded_and_priced_exactly_like_python_ints():
         with pytest.raises(sim.PlanError, match=r"'bounds': the compute takes .* cycles"):
             m.call("fp_numpy_counts_s", **args)
 
+
+
+def test_the_transfer_helpers_take_a_numpy_priority_as_the_int_it_is():
+    """``Transfer.block`` and ``Transfer.contiguous`` make their numbers Python ints; a numpy integer priority too (a
+    float or a bool stays as given, for the plan check to refuse by name)."""
+    t = Transfer.block(X, Y, np.array([4, 4]), np.int64(4), np.array([64, 4]), priority=np.int64(1))
+    c = Transfer.contiguous(X, Y, np.int64(64), priority=np.int32(2))
+    assert (type(t.priority), t.priority, type(c.priority), c.priority) == (int, 1, int, 2)
+    assert Transfer.contiguous(X, Y, 64, priority=True).priority is True

@@ -12,9 +12,10 @@ the region
 
 bytes of bus on top of itself.  :class:`Turnaround` is the coupling (:meth:`sim.engine.fluid.FlowNetwork.couple`)
 that charges it: whenever a flow starts on the region's link or leaves it, each flow that writes through it moves
-``its bytes + alpha * its written bytes`` through the link while another flow reads there, and its plain bytes
-otherwise.  A copy within the region reads and writes it itself: it asks for its own turns from the start
-(:func:`sim.timing.copy_turn_bytes`) and the coupling leaves it be.  The region's capacity lost to the turns is
+``its bytes + alpha * its written bytes`` through the link while another flow reads there (one of its priority or
+a higher one: ``Transfer.priority``), and its plain bytes otherwise.  A copy within the region reads and writes
+it itself: it asks for its own turns from the start (:func:`sim.timing.copy_turn_bytes`) and the coupling leaves
+it be.  The region's capacity lost to the turns is
 so shared by every flow on it, max-min fairly, and the turns cost nothing while only reads or only writes stream:
 the effect follows from which streams overlap in the SimPy model.  A transfer's ``wait_cycles`` include what the
 turns beside other streams cost it; its alone time (:func:`sim.timing.stream_cycles`) and the run's bounds count
@@ -50,11 +51,13 @@ class Turnaround:
         kinds = [(f, self._kind(f, link)) for f in link.flows]
         # Anything reading through the link (a flow moving more bytes through it than it writes) turns the bus for
         # the pure writers; a copy within the region, which reads too, asked for its own turns
-        # (sim.timing.copy_turn_bytes) and is left as it is.
-        reading = any(kind[1] == _READS for _, kind in kinds)
+        # (sim.timing.copy_turn_bytes) and is left as it is.  Under priorities (FlowNetwork.shape), a writer shares
+        # the link as if the flows below its priority were absent: only a reader of its priority or a higher one
+        # turns the bus for it (a lower reader gets what the writers leave, and no turns are counted for it).
+        top = max((f.priority for f, kind in kinds if kind[1] == _READS), default=-1)
         for f, (_, pos, plain_n, plain_d, turned_n, turned_d) in kinds:
             if pos >= 0:
-                if reading:
+                if top >= f.priority:
                     net.set_coefficient(f, pos, turned_n, turned_d)
                 else:
                     net.set_coefficient(f, pos, plain_n, plain_d)

@@ -10,6 +10,7 @@ them.  Addresses are raw chip addresses; private regions resolve to the issuing 
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar, overload
@@ -70,6 +71,14 @@ class _derived(Generic[_V]):
 MAX_PRIORITY = 7
 
 
+def _plain(priority: object) -> Any:
+    """A numpy integer priority as the Python int it is, as the helpers below make their other numbers; anything
+    else as given (the plan check refuses what is not an int from 0 to :data:`MAX_PRIORITY`, naming it)."""
+    if isinstance(priority, numbers.Integral) and not isinstance(priority, bool) and type(priority) is not int:
+        return int(priority)
+    return priority
+
+
 @direct_init
 @dataclass(frozen=True)
 class Transfer:
@@ -121,7 +130,7 @@ class Transfer:
     @staticmethod
     def contiguous(src: int, dst: int, size_bytes: int, priority: int = 0) -> Transfer:
         """A plain copy of ``size_bytes`` contiguous bytes."""
-        return Transfer(src, dst, (int(size_bytes),), 1, (1,), (1,), None, priority)
+        return Transfer(src, dst, (int(size_bytes),), 1, (1,), (1,), None, _plain(priority))
 
     @staticmethod
     def block(src: int, dst: int, shape: Sequence[int], itemsize: int,
@@ -130,7 +139,7 @@ class Transfer:
         shape = tuple(map(int, shape))
         itemsize = int(itemsize)
         dst_s = tuple(map(int, dst_strides)) if dst_strides is not None else c_strides(shape, itemsize)
-        return Transfer(src, dst, shape, itemsize, tuple(map(int, src_strides)), dst_s, None, priority)
+        return Transfer(src, dst, shape, itemsize, tuple(map(int, src_strides)), dst_s, None, _plain(priority))
 
     def runs(self, side: str) -> tuple[int, int]:
         """``(number of contiguous runs, bytes per run)`` of ``side`` ('src' or 'dst').

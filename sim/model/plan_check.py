@@ -23,6 +23,8 @@ engine.  The rules, each with the id a :class:`~sim.errors.PlanError` names (see
   level), or the scalar level beside it;
 * ``tile-size``: the operands of a tile fit the size of the staging level they lie in;
 * ``output-overlap``: the output operands of one compute share no byte;
+* ``transfer-overlap``: no two loads of one tile, and no two of its stores, write the same bytes (they stream at the
+  same time, in an order the engines' queues and priorities decide);
 * ``buffers``: staged buffers (``Tile.fills`` / ``Tile.uses``) are references ``name@generation``; a staging
   tile (one that fills) has no compute and no stores and does not use what it fills; every generation used or
   refilled was filled in the phase, generations are filled in order (0, 1, 2 ...), and the phase's tiles can
@@ -115,6 +117,7 @@ RULES: dict[str, str] = {
                      "level) or the scalar level beside it",
     "tile-size": "the operands of a tile fit the size of the staging level they lie in",
     "output-overlap": "the output operands of one compute share no byte",
+    "transfer-overlap": "no two loads of one tile, and no two of its stores, write the same bytes",
     "buffers": "staged buffers are filled before they are used, in generation order, by staging tiles (no compute, "
                "no stores), and the phase's waits on them cannot deadlock",
     "compute-loops": "a compute that does arithmetic or writes outputs states the loops that issue its work",
@@ -354,8 +357,15 @@ class _Checker:
             if type(transfers) is not tuple:
                 raise self.fail("plan-structure", f"Tile.{kind}s must be a tuple of Transfer, got "
                                                   f"{brief(transfers)}")
+            written: list[tuple[int, int, int]] | None = None
             for i, t in enumerate(transfers):
-                self.transfer(t, kind, i)
+                spans = self.transfer(t, kind, i)
+                if spans is not None and len(transfers) > 1:
+                    if written is None:
+                        written = []
+                    written.append((spans[2], spans[3], i))
+            if written is not None and len(written) > 1:
+                self._apart(written, kind)
         if tile.compute is not None:
             self.compute(tile.compute)
         self._footprints[id(tile)] = self.alias.footprint_of(self._sides, tile.compute)
@@ -483,7 +493,24 @@ class _Checker:
                                        f"buffer before the tiles that use it, and release a generation before "
                                        f"refilling it")
 
-    def transfer(self, t: Any, kind: str, index: int) -> None:
+    def _apart(self, written: list[tuple[int, int, int]], kind: str) -> None:
+        """The ``transfer-overlap`` rule over one tile's loads (or stores): ``(lo, hi, index)`` of what each writes."""
+        written.sort()
+        far_lo, far_hi, far_i = written[0]
+        for lo, hi, i in written[1:]:
+            if lo < far_hi:
+                a, b = sorted((far_i, i))
+                raise self.fail("transfer-overlap", f"{kind} {b} writes {_span(lo, hi)}, bytes {kind} {a} of the "
+                                                    f"same tile writes too ({_span(far_lo, far_hi)}): a tile's "
+                                                    f"{kind}s stream at the same time, in an order the DMA engines' "
+                                                    f"queues and priorities decide, so which bytes land last would be "
+                                                    f"a race; give each its own bytes")
+            if hi > far_hi:
+                far_lo, far_hi, far_i = lo, hi, i
+
+    def transfer(self, t: Any, kind: str, index: int) -> tuple[int, int, int, int] | None:
+        """Check transfer ``t``; the spans ``(src lo, src hi, dst lo, dst hi)`` it touches (None: it moves
+        nothing)."""
         if type(t) is not Transfer and not isinstance(t, Transfer):
             raise self.fail("plan-structure", f"{kind} {index}: expected a Transfer, got {brief(t)}")
         shape, ss, ds, item = t.shape, t.src_strides, t.dst_strides, t.itemsize
@@ -508,7 +535,7 @@ class _Checker:
         if t.sync is not None:
             self._sync_member(t.sync, priority, kind, index)
         if 0 in shape:
-            return  # moves nothing
+            return None  # moves nothing
         if plain:  # equal keys of Python ints are equal numbers, so they give the same offsets
             key = (shape, ss, ds, item)
             offsets = self._spans.get(key)
@@ -536,6 +563,7 @@ class _Checker:
             for base, end in self._local:
                 if base <= s_lo and s_hi <= end:
                     self._sides[2 if kind == "load" else 3].append((s_lo, s_hi))
+        return spans
 
     def _sync_member(self, key: Any, priority: int, kind: str, index: int) -> None:
         """The ``sync-transfers`` rule for one member of the synchronised transfer ``key``."""
