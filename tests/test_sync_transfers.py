@@ -205,6 +205,30 @@ def test_a_group_streams_at_one_priority():
                                                "member's is 0: a synchronised transfer streams as one" in str(err)
 
 
+def test_a_group_of_a_higher_priority_overtakes_its_cores_earlier_groups():
+    """Three FT78NE cores meet six groups in one issue order (A, F, D, E, B, C), two engines each.  Core 0 first
+    loads two 16 KiB blocks alone, then A, F, B, C; core 1 A, F, D, E; core 2 D, E, B, C.  With one priority the
+    groups go in turn and the run ends.  With B and C at priority 1, core 0's freed engines go to B and C, which wait
+    for core 2, whose engines wait in D and E for core 1, whose wait in A and F for core 0: the run stalls, naming
+    every group that waits (docs/timing-model.md, "Priorities")."""
+    def ld(i: int, core: int, n: int = 4096, sync: str | None = None, priority: int = 0) -> Transfer:
+        return Transfer(DDR.base + (core * 64 + i) * 0x10000, AM.base + i * 0x4000, (n,), 1, (1,), (1,), sync,
+                        priority)
+
+    def plan(hi: int) -> Plan:
+        tiles = {0: [ld(0, 0, 16384), ld(1, 0, 16384), ld(2, 0, sync="A"), ld(3, 0, sync="F"),
+                     ld(4, 0, sync="B", priority=hi), ld(5, 0, sync="C", priority=hi)],
+                 1: [ld(0, 1, sync="A"), ld(1, 1, sync="F"), ld(2, 1, sync="D"), ld(3, 1, sync="E")],
+                 2: [ld(0, 2, sync="D"), ld(1, 2, sync="E"), ld(2, 2, sync="B", priority=hi),
+                     ld(3, 2, sync="C", priority=hi)]}
+        return Plan((0, 1, 2), (Phase("p", {c: (Tile(0, tuple(ls), None, ()),) for c, ls in tiles.items()},
+                                          barrier_after=False),), "fp32")
+    assert simulate(plan(0), FT, AddressSpace(FT), numerics=False).cycles > 0
+    with pytest.raises(SimError, match=r"simulation stalled: .*synchronised transfer 'A' waits for cores \[0\].*"
+                                       r"'D' waits for cores \[1\].*'B' waits for cores \[2\]"):
+        simulate(plan(1), FT, AddressSpace(FT), numerics=False)
+
+
 def test_a_stalled_group_through_the_facade_names_the_groups_and_leaves_memory_as_it_was():
     """Two cores take groups A and B in opposite orders, each group in a tile of the one slot (a tile waits for the
     one before it to finish): each core's first member waits for the other core's second."""
