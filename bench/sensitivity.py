@@ -48,6 +48,7 @@ VARIANTS = [
     ("DDR rows x 0.25", ("FT78NE", "MT7004"), "regions.ddr.rows.row_bytes", 0.25),
     ("DDR write batch x 0.5", ("FT78NE", "MT7004"), "regions.ddr.rows.write_batch_bytes", 0.5),
     ("DDR write batch x 2", ("FT78NE", "MT7004"), "regions.ddr.rows.write_batch_bytes", 2.0),
+    ("DMA engines x 2", ("FT78NE", "MT7004"), "dma.engines_per_core", 2.0),
 ]
 
 
@@ -57,7 +58,8 @@ def target(chip: str, key: str | None = None, factor: float = 1.0) -> sim.Target
     if key is not None:
         value = parameter_values(doc, [key])[key] * factor
         doc = copy.deepcopy(doc)
-        set_path(doc, split_path(key), round(value) if key.endswith(("lanes", "cycles", "bytes")) else value, key)
+        whole = key.endswith(("lanes", "cycles", "bytes", "per_core"))  # (counts the loader takes as ints)
+        set_path(doc, split_path(key), round(value) if whole else value, key)
     return parse_target(doc, f"{chip} ({key} x {factor:g})" if key else path)
 
 
