@@ -163,9 +163,15 @@ HOSTILE: dict[str, tuple[Breaker, str, str]] = {
     "transfer-overlap": (lambda p, c, x: tile1(p, loads=(
         Transfer.contiguous(X, p.phases[0].tiles[p.cores[0]][1].loads[0].dst, 2048),
         p.phases[0].tiles[p.cores[0]][1].loads[0])), "s",
-        "load 1 writes [0x20010000, 0x20010800), bytes load 0 of the same tile writes too ([0x20010000, "
-        "0x20010800)): a tile's loads stream at the same time, in an order the DMA engines' queues and priorities "
-        "decide, so which bytes land last would be a race; give each its own bytes"),
+        "load 1 writes bytes load 0 of the same tile writes too (in [0x20010000, 0x20010800)): a tile's loads "
+        "stream at the same time, in an order the DMA engines' queues and priorities decide, so which bytes land "
+        "last would be a race; give each its own bytes"),
+    # Tile 1 (slot 1) loads back the 2048 bytes of y that tile 0 (slot 0) stores, while tile 0 may still store them.
+    "store-race": (lambda p, c, x: tile1(p, loads=(Transfer.contiguous(
+        p.phases[0].tiles[p.cores[0]][0].stores[0].dst, p.phases[0].tiles[p.cores[0]][1].loads[0].dst, 2048),)),
+        "s", "load 0 reads bytes of [0xa0100000, 0xa0100800) that tile 0 (slot 0) stores while this tile (slot 1) "
+             "may run: the engine waits only for the previous tile of a tile's own slot, so what it reads would be "
+             "a race; put the two tiles in one slot, or the access in a later phase"),
     "sync-transfers": (_two_members_on_one_core, "s", "load 0 is a second member of synchronised transfer 'g' "
                                                         "on core 0: each core issues one member of a group"),
     "staging-alias": (same_slot_bytes, "s",

@@ -25,6 +25,9 @@ engine.  The rules, each with the id a :class:`~sim.errors.PlanError` names (see
 * ``output-overlap``: the output operands of one compute share no byte;
 * ``transfer-overlap``: no two loads of one tile, and no two of its stores, write the same bytes (they stream at the
   same time, in an order the engines' queues and priorities decide);
+* ``store-race``: on one core in one phase, outside the per-core staging levels (``staging-alias`` has those), a
+  tile never loads bytes, nor stores into bytes, that a store of another slot's tile may still be writing (the
+  engine waits only for the previous tile of a tile's own slot: :mod:`sim.model.plan_alias`);
 * ``buffers``: staged buffers (``Tile.fills`` / ``Tile.uses``) are references ``name@generation``; a staging
   tile (one that fills) has no compute and no stores and does not use what it fills; every generation used or
   refilled was filled in the phase, generations are filled in order (0, 1, 2 ...), and the phase's tiles can
@@ -68,6 +71,7 @@ from typing import Any
 import numpy as np
 
 from sim.errors import PlanError, brief, one_line
+from sim.model.block_overlap import layout_of, sides_meet
 from sim.model.call import BoundCall
 from sim.model.memory import MemoryMap, block_span
 from sim.model.plan import (
@@ -118,6 +122,7 @@ RULES: dict[str, str] = {
     "tile-size": "the operands of a tile fit the size of the staging level they lie in",
     "output-overlap": "the output operands of one compute share no byte",
     "transfer-overlap": "no two loads of one tile, and no two of its stores, write the same bytes",
+    "store-race": "a tile never loads bytes, nor stores into bytes, that another slot's tile may still be storing",
     "buffers": "staged buffers are filled before they are used, in generation order, by staging tiles (no compute, "
                "no stores), and the phase's waits on them cannot deadlock",
     "compute-loops": "a compute that does arithmetic or writes outputs states the loops that issue its work",
@@ -304,6 +309,7 @@ class _Checker:
                 ids: set[int] = set()  # a trace names a tile by its phase and id: ids restart in each phase
                 for tile in tiles:
                     self.tile(tile, ids)
+                self._store_races(tiles)
             self.where.core = self.where.tile = None
             staged = self._staged
             if staged:
@@ -312,6 +318,47 @@ class _Checker:
             self.aliases(phase, staged)
             self.where.core = self.where.tile = None
         self.where.phase = None
+
+    def _outside_staging(self, lo: int, hi: int) -> bool:
+        """Whether ``[lo, hi)`` lies outside every per-core staging level (whose races ``staging-alias`` judges)."""
+        lowest, highest = self._local_bounds
+        return not (lowest <= lo and hi <= highest and any(base <= lo and hi <= end for base, end in self._local))
+
+    def _store_races(self, tiles: Sequence[Tile]) -> None:
+        """The ``store-race`` rule over one core's tiles of a phase (checked already): each tile's loads and stores
+        against the pending stores of the latest tile of every other slot (a tile of the same slot after a store
+        waited for it, and the tile before the current one is the latest of its slot)."""
+        pending: dict[int, tuple[tuple[int, int, Tile, Transfer], ...]] = {}
+        for tile in tiles:
+            if tile.fills:
+                continue  # a staging tile: its order is the buffers rule's
+            slot = tile.slot
+            if pending and (len(pending) > 1 or slot not in pending):
+                for kind, transfers, side in (("load", tile.loads, "src"), ("store", tile.stores, "dst")):
+                    for i, t in enumerate(transfers):
+                        lo, hi = t.span(side)
+                        if hi <= lo or not self._outside_staging(lo, hi):
+                            continue
+                        for other_slot, spans in pending.items():
+                            if other_slot == slot:
+                                continue
+                            for s_lo, s_hi, other, store in spans:
+                                if lo < s_hi and s_lo < hi and sides_meet(layout_of(t, side),
+                                                                          layout_of(store, "dst")):
+                                    self.where.tile = int(tile.tile_id)
+                                    verb = "reads" if kind == "load" else "writes"
+                                    raise self.fail("store-race", f"{kind} {i} {verb} bytes of "
+                                                    f"{_span(max(lo, s_lo), min(hi, s_hi))} that tile {other.tile_id} "
+                                                    f"(slot {other_slot}) stores while this tile (slot {slot}) may "
+                                                    f"run: the engine waits only for the previous tile of a tile's "
+                                                    f"own slot, so what it {verb[:-1]}s would be a race; put the two "
+                                                    f"tiles in one slot, or the access in a later phase")
+            spans_now = []
+            for t in tile.stores:
+                lo, hi = t.span("dst")
+                if hi > lo and self._outside_staging(lo, hi):
+                    spans_now.append((lo, hi, tile, t))
+            pending[slot] = tuple(spans_now)
 
     def aliases(self, phase: Phase, staged: bool) -> None:
         """The ``staging-alias`` rule on one phase (:mod:`sim.model.plan_alias`): per core, no two tiles that may
@@ -357,13 +404,13 @@ class _Checker:
             if type(transfers) is not tuple:
                 raise self.fail("plan-structure", f"Tile.{kind}s must be a tuple of Transfer, got "
                                                   f"{brief(transfers)}")
-            written: list[tuple[int, int, int]] | None = None
+            written: list[tuple[int, int, int, Transfer]] | None = None
             for i, t in enumerate(transfers):
                 spans = self.transfer(t, kind, i)
                 if spans is not None and len(transfers) > 1:
                     if written is None:
                         written = []
-                    written.append((spans[2], spans[3], i))
+                    written.append((spans[2], spans[3], i, t))
             if written is not None and len(written) > 1:
                 self._apart(written, kind)
         if tile.compute is not None:
@@ -493,20 +540,22 @@ class _Checker:
                                        f"buffer before the tiles that use it, and release a generation before "
                                        f"refilling it")
 
-    def _apart(self, written: list[tuple[int, int, int]], kind: str) -> None:
-        """The ``transfer-overlap`` rule over one tile's loads (or stores): ``(lo, hi, index)`` of what each writes."""
-        written.sort()
-        far_lo, far_hi, far_i = written[0]
-        for lo, hi, i in written[1:]:
-            if lo < far_hi:
-                a, b = sorted((far_i, i))
-                raise self.fail("transfer-overlap", f"{kind} {b} writes {_span(lo, hi)}, bytes {kind} {a} of the "
-                                                    f"same tile writes too ({_span(far_lo, far_hi)}): a tile's "
-                                                    f"{kind}s stream at the same time, in an order the DMA engines' "
-                                                    f"queues and priorities decide, so which bytes land last would be "
-                                                    f"a race; give each its own bytes")
-            if hi > far_hi:
-                far_lo, far_hi, far_i = lo, hi, i
+    def _apart(self, written: list[tuple[int, int, int, Transfer]], kind: str) -> None:
+        """The ``transfer-overlap`` rule over one tile's loads (or stores): ``(lo, hi, index, transfer)`` of what
+        each writes; spans that overlap are judged by their bytes (:mod:`sim.model.block_overlap`: interleaved
+        strided blocks share none)."""
+        written.sort(key=lambda w: (w[0], w[2]))
+        for x, (lo, hi, i, t) in enumerate(written):
+            for o_lo, o_hi, j, o in written[x + 1:]:
+                if o_lo >= hi:
+                    break
+                if sides_meet(layout_of(t, "dst"), layout_of(o, "dst")):
+                    a, b = sorted((i, j))
+                    raise self.fail("transfer-overlap", f"{kind} {b} writes bytes {kind} {a} of the same tile writes "
+                                                        f"too (in {_span(max(lo, o_lo), min(hi, o_hi))}): a tile's "
+                                                        f"{kind}s stream at the same time, in an order the DMA "
+                                                        f"engines' queues and priorities decide, so which bytes land "
+                                                        f"last would be a race; give each its own bytes")
 
     def transfer(self, t: Any, kind: str, index: int) -> tuple[int, int, int, int] | None:
         """Check transfer ``t``; the spans ``(src lo, src hi, dst lo, dst hi)`` it touches (None: it moves

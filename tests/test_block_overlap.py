@@ -1,0 +1,106 @@
+"""Whether two transfer sides share a byte (sim/model/block_overlap.py), derived by hand; and the plan check's race
+rules (``transfer-overlap``, ``store-race``) judging bytes, not spans."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import sim
+from sim.model.block_overlap import layout_of, sides_meet
+from sim.model.plan import Transfer
+
+BASE = 0xA0000000
+AM = 0x20000000
+
+
+def _slice(first_channel: int, channels: int, rows: int = 4, all_channels: int = 12, item: int = 4) -> Transfer:
+    """Channels [first, first + channels) of ``rows`` rows of an NHWC tensor of ``all_channels``, stored from AM."""
+    return Transfer(AM, BASE + first_channel * item, (rows, channels), item, (channels * item, item),
+                    (all_channels * item, item))
+
+
+def _meet(a: Transfer, b: Transfer) -> bool:
+    return sides_meet(layout_of(a, "dst"), layout_of(b, "dst"))
+
+
+def test_interleaved_channel_slices_share_no_byte_though_their_spans_overlap():
+    # Rows of 48 bytes: channels 0-2 are bytes 0-11 of each row, channels 3-5 bytes 12-23.  Spans [0, 156) and
+    # [12, 168) overlap; the bytes do not.
+    a, b = _slice(0, 3), _slice(3, 3)
+    assert a.span("dst")[1] > b.span("dst")[0]
+    assert not _meet(a, b)
+    # Channels 2-4 share channel 2 (bytes 8-11 of every row) with channels 0-2.
+    assert _meet(a, _slice(2, 3))
+    # Channels 3-5 of the rows shifted by one: row i of one meets row i + 1 of the other only where channels do.
+    assert not _meet(a, dataclasses.replace(_slice(3, 3), dst=BASE + 48 + 12))
+
+
+def test_a_dense_run_against_a_strided_block():
+    a = _slice(0, 3)  # bytes 0-11, 48-59, 96-107, 144-155
+    assert _meet(a, Transfer.contiguous(AM, BASE + 50, 4))
+    assert not _meet(a, Transfer.contiguous(AM, BASE + 12, 36))  # bytes 12-47: between rows 0 and 1
+    assert _meet(a, Transfer.contiguous(AM, BASE + 12, 37))  # ... and byte 48
+    assert not _meet(a, Transfer.contiguous(AM, BASE + 156, 100))  # past the last row
+
+
+def test_blocks_of_different_layouts_are_tried_run_by_run():
+    # Rows of 8 bytes every 40 against rows of 4 bytes every 48: a's runs [0, 8), [40, 48), [80, 88), [120, 128);
+    # b's at 16 + 48 k: [16, 20), [64, 68), [112, 116) meet none; at 4 + 48 k: [4, 8) meets a's first.
+    a = Transfer(AM, BASE, (4, 2), 4, (8, 4), (40, 4))
+    assert not _meet(a, Transfer(AM, BASE + 16, (3, 1), 4, (4, 4), (48, 4)))
+    assert _meet(a, Transfer(AM, BASE + 4, (3, 1), 4, (4, 4), (48, 4)))
+
+
+def _bytes_of(t: Transfer) -> set[int]:
+    out = set()
+    for ks in itertools.product(*(range(n) for n in t.shape)):
+        at = t.dst + sum(k * s for k, s in zip(ks, t.dst_strides))
+        out.update(range(at, at + t.itemsize))
+    return out
+
+
+def _block(item: int, off: int, rows: int, run: int, gap: int) -> Transfer:
+    return Transfer(AM, BASE + off * item, (rows, run), item, (run * item, item), ((run + gap) * item, item))
+
+
+block_args = st.tuples(st.integers(0, 40), st.integers(1, 6), st.integers(1, 5), st.integers(0, 6))
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(st.sampled_from([1, 4]), block_args, block_args)
+def test_random_blocks_meet_exactly_when_their_bytes_do(item, a_args, b_args):
+    a, b = _block(item, *a_args), _block(item, *b_args)
+    assert _meet(a, b) == bool(_bytes_of(a) & _bytes_of(b))
+
+
+@pytest.mark.parametrize("second", [3, 2])
+def test_a_tile_storing_interleaved_slices_passes_and_one_storing_shared_bytes_is_refused(second):
+    """Through a user kernel: tile 1 stores two slices of three channels of y viewed as 64 rows of 12 fp32 channels,
+    the first from channel 0, the second (from further in its slot) from channel ``second``.  Channels 0-2 and 3-5
+    share no byte: the plan passes.  Channels 0-2 and 2-4 both write channel 2: ``transfer-overlap``."""
+    from test_plan_check import _machine
+    from tiny_kernels import Twice
+
+    def breaker(p, c, x):
+        core = p.cores[0]
+        t0, t1 = p.phases[0].tiles[core]
+        y = c.buffer("y").addr
+        slot = t1.stores[0].src
+        stores = (Transfer(slot, y, (64, 3), 4, (12, 4), (48, 4)),
+                  Transfer(slot + 768, y + second * 4, (64, 3), 4, (12, 4), (48, 4)))
+        return dataclasses.replace(p, phases=(dataclasses.replace(p.phases[0], tiles={
+            core: (dataclasses.replace(t0, stores=()), dataclasses.replace(t1, stores=stores))}),))
+
+    with sim.registered_kernel(Twice(f"slices{second}", breaker)):
+        m, args, _ = _machine("s")
+        if second == 3:
+            m.call(f"fp_slices{second}_s", numerics=False, **args)
+        else:
+            with pytest.raises(sim.PlanError) as info:
+                m.call(f"fp_slices{second}_s", numerics=False, **args)
+            assert info.value.rule == "transfer-overlap" and "store 1 writes bytes store 0" in str(info.value)
