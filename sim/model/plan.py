@@ -102,10 +102,11 @@ class Transfer:
     #: order, so their DRAM rows are the merged stream's; a source block that several of them read alike from a
     #: shared region is read once (a broadcast).  A key names one group in the whole plan.
     sync: str | None = None
-    #: The descriptor's priority (the chip's ``prir``, hthreads' ``raw_dma_p2p``), 0 to :data:`MAX_PRIORITY`: where
-    #: streams share a memory region or a core's memory, those of the highest priority present take what they can
-    #: first and the others share what they leave (docs/timing-model.md).  The members of a synchronised transfer
-    #: have one priority.
+    #: The descriptor's priority (the chip's ``prir``, hthreads' ``raw_dma_p2p``), 0 to :data:`MAX_PRIORITY`: a
+    #: higher one takes its core's next free DMA engine before lower ones waiting, and where streams share a memory
+    #: region or a core's memory, those of the highest priority present take what they can first and the others
+    #: share what they leave (docs/timing-model.md, "Priorities").  The members of a synchronised transfer have one
+    #: priority.
     priority: int = 0
 
     # Hashed by value once per descriptor: the engine keys its work on a transfer by it, per transfer it runs.
