@@ -331,9 +331,10 @@ class _Checker:
 
         What it leaves out (:mod:`sim.model.plan_alias` has the walk's whole order): a tile's loads are issued while
         the walk is at the tile before, whose own loads may still wait for the stores of the tile before it in its
-        slot; so those stores may still run too.  Some GEMM tilings (those ``tests/test_tiling_spaces.py`` forces)
-        read C rows back so, two tiles after the tile of another slot that stores them: the walk's order does not
-        guarantee those reads, and the rule does not refuse them."""
+        slot; so those stores may still run too.  GEMM's NT kernel of Yu et al. with C streamed through DDR
+        (``nt_kernel: reduce_serial``, ``c_home: ddr``) reads C rows back so, two tiles after the tile of another
+        slot that stores them: the walk's order does not guarantee those reads (in five such calls their results
+        were right, the stores landing first), and the rule does not refuse them."""
         latest: dict[int, tuple[tuple[int, int, Tile, Transfer], ...]] = {}  # slot -> its latest tile's stores
         for tile in tiles:
             if tile.fills:
