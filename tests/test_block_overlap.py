@@ -40,6 +40,17 @@ def test_interleaved_channel_slices_share_no_byte_though_their_spans_overlap():
     assert not _meet(a, dataclasses.replace(_slice(3, 3), dst=BASE + 48 + 12))
 
 
+def test_channel_slices_of_a_4d_tensor_are_judged_as_rows():
+    """Channels of a 2 x 40 x 40 x 12 NHWC tensor: 3,200 rows of 48 bytes, more runs than are tried one by one; its
+    dimensions step on evenly, so a slice is one dimension of 3,200 rows and slices are compared as rows."""
+    def nhwc(first: int, channels: int) -> Transfer:
+        return Transfer(AM, BASE + first * 4, (2, 40, 40, channels), 4, (6400 * channels, 160 * channels,
+                                                                          4 * channels, 4), (76800, 1920, 48, 4))
+    assert layout_of(nhwc(0, 3), "dst") == (BASE, 12, ((3200, 48),))
+    assert not _meet(nhwc(0, 3), nhwc(3, 3))
+    assert _meet(nhwc(0, 3), nhwc(2, 3))
+
+
 def test_a_dense_run_against_a_strided_block():
     a = _slice(0, 3)  # bytes 0-11, 48-59, 96-107, 144-155
     assert _meet(a, Transfer.contiguous(AM, BASE + 50, 4))

@@ -3,13 +3,14 @@
 Two strided blocks whose spans overlap often share no byte: the channel slices of one NHWC tensor interleave row
 by row.  The plan check's race rules (``transfer-overlap``, ``store-race``) ask :func:`sides_meet`, which says
 whether the bytes themselves meet.  A block is its first byte, its contiguous run and the dimensions that place
-its runs (``sim.model.plan.run_layout``).  It is *nested* when each dimension's stride is positive and at least
-the extent of the block inside it (every C-ordered block of a tensor is): then the runs that can meet an interval
-are found by division, dimension by dimension, trying at most two positions of a dimension whose runs the interval
-falls between.  Two nested blocks of the same layout meet when their offset is within a run of a point of the
-difference lattice, found the same way; otherwise the runs of the block with fewer are tried one by one, up to
-:data:`MAX_RUNS_TRIED`.  Past that, or for blocks that are not nested, the answer is that they do not meet: the
-rules refuse only the races they can prove.
+its runs (``sim.model.plan.run_layout``), those that step on evenly from the one inside joined (the channel slice
+of an NHWC tensor is one dimension of N x H x W rows).  It is *nested* when each dimension's stride is positive
+and at least the extent of the block inside it (every C-ordered block of a tensor is): then the runs that can meet
+an interval are found by division, dimension by dimension, trying at most two positions of a dimension whose runs
+the interval falls between.  Two nested blocks of the same one-dimensional layout meet when their offset is within
+a run of a point of the difference lattice, found the same way; otherwise the runs of the block with fewer are
+tried one by one, up to :data:`MAX_RUNS_TRIED`.  Past that, or for blocks that are not nested, the answer is that
+they do not meet: the rules refuse only the races they can prove.
 """
 
 from __future__ import annotations
@@ -31,7 +32,13 @@ def layout_of(t: Transfer, side: str) -> Layout:
     """The layout of side ``side`` ('src' or 'dst') of ``t`` (its first byte the address the side names)."""
     strides = t.src_strides if side == "src" else t.dst_strides
     run, dims = run_layout(t.shape, t.itemsize, strides)
-    return (t.src if side == "src" else t.dst), run, tuple(dims)
+    merged: list[tuple[int, int]] = []
+    for n, s in reversed(dims):  # innermost first: a dimension that steps on evenly from the one inside joins it
+        if merged and s == merged[-1][0] * merged[-1][1]:
+            merged[-1] = (n * merged[-1][0], merged[-1][1])
+        else:
+            merged.append((n, s))
+    return (t.src if side == "src" else t.dst), run, tuple(reversed(merged))
 
 
 def _extent(run: int, dims: Sequence[tuple[int, int]]) -> int:
