@@ -218,9 +218,15 @@ class GemmCall:
 
     def _slots(self, t: GemmTiling) -> int:
         """Tiles in flight per core: two with C's block in AM (double-buffered panels and C tiles); with C
-        streamed, three (the library's triple-buffered C), or fewer when a core computes fewer tiles per k block:
-        a core's slots order its tiles only that far, so a tile never loads C rows whose previous store has not
-        landed."""
+        streamed, three (the library's triple-buffered C), or fewer where the walk would not order a tile's load
+        of C rows after the store of them one k block before.
+
+        With C streamed, a core's tile j loads the rows its tile i = j - P stored (P: its tiles per k block; slots
+        round-robin).  The walk issues tile j's loads once the tile before it in its slot has stored and the walk
+        is at tile j - 1, whose own loads may still wait for the stores of its slot's tile before it
+        (:mod:`sim.model.plan_alias`, the plan check's rule ``store-race``).  So tile i's stores have landed when
+        tile j's loads go out if j is of i's slot (P a multiple of the slots S) or a later tile of i's slot comes
+        by j - 2 (P >= S + 2); the most slots, up to three, for which every core's P is one or the other."""
         if t.c_home == "am":
             return 2
         g, cores = self.g, self.ctx.cores
@@ -234,8 +240,8 @@ class GemmCall:
                     panels[i] += b - a
             else:
                 panels = [p + n_p for p in panels]
-        per_pass = [len(chunks[c]) * panels[i] for i, c in enumerate(cores)]
-        return max(1, min([STREAMED_C_SLOTS] + [v for v in per_pass if v]))
+        per_pass = [v for v in (len(chunks[c]) * panels[i] for i, c in enumerate(cores)) if v]
+        return next(s for s in range(STREAMED_C_SLOTS, 0, -1) if all(p % s == 0 or p >= s + 2 for p in per_pass))
 
     def _panels_fit(self, m_panel: int, k_block: int, slots: int = 2) -> bool:
         """Whether ``slots`` A micro-panels of ``m_panel`` rows and ``k_block`` depth fit the scalar level (no

@@ -326,38 +326,41 @@ class _Checker:
 
     def _store_races(self, tiles: Sequence[Tile]) -> None:
         """The ``store-race`` rule over one core's tiles of a phase (checked already), in walk order (staging tiles,
-        whose order is the ``buffers`` rule's, left out): each tile's loads and stores against the stores of the
-        latest tile of every other slot, which may still run (a tile of their slot after them waited for them).
-
-        What it leaves out (:mod:`sim.model.plan_alias` has the walk's whole order): a tile's loads are issued while
-        the walk is at the tile before, whose own loads may still wait for the stores of the tile before it in its
-        slot; so those stores may still run too.  GEMM's NT kernel of Yu et al. with C streamed through DDR
-        (``nt_kernel: reduce_serial``, ``c_home: ddr``) reads C rows back so, two tiles after the tile of another
-        slot that stores them: the walk's order does not guarantee those reads (in five such calls their results
-        were right, the stores landing first), and the rule does not refuse them."""
+        whose order is the ``buffers`` rule's, left out), with the order :mod:`sim.model.plan_alias` derives from
+        the walk: a tile's loads against the stores of the latest tile up to two tiles before it of every other
+        slot, and the stores of the tile just before it if of another slot (its loads are issued while the walk is
+        at that tile, whose own loads may still wait for its slot's earlier stores); a tile's stores against the
+        stores of the latest tile of every other slot (a later tile of their slot would have waited for them)."""
         latest: dict[int, tuple[tuple[int, int, Tile, Transfer], ...]] = {}  # slot -> its latest tile's stores
+        before_last: tuple[int, tuple[tuple[int, int, Tile, Transfer], ...]] | None = None  # (slot, stores) the
+        # latest tile before it of the previous tile's slot had (what the previous tile's loads may still wait for)
         for tile in tiles:
             if tile.fills:
                 continue
             slot = tile.slot
             others = [(s, spans) for s, spans in latest.items() if s != slot and spans]
-            if others:
-                for kind, transfers, side in (("load", tile.loads, "src"), ("store", tile.stores, "dst")):
-                    for i, t in enumerate(transfers):
-                        lo, hi = t.span(side)
-                        if hi <= lo or not self._outside_staging(lo, hi):
-                            continue
-                        for other_slot, spans in others:
-                            for s_lo, s_hi, other, store in spans:
-                                if lo < s_hi and s_lo < hi and sides_meet(layout_of(t, side),
-                                                                          layout_of(store, "dst")):
-                                    self._store_race(tile, kind, i, (max(lo, s_lo), min(hi, s_hi)), other,
-                                                     other_slot)
+            if before_last is not None and before_last[0] != slot and before_last[1]:
+                load_others = [*others, before_last]
+            else:
+                load_others = others
+            for kind, transfers, side, against in (("load", tile.loads, "src", load_others),
+                                                   ("store", tile.stores, "dst", others)):
+                if not against:
+                    continue
+                for i, t in enumerate(transfers):
+                    lo, hi = t.span(side)
+                    if hi <= lo or not self._outside_staging(lo, hi):
+                        continue
+                    for other_slot, spans in against:
+                        for s_lo, s_hi, other, store in spans:
+                            if lo < s_hi and s_lo < hi and sides_meet(layout_of(t, side), layout_of(store, "dst")):
+                                self._store_race(tile, kind, i, (max(lo, s_lo), min(hi, s_hi)), other, other_slot)
             stores = []
             for t in tile.stores:
                 lo, hi = t.span("dst")
                 if hi > lo and self._outside_staging(lo, hi):
                     stores.append((lo, hi, tile, t))
+            before_last = (slot, latest.get(slot, ()))
             latest[slot] = tuple(stores)
 
     def _store_race(self, tile: Tile, kind: str, index: int, shared: tuple[int, int], other: Tile,

@@ -1,0 +1,106 @@
+"""The plan check's ``store-race`` rule follows the walk's whole order (sim/model/plan_alias.py): a tile's loads
+are issued while the walk is at the tile before it, whose own loads may still wait for its slot's earlier
+stores, so a tile may not read bytes the latest tile of another slot up to two tiles before it stores.  GEMM
+with C streamed reads C's rows back one k block later and picks its slots so that the walk orders every such
+read (kernels/gemm/state.py, ``_slots``)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from gemm_tiles import compute_tiles
+from tiny_kernels import Twice
+
+import sim
+from kernels.common.loops import elementwise
+from sim.model.plan import Compute, Operand, Plan, Tile, Transfer
+
+N = 1024  # elements of x and y: halves of 512
+HALF = N // 2
+X, Y = 0xA0000000, 0xA0100000  # in FT78NE's DDR
+F32 = np.dtype(np.float32)
+
+
+def _tile(ctx, tile_id: int, slot: int, src: int, dst: int | None, area: int) -> Tile:
+    """Tile ``tile_id`` of ``slot``: 512 floats from ``src`` into AM at ``area``, doubled, stored to ``dst`` (None:
+    kept in AM)."""
+    loop = elementwise(ctx.target.core, "fp32", HALF, loads=1, stores=1, fmac=1, label="twice")
+    base = ctx.vector_level.base + area
+    a, b = Operand(base, (HALF,), F32), Operand(base + 0x8000, (HALF,), F32)
+    return Tile(tile_id, (Transfer.contiguous(src, a.addr, 4 * HALF),),
+                Compute(lambda v: (2 * v,), (a,), (b,), flops=HALF, precision="fp32", loops=(loop,)),
+                () if dst is None else (Transfer.contiguous(b.addr, dst, 4 * HALF),), slot)
+
+
+def _tiles(*specs: tuple[int, int, int | None]):
+    """A breaker whose plan is the tiles ``(slot, source, destination)`` in walk order on the call's first core."""
+    def breaker(plan: Plan, call, ctx) -> Plan:
+        tiles = tuple(_tile(ctx, i, slot, src, dst, i * 0x10000) for i, (slot, src, dst) in enumerate(specs))
+        phase = dataclasses.replace(plan.phases[0], tiles={call.cores[0]: tiles})
+        return dataclasses.replace(plan, phases=(phase,))
+    return breaker
+
+
+def _machine() -> sim.Simulator:
+    m = sim.Simulator("FT78NE")
+    m.write(X, np.arange(N, dtype=F32))
+    m.write(Y, np.full(N, 7.0, F32))
+    return m
+
+
+def test_a_load_two_tiles_after_another_slots_store_of_its_bytes_is_refused():
+    """Tile 2 (slot 1) reads y[0:512], which tile 0 (slot 0) stores.  The latest tile of slot 0 before tile 2 is
+    tile 1, which stores other bytes, so a rule looking only at each slot's latest tile passed it; but tile 2's loads
+    are issued while the walk is at tile 1, whose loads wait for tile 0's stores: tile 0 may still be storing."""
+    plan = _tiles((0, X, Y), (0, X + 4 * HALF, Y + 4 * HALF), (1, Y, Y))
+    with sim.registered_kernel(Twice("reads_two_on", plan)):
+        m = _machine()
+        with pytest.raises(sim.PlanError) as e:
+            m.call("fp_reads_two_on_s", x=X, y=Y, n=N, core_mask=1)
+    assert e.value.rule == "store-race" and e.value.tile == 2
+    assert "load 0 reads bytes of [0xa0100000, 0xa0100800) that tile 0 (slot 0) stores" in str(e.value)
+    np.testing.assert_array_equal(m.read(Y, N, F32), np.full(N, 7.0, F32))  # refused before it ran
+
+
+def test_the_same_read_after_a_tile_of_its_own_slot_passes_and_sees_the_stored_bytes():
+    """Tile 3 (slot 1) reads y[0:512] after tile 2 of its slot (which stores nothing): tile 2 was issued once tile
+    1 had computed, whose loads waited for tile 0's stores (slot 0).  The walk orders the read: it sees 2x stored,
+    and doubles it."""
+    plan = _tiles((0, X, Y), (0, X + 4 * HALF, Y + 4 * HALF), (1, X, None), (1, Y, Y))
+    with sim.registered_kernel(Twice("reads_ordered", plan)):
+        m = _machine()
+        m.call("fp_reads_ordered_s", x=X, y=Y, n=N, core_mask=1)
+    x = np.arange(N, dtype=F32)
+    np.testing.assert_array_equal(m.read(Y, N, F32), np.concatenate([4 * x[:HALF], 2 * x[HALF:]]))
+
+
+#: Tiles per k block (panels of 6 rows) -> the slots GEMM takes with C streamed: the most, up to three, for which
+#: P is a multiple of them or at least two more (worked out from the rule by hand).
+SLOTS = {1: 1, 2: 2, 3: 3, 4: 2, 5: 3, 6: 3, 7: 3, 8: 3}
+
+
+@pytest.mark.parametrize("panels", sorted(SLOTS))
+@pytest.mark.parametrize("nt", [False, True])
+def test_gemm_with_c_streamed_orders_every_reload_of_c(panels, nt):
+    """With C streamed on one core, each tile reads back the C rows it stored one k block (``panels`` tiles)
+    before: the plan passes the plan check with the slots above, and the product is right."""
+    m_rows, n, k = 6 * panels - 1, 8, 4  # (the last panel short)
+    tiling = {"split": "n", "c_home": "ddr", "b_staging": "am", "m_micro": 6, "k_block": 1, "m_panel": min(6, m_rows),
+              "m_block": m_rows, "n_block": n, "n_micro": 8}
+    tiling.update({"nt_kernel": "reduce_serial", "a_staging": "memory", "a_loader": "cores", "a_buffers": 2}
+                  if nt else {"a_staging": "memory", "a_loader": "cores", "a_buffers": 2})
+    rng = np.random.default_rng(panels)
+    a = rng.standard_normal((m_rows, k)).astype(F32)
+    b = rng.standard_normal((n, k) if nt else (k, n)).astype(F32)
+    machine = sim.Simulator("FT78NE", tuning_cache=False)
+    A, B, C = 0x80000000, 0x84000000, 0x88000000
+    machine.write(A, a)
+    machine.write(B, b)
+    args = {"a": A, "b": B, "c": C, "m": m_rows, "n": n, "k": k, "core_mask": 1, **({"trans_b": 1} if nt else {})}
+    plan = machine.plan_bound(machine.bind("fp_gemm_s", **args), tiling)
+    assert {t.slot for t in compute_tiles(plan)} == set(range(SLOTS[panels]))
+    machine.call("fp_gemm_s", **args, tiling=tiling)
+    want = a.astype(np.float64) @ (b.T if nt else b).astype(np.float64)
+    np.testing.assert_allclose(machine.read(C, m_rows * n, F32).reshape(m_rows, n), want, rtol=1e-5, atol=1e-5)
