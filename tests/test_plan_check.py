@@ -123,6 +123,15 @@ def _two_members_on_one_core(p: Plan, c, x) -> Plan:
     return dataclasses.replace(p, phases=(dataclasses.replace(phase, tiles={**phase.tiles, core: tiles}),))
 
 
+def _with_core1_tile(p: Plan, c, x: PlanContext, store_at: int) -> Plan:
+    """``p`` with core 1 running a copy of core 0's tile 1 that stores to ``store_at`` (its own AM, a phase on
+    both cores)."""
+    t1 = p.phases[0].tiles[p.cores[0]][1]
+    other = dataclasses.replace(t1, tile_id=0, slot=0, stores=(dataclasses.replace(t1.stores[0], dst=store_at),))
+    phase = dataclasses.replace(p.phases[0], tiles={**p.phases[0].tiles, 1: (other,)})
+    return dataclasses.replace(p, cores=(0, 1), phases=(phase,))
+
+
 HOSTILE: dict[str, tuple[Breaker, str, str]] = {
     "transfer-unmapped": (load_from(0x60000000), "s", "load 0 (2048 bytes) reads [0x60000000, 0x60000800): "
                                                       "unmapped (between gsm and ddr of the map)"),
@@ -172,6 +181,12 @@ HOSTILE: dict[str, tuple[Breaker, str, str]] = {
         "s", "load 0 reads bytes of [0xa0100000, 0xa0100800) that tile 0 (slot 0) stores while this tile (slot 1) "
              "may run: the engine waits only for the previous tile of a tile's own slot, so what it reads would be "
              "a race; put the two tiles in one slot, or the access in a later phase"),
+    # Core 1 also writes y[512:1024], which core 0's tile 1 stores: nothing orders two cores in one phase.
+    "core-race": (lambda p, c, x: _with_core1_tile(p, c, x, store_at=Y + 4 * (N // 2)), "s",
+                  "store 0 writes bytes of [0xa0100800, 0xa0101000) that core 1's tile 0 (store 0) writes in the same "
+                  "phase: cores run a phase with no order between them (only staged buffers and the barrier after "
+                  "the phase order them), so which write lands last would be a race; give each core its own bytes, "
+                  "or put the accesses in separate phases"),
     "sync-transfers": (_two_members_on_one_core, "s", "load 0 is a second member of synchronised transfer 'g' "
                                                         "on core 0: each core issues one member of a group"),
     "staging-alias": (same_slot_bytes, "s",

@@ -28,6 +28,9 @@ engine.  The rules, each with the id a :class:`~sim.errors.PlanError` names (see
 * ``store-race``: on one core in one phase, outside the per-core staging levels (``staging-alias`` has those), a
   tile never loads bytes, nor stores into bytes, that a store of another slot's tile may still be writing (the
   engine waits only for the previous tile of a tile's own slot: :mod:`sim.model.plan_alias`);
+* ``core-race``: in one phase, outside the staging levels, no two cores touch the same bytes of shared memory, one
+  of them writing (nothing but staged buffers and barriers orders one core's transfers against another's:
+  :mod:`sim.model.core_race`);
 * ``buffers``: staged buffers (``Tile.fills`` / ``Tile.uses``) are references ``name@generation``; a staging
   tile (one that fills) has no compute and no stores and does not use what it fills; every generation used or
   refilled was filled in the phase, generations are filled in order (0, 1, 2 ...), and the phase's tiles can
@@ -73,6 +76,7 @@ import numpy as np
 from sim.errors import PlanError, brief, one_line
 from sim.model.block_overlap import layout_of, sides_meet
 from sim.model.call import BoundCall
+from sim.model.core_race import Access, CoreRaces, Race
 from sim.model.memory import MemoryMap, block_span
 from sim.model.plan import (
     MAX_PRIORITY,
@@ -123,6 +127,8 @@ RULES: dict[str, str] = {
     "output-overlap": "the output operands of one compute share no byte",
     "transfer-overlap": "no two loads of one tile, and no two of its stores, write the same bytes",
     "store-race": "a tile never loads bytes, nor stores into bytes, that another slot's tile may still be storing",
+    "core-race": "outside the staging levels, no two cores touch the same bytes of shared memory in one phase, one "
+                 "of them writing",
     "buffers": "staged buffers are filled before they are used, in generation order, by staging tiles (no compute, "
                "no stores), and the phase's waits on them cannot deadlock",
     "compute-loops": "a compute that does arithmetic or writes outputs states the loops that issue its work",
@@ -240,6 +246,12 @@ class _Checker:
         self._local = tuple((a.base, a.end) for a in self.levels if not a.shared)
         self._local_bounds = (min((lo for lo, _ in self._local), default=0),
                               max((hi for _, hi in self._local), default=0))
+        # The sides outside every staging level of a phase run by several cores (None: one core), for core-race.
+        self._accesses: tuple[list[Access], list[Access]] | None = None  # (reads, writes)
+        self._level_spans = tuple((a.base, a.end) for a in self.levels)
+        self._level_bounds = (min((lo for lo, _ in self._level_spans), default=0),
+                              max((hi for _, hi in self._level_spans), default=0))
+        self._core_races = CoreRaces(self._shared_byte)
         self._staged = False  # whether the phase being checked has staged buffers
         # The tile being checked's transfer spans in per-core staging levels (load and store destinations, load
         # and store sources), and each checked tile's footprint number (id -> number; the plan holds the tiles).
@@ -297,6 +309,7 @@ class _Checker:
                                                   f"{brief(phase.barrier_after)}")
             self._staged = any(getattr(t, "fills", None) or getattr(t, "uses", None)
                                for ts in phase.tiles.values() if isinstance(ts, (tuple, list)) for t in ts)
+            self._accesses = ([], []) if sum(1 for ts in phase.tiles.values() if ts) > 1 else None
             for core, tiles in phase.tiles.items():
                 self.where.core, self.where.tile = None, None
                 if not _is_int(core) or int(core) not in plan_cores:
@@ -311,6 +324,8 @@ class _Checker:
                     self.tile(tile, ids)
                 self._store_races(tiles)
             self.where.core = self.where.tile = None
+            if self._accesses is not None:
+                self._core_race(self._core_races.first(*self._accesses))
             staged = self._staged
             if staged:
                 self.buffers(phase)
@@ -373,6 +388,43 @@ class _Checker:
                                       f"{verb[:-1]}s would be a race; put the two tiles in one slot, or the access "
                                       f"in a later phase")
 
+    def _collect(self, spans: tuple[int, int, int, int], t: Transfer, tile: Tile, kind: str, index: int) -> None:
+        """The sides of checked transfer ``t`` that lie outside every staging level, for ``core-race``."""
+        lowest, highest = self._level_bounds
+        core = self.where.core
+        assert self._accesses is not None and core is not None
+        s_lo, s_hi, d_lo, d_hi = spans
+        if s_hi <= lowest or s_lo >= highest or not self._in_level(s_lo, s_hi):
+            self._accesses[0].append((s_lo, s_hi, core, False, t, tile, kind, index))
+        if d_hi <= lowest or d_lo >= highest or not self._in_level(d_lo, d_hi):
+            self._accesses[1].append((d_lo, d_hi, core, True, t, tile, kind, index))
+
+    def _in_level(self, lo: int, hi: int) -> bool:
+        for base, end in self._level_spans:
+            if base <= lo and hi <= end:
+                return True
+        return False
+
+    def _shared_byte(self, addr: int) -> bool:
+        region = self.mmap.region_at(addr)
+        return region is not None and region.shared
+
+    def _core_race(self, race: Race | None) -> None:
+        """Raise the ``core-race`` rule's PlanError for ``race`` (if any)."""
+        if race is None:
+            return
+        # (placed at the lower core's access, naming the other's)
+        (_, _, core, writes, _, tile, kind, index), (_, _, o_core, o_writes, _, o_tile, o_kind, o_index) = \
+            sorted((race.earlier, race.later), key=lambda a: a[2])
+        self.where.core, self.where.tile = core, int(tile.tile_id)
+        verb, other = ("writes" if writes else "reads"), ("writes" if o_writes else "reads")
+        what = "which write lands last" if writes and o_writes else "whether the read sees the write"
+        raise self.fail("core-race", f"{kind} {index} {verb} bytes of {_span(*race.shared)} that core {o_core}'s "
+                                     f"tile {o_tile.tile_id} ({o_kind} {o_index}) {other} in the same phase: cores run "
+                                     f"a phase with no order between them (only staged buffers and the barrier after "
+                                     f"the phase order them), so {what} would be a race; give each core its own "
+                                     f"bytes, or put the accesses in separate phases")
+
     def aliases(self, phase: Phase, staged: bool) -> None:
         """The ``staging-alias`` rule on one phase (:mod:`sim.model.plan_alias`): per core, no two tiles that may
         be in flight at once touch the same staging bytes (one writing); staged buffers keep their bytes."""
@@ -420,6 +472,8 @@ class _Checker:
             written: list[tuple[int, int, int, Transfer]] | None = None
             for i, t in enumerate(transfers):
                 spans = self.transfer(t, kind, i)
+                if spans is not None and self._accesses is not None:
+                    self._collect(spans, t, tile, kind, i)
                 if spans is not None and len(transfers) > 1:
                     if written is None:
                         written = []

@@ -1,0 +1,101 @@
+"""The plan check's ``core-race`` rule (sim/model/core_race.py): in one phase, outside the staging levels, no two
+cores touch the same bytes of shared memory, one of them writing.  Judged by bytes, not spans; private memory is
+each core's own."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from tiny_kernels import Twice
+
+import sim
+from sim.model.core_race import CoreRaces
+from sim.model.plan import Tile, Transfer
+
+N = 1024
+X, Y = 0xA0000000, 0xA0100000  # FT78NE's DDR
+F32 = np.dtype(np.float32)
+AM = 0x20000000
+
+
+def _tile(tile_id: int) -> Tile:
+    return Tile(tile_id, (), None, (), 0)
+
+
+def _store(core: int, dst: int, shape: tuple[int, ...], strides: tuple[int, ...], tile_id: int = 0):
+    """A write access of ``core``: a block of 4-byte elements at ``dst``."""
+    t = Transfer(AM, dst, shape, 4, strides, strides)
+    lo, hi = t.span("dst")
+    return (lo, hi, core, True, t, _tile(tile_id), "store", 0)
+
+
+def _load(core: int, src: int, shape: tuple[int, ...], strides: tuple[int, ...]):
+    t = Transfer(src, AM, shape, 4, strides, strides)
+    lo, hi = t.span("src")
+    return (lo, hi, core, False, t, _tile(0), "load", 0)
+
+
+def test_interleaved_column_blocks_of_two_cores_share_spans_but_no_bytes():
+    """Cores 0 and 1 store columns 0-7 and 8-15 of a 16-row matrix of 16 floats a row: their spans overlap, their
+    bytes do not; columns 4-11 on core 1 do meet core 0's."""
+    rules = CoreRaces(lambda addr: True)
+    core0 = _store(0, Y, (16, 8), (64, 4))
+    assert rules.first([], [core0, _store(1, Y + 32, (16, 8), (64, 4))]) is None
+    race = rules.first([], [core0, _store(1, Y + 16, (16, 8), (64, 4))])
+    assert race is not None and {race.earlier[2], race.later[2]} == {0, 1}
+    assert race.shared == (Y + 16, Y + 15 * 64 + 32)
+
+
+def test_a_read_of_bytes_another_core_writes_is_a_race_and_reads_alone_are_not():
+    rules = CoreRaces(lambda addr: True)
+    write = _store(0, Y, (256,), (4,))
+    assert rules.first([_load(1, Y + 1020, (1,), (4,))], [write]) is not None
+    assert rules.first([_load(1, Y + 1024, (1,), (4,))], [write]) is None  # (one past its last byte)
+    assert rules.first([_load(0, Y, (256,), (4,))], [write]) is None  # (a core's own: the store-race rule's)
+    assert rules.first([_load(0, Y, (256,), (4,)), _load(1, Y, (256,), (4,))], []) is None  # reads only
+
+
+def test_the_same_addresses_in_private_memory_are_each_cores_own():
+    rules = CoreRaces(lambda addr: False)
+    assert rules.first([], [_store(0, Y, (256,), (4,)), _store(1, Y, (256,), (4,))]) is None
+
+
+def _core1_writes(first_half: bool, separate_phase: bool):
+    """Core 1 runs a copy of core 0's tile 1 storing into y's first half (where core 0's tile 0 stores) or its
+    own second half, in core 0's phase or in a phase after it."""
+    def breaker(p, c, x):
+        t1 = p.phases[0].tiles[0][1]
+        dst = Y if first_half else t1.stores[0].dst
+        other = dataclasses.replace(t1, tile_id=0, slot=0, stores=(dataclasses.replace(t1.stores[0], dst=dst),))
+        phase = p.phases[0]
+        if not separate_phase:
+            return dataclasses.replace(p, cores=(0, 1), phases=(dataclasses.replace(
+                phase, tiles={0: phase.tiles[0], 1: (other,)}),))
+        return dataclasses.replace(p, cores=(0, 1), phases=(
+            dataclasses.replace(phase, tiles={0: phase.tiles[0]}, barrier_after=True),
+            dataclasses.replace(phase, name="again", tiles={1: (other,)})))
+    return breaker
+
+
+@pytest.mark.parametrize("separate_phase", [False, True])
+def test_two_cores_writing_the_same_output_bytes_in_one_phase_is_refused(separate_phase):
+    """In one phase the write of core 1 races core 0's (refused, memory untouched); after a barrier, in a phase of
+    its own, core 1's write lands last and the run is legal."""
+    name = f"two_writers_{int(separate_phase)}"
+    with sim.registered_kernel(Twice(name, _core1_writes(True, separate_phase))):
+        m = sim.Simulator("FT78NE")
+        m.write(X, np.arange(N, dtype=F32))
+        m.write(Y, np.full(N, 7.0, F32))
+        args = {"x": X, "y": Y, "n": N, "core_mask": 0x3}
+        if not separate_phase:
+            with pytest.raises(sim.PlanError) as e:
+                m.call(f"fp_{name}_s", **args)
+            assert e.value.rule == "core-race" and (e.value.core, e.value.tile) == (0, 0)
+            assert "that core 1's tile 0 (store 0) writes in the same phase" in str(e.value)
+            assert (m.read(Y, N, F32) == 7.0).all()
+            return
+        m.call(f"fp_{name}_s", **args)
+    x = np.arange(N, dtype=F32)
+    np.testing.assert_array_equal(m.read(Y, N, F32), np.concatenate([2 * x[N // 2:], 2 * x[N // 2:]]))
