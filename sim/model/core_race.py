@@ -1,12 +1,13 @@
 """Races between cores: the plan check's rule ``core-race``.
 
-The cores run a phase's tiles at the same time, each walking its own; nothing orders one core's transfers
-against another's but the staged buffers (``Tile.fills`` / ``uses``, which live in the staging levels and whose
-own rules judge them) and the barrier after the phase.  So outside the staging levels, in shared memory, two
-cores touching the same bytes in one phase, one of them writing, is a race: which write lands last, or whether a
-read sees the write, would depend on the cores' speeds.  (A core's own accesses are ordered by its walk: the rule
-``store-race`` judges those.)  Private memory is each core's own, the same address naming other bytes on another
-core, and is left out.
+The cores run a phase's tiles at the same time, each walking its own; what orders one core's transfers against
+another's is the barrier after the phase, and otherwise only chains of waits through the staged buffers
+(``Tile.fills`` / ``uses``, which live in the staging levels and whose own rules judge them).  The rule does not
+follow such chains: outside the staging levels, in shared memory, two cores touching the same bytes in one phase,
+one of them writing, is refused as a race (which write lands last, or whether a read sees the write, would
+depend on the cores' speeds); a plan that means to order them puts the accesses in separate phases.  (A core's
+own accesses are ordered by its walk: the rule ``store-race`` judges those.)  Private memory is each core's own,
+the same address naming other bytes on another core, and is left out.
 
 The work: every side of a transfer outside the staging levels, of every core of the phase, sorted by its first
 byte and swept once, each compared with the sides of other cores still open at it; two whose spans overlap are

@@ -29,8 +29,8 @@ engine.  The rules, each with the id a :class:`~sim.errors.PlanError` names (see
   tile never loads bytes, nor stores into bytes, that a store of another slot's tile may still be writing (the
   engine waits only for the previous tile of a tile's own slot: :mod:`sim.model.plan_alias`);
 * ``core-race``: in one phase, outside the staging levels, no two cores touch the same bytes of shared memory, one
-  of them writing (nothing but staged buffers and barriers orders one core's transfers against another's:
-  :mod:`sim.model.core_race`);
+  of them writing (the barrier after a phase orders one core's transfers against another's; the rule does not
+  follow chains of waits through staged buffers: :mod:`sim.model.core_race`);
 * ``buffers``: staged buffers (``Tile.fills`` / ``Tile.uses``) are references ``name@generation``; a staging
   tile (one that fills) has no compute and no stores and does not use what it fills; every generation used or
   refilled was filled in the phase, generations are filled in order (0, 1, 2 ...), and the phase's tiles can
@@ -421,9 +421,9 @@ class _Checker:
         what = "which write lands last" if writes and o_writes else "whether the read sees the write"
         raise self.fail("core-race", f"{kind} {index} {verb} bytes of {_span(*race.shared)} that core {o_core}'s "
                                      f"tile {o_tile.tile_id} ({o_kind} {o_index}) {other} in the same phase: cores run "
-                                     f"a phase with no order between them (only staged buffers and the barrier after "
-                                     f"the phase order them), so {what} would be a race; give each core its own "
-                                     f"bytes, or put the accesses in separate phases")
+                                     f"a phase side by side (the barrier after it orders them), so {what} would be "
+                                     f"a race; give each core its own bytes, or put the accesses in separate "
+                                     f"phases")
 
     def aliases(self, phase: Phase, staged: bool) -> None:
         """The ``staging-alias`` rule on one phase (:mod:`sim.model.plan_alias`): per core, no two tiles that may
