@@ -252,6 +252,10 @@ class _Checker:
         self._level_bounds = (min((lo for lo, _ in self._level_spans), default=0),
                               max((hi for _, hi in self._level_spans), default=0))
         self._core_races = CoreRaces(self._shared_byte)
+        # Outside the staging levels a transfer writes only into the call's outputs (write-outside-outputs), so a
+        # race between cores lies in them: the sides that miss their hull are not collected.
+        self._outputs_hull = (min((lo for lo, _, _ in self.outputs), default=0),
+                              max((hi for _, hi, _ in self.outputs), default=0))
         self._staged = False  # whether the phase being checked has staged buffers
         # The tile being checked's transfer spans in per-core staging levels (load and store destinations, load
         # and store sources), and each checked tile's footprint number (id -> number; the plan holds the tiles).
@@ -389,14 +393,16 @@ class _Checker:
                                       f"in a later phase")
 
     def _collect(self, spans: tuple[int, int, int, int], t: Transfer, tile: Tile, kind: str, index: int) -> None:
-        """The sides of checked transfer ``t`` that lie outside every staging level, for ``core-race``."""
+        """The sides of checked transfer ``t`` that meet the outputs' hull outside every staging level, for
+        ``core-race``."""
         lowest, highest = self._level_bounds
+        out_lo, out_hi = self._outputs_hull
         core = self.where.core
         assert self._accesses is not None and core is not None
         s_lo, s_hi, d_lo, d_hi = spans
-        if s_hi <= lowest or s_lo >= highest or not self._in_level(s_lo, s_hi):
+        if s_hi > out_lo and s_lo < out_hi and (s_hi <= lowest or s_lo >= highest or not self._in_level(s_lo, s_hi)):
             self._accesses[0].append((s_lo, s_hi, core, False, t, tile, kind, index))
-        if d_hi <= lowest or d_lo >= highest or not self._in_level(d_lo, d_hi):
+        if d_hi > out_lo and d_lo < out_hi and (d_hi <= lowest or d_lo >= highest or not self._in_level(d_lo, d_hi)):
             self._accesses[1].append((d_lo, d_hi, core, True, t, tile, kind, index))
 
     def _in_level(self, lo: int, hi: int) -> bool:
@@ -465,6 +471,7 @@ class _Checker:
         ids.add(tile.tile_id)
         if not _is_int(tile.slot):
             raise self.fail("plan-structure", f"Tile.slot must be an int, got {brief(tile.slot)}")
+        out_lo, out_hi = self._outputs_hull
         for kind, transfers in (("load", tile.loads), ("store", tile.stores)):
             if type(transfers) is not tuple:
                 raise self.fail("plan-structure", f"Tile.{kind}s must be a tuple of Transfer, got "
@@ -472,7 +479,8 @@ class _Checker:
             written: list[tuple[int, int, int, Transfer]] | None = None
             for i, t in enumerate(transfers):
                 spans = self.transfer(t, kind, i)
-                if spans is not None and self._accesses is not None:
+                if spans is not None and self._accesses is not None and (
+                        spans[1] > out_lo and spans[0] < out_hi or spans[3] > out_lo and spans[2] < out_hi):
                     self._collect(spans, t, tile, kind, i)
                 if spans is not None and len(transfers) > 1:
                     if written is None:
