@@ -89,6 +89,50 @@ def test_random_blocks_meet_exactly_when_their_bytes_do(item, a_args, b_args):
     assert _meet(a, b) == bool(_bytes_of(a) & _bytes_of(b))
 
 
+def test_a_transposed_block_is_the_dense_block_it_covers():
+    """A 16 x 16 fp32 block stored transposed (element (i, j) to row j, column i: strides (4, 64)) covers the same
+    1,024 bytes as the dense block; the same block stored backwards (strides (-64, -4) from its last element) too.
+    Each meets whatever a dense store of any of those bytes writes, and nothing past them."""
+    transposed = Transfer(AM, BASE, (16, 16), 4, (64, 4), (4, 64))
+    backwards = Transfer(AM, BASE + 1020, (16, 16), 4, (64, 4), (-64, -4))
+    for t in (transposed, backwards):
+        assert layout_of(t, "dst") == (BASE, 1024, ())
+        assert _meet(t, Transfer.contiguous(AM, BASE + 1020, 4))
+        assert not _meet(t, Transfer.contiguous(AM, BASE + 1024, 64))
+    # Half of the columns transposed: rows j of 8 elements at 64 j, i.e. bytes [64 j, 64 j + 32): a block of 16 runs.
+    half = Transfer(AM, BASE, (8, 16), 4, (64, 4), (4, 64))
+    assert layout_of(half, "dst") == (BASE, 32, ((16, 64),))
+    assert not _meet(half, Transfer(AM, BASE + 32, (16, 8), 4, (32, 4), (64, 4)))  # the other half of each row
+    assert _meet(half, Transfer(AM, BASE + 28, (16, 8), 4, (32, 4), (64, 4)))
+
+
+def test_blocks_of_many_runs_in_different_layouts_are_listed():
+    """Every 2nd float against every 3rd, 8,192 runs each (more than are tried one by one): they share every 6th;
+    every 2nd against every 2nd from the next float (the same layout, shifted): none; every 4th (even floats)
+    against every 6th from float 1 (odd floats): none; from float 2 they share float 8."""
+    def every(k: int, first: int = 0, n: int = 8192) -> Transfer:
+        return Transfer(AM, BASE + 4 * first, (n,), 4, (4,), (4 * k,))
+    assert _meet(every(2), every(3))
+    assert not _meet(every(2), every(2, 1))
+    assert not _meet(every(4), every(6, 1))
+    assert _meet(every(4), every(6, 2))
+
+
+dims = st.lists(st.tuples(st.integers(1, 4), st.integers(-40, 40)), min_size=1, max_size=3)
+
+
+@settings(max_examples=400, deadline=None, derandomize=True, database=None)
+@given(st.sampled_from([1, 4]), st.integers(0, 200), dims, st.integers(0, 200), dims)
+def test_random_blocks_of_any_strides_meet_exactly_when_their_bytes_do(item, a_at, a_dims, b_at, b_dims):
+    """Blocks whose strides may run backwards, be 0, come in any order or overlap themselves (not nested): the
+    answer is the byte sets' (the blocks start far enough into memory that a backward stride stays inside)."""
+    def block(at: int, d: list[tuple[int, int]]) -> Transfer:
+        shape = tuple(n for n, _ in d)
+        return Transfer(AM, BASE + 1000 + at, shape, item, tuple(item for _ in d), tuple(s * item for _, s in d))
+    a, b = block(a_at, a_dims), block(b_at, b_dims)
+    assert _meet(a, b) == bool(_bytes_of(a) & _bytes_of(b))
+
+
 @pytest.mark.parametrize("second", [3, 2])
 def test_a_tile_storing_interleaved_slices_passes_and_one_storing_shared_bytes_is_refused(second):
     """Through a user kernel: tile 1 stores two slices of three channels of y viewed as 64 rows of 12 fp32 channels,

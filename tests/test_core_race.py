@@ -99,3 +99,65 @@ def test_two_cores_writing_the_same_output_bytes_in_one_phase_is_refused(separat
         m.call(f"fp_{name}_s", **args)
     x = np.arange(N, dtype=F32)
     np.testing.assert_array_equal(m.read(Y, N, F32), np.concatenate([2 * x[N // 2:], 2 * x[N // 2:]]))
+
+
+def _run(name: str, breaker, n: int = N) -> sim.Simulator | sim.PlanError:
+    """Run Twice with ``breaker`` on cores 0 and 1: the simulator, or the PlanError that refused the plan."""
+    with sim.registered_kernel(Twice(name, breaker)):
+        m = sim.Simulator("FT78NE")
+        m.write(X, np.arange(n, dtype=F32))
+        m.write(Y, np.full(n, 7.0, F32))
+        try:
+            m.call(f"fp_{name}_s", x=X, y=Y, n=n, core_mask=0x3)
+        except sim.PlanError as e:
+            return e
+    return m
+
+
+@pytest.mark.parametrize("barrier", [False, True])
+def test_a_phase_without_a_barrier_after_it_runs_beside_the_next(barrier):
+    """Core 0 stores y[0:512] in phase 'one'; core 1, with no tile there, loads y[0:512] in phase 'two'.  Without a
+    barrier after 'one', core 1 walks into 'two' at once: a race, refused naming both phases.  With it, legal: core
+    1 reads what core 0 stored and doubles it into y[512:1024]."""
+    def breaker(p, c, x):
+        t0, t1 = p.phases[0].tiles[0]
+        reader = dataclasses.replace(t1, tile_id=0, slot=0,
+                                     loads=(dataclasses.replace(t1.loads[0], src=Y),))
+        return dataclasses.replace(p, cores=(0, 1), phases=(
+            dataclasses.replace(p.phases[0], name="one", tiles={0: (t0,)}, barrier_after=barrier),
+            dataclasses.replace(p.phases[0], name="two", tiles={1: (reader,)}, barrier_after=False)))
+    got = _run(f"phases_{int(barrier)}", breaker)
+    if not barrier:
+        assert isinstance(got, sim.PlanError) and got.rule == "core-race"
+        assert (got.core, got.tile, got.phase) == (0, 0, "one")
+        assert "that core 1's tile 0 (load 0) reads in phase 'two', no barrier between" in str(got)
+        return
+    assert isinstance(got, sim.Simulator)
+    x = np.arange(N, dtype=F32)
+    np.testing.assert_array_equal(got.read(Y, N, F32), np.concatenate([2 * x[:N // 2], 4 * x[:N // 2]]))
+
+
+def test_bytes_of_a_shared_staging_level_are_shared_but_a_per_core_levels_are_each_cores_own():
+    """Core 0 stores its tile into GSM's staging window and core 1 loads the same GSM bytes in the same phase: a
+    race (the window is one memory for both).  Both cores using the same addresses of their own AM is not."""
+    def breaker(p, c, x):
+        t0, t1 = p.phases[0].tiles[0]
+        g = x.level("gsm").base
+        writer = dataclasses.replace(t0, stores=(dataclasses.replace(t0.stores[0], dst=g),))
+        reader = dataclasses.replace(t1, tile_id=0, slot=0, loads=(dataclasses.replace(t1.loads[0], src=g),))
+        return dataclasses.replace(p, cores=(0, 1), phases=(dataclasses.replace(
+            p.phases[0], tiles={0: (writer,), 1: (reader,)}),))
+    got = _run("gsm_window", breaker)
+    assert isinstance(got, sim.PlanError) and got.rule == "core-race", got
+    assert "that core 1's tile 0 (load 0) reads in the same phase" in str(got)
+
+    def own_am(p, c, x):  # each core its own half of y, through the same AM addresses
+        t0, t1 = p.phases[0].tiles[0]
+        other = dataclasses.replace(t1, tile_id=0, loads=(dataclasses.replace(t1.loads[0], dst=t0.loads[0].dst),),
+                                    compute=t0.compute, stores=(dataclasses.replace(t1.stores[0],
+                                                                                    src=t0.stores[0].src),))
+        return dataclasses.replace(p, cores=(0, 1), phases=(dataclasses.replace(
+            p.phases[0], tiles={0: (t0,), 1: (other,)}),))
+    got = _run("own_am", own_am)
+    assert isinstance(got, sim.Simulator), got
+    np.testing.assert_array_equal(got.read(Y, N, F32), 2 * np.arange(N, dtype=F32))

@@ -184,8 +184,9 @@ HOSTILE: dict[str, tuple[Breaker, str, str]] = {
     # Core 1 also writes y[512:1024], which core 0's tile 1 stores: nothing orders two cores in one phase.
     "core-race": (lambda p, c, x: _with_core1_tile(p, c, x, store_at=Y + 4 * (N // 2)), "s",
                   "store 0 writes bytes of [0xa0100800, 0xa0101000) that core 1's tile 0 (store 0) writes in the same "
-                  "phase: cores run a phase side by side (the barrier after it orders them), so which write lands "
-                  "last would be a race; give each core its own bytes, or put the accesses in separate phases"),
+                  "phase: cores run a phase side by side (only a barrier after it orders them), so which write "
+                  "lands last would be a race; give each core its own bytes, or put the accesses in phases a barrier "
+                  "separates"),
     "sync-transfers": (_two_members_on_one_core, "s", "load 0 is a second member of synchronised transfer 'g' "
                                                         "on core 0: each core issues one member of a group"),
     "staging-alias": (same_slot_bytes, "s",

@@ -1,16 +1,20 @@
 """Whether two sides of DMA transfers share a byte: exactly, not by their spans.
 
 Two strided blocks whose spans overlap often share no byte: the channel slices of one NHWC tensor interleave row
-by row.  The plan check's race rules (``transfer-overlap``, ``store-race``) ask :func:`sides_meet`, which says
-whether the bytes themselves meet.  A block is its first byte, its contiguous run and the dimensions that place
-its runs (``sim.model.plan.run_layout``), those that step on evenly from the one inside joined (the channel slice
-of an NHWC tensor is one dimension of N x H x W rows).  It is *nested* when each dimension's stride is positive
-and at least the extent of the block inside it (every C-ordered block of a tensor is): then the runs that can meet
-an interval are found by division, dimension by dimension, trying at most two positions of a dimension whose runs
-the interval falls between.  Two nested blocks of the same one-dimensional layout meet when their offset is within
-a run of a point of the difference lattice, found the same way; otherwise the runs of the block with fewer are
-tried one by one, up to :data:`MAX_RUNS_TRIED`.  Past that, or for blocks that are not nested, the answer is that
-they do not meet: the rules refuse only the races they can prove.
+by row.  The plan check's race rules (``transfer-overlap``, ``store-race``, ``core-race``) ask :func:`sides_meet`,
+which says whether the bytes themselves meet.  A block is its first byte, its contiguous run and the dimensions
+that place its runs (``sim.model.plan.run_layout``), taken as the set of bytes it covers: a dimension stepping
+backwards is turned round, one stepping by 0 (a broadcast) repeats bytes and is dropped, the dimensions are sorted
+by stride, largest outermost, and those continuing the run join it (a transposed block is then the dense block it
+covers), and those that step on evenly from the one inside are joined (the channel slice of an NHWC tensor is one
+dimension of N x H x W rows).  It is *nested* when each dimension's stride is at least the extent of the block
+inside it: then the runs that can meet an interval are found by division, dimension by dimension, trying at most
+two positions of a dimension whose runs the interval falls between.  Two nested blocks of the same
+one-dimensional layout meet when their offset is within a run of a point of the difference lattice, found the
+same way; otherwise the runs of the block with fewer are tried one by one, up to :data:`MAX_RUNS_TRIED`.  Past
+that, or for blocks that are not nested, both blocks' runs are listed (up to :data:`MAX_RUNS_LISTED` each) and
+looked up in one another with numpy.  Only blocks of more runs than that are taken not to meet: the rules refuse
+only the races they can prove.
 """
 
 from __future__ import annotations
@@ -18,27 +22,47 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
+import numpy as np
+
 from sim.model.plan import Transfer, run_layout
 
-#: The most runs of a block tried one by one against another (a block of more, not of the other's layout, is
-#: taken not to meet it).
+#: The most runs of a block tried one by one against a nested block (beyond them: listed).
 MAX_RUNS_TRIED = 4096
+#: The most runs of each block listed (with numpy) to compare blocks of different layouts; blocks of more are
+#: taken not to meet.
+MAX_RUNS_LISTED = 1 << 20
 
 #: ``(first byte, bytes per run, dimensions (count, stride) outermost first)``.
 Layout = tuple[int, int, tuple[tuple[int, int], ...]]
 
 
 def layout_of(t: Transfer, side: str) -> Layout:
-    """The layout of side ``side`` ('src' or 'dst') of ``t`` (its first byte the address the side names)."""
+    """The layout of side ``side`` ('src' or 'dst') of ``t``, as the set of bytes it covers (the module's
+    docstring): its first byte, its run and its dimensions, outermost first."""
     strides = t.src_strides if side == "src" else t.dst_strides
+    base = t.src if side == "src" else t.dst
     run, dims = run_layout(t.shape, t.itemsize, strides)
+    if any(s <= 0 for _, s in dims) or any(a[1] < b[1] for a, b in zip(dims, dims[1:])):
+        # Turn backward dimensions round (from their lowest byte), drop broadcasts, largest stride outermost,
+        # and let the innermost that continue the run join it.
+        turned: list[tuple[int, int]] = []
+        for n, s in dims:
+            if s < 0:
+                base += (n - 1) * s
+                s = -s
+            if s:
+                turned.append((n, s))
+        turned.sort(key=lambda d: d[1], reverse=True)
+        while turned and turned[-1][1] == run:
+            run *= turned.pop()[0]
+        dims = turned
     merged: list[tuple[int, int]] = []
     for n, s in reversed(dims):  # innermost first: a dimension that steps on evenly from the one inside joins it
         if merged and s == merged[-1][0] * merged[-1][1]:
             merged[-1] = (n * merged[-1][0], merged[-1][1])
         else:
             merged.append((n, s))
-    return (t.src if side == "src" else t.dst), run, tuple(reversed(merged))
+    return base, run, tuple(reversed(merged))
 
 
 def _extent(run: int, dims: Sequence[tuple[int, int]]) -> int:
@@ -74,9 +98,9 @@ def sides_meet(a: Layout, b: Layout) -> bool:
     a_base, a_run, a_dims = a
     b_base, b_run, b_dims = b
     if not (a_base < b_base + _extent(b_run, b_dims) and b_base < a_base + _extent(a_run, a_dims)):
-        return False  # (their spans, for nested blocks; a block not nested is not judged below either)
+        return False  # (their spans: a dimension's stride is never negative here)
     if not (_nested(a_run, a_dims) and _nested(b_run, b_dims)):
-        return False
+        return _listed_meet(a, b)
     if not a_dims or not b_dims:  # one run against a block
         base, run, dims, lo = (b_base, b_run, b_dims, a_base) if not a_dims else (a_base, a_run, a_dims, b_base)
         width = a_run if not a_dims else b_run
@@ -89,7 +113,7 @@ def sides_meet(a: Layout, b: Layout) -> bool:
     (few_base, few_run, few_dims), (other_base, other_run, other_dims) = \
         (a, b) if _runs(a_dims) <= _runs(b_dims) else (b, a)
     if _runs(few_dims) > MAX_RUNS_TRIED:
-        return False
+        return _listed_meet(a, b)
     for ks in itertools.product(*(range(n) for n, _ in few_dims)):
         start = few_base + sum(k * s for k, (_, s) in zip(ks, few_dims))
         if _hits(other_base, other_run, other_dims, start, start + few_run):
@@ -102,3 +126,26 @@ def _runs(dims: Sequence[tuple[int, int]]) -> int:
     for n, _ in dims:
         count *= n
     return count
+
+
+def _starts(base: int, dims: Sequence[tuple[int, int]]) -> np.ndarray:
+    """The first bytes of a block's runs (int64), in no particular order."""
+    starts = np.array([base], dtype=np.int64)
+    for n, s in dims:
+        starts = (starts[:, None] + np.arange(n, dtype=np.int64) * s).ravel()
+    return starts
+
+
+def _listed_meet(a: Layout, b: Layout) -> bool:
+    """Whether ``a`` and ``b`` share a byte, by listing both blocks' runs: a run of ``a`` meets ``b`` when the last
+    run of ``b`` starting below its end ends above its start (``b``'s runs are all as long).  Blocks of more than
+    :data:`MAX_RUNS_LISTED` runs are taken not to meet."""
+    (a_base, a_run, a_dims), (b_base, b_run, b_dims) = a, b
+    if _runs(a_dims) > MAX_RUNS_LISTED or _runs(b_dims) > MAX_RUNS_LISTED:
+        return False
+    origin = min(a_base, b_base)  # (offsets from it: the addresses' own values may not fit an int64 product)
+    lo = _starts(a_base - origin, a_dims)
+    b_starts = np.sort(_starts(b_base - origin, b_dims))
+    last = np.searchsorted(b_starts, lo + a_run, side="left") - 1
+    ok = last >= 0
+    return bool(np.any(b_starts[last[ok]] + b_run > lo[ok]))

@@ -1,13 +1,14 @@
 """Races between cores: the plan check's rule ``core-race``.
 
-The cores run a phase's tiles at the same time, each walking its own; what orders one core's transfers against
-another's is the barrier after the phase, and otherwise only chains of waits through the staged buffers
-(``Tile.fills`` / ``uses``, which live in the staging levels and whose own rules judge them).  The rule does not
-follow such chains: outside the staging levels, in shared memory, two cores touching the same bytes in one phase,
-one of them writing, is refused as a race (which write lands last, or whether a read sees the write, would
-depend on the cores' speeds); a plan that means to order them puts the accesses in separate phases.  (A core's
-own accesses are ordered by its walk: the rule ``store-race`` judges those.)  Private memory is each core's own,
-the same address naming other bytes on another core, and is left out.
+The cores run a phase's tiles at the same time, each walking its own, and walk on into the next phase unless a
+barrier follows it; what orders one core's transfers against another's is a barrier, and otherwise only chains of
+waits through the staged buffers (``Tile.fills`` / ``uses``, whose own rules judge the accesses to their bytes).
+The rule does not follow such chains: between two barriers, in shared memory outside the bytes of staged buffers,
+two cores touching the same bytes, one of them writing, is refused as a race (which write lands last, or whether a
+read sees the write, would depend on the cores' speeds); a plan that means to order them puts a barrier between.
+(A core's own accesses are ordered by its walk: the rule ``store-race`` judges those.)  Private memory and the
+per-core staging levels are each core's own, the same address naming other bytes on another core, and are left
+out.
 
 The work: every side of a transfer outside the staging levels, of every core of the phase, sorted by its first
 byte and swept once, each compared with the sides of other cores still open at it; two whose spans overlap are
@@ -25,10 +26,10 @@ from typing import Any
 from sim.model.block_overlap import Layout, layout_of, sides_meet
 from sim.model.plan import Tile, Transfer
 
-#: One side of a transfer outside the staging levels: ``(lo, hi, core, writes, transfer, tile, kind, index)``:
-#: bytes ``[lo, hi)`` that ``core`` reads (``writes`` False: a source) or writes (a destination), transfer
-#: ``index`` of its tile's loads or stores (``kind``).  (A plain tuple: a plan has one per transfer side.)
-Access = tuple[int, int, int, bool, Transfer, Tile, str, int]
+#: One side of a transfer: ``(lo, hi, core, writes, transfer, tile, kind, index, phase)``: bytes ``[lo, hi)`` that
+#: ``core`` reads (``writes`` False: a source) or writes (a destination), transfer ``index`` of its tile's loads or
+#: stores (``kind``), in the phase named ``phase``.  (A plain tuple: a plan has one per transfer side.)
+Access = tuple[int, int, int, bool, Transfer, Tile, str, int, str]
 
 
 @dataclass(frozen=True)
@@ -50,8 +51,8 @@ class CoreRaces:
         self._meets: dict[tuple[Any, ...], bool] = {}  # (both layouts but their first bytes, distance) -> verdict
 
     def first(self, reads: Sequence[Access], writes: Sequence[Access]) -> Race | None:
-        """The first race of one phase: among its ``writes`` in address order, then of its ``reads`` against
-        them; None if there is none."""
+        """The first race between two barriers: among the ``writes`` in address order, then of the ``reads``
+        against them; None if there is none."""
         if not writes:
             return None
         ordered = sorted(writes, key=lambda a: (a[0], a[2], a[1]))

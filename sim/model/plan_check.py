@@ -67,6 +67,7 @@ exactly as it was.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -247,10 +248,11 @@ class _Checker:
         self._local_bounds = (min((lo for lo, _ in self._local), default=0),
                               max((hi for _, hi in self._local), default=0))
         # The sides outside every staging level of a phase run by several cores (None: one core), for core-race.
-        self._accesses: tuple[list[Access], list[Access]] | None = None  # (reads, writes)
-        self._level_spans = tuple((a.base, a.end) for a in self.levels)
-        self._level_bounds = (min((lo for lo, _ in self._level_spans), default=0),
-                              max((hi for _, hi in self._level_spans), default=0))
+        # (reads, writes) since the last barrier; the bytes staged buffers fill in those phases (their own rules
+        # judge the accesses to them).
+        self._accesses: tuple[list[Access], list[Access]] | None = None
+        self._buffer_spans: list[tuple[int, int]] = []
+        self._shared_levels = tuple((a.base, a.end) for a in self.levels if a.shared)
         self._core_races = CoreRaces(self._shared_byte)
         # Outside the staging levels a transfer writes only into the call's outputs (write-outside-outputs), so a
         # race between cores lies in them: the sides that miss their hull are not collected.
@@ -313,7 +315,8 @@ class _Checker:
                                                   f"{brief(phase.barrier_after)}")
             self._staged = any(getattr(t, "fills", None) or getattr(t, "uses", None)
                                for ts in phase.tiles.values() if isinstance(ts, (tuple, list)) for t in ts)
-            self._accesses = ([], []) if sum(1 for ts in phase.tiles.values() if ts) > 1 else None
+            if self._accesses is None and len(cores) > 1:
+                self._accesses, self._buffer_spans = ([], []), []
             for core, tiles in phase.tiles.items():
                 self.where.core, self.where.tile = None, None
                 if not _is_int(core) or int(core) not in plan_cores:
@@ -328,8 +331,10 @@ class _Checker:
                     self.tile(tile, ids)
                 self._store_races(tiles)
             self.where.core = self.where.tile = None
-            if self._accesses is not None:
-                self._core_race(self._core_races.first(*self._accesses))
+            if self._accesses is not None and (phase.barrier_after or self._phase_no == len(plan.phases) - 1):
+                # (a phase without a barrier after it lets each core walk on into the next: one window)
+                self._core_race(self._core_races.first(*self._unbuffered(self._accesses)))
+                self._accesses = None
             staged = self._staged
             if staged:
                 self.buffers(phase)
@@ -393,23 +398,39 @@ class _Checker:
                                       f"in a later phase")
 
     def _collect(self, spans: tuple[int, int, int, int], t: Transfer, tile: Tile, kind: str, index: int) -> None:
-        """The sides of checked transfer ``t`` that meet the outputs' hull outside every staging level, for
-        ``core-race``."""
-        lowest, highest = self._level_bounds
+        """The sides of checked transfer ``t`` that another core may touch too, for ``core-race``: in a shared
+        staging level, or meeting the outputs' hull outside every staging level (a side in a per-core level is
+        its core's own)."""
         out_lo, out_hi = self._outputs_hull
         core = self.where.core
         assert self._accesses is not None and core is not None
-        s_lo, s_hi, d_lo, d_hi = spans
-        if s_hi > out_lo and s_lo < out_hi and (s_hi <= lowest or s_lo >= highest or not self._in_level(s_lo, s_hi)):
-            self._accesses[0].append((s_lo, s_hi, core, False, t, tile, kind, index))
-        if d_hi > out_lo and d_lo < out_hi and (d_hi <= lowest or d_lo >= highest or not self._in_level(d_lo, d_hi)):
-            self._accesses[1].append((d_lo, d_hi, core, True, t, tile, kind, index))
+        phase = self.where.phase or ""
+        for lo, hi, writes in ((spans[0], spans[1], False), (spans[2], spans[3], True)):
+            if hi <= lo or not self._outside_staging(lo, hi):
+                continue
+            if (hi > out_lo and lo < out_hi) or self._in_shared_level(lo, hi):
+                self._accesses[writes].append((lo, hi, core, writes, t, tile, kind, index, phase))
+        if tile.fills and kind == "load":
+            self._buffer_spans.append((spans[2], spans[3]))
 
-    def _in_level(self, lo: int, hi: int) -> bool:
-        for base, end in self._level_spans:
+    def _in_shared_level(self, lo: int, hi: int) -> bool:
+        for base, end in self._shared_levels:
             if base <= lo and hi <= end:
                 return True
         return False
+
+    def _unbuffered(self, accesses: tuple[list[Access], list[Access]]) -> tuple[list[Access], list[Access]]:
+        """``accesses`` but those wholly inside the bytes staged buffers fill (the ``buffers`` and
+        ``staging-alias`` rules order and judge those)."""
+        if not self._buffer_spans:
+            return accesses
+        spans = merged(self._buffer_spans)
+        starts = [lo for lo, _ in spans]
+
+        def outside(a: Access) -> bool:
+            i = bisect.bisect_right(starts, a[0]) - 1
+            return i < 0 or spans[i][1] < a[1]
+        return [a for a in accesses[0] if outside(a)], [a for a in accesses[1] if outside(a)]
 
     def _shared_byte(self, addr: int) -> bool:
         region = self.mmap.region_at(addr)
@@ -420,16 +441,18 @@ class _Checker:
         if race is None:
             return
         # (placed at the lower core's access, naming the other's)
-        (_, _, core, writes, _, tile, kind, index), (_, _, o_core, o_writes, _, o_tile, o_kind, o_index) = \
-            sorted((race.earlier, race.later), key=lambda a: a[2])
-        self.where.core, self.where.tile = core, int(tile.tile_id)
+        (_, _, core, writes, _, tile, kind, index, phase), (_, _, o_core, o_writes, _, o_tile, o_kind, o_index,
+                                                             o_phase) = sorted((race.earlier, race.later),
+                                                                               key=lambda a: a[2])
+        self.where.core, self.where.tile, self.where.phase = core, int(tile.tile_id), phase
         verb, other = ("writes" if writes else "reads"), ("writes" if o_writes else "reads")
         what = "which write lands last" if writes and o_writes else "whether the read sees the write"
+        where = "in the same phase" if o_phase == phase else f"in phase {o_phase!r}, no barrier between"
         raise self.fail("core-race", f"{kind} {index} {verb} bytes of {_span(*race.shared)} that core {o_core}'s "
-                                     f"tile {o_tile.tile_id} ({o_kind} {o_index}) {other} in the same phase: cores run "
-                                     f"a phase side by side (the barrier after it orders them), so {what} would be "
-                                     f"a race; give each core its own bytes, or put the accesses in separate "
-                                     f"phases")
+                                     f"tile {o_tile.tile_id} ({o_kind} {o_index}) {other} {where}: cores run a "
+                                     f"phase side by side (only a barrier after it orders them), so {what} would be "
+                                     f"a race; give each core its own bytes, or put the accesses in phases a barrier "
+                                     f"separates")
 
     def aliases(self, phase: Phase, staged: bool) -> None:
         """The ``staging-alias`` rule on one phase (:mod:`sim.model.plan_alias`): per core, no two tiles that may
@@ -480,7 +503,9 @@ class _Checker:
             for i, t in enumerate(transfers):
                 spans = self.transfer(t, kind, i)
                 if spans is not None and self._accesses is not None and (
-                        spans[1] > out_lo and spans[0] < out_hi or spans[3] > out_lo and spans[2] < out_hi):
+                        spans[1] > out_lo and spans[0] < out_hi or spans[3] > out_lo and spans[2] < out_hi
+                        or self._shared_levels and (tile.fills or self._in_shared_level(spans[0], spans[1])
+                                                    or self._in_shared_level(spans[2], spans[3]))):
                     self._collect(spans, t, tile, kind, i)
                 if spans is not None and len(transfers) > 1:
                     if written is None:
