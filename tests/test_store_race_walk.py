@@ -104,3 +104,75 @@ def test_gemm_with_c_streamed_orders_every_reload_of_c(panels, nt):
     machine.call("fp_gemm_s", **args, tiling=tiling)
     want = a.astype(np.float64) @ (b.T if nt else b).astype(np.float64)
     np.testing.assert_allclose(machine.read(C, m_rows * n, F32).reshape(m_rows, n), want, rtol=1e-5, atol=1e-5)
+
+
+def _refusal(name: str, breaker) -> sim.PlanError:
+    with sim.registered_kernel(Twice(name, breaker)):
+        m = _machine()
+        with pytest.raises(sim.PlanError) as e:
+            m.call(f"fp_{name}_s", x=X, y=Y, n=N, core_mask=1)
+    np.testing.assert_array_equal(m.read(Y, N, F32), np.full(N, 7.0, F32))  # refused before it ran
+    return e.value
+
+
+def _with(specs, change):
+    """The breaker of :func:`_tiles` with ``change(tiles, ctx)`` applied to its tiles."""
+    base = _tiles(*specs)
+
+    def breaker(plan, call, ctx):
+        p = base(plan, call, ctx)
+        tiles = change(list(p.phases[0].tiles[call.cores[0]]), ctx)
+        return dataclasses.replace(p, phases=(dataclasses.replace(p.phases[0], tiles={call.cores[0]: tuple(tiles)}),))
+    return breaker
+
+
+def test_both_sides_of_every_transfer_count():
+    """A store whose source lies in DDR reads bytes: tile 1 (slot 1) copies y[0:256] on to y[768:1024] while tile 0
+    (slot 0) may still store y[0:512].  A load whose destination lies in DDR writes bytes: tile 1 (slot 1) also
+    copies x[0:512] into y[0:512], which tile 0 stores.  Both are races the rule refuses."""
+    def copy_store(tiles, ctx):  # (tile 1 stores the first half of its result, and copies y[0:256] after it)
+        t1, quarter = tiles[1], HALF // 2
+        return [tiles[0], dataclasses.replace(t1, stores=(
+            Transfer.contiguous(t1.stores[0].src, Y + 4 * HALF, 4 * quarter),
+            Transfer.contiguous(Y, Y + 4 * (HALF + quarter), 4 * quarter)))]
+    e = _refusal("store_from_ddr", _with(((0, X, Y), (1, X + 4 * HALF, Y + 4 * HALF)), copy_store))
+    assert e.rule == "store-race" and e.tile == 1
+    assert "store 1 stores from bytes of [0xa0100000, 0xa0100400) that tile 0 (slot 0) stores while" in str(e)
+
+    def copy_load(tiles, ctx):
+        t1 = tiles[1]
+        return [tiles[0], dataclasses.replace(t1, loads=t1.loads + (Transfer.contiguous(X, Y, 4 * HALF),))]
+    e = _refusal("load_into_ddr", _with(((0, X, Y), (1, X + 4 * HALF, Y + 4 * HALF)), copy_load))
+    assert e.rule == "store-race" and e.tile == 1
+    assert "load 1 loads into bytes of [0xa0100000, 0xa0100800) that tile 0 (slot 0) stores while" in str(e)
+
+
+def _staged(after: int):
+    """Tiles 0 and 1 (slot 0) store y's halves, tile 2 (slot 1) computes x[0:512] without storing; a staging tile
+    placed after tile ``after`` copies y[0:512] into GSM's window (buffer g), and tile 3 (slot 1) reads it from
+    there and stores it doubled into y[0:512] again."""
+    def change(tiles, ctx):
+        g = ctx.level("gsm").base
+        stage = Tile(9, (Transfer.contiguous(Y, g, 4 * HALF),), None, (), 0, fills=("g@0",))
+        t3 = _tile(ctx, 3, 1, g, Y, 3 * 0x10000)
+        t3 = dataclasses.replace(t3, uses=("g@0",))
+        body = [tiles[0], tiles[1], tiles[2]]
+        body.insert(after + 1, stage)
+        return body + [t3]
+    return _with(((0, X, Y), (0, X + 4 * HALF, Y + 4 * HALF), (1, X, None)), change)
+
+
+def test_a_staging_tiles_loads_wait_only_for_its_buffers():
+    """Placed right after tile 0, the staging tile is issued while tile 0 may still store y[0:512] it reads: a race.
+    Placed after tile 2, it is issued once tile 1 has computed, whose loads waited for tile 0's stores (slot 0): the
+    copy sees them, and tile 3 (its buffer's user) doubles them into y[0:512]; its own store comes after its compute,
+    which waited for the copy."""
+    e = _refusal("staged_early", _staged(0))
+    assert e.rule == "store-race" and e.tile == 9
+    assert ("load 0 reads bytes of [0xa0100000, 0xa0100800) that tile 0 (slot 0) stores while this tile (a "
+            "staging tile) may run: a staging tile's loads wait only for the buffers they fill") in str(e)
+    with sim.registered_kernel(Twice("staged_late", _staged(2))):
+        m = _machine()
+        m.call("fp_staged_late_s", x=X, y=Y, n=N, core_mask=1)
+    x = np.arange(N, dtype=F32)
+    np.testing.assert_array_equal(m.read(Y, N, F32), np.concatenate([4 * x[:HALF], 2 * x[HALF:]]))

@@ -96,6 +96,7 @@ from sim.model.plan import (
 )
 from sim.model.plan_alias import AliasCheck, Spans, merged
 from sim.model.target import StagingArea, Target
+from sim.model.walk_race import Side, WalkRaces
 
 #: Most steps a loop's ``epilogue_chain`` may state (a reduction tree of 2**32 accumulators has 32 levels).
 MAX_EPILOGUE_STEPS = 256
@@ -196,6 +197,16 @@ OPS_PER_ISSUE: dict[str, int] = {"fmac": 2, "valu": 2, "salu": 2}
 ARITHMETIC_RULE = ("2 per FMAC, vector ALU and scalar ALU issue per lane, each loop's trips and epilogue times its "
                    "entries, and a cross-lane reduction a lane each")
 
+#: How a message says what a side of a transfer does to its bytes, by (kind, writes).
+_ACCESS = {("load", False): "reads", ("load", True): "loads into", ("store", False): "stores from",
+           ("store", True): "stores"}
+
+
+def _sides_meet(a: Side, b: Side) -> bool:
+    """Whether two transfer sides (:data:`sim.model.walk_race.Side`) share a byte."""
+    return sides_meet(layout_of(a[3], a[4]), layout_of(b[3], b[4]))
+
+
 class _Where:
     """Where the check is (kernel, core, tile, phase): the PlanError it raises names them."""
 
@@ -254,6 +265,9 @@ class _Checker:
         self._buffer_spans: list[tuple[int, int]] = []
         self._shared_levels = tuple((a.base, a.end) for a in self.levels if a.shared)
         self._core_races = CoreRaces(self._shared_byte)
+        self._walk_races = WalkRaces(self._race_side, _sides_meet)
+        self._filled: tuple[tuple[int, int], ...] = ()  # the bytes the phase's staged buffers fill, merged
+        self._filled_starts: list[int] = []
         # Outside the staging levels a transfer writes only into the call's outputs (write-outside-outputs), so a
         # race between cores lies in them: the sides that miss their hull are not collected.
         self._outputs_hull = (min((lo for lo, _, _ in self.outputs), default=0),
@@ -315,6 +329,7 @@ class _Checker:
                                                   f"{brief(phase.barrier_after)}")
             self._staged = any(getattr(t, "fills", None) or getattr(t, "uses", None)
                                for ts in phase.tiles.values() if isinstance(ts, (tuple, list)) for t in ts)
+            self._filled, self._filled_starts = (), []
             if self._accesses is None and len(cores) > 1:
                 self._accesses, self._buffer_spans = ([], []), []
             for core, tiles in phase.tiles.items():
@@ -329,6 +344,13 @@ class _Checker:
                 ids: set[int] = set()  # a trace names a tile by its phase and id: ids restart in each phase
                 for tile in tiles:
                     self.tile(tile, ids)
+            self.where.core = self.where.tile = None
+            if self._staged:  # (the bytes of staged buffers: the buffers and alias rules judge their accesses)
+                self._filled = merged([t.span("dst") for ts in phase.tiles.values() for tile in ts if tile.fills
+                                       for t in tile.loads])
+                self._filled_starts = [lo for lo, _ in self._filled]
+            for core, tiles in phase.tiles.items():
+                self.where.core = int(core)
                 self._store_races(tiles)
             self.where.core = self.where.tile = None
             if self._accesses is not None and (phase.barrier_after or self._phase_no == len(plan.phases) - 1):
@@ -349,53 +371,27 @@ class _Checker:
         return not (lowest <= lo and hi <= highest and any(base <= lo and hi <= end for base, end in self._local))
 
     def _store_races(self, tiles: Sequence[Tile]) -> None:
-        """The ``store-race`` rule over one core's tiles of a phase (checked already), in walk order (staging tiles,
-        whose order is the ``buffers`` rule's, left out), with the order :mod:`sim.model.plan_alias` derives from
-        the walk: a tile's loads against the stores of the latest tile up to two tiles before it of every other
-        slot, and the stores of the tile just before it if of another slot (its loads are issued while the walk is
-        at that tile, whose own loads may still wait for its slot's earlier stores); a tile's stores against the
-        stores of the latest tile of every other slot (a later tile of their slot would have waited for them)."""
-        latest: dict[int, tuple[tuple[int, int, Tile, Transfer], ...]] = {}  # slot -> its latest tile's stores
-        before_last: tuple[int, tuple[tuple[int, int, Tile, Transfer], ...]] | None = None  # (slot, stores) the
-        # latest tile before it of the previous tile's slot had (what the previous tile's loads may still wait for)
-        for tile in tiles:
-            if tile.fills:
-                continue
-            slot = tile.slot
-            others = [(s, spans) for s, spans in latest.items() if s != slot and spans]
-            if before_last is not None and before_last[0] != slot and before_last[1]:
-                load_others = [*others, before_last]
-            else:
-                load_others = others
-            for kind, transfers, side, against in (("load", tile.loads, "src", load_others),
-                                                   ("store", tile.stores, "dst", others)):
-                if not against:
-                    continue
-                for i, t in enumerate(transfers):
-                    lo, hi = t.span(side)
-                    if hi <= lo or not self._outside_staging(lo, hi):
-                        continue
-                    for other_slot, spans in against:
-                        for s_lo, s_hi, other, store in spans:
-                            if lo < s_hi and s_lo < hi and sides_meet(layout_of(t, side), layout_of(store, "dst")):
-                                self._store_race(tile, kind, i, (max(lo, s_lo), min(hi, s_hi)), other, other_slot)
-            stores = []
-            for t in tile.stores:
-                lo, hi = t.span("dst")
-                if hi > lo and self._outside_staging(lo, hi):
-                    stores.append((lo, hi, tile, t))
-            before_last = (slot, latest.get(slot, ()))
-            latest[slot] = tuple(stores)
-
-    def _store_race(self, tile: Tile, kind: str, index: int, shared: tuple[int, int], other: Tile,
-                    other_slot: int) -> None:
-        self.where.tile = int(tile.tile_id)
-        verb = "reads" if kind == "load" else "writes"
-        raise self.fail("store-race", f"{kind} {index} {verb} bytes of {_span(*shared)} that tile {other.tile_id} "
-                                      f"(slot {other_slot}) stores while this tile (slot {tile.slot}) may run: the "
-                                      f"engine waits only for the previous tile of a tile's own slot, so what it "
-                                      f"{verb[:-1]}s would be a race; put the two tiles in one slot, or the access "
-                                      f"in a later phase")
+        """The ``store-race`` rule over one core's tiles of a phase (checked already): :mod:`sim.model.walk_race`."""
+        race = self._walk_races.first(tiles)
+        if race is None:
+            return
+        (_, _, writes, _, _, kind, index), (_, _, o_writes, _, _, o_kind, o_index) = race.side, race.other
+        self.where.tile = int(race.tile.tile_id)
+        verb = _ACCESS[(kind, writes)]
+        other = _ACCESS[(o_kind, o_writes)]
+        mine = "a staging tile" if race.tile.fills else f"slot {race.tile.slot}"
+        theirs = "a staging tile" if race.other_tile.fills else f"slot {race.other_tile.slot}"
+        if race.staging:
+            why = ("a staging tile's loads wait only for the buffers they fill, so they may run at any time until a "
+                   "tile using those buffers computes")
+        else:
+            why = "the engine waits only for the previous tile of a tile's own slot"
+        what = "what it " + ("writes" if writes else "reads")
+        raise self.fail("store-race", f"{kind} {index} {verb} bytes of {_span(*race.shared)} that tile "
+                                      f"{race.other_tile.tile_id} ({theirs}) {other}"
+                                      f"{'' if o_kind == 'store' and o_writes else f' ({o_kind} {o_index})'} while "
+                                      f"this tile ({mine}) may run: {why}, so {what} would be a race; put the two "
+                                      f"tiles in one slot, or the access in a later phase")
 
     def _collect(self, spans: tuple[int, int, int, int], t: Transfer, tile: Tile, kind: str, index: int) -> None:
         """The sides of checked transfer ``t`` that another core may touch too, for ``core-race``: in a shared
@@ -412,6 +408,14 @@ class _Checker:
                 self._accesses[writes].append((lo, hi, core, writes, t, tile, kind, index, phase))
         if tile.fills and kind == "load":
             self._buffer_spans.append((spans[2], spans[3]))
+
+    def _race_side(self, lo: int, hi: int) -> bool:
+        """Whether ``[lo, hi)`` is judged by ``store-race``: outside the per-core staging levels and the bytes the
+        phase's staged buffers fill."""
+        if not self._outside_staging(lo, hi):
+            return False
+        i = bisect.bisect_right(self._filled_starts, lo) - 1
+        return i < 0 or self._filled[i][1] < hi
 
     def _in_shared_level(self, lo: int, hi: int) -> bool:
         for base, end in self._shared_levels:
