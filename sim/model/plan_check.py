@@ -202,6 +202,10 @@ _ACCESS = {("load", False): "reads", ("load", True): "loads into", ("store", Fal
            ("store", True): "stores"}
 
 
+def _moves_nothing(t: Transfer) -> bool:
+    return 0 in t.shape
+
+
 def _sides_meet(a: Side, b: Side) -> bool:
     """Whether two transfer sides (:data:`sim.model.walk_race.Side`) share a byte."""
     return sides_meet(layout_of(a[3], a[4]), layout_of(b[3], b[4]))
@@ -262,14 +266,21 @@ class _Checker:
         # (reads, writes) since the last barrier; the bytes staged buffers fill in those phases (their own rules
         # judge the accesses to them).
         self._accesses: tuple[list[Access], list[Access]] | None = None
-        self._buffer_spans: list[tuple[int, int]] = []
         self._shared_levels = tuple((a.base, a.end) for a in self.levels if a.shared)
         self._core_races = CoreRaces(self._shared_byte)
-        self._walk_races = WalkRaces(self._race_side, _sides_meet)
+        self._walk_races = WalkRaces(_sides_meet)
         self._filled: tuple[tuple[int, int], ...] = ()  # the bytes the phase's staged buffers fill, merged
         self._filled_starts: list[int] = []
+        # The tile being checked, and its transfers' sides the race rules judge (outside the per-core staging
+        # levels and the staged buffers' bytes): its loads', its stores'; each checked tile's (id -> both).
+        self._tile: Tile | None = None
+        self._race: tuple[list[Side], list[Side]] = ([], [])
+        self._race_sides: dict[int, tuple[list[Side], list[Side]]] = {}
         # Outside the staging levels a transfer writes only into the call's outputs (write-outside-outputs), so a
         # race between cores lies in them: the sides that miss their hull are not collected.
+        # No transfer writes an input (input-written): reading one races nothing.
+        self._inputs = merged([(b.addr, b.end) for b in self.inputs])
+        self._input_starts = [lo for lo, _ in self._inputs]
         self._outputs_hull = (min((lo for lo, _, _ in self.outputs), default=0),
                               max((hi for _, hi, _ in self.outputs), default=0))
         self._staged = False  # whether the phase being checked has staged buffers
@@ -330,8 +341,10 @@ class _Checker:
             self._staged = any(getattr(t, "fills", None) or getattr(t, "uses", None)
                                for ts in phase.tiles.values() if isinstance(ts, (tuple, list)) for t in ts)
             self._filled, self._filled_starts = (), []
+            self._race_sides = {}
             if self._accesses is None and len(cores) > 1:
-                self._accesses, self._buffer_spans = ([], []), []
+                self._accesses = ([], [])
+            marks = (len(self._accesses[0]), len(self._accesses[1])) if self._accesses is not None else (0, 0)
             for core, tiles in phase.tiles.items():
                 self.where.core, self.where.tile = None, None
                 if not _is_int(core) or int(core) not in plan_cores:
@@ -345,17 +358,21 @@ class _Checker:
                 for tile in tiles:
                     self.tile(tile, ids)
             self.where.core = self.where.tile = None
-            if self._staged:  # (the bytes of staged buffers: the buffers and alias rules judge their accesses)
-                self._filled = merged([t.span("dst") for ts in phase.tiles.values() for tile in ts if tile.fills
-                                       for t in tile.loads])
+            if self._staged:  # the bytes staged buffers fill: the buffers and alias rules judge their accesses
+                self._filled = merged([self._transfer_spans(t)[2:] for ts in phase.tiles.values() for tile in ts
+                                       if tile.fills for t in tile.loads if not _moves_nothing(t)])
                 self._filled_starts = [lo for lo, _ in self._filled]
+                if self._accesses is not None:
+                    for i, mark in enumerate(marks):
+                        self._accesses[i][mark:] = [a for a in self._accesses[i][mark:]
+                                                    if not self._in_filled(a[0], a[1])]
             for core, tiles in phase.tiles.items():
                 self.where.core = int(core)
                 self._store_races(tiles)
             self.where.core = self.where.tile = None
             if self._accesses is not None and (phase.barrier_after or self._phase_no == len(plan.phases) - 1):
                 # (a phase without a barrier after it lets each core walk on into the next: one window)
-                self._core_race(self._core_races.first(*self._unbuffered(self._accesses)))
+                self._core_race(self._core_races.first(*self._accesses))
                 self._accesses = None
             staged = self._staged
             if staged:
@@ -372,7 +389,8 @@ class _Checker:
 
     def _store_races(self, tiles: Sequence[Tile]) -> None:
         """The ``store-race`` rule over one core's tiles of a phase (checked already): :mod:`sim.model.walk_race`."""
-        race = self._walk_races.first(tiles)
+        race = self._walk_races.first(tiles, self._race_sides,
+                                      (lambda side: not self._in_filled(side[0], side[1])) if self._filled else None)
         if race is None:
             return
         (_, _, writes, _, _, kind, index), (_, _, o_writes, _, _, o_kind, o_index) = race.side, race.other
@@ -393,48 +411,11 @@ class _Checker:
                                       f"this tile ({mine}) may run: {why}, so {what} would be a race; put the two "
                                       f"tiles in one slot, or the access in a later phase")
 
-    def _collect(self, spans: tuple[int, int, int, int], t: Transfer, tile: Tile, kind: str, index: int) -> None:
-        """The sides of checked transfer ``t`` that another core may touch too, for ``core-race``: in a shared
-        staging level, or meeting the outputs' hull outside every staging level (a side in a per-core level is
-        its core's own)."""
-        out_lo, out_hi = self._outputs_hull
-        core = self.where.core
-        assert self._accesses is not None and core is not None
-        phase = self.where.phase or ""
-        for lo, hi, writes in ((spans[0], spans[1], False), (spans[2], spans[3], True)):
-            if hi <= lo or not self._outside_staging(lo, hi):
-                continue
-            if (hi > out_lo and lo < out_hi) or self._in_shared_level(lo, hi):
-                self._accesses[writes].append((lo, hi, core, writes, t, tile, kind, index, phase))
-        if tile.fills and kind == "load":
-            self._buffer_spans.append((spans[2], spans[3]))
-
-    def _race_side(self, lo: int, hi: int) -> bool:
-        """Whether ``[lo, hi)`` is judged by ``store-race``: outside the per-core staging levels and the bytes the
-        phase's staged buffers fill."""
-        if not self._outside_staging(lo, hi):
-            return False
-        i = bisect.bisect_right(self._filled_starts, lo) - 1
-        return i < 0 or self._filled[i][1] < hi
-
     def _in_shared_level(self, lo: int, hi: int) -> bool:
         for base, end in self._shared_levels:
             if base <= lo and hi <= end:
                 return True
         return False
-
-    def _unbuffered(self, accesses: tuple[list[Access], list[Access]]) -> tuple[list[Access], list[Access]]:
-        """``accesses`` but those wholly inside the bytes staged buffers fill (the ``buffers`` and
-        ``staging-alias`` rules order and judge those)."""
-        if not self._buffer_spans:
-            return accesses
-        spans = merged(self._buffer_spans)
-        starts = [lo for lo, _ in spans]
-
-        def outside(a: Access) -> bool:
-            i = bisect.bisect_right(starts, a[0]) - 1
-            return i < 0 or spans[i][1] < a[1]
-        return [a for a in accesses[0] if outside(a)], [a for a in accesses[1] if outside(a)]
 
     def _shared_byte(self, addr: int) -> bool:
         region = self.mmap.region_at(addr)
@@ -498,7 +479,7 @@ class _Checker:
         ids.add(tile.tile_id)
         if not _is_int(tile.slot):
             raise self.fail("plan-structure", f"Tile.slot must be an int, got {brief(tile.slot)}")
-        out_lo, out_hi = self._outputs_hull
+        self._tile = tile
         for kind, transfers in (("load", tile.loads), ("store", tile.stores)):
             if type(transfers) is not tuple:
                 raise self.fail("plan-structure", f"Tile.{kind}s must be a tuple of Transfer, got "
@@ -506,11 +487,6 @@ class _Checker:
             written: list[tuple[int, int, int, Transfer]] | None = None
             for i, t in enumerate(transfers):
                 spans = self.transfer(t, kind, i)
-                if spans is not None and self._accesses is not None and (
-                        spans[1] > out_lo and spans[0] < out_hi or spans[3] > out_lo and spans[2] < out_hi
-                        or self._shared_levels and (tile.fills or self._in_shared_level(spans[0], spans[1])
-                                                    or self._in_shared_level(spans[2], spans[3]))):
-                    self._collect(spans, t, tile, kind, i)
                 if spans is not None and len(transfers) > 1:
                     if written is None:
                         written = []
@@ -521,6 +497,9 @@ class _Checker:
             self.compute(tile.compute)
         self._footprints[id(tile)] = self.alias.footprint_of(self._sides, tile.compute)
         self._sides = ([], [], [], [])
+        if self._race[0] or self._race[1]:
+            self._race_sides[id(tile)] = self._race
+            self._race = ([], [])
         if type(tile.fills) is tuple and type(tile.uses) is tuple and not tile.fills and not tile.uses:
             return  # no staged buffers (most tiles): nothing below applies
         for field_name in ("fills", "uses"):
@@ -708,15 +687,55 @@ class _Checker:
         # memory outside them all: one comparison each).
         s_lo, s_hi, d_lo, d_hi = spans
         lowest, highest = self._local_bounds
+        d_local = s_local = False
         if lowest <= d_lo and d_hi <= highest:
             for base, end in self._local:
                 if base <= d_lo and d_hi <= end:
                     self._sides[0 if kind == "load" else 1].append((d_lo, d_hi))
+                    d_local = True
         if lowest <= s_lo and s_hi <= highest:
             for base, end in self._local:
                 if base <= s_lo and s_hi <= end:
                     self._sides[2 if kind == "load" else 3].append((s_lo, s_hi))
+                    s_local = True
+        # The sides the race rules judge: outside the per-core levels (each core's own; staging-alias judges
+        # them), reads of an input left out; those in the staged buffers' bytes (the buffers rule orders their
+        # accesses) are left out once the phase's tiles are checked.
+        if not s_local and s_hi > s_lo and not self._in_input(s_lo, s_hi):
+            self._race_side((s_lo, s_hi, False, t, "src", kind, index))
+        if not d_local and d_hi > d_lo:
+            self._race_side((d_lo, d_hi, True, t, "dst", kind, index))
         return spans
+
+    def _in_input(self, lo: int, hi: int) -> bool:
+        """Whether ``[lo, hi)`` lies inside an input buffer of the call."""
+        starts = self._input_starts
+        if not starts or lo < starts[0]:
+            return False
+        i = bisect.bisect_right(starts, lo) - 1
+        return hi <= self._inputs[i][1]
+
+    def _in_filled(self, lo: int, hi: int) -> bool:
+        """Whether ``[lo, hi)`` lies inside the bytes the phase's staged buffers fill."""
+        starts = self._filled_starts
+        if not starts or lo < starts[0]:
+            return False
+        i = bisect.bisect_right(starts, lo) - 1
+        return hi <= self._filled[i][1]
+
+    def _race_side(self, side: Side) -> None:
+        """A side ``store-race`` judges; ``core-race`` too if another core may touch it (in a shared staging level,
+        or meeting the outputs' hull: outside the staging levels a transfer writes only into the outputs)."""
+        self._race[0 if side[5] == "load" else 1].append(side)
+        accesses = self._accesses
+        if accesses is not None:
+            lo, hi, writes = side[0], side[1], side[2]
+            out_lo, out_hi = self._outputs_hull
+            if (hi > out_lo and lo < out_hi) or self._in_shared_level(lo, hi):
+                core, tile = self.where.core, self._tile
+                assert core is not None and tile is not None
+                accesses[writes].append((lo, hi, core, writes, side[3], tile, side[5], side[6],
+                                         self.where.phase or ""))
 
     def _sync_member(self, key: Any, priority: int, kind: str, index: int) -> None:
         """The ``sync-transfers`` rule for one member of the synchronised transfer ``key``."""

@@ -23,7 +23,7 @@ outside it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from sim.model.plan import Tile, Transfer, parse_buffer_ref
@@ -58,25 +58,22 @@ class _Open:
     user: int | None = None
 
 
+#: No sides: a tile whose transfers all stay in the per-core staging levels or the staged buffers' bytes.
+_NONE: tuple[list[Side], list[Side]] = ([], [])
+
+
 class WalkRaces:
-    """The rule over one plan's phases; ``outside(lo, hi)`` says whether bytes lie outside every per-core staging
-    level, ``meet(a, b)`` whether two sides' bytes meet (their spans overlap)."""
+    """The rule over one plan's phases; ``meet(a, b)`` says whether two sides' bytes meet (their spans
+    overlapping)."""
 
-    def __init__(self, outside: Callable[[int, int], bool], meet: Callable[[Side, Side], bool]):
-        self.outside, self.meet = outside, meet
+    def __init__(self, meet: Callable[[Side, Side], bool]):
+        self.meet = meet
 
-    def sides(self, tile: Tile, kind: str) -> list[Side]:
-        """The sides of ``tile``'s loads (``kind`` 'load') or stores outside the per-core staging levels."""
-        out: list[Side] = []
-        for i, t in enumerate(tile.loads if kind == "load" else tile.stores):
-            for side in ("src", "dst"):
-                lo, hi = t.span(side)
-                if hi > lo and self.outside(lo, hi):
-                    out.append((lo, hi, side == "dst", t, side, kind, i))
-        return out
-
-    def first(self, tiles: Sequence[Tile]) -> WalkRace | None:
-        """The first race among one core's ``tiles`` of a phase (checked already), in walk order; None if none."""
+    def first(self, tiles: Sequence[Tile], sides: Mapping[int, tuple[list[Side], list[Side]]],
+              keep: Callable[[Side], bool] | None = None) -> WalkRace | None:
+        """The first race among one core's ``tiles`` of a phase (checked already), in walk order, each tile's
+        sides given by ``sides[id(tile)]`` (its loads', its stores'; absent: none), those ``keep`` refuses left
+        out; None if none."""
         latest: dict[int, tuple[Tile, list[Side]]] = {}  # slot -> its latest tile and that tile's store sides
         before: tuple[int, Tile, list[Side]] | None = None  # the slot of the tile before, and that slot's latest
         # tile before it (with its store sides)
@@ -84,25 +81,26 @@ class WalkRaces:
         opened = _Opened()
         position = 0
         for tile in tiles:
+            loads, stores = sides.get(id(tile), _NONE)
+            if keep is not None and (loads or stores):
+                loads, stores = [x for x in loads if keep(x)], [x for x in stores if keep(x)]
             if tile.fills:
-                found = self._staging(tile, latest, before, prev, opened)
+                found = self._staging(tile, loads, latest, before, prev, opened)
                 if found is not None:
                     return found
                 continue
             slot = tile.slot
-            loads, stores = self.sides(tile, "load"), self.sides(tile, "store")
-            against = [(t, s) for sl, (t, s) in latest.items() if sl != slot and s]
-            load_against = list(against)
-            if before is not None and before[0] != slot and before[2]:
-                load_against.append((before[1], before[2]))
-            if prev is not None and prev[0] != slot and prev[2]:
-                load_against.append((prev[1], prev[2]))
-            found = self._pairs(tile, loads, load_against) or self._pairs(tile, stores, against)
-            if found is not None:
-                return found
-            found = self._against_open(tile, position, loads, stores, opened)
-            if found is not None:
-                return found
+            if loads or stores or opened.entries:  # (most tiles have nothing to compare: only the order to keep)
+                against = [(t, s) for sl, (t, s) in latest.items() if sl != slot and s]
+                load_against = list(against)
+                if before is not None and before[0] != slot and before[2]:
+                    load_against.append((before[1], before[2]))
+                if prev is not None and prev[0] != slot and prev[2]:
+                    load_against.append((prev[1], prev[2]))
+                found = (self._pairs(tile, loads, load_against) or self._pairs(tile, stores, against)
+                         or self._against_open(tile, position, loads, stores, opened))
+                if found is not None:
+                    return found
             old = latest.get(slot)
             before = (slot, old[0], old[1]) if old is not None else None
             latest[slot] = (tile, stores)
@@ -120,12 +118,11 @@ class WalkRaces:
                         return WalkRace(tile, a, other_tile, b, (max(a[0], b[0]), min(a[1], b[1])), staging)
         return None
 
-    def _staging(self, tile: Tile, latest: dict[int, tuple[Tile, list[Side]]],
+    def _staging(self, tile: Tile, sides: list[Side], latest: dict[int, tuple[Tile, list[Side]]],
                  before: tuple[int, Tile, list[Side]] | None, prev: tuple[int, Tile, list[Side]] | None,
                  opened: _Opened) -> WalkRace | None:
-        """A staging tile: its loads against what may be in flight when it is issued, then kept open against the
-        tiles after it."""
-        sides = self.sides(tile, "load")
+        """A staging tile (its loads' ``sides``): against what may be in flight when it is issued, then kept open
+        against the tiles after it."""
         if not sides:
             return None
         against = [(t, s) for t, s in latest.values() if s]
@@ -143,7 +140,7 @@ class WalkRaces:
     def _against_open(self, tile: Tile, position: int, loads: list[Side], stores: list[Side],
                       opened: _Opened) -> WalkRace | None:
         """Tile ``tile`` (walk position ``position``) against the staging tiles whose loads may still run."""
-        if not opened.entries:
+        if not opened.entries or not (loads or stores or tile.uses):
             return None
         for ref in tile.uses:
             for o in opened.by_fill.get(parse_buffer_ref(ref), ()):
