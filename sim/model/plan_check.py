@@ -25,12 +25,12 @@ engine.  The rules, each with the id a :class:`~sim.errors.PlanError` names (see
 * ``output-overlap``: the output operands of one compute share no byte;
 * ``transfer-overlap``: no two loads of one tile, and no two of its stores, write the same bytes (they stream at the
   same time, in an order the engines' queues and priorities decide);
-* ``store-race``: on one core in one phase, outside the per-core staging levels (``staging-alias`` has those), a
-  tile never loads bytes, nor stores into bytes, that a store of another slot's tile may still be writing (the
-  engine waits only for the previous tile of a tile's own slot: :mod:`sim.model.plan_alias`);
-* ``core-race``: in one phase, outside the staging levels, no two cores touch the same bytes of shared memory, one
-  of them writing (the barrier after a phase orders one core's transfers against another's; the rule does not
-  follow chains of waits through staged buffers: :mod:`sim.model.core_race`);
+* ``store-race``: on one core in one phase, outside the per-core staging levels (``staging-alias`` has those) and
+  the bytes staged buffers fill, no two transfers that may run at once touch the same bytes, one of them writing
+  (both sides of every transfer count; the engine's order: :mod:`sim.model.walk_race`);
+* ``core-race``: between two barriers, outside the per-core staging levels and the staged buffers' bytes, no two
+  cores touch the same bytes of shared memory, one of them writing (only a barrier orders one core's transfers
+  against another's; the rule does not follow chains of waits through staged buffers: :mod:`sim.model.core_race`);
 * ``buffers``: staged buffers (``Tile.fills`` / ``Tile.uses``) are references ``name@generation``; a staging
   tile (one that fills) has no compute and no stores and does not use what it fills; every generation used or
   refilled was filled in the phase, generations are filled in order (0, 1, 2 ...), and the phase's tiles can
@@ -128,9 +128,10 @@ RULES: dict[str, str] = {
     "tile-size": "the operands of a tile fit the size of the staging level they lie in",
     "output-overlap": "the output operands of one compute share no byte",
     "transfer-overlap": "no two loads of one tile, and no two of its stores, write the same bytes",
-    "store-race": "a tile never loads bytes, nor stores into bytes, that another slot's tile may still be storing",
-    "core-race": "outside the staging levels, no two cores touch the same bytes of shared memory in one phase, one "
-                 "of them writing",
+    "store-race": "on a core, outside the per-core staging levels and the staged buffers' bytes, no two transfers "
+                  "that may run at once touch the same bytes, one of them writing",
+    "core-race": "between two barriers, outside the per-core staging levels and the staged buffers' bytes, no two "
+                 "cores touch the same bytes of shared memory, one of them writing",
     "buffers": "staged buffers are filled before they are used, in generation order, by staging tiles (no compute, "
                "no stores), and the phase's waits on them cannot deadlock",
     "compute-loops": "a compute that does arithmetic or writes outputs states the loops that issue its work",
