@@ -10,10 +10,11 @@ read sees the write, would depend on the cores' speeds); a plan that means to or
 per-core staging levels are each core's own, the same address naming other bytes on another core, and are left
 out.
 
-The work: every side of a transfer outside the staging levels, of every core of the phase, sorted by its first
-byte and swept once, each compared with the sides of other cores still open at it; two whose spans overlap are
-judged by their bytes (:mod:`sim.model.block_overlap`: the column blocks of a matrix that cores split by columns
-overlap in span, not in bytes), each pair of layouts at each distance judged once.
+The work: the writes (the plan check gives the sides another core may touch: in the outputs or a shared staging
+level) sorted by their first byte and swept once, each compared with the other cores' writes still open at it; then
+each read looked up among them by bisection.  Two whose spans overlap are judged by their bytes
+(:mod:`sim.model.block_overlap`: the column blocks of a matrix that cores split by columns overlap in span, not in
+bytes), each pair of layouts at each distance judged once.
 """
 
 from __future__ import annotations

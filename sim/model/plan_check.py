@@ -263,9 +263,8 @@ class _Checker:
         self._local = tuple((a.base, a.end) for a in self.levels if not a.shared)
         self._local_bounds = (min((lo for lo, _ in self._local), default=0),
                               max((hi for _, hi in self._local), default=0))
-        # The sides outside every staging level of a phase run by several cores (None: one core), for core-race.
-        # (reads, writes) since the last barrier; the bytes staged buffers fill in those phases (their own rules
-        # judge the accesses to them).
+        # For core-race: the sides (reads, writes) that another core may touch too, since the last barrier (None:
+        # a plan of one core).
         self._accesses: tuple[list[Access], list[Access]] | None = None
         self._shared_levels = tuple((a.base, a.end) for a in self.levels if a.shared)
         self._core_races = CoreRaces(self._shared_byte)
@@ -277,11 +276,11 @@ class _Checker:
         self._tile: Tile | None = None
         self._race: tuple[list[Side], list[Side]] = ([], [])
         self._race_sides: dict[int, tuple[list[Side], list[Side]]] = {}
-        # Outside the staging levels a transfer writes only into the call's outputs (write-outside-outputs), so a
-        # race between cores lies in them: the sides that miss their hull are not collected.
         # No transfer writes an input (input-written): reading one races nothing.
         self._inputs = merged([(b.addr, b.end) for b in self.inputs])
         self._input_starts = [lo for lo, _ in self._inputs]
+        # Outside the staging levels a transfer writes only into the call's outputs (write-outside-outputs), so a
+        # race between cores there lies in them: a side that misses their hull races no other core's.
         self._outputs_hull = (min((lo for lo, _, _ in self.outputs), default=0),
                               max((hi for _, hi, _ in self.outputs), default=0))
         self._staged = False  # whether the phase being checked has staged buffers
