@@ -10,16 +10,15 @@ read sees the write, would depend on the cores' speeds); a plan that means to or
 per-core staging levels are each core's own, the same address naming other bytes on another core, and are left
 out.
 
-The work: the writes (the plan check gives the sides another core may touch: in the outputs or a shared staging
-level) sorted by their first byte and swept once, each compared with the other cores' writes still open at it; then
-each read looked up among them by bisection.  Two whose spans overlap are judged by their bytes
+The work: the accesses (the plan check gives the sides another core may touch: in the outputs or a shared staging
+level) sorted by their first byte and swept once, each compared with the other cores' accesses still open at it
+(writes with all, reads with writes).  Two whose spans overlap are judged by their bytes
 (:mod:`sim.model.block_overlap`: the column blocks of a matrix that cores split by columns overlap in span, not in
 bytes), each pair of layouts at each distance judged once.
 """
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,46 +49,50 @@ class CoreRaces:
     def __init__(self, shared: Callable[[int], bool]):
         self.shared = shared
         self._meets: dict[tuple[Any, ...], bool] = {}  # (both layouts but their first bytes, distance) -> verdict
+        self._layouts: dict[tuple[int, bool], tuple[Transfer, Layout]] = {}  # (id of a transfer, its side) -> the
+        # transfer (kept, so that its id is not reused) and its layout
 
     def first(self, reads: Sequence[Access], writes: Sequence[Access]) -> Race | None:
-        """The first race between two barriers: among the ``writes`` in address order, then of the ``reads``
-        against them; None if there is none."""
+        """The first race between two barriers (in address order), or None: one sweep over every access sorted by
+        its first byte, each compared with the other cores' accesses still open at it, one of the two writing."""
         if not writes:
             return None
-        ordered = sorted(writes, key=lambda a: (a[0], a[2], a[1]))
-        open_: list[Access] = []
-        for a in ordered:  # writes against writes: a sweep, each against those still open at its first byte
-            open_ = [o for o in open_ if o[1] > a[0]]
-            for o in open_:
+        ordered = sorted([*writes, *reads], key=lambda a: (a[0], not a[3], a[2], a[1]))
+        open_writes: list[Access] = []
+        open_reads: list[Access] = []
+        for a in ordered:
+            lo = a[0]
+            open_writes = [o for o in open_writes if o[1] > lo]
+            if a[3]:
+                open_reads = [o for o in open_reads if o[1] > lo]
+                against = open_writes + open_reads
+            else:
+                against = open_writes
+            for o in against:
                 if o[2] != a[2] and self._meet(o, a):
-                    return Race(o, a, (a[0], min(a[1], o[1])))
-            open_.append(a)
-        # Reads against writes: the writes whose first byte is below the read's end and whose end is above its
-        # first byte (the most an end reaches, running over the writes in order, stops the look back).
-        starts = [w[0] for w in ordered]
-        reach: list[int] = []
-        for w in ordered:
-            reach.append(max(reach[-1], w[1]) if reach else w[1])
-        for r in reads:
-            lo, hi, core = r[0], r[1], r[2]
-            j = bisect.bisect_left(starts, hi) - 1
-            while j >= 0 and reach[j] > lo:
-                w = ordered[j]
-                if w[1] > lo and w[2] != core and self._meet(w, r):
-                    return Race(w, r, (max(lo, w[0]), min(hi, w[1])))
-                j -= 1
+                    return Race(o, a, (lo, min(a[1], o[1])))
+            if a[3]:
+                open_writes.append(a)
+            else:
+                open_reads.append(a)
         return None
 
     def _meet(self, a: Access, b: Access) -> bool:
         """Whether the bytes of ``a`` and ``b`` (spans overlapping) meet, in shared memory; judged once per pair
         of layouts at one distance."""
-        (a_base, a_run, a_dims), (b_base, b_run, b_dims) = _layout(a), _layout(b)
+        (a_base, a_run, a_dims), (b_base, b_run, b_dims) = self._layout(a), self._layout(b)
         key = (a_run, a_dims, b_run, b_dims, b_base - a_base)
         got = self._meets.get(key)
         if got is None:
             got = self._meets[key] = sides_meet((0, a_run, a_dims), (b_base - a_base, b_run, b_dims))
         return got and self.shared(max(a[0], b[0]))
 
+    def _layout(self, a: Access) -> Layout:
+        """The layout of access ``a``'s bytes, worked out once per transfer side."""
+        key = (id(a[4]), a[3])
+        got = self._layouts.get(key)
+        if got is None:
+            got = self._layouts[key] = (a[4], layout_of(a[4], "dst" if a[3] else "src"))  # (its id stays its own)
+        return got[1]
 
-def _layout(a: Access) -> Layout:
-    return layout_of(a[4], "dst" if a[3] else "src")
+
