@@ -161,3 +161,65 @@ def test_bytes_of_a_shared_staging_level_are_shared_but_a_per_core_levels_are_ea
     got = _run("own_am", own_am)
     assert isinstance(got, sim.Simulator), got
     np.testing.assert_array_equal(got.read(Y, N, F32), 2 * np.arange(N, dtype=F32))
+
+
+def _block(core: int, writes: bool, base: int, shape: tuple[int, ...], strides: tuple[int, ...]):
+    return _store(core, base, shape, strides) if writes else _load(core, base, shape, strides)
+
+
+def _bytes(access) -> set[int]:
+    """The bytes an access touches, element by element (the independent truth)."""
+    t, writes = access[4], access[3]
+    base, strides = (t.dst, t.dst_strides) if writes else (t.src, t.src_strides)
+    out: set[int] = set()
+    for index in np.ndindex(*t.shape):
+        first = base + sum(i * s for i, s in zip(index, strides))
+        out.update(range(first, first + t.itemsize))
+    return out
+
+
+def test_the_lowest_byte_two_cores_touch_one_writing_is_found_as_the_byte_sets_say():
+    """400 random sets of strided blocks (backward, zero, overlapping and transposed strides among them) on three
+    cores: a race is found exactly when one core writes a byte another core touches, at the lowest such byte, and
+    both accesses named touch it."""
+    rng = np.random.default_rng(7)
+    rules = CoreRaces(lambda addr: True)
+    for _ in range(400):
+        accesses = []
+        for _ in range(int(rng.integers(2, 7))):
+            dims = int(rng.integers(1, 4))
+            shape = tuple(int(n) for n in rng.integers(1, 5, dims))
+            strides = tuple(int(s) for s in rng.choice([-64, -8, 0, 4, 8, 12, 16, 64, 128], dims))
+            base = Y + 1024 + int(rng.integers(0, 64)) * 4
+            accesses.append(_block(int(rng.integers(0, 3)), bool(rng.integers(0, 2)), base, shape, strides))
+        touched = {}
+        for a in accesses:
+            for byte in _bytes(a):
+                touched.setdefault(byte, []).append(a)
+        racing = [b for b, who in touched.items()
+                  if any(x[3] and y[2] != x[2] for x in who for y in who)]
+        race = rules.first([a for a in accesses if not a[3]], [a for a in accesses if a[3]])
+        if not racing:
+            assert race is None
+            continue
+        assert race is not None and race.shared[0] == min(racing)
+        a, b = race.earlier, race.later
+        assert a[2] != b[2] and (a[3] or b[3]) and race.shared[0] in _bytes(a) & _bytes(b)
+
+
+def test_accesses_whose_spans_all_overlap_are_not_compared_pair_by_pair(monkeypatch):
+    """Eight cores each storing every eighth row of one matrix, 64 blocks each (every block's span overlapping
+    every other core's): no access is judged byte by byte; with one row stored twice, only those whose span holds
+    the row's first byte are (cores 0 to 5's first blocks, and the second store)."""
+    import sim.model.core_race as core_race
+    judged = []
+    meet = core_race.sides_meet
+    monkeypatch.setattr(core_race, "sides_meet", lambda a, b: judged.append(a) or meet(a, b))
+    rows = [_store(core, Y + (64 * 8 * i + core) * 64, (8, 16), (8 * 64, 4), tile_id=i)
+            for core in range(8) for i in range(64)]
+    rules = CoreRaces(lambda addr: True)
+    assert rules.first([], rows) is None and not judged
+    again = _store(7, Y + 5 * 64, (16,), (4,))  # core 7 stores row 5, core 5's
+    race = rules.first([], [*rows, again])
+    assert race is not None and {race.earlier[2], race.later[2]} == {5, 7} and race.shared[0] == Y + 5 * 64
+    assert len(judged) == 7

@@ -526,6 +526,16 @@ def _tile1_into_tile0_output(p, c, x) -> Plan:
                  stores=(dataclasses.replace(t1.stores[0], src=AM + 0x8000),))
 
 
+def _reading_staged(p, c, x, uses: tuple[str, ...]) -> Plan:
+    """A staging tile fills buffer 'a' (x[0:512] into AM at +0x20000) before Twice's tiles; tile 1 loads its input
+    from those bytes, naming ``uses``."""
+    p = _with_tiles_before(_fill(10, X, AM + 0x20000, "a"))(p, c, x)
+    phase, core = p.phases[0], p.cores[0]
+    *before, t1 = phase.tiles[core]
+    t1 = dataclasses.replace(t1, uses=uses, loads=(dataclasses.replace(t1.loads[0], src=AM + 0x20000),))
+    return dataclasses.replace(p, phases=(dataclasses.replace(phase, tiles={**phase.tiles, core: (*before, t1)}),))
+
+
 @pytest.mark.parametrize("what,breaker,rule,detail", [
     ("flops of 10**400", compute_with(flops=10 ** 400), "bounds",
      "Compute.flops is 1000000000...0000 (401 digits), more than the 281474976710656 (2**48) a tile's compute may "
@@ -550,6 +560,9 @@ def _tile1_into_tile0_output(p, c, x) -> Plan:
     ("a tile loading into a staged buffer's bytes", _with_tiles_before(_fill(10, X, AM, "a")), "staging-alias",
      "tile 0 (slot 0) loads into [0x20000000, 0x20000800) of am, bytes of staged buffer 'a': only the tiles that "
      "fill a buffer may write its bytes"),
+    ("a tile reading a staged buffer's bytes without using it", lambda p, c, x: _reading_staged(p, c, x, ()),
+     "staging-alias", "tile 1 (slot 1) loads from [0x20020000, 0x20020800) of am, bytes of staged buffer 'a', which "
+                      "it does not use: only a tile naming a buffer in its uses waits for the buffer's fill"),
 ])
 def test_plans_breaking_the_bounds_and_alias_rules_are_refused(what, breaker, rule, detail):
     with sim.registered_kernel(Twice("hostile", breaker)):
@@ -561,6 +574,16 @@ def test_plans_breaking_the_bounds_and_alias_rules_are_refused(what, breaker, ru
         assert detail in str(info.value), (what, str(info.value))
         assert m.memory.snapshot() == before
         assert (m.read(Y, N, F32) == SENTINEL).all()
+
+
+def test_a_tile_using_a_staged_buffer_reads_its_bytes_once_filled():
+    """The tile refused above for reading buffer 'a' without using it, naming it: its loads wait for the fill, and
+    it doubles x[0:512] into y's second half."""
+    with sim.registered_kernel(Twice("reads_staged", lambda p, c, x: _reading_staged(p, c, x, ("a@0",)))):
+        m, args, _ = _machine("s")
+        m.call("fp_reads_staged_s", **args)
+    half = 2 * np.arange(N // 2, dtype=F32)
+    np.testing.assert_array_equal(m.read(Y, N, F32), np.concatenate([half, half]))
 
 
 def test_a_cores_computes_are_bounded_in_total(monkeypatch):

@@ -176,3 +176,55 @@ def test_a_staging_tiles_loads_wait_only_for_its_buffers():
         m.call("fp_staged_late_s", x=X, y=Y, n=N, core_mask=1)
     x = np.arange(N, dtype=F32)
     np.testing.assert_array_equal(m.read(Y, N, F32), np.concatenate([4 * x[:HALF], 2 * x[HALF:]]))
+
+
+def test_a_copy_within_ddr_races_the_other_transfers_of_its_own_tile():
+    """A tile's stores stream together: tile 0 storing y[0:512] and copying y[0:256] on to y[768:1024] in the
+    same tile is a race (the copy may read before or after the store lands); so is a load copying x[0:512] into
+    y[512:1024] beside a load reading y[512:1024] into AM.  Copying bytes no other transfer of the tile writes
+    passes."""
+    quarter = HALF // 2
+
+    def store_copy(tiles, ctx):
+        t0 = tiles[0]
+        return [dataclasses.replace(t0, stores=t0.stores + (
+            Transfer.contiguous(Y, Y + 4 * (HALF + quarter), 4 * quarter),)), tiles[1]]
+    e = _refusal("copy_own_store", _with(((0, X, Y), (0, X + 4 * HALF, None)), store_copy))
+    assert e.rule == "transfer-overlap" and e.tile == 0
+    assert ("store 1 reads bytes store 0 of the same tile writes (in [0xa0100000, 0xa0100400)): a tile's stores "
+            "stream at the same time") in str(e) and "whether the read sees the write" in str(e)
+
+    def load_copy(tiles, ctx):
+        t1 = tiles[1]
+        return [tiles[0], dataclasses.replace(t1, loads=(Transfer.contiguous(X, Y + 4 * HALF, 4 * HALF),)
+                                              + t1.loads)]
+    e = _refusal("copy_own_load", _with(((0, X, Y), (0, Y + 4 * HALF, None)), load_copy))
+    assert e.rule == "transfer-overlap" and e.tile == 1
+    assert "load 1 reads bytes load 0 of the same tile writes (in [0xa0100800, 0xa0101000))" in str(e)
+
+    def apart(tiles, ctx):  # the copy reads x, which nothing writes
+        t1 = tiles[1]
+        return [tiles[0], dataclasses.replace(t1, loads=t1.loads + (
+            Transfer.contiguous(X, Y + 4 * HALF, 4 * HALF),))]
+    with sim.registered_kernel(Twice("copy_apart", _with(((0, X, Y), (0, X + 4 * HALF, None)), apart))):
+        m = _machine()
+        m.call("fp_copy_apart_s", x=X, y=Y, n=N, core_mask=1)
+    x = np.arange(N, dtype=F32)
+    np.testing.assert_array_equal(m.read(Y, N, F32), np.concatenate([2 * x[:HALF], x[:HALF]]))
+
+
+def test_a_tile_whose_loads_wait_for_a_buffer_may_write_what_its_fill_read():
+    """A staging tile copies y[0:512] into GSM (buffer g); tile 1 uses g, loading it from GSM, and copies
+    x[512:1024] into y[0:512].  Tile 1's loads read g's bytes, so all of them wait for g's fill: the copy comes
+    after the staging tile read y, and tile 1 doubles y's old values into y[512:1024]."""
+    def change(tiles, ctx):
+        g = ctx.level("gsm").base
+        stage = Tile(0, (Transfer.contiguous(Y, g, 4 * HALF),), None, (), 0, fills=("g@0",))
+        user = _tile(ctx, 1, 0, g, Y + 4 * HALF, 0x10000)
+        return [stage, dataclasses.replace(user, uses=("g@0",), loads=user.loads + (
+            Transfer.contiguous(X + 4 * HALF, Y, 4 * HALF),))]
+    with sim.registered_kernel(Twice("waits_for_fill", _with(((0, X, None),), change))):
+        m = _machine()
+        m.call("fp_waits_for_fill_s", x=X, y=Y, n=N, core_mask=1)
+    np.testing.assert_array_equal(m.read(Y, N, F32),
+                                  np.concatenate([np.arange(HALF, N, dtype=F32), np.full(HALF, 14.0, F32)]))

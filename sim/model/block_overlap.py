@@ -128,7 +128,7 @@ def _runs(dims: Sequence[tuple[int, int]]) -> int:
     return count
 
 
-def _starts(base: int, dims: Sequence[tuple[int, int]]) -> np.ndarray:
+def run_starts(base: int, dims: Sequence[tuple[int, int]]) -> np.ndarray:
     """The first bytes of a block's runs (int64), in no particular order."""
     starts = np.array([base], dtype=np.int64)
     for n, s in dims:
@@ -144,8 +144,8 @@ def _listed_meet(a: Layout, b: Layout) -> bool:
     if _runs(a_dims) > MAX_RUNS_LISTED or _runs(b_dims) > MAX_RUNS_LISTED:
         return False
     origin = min(a_base, b_base)  # (offsets from it: the addresses' own values may not fit an int64 product)
-    lo = _starts(a_base - origin, a_dims)
-    b_starts = np.sort(_starts(b_base - origin, b_dims))
+    lo = run_starts(a_base - origin, a_dims)
+    b_starts = np.sort(run_starts(b_base - origin, b_dims))
     last = np.searchsorted(b_starts, lo + a_run, side="left") - 1
     ok = last >= 0
     return bool(np.any(b_starts[last[ok]] + b_run > lo[ok]))

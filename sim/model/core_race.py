@@ -10,20 +10,28 @@ read sees the write, would depend on the cores' speeds); a plan that means to or
 per-core staging levels are each core's own, the same address naming other bytes on another core, and are left
 out.
 
-The work: the accesses (the plan check gives the sides another core may touch: in the outputs or a shared staging
-level) sorted by their first byte and swept once, each compared with the other cores' accesses still open at it
-(writes with all, reads with writes).  Two whose spans overlap are judged by their bytes
-(:mod:`sim.model.block_overlap`: the column blocks of a matrix that cores split by columns overlap in span, not in
-bytes), each pair of layouts at each distance judged once.
+The work is on byte sets, not on pairs of accesses (cores whose blocks of a matrix interleave have spans that all
+overlap, and comparing every access with every other core's would be quadratic): each access's runs are listed
+(with numpy, every access of one layout at once; an access repeated, as a streamed block reloaded each k block, is
+listed once), each core's writes and reads merged into disjoint intervals, and then
+
+- the cores' merged writes, sorted together, overlap only where two cores write the same byte;
+- a core's merged read meets another core's write when the writes it overlaps are not all its own (counted with a
+  prefix sum per core).
+
+Only the lowest byte found is traced back to the two accesses that touch it, for the message.  An access of more
+than :data:`sim.model.block_overlap.MAX_RUNS_LISTED` runs is taken to race nothing, as the pairwise judgement
+takes such blocks not to meet: the rules refuse only the races they can prove.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from sim.model.block_overlap import Layout, layout_of, sides_meet
+import numpy as np
+
+from sim.model.block_overlap import MAX_RUNS_LISTED, Layout, layout_of, run_starts, sides_meet
 from sim.model.plan import Tile, Transfer
 
 #: One side of a transfer: ``(lo, hi, core, writes, transfer, tile, kind, index, phase)``: bytes ``[lo, hi)`` that
@@ -31,11 +39,14 @@ from sim.model.plan import Tile, Transfer
 #: stores (``kind``), in the phase named ``phase``.  (A plain tuple: a plan has one per transfer side.)
 Access = tuple[int, int, int, bool, Transfer, Tile, str, int, str]
 
+#: Merged intervals of bytes: ``(starts, ends, cores)``, int64 arrays sorted by start.
+_Intervals = tuple[np.ndarray, np.ndarray, np.ndarray]
+
 
 @dataclass(frozen=True)
 class Race:
-    """Two accesses of different cores that share bytes ``shared`` (a span of them), one writing (``later`` is
-    the one the sweep met second)."""
+    """Two accesses of different cores that share bytes, one writing: ``shared`` spans from the lowest byte they
+    share to the nearer of their ends (``later`` is the one whose span starts later)."""
 
     earlier: Access
     later: Access
@@ -48,51 +59,118 @@ class CoreRaces:
 
     def __init__(self, shared: Callable[[int], bool]):
         self.shared = shared
-        self._meets: dict[tuple[Any, ...], bool] = {}  # (both layouts but their first bytes, distance) -> verdict
-        self._layouts: dict[tuple[int, bool], tuple[Transfer, Layout]] = {}  # (id of a transfer, its side) -> the
-        # transfer (kept, so that its id is not reused) and its layout
+        # (shape, strides, itemsize) of a transfer side -> its layout, less the side's address
+        self._layouts: dict[tuple, Layout] = {}
 
     def first(self, reads: Sequence[Access], writes: Sequence[Access]) -> Race | None:
-        """The first race between two barriers (in address order), or None: one sweep over every access sorted by
-        its first byte, each compared with the other cores' accesses still open at it, one of the two writing."""
-        if not writes:
+        """The race at the lowest byte two cores touch, one writing, between two barriers; or None."""
+        writes = [a for a in writes if self.shared(a[0])]
+        if not writes or len({a[2] for a in writes} | {a[2] for a in reads}) < 2:
             return None
-        ordered = sorted([*writes, *reads], key=lambda a: (a[0], not a[3], a[2], a[1]))
-        open_writes: list[Access] = []
-        open_reads: list[Access] = []
-        for a in ordered:
-            lo = a[0]
-            open_writes = [o for o in open_writes if o[1] > lo]
-            if a[3]:
-                open_reads = [o for o in open_reads if o[1] > lo]
-                against = open_writes + open_reads
-            else:
-                against = open_writes
-            for o in against:
-                if o[2] != a[2] and self._meet(o, a):
-                    return Race(o, a, (lo, min(a[1], o[1])))
-            if a[3]:
-                open_writes.append(a)
-            else:
-                open_reads.append(a)
-        return None
+        reads = [a for a in reads if self.shared(a[0])]
+        origin = min(a[0] for a in (*writes, *reads))
+        w = self._merged(writes, origin)
+        # Merged per core, the writes of all cores overlap only where two cores write one byte.
+        starts, ends, _ = w
+        reach = np.maximum.accumulate(ends)
+        clash = np.flatnonzero(starts[1:] < reach[:-1])
+        byte = int(starts[clash[0] + 1]) if clash.size else None
+        if reads:  # (against the writes below that byte: disjoint, so sorted by their ends too)
+            below = slice(0, clash[0] + 1 if clash.size else starts.size)
+            byte = _lowest(byte, _read_clash(self._merged(reads, origin), (starts[below], ends[below], w[2][below])))
+        if byte is None:
+            return None
+        byte += origin
+        return self._race(byte, writes, reads)
 
-    def _meet(self, a: Access, b: Access) -> bool:
-        """Whether the bytes of ``a`` and ``b`` (spans overlapping) meet, in shared memory; judged once per pair
-        of layouts at one distance."""
-        (a_base, a_run, a_dims), (b_base, b_run, b_dims) = self._layout(a), self._layout(b)
-        key = (a_run, a_dims, b_run, b_dims, b_base - a_base)
-        got = self._meets.get(key)
-        if got is None:
-            got = self._meets[key] = sides_meet((0, a_run, a_dims), (b_base - a_base, b_run, b_dims))
-        return got and self.shared(max(a[0], b[0]))
+    def _race(self, byte: int, writes: Sequence[Access], reads: Sequence[Access]) -> Race:
+        """The two accesses of different cores that touch ``byte``, one writing (the lowest such byte)."""
+        touching = [a for a in (*writes, *reads) if a[0] <= byte < a[1]
+                    and sides_meet(self._layout(a), (byte, 1, ()))]
+        for a in touching:
+            if not a[3]:
+                continue
+            for b in touching:
+                if b[2] != a[2]:
+                    earlier, later = (a, b) if (a[0], not a[3]) <= (b[0], not b[3]) else (b, a)
+                    return Race(earlier, later, (byte, min(a[1], b[1])))
+        raise AssertionError(f"no two cores' accesses touch byte {byte:#x}")  # (the byte sets said they do)
+
+    def _merged(self, accesses: Sequence[Access], origin: int) -> _Intervals:
+        """The bytes each core's ``accesses`` touch, as disjoint intervals per core (offsets from ``origin``)
+        sorted by start."""
+        groups: dict[tuple, dict[tuple[int, int], None]] = {}  # (run, dims) -> {(first byte, core)}
+        for a in accesses:
+            base, run, dims = self._layout(a)
+            groups.setdefault((run, dims), {})[(base - origin, a[2])] = None
+        starts, ends, cores = [], [], []
+        for (run, dims), firsts in groups.items():
+            offsets = run_starts(0, dims)
+            if offsets.size > MAX_RUNS_LISTED:
+                continue
+            base_core = np.array(list(firsts), dtype=np.int64)
+            at = (base_core[:, :1] + offsets[None, :]).ravel()
+            starts.append(at)
+            ends.append(at + run)
+            cores.append(np.repeat(base_core[:, 1], offsets.size))
+        if not starts:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, empty
+        start, end, core = np.concatenate(starts), np.concatenate(ends), np.concatenate(cores)
+        # Sorted by core, then start: a run opens a new interval where it starts past every earlier run's end
+        # in its core (the cores kept apart by shifting each by more than every offset).
+        shift = int(end.max()) + 1
+        key_start, key_end = start + core * shift, end + core * shift
+        order = np.argsort(key_start, kind="stable")
+        key_start, key_end = key_start[order], key_end[order]
+        reach = np.maximum.accumulate(key_end)
+        opens = np.ones(key_start.size, dtype=bool)
+        opens[1:] = key_start[1:] > reach[:-1]
+        first = np.flatnonzero(opens)
+        last = np.append(first[1:], key_start.size) - 1
+        m_core = key_start[first] // shift
+        m_start, m_end = key_start[first] - m_core * shift, reach[last] - m_core * shift
+        order = np.argsort(m_start, kind="stable")
+        return m_start[order], m_end[order], m_core[order]
 
     def _layout(self, a: Access) -> Layout:
-        """The layout of access ``a``'s bytes, worked out once per transfer side."""
-        key = (id(a[4]), a[3])
+        """The layout of access ``a``'s bytes, worked out once per shape of block."""
+        t = a[4]
+        base, strides = (t.dst, t.dst_strides) if a[3] else (t.src, t.src_strides)
+        key = (t.shape, strides, t.itemsize)
         got = self._layouts.get(key)
         if got is None:
-            got = self._layouts[key] = (a[4], layout_of(a[4], "dst" if a[3] else "src"))  # (its id stays its own)
-        return got[1]
+            first, run, dims = layout_of(t, "dst" if a[3] else "src")
+            got = self._layouts[key] = (first - base, run, dims)
+        return base + got[0], got[1], got[2]
 
 
+def _read_clash(reads: _Intervals, writes: _Intervals) -> int | None:
+    """The lowest byte of ``reads`` that another core's ``writes`` (disjoint) cover, or None."""
+    r_start, r_end, r_core = reads
+    w_start, w_end, w_core = writes
+    if not r_start.size or not w_start.size:
+        return None
+    first = np.searchsorted(w_end, r_start, side="right")  # the first write ending past the read's start
+    past = np.searchsorted(w_start, r_end, side="left")  # writes from here on start at or past its end
+    cores, w_index = np.unique(w_core, return_inverse=True)
+    own = np.zeros((cores.size, w_start.size + 1), dtype=np.int64)
+    own[w_index, np.arange(w_start.size) + 1] = 1
+    own = np.cumsum(own, axis=1)
+    r_index = np.searchsorted(cores, r_core).clip(0, cores.size - 1)
+    mine = np.where(cores[r_index] == r_core, own[r_index, past] - own[r_index, first], 0)
+    flagged = np.flatnonzero(past - first > mine)
+    best: int | None = None
+    for i in flagged:  # (sorted by start: past the best byte found, no read can beat it)
+        lo = int(r_start[i])
+        if best is not None and lo >= best:
+            break
+        for j in range(int(first[i]), int(past[i])):
+            if w_core[j] != r_core[i]:
+                best = _lowest(best, max(lo, int(w_start[j])))
+                break
+    return best
+
+
+def _lowest(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(a, b)

@@ -16,7 +16,8 @@ Everything else is ordered.  Two such accesses to the same bytes of a per-core s
 write, are a race the numerics would lose (a slot whose buffers are another slot's: the next tile's loads
 land on operands the current tile still computes on): the rule refuses them, naming both tiles and slots and
 the bytes.  For staged buffers (``Tile.fills``/``uses``, whose own order the ``buffers`` rule checks): two
-buffers of a phase may not fill the same bytes, and no other tile may write a buffer's bytes.
+buffers of a phase may not fill the same bytes, no other tile may write a buffer's bytes, and only a tile that
+uses the buffer (waits for its fill) may read them.
 
 The work is about linear in the tiles: a tile is compared with the tile before it (and the one before that of
 its slot) and, through an index of disjoint byte segments, with the stores still pending of every slot's
@@ -320,28 +321,48 @@ class AliasCheck:
 
     def _writes_into_buffers(self, phase: Phase,
                              owners: Mapping[int | None, _Owned]) -> Finding | None:
-        """A tile other than a buffer's fills that writes its bytes (a load, a compute output, a store)."""
+        """A tile other than a buffer's fills that writes its bytes (a load, a compute output, a store), or a tile
+        that reads them without using the buffer (nothing orders such a read after the fill, or before the next
+        generation's)."""
         if not owners:
             return None
         for core, tiles in phase.tiles.items():
             stores = [s for s in (None, int(core)) if s in owners]
             for index, tile in enumerate(tiles):
-                if tile.fills:
-                    continue
-                written = [("loads into", self.transfer_spans(t)[2:]) for t in tile.loads] + \
-                          [("stores into", self.transfer_spans(t)[2:]) for t in tile.stores]
-                if tile.compute is not None:
-                    written += [("computes into", span) for span in self.compute_spans(tile.compute)[0]]
-                for verb, span in written:
-                    for store in stores:
-                        hit = _owner(owners[store], span)
-                        if hit is not None:
-                            (lo, hi), names = hit
-                            self.core = int(core)
-                            return Finding(index, f"tile {tile.tile_id} (slot {tile.slot}) {verb} [{lo:#x}, "
-                                                  f"{hi:#x}) of {self._level_of(lo)}, bytes of staged buffer "
-                                                  f"{_names(names)}: only the tiles that fill a buffer may write "
-                                                  f"its bytes")
+                found = self._touches(tile, [owners[s] for s in stores])
+                if found is not None:
+                    self.core = int(core)
+                    return Finding(index, found)
+        return None
+
+    def _touches(self, tile: Tile, owned: Sequence[_Owned]) -> str | None:
+        """What ``tile`` does wrong to staged buffers' bytes (``owned``: those of its core's levels), or None."""
+        spans = self.transfer_spans
+        touched = [("loads from", False, spans(t)[:2]) for t in tile.loads] + \
+                  [("stores from", False, spans(t)[:2]) for t in tile.stores]
+        if not tile.fills:
+            touched += [("loads into", True, spans(t)[2:]) for t in tile.loads] + \
+                       [("stores into", True, spans(t)[2:]) for t in tile.stores]
+        if tile.compute is not None:
+            outputs, inputs = self.compute_spans(tile.compute)
+            touched += [("computes into", True, span) for span in outputs] + \
+                       [("computes on", False, span) for span in inputs]
+        used: set[str] | None = None
+        for verb, writes, span in touched:
+            for held in owned:
+                for (lo, hi), names in _owners(held, span):
+                    if writes:
+                        return (f"tile {tile.tile_id} (slot {tile.slot}) {verb} [{lo:#x}, {hi:#x}) of "
+                                f"{self._level_of(lo)}, bytes of staged buffer {_names(names)}: only the tiles "
+                                f"that fill a buffer may write its bytes")
+                    if used is None:
+                        used = {parse_buffer_ref(r)[0] for r in (*tile.uses, *tile.fills)}
+                    if not names & used:
+                        return (f"tile {tile.tile_id} (slot {tile.slot}) {verb} [{lo:#x}, {hi:#x}) of "
+                                f"{self._level_of(lo)}, bytes of staged buffer {_names(names)}, which it does not "
+                                f"use: only a tile naming a buffer in its uses waits for the buffer's fill (and "
+                                f"holds off its next generation's), so what it reads would be a race; name the "
+                                f"buffer in the tile's uses")
         return None
 
 
@@ -350,20 +371,20 @@ def _names(names: frozenset[str]) -> str:
     return " / ".join(repr(n) for n in sorted(names)[:4]) + (" ..." if len(names) > 4 else "")
 
 
-def _owner(owned: _Owned, span: Span) -> tuple[Span, frozenset[str]] | None:
-    """The first of ``owned`` (disjoint ``(lo, hi, names)`` in address order, after the list of their starts) that
-    ``span`` shares bytes with: the shared bytes and the names; None if none."""
+def _owners(owned: _Owned, span: Span) -> list[tuple[Span, frozenset[str]]]:
+    """The entries of ``owned`` (disjoint ``(lo, hi, names)`` in address order, after the list of their starts)
+    that ``span`` shares bytes with: the shared bytes and the names of each."""
     lo, hi = span
     starts, entries = owned
     if hi <= lo:
-        return None
-    i = max(bisect.bisect_right(starts, lo) - 1, 0)
-    for b_lo, b_hi, names in entries[i:]:
+        return []
+    got = []
+    for b_lo, b_hi, names in entries[max(bisect.bisect_right(starts, lo) - 1, 0):]:
         if b_lo >= hi:
             break
         if b_hi > lo:
-            return (max(lo, b_lo), min(hi, b_hi)), names
-    return None
+            got.append(((max(lo, b_lo), min(hi, b_hi)), names))
+    return got
 
 
 class _PendingStores:

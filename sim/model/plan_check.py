@@ -23,8 +23,9 @@ engine.  The rules, each with the id a :class:`~sim.errors.PlanError` names (see
   level), or the scalar level beside it;
 * ``tile-size``: the operands of a tile fit the size of the staging level they lie in;
 * ``output-overlap``: the output operands of one compute share no byte;
-* ``transfer-overlap``: no two loads of one tile, and no two of its stores, write the same bytes (they stream at the
-  same time, in an order the engines' queues and priorities decide);
+* ``transfer-overlap``: no two loads of one tile, and no two of its stores, touch the same bytes, one of them
+  writing (they stream at the same time, in an order the engines' queues and priorities decide: a copy within
+  DDR reading what another of the tile's stores writes is a race);
 * ``store-race``: on one core in one phase, outside the per-core staging levels (``staging-alias`` has those) and
   the bytes staged buffers fill, no two transfers that may run at once touch the same bytes, one of them writing
   (both sides of every transfer count; the engine's order: :mod:`sim.model.walk_race`);
@@ -51,7 +52,8 @@ engine.  The rules, each with the id a :class:`~sim.errors.PlanError` names (see
 * ``staging-alias``: on one core, two tiles of different slots that the engine may run at the same time (a
   tile's loads overlap the previous tile's compute and stores, and a tile's stores the later tiles) never touch
   the same bytes of a per-core staging level with one of them writing (:mod:`sim.model.plan_alias`); two
-  staged buffers of a phase never fill the same bytes, and only a buffer's fills write its bytes.  A core's
+  staged buffers of a phase never fill the same bytes, only a buffer's fills write its bytes, and only tiles
+  that use a buffer (or fill it) read them.  A core's
   tiles use at most 64 slots in a phase;
 * ``sync-transfers``: the transfers that name one ``Transfer.sync`` key (a synchronised transfer,
   :mod:`sim.model.sync`) lie in one phase, each on a different core, at one ``Transfer.priority`` (a key names one
@@ -76,6 +78,7 @@ import numpy as np
 
 from sim.errors import PlanError, brief, one_line
 from sim.model.block_overlap import layout_of, sides_meet
+from sim.model.buffer_reads import buffer_spans, read_uses
 from sim.model.call import BoundCall
 from sim.model.core_race import Access, CoreRaces, Race
 from sim.model.memory import MemoryMap, block_span
@@ -127,7 +130,8 @@ RULES: dict[str, str] = {
                      "level) or the scalar level beside it",
     "tile-size": "the operands of a tile fit the size of the staging level they lie in",
     "output-overlap": "the output operands of one compute share no byte",
-    "transfer-overlap": "no two loads of one tile, and no two of its stores, write the same bytes",
+    "transfer-overlap": "no two loads of one tile, and no two of its stores, touch the same bytes, one of them "
+                        "writing",
     "store-race": "on a core, outside the per-core staging levels and the staged buffers' bytes, no two transfers "
                   "that may run at once touch the same bytes, one of them writing",
     "core-race": "between two barriers, outside the per-core staging levels and the staged buffers' bytes, no two "
@@ -142,7 +146,8 @@ RULES: dict[str, str] = {
     "bounds": "a plan's counts are bounded: a loop's counts at most 2**32, a tile's flops at most 2**48, a tile's "
               "compute at most 2**40 cycles and a core's computes at most 2**52",
     "staging-alias": "two tiles of a core that may be in flight at once (of different slots) never touch the same "
-                     "staging bytes, one of them writing; staged buffers keep their bytes to themselves",
+                     "staging bytes, one of them writing; staged buffers keep their bytes to themselves (only their "
+                     "fills write them, only their users read them)",
     "sync-transfers": "the members of a synchronised transfer (one Transfer.sync key) are issued in one phase, "
                       "each by a different core, at one priority",
 }
@@ -271,6 +276,7 @@ class _Checker:
         self._walk_races = WalkRaces(_sides_meet)
         self._filled: tuple[tuple[int, int], ...] = ()  # the bytes the phase's staged buffers fill, merged
         self._filled_starts: list[int] = []
+        self._buffer_spans: dict[str, Spans] = {}  # each staged buffer's bytes in the phase (buffer_reads)
         # The tile being checked, and its transfers' sides the race rules judge (outside the per-core staging
         # levels and the staged buffers' bytes): its loads', its stores'; each checked tile's (id -> both).
         self._tile: Tile | None = None
@@ -359,6 +365,7 @@ class _Checker:
                     self.tile(tile, ids)
             self.where.core = self.where.tile = None
             if self._staged:  # the bytes staged buffers fill: the buffers and alias rules judge their accesses
+                self._buffer_spans = buffer_spans(phase)
                 self._filled = merged([self._transfer_spans(t)[2:] for ts in phase.tiles.values() for tile in ts
                                        if tile.fills for t in tile.loads if not _moves_nothing(t)])
                 self._filled_starts = [lo for lo, _ in self._filled]
@@ -390,7 +397,8 @@ class _Checker:
     def _store_races(self, tiles: Sequence[Tile]) -> None:
         """The ``store-race`` rule over one core's tiles of a phase (checked already): :mod:`sim.model.walk_race`."""
         race = self._walk_races.first(tiles, self._race_sides,
-                                      (lambda side: not self._in_filled(side[0], side[1])) if self._filled else None)
+                                      (lambda side: not self._in_filled(side[0], side[1])) if self._filled else None,
+                                      self._loads_wait if self._staged else None)
         if race is None:
             return
         (_, _, writes, _, _, kind, index), (_, _, o_writes, _, _, o_kind, o_index) = race.side, race.other
@@ -410,6 +418,11 @@ class _Checker:
                                       f"{'' if o_kind == 'store' and o_writes else f' ({o_kind} {o_index})'} while "
                                       f"this tile ({mine}) may run: {why}, so {what} would be a race; put the two "
                                       f"tiles in one slot, or the access in a later phase")
+
+    def _loads_wait(self, tile: Tile) -> frozenset[tuple[str, int]]:
+        """The buffers (name, generation) whose fills ``tile``'s loads wait for: those it uses and reads the bytes
+        of (:mod:`sim.model.buffer_reads`)."""
+        return frozenset(self._ref(r) for r in read_uses(tile, self._buffer_spans))
 
     def _in_shared_level(self, lo: int, hi: int) -> bool:
         for base, end in self._shared_levels:
@@ -484,15 +497,15 @@ class _Checker:
             if type(transfers) is not tuple:
                 raise self.fail("plan-structure", f"Tile.{kind}s must be a tuple of Transfer, got "
                                                   f"{brief(transfers)}")
-            written: list[tuple[int, int, int, Transfer]] | None = None
+            touched: list[tuple[int, int, int, Transfer, bool]] | None = None
             for i, t in enumerate(transfers):
                 spans = self.transfer(t, kind, i)
                 if spans is not None and len(transfers) > 1:
-                    if written is None:
-                        written = []
-                    written.append((spans[2], spans[3], i, t))
-            if written is not None and len(written) > 1:
-                self._apart(written, kind)
+                    if touched is None:
+                        touched = []
+                    touched += ((spans[0], spans[1], i, t, False), (spans[2], spans[3], i, t, True))
+            if touched is not None and len(touched) > 2:
+                self._apart(touched, kind)
         if tile.compute is not None:
             self.compute(tile.compute)
         self._footprints[id(tile)] = self.alias.footprint_of(self._sides, tile.compute)
@@ -623,22 +636,28 @@ class _Checker:
                                        f"buffer before the tiles that use it, and release a generation before "
                                        f"refilling it")
 
-    def _apart(self, written: list[tuple[int, int, int, Transfer]], kind: str) -> None:
-        """The ``transfer-overlap`` rule over one tile's loads (or stores): ``(lo, hi, index, transfer)`` of what
-        each writes; spans that overlap are judged by their bytes (:mod:`sim.model.block_overlap`: interleaved
-        strided blocks share none)."""
-        written.sort(key=lambda w: (w[0], w[2]))
-        for x, (lo, hi, i, t) in enumerate(written):
-            for o_lo, o_hi, j, o in written[x + 1:]:
+    def _apart(self, touched: list[tuple[int, int, int, Transfer, bool]], kind: str) -> None:
+        """The ``transfer-overlap`` rule over one tile's loads (or stores): ``(lo, hi, index, transfer, writes)``
+        of what each reads and writes; spans that overlap are judged by their bytes (:mod:`sim.model.block_overlap`:
+        interleaved strided blocks share none)."""
+        touched.sort(key=lambda w: (w[0], w[2]))
+        for x, (lo, hi, i, t, writes) in enumerate(touched):
+            for o_lo, o_hi, j, o, o_writes in touched[x + 1:]:
                 if o_lo >= hi:
                     break
-                if sides_meet(layout_of(t, "dst"), layout_of(o, "dst")):
-                    a, b = sorted((i, j))
-                    raise self.fail("transfer-overlap", f"{kind} {b} writes bytes {kind} {a} of the same tile writes "
-                                                        f"too (in {_span(max(lo, o_lo), min(hi, o_hi))}): a tile's "
-                                                        f"{kind}s stream at the same time, in an order the DMA "
-                                                        f"engines' queues and priorities decide, so which bytes land "
-                                                        f"last would be a race; give each its own bytes")
+                if i == j or not (writes or o_writes):
+                    continue
+                if sides_meet(layout_of(t, "dst" if writes else "src"), layout_of(o, "dst" if o_writes else "src")):
+                    (a, a_writes), (b, b_writes) = sorted(((i, writes), (j, o_writes)))
+                    both = a_writes and b_writes
+                    theirs = "writes too" if both else "writes" if a_writes else "reads"
+                    what = "which bytes land last" if both else "whether the read sees the write"
+                    raise self.fail("transfer-overlap", f"{kind} {b} {'writes' if b_writes else 'reads'} bytes "
+                                                        f"{kind} {a} of the same tile {theirs} (in "
+                                                        f"{_span(max(lo, o_lo), min(hi, o_hi))}): a tile's {kind}s "
+                                                        f"stream at the same time, in an order the DMA engines' "
+                                                        f"queues and priorities decide, so {what} would be a race; "
+                                                        f"give each its own bytes")
 
     def transfer(self, t: Any, kind: str, index: int) -> tuple[int, int, int, int] | None:
         """Check transfer ``t``; the spans ``(src lo, src hi, dst lo, dst hi)`` it touches (None: it moves

@@ -13,7 +13,8 @@ bytes it reads and its destination bytes it writes.  With tiles numbered in walk
 * a staging tile's loads (it fills staged buffers) wait only for those buffers' gates: issued with the tile after
   the compute tile before it, they may run beside whatever is in flight then and beside every later tile, up to
   the first tile that uses what they fill (its compute waits for them, so its stores and everything after come
-  later; the loads of the tile after it are issued before that compute).
+  later; the loads of the tile after it are issued before that compute).  A tile whose loads read the bytes of a
+  buffer it uses waits, loads and all, for that buffer's fills (:mod:`sim.model.buffer_reads`).
 
 Two such accesses to the same bytes, one of them writing, are a race: the rule refuses the first it finds, naming
 both tiles.  Spans that overlap are judged by their bytes (:mod:`sim.model.block_overlap`).  A staging tile is
@@ -70,10 +71,12 @@ class WalkRaces:
         self.meet = meet
 
     def first(self, tiles: Sequence[Tile], sides: Mapping[int, tuple[list[Side], list[Side]]],
-              keep: Callable[[Side], bool] | None = None) -> WalkRace | None:
+              keep: Callable[[Side], bool] | None = None,
+              loads_wait: Callable[[Tile], frozenset[tuple[str, int]]] | None = None) -> WalkRace | None:
         """The first race among one core's ``tiles`` of a phase (checked already), in walk order, each tile's
         sides given by ``sides[id(tile)]`` (its loads', its stores'; absent: none), those ``keep`` refuses left
-        out; None if none."""
+        out; ``loads_wait(tile)``: the buffers (name, generation) whose fills a tile's loads wait for.  None if
+        none."""
         latest: dict[int, tuple[Tile, list[Side]]] = {}  # slot -> its latest tile and that tile's store sides
         before: tuple[int, Tile, list[Side]] | None = None  # the slot of the tile before, and that slot's latest
         # tile before it (with its store sides)
@@ -98,7 +101,7 @@ class WalkRaces:
                 if prev is not None and prev[0] != slot and prev[2]:
                     load_against.append((prev[1], prev[2]))
                 found = (self._pairs(tile, loads, load_against) or self._pairs(tile, stores, against)
-                         or self._against_open(tile, position, loads, stores, opened))
+                         or self._against_open(tile, position, loads, stores, opened, loads_wait))
                 if found is not None:
                     return found
             old = latest.get(slot)
@@ -137,8 +140,8 @@ class WalkRaces:
         opened.add(_Open(tile, sides, min(s[0] for s in sides), max(s[1] for s in sides), fills))
         return None
 
-    def _against_open(self, tile: Tile, position: int, loads: list[Side], stores: list[Side],
-                      opened: _Opened) -> WalkRace | None:
+    def _against_open(self, tile: Tile, position: int, loads: list[Side], stores: list[Side], opened: _Opened,
+                      loads_wait: Callable[[Tile], frozenset[tuple[str, int]]] | None) -> WalkRace | None:
         """Tile ``tile`` (walk position ``position``) against the staging tiles whose loads may still run."""
         if not opened.entries or not (loads or stores or tile.uses):
             return None
@@ -150,9 +153,12 @@ class WalkRaces:
             opened.compact(position)
         if not any(s[0] < opened.hi and opened.lo < s[1] for s in loads + stores):
             return None  # (the common case: what staging tiles read is not what later tiles write)
+        waited = loads_wait(tile) if loads_wait is not None and tile.uses else frozenset()
         for o in opened.entries:
             if o.user is not None and position > o.user + 1:
                 continue  # its first user has computed: every later access comes after its loads
+            if o.fills & waited:
+                continue  # this tile's loads wait for its loads to land
             mine = loads + stores if o.user is None else loads  # (from its first user on, stores follow a compute
             # that waited for it)
             near = [s for s in mine if s[0] < o.hi and o.lo < s[1]]
