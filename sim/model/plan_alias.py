@@ -124,6 +124,10 @@ class AliasCheck:
         self._fps: list[Footprint] = []
         self._met: dict[tuple[int, int, int, int], tuple[Span, bool, bool] | None] = {}
         self._passed: set[tuple] = set()  # (footprint, slot, index state, neighbours) of tiles found clean
+        # For the staged buffers' rule, per phase: how buffer references parse, and the buffers' bytes a span
+        # meets ((store, span) -> its entries).
+        self._parse: Callable[[AnyBufferRef], tuple[str, int]] = parse_buffer_ref
+        self._found: dict[tuple[int | None, Span], list[tuple[Span, frozenset[str]]]] = {}
 
     # -- footprints ---------------------------------------------------------------------------------
 
@@ -312,31 +316,33 @@ class AliasCheck:
                 else:
                     joined.append([lo, hi, names])
             owners[store] = ([lo for lo, _, _ in joined], [(lo, hi, names) for lo, hi, names in joined])
-        return self._writes_into_buffers(phase, owners)
+        self._parse = parse
+        self._found = {}
+        return self._strangers(phase, owners)
 
     def _buffer_words(self, a: frozenset[str], b: frozenset[str], span: Span) -> str:
         lo, hi = span
         return (f"staged buffers {_names(a)} and {_names(b)} both fill [{lo:#x}, {hi:#x}) of {self._level_of(lo)} "
                 f"in this phase: they alias those bytes; give each buffer its own bytes")
 
-    def _writes_into_buffers(self, phase: Phase,
-                             owners: Mapping[int | None, _Owned]) -> Finding | None:
+    def _strangers(self, phase: Phase, owners: Mapping[int | None, _Owned]) -> Finding | None:
         """A tile other than a buffer's fills that writes its bytes (a load, a compute output, a store), or a tile
         that reads them without using the buffer (nothing orders such a read after the fill, or before the next
         generation's)."""
         if not owners:
             return None
         for core, tiles in phase.tiles.items():
-            stores = [s for s in (None, int(core)) if s in owners]
+            stores = [(s, owners[s]) for s in (None, int(core)) if s in owners]
             for index, tile in enumerate(tiles):
-                found = self._touches(tile, [owners[s] for s in stores])
+                found = self._touches(tile, stores)
                 if found is not None:
                     self.core = int(core)
                     return Finding(index, found)
         return None
 
-    def _touches(self, tile: Tile, owned: Sequence[_Owned]) -> str | None:
-        """What ``tile`` does wrong to staged buffers' bytes (``owned``: those of its core's levels), or None."""
+    def _touches(self, tile: Tile, owned: Sequence[tuple[int | None, _Owned]]) -> str | None:
+        """What ``tile`` does wrong to staged buffers' bytes (``owned``: those of its core's levels, by store), or
+        None."""
         spans = self.transfer_spans
         touched = [("loads from", False, spans(t)[:2]) for t in tile.loads] + \
                   [("stores from", False, spans(t)[:2]) for t in tile.stores]
@@ -348,15 +354,23 @@ class AliasCheck:
             touched += [("computes into", True, span) for span in outputs] + \
                        [("computes on", False, span) for span in inputs]
         used: set[str] | None = None
+        found = self._found
         for verb, writes, span in touched:
-            for held in owned:
-                for (lo, hi), names in _owners(held, span):
+            for store, held in owned:
+                starts, entries = held
+                if span[1] <= starts[0] or span[0] >= entries[-1][1]:
+                    continue  # (most spans miss the buffers' bytes altogether)
+                key = (store, span)
+                hits = found.get(key)
+                if hits is None:
+                    hits = found[key] = _owners(held, span)  # (tiles reusing their slot's bytes ask again)
+                for (lo, hi), names in hits:
                     if writes:
                         return (f"tile {tile.tile_id} (slot {tile.slot}) {verb} [{lo:#x}, {hi:#x}) of "
                                 f"{self._level_of(lo)}, bytes of staged buffer {_names(names)}: only the tiles "
                                 f"that fill a buffer may write its bytes")
                     if used is None:
-                        used = {parse_buffer_ref(r)[0] for r in (*tile.uses, *tile.fills)}
+                        used = {self._parse(r)[0] for r in (*tile.uses, *tile.fills)}
                     if not names & used:
                         return (f"tile {tile.tile_id} (slot {tile.slot}) {verb} [{lo:#x}, {hi:#x}) of "
                                 f"{self._level_of(lo)}, bytes of staged buffer {_names(names)}, which it does not "
