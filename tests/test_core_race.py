@@ -223,3 +223,16 @@ def test_accesses_whose_spans_all_overlap_are_not_compared_pair_by_pair(monkeypa
     race = rules.first([], [*rows, again])
     assert race is not None and {race.earlier[2], race.later[2]} == {5, 7} and race.shared[0] == Y + 5 * 64
     assert len(judged) == 7
+
+
+def test_an_access_of_more_runs_than_are_listed_is_judged_against_each_other_cores_access():
+    """Core 0 writes every other float of 8 MiB (2**20 + 1 runs, more than are listed): core 1 reading one of those
+    floats races it, one of the floats between does not."""
+    from sim.model.block_overlap import MAX_RUNS_LISTED
+    rules = CoreRaces(lambda addr: True)
+    many = _store(0, Y, (MAX_RUNS_LISTED + 1,), (8,))
+    race = rules.first([_load(1, Y + 8 * 1000, (1,), (4,))], [many])
+    assert race is not None and race.earlier is many and race.shared == (Y + 8000, Y + 8004)
+    assert rules.first([_load(1, Y + 8 * 1000 + 4, (1,), (4,))], [many]) is None
+    assert rules.first([], [many, _store(1, Y + 8 * 999 + 4, (1,), (4,))]) is None
+    assert rules.first([], [many, _store(1, Y + 8 * 999 + 4, (2,), (4,))]) is not None

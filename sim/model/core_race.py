@@ -20,8 +20,10 @@ listed once), each core's writes and reads merged into disjoint intervals, and t
   prefix sum per core).
 
 Only the lowest byte found is traced back to the two accesses that touch it, for the message.  An access of more
-than :data:`sim.model.block_overlap.MAX_RUNS_LISTED` runs is taken to race nothing, as the pairwise judgement
-takes such blocks not to meet: the rules refuse only the races they can prove.
+than :data:`sim.model.block_overlap.MAX_RUNS_LISTED` runs is not listed: it is judged pair by pair against the
+other cores' accesses whose spans it overlaps (:func:`~sim.model.block_overlap.sides_meet`, exact against a block
+of fewer runs; two such blocks of different layouts are taken not to meet: the rules refuse only the races they
+can prove).
 """
 
 from __future__ import annotations
@@ -68,6 +70,23 @@ class CoreRaces:
         if not writes or len({a[2] for a in writes} | {a[2] for a in reads}) < 2:
             return None
         reads = [a for a in reads if self.shared(a[0])]
+        huge = [a for a in (*writes, *reads) if _runs(self._layout(a)) > MAX_RUNS_LISTED]
+        if huge:  # (too many runs to list: judged pair by pair, below)
+            apart = {id(a) for a in huge}
+            writes = [a for a in writes if id(a) not in apart]
+            reads = [a for a in reads if id(a) not in apart]
+        race = self._listed(reads, writes) if writes else None
+        for h in huge:
+            for a in (*writes, *reads, *huge):
+                if (a[2] != h[2] and (a[3] or h[3]) and a[0] < h[1] and h[0] < a[1]
+                        and (race is None or max(a[0], h[0]) < race.shared[0])
+                        and sides_meet(self._layout(h), self._layout(a))):
+                    earlier, later = (a, h) if (a[0], not a[3]) <= (h[0], not h[3]) else (h, a)
+                    race = Race(earlier, later, (later[0], min(a[1], h[1])))
+        return race
+
+    def _listed(self, reads: Sequence[Access], writes: Sequence[Access]) -> Race | None:
+        """:meth:`first` over accesses whose runs are listed: the byte sets of the module's docstring."""
         origin = min(a[0] for a in (*writes, *reads))
         w = self._merged(writes, origin)
         # Merged per core, the writes of all cores overlap only where two cores write one byte.
@@ -80,8 +99,7 @@ class CoreRaces:
             byte = _lowest(byte, _read_clash(self._merged(reads, origin), (starts[below], ends[below], w[2][below])))
         if byte is None:
             return None
-        byte += origin
-        return self._race(byte, writes, reads)
+        return self._race(byte + origin, writes, reads)
 
     def _race(self, byte: int, writes: Sequence[Access], reads: Sequence[Access]) -> Race:
         """The two accesses of different cores that touch ``byte``, one writing (the lowest such byte)."""
@@ -106,8 +124,6 @@ class CoreRaces:
         starts, ends, cores = [], [], []
         for (run, dims), firsts in groups.items():
             offsets = run_starts(0, dims)
-            if offsets.size > MAX_RUNS_LISTED:
-                continue
             base_core = np.array(list(firsts), dtype=np.int64)
             at = (base_core[:, :1] + offsets[None, :]).ravel()
             starts.append(at)
@@ -170,6 +186,14 @@ def _read_clash(reads: _Intervals, writes: _Intervals) -> int | None:
                 best = _lowest(best, max(lo, int(w_start[j])))
                 break
     return best
+
+
+def _runs(layout: Layout) -> int:
+    """How many runs a block of ``layout`` has."""
+    count = 1
+    for n, _ in layout[2]:
+        count *= n
+    return count
 
 
 def _lowest(a: int | None, b: int | None) -> int | None:
