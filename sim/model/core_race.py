@@ -20,10 +20,10 @@ listed once), each core's writes and reads merged into disjoint intervals, and t
   prefix sum per core).
 
 Only the lowest byte found is traced back to the two accesses that touch it, for the message.  An access of more
-than :data:`sim.model.block_overlap.MAX_RUNS_LISTED` runs is not listed: it is judged pair by pair against the
-other cores' accesses whose spans it overlaps (:func:`~sim.model.block_overlap.sides_meet`, exact against a block
-of fewer runs; two such blocks of different layouts are taken not to meet: the rules refuse only the races they
-can prove).
+than :data:`sim.model.block_overlap.MAX_RUNS_LISTED` runs is not listed, nor are the largest while all have more
+than :data:`MAX_RUNS_TOTAL`: each is judged pair by pair against the other cores' accesses whose spans it overlaps
+(:func:`~sim.model.block_overlap.sides_meet`, exact against a block of fewer runs; two such blocks of different
+layouts are taken not to meet: the rules refuse only the races they can prove).
 """
 
 from __future__ import annotations
@@ -40,6 +40,10 @@ from sim.model.plan import Tile, Transfer
 #: ``core`` reads (``writes`` False: a source) or writes (a destination), transfer ``index`` of its tile's loads or
 #: stores (``kind``), in the phase named ``phase``.  (A plain tuple: a plan has one per transfer side.)
 Access = tuple[int, int, int, bool, Transfer, Tile, str, int, str]
+
+#: The most runs of all accesses between two barriers listed at once (their arrays take about 40 bytes a run); past
+#: that, the accesses of most runs are judged pair by pair.
+MAX_RUNS_TOTAL = 1 << 22
 
 #: Merged intervals of bytes: ``(starts, ends, cores)``, int64 arrays sorted by start.
 _Intervals = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -70,11 +74,22 @@ class CoreRaces:
         if not writes or len({a[2] for a in writes} | {a[2] for a in reads}) < 2:
             return None
         reads = [a for a in reads if self.shared(a[0])]
-        huge = [a for a in (*writes, *reads) if _runs(self._layout(a)) > MAX_RUNS_LISTED]
-        if huge:  # (too many runs to list: judged pair by pair, below)
-            apart = {id(a) for a in huge}
-            writes = [a for a in writes if id(a) not in apart]
-            reads = [a for a in reads if id(a) not in apart]
+        # One access per core, direction and layout (a streamed block reloaded each k block is one), the largest
+        # judged pair by pair (below) while they have more runs than are listed, or all have.
+        unique: dict[tuple[bool, int, Layout], Access] = {}
+        for a in (*writes, *reads):
+            unique.setdefault((a[3], a[2], self._layout(a)), a)
+        runs = {id(a): _runs(key[2]) for key, a in unique.items()}
+        total = sum(runs.values())
+        huge: list[Access] = []
+        for a in sorted(unique.values(), key=lambda a: -runs[id(a)]):
+            if runs[id(a)] <= MAX_RUNS_LISTED and total <= MAX_RUNS_TOTAL:
+                break
+            huge.append(a)
+            total -= runs[id(a)]
+        apart = {id(a) for a in huge}
+        writes = [a for a in unique.values() if a[3] and id(a) not in apart]
+        reads = [a for a in unique.values() if not a[3] and id(a) not in apart]
         race = self._listed(reads, writes) if writes else None
         for h in huge:
             for a in (*writes, *reads, *huge):
