@@ -242,3 +242,48 @@ def test_an_access_of_more_runs_than_are_listed_is_judged_against_each_other_cor
     assert rules.first([_load(1, Y + 8 * 1000 + 4, (1,), (4,))], [many]) is None
     assert rules.first([], [many, _store(1, Y + 8 * 999 + 4, (1,), (4,))]) is None
     assert rules.first([], [many, _store(1, Y + 8 * 999 + 4, (2,), (4,))]) is not None
+
+
+def _fill(tile_id: int, src: int, dst: int, buffer: str = "g@0", nbytes: int = 1024) -> Tile:
+    """A staging tile filling ``buffer`` with ``nbytes`` from ``src`` at ``dst``."""
+    return Tile(tile_id, (Transfer.contiguous(src, dst, nbytes),), None, (), 0, fills=(buffer,))
+
+
+def test_a_staged_buffer_filled_into_ddr_is_judged_as_any_load():
+    """Core 0's staging tile fills buffer b into y[0:256] (a copy within DDR) while core 1 stores y[0:512]: the
+    race rules leave out only the bytes staged buffers fill in the staging levels (the buffers' rules judge
+    those), so core-race refuses it."""
+    def breaker(p, c, x):
+        t0, t1 = p.phases[0].tiles[0]
+        user = dataclasses.replace(t1, uses=("b@0",))
+        return dataclasses.replace(p, cores=(0, 1), phases=(dataclasses.replace(
+            p.phases[0], tiles={0: (_fill(9, X + 2048, Y, "b@0"), user), 1: (t0,)}),))
+    got = _run("fill_into_ddr", breaker)
+    assert isinstance(got, sim.PlanError) and got.rule == "core-race", got
+    assert "[0xa0100000, 0xa0100400)" in str(got)
+
+
+@pytest.mark.parametrize("fill_first", [False, True])
+def test_a_staged_buffers_bytes_are_its_phases_own_when_no_barrier_follows(fill_first):
+    """Without a barrier between them, a phase's staged buffer in GSM and another core's access to its bytes in
+    the next phase race: core 1 storing into the bytes buffer g fills in the next phase, or reading them (without
+    using g) in the phase after the fill.  With a barrier between, each is legal."""
+    for barrier in (False, True):
+        def breaker(p, c, x):
+            t0, t1 = p.phases[0].tiles[0]
+            g = x.level("gsm").base
+            fill, user = _fill(9, X, g, nbytes=2048), dataclasses.replace(t1, uses=("g@0",), loads=(
+                dataclasses.replace(t1.loads[0], src=g),))
+            if fill_first:  # core 1 reads g's bytes in the phase after
+                other = dataclasses.replace(t0, loads=(dataclasses.replace(t0.loads[0], src=g),))
+            else:  # core 1 stores its block into g's bytes in the phase before
+                other = dataclasses.replace(t0, stores=(dataclasses.replace(t0.stores[0], dst=g),))
+            staged = dataclasses.replace(p.phases[0], name="staged", tiles={0: (fill, user)}, barrier_after=barrier)
+            plain = dataclasses.replace(p.phases[0], name="plain", tiles={1: (other,)}, barrier_after=barrier)
+            return dataclasses.replace(p, cores=(0, 1), phases=(staged, plain) if fill_first else (plain, staged))
+        got = _run(f"window_{int(fill_first)}_{int(barrier)}", breaker)
+        if barrier:
+            assert isinstance(got, sim.Simulator), got
+            continue
+        assert isinstance(got, sim.PlanError) and got.rule == "core-race", got
+        assert "no barrier between" in str(got) and "[0x40580000, 0x40580800)" in str(got)

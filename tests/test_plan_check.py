@@ -536,6 +536,16 @@ def _reading_staged(p, c, x, uses: tuple[str, ...]) -> Plan:
     return dataclasses.replace(p, phases=(dataclasses.replace(phase, tiles={**phase.tiles, core: (*before, t1)}),))
 
 
+def _fill_reading_its_buffer(p, c, x) -> Plan:
+    """Buffer 'a' filled (generation 0), then generation 1 by two staging tiles: one copies a's first half into
+    other bytes of 'a' while the other overwrites that half (the two stream together once a@0 is released)."""
+    half = AM + 0x20000
+    return _with_tiles_before(
+        _fill(10, X, half, "a"),
+        Tile(11, (Transfer.contiguous(X + 2048, half, 2048),), None, (), fills=("a@1",)),
+        Tile(12, (Transfer.contiguous(half, half + 0x800, 2048),), None, (), fills=("a@1",)))(p, c, x)
+
+
 @pytest.mark.parametrize("what,breaker,rule,detail", [
     ("flops of 10**400", compute_with(flops=10 ** 400), "bounds",
      "Compute.flops is 1000000000...0000 (401 digits), more than the 281474976710656 (2**48) a tile's compute may "
@@ -560,6 +570,9 @@ def _reading_staged(p, c, x, uses: tuple[str, ...]) -> Plan:
     ("a tile loading into a staged buffer's bytes", _with_tiles_before(_fill(10, X, AM, "a")), "staging-alias",
      "tile 0 (slot 0) loads into [0x20000000, 0x20000800) of am, bytes of staged buffer 'a': only the tiles that "
      "fill a buffer may write its bytes"),
+    ("a fill reading bytes of the buffer it fills", _fill_reading_its_buffer, "staging-alias",
+     "tile 12 (slot 0) loads from [0x20020000, 0x20020800) of am, bytes of staged buffer 'a', which it does not "
+     "use"),
     ("a tile reading a staged buffer's bytes without using it", lambda p, c, x: _reading_staged(p, c, x, ()),
      "staging-alias", "tile 1 (slot 1) loads from [0x20020000, 0x20020800) of am, bytes of staged buffer 'a', which "
                       "it does not use: only a tile naming a buffer in its uses waits for the buffer's fill"),

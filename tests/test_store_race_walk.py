@@ -228,3 +228,21 @@ def test_a_tile_whose_loads_wait_for_a_buffer_may_write_what_its_fill_read():
         m.call("fp_waits_for_fill_s", x=X, y=Y, n=N, core_mask=1)
     np.testing.assert_array_equal(m.read(Y, N, F32),
                                   np.concatenate([np.arange(HALF, N, dtype=F32), np.full(HALF, 14.0, F32)]))
+
+
+def test_a_tile_after_the_first_user_in_its_slot_is_ordered_after_the_fill():
+    """A staging tile copies y[0:512] into GSM (buffer g); tile 1 (slot 0) uses g; tile 2, also slot 0, copies
+    x[512:1024] into y[0:512] among its loads.  Tile 2's loads wait for tile 1's stores, which follow its compute,
+    which waited for the fill: ordered, so legal, and tile 1 doubles y's old values."""
+    def change(tiles, ctx):
+        g = ctx.level("gsm").base
+        stage = Tile(0, (Transfer.contiguous(Y, g, 4 * HALF),), None, (), 0, fills=("g@0",))
+        user = dataclasses.replace(_tile(ctx, 1, 0, g, Y + 4 * HALF, 0x10000), uses=("g@0",))
+        after = _tile(ctx, 2, 0, X, None, 0x10000)
+        return [stage, user, dataclasses.replace(after, loads=after.loads + (
+            Transfer.contiguous(X + 4 * HALF, Y, 4 * HALF),))]
+    with sim.registered_kernel(Twice("after_user", _with(((0, X, None),), change))):
+        m = _machine()
+        m.call("fp_after_user_s", x=X, y=Y, n=N, core_mask=1)
+    np.testing.assert_array_equal(m.read(Y, N, F32),
+                                  np.concatenate([np.arange(HALF, N, dtype=F32), np.full(HALF, 14.0, F32)]))

@@ -28,6 +28,7 @@ layouts are taken not to meet: the rules refuse only the races they can prove).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -99,6 +100,22 @@ class CoreRaces:
                     earlier, later = (a, h) if (a[0], not a[3]) <= (h[0], not h[3]) else (h, a)
                     race = Race(earlier, later, (later[0], min(a[1], h[1])))
         return race
+
+    def across(self, withheld: Sequence[Access], accesses: Sequence[Access]) -> Race | None:
+        """The first race between one of ``withheld`` (accesses to the bytes a phase's staged buffers fill) and one
+        of ``accesses`` of another core in another phase of the window, one writing (pair by pair: such bytes lie
+        in a shared staging level, few accesses reach them)."""
+        if not withheld:
+            return None
+        ordered = sorted(accesses, key=lambda a: a[0])
+        firsts = [a[0] for a in ordered]
+        for w in sorted(withheld, key=lambda a: a[0]):
+            for a in ordered[:bisect.bisect_left(firsts, w[1])]:
+                if (a[1] > w[0] and a[2] != w[2] and a[8] != w[8] and (a[3] or w[3])
+                        and sides_meet(self._layout(w), self._layout(a))):
+                    earlier, later = (a, w) if (a[0], not a[3]) <= (w[0], not w[3]) else (w, a)
+                    return Race(earlier, later, (later[0], min(a[1], w[1])))
+        return None
 
     def _listed(self, reads: Sequence[Access], writes: Sequence[Access]) -> Race | None:
         """:meth:`first` over accesses whose runs are listed: the byte sets of the module's docstring."""

@@ -370,7 +370,8 @@ class AliasCheck:
                                 f"{self._level_of(lo)}, bytes of staged buffer {_names(names)}: only the tiles "
                                 f"that fill a buffer may write its bytes")
                     if used is None:
-                        used = {self._parse(r)[0] for r in (*tile.uses, *tile.fills)}
+                        used = {self._parse(r)[0] for r in tile.uses}  # (a fill reading its own buffer's
+                        # bytes races the buffer's other fills, and the generation before is not its to read)
                     if not names & used:
                         return (f"tile {tile.tile_id} (slot {tile.slot}) {verb} [{lo:#x}, {hi:#x}) of "
                                 f"{self._level_of(lo)}, bytes of staged buffer {_names(names)}, which it does not "

@@ -32,6 +32,9 @@ engine.  The rules, each with the id a :class:`~sim.errors.PlanError` names (see
 * ``core-race``: between two barriers, outside the per-core staging levels and the staged buffers' bytes, no two
   cores touch the same bytes of shared memory, one of them writing (only a barrier orders one core's transfers
   against another's; the rule does not follow chains of waits through staged buffers: :mod:`sim.model.core_race`);
+  a staged buffer's bytes are its phase's own: another core's access to them in another phase of the window
+  races its fills and uses.  (The staged buffers' bytes are those they fill in the staging levels: a fill
+  elsewhere, into DDR say, is judged as any load.)
 * ``buffers``: staged buffers (``Tile.fills`` / ``Tile.uses``) are references ``name@generation``; a staging
   tile (one that fills) has no compute and no stores and does not use what it fills; every generation used or
   refilled was filled in the phase, generations are filled in order (0, 1, 2 ...), and the phase's tiles can
@@ -53,7 +56,7 @@ engine.  The rules, each with the id a :class:`~sim.errors.PlanError` names (see
   tile's loads overlap the previous tile's compute and stores, and a tile's stores the later tiles) never touch
   the same bytes of a per-core staging level with one of them writing (:mod:`sim.model.plan_alias`); two
   staged buffers of a phase never fill the same bytes, only a buffer's fills write its bytes, and only tiles
-  that use a buffer (or fill it) read them.  A core's
+  that use a buffer read them.  A core's
   tiles use at most 64 slots in a phase;
 * ``sync-transfers``: the transfers that name one ``Transfer.sync`` key (a synchronised transfer,
   :mod:`sim.model.sync`) lie in one phase, each on a different core, at one ``Transfer.priority`` (a key names one
@@ -134,8 +137,8 @@ RULES: dict[str, str] = {
                         "writing",
     "store-race": "on a core, outside the per-core staging levels and the staged buffers' bytes, no two transfers "
                   "that may run at once touch the same bytes, one of them writing",
-    "core-race": "between two barriers, outside the per-core staging levels and the staged buffers' bytes, no two "
-                 "cores touch the same bytes of shared memory, one of them writing",
+    "core-race": "between two barriers, outside the per-core staging levels and the staged buffers' bytes (their "
+                 "phase's own), no two cores touch the same bytes of shared memory, one of them writing",
     "buffers": "staged buffers are filled before they are used, in generation order, by staging tiles (no compute, "
                "no stores), and the phase's waits on them cannot deadlock",
     "compute-loops": "a compute that does arithmetic or writes outputs states the loops that issue its work",
@@ -271,6 +274,9 @@ class _Checker:
         # For core-race: the sides (reads, writes) that another core may touch too, since the last barrier (None:
         # a plan of one core).
         self._accesses: tuple[list[Access], list[Access]] | None = None
+        # ... and those to the bytes a phase's staged buffers fill, which the buffers' rules judge within their
+        # phase; a window of several phases compares them with the other phases' accesses.
+        self._withheld: list[Access] = []
         self._shared_levels = tuple((a.base, a.end) for a in self.levels if a.shared)
         self._core_races = CoreRaces(self._shared_byte)
         self._walk_races = WalkRaces(_sides_meet)
@@ -364,23 +370,32 @@ class _Checker:
                 for tile in tiles:
                     self.tile(tile, ids)
             self.where.core = self.where.tile = None
-            if self._staged:  # the bytes staged buffers fill: the buffers and alias rules judge their accesses
+            if self._staged:  # the bytes staged buffers fill in the staging levels: the buffers and alias rules
+                # judge their accesses (a fill elsewhere, into DDR say, is a load as any other to the race rules)
                 self._buffer_spans = buffer_spans(phase)
-                self._filled = merged([self._transfer_spans(t)[2:] for ts in phase.tiles.values() for tile in ts
-                                       if tile.fills for t in tile.loads if not _moves_nothing(t)])
+                self._filled = merged([span for ts in phase.tiles.values() for tile in ts if tile.fills
+                                       for t in tile.loads if not _moves_nothing(t)
+                                       for span in (self._transfer_spans(t)[2:],) if self._in_level(*span)])
                 self._filled_starts = [lo for lo, _ in self._filled]
                 if self._accesses is not None:
                     for i, mark in enumerate(marks):
-                        self._accesses[i][mark:] = [a for a in self._accesses[i][mark:]
-                                                    if not self._in_filled(a[0], a[1])]
+                        kept: list[Access] = []
+                        for a in self._accesses[i][mark:]:
+                            (self._withheld if self._in_filled(a[0], a[1]) else kept).append(a)
+                        self._accesses[i][mark:] = kept
             for core, tiles in phase.tiles.items():
                 self.where.core = int(core)
                 self._store_races(tiles)
             self.where.core = self.where.tile = None
             if self._accesses is not None and (phase.barrier_after or self._phase_no == len(plan.phases) - 1):
                 # (a phase without a barrier after it lets each core walk on into the next: one window)
-                self._core_race(self._core_races.first(*self._accesses))
-                self._accesses = None
+                race = self._core_races.first(*self._accesses)
+                if race is None and self._withheld:  # (a window of several phases: only the buffers' own phase
+                    # orders the accesses to their bytes)
+                    race = self._core_races.across(self._withheld, [*self._withheld, *self._accesses[0],
+                                                                    *self._accesses[1]])
+                self._core_race(race)
+                self._accesses, self._withheld = None, []
             staged = self._staged
             if staged:
                 self.buffers(phase)
@@ -423,6 +438,10 @@ class _Checker:
         """The buffers (name, generation) whose fills ``tile``'s loads wait for: those it uses and reads the bytes
         of (:mod:`sim.model.buffer_reads`)."""
         return frozenset(self._ref(r) for r in read_uses(tile, self._buffer_spans))
+
+    def _in_level(self, lo: int, hi: int) -> bool:
+        """Whether ``[lo, hi)`` lies inside one staging level."""
+        return any(a.base <= lo and hi <= a.end for a in self.levels)
 
     def _in_shared_level(self, lo: int, hi: int) -> bool:
         for base, end in self._shared_levels:

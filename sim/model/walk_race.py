@@ -14,7 +14,8 @@ bytes it reads and its destination bytes it writes.  With tiles numbered in walk
   the compute tile before it, they may run beside whatever is in flight then and beside every later tile, up to
   the first tile that uses what they fill (its compute waits for them, so its stores and everything after come
   later; the loads of the tile after it are issued before that compute).  A tile whose loads read the bytes of a
-  buffer it uses waits, loads and all, for that buffer's fills (:mod:`sim.model.buffer_reads`).
+  buffer it uses waits, loads and all, for that buffer's fills (:mod:`sim.model.buffer_reads`), and so does a
+  tile whose slot's tile before it computed after that first user (its loads wait for that tile's stores).
 
 Two such accesses to the same bytes, one of them writing, are a race: the rule refuses the first it finds, naming
 both tiles.  Spans that overlap are judged by their bytes (:mod:`sim.model.block_overlap`).  A staging tile is
@@ -83,6 +84,7 @@ class WalkRaces:
         prev: tuple[int, Tile, list[Side]] | None = None  # the tile before: its slot, and its load sides
         opened = _Opened()
         position = 0
+        latest_at: dict[int, int] = {}  # slot -> the walk position of its latest tile
         for tile in tiles:
             loads, stores = sides.get(id(tile), _NONE)
             if keep is not None and (loads or stores):
@@ -101,12 +103,14 @@ class WalkRaces:
                 if prev is not None and prev[0] != slot and prev[2]:
                     load_against.append((prev[1], prev[2]))
                 found = (self._pairs(tile, loads, load_against) or self._pairs(tile, stores, against)
-                         or self._against_open(tile, position, loads, stores, opened, loads_wait))
+                         or self._against_open(tile, position, loads, stores, opened, loads_wait,
+                                               latest_at.get(slot)))
                 if found is not None:
                     return found
             old = latest.get(slot)
             before = (slot, old[0], old[1]) if old is not None else None
             latest[slot] = (tile, stores)
+            latest_at[slot] = position
             prev = (slot, tile, loads)
             position += 1
         return None
@@ -141,8 +145,10 @@ class WalkRaces:
         return None
 
     def _against_open(self, tile: Tile, position: int, loads: list[Side], stores: list[Side], opened: _Opened,
-                      loads_wait: Callable[[Tile], frozenset[tuple[str, int]]] | None) -> WalkRace | None:
-        """Tile ``tile`` (walk position ``position``) against the staging tiles whose loads may still run."""
+                      loads_wait: Callable[[Tile], frozenset[tuple[str, int]]] | None,
+                      slot_before: int | None) -> WalkRace | None:
+        """Tile ``tile`` (walk position ``position``; the latest tile of its slot before it at ``slot_before``)
+        against the staging tiles whose loads may still run."""
         if not opened.entries or not (loads or stores or tile.uses):
             return None
         for ref in tile.uses:
@@ -159,6 +165,8 @@ class WalkRaces:
                 continue  # its first user has computed: every later access comes after its loads
             if o.fills & waited:
                 continue  # this tile's loads wait for its loads to land
+            if o.user is not None and slot_before is not None and slot_before >= o.user:
+                continue  # this tile's loads wait for a tile of its slot that computed after the first user did
             mine = loads + stores if o.user is None else loads  # (from its first user on, stores follow a compute
             # that waited for it)
             near = [s for s in mine if s[0] < o.hi and o.lo < s[1]]
