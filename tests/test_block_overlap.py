@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -131,6 +132,27 @@ def test_random_blocks_of_any_strides_meet_exactly_when_their_bytes_do(item, a_a
         return Transfer(AM, BASE + 1000 + at, shape, item, tuple(item for _ in d), tuple(s * item for _, s in d))
     a, b = block(a_at, a_dims), block(b_at, b_dims)
     assert _meet(a, b) == bool(_bytes_of(a) & _bytes_of(b))
+
+
+def test_a_block_of_more_runs_than_are_listed_at_once_is_listed_a_part_at_a_time(monkeypatch):
+    """With at most 4 runs listed at once, random blocks (any strides) whose smaller has at most 4 runs still meet
+    exactly when their bytes do: the larger is looked up a part of 4 runs at a time."""
+    import sim.model.block_overlap as block_overlap
+    monkeypatch.setattr(block_overlap, "MAX_RUNS_LISTED", 4)
+    monkeypatch.setattr(block_overlap, "MAX_RUNS_TRIED", 0)
+    rng = np.random.default_rng(11)
+    judged = 0
+    for _ in range(600):
+        blocks = []
+        for _ in range(2):
+            d = [(int(rng.integers(1, 5)), int(rng.integers(-40, 41))) for _ in range(int(rng.integers(1, 4)))]
+            blocks.append(Transfer(AM, BASE + 1000 + int(rng.integers(0, 200)), tuple(n for n, _ in d), 4,
+                                   tuple(4 for _ in d), tuple(4 * s for _, s in d)))
+        if min(int(np.prod(t.shape)) for t in blocks) > 4:
+            continue
+        judged += 1
+        assert _meet(*blocks) == bool(_bytes_of(blocks[0]) & _bytes_of(blocks[1])), blocks
+    assert judged > 200
 
 
 @pytest.mark.parametrize("second", [3, 2])

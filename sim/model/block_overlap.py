@@ -12,9 +12,10 @@ inside it: then the runs that can meet an interval are found by division, dimens
 two positions of a dimension whose runs the interval falls between.  Two nested blocks of the same
 one-dimensional layout meet when their offset is within a run of a point of the difference lattice, found the
 same way; otherwise the runs of the block with fewer are tried one by one, up to :data:`MAX_RUNS_TRIED`.  Past
-that, or for blocks that are not nested, both blocks' runs are listed (up to :data:`MAX_RUNS_LISTED` each) and
-looked up in one another with numpy.  Only blocks of more runs than that are taken not to meet: the rules refuse
-only the races they can prove.
+that, or for blocks that are not nested, the runs of the block with fewer are listed (up to
+:data:`MAX_RUNS_LISTED`) and the other's, a part at a time (up to :data:`MAX_RUNS_CHUNKED`), looked up in them
+with numpy.  Only blocks of more runs than that are taken not to meet: the rules refuse only the races they can
+prove.
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ from sim.model.plan import Transfer, run_layout
 
 #: The most runs of a block tried one by one against a nested block (beyond them: listed).
 MAX_RUNS_TRIED = 4096
-#: The most runs of each block listed (with numpy) to compare blocks of different layouts; blocks of more are
-#: taken not to meet.
+#: The most runs of a block listed at once (with numpy) to compare blocks of different layouts: the block of fewer
+#: runs is listed whole, the other a part at a time.
 MAX_RUNS_LISTED = 1 << 20
+#: The most runs of the larger block compared so, a part at a time; blocks of more are taken not to meet.
+MAX_RUNS_CHUNKED = 1 << 26
 
 #: ``(first byte, bytes per run, dimensions (count, stride) outermost first)``.
 Layout = tuple[int, int, tuple[tuple[int, int], ...]]
@@ -136,16 +139,33 @@ def run_starts(base: int, dims: Sequence[tuple[int, int]]) -> np.ndarray:
     return starts
 
 
+def _starts_at(base: int, dims: Sequence[tuple[int, int]], index: np.ndarray) -> np.ndarray:
+    """The first bytes of a block's runs number ``index`` (counted outermost dimension first)."""
+    starts = np.full(index.shape, base, dtype=np.int64)
+    for n, s in reversed(dims):
+        starts += (index % n) * s
+        index = index // n
+    return starts
+
+
 def _listed_meet(a: Layout, b: Layout) -> bool:
-    """Whether ``a`` and ``b`` share a byte, by listing both blocks' runs: a run of ``a`` meets ``b`` when the last
-    run of ``b`` starting below its end ends above its start (``b``'s runs are all as long).  Blocks of more than
-    :data:`MAX_RUNS_LISTED` runs are taken not to meet."""
+    """Whether ``a`` and ``b`` share a byte, by listing both blocks' runs: a run of one meets the other when the
+    last of the other's runs starting below its end ends above its start (the other's runs are all as long).  The
+    block of fewer runs is listed whole (at most :data:`MAX_RUNS_LISTED`), the other a part at a time (up to
+    :data:`MAX_RUNS_CHUNKED` in all); blocks of more are taken not to meet."""
+    if _runs(a[2]) < _runs(b[2]):
+        a, b = b, a
     (a_base, a_run, a_dims), (b_base, b_run, b_dims) = a, b
-    if _runs(a_dims) > MAX_RUNS_LISTED or _runs(b_dims) > MAX_RUNS_LISTED:
+    if _runs(b_dims) > MAX_RUNS_LISTED or _runs(a_dims) > MAX_RUNS_CHUNKED:
         return False
     origin = min(a_base, b_base)  # (offsets from it: the addresses' own values may not fit an int64 product)
-    lo = run_starts(a_base - origin, a_dims)
     b_starts = np.sort(run_starts(b_base - origin, b_dims))
-    last = np.searchsorted(b_starts, lo + a_run, side="left") - 1
-    ok = last >= 0
-    return bool(np.any(b_starts[last[ok]] + b_run > lo[ok]))
+    count = _runs(a_dims)
+    for first in range(0, count, MAX_RUNS_LISTED):
+        lo = _starts_at(a_base - origin, a_dims, np.arange(first, min(count, first + MAX_RUNS_LISTED),
+                                                           dtype=np.int64))
+        last = np.searchsorted(b_starts, lo + a_run, side="left") - 1
+        ok = last >= 0
+        if np.any(b_starts[last[ok]] + b_run > lo[ok]):
+            return True
+    return False
