@@ -263,27 +263,27 @@ def test_a_staged_buffer_filled_into_ddr_is_judged_as_any_load():
     assert "[0xa0100000, 0xa0100400)" in str(got)
 
 
+@pytest.mark.parametrize("barrier", [False, True])
 @pytest.mark.parametrize("fill_first", [False, True])
-def test_a_staged_buffers_bytes_are_its_phases_own_when_no_barrier_follows(fill_first):
+def test_a_staged_buffers_bytes_are_its_phases_own_when_no_barrier_follows(fill_first, barrier):
     """Without a barrier between them, a phase's staged buffer in GSM and another core's access to its bytes in
     the next phase race: core 1 storing into the bytes buffer g fills in the next phase, or reading them (without
     using g) in the phase after the fill.  With a barrier between, each is legal."""
-    for barrier in (False, True):
-        def breaker(p, c, x):
-            t0, t1 = p.phases[0].tiles[0]
-            g = x.level("gsm").base
-            fill, user = _fill(9, X, g, nbytes=2048), dataclasses.replace(t1, uses=("g@0",), loads=(
-                dataclasses.replace(t1.loads[0], src=g),))
-            if fill_first:  # core 1 reads g's bytes in the phase after
-                other = dataclasses.replace(t0, loads=(dataclasses.replace(t0.loads[0], src=g),))
-            else:  # core 1 stores its block into g's bytes in the phase before
-                other = dataclasses.replace(t0, stores=(dataclasses.replace(t0.stores[0], dst=g),))
-            staged = dataclasses.replace(p.phases[0], name="staged", tiles={0: (fill, user)}, barrier_after=barrier)
-            plain = dataclasses.replace(p.phases[0], name="plain", tiles={1: (other,)}, barrier_after=barrier)
-            return dataclasses.replace(p, cores=(0, 1), phases=(staged, plain) if fill_first else (plain, staged))
-        got = _run(f"window_{int(fill_first)}_{int(barrier)}", breaker)
-        if barrier:
-            assert isinstance(got, sim.Simulator), got
-            continue
-        assert isinstance(got, sim.PlanError) and got.rule == "core-race", got
-        assert "no barrier between" in str(got) and "[0x40580000, 0x40580800)" in str(got)
+    def breaker(p, c, x):
+        t0, t1 = p.phases[0].tiles[0]
+        g = x.level("gsm").base
+        fill, user = _fill(9, X, g, nbytes=2048), dataclasses.replace(t1, uses=("g@0",), loads=(
+            dataclasses.replace(t1.loads[0], src=g),))
+        if fill_first:  # core 1 reads g's bytes in the phase after
+            other = dataclasses.replace(t0, loads=(dataclasses.replace(t0.loads[0], src=g),))
+        else:  # core 1 stores its block into g's bytes in the phase before
+            other = dataclasses.replace(t0, stores=(dataclasses.replace(t0.stores[0], dst=g),))
+        staged = dataclasses.replace(p.phases[0], name="staged", tiles={0: (fill, user)}, barrier_after=barrier)
+        plain = dataclasses.replace(p.phases[0], name="plain", tiles={1: (other,)}, barrier_after=barrier)
+        return dataclasses.replace(p, cores=(0, 1), phases=(staged, plain) if fill_first else (plain, staged))
+    got = _run(f"window_{int(fill_first)}_{int(barrier)}", breaker)
+    if barrier:
+        assert isinstance(got, sim.Simulator), got
+        return
+    assert isinstance(got, sim.PlanError) and got.rule == "core-race", got
+    assert "no barrier between" in str(got) and "[0x40580000, 0x40580800)" in str(got)
