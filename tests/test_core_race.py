@@ -287,3 +287,31 @@ def test_a_staged_buffers_bytes_are_its_phases_own_when_no_barrier_follows(fill_
         return
     assert isinstance(got, sim.PlanError) and got.rule == "core-race", got
     assert "no barrier between" in str(got) and "[0x40580000, 0x40580800)" in str(got)
+
+
+def _odd_rows(t: Tile, g: int, tile_id: int = 0) -> Tile:
+    """``t`` storing its 512 floats into GSM's 1 KiB rows 1 and 3 from ``g`` (strided: the odd rows)."""
+    store = Transfer(t.stores[0].src, g + 1024, (2, 256), 4, (1024, 4), (2048, 4))
+    return dataclasses.replace(t, tile_id=tile_id, stores=(store,))
+
+
+@pytest.mark.parametrize("second_core", [False, True])
+def test_a_strided_buffers_bytes_are_its_rows_not_its_span(second_core):
+    """Buffer b fills GSM's even 1 KiB rows 0, 2, 4 and 6 (a strided fill) and its user reads row 0.  Another tile
+    storing into the odd rows touches none of b's bytes (legal: the staged buffers' rules judge bytes, not spans);
+    two cores storing into the same odd rows race (the race rules leave out b's bytes only, not its span)."""
+    def breaker(p, c, x):
+        t0, t1 = p.phases[0].tiles[0]
+        g = x.level("gsm").base
+        fill = Tile(9, (Transfer(X, g, (4, 256), 4, (1024, 4), (2048, 4)),), None, (), 0, fills=("b@0",))
+        user = dataclasses.replace(t1, uses=("b@0",), loads=(Transfer.contiguous(g, t1.loads[0].dst, 1024),))
+        tiles = {0: (fill, user, _odd_rows(t0, g, 2))}
+        if second_core:
+            tiles[1] = (_odd_rows(t0, g),)
+        return dataclasses.replace(p, cores=(0, 1), phases=(dataclasses.replace(p.phases[0], tiles=tiles),))
+    got = _run(f"odd_rows_{int(second_core)}", breaker)
+    if not second_core:
+        assert isinstance(got, sim.Simulator), got
+        return
+    assert isinstance(got, sim.PlanError) and got.rule == "core-race", got
+    assert "store 0 writes bytes of [0x40580400, " in str(got), str(got)

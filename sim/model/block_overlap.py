@@ -139,6 +139,23 @@ def run_starts(base: int, dims: Sequence[tuple[int, int]]) -> np.ndarray:
     return starts
 
 
+def covered(layout: Layout) -> list[tuple[int, int]] | None:
+    """The bytes of a block of ``layout`` as disjoint intervals in address order (its runs merged); None for a
+    block of more than :data:`MAX_RUNS_LISTED` runs."""
+    base, run, dims = layout
+    if not dims:
+        return [(base, base + run)]
+    if _runs(dims) > MAX_RUNS_LISTED:
+        return None
+    starts = np.sort(run_starts(base, dims))
+    reach = np.maximum.accumulate(starts + run)
+    opens = np.ones(starts.size, dtype=bool)
+    opens[1:] = starts[1:] > reach[:-1]
+    first = np.flatnonzero(opens)
+    last = np.append(first[1:], starts.size) - 1
+    return list(zip(starts[first].tolist(), reach[last].tolist()))
+
+
 def _starts_at(base: int, dims: Sequence[tuple[int, int]], index: np.ndarray) -> np.ndarray:
     """The first bytes of a block's runs number ``index`` (counted outermost dimension first)."""
     starts = np.full(index.shape, base, dtype=np.int64)

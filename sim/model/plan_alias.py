@@ -32,6 +32,7 @@ import bisect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from sim.model.block_overlap import covered, layout_of
 from sim.model.plan import AnyBufferRef, Compute, Phase, Tile, Transfer, parse_buffer_ref
 from sim.model.target import StagingArea
 
@@ -298,9 +299,10 @@ class AliasCheck:
                 for t in tile.loads:
                     lo, hi = self.transfer_spans(t)[2:]
                     level = next((a for a in self.levels if a.base <= lo and hi <= a.end), None)
-                    if level is not None and hi > lo:
-                        filled.setdefault(None if level.shared else int(core), []).append(
-                            (lo, hi, names, int(core), index))
+                    if level is not None and hi > lo:  # (its bytes, not its span: strided fills interleave)
+                        filled.setdefault(None if level.shared else int(core), []).extend(
+                            (p_lo, p_hi, names, int(core), index)
+                            for p_lo, p_hi in covered(layout_of(t, "dst")) or [(lo, hi)])
         owners: dict[int | None, _Owned] = {}
         for store, spans in filled.items():
             spans.sort(key=lambda e: (e[0], e[1]))
@@ -344,18 +346,20 @@ class AliasCheck:
         """What ``tile`` does wrong to staged buffers' bytes (``owned``: those of its core's levels, by store), or
         None."""
         spans = self.transfer_spans
-        touched = [("loads from", False, spans(t)[:2]) for t in tile.loads] + \
-                  [("stores from", False, spans(t)[:2]) for t in tile.stores]
+        # (what, writes, span, the transfer and side: None for a compute's operand, its span its bytes)
+        touched: list[tuple[str, bool, Span, tuple[Transfer, str] | None]] = \
+            [("loads from", False, spans(t)[:2], (t, "src")) for t in tile.loads] + \
+            [("stores from", False, spans(t)[:2], (t, "src")) for t in tile.stores]
         if not tile.fills:
-            touched += [("loads into", True, spans(t)[2:]) for t in tile.loads] + \
-                       [("stores into", True, spans(t)[2:]) for t in tile.stores]
+            touched += [("loads into", True, spans(t)[2:], (t, "dst")) for t in tile.loads] + \
+                       [("stores into", True, spans(t)[2:], (t, "dst")) for t in tile.stores]
         if tile.compute is not None:
             outputs, inputs = self.compute_spans(tile.compute)
-            touched += [("computes into", True, span) for span in outputs] + \
-                       [("computes on", False, span) for span in inputs]
+            touched += [("computes into", True, span, None) for span in outputs] + \
+                       [("computes on", False, span, None) for span in inputs]
         used: set[str] | None = None
         found = self._found
-        for verb, writes, span in touched:
+        for verb, writes, span, side in touched:
             for store, held in owned:
                 starts, entries = held
                 if span[1] <= starts[0] or span[0] >= entries[-1][1]:
@@ -364,6 +368,10 @@ class AliasCheck:
                 hits = found.get(key)
                 if hits is None:
                     hits = found[key] = _owners(held, span)  # (tiles reusing their slot's bytes ask again)
+                if hits and side is not None and not (len(hits) == 1 and hits[0][0] == span):
+                    pieces = covered(layout_of(*side))  # (its span meets gaps: its bytes decide)
+                    if pieces is not None:
+                        hits = [hit for piece in pieces for hit in _owners(held, piece)]
                 for (lo, hi), names in hits:
                     if writes:
                         return (f"tile {tile.tile_id} (slot {tile.slot}) {verb} [{lo:#x}, {hi:#x}) of "

@@ -80,7 +80,7 @@ from typing import Any
 import numpy as np
 
 from sim.errors import PlanError, brief, one_line
-from sim.model.block_overlap import layout_of, sides_meet
+from sim.model.block_overlap import covered, layout_of, sides_meet
 from sim.model.buffer_reads import buffer_spans, read_uses
 from sim.model.call import BoundCall
 from sim.model.core_race import Access, CoreRaces, Race
@@ -373,15 +373,17 @@ class _Checker:
             if self._staged:  # the bytes staged buffers fill in the staging levels: the buffers and alias rules
                 # judge their accesses (a fill elsewhere, into DDR say, is a load as any other to the race rules)
                 self._buffer_spans = buffer_spans(phase)
-                self._filled = merged([span for ts in phase.tiles.values() for tile in ts if tile.fills
+                self._filled = merged([piece for ts in phase.tiles.values() for tile in ts if tile.fills
                                        for t in tile.loads if not _moves_nothing(t)
-                                       for span in (self._transfer_spans(t)[2:],) if self._in_level(*span)])
+                                       if self._in_level(*self._transfer_spans(t)[2:])
+                                       for piece in (covered(layout_of(t, "dst"))
+                                                     or [self._transfer_spans(t)[2:]])])
                 self._filled_starts = [lo for lo, _ in self._filled]
                 if self._accesses is not None:
                     for i, mark in enumerate(marks):
                         kept: list[Access] = []
                         for a in self._accesses[i][mark:]:
-                            (self._withheld if self._in_filled(a[0], a[1]) else kept).append(a)
+                            (self._withheld if self._in_filled(a[0], a[1], a[4], a[3]) else kept).append(a)
                         self._accesses[i][mark:] = kept
             for core, tiles in phase.tiles.items():
                 self.where.core = int(core)
@@ -412,7 +414,8 @@ class _Checker:
     def _store_races(self, tiles: Sequence[Tile]) -> None:
         """The ``store-race`` rule over one core's tiles of a phase (checked already): :mod:`sim.model.walk_race`."""
         race = self._walk_races.first(tiles, self._race_sides,
-                                      (lambda side: not self._in_filled(side[0], side[1])) if self._filled else None,
+                                      (lambda side: not self._in_filled(side[0], side[1], side[3], side[2]))
+                                      if self._filled else None,
                                       self._loads_wait if self._staged else None)
         if race is None:
             return
@@ -753,13 +756,20 @@ class _Checker:
         i = bisect.bisect_right(starts, lo) - 1
         return hi <= self._inputs[i][1]
 
-    def _in_filled(self, lo: int, hi: int) -> bool:
-        """Whether ``[lo, hi)`` lies inside the bytes the phase's staged buffers fill."""
-        starts = self._filled_starts
-        if not starts or lo < starts[0]:
+    def _in_filled(self, lo: int, hi: int, t: Transfer, writes: bool) -> bool:
+        """Whether the side of ``t`` spanning ``[lo, hi)`` (its destination if ``writes``) touches only bytes the
+        phase's staged buffers fill (byte by byte when its span meets gaps between them)."""
+        if not self._filled or lo < self._filled_starts[0] or hi > self._filled[-1][1]:
             return False
-        i = bisect.bisect_right(starts, lo) - 1
-        return hi <= self._filled[i][1]
+        if self._in_one_filled(lo, hi):
+            return True  # (the common case: inside one stretch of filled bytes)
+        pieces = covered(layout_of(t, "dst" if writes else "src"))
+        return pieces is not None and all(self._in_one_filled(p_lo, p_hi) for p_lo, p_hi in pieces)
+
+    def _in_one_filled(self, lo: int, hi: int) -> bool:
+        """Whether ``[lo, hi)`` lies inside one stretch of the bytes the phase's staged buffers fill."""
+        i = bisect.bisect_right(self._filled_starts, lo) - 1
+        return i >= 0 and hi <= self._filled[i][1]
 
     def _race_side(self, side: Side) -> None:
         """A side ``store-race`` judges; ``core-race`` too if another core may touch it (in a shared staging level,
