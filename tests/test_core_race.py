@@ -178,15 +178,18 @@ def _bytes(access) -> set[int]:
     return out
 
 
-@pytest.mark.parametrize("listed", [True, False])
+@pytest.mark.parametrize("listed", ["all", "windows", "none"])
 def test_the_lowest_byte_two_cores_touch_one_writing_is_found_as_the_byte_sets_say(listed, monkeypatch):
     """400 random sets of strided blocks (backward, zero, overlapping and transposed strides among them) on three
     cores: a race is found exactly when one core writes a byte another core touches, at the lowest such byte, and
-    both accesses named touch it.  With no runs listed (every access judged pair by pair, as those of too many runs
-    are) the same races are found, at a byte both touch."""
+    both accesses named touch it; also when at most 8 runs are listed at once (windows of the address range), and
+    when none is (every access judged pair by pair, as a block that is not nested and has too many runs is)."""
+    import sim.model.block_runs as block_runs
     import sim.model.core_race as core_race
-    if not listed:
-        monkeypatch.setattr(core_race, "MAX_RUNS_TOTAL", 0)
+    if listed != "all":
+        monkeypatch.setattr(core_race, "MAX_RUNS_TOTAL", 8)
+    if listed == "none":
+        monkeypatch.setattr(block_runs.BlockGroup, "listable", staticmethod(lambda run, dims: False))
     rng = np.random.default_rng(7)
     rules = CoreRaces(lambda addr: True)
     for _ in range(400):
@@ -207,10 +210,10 @@ def test_the_lowest_byte_two_cores_touch_one_writing_is_found_as_the_byte_sets_s
         if not racing:
             assert race is None
             continue
-        assert race is not None and (race.shared[0] == min(racing) or not listed)
+        assert race is not None and (race.shared[0] == min(racing) or listed == "none")
         a, b = race.earlier, race.later
         assert a[2] != b[2] and (a[3] or b[3]) and _bytes(a) & _bytes(b)
-        assert race.shared[0] in _bytes(a) & _bytes(b) or not listed
+        assert race.shared[0] in _bytes(a) & _bytes(b) or listed == "none"
 
 
 def test_accesses_whose_spans_all_overlap_are_not_compared_pair_by_pair(monkeypatch):
@@ -315,3 +318,31 @@ def test_a_strided_buffers_bytes_are_its_rows_not_its_span(second_core):
         return
     assert isinstance(got, sim.PlanError) and got.rule == "core-race", got
     assert "store 0 writes bytes of [0x40580400, " in str(got), str(got)
+
+
+def test_the_staged_bytes_of_a_phase_are_compared_with_the_other_phases_accesses_as_byte_sets_say():
+    """300 random windows of two phases on three cores: ``across`` finds a race exactly when an access withheld in
+    one phase (to its staged buffers' bytes) and an access of another core in the other phase share a byte, one
+    writing, and names two such accesses."""
+    rng = np.random.default_rng(3)
+    rules = CoreRaces(lambda addr: True)
+    found = 0
+    for _ in range(300):
+        accesses = []
+        for _ in range(int(rng.integers(2, 7))):
+            dims = int(rng.integers(1, 3))
+            shape = tuple(int(n) for n in rng.integers(1, 5, dims))
+            strides = tuple(int(s) for s in rng.choice([-64, 0, 4, 8, 16, 64], dims))
+            block = _block(int(rng.integers(0, 3)), bool(rng.integers(0, 2)), Y + 1024 + int(rng.integers(0, 64)) * 4,
+                           shape, strides)
+            accesses.append((*block, str(rng.choice(["a", "b"]))))
+        withheld = [a for a in accesses if rng.integers(0, 2)]
+        racing = any(w[8] != a[8] and w[2] != a[2] and (w[3] or a[3]) and _bytes(w) & _bytes(a)
+                     for w in withheld for a in accesses)
+        race = rules.across(withheld, accesses)
+        assert (race is not None) == racing
+        if race is not None:
+            found += 1
+            a, b = race.earlier, race.later
+            assert a[8] != b[8] and a[2] != b[2] and (a[3] or b[3]) and race.shared[0] in _bytes(a) & _bytes(b)
+    assert found > 30

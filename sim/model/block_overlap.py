@@ -7,15 +7,15 @@ that place its runs (``sim.model.plan.run_layout``), taken as the set of bytes i
 backwards is turned round, one stepping by 0 (a broadcast) repeats bytes and is dropped, the dimensions are sorted
 by stride, largest outermost, and those continuing the run join it (a transposed block is then the dense block it
 covers), and those that step on evenly from the one inside are joined (the channel slice of an NHWC tensor is one
-dimension of N x H x W rows).  It is *nested* when each dimension's stride is at least the extent of the block
-inside it: then the runs that can meet an interval are found by division, dimension by dimension, trying at most
-two positions of a dimension whose runs the interval falls between.  Two nested blocks of the same
-one-dimensional layout meet when their offset is within a run of a point of the difference lattice, found the
-same way; otherwise the runs of the block with fewer are tried one by one, up to :data:`MAX_RUNS_TRIED`.  Past
-that, or for blocks that are not nested, the runs of the block with fewer are listed (up to
-:data:`MAX_RUNS_LISTED`) and the other's, a part at a time (up to :data:`MAX_RUNS_CHUNKED`), looked up in them
-with numpy.  Only blocks of more runs than that are taken not to meet: the rules refuse only the races they can
-prove.
+dimension of N x H x W rows).  It is *nested* (:func:`nested`) when each dimension's stride is at least the
+extent of the block inside it: then the runs that can meet an interval are found by division, dimension by
+dimension, trying at most two positions of a dimension whose runs the interval falls between.  Two nested
+blocks of the same one-dimensional layout meet when their offset is within a run of a point of the difference
+lattice, found the same way; otherwise the runs of the block with fewer are tried one by one, up to
+:data:`MAX_RUNS_TRIED`.  Past that, or for blocks that are not nested, the runs of the block with fewer are
+listed (up to :data:`MAX_RUNS_LISTED`) and the other's, a part at a time (up to :data:`MAX_RUNS_CHUNKED`), looked
+up in them with numpy.  Only blocks of more runs than that are taken not to meet: the rules refuse only the races
+they can prove.
 """
 
 from __future__ import annotations
@@ -75,7 +75,8 @@ def _extent(run: int, dims: Sequence[tuple[int, int]]) -> int:
     return run
 
 
-def _nested(run: int, dims: Sequence[tuple[int, int]]) -> bool:
+def nested(run: int, dims: Sequence[tuple[int, int]]) -> bool:
+    """Whether each dimension's stride is at least the extent of the block inside it (runs in address order)."""
     extent = run
     for n, s in reversed(dims):
         if s < extent:
@@ -102,7 +103,7 @@ def sides_meet(a: Layout, b: Layout) -> bool:
     b_base, b_run, b_dims = b
     if not (a_base < b_base + _extent(b_run, b_dims) and b_base < a_base + _extent(a_run, a_dims)):
         return False  # (their spans: a dimension's stride is never negative here)
-    if not (_nested(a_run, a_dims) and _nested(b_run, b_dims)):
+    if not (nested(a_run, a_dims) and nested(b_run, b_dims)):
         return _listed_meet(a, b)
     if not a_dims or not b_dims:  # one run against a block
         base, run, dims, lo = (b_base, b_run, b_dims, a_base) if not a_dims else (a_base, a_run, a_dims, b_base)
@@ -114,8 +115,8 @@ def sides_meet(a: Layout, b: Layout) -> bool:
         offset = b_base - a_base
         return _hits(-(n - 1) * s, 1, ((2 * n - 1, s),), -offset - a_run + 1, -offset + a_run)
     (few_base, few_run, few_dims), (other_base, other_run, other_dims) = \
-        (a, b) if _runs(a_dims) <= _runs(b_dims) else (b, a)
-    if _runs(few_dims) > MAX_RUNS_TRIED:
+        (a, b) if run_count(a_dims) <= run_count(b_dims) else (b, a)
+    if run_count(few_dims) > MAX_RUNS_TRIED:
         return _listed_meet(a, b)
     for ks in itertools.product(*(range(n) for n, _ in few_dims)):
         start = few_base + sum(k * s for k, (_, s) in zip(ks, few_dims))
@@ -124,7 +125,8 @@ def sides_meet(a: Layout, b: Layout) -> bool:
     return False
 
 
-def _runs(dims: Sequence[tuple[int, int]]) -> int:
+def run_count(dims: Sequence[tuple[int, int]]) -> int:
+    """How many runs the dimensions place."""
     count = 1
     for n, _ in dims:
         count *= n
@@ -145,7 +147,7 @@ def covered(layout: Layout) -> list[tuple[int, int]] | None:
     base, run, dims = layout
     if not dims:
         return [(base, base + run)]
-    if _runs(dims) > MAX_RUNS_LISTED:
+    if run_count(dims) > MAX_RUNS_LISTED:
         return None
     starts = np.sort(run_starts(base, dims))
     reach = np.maximum.accumulate(starts + run)
@@ -156,7 +158,7 @@ def covered(layout: Layout) -> list[tuple[int, int]] | None:
     return list(zip(starts[first].tolist(), reach[last].tolist()))
 
 
-def _starts_at(base: int, dims: Sequence[tuple[int, int]], index: np.ndarray) -> np.ndarray:
+def starts_at(base: int, dims: Sequence[tuple[int, int]], index: np.ndarray) -> np.ndarray:
     """The first bytes of a block's runs number ``index`` (counted outermost dimension first)."""
     starts = np.full(index.shape, base, dtype=np.int64)
     for n, s in reversed(dims):
@@ -170,16 +172,16 @@ def _listed_meet(a: Layout, b: Layout) -> bool:
     last of the other's runs starting below its end ends above its start (the other's runs are all as long).  The
     block of fewer runs is listed whole (at most :data:`MAX_RUNS_LISTED`), the other a part at a time (up to
     :data:`MAX_RUNS_CHUNKED` in all); blocks of more are taken not to meet."""
-    if _runs(a[2]) < _runs(b[2]):
+    if run_count(a[2]) < run_count(b[2]):
         a, b = b, a
     (a_base, a_run, a_dims), (b_base, b_run, b_dims) = a, b
-    if _runs(b_dims) > MAX_RUNS_LISTED or _runs(a_dims) > MAX_RUNS_CHUNKED:
+    if run_count(b_dims) > MAX_RUNS_LISTED or run_count(a_dims) > MAX_RUNS_CHUNKED:
         return False
     origin = min(a_base, b_base)  # (offsets from it: the addresses' own values may not fit an int64 product)
     b_starts = np.sort(run_starts(b_base - origin, b_dims))
-    count = _runs(a_dims)
+    count = run_count(a_dims)
     for first in range(0, count, MAX_RUNS_LISTED):
-        lo = _starts_at(a_base - origin, a_dims, np.arange(first, min(count, first + MAX_RUNS_LISTED),
+        lo = starts_at(a_base - origin, a_dims, np.arange(first, min(count, first + MAX_RUNS_LISTED),
                                                            dtype=np.int64))
         last = np.searchsorted(b_starts, lo + a_run, side="left") - 1
         ok = last >= 0

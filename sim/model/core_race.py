@@ -19,22 +19,22 @@ listed once), each core's writes and reads merged into disjoint intervals, and t
 - a core's merged read meets another core's write when the writes it overlaps are not all its own (counted with a
   prefix sum per core).
 
-Only the lowest byte found is traced back to the two accesses that touch it, for the message.  An access of more
-than :data:`sim.model.block_overlap.MAX_RUNS_LISTED` runs is not listed, nor are the largest while all have more
-than :data:`MAX_RUNS_TOTAL`: each is judged pair by pair against the other cores' accesses whose spans it overlaps
-(:func:`~sim.model.block_overlap.sides_meet`, exact against a block of fewer runs; two such blocks of different
-layouts are taken not to meet: the rules refuse only the races they can prove).
+Only the lowest byte found is traced back to the two accesses that touch it, for the message.  When the accesses
+have more than :data:`MAX_RUNS_TOTAL` runs in all, the address range is taken a window at a time, halved until a
+window holds no more, lowest first (:mod:`sim.model.block_runs` finds the blocks' runs in a window).  A block that
+is not nested and has more than :data:`sim.model.block_overlap.MAX_RUNS_LISTED` runs is judged pair by pair
+against the other cores' accesses whose spans it overlaps (:func:`~sim.model.block_overlap.sides_meet`).
 """
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from sim.model.block_overlap import MAX_RUNS_LISTED, Layout, layout_of, run_starts, sides_meet
+from sim.model.block_overlap import Layout, layout_of, run_count, run_starts, sides_meet
+from sim.model.block_runs import BlockGroup
 from sim.model.plan import Tile, Transfer
 
 #: One side of a transfer: ``(lo, hi, core, writes, transfer, tile, kind, index, phase)``: bytes ``[lo, hi)`` that
@@ -42,8 +42,8 @@ from sim.model.plan import Tile, Transfer
 #: stores (``kind``), in the phase named ``phase``.  (A plain tuple: a plan has one per transfer side.)
 Access = tuple[int, int, int, bool, Transfer, Tile, str, int, str]
 
-#: The most runs of all accesses between two barriers listed at once (their arrays take about 40 bytes a run); past
-#: that, the accesses of most runs are judged pair by pair.
+#: The most runs of the accesses listed at once (their arrays take about 80 bytes a run); past that, a window of the
+#: address range at a time.
 MAX_RUNS_TOTAL = 1 << 22
 
 #: Merged intervals of bytes: ``(starts, ends, cores)``, int64 arrays sorted by start.
@@ -75,23 +75,22 @@ class CoreRaces:
         if not writes or len({a[2] for a in writes} | {a[2] for a in reads}) < 2:
             return None
         reads = [a for a in reads if self.shared(a[0])]
-        # One access per core, direction and layout (a streamed block reloaded each k block is one), the largest
-        # judged pair by pair (below) while they have more runs than are listed, or all have.
+        # One access per core, direction and layout (a streamed block reloaded each k block is one).
         unique: dict[tuple[bool, int, Layout], Access] = {}
         for a in (*writes, *reads):
             unique.setdefault((a[3], a[2], self._layout(a)), a)
-        runs = {id(a): _runs(key[2]) for key, a in unique.items()}
-        total = sum(runs.values())
-        huge: list[Access] = []
-        for a in sorted(unique.values(), key=lambda a: -runs[id(a)]):
-            if runs[id(a)] <= MAX_RUNS_LISTED and total <= MAX_RUNS_TOTAL:
-                break
-            huge.append(a)
-            total -= runs[id(a)]
+        # Blocks that can be taken a window at a time are listed; the rest (not nested, too many runs to list)
+        # are judged pair by pair.
+        huge = [a for key, a in unique.items() if not BlockGroup.listable(key[2][1], key[2][2])]
         apart = {id(a) for a in huge}
         writes = [a for a in unique.values() if a[3] and id(a) not in apart]
         reads = [a for a in unique.values() if not a[3] and id(a) not in apart]
-        race = self._listed(reads, writes) if writes else None
+        race = None
+        if writes:
+            if sum(run_count(self._layout(a)[2]) for a in (*writes, *reads)) <= MAX_RUNS_TOTAL:
+                race = self._listed(reads, writes)
+            else:
+                race = self._windows(reads, writes)
         for h in huge:
             for a in (*writes, *reads, *huge):
                 if (a[2] != h[2] and (a[3] or h[3]) and a[0] < h[1] and h[0] < a[1]
@@ -101,37 +100,62 @@ class CoreRaces:
                     race = Race(earlier, later, (later[0], min(a[1], h[1])))
         return race
 
+    def _windows(self, reads: Sequence[Access], writes: Sequence[Access]) -> Race | None:
+        """:meth:`_listed` a window of addresses at a time, each holding at most :data:`MAX_RUNS_TOTAL` runs of the
+        accesses (halved until it does), lowest first: the first window with a race has the lowest byte."""
+        found: dict[tuple, list[tuple[int, int]]] = {}  # (writes, run, dims) -> [(first byte, core)]
+        for a in (*writes, *reads):
+            base, run, dims = self._layout(a)
+            found.setdefault((a[3], run, dims), []).append((base, a[2]))
+        groups = [(key[0], BlockGroup(key[1], key[2], np.array([b for b, _ in got], dtype=np.int64),
+                                      np.array([c for _, c in got], dtype=np.int64))) for key, got in found.items()]
+
+        def clash(lo: int, hi: int) -> int | None:
+            inside = [(writing, group, group.within(lo, hi)) for writing, group in groups]
+            if sum(int((past - first).sum()) for _, _, (first, past) in inside) > MAX_RUNS_TOTAL and hi - lo > 1:
+                mid = (lo + hi) // 2
+                left = clash(lo, mid)
+                return left if left is not None else clash(mid, hi)
+            runs: tuple[list[_Runs], list[_Runs]] = ([], [])
+            for writing, group, (first, past) in inside:
+                at, cores = group.runs(first, past)
+                runs[writing].append((np.maximum(at, lo), np.minimum(at + group.run, hi), cores))
+            return _clash(_merge(runs[1]), _merge(runs[0]))
+
+        byte = clash(min(a[0] for a in (*writes, *reads)), max(a[1] for a in (*writes, *reads)))
+        return None if byte is None else self._race(byte, writes, reads)
+
     def across(self, withheld: Sequence[Access], accesses: Sequence[Access]) -> Race | None:
         """The first race between one of ``withheld`` (accesses to the bytes a phase's staged buffers fill) and one
-        of ``accesses`` of another core in another phase of the window, one writing (pair by pair: such bytes lie
-        in a shared staging level, few accesses reach them)."""
-        if not withheld:
-            return None
-        ordered = sorted(accesses, key=lambda a: a[0])
-        firsts = [a[0] for a in ordered]
-        for w in sorted(withheld, key=lambda a: a[0]):
-            for a in ordered[:bisect.bisect_left(firsts, w[1])]:
-                if (a[1] > w[0] and a[2] != w[2] and a[8] != w[8] and (a[3] or w[3])
-                        and sides_meet(self._layout(w), self._layout(a))):
-                    earlier, later = (a, w) if (a[0], not a[3]) <= (w[0], not w[3]) else (w, a)
-                    return Race(earlier, later, (later[0], min(a[1], w[1])))
+        of ``accesses`` of another core in another phase of the window, one writing: per phase, its withheld
+        accesses' byte sets against the other phases' accesses'."""
+        phases = list(dict.fromkeys(w[8] for w in withheld))
+        for phase in phases:
+            mine = [w for w in withheld if w[8] == phase]
+            others = [a for a in accesses if a[8] != phase]
+            if not others:
+                continue
+            origin = min(a[0] for a in (*mine, *others))
+            merged = [self._merged([a for a in group if a[3] == writing], origin)
+                      for group in (mine, others) for writing in (True, False)]
+            (m_writes, m_reads), (o_writes, o_reads) = merged[:2], merged[2:]
+            byte = _lowest(_other_core(m_writes, _cat(o_writes, o_reads)), _other_core(m_reads, o_writes))
+            if byte is not None:
+                byte += origin
+                touching = [a for a in (*mine, *others) if a[0] <= byte < a[1]
+                            and sides_meet(self._layout(a), (byte, 1, ()))]
+                for w in (a for a in touching if a[8] == phase):
+                    for a in touching:
+                        if a[8] != phase and a[2] != w[2] and (a[3] or w[3]):
+                            earlier, later = (a, w) if (a[0], not a[3]) <= (w[0], not w[3]) else (w, a)
+                            return Race(earlier, later, (byte, min(a[1], w[1])))
         return None
 
     def _listed(self, reads: Sequence[Access], writes: Sequence[Access]) -> Race | None:
         """:meth:`first` over accesses whose runs are listed: the byte sets of the module's docstring."""
         origin = min(a[0] for a in (*writes, *reads))
-        w = self._merged(writes, origin)
-        # Merged per core, the writes of all cores overlap only where two cores write one byte.
-        starts, ends, _ = w
-        reach = np.maximum.accumulate(ends)
-        clash = np.flatnonzero(starts[1:] < reach[:-1])
-        byte = int(starts[clash[0] + 1]) if clash.size else None
-        if reads:  # (against the writes below that byte: disjoint, so sorted by their ends too)
-            below = slice(0, clash[0] + 1 if clash.size else starts.size)
-            byte = _lowest(byte, _read_clash(self._merged(reads, origin), (starts[below], ends[below], w[2][below])))
-        if byte is None:
-            return None
-        return self._race(byte + origin, writes, reads)
+        byte = _clash(self._merged(writes, origin), self._merged(reads, origin))
+        return None if byte is None else self._race(byte + origin, writes, reads)
 
     def _race(self, byte: int, writes: Sequence[Access], reads: Sequence[Access]) -> Race:
         """The two accesses of different cores that touch ``byte``, one writing (the lowest such byte)."""
@@ -153,7 +177,9 @@ class CoreRaces:
         for a in accesses:
             base, run, dims = self._layout(a)
             groups.setdefault((run, dims), {})[(base - origin, a[2])] = None
-        starts, ends, cores = [], [], []
+        starts: list[np.ndarray] = []
+        ends: list[np.ndarray] = []
+        cores: list[np.ndarray] = []
         for (run, dims), firsts in groups.items():
             offsets = run_starts(0, dims)
             base_core = np.array(list(firsts), dtype=np.int64)
@@ -161,25 +187,7 @@ class CoreRaces:
             starts.append(at)
             ends.append(at + run)
             cores.append(np.repeat(base_core[:, 1], offsets.size))
-        if not starts:
-            empty = np.zeros(0, dtype=np.int64)
-            return empty, empty, empty
-        start, end, core = np.concatenate(starts), np.concatenate(ends), np.concatenate(cores)
-        # Sorted by core, then start: a run opens a new interval where it starts past every earlier run's end
-        # in its core (the cores kept apart by shifting each by more than every offset).
-        shift = int(end.max()) + 1
-        key_start, key_end = start + core * shift, end + core * shift
-        order = np.argsort(key_start, kind="stable")
-        key_start, key_end = key_start[order], key_end[order]
-        reach = np.maximum.accumulate(key_end)
-        opens = np.ones(key_start.size, dtype=bool)
-        opens[1:] = key_start[1:] > reach[:-1]
-        first = np.flatnonzero(opens)
-        last = np.append(first[1:], key_start.size) - 1
-        m_core = key_start[first] // shift
-        m_start, m_end = key_start[first] - m_core * shift, reach[last] - m_core * shift
-        order = np.argsort(m_start, kind="stable")
-        return m_start[order], m_end[order], m_core[order]
+        return _merge([(np.concatenate(starts), np.concatenate(ends), np.concatenate(cores))] if starts else [])
 
     def _layout(self, a: Access) -> Layout:
         """The layout of access ``a``'s bytes, worked out once per shape of block."""
@@ -191,6 +199,75 @@ class CoreRaces:
             first, run, dims = layout_of(t, "dst" if a[3] else "src")
             got = self._layouts[key] = (first - base, run, dims)
         return base + got[0], got[1], got[2]
+
+
+#: Runs of accesses: ``(starts, ends, cores)``, int64 arrays.
+_Runs = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def _merge(runs: Sequence[_Runs]) -> _Intervals:
+    """The bytes of ``runs`` as disjoint intervals per core, sorted by start."""
+    if not runs:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    start = np.concatenate([r[0] for r in runs])
+    end = np.concatenate([r[1] for r in runs])
+    core = np.concatenate([r[2] for r in runs])
+    if not start.size:
+        return start, end, core
+    # Sorted by core, then start: a run opens a new interval where it starts past every earlier run's end in its
+    # core (the cores kept apart by shifting each by more than every address).
+    shift = int(end.max()) + 1
+    key_start, key_end = start + core * shift, end + core * shift
+    order = np.argsort(key_start, kind="stable")
+    key_start, key_end = key_start[order], key_end[order]
+    reach = np.maximum.accumulate(key_end)
+    opens = np.ones(key_start.size, dtype=bool)
+    opens[1:] = key_start[1:] > reach[:-1]
+    first = np.flatnonzero(opens)
+    last = np.append(first[1:], key_start.size) - 1
+    m_core = key_start[first] // shift
+    m_start, m_end = key_start[first] - m_core * shift, reach[last] - m_core * shift
+    order = np.argsort(m_start, kind="stable")
+    return m_start[order], m_end[order], m_core[order]
+
+
+def _clash(writes: _Intervals, reads: _Intervals) -> int | None:
+    """The lowest byte one core writes and another touches (merged per core), or None."""
+    starts, ends, cores = writes
+    if not starts.size:
+        return None
+    # The cores' merged writes, sorted together, overlap only where two cores write one byte.
+    reach = np.maximum.accumulate(ends)
+    overlap = np.flatnonzero(starts[1:] < reach[:-1])
+    byte = int(starts[overlap[0] + 1]) if overlap.size else None
+    # Reads against the writes below that byte: disjoint, so sorted by their ends too.
+    below = slice(0, overlap[0] + 1 if overlap.size else starts.size)
+    return _lowest(byte, _read_clash(reads, (starts[below], ends[below], cores[below])))
+
+
+def _cat(a: _Intervals, b: _Intervals) -> _Intervals:
+    return np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]]), np.concatenate([a[2], b[2]])
+
+
+def _other_core(mine: _Intervals, others: _Intervals) -> int | None:
+    """The lowest byte of ``mine`` that an interval of ``others`` of another core covers, or None."""
+    best: int | None = None
+    for core in np.unique(mine[2]):
+        starts, ends = mine[0][mine[2] == core], mine[1][mine[2] == core]
+        keep = others[2] != core
+        o_starts, o_ends = others[0][keep], others[1][keep]
+        if not o_starts.size:
+            continue
+        order = np.argsort(o_starts, kind="stable")  # (the other cores' bytes, joined)
+        o_starts, reach = o_starts[order], np.maximum.accumulate(o_ends[order])
+        first = np.searchsorted(reach, starts, side="right")  # the first whose reach passes the start
+        hit = first < o_starts.size
+        hit[hit] &= o_starts[first[hit]] < ends[hit]
+        if hit.any():
+            i = int(np.flatnonzero(hit)[0])
+            best = _lowest(best, max(int(starts[i]), int(o_starts[first[i]])))
+    return best
 
 
 def _read_clash(reads: _Intervals, writes: _Intervals) -> int | None:
@@ -218,14 +295,6 @@ def _read_clash(reads: _Intervals, writes: _Intervals) -> int | None:
                 best = _lowest(best, max(lo, int(w_start[j])))
                 break
     return best
-
-
-def _runs(layout: Layout) -> int:
-    """How many runs a block of ``layout`` has."""
-    count = 1
-    for n, _ in layout[2]:
-        count *= n
-    return count
 
 
 def _lowest(a: int | None, b: int | None) -> int | None:

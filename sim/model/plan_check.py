@@ -277,6 +277,7 @@ class _Checker:
         # ... and those to the bytes a phase's staged buffers fill, which the buffers' rules judge within their
         # phase; a window of several phases compares them with the other phases' accesses.
         self._withheld: list[Access] = []
+        self._window_from = 0  # the first phase of the window
         self._shared_levels = tuple((a.base, a.end) for a in self.levels if a.shared)
         self._core_races = CoreRaces(self._shared_byte)
         self._walk_races = WalkRaces(_sides_meet)
@@ -355,7 +356,7 @@ class _Checker:
             self._filled, self._filled_starts = (), []
             self._race_sides = {}
             if self._accesses is None and len(cores) > 1:
-                self._accesses = ([], [])
+                self._accesses, self._window_from = ([], []), self._phase_no
             marks = (len(self._accesses[0]), len(self._accesses[1])) if self._accesses is not None else (0, 0)
             for core, tiles in phase.tiles.items():
                 self.where.core, self.where.tile = None, None
@@ -392,8 +393,8 @@ class _Checker:
             if self._accesses is not None and (phase.barrier_after or self._phase_no == len(plan.phases) - 1):
                 # (a phase without a barrier after it lets each core walk on into the next: one window)
                 race = self._core_races.first(*self._accesses)
-                if race is None and self._withheld:  # (a window of several phases: only the buffers' own phase
-                    # orders the accesses to their bytes)
+                if race is None and self._withheld and self._phase_no > self._window_from:  # (a window of several
+                    # phases: only the buffers' own phase orders the accesses to their bytes)
                     race = self._core_races.across(self._withheld, [*self._withheld, *self._accesses[0],
                                                                     *self._accesses[1]])
                 self._core_race(race)
