@@ -23,7 +23,9 @@ Only the lowest byte found is traced back to the two accesses that touch it, for
 have more than :data:`MAX_RUNS_TOTAL` runs in all, the address range is taken a window at a time, halved until a
 window holds no more, lowest first (:mod:`sim.model.block_runs` finds the blocks' runs in a window).  A block that
 is not nested and has more than :data:`sim.model.block_overlap.MAX_RUNS_LISTED` runs is judged pair by pair
-against the other cores' accesses whose spans it overlaps (:func:`~sim.model.block_overlap.sides_meet`).
+against the other cores' accesses whose spans it overlaps (:func:`~sim.model.block_overlap.sides_meet`: exact
+against a block of at most that many runs, and taken not to meet a larger one: the rules refuse only the races
+they can prove).
 """
 
 from __future__ import annotations
