@@ -570,6 +570,9 @@ def _fill_reading_its_buffer(p, c, x) -> Plan:
     ("a tile loading into a staged buffer's bytes", _with_tiles_before(_fill(10, X, AM, "a")), "staging-alias",
      "tile 0 (slot 0) loads into [0x20000000, 0x20000800) of am, bytes of staged buffer 'a': only the tiles that "
      "fill a buffer may write its bytes"),
+    ("a broadcast store of 2**32 runs", lambda p, c, x: tile1(p, stores=(
+        Transfer(AM + 0x18000, Y, (1 << 16, 1 << 16), 4, (0, 4), (0, 0)),)), "bounds",
+     "store 0: its destination places 4294967296 contiguous runs, more than the 16777216 (2**24) a transfer may"),
     ("a fill reading bytes of the buffer it fills", _fill_reading_its_buffer, "staging-alias",
      "tile 12 (slot 0) loads from [0x20020000, 0x20020800) of am, bytes of staged buffer 'a', which it does not "
      "use"),

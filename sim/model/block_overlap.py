@@ -20,6 +20,7 @@ they can prove.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Sequence
 
@@ -42,9 +43,18 @@ Layout = tuple[int, int, tuple[tuple[int, int], ...]]
 def layout_of(t: Transfer, side: str) -> Layout:
     """The layout of side ``side`` ('src' or 'dst') of ``t``, as the set of bytes it covers (the module's
     docstring): its first byte, its run and its dimensions, outermost first."""
-    strides = t.src_strides if side == "src" else t.dst_strides
-    base = t.src if side == "src" else t.dst
-    run, dims = run_layout(t.shape, t.itemsize, strides)
+    if side == "src":
+        offset, run, dims = _shape_layout(t.shape, t.itemsize, t.src_strides)
+        return t.src + offset, run, dims
+    offset, run, dims = _shape_layout(t.shape, t.itemsize, t.dst_strides)
+    return t.dst + offset, run, dims
+
+
+@functools.lru_cache(maxsize=4096)
+def _shape_layout(shape: tuple[int, ...], itemsize: int, strides: tuple[int, ...]) -> Layout:
+    """:func:`layout_of` of a block at address 0 (the plans' blocks come in few shapes: worked out once each)."""
+    base = 0
+    run, dims = run_layout(shape, itemsize, strides)
     if any(s <= 0 for _, s in dims) or any(a[1] < b[1] for a, b in zip(dims, dims[1:])):
         # Turn backward dimensions round (from their lowest byte), drop broadcasts, largest stride outermost,
         # and let the innermost that continue the run join it.

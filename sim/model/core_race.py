@@ -68,8 +68,6 @@ class CoreRaces:
 
     def __init__(self, shared: Callable[[int], bool]):
         self.shared = shared
-        # (shape, strides, itemsize) of a transfer side -> its layout, less the side's address
-        self._layouts: dict[tuple, Layout] = {}
 
     def first(self, reads: Sequence[Access], writes: Sequence[Access]) -> Race | None:
         """The race at the lowest byte two cores touch, one writing, between two barriers; or None."""
@@ -192,15 +190,8 @@ class CoreRaces:
         return _merge([(np.concatenate(starts), np.concatenate(ends), np.concatenate(cores))] if starts else [])
 
     def _layout(self, a: Access) -> Layout:
-        """The layout of access ``a``'s bytes, worked out once per shape of block."""
-        t = a[4]
-        base, strides = (t.dst, t.dst_strides) if a[3] else (t.src, t.src_strides)
-        key = (t.shape, strides, t.itemsize)
-        got = self._layouts.get(key)
-        if got is None:
-            first, run, dims = layout_of(t, "dst" if a[3] else "src")
-            got = self._layouts[key] = (first - base, run, dims)
-        return base + got[0], got[1], got[2]
+        """The layout of access ``a``'s bytes."""
+        return layout_of(a[4], "dst" if a[3] else "src")
 
 
 #: Runs of accesses: ``(starts, ends, cores)``, int64 arrays.

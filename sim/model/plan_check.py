@@ -51,7 +51,8 @@ engine.  The rules, each with the id a :class:`~sim.errors.PlanError` names (see
   ``reductions`` and each issue count at most :data:`MAX_LOOP_COUNT` (2**32), ``Compute.flops`` at most
   :data:`MAX_TILE_FLOPS` (2**48), and (when the facade prices them) a tile's compute at most
   :data:`MAX_TILE_CYCLES` (2**40 cycles) and a core's computes in the plan at most
-  :data:`MAX_CORE_COMPUTE_CYCLES` (2**52);
+  :data:`MAX_CORE_COMPUTE_CYCLES` (2**52); each side of a transfer places at most :data:`MAX_TRANSFER_RUNS`
+  (2**24) contiguous runs (the engine walks them: a broadcast of 2**32 elements would exhaust memory);
 * ``staging-alias``: on one core, two tiles of different slots that the engine may run at the same time (a
   tile's loads overlap the previous tile's compute and stores, and a tile's stores the later tiles) never touch
   the same bytes of a per-core staging level with one of them writing (:mod:`sim.model.plan_alias`); two
@@ -97,6 +98,7 @@ from sim.model.plan import (
     TileFn,
     Transfer,
     parse_buffer_ref,
+    run_layout,
     stored,
     unit_class,
 )
@@ -114,6 +116,9 @@ MAX_TILE_FLOPS = 1 << 48
 #: plan (2**52): a run's cycles then stay far inside the 64-bit integers summaries and traces count them in.
 MAX_TILE_CYCLES = 1 << 40
 MAX_CORE_COMPUTE_CYCLES = 1 << 52
+
+#: Most contiguous runs a transfer's side may place (the DRAM's rows and the numerics walk them one by one).
+MAX_TRANSFER_RUNS = 1 << 24
 
 #: Most dimensions a transfer may have (a DMA descriptor's; numpy's arrays have at most 64, and a copy views
 #: each side with one more).
@@ -147,7 +152,8 @@ RULES: dict[str, str] = {
     "loop-units": "a compute's loops issue only on unit classes the core has, stores only on a load/store unit",
     "loop-registers": "a loop keeps live at most the vector registers the core has",
     "bounds": "a plan's counts are bounded: a loop's counts at most 2**32, a tile's flops at most 2**48, a tile's "
-              "compute at most 2**40 cycles and a core's computes at most 2**52",
+              "compute at most 2**40 cycles, a core's computes at most 2**52, and a transfer's runs at most 2**24 a "
+              "side",
     "staging-alias": "two tiles of a core that may be in flight at once (of different slots) never touch the same "
                      "staging bytes, one of them writing; staged buffers keep their bytes to themselves (only their "
                      "fills write them, only their users read them)",
@@ -714,11 +720,13 @@ class _Checker:
             key = (shape, ss, ds, item)
             offsets = self._spans.get(key)
             if offsets is None:
+                self._runs_bounded(shape, item, ss, ds, kind, index)
                 offsets = self._spans[key] = _span_offsets(shape, ss, ds, item)
             src_lo, src_hi, dst_lo, dst_hi = offsets
             spans = (t.src + src_lo, t.src + src_hi, t.dst + dst_lo, t.dst + dst_hi)
         else:  # numpy ints: worked out in Python ints (a narrow numpy int would overflow on a chip address)
             n_shape, n_item = tuple(map(int, shape)), int(item)
+            self._runs_bounded(n_shape, n_item, tuple(map(int, ss)), tuple(map(int, ds)), kind, index)
             spans = block_span(int(t.src), n_shape, n_item, tuple(map(int, ss))) + \
                 block_span(int(t.dst), n_shape, n_item, tuple(map(int, ds)))
         self._side(spans[0], spans[1], self.readable, False, t, kind, index)
@@ -748,6 +756,18 @@ class _Checker:
         if not d_local and d_hi > d_lo:
             self._race_side((d_lo, d_hi, True, t, "dst", kind, index))
         return spans
+
+    def _runs_bounded(self, shape: tuple[int, ...], itemsize: int, src_strides: tuple[int, ...],
+                      dst_strides: tuple[int, ...], kind: str, index: int) -> None:
+        """The ``bounds`` rule on a transfer's runs: each side places at most :data:`MAX_TRANSFER_RUNS`."""
+        for side, strides in (("source", src_strides), ("destination", dst_strides)):
+            runs = 1
+            for n, _ in run_layout(shape, itemsize, strides)[1]:
+                runs *= n
+            if runs > MAX_TRANSFER_RUNS:
+                raise self.fail("bounds", f"{kind} {index}: its {side} places {brief(runs)} contiguous runs, more "
+                                          f"than the {MAX_TRANSFER_RUNS} (2**24) a transfer may: the DMA engine and "
+                                          f"the DRAM rows are walked run by run")
 
     def _in_input(self, lo: int, hi: int) -> bool:
         """Whether ``[lo, hi)`` lies inside an input buffer of the call."""
