@@ -335,24 +335,30 @@ class AliasCheck:
             return None
         for core, tiles in phase.tiles.items():
             stores = [(s, owners[s]) for s in (None, int(core)) if s in owners]
+            if not stores:
+                continue
+            hull = (min(held[0][0] for _, held in stores), max(held[1][-1][1] for _, held in stores))
             for index, tile in enumerate(tiles):
-                found = self._touches(tile, stores)
+                found = self._touches(tile, stores, hull)
                 if found is not None:
                     self.core = int(core)
                     return Finding(index, found)
         return None
 
-    def _touches(self, tile: Tile, owned: Sequence[tuple[int | None, _Owned]]) -> str | None:
-        """What ``tile`` does wrong to staged buffers' bytes (``owned``: those of its core's levels, by store), or
-        None."""
-        spans = self.transfer_spans
-        # (what, writes, span, the transfer and side: None for a compute's operand, its span its bytes)
-        touched: list[tuple[str, bool, Span, tuple[Transfer, str] | None]] = \
-            [("loads from", False, spans(t)[:2], (t, "src")) for t in tile.loads] + \
-            [("stores from", False, spans(t)[:2], (t, "src")) for t in tile.stores]
-        if not tile.fills:
-            touched += [("loads into", True, spans(t)[2:], (t, "dst")) for t in tile.loads] + \
-                       [("stores into", True, spans(t)[2:], (t, "dst")) for t in tile.stores]
+    def _touches(self, tile: Tile, owned: Sequence[tuple[int | None, _Owned]], hull: Span) -> str | None:
+        """What ``tile`` does wrong to staged buffers' bytes (``owned``: those of its core's levels, by store;
+        ``hull``: their span), or None."""
+        lowest, highest = hull
+        # (what, writes, span, the transfer and side: None for a compute's operand, its span its bytes), of the
+        # spans that meet the hull (most miss it altogether)
+        touched: list[tuple[str, bool, Span, tuple[Transfer, str] | None]] = []
+        for kind, transfers in (("load", tile.loads), ("store", tile.stores)):
+            for t in transfers:
+                s_lo, s_hi, d_lo, d_hi = self.transfer_spans(t)
+                if s_lo < highest and lowest < s_hi:
+                    touched.append((f"{kind}s from", False, (s_lo, s_hi), (t, "src")))
+                if not tile.fills and d_lo < highest and lowest < d_hi:
+                    touched.append((f"{kind}s into", True, (d_lo, d_hi), (t, "dst")))
         if tile.compute is not None:
             outputs, inputs = self.compute_spans(tile.compute)
             touched += [("computes into", True, span, None) for span in outputs] + \
