@@ -536,6 +536,19 @@ def _reading_staged(p, c, x, uses: tuple[str, ...]) -> Plan:
     return dataclasses.replace(p, phases=(dataclasses.replace(phase, tiles={**phase.tiles, core: (*before, t1)}),))
 
 
+def _refilled_beside(p, c, x) -> Plan:
+    """One staging tile fills buffers g and h together (1 KiB); another refills h (generation 1, 2 KiB over the
+    same bytes and on); tile 1 uses g and reads the 2 KiB: h's refill may land while it reads."""
+    base = AM + 0x20000
+    p = _with_tiles_before(
+        Tile(10, (Transfer.contiguous(X, base, 1024),), None, (), fills=("g@0", "h@0")),
+        Tile(11, (Transfer.contiguous(X + 2048, base, 2048),), None, (), fills=("h@1",)))(p, c, x)
+    phase, core = p.phases[0], p.cores[0]
+    *before, t1 = phase.tiles[core]
+    t1 = dataclasses.replace(t1, uses=("g@0",), loads=(dataclasses.replace(t1.loads[0], src=base),))
+    return dataclasses.replace(p, phases=(dataclasses.replace(phase, tiles={**phase.tiles, core: (*before, t1)}),))
+
+
 def _fill_reading_its_buffer(p, c, x) -> Plan:
     """Buffer 'a' filled (generation 0), then generation 1 by two staging tiles: one copies a's first half into
     other bytes of 'a' while the other overwrites that half (the two stream together once a@0 is released)."""
@@ -573,6 +586,12 @@ def _fill_reading_its_buffer(p, c, x) -> Plan:
     ("a broadcast store of 2**32 runs", lambda p, c, x: tile1(p, stores=(
         Transfer(AM + 0x18000, Y, (1 << 16, 1 << 16), 4, (0, 4), (0, 0)),)), "bounds",
      "store 0: its destination places 4294967296 contiguous runs, more than the 16777216 (2**24) a transfer may"),
+    ("two fills of one generation writing the same bytes",
+     _with_tiles_before(_fill(10, X, AM + 0x20000, "a"), _fill(11, X + 2048, AM + 0x20000, "a")), "staging-alias",
+     "two staging tiles fill generation a@0 with the same bytes [0x20020000, 0x20020800) of am"),
+    ("a tile using one of two buffers filled together reading bytes the other refills", _refilled_beside,
+     "staging-alias", "tile 1 (slot 1) loads from [0x20020000, 0x20020800) of am, bytes of staged buffer 'h', "
+                      "which it does not use"),
     ("a fill reading bytes of the buffer it fills", _fill_reading_its_buffer, "staging-alias",
      "tile 12 (slot 0) loads from [0x20020000, 0x20020800) of am, bytes of staged buffer 'a', which it does not "
      "use"),

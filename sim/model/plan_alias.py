@@ -44,7 +44,7 @@ Spans = tuple[Span, ...]
 #: sources.  Tiles that reuse their slot's buffers have equal footprints; each distinct one gets a number.
 Footprint = tuple[Spans, Spans, Spans, Spans, Spans, Spans]
 #: A store's staged-buffer bytes: the starts, and the disjoint ``(lo, hi, names)`` in address order.
-_Owned = tuple[list[int], list[tuple[int, int, frozenset[str]]]]
+_Owned = tuple[list[int], list[tuple[int, int, frozenset[str], tuple[tuple[int, int, frozenset[str]], ...]]]]
 
 _EMPTY: Spans = ()
 
@@ -288,36 +288,51 @@ class AliasCheck:
         bytes without being one of its fills; None if none (``Finding.index`` is the later tile's position in
         its core's tiles, the core is :attr:`core`)."""
         # Per store (a core's own copy of the per-core levels, None for the shared ones): (lo, hi, the buffers the
-        # tile that loads them fills, core, its index).  A tile filling several buffers does not say which of its
-        # loads fills which: its bytes belong to them together.
-        filled: dict[int | None, list[tuple[int, int, frozenset[str], int, int]]] = {}
+        # tile that loads them fills, their generations, core, its index).  A tile filling several buffers does not
+        # say which of its loads fills which: its bytes belong to them together.
+        filled: dict[int | None, list[tuple[int, int, frozenset[str], frozenset[tuple[str, int]], int, int]]] = {}
         for core, tiles in phase.tiles.items():
             for index, tile in enumerate(tiles):
                 if not tile.fills:
                     continue
-                names = frozenset(parse(ref)[0] for ref in tile.fills)
+                gens = frozenset(parse(ref) for ref in tile.fills)
+                names = frozenset(name for name, _ in gens)
                 for t in tile.loads:
                     lo, hi = self.transfer_spans(t)[2:]
                     level = next((a for a in self.levels if a.base <= lo and hi <= a.end), None)
                     if level is not None and hi > lo:  # (its bytes, not its span: strided fills interleave)
                         filled.setdefault(None if level.shared else int(core), []).extend(
-                            (p_lo, p_hi, names, int(core), index)
+                            (p_lo, p_hi, names, gens, int(core), index)
                             for p_lo, p_hi in covered(layout_of(t, "dst")) or [(lo, hi)])
         owners: dict[int | None, _Owned] = {}
         for store, spans in filled.items():
             spans.sort(key=lambda e: (e[0], e[1]))
-            joined: list[list] = []  # [lo, hi, names]: the buffers' bytes, in address order
-            for lo, hi, names, core, index in spans:
-                if joined and lo < joined[-1][1]:
-                    if not names & joined[-1][2]:  # bytes of other buffers altogether
+            joined: list[list] = []  # [lo, hi, names, the fills' pieces]: the buffers' bytes, in address order
+            active: list[tuple] = []  # the pieces that reach past the one being added
+            for piece in spans:
+                lo, hi, names, gens, core, index = piece
+                active = [q for q in active if q[1] > lo]
+                for q in active:  # (each overlaps this one)
+                    shared = (lo, min(hi, q[1]))
+                    if not names & q[2]:  # bytes of other buffers altogether
                         self.core = core
-                        return Finding(index, self._buffer_words(joined[-1][2], names,
-                                                                 (lo, min(hi, joined[-1][1]))))
+                        return Finding(index, self._buffer_words(q[2], names, shared))
+                    both = gens & q[3]
+                    if both and (core, index) != (q[4], q[5]):
+                        self.core = core
+                        name, gen = min(both)
+                        return Finding(index, f"two staging tiles fill generation {name}@{gen} with the same bytes "
+                                              f"[{shared[0]:#x}, {shared[1]:#x}) of {self._level_of(lo)}: they "
+                                              f"stream at once, so which lands last would be a race; give each "
+                                              f"fill of a generation its own bytes")
+                active.append(piece)
+                if joined and lo < joined[-1][1]:
                     joined[-1][1] = max(joined[-1][1], hi)
                     joined[-1][2] = joined[-1][2] | names
+                    joined[-1][3].append((lo, hi, names))
                 else:
-                    joined.append([lo, hi, names])
-            owners[store] = ([lo for lo, _, _ in joined], [(lo, hi, names) for lo, hi, names in joined])
+                    joined.append([lo, hi, names, [(lo, hi, names)]])
+            owners[store] = ([e[0] for e in joined], [(e[0], e[1], e[2], tuple(e[3])) for e in joined])
         self._parse = parse
         self._found = {}
         return self._strangers(phase, owners)
@@ -401,18 +416,18 @@ def _names(names: frozenset[str]) -> str:
 
 
 def _owners(owned: _Owned, span: Span) -> list[tuple[Span, frozenset[str]]]:
-    """The entries of ``owned`` (disjoint ``(lo, hi, names)`` in address order, after the list of their starts)
-    that ``span`` shares bytes with: the shared bytes and the names of each."""
+    """The fills' pieces of ``owned`` (disjoint stretches ``(lo, hi, names, pieces)`` in address order, after the
+    list of their starts) that ``span`` shares bytes with: the shared bytes and the names of each."""
     lo, hi = span
     starts, entries = owned
     if hi <= lo:
         return []
     got = []
-    for b_lo, b_hi, names in entries[max(bisect.bisect_right(starts, lo) - 1, 0):]:
+    for b_lo, b_hi, _, pieces in entries[max(bisect.bisect_right(starts, lo) - 1, 0):]:
         if b_lo >= hi:
             break
         if b_hi > lo:
-            got.append(((max(lo, b_lo), min(hi, b_hi)), names))
+            got += [((max(lo, p_lo), min(hi, p_hi)), names) for p_lo, p_hi, names in pieces if p_lo < hi and lo < p_hi]
     return got
 
 

@@ -56,9 +56,9 @@ engine.  The rules, each with the id a :class:`~sim.errors.PlanError` names (see
 * ``staging-alias``: on one core, two tiles of different slots that the engine may run at the same time (a
   tile's loads overlap the previous tile's compute and stores, and a tile's stores the later tiles) never touch
   the same bytes of a per-core staging level with one of them writing (:mod:`sim.model.plan_alias`); two
-  staged buffers of a phase never fill the same bytes, only a buffer's fills write its bytes, and only tiles
-  that use a buffer read them.  A core's
-  tiles use at most 64 slots in a phase;
+  staged buffers of a phase never fill the same bytes, nor two staging tiles one generation's, only a buffer's
+  fills write its bytes, and only tiles that use a buffer read them.  A core's tiles use at most 64 slots in a
+  phase;
 * ``sync-transfers``: the transfers that name one ``Transfer.sync`` key (a synchronised transfer,
   :mod:`sim.model.sync`) lie in one phase, each on a different core, at one ``Transfer.priority`` (a key names one
   group in the whole plan).
