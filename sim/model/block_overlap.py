@@ -154,18 +154,28 @@ def run_starts(base: int, dims: Sequence[tuple[int, int]]) -> np.ndarray:
 def covered(layout: Layout) -> list[tuple[int, int]] | None:
     """The bytes of a block of ``layout`` as disjoint intervals in address order (its runs merged); None for a
     block of more than :data:`MAX_RUNS_LISTED` runs."""
-    base, run, dims = layout
+    got = covered_offsets(layout[1], layout[2])
+    if got is None:
+        return None
+    base = layout[0]
+    return [(base + lo, base + hi) for lo, hi in zip(got[0].tolist(), got[1].tolist())]
+
+
+@functools.lru_cache(maxsize=256)
+def covered_offsets(run: int, dims: tuple[tuple[int, int], ...]) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`covered` of a block at address 0, as arrays of starts and ends (worked out once per layout: tiles
+    reuse their slot's layouts)."""
     if not dims:
-        return [(base, base + run)]
+        return np.zeros(1, dtype=np.int64), np.full(1, run, dtype=np.int64)
     if run_count(dims) > MAX_RUNS_LISTED:
         return None
-    starts = np.sort(run_starts(base, dims))
+    starts = np.sort(run_starts(0, dims))
     reach = np.maximum.accumulate(starts + run)
     opens = np.ones(starts.size, dtype=bool)
     opens[1:] = starts[1:] > reach[:-1]
     first = np.flatnonzero(opens)
     last = np.append(first[1:], starts.size) - 1
-    return list(zip(starts[first].tolist(), reach[last].tolist()))
+    return starts[first], reach[last]
 
 
 def starts_at(base: int, dims: Sequence[tuple[int, int]], index: np.ndarray) -> np.ndarray:

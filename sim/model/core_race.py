@@ -11,21 +11,23 @@ per-core staging levels are each core's own, the same address naming other bytes
 out.
 
 The work is on byte sets, not on pairs of accesses (cores whose blocks of a matrix interleave have spans that all
-overlap, and comparing every access with every other core's would be quadratic): each access's runs are listed
-(with numpy, every access of one layout at once; an access repeated, as a streamed block reloaded each k block, is
-listed once), each core's writes and reads merged into disjoint intervals, and then
+overlap, and comparing every access with every other core's would be quadratic): the stretches of bytes each
+access covers are listed (with numpy, every access of one layout at once, :mod:`sim.model.block_runs`; an access
+repeated, as a streamed block reloaded each k block, is listed once), each core's writes and reads merged into
+disjoint intervals, and then
 
 - the cores' merged writes, sorted together, overlap only where two cores write the same byte;
 - a core's merged read meets another core's write when the writes it overlaps are not all its own (counted with a
   prefix sum per core).
 
 Only the lowest byte found is traced back to the two accesses that touch it, for the message.  When the accesses
-have more than :data:`MAX_RUNS_TOTAL` runs in all, the address range is taken a window at a time, halved until a
-window holds no more, lowest first (:mod:`sim.model.block_runs` finds the blocks' runs in a window).  A block that
-is not nested and has more than :data:`sim.model.block_overlap.MAX_RUNS_LISTED` runs is judged pair by pair
-against the other cores' accesses whose spans it overlaps (:func:`~sim.model.block_overlap.sides_meet`: exact
-against a block of at most that many runs, and taken not to meet a larger one: the rules refuse only the races
-they can prove).
+cover more than :data:`MAX_RUNS_TOTAL` stretches in all, the address range is taken a window at a time, halved
+until a window holds no more, lowest first.  In a window of several phases without a barrier, the accesses to a
+phase's staged buffers' bytes are compared the same way with the other phases' accesses (:meth:`CoreRaces.across`).
+A block that is not nested and has more than :data:`sim.model.block_overlap.MAX_RUNS_LISTED` runs is judged pair by
+pair against the other cores' accesses whose spans it overlaps (:func:`~sim.model.block_overlap.sides_meet`: exact
+against a block of at most that many runs, and taken not to meet a larger one: the rules refuse only the races they
+can prove).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.model.block_overlap import Layout, layout_of, run_count, run_starts, sides_meet
+from sim.model.block_overlap import Layout, layout_of, sides_meet
 from sim.model.block_runs import BlockGroup
 from sim.model.plan import Tile, Transfer
 
@@ -44,8 +46,8 @@ from sim.model.plan import Tile, Transfer
 #: stores (``kind``), in the phase named ``phase``.  (A plain tuple: a plan has one per transfer side.)
 Access = tuple[int, int, int, bool, Transfer, Tile, str, int, str]
 
-#: The most runs of the accesses listed at once (their arrays take about 80 bytes a run); past that, a window of the
-#: address range at a time.
+#: The most stretches of the accesses listed at once (their arrays take about 80 bytes each); past that, a window of
+#: the address range at a time.
 MAX_RUNS_TOTAL = 1 << 22
 
 #: Merged intervals of bytes: ``(starts, ends, cores)``, int64 arrays sorted by start.
@@ -87,75 +89,99 @@ class CoreRaces:
         reads = [a for a in unique.values() if not a[3] and id(a) not in apart]
         race = None
         if writes:
-            if sum(run_count(self._layout(a)[2]) for a in (*writes, *reads)) <= MAX_RUNS_TOTAL:
-                race = self._listed(reads, writes)
-            else:
-                race = self._windows(reads, writes)
+            listed = [*writes, *reads]
+            byte = self._scan(listed, [], min(a[0] for a in listed), max(a[1] for a in listed),
+                              lambda mine, _: _clash(_merge(mine[1]), _merge(mine[0])))
+            race = None if byte is None else self._race(byte, writes, reads)
+        return self._pairwise(huge, [*writes, *reads, *huge], race, lambda h, a: True)
+
+    def across(self, withheld: Sequence[Access], accesses: Sequence[Access]) -> Race | None:
+        """The first race between one of ``withheld`` (accesses to the bytes a phase's staged buffers fill) and one
+        of ``accesses`` of another core in another phase of the window, one writing: per phase, its withheld
+        accesses' byte sets against the other phases' accesses', over the span of its own."""
+        for phase in dict.fromkeys(w[8] for w in withheld):
+            mine = [w for w in withheld if w[8] == phase]
+            others = [a for a in accesses if a[8] != phase]
+            huge = [a for a in (*mine, *others) if not BlockGroup.listable(*self._layout(a)[1:])]
+            apart = {id(a) for a in huge}
+            mine_listed = [a for a in mine if id(a) not in apart]
+            others_listed = [a for a in others if id(a) not in apart]
+            byte = None
+            if mine_listed and others_listed:
+                def judge(m: tuple[list[_Runs], list[_Runs]], o: tuple[list[_Runs], list[_Runs]]) -> int | None:
+                    o_writes = _merge(o[1])
+                    return _lowest(_other_core(_merge(m[1]), _cat(o_writes, _merge(o[0]))),
+                                   _other_core(_merge(m[0]), o_writes))
+                byte = self._scan(mine_listed, others_listed, min(a[0] for a in mine_listed),
+                                  max(a[1] for a in mine_listed), judge)
+            race = None
+            if byte is not None:
+                race = self._pair_at(byte, mine_listed, others_listed)
+            race = self._pairwise([a for a in huge if a[8] == phase], others, race, lambda h, a: a[8] != h[8])
+            race = self._pairwise([a for a in huge if a[8] != phase], mine, race, lambda h, a: a[8] != h[8])
+            if race is not None:
+                return race
+        return None
+
+    def _scan(self, mine: Sequence[Access], others: Sequence[Access], lo: int, hi: int,
+              judge: Callable[[tuple[list[_Runs], list[_Runs]], tuple[list[_Runs], list[_Runs]]], int | None]
+              ) -> int | None:
+        """The lowest byte ``judge`` finds in ``[lo, hi)``, a window at a time: each holds at most
+        :data:`MAX_RUNS_TOTAL` stretches of the accesses (halved until it does, down to one byte), lowest first.
+        ``judge`` is given the stretches of ``mine`` and of ``others`` in the window (reads', writes'), clipped
+        to it."""
+        sides = [self._groups(mine), self._groups(others)]
+
+        def scan(lo: int, hi: int) -> int | None:
+            inside = [[(writing, group, group.within(lo, hi)) for writing, group in groups] for groups in sides]
+            count = sum(int((past - first).sum()) for part in inside for _, _, (first, past) in part)
+            if count > MAX_RUNS_TOTAL and hi - lo > 1:
+                mid = (lo + hi) // 2
+                left = scan(lo, mid)
+                return left if left is not None else scan(mid, hi)
+            listed: list[tuple[list[_Runs], list[_Runs]]] = []
+            for part in inside:
+                runs: tuple[list[_Runs], list[_Runs]] = ([], [])
+                for writing, group, (first, past) in part:
+                    starts, ends, cores = group.stretches(first, past)
+                    runs[writing].append((np.maximum(starts, lo), np.minimum(ends, hi), cores))
+                listed.append(runs)
+            return judge(listed[0], listed[1])
+
+        return scan(lo, hi)
+
+    def _groups(self, accesses: Sequence[Access]) -> list[tuple[bool, BlockGroup]]:
+        """``accesses`` as groups of one direction and layout (whether they write, the group)."""
+        found: dict[tuple, list[tuple[int, int]]] = {}  # (writes, run, dims) -> [(first byte, core)]
+        for a in accesses:
+            base, run, dims = self._layout(a)
+            found.setdefault((a[3], run, dims), []).append((base, a[2]))
+        return [(key[0], BlockGroup(key[1], key[2], np.array([b for b, _ in got], dtype=np.int64),
+                                    np.array([c for _, c in got], dtype=np.int64))) for key, got in found.items()]
+
+    def _pairwise(self, huge: Sequence[Access], accesses: Sequence[Access], race: Race | None,
+                  pairs: Callable[[Access, Access], bool]) -> Race | None:
+        """``race``, or a race at a lower byte between one of ``huge`` and one of ``accesses`` (of another core,
+        one writing, ``pairs`` allowing), judged pair by pair (:func:`~sim.model.block_overlap.sides_meet`)."""
         for h in huge:
-            for a in (*writes, *reads, *huge):
-                if (a[2] != h[2] and (a[3] or h[3]) and a[0] < h[1] and h[0] < a[1]
+            for a in accesses:
+                if (a[2] != h[2] and (a[3] or h[3]) and a[0] < h[1] and h[0] < a[1] and pairs(h, a)
                         and (race is None or max(a[0], h[0]) < race.shared[0])
                         and sides_meet(self._layout(h), self._layout(a))):
                     earlier, later = (a, h) if (a[0], not a[3]) <= (h[0], not h[3]) else (h, a)
                     race = Race(earlier, later, (later[0], min(a[1], h[1])))
         return race
 
-    def _windows(self, reads: Sequence[Access], writes: Sequence[Access]) -> Race | None:
-        """:meth:`_listed` a window of addresses at a time, each holding at most :data:`MAX_RUNS_TOTAL` runs of the
-        accesses (halved until it does), lowest first: the first window with a race has the lowest byte."""
-        found: dict[tuple, list[tuple[int, int]]] = {}  # (writes, run, dims) -> [(first byte, core)]
-        for a in (*writes, *reads):
-            base, run, dims = self._layout(a)
-            found.setdefault((a[3], run, dims), []).append((base, a[2]))
-        groups = [(key[0], BlockGroup(key[1], key[2], np.array([b for b, _ in got], dtype=np.int64),
-                                      np.array([c for _, c in got], dtype=np.int64))) for key, got in found.items()]
-
-        def clash(lo: int, hi: int) -> int | None:
-            inside = [(writing, group, group.within(lo, hi)) for writing, group in groups]
-            if sum(int((past - first).sum()) for _, _, (first, past) in inside) > MAX_RUNS_TOTAL and hi - lo > 1:
-                mid = (lo + hi) // 2
-                left = clash(lo, mid)
-                return left if left is not None else clash(mid, hi)
-            runs: tuple[list[_Runs], list[_Runs]] = ([], [])
-            for writing, group, (first, past) in inside:
-                at, cores = group.runs(first, past)
-                runs[writing].append((np.maximum(at, lo), np.minimum(at + group.run, hi), cores))
-            return _clash(_merge(runs[1]), _merge(runs[0]))
-
-        byte = clash(min(a[0] for a in (*writes, *reads)), max(a[1] for a in (*writes, *reads)))
-        return None if byte is None else self._race(byte, writes, reads)
-
-    def across(self, withheld: Sequence[Access], accesses: Sequence[Access]) -> Race | None:
-        """The first race between one of ``withheld`` (accesses to the bytes a phase's staged buffers fill) and one
-        of ``accesses`` of another core in another phase of the window, one writing: per phase, its withheld
-        accesses' byte sets against the other phases' accesses'."""
-        phases = list(dict.fromkeys(w[8] for w in withheld))
-        for phase in phases:
-            mine = [w for w in withheld if w[8] == phase]
-            others = [a for a in accesses if a[8] != phase]
-            if not others:
-                continue
-            origin = min(a[0] for a in (*mine, *others))
-            merged = [self._merged([a for a in group if a[3] == writing], origin)
-                      for group in (mine, others) for writing in (True, False)]
-            (m_writes, m_reads), (o_writes, o_reads) = merged[:2], merged[2:]
-            byte = _lowest(_other_core(m_writes, _cat(o_writes, o_reads)), _other_core(m_reads, o_writes))
-            if byte is not None:
-                byte += origin
-                touching = [a for a in (*mine, *others) if a[0] <= byte < a[1]
-                            and sides_meet(self._layout(a), (byte, 1, ()))]
-                for w in (a for a in touching if a[8] == phase):
-                    for a in touching:
-                        if a[8] != phase and a[2] != w[2] and (a[3] or w[3]):
-                            earlier, later = (a, w) if (a[0], not a[3]) <= (w[0], not w[3]) else (w, a)
-                            return Race(earlier, later, (byte, min(a[1], w[1])))
-        return None
-
-    def _listed(self, reads: Sequence[Access], writes: Sequence[Access]) -> Race | None:
-        """:meth:`first` over accesses whose runs are listed: the byte sets of the module's docstring."""
-        origin = min(a[0] for a in (*writes, *reads))
-        byte = _clash(self._merged(writes, origin), self._merged(reads, origin))
-        return None if byte is None else self._race(byte + origin, writes, reads)
+    def _pair_at(self, byte: int, mine: Sequence[Access], others: Sequence[Access]) -> Race:
+        """The race at ``byte`` between one of ``mine`` and one of ``others`` of another core, one writing."""
+        def touching(accesses: Sequence[Access]) -> list[Access]:
+            return [a for a in accesses if a[0] <= byte < a[1] and sides_meet(self._layout(a), (byte, 1, ()))]
+        for w in touching(mine):
+            for a in touching(others):
+                if a[2] != w[2] and (a[3] or w[3]):
+                    earlier, later = (a, w) if (a[0], not a[3]) <= (w[0], not w[3]) else (w, a)
+                    return Race(earlier, later, (byte, min(a[1], w[1])))
+        raise AssertionError(f"no two accesses touch byte {byte:#x}")  # (the byte sets said they do)
 
     def _race(self, byte: int, writes: Sequence[Access], reads: Sequence[Access]) -> Race:
         """The two accesses of different cores that touch ``byte``, one writing (the lowest such byte)."""
@@ -169,25 +195,6 @@ class CoreRaces:
                     earlier, later = (a, b) if (a[0], not a[3]) <= (b[0], not b[3]) else (b, a)
                     return Race(earlier, later, (byte, min(a[1], b[1])))
         raise AssertionError(f"no two cores' accesses touch byte {byte:#x}")  # (the byte sets said they do)
-
-    def _merged(self, accesses: Sequence[Access], origin: int) -> _Intervals:
-        """The bytes each core's ``accesses`` touch, as disjoint intervals per core (offsets from ``origin``)
-        sorted by start."""
-        groups: dict[tuple, dict[tuple[int, int], None]] = {}  # (run, dims) -> {(first byte, core)}
-        for a in accesses:
-            base, run, dims = self._layout(a)
-            groups.setdefault((run, dims), {})[(base - origin, a[2])] = None
-        starts: list[np.ndarray] = []
-        ends: list[np.ndarray] = []
-        cores: list[np.ndarray] = []
-        for (run, dims), firsts in groups.items():
-            offsets = run_starts(0, dims)
-            base_core = np.array(list(firsts), dtype=np.int64)
-            at = (base_core[:, :1] + offsets[None, :]).ravel()
-            starts.append(at)
-            ends.append(at + run)
-            cores.append(np.repeat(base_core[:, 1], offsets.size))
-        return _merge([(np.concatenate(starts), np.concatenate(ends), np.concatenate(cores))] if starts else [])
 
     def _layout(self, a: Access) -> Layout:
         """The layout of access ``a``'s bytes."""

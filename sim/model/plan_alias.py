@@ -32,7 +32,9 @@ import bisect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from sim.model.block_overlap import covered, layout_of
+import numpy as np
+
+from sim.model.block_overlap import Layout, covered, covered_offsets, layout_of
 from sim.model.plan import AnyBufferRef, Compute, Phase, Tile, Transfer, parse_buffer_ref
 from sim.model.target import StagingArea
 
@@ -390,9 +392,7 @@ class AliasCheck:
                 if hits is None:
                     hits = found[key] = _owners(held, span)  # (tiles reusing their slot's bytes ask again)
                 if hits and side is not None and not (len(hits) == 1 and hits[0][0] == span):
-                    pieces = covered(layout_of(*side))  # (its span meets gaps: its bytes decide)
-                    if pieces is not None:
-                        hits = [hit for piece in pieces for hit in _owners(held, piece)]
+                    hits = _met(hits, layout_of(*side))  # (its span meets gaps: its bytes decide)
                 for (lo, hi), names in hits:
                     if writes:
                         return (f"tile {tile.tile_id} (slot {tile.slot}) {verb} [{lo:#x}, {hi:#x}) of "
@@ -408,6 +408,20 @@ class AliasCheck:
                                 f"holds off its next generation's), so what it reads would be a race; name the "
                                 f"buffer in the tile's uses")
         return None
+
+
+def _met(hits: list[tuple[Span, frozenset[str]]], layout: Layout) -> list[tuple[Span, frozenset[str]]]:
+    """Those of ``hits`` (bytes of fills within a block's span) that the block's own bytes meet: where they do."""
+    got = covered_offsets(layout[1], layout[2])
+    if got is None:
+        return hits  # (a block of too many runs to list: judged by its span)
+    starts, ends = got[0] + layout[0], got[1] + layout[0]
+    met = []
+    for (lo, hi), names in hits:
+        k = int(np.searchsorted(ends, lo, side="right"))  # the first stretch of the block ending past lo
+        if k < starts.size and starts[k] < hi:
+            met.append(((max(lo, int(starts[k])), min(hi, int(ends[k]))), names))
+    return met
 
 
 def _names(names: frozenset[str]) -> str:

@@ -81,7 +81,7 @@ from typing import Any
 import numpy as np
 
 from sim.errors import PlanError, brief, one_line
-from sim.model.block_overlap import covered, layout_of, sides_meet
+from sim.model.block_overlap import covered, covered_offsets, layout_of, sides_meet
 from sim.model.buffer_reads import buffer_spans, read_uses
 from sim.model.call import BoundCall
 from sim.model.core_race import Access, CoreRaces, Race
@@ -784,8 +784,15 @@ class _Checker:
             return False
         if self._in_one_filled(lo, hi):
             return True  # (the common case: inside one stretch of filled bytes)
-        pieces = covered(layout_of(t, "dst" if writes else "src"))
-        return pieces is not None and all(self._in_one_filled(p_lo, p_hi) for p_lo, p_hi in pieces)
+        base, run, dims = layout_of(t, "dst" if writes else "src")
+        got = covered_offsets(run, dims)
+        if got is None:
+            return False
+        starts, ends = got[0] + base, got[1] + base
+        filled_starts = np.array(self._filled_starts, dtype=np.int64)
+        filled_ends = np.array([hi for _, hi in self._filled], dtype=np.int64)
+        i = np.searchsorted(filled_starts, starts, side="right") - 1
+        return bool(np.all((i >= 0) & (ends <= filled_ends[i.clip(0)])))
 
     def _in_one_filled(self, lo: int, hi: int) -> bool:
         """Whether ``[lo, hi)`` lies inside one stretch of the bytes the phase's staged buffers fill."""
