@@ -309,31 +309,25 @@ class AliasCheck:
         owners: dict[int | None, _Owned] = {}
         for store, spans in filled.items():
             spans.sort(key=lambda e: (e[0], e[1]))
-            joined: list[list] = []  # [lo, hi, names, the fills' pieces]: the buffers' bytes, in address order
-            active: list[tuple] = []  # the pieces that reach past the one being added
-            for piece in spans:
-                lo, hi, names, gens, core, index = piece
-                active = [q for q in active if q[1] > lo]
-                for q in active:  # (each overlaps this one)
-                    shared = (lo, min(hi, q[1]))
-                    if not names & q[2]:  # bytes of other buffers altogether
-                        self.core = core
-                        return Finding(index, self._buffer_words(q[2], names, shared))
-                    both = gens & q[3]
-                    if both and (core, index) != (q[4], q[5]):
-                        self.core = core
-                        name, gen = min(both)
-                        return Finding(index, f"two staging tiles fill generation {name}@{gen} with the same bytes "
-                                              f"[{shared[0]:#x}, {shared[1]:#x}) of {self._level_of(lo)}: they "
-                                              f"stream at once, so which lands last would be a race; give each "
-                                              f"fill of a generation its own bytes")
-                active.append(piece)
+            found = _filled_twice(spans)
+            if found is not None:
+                (lo, hi, names, gens, core, index), other, shared = found
+                self.core = core
+                if not names & other[2]:  # bytes of other buffers altogether
+                    return Finding(index, self._buffer_words(other[2], names, shared))
+                name, gen = min(gens & other[3])
+                return Finding(index, f"two staging tiles fill generation {name}@{gen} with the same bytes "
+                                      f"[{shared[0]:#x}, {shared[1]:#x}) of {self._level_of(lo)}: they stream at "
+                                      f"once, so which lands last would be a race; give each fill of a generation "
+                                      f"its own bytes")
+            joined: list[list] = []  # [lo, hi, names, {the fills' pieces}]: the buffers' bytes, in address order
+            for lo, hi, names, _, _, _ in spans:
                 if joined and lo < joined[-1][1]:
                     joined[-1][1] = max(joined[-1][1], hi)
                     joined[-1][2] = joined[-1][2] | names
-                    joined[-1][3].append((lo, hi, names))
+                    joined[-1][3][lo, hi, names] = None  # (the generations of a buffer refill the same pieces)
                 else:
-                    joined.append([lo, hi, names, [(lo, hi, names)]])
+                    joined.append([lo, hi, names, {(lo, hi, names): None}])
             owners[store] = ([e[0] for e in joined], [(e[0], e[1], e[2], tuple(e[3])) for e in joined])
         self._parse = parse
         self._found = {}
@@ -408,6 +402,31 @@ class AliasCheck:
                                 f"holds off its next generation's), so what it reads would be a race; name the "
                                 f"buffer in the tile's uses")
         return None
+
+
+#: A fill's piece of bytes: ``(lo, hi, the buffers its tile fills, their generations, core, its index)``.
+_Piece = tuple[int, int, frozenset[str], frozenset[tuple[str, int]], int, int]
+
+
+def _filled_twice(pieces: Sequence[_Piece]) -> tuple[_Piece, _Piece, Span] | None:
+    """Two of ``pieces`` (sorted by first byte) sharing bytes that no fill may share: of buffers with no name in
+    common, or of one generation filled by two tiles; with the shared bytes (the later piece first)."""
+    reach: dict[frozenset[str], _Piece] = {}  # per set of names, the piece reaching furthest so far
+    by_gen: dict[tuple[str, int], _Piece] = {}  # per generation, the piece reaching furthest so far
+    for piece in pieces:
+        lo, hi, names, gens = piece[:4]
+        for other in reach.values():
+            if other[1] > lo and not names & other[2]:
+                return piece, other, (lo, min(hi, other[1]))
+        for gen in gens:
+            prev = by_gen.get(gen)
+            if prev is not None and prev[1] > lo and (piece[4], piece[5]) != (prev[4], prev[5]):
+                return piece, prev, (lo, min(hi, prev[1]))
+        for key in (names, *gens):
+            table: dict = reach if key is names else by_gen
+            if key not in table or table[key][1] < hi:
+                table[key] = piece
+    return None
 
 
 def _met(hits: list[tuple[Span, frozenset[str]]], layout: Layout) -> list[tuple[Span, frozenset[str]]]:
