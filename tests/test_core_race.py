@@ -374,3 +374,20 @@ def test_overlapping_runs_are_listed_as_the_stretches_they_cover(monkeypatch):
     assert len(set(windows)) == 1
     race = rules.first(reads, [_store(0, Y + 856, (16,), (4,))])
     assert race is not None and race.shared[0] == Y + 856
+
+
+def test_a_strided_read_meeting_one_row_of_a_strided_buffer_is_judged_by_that_row():
+    """Buffer b fills GSM's even 1 KiB rows; a tile not using b reads rows 1 and 4 (a strided read whose span
+    covers rows 1 to 4): row 4 is b's, so the read races b's fill (refused), though rows 0 and 2, the first of b's
+    rows it spans, are not among its bytes."""
+    def breaker(p, c, x):
+        t0, t1 = p.phases[0].tiles[0]
+        g = x.level("gsm").base
+        fill = Tile(9, (Transfer(X, g, (4, 256), 4, (1024, 4), (2048, 4)),), None, (), 0, fills=("b@0",))
+        user = dataclasses.replace(t1, uses=("b@0",), loads=(Transfer.contiguous(g, t1.loads[0].dst, 1024),))
+        reader = dataclasses.replace(t0, tile_id=2, loads=(Transfer(g + 1024, t0.loads[0].dst, (2, 256), 4,
+                                                                    (3072, 4), (1024, 4)),))
+        return dataclasses.replace(p, phases=(dataclasses.replace(p.phases[0], tiles={0: (fill, user, reader)}),))
+    got = _run("row_four", breaker)
+    assert isinstance(got, sim.PlanError) and got.rule == "staging-alias", got
+    assert "loads from [0x40581000, 0x40581400) of gsm, bytes of staged buffer 'b', which it does not use" in str(got)

@@ -386,7 +386,9 @@ class AliasCheck:
                 if hits is None:
                     hits = found[key] = _owners(held, span)  # (tiles reusing their slot's bytes ask again)
                 if hits and side is not None and not (len(hits) == 1 and hits[0][0] == span):
-                    hits = _met(hits, layout_of(*side))  # (its span meets gaps: its bytes decide)
+                    layout = layout_of(*side)
+                    if layout[2]:  # (its span has gaps: its bytes decide, against every piece)
+                        hits = _met(_owners(held, span, every=True), layout)
                 for (lo, hi), names in hits:
                     if writes:
                         return (f"tile {tile.tile_id} (slot {tile.slot}) {verb} [{lo:#x}, {hi:#x}) of "
@@ -448,19 +450,24 @@ def _names(names: frozenset[str]) -> str:
     return " / ".join(repr(n) for n in sorted(names)[:4]) + (" ..." if len(names) > 4 else "")
 
 
-def _owners(owned: _Owned, span: Span) -> list[tuple[Span, frozenset[str]]]:
+def _owners(owned: _Owned, span: Span, every: bool = False) -> list[tuple[Span, frozenset[str]]]:
     """The fills' pieces of ``owned`` (disjoint stretches ``(lo, hi, names, pieces)`` in address order, after the
-    list of their starts) that ``span`` shares bytes with: the shared bytes and the names of each."""
+    list of their starts) that ``span`` shares bytes with: the shared bytes and the names of each; only the first
+    of each set of names unless ``every`` (the rules judge names, when the span's bytes are all the block's)."""
     lo, hi = span
     starts, entries = owned
     if hi <= lo:
         return []
-    got = []
+    got: list[tuple[Span, frozenset[str]]] = []
+    seen: set[frozenset[str]] = set()
     for b_lo, b_hi, _, pieces in entries[max(bisect.bisect_right(starts, lo) - 1, 0):]:
         if b_lo >= hi:
             break
         if b_hi > lo:
-            got += [((max(lo, p_lo), min(hi, p_hi)), names) for p_lo, p_hi, names in pieces if p_lo < hi and lo < p_hi]
+            for p_lo, p_hi, names in pieces:
+                if p_lo < hi and lo < p_hi and (every or names not in seen):
+                    seen.add(names)
+                    got.append(((max(lo, p_lo), min(hi, p_hi)), names))
     return got
 
 
