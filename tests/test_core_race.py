@@ -178,18 +178,24 @@ def _bytes(access) -> set[int]:
     return out
 
 
-@pytest.mark.parametrize("listed", ["all", "windows", "none"])
-def test_the_lowest_byte_two_cores_touch_one_writing_is_found_as_the_byte_sets_say(listed, monkeypatch):
-    """400 random sets of strided blocks (backward, zero, overlapping and transposed strides among them) on three
-    cores: a race is found exactly when one core writes a byte another core touches, at the lowest such byte, and
-    both accesses named touch it; also when at most 8 runs are listed at once (windows of the address range), and
-    when none is (every access judged pair by pair, as a block that is not nested and has too many runs is)."""
+def _listing(listed: str, monkeypatch) -> None:
+    """How CoreRaces lists runs: ``all`` at once, ``windows`` of at most 8 stretches, or ``none`` (every block
+    judged pair by pair, as one that is not nested and has too many runs is)."""
     import sim.model.block_runs as block_runs
     import sim.model.core_race as core_race
     if listed != "all":
         monkeypatch.setattr(core_race, "MAX_RUNS_TOTAL", 8)
     if listed == "none":
         monkeypatch.setattr(block_runs.BlockGroup, "listable", staticmethod(lambda run, dims: False))
+
+
+@pytest.mark.parametrize("listed", ["all", "windows", "none"])
+def test_the_lowest_byte_two_cores_touch_one_writing_is_found_as_the_byte_sets_say(listed, monkeypatch):
+    """400 random sets of strided blocks (backward, zero, overlapping and transposed strides among them) on three
+    cores: a race is found exactly when one core writes a byte another core touches, at the lowest such byte, and
+    both accesses named touch it; also when at most 8 runs are listed at once (windows of the address range), and
+    when none is (every access judged pair by pair, as a block that is not nested and has too many runs is)."""
+    _listing(listed, monkeypatch)
     rng = np.random.default_rng(7)
     rules = CoreRaces(lambda addr: True)
     for _ in range(400):
@@ -326,12 +332,7 @@ def test_the_staged_bytes_of_a_phase_are_compared_with_the_other_phases_accesses
     """300 random windows of two phases on three cores: ``across`` finds a race exactly when an access withheld in
     one phase (to its staged buffers' bytes) and an access of another core in the other phase share a byte, one
     writing, and names two such accesses; also a few stretches at a time, and pair by pair."""
-    import sim.model.block_runs as block_runs
-    import sim.model.core_race as core_race
-    if listed != "all":
-        monkeypatch.setattr(core_race, "MAX_RUNS_TOTAL", 8)
-    if listed == "none":
-        monkeypatch.setattr(block_runs.BlockGroup, "listable", staticmethod(lambda run, dims: False))
+    _listing(listed, monkeypatch)
     rng = np.random.default_rng(3)
     rules = CoreRaces(lambda addr: True)
     found = 0

@@ -218,14 +218,28 @@ def test_a_tile_whose_loads_wait_for_a_buffer_may_write_what_its_fill_read():
     x[512:1024] into y[0:512].  Tile 1's loads read g's bytes, so all of them wait for g's fill: the copy comes
     after the staging tile read y, and tile 1 doubles y's old values into y[512:1024]."""
     def change(tiles, ctx):
-        g = ctx.level("gsm").base
-        stage = Tile(0, (Transfer.contiguous(Y, g, 4 * HALF),), None, (), 0, fills=("g@0",))
-        user = _tile(ctx, 1, 0, g, Y + 4 * HALF, 0x10000)
-        return [stage, dataclasses.replace(user, uses=("g@0",), loads=user.loads + (
-            Transfer.contiguous(X + 4 * HALF, Y, 4 * HALF),))]
-    with sim.registered_kernel(Twice("waits_for_fill", _with(((0, X, None),), change))):
+        stage, user = _stage_and_user(ctx)
+        return [stage, dataclasses.replace(user, loads=user.loads + (_COPY,))]
+    _copies_after_the_fill("waits_for_fill", change)
+
+
+#: A load copying x[512:1024] into y[0:512], which the staging tile of :func:`_stage_and_user` reads.
+_COPY = Transfer.contiguous(X + 4 * HALF, Y, 4 * HALF)
+
+
+def _stage_and_user(ctx) -> tuple[Tile, Tile]:
+    """A staging tile copying y[0:512] into GSM (buffer g), and tile 1 (slot 0) using g: it doubles g into
+    y[512:1024]."""
+    g = ctx.level("gsm").base
+    stage = Tile(0, (Transfer.contiguous(Y, g, 4 * HALF),), None, (), 0, fills=("g@0",))
+    return stage, dataclasses.replace(_tile(ctx, 1, 0, g, Y + 4 * HALF, 0x10000), uses=("g@0",))
+
+
+def _copies_after_the_fill(name: str, change) -> None:
+    """Run ``change``'s tiles: they pass, the copy landing after the fill read y (y[512:1024] = 2 x 7)."""
+    with sim.registered_kernel(Twice(name, _with(((0, X, None),), change))):
         m = _machine()
-        m.call("fp_waits_for_fill_s", x=X, y=Y, n=N, core_mask=1)
+        m.call(f"fp_{name}_s", x=X, y=Y, n=N, core_mask=1)
     np.testing.assert_array_equal(m.read(Y, N, F32),
                                   np.concatenate([np.arange(HALF, N, dtype=F32), np.full(HALF, 14.0, F32)]))
 
@@ -235,14 +249,6 @@ def test_a_tile_after_the_first_user_in_its_slot_is_ordered_after_the_fill():
     x[512:1024] into y[0:512] among its loads.  Tile 2's loads wait for tile 1's stores, which follow its compute,
     which waited for the fill: ordered, so legal, and tile 1 doubles y's old values."""
     def change(tiles, ctx):
-        g = ctx.level("gsm").base
-        stage = Tile(0, (Transfer.contiguous(Y, g, 4 * HALF),), None, (), 0, fills=("g@0",))
-        user = dataclasses.replace(_tile(ctx, 1, 0, g, Y + 4 * HALF, 0x10000), uses=("g@0",))
         after = _tile(ctx, 2, 0, X, None, 0x10000)
-        return [stage, user, dataclasses.replace(after, loads=after.loads + (
-            Transfer.contiguous(X + 4 * HALF, Y, 4 * HALF),))]
-    with sim.registered_kernel(Twice("after_user", _with(((0, X, None),), change))):
-        m = _machine()
-        m.call("fp_after_user_s", x=X, y=Y, n=N, core_mask=1)
-    np.testing.assert_array_equal(m.read(Y, N, F32),
-                                  np.concatenate([np.arange(HALF, N, dtype=F32), np.full(HALF, 14.0, F32)]))
+        return [*_stage_and_user(ctx), dataclasses.replace(after, loads=after.loads + (_COPY,))]
+    _copies_after_the_fill("after_user", change)
