@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sim
-from sim.model.block_overlap import layout_of, sides_meet
+from sim.model.block_overlap import layout_of, run_count, sides_meet
 from sim.model.plan import Transfer
 
 BASE = 0xA0000000
@@ -153,6 +153,41 @@ def test_a_block_of_more_runs_than_are_listed_at_once_is_listed_a_part_at_a_time
         judged += 1
         assert _meet(*blocks) == bool(_bytes_of(blocks[0]) & _bytes_of(blocks[1])), blocks
     assert judged > 200
+
+
+def test_two_blocks_both_of_more_runs_than_are_listed_at_once_meet_exactly_when_their_bytes_do(monkeypatch):
+    """With at most 4 runs listed at once and none tried one by one, random blocks (any strides, nested or not)
+    of which both have more than 4 runs: the smaller is listed whole, the larger looked up 4 runs at a time, and
+    the answer is still the byte sets' (it was "apart" before, whatever the bytes)."""
+    import sim.model.block_overlap as block_overlap
+    monkeypatch.setattr(block_overlap, "MAX_RUNS_LISTED", 4)
+    monkeypatch.setattr(block_overlap, "MAX_RUNS_TRIED", 0)
+    rng = np.random.default_rng(12)
+    judged = meeting = 0
+    for _ in range(600):
+        blocks = []
+        for _ in range(2):
+            d = [(int(rng.integers(2, 6)), int(rng.integers(-40, 41))) for _ in range(int(rng.integers(2, 4)))]
+            blocks.append(Transfer(AM, BASE + 1000 + int(rng.integers(0, 200)), tuple(n for n, _ in d), 4,
+                                   tuple(4 for _ in d), tuple(4 * s for _, s in d)))
+        if min(run_count(layout_of(t, "dst")[2]) for t in blocks) <= 4:
+            continue
+        judged += 1
+        truth = bool(_bytes_of(blocks[0]) & _bytes_of(blocks[1]))
+        meeting += truth
+        assert _meet(*blocks) == truth, blocks
+    assert judged > 200 and 0 < meeting < judged
+
+
+def test_two_non_nested_blocks_of_over_a_million_runs_each_meet_at_their_one_shared_byte():
+    """Two writes of 2**20 + 2 overlapping 8-byte runs each (runs 4 bytes apart: not nested, more runs than are
+    listed at once), the second starting where the first ends but for its last 4 bytes: they share those, and one
+    float further on they share none."""
+    from sim.model.block_overlap import MAX_RUNS_LISTED
+    n = MAX_RUNS_LISTED + 2
+    first = Transfer(AM, BASE, (n, 2), 4, (0, 4), (4, 4))  # bytes [BASE, BASE + 4 n + 4)
+    assert _meet(first, Transfer(AM, BASE + 4 * n, (n, 2), 4, (0, 4), (4, 4)))
+    assert not _meet(first, Transfer(AM, BASE + 4 * n + 4, (n, 2), 4, (0, 4), (4, 4)))
 
 
 @pytest.mark.parametrize("second", [3, 2])

@@ -253,6 +253,19 @@ def test_an_access_of_more_runs_than_are_listed_is_judged_against_each_other_cor
     assert rules.first([], [many, _store(1, Y + 8 * 999 + 4, (2,), (4,))]) is not None
 
 
+def test_two_cores_writing_non_nested_blocks_of_over_a_million_runs_each_race_at_their_one_shared_float():
+    """Cores 0 and 1 each write 2**20 + 2 overlapping runs of two floats one float apart (not nested, more runs
+    than are listed at once: judged pair by pair), core 1's from where core 0's ends but for its last float: they
+    race there; a float further on, they do not."""
+    from sim.model.block_overlap import MAX_RUNS_LISTED
+    n = MAX_RUNS_LISTED + 2
+    rules = CoreRaces(lambda addr: True)
+    mine = _store(0, Y, (n, 2), (4, 4))  # floats [Y, Y + 4 n + 4)
+    race = rules.first([], [mine, _store(1, Y + 4 * n, (n, 2), (4, 4))])
+    assert race is not None and race.earlier is mine and race.shared[0] == Y + 4 * n
+    assert rules.first([], [mine, _store(1, Y + 4 * n + 4, (n, 2), (4, 4))]) is None
+
+
 def _fill(tile_id: int, src: int, dst: int, buffer: str = "g@0", nbytes: int = 1024) -> Tile:
     """A staging tile filling ``buffer`` with ``nbytes`` from ``src`` at ``dst``."""
     return Tile(tile_id, (Transfer.contiguous(src, dst, nbytes),), None, (), 0, fills=(buffer,))

@@ -13,9 +13,9 @@ dimension, trying at most two positions of a dimension whose runs the interval f
 blocks of the same one-dimensional layout meet when their offset is within a run of a point of the difference
 lattice, found the same way; otherwise the runs of the block with fewer are tried one by one, up to
 :data:`MAX_RUNS_TRIED`.  Past that, or for blocks that are not nested, the runs of the block with fewer are
-listed (up to :data:`MAX_RUNS_LISTED`) and the other's, a part at a time (up to :data:`MAX_RUNS_CHUNKED`), looked
-up in them with numpy.  Only blocks of more runs than that are taken not to meet: the rules refuse only the races
-they can prove.
+listed and sorted (up to :data:`MAX_RUNS_CHUNKED`, more than the plan check lets a transfer's side place: its
+``bounds`` rule caps them at 2**24) and the other's, :data:`MAX_RUNS_LISTED` at a time, looked up in them with
+numpy.  Only blocks of more runs than that are taken not to meet: no transfer that passed ``bounds`` has them.
 """
 
 from __future__ import annotations
@@ -30,10 +30,11 @@ from sim.model.plan import Transfer, run_layout
 
 #: The most runs of a block tried one by one against a nested block (beyond them: listed).
 MAX_RUNS_TRIED = 4096
-#: The most runs of a block listed at once (with numpy) to compare blocks of different layouts: the block of fewer
-#: runs is listed whole, the other a part at a time.
+#: The most runs of a block listed at once (with numpy) to compare blocks of different layouts: the block of more
+#: runs is looked up so many at a time in the other's, listed whole.
 MAX_RUNS_LISTED = 1 << 20
-#: The most runs of the larger block compared so, a part at a time; blocks of more are taken not to meet.
+#: The most runs of either block compared so; blocks of more are taken not to meet (above the 2**24 runs the plan
+#: check's ``bounds`` rule lets a transfer's side place).
 MAX_RUNS_CHUNKED = 1 << 26
 
 #: ``(first byte, bytes per run, dimensions (count, stride) outermost first)``.
@@ -190,15 +191,15 @@ def starts_at(base: int, dims: Sequence[tuple[int, int]], index: np.ndarray) -> 
 def _listed_meet(a: Layout, b: Layout) -> bool:
     """Whether ``a`` and ``b`` share a byte, by listing both blocks' runs: a run of one meets the other when the
     last of the other's runs starting below its end ends above its start (the other's runs are all as long).  The
-    block of fewer runs is listed whole (at most :data:`MAX_RUNS_LISTED`), the other a part at a time (up to
-    :data:`MAX_RUNS_CHUNKED` in all); blocks of more are taken not to meet."""
+    block of fewer runs is listed whole and sorted, the other :data:`MAX_RUNS_LISTED` runs at a time (up to
+    :data:`MAX_RUNS_CHUNKED` runs each); blocks of more are taken not to meet."""
     if run_count(a[2]) < run_count(b[2]):
         a, b = b, a
     (a_base, a_run, a_dims), (b_base, b_run, b_dims) = a, b
-    if run_count(b_dims) > MAX_RUNS_LISTED or run_count(a_dims) > MAX_RUNS_CHUNKED:
+    if run_count(a_dims) > MAX_RUNS_CHUNKED:
         return False
     origin = min(a_base, b_base)  # (offsets from it: the addresses' own values may not fit an int64 product)
-    b_starts = np.sort(run_starts(b_base - origin, b_dims))
+    b_starts = _sorted_starts(b_dims) + (b_base - origin)
     count = run_count(a_dims)
     for first in range(0, count, MAX_RUNS_LISTED):
         lo = starts_at(a_base - origin, a_dims, np.arange(first, min(count, first + MAX_RUNS_LISTED),
@@ -208,3 +209,12 @@ def _listed_meet(a: Layout, b: Layout) -> bool:
         if np.any(b_starts[last[ok]] + b_run > lo[ok]):
             return True
     return False
+
+
+@functools.lru_cache(maxsize=2)
+def _sorted_starts(dims: tuple[tuple[int, int], ...]) -> np.ndarray:
+    """The first bytes of the runs of a block at address 0, sorted (kept for the last few layouts: a huge block
+    listed against several others is listed once; read-only, since it is shared)."""
+    starts = np.sort(run_starts(0, dims))
+    starts.flags.writeable = False
+    return starts

@@ -25,9 +25,8 @@ cover more than :data:`MAX_RUNS_TOTAL` stretches in all, the address range is ta
 until a window holds no more, lowest first.  In a window of several phases without a barrier, the accesses to a
 phase's staged buffers' bytes are compared the same way with the other phases' accesses (:meth:`CoreRaces.across`).
 A block that is not nested and has more than :data:`sim.model.block_overlap.MAX_RUNS_LISTED` runs is judged pair by
-pair against the other cores' accesses whose spans it overlaps (:func:`~sim.model.block_overlap.sides_meet`: exact
-against a block of at most that many runs, and taken not to meet a larger one: the rules refuse only the races they
-can prove).
+pair against the other cores' accesses whose spans it overlaps (:func:`~sim.model.block_overlap.sides_meet`, exact
+for any two blocks whose transfers passed the ``bounds`` rule).
 """
 
 from __future__ import annotations
