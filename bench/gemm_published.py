@@ -9,7 +9,8 @@ kernel is a 6 x 96 fp32 one); they are a yardstick, not constants any number of 
 Sources: Yu et al., "Optimizing General Matrix Multiplications on Modern Multi-core DSPs", IPDPS 2024 (micro-
 kernel, single core, weak scaling); VVinstonSmith/BLAS-for-multi-core-DSP (irregular GEMM reports).
 ``--quick`` leaves out the 8-core weak-scaling runs (the slowest, minutes each; ``--weak`` runs only them, raising
-the plan-size budget for their 130,000 tiles); ``--nt`` prints only the table of the merged NT micro-kernel's cycles
+the plan-size budget for their 130,000 tiles; ``--weak-gsm-full`` runs them with M_G as tall as the GSM holds at each
+KA, on a quarter of the columns); ``--nt`` prints only the table of the merged NT micro-kernel's cycles
 (BLAS-for-multi-core-DSP, 相关说明/NT模式下微内核的合并与重叠); ``--nt-yu`` only the table of Yu et al.'s NT kernel
 and GEMM (one core, and the speed-up on 4 and 8 cores); ``--tt`` only TT against NN (BLAS-for-multi-core-DSP,
 相关说明/TT模式下GEMM两种实现方法的对比); ``--thin-b`` only the published thin-B runs (相关说明/不规则矩阵乘算法设计和
@@ -120,6 +121,35 @@ def weak_scaling_rows() -> None:
             print(f"| {ka} | {m_g} | about {pub}x | {scale:.2f}x | {scale / pub:.3f} | {one:.1%} / {eight:.1%} | "
                   f"{ddr_bytes / run.cycles:.1f} / {ddr_bytes / implied:.1f} | {run.tiling.tiling}; {s:.0f} s |",
                   flush=True)
+
+
+#: Columns per core of :func:`weak_scaling_gsm_full_rows` (a quarter of the published 1536: the A from GSM, B and C
+#: bytes per flop stay as they are, the plans a quarter as long).
+GSM_FULL_N_PER_CORE = 384
+
+
+def weak_scaling_gsm_full_rows() -> None:
+    """Yu et al.'s NN weak scaling with a GSM block as tall as the GSM holds at each KA (M_G = 1512 / 3024 / 6048
+    at KA = 512 / 256 / 128: one M_G x KA fp64 block in 6 MiB, an fp32 one in FT78NE's 3 MiB), and beside each the
+    M_G = 1512 row again, all on a quarter of the published columns per core (the full plans of M_G = 6048 hold
+    over a million tiles): Yu et al. do not give M_G per KA, and a taller block reads B less often."""
+    raise_plan_budget(1_200_000)
+    print("| KA | M = M_G | columns per core | published speed-up on 8 cores | dspsim | ratio | dspsim efficiency, "
+          "1 core / 8 cores | DDR B/cycle | seconds |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    n_core = GSM_FULL_N_PER_CORE
+    for ka, pub, _ in WEAK_SCALING:
+        for m_g in dict.fromkeys((YU_M_G * 512 // ka, YU_M_G)):
+            tiling = {"split": "n", "b_staging": "am", "c_home": "ddr", "a_loader": "core0", "a_buffers": 1,
+                      "k_block": ka, "m_block": m_g, "m_micro": 6, "m_panel": 6 * 512 // ka, "n_micro": 96,
+                      "n_block": 96}
+            one, _, s1 = efficiency(m_g, n_core, 2048, 1, {**tiling, "a_loader": "cores"})
+            eight, run, s8 = efficiency(m_g, n_core * 8, 2048, 8, tiling)
+            n, k, blocks = n_core * 8, 2048, 2048 // ka
+            ddr_bytes = 4 * (m_g * k + k * n + (2 * blocks - 1) * m_g * n)
+            scale = 8 * eight / one
+            print(f"| {ka} | {m_g} | {n_core} | about {pub}x | {scale:.2f}x | {scale / pub:.3f} | {one:.1%} / "
+                  f"{eight:.1%} | {ddr_bytes / run.cycles:.1f} | {s1 + s8:.0f} |", flush=True)
 
 
 #: The merged NT micro-kernel's published cycles (fp64 on FT-M7032; 3 x 6 blocks): (blocks m/3, n/6, k, the
@@ -307,6 +337,8 @@ if __name__ == "__main__":
         tt_rows()
     elif "--thin-c" in sys.argv:
         thin_c_rows()
+    elif "--weak-gsm-full" in sys.argv:
+        weak_scaling_gsm_full_rows()
     elif "--weak" in sys.argv:
         weak_scaling_rows()
     elif "--thin-b" in sys.argv:
