@@ -94,7 +94,8 @@ FORMULATION_DOC = ("direct: C = op(A)·op(B), A's rows in the panels, B's column
                    "in AM (every other key then names the blocks of Cᵀ's product). A call of C = Aᵀ·Bᵀ searches "
                    "transposed only (the published TT loop nest; direct when asked for); a thin C (fewer columns "
                    "than two vectors, at least that many rows) searches both, transposed first; any other call "
-                   "searches direct and has the key only where a tiling names it")
+                   "searches direct and has the key only where a tiling names it. The transposed formulation has no "
+                   "split k: a tiling asking for split k searches direct")
 
 
 def _formulations(call: BoundCall, ctx: PlanContext) -> tuple[dict[str, GemmPlanner], TilingSpace]:
@@ -108,7 +109,12 @@ def _formulations(call: BoundCall, ctx: PlanContext) -> tuple[dict[str, GemmPlan
     planner = GemmPlanner(call, ctx)
     asked, lanes = planner.asked, planner.lanes
     searched: tuple[str, ...]
-    if asked.trans_a and asked.trans_b:
+    if ctx.tiling and ctx.tiling.get("split") == "k" and "formulation" not in ctx.tiling and (
+            (asked.trans_a and asked.trans_b) or asked.n < 2 * lanes <= asked.m):
+        # split k asked for: the transposed formulation has none (GemmSpace.resolve), so the direct one is searched
+        planners = {f: planner if planner.formulation == f else GemmPlanner(call, ctx, f) for f in FORMULATIONS}
+        searched = ("direct",)
+    elif asked.trans_a and asked.trans_b:
         planners, searched = {"transposed": planner, "direct": GemmPlanner(call, ctx, "direct")}, ("transposed",)
     elif asked.n < 2 * lanes <= asked.m:
         planners, searched = {"transposed": GemmPlanner(call, ctx, "transposed"), "direct": planner}, \

@@ -185,6 +185,12 @@ class GemmCall:
             if t.c_home != "ddr":
                 raise KernelArgError(f"argument 'tiling.nt_kernel': {t.nt_kernel} adds each dot product into C's "
                                      f"rows in SM, which come from memory per k block: it goes with c_home ddr only")
+        if self.c_transposed and t.split == "k":
+            # (the reduce phase sums rows of C from the cores' partial rows; this formulation's partials are rows
+            # of Cᵀ, and its tiles reach C's rows only through their transpose on the way out)
+            raise KernelArgError("argument 'tiling.split': k does not go with formulation transposed: split k "
+                                 "sums the cores' partial rows of C, and the transposed formulation computes rows "
+                                 "of Cᵀ (use formulation direct, or split n or m)")
         regs = self._micro_registers(t.m_micro, t.n_micro, t.nt_kernel)
         if regs > self.core.vector_registers:
             raise KernelArgError(f"argument 'tiling.m_micro': a {t.m_micro}x{t.n_micro} micro-kernel keeps {regs} "

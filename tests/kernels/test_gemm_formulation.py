@@ -129,3 +129,28 @@ def test_a_full_tiling_is_checked_against_its_formulations_own_ranges():
     with pytest.raises(sim.SimError, match=r"tiling\.m_block': expected an integer in 1\.\.32"):
         _cycles(1024, 32, 512, core_mask=1, tiling=tiling)
     _cycles(1024, 32, 512, core_mask=1, tiling={**tiling, "m_block": 32})
+
+
+def test_split_k_is_refused_transposed_and_asking_for_it_searches_direct():
+    """Split k sums the cores' partial rows of C; the transposed formulation's partials are rows of Cᵀ, which the
+    reduce phase wrote as rows of C (a thin C with a row pitch past its columns came out wrong, its pitch's padding
+    overwritten).  Asked for with the transposed formulation, split k is refused naming the key, memory untouched;
+    asked for alone, the direct formulation is searched and C is right, its padding untouched."""
+    m, n, k, ldc = 64, 1, 257, 3
+    rng = np.random.default_rng(7)
+    a = rng.uniform(-1, 1, (m, k)).astype(np.float32)
+    b = rng.uniform(-1, 1, (k, n)).astype(np.float32)
+    c0 = rng.uniform(-1, 1, (m, ldc)).astype(np.float32)
+    s = sim.Simulator(FT, tuning_cache=False)
+    s.write(A, a)
+    s.write(B, b)
+    s.write(C, c0)
+    args = dict(a=A, b=B, c=C, m=m, n=n, k=k, ldc=ldc, beta=1, core_mask=0xFF)
+    with pytest.raises(sim.SimError, match=r"tiling\.split': k does not go with formulation transposed"):
+        s.call("fp_gemm_s", tiling={"formulation": "transposed", "split": "k"}, **args)
+    assert np.array_equal(s.read(C, m * ldc, np.float32).reshape(m, ldc), c0)
+    run = s.call("fp_gemm_s", tiling={"split": "k"}, **args)
+    assert (run.tiling.tiling["formulation"], run.tiling.tiling["split"]) == ("direct", "k")
+    got = s.read(C, m * ldc, np.float32).reshape(m, ldc)
+    np.testing.assert_allclose(got[:, :n], a @ b + c0[:, :n], rtol=1e-4, atol=1e-4)
+    assert np.array_equal(got[:, n:], c0[:, n:])
