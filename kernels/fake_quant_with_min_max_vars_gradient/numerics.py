@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from kernels.common.denormals import FLT_MIN, flushed
 from kernels.common.halves import F16, widened
 from sim.errors import KernelArgError
 
@@ -42,7 +43,8 @@ def nudge(min_value: float, max_value: float, num_bits: int, narrow_range: bool)
     whose range overflows fp32 give TensorFlow's infinite scale, and so a NaN nudged_min (0 x inf), which no input
     is below, above or inside.
     """
-    lo, hi = F32.type(min_value), F32.type(max_value)
+    # (each step in TensorFlow's float environment: subnormal operands and results are zeros, kernels.common.denormals)
+    lo, hi = flushed(F32.type(min_value)), flushed(F32.type(max_value))
     if not (np.isfinite(lo) and np.isfinite(hi)):
         raise KernelArgError(f"arguments 'min' and 'max': expected finite bounds, got min={float(lo)!r}, "
                              f"max={float(hi)!r}")
@@ -53,16 +55,16 @@ def nudge(min_value: float, max_value: float, num_bits: int, narrow_range: bool)
         return F32.type(-np.inf), F32.type(np.inf)
     qmin = F32.type(1 if narrow_range else 0)
     qmax = F32.type((1 << num_bits) - 1)
-    with np.errstate(over="ignore", invalid="ignore"):
-        scale = F32.type((hi - lo) / (qmax - qmin))
-        zp_from_min = F32.type(qmin - F32.type(lo / scale))
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        scale = flushed(F32.type(flushed(F32.type(hi - lo)) / (qmax - qmin)))
+        zp_from_min = F32.type(qmin - flushed(F32.type(lo / scale)))
         if zp_from_min < qmin:
             zp = qmin
         elif zp_from_min > qmax:
             zp = qmax
         else:
             zp = F32.type(_round_half_away(zp_from_min))
-        return F32.type(F32.type(qmin - zp) * scale), F32.type(F32.type(qmax - zp) * scale)
+        return flushed(F32.type(F32.type(qmin - zp) * scale)), flushed(F32.type(F32.type(qmax - zp) * scale))
 
 
 #: An fp16 value's place in a total order of its 65536 bit patterns, as a uint16 (:func:`_f16_order`): every
@@ -114,11 +116,15 @@ def _masks(x: np.ndarray, nudged_min: np.float32, nudged_max: np.float32,
             return below, above, np.zeros(x.shape, bool)
         return below, above, np.greater_equal(key, U16.type(65535 - (hi - lo)))  # keys lo..hi, moved to the top
     xf = x.astype(F32, copy=False)
-    below, above = np.less(xf, nudged_min), np.greater(xf, nudged_max)
+    # A subnormal input reads as zero (kernels.common.denormals): against a bound of zero it compares as zero, so
+    # the comparisons with zero move to the smallest normal values; against any other bound as it is.
+    below = np.less(xf, nudged_min) if nudged_min else np.less_equal(xf, -FLT_MIN)
+    above = np.greater(xf, nudged_max) if nudged_max else np.greater_equal(xf, FLT_MIN)
     if passes_all:
         return below, above, None
-    inside = np.greater_equal(xf, nudged_min)  # neither below nor above nor NaN (a NaN compares false both ways)
-    inside &= np.less_equal(xf, nudged_max)
+    # (neither below nor above nor NaN: a NaN compares false both ways)
+    inside = np.greater_equal(xf, nudged_min) if nudged_min else np.greater(xf, -FLT_MIN)
+    inside &= np.less_equal(xf, nudged_max) if nudged_max else np.less(xf, FLT_MIN)
     return below, above, inside
 
 
@@ -138,7 +144,7 @@ def _masked_sum(g: np.ndarray, mask: np.ndarray, finite: list[bool | None]) -> n
             finite[0] = bool(np.isfinite(g).all())
         if finite[0]:
             return F32.type(0)
-    return _times(g, mask).sum(dtype=F32)
+    return flushed(_times(g, mask).sum(dtype=F32))
 
 
 def masked(gradients: np.ndarray, inputs: np.ndarray, nudged_min: np.float32,
@@ -165,6 +171,10 @@ def masked(gradients: np.ndarray, inputs: np.ndarray, nudged_min: np.float32,
         bp = _sign_or_value(gradients, inside) if finite[0] else _times(g, inside).astype(F16)
     else:
         bp = _times(g, inside)
+        # A subnormal gradient reads as a zero of its sign (kernels.common.denormals): g x 1 is then that zero.
+        tiny = np.less(np.abs(bp), FLT_MIN)
+        if tiny.any():
+            np.multiply(bp, F32.type(0), out=bp, where=tiny)
     return bp, _masked_sum(g, below, finite), _masked_sum(g, above, finite)
 
 

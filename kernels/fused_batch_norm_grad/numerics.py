@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kernels.common.denormals import flushed, flushed_array
 from kernels.common.halves import widened
 from kernels.fused_batch_norm_grad.attrs import View
 
@@ -28,8 +29,9 @@ SPLITS = ("channels", "rows")
 
 
 def rsqrt_var(variance: np.ndarray, epsilon: float) -> np.ndarray:
-    """rsqrt(variance + epsilon) in fp32."""
-    v = np.asarray(variance, F32) + F32.type(epsilon)
+    """rsqrt(variance + epsilon) in fp32, subnormal operands and sums read as zeros (kernels.common.denormals: a
+    sum below the smallest normal value gives an infinite rs, as in TensorFlow)."""
+    v = flushed_array(flushed_array(variance) + flushed(F32.type(epsilon)))
     with np.errstate(invalid="ignore", divide="ignore"):
         return (F32.type(1.0) / np.sqrt(v)).astype(F32)
 
@@ -82,7 +84,7 @@ def x_backprop_infer(dy: np.ndarray, rs: np.ndarray, scale: np.ndarray) -> np.nd
 
 def rs_of(variance_or_rs: np.ndarray, epsilon: float | None) -> np.ndarray:
     """rsqrt(variance + epsilon), or the given rs itself when ``epsilon`` is None (BatchNormGrad's invar)."""
-    return rsqrt_var(variance_or_rs, epsilon) if epsilon is not None else np.asarray(variance_or_rs, F32)
+    return rsqrt_var(variance_or_rs, epsilon) if epsilon is not None else flushed_array(variance_or_rs)
 
 
 def batch_norm_backprop(x: np.ndarray, dy: np.ndarray, mean: np.ndarray, rs: np.ndarray, scale: np.ndarray,

@@ -18,6 +18,7 @@ from tilings import (
 )
 
 import sim
+from kernels.fake_quant_with_min_max_vars_gradient.numerics import fake_quant_gradient_reference
 from sim.testing import check_results
 
 KERNEL = "fake_quant_with_min_max_vars_gradient"
@@ -201,13 +202,35 @@ def test_a_range_that_overflows_fp32_nudges_as_tensorflow_does(chip, prefix):
 
 def test_input_exactly_on_fp32_nudged_bound_passes():
     # min=-0.1, max=127.4, 8 bits: fp32 nudging gives exactly [0, 127.5] (TensorFlow's test above);
-    # the float32 scale is 0.5 exactly, so 127.5 itself must pass and its successor must not.
+    # the float32 scale is 0.5 exactly, so 127.5 itself must pass and its successor must not; below 0, the
+    # negative value nearest it that TensorFlow's kernels do not read as 0 (the smallest normal one).
     x = np.array([0.0, 127.5, np.nextafter(np.float32(127.5), np.float32(200)),
-                  np.nextafter(np.float32(0), np.float32(-1))], np.float32)
+                  -np.finfo(np.float32).tiny], np.float32)
     g = np.array([1, 2, 4, 8], np.float32)
     check_kernel("FT78NE", "fp", "p", g, x, -0.1, 127.4, {"backprops_wrt_input": np.array([1, 2, 0, 0], np.float32),
                                                          "backprop_wrt_min": np.float32(8),
                                                          "backprop_wrt_max": np.float32(4)})
+
+
+def test_subnormal_inputs_and_gradients_read_as_zeros_as_in_tensorflow():
+    """TensorFlow's CPU kernels run with denormals flushed (flush-to-zero and denormals-are-zero,
+    ``port::ScopedFlushDenormal``): a subnormal input compares as a zero, so at a bound of 0 it is inside, and a
+    subnormal gradient multiplies as a zero of its sign.  Bounds [0, 1] (nudged exactly), then [-1, 0]."""
+    tiny = np.float32(1e-40)  # subnormal
+    x = np.array([-tiny, tiny, np.nextafter(np.float32(0), np.float32(-1)), 0.5, -np.finfo(np.float32).tiny],
+                 np.float32)
+    g = np.array([1, 2, 4, 8, 16], np.float32)
+    check_kernel("FT78NE", "fp", "p", g, x, 0.0, 1.0, {"backprops_wrt_input": np.array([1, 2, 4, 8, 0], np.float32),
+                                                       "backprop_wrt_min": np.float32(16),
+                                                       "backprop_wrt_max": np.float32(0)})
+    check_kernel("FT78NE", "fp", "p", g, x, -1.0, 0.0, {"backprops_wrt_input": np.array([1, 2, 4, 0, 16],
+                                                                                        np.float32),
+                                                        "backprop_wrt_min": np.float32(0),
+                                                        "backprop_wrt_max": np.float32(8)})
+    # A subnormal gradient: the input gradient is a zero of its sign, not the subnormal value.
+    got = fake_quant_gradient_reference(np.array([-tiny, tiny, 3.0], np.float32),
+                                        np.array([0.5, 0.5, 0.5], np.float32), -1.0, 1.0)[0]
+    assert got.tolist() == [0.0, 0.0, 3.0] and np.signbit(got).tolist() == [True, False, False]
 
 
 # -- refusals -------------------------------------------------------------------------------------

@@ -406,3 +406,15 @@ REFUSALS = [
 @pytest.mark.parametrize("symbol,args,tiling,error,match", REFUSALS, ids=[str(t) for _, _, t, _, _ in REFUSALS])
 def test_fused_batch_norm_grad_bad_tilings_are_refused(symbol, args, tiling, error, match):
     assert_refused(symbol, args, tiling, error, match)
+
+
+def test_rs_reads_subnormal_operands_and_sums_as_zeros_as_in_tensorflow():
+    """TensorFlow computes rsqrt(variance + epsilon) with denormals flushed (``port::ScopedFlushDenormal``): a
+    subnormal epsilon or variance is a zero, and a sum below the smallest normal value is one, so rs is infinite
+    where the plain fp32 sum would give about 1e20; a normal sum is untouched."""
+    from kernels.fused_batch_norm_grad.numerics import rs_of, rsqrt_var
+    tiny = np.float32(1e-40)
+    assert np.isposinf(rsqrt_var(np.array([0.0, tiny], np.float32), 1e-40)).all()
+    got = rsqrt_var(np.array([tiny, 4.0], np.float32), 1e-30)
+    assert got[0] == np.float32(1) / np.sqrt(np.float32(1e-30)) and got[1] == np.float32(0.5)
+    assert rs_of(np.array([tiny, 2.0], np.float32), None).tolist() == [0.0, 2.0]
