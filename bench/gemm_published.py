@@ -15,7 +15,8 @@ KA, on a quarter of the columns); ``--nt`` prints only the table of the merged N
 and GEMM (one core, and the speed-up on 4 and 8 cores); ``--tt`` only TT against NN (BLAS-for-multi-core-DSP,
 相关说明/TT模式下GEMM两种实现方法的对比); ``--thin-b`` only the published thin-B runs (相关说明/不规则矩阵乘算法设计和
 性能优化) against the default plan; ``--thin-c`` only thin C on one core, each formulation against the default plan;
-``--max-plan-tiles N`` raises the plan-size budget for this run.
+``--max-plan-tiles N`` raises the plan-size budget for this run; ``--target PATH`` runs on another target file
+(a variant of FT78NE's: an assumption changed).
 """
 
 from __future__ import annotations
@@ -327,6 +328,8 @@ def raise_plan_budget(tiles: int) -> None:
 
 
 if __name__ == "__main__":
+    if "--target" in sys.argv:
+        CHIP = sys.argv[sys.argv.index("--target") + 1]
     if "--max-plan-tiles" in sys.argv:
         raise_plan_budget(int(sys.argv[sys.argv.index("--max-plan-tiles") + 1]))
     if "--nt" in sys.argv:
