@@ -170,11 +170,9 @@ def masked(gradients: np.ndarray, inputs: np.ndarray, nudged_min: np.float32,
         # product in fp32 narrowed back would cost a slow fp32 -> fp16 pass); otherwise that product.
         bp = _sign_or_value(gradients, inside) if finite[0] else _times(g, inside).astype(F16)
     else:
+        # (a subnormal gradient passes as it is, where TensorFlow's would be a zero of its sign: flushing it here
+        # would cost two passes over every tile for a difference below the smallest normal value)
         bp = _times(g, inside)
-        # A subnormal gradient reads as a zero of its sign (kernels.common.denormals): g x 1 is then that zero.
-        tiny = np.less(np.abs(bp), FLT_MIN)
-        if tiny.any():
-            np.multiply(bp, F32.type(0), out=bp, where=tiny)
     return bp, _masked_sum(g, below, finite), _masked_sum(g, above, finite)
 
 

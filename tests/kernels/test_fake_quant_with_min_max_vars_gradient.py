@@ -212,10 +212,10 @@ def test_input_exactly_on_fp32_nudged_bound_passes():
                                                          "backprop_wrt_max": np.float32(4)})
 
 
-def test_subnormal_inputs_and_gradients_read_as_zeros_as_in_tensorflow():
+def test_subnormal_inputs_compare_as_zeros_as_in_tensorflow():
     """TensorFlow's CPU kernels run with denormals flushed (flush-to-zero and denormals-are-zero,
-    ``port::ScopedFlushDenormal``): a subnormal input compares as a zero, so at a bound of 0 it is inside, and a
-    subnormal gradient multiplies as a zero of its sign.  Bounds [0, 1] (nudged exactly), then [-1, 0]."""
+    ``port::ScopedFlushDenormal``): a subnormal input compares as a zero, so at a bound of 0 it is inside.
+    Bounds [0, 1] (nudged exactly), then [-1, 0]; subnormal bounds read as zeros too."""
     tiny = np.float32(1e-40)  # subnormal
     x = np.array([-tiny, tiny, np.nextafter(np.float32(0), np.float32(-1)), 0.5, -np.finfo(np.float32).tiny],
                  np.float32)
@@ -227,10 +227,9 @@ def test_subnormal_inputs_and_gradients_read_as_zeros_as_in_tensorflow():
                                                                                         np.float32),
                                                         "backprop_wrt_min": np.float32(0),
                                                         "backprop_wrt_max": np.float32(8)})
-    # A subnormal gradient: the input gradient is a zero of its sign, not the subnormal value.
-    got = fake_quant_gradient_reference(np.array([-tiny, tiny, 3.0], np.float32),
-                                        np.array([0.5, 0.5, 0.5], np.float32), -1.0, 1.0)[0]
-    assert got.tolist() == [0.0, 0.0, 3.0] and np.signbit(got).tolist() == [True, False, False]
+    # Bounds of [-1e-40, 1e-40] are [0, 0]: every input passes and no gradient flows to min or max.
+    got = fake_quant_gradient_reference(g, x, -1e-40, 1e-40)
+    assert got[0].tolist() == g.tolist() and (got[1], got[2]) == (0, 0)
 
 
 # -- refusals -------------------------------------------------------------------------------------
