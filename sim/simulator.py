@@ -31,6 +31,7 @@ from kernels.registry import (
     symbols,
     unregister_kernel,  # noqa: F401 (re-exported: sim.unregister_kernel)
 )
+from sim.callbacks import check_callback
 from sim.engine.collector import collector_paused
 from sim.engine.engine import Engine, SimulatedTiming, simulate
 from sim.engine.events import Recorder
@@ -299,6 +300,7 @@ class Simulator:
         (candidates planned of those the kernel lists; a total of 0 while it lists them) and ``pricing tilings``
         (tiles simulated of all the candidates' tiles; a candidate stopped early counts as done).
         """
+        check_callback(progress, "plan_with_choice", "progress", "(phase, done, total)", 3)
         call, entry, choice = self._plan_entry(symbol, tiling, progress, kwargs)
         return call, entry.plan, choice
 
@@ -374,13 +376,17 @@ class Simulator:
         if numerics:
             self._reserve_outputs(call)
         try:
-            if timing is None:
-                timing = simulate(entry.plan, self.target, self.memory, numerics=numerics,
-                                  on_tile=progress)
-                assert timing is not None  # run to the end (no until_cycles)
-                entry.timing = timing
-            elif numerics:  # simulated before (by the tiling search or an earlier call): only the bytes move now
-                Engine(self.target, self.memory, Recorder(), on_tile=progress).replay(timing.effects)
+            # The tiles compute IEEE results as the chip does, without numpy's warnings of overflow, invalid and
+            # divide (which a caller's warning filters would turn into errors from inside a kernel); the caller's
+            # progress callback hears the tiles under the caller's own settings.
+            tick = _under_errstate(progress, np.geterr()) if progress is not None else None
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                if timing is None:
+                    timing = simulate(entry.plan, self.target, self.memory, numerics=numerics, on_tile=tick)
+                    assert timing is not None  # run to the end (no until_cycles)
+                    entry.timing = timing
+                elif numerics:  # simulated before (by the tiling search or an earlier call): only the bytes move
+                    Engine(self.target, self.memory, Recorder(), on_tile=tick).replay(timing.effects)
         except ComputeOutputError as e:  # the engine knows the core and the tile: name the kernel and phase too
             raise e.located(kernel, _phase_of(entry.plan, e.core, e.tile_object)) from None
         except MemoryFault as e:
@@ -470,8 +476,7 @@ class Simulator:
         t0 = time.perf_counter()
         if not isinstance(numerics, (bool, np.bool_)):
             raise KernelArgError(f"call: 'numerics' must be True or False, got {brief(numerics)}")
-        if progress is not None and not callable(progress):
-            raise KernelArgError(f"call: 'progress' must be a callable or None, got {brief(progress)}")
+        check_callback(progress, "call", "progress", "(tiles, cycle)", 2)
         limit = checked_time_limit(time_limit_seconds)
         if self._running is not None:
             raise NestedCallError(f"call: {symbol_text(symbol)} was called while {self._running} runs on the same "
@@ -500,6 +505,15 @@ def _alive(ref: weakref.ReferenceType[Simulator]) -> Simulator:
     sim = ref()
     assert sim is not None
     return sim
+
+
+def _under_errstate(progress: Callable[[int, int], None], settings: Any) -> Callable[[int, int], None]:
+    """``progress`` called under numpy's floating-point ``settings`` (``np.geterr()`` of the caller, outside the
+    tiles' own)."""
+    def tick(tiles: int, cycle: int) -> None:
+        with np.errstate(**settings):
+            progress(tiles, cycle)
+    return tick
 
 
 def _add_note(e: BaseException, note: str) -> None:

@@ -301,3 +301,42 @@ def test_a_limit_that_expires_while_its_watchdog_starts_is_a_time_limit_error(mo
     monkeypatch.setattr(time_limit._Watchdog, "start", slow_start)
     with pytest.raises(sim.TimeLimitError, match="too slow"):
         time_limit.run_within(0.001, lambda: "too slow", lambda: None)
+
+
+# --- callbacks and numpy's floating-point warnings ------------------------------------------------------------
+
+@pytest.mark.parametrize("callback", [lambda tiles: None, lambda: None, lambda *, tiles, cycle: None])
+def test_a_progress_callback_that_cannot_take_tiles_and_cycle_is_refused_naming_it(callback):
+    """A callback that does not take (tiles, cycle) is refused before anything runs, naming the argument, and
+    memory stays as it was (it failed from inside the engine with the caller's own TypeError before); likewise a
+    search's progress callback that does not take (phase, done, total)."""
+    m = _twice_machine()
+    with pytest.raises(sim.KernelArgError, match=r"call: 'progress' is called as progress\(tiles, cycle\)"):
+        with sim.registered_kernel(Twice("cb_arity")):
+            m.call("fp_cb_arity_s", progress=callback, **TWICE_ARGS)
+    assert (m.read(Y, N, F32) == SENTINEL).all()
+    with pytest.raises(sim.KernelArgError, match=r"plan_with_choice: 'progress' is called as "
+                                                 r"progress\(phase, done, total\)"):
+        m.plan_with_choice("fp_gemm_s", a=0x80000000, b=0x90000000, c=0xA0000000, m=64, n=64, k=64,
+                           progress=lambda phase: None)
+
+
+def test_tiles_compute_without_numpy_warnings_and_the_callback_keeps_the_callers_settings():
+    """An fp16 FusedBatchNormGrad whose x_backprop overflows fp16 (variance 0, so rs = 1/sqrt(epsilon)): its tiles
+    compute inf as the chip does, with no RuntimeWarning, so warnings made errors do not break the call; the
+    progress callback runs under the caller's own numpy settings."""
+    import warnings
+
+    from kernels.examples import example
+    e = example("fused_batch_norm_grad", "small", "MT7004", "hp", "s")
+    args = {**e.args, "reserve_space_2": 0x80000000}  # (memory never written there: a variance of zeros)
+    m = sim.Simulator(e.chip, tuning_cache=False)
+    e.place(m.write)
+    seen: list[dict] = []
+    with np.errstate(over="raise"), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run = m.call(e.symbol, progress=lambda tiles, cycle: seen.append(np.geterr()), **args)
+        again = m.call(e.symbol, progress=lambda tiles, cycle: seen.append(np.geterr()), **args)  # (replayed)
+    assert run.cycles == again.cycles and seen and all(s["over"] == "raise" for s in seen)
+    dx = m.read(args["x_backprop"], int(np.prod(args["shape"])), np.float16)
+    assert np.isinf(dx).any()
