@@ -27,7 +27,7 @@ from fractions import Fraction
 from typing import TypeVar, cast
 
 from sim.errors import SimError
-from sim.model.dram import NO_ROWS, RowUse, row_use, run_row_use
+from sim.model.dram import NO_ROWS, RowUse, copy_row_use, row_use, run_row_use
 from sim.model.memo import memoized
 from sim.model.memory import MemoryMap
 from sim.model.plan import REDUCE, Compute, Loop, Plan, Transfer, unit_class
@@ -75,15 +75,41 @@ def side_rows(t: Transfer, side: str, region: Region) -> RowUse:
     return use
 
 
-def row_demands(src: Region, dst: Region, src_rows: RowUse, dst_rows: RowUse) -> tuple[tuple[Region, int, int], ...]:
-    """What a transfer asks of the DRAM rows it crosses: ``(region, activations, least cycles)`` per region with
-    rows, the least cycles its busiest bank's repeats take at tRC (:meth:`~sim.model.dram.RowUse.bank_cycles`); a
-    copy within one region adds both sides' activations and takes the slower side's banks."""
+def copy_rows(t: Transfer, region: Region) -> RowUse:
+    """The DRAM rows a copy ``t`` within DRAM ``region`` opens, its reads and writes walked as the controller serves
+    them (:func:`sim.model.dram.copy_row_use`); kept on the transfer as :func:`side_rows` keeps its sides'."""
+    kept = t.__dict__.get("_copy_rows")
+    if kept is not None and kept[0] is region:
+        return kept[1]
+    rows = region.rows
+    assert rows is not None
+    use = copy_row_use(rows, t.src - region.base, t.dst - region.base, t.shape, t.itemsize, t.src_strides,
+                       t.dst_strides)
+    t.__dict__["_copy_rows"] = (region, use)
+    return use
+
+
+def transfer_rows(t: Transfer, src: Region | None, dst: Region | None) -> tuple[tuple[Region, RowUse], ...]:
+    """The DRAM rows ``t`` opens in each region with rows it crosses (a side whose region is None left out): each
+    side's (:func:`side_rows`); a copy within one DRAM whose bus turns, its reads and writes as one walk
+    (:func:`copy_rows`: a read row and a write row in one bank reopen each other at every batch of writes)."""
+    if src is dst and src is not None and src.rows is not None and src.rows.turns_around:
+        return ((src, copy_rows(t, src)),)
+    return tuple((region, side_rows(t, side, region)) for side, region in (("src", src), ("dst", dst))
+                 if region is not None and region.rows is not None)
+
+
+def row_demands(t: Transfer, src: Region, dst: Region) -> tuple[tuple[Region, int, int], ...]:
+    """What transfer ``t`` asks of the DRAM rows it crosses: ``(region, activations, least cycles)`` per region
+    with rows (:func:`transfer_rows`), the least cycles its busiest bank's repeats take at tRC
+    (:meth:`~sim.model.dram.RowUse.bank_cycles`); a copy within a DRAM whose bus does not turn adds both sides'
+    activations and takes the slower side's banks."""
     if src.rows is None and dst.rows is None:
         return ()
     out: list[tuple[Region, int, int]] = []
-    for region, use in ((src, src_rows), (dst, dst_rows)):
-        if region.rows is None or not use.activations:
+    for region, use in transfer_rows(t, src, dst):
+        assert region.rows is not None
+        if not use.activations:
             continue
         least = use.bank_cycles(region.rows)
         if out and out[0][0] is region:
@@ -180,7 +206,7 @@ def stream_cycles(t: Transfer, src: Region, dst: Region, dma: DmaModel) -> int:
     worst = Fraction(engine_bytes(t, sb, db, dma)) / exact_rate(dma.engine_bytes_per_cycle)
     for region, nbytes in stream_demands(src, dst, sb, db):
         worst = max(worst, nbytes / exact_rate(region.bandwidth_bytes_per_cycle))
-    for region, activations, least in row_demands(src, dst, side_rows(t, "src", src), side_rows(t, "dst", dst)):
+    for region, activations, least in row_demands(t, src, dst):
         worst = max(worst, activations / activation_rate(region), Fraction(least))
     return math.ceil(worst)
 
@@ -570,16 +596,13 @@ def roofline(plan: Plan, target: Target) -> Roofline:
                                 synced = True  # its memory side is its group's (below)
                                 continue
                             # Each side's region is the one holding the block's lowest byte.
-                            r = region_of(t.src + geometry.src_span[0])
-                            if r is not None:
-                                seg_bytes[r.name] += size
-                                if r.rows is not None:
-                                    seg_rows[r.name] += side_rows(t, "src", r).activations
-                            r = region_of(t.dst + geometry.dst_span[0])
-                            if r is not None:
-                                seg_bytes[r.name] += size
-                                if r.rows is not None:
-                                    seg_rows[r.name] += side_rows(t, "dst", r).activations
+                            r_src = region_of(t.src + geometry.src_span[0])
+                            r_dst = region_of(t.dst + geometry.dst_span[0])
+                            for r in (r_src, r_dst):
+                                if r is not None:
+                                    seg_bytes[r.name] += size
+                            for r, use in transfer_rows(t, r_src, r_dst):
+                                seg_rows[r.name] += use.activations
                 seg_loops[core] += core_loops
                 seg_core_bytes[core] += core_transfer_bytes
         if cuts:
@@ -695,9 +718,9 @@ def landed_cycles(transfers: Iterable[tuple[int, Transfer, Region, Region]], tar
                 regions[region.name] = region
                 region_bytes[region.name] = region_bytes.get(region.name, 0) + nbytes
                 region_latency[region.name] = min(region_latency.get(region.name, latency), latency)
-        for side, region in (("src", src), ("dst", dst)):
-            if region.shared and region.rows is not None:
-                region_rows[region.name] = region_rows.get(region.name, 0) + side_rows(t, side, region).activations
+        for region, use in transfer_rows(t, src, dst):
+            if region.shared:
+                region_rows[region.name] = region_rows.get(region.name, 0) + use.activations
     if not alone:
         return 0
     alone.sort(key=lambda a: a[0], reverse=True)

@@ -240,3 +240,87 @@ def test_the_html_report_lists_the_rows():
     html = report_html(run)
     assert "<dt>DRAM rows</dt><dd>ddr: " in html and "row activations in" in html
     assert "set by ddr rows" in html
+
+
+# --- a copy within DDR: its reads and writes walk the rows as one stream ----------------------------------------
+
+def _copy_walk(rows: DramRows, src: int, dst: int, shape: tuple[int, ...], item: int, ss: tuple[int, ...],
+               ds: tuple[int, ...]) -> tuple[int, int]:
+    """(activations, busiest bank's) by hand: the copy's bytes in element order, a batch of write_batch_bytes
+    read, then written, byte by byte, one open row per bank."""
+    import itertools
+    order = []
+    for ks in itertools.product(*(range(n) for n in shape)):
+        s = src + sum(k * st for k, st in zip(ks, ss))
+        d = dst + sum(k * st for k, st in zip(ks, ds))
+        order += [(s + i, d + i) for i in range(item)]
+    open_row: dict[int, int] = {}
+    per_bank: dict[int, int] = {}
+    batch = rows.write_batch_bytes
+    for k in range(0, len(order), batch):
+        for side in (0, 1):
+            for pair in order[k:k + batch]:
+                r = pair[side] // rows.row_bytes
+                b = r % rows.banks
+                if open_row.get(b) != r:
+                    open_row[b] = r
+                    per_bank[b] = per_bank.get(b, 0) + 1
+    return sum(per_bank.values()), max(per_bank.values())
+
+
+def test_a_copys_rows_are_its_reads_and_writes_walked_batch_by_batch():
+    """Random small copies within FT78NE's DDR (a 64-byte row and a 96-byte write batch, so that runs cross rows
+    and batches), against the walk by hand: the reads of each batch of the controller's write queue, then its
+    writes, one open row per bank shared by both."""
+    from sim.model.dram import copy_row_use
+    rows = dataclasses.replace(ROWS, row_bytes=64, banks=4, write_batch_bytes=96)
+    rng = random.Random(5)
+    for _ in range(300):
+        nd = rng.randint(1, 2)
+        shape = tuple(rng.randint(1, 5) for _ in range(nd))
+        item = rng.choice([1, 4])
+        ss = tuple(rng.choice([item, 2 * item, 24, 64, 100]) for _ in range(nd))
+        ds = tuple(rng.choice([item, 3 * item, 32, 64, 256]) for _ in range(nd))
+        if nd == 2:
+            ss, ds = (ss[0] * shape[1], item), (ds[0] * shape[1] + rng.choice([0, 8]), item)
+        src, dst = rng.randint(0, 600), rng.randint(0, 600)
+        got = copy_row_use(rows, src, dst, shape, item, ss, ds)
+        assert (got.activations, got.busiest_bank) == _copy_walk(rows, src, dst, shape, item, ss, ds), \
+            (src, dst, shape, item, ss, ds)
+
+
+def test_a_copy_between_two_rows_of_one_bank_pays_trc_and_one_within_a_row_opens_it_once():
+    """FT78NE (8 KiB rows, 32 banks, tRC 84, a write batch of 2 KiB). 64 bytes from row 0 to row 32, both in bank 0:
+    the read opens row 0 and the write row 32 in the same bank, so the stream lasts at least tRC (84 cycles, where
+    its 128 bytes over DDR's 20 B/cycle and two activations at 8 per 38 cycles take 8 and 10): the DMA event spans
+    the setup, 84 and DDR's latency.  To row 33 (bank 1) the two activations take 10.  Within row 0 (to byte 4096)
+    the row opens once."""
+    latency = DDR.latency_cycles
+    for dst_row, stream, opened in ((32, 84, 2), (33, 10, 2)):
+        t = Transfer.contiguous(DDR.base, DDR.base + dst_row * 8192, 64)
+        assert stream_cycles(t, DDR, DDR, FT.dma) == stream
+        run = _run(FT, {0: t})
+        (e,) = [e for e in run.events if e.kind == "dma_in"]
+        assert (e.start, e.end - e.start) == (FT.launch_overhead_cycles, FT.dma.setup_cycles + stream + latency)
+        assert e.row_activations == opened
+    within = Transfer.contiguous(DDR.base, DDR.base + 4096, 64)
+    (e,) = [e for e in _run(FT, {0: within}).events if e.kind == "dma_in"]
+    assert e.row_activations == 1
+
+
+def test_copies_within_ddr_never_beat_the_roofline():
+    """The roofline counts a copy's rows as the engine charges them (one walk of reads and writes): random copies
+    within DDR on two cores never run faster than the run's lower bound."""
+    from sim.timing import roofline, run_lower_bound_cycles
+    rng = random.Random(8)
+    for _ in range(40):
+        transfers = {}
+        for core in (0, 1):
+            runs, run = rng.randint(1, 16), rng.choice([64, 128, 4096])
+            src = DDR.base + rng.randrange(0, 64) * 8192 + rng.choice([0, 64])
+            dst = DDR.base + (64 + rng.randrange(0, 64)) * 8192
+            transfers[core] = Transfer(src, dst, (runs, run), 1, (rng.choice([run, 8192, 262144]), 1),
+                                       (rng.choice([run, 8192, 262144]), 1))
+        plan = _plan(transfers)
+        assert simulate(plan, FT, AddressSpace(FT), numerics=False).cycles >= run_lower_bound_cycles(
+            roofline(plan, FT), FT)

@@ -4,9 +4,11 @@ it opens.
 :func:`resolve_transfer_ends` works them out for one transfer.  A plan moves a few shapes of block at thousands of
 addresses, and what the engine makes of a block depends on its addresses only through the region and store each
 side lies in and, in a DRAM, where it starts within a row (a shift by whole rows opens as many rows, its banks
-only renamed, and a side's bursts are whole bursts of its runs wherever they lie).  So :class:`EndsMemo` keeps
-the answer per shape and placement: one answer per (shape, region and store of each side, each DRAM side's
-offset within its row), looked up for every other transfer of the run that lies alike.
+only renamed, and a side's bursts are whole bursts of its runs wherever they lie; a copy within one DRAM walks
+both sides' rows as one stream, so there how far apart its sides lie counts too, modulo the banks' period).  So
+:class:`EndsMemo` keeps the answer per shape and placement: one answer per (shape, region and store of each side,
+each DRAM side's offset within its row, a copy's distance between its sides), looked up for every other transfer
+of the run that lies alike.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from sim.model.memo import memoized
 from sim.model.memory import MAX_ACCESS_BYTES, SHARED, MemoryMap
 from sim.model.plan import Transfer
 from sim.model.target import Region
-from sim.timing import row_demands, side_rows, transfer_bytes
+from sim.timing import row_demands, transfer_bytes
 
 #: ``(source (region, store key), destination (region, store key), bytes, route, source bytes, destination bytes,
 #: DRAM rows)``: what :func:`resolve_transfer_ends` gives (``route``: both ends' region names and store keys).
@@ -31,7 +33,7 @@ def resolve_transfer_ends(t: Transfer, core: int, mmap: MemoryMap) -> Ends:
     MemoryFault (without the tile: the engine adds it) when a side is not one region's bytes."""
     src, dst = _resolved_side(mmap, core, t, "src"), _resolved_side(mmap, core, t, "dst")
     route = (src[0].name, src[1], dst[0].name, dst[1])
-    rows = row_demands(src[0], dst[0], side_rows(t, "src", src[0]), side_rows(t, "dst", dst[0]))
+    rows = row_demands(t, src[0], dst[0])
     return (src, dst, t.size_bytes, route, *transfer_bytes(t, src[0], dst[0]), rows)
 
 
@@ -66,8 +68,11 @@ class EndsMemo:
         dst_r = self._holding(dst + geometry.dst_span[0], dst + geometry.dst_span[1])
         if src_r is None or dst_r is None:  # a side outside any one region: worked out (and refused) in full
             return resolve_transfer_ends(t, core, self._map)
+        # (a copy within one DRAM walks its two sides' rows as one stream: their banks' relation counts too)
+        apart = (dst - src) % src_r.rows.period_bytes if src_r is dst_r and src_r.rows is not None else 0
         key = (geometry, src_r.name, (src - src_r.base) % self._shift_of(src_r), dst_r.name,
-               (dst - dst_r.base) % self._shift_of(dst_r), core if not (src_r.shared and dst_r.shared) else SHARED)
+               (dst - dst_r.base) % self._shift_of(dst_r), apart,
+               core if not (src_r.shared and dst_r.shared) else SHARED)
         got = self._answers.get(key)
         if got is None:
             got = self._answers[key] = resolve_transfer_ends(t, core, self._map)

@@ -6,7 +6,8 @@ transfer's side in such a region walks its contiguous runs in descriptor order (
 opens a row each time it touches a row that is not the one open in that row's bank.  The count assumes every bank
 closed when the transfer starts: a transfer does not inherit the rows an earlier one left open, nor lose its own to
 another core's transfer streaming at the same time (docs/timing-model.md says what that leaves out); the members of
-a synchronised transfer stream as one, and :func:`interleaved_row_use` walks their merged stream.
+a synchronised transfer stream as one, and :func:`interleaved_row_use` walks their merged stream; a copy within
+one DRAM reads and writes it, and :func:`copy_row_use` walks its two sides as its controller serves them.
 
 :mod:`sim.engine` charges the activations on the region's activation link (the device's tFAW rate, shared by every
 transfer streaming through the region) and the busiest bank's repeats at tRC as the transfer's own pace
@@ -96,6 +97,48 @@ def interleaved_row_use(rows: DramRows, sides: list[tuple[int, tuple[int, ...], 
     first_byte = np.concatenate(starts)[order]
     last_byte = np.concatenate([s + (n - 1) for s, n in zip(starts, lengths)])[order]
     return _counted_rows(rows, first_byte // rows.row_bytes, last_byte // rows.row_bytes)
+
+
+def copy_row_use(rows: DramRows, src_offset: int, dst_offset: int, shape: tuple[int, ...], itemsize: int,
+                 src_strides: tuple[int, ...], dst_strides: tuple[int, ...]) -> RowUse:
+    """The :class:`RowUse` of a copy within one DRAM whose controller drains writes in batches
+    (``write_batch_bytes``, :mod:`sim.engine.turnaround`): the reads of a batch's bytes, then their writes, batch
+    after batch, as one open-page walk over the banks both sides share (a read row and a write row in one bank
+    reopen each other at every batch).  ``src_offset`` and ``dst_offset``: each side's first element past the
+    region's base."""
+    # (the banks repeat every period_bytes: both sides shifted alike by whole periods open the same rows' banks)
+    base = min(src_offset, dst_offset) // rows.period_bytes * rows.period_bytes
+    return _copy_row_use(rows, src_offset - base, dst_offset - base, tuple(shape), itemsize, tuple(src_strides),
+                         tuple(dst_strides))
+
+
+@memoized
+def _copy_row_use(rows: DramRows, src_offset: int, dst_offset: int, shape: tuple[int, ...], itemsize: int,
+                  src_strides: tuple[int, ...], dst_strides: tuple[int, ...]) -> RowUse:
+    reads = _batched(rows, src_offset, shape, itemsize, src_strides)
+    writes = _batched(rows, dst_offset, shape, itemsize, dst_strides)
+    if reads is None or writes is None:
+        return NO_ROWS
+    # Batch k's reads before its writes: a stable sort on 2k (reads) and 2k + 1 (writes) keeps each side's order.
+    order = np.argsort(np.concatenate([2 * reads[0], 2 * writes[0] + 1]), kind="stable")
+    return _counted_rows(rows, np.concatenate([reads[1], writes[1]])[order],
+                         np.concatenate([reads[2], writes[2]])[order])
+
+
+def _batched(rows: DramRows, offset: int, shape: tuple[int, ...], itemsize: int, strides: tuple[int, ...]
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """One side of a copy cut where its runs end and where its bytes cross a write batch, in the order it streams:
+    each piece's batch and the first and last rows it touches (None for an empty block)."""
+    run, outer = _runs(shape, itemsize, strides)
+    if run == 0:
+        return None
+    starts = _starts_np(offset, outer)  # the runs' first bytes, in the order they stream
+    total = starts.size * run
+    lo = np.union1d(np.arange(0, total, run, dtype=np.int64),
+                    np.arange(0, total, rows.write_batch_bytes, dtype=np.int64))  # where each piece starts
+    hi = np.append(lo[1:], total)
+    first = starts[lo // run] + lo % run
+    return lo // rows.write_batch_bytes, first // rows.row_bytes, (first + (hi - lo) - 1) // rows.row_bytes
 
 
 def _runs(shape: tuple[int, ...], itemsize: int, strides: tuple[int, ...]) -> tuple[int, list[tuple[int, int]]]:
