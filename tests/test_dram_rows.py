@@ -324,3 +324,19 @@ def test_copies_within_ddr_never_beat_the_roofline():
         plan = _plan(transfers)
         assert simulate(plan, FT, AddressSpace(FT), numerics=False).cycles >= run_lower_bound_cycles(
             roofline(plan, FT), FT)
+
+
+def test_copies_alike_but_for_whether_their_sides_share_a_row_are_told_apart_in_one_run():
+    """Two 64-byte copies in one run on one core (the engine keeps one answer per shape and placement): A within
+    one row (to byte 4096 of it: the row opens once), B a period of the banks further on (to byte 4096 of row 32,
+    the same bank: two rows open).  Both offsets within their rows and the distance modulo the period agree;
+    each keeps its own count in either order (B's was A's when A came first)."""
+    period = ROWS.period_bytes
+    a = Transfer.contiguous(DDR.base + 2 * period, DDR.base + 2 * period + 4096, 64)
+    b = Transfer.contiguous(DDR.base, DDR.base + period + 4096, 64)
+    for order in ((a, b), (b, a)):
+        tiles = {0: tuple(Tile(i, (t,), None, ()) for i, t in enumerate(order))}
+        run = simulate(Plan((0,), (Phase("p", tiles, barrier_after=False),), "fp32"), FT, AddressSpace(FT),
+                       numerics=False)
+        got = [e.row_activations for e in run.events if e.kind == "dma_in"]
+        assert got == [1 if t is a else 2 for t in order]

@@ -17,7 +17,7 @@ import math
 
 from sim.model.memo import memoized
 from sim.model.memory import MAX_ACCESS_BYTES, SHARED, MemoryMap
-from sim.model.plan import Transfer
+from sim.model.plan import Transfer, TransferGeometry
 from sim.model.target import Region
 from sim.timing import row_demands, transfer_bytes
 
@@ -68,8 +68,7 @@ class EndsMemo:
         dst_r = self._holding(dst + geometry.dst_span[0], dst + geometry.dst_span[1])
         if src_r is None or dst_r is None:  # a side outside any one region: worked out (and refused) in full
             return resolve_transfer_ends(t, core, self._map)
-        # (a copy within one DRAM walks its two sides' rows as one stream: their banks' relation counts too)
-        apart = (dst - src) % src_r.rows.period_bytes if src_r is dst_r and src_r.rows is not None else 0
+        apart = self._apart(src_r, src, dst, geometry) if src_r is dst_r else None
         key = (geometry, src_r.name, (src - src_r.base) % self._shift_of(src_r), dst_r.name,
                (dst - dst_r.base) % self._shift_of(dst_r), apart,
                core if not (src_r.shared and dst_r.shared) else SHARED)
@@ -77,6 +76,20 @@ class EndsMemo:
         if got is None:
             got = self._answers[key] = resolve_transfer_ends(t, core, self._map)
         return got
+
+    @staticmethod
+    def _apart(region: Region, src: int, dst: int, geometry: TransferGeometry) -> tuple[bool, int] | None:
+        """How far apart a copy within one region lies, as far as its rows tell (None where it has no rows): a
+        copy within one DRAM walks its two sides' rows as one stream, so their banks' relation counts (the
+        distance modulo the banks' period), and where the sides' rows may be the same rows, the distance itself
+        (the same copy a period further on opens two rows of a bank where it opened one)."""
+        rows = region.rows
+        if rows is None:
+            return None
+        size, src, dst = rows.row_bytes, src - region.base, dst - region.base
+        share = (src + geometry.src_span[0]) // size <= (dst + geometry.dst_span[1] - 1) // size and \
+            (dst + geometry.dst_span[0]) // size <= (src + geometry.src_span[1] - 1) // size
+        return (True, dst - src) if share else (False, (dst - src) % rows.period_bytes)
 
     def _holding(self, lo: int, hi: int) -> Region | None:
         """The region wholly holding ``[lo, hi)`` when the access is not too long for one (None otherwise)."""
