@@ -387,3 +387,11 @@ def test_a_drams_activation_window_is_fitted_when_named():
     cal = calibrate(doc, [Measurement(*call, int(truth[0]))], [window])
     assert cal.fitted == [window]
     assert cal.after[window] == pytest.approx(57, rel=0.05) and abs(cal.error_after[0]) < 0.01
+
+
+def test_a_parameter_named_twice_is_refused():
+    """Named twice, a parameter would be fitted as two collinear ones and identified as neither (the fit kept it
+    and wrote the file)."""
+    doc, _ = load_target_document("FT78NE")
+    with pytest.raises(ConfigError, match=r"free parameter 'dma\.setup_cycles' is named twice"):
+        calibrate(doc, [Measurement(CALLS[0][0], CALLS[0][1], 4000)], ["dma.setup_cycles", "dma.setup_cycles"])

@@ -98,11 +98,12 @@ def test_interrupted_sweep_skips_points_already_done(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     first = run_point(spec.points()[0])
-    (out / "points.jsonl").write_text(json.dumps({**first, "cycles": -1}) + "\n" + '{"id": "cut-mid-li')
+    # (cycles of 1, a count no run of it gives: the recorded row, if kept, shows)
+    (out / "points.jsonl").write_text(json.dumps({**first, "cycles": 1}) + "\n" + '{"id": "cut-mid-li')
     ran = []
     rows = run_sweep(spec, out, workers=1, on_point=ran.append).rows
     assert len(ran) == 2 and first["id"] not in {r["id"] for r in ran}
-    assert rows[0]["cycles"] == -1  # the recorded point was kept, not rerun
+    assert rows[0]["cycles"] == 1  # the recorded point was kept, not rerun
     # The cut line stays alone on its line: every point recorded after it reads back whole.
     lines = (out / "points.jsonl").read_text().splitlines()
     assert lines[1] == '{"id": "cut-mid-li' and [json.loads(x)["id"] for x in lines[2:]] == [r["id"] for r in ran]

@@ -89,3 +89,19 @@ def test_a_changed_helper_of_a_kernel_file_reruns_its_points(tmp_path):
     (tmp_path / "factor_helper.py").write_text("FACTOR = 3.0\n")
     # This process imported the old helper already; what its source now says decides the id.
     assert load_sweep(sweep, allow_kernels=True).points()[0]["id"] != before
+
+
+def test_a_journal_row_whose_cycles_are_not_a_count_runs_again(tmp_path):
+    """A success line without its cycles, or with cycles that are not a count (hand-edited, damaged), is run
+    again, as a line the reader refuses is: the resume crashed on the first (KeyError) and reused the second as it
+    was."""
+    sweep = _params_sweep(tmp_path, batch=4)
+    out = tmp_path / "out"
+    first = run_sweep(load_sweep(sweep), out, workers=1)
+    journal = out / "points.jsonl"
+    (row,) = [json.loads(line) for line in journal.read_text().splitlines()]
+    for damaged in ({k: v for k, v in row.items() if k != "cycles"}, {**row, "cycles": "abc"},
+                    {**row, "cycles": True}, {**row, "cycles": -1}):
+        journal.write_text(json.dumps(damaged) + "\n")
+        again = run_sweep(load_sweep(sweep), out, workers=1)
+        assert again.ran_now == 1 and again.rows[0]["cycles"] == first.rows[0]["cycles"]

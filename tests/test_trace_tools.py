@@ -508,6 +508,29 @@ def test_cli_trace_commands(trace_file, run4, tmp_path, capsys):
     assert "trace file not found" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv,option", [
+    (["trace", "plot", "{trace}", "--dpi", "0"], "--dpi"),
+    (["trace", "plot", "{trace}", "--dpi", "100000"], "--dpi"),
+    (["trace", "summary", "{trace}", "--top", "-1"], "--top"),
+    (["sweep", "{trace}", "--workers", "0"], "--workers"),
+])
+def test_counts_out_of_range_are_usage_errors_naming_the_option(trace_file, argv, option, capsys):
+    """A resolution of 0 failed deep inside matplotlib (one of 100,000 ran out of memory); a negative count of
+    stalls or workers ran as something else: each is refused before anything runs, naming the option (exit 2)."""
+    with pytest.raises(SystemExit) as e:
+        main([a.replace("{trace}", str(trace_file)) for a in argv])
+    assert e.value.code == 2 and f"argument {option}: expected an integer" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("suffix", [".svg", ".pdf"])
+def test_a_chart_drawn_twice_is_the_same_file(trace_file, tmp_path, suffix):
+    """SVG and PDF charts carry no date and no random ids: the same trace drawn twice gives the same bytes."""
+    a, b = tmp_path / f"a{suffix}", tmp_path / f"b{suffix}"
+    assert main(["trace", "plot", str(trace_file), "-o", str(a)]) == 0
+    assert main(["trace", "plot", str(trace_file), "-o", str(b)]) == 0
+    assert a.read_bytes() == b.read_bytes()
+
+
 def test_cli_report(tmp_path, capsys):
     out = tmp_path / "r.html"
     assert main(["report", str(BN_CONFIG), "-o", str(out)]) == 0

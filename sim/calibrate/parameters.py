@@ -53,7 +53,11 @@ def is_cycles(name: str) -> bool:
 
 def check_parameter_names(names: Sequence[str], known: Sequence[str]) -> None:
     """ConfigError naming the first of ``names`` that is not a free parameter of the chip (``known``), with
-    the key path meant when it is an old-style name such as ``ddr_bandwidth_bytes_per_cycle``."""
+    the key path meant when it is an old-style name such as ``ddr_bandwidth_bytes_per_cycle``, or one named twice
+    (the fit would take two columns of one parameter for two, and identify neither)."""
+    twice = sorted({n for n in names if list(names).count(n) > 1})
+    if twice:
+        raise ConfigError(f"free parameter {twice[0][:80]!r} is named twice: name each parameter to fit once")
     for n in names:
         if n in known:
             continue

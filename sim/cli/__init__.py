@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from sim.cli.argtypes import int_in
 from sim.cli.options import add_allow_kernels, allow_kernels
 from sim.cli.output import print_written
 from sim.cli.program import run_program_command, validate_program_command
@@ -333,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     w = sub.add_parser("sweep", help="run a grid of chips, shapes, core masks and target parameters")
     w.add_argument("sweep", help="sweep YAML")
     w.add_argument("-o", "--out-dir", default="traces/sweep", help="folder of the results (default traces/sweep)")
-    w.add_argument("--workers", type=int, default=None, help="local worker processes (default: CPU count)")
+    w.add_argument("--workers", type=int_in(1), default=None, help="local worker processes (default: CPU count)")
     w.add_argument("--scheduler", help="address of a Dask distributed scheduler (tcp://host:8786)")
     w.add_argument("--no-cache", action="store_true",
                    help="neither read nor write the on-disk tuning cache (local workers inherit it)")

@@ -6,8 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from sim.cli.argtypes import int_in
 from sim.cli.options import add_allow_kernels, allow_kernels
 from sim.errors import SimError
+
+#: The finest resolution ``trace plot`` draws at: a chart's raster at more would take gigabytes.
+MAX_DPI = 600
 
 
 def cmd_trace_summary(args: argparse.Namespace) -> int:
@@ -67,7 +71,7 @@ def add_trace_commands(sub: argparse._SubParsersAction) -> None:
     tsub = t.add_subparsers(dest="trace_command", required=True)
     s = tsub.add_parser("summary", help="per-core table, critical path and top stalls of a trace")
     s.add_argument("trace", help="trace JSON (or CSV) written by 'dspsim run'")
-    s.add_argument("--top", type=int, default=10, help="how many stalls to list (default: 10)")
+    s.add_argument("--top", type=int_in(0), default=10, help="how many stalls to list (default: 10)")
     s.set_defaults(func=cmd_trace_summary)
     d = tsub.add_parser("diff", help="compare two traces: cycles per core and per unit, and the change")
     d.add_argument("a", help="trace A (the baseline)")
@@ -78,7 +82,8 @@ def add_trace_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", help="image file (default: the trace's name with .png)")
     p.add_argument("--cycles", metavar="START:END", help="plot only this window of cycles")
     p.add_argument("--title", help="title of the chart (default: chip, symbol, cycles)")
-    p.add_argument("--dpi", type=int, default=130, help="resolution of raster images (default: 130)")
+    p.add_argument("--dpi", type=int_in(1, MAX_DPI), default=130,
+                   help=f"resolution of raster images, 1 to {MAX_DPI} (default: 130)")
     p.set_defaults(func=cmd_trace_plot)
     r = sub.add_parser("report", help="run a run-config and write an interactive HTML report")
     r.add_argument("config", help="run-config YAML")

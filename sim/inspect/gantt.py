@@ -32,6 +32,7 @@ from sim.engine.fluid import Flow, FlowNetwork, Link
 from sim.errors import SimError
 from sim.extras import need
 from sim.files.atomic import atomic_write_bytes, output_path
+from sim.inspect.pictures import save_figure
 from sim.inspect.trace import shared_regions, track_name, tracks
 from sim.inspect.trace_tools import Trace
 
@@ -347,7 +348,7 @@ def plot_gantt(trace: Trace, path: str | Path, title: str | None = None,
     fig = gantt_figure(trace, title=title, window=window, dpi=dpi)
     buf = io.BytesIO()
     try:
-        fig.savefig(buf, format=fmt, dpi=dpi)
+        save_figure(fig, buf, fmt, dpi)
     finally:
         plt.close(fig)
     return atomic_write_bytes(path, buf.getvalue())

@@ -18,6 +18,7 @@ from typing import Any
 from sim.errors import SimError
 from sim.extras import need
 from sim.files.atomic import atomic_write
+from sim.inspect.pictures import save_figure
 
 #: Output formats by file suffix.
 FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
@@ -223,7 +224,7 @@ def plot_layout(report: dict, path: str | Path) -> Path:
 
     fig = layout_figure(report)
     try:
-        atomic_write(p, lambda tmp: fig.savefig(tmp, format=fmt, dpi=120))
+        atomic_write(p, lambda tmp: save_figure(fig, tmp, fmt, 120))
     finally:
         plt.close(fig)
     return p

@@ -73,7 +73,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, workers: int | None = Non
     journal = out / "points.jsonl"
     points = spec.points()
     # Only successes are reused: a failed point runs again (its cause may be fixed outside the inputs).
-    done = {r["id"]: r for r in _read_jsonl(journal) if isinstance(r, dict) and "id" in r and not r.get("error")}
+    done = {r["id"]: r for r in _read_jsonl(journal) if _reusable(r)}
     todo = [p for p in points if p["id"] not in done]
     ran_now = 0
     bar = PhaseBar(f"sweep: running {len(todo)} points", progress, total=len(todo), unit="point")
@@ -143,6 +143,15 @@ class _open_journal:
         except OSError as e:
             if exc_type is None:  # else the error already on its way says more
                 raise SimError(f"output {self.path}: cannot write: {e.strerror or e}") from None
+
+
+def _reusable(row: Any) -> bool:
+    """Whether a journal row is a point's success to reuse: no error, and its cycles a count (a hand-edited or
+    damaged line runs again, as a line the reader refuses does)."""
+    if not isinstance(row, dict) or "id" not in row or row.get("error"):
+        return False
+    cycles = row.get("cycles")
+    return type(cycles) is int and cycles >= 0
 
 
 def _read_jsonl(path: Path) -> Iterable[dict]:
