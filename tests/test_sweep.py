@@ -176,6 +176,11 @@ def test_an_axis_may_set_an_argument_the_config_leaves_to_its_default(tmp_path):
         load_sweep(write_sweep(tmp_path, {"args.core_maks": [1]}, configs=[cfg]))
     with pytest.raises(ConfigError, match=r"grid\.args\.core_mask\.0: .*gives no core_mask to index into"):
         load_sweep(write_sweep(tmp_path, {"args.core_mask.0": [1]}, configs=[cfg]))
+    # An index past the end of the config's list (or not an index), likewise: every point would have failed.
+    for bad in ("99", "-1", "x"):
+        with pytest.raises(ConfigError, match=rf"grid\.args\.params\.{bad}: .* gives args\.params as a list of "
+                                              rf"\d+ elements: it has no element {bad}"):
+            load_sweep(write_sweep(tmp_path, {f"args.params.{bad}": [1]}, configs=[cfg]))
 
 
 def test_cores_axis_is_chip_relative_and_skips_what_a_chip_lacks(tmp_path):

@@ -250,6 +250,7 @@ def _load_configs(p: Path, raw: list[str], grid: dict, allow_kernels: bool | Non
             if rest and name not in cfg.args:
                 raise ConfigError(f"{p}: grid.{_short(axis)}: {_short(c)} gives no {_short(name)} to index into; "
                                   f"sweep the whole argument (args.{_short(name)}: [...]) or give it in the config")
+            _check_index(p, axis, c, name, cfg.args.get(name), rest)
         # The file name labels a config in the table, unless two configs share it: then the path as written.
         label = cp.name if names[cp.name] == 1 else c
         out.append(BaseConfig(path=cp, label=label, digest=content_digest(data), symbol=cfg.symbol, target=cfg.target,
@@ -257,6 +258,19 @@ def _load_configs(p: Path, raw: list[str], grid: dict, allow_kernels: bool | Non
                               kernel_digests=tuple(source_digest(k) for k in cfg.kernels),
                               data_files=_data_files(cfg)))
     return tuple(out)
+
+
+def _check_index(p: Path, axis: str, config: str, name: str, value: Any, path: list[str]) -> None:
+    """An ``args.<name>.<index>...`` axis whose indices the config's list argument ``name`` has (every point would
+    fail setting it otherwise)."""
+    for i, key in enumerate(path):
+        if not isinstance(value, list):
+            return  # (a mapping, or a value the point replaces: judged when the point sets it)
+        if not key.isdigit() or int(key) >= len(value):
+            where = ".".join(["args", name, *path[:i]])
+            raise ConfigError(f"{p}: grid.{_short(axis)}: {_short(config)} gives {_short(where)} as a list of "
+                              f"{len(value)} elements: it has no element {_short(key)}")
+        value = value[int(key)]
 
 
 def _data_files(cfg: RunConfig) -> tuple[tuple[str, str, int, int], ...]:
