@@ -134,6 +134,14 @@ def test_random_blocks_of_any_strides_meet_exactly_when_their_bytes_do(item, a_a
     assert _meet(a, b) == bool(_bytes_of(a) & _bytes_of(b))
 
 
+def _random_block(rng: np.random.Generator, sizes: tuple[int, int], ndims: tuple[int, int]) -> Transfer:
+    """A block of fp32 elements at a random place past BASE: ``ndims`` (low, high) dimensions of ``sizes`` (low,
+    high) elements each, any strides from -40 to 40 elements (backwards, zero, overlapping)."""
+    d = [(int(rng.integers(*sizes)), int(rng.integers(-40, 41))) for _ in range(int(rng.integers(*ndims)))]
+    return Transfer(AM, BASE + 1000 + int(rng.integers(0, 200)), tuple(n for n, _ in d), 4, tuple(4 for _ in d),
+                    tuple(4 * s for _, s in d))
+
+
 def test_a_block_of_more_runs_than_are_listed_at_once_is_listed_a_part_at_a_time(monkeypatch):
     """With at most 4 runs listed at once, random blocks (any strides) whose smaller has at most 4 runs still meet
     exactly when their bytes do: the larger is looked up a part of 4 runs at a time."""
@@ -143,11 +151,7 @@ def test_a_block_of_more_runs_than_are_listed_at_once_is_listed_a_part_at_a_time
     rng = np.random.default_rng(11)
     judged = 0
     for _ in range(600):
-        blocks = []
-        for _ in range(2):
-            d = [(int(rng.integers(1, 5)), int(rng.integers(-40, 41))) for _ in range(int(rng.integers(1, 4)))]
-            blocks.append(Transfer(AM, BASE + 1000 + int(rng.integers(0, 200)), tuple(n for n, _ in d), 4,
-                                   tuple(4 for _ in d), tuple(4 * s for _, s in d)))
+        blocks = [_random_block(rng, (1, 5), (1, 4)) for _ in range(2)]
         if min(int(np.prod(t.shape)) for t in blocks) > 4:
             continue
         judged += 1
@@ -165,11 +169,7 @@ def test_two_blocks_both_of_more_runs_than_are_listed_at_once_meet_exactly_when_
     rng = np.random.default_rng(12)
     judged = meeting = 0
     for _ in range(600):
-        blocks = []
-        for _ in range(2):
-            d = [(int(rng.integers(2, 6)), int(rng.integers(-40, 41))) for _ in range(int(rng.integers(2, 4)))]
-            blocks.append(Transfer(AM, BASE + 1000 + int(rng.integers(0, 200)), tuple(n for n, _ in d), 4,
-                                   tuple(4 for _ in d), tuple(4 * s for _, s in d)))
+        blocks = [_random_block(rng, (2, 6), (2, 4)) for _ in range(2)]
         if min(run_count(layout_of(t, "dst")[2]) for t in blocks) <= 4:
             continue
         judged += 1
