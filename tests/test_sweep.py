@@ -271,9 +271,16 @@ def test_sweep_file_errors(tmp_path):
         load_sweep(write_sweep(tmp_path, {"tiling.a.b": [1]}))
     with pytest.raises(ConfigError, match="plot.x"):
         load_sweep(write_sweep(tmp_path, {"args.core_mask": [1]}, plot={"x": "args.nope"}))
-    rows = run_sweep(load_sweep(write_sweep(tmp_path, {"target.regions.hbm.size_bytes": [1]})), tmp_path / "o",
-                     workers=1).rows
-    assert "hbm" in rows[0]["error"]
+    # Target edits are judged on load against every target file the sweep runs, by the target's own checks.
+    with pytest.raises(ConfigError, match=r"grid\.target\.regions\.hbm\.size_bytes: no list item named 'hbm'"):
+        load_sweep(write_sweep(tmp_path, {"target.regions.hbm.size_bytes": [1]}))
+    with pytest.raises(ConfigError, match=r"grid: the target file refuses target\.nope=1: .*nope"):
+        load_sweep(write_sweep(tmp_path, {"target.nope": [1]}))
+    # A value out of the format's range, on one of two listed: the file and the key named.
+    with pytest.raises(ConfigError, match=r"refuses target\.regions\.ddr\.bandwidth_bytes_per_cycle=0: "
+                                          r".*bandwidth_bytes_per_cycle") as e:
+        load_sweep(write_sweep(tmp_path, {"target.regions.ddr.bandwidth_bytes_per_cycle": [12, 0]}))
+    assert "FT78NE.yaml" in str(e.value)
     fifo = tmp_path / "fifo.yaml"
     os.mkfifo(fifo)
     # A reader of the pipe would block until a writer comes: this one comes after 3 s, so a regression fails
@@ -288,6 +295,19 @@ def test_sweep_file_errors(tmp_path):
     finally:
         writer.cancel()
     assert time.monotonic() - t0 < 2
+
+
+def test_many_target_edit_combinations_check_each_value_once(tmp_path, monkeypatch):
+    """Past MAX_CHECKED_TARGET_EDITS combinations each value is checked beside the other axes' first values: a
+    bad value on any axis is still refused on load, and a good grid still loads."""
+    import sim.sweep.spec as spec_module
+    monkeypatch.setattr(spec_module, "MAX_CHECKED_TARGET_EDITS", 1)
+    grid = {"target.regions.ddr.bandwidth_bytes_per_cycle": [12, 16], "target.regions.ddr.latency_cycles": [100, 200]}
+    assert len(load_sweep(write_sweep(tmp_path, grid)).points()) == 4
+    grid["target.regions.ddr.latency_cycles"] = [100, -1]
+    with pytest.raises(ConfigError, match=r"refuses target\.regions\.ddr\.bandwidth_bytes_per_cycle=12, "
+                                          r"target\.regions\.ddr\.latency_cycles=-1"):
+        load_sweep(write_sweep(tmp_path, grid))
 
 
 def test_dask_local_cluster_of_two_workers(tmp_path):

@@ -16,7 +16,6 @@ from sim.errors import ConfigError, SimError, TargetError
 from sim.files.docedit import set_path, split_path
 from sim.files.yamlsafe import decode_yaml_bytes, load_yaml, read_yaml_bytes
 from sim.inspect.summary import limiting_resource
-from sim.model.target_loader import parse_target
 from sim.sweep.spec import (
     ARGS_KEY,
     CORES_AXIS,
@@ -25,6 +24,7 @@ from sim.sweep.spec import (
     TOLERANCE_AXIS,
     check_unchanged,
     content_digest,
+    swept_target,
 )
 
 
@@ -73,9 +73,7 @@ def run_point(point: dict) -> dict:
                 set_path(args, split_path(axis[len(ARGS_KEY):]), value, f"grid.{axis}", create=True)
         tpath = point["target_file"]
         doc = load_yaml(_checked_text(tpath, point["target_sha256"], "target file"), tpath, TargetError)
-        for key, value in target_edits.items():
-            set_path(doc, split_path(key), value, f"grid.target.{key}", create=True)
-        chip = parse_target(doc, f"{tpath} (swept)" if target_edits else tpath)
+        chip = swept_target(doc, target_edits, tpath)
         if CORES_AXIS in settings:
             n = settings[CORES_AXIS]
             if n > chip.cores:

@@ -4,9 +4,11 @@ named by a digest of everything that decides its result (see :mod:`sim.sweep`)."
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import itertools
 import json
+import math
 import os
 import signal
 from collections import Counter
@@ -18,11 +20,12 @@ from typing import Any
 from sim.config.run_config import ArraySpec, RunConfig, data_file_digest, load_config
 from sim.config.user_kernels import load_kernels, source_digest
 from sim.errors import ConfigError, SimError, TargetError
-from sim.files.docedit import quote, split_path
+from sim.files.docedit import quote, set_path, split_path
 from sim.files.schema import decode
 from sim.files.tuning_cache import model_version
 from sim.files.yamlsafe import decode_yaml_bytes, load_yaml, read_yaml_bytes
-from sim.model.target_loader import resolve_target_path
+from sim.model.target import Target
+from sim.model.target_loader import parse_target, resolve_target_path
 from sim.program.schema import is_program_file
 from sim.simulator import find_symbol
 from sim.sweep.schema import SweepFile
@@ -34,6 +37,9 @@ TOLERANCE_AXIS = "tiling_tolerance"
 CORES_AXIS = "cores"
 #: Columns of the result table that a plot may also put on x.
 RESULT_AXES = ("cores",)
+#: Most combinations of the target-edit axes checked on load per target file; past it each value is checked once
+#: (with the other axes' first values), and a combination's own conflicts are judged when its point runs.
+MAX_CHECKED_TARGET_EDITS = 1024
 #: Part of every point id: bump it when what a row records changes, so old journals are not reused.
 ROW_FORMAT = 2
 
@@ -164,8 +170,43 @@ def load_sweep(path: str | Path, *, allow_kernels: bool | None = None) -> SweepS
         if "target" not in grid and cfg.target not in target_files:
             # load_config made a path target absolute; a name stays a name.
             target_files[cfg.target] = _sweep_target(cfg.target, Path(), f"{cfg.path}: target")
+    _check_target_edits(p, grid, [path for path, _ in target_files.values()])
     return SweepSpec(path=p, configs=configs, grid=dict(grid), numerics=numerics, plot_x=plot_x,
                      target_files=target_files)
+
+
+def swept_target(doc: dict, edits: dict[str, Any], path: str, where: str = "grid") -> Target:
+    """The chip of target document ``doc`` (read from ``path``; edited in place) with each ``target.<key path>``
+    edit of ``edits`` (key path -> value) applied; a key the file lacks may be one its format leaves to a default.
+    Errors name ``where`` and the key."""
+    for key, value in edits.items():
+        set_path(doc, split_path(key), value, f"{where}.target.{key}", create=True)
+    return parse_target(doc, f"{path} (swept)" if edits else path)
+
+
+def _check_target_edits(p: Path, grid: dict, target_paths: list[str]) -> None:
+    """Every combination of the grid's ``target.<key path>`` values applied to each target file the sweep runs,
+    each judged by the target's own checks, so that a key the file format lacks (``target.nope``) or a value it
+    refuses stops the sweep on load rather than failing its points one by one."""
+    axes = [(axis[len(TARGET_EDIT):], values) for axis, values in grid.items() if axis.startswith(TARGET_EDIT)]
+    if not axes:
+        return
+    if math.prod(len(values) for _, values in axes) <= MAX_CHECKED_TARGET_EDITS:
+        combos: list[tuple] = list(itertools.product(*(values for _, values in axes)))
+    else:  # each value once, beside the other axes' first values
+        firsts = [values[0] for _, values in axes]
+        combos = [tuple(firsts[:j] + [v] + firsts[j + 1:]) for j, (_, values) in enumerate(axes) for v in values]
+    for path in dict.fromkeys(target_paths):
+        doc = load_yaml(decode_yaml_bytes(read_yaml_bytes(path, path, ConfigError, "target file"), path,
+                                          ConfigError, "target file"), path, TargetError)
+        for combo in combos:
+            edits = {key: value for (key, _), value in zip(axes, combo)}
+            try:
+                swept_target(copy.deepcopy(doc), edits, path, f"{p}: grid")
+            except TargetError as e:
+                point = ", ".join(f"target.{k}={json.dumps(v, default=str)}" for k, v in edits.items())
+                point = point if len(point) <= 300 else point[:300] + "..."
+                raise ConfigError(f"{p}: grid: the target file refuses {point}: {e}") from None
 
 
 def _check_axis(p: Path, axis: Any, values: Any) -> None:
