@@ -254,3 +254,62 @@ def test_a_stalled_group_through_the_facade_names_the_groups_and_leaves_memory_a
                                            r"synchronised transfer 'B' waits for cores \[0\]"):
             m.call("fp_stall_s", **args)
         assert m.memory.snapshot() == before
+
+
+def _merged_bytes(blocks):
+    """The byte addresses of blocks streamed in lock step: run i of every block, in order, before run i + 1."""
+    runs = []
+    for offset, (n, per), item, (pitch, _) in blocks:
+        runs.append([[offset + i * pitch + b for b in range(per * item)] for i in range(n)])
+    out = []
+    for i in range(max((len(r) for r in runs), default=0)):
+        for r in runs:
+            if i < len(r):
+                out += r[i]
+    return out
+
+
+def test_members_copying_within_ddr_are_walked_batch_by_batch():
+    """Members that read and write one DRAM whose bus turns: their merged reads and merged writes served as one
+    copy's are (the reads of each write batch's bytes, then its writes), against a byte walk by hand; rows of 64
+    bytes over 4 banks and a batch of 96 bytes, so that runs cross rows and batches."""
+    from sim.model.dram import interleaved_copy_row_use
+    rows = dataclasses.replace(ROWS, row_bytes=64, banks=4, write_batch_bytes=96)
+    assert rows.turns_around
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        reads, writes = [], []
+        for _ in range(int(rng.integers(1, 4))):
+            n, per = int(rng.integers(1, 6)), int(rng.choice([1, 4, 10]))
+            reads.append((int(rng.integers(0, 700)), (n, per), 4, (int(rng.integers(4 * per, 300)), 4)))
+            writes.append((int(rng.integers(0, 700)), (n, per), 4, (int(rng.integers(4 * per, 300)), 4)))
+        if rng.random() < 0.3:  # a member whose read is another's (a broadcast source read once)
+            reads.pop()
+        r, w = _merged_bytes(reads), _merged_bytes(writes)
+        open_row: dict[int, int] = {}
+        per_bank: dict[int, int] = {}
+        for k in range(0, max(len(r), len(w)), 96):
+            for address in r[k:k + 96] + w[k:k + 96]:
+                row = address // 64
+                if open_row.get(row % 4) != row:
+                    open_row[row % 4] = row
+                    per_bank[row % 4] = per_bank.get(row % 4, 0) + 1
+        got = interleaved_copy_row_use(rows, reads, writes)
+        assert (got.activations, got.busiest_bank) == (sum(per_bank.values()), max(per_bank.values())), \
+            (reads, writes)
+
+
+def test_a_synchronised_copy_within_ddr_opens_the_rows_of_its_batches():
+    """Two cores copy 64 bytes each within DDR, in sync: from row 0 (bytes 0 and 64) to row 32 (bank 0 again).
+    Served batch by batch (both copies' 128 bytes in one 2 KiB batch), the reads open row 0 once and the writes row
+    32 once: 2 activations in bank 0, so the stream lasts at least tRC (84 cycles).  Walked run by run, read and
+    write would reopen each other at every run: 4 activations, 3 x 84 = 252 cycles."""
+    base = DDR.base
+    members = {core: (Transfer.contiguous(base + 64 * core, base + 32 * 8192 + 64 * core, 64),) for core in (0, 1)}
+    members = {core: (dataclasses.replace(t, sync="c"),) for core, (t,) in members.items()}
+    run = _run(members)
+    events = _events(run, 0) + _events(run, 1)
+    assert [e.row_activations for e in events] == [2, 0]
+    for e in events:
+        assert e.end - e.wait_start == 84 + LATENCY
+    assert run.cycles >= run_lower_bound_cycles(roofline(_plan(members), FT), FT)

@@ -115,30 +115,82 @@ def copy_row_use(rows: DramRows, src_offset: int, dst_offset: int, shape: tuple[
 @memoized
 def _copy_row_use(rows: DramRows, src_offset: int, dst_offset: int, shape: tuple[int, ...], itemsize: int,
                   src_strides: tuple[int, ...], dst_strides: tuple[int, ...]) -> RowUse:
-    reads = _batched(rows, src_offset, shape, itemsize, src_strides)
-    writes = _batched(rows, dst_offset, shape, itemsize, dst_strides)
-    if reads is None or writes is None:
+    run, outer = _runs(shape, itemsize, src_strides)
+    if run == 0:
         return NO_ROWS
-    # Batch k's reads before its writes: a stable sort on 2k (reads) and 2k + 1 (writes) keeps each side's order.
+    reads = _cut(rows, _starts_np(src_offset, outer), run)
+    run, outer = _runs(shape, itemsize, dst_strides)
+    return _batch_walk(rows, reads, _cut(rows, _starts_np(dst_offset, outer), run))
+
+
+def interleaved_copy_row_use(rows: DramRows, reads: list[tuple[int, tuple[int, ...], int, tuple[int, ...]]],
+                             writes: list[tuple[int, tuple[int, ...], int, tuple[int, ...]]]) -> RowUse:
+    """The :class:`RowUse` of a synchronised transfer whose members read and write one DRAM whose controller drains
+    writes in batches: the members' reads as one stream (interleaved run by run in core order, as
+    :func:`interleaved_row_use` streams them) and their writes as another, served as :func:`copy_row_use` serves one
+    copy's two sides: the reads of a batch's bytes, then their writes, batch after batch.  ``reads`` and ``writes``:
+    each member's block ``(offset past the region's base, shape, itemsize, byte strides)``."""
+    read_stream, write_stream = _merged(reads), _merged(writes)
+    if read_stream is None:
+        return NO_ROWS if write_stream is None else _counted_rows(rows, *_cut(rows, *write_stream)[1:])
+    if write_stream is None:
+        return _counted_rows(rows, *_cut(rows, *read_stream)[1:])
+    return _batch_walk(rows, _cut(rows, *read_stream), _cut(rows, *write_stream))
+
+
+def _merged(blocks: list[tuple[int, tuple[int, ...], int, tuple[int, ...]]]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Several blocks' runs streamed in lock step (run ``i`` of every block, in the blocks' order, before run
+    ``i + 1`` of any): each run's first byte and length, in stream order; None when every block is empty."""
+    starts, lengths, index = [], [], []
+    for offset, shape, itemsize, strides in blocks:
+        run, outer = _runs(shape, itemsize, strides)
+        if run:
+            first = _starts_np(offset, outer)
+            starts.append(first)
+            lengths.append(np.full(first.size, run, dtype=np.int64))
+            index.append(np.arange(first.size, dtype=np.int64))
+    if not starts:
+        return None
+    order = np.argsort(np.concatenate(index), kind="stable")
+    return np.concatenate(starts)[order], np.concatenate(lengths)[order]
+
+
+def _cut(rows: DramRows, starts: np.ndarray, run: int | np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A stream of runs (their first bytes in the order they stream, and their length: one for all, or each its
+    own) cut where its runs end and where its bytes cross a write batch: each piece's batch and the first and last
+    rows it touches."""
+    batch = rows.write_batch_bytes
+    if isinstance(run, np.ndarray):
+        offsets = np.cumsum(run) - run  # where each run starts in the stream
+        total = int(offsets[-1] + run[-1])
+    else:
+        offsets = np.arange(0, starts.size * run, run, dtype=np.int64)
+        total = starts.size * run
+    lo = _union(offsets, np.arange(0, total, batch, dtype=np.int64))  # where each piece starts
+    hi = np.append(lo[1:], total)
+    which = lo // run if not isinstance(run, np.ndarray) else np.searchsorted(offsets, lo, side="right") - 1
+    first = starts[which] + (lo - offsets[which])
+    return lo // batch, first // rows.row_bytes, (first + (hi - lo) - 1) // rows.row_bytes
+
+
+def _union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The distinct values of two sorted arrays, sorted: merged by a stable sort (two sorted runs merge in linear
+    time; ``np.union1d`` hashes, several times slower on millions)."""
+    both = np.concatenate((a, b))
+    both.sort(kind="stable")
+    keep = np.empty(both.size, dtype=bool)
+    keep[:1] = True
+    np.not_equal(both[1:], both[:-1], out=keep[1:])
+    return both[keep]
+
+
+def _batch_walk(rows: DramRows, reads: tuple[np.ndarray, np.ndarray, np.ndarray],
+                writes: tuple[np.ndarray, np.ndarray, np.ndarray]) -> RowUse:
+    """One open-page walk of a copy's read and write pieces (:func:`_cut`): batch ``k``'s reads, then its writes."""
+    # A stable sort on 2k (reads) and 2k + 1 (writes) keeps each side's order.
     order = np.argsort(np.concatenate([2 * reads[0], 2 * writes[0] + 1]), kind="stable")
     return _counted_rows(rows, np.concatenate([reads[1], writes[1]])[order],
                          np.concatenate([reads[2], writes[2]])[order])
-
-
-def _batched(rows: DramRows, offset: int, shape: tuple[int, ...], itemsize: int, strides: tuple[int, ...]
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """One side of a copy cut where its runs end and where its bytes cross a write batch, in the order it streams:
-    each piece's batch and the first and last rows it touches (None for an empty block)."""
-    run, outer = _runs(shape, itemsize, strides)
-    if run == 0:
-        return None
-    starts = _starts_np(offset, outer)  # the runs' first bytes, in the order they stream
-    total = starts.size * run
-    lo = np.union1d(np.arange(0, total, run, dtype=np.int64),
-                    np.arange(0, total, rows.write_batch_bytes, dtype=np.int64))  # where each piece starts
-    hi = np.append(lo[1:], total)
-    first = starts[lo // run] + lo % run
-    return lo // rows.write_batch_bytes, first // rows.row_bytes, (first + (hi - lo) - 1) // rows.row_bytes
 
 
 def _runs(shape: tuple[int, ...], itemsize: int, strides: tuple[int, ...]) -> tuple[int, list[tuple[int, int]]]:
@@ -212,7 +264,8 @@ def _counted_rows(rows: DramRows, first: np.ndarray, last: np.ndarray) -> RowUse
         distinct = seq[keep]
         return RowUse(len(distinct), int(np.bincount(distinct % rows.banks).max()))
     bank = seq % rows.banks
-    order = np.argsort(bank, kind="stable")
+    # (a stable sort of 16-bit keys is a radix sort: linear, where int64 keys would take a merge sort)
+    order = np.argsort(bank.astype(np.int16) if rows.banks <= 1 << 15 else bank, kind="stable")
     b, r = bank[order], seq[order]
     opens = np.ones(len(b), dtype=bool)
     opens[1:] = (b[1:] != b[:-1]) | (r[1:] != r[:-1])

@@ -7,7 +7,9 @@ every member before run ``i + 1`` of any, in core order.  Two things follow from
 
 * a DRAM sees one merged stream, so the rows it opens are the merged stream's
   (:func:`sim.model.dram.interleaved_row_use`): the cores' neighbouring runs of one row open it once, where the
-  same runs streamed at different times would each open it;
+  same runs streamed at different times would each open it; members that copy within one DRAM whose bus turns
+  are two merged streams, reads and writes, served a write batch at a time
+  (:func:`sim.model.dram.interleaved_copy_row_use`);
 * a source block that several members read alike (the same address, shape and strides) from a shared region is
   read once and delivered to each of them (a broadcast).
 """
@@ -17,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from sim.model.dram import NO_ROWS, RowUse, interleaved_row_use
+from sim.model.dram import NO_ROWS, RowUse, interleaved_copy_row_use, interleaved_row_use
 from sim.model.plan import Plan, Tile, Transfer
 from sim.model.target import Region
 
@@ -67,18 +69,28 @@ def group_row_uses(transfers: Sequence[Transfer], src_regions: Sequence[Region],
                    reads: Sequence[bool]) -> list[tuple[Region, RowUse]]:
     """The DRAM rows a synchronised transfer opens: per shared region with rows, the merged stream of every
     member's side in it (each member's source side where its read counts, then its destination side, members in
-    core order), as :func:`~sim.model.dram.interleaved_row_use` walks it.  (A private DRAM is each core's own: a
-    member's side there is counted alone by the engine's usual rule, not here.)"""
-    sides: dict[str, tuple[Region, list[tuple[int, tuple[int, ...], int, tuple[int, ...]]]]] = {}
+    core order), as :func:`~sim.model.dram.interleaved_row_use` walks it; where the members both read and write a
+    DRAM whose bus turns, its reads and its writes as two streams served batch by batch, as one copy within a DRAM is
+    (:func:`~sim.model.dram.interleaved_copy_row_use`).  (A private DRAM is each core's own: a member's side there
+    is counted alone by the engine's usual rule, not here.)"""
+    Block = tuple[int, tuple[int, ...], int, tuple[int, ...]]
+    sides: dict[str, tuple[Region, list[Block], list[Block], list[Block]]] = {}
     for t, src, dst, read in zip(transfers, src_regions, dst_regions, reads):
-        for region, addr, strides, counts in ((src, t.src, t.src_strides, read), (dst, t.dst, t.dst_strides, True)):
+        for region, addr, strides, counts, writes in ((src, t.src, t.src_strides, read, False),
+                                                      (dst, t.dst, t.dst_strides, True, True)):
             if counts and region.shared and region.rows is not None:
-                sides.setdefault(region.name, (region, []))[1].append((addr - region.base, t.shape, t.itemsize,
-                                                                      strides))
+                _, blocks, read_blocks, write_blocks = sides.setdefault(region.name, (region, [], [], []))
+                block = (addr - region.base, t.shape, t.itemsize, strides)
+                blocks.append(block)
+                (write_blocks if writes else read_blocks).append(block)
     out = []
-    for region, blocks in sides.values():
-        assert region.rows is not None
-        use = interleaved_row_use(region.rows, blocks)
+    for region, blocks, read_blocks, write_blocks in sides.values():
+        rows = region.rows
+        assert rows is not None
+        if read_blocks and write_blocks and rows.turns_around:
+            use = interleaved_copy_row_use(rows, read_blocks, write_blocks)
+        else:
+            use = interleaved_row_use(rows, blocks)
         if use != NO_ROWS:
             out.append((region, use))
     return out
