@@ -201,9 +201,12 @@ class CallPlanner:
         disk_key = self.disk_key(kernel, call, fixed) if self._use_disk() else None
         if disk_key is not None:
             def as_searched(tiling: dict) -> dict | None:
-                # A stored tiling goes through the checks a searched one does (keys, plan-size budget, fit).
+                # A stored tiling goes through the checks a searched one does (keys, plan-size budget, fit), and
+                # must be one the space offers now: a kernel whose space depends on more than its source (a
+                # setting read from the environment, a data file) may no longer list it.
                 t = space.implied(space.canonical(space.fixed(tiling)))
-                return t if space.is_complete(t) and prefilter(space, t) is None else None
+                return t if space.is_complete(t) and space.offers(t, fixed) and prefilter(space, t) is None \
+                    else None
 
             stored = self._stored(disk_key, kernel, call, ctx, as_searched, space.canonical)
             if stored is not None:

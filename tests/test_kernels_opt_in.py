@@ -86,9 +86,16 @@ def test_every_command_refuses_a_configs_kernels_unless_asked(loud, tmp_path, ca
     with pytest.raises(KernelsNotAllowed):
         load_sweep(_sweep(tmp_path, "cfg.yaml"))
     assert not mark.exists()
-    # $DSPSIM_ALLOW_KERNELS=0 is no permission either.
-    monkeypatch.setenv("DSPSIM_ALLOW_KERNELS", "0")
+    # $DSPSIM_ALLOW_KERNELS=0, false, no or off is no permission either; a value that says neither is refused,
+    # naming the variable, rather than read as set.
+    for off in ("0", "false", "No", " off "):
+        monkeypatch.setenv("DSPSIM_ALLOW_KERNELS", off)
+        assert main(["run", str(cfg), "--out-dir", out]) == 2 and not mark.exists()
+        assert "--allow-kernels" in capsys.readouterr().err
+    monkeypatch.setenv("DSPSIM_ALLOW_KERNELS", "maybe")
     assert main(["run", str(cfg), "--out-dir", out]) == 2 and not mark.exists()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "DSPSIM_ALLOW_KERNELS='maybe': expected one of 1, true, yes, on" in err
 
 
 def test_asked_they_run_and_stdout_keeps_only_dspsims_output(loud, tmp_path):
@@ -105,6 +112,9 @@ def test_the_environment_asks_as_the_flag_does(loud, tmp_path, capsys, monkeypat
     cfg, mark = loud
     monkeypatch.setenv("DSPSIM_ALLOW_KERNELS", "1")  # worker processes inherit it
     assert main(["run", str(cfg), "--out-dir", str(tmp_path / "out")]) == 0 and mark.exists()
+    for on in ("true", "YES", "on"):  # (the file is imported once a process: asked, the run goes ahead)
+        monkeypatch.setenv("DSPSIM_ALLOW_KERNELS", on)
+        assert main(["run", str(cfg), "--out-dir", str(tmp_path / "out")]) == 0
     assert "printed by the kernel file" in capsys.readouterr().err
 
 

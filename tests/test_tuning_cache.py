@@ -331,3 +331,48 @@ def test_an_atomic_write_is_on_disk_before_its_rename(monkeypatch, tmp_path):
     calls.clear()
     assert tuning_cache.store("k" * 64, {"tiling": {"a": 1}})
     assert calls == ["fsync", "replace", "fsync"]
+
+
+def test_no_cache_reads_its_value_as_a_switch(monkeypatch):
+    """``DSPSIM_NO_CACHE`` is on for 1/true/yes/on, off for unset/empty/0/false/no/off, refused otherwise."""
+    from sim.errors import ConfigError
+    from sim.files.tuning_cache import enabled_by_default
+    for value, enabled in (("", True), ("0", True), ("false", True), ("Off", True), ("1", False), ("true", False),
+                           ("yes", False)):
+        monkeypatch.setenv("DSPSIM_NO_CACHE", value)
+        assert enabled_by_default() is enabled, value
+    monkeypatch.setenv("DSPSIM_NO_CACHE", "2")
+    with pytest.raises(ConfigError, match=r"DSPSIM_NO_CACHE='2': expected one of"):
+        enabled_by_default()
+
+
+def test_a_stored_choice_the_space_no_longer_offers_is_searched_again(tmp_path, monkeypatch):
+    """A kernel's tiling space may depend on more than its source (here a module setting changed at run time, as an
+    environment variable or a data file would): a stored choice the space no longer lists is a miss, and the call
+    gets what a search of the current space picks."""
+    import importlib
+    import uuid
+
+    uid = uuid.uuid4().hex[:12]
+    module = f"settable_kernel_{uid}"
+    (tmp_path / f"{module}.py").write_text(
+        "import relu_grad\nclass Settable(relu_grad.ReluGrad):\n"
+        f"    name = 'settable_{uid}'\nKERNEL = Settable()\n")
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    kernel = importlib.import_module(module).KERNEL
+    sim.register_kernel(kernel)
+    relu_grad = sys.modules["relu_grad"]
+    args = {"dy": 0xA0000000, "x": 0xA1000000, "dx": 0xA2000000, "shape": [256, 1024]}
+
+    def call(**kw) -> sim.Run:
+        return sim.Simulator("FT78NE", **kw).call(f"fp_settable_{uid}_s", numerics=False, **args)
+
+    first = call()
+    assert not first.tiling.cached and call().tiling.cached
+    monkeypatch.setattr(relu_grad, "TILES_PER_CORE", 64)
+    fresh = call(tuning_cache=False)
+    assert fresh.tiling.tiling != first.tiling.tiling  # (the new space lists other tile sizes)
+    again = call()
+    assert not again.tiling.cached
+    assert (again.tiling.tiling, again.cycles) == (fresh.tiling.tiling, fresh.cycles)

@@ -31,6 +31,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from sim.config.run_config import KernelSource, RunConfig
+from sim.env_flags import env_flag
 from sim.errors import ConfigError, SimError, one_line
 from sim.files.local_modules import MAX_SOURCE_BYTES
 from sim.files.regular_file import read_file
@@ -45,7 +46,8 @@ _DSPSIM_SOURCES = tuple(Path(__file__).resolve().parent.parent.parent / d for d 
 _LOCK = threading.RLock()
 #: The command-line flag that lets a run-config's kernels be imported.
 ALLOW_FLAG = "--allow-kernels"
-#: The environment variable that does the same (set to anything but empty or ``0``); worker processes inherit it.
+#: The environment variable that does the same (``1``, ``true``, ``yes`` or ``on``: :mod:`sim.env_flags`); worker
+#: processes inherit it.
 ALLOW_ENV_VAR = "DSPSIM_ALLOW_KERNELS"
 
 
@@ -54,8 +56,9 @@ class KernelsNotAllowed(ConfigError):
 
 
 def allowed_by_environment() -> bool:
-    """Whether ``$DSPSIM_ALLOW_KERNELS`` lets a config's kernels be imported (set, and neither empty nor 0)."""
-    return os.environ.get(ALLOW_ENV_VAR, "") not in ("", "0")
+    """Whether ``$DSPSIM_ALLOW_KERNELS`` lets a config's kernels be imported (:func:`sim.env_flags.env_flag`: a
+    value that is neither on nor off is refused)."""
+    return env_flag(ALLOW_ENV_VAR)
 
 
 def _refusal(cfg: RunConfig) -> KernelsNotAllowed:

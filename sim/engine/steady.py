@@ -41,6 +41,7 @@ from sim.engine.fluid import _UNRATED, FlowNetwork
 from sim.engine.stop_checks import periods_within
 from sim.engine.units import Gate, Group, Units
 from sim.engine.walk import Loaded, StagedLanded, StartLoads, StartStaging, Stored, UsesFilled, Walk
+from sim.env_flags import OFF
 from sim.errors import MemoryFault
 from sim.model.plan import Plan, Tile, parse_buffer_ref
 from sim.timing import engine_bytes
@@ -57,7 +58,9 @@ MIN_TILES = 32
 _PATIENCE = 8
 
 #: Whether engines skip repeated periods (the default of :class:`~sim.engine.engine.Engine`'s ``steady``).
-STEADY_STATE = os.environ.get("DSPSIM_NO_STEADY", "") in ("", "0")
+#: ``DSPSIM_NO_STEADY`` turns it off (read at import: a value that is neither on nor off turns it off too, the
+#: plain engine giving the same cycles and trace; :mod:`sim.env_flags`).
+STEADY_STATE = os.environ.get("DSPSIM_NO_STEADY", "").strip().lower() in OFF
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from typing import Any
 
 import platformdirs
 
+from sim.env_flags import env_flag
 from sim.errors import SimError, brief
 from sim.files.atomic import atomic_write_text
 from sim.files.jsonsafe import read_json_file
@@ -72,8 +73,9 @@ def cache_dir() -> Path:
 
 
 def enabled_by_default() -> bool:
-    """Whether a simulator uses the tuning cache when not told (``$DSPSIM_NO_CACHE`` unset, empty or 0)."""
-    return os.environ.get(NO_CACHE_ENV_VAR, "") in ("", "0")
+    """Whether a simulator uses the tuning cache when not told (``$DSPSIM_NO_CACHE`` off:
+    :func:`sim.env_flags.env_flag`)."""
+    return not env_flag(NO_CACHE_ENV_VAR)
 
 
 def tuning_dir() -> Path:

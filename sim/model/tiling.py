@@ -319,6 +319,19 @@ class TilingSpace:
             yield from self._complete(rest, chosen)
         chosen.pop(key.name, None)
 
+    def offers(self, tiling: Mapping[str, Any], fixed: Mapping[str, Any]) -> bool:
+        """Whether ``tiling`` is one of the completions of ``fixed`` (:meth:`completions`): each plan-scope key that
+        applies and ``fixed`` leaves out set to one of the values the space lists for it, given the keys before it
+        (a choice remembered from a search of another space, which the kernel would no longer offer, is not)."""
+        chosen = dict(fixed)
+        for key in self.keys.values():
+            if key.name in chosen or key.scope != "plan" or not self.applies(key, chosen):
+                continue
+            if key.name not in tiling or tiling[key.name] not in key.candidates(chosen):
+                return False
+            chosen[key.name] = tiling[key.name]
+        return True
+
     def candidate(self, **values: Any) -> dict[str, Any]:
         """A tiling of the given keys (None values left out), checked like a caller's."""
         given = {k: v for k, v in values.items() if v is not None}
