@@ -306,6 +306,61 @@ def test_an_output_updated_in_place_is_read_first_by_the_cross_call_rules(tmp_pa
     assert np.allclose(got, 1.0 + a @ b, rtol=1e-5)
 
 
+#: A GEMM writing C's first 16 columns of a pitch of 32 (ldc), then a call reading all 32 of C's columns.
+PITCHED_C = """\
+tensors:
+  - {name: a, shape: [16, 16], dtype: float32}
+  - {name: b, shape: [16, 16], dtype: float32}
+  - {name: c, shape: [16, 32], dtype: float32}
+  - {name: x, shape: [16, 32], dtype: float32}
+  - {name: o, shape: [16, 32], dtype: float32}
+data:
+  - {tensor: a, random: {seed: 1}}
+  - {tensor: b, random: {seed: 2}}
+  - {tensor: x, random: {seed: 3}}
+calls:
+  - {name: mm, symbol: fp_gemm_s, args: {a: a, b: b, c: c, m: 16, n: 16, k: 16, ldc: 32}}
+  - {name: r, symbol: fp_relu_grad_s, args: {dy: c, x: x, dx: o, shape: [16, 32]}}
+outputs:
+  - {tensor: o}
+"""
+
+#: A of 2 x 16 stored with a pitch of 32 (lda), only each row's 16 elements placed.
+PITCHED_A = """\
+tensors:
+  - {name: a, shape: [2, 32], dtype: float32, addr: 0x80000000}
+  - {name: b, shape: [16, 16], dtype: float32}
+  - {name: c, shape: [2, 16], dtype: float32}
+data:
+  - {name: a0, addr: 0x80000000, shape: [16], dtype: float32, random: {seed: 1}}
+  - {name: a1, addr: 0x80000080, shape: [16], dtype: float32, random: {seed: 2}}
+  - {tensor: b, random: {seed: 3}}
+calls:
+  - {name: mm, symbol: fp_gemm_s, args: {a: a, b: b, c: c, m: 2, n: 16, k: 16, lda: 32}}
+outputs:
+  - {tensor: c}
+"""
+
+
+def test_a_pitched_matrix_is_read_and_written_in_its_rows_only(tmp_path):
+    """GEMM touches only the first n (k) elements of each row of a matrix stored with a pitch (SPEC section 4): a
+    later call reading C's untouched columns reads bytes nothing wrote (refused, naming the first gap: row 0's
+    columns 16 to 32), and an A placed in its rows' elements only is all GEMM reads (accepted, C right)."""
+    with pytest.raises(LayoutError, match=r"'unwritten-read': call 'r' \(fp_relu_grad_s\) \(its buffer 'dy'\) "
+                                          r"reads tensor 'c' \[(0x[0-9a-f]+), (0x[0-9a-f]+)\) in ddr, but its "
+                                          r"bytes \[(0x[0-9a-f]+), (0x[0-9a-f]+)\)") as e:
+        sim.Simulator("FT78NE").run_program(load_program(program(tmp_path, PITCHED_C), allow_kernels=True))
+    lo, hi, gap_lo, gap_hi = (int(v, 16) for v in re.search(
+        r"reads tensor 'c' \[(0x[0-9a-f]+), (0x[0-9a-f]+)\) in ddr, but its bytes \[(0x[0-9a-f]+), (0x[0-9a-f]+)\)",
+        str(e.value)).groups())
+    assert hi - lo == 16 * 32 * 4 and (gap_lo - lo, gap_hi - lo) == (16 * 4, 32 * 4)
+    m = sim.Simulator("FT78NE")
+    result = m.run_program(load_program(program(tmp_path, PITCHED_A, "a"), allow_kernels=True))
+    a = np.stack([m.read(0x80000000, (16,), np.float32), m.read(0x80000080, (16,), np.float32)])
+    b = m.read(result.plan["b"].addr, (16, 16), np.float32)
+    assert np.allclose(m.read(result.plan["c"].addr, (2, 16), np.float32), a @ b, rtol=1e-5, atol=1e-6)
+
+
 #: A tensor in GSM alive across a GEMM whose buffers all lie in DDR: such a call takes all of GSM but its own
 #: buffers as staging (gsm_blocks), and its plan stages its blocks of A there.
 ACROSS_A_GEMM = """\
@@ -413,3 +468,30 @@ def test_a_tensor_address_is_an_address_or_auto(tmp_path, addr, words):
                           "calls: [{symbol: fp_relu_grad_s, args: {dy: x, x: x, dx: x, shape: [4]}}]\n")
     with pytest.raises(ConfigError, match=re.escape(f"tensors[0].addr: {words}")):
         load_program(p)
+
+
+def test_the_byte_ledger_tracks_the_last_writer_of_every_byte():
+    """The cross-call rules' ledger (segments found by bisection) against a byte-by-byte map: after random writes,
+    possibly of several runs each, every byte's last writer is the one the ledger cuts a read at, and every
+    tensor's bytes overwritten by another's write are recorded as clobbered."""
+    import random
+
+    from sim.program.checks import Access, _Bytes
+    rng = random.Random(4)
+    for _ in range(200):
+        ledger, truth, lost = _Bytes(), {}, set()
+        for n in range(rng.randint(1, 12)):
+            runs = sorted((lo, lo + rng.randint(1, 9)) for lo in rng.sample(range(0, 60, 10), rng.randint(1, 3)))
+            tensor = rng.choice(["t", "u", None])
+            a = Access(f"w{n}", "b", ("ddr", None), runs[0][0], runs[-1][1], tensor, "ddr", runs=tuple(runs))
+            for lo, hi in runs:
+                for byte in range(lo, hi):
+                    old = truth.get(byte)
+                    if old is not None and old.tensor is not None and old.tensor != tensor:
+                        lost.add((byte, old.tensor, a.who))
+                    truth[byte] = a
+            ledger.write(a)
+        probe = Access("r", "b", ("ddr", None), 0, 70, None, "ddr")
+        seen = {byte: seg.by if seg else None for lo, hi, seg in ledger.pieces(probe, 0, 70) for byte in range(lo, hi)}
+        assert seen == {byte: truth.get(byte) for byte in range(70)}
+        assert {(byte, c.victim, c.by.who) for c in ledger.clobbered for byte in range(c.start, c.end)} == lost

@@ -61,12 +61,14 @@ class Arguments:
         return PRECISION_DTYPES[self.precision]
 
     def buffer(self, name: str, shape: Sequence[int], dtype: np.dtype | None = None, *, addr: int | None = None,
-               role: str | None = None, size_arg: str | None = None, reads_too: bool = False) -> Buffer:
+               role: str | None = None, size_arg: str | None = None, reads_too: bool = False,
+               row_elements: int | None = None) -> Buffer:
         """The Buffer of pointer argument ``name`` (its checked address and role from its spec), of ``shape`` in
         ``dtype`` (default: the precision's).  A buffer whose pointer is not an argument of its own (one inside
         ``params``) gives ``addr`` and ``role``.  ``size_arg`` names the argument that sized it (default:
         ``name``) when it is larger than any chip's memory; ``reads_too`` marks an output updated in place
-        (:attr:`~sim.model.call.Buffer.reads_too`)."""
+        (:attr:`~sim.model.call.Buffer.reads_too`); ``row_elements``, the elements of each row the kernel touches
+        when short of the last dimension (a row pitch: :attr:`~sim.model.call.Buffer.row_elements`)."""
         dt = self.dtype if dtype is None else np.dtype(dtype)
         shape = tuple(int(d) for d in shape)
         check_buffer_size(size_arg or name, name, shape, dt.itemsize)
@@ -74,7 +76,7 @@ class Arguments:
             addr = self.addresses[name]
         if role is None:
             role = next(POINTER_ROLES[s.kind] for s in self.specs if s.name == name)
-        return Buffer(name, addr, shape, dt, role, reads_too)
+        return Buffer(name, addr, shape, dt, role, reads_too, row_elements)
 
 
 def bind_arguments(symbol: str, precision: str, specs: Sequence[ArgSpec], args: Mapping[str, Any]) -> Arguments:

@@ -67,11 +67,11 @@ class Gemm:
                                      f"{cols} elements")
             pitches[name] = pitch
         attrs = GemmAttrs(m, n, k, trans_a, trans_b, beta, pitches["lda"], pitches["ldb"], pitches["ldc"])
-        # Each matrix as SPEC §4 stores it, [rows, pitch]: the layout check reserves its whole rows (the kernel
-        # itself never touches the elements past a row's end).
-        buffers = (a.buffer("a", (a_rows, attrs.lda), size_arg="lda"),
-                   a.buffer("b", (b_rows, attrs.ldb), size_arg="ldb"),
-                   a.buffer("c", (m, attrs.ldc), size_arg="ldc", reads_too=bool(attrs.beta)))
+        # Each matrix as SPEC §4 stores it, [rows, pitch]: the layout check reserves its whole rows; the kernel
+        # itself never touches the elements past a row's end (what a program's checks follow).
+        buffers = (a.buffer("a", (a_rows, attrs.lda), size_arg="lda", row_elements=a_cols),
+                   a.buffer("b", (b_rows, attrs.ldb), size_arg="ldb", row_elements=b_cols),
+                   a.buffer("c", (m, attrs.ldc), size_arg="ldc", reads_too=bool(attrs.beta), row_elements=n))
         return bound_call(a, variant, cores, buffers, attrs)
 
     def plan(self, call: BoundCall, ctx: PlanContext) -> Plan:

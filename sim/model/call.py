@@ -25,6 +25,10 @@ class Buffer:
     #: An output whose bytes the kernel reads before it writes them (an in-place update: GEMM's C when beta is
     #: 1): the layout check treats it as the output it is; a program's checks count it as read too.
     reads_too: bool = False
+    #: Elements of each row (the last dimension) the kernel reads or writes, from the row's start; None: all.  A
+    #: matrix stored with a row pitch (GEMM's ``lda``) spans its whole rows, which the layout check reserves, while
+    #: the elements between a row's end and its pitch are never touched: a program's checks follow only these.
+    row_elements: int | None = None
 
     @property
     def size_bytes(self) -> int:
@@ -35,6 +39,16 @@ class Buffer:
     def end(self) -> int:
         """One past the buffer's last byte."""
         return self.addr + self.size_bytes
+
+    def touched(self) -> list[tuple[int, int]]:
+        """The byte ranges ``[lo, hi)`` the kernel reads or writes: the whole buffer, or the first
+        :attr:`row_elements` of each row, in address order."""
+        pitch = int(self.shape[-1]) if self.shape else 1
+        if self.row_elements is None or self.row_elements >= pitch or not self.size_bytes:
+            return [(self.addr, self.end)] if self.size_bytes else []
+        item = np.dtype(self.dtype).itemsize
+        run, step = self.row_elements * item, pitch * item
+        return [(lo, lo + run) for lo in range(self.addr, self.end, step)]
 
 
 @dataclass(frozen=True)

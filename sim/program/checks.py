@@ -15,12 +15,14 @@ its output buffers, the ``outputs`` entries read theirs at the end.  Each findin
 * ``tensor-bounds``: a buffer that starts in a tensor runs past its end (the tensor is too small for the call);
 * ``tensor-dtype``: a buffer's element type is not its tensor's (float32 data for an ``hp_`` call's fp16 tensor).
 
-An in-place buffer (GEMM's ``c`` with ``beta`` 1) is the kernel's output only: the rules see it written, not
-read.
+An in-place buffer (GEMM's ``c`` with ``beta`` 1) is read, then written.  A matrix stored with a row pitch
+(GEMM's ``lda``, ``ldb``, ``ldc``) is read and written in its rows' elements only, never in the bytes between a
+row's end and its pitch (:meth:`~sim.model.call.Buffer.touched`).
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -49,7 +51,8 @@ def _range(lo: int, hi: int) -> str:
 
 @dataclass(frozen=True)
 class Access:
-    """One step's use of some bytes: a buffer a call reads or writes, or an entry placed or read back."""
+    """One step's use of some bytes: a buffer a call reads or writes, or an entry placed or read back.
+    ``runs``: the byte ranges it touches when not all of ``[start, end)`` (a matrix's rows short of its pitch)."""
 
     who: str  # "call 'bn3' (fp_fused_batch_norm_grad_s)", "data 'x'", "outputs 'dx'"
     buffer: str  # the buffer's (or entry's) own name
@@ -59,6 +62,11 @@ class Access:
     tensor: str | None  # the tensor it lies in (None: a raw address)
     where: str  # "ddr", "core 2's l2"
     staging: bool = False  # bytes the call's plan stages in (a staging level), not a buffer of the call
+    runs: tuple[tuple[int, int], ...] | None = None
+
+    def ranges(self) -> tuple[tuple[int, int], ...]:
+        """The byte ranges ``[lo, hi)`` the access touches, in address order."""
+        return self.runs if self.runs is not None else ((self.start, self.end),)
 
 
 @dataclass
@@ -78,49 +86,69 @@ class _Clobber:
 
 
 class _Bytes:
-    """Who wrote each byte of each memory last, and whose tensors' bytes writes destroyed."""
+    """Who wrote each byte of each memory last, and whose tensors' bytes writes destroyed.  Each memory's segments
+    are disjoint and kept sorted, with their ends beside them, so that a write or a read finds what it meets by
+    bisection (a matrix written row by row is thousands of writes)."""
 
     def __init__(self) -> None:
         self.segs: dict[MemoryKey, list[_Seg]] = {}
+        self.ends: dict[MemoryKey, list[int]] = {}
         self.clobbered: list[_Clobber] = []
 
     def write(self, a: Access) -> None:
+        for lo, hi in a.ranges():
+            self._write(a, lo, hi)
+
+    def _write(self, a: Access, start: int, end: int) -> None:
+        segs = self.segs.setdefault(a.key, [])
+        ends = self.ends.setdefault(a.key, [])
+        i = j = bisect.bisect_right(ends, start)  # the first segment ending past ``start``
         kept: list[_Seg] = []
-        for s in self.segs.get(a.key, []):
-            if s.end <= a.start or a.end <= s.start:
-                kept.append(s)
-                continue
-            lo, hi = max(s.start, a.start), min(s.end, a.end)
+        while j < len(segs) and segs[j].start < end:
+            s = segs[j]
+            lo, hi = max(s.start, start), min(s.end, end)
             if s.by.tensor is not None and s.by.tensor != a.tensor:
                 self.clobbered.append(_Clobber(a.key, lo, hi, s.by.tensor, a))
-            if s.start < a.start:
-                kept.append(_Seg(s.start, a.start, s.by))
-            if a.end < s.end:
-                kept.append(_Seg(a.end, s.end, s.by))
-        kept.append(_Seg(a.start, a.end, a))
-        self.segs[a.key] = sorted(kept, key=lambda s: s.start)
+            if s.start < start:
+                kept.append(_Seg(s.start, start, s.by))
+            j += 1
+        tail = segs[j - 1] if j > i and segs[j - 1].end > end else None
+        kept.append(_Seg(start, end, a))
+        if tail is not None:
+            kept.append(_Seg(end, tail.end, tail.by))
+        segs[i:j] = kept
+        ends[i:j] = [s.end for s in kept]
 
-    def pieces(self, a: Access) -> list[tuple[int, int, _Seg | None]]:
-        """``[a.start, a.end)`` cut by who wrote it last (None: nobody)."""
+    def pieces(self, a: Access, start: int, end: int) -> list[tuple[int, int, _Seg | None]]:
+        """``[start, end)`` of ``a``'s memory cut by who wrote it last (None: nobody)."""
         out: list[tuple[int, int, _Seg | None]] = []
-        cursor = a.start
-        for s in self.segs.get(a.key, []):
-            if s.end <= cursor or s.start >= a.end:
-                continue
+        segs = self.segs.get(a.key, [])
+        j = bisect.bisect_right(self.ends.get(a.key, []), start)
+        cursor = start
+        while j < len(segs) and segs[j].start < end:
+            s = segs[j]
             if s.start > cursor:
                 out.append((cursor, s.start, None))
-            out.append((max(s.start, cursor), min(s.end, a.end), s))
-            cursor = min(s.end, a.end)
-        if cursor < a.end:
-            out.append((cursor, a.end, None))
+            out.append((max(s.start, cursor), min(s.end, end), s))
+            cursor = min(s.end, end)
+            j += 1
+        if cursor < end:
+            out.append((cursor, end, None))
         return out
 
     def read(self, a: Access) -> list[Violation]:
-        """The violations of reading ``a`` now (see the module's rules)."""
+        """The violations of reading ``a`` now (see the module's rules): the first one found."""
+        for lo, hi in a.ranges():
+            found = self._read(a, lo, hi)
+            if found:
+                return found
+        return []
+
+    def _read(self, a: Access, start: int, end: int) -> list[Violation]:
         out: list[Violation] = []
         what = f"tensor '{a.tensor}'" if a.tensor is not None else f"buffer '{a.buffer}'"
         reader = f"{a.who}" + (f" (its buffer '{a.buffer}')" if a.tensor is not None and a.buffer != a.tensor else "")
-        for lo, hi, seg in self.pieces(a):
+        for lo, hi, seg in self.pieces(a, start, end):
             if seg is not None and (a.tensor is None or seg.by.tensor == a.tensor):
                 continue
             if a.tensor is not None:
@@ -256,7 +284,9 @@ def check_calls(target: Target, plan: MemoryPlan, calls: Sequence[CallBuffers],
                                          f"as {b.dtype}, but tensor '{t.name}' holds {t.dtype.name}: declare the "
                                          f"tensor as {b.dtype}", None, b.addr, b.end, key[0]))
                     continue
-            a = Access(who, b.name, key, b.addr, b.end, None if home is None else home.tensor.name, _where(key))
+            touched = b.touched()
+            a = Access(who, b.name, key, b.addr, b.end, None if home is None else home.tensor.name, _where(key),
+                       runs=None if touched == [(b.addr, b.end)] else tuple(touched))
             if b.role == "input" or b.reads_too:  # an output updated in place reads what was there first
                 reads.append(a)
             if b.role != "input":
