@@ -16,6 +16,7 @@ from sim.errors import (
            ComputeOutputError,
            ConfigError,
            KernelArgError,
+           KernelCodeError,
            KernelDefinitionError,
            LayoutError,
            MemoryFault,
@@ -37,6 +38,6 @@ from sim.simulator import (
 )
 
 __all__ = ["SimError", "TargetError", "KernelArgError", "LayoutError", "MemoryFault", "ConfigError", "PlanError",
-           "KernelDefinitionError", "ComputeOutputError", "NestedCallError", "TimeLimitError", "Simulator", "Run",
-           "TILING_TOLERANCE", "Target", "load_target", "available_targets", "register_kernel", "unregister_kernel",
-           "registered_kernel"]
+           "KernelDefinitionError", "ComputeOutputError", "KernelCodeError", "NestedCallError", "TimeLimitError",
+           "Simulator", "Run", "TILING_TOLERANCE", "Target", "load_target", "available_targets", "register_kernel",
+           "unregister_kernel", "registered_kernel"]

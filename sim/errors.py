@@ -9,10 +9,13 @@ from __future__ import annotations
 import itertools
 import math
 import reprlib
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 #: An exception type (what :func:`detached` returns is what it was given).
 E = TypeVar("E", bound=BaseException)
+#: What a kernel's method returns.
+R = TypeVar("R")
 
 
 class SimError(Exception):
@@ -136,6 +139,50 @@ class TimeLimitError(SimError):
     """A call ran longer than its wall-clock limit (``Simulator.call(..., time_limit_seconds=...)``, a
     run-config's ``time_limit_seconds``, ``dspsim run --time-limit``) and was interrupted; memory is as it was
     before the call."""
+
+class KernelCodeError(SimError):
+    """A kernel's own code raised an exception that is not dspsim's: its ``bind``, ``tiling_space``, ``plan``, or a
+    tile's compute function.  The message names the kernel, what of it ran (``stage``: ``"bind"``,
+    ``"tiling_space"``, ``"plan"`` or ``"compute"``; for a compute its core, tile and phase) and the exception, with
+    the file and line of the innermost frame that raised it; ``__cause__`` is the exception itself, its traceback
+    whole.  The call leaves memory as it was."""
+
+    def __init__(self, kernel: str | None, stage: str, error: BaseException, where: str = ""):
+        self.kernel, self.stage, self.error = kernel, stage, error
+        #: Where a compute ran (None for the other stages).
+        self.core: int | None = None
+        self.tile: int | None = None
+        self.phase: str | None = None
+        frame = error.__traceback__
+        while frame is not None and frame.tb_next is not None:
+            frame = frame.tb_next
+        at = "" if frame is None else (f" at {frame.tb_frame.f_code.co_filename}:{frame.tb_lineno} in "
+                                       f"{frame.tb_frame.f_code.co_name}")
+        what = one_line(str(error), 300)
+        super().__init__(f"kernel {kernel!r}{where}: its {stage} raised {type(error).__name__}"
+                         f"{': ' + what if what else ''}{at}")
+
+
+def in_kernel_code(kernel: str | None, stage: str, fn: Callable[..., R], *args: Any) -> R:
+    """``fn(*args)``, a kernel's own method (``stage`` names it): a SimError it raises passes as it is, any other
+    exception becomes a :class:`KernelCodeError` whose cause it is."""
+    try:
+        return fn(*args)
+    except SimError:
+        raise
+    except Exception as e:
+        raise KernelCodeError(kernel, stage, e) from e
+
+
+def renamed(error: E, message: str) -> E:
+    """A copy of ``error`` (the same type, attributes and cause) whose message is ``message``, made without calling
+    its ``__init__`` (whose parameters differ from class to class)."""
+    copy = type(error).__new__(type(error))
+    copy.__dict__.update(error.__dict__)
+    copy.args = (message,)
+    copy.__cause__ = error.__cause__
+    return copy
+
 
 #: Integers below this are shown digit by digit (head and tail); larger ones only by their length, since
 #: Python refuses to print an integer of more than 4300 digits and takes quadratic time to do so.

@@ -20,7 +20,7 @@ from typing import Any
 
 from kernels.base import PlanContext
 from kernels.registry import lookup
-from sim.errors import KernelArgError, LayoutError, PlanError, brief
+from sim.errors import KernelArgError, LayoutError, PlanError, brief, in_kernel_code
 from sim.files import tuning_cache as disk_tunings
 from sim.model.call import BoundCall, Buffer
 from sim.model.layout import fit_violation, layout_error
@@ -170,7 +170,7 @@ class CallPlanner:
         """The kernel's tiling space of ``call``; a space that cannot exist (nothing of the call fits at all)
         is the ``scratchpad-fit`` violation."""
         try:
-            space = kernel.tiling_space(call, ctx)
+            space = in_kernel_code(getattr(kernel, "name", None), "tiling_space", kernel.tiling_space, call, ctx)
         except DoesNotFit as e:
             raise layout_error([fit_violation(call, self.target, e)]) from None
         if not isinstance(space, TilingSpace):
@@ -373,7 +373,7 @@ class CallPlanner:
                 self.check(kernel, call, ctx, entry)
             return entry
         try:
-            plan = kernel.plan(call, ctx)
+            plan = in_kernel_code(getattr(kernel, "name", None), "plan", kernel.plan, call, ctx)
         except DoesNotFit:
             raise
         except LayoutError as e:  # a kernel not yet moved to DoesNotFit: counts against the vector level

@@ -38,12 +38,15 @@ from sim.engine.events import Recorder
 from sim.errors import (
     ComputeOutputError,
     KernelArgError,
+    KernelCodeError,
     KernelDefinitionError,
     LayoutError,
     MemoryFault,
     NestedCallError,
+    SimError,
     TimeLimitError,
     brief,
+    in_kernel_code,
 )
 from sim.files import tuning_cache as disk_tunings
 from sim.inspect.run import Run
@@ -277,8 +280,9 @@ class Simulator:
             except MemoryFault as e:
                 raise LayoutError(f"buffer '{name}' at {addr:#x} cannot be read: {e}") from None
 
-        return _checked_bound_call(sym, sym.kernel.bind(symbol, sym.precision, sym.variant, cores, args, read),
-                                   cores)
+        bound = in_kernel_code(getattr(sym.kernel, "name", None), "bind", sym.kernel.bind, symbol, sym.precision,
+                               sym.variant, cores, args, read)
+        return _checked_bound_call(sym, bound, cores)
 
     def context(self, call: BoundCall) -> PlanContext:
         """What the kernel may know of the chip when planning ``call``."""
@@ -395,11 +399,14 @@ class Simulator:
             raise e.located(kernel, _phase_of(entry.plan, e.core, e.tile_object)) from None
         except Exception as e:
             where = getattr(e, "dspsim_tile", None)
-            if where is not None:  # the kernel's own exception stays as it is; a note says where it came from
-                core, tile = where
-                _add_note(e, f"raised by the compute of kernel {kernel!r}, core {core}, tile {tile.tile_id}, phase "
-                             f"{_phase_of(entry.plan, core, tile)!r}")
-            raise
+            if where is None or isinstance(e, SimError):
+                raise
+            # The kernel's own exception: a KernelCodeError naming the tile, the exception its cause.
+            core, tile = where
+            phase = _phase_of(entry.plan, core, tile)
+            err = KernelCodeError(kernel, "compute", e, f", core {core}, tile {tile.tile_id}, phase {phase!r}")
+            err.core, err.tile, err.phase = core, int(tile.tile_id), phase
+            raise err from e
         return timing
 
     def _plan_and_run(self, symbol: str, tiling: Mapping[str, Any] | None, numerics: bool,
@@ -514,14 +521,6 @@ def _under_errstate(progress: Callable[[int, int], None], settings: Any) -> Call
         with np.errstate(**settings):
             progress(tiles, cycle)
     return tick
-
-
-def _add_note(e: BaseException, note: str) -> None:
-    """``note`` added to ``e``'s traceback (Python 3.11's ``add_note``; an attribute of the same name before)."""
-    if hasattr(e, "add_note"):
-        e.add_note(note)
-    else:  # Python 3.10: what add_note keeps, without the traceback showing it
-        e.__notes__ = [*getattr(e, "__notes__", []), note]  # type: ignore[attr-defined]
 
 
 def _phase_of(plan: Plan, core: int | None, tile: object) -> str | None:

@@ -1,14 +1,15 @@
 """Every error raised while a tile runs names the kernel, the core, the tile and the phase.
 
 A compute returning what its operand cannot hold (``ComputeOutputError``), a fault of the memory map found
-while a tile runs (``MemoryFault``), and a kernel's own exception from its compute (kept as it is: a note on it
-says where it came from).  The ReluGrad example's plan is the kernel; its first tile's compute is replaced.
+while a tile runs (``MemoryFault``), and a kernel's own exception from its compute (a ``KernelCodeError`` whose
+cause it is).  The ReluGrad example's plan is the kernel; its first tile's compute is replaced.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -65,14 +66,46 @@ def test_a_compute_of_the_wrong_shape_names_kernel_core_tile_and_phase():
                                "rule 'compute-output': output 0 of shape (3,) does not fill operand (1024,)"), err
 
 
-def test_a_kernels_own_exception_stays_as_it_is_with_a_note_naming_where():
+def test_a_kernels_own_exception_is_a_kernel_code_error_naming_where_with_it_as_its_cause():
+    """SPEC section 3: errors derive from sim.SimError.  A compute's own exception becomes a KernelCodeError naming
+    the kernel, core, tile and phase and the line that raised it; the exception itself is its cause, traceback and
+    all; memory is as it was."""
     def boom(dy: np.ndarray, x: np.ndarray) -> tuple[np.ndarray]:
         raise ZeroDivisionError("my bug")
-    with pytest.raises(ZeroDivisionError) as info:
-        _call(_kernel_whose_first_compute_is(boom))
-    assert str(info.value) == "my bug"
-    assert getattr(info.value, "__notes__", []) == [
-        "raised by the compute of kernel 'broken_relu_grad', core 0, tile 0, phase 'relu_grad'"]
+    m = sim.Simulator("FT78NE")
+    m.write(DY, np.ones(4096, np.float32))
+    m.write(X, np.ones(4096, np.float32))
+    before = m.read(DX, (4096,), np.float32).copy()
+    with sim.registered_kernel(_kernel_whose_first_compute_is(boom)), pytest.raises(sim.KernelCodeError) as info:
+        m.call("fp_broken_relu_grad_s", dy=DY, x=X, dx=DX, shape=[4096], core_mask=0x3,
+               tiling={"tile_elements": 1024})
+    err = info.value
+    assert isinstance(err, sim.SimError) and isinstance(err.__cause__, ZeroDivisionError)
+    assert (err.kernel, err.stage, err.core, err.tile, err.phase) == ("broken_relu_grad", "compute", 0, 0, "relu_grad")
+    assert re.fullmatch(r"kernel 'broken_relu_grad', core 0, tile 0, phase 'relu_grad': its compute raised "
+                        r"ZeroDivisionError: my bug at .*test_tile_error_context\.py:\d+ in boom", str(err)), str(err)
+    assert np.array_equal(m.read(DX, (4096,), np.float32), before)
+
+
+@pytest.mark.parametrize("stage", ["bind", "tiling_space", "plan"])
+def test_an_exception_from_a_kernels_bind_space_or_plan_is_a_kernel_code_error(stage):
+    """The kernel's other methods too: a bug in its bind, tiling_space or plan is a KernelCodeError naming the
+    stage (never the search dropping the tilings that raise: the error surfaces)."""
+    base = _kernel_whose_first_compute_is(lambda dy, x: (dy * x,))
+
+    class Raising(type(base)):  # type: ignore[misc]
+        pass
+
+    def broken(self, *args, **kwargs):
+        raise KeyError("oops")
+    setattr(Raising, stage, broken)
+    kernel = Raising()
+    kernel.__dict__.update(base.__dict__)
+    m = sim.Simulator("FT78NE")
+    with sim.registered_kernel(kernel), pytest.raises(sim.KernelCodeError) as info:
+        m.call("fp_broken_relu_grad_s", dy=DY, x=X, dx=DX, shape=[4096], core_mask=0x3)
+    assert info.value.stage == stage and isinstance(info.value.__cause__, KeyError)
+    assert str(info.value).startswith(f"kernel 'broken_relu_grad': its {stage} raised KeyError: 'oops' at ")
 
 
 def test_a_memory_fault_in_a_tile_names_kernel_core_tile_phase_and_cycle():
@@ -83,3 +116,53 @@ def test_a_memory_fault_in_a_tile_names_kernel_core_tile_phase_and_cycle():
     assert str(located) == ("kernel 'relu_grad', core 2, tile 7, phase 'relu_grad', cycle 123: DMA src "
                             "[0x60000000, 0x60000100): unmapped")
     assert (located.core, located.tile, located.cycle, located.tile_object) == (2, 7, 123, tile)
+
+
+RAISING_KERNEL = '''
+import importlib.util, dataclasses
+spec = importlib.util.spec_from_file_location("relu_grad_for_cli_errors", {example!r})
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+
+def boom(dy, x):
+    raise RuntimeError("boom from tile")
+
+class Raising(module.ReluGrad):
+    name = "raising_relu_grad"
+
+    def plan(self, call, ctx):
+        plan = super().plan(call, ctx)
+        phase = plan.phases[0]
+        first, *rest = phase.tiles[0]
+        broken = dataclasses.replace(first, compute=dataclasses.replace(first.compute, fn=boom))
+        tiles = {{**phase.tiles, 0: (broken, *rest)}}
+        return dataclasses.replace(plan, phases=(dataclasses.replace(phase, tiles=tiles),))
+
+KERNEL = Raising()
+'''
+
+
+def test_the_command_line_says_a_kernels_exception_in_one_line_naming_the_call(tmp_path, capsys):
+    """`dspsim run` of a config, and of a program, whose kernel's compute raises: one line on stderr naming the
+    kernel, the tile and the exception (and in a program the call and its starting cycle), exit 2."""
+    from sim.cli import main
+    (tmp_path / "raising.py").write_text(RAISING_KERNEL.format(example=str(EXAMPLE)))
+    args = "{dy: 0xA0000000, x: 0xA1000000, dx: 0xA2000000, shape: [64, 256]}"
+    (tmp_path / "rc.yaml").write_text(f"target: FT78NE\nsymbol: fp_raising_relu_grad_s\nkernels: [raising.py]\n"
+                                      f"numerics: true\nargs: {args}\n")
+    assert main(["run", str(tmp_path / "rc.yaml"), "--allow-kernels", "--out-dir", str(tmp_path / "o")]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert len(err) == 1 and "Traceback" not in err[0]
+    assert re.search(r"dspsim: error: kernel 'raising_relu_grad', core 0, tile 0, phase '\w+': its compute raised "
+                     r"RuntimeError: boom from tile at .*raising\.py:\d+ in boom$", err[0]), err[0]
+    (tmp_path / "prog.yaml").write_text(
+        "target: FT78NE\nkernels: [raising.py]\ntensors:\n"
+        "  - {name: dy, shape: [64, 256], dtype: float32}\n  - {name: x, shape: [64, 256], dtype: float32}\n"
+        "  - {name: g, shape: [64, 256], dtype: float32}\n"
+        "data:\n  - {tensor: dy, random: {seed: 1}}\n  - {tensor: x, random: {seed: 2}}\n"
+        "calls:\n  - {name: boom, symbol: fp_raising_relu_grad_s, args: {dy: dy, x: x, dx: g, shape: [64, 256]}}\n"
+        "outputs: [{tensor: g}]\n")
+    assert main(["run", str(tmp_path / "prog.yaml"), "--allow-kernels", "--out-dir", str(tmp_path / "p")]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert len(err) == 1 and re.search(r"prog\.yaml: call 'boom' \(fp_raising_relu_grad_s\), starting at cycle 0 of "
+                                       r"the program: kernel 'raising_relu_grad', core 0, tile 0", err[0]), err

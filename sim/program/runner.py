@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sim.errors import SimError
+from sim.errors import SimError, renamed
 from sim.program.pipeline import CheckedProgram, check_program
 from sim.program.result import CallRun, ProgramRun
 from sim.program.schema import Program
@@ -66,10 +66,9 @@ def _run_checked(program: Program, checked: CheckedProgram, m: Simulator,
             run = m.run_bound(c.call, c.args, numerics=cfg.numerics, tiling=c.spec.tiling,
                               time_limit_seconds=cfg.time_limit_seconds)
         except SimError as e:
-            err = type(e)(f"{program.path}: call '{c.spec.name}' ({c.call.symbol}), starting at cycle {cursor} of "
-                          f"the program: {e}")
-            err.__dict__.update(e.__dict__)
-            raise err from None
+            # (the same error, its attributes and cause kept: a KernelCodeError's cause is the kernel's exception)
+            raise renamed(e, f"{program.path}: call '{c.spec.name}' ({c.call.symbol}), starting at cycle {cursor} "
+                             f"of the program: {e}") from e.__cause__
         runs.append(CallRun(c.spec.name, cursor, run))
         cursor += run.cycles
     return runs
