@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: Layer of each part of sim/, lowest first.
 LAYERS: dict[str, int] = {
-    "sim.errors": 0, "sim.extras": 0, "sim.files": 0, "sim.model": 1, "sim.timing": 2, "sim.startup": 2,
-    "sim.engine": 3, "sim.tuning": 4,
+    "sim.errors": 0, "sim.env_flags": 0, "sim.extras": 0, "sim.files": 0, "sim.model": 1, "sim.timing": 2,
+    "sim.startup": 2, "sim.engine": 3, "sim.tuning": 4,
     "sim.inspect": 5, "sim.plan_cache": 6, "sim.planning": 6, "sim.simulator": 6, "sim": 6, "sim.config": 7,
     "sim.run": 8, "sim.report": 9, "sim.sweep": 9, "sim.calibrate": 9, "sim.program": 9,
     "sim.cli": 10,

@@ -194,7 +194,7 @@ def test_a_failing_replay_rolls_memory_back():
     def broken(*arrays):
         raise ValueError("kernel bug in a replayed tile")
     object.__setattr__(tile.compute, "fn", broken)
-    with pytest.raises(ValueError, match="replayed tile"):
+    with pytest.raises(sim.KernelCodeError, match="ValueError: kernel bug in a replayed tile"):
         m.call(ex.symbol, **ex.args)
     assert m.memory.snapshot() == before
 

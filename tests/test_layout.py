@@ -385,7 +385,7 @@ def _fill(m: sim.Simulator, args: dict, core: int | None) -> None:
 # A DMA outside the map no longer runs at all: the plan check refuses the plan before the engine starts
 # (sim/model/plan_check.py), so memory is untouched; a compute that raises still faults mid-run, after the real
 # tiles wrote their outputs, and is rolled back.
-@pytest.mark.parametrize("fault,err", [("dma", sim.PlanError), ("compute", ValueError)])
+@pytest.mark.parametrize("fault,err", [("dma", sim.PlanError), ("compute", sim.KernelCodeError)])
 @pytest.mark.parametrize("symbol,args,core", [("fp_batch_norm_grad_s", S, None),
                                               ("fp_batch_norm_grad_p", {**P, "core": 2}, 2)])
 def test_fault_mid_run_rolls_memory_back(monkeypatch, fault, err, symbol, args, core):
@@ -406,6 +406,9 @@ def test_fault_mid_run_rolls_memory_back(monkeypatch, fault, err, symbol, args, 
         assert str(info.value).startswith(f"kernel 'batch_norm_grad', core {core or 0}, tile 999, phase 'boom': "
                                           f"breaks the plan rule 'transfer-unmapped': load 0 (64 bytes) reads "
                                           f"[0x60000000, 0x60000040): unmapped")
+    else:  # the kernel's own exception, its cause
+        assert isinstance(info.value.__cause__, ValueError) and "its compute raised ValueError: kernel bug" in \
+            str(info.value)
     assert m.memory.snapshot() == before
     p = args["params"]
     assert (m.read(args["dx"], (p[5], p[6]), np.float32, core=core) == 7.0).all()
@@ -430,7 +433,7 @@ def test_rollback_after_earlier_calls_restores_the_last_committed_bytes(monkeypa
     dx_second = m.read(S["dx"], (p[5], p[6]), np.float32)
     _faulting_plan(monkeypatch, "compute")
     m.clear_caches()  # the planner changed: plans of the old one must not be reused (documented way)
-    with pytest.raises(ValueError, match="kernel bug"):
+    with pytest.raises(sim.KernelCodeError, match="its compute raised ValueError: kernel bug"):
         m.call("fp_batch_norm_grad_s", **S)
     assert m.memory.snapshot() == after_second
     assert (m.read(S["dx"], (p[5], p[6]), np.float32) == dx_second).all()

@@ -144,7 +144,7 @@ def test_a_replay_leaves_the_bytes_a_simulating_run_leaves(plan, fail_at):
     computes = sum(1 for e in fx if len(e) == 3)
     replayed.memory.begin()
     if fail_at < computes:
-        with pytest.raises(ValueError, match="a tile that fails"):
+        with pytest.raises(ValueError, match="a tile that fails"):  # (the engine: the facade wraps it)
             Engine(replayed.target, replayed.memory, Recorder(), numerics=True).replay(fx)
         replayed.memory.rollback()
         assert _bytes(replayed) == before
@@ -322,7 +322,7 @@ def test_a_user_kernel_of_a_random_plan_through_the_simulator(target, data):
           suppress_health_check=[HealthCheck.too_slow])
 @given(target=st.sampled_from([FT78NE, sim.load_target("MT7004")]), fail_at=st.integers(0, 30), data=st.data())
 def test_a_user_kernel_whose_tile_fails_leaves_memory_as_it_was(target, fail_at, data):
-    """A random plan whose ``fail_at``-th compute raises: the call raises the kernel's own error and leaves every
+    """A random plan whose ``fail_at``-th compute raises: the call raises a KernelCodeError and leaves every
     byte of memory as it was, on its first call (which replays the searched plan's effects) and on a repeated call
     of the same plan once it has run."""
     plan = data.draw(random_plans(target))
@@ -333,14 +333,14 @@ def test_a_user_kernel_whose_tile_fails_leaves_memory_as_it_was(target, fail_at,
     with sim.registered_kernel(_GivenPlan(with_fn(plan, failing))):
         m = filled(target)
         before = _bytes(m)
-        with pytest.raises(ValueError, match="a tile that fails"):
+        with pytest.raises(sim.KernelCodeError, match="its compute raised ValueError: a tile that fails"):
             m.call("fp_random_plan_s", x=ddr, y=ddr + OUT_BYTES, core_mask=mask)
         assert _bytes(m) == before
         failing.n = computes  # (every compute passes: the plan runs, and is kept)
         m.call("fp_random_plan_s", x=ddr, y=ddr + OUT_BYTES, core_mask=mask)
         after = _bytes(m)
         failing.n = min(fail_at, computes - 1)
-        with pytest.raises(ValueError, match="a tile that fails"):
+        with pytest.raises(sim.KernelCodeError, match="its compute raised ValueError: a tile that fails"):
             m.call("fp_random_plan_s", x=ddr, y=ddr + OUT_BYTES, core_mask=mask)
         assert _bytes(m) == after
 

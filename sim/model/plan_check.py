@@ -19,6 +19,8 @@ engine.  The rules, each with the id a :class:`~sim.errors.PlanError` names (see
   buffers are all shared, so no core's private storage is the call's; a ``_p`` call runs on its own core);
 * ``input-written``: a transfer never writes into an input buffer of the call;
 * ``write-outside-outputs``: a transfer writes only into the call's output buffers and the staging levels;
+* ``read-outside-buffers``: a transfer reads only from the call's buffers (inputs and outputs) and the staging
+  levels (a read elsewhere would feed the kernel bytes its call never handed it);
 * ``operand-level``: a compute operand lies wholly inside the innermost per-core staging level (the vector
   level), or the scalar level beside it;
 * ``tile-size``: the operands of a tile fit the size of the staging level they lie in;
@@ -124,6 +126,19 @@ MAX_TRANSFER_RUNS = 1 << 24
 #: each side with one more).
 MAX_TRANSFER_DIMS = 32
 
+def _covered(lo: int, hi: int, spans: Sequence[tuple[int, int]]) -> bool:
+    """Whether ``[lo, hi)`` lies inside the union of ``spans`` (sorted by start)."""
+    cursor = lo
+    for s_lo, s_hi in spans:  # sweep [lo, hi) across them
+        if s_lo > cursor:
+            break
+        if s_hi > cursor:
+            cursor = s_hi
+            if cursor >= hi:
+                return True
+    return cursor >= hi
+
+
 #: Rule id -> the rule in words (for the docs and for tools).
 RULES: dict[str, str] = {
     "plan-structure": "a plan is a Plan of Phases whose tiles map a core to Tiles of well-formed Transfers and "
@@ -134,6 +149,7 @@ RULES: dict[str, str] = {
     "private-memory": "a transfer never touches private memory the call has no buffer in",
     "input-written": "a transfer never writes into an input buffer of the call",
     "write-outside-outputs": "a transfer writes only into the call's output buffers and the staging levels",
+    "read-outside-buffers": "a transfer reads only from the call's buffers and the staging levels",
     "operand-level": "a compute operand lies wholly inside the innermost per-core staging level (the vector "
                      "level) or the scalar level beside it",
     "tile-size": "the operands of a tile fit the size of the staging level they lie in",
@@ -255,10 +271,10 @@ class _Checker:
         sized = [b for b in call.buffers if b.size_bytes]
         self.inputs = [b for b in sized if b.role != "output"]
         self.outputs = sorted(((b.addr, b.end, b) for b in sized if b.role == "output"), key=lambda t: t[:2])
-        # The spans a transfer's source may lie in (a mapped region, but no private storage for an _s call) and
-        # its destination (a staging level, an output buffer): a side wholly inside one needs no further look.
-        self.readable = [(r.base, r.end) for r in target.regions
-                         if not (r.kind == "private" and r.role != "scratchpad" and call.variant == "s")]
+        # The spans a transfer's source may lie in (a staging level, a buffer of the call) and its destination (a
+        # staging level, an output buffer): a side wholly inside one needs no further look.
+        self._buffers = merged([(b.addr, b.end) for b in sized])
+        self.readable = [(a.base, a.end) for a in self.levels] + list(self._buffers)
         self.writable = [(a.base, a.end) for a in self.levels] + [(lo, hi) for lo, hi, _ in self.outputs]
         self._operands: dict[Any, tuple[int, int, int]] = {}  # (addr, shape, dtype) -> its span and level index
         self._loops: dict[int, Any] = {}  # id -> a loop already judged
@@ -865,27 +881,22 @@ class _Checker:
             return "private-memory", (f"region {region.name} is each core's private memory, and this _s call's "
                                       f"buffers all lie in shared memory: no core's {region.name} is the call's")
         if not writing:
-            return None
+            if _covered(lo, hi, self._buffers):
+                return None
+            names = ", ".join(f"'{b.name}' {_span(b.addr, b.end)}" for b in self.call.buffers if b.size_bytes)
+            levels = ", ".join(f"{a.name} {_span(a.base, a.end)}" for a in self.levels)
+            return "read-outside-buffers", (f"in region {region.name}, neither a staging level ({levels}) nor inside "
+                                            f"the call's buffers ({names or 'none'}): a kernel reads what its call "
+                                            f"gives it, not bytes it was never handed")
         for b in self.inputs:
             if b.addr < hi and lo < b.end:
                 return "input-written", f"it overlaps input buffer '{b.name}' {_span(b.addr, b.end)}"
-        if not self._covered_by_outputs(lo, hi):
+        if not _covered(lo, hi, [(b_lo, b_hi) for b_lo, b_hi, _ in self.outputs]):
             outs = ", ".join(f"'{b.name}' {_span(lo_, hi_)}" for lo_, hi_, b in self.outputs) or "none"
             levels = ", ".join(f"{a.name} {_span(a.base, a.end)}" for a in self.levels)
             return "write-outside-outputs", (f"in region {region.name}, neither a staging level ({levels}) nor "
                                              f"inside the call's output buffers ({outs})")
         return None
-
-    def _covered_by_outputs(self, lo: int, hi: int) -> bool:
-        cursor = lo
-        for b_lo, b_hi, _ in self.outputs:  # sorted by start: sweep [lo, hi) across them
-            if b_lo > cursor:
-                break
-            if b_hi > cursor:
-                cursor = b_hi
-                if cursor >= hi:
-                    return True
-        return cursor >= hi
 
     def compute(self, c: Any) -> None:
         key = None
