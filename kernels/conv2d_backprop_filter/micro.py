@@ -172,34 +172,57 @@ class TileLoops:
 
     def micro_fits(self, m_r: int, n_r: int) -> bool:
         """True when an m_r x n_r micro-kernel's live vectors fit the core's register file."""
-        loop = lp.gemm_micro_kernel_from_am(self.core, self.precision, m_r, n_r, 1, itemsize=self.op_isz)
-        return loop.vector_registers <= self.core.vector_registers
+        return _micro_fits(self.core, self.precision, self.op_isz, m_r, n_r)
 
     def options(self, asked: MicroAsk, shape: _TileShape, first: bool) -> list[tuple[Micro, tuple[Loop, ...]]]:
         """The micro-kernels a row tile may run, each with the tile's loops: the caller's keys where given
         (clipped to the tile); else every m_micro up to MICRO_M_ROWS rows (within a tap's channels with the
         window) and n_micro of 1 to MICRO_N_VECTORS vectors, among those that fit the vector registers."""
+        return [(micro, self._loops_of(shape, first, micro)) for micro in self.micros(asked)]
+
+    def micros(self, asked: MicroAsk) -> list[Micro]:
+        """The micro-kernel shapes of :meth:`options`: a shape that does not fit the vector registers is skipped,
+        so only the caller's own values can leave none, refused naming the key the caller gave."""
         lanes = lp.lanes(self.core, self.precision)
         modes = [asked.a_operand] if asked.a_operand else list(A_OPERANDS)
         n_opts = [min(asked.n_micro, self.ocg)] if asked.n_micro else sorted(
             {min(self.ocg, j * lanes) for j in range(1, MICRO_N_VECTORS + 1)})
-        options: list[tuple[Micro, tuple[Loop, ...]]] = []
+        out: list[Micro] = []
         for mode in modes:
             limit = self.icg if mode == "window" else self.taps * self.icg
             m_opts = [min(asked.m_micro, limit)] if asked.m_micro else range(1, min(limit, MICRO_M_ROWS) + 1)
-            for n_r in n_opts:
-                for m_r in m_opts:
-                    if not self.micro_fits(m_r, n_r):
-                        if asked.m_micro or asked.n_micro:
-                            raise KernelArgError(
-                                f"argument 'tiling.m_micro': a {m_r} x {n_r} micro-kernel needs more than the "
-                                f"core's {self.core.vector_registers} vector registers (accumulators, B row, A "
-                                f"vector and broadcasts)")
-                        continue
-                    micro = (mode, m_r, n_r)
-                    options.append((micro, self._loops_of(shape, first, micro)))
-        assert options  # a 1 x lanes micro-kernel always fits
-        return options
+            out += [(mode, m_r, n_r) for n_r in n_opts for m_r in m_opts if self.micro_fits(m_r, n_r)]
+        if not out:
+            raise self.refusal(asked, modes)
+        return out
+
+    def refusal(self, asked: MicroAsk, modes: list[str] | None = None) -> KernelArgError:
+        """The error of micro-kernel keys the caller gave of which no shape fits the vector registers (with the
+        other key completed, if not given, from 1 row or column up): naming the key given (m_micro where both
+        are), with the largest value of it that fits, if any."""
+        lanes = lp.lanes(self.core, self.precision)
+        modes = modes or ([asked.a_operand] if asked.a_operand else list(A_OPERANDS))
+        # (the widest a_operand's rows: where neither fits, the largest m_micro that fits is no wider than that)
+        limit = max(self.icg if mode == "window" else self.taps * self.icg for mode in modes)
+        n_r = min(asked.n_micro, self.ocg) if asked.n_micro else min(self.ocg, lanes)
+        if asked.m_micro:
+            m_r = min(asked.m_micro, limit)
+            key, shape = "m_micro", f"{m_r} x {n_r}"
+            best = next((m for m in range(m_r - 1, 0, -1) if self.micro_fits(m, n_r)), None)
+        else:
+            key, shape = "n_micro", f"1 x {n_r}"
+            best = next((n for n in range(n_r - 1, 0, -1) if self.micro_fits(1, n)), None)
+        largest = f"; the largest that fits: {key}={best}" if best is not None else ""
+        return KernelArgError(f"argument 'tiling.{key}': a {shape} micro-kernel needs more than the core's "
+                              f"{self.core.vector_registers} vector registers (accumulators, B row, A vector and "
+                              f"broadcasts){largest}")
+
+
+@memoized
+def _micro_fits(core: CoreModel, precision: str, itemsize: int, m_r: int, n_r: int) -> bool:
+    """True when an m_r x n_r micro-kernel's live vectors fit ``core``'s register file."""
+    loop = lp.gemm_micro_kernel_from_am(core, precision, m_r, n_r, 1, itemsize=itemsize)
+    return loop.vector_registers <= core.vector_registers
 
 
 @memoized

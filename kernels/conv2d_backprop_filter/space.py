@@ -9,7 +9,7 @@ from typing import Any
 from kernels.base import PlanContext
 from kernels.common.tiling_space import ChoiceKey, IntKey, TilingSpace, complete, padded_lanes
 from kernels.conv2d_backprop_filter.filter_split import filter_plan
-from kernels.conv2d_backprop_filter.layout import _Layout
+from kernels.conv2d_backprop_filter.layout import _Group, _Layout
 from kernels.conv2d_backprop_filter.micro import A_OPERANDS, MICRO_M_ROWS, MICRO_N_VECTORS, MicroAsk
 from kernels.conv2d_backprop_filter.spatial import share_stride, spatial_plan
 from kernels.conv2d_backprop_filter.tiles import _Tiles
@@ -115,6 +115,13 @@ class _Planner:
                              f"take half of it; a one-row tile must fit one of the two slots left)")
         if tiling["split"] == "spatial" and len(lay.active) > 1:
             share_stride(lay, ocg)  # DoesNotFit when a core's share of the shared level holds no row of dW
+        asked = MicroAsk(tiling.get("a_operand"), tiling.get("m_micro"), tiling.get("n_micro"))
+        if asked.m_micro or asked.n_micro:
+            # The caller's micro-kernel keys (a slice's widest group: the others only clip them further) must
+            # leave a shape within the vector registers, or the planned tiles refuse them (a KernelArgError
+            # naming the key): refused here, so that no "nearest that fit" names such a slice.
+            loops = _Tiles(lay, asked).tile_loops(_Group(0, min(icg, lay.in_c), 0, min(ocg, lay.out_c)))
+            loops.micros(asked)
 
     def _tiles(self, tiling: Mapping[str, Any]) -> int:
         """The space's ``tiles``: row tiles of every slice over the whole input (each at least one output row)

@@ -55,7 +55,7 @@ class CallTiling:
             IntKey("tile_cols", 1, g.in_w, "input columns of a tile", values=self._col_values),
             IntKey("tile_rows", 1, g.in_h, "input rows of a tile", values=self._row_values),
             IntKey("register_block", 1, MAX_BLOCK, "output vectors a tap loop accumulates in registers",
-                   scope="compute", values=range(1, MAX_BLOCK + 1)),
+                   scope="compute", values=range(1, self.taps.shape.largest_block() + 1)),
             fit=self._fit, tiles=self._tiles)
         self.asked = self.space.parse(ctx)
 
@@ -107,8 +107,20 @@ class CallTiling:
         return sorted(row_options(most, seg_rows), reverse=True)
 
     def _fit(self, tiling: Mapping[str, Any]) -> None:
-        """The space's ``fit``: a tile of the shape (clipped to the first core's share) fits the scratchpad."""
-        self.footprint.pipeline(self.shares(tiling["channel_parts"])[0].clip(tile_shape(tiling), self.geo.in_h))
+        """The space's ``fit``: a tile of the shape (clipped to the first core's share) fits the scratchpad, and
+        the caller's ``register_block``, clipped to such a tile's output vectors, fits the vector registers."""
+        shape = self.shares(tiling["channel_parts"])[0].clip(tile_shape(tiling), self.geo.in_h)
+        self.footprint.pipeline(shape)
+        block = tiling.get("register_block")
+        if block is not None:
+            self.taps.shape.check_block(block, self.tile_vectors(shape))
+
+    def tile_vectors(self, shape: TileShape) -> int:
+        """Output vectors of a tile of ``shape`` (the most a tap loop of its tiles blocks)."""
+        lanes = self.taps.lanes
+        if self.geo.nchw:
+            return shape.chans * shape.rows * ceil_div(shape.cols, lanes)
+        return shape.rows * shape.cols * ceil_div(shape.chans * self.mult, lanes)
 
     def _tiles(self, tiling: Mapping[str, Any]) -> int:
         """The space's ``tiles``: every core's tiles."""

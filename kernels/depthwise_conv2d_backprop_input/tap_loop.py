@@ -20,6 +20,7 @@ from kernels.common import loops as lp
 from kernels.common.geometry import AxisTaps, ConvGeometry
 from kernels.common.shares import ceil_div
 from kernels.depthwise_conv2d_backprop_input.numerics import F32
+from sim.errors import KernelArgError
 from sim.model.memo import memoized
 from sim.model.plan import Loop
 from sim.model.target import CoreModel, Target
@@ -67,6 +68,22 @@ class TapShape:
                                  registers=self.registers(block, work.filter_vectors if resident else 1),
                                  label=f"taps into {block} output vectors")
 
+    def largest_block(self) -> int:
+        """The most output vectors a tap loop may block (the filter's vectors streamed: one register for them)."""
+        return max((b for b in range(1, MAX_BLOCK + 1) if self.registers(b, 1) <= self.core.vector_registers),
+                   default=0)
+
+    def check_block(self, block: int, vectors: int) -> None:
+        """Refuse the caller's ``register_block`` where a tile of ``vectors`` output vectors would block more of
+        them than the core's vector registers hold (the plan check's ``loop-registers`` rule otherwise)."""
+        used = min(block, max(1, vectors))
+        regs = self.registers(used, 1)
+        if regs > self.core.vector_registers:
+            raise KernelArgError(f"argument 'tiling.register_block': a tap loop of {used} output vectors keeps "
+                                 f"{regs} vector registers live (fp32 accumulators, out_backprop vectors and a "
+                                 f"filter vector), the core has {self.core.vector_registers}; the largest block "
+                                 f"that fits: register_block={self.largest_block()}")
+
     def registers(self, block: int, filter_vectors: int) -> int:
         """Vector registers a tap loop of ``block`` output vectors keeps live: the fp32 accumulators, the loaded
         out_backprop vectors and ``filter_vectors`` filter vectors."""
@@ -112,6 +129,7 @@ class TapLoops:
         timing model prices."""
         work = self._work(rows, cols, ct)
         if asked is not None:
+            self.shape.check_block(asked, work.vectors)
             return blocked_loop(self.shape, work, min(asked, max(1, work.vectors)))
         return blocked_loop(self.shape, work, cheapest_block(self.shape, work, self.ctx.target))
 

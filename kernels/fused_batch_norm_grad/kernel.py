@@ -113,11 +113,22 @@ def tiling_space(call: BoundCall, ctx: PlanContext) -> TilingSpace:
     except DoesNotFit as e:
         rows_misfit, sizes = e, [total]  # the rows split cannot fit at all: its fit says why
 
+    refusals: dict[int, DoesNotFit | None] = {}
+
     def fit(t: Mapping[str, Any]) -> None:
         if t["split"] == "channels":
             chans.check_block(t["channel_block"])
         elif rows_misfit is not None:
             raise rows_misfit
+        else:
+            # The rows plan's own refusal of the tile size (a streamed tile's slot, or in training the blocks kept
+            # resident), so that a misfit is dropped unplanned and a "nearest that fit" names a size that plans.
+            size = t["tile_elements"]
+            if size not in refusals:
+                refusals[size] = _RowsPlan(call, ctx, size).refusal()
+            why = refusals[size]
+            if why is not None:
+                raise why
 
     def tiles(t: Mapping[str, Any]) -> int:
         cores = len(call.cores)

@@ -90,6 +90,9 @@ class _GroupLayout:
 class _RowsPlan(_PlanBase):
     """Rows split over the cores; per channel group a partial-sums phase and a finishing phase."""
 
+    #: True in the probes of :meth:`largest_tile` (their refusals skip working out the largest tile again).
+    probing = False
+
     def build(self) -> Plan:
         """Phases per channel group: sums (+ inference x_backprop), barrier, reduce (+ training x_backprop)."""
         phases: list[Phase] = []
@@ -106,10 +109,53 @@ class _RowsPlan(_PlanBase):
         assert self.first_want is not None and self.largest_want is not None  # the first group's blocks set them
         return self.first_want, self.largest_want
 
+    def refusal(self) -> DoesNotFit | None:
+        """Why the caller's tile size cannot plan (the DoesNotFit :meth:`build` raises), or None: every group laid
+        out as :meth:`build` lays it out, without making the tiles."""
+        try:
+            for _ in self._layouts():
+                pass
+        except DoesNotFit as e:
+            return e
+        return None
+
+    def largest_tile(self) -> int:
+        """The most ``tile_elements`` a tiling of the call may name (0: none fits): at most the smallest streamed
+        budget of a group, or (training) the smallest budget of blocks kept resident where the whole share's
+        blocks stay resident with it.  A size above both is streamed in the group of the smaller and refused."""
+        base = _RowsPlan(self.call, self.ctx, None)
+        base.probing = True
+        for _ in base._layouts():
+            pass
+        streamed = min(b for _, b in base.budgets)
+        resident = min(r for r, _ in base.budgets) if self.train else 0
+        total = self.v.a * self.v.c * self.v.b
+
+        def accepted(n: int) -> bool:
+            probe = _RowsPlan(self.call, self.ctx, n)
+            probe.probing = True
+            return probe.refusal() is None
+
+        def largest(lo: int, hi: int) -> int:  # accepted(lo) (or lo 0), not accepted(hi)
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if accepted(mid) else (lo, mid)
+            return lo
+
+        best = min(streamed, total)
+        if not accepted(best):
+            best = largest(0, best)
+        top = min(resident, total)
+        if top > best:
+            best = top if accepted(top) else largest(best, top)
+        return best
+
     def _layouts(self) -> Iterator[_GroupLayout]:
         """The channel groups laid out one after the other (a group's layout is made when the one before is done)."""
         self.first_want: int | None = None
         self.largest_want: int | None = None
+        #: (resident, streamed) elements per tensor of a tile, per group and share laid out.
+        self.budgets: list[tuple[int, int]] = []
         self.shares = self._shares()
         self.parts = len(self.shares)
         group = self._group_size()
@@ -228,6 +274,10 @@ class _RowsPlan(_PlanBase):
         """
         align, free, item = self.align, scratch.spare_bytes, self.dt.itemsize
         resident_budget = max(0, free // 2 - 2 * align) // (2 * item)
+        half = (free // 6 if self.train else free // 2) // align * align
+        slots = Scratch(self.level, scratch.fixed_bytes, slots=2, slot_bytes=half)
+        budget = slots.elements_per_slot(3, item)
+        self.budgets.append((resident_budget, budget))
         if self.train and (self.size is None or self.size <= resident_budget):
             blocks = self._cut(ar, cg, br, resident_budget)
             if sum(2 * self._bytes(d) for _, d in blocks) <= free:
@@ -235,14 +285,14 @@ class _RowsPlan(_PlanBase):
                 spare = scratch.spare()
                 return [_Block(start, dims, spare.alloc(2 * self._bytes(dims)), 3 + j, True)
                         for j, (start, dims) in enumerate(blocks)]
-        half = (free // 6 if self.train else free // 2) // align * align
-        slots = Scratch(self.level, scratch.fixed_bytes, slots=2, slot_bytes=half)
-        budget = slots.elements_per_slot(3, item)
         if self.size is not None and self.size > budget:
+            # The most the call takes, not this group's streamed budget: in training a larger tile may stay
+            # resident (the probes of largest_tile only need to know that it is refused).
+            most = budget if self.probing else self.largest_tile()
             raise slots.refuse(3 * align_up(self.size * item, align), half,
                                f"tiling tile_elements={self.size} does not fit the "
-                               f"{self.level.size_bytes}-byte {self.level.name} scratchpad (at most {budget} "
-                               f"elements per tensor in a streamed tile)")
+                               f"{self.level.size_bytes}-byte {self.level.name} scratchpad (at most {most} "
+                               f"elements per tensor in a tile of this call)")
         blocks = self._cut(ar, cg, br, budget)
         self._remember_cut()
         stay = 0

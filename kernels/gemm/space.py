@@ -50,7 +50,9 @@ class GemmSpace(GemmLayouts):
             split = "k"  # small m x n, long k: the depth is the only dimension with work for every core
         # A TT call, planned as Cᵀ = B·A, transposes each finished tile into C's rows: it has no split k, whose
         # reduce phase sums rows of C from the cores' partial rows (they would be Cᵀ's).
-        allowed = tuple(x for x in SPLITS if x != "k") if self.c_transposed else SPLITS
+        # Nor does a call that cannot split k (one core, an _p call, no shared level, k of 1).
+        allowed = tuple(x for x in SPLITS if x != "k") if self.c_transposed or not self.split_k_possible() \
+            else SPLITS
         if split not in allowed:
             split = "n"
         splits = (split,) + (tuple(x for x in allowed if x != split) if cores > 1 else ())
@@ -196,6 +198,11 @@ class GemmSpace(GemmLayouts):
                         v = max(p, v // 2 // p * p)
             return list(dict.fromkeys(out))
 
+        def k_blocks(t: Mapping[str, Any]) -> list[int]:
+            out = [min(v, g.k) for v in K_BLOCKS] + [max(1, min(max(K_BLOCKS), g.k) // 2)]
+            # (split k shares the k blocks among the cores: a block as deep as k leaves the others nothing)
+            return [v for v in out if v < g.k] if t["split"] == "k" else out
+
         return TilingSpace(
             ChoiceKey("split", SPLITS, "n: each core its columns of C (A blocks shared in GSM); m: each core its "
                                        "micro-panels of each A block (every core loads the B block); k: each core "
@@ -250,8 +257,8 @@ class GemmSpace(GemmLayouts):
             IntKey("m_micro", 1, 64, "rows of the micro-kernel's C block in registers (with n_micro: accumulators, a "
                                      "row of B and the broadcast A values within the core's vector registers)",
                    values=micro_rows),
-            IntKey("k_block", 1, g.k, "depth of a GSM block of A and of a B block",
-                   values=[min(v, g.k) for v in K_BLOCKS] + [max(1, min(max(K_BLOCKS), g.k) // 2)]),
+            IntKey("k_block", 1, g.k, "depth of a GSM block of A and of a B block (split k: at least two blocks)",
+                   values=k_blocks),
             IntKey("m_panel", 1, g.m, "rows of an A micro-panel in SM (one tile)", values=panels),
             IntKey("m_block", 1, g.m, "rows of op(A) per GSM block (shared by the cores); A read from memory on "
                                       "split m: the rows each B block serves", values=m_blocks),

@@ -116,6 +116,26 @@ class GemmCall:
             return C_HOMES[1:]
         return C_HOMES if self.dt == F32 and t["split"] != "k" else C_HOMES[:1]
 
+    def split_k_possible(self) -> bool:
+        """Whether the call may split k at all: several cores of an _s call, a shared level to sum their partials
+        through, and a depth of at least two (each core a k block of its own)."""
+        return (self.call.variant == "s" and len(self.ctx.cores) > 1 and self.blocks_level is not None
+                and self.g.k > 1)
+
+    def _check_split_k(self, t: GemmTiling) -> None:
+        """Split k's preconditions, as KernelArgErrors naming the key at fault (the call: ``split``; a k block
+        as deep as k, which leaves one core all the depth: ``k_block``)."""
+        if not self.split_k_possible():
+            cores = len(self.ctx.cores)
+            this = (f"an _{self.call.variant} call on {cores} core{'s' if cores > 1 else ''}, k {self.g.k}"
+                    + ("" if self.blocks_level is not None else ", no shared level"))
+            raise KernelArgError(f"argument 'tiling.split': k needs several cores of an _s call, a depth of at "
+                                 f"least 2 and a shared level to sum the cores' partial C blocks through (this "
+                                 f"call: {this}; use split n or m)")
+        if t.k_block >= self.g.k:
+            raise KernelArgError(f"argument 'tiling.k_block': split k shares k blocks among the cores and needs at "
+                                 f"least two (k {self.g.k}, k_block {t.k_block}): at most {self.g.k - 1}")
+
     def _may_share(self, split: str) -> bool:
         """Whether a tiling of this split shares A's blocks among several cores through the shared level."""
         return (self.call.variant == "s" and len(self.ctx.cores) > 1 and self.blocks_level is not None
@@ -191,6 +211,8 @@ class GemmCall:
             raise KernelArgError("argument 'tiling.split': k does not go with formulation transposed: split k "
                                  "sums the cores' partial rows of C, and the transposed formulation computes rows "
                                  "of Cᵀ (use formulation direct, or split n or m)")
+        if t.split == "k":
+            self._check_split_k(t)
         regs = self._micro_registers(t.m_micro, t.n_micro, t.nt_kernel)
         if regs > self.core.vector_registers:
             raise KernelArgError(f"argument 'tiling.m_micro': a {t.m_micro}x{t.n_micro} micro-kernel keeps {regs} "
