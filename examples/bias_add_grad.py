@@ -25,7 +25,7 @@ from kernels.common.split_reduce import SplitReduce
 from kernels.common.streams import FIXED_SLOT, CoreStream, plan_of
 from kernels.common.tensor_view import TensorView
 from sim.model.call import ArgSpec, BoundCall, MemoryReader
-from sim.model.plan import Compute, Plan
+from sim.model.plan import Compute, Plan, TileFn
 
 F32 = np.dtype(np.float32)
 #: Rows per tile: a few tiles per core keep the pipeline busy; fewer when a slot holds fewer.
@@ -38,9 +38,10 @@ def add_rows(dy: np.ndarray, sums: np.ndarray) -> tuple[np.ndarray]:
     return (sums + dy.sum(axis=0, dtype=F32),)
 
 
-def zeros_like_sums(sums: np.ndarray) -> tuple[np.ndarray]:
-    """The first tile's compute: the running sums start at zero (AM holds whatever the last call left)."""
-    return (np.zeros_like(sums),)
+def zeros(channels: int) -> tuple[np.ndarray]:
+    """The first tile's compute: the running sums start at zero.  It reads nothing (AM holds whatever the last call
+    left, and a compute may read only bytes the call wrote: the plan rule ``operand-unwritten``)."""
+    return (np.zeros(channels, F32),)
 
 
 class BiasAddGrad:
@@ -78,7 +79,7 @@ class BiasAddGrad:
         partials: dict[int, CoreStream] = {}
         for part, (core, r0, r1) in enumerate(shares):
             stream = partials[core] = CoreStream()
-            stream.add((), Compute(zeros_like_sums, (sums,), (sums,), flops=0, precision="fp32",
+            stream.add((), Compute(TileFn(zeros, (channels,)), (), (sums,), flops=0, precision="fp32",
                                    loops=(streaming(ctx.target.core, "fp32", channels, stores=1, label="zero"),)),
                        (), slot=FIXED_SLOT)
             for a in range(r0, r1, per_tile):

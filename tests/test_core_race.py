@@ -326,7 +326,11 @@ def test_a_strided_buffers_bytes_are_its_rows_not_its_span(second_core):
         t0, t1 = p.phases[0].tiles[0]
         g = x.level("gsm").base
         fill = Tile(9, (Transfer(X, g, (4, 256), 4, (1024, 4), (2048, 4)),), None, (), 0, fills=("b@0",))
-        user = dataclasses.replace(t1, uses=("b@0",), loads=(Transfer.contiguous(g, t1.loads[0].dst, 1024),))
+        # (row 0 of b into the first half of the compute's input, the second half from x: the compute reads only
+        # bytes the call wrote)
+        dst = t1.loads[0].dst
+        user = dataclasses.replace(t1, uses=("b@0",), loads=(Transfer.contiguous(g, dst, 1024),
+                                                             Transfer.contiguous(X + 1024, dst + 1024, 1024)))
         tiles = {0: (fill, user, _odd_rows(t0, g, 2))}
         if second_core:
             tiles[1] = (_odd_rows(t0, g),)
@@ -398,7 +402,11 @@ def test_a_strided_read_meeting_one_row_of_a_strided_buffer_is_judged_by_that_ro
         t0, t1 = p.phases[0].tiles[0]
         g = x.level("gsm").base
         fill = Tile(9, (Transfer(X, g, (4, 256), 4, (1024, 4), (2048, 4)),), None, (), 0, fills=("b@0",))
-        user = dataclasses.replace(t1, uses=("b@0",), loads=(Transfer.contiguous(g, t1.loads[0].dst, 1024),))
+        # (row 0 of b into the first half of the compute's input, the second half from x: the compute reads only
+        # bytes the call wrote)
+        dst = t1.loads[0].dst
+        user = dataclasses.replace(t1, uses=("b@0",), loads=(Transfer.contiguous(g, dst, 1024),
+                                                             Transfer.contiguous(X + 1024, dst + 1024, 1024)))
         reader = dataclasses.replace(t0, tile_id=2, loads=(Transfer(g + 1024, t0.loads[0].dst, (2, 256), 4,
                                                                     (3072, 4), (1024, 4)),))
         return dataclasses.replace(p, phases=(dataclasses.replace(p.phases[0], tiles={0: (fill, user, reader)}),))

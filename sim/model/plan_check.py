@@ -21,6 +21,9 @@ engine.  The rules, each with the id a :class:`~sim.errors.PlanError` names (see
 * ``write-outside-outputs``: a transfer writes only into the call's output buffers and the staging levels;
 * ``read-outside-buffers``: a transfer reads only from the call's buffers (inputs and outputs) and the staging
   levels (a read elsewhere would feed the kernel bytes its call never handed it);
+* ``operand-unwritten``: a compute's input operands hold only bytes that its core's loads (this tile's, or an
+  earlier tile's) or earlier computes wrote in the call: any other byte of a staging level holds what an earlier
+  call left there;
 * ``operand-level``: a compute operand lies wholly inside the innermost per-core staging level (the vector
   level), or the scalar level beside it;
 * ``tile-size``: the operands of a tile fit the size of the staging level they lie in;
@@ -139,6 +142,36 @@ def _covered(lo: int, hi: int, spans: Sequence[tuple[int, int]]) -> bool:
     return cursor >= hi
 
 
+def _add_span(spans: tuple[list[int], list[int]], lo: int, hi: int) -> None:
+    """``[lo, hi)`` joined into disjoint sorted spans (``starts``, ``ends``), merging those it meets or touches."""
+    if hi <= lo:
+        return
+    starts, ends = spans
+    i = bisect.bisect_left(ends, lo)  # the first span ending at or past lo (touching it)
+    j = bisect.bisect_right(starts, hi)  # past the last span starting at or before hi
+    if i < j:
+        lo, hi = min(lo, starts[i]), max(hi, ends[j - 1])
+    starts[i:j] = [lo]
+    ends[i:j] = [hi]
+
+
+def _inside_spans(spans: tuple[list[int], list[int]], lo: int, hi: int) -> bool:
+    """Whether ``[lo, hi)`` lies inside one of the disjoint sorted spans (they never touch: one suffices)."""
+    starts, ends = spans
+    i = bisect.bisect_right(starts, lo) - 1
+    return i >= 0 and hi <= ends[i]
+
+
+def _first_gap(spans: tuple[list[int], list[int]], lo: int, hi: int) -> tuple[int, int]:
+    """The first stretch of ``[lo, hi)`` outside the disjoint sorted spans (``[lo, hi)`` is not inside them)."""
+    starts, ends = spans
+    i = bisect.bisect_right(starts, lo) - 1
+    if i >= 0 and ends[i] > lo:
+        lo = ends[i]
+    k = bisect.bisect_left(starts, lo)
+    return lo, min(hi, starts[k]) if k < len(starts) else hi
+
+
 #: Rule id -> the rule in words (for the docs and for tools).
 RULES: dict[str, str] = {
     "plan-structure": "a plan is a Plan of Phases whose tiles map a core to Tiles of well-formed Transfers and "
@@ -150,6 +183,8 @@ RULES: dict[str, str] = {
     "input-written": "a transfer never writes into an input buffer of the call",
     "write-outside-outputs": "a transfer writes only into the call's output buffers and the staging levels",
     "read-outside-buffers": "a transfer reads only from the call's buffers and the staging levels",
+    "operand-unwritten": "a compute reads only bytes of its core's staging levels that the core's loads or earlier "
+                         "computes wrote in the call",
     "operand-level": "a compute operand lies wholly inside the innermost per-core staging level (the vector "
                      "level) or the scalar level beside it",
     "tile-size": "the operands of a tile fit the size of the staging level they lie in",
@@ -323,6 +358,9 @@ class _Checker:
         # and store sources), and each checked tile's footprint number (id -> number; the plan holds the tiles).
         self._sides: tuple[list[tuple[int, int]], ...] = ([], [], [], [])
         self._footprints: dict[int, int] = {}
+        # Per core, the bytes of its per-core staging levels its own loads and computes wrote so far in the call
+        # (disjoint, sorted: starts and ends): a compute reads only such bytes (operand-unwritten).
+        self._written: dict[int, tuple[list[int], list[int]]] = {}
         self.price = price
         self._cycles: dict[int, int] = {}  # id of a compute that passed -> its cycles (when priced)
         self._loop_cycles: dict[int, int] = {}  # id of a loop that passed (kept alive in _loops) -> its cycles
@@ -551,8 +589,21 @@ class _Checker:
                     touched += ((spans[0], spans[1], i, t, False), (spans[2], spans[3], i, t, True))
             if touched is not None and len(touched) > 2:
                 self._apart(touched, kind)
+        core = self.where.core
+        assert core is not None
+        written = self._written.get(core)
+        if written is None:
+            written = self._written[core] = ([], [])
+        for lo, hi in self._sides[0]:  # the tile's loads land before its compute runs
+            _add_span(written, lo, hi)
         if tile.compute is not None:
             self.compute(tile.compute)
+            outs, ins = self._compute_memo[id(tile.compute)]
+            for lo, hi in ins:
+                if not _inside_spans(written, lo, hi):
+                    self._unwritten(tile.compute, written)
+            for lo, hi in outs:
+                _add_span(written, lo, hi)
         self._footprints[id(tile)] = self.alias.footprint_of(self._sides, tile.compute)
         self._sides = ([], [], [], [])
         if self._race[0] or self._race[1]:
@@ -579,6 +630,18 @@ class _Checker:
             both = sorted(filled & {self._ref(r)[0] for r in tile.uses})
             if both:
                 raise self.fail("buffers", f"the tile both fills and uses buffer {both[0]!r}")
+
+    def _unwritten(self, c: Compute, written: tuple[list[int], list[int]]) -> None:
+        """The ``operand-unwritten`` refusal of the first input operand of ``c`` with bytes ``written`` lacks."""
+        for i, op in enumerate(c.inputs):
+            lo = int(op.addr)
+            hi = lo + op.size_bytes
+            if hi > lo and not _inside_spans(written, lo, hi):
+                gap = _first_gap(written, lo, hi)
+                raise self.fail("operand-unwritten", f"input operand {i} {_span(lo, hi)} reads bytes {_span(*gap)} "
+                                                     f"that no load of this core and no earlier compute wrote in "
+                                                     f"this call: they hold whatever was there before (an earlier "
+                                                     f"call's data); load them first")
 
     def buffers(self, phase: Phase) -> None:
         """The ``buffers`` rule on one phase: every generation used or refilled is filled, in order, and the waits
