@@ -340,3 +340,36 @@ def test_copies_alike_but_for_whether_their_sides_share_a_row_are_told_apart_in_
                        numerics=False)
         got = [e.row_activations for e in run.events if e.kind == "dma_in"]
         assert got == [1 if t is a else 2 for t in order]
+
+
+@pytest.mark.parametrize("window", [1, 3, 16, 1 << 20])
+def test_the_walk_fed_a_window_at_a_time_counts_as_one_walk(window, monkeypatch):
+    """The open-page walk keeps each bank's open row from one window of runs to the next: random runs (some in
+    row order, some not), fed a few at a time, open the rows a walk of them all at once by hand opens."""
+    from sim.model import dram
+    monkeypatch.setattr(dram, "WINDOW", window)
+    rows = dataclasses.replace(ROWS, row_bytes=64, banks=4, write_batch_bytes=96)
+    rng = np.random.default_rng(7)
+    for case in range(300):
+        n = int(rng.integers(1, 40))
+        first = np.sort(rng.integers(0, 30, n)) if case % 3 == 0 else rng.integers(0, 30, n)
+        last = first + (0 if case % 2 else rng.integers(0, 3, n))
+        open_row: dict[int, int] = {}
+        per_bank = [0] * 4
+        for f, la in zip(first.tolist(), last.tolist()):
+            for r in range(f, la + 1):
+                if open_row.get(r % 4) != r:
+                    open_row[r % 4] = r
+                    per_bank[r % 4] += 1
+        got = dram._counted_rows(rows, first.astype(np.int64), last.astype(np.int64))
+        assert (got.activations, got.busiest_bank) == (sum(per_bank), max(per_bank)), (first, last)
+    # A copy's batches walked a window at a time (its pieces cut by _cut), against the walk by hand.
+    for _ in range(100):
+        shape = (int(rng.integers(1, 9)), int(rng.integers(1, 5)))
+        ss, ds = (int(rng.choice([16, 64, 100])), 4), (int(rng.choice([16, 32, 256])), 4)
+        src, dst = int(rng.integers(0, 600)), int(rng.integers(0, 600))
+        run, outer = dram._runs(shape, 4, ss)
+        reads = dram._cut(rows, dram._starts_np(src, outer), run)
+        run, outer = dram._runs(shape, 4, ds)
+        got = dram._batch_walk(rows, reads, dram._cut(rows, dram._starts_np(dst, outer), run))
+        assert (got.activations, got.busiest_bank) == _copy_walk(rows, src, dst, shape, 4, ss, ds)

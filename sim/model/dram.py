@@ -26,6 +26,8 @@ from sim.model.target import DramRows
 
 #: Run counts up to this are walked in Python; more with numpy (a call costs tens of microseconds).
 _SMALL = 16
+#: Runs of an open-page walk listed with numpy at a time (:class:`_Walk`).
+WINDOW = 1 << 20
 
 
 class RowUse(NamedTuple):
@@ -186,11 +188,20 @@ def _union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _batch_walk(rows: DramRows, reads: tuple[np.ndarray, np.ndarray, np.ndarray],
                 writes: tuple[np.ndarray, np.ndarray, np.ndarray]) -> RowUse:
-    """One open-page walk of a copy's read and write pieces (:func:`_cut`): batch ``k``'s reads, then its writes."""
-    # A stable sort on 2k (reads) and 2k + 1 (writes) keeps each side's order.
-    order = np.argsort(np.concatenate([2 * reads[0], 2 * writes[0] + 1]), kind="stable")
-    return _counted_rows(rows, np.concatenate([reads[1], writes[1]])[order],
-                         np.concatenate([reads[2], writes[2]])[order])
+    """One open-page walk of a copy's read and write pieces (:func:`_cut`): batch ``k``'s reads, then its writes;
+    a window of about :data:`WINDOW` pieces of each side at a time."""
+    walk = _Walk(rows)
+    r_batch, w_batch = reads[0], writes[0]
+    batches = int(max(r_batch[-1] if len(r_batch) else 0, w_batch[-1] if len(w_batch) else 0)) + 1
+    step = max(1, batches * WINDOW // max(1, len(r_batch) + len(w_batch)))
+    for k in range(0, batches, step):
+        ra, rb = np.searchsorted(r_batch, (k, k + step))
+        wa, wb = np.searchsorted(w_batch, (k, k + step))
+        # A stable sort on 2k (reads) and 2k + 1 (writes) keeps each side's order.
+        order = np.argsort(np.concatenate([2 * r_batch[ra:rb], 2 * w_batch[wa:wb] + 1]), kind="stable")
+        walk.feed(np.concatenate([reads[1][ra:rb], writes[1][wa:wb]])[order],
+                  np.concatenate([reads[2][ra:rb], writes[2][wa:wb]])[order])
+    return walk.use()
 
 
 def _runs(shape: tuple[int, ...], itemsize: int, strides: tuple[int, ...]) -> tuple[int, list[tuple[int, int]]]:
@@ -249,25 +260,63 @@ def _counted(rows: DramRows, starts: np.ndarray, run: int) -> RowUse:
 
 def _counted_rows(rows: DramRows, first: np.ndarray, last: np.ndarray) -> RowUse:
     """:func:`_counted` of runs given by the first and last row each touches, in walk order."""
-    if np.array_equal(first, last):
-        seq = first
-    else:
-        spans = last - first + 1
-        ends = np.cumsum(spans)
-        seq = np.repeat(first - (ends - spans), spans) + np.arange(int(ends[-1]), dtype=np.int64)
-    if len(seq) > 1 and bool((seq[1:] >= seq[:-1]).all()):
-        # Rows in order (positive strides, runs one after another): a row left is never met again, so each
-        # distinct row opens once, and no sort is needed.
-        keep = np.empty(len(seq), dtype=bool)
-        keep[0] = True
-        np.not_equal(seq[1:], seq[:-1], out=keep[1:])
-        distinct = seq[keep]
-        return RowUse(len(distinct), int(np.bincount(distinct % rows.banks).max()))
-    bank = seq % rows.banks
-    # (a stable sort of 16-bit keys is a radix sort: linear, where int64 keys would take a merge sort)
-    order = np.argsort(bank.astype(np.int16) if rows.banks <= 1 << 15 else bank, kind="stable")
-    b, r = bank[order], seq[order]
-    opens = np.ones(len(b), dtype=bool)
-    opens[1:] = (b[1:] != b[:-1]) | (r[1:] != r[:-1])
-    per_bank = np.bincount(b[opens])
-    return RowUse(int(opens.sum()), int(per_bank.max()))
+    walk = _Walk(rows)
+    walk.feed(first, last)
+    return walk.use()
+
+
+class _Walk:
+    """An open-page walk of runs given by the first and last row each touches, fed in order a window of
+    :data:`WINDOW` runs at a time (each bank's open row carried from one window to the next), so that a copy of
+    millions of runs is counted in arrays of a few tens of MB: a row opens where its bank holds another."""
+
+    def __init__(self, rows: DramRows):
+        self.banks = rows.banks
+        self.open = np.full(rows.banks, -1, dtype=np.int64)  # each bank's open row (-1: none yet)
+        self.per_bank = np.zeros(rows.banks, dtype=np.int64)  # activations so far
+
+    def feed(self, first: np.ndarray, last: np.ndarray) -> None:
+        """The runs touching rows ``first[i]`` to ``last[i]``, in walk order, walked after those fed before."""
+        for a in range(0, len(first), WINDOW):
+            self._window(first[a:a + WINDOW], last[a:a + WINDOW])
+
+    def use(self) -> RowUse:
+        """The walk's activations so far, and the most of them in one bank."""
+        return RowUse(int(self.per_bank.sum()), int(self.per_bank.max()))
+
+    def _window(self, first: np.ndarray, last: np.ndarray) -> None:
+        if not len(first):
+            return
+        if np.array_equal(first, last):
+            seq = first
+        else:
+            spans = last - first + 1
+            ends = np.cumsum(spans)
+            seq = np.repeat(first - (ends - spans), spans) + np.arange(int(ends[-1]), dtype=np.int64)
+        if len(seq) == 1 or bool((seq[1:] >= seq[:-1]).all()):
+            # Rows in order (positive strides, runs one after another): a row left is never met again in the
+            # window, so each distinct row opens once, but the first of each bank if the bank holds it already.
+            keep = np.empty(len(seq), dtype=bool)
+            keep[0] = True
+            np.not_equal(seq[1:], seq[:-1], out=keep[1:])
+            r = seq[keep]
+            b = r % self.banks
+            bs, firsts = np.unique(b, return_index=True)
+            held = self.open[bs] == r[firsts]
+            np.add.at(self.per_bank, b, 1)
+            self.per_bank[bs[held]] -= 1
+            last_banks, from_end = np.unique(b[::-1], return_index=True)
+            self.open[last_banks] = r[len(r) - 1 - from_end]  # each bank's last row of the window
+            return
+        bank = seq % self.banks
+        # (a stable sort of 16-bit keys is a radix sort: linear, where int64 keys would take a merge sort)
+        order = np.argsort(bank.astype(np.int16) if self.banks <= 1 << 15 else bank, kind="stable")
+        b, r = bank[order], seq[order]
+        opens = np.empty(len(b), dtype=bool)
+        opens[1:] = (b[1:] != b[:-1]) | (r[1:] != r[:-1])
+        opens[0] = True
+        starts = np.flatnonzero(np.concatenate(([True], b[1:] != b[:-1])))  # each bank's first run here
+        opens[starts] = self.open[b[starts]] != r[starts]
+        self.per_bank += np.bincount(b[opens], minlength=self.banks)
+        ends = np.append(starts[1:], len(b)) - 1
+        self.open[b[ends]] = r[ends]
