@@ -18,11 +18,13 @@ import contextlib
 import difflib
 import importlib
 import importlib.metadata
+import inspect
 import sys
 import threading
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kernels.base import (
@@ -256,6 +258,32 @@ def _caller_origin(kernel: Any) -> str:
     return f"registered from module {type(kernel).__module__}" + (f" ({path})" if path else "")
 
 
+def _same_code(a: Any, b: Any) -> bool:
+    """Whether kernels ``a`` and ``b`` are one kernel imported twice: classes of the same qualified name from two
+    imports of files of the same bytes (once from an installed package, once from the file a config names), and
+    instances of equal attributes.  (Two objects of one class are two kernels, as the registry always took them.)"""
+    ta, tb = type(a), type(b)
+    if ta is tb or ta.__qualname__ != tb.__qualname__:
+        return False
+    try:
+        fa, fb = _class_file(ta), _class_file(tb)
+        if fa is None or fb is None or Path(fa).read_bytes() != Path(fb).read_bytes():
+            return False
+        return bool(vars(a) == vars(b))
+    except (OSError, TypeError, ValueError):  # (no file; attributes that do not compare, as arrays)
+        return False
+
+
+def _class_file(cls: type) -> str | None:
+    """The file a class was defined in: its methods' code says so even when its module is not in ``sys.modules``
+    (a file a config names is imported under a name of its own)."""
+    for value in vars(cls).values():
+        code = getattr(value, "__code__", None)
+        if code is not None:
+            return str(code.co_filename)
+    return inspect.getsourcefile(cls)
+
+
 def register_kernel(kernel: Kernel, *, replace: bool = False, origin: str | None = None) -> Kernel:
     """Register a kernel written against the public plan IR; returns it.
 
@@ -263,7 +291,10 @@ def register_kernel(kernel: Kernel, *, replace: bool = False, origin: str | None
     symbols ``{fp,hp}_<name>_{s,p}`` (for the precisions and variants it offers) then work wherever a shipped
     kernel's do.  A name already taken by another kernel is refused naming both, unless ``replace`` (then
     the new kernel shadows the old one until :func:`unregister_kernel`).  Registering the same object again
-    changes nothing.  ``origin`` says where it came from in ``dspsim kernels`` (default: its module and file).
+    changes nothing, and so does registering the same kernel imported twice (a class of the same name from a file
+    of the same bytes, with equal attributes: a config naming the file that an installed package also provides);
+    the kernel already registered is returned.
+    ``origin`` says where it came from in ``dspsim kernels`` (default: its module and file).
     """
     with _STATE.lock:
         _load_entry_points()
@@ -275,6 +306,8 @@ def register_kernel(kernel: Kernel, *, replace: bool = False, origin: str | None
                 _STATE.user[name] = info
                 _STATE.rebuild()
             return kernel
+        if old is not None and not replace and _same_code(kernel, old.kernel):
+            return old.kernel  # the same code imported twice (a config naming the file an installed package holds)
         if old is not None and not replace:
             raise KernelDefinitionError(
                 f"{_kernel_words(kernel, info.origin)}: the name is taken by {_kernel_words(old.kernel, old.origin)}"

@@ -418,3 +418,32 @@ def test_an_unknown_symbol_after_a_lone_kernel_still_hints_from_every_kernel():
                           cwd=Path(__file__).resolve().parent.parent, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "unknown kernel symbol 'fp_batch_norm_grad_x'" in proc.stdout and "fp_batch_norm_grad_s" in proc.stdout
+
+
+def test_the_same_kernel_imported_twice_is_one_kernel(tmp_path):
+    """An installed package's kernel and the file a config names, both holding the same code (examples/relu_grad.py
+    installed as relu_grad_pkg, and named by a config): the second registration is the first kernel, no clash.  A
+    file of other bytes, or the same class with other attributes, still clashes."""
+    import importlib.util
+
+    source = (Path(__file__).resolve().parent.parent / "examples" / "relu_grad.py").read_bytes()
+
+    def imported(name: str, data: bytes):
+        path = tmp_path / f"{name}.py"
+        path.write_bytes(data)
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.KERNEL
+
+    first = imported("relu_grad_installed", source)
+    with sim.registered_kernel(first):
+        assert sim.register_kernel(imported("relu_grad_from_config", source)) is first
+        assert kernels.lookup("fp_relu_grad_s").kernel is first
+        edited = imported("relu_grad_edited", source + b"\n# edited\n")
+        with pytest.raises(sim.KernelDefinitionError, match="the name is taken by"):
+            sim.register_kernel(edited)
+        other = imported("relu_grad_other", source)
+        other.extra = 1
+        with pytest.raises(sim.KernelDefinitionError, match="the name is taken by"):
+            sim.register_kernel(other)
