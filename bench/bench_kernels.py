@@ -54,6 +54,9 @@ def line(kernel: str) -> str:
 
 def main(argv: list[str]) -> int:
     """Run the named kernels (all by default) and print one line each."""
+    if any(a in ("-h", "--help") for a in argv):
+        print(f"usage: bench_kernels.py [NAME ...]  (default: all of {', '.join(bench_cases.BUILDERS)})")
+        return 0
     names = argv or list(bench_cases.BUILDERS)
     unknown = [n for n in names if n not in bench_cases.BUILDERS]
     if unknown:

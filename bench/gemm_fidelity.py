@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -93,7 +94,9 @@ def conv_vs_gemm(quick: bool) -> None:
 
 
 if __name__ == "__main__":
-    quick = "--quick" in sys.argv
+    ap = argparse.ArgumentParser(description=(__doc__ or "").strip().splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="smaller shapes (seconds instead of minutes)")
+    quick = ap.parse_args().quick
     efficiency_vs_k(quick)
     scaling(quick)
     scaling(quick, (128, 128, 4096 if quick else 16384))  # skinny: a long reduction, small C

@@ -21,6 +21,7 @@ and GEMM (one core, and the speed-up on 4 and 8 cores); ``--tt`` only TT against
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -327,24 +328,40 @@ def raise_plan_budget(tiles: int) -> None:
         module.MAX_PLAN_TILES = tiles  # type: ignore[attr-defined]
 
 
+def _args() -> argparse.Namespace:
+    """The command line (the modules' docstring says what each table is)."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    table = ap.add_mutually_exclusive_group()
+    for flag, what in (("--quick", "the main table without the 8-core weak-scaling runs"),
+                       ("--weak", "only the weak-scaling rows"), ("--weak-gsm-full", "weak scaling, M_G as tall "
+                       "as the GSM holds"), ("--nt", "the merged NT micro-kernel's cycles"),
+                       ("--nt-yu", "Yu et al.'s NT kernel and GEMM"), ("--tt", "TT against NN"),
+                       ("--thin-b", "the published thin-B runs"), ("--thin-c", "thin C on one core")):
+        table.add_argument(flag, action="store_true", help=what)
+    ap.add_argument("--target", help="a target file to run on instead of FT78NE (an assumption changed)")
+    ap.add_argument("--max-plan-tiles", type=int, help="raise the plan-size budget for this run")
+    return ap.parse_args()
+
+
 if __name__ == "__main__":
-    if "--target" in sys.argv:
-        CHIP = sys.argv[sys.argv.index("--target") + 1]
-    if "--max-plan-tiles" in sys.argv:
-        raise_plan_budget(int(sys.argv[sys.argv.index("--max-plan-tiles") + 1]))
-    if "--nt" in sys.argv:
+    args = _args()
+    if args.target:
+        CHIP = args.target
+    if args.max_plan_tiles:
+        raise_plan_budget(args.max_plan_tiles)
+    if args.nt:
         nt_rows()
-    elif "--nt-yu" in sys.argv:
+    elif args.nt_yu:
         yu_nt_rows()
-    elif "--tt" in sys.argv:
+    elif args.tt:
         tt_rows()
-    elif "--thin-c" in sys.argv:
+    elif args.thin_c:
         thin_c_rows()
-    elif "--weak-gsm-full" in sys.argv:
+    elif args.weak_gsm_full:
         weak_scaling_gsm_full_rows()
-    elif "--weak" in sys.argv:
+    elif args.weak:
         weak_scaling_rows()
-    elif "--thin-b" in sys.argv:
+    elif args.thin_b:
         thin_b_rows()
     else:
-        main("--quick" in sys.argv)
+        main(args.quick)

@@ -7,8 +7,8 @@ and the speedups; not part of the tests)
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -54,4 +54,6 @@ def main(rounds: int = 2) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 2)
+    ap = argparse.ArgumentParser(description=(__doc__ or "").strip().splitlines()[0])
+    ap.add_argument("rounds", nargs="?", type=int, default=2, help="rounds of every setup (default 2; the best kept)")
+    main(ap.parse_args().rounds)

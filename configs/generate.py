@@ -6,6 +6,7 @@ Every file here but sweeps/ is generated: edit the example (its arguments, data,
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -18,7 +19,9 @@ from kernels.examples.run_config import run_config_text  # noqa: E402
 
 def main(argv: list[str]) -> int:
     """Write (or with ``--check`` compare) every config; 1 when a file differs or is not generated."""
-    check = "--check" in argv
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--check", action="store_true", help="compare the configs with their examples, write nothing")
+    check = ap.parse_args(argv).check
     wanted = {f"{e.config}.yaml": run_config_text(e) for e in configs()}
     differs = [name for name, text in wanted.items()
                if not (HERE / name).exists() or (HERE / name).read_text() != text]

@@ -397,3 +397,13 @@ def test_a_parameter_named_twice_is_refused():
     doc, _ = load_target_document("FT78NE")
     with pytest.raises(ConfigError, match=r"free parameter 'dma\.setup_cycles' is named twice"):
         calibrate(doc, [Measurement(CALLS[0][0], CALLS[0][1], 4000)], ["dma.setup_cycles", "dma.setup_cycles"])
+
+
+def test_the_shipped_measurements_are_what_the_timing_model_gives_the_board():
+    """configs/calibration/ft78ne_measurements.csv holds the cycles the current timing model gives the board its
+    script describes (FT78NE with DDR at 16 B/cycle): a timing-model change that moves them asks for the script."""
+    import subprocess
+    import sys
+    script = Path(__file__).resolve().parent.parent / "configs" / "calibration" / "generate.py"
+    proc = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

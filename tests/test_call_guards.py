@@ -260,6 +260,12 @@ def test_dspsim_run_stops_at_the_time_limit_of_the_flag_or_the_config(tmp_path, 
     assert rc == 0, err
     rc, err = _dspsim("run", str(generous), "--time-limit", "-3")
     assert rc == 2 and "--time-limit: expected a number of seconds more than 0" in err
+    # `none` lifts the config's own limit; another word is a usage error naming the option.
+    rc, err = _dspsim("run", str(short), "--time-limit", "none", "--out-dir", str(tmp_path / "free"))
+    assert rc == 0 and any((tmp_path / "free").iterdir()), err
+    with pytest.raises(SystemExit) as e:
+        _dspsim("run", str(generous), "--time-limit", "soon")  # (argparse's usage error)
+    assert e.value.code == 2
 
 
 @pytest.mark.parametrize("bad", [0, -2, "soon", True, [1]])

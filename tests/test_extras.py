@@ -28,13 +28,14 @@ print(json.dumps(codes))
 """
 
 
-def _without_extras(runs: list[list[str]], cwd: Path) -> tuple[list[int], str]:
+def _without_extras(runs: list[list[str]], cwd: Path) -> tuple[list[int], str, str]:
     import json
     proc = subprocess.run([sys.executable, "-c", WITHOUT_EXTRAS, json.dumps(runs)], cwd=cwd, capture_output=True,
                           text=True, timeout=600, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
                                                        "DSPSIM_NO_CACHE": "1"})
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    return json.loads(lines[-1]), proc.stderr, "\n".join(lines[:-1])
 
 
 def test_the_core_install_runs_every_shipped_config_and_names_the_extra_the_rest_needs(tmp_path):
@@ -46,7 +47,7 @@ def test_the_core_install_runs_every_shipped_config_and_names_the_extra_the_rest
     runs += [["sweep", str(sweep), "-o", str(tmp_path / "sweep")],
              ["calibrate", "--target", "FT78NE", str(tmp_path / "none.csv"), "-o", str(tmp_path / "fitted.yaml")],
              ["validate", str(configs[0]), "--plot", str(tmp_path / "layout.png")]]
-    codes, err = _without_extras(runs, tmp_path)
+    codes, err, _ = _without_extras(runs, tmp_path)
     assert codes[:len(configs)] == [0] * len(configs), err
     assert codes[len(configs):] == [2, 2, 2], err
     lines = [ln for ln in err.splitlines() if ln.startswith("dspsim: error:")]
@@ -59,3 +60,22 @@ def test_the_core_install_runs_every_shipped_config_and_names_the_extra_the_rest
         "(or, in a checkout, pip install -e '.[plots]')"]
     assert not (tmp_path / "sweep").exists() and not (tmp_path / "fitted.yaml").exists()
     assert trace.parent.is_dir()
+
+
+def test_a_missing_extra_stops_a_command_before_any_work(tmp_path):
+    """`validate --plot` without matplotlib prints no layout map and writes no tuning-cache entry; a bad picture
+    suffix is refused first too; `sweep` without its extra imports none of its configs' kernel files."""
+    config = ROOT / "configs" / "ft78ne_batch_norm_grad_s.yaml"
+    marker = tmp_path / "imported"
+    (tmp_path / "k.py").write_text(f"open({str(marker)!r}, 'w').close()\nraise SystemExit('not a kernel')\n")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(config.read_text() + "kernels: [k.py]\n")
+    (tmp_path / "s.yaml").write_text("configs: [c.yaml]\ngrid: {args.core_mask: [1, 3]}\n")
+    runs = [["validate", str(config), "--plot", str(tmp_path / "layout.png")],
+            ["validate", str(config), "--plot", str(tmp_path / "layout.txt")],
+            ["sweep", str(tmp_path / "s.yaml"), "-o", str(tmp_path / "o"), "--allow-kernels"]]
+    codes, err, out = _without_extras(runs, tmp_path)
+    assert codes == [2, 2, 2], err
+    assert out == "", out  # no layout map: nothing ran
+    assert "--plot " in err and "unknown picture format '.txt'" in err
+    assert not marker.exists() and not (tmp_path / "o").exists()

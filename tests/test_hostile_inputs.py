@@ -93,7 +93,7 @@ def test_a_gantt_chart_in_an_unknown_format_is_refused_in_one_line(tmp_path):
     run = [sys.executable, "-m", "sim.cli"]
     trace = tmp_path / "bng.json"
     done = subprocess.run(run + ["run", str(REPO / "configs" / "ft78ne_batch_norm_grad_s.yaml"), "--out-dir",
-                                 str(tmp_path), "--trace", str(trace)], capture_output=True, text=True, cwd=REPO)
+                                 str(tmp_path), "--trace", trace.name], capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 0, done.stderr
     done = subprocess.run(run + ["trace", "plot", str(trace), "-o", str(tmp_path / "p.xyz")], capture_output=True,
                           text=True, cwd=REPO)

@@ -522,6 +522,24 @@ def test_counts_out_of_range_are_usage_errors_naming_the_option(trace_file, argv
     assert e.value.code == 2 and f"argument {option}: expected an integer" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("name", ["../escape.json", "/tmp/abs.json", "sub/g.json", ".hidden.json"])
+def test_run_trace_is_a_file_name_under_the_out_dir(tmp_path, name, capsys):
+    """`dspsim run --trace` takes a file name, as a run-config's trace key does (docs/run-config.md): a path that
+    would put the trace elsewhere than the out dir is a usage error naming the option, and nothing is written."""
+    config = Path(__file__).resolve().parent.parent / "configs" / "ft78ne_batch_norm_grad_s.yaml"
+    with pytest.raises(SystemExit) as e:
+        main(["run", str(config), "--out-dir", str(tmp_path / "o"), "--trace", name])
+    assert e.value.code == 2 and "argument --trace: expected a file name" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_out_dir_that_is_a_file_is_named_so(tmp_path, capsys):
+    config = Path(__file__).resolve().parent.parent / "configs" / "ft78ne_batch_norm_grad_s.yaml"
+    (tmp_path / "afile").write_text("")
+    assert main(["run", str(config), "--out-dir", str(tmp_path / "afile" / "sub")]) == 2
+    assert f"cannot create: {tmp_path / 'afile'} is a file, not a folder" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("suffix", [".svg", ".pdf"])
 def test_a_chart_drawn_twice_is_the_same_file(trace_file, tmp_path, suffix):
     """SVG and PDF charts carry no date and no random ids: the same trace drawn twice gives the same bytes."""

@@ -3,12 +3,15 @@
 No board measured these: they are the cycles dspsim gives on a copy of FT78NE whose DDR moves 16 bytes per cycle
 instead of the shipped 20 (a board with slower memory), for five DDR-bound calls.  Calibrating FT78NE on them
 with ``--params regions.ddr.bandwidth_bytes_per_cycle`` recovers the 16 (tests/test_calibrate.py checks it; the
-README's command).  ``python configs/calibration/generate.py`` writes the file again after a timing-model change.
+README's command).  ``python configs/calibration/generate.py`` writes the file again after a timing-model change
+(``--check`` compares instead: tests/test_calibrate.py runs it).
 """
 
 from __future__ import annotations
 
+import argparse
 import csv
+import io
 import json
 import sys
 from pathlib import Path
@@ -49,13 +52,29 @@ def rows() -> list[list]:
     return [["symbol", "args", "cycles"]] + [[s, json.dumps(a), int(c)] for (s, _), a, c in zip(CALLS, shown, cycles)]
 
 
-def main() -> int:
-    table = rows()
-    with OUT.open("w", newline="") as fh:
-        csv.writer(fh).writerows(table)
-    print(f"wrote {OUT.relative_to(HERE.parent.parent)}")
+def text() -> str:
+    """The CSV file's text, as this script writes it."""
+    out = io.StringIO(newline="")
+    csv.writer(out).writerows(rows())
+    return out.getvalue()
+
+
+def main(argv: list[str]) -> int:
+    """Write the file (or with ``--check`` compare it); 1 when ``--check`` finds it differs."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="compare the file with what this script writes, write "
+                                                         "nothing (exit 1 when it differs)")
+    args = ap.parse_args(argv)
+    wanted = text()
+    name = OUT.relative_to(HERE.parent.parent)
+    if args.check:
+        same = OUT.exists() and OUT.read_bytes() == wanted.encode()
+        print(f"{name}: {'up to date' if same else 'differs from what the timing model gives: run this script'}")
+        return 0 if same else 1
+    OUT.write_bytes(wanted.encode())
+    print(f"wrote {name}")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from sim.cli.argtypes import int_in
+from sim.cli.argtypes import file_name, flag_time_limit, int_in, seconds_or_none
 from sim.cli.options import add_allow_kernels, allow_kernels
 from sim.cli.output import print_written
 from sim.cli.program import run_program_command, validate_program_command
@@ -28,7 +28,6 @@ from sim.run.progress import execute_with_progress, progress_phases
 from sim.run.runner import save_outputs
 from sim.run.signals import signal_number, sigterm_raises
 from sim.simulator import SHIPPED, Simulator, kernel_entry_point_errors, kernel_symbols
-from sim.time_limit import checked_time_limit
 from sim.tuning import TilingChoice
 
 
@@ -105,7 +104,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return run_program_command(args)
     cfg = load_config(args.config, allow_kernels=allow_kernels(args))
     if args.time_limit is not None:  # the flag wins over the config's time_limit_seconds
-        cfg = dataclasses.replace(cfg, time_limit_seconds=checked_time_limit(args.time_limit, "--time-limit: "))
+        cfg = dataclasses.replace(cfg, time_limit_seconds=flag_time_limit(args.time_limit))
     # One pipeline: bind and check once, place, choose the tiling, simulate (sim.run.runner).
     bound, _ = check_before_run(cfg, strict=args.strict)
     m, run = execute_with_progress(cfg, bound=bound)  # progress bars on a terminal once a phase passes a second
@@ -158,6 +157,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     Prints the layout map and every finding; exit 1 on a layout violation or an entry error (on a warning
     too with ``--strict``), 2 when the config cannot be checked at all (a bad key, symbol or argument).
     """
+    if args.plot:  # the picture's format and its extra, before any work
+        from sim.inspect.layout_plot import picture_format
+        picture_format(args.plot)
     if is_program_file(args.config):  # a chain of calls (docs/programs.md)
         return validate_program_command(args)
     try:
@@ -206,7 +208,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     130 on Ctrl-C (the finished points are kept; the same command resumes).
     """
     from sim.sweep import SweepInterrupted, load_sweep, run_sweep
+    from sim.sweep.results import need_sweep_extra
 
+    need_sweep_extra(args.scheduler)  # before the sweep file's configs import their kernels
     spec = load_sweep(args.sweep, allow_kernels=allow_kernels(args))
     try:
         res = run_sweep(spec, args.out_dir, workers=args.workers, scheduler=args.scheduler, progress=sys.stderr)
@@ -299,20 +303,22 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a run-config (or a program: a chain of calls) and write its trace")
     r.add_argument("config", help="run-config YAML, or a program YAML (docs/programs.md)")
     r.add_argument("--out-dir", default="traces", help="folder for the trace and outputs (default: traces)")
-    r.add_argument("--trace", help="trace file name (default: the config's, or <config>.json)")
+    r.add_argument("--trace", type=file_name,
+                   help="trace file name, written under the out dir (default: the config's, or <config>.json)")
     r.add_argument("--csv", action="store_true", help="also write the trace as CSV")
     r.add_argument("--strict", action="store_true",
                    help="refuse to run when the config leaves an input buffer without data (else a warning)")
     r.add_argument("--no-cache", action="store_true",
                    help="neither read nor write the on-disk tuning cache (search the tiling afresh)")
-    r.add_argument("--time-limit", type=float, metavar="SECONDS",
+    r.add_argument("--time-limit", type=seconds_or_none, metavar="SECONDS",
                    help="stop the call (its planning and simulation) after SECONDS of wall-clock time, memory "
-                        "and files untouched, exit 2 (default: the config's time_limit_seconds, else no limit)")
+                        "and files untouched, exit 2 (default: the config's time_limit_seconds, else no limit; "
+                        "none: no limit, whatever the config says)")
     add_allow_kernels(r)
     r.set_defaults(func=cmd_run)
     v = sub.add_parser("validate", help="check a run-config as run would: layout, tiling choice, plan (no numerics; "
                                         "no simulation when the tiling choice is in the tuning cache)")
-    v.add_argument("config", help="run-config YAML")
+    v.add_argument("config", help="run-config YAML, or a program YAML (docs/programs.md)")
     v.add_argument("--no-cache", action="store_true",
                    help="neither read nor write the on-disk tuning cache (search the tiling afresh)")
     v.add_argument("--format", choices=("text", "json"), default="text", help="text map (default) or JSON for tools")

@@ -9,6 +9,7 @@ import json
 import sys
 from pathlib import Path
 
+from sim.cli.argtypes import flag_time_limit
 from sim.cli.options import allow_kernels
 from sim.cli.output import print_written
 from sim.config.user_kernels import stdout_to_stderr
@@ -16,7 +17,6 @@ from sim.errors import SimError
 from sim.program import load_program, prepare_program, run_program, save_program_outputs, simulator_for
 from sim.program.report import program_map, program_report, write_program_report
 from sim.run.progress import progress_phases
-from sim.time_limit import checked_time_limit
 
 
 def run_program_command(args: argparse.Namespace) -> int:
@@ -24,7 +24,7 @@ def run_program_command(args: argparse.Namespace) -> int:
     per-call table and the per-core summary."""
     program = load_program(args.config, allow_kernels=allow_kernels(args))
     if args.time_limit is not None:  # the flag wins over the file's time_limit_seconds (each call's limit)
-        limit = checked_time_limit(args.time_limit, "--time-limit: ")
+        limit = flag_time_limit(args.time_limit)
         program = dataclasses.replace(program, common=dataclasses.replace(program.common, time_limit_seconds=limit))
     m = simulator_for(program)
     with progress_phases(sys.stderr) as phases:

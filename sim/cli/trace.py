@@ -86,7 +86,7 @@ def add_trace_commands(sub: argparse._SubParsersAction) -> None:
                    help=f"resolution of raster images, 1 to {MAX_DPI} (default: 130)")
     p.set_defaults(func=cmd_trace_plot)
     r = sub.add_parser("report", help="run a run-config and write an interactive HTML report")
-    r.add_argument("config", help="run-config YAML")
+    r.add_argument("config", help="run-config YAML, or a program YAML (docs/programs.md)")
     r.add_argument("-o", "--output", help="HTML file (default: traces/<config>.html)")
     r.add_argument("--strict", action="store_true",
                    help="refuse to run when the config leaves an input buffer without data (else a warning)")

@@ -89,7 +89,7 @@ def atomic_write(path: str | Path, write: Callable[[Path], object], *, into_devi
         fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
         os.close(fd)
     except OSError as e:
-        raise SimError(f"output {p}: cannot create: {e.strerror or e}") from None
+        raise SimError(f"output {p}: cannot create: {folder_trouble(p.parent) or e.strerror or e}") from None
     try:
         write(Path(tmp))
         os.chmod(tmp, _mode_for(p))  # mkstemp makes 0600; an output file gets the usual permissions
@@ -103,6 +103,15 @@ def atomic_write(path: str | Path, write: Callable[[Path], object], *, into_devi
         Path(tmp).unlink(missing_ok=True)
         raise
     return p
+
+
+def folder_trouble(folder: Path) -> str | None:
+    """What keeps ``folder`` (or the first of its parents that exists) from holding files, if it is not a folder:
+    "<path> is a file, not a folder"; None otherwise."""
+    for f in (folder, *folder.parents):
+        if f.exists() or f.is_symlink():
+            return None if f.is_dir() else f"{f} is a file, not a folder"
+    return None
 
 
 def _write_into(p: Path, mode: int, write: Callable[[Path], object]) -> Path:

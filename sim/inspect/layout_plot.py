@@ -210,14 +210,23 @@ def layout_figure(report: dict) -> Any:
     return fig
 
 
-def plot_layout(report: dict, path: str | Path) -> Path:
-    """Draw ``report`` (from :func:`sim.model.layout.layout_report`) to ``path`` (.png, .svg or .pdf), atomically."""
+def picture_format(path: str | Path) -> str:
+    """The picture format ``path``'s suffix names, once the ``plots`` extra is known to be installed: what
+    ``--plot`` checks before any work (a SimError naming the option for an unknown suffix, :class:`MissingExtra`
+    without matplotlib)."""
     p = Path(path)
     fmt = FORMATS.get(p.suffix.lower())
     if fmt is None:
         raise SimError(f"--plot {p}: unknown picture format {p.suffix or '(none)'!r} "
                        f"(use {', '.join(FORMATS)})")
     need("plots", "--plot", ("matplotlib",))
+    return fmt
+
+
+def plot_layout(report: dict, path: str | Path) -> Path:
+    """Draw ``report`` (from :func:`sim.model.layout.layout_report`) to ``path`` (.png, .svg or .pdf), atomically."""
+    p = Path(path)
+    fmt = picture_format(p)
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -13,7 +13,7 @@ from typing import IO, Any
 
 from sim.errors import ConfigError, SimError
 from sim.extras import need
-from sim.files.atomic import atomic_write, atomic_write_text
+from sim.files.atomic import atomic_write, atomic_write_text, folder_trouble
 from sim.files.jsonsafe import load_json
 from sim.files.regular_file import read_file
 from sim.run.progress import PhaseBar
@@ -54,6 +54,12 @@ class SweepResult:
         return [r for r in self.rows if not r.get("error") and not r.get("skipped")]
 
 
+def need_sweep_extra(scheduler: str | None) -> None:
+    """A sweep's table and plot need the sweep extra, and a cluster its Dask: :class:`~sim.extras.MissingExtra`
+    before anything runs (the sweep file's own kernels included) when they are not installed."""
+    need("sweep", "dspsim sweep", ("pandas", "pyarrow", "matplotlib") + (("distributed",) if scheduler else ()))
+
+
 def run_sweep(spec: SweepSpec, out_dir: str | Path, *, workers: int | None = None, scheduler: Any = None,
               on_point: Callable[[dict], None] | None = None, progress: IO[str] | None = None) -> SweepResult:
     """Run every point that has no successful row with the same id in ``out_dir/points.jsonl``; write the
@@ -63,13 +69,12 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, workers: int | None = Non
     terminal, each phase longer than a second shows a bar.  Ctrl-C raises
     :class:`SweepInterrupted` within about a second, every finished point kept.
     """
-    # Its table and plot need the sweep extra, and a cluster its Dask: said before any point runs.
-    need("sweep", "dspsim sweep", ("pandas", "pyarrow", "matplotlib") + (("distributed",) if scheduler else ()))
+    need_sweep_extra(scheduler)
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise SimError(f"output {out}: cannot create: {e.strerror or e}") from None
+        raise SimError(f"output {out}: cannot create: {folder_trouble(out) or e.strerror or e}") from None
     journal = out / "points.jsonl"
     points = spec.points()
     # Only successes are reused: a failed point runs again (its cause may be fixed outside the inputs).
