@@ -533,6 +533,13 @@ def test_run_trace_is_a_file_name_under_the_out_dir(tmp_path, name, capsys):
     assert not (tmp_path / "o").exists()
 
 
+def test_running_a_sweep_file_as_a_config_says_to_sweep_it(tmp_path, capsys):
+    sweep = sorted((Path(__file__).resolve().parent.parent / "configs" / "sweeps").glob("*.yaml"))[0]
+    assert main(["run", str(sweep), "--out-dir", str(tmp_path / "o")]) == 2
+    assert "a sweep file (it has configs and grid), not a run-config: run it with dspsim sweep" in \
+        capsys.readouterr().err
+
+
 def test_an_out_dir_that_is_a_file_is_named_so(tmp_path, capsys):
     config = Path(__file__).resolve().parent.parent / "configs" / "ft78ne_batch_norm_grad_s.yaml"
     (tmp_path / "afile").write_text("")

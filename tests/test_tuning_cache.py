@@ -192,9 +192,15 @@ def test_cli_cache_shows_and_clears(capsys, monkeypatch, tmp_path):
     assert main(["cache", "show"]) == 0
     out = capsys.readouterr().out
     assert "entries: 1" in out and f"size: {entry.stat().st_size} bytes" in out
+    # A stray file and a folder in it: shown as other items, and counted by clear, which deletes them too.
+    (tuning_cache.tuning_dir() / ".x.json.123.tmp").write_text("")
+    (tuning_cache.tuning_dir() / "junk").mkdir()
+    assert main(["cache"]) == 0
+    out = capsys.readouterr().out
+    assert "entries: 1" in out and "other items: 2" in out
     assert main(["cache", "clear"]) == 0
-    assert "1 entry deleted" in capsys.readouterr().out
-    assert not tuning_cache.entries()
+    assert "3 items deleted" in capsys.readouterr().out
+    assert not tuning_cache.entries() and not tuning_cache.others()
 
 
 KEYS = """

@@ -267,12 +267,15 @@ def cmd_cache(args: argparse.Namespace) -> int:
     where = tuning_cache.tuning_dir()
     if args.action == "clear":
         n = tuning_cache.clear()
-        print(f"tuning cache {where}: {n} entr{'y' if n == 1 else 'ies'} deleted")
+        print(f"tuning cache {where}: {n} item{'' if n == 1 else 's'} deleted")
         return 0
     n, size = len(tuning_cache.entries()), tuning_cache.size_bytes()
     print(f"tuning cache: {where}")
     print(f"entries: {n}")
     print(f"size: {size} bytes")
+    others = tuning_cache.others()
+    if others:  # (clear deletes them too: say so, so that its count is no surprise)
+        print(f"other items: {len(others)} (not entries: leftover temporary files or anything put there)")
     print(f"(moved by ${tuning_cache.ENV_VAR}; bypassed by --no-cache; `dspsim cache clear` empties it)")
     return 0
 

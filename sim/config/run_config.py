@@ -379,6 +379,9 @@ def load_config(path: str | Path, *, allow_kernels: bool | None = None) -> RunCo
     """
     p = Path(path)
     doc = read_yaml_file(p, str(p), ConfigError, what="run-config")
+    if isinstance(doc, dict) and "configs" in doc and "grid" in doc:  # (its keys would each be "unknown")
+        raise ConfigError(f"{p}: a sweep file (it has configs and grid), not a run-config: run it with dspsim sweep "
+                          f"(docs/sweeps.md)")
     top = decode(doc, cs.RunConfigFile, str(p), ConfigError, top_scalars=False, named=False)
     if not all(k.isidentifier() for k in top.args):
         raise _fail(p, "args", "expected a mapping of argument name (an identifier) -> value")

@@ -207,6 +207,12 @@ def entries() -> list[Path]:
     return [p for p in _contents() if p.suffix == ".json"]
 
 
+def others() -> list[Path]:
+    """What else lies in the tuning cache's folder (leftover temporary files, anything put there): not entries,
+    but ``clear`` deletes them too."""
+    return [p for p in _contents() if p.suffix != ".json"]
+
+
 def size_bytes() -> int:
     """The bytes the tuning cache's entries take (a link counted by itself, not by what it points at)."""
     total = 0
@@ -228,7 +234,7 @@ def _remove(p: Path) -> None:
 
 def clear() -> int:
     """Delete everything in the tuning cache's folder (entries, leftover temporary files, and whatever else
-    lies there: a named pipe, a link, a folder); the number of files deleted (0 when there is no folder).
+    lies there: a named pipe, a link, a folder); the number of items deleted (0 when there is no folder).
     :class:`CacheError` naming the folder and the first file when some cannot be deleted (a read-only cache)."""
     folder = tuning_dir()
     try:
