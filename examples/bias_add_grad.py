@@ -40,7 +40,7 @@ def add_rows(dy: np.ndarray, sums: np.ndarray) -> tuple[np.ndarray]:
 
 def zeros(channels: int) -> tuple[np.ndarray]:
     """The first tile's compute: the running sums start at zero.  It reads nothing (AM holds whatever the last call
-    left, and a compute may read only bytes the call wrote: the plan rule ``operand-unwritten``)."""
+    left, and a compute may read only bytes the call wrote: the plan rule ``unwritten-read``)."""
     return (np.zeros(channels, F32),)
 
 

@@ -153,14 +153,25 @@ class KernelCodeError(SimError):
         self.core: int | None = None
         self.tile: int | None = None
         self.phase: str | None = None
+        self.where = where
         frame = error.__traceback__
         while frame is not None and frame.tb_next is not None:
             frame = frame.tb_next
         at = "" if frame is None else (f" at {frame.tb_frame.f_code.co_filename}:{frame.tb_lineno} in "
                                        f"{frame.tb_frame.f_code.co_name}")
-        what = one_line(str(error), 300)
-        super().__init__(f"kernel {kernel!r}{where}: its {stage} raised {type(error).__name__}"
-                         f"{': ' + what if what else ''}{at}")
+        try:
+            what = one_line(str(error), 300)
+        except Exception:  # noqa: BLE001 (an exception whose own str() fails: its type says what it can)
+            what = "(its message cannot be shown)"
+        who = f"kernel {kernel!r}" if kernel is not None else "the kernel"
+        super().__init__(f"{who}{where}: its {stage} raised {type(error).__name__}{': ' + what if what else ''}{at}")
+
+    def named(self, kernel: str | None) -> KernelCodeError:
+        """The same error naming ``kernel`` (code that cannot know its kernel raises it with none: a tiling
+        space's functions)."""
+        out = KernelCodeError(kernel, self.stage, self.error, self.where)
+        out.core, out.tile, out.phase = self.core, self.tile, self.phase
+        return out
 
 
 def in_kernel_code(kernel: str | None, stage: str, fn: Callable[..., R], *args: Any) -> R:

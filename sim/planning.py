@@ -20,7 +20,7 @@ from typing import Any
 
 from kernels.base import PlanContext
 from kernels.registry import lookup
-from sim.errors import KernelArgError, LayoutError, PlanError, brief, in_kernel_code
+from sim.errors import KernelArgError, KernelCodeError, LayoutError, PlanError, brief, in_kernel_code
 from sim.files import tuning_cache as disk_tunings
 from sim.model.call import BoundCall, Buffer
 from sim.model.layout import fit_violation, layout_error
@@ -142,6 +142,10 @@ class CallPlanner:
         if hasattr(kernel, "tiling_space"):
             try:
                 return self._in_space(kernel, call, ctx, tiling, progress)
+            except KernelCodeError as e:  # (a tiling space's functions do not know their kernel: name it)
+                if e.kernel is not None:
+                    raise
+                raise e.named(getattr(kernel, "name", None)) from e.error
             except PlanError as e:
                 if e.rule != "tiling-space" or e.kernel is not None:
                     raise
@@ -261,7 +265,8 @@ class CallPlanner:
         if progress is not None:
             progress("planning tilings", 0, 0)  # 0 of an unknown number: the kernel is listing its candidates
         try:
-            listed = _listed_tilings(kernel, kernel.tilings(call, ctx))
+            listed = in_kernel_code(getattr(kernel, "name", None), "tilings()", lambda: _listed_tilings(
+                kernel, kernel.tilings(call, ctx)))
         except DoesNotFit as e:  # no candidate can fit at all (a chip without the level the kernel needs)
             raise layout_error([fit_violation(call, self.target, e)]) from None
         disk_key = self.disk_key(kernel, call) if self._use_disk() else None

@@ -33,6 +33,14 @@ def random_plans(draw: st.DrawFn, target: sim.Target) -> Plan:
         on, phase = draw(staged_phase(target, k)) if draw(st.integers(0, 3)) == 0 else draw(streaming_phase(target, k))
         cores.update(on)
         phases.append(phase)
+    gsm, ddr = target.region("gsm"), target.region("ddr")
+    streamed = gsm.base + STREAMED_GSM_FROM
+    if any(streamed <= t.src < gsm.end for p in phases for ts in p.tiles.values() for tile in ts for t in tile.loads):
+        # The GSM blocks streaming tiles read are written first, from DDR's inputs, behind a barrier: a plan reads
+        # only its inputs and what it wrote (the rule unwritten-read), and GSM is a staging level, not an input.
+        first = min(cores)
+        preload = Tile(0, (Transfer.contiguous(ddr.base, streamed, gsm.end - streamed),), None, ())
+        phases.insert(0, Phase("preload", {first: (preload,)}, barrier_after=True))
     return Plan(tuple(sorted(cores)), tuple(phases), "fp32")
 
 
@@ -168,6 +176,10 @@ def filled(target: sim.Target) -> sim.Simulator:
     ddr, gsm = _random_fp32(1 << 21), _random_fp32(target.region("gsm").size_bytes // 4)  # (8 MiB; all of GSM)
     m.write(target.region("ddr").base, ddr)
     m.write(target.region("gsm").base, gsm)
+    # The GSM blocks streaming tiles read hold what a plan's preload phase copies there (random_plans): DDR's first
+    # bytes, so that a plan reads the same values with or without one.
+    region = target.region("gsm")
+    m.write(region.base + STREAMED_GSM_FROM, ddr[:(region.size_bytes - STREAMED_GSM_FROM) // 4])
     return m
 
 

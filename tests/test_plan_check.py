@@ -143,9 +143,9 @@ HOSTILE: dict[str, tuple[Breaker, str, str]] = {
                                                         "a staging level"),
     "read-outside-buffers": (load_from(Y + 4 * N), "s", "load 0 (2048 bytes) reads [0xa0101000, 0xa0101800): in "
                                                         "region ddr, neither a staging level"),
-    "operand-unwritten": (compute_with(inputs=lambda x: (Operand(x.vector_level.base + 0x30000, (512,), F32),)),
-                          "s", "input operand 0 [0x20030000, 0x20030800) reads bytes [0x20030000, 0x20030800) that "
-                               "no load of this core and no earlier compute wrote in this call"),
+    "unwritten-read": (compute_with(inputs=lambda x: (Operand(x.vector_level.base + 0x30000, (512,), F32),)),
+                       "s", "input operand 0 reads [0x20030000, 0x20030800), whose bytes [0x20030000, 0x20030800) "
+                            "nothing in this call wrote before it"),
     "operand-level": (compute_with(outputs=lambda x: (Operand(Y, (512,), F32),)), "s",
                       "output operand 0 [0xa0100000, 0xa0100800) lies outside the staging levels compute operands "
                       "may lie in (am [0x20000000, 0x200c0000) or sm [0x30000000, 0x30010000)): DMA it there first"),

@@ -119,7 +119,7 @@ class Racy:
         a = check_args(symbol, self.args, args)
         return BoundCall(symbol, precision, variant, cores,
                          (Buffer("x", require_address("x", a["x"]), (N,), F32, "input"),
-                          Buffer("y", require_address("y", a["y"]), (N,), F32, "output")), {})
+                          Buffer("y", require_address("y", a["y"]), (N,), F32, "output", reads_too=True)), {})
 
     def plan(self, call, ctx) -> Plan:
         tiles, phases, staging = self.spec
@@ -137,7 +137,7 @@ class Racy:
                 else:
                     load = Transfer((x if buffer == "x" else y) + off, a.addr, shape, 4, strides, dense,
                                     priority=int(self.rising))
-                out = [Transfer(b.addr, y + o, sh, 4, dense, st) for o, sh, st in stores]
+                out = [Transfer(b.addr, y + o, sh, 4, (sh[1] * 4, 4), st) for o, sh, st in stores]
                 if copy is not None:
                     (src, sh, st), (dst, _, _) = copy  # (blocks of one shape)
                     out.append(Transfer(y + src, y + dst, sh, 4, st, st))

@@ -237,7 +237,7 @@ def _stage_and_user(ctx) -> tuple[Tile, Tile]:
 
 def _copies_after_the_fill(name: str, change) -> None:
     """Run ``change``'s tiles: they pass, the copy landing after the fill read y (y[512:1024] = 2 x 7)."""
-    with sim.registered_kernel(Twice(name, _with(((0, X, None),), change))):
+    with sim.registered_kernel(Twice(name, _with(((0, X, None),), change), updates_y=True)):  # (y's 7s read)
         m = _machine()
         m.call(f"fp_{name}_s", x=X, y=Y, n=N, core_mask=1)
     np.testing.assert_array_equal(m.read(Y, N, F32),

@@ -30,17 +30,19 @@ class Twice:
     args = (ArgSpec("x", "in_ptr", "input"), ArgSpec("y", "out_ptr", "output"), ArgSpec("n", "int", "elements"))
     precisions = ("fp32",)  # fp32 buffers and compute only: no hp_ symbols
 
-    def __init__(self, name: str, breaker: Breaker | None = None, factor: float = 2.0):
+    def __init__(self, name: str, breaker: Breaker | None = None, factor: float = 2.0, updates_y: bool = False):
         self.name = name
         self.breaker = breaker
         self.factor = factor
+        self.updates_y = updates_y  # y read before it is written (an in-place output: Buffer.reads_too)
 
     def bind(self, symbol, precision, variant, cores, args, read):
         a = check_args(symbol, self.args, args)
         n = require_int("n", a["n"], minimum=2)
         return BoundCall(symbol, precision, variant, cores,
                          (Buffer("x", require_address("x", a["x"]), (n,), F32, "input"),
-                          Buffer("y", require_address("y", a["y"]), (n,), F32, "output")), {"n": n})
+                          Buffer("y", require_address("y", a["y"]), (n,), F32, "output", self.updates_y)),
+                         {"n": n})
 
     def plan(self, call, ctx):
         n, x, y = call.attrs["n"], call.buffer("x"), call.buffer("y")

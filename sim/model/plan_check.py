@@ -21,9 +21,9 @@ engine.  The rules, each with the id a :class:`~sim.errors.PlanError` names (see
 * ``write-outside-outputs``: a transfer writes only into the call's output buffers and the staging levels;
 * ``read-outside-buffers``: a transfer reads only from the call's buffers (inputs and outputs) and the staging
   levels (a read elsewhere would feed the kernel bytes its call never handed it);
-* ``operand-unwritten``: a compute's input operands hold only bytes that its core's loads (this tile's, or an
-  earlier tile's) or earlier computes wrote in the call: any other byte of a staging level holds what an earlier
-  call left there;
+* ``unwritten-read``: a transfer's source and a compute's input operands hold only the call's inputs or bytes
+  the call wrote before (a staging level or an output holds, at the call's start, what an earlier call left
+  there): :mod:`sim.model.written_bytes`;
 * ``operand-level``: a compute operand lies wholly inside the innermost per-core staging level (the vector
   level), or the scalar level beside it;
 * ``tile-size``: the operands of a tile fit the size of the staging level they lie in;
@@ -110,6 +110,7 @@ from sim.model.plan import (
 from sim.model.plan_alias import AliasCheck, Spans, merged
 from sim.model.target import StagingArea, Target
 from sim.model.walk_race import Side, WalkRaces
+from sim.model.written_bytes import Read, WrittenBytes
 
 #: Most steps a loop's ``epilogue_chain`` may state (a reduction tree of 2**32 accumulators has 32 levels).
 MAX_EPILOGUE_STEPS = 256
@@ -142,34 +143,11 @@ def _covered(lo: int, hi: int, spans: Sequence[tuple[int, int]]) -> bool:
     return cursor >= hi
 
 
-def _add_span(spans: tuple[list[int], list[int]], lo: int, hi: int) -> None:
-    """``[lo, hi)`` joined into disjoint sorted spans (``starts``, ``ends``), merging those it meets or touches."""
-    if hi <= lo:
-        return
-    starts, ends = spans
-    i = bisect.bisect_left(ends, lo)  # the first span ending at or past lo (touching it)
-    j = bisect.bisect_right(starts, hi)  # past the last span starting at or before hi
-    if i < j:
-        lo, hi = min(lo, starts[i]), max(hi, ends[j - 1])
-    starts[i:j] = [lo]
-    ends[i:j] = [hi]
-
-
-def _inside_spans(spans: tuple[list[int], list[int]], lo: int, hi: int) -> bool:
-    """Whether ``[lo, hi)`` lies inside one of the disjoint sorted spans (they never touch: one suffices)."""
-    starts, ends = spans
-    i = bisect.bisect_right(starts, lo) - 1
-    return i >= 0 and hi <= ends[i]
-
-
-def _first_gap(spans: tuple[list[int], list[int]], lo: int, hi: int) -> tuple[int, int]:
-    """The first stretch of ``[lo, hi)`` outside the disjoint sorted spans (``[lo, hi)`` is not inside them)."""
-    starts, ends = spans
-    i = bisect.bisect_right(starts, lo) - 1
-    if i >= 0 and ends[i] > lo:
-        lo = ends[i]
-    k = bisect.bisect_left(starts, lo)
-    return lo, min(hi, starts[k]) if k < len(starts) else hi
+def _unwritten_words(what: str, lo: int, hi: int, gap: tuple[int, int], writers: str) -> str:
+    """The ``unwritten-read`` message: ``what`` reads ``[lo, hi)``, of which ``gap`` nothing wrote."""
+    return (f"{what} reads {_span(lo, hi)}, whose bytes {_span(*gap)} nothing in this call wrote before it "
+            f"({writers} loads, stores or computes): they hold whatever an earlier call left there; write them "
+            f"first")
 
 
 #: Rule id -> the rule in words (for the docs and for tools).
@@ -183,8 +161,8 @@ RULES: dict[str, str] = {
     "input-written": "a transfer never writes into an input buffer of the call",
     "write-outside-outputs": "a transfer writes only into the call's output buffers and the staging levels",
     "read-outside-buffers": "a transfer reads only from the call's buffers and the staging levels",
-    "operand-unwritten": "a compute reads only bytes of its core's staging levels that the core's loads or earlier "
-                         "computes wrote in the call",
+    "unwritten-read": "a transfer or a compute reads only the call's inputs and bytes the call wrote before (in the "
+                      "staging levels and the outputs)",
     "operand-level": "a compute operand lies wholly inside the innermost per-core staging level (the vector "
                      "level) or the scalar level beside it",
     "tile-size": "the operands of a tile fit the size of the staging level they lie in",
@@ -358,9 +336,10 @@ class _Checker:
         # and store sources), and each checked tile's footprint number (id -> number; the plan holds the tiles).
         self._sides: tuple[list[tuple[int, int]], ...] = ([], [], [], [])
         self._footprints: dict[int, int] = {}
-        # Per core, the bytes of its per-core staging levels its own loads and computes wrote so far in the call
-        # (disjoint, sorted: starts and ends): a compute reads only such bytes (operand-unwritten).
-        self._written: dict[int, tuple[list[int], list[int]]] = {}
+        # What the call has written so far, per core and in shared memory (unwritten-read).
+        self._written = WrittenBytes(self._local, [(a.base, a.end) for a in self.levels if a.shared]
+                                     + [(lo, hi) for lo, hi, _ in self.outputs],
+                                     [(b.addr, b.end) for b in sized if b.role == "output" and b.reads_too])
         self.price = price
         self._cycles: dict[int, int] = {}  # id of a compute that passed -> its cycles (when priced)
         self._loop_cycles: dict[int, int] = {}  # id of a loop that passed (kept alive in _loops) -> its cycles
@@ -415,6 +394,8 @@ class _Checker:
                                for ts in phase.tiles.values() if isinstance(ts, (tuple, list)) for t in ts)
             self._filled, self._filled_starts = (), []
             self._race_sides = {}
+            if self._staged:
+                self._fills_written(phase)
             if self._accesses is None and len(cores) > 1:
                 self._accesses, self._window_from = ([], []), self._phase_no
             marks = (len(self._accesses[0]), len(self._accesses[1])) if self._accesses is not None else (0, 0)
@@ -465,6 +446,11 @@ class _Checker:
                 self.where.core = self.where.tile = None
             self.aliases(phase, staged)
             self.where.core = self.where.tile = None
+            unwritten = self._written.end_phase()  # the shared reads, against every core's writes of the phase
+            if unwritten is not None:
+                read, gap = unwritten
+                self.where.core, self.where.tile = read.core, read.tile
+                raise self.fail("unwritten-read", _unwritten_words(read.what, read.lo, read.hi, gap, "any core's"))
         self.where.phase = None
 
     def _outside_staging(self, lo: int, hi: int) -> bool:
@@ -576,6 +562,7 @@ class _Checker:
         if not _is_int(tile.slot):
             raise self.fail("plan-structure", f"Tile.slot must be an int, got {brief(tile.slot)}")
         self._tile = tile
+        moved: dict[str, list[tuple[int, Transfer, tuple[int, int, int, int]]]] = {"load": [], "store": []}
         for kind, transfers in (("load", tile.loads), ("store", tile.stores)):
             if type(transfers) is not tuple:
                 raise self.fail("plan-structure", f"Tile.{kind}s must be a tuple of Transfer, got "
@@ -583,27 +570,28 @@ class _Checker:
             touched: list[tuple[int, int, int, Transfer, bool]] | None = None
             for i, t in enumerate(transfers):
                 spans = self.transfer(t, kind, i)
+                if spans is not None:
+                    moved[kind].append((i, t, spans))
                 if spans is not None and len(transfers) > 1:
                     if touched is None:
                         touched = []
                     touched += ((spans[0], spans[1], i, t, False), (spans[2], spans[3], i, t, True))
             if touched is not None and len(touched) > 2:
                 self._apart(touched, kind)
-        core = self.where.core
-        assert core is not None
-        written = self._written.get(core)
-        if written is None:
-            written = self._written[core] = ([], [])
-        for lo, hi in self._sides[0]:  # the tile's loads land before its compute runs
-            _add_span(written, lo, hi)
+        # The tile in the engine's order: its loads read, then land; its compute reads and writes; its stores.
+        self._moved(moved["load"], "load")
         if tile.compute is not None:
             self.compute(tile.compute)
+            core = self.where.core
+            assert core is not None
             outs, ins = self._compute_memo[id(tile.compute)]
             for lo, hi in ins:
-                if not _inside_spans(written, lo, hi):
-                    self._unwritten(tile.compute, written)
+                gap = self._written.read(Read(lo, hi, core, int(tile.tile_id), "compute"))
+                if gap is not None:
+                    self._unwritten_operand(tile.compute, gap)
             for lo, hi in outs:
-                _add_span(written, lo, hi)
+                self._written.write(core, lo, hi)
+        self._moved(moved["store"], "store")
         self._footprints[id(tile)] = self.alias.footprint_of(self._sides, tile.compute)
         self._sides = ([], [], [], [])
         if self._race[0] or self._race[1]:
@@ -631,17 +619,51 @@ class _Checker:
             if both:
                 raise self.fail("buffers", f"the tile both fills and uses buffer {both[0]!r}")
 
-    def _unwritten(self, c: Compute, written: tuple[list[int], list[int]]) -> None:
-        """The ``operand-unwritten`` refusal of the first input operand of ``c`` with bytes ``written`` lacks."""
+    def _fills_written(self, phase: Phase) -> None:
+        """The bytes the phase's staged buffers fill count as written from its start (unwritten-read): a tile that
+        uses a buffer waits for its fill, wherever the fill stands in the walks (the buffers rule sees that every
+        generation used is filled).  Malformed tiles are left to the tile rules."""
+        for core, tiles in phase.tiles.items():
+            if not isinstance(tiles, (tuple, list)) or not _is_int(core):
+                continue
+            for tile in tiles:
+                if not isinstance(tile, Tile) or not tile.fills or type(tile.loads) is not tuple:
+                    continue
+                for t in tile.loads:
+                    if isinstance(t, Transfer) and not _moves_nothing(t):
+                        try:
+                            _, _, lo, hi = self._transfer_spans(t)
+                        except Exception:  # noqa: BLE001 (a malformed transfer: the tile rules name it)
+                            continue
+                        self._written.write(int(core), lo, hi)
+
+    def _moved(self, transfers: list[tuple[int, Transfer, tuple[int, int, int, int]]], kind: str) -> None:
+        """The ``unwritten-read`` rule on a tile's loads or stores (all read, then all write: they stream
+        together).  A strided source that meets the bytes the rule follows is judged run by run (its span may
+        cover bytes it does not read, such as the gap between two buffers)."""
+        core, tile = self.where.core, self.where.tile
+        assert core is not None and tile is not None
+        written = self._written
+        for i, t, (s_lo, s_hi, _, _) in transfers:
+            if not (written.is_local(s_lo, s_hi) or written.is_shared(s_lo, s_hi)):
+                continue  # (an input's bytes, most loads: the caller's)
+            pieces = [(s_lo, s_hi)] if t.runs("src")[0] == 1 else covered(layout_of(t, "src")) or [(s_lo, s_hi)]
+            for lo, hi in pieces:
+                gap = written.read(Read(lo, hi, core, tile, f"{kind} {i}"))
+                if gap is not None:
+                    raise self.fail("unwritten-read", _unwritten_words(f"{kind} {i}", s_lo, s_hi, gap,
+                                                                       "this core's"))
+        for _, _, (_, _, d_lo, d_hi) in transfers:
+            written.write(core, d_lo, d_hi)
+
+    def _unwritten_operand(self, c: Compute, gap: tuple[int, int]) -> None:
+        """The ``unwritten-read`` refusal of the first input operand of ``c`` meeting the unwritten ``gap``."""
         for i, op in enumerate(c.inputs):
             lo = int(op.addr)
             hi = lo + op.size_bytes
-            if hi > lo and not _inside_spans(written, lo, hi):
-                gap = _first_gap(written, lo, hi)
-                raise self.fail("operand-unwritten", f"input operand {i} {_span(lo, hi)} reads bytes {_span(*gap)} "
-                                                     f"that no load of this core and no earlier compute wrote in "
-                                                     f"this call: they hold whatever was there before (an earlier "
-                                                     f"call's data); load them first")
+            if lo < gap[1] and gap[0] < hi:
+                raise self.fail("unwritten-read", _unwritten_words(f"input operand {i}", lo, hi, gap,
+                                                                   "this core's"))
 
     def buffers(self, phase: Phase) -> None:
         """The ``buffers`` rule on one phase: every generation used or refilled is filled, in order, and the waits
@@ -926,10 +948,20 @@ class _Checker:
             if w_lo <= lo and hi <= w_hi:
                 return  # wholly inside one span this side may touch: the common case, decided here
         verdict = self._judge(lo, hi, writing)
+        if verdict is not None and verdict[0] == "read-outside-buffers" and self._runs_readable(t):
+            verdict = None  # a strided source whose span spans a gap, its runs all in buffers or levels
         if verdict is not None:
             rule, text = verdict
             raise self.fail(rule, f"{kind} {index} ({t.size_bytes} bytes) {'writes' if writing else 'reads'} "
                                   f"{_span(lo, hi)}: {text}")
+
+    def _runs_readable(self, t: Transfer) -> bool:
+        """Whether every run of ``t``'s source lies in a buffer of the call or a staging level."""
+        got = covered(layout_of(t, "src"))
+        if got is None:
+            return False
+        spans = merged(list(self.readable))
+        return all(_covered(lo, hi, spans) for lo, hi in got)
 
     def _judge(self, lo: int, hi: int, writing: bool) -> tuple[str, str] | None:
         """The rule a transfer's side ``[lo, hi)`` breaks (and why), or None (a write over two adjacent outputs)."""

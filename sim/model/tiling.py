@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.errors import KernelArgError, PlanError, brief
+from sim.errors import KernelArgError, PlanError, brief, in_kernel_code
 
 #: The candidate values of a key: a sequence, or a function of the keys already chosen.
 Values = Sequence[Any] | Callable[[Mapping[str, Any]], Iterable[Any]] | None
@@ -52,11 +52,12 @@ def _values_of(values: Values, chosen: Mapping[str, Any], name: str) -> list[Any
     iterator is cut there and refused, not exhausted)."""
     if values is None:
         return []
-    got = values(chosen) if callable(values) else values
-    try:
-        out = list(itertools.islice(got, MAX_KEY_VALUES + 1))
-    except TypeError:
-        raise _space_error(f"tiling key {name!r}: its values are {brief(got)}, not a list of values") from None
+    what = f"values of tiling key {name!r}"
+    got = in_kernel_code(None, what, values, chosen) if callable(values) else values
+    if not isinstance(got, Iterable):
+        raise _space_error(f"tiling key {name!r}: its values are {brief(got)}, not a list of values")
+    # (a generator's own exception, raised as it is read, is the kernel's code failing)
+    out = in_kernel_code(None, what, lambda: list(itertools.islice(got, MAX_KEY_VALUES + 1)))
     if len(out) > MAX_KEY_VALUES:
         raise _space_error(f"tiling key {name!r} lists more than {MAX_KEY_VALUES} values for the search")
     return out
@@ -173,10 +174,18 @@ def _check_declared(name: str, values: Any, scope: Any, only: Any) -> None:
         raise _space_error(f"tiling key {name!r}: only must be (another key, one of its choices), got {brief(only)}")
 
 
+def _kernel_code(fn: Callable[[dict[str, Any]], Any], what: str) -> Callable[[dict[str, Any]], Any]:
+    """``fn`` whose own exceptions (not dspsim's: DoesNotFit, KernelArgError) are KernelCodeErrors naming ``what``."""
+    def wrapped(tiling: dict[str, Any]) -> Any:
+        return in_kernel_code(None, what, fn, tiling)
+    return wrapped
+
+
 def _checked(fn: Callable[[dict[str, Any]], Any], what: str, number: Callable[[Any], Any]) -> Callable[..., Any]:
-    """``fn`` whose result ``number`` checks (None: refused with the ``tiling-space`` PlanError naming ``what``)."""
+    """``fn`` whose result ``number`` checks (None: refused with the ``tiling-space`` PlanError naming ``what``); an
+    exception of its own is a :class:`~sim.errors.KernelCodeError`."""
     def checked(tiling: dict[str, Any]) -> Any:
-        got = fn(tiling)
+        got = in_kernel_code(None, f"tiling space's {what}", fn, tiling)
         value = number(got)
         if value is None:
             raise _space_error(f"the tiling space's {what} gave {brief(got)} for {brief(tiling, 160)}")
@@ -230,7 +239,7 @@ class TilingSpace:
         for name, fn in (("fit", fit), ("tiles", tiles), ("bound", bound)):
             if fn is not None and not callable(fn):
                 raise _space_error(f"the tiling space's {name} must be a function of a tiling, got {brief(fn)}")
-        self.fit = fit
+        self.fit = None if fit is None else _kernel_code(fit, "tiling space's fit()")
         self.tiles = None if tiles is None else _checked(tiles, "tiles()", _count)
         self.bound = None if bound is None else _checked(bound, "bound()", _cycles)
         self.starts = tuple(dict(start) for start in starts)

@@ -1,0 +1,158 @@
+"""The plan rule ``unwritten-read``: a plan reads only bytes the call gave it or wrote before.
+
+Memory keeps its bytes from call to call, on the chip as here: a staging level (a core's AM or SM, the shared
+window in GSM) or an output buffer holds, when a call starts, whatever an earlier call left there.  A kernel that
+computes on such bytes, or moves them on, gives a result that depends on what ran before it.  So, walking a plan
+in order, a transfer's source and a compute's input operands must lie in
+
+* the call's input buffers (and the outputs it updates in place, GEMM's C with beta 1): the caller's bytes;
+* bytes a transfer or a compute of the call wrote earlier: on the reading core's own staging levels, its
+  earlier tiles, and in the same tile the loads before the compute and the compute before the stores; in shared
+  memory (the shared staging levels, the outputs), anything written in an earlier phase, or in the same phase by
+  any core (the cores run a phase together: ordering them is the race rules' business, not this one's).
+
+A transfer's destination counts by its span (a strided one writes the gaps of its span too, as far as this
+rule goes), a strided source is read run by run: the rule finds the reads of bytes nothing wrote, not every stale
+lane of a padded block.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from typing import NamedTuple
+
+
+class ByteSet:
+    """Bytes as disjoint, non-touching, sorted intervals ``[start, end)``; found and joined by bisection."""
+
+    __slots__ = ("starts", "ends")
+
+    def __init__(self, spans: Sequence[tuple[int, int]] = ()) -> None:
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        for lo, hi in spans:
+            self.add(lo, hi)
+
+    def add(self, lo: int, hi: int) -> None:
+        """Join ``[lo, hi)``, merging the intervals it meets or touches."""
+        if hi <= lo:
+            return
+        starts, ends = self.starts, self.ends
+        i = bisect.bisect_left(ends, lo)  # the first interval ending at or past lo (touching it)
+        j = bisect.bisect_right(starts, hi)  # past the last interval starting at or before hi
+        if i < j:
+            lo, hi = min(lo, starts[i]), max(hi, ends[j - 1])
+        starts[i:j] = [lo]
+        ends[i:j] = [hi]
+
+    def covers(self, lo: int, hi: int) -> bool:
+        """Whether ``[lo, hi)`` lies inside the set (inside one interval: they never touch)."""
+        i = bisect.bisect_right(self.starts, lo) - 1
+        return i >= 0 and hi <= self.ends[i]
+
+    def first_gap(self, lo: int, hi: int) -> tuple[int, int]:
+        """The first stretch of ``[lo, hi)`` outside the set (``[lo, hi)`` is not covered)."""
+        return self.gaps(lo, hi)[0]
+
+    def gaps(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """The stretches of ``[lo, hi)`` outside the set, in order (none when it is covered)."""
+        starts, ends = self.starts, self.ends
+        out: list[tuple[int, int]] = []
+        i = max(0, bisect.bisect_right(starts, lo) - 1)
+        while lo < hi:
+            while i < len(starts) and ends[i] <= lo:
+                i += 1
+            if i == len(starts) or starts[i] >= hi:
+                out.append((lo, hi))
+                break
+            if starts[i] > lo:
+                out.append((lo, starts[i]))
+            lo = ends[i]
+        return out
+
+
+class Read(NamedTuple):
+    """A read: bytes ``[lo, hi)``, and what read them (for the message)."""
+
+    lo: int
+    hi: int
+    core: int
+    tile: int
+    what: str  # "load 0", "store 1", "compute"
+
+
+class WrittenBytes:
+    """What the call has written so far: per core its staging levels' bytes, and the shared bytes (shared staging
+    levels and output buffers) of every core; the shared reads of the phase being walked, judged at its end."""
+
+    def __init__(self, local: Sequence[tuple[int, int]], shared: Sequence[tuple[int, int]],
+                 given: Sequence[tuple[int, int]] = ()):
+        self.local = tuple(local)  # the per-core staging levels (the same addresses on every core)
+        self.shared = tuple(shared)  # the shared staging levels and the output buffers
+        self.by_core: dict[int, ByteSet] = {}
+        # Shared bytes written before the phase being walked; the outputs updated in place hold the caller's bytes
+        # from the start (inputs lie elsewhere: never written, their reads are not this rule's).
+        self.shared_before = ByteSet(given)
+        self.phase_by_core: dict[int, ByteSet] = {}  # shared bytes each core wrote in the phase, so far
+        self.reads: list[tuple[Read, list[tuple[int, int]]]] = []  # reads left for the phase's end
+
+    def is_local(self, lo: int, hi: int) -> bool:
+        """Whether ``[lo, hi)`` lies in a per-core staging level."""
+        return any(base <= lo and hi <= end for base, end in self.local)
+
+    def is_shared(self, lo: int, hi: int) -> bool:
+        """Whether ``[lo, hi)`` meets a shared staging level or an output buffer (the bytes this rule follows)."""
+        return any(lo < end and base < hi for base, end in self.shared)
+
+    def core(self, core: int) -> ByteSet:
+        """What ``core``'s own staging levels hold of the call's bytes."""
+        got = self.by_core.get(core)
+        if got is None:
+            got = self.by_core[core] = ByteSet()
+        return got
+
+    def write(self, core: int, lo: int, hi: int) -> None:
+        """``core`` writes ``[lo, hi)``: in its own staging levels, or in shared memory."""
+        if self.is_local(lo, hi):
+            self.core(core).add(lo, hi)
+        elif self.is_shared(lo, hi):
+            mine = self.phase_by_core.get(core)
+            if mine is None:
+                mine = self.phase_by_core[core] = ByteSet()
+            mine.add(lo, hi)
+
+    def read(self, read: Read) -> tuple[int, int] | None:
+        """``read``'s first stretch of bytes nothing wrote, judged now on its core's staging levels (or None); in
+        shared memory, what neither an earlier phase nor its own core so far wrote is left for the phase's end
+        (another core may write it in the phase), and None returned."""
+        lo, hi = read.lo, read.hi
+        if hi <= lo:
+            return None
+        if self.is_local(lo, hi):
+            mine = self.core(read.core)
+            return None if mine.covers(lo, hi) else mine.first_gap(lo, hi)
+        if self.is_shared(lo, hi):
+            left = [g for g in self.shared_before.gaps(lo, hi) if self.is_shared(*g)]  # (not an input's bytes)
+            own = self.phase_by_core.get(read.core)
+            if left and own is not None:
+                left = [g for piece in left for g in own.gaps(*piece)]
+            if left:
+                self.reads.append((read, left))
+        return None
+
+    def end_phase(self) -> tuple[Read, tuple[int, int]] | None:
+        """The first shared read of the phase with bytes that no other core wrote in it either, and them (None if
+        none); the phase's writes then count as written before the next."""
+        reads, self.reads = self.reads, []
+        for read, left in reads:
+            for c, theirs in self.phase_by_core.items():
+                if c != read.core:
+                    left = [g for piece in left for g in theirs.gaps(*piece)]
+            if left:
+                return read, left[0]
+        for theirs in self.phase_by_core.values():
+            for lo, hi in zip(theirs.starts, theirs.ends):
+                self.shared_before.add(lo, hi)
+        self.phase_by_core = {}
+        return None

@@ -1,0 +1,177 @@
+"""The plan rule ``unwritten-read`` (sim/model/written_bytes.py): a plan reads only the call's inputs and bytes the
+call wrote before, so that no result depends on what an earlier call left in a staging level or an output.
+
+Each plan is a user kernel of one input x and one output y (n floats) on FT78NE; the memory it would read holds
+other values first (as an earlier call would leave it), so that a refusal is the only way not to read them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import sim
+from kernels.common.binding import bind_arguments, bound_call
+from kernels.common.loops import elementwise
+from sim.model.call import ArgSpec
+from sim.model.plan import Compute, Operand, Phase, Plan, Tile, TileFn, Transfer
+from sim.model.written_bytes import ByteSet
+
+F32 = np.dtype(np.float32)
+N = 256
+X, Y = 0xA0000000, 0xA0100000
+AM = 0x20000000  # FT78NE's vector level
+SM = 0x30000000  # its scalar level
+WINDOW = 0x40580000  # its shared window in GSM
+
+
+def copy(a: np.ndarray) -> tuple[np.ndarray]:
+    return (np.array(a, copy=True),)
+
+
+class OnePlan:
+    """A kernel whose plan is ``make(call, ctx)``."""
+
+    precisions = ("fp32",)
+    variants = ("s",)
+    args = (ArgSpec("x", "in_ptr", "input"), ArgSpec("y", "out_ptr", "output"))
+
+    def __init__(self, name: str, make: Callable[[Any, Any], Plan]):
+        self.name, self.make = name, make
+
+    def bind(self, symbol, precision, variant, cores, args, read):
+        a = bind_arguments(symbol, precision, self.args, args)
+        return bound_call(a, variant, cores, [a.buffer("x", (N,)), a.buffer("y", (N,))], attrs=None)
+
+    def plan(self, call, ctx):
+        return self.make(call, ctx)
+
+
+def _copy_compute(ctx: Any, src: int, dst: int) -> Compute:
+    return Compute(TileFn(copy), (Operand(src, (N,), F32),), (Operand(dst, (N,), F32),), flops=0, precision="fp32",
+                   loops=(elementwise(ctx.target.core, "fp32", N, loads=1, stores=1),))
+
+
+def _plan(*phases: dict[int, tuple[Tile, ...]]) -> Plan:
+    cores = tuple(sorted({c for p in phases for c in p}))
+    return Plan(cores, tuple(Phase(f"p{i}", p, barrier_after=True) for i, p in enumerate(phases)), "fp32")
+
+
+def _load(src: int, dst: int) -> Transfer:
+    return Transfer.contiguous(src, dst, N * 4)
+
+
+def _run(name: str, make: Callable[[Any, Any], Plan], core_mask: int = 0x1) -> sim.Simulator | sim.PlanError:
+    m = sim.Simulator("FT78NE")
+    m.write(X, np.arange(N, dtype=F32) + 1)
+    for core in range(8):  # what an earlier call left in the staging levels
+        m.write(AM + 0x40000, np.full(N, 7.0, F32), core=core)
+        m.write(SM, np.full(N, 8.0, F32), core=core)
+    m.write(WINDOW, np.full(N, 9.0, F32))
+    m.write(Y, np.full(N, 5.0, F32))
+    before = m.memory.snapshot()
+    with sim.registered_kernel(OnePlan(name, make)):
+        try:
+            m.call(f"fp_{name}_s", x=X, y=Y, core_mask=core_mask)
+        except sim.PlanError as e:
+            assert m.memory.snapshot() == before
+            return e
+    return m
+
+
+def _refused(got: object, words: str) -> None:
+    assert isinstance(got, sim.PlanError) and got.rule == "unwritten-read", got
+    assert words in str(got), str(got)
+    assert "nothing in this call wrote before it" in str(got)
+
+
+def test_stale_staging_bytes_moved_by_a_transfer_are_refused():
+    """An AM-to-AM copy of bytes nothing wrote, a store of them straight to y, a load from the GSM window nothing
+    wrote: each would carry an earlier call's bytes into the result."""
+    def am_to_am(call, ctx):
+        return _plan({0: (Tile(0, (_load(AM + 0x40000, AM),), _copy_compute(ctx, AM, AM + 0x10000),
+                               (_load(AM + 0x10000, Y),)),)})
+    _refused(_run("am_to_am", am_to_am), "load 0 reads [0x20040000, 0x20040400)")
+
+    def store_stale(call, ctx):
+        return _plan({0: (Tile(0, (), None, (_load(AM + 0x40000, Y),)),)})
+    _refused(_run("store_stale", store_stale), "store 0 reads [0x20040000, 0x20040400)")
+
+    def window(call, ctx):
+        return _plan({0: (Tile(0, (_load(WINDOW, AM),), _copy_compute(ctx, AM, AM + 0x10000),
+                               (_load(AM + 0x10000, Y),)),)})
+    _refused(_run("window", window), "load 0 reads [0x40580000, 0x40580400)")
+
+
+def test_an_output_read_before_its_core_writes_it_is_refused():
+    """Loading y before the same core stores it (later in the walk) reads what the caller left in y."""
+    def read_first(call, ctx):
+        return _plan({0: (Tile(0, (_load(Y, AM),), _copy_compute(ctx, AM, AM + 0x10000),
+                               (_load(AM + 0x10000, Y),)),)})
+    _refused(_run("read_first", read_first), "load 0 reads [0xa0100000, 0xa0100400)")
+
+
+def test_a_partial_result_no_core_published_is_refused():
+    """Two cores publish their partial results to the GSM window, a barrier, then core 0 reads three slots: the
+    third, which no core wrote in the call, is named (the published slots pass)."""
+    def gather(call, ctx):
+        publish = {c: (Tile(0, (_load(X, AM),), None, (Transfer.contiguous(AM, WINDOW + c * N * 4, N * 4),)),)
+                   for c in (0, 1)}
+        reduce = {0: (Tile(0, (Transfer.contiguous(WINDOW, AM + 0x10000, 3 * N * 4),), None, ()),)}
+        return _plan(publish, reduce)
+    _refused(_run("gather", gather, core_mask=0x3), "bytes [0x40580800, 0x40580c00)")
+
+
+def test_bytes_the_call_wrote_are_read_whoever_wrote_them_in_the_phase():
+    """A store into SM read back after a barrier; one core's publish read by another in the same phase (the race
+    rules order cores, not this one); an output written, then read back and updated: all legal, all right."""
+    def through_sm(call, ctx):
+        first = {0: (Tile(0, (_load(X, AM),), None, (Transfer.contiguous(AM, SM, N * 4),)),)}
+        second = {0: (Tile(0, (), _copy_compute(ctx, SM, AM + 0x10000), (_load(AM + 0x10000, Y),)),)}
+        return _plan(first, second)
+    m = _run("through_sm", through_sm)
+    assert isinstance(m, sim.Simulator), m
+    assert np.array_equal(m.read(Y, (N,), F32), np.arange(N, dtype=F32) + 1)
+
+    def back_and_forth(call, ctx):
+        first = {0: (Tile(0, (_load(X, AM),), None, (_load(AM, Y),)),)}
+        second = {0: (Tile(0, (_load(Y, AM + 0x10000),), _copy_compute(ctx, AM + 0x10000, AM + 0x20000),
+                           (_load(AM + 0x20000, Y),)),)}
+        return _plan(first, second)
+    m = _run("back_and_forth", back_and_forth)
+    assert isinstance(m, sim.Simulator), m
+    assert np.array_equal(m.read(Y, (N,), F32), np.arange(N, dtype=F32) + 1)
+
+
+def test_a_strided_source_over_two_buffers_is_judged_by_its_runs():
+    """read-outside-buffers: one descriptor reads x's first half and y's (written before) as the two rows of a
+    block whose span covers the bytes between the two buffers: every run lies in a buffer, so it is legal."""
+    def two_rows(call, ctx):
+        first = {0: (Tile(0, (_load(X, AM),), None, (_load(AM, Y),)),)}
+        gather = Transfer(X, AM + 0x10000, (2, N // 2), 4, (Y - X, 4), (N * 2, 4))
+        second = {0: (Tile(0, (gather,), _copy_compute(ctx, AM + 0x10000, AM + 0x20000),
+                           (_load(AM + 0x20000, Y),)),)}
+        return _plan(first, second)
+    m = _run("two_rows", two_rows)
+    assert isinstance(m, sim.Simulator), m
+    x = np.arange(N, dtype=F32) + 1
+    assert np.array_equal(m.read(Y, (N,), F32), np.concatenate([x[:N // 2], x[:N // 2]]))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_byte_set_against_a_set_of_bytes(seed):
+    rng = np.random.default_rng(seed)
+    bs, truth = ByteSet(), set()
+    for _ in range(200):
+        lo = int(rng.integers(0, 300))
+        hi = lo + int(rng.integers(0, 20))
+        bs.add(lo, hi)
+        truth |= set(range(lo, hi))
+        a = int(rng.integers(0, 300))
+        b = a + int(rng.integers(1, 30))
+        assert bs.covers(a, b) == (set(range(a, b)) <= truth)
+        assert [byte for g in bs.gaps(a, b) for byte in range(*g)] == sorted(set(range(a, b)) - truth)
+    assert all(e < s for e, s in zip(bs.ends, bs.starts[1:]))  # disjoint, never touching
