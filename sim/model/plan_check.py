@@ -110,7 +110,7 @@ from sim.model.plan import (
 from sim.model.plan_alias import AliasCheck, Spans, merged
 from sim.model.target import StagingArea, Target
 from sim.model.walk_race import Side, WalkRaces
-from sim.model.written_bytes import Read, WrittenBytes
+from sim.model.written_bytes import WrittenBytes
 
 #: Most steps a loop's ``epilogue_chain`` may state (a reduction tree of 2**32 accumulators has 32 levels).
 MAX_EPILOGUE_STEPS = 256
@@ -586,7 +586,7 @@ class _Checker:
             assert core is not None
             outs, ins = self._compute_memo[id(tile.compute)]
             for lo, hi in ins:
-                gap = self._written.read(Read(lo, hi, core, int(tile.tile_id), "compute"))
+                gap = self._written.read(lo, hi, core, int(tile.tile_id), "compute")
                 if gap is not None:
                     self._unwritten_operand(tile.compute, gap)
             for lo, hi in outs:
@@ -645,14 +645,9 @@ class _Checker:
         assert core is not None and tile is not None
         written = self._written
         for i, t, (s_lo, s_hi, _, _) in transfers:
-            if not (written.is_local(s_lo, s_hi) or written.is_shared(s_lo, s_hi)):
-                continue  # (an input's bytes, most loads: the caller's)
-            pieces = [(s_lo, s_hi)] if t.runs("src")[0] == 1 else covered(layout_of(t, "src")) or [(s_lo, s_hi)]
-            for lo, hi in pieces:
-                gap = written.read(Read(lo, hi, core, tile, f"{kind} {i}"))
-                if gap is not None:
-                    raise self.fail("unwritten-read", _unwritten_words(f"{kind} {i}", s_lo, s_hi, gap,
-                                                                       "this core's"))
+            gap = written.read(s_lo, s_hi, core, tile, (kind, i), t)
+            if gap is not None:
+                raise self.fail("unwritten-read", _unwritten_words(f"{kind} {i}", s_lo, s_hi, gap, "this core's"))
         for _, _, (_, _, d_lo, d_hi) in transfers:
             written.write(core, d_lo, d_hi)
 

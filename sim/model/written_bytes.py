@@ -22,6 +22,9 @@ import bisect
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from sim.model.block_overlap import covered, layout_of
+from sim.model.plan import Transfer
+
 
 class ByteSet:
     """Bytes as disjoint, non-touching, sorted intervals ``[start, end)``; found and joined by bisection."""
@@ -73,13 +76,23 @@ class ByteSet:
 
 
 class Read(NamedTuple):
-    """A read: bytes ``[lo, hi)``, and what read them (for the message)."""
+    """A read: bytes ``[lo, hi)``, what read them (for the message), and the transfer whose source they span (None:
+    a compute's operand), whose runs are looked at only when its span meets bytes nothing wrote."""
 
     lo: int
     hi: int
     core: int
     tile: int
     what: str  # "load 0", "store 1", "compute"
+    transfer: Transfer | None = None
+
+
+def _runs(read: Read) -> list[tuple[int, int]]:
+    """The stretches of bytes ``read`` reads: its transfer's source runs, merged, or its span."""
+    t = read.transfer
+    if t is None or t.runs("src")[0] == 1:
+        return [(read.lo, read.hi)]
+    return covered(layout_of(t, "src")) or [(read.lo, read.hi)]
 
 
 class WrittenBytes:
@@ -90,20 +103,37 @@ class WrittenBytes:
                  given: Sequence[tuple[int, int]] = ()):
         self.local = tuple(local)  # the per-core staging levels (the same addresses on every core)
         self.shared = tuple(shared)  # the shared staging levels and the output buffers
+        # (their hulls: most sides lie outside both, in an input: two comparisons decide)
+        self._local_hull = (min((lo for lo, _ in self.local), default=0), max((hi for _, hi in self.local), default=0))
+        self._shared_hull = (min((lo for lo, _ in self.shared), default=0),
+                             max((hi for _, hi in self.shared), default=0))
         self.by_core: dict[int, ByteSet] = {}
         # Shared bytes written before the phase being walked; the outputs updated in place hold the caller's bytes
         # from the start (inputs lie elsewhere: never written, their reads are not this rule's).
         self.shared_before = ByteSet(given)
         self.phase_by_core: dict[int, ByteSet] = {}  # shared bytes each core wrote in the phase, so far
+        self.phase_all = ByteSet()  # and all of them together
         self.reads: list[tuple[Read, list[tuple[int, int]]]] = []  # reads left for the phase's end
 
     def is_local(self, lo: int, hi: int) -> bool:
         """Whether ``[lo, hi)`` lies in a per-core staging level."""
-        return any(base <= lo and hi <= end for base, end in self.local)
+        low, high = self._local_hull
+        if lo < low or hi > high:
+            return False
+        for base, end in self.local:
+            if base <= lo and hi <= end:
+                return True
+        return False
 
     def is_shared(self, lo: int, hi: int) -> bool:
         """Whether ``[lo, hi)`` meets a shared staging level or an output buffer (the bytes this rule follows)."""
-        return any(lo < end and base < hi for base, end in self.shared)
+        low, high = self._shared_hull
+        if hi <= low or lo >= high:
+            return False
+        for base, end in self.shared:
+            if lo < end and base < hi:
+                return True
+        return False
 
     def core(self, core: int) -> ByteSet:
         """What ``core``'s own staging levels hold of the call's bytes."""
@@ -121,38 +151,63 @@ class WrittenBytes:
             if mine is None:
                 mine = self.phase_by_core[core] = ByteSet()
             mine.add(lo, hi)
+            self.phase_all.add(lo, hi)
 
-    def read(self, read: Read) -> tuple[int, int] | None:
-        """``read``'s first stretch of bytes nothing wrote, judged now on its core's staging levels (or None); in
-        shared memory, what neither an earlier phase nor its own core so far wrote is left for the phase's end
-        (another core may write it in the phase), and None returned."""
-        lo, hi = read.lo, read.hi
+    def read(self, lo: int, hi: int, core: int, tile: int, what: str | tuple[str, int],
+             transfer: Transfer | None = None) -> tuple[int, int] | None:
+        """The first stretch of ``[lo, hi)`` (read by ``what`` of ``tile`` on ``core``: a transfer's source, as
+        its kind and index, or a compute's operand) that nothing wrote, judged now on the core's staging levels (or
+        None); in shared memory, what neither an earlier phase nor any core so far in this one wrote is left for
+        the phase's end (another core may write it later in the phase), and None returned."""
         if hi <= lo:
             return None
         if self.is_local(lo, hi):
-            mine = self.core(read.core)
-            return None if mine.covers(lo, hi) else mine.first_gap(lo, hi)
+            mine = self.core(core)
+            if mine.covers(lo, hi):
+                return None
+            read = Read(lo, hi, core, tile, what if isinstance(what, str) else f"{what[0]} {what[1]}",
+                        transfer)
+            for run in _runs(read):  # (a strided source's span may cover bytes it does not read)
+                if not mine.covers(*run):
+                    return mine.first_gap(*run)
+            return None
         if self.is_shared(lo, hi):
-            left = [g for g in self.shared_before.gaps(lo, hi) if self.is_shared(*g)]  # (not an input's bytes)
-            own = self.phase_by_core.get(read.core)
-            if left and own is not None:
-                left = [g for piece in left for g in own.gaps(*piece)]
+            if self.shared_before.covers(lo, hi):
+                return None
+            # What an earlier phase or any core so far in this phase wrote (another core's later writes in the
+            # phase are looked at at its end: the cores run a phase together).
+            left = self._left(lo, hi)
+            if not left:
+                return None
+            read = Read(lo, hi, core, tile, what if isinstance(what, str) else f"{what[0]} {what[1]}",
+                        transfer)
+            if transfer is not None and transfer.runs("src")[0] > 1:
+                # (its span meets bytes nothing wrote yet: a strided source is judged by the runs it reads)
+                left = [g for run in _runs(read) for g in self._left(*run)]
             if left:
                 self.reads.append((read, left))
         return None
+
+    def _left(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """The stretches of shared bytes of ``[lo, hi)`` that neither an earlier phase nor any core so far in this
+        one wrote."""
+        left = self.shared_before.gaps(lo, hi)
+        if left:
+            left = [g for piece in left for g in self.phase_all.gaps(*piece)]
+        return [g for g in left if self.is_shared(*g)]  # (not an input's bytes)
 
     def end_phase(self) -> tuple[Read, tuple[int, int]] | None:
         """The first shared read of the phase with bytes that no other core wrote in it either, and them (None if
         none); the phase's writes then count as written before the next."""
         reads, self.reads = self.reads, []
+        phase = self.phase_by_core
         for read, left in reads:
-            for c, theirs in self.phase_by_core.items():
+            for c, theirs in phase.items():
                 if c != read.core:
                     left = [g for piece in left for g in theirs.gaps(*piece)]
             if left:
                 return read, left[0]
-        for theirs in self.phase_by_core.values():
-            for lo, hi in zip(theirs.starts, theirs.ends):
-                self.shared_before.add(lo, hi)
-        self.phase_by_core = {}
+        for lo, hi in zip(self.phase_all.starts, self.phase_all.ends):
+            self.shared_before.add(lo, hi)
+        self.phase_by_core, self.phase_all = {}, ByteSet()
         return None
