@@ -27,7 +27,7 @@ import numpy as np
 from kernels.base import PRECISION_DTYPES, PlanContext
 from kernels.common.args import check_args, require_address, require_ints
 from kernels.common.geometry import ConvGeometry, conv_geometry
-from kernels.common.loops import elementwise
+from kernels.common.loops import elementwise, tap_groups
 from kernels.common.scratch import align_down, align_up
 from kernels.common.tiling_space import split_even
 from sim.model.call import ArgSpec, BoundCall, Buffer, MemoryReader
@@ -119,10 +119,14 @@ class Col2Im:
                 if o1 > o0 else ()
             taps = g.filter_h * g.filter_w
             elements = (h1 - h0) * g.in_w * g.in_c
-            loop = elementwise(ctx.target.core, "fp32", elements, loads=taps, stores=1, fmac=taps,
-                               valu=0 if call.precision == "fp32" else taps + 1, label="col2im")
+            # Per output element, its taps' contributions summed; a large filter's taps in passes that fit the
+            # vector registers, each after the first adding to the partial sums the one before stored.
+            core = ctx.target.core
+            loops = tap_groups(taps, lambda k, j: elementwise(
+                core, "fp32", elements, loads=k + (1 if j else 0), stores=1, fmac=k,
+                valu=0 if call.precision == "fp32" else k + 1, label="col2im"), core.vector_registers)
             compute = Compute(lambda c: (col2im_rows(g, c, o0, h0, h1).astype(out.dtype),), (col_op,), (dx_op,),
-                              flops=taps * elements, precision=call.precision, loops=(loop,))
+                              flops=taps * elements, precision=call.precision, loops=tuple(loops))
             store = Transfer.contiguous(dx_op.addr, out.addr + (n * g.in_h + h0) * dx_row, dx_op.size_bytes)
             return Tile(tile_id, loads, compute, (store,), slot=tile_id % 2)
 

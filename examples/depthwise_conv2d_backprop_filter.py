@@ -25,7 +25,7 @@ import numpy as np
 from kernels.base import PRECISION_DTYPES, PlanContext
 from kernels.common.args import check_args, require_address, require_ints
 from kernels.common.geometry import ConvGeometry, conv_geometry
-from kernels.common.loops import elementwise
+from kernels.common.loops import elementwise, tap_groups
 from kernels.common.scratch import align_down, align_up
 from kernels.common.tiling_space import split_even
 from sim.errors import KernelArgError
@@ -114,12 +114,15 @@ class DepthwiseConv2dBackpropFilter:
                                     (g.in_c * mult * size, size)))
             store = Transfer.block(dw_op.addr, dw.addr + c0 * mult * size, (taps, cb * mult), size,
                                    (cb * mult * size, size), (g.in_c * mult * size, size))
-            # Per element of dy: a multiply-add per tap with the x it meets (and, in fp16, their widening).
-            loop = elementwise(ctx.target.core, "fp32", outs * cb * mult, loads=1 + taps, stores=0, fmac=taps,
-                               valu=0 if call.precision == "fp32" else taps + 1, label="depthwise filter grad")
+            # Per element of dy: a multiply-add per tap with the x it meets (and, in fp16, their widening); a large
+            # filter's taps in passes whose accumulators fit the vector registers.
+            core = ctx.target.core
+            loops = tap_groups(taps, lambda k, _: elementwise(
+                core, "fp32", outs * cb * mult, loads=1 + k, stores=0, fmac=k,
+                valu=0 if call.precision == "fp32" else k + 1, label="depthwise filter grad"), core.vector_registers)
             compute = Compute(lambda a, b: (filter_grad(g, mult, a, b).reshape(taps, cb * mult).astype(dw.dtype),),
                               (x_op, dy_op), (dw_op,), flops=2 * taps * outs * cb * mult, precision=call.precision,
-                              loops=(loop,))
+                              loops=tuple(loops))
             return Tile(tile_id, loads, compute, (store,), slot=tile_id % 2)
 
         tiles: dict[int, tuple[Tile, ...]] = {}

@@ -9,7 +9,7 @@ issue moves taken from the target, so the same kernel code states the right loop
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from sim.model.memo import memoized_frozen
 from sim.model.plan import REDUCE, Loop, stored, unit_class
@@ -67,6 +67,16 @@ def elementwise(core: CoreModel, precision: str, elements: int, *, loads: int, s
     return Loop(trips=trips, issues={u: n for u, n in issues.items() if n}, chain=chain, entries=entries,
                 epilogue=dict(epilogue or {}), reductions=reductions,
                 vector_registers=(loads + stores + fmac + valu) * unroll, label=label)
+
+
+def tap_groups(taps: int, loop: Callable[[int, int], Loop], registers: int) -> list[Loop]:
+    """A loop over a filter's ``taps`` cut into passes that each keep within ``registers`` vector registers:
+    ``loop(k, j)`` is pass ``j``'s loop over ``k`` taps; as few passes as fit, their taps as even as can be (one
+    pass when all of them fit; a tap a pass when even two do not)."""
+    most = next((k for k in range(taps, 0, -1) if loop(k, 0).vector_registers <= registers), 1)
+    passes = -(-taps // most)
+    small, extra = divmod(taps, passes)
+    return [loop(small + (1 if j < extra else 0), j) for j in range(passes)]
 
 
 def element_bytes(core: CoreModel, precision: str) -> int:
