@@ -588,3 +588,49 @@ def test_config_and_api_argument_names_stay_on_one_line(tmp_path, m):
         load_config(write_config(tmp_path, config_with(**{"a b": 1})))
     with pytest.raises(sim.KernelArgError, match=r"argument name 'x\\ny' is not an identifier"):
         m.call("fp_batch_norm_grad_s", **S, **{"x\ny": 1})
+
+
+def test_files_written_together_appear_together_or_not_at_all(tmp_path):
+    """sim.files.atomic.written_together: inside the block nothing replaces the old files; at its end all the new
+    ones are in place; an exception (Ctrl-C) inside leaves the old set whole and no temporary file behind."""
+    from sim.files.atomic import atomic_write, written_together
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("old a")
+    b.write_text("old b")
+    with written_together():
+        atomic_write(a, lambda p: p.write_text("new a"))
+        assert a.read_text() == "old a"  # (held back until the block ends)
+        atomic_write(b, lambda p: p.write_text("new b"))
+    assert (a.read_text(), b.read_text()) == ("new a", "new b")
+    with pytest.raises(KeyboardInterrupt), written_together():
+        atomic_write(a, lambda p: p.write_text("newer a"))
+        raise KeyboardInterrupt
+    assert (a.read_text(), b.read_text()) == ("new a", "new b")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.txt"]
+
+
+def test_a_run_stopped_while_writing_its_outputs_leaves_the_previous_set(tmp_path, monkeypatch):
+    """`dspsim run` writes its trace and outputs together: stopped after the trace and some outputs are written
+    (here the third output's write is interrupted), the folder still holds the previous run's set, untouched."""
+    import sim.run.runner as runner
+    from sim.cli import main
+    config = Path(__file__).resolve().parent.parent / "configs" / "ft78ne_batch_norm_grad_s.yaml"
+    out = tmp_path / "out"
+    assert main(["run", str(config), "--out-dir", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert len(before) >= 3
+    for p in out.iterdir():  # (mark the previous set, to tell it from a rewrite of the same bytes)
+        p.write_bytes(p.read_bytes() + b" ")
+    marked = {p.name: p.read_bytes() for p in out.iterdir()}
+    real = runner._npy_writer
+    calls = []
+
+    def interrupted(arr):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(arr)
+    monkeypatch.setattr(runner, "_npy_writer", interrupted)
+    assert main(["run", str(config), "--out-dir", str(out)]) == 130  # (Ctrl-C's exit status)
+    assert len(calls) == 3
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == marked

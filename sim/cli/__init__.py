@@ -19,6 +19,7 @@ from sim.cli.trace import add_trace_commands
 from sim.config.run_config import RunConfig, kernel_source, load_config
 from sim.config.user_kernels import ALLOW_ENV_VAR, ALLOW_FLAG, load_kernel, stdout_to_stderr
 from sim.errors import ConfigError, LayoutError, SimError
+from sim.files.atomic import written_together
 from sim.inspect.layout_map import layout_map, layout_report
 from sim.model.layout import Violation
 from sim.model.target_loader import available_targets, load_target
@@ -109,7 +110,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     bound, _ = check_before_run(cfg, strict=args.strict)
     m, run = execute_with_progress(cfg, bound=bound)  # progress bars on a terminal once a phase passes a second
     out_dir = Path(args.out_dir)
-    with progress_phases(sys.stderr) as phases:
+    # The trace and the outputs appear together: a run stopped while writing them leaves the previous set.
+    with progress_phases(sys.stderr) as phases, written_together():
         phases("writing the trace", 0, 1)
         trace = run.write_trace(out_dir / (args.trace or cfg.trace))
         csv = run.write_trace(trace.with_suffix(".csv")) if args.csv else None

@@ -14,6 +14,7 @@ from sim.cli.options import allow_kernels
 from sim.cli.output import print_written
 from sim.config.user_kernels import stdout_to_stderr
 from sim.errors import SimError
+from sim.files.atomic import written_together
 from sim.program import load_program, prepare_program, run_program, save_program_outputs, simulator_for
 from sim.program.report import program_map, program_report, write_program_report
 from sim.run.progress import progress_phases
@@ -30,9 +31,10 @@ def run_program_command(args: argparse.Namespace) -> int:
     with progress_phases(sys.stderr) as phases:
         result = run_program(program, m, progress=phases)
         out_dir = Path(args.out_dir)
-        trace = result.write_trace(out_dir / (args.trace or program.common.trace))
-        csv = result.write_trace(trace.with_suffix(".csv")) if args.csv else None
-        outputs = save_program_outputs(program, result, m, out_dir) if program.numerics else []
+        with written_together():  # (the trace and the outputs appear together)
+            trace = result.write_trace(out_dir / (args.trace or program.common.trace))
+            csv = result.write_trace(trace.with_suffix(".csv")) if args.csv else None
+            outputs = save_program_outputs(program, result, m, out_dir) if program.numerics else []
     print_written(result.summary_text(), trace, csv, outputs)
     return 0
 

@@ -5,10 +5,12 @@ cache, fitted targets)."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from sim.errors import SimError, brief
@@ -94,6 +96,10 @@ def atomic_write(path: str | Path, write: Callable[[Path], object], *, into_devi
         write(Path(tmp))
         os.chmod(tmp, _mode_for(p))  # mkstemp makes 0600; an output file gets the usual permissions
         _fsync(Path(tmp))  # its bytes on disk before the rename: a power cut cannot leave the new name empty
+        batch = _together.get()
+        if batch is not None:  # renamed with the others at the end of written_together()
+            batch.append((Path(tmp), p))
+            return p
         os.replace(tmp, p)
         _fsync_folder(p.parent)  # and the rename itself
     except OSError as e:
@@ -103,6 +109,40 @@ def atomic_write(path: str | Path, write: Callable[[Path], object], *, into_devi
         Path(tmp).unlink(missing_ok=True)
         raise
     return p
+
+
+#: The files :func:`written_together` holds back: (temporary file, its name), in the order they were written.
+_together: contextvars.ContextVar[list[tuple[Path, Path]] | None] = contextvars.ContextVar("together", default=None)
+
+
+@contextlib.contextmanager
+def written_together() -> Iterator[None]:
+    """The files :func:`atomic_write` writes in the block appear together at its end: each is written whole to
+    its temporary file, and all are renamed into place one after the other once the block ends, so a run stopped
+    while writing (Ctrl-C, SIGTERM, a full disk) leaves the previous set of outputs, never half of a new one beside
+    half of an old one (an exception in the block deletes the temporaries)."""
+    pending: list[tuple[Path, Path]] = []
+    token = _together.set(pending)
+    done = False
+    try:
+        yield
+        done = True
+    finally:
+        _together.reset(token)
+        if not done:
+            for tmp, _ in pending:
+                tmp.unlink(missing_ok=True)
+    for i, (tmp, p) in enumerate(pending):
+        try:
+            os.replace(tmp, p)
+        except BaseException as e:
+            for left, _ in pending[i:]:
+                left.unlink(missing_ok=True)
+            if isinstance(e, OSError):
+                raise SimError(f"output {p}: cannot write: {e.strerror or e}") from None
+            raise
+    for folder in dict.fromkeys(p.parent for _, p in pending):
+        _fsync_folder(folder)
 
 
 def folder_trouble(folder: Path) -> str | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sim.errors import ConfigError, SimError, brief
+from sim.errors import ConfigError, SimError, brief, renamed
 from sim.model.call import BoundCall
 from sim.program.planner import Lifetime
 from sim.program.schema import CallSpec, Program
@@ -30,7 +30,7 @@ def arg_kinds(program: Program, index: int) -> dict[str, str]:
     try:
         return {a.name: a.kind for a in find_symbol(call.symbol).kernel.args}
     except SimError as e:
-        raise type(e)(f"{_where(program, index, call)}: {e}") from None
+        raise renamed(e, f"{_where(program, index, call)}: {e}") from None
 
 
 def _named(value: Any, kind: str | None) -> list[str]:

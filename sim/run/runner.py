@@ -11,7 +11,7 @@ import numpy as np
 
 from sim.config.run_config import ArraySpec, RunConfig
 from sim.config.user_kernels import load_kernels
-from sim.errors import SimError
+from sim.errors import SimError, renamed
 from sim.files.atomic import atomic_write
 from sim.model.call import BoundCall
 from sim.model.layout import enforce_layout
@@ -42,7 +42,7 @@ def check_entries_map(cfg: RunConfig, m: Simulator) -> None:
                 m.memory.map.resolve(spec.addr, math.prod(spec.shape) * spec.dtype.itemsize, spec.core,
                                      what="write" if kind == "data" else "read")
             except SimError as e:
-                raise type(e)(f"{cfg.path}: {kind} '{spec.name}': {e}") from None
+                raise renamed(e, f"{cfg.path}: {kind} '{spec.name}': {e}") from None
 
 
 def _simulator(cfg: RunConfig, target: Target | None = None) -> Simulator:
@@ -158,7 +158,7 @@ def place_data(cfg: RunConfig, m: Simulator, numerics: bool,
             if "random" in spec.source:  # generated straight into simulated memory: no second copy of a tensor
                 view = m.memory.writable_view(spec.addr, spec.shape, spec.dtype, core=spec.core)
         except SimError as e:
-            raise type(e)(f"{cfg.path}: data '{spec.name}': {e}") from None
+            raise renamed(e, f"{cfg.path}: data '{spec.name}': {e}") from None
         if view is not None:
             cfg.materialise(spec, out=view)
             continue
@@ -174,7 +174,7 @@ def _place(cfg: RunConfig, m: Simulator, spec: ArraySpec) -> None:
     try:
         m.write(spec.addr, arr, core=spec.core)
     except SimError as e:
-        raise type(e)(f"{cfg.path}: data '{spec.name}': {e}") from None
+        raise renamed(e, f"{cfg.path}: data '{spec.name}': {e}") from None
 
 
 def _same_memory(m: Simulator, spec: ArraySpec, core: int | None) -> bool:
@@ -237,6 +237,6 @@ def save_outputs(cfg: RunConfig, m: Simulator, out_dir: Path,
             # Streamed from simulated memory to the file: a layer-sized output is never copied in the host.
             arr = m.memory.read_only_view(spec.addr, spec.shape, spec.dtype, core=spec.core)
         except SimError as e:
-            raise type(e)(f"{cfg.path}: output '{spec.name}': {e}") from None
+            raise renamed(e, f"{cfg.path}: output '{spec.name}': {e}") from None
         paths.append(atomic_write(out_dir / f"{cfg.path.stem}.{spec.name}.npy", _npy_writer(arr)))
     return paths
