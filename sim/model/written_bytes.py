@@ -191,6 +191,8 @@ class WrittenBytes:
     def _left(self, lo: int, hi: int) -> list[tuple[int, int]]:
         """The stretches of shared bytes of ``[lo, hi)`` that neither an earlier phase nor any core so far in this
         one wrote."""
+        if self.phase_all.covers(lo, hi):
+            return []  # (most reads: what a core of the phase staged, such as GEMM's blocks of A)
         left = self.shared_before.gaps(lo, hi)
         if left:
             left = [g for piece in left for g in self.phase_all.gaps(*piece)]
