@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from simpy.events import Timeout
+
 from sim.engine.clock import cycle_of
 from sim.engine.events import TraceEvent
 from sim.engine.fluid import FlowShape, Link
@@ -60,7 +62,23 @@ class Dma:
         self.engines = eng.engine_pools.get(core) or eng.dma_engines(core)
 
     def start(self) -> None:
-        """Ask for a DMA engine; program it (setup) once it is this transfer's."""
+        """Ask for the transfer's numbered channel, if it names one (it waits for the transfer before it there to
+        land), then for a DMA engine; program it (setup) once it is this transfer's."""
+        channel = self.t.channel
+        if channel is not None:
+            if self.eng.dma_channel(self.core, channel).acquire(self._channel) is None:
+                return  # (its turn comes when the transfer holding the channel lands: _channel)
+        self._take_engine()
+
+    def _channel(self, _unit: int, at: int) -> None:
+        """The channel is this transfer's from cycle ``at`` (now or later): ask for an engine then."""
+        now = cycle_of(self.env)
+        if at > now:
+            Timeout(self.env, at - now).callbacks.append(lambda _: self._take_engine())
+        else:
+            self._take_engine()
+
+    def _take_engine(self) -> None:
         engine_id = self.engines.acquire(self._engine, self.t.priority)
         if engine_id is not None:
             self._engine(engine_id, cycle_of(self.env))
@@ -123,6 +141,8 @@ class Dma:
         then, and the trace event and the group's landing are known."""
         landed = cycle + self.latency
         self.engines.release_at(landed, self.engine_id)
+        if self.t.channel is not None:
+            self.eng.dma_channel(self.core, self.t.channel).release_at(landed, 0)
         t, eng = self.t, self.eng
         off = eng.offset  # (the cycles a steady state skipped)
         # wait_cycles: what sharing cost the stream (its cycles beyond its alone time, Flow.wait_cycles), from the

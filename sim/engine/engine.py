@@ -109,6 +109,7 @@ class Engine:
         self._row_links: dict[tuple[str, int], Link] = {}
         self.engine_links: dict[tuple[int, int], Link] = {}
         self.engine_pools: dict[int, Units] = {}
+        self.channel_units: dict[tuple[int, int], Units] = {}  # (core, channel) -> its one unit (Transfer.channel)
         # (lo, hi, core) -> (region, store key) of compute operands: a plan touches the same spans again and again.
         self._resolved: dict[tuple[int, int, int], tuple[Region, int]] = {}
         self.routes: dict[tuple[str, int, str, int], tuple[Link, Link, int]] = {}
@@ -184,6 +185,14 @@ class Engine:
             pool = self.engine_pools[core] = Units(self.env, self.target.dma.engines_per_core,
                                                    core in self._prioritised_cores())
         return pool
+
+    def dma_channel(self, core: int, channel: int) -> Units:
+        """Numbered DMA channel ``channel`` of ``core``: one transfer at a time, first come, first served (made on
+        first use)."""
+        unit = self.channel_units.get((core, channel))
+        if unit is None:
+            unit = self.channel_units[(core, channel)] = Units(self.env, 1)
+        return unit
 
     def _prioritised_cores(self) -> set[int]:
         """The cores whose transfers in the plan have more than one priority (their engines serve by priority)."""

@@ -116,8 +116,12 @@ class SteadyState:
 
     @staticmethod
     def worthwhile(plan: Plan) -> bool:
-        """Whether some core walks a phase long enough to look for a period in."""
-        return any(len(tiles) >= MIN_TILES for phase in plan.phases for tiles in phase.tiles.values())
+        """Whether some core walks a phase long enough to look for a period in (and no transfer names a DMA
+        channel: a channel's queue is state the signature does not write down)."""
+        if not any(len(tiles) >= MIN_TILES for phase in plan.phases for tiles in phase.tiles.values()):
+            return False
+        return not any(t.channel is not None for phase in plan.phases for tiles in phase.tiles.values()
+                       for tile in tiles for t in tile.loads + tile.stores)
 
     def new_walk(self, walk: Walk) -> None:
         """A core began walking a phase."""

@@ -108,6 +108,12 @@ class Transfer:
     #: share what they leave (docs/timing-model.md, "Priorities").  The members of a synchronised transfer have one
     #: priority.
     priority: int = 0
+    #: The core's numbered DMA channel the descriptor is issued on (the chip's ``chno``, hthreads'
+    #: ``dma_p2p_opt``), 0 to the target's ``dma.channels_per_core`` - 1; None: the core's next free engine, as
+    #: before.  A channel carries one transfer at a time: a transfer waits until the one issued before it on its
+    #: channel has landed (the walk issues a tile's loads in order, then its stores), then takes an engine as any
+    #: other (docs/timing-model.md, "DMA channels").  A synchronised transfer names none.
+    channel: int | None = None
 
     # Hashed by value once per descriptor: the engine keys its work on a transfer by it, per transfer it runs.
     __hash__ = cached_hash

@@ -7,7 +7,8 @@ engine.  The rules, each with the id a :class:`~sim.errors.PlanError` names (see
 
 * ``plan-structure``: a Plan of Phases whose tiles map a core to Tiles of well-formed Transfers and
   Computes (int addresses and shapes, strides per dimension, at most :data:`MAX_TRANSFER_DIMS` dimensions, a
-  ``Transfer.priority`` from 0 to :data:`~sim.model.plan.MAX_PRIORITY`, a precision the chip computes in, a
+  ``Transfer.priority`` from 0 to :data:`~sim.model.plan.MAX_PRIORITY`, a ``Transfer.channel`` among the
+  target's (none on a synchronised transfer), a precision the chip computes in, a
   callable function, str loop labels, a bool ``barrier_after``); a
   transfer's and an operand's numbers are Python ints or numpy int64 (a narrower numpy int overflows on a chip
   address, an unsigned one turns a sum with a signed offset into a float);
@@ -808,6 +809,13 @@ class _Checker:
         if type(priority) is not int or not 0 <= priority <= MAX_PRIORITY:
             raise self.fail("plan-structure", f"{kind} {index}: Transfer.priority must be an int from 0 to "
                                               f"{MAX_PRIORITY} (higher streams first), got {brief(priority)}")
+        channel = t.channel
+        if channel is not None and (type(channel) is not int or not 0 <= channel < self.target.dma.channels_per_core
+                                    or t.sync is not None):
+            raise self.fail("plan-structure", f"{kind} {index}: Transfer.channel must be None or an int from 0 to "
+                                              f"{self.target.dma.channels_per_core - 1} ({self.target.name}'s "
+                                              f"dma.channels_per_core), on a transfer that is not synchronised, got "
+                                              f"{brief(channel)}" + (f" with sync {t.sync!r}" if t.sync else ""))
         if t.sync is not None:
             self._sync_member(t.sync, priority, kind, index)
         if 0 in shape:

@@ -101,11 +101,15 @@ class CoreModel:
 @dataclass(frozen=True)
 class DmaModel:
     """The DMA engines of each core: how many, the cycles to program one, and the most bytes per cycle one
-    engine streams (a transfer's rate is capped by it as well as by the regions it crosses)."""
+    engine streams (a transfer's rate is capped by it as well as by the regions it crosses); and the numbered
+    channels a core's transfers may name."""
 
     engines_per_core: int
     setup_cycles: int
     engine_bytes_per_cycle: float
+    #: Logical channels each core numbers its transfers on (``Transfer.channel``): a channel takes one transfer at a
+    #: time, in issue order (the chip's numbered channels: hthreads' ``dma_p2p_opt(..., chno)``).
+    channels_per_core: int = 20
 
 
 @dataclass(frozen=True)

@@ -100,7 +100,8 @@ def _parse(doc: Any, path: str) -> Target:
         barrier_latency_cycles=spec.sync.barrier_latency_cycles,
         core=core,
         dma=DmaModel(engines_per_core=spec.dma.engines_per_core, setup_cycles=spec.dma.setup_cycles,
-                     engine_bytes_per_cycle=float(spec.dma.engine_bytes_per_cycle)),
+                     engine_bytes_per_cycle=float(spec.dma.engine_bytes_per_cycle),
+                     channels_per_core=spec.dma.channels_per_core),
         regions=tuple(sorted(regions, key=lambda g: g.base)),
         staging=_staging(c, spec.staging, {reg.name: reg for reg in regions}),
     )

@@ -37,6 +37,8 @@ MAX_UNIT_LATENCY_CYCLES = 10_000
 MAX_BYTES_PER_ISSUE = 1 << 16
 MAX_VECTOR_REGISTERS = 4096
 MAX_DMA_ENGINES = 64
+#: Most numbered DMA channels a core may have.
+MAX_DMA_CHANNELS = 1024
 MAX_REGIONS = 64
 MAX_ALIGNMENT_BYTES = 1 << 30
 MAX_BURST_BYTES = 1 << 20
@@ -166,6 +168,9 @@ class Dma(Spec):
     engine_bytes_per_cycle: Annotated[float, param(
         "the most bytes per cycle one DMA engine streams (a transfer's rate is capped by it and by the regions "
         "it crosses; the shipped chips assume 64)", ge=MIN_RATE, le=MAX_RATE, unit="bytes/cycle", note=_TYPO)]
+    channels_per_core: Annotated[int, param(
+        "numbered DMA channels of each core a plan's transfers may name (Transfer.channel): a channel carries one "
+        "transfer at a time, in issue order", ge=1, le=MAX_DMA_CHANNELS, unit="channels")] = 20
 
 
 #: Most banks a DRAM may have, and the longest row (bytes): beyond any DDR, LPDDR or HBM device.
