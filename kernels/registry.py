@@ -35,6 +35,7 @@ from kernels.base import (
 )
 from sim.errors import KernelArgError, KernelDefinitionError, brief, one_line
 from sim.model.call import ARG_KINDS, ArgSpec
+from sim.model.call_key import exact_text
 
 #: Modules under ``kernels/`` that each define a ``KERNEL``.
 KERNEL_MODULES: tuple[str, ...] = (
@@ -260,17 +261,18 @@ def _caller_origin(kernel: Any) -> str:
 
 def _same_code(a: Any, b: Any) -> bool:
     """Whether kernels ``a`` and ``b`` are one kernel imported twice: classes of the same qualified name from two
-    imports of files of the same bytes (once from an installed package, once from the file a config names), and
-    instances of equal attributes.  (Two objects of one class are two kernels, as the registry always took them.)"""
+    imports of files of the same bytes (once from an installed package, once from the file a config names), defined
+    at a module's top level, and instances of attributes equal bit for bit (``sim.model.call_key.exact_text``).
+    (Two objects of one class are two kernels, as the registry always took them.)"""
     ta, tb = type(a), type(b)
-    if ta is tb or ta.__qualname__ != tb.__qualname__:
-        return False
+    if ta is tb or ta.__qualname__ != tb.__qualname__ or "<locals>" in ta.__qualname__:
+        return False  # (a class made inside a function may differ by what it closes over)
     try:
         fa, fb = _class_file(ta), _class_file(tb)
         if fa is None or fb is None or Path(fa).read_bytes() != Path(fb).read_bytes():
             return False
-        return bool(vars(a) == vars(b))
-    except (OSError, TypeError, ValueError):  # (no file; attributes that do not compare, as arrays)
+        return exact_text(vars(a)) == exact_text(vars(b))
+    except Exception:  # noqa: BLE001 (no file; attributes that cannot be written down exactly: two kernels)
         return False
 
 

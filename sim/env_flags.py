@@ -27,3 +27,15 @@ def env_flag(name: str) -> bool:
         return False
     raise ConfigError(f"environment variable {name}={os.environ[name]!r}: expected one of "
                       f"{', '.join(v for v in ON)} (on) or {', '.join(repr(v) if not v else v for v in OFF)} (off)")
+
+
+#: The switches dspsim reads (their modules say what each does); ``DSPSIM_NO_STEADY`` is read at import, where a
+#: refusal could not be reported, and turns the steady state off for any value that is not off.
+SWITCHES = ("DSPSIM_ALLOW_KERNELS", "DSPSIM_NO_CACHE", "DSPSIM_NO_STEADY")
+
+
+def check_switches() -> None:
+    """A :class:`~sim.errors.ConfigError` naming the first switch of :data:`SWITCHES` set to neither on nor off:
+    what a command checks before any work (a sweep's workers would otherwise each fail on it)."""
+    for name in SWITCHES:
+        env_flag(name)

@@ -147,13 +147,18 @@ class KernelCodeError(SimError):
     the file and line of the innermost frame that raised it; ``__cause__`` is the exception itself, its traceback
     whole.  The call leaves memory as it was."""
 
-    def __init__(self, kernel: str | None, stage: str, error: BaseException, where: str = ""):
-        self.kernel, self.stage, self.error = kernel, stage, error
-        #: Where a compute ran (None for the other stages).
+    def __init__(self, kernel: str | None, stage: str = "", error: BaseException | None = None, where: str = ""):
+        self.kernel, self.stage, self.error, self.where = kernel, stage, error, where
+        #: Where a compute ran (None for the other stages); the Tile object, for the facade to find its phase.
         self.core: int | None = None
         self.tile: int | None = None
         self.phase: str | None = None
-        self.where = where
+        self.tile_object: object = None
+        if error is None:  # (a copy from its message alone: SimPy re-raises a failed process's exception so, the
+            # original as its cause, which the facade looks through)
+            self.kernel = None
+            super().__init__(kernel)
+            return
         frame = error.__traceback__
         while frame is not None and frame.tb_next is not None:
             frame = frame.tb_next
@@ -169,6 +174,7 @@ class KernelCodeError(SimError):
     def named(self, kernel: str | None) -> KernelCodeError:
         """The same error naming ``kernel`` (code that cannot know its kernel raises it with none: a tiling
         space's functions)."""
+        assert self.error is not None
         out = KernelCodeError(kernel, self.stage, self.error, self.where)
         out.core, out.tile, out.phase = self.core, self.tile, self.phase
         return out

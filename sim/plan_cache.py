@@ -10,6 +10,7 @@ from typing import Any
 
 from sim.engine.engine import SimulatedTiming
 from sim.model.call import BoundCall
+from sim.model.call_key import call_key, exact_text
 from sim.model.plan import Plan
 from sim.model.target import Target
 from sim.timing import Roofline, roofline
@@ -48,7 +49,7 @@ class PlanCache:
     @staticmethod
     def key(call: BoundCall, tiling: Mapping[str, Any] | None) -> str:
         """A plan is a function of the bound call (its buffers, attributes, cores) and the tiling only."""
-        return repr((call, sorted((tiling or {}).items())))
+        return call_key(call) + "|" + exact_text(sorted((tiling or {}).items()))
 
     def get(self, key: str) -> CachedPlan | None:
         """The entry under ``key`` (now the most recently used), or None."""

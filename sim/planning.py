@@ -23,6 +23,7 @@ from kernels.registry import lookup
 from sim.errors import KernelArgError, KernelCodeError, LayoutError, PlanError, brief, in_kernel_code
 from sim.files import tuning_cache as disk_tunings
 from sim.model.call import BoundCall, Buffer
+from sim.model.call_key import call_key, exact_text
 from sim.model.layout import fit_violation, layout_error
 from sim.model.memory import AddressSpace
 from sim.model.plan import DoesNotFit, Plan
@@ -329,7 +330,7 @@ class CallPlanner:
             return None
         if self._target_text is None:  # the parsed target, wherever its file lies: its content is what prices
             self._target_text = repr(replace(self.target, path=""))
-        call_text = repr(call) + (f"|fixed {sorted(fixed.items())!r}" if fixed else "")
+        call_text = call_key(call) + (f"|fixed {exact_text(sorted(fixed.items()))}" if fixed else "")
         return disk_tunings.entry_key(self._target_text, call.symbol, call_text, self._tolerance(), kernel_id)
 
     def _stored(self, key: str, kernel: Any, call: BoundCall, ctx: PlanContext,

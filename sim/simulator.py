@@ -37,13 +37,13 @@ from sim.engine.engine import Engine, SimulatedTiming, simulate
 from sim.engine.events import Recorder
 from sim.errors import (
     ComputeOutputError,
+    E,
     KernelArgError,
     KernelCodeError,
     KernelDefinitionError,
     LayoutError,
     MemoryFault,
     NestedCallError,
-    SimError,
     TimeLimitError,
     brief,
     in_kernel_code,
@@ -391,22 +391,24 @@ class Simulator:
                     entry.timing = timing
                 elif numerics:  # simulated before (by the tiling search or an earlier call): only the bytes move
                     Engine(self.target, self.memory, Recorder(), on_tile=tick).replay(timing.effects)
-        except ComputeOutputError as e:  # the engine knows the core and the tile: name the kernel and phase too
-            raise e.located(kernel, _phase_of(entry.plan, e.core, e.tile_object)) from None
-        except MemoryFault as e:
-            if e.tile_object is None:
+        except ComputeOutputError as raised:  # the engine knows the core and the tile: name the kernel and phase too
+            out = _original(raised)
+            raise out.located(kernel, _phase_of(entry.plan, out.core, out.tile_object)) from None
+        except MemoryFault as raised:
+            fault = _original(raised)
+            if fault.tile_object is None:
                 raise
-            raise e.located(kernel, _phase_of(entry.plan, e.core, e.tile_object)) from None
-        except Exception as e:
-            where = getattr(e, "dspsim_tile", None)
-            if where is None or isinstance(e, SimError):
+            raise fault.located(kernel, _phase_of(entry.plan, fault.core, fault.tile_object)) from None
+        except KernelCodeError as raised:
+            got = _original(raised)
+            if got.kernel is not None or got.tile_object is None or got.error is None:
                 raise
-            # The kernel's own exception: a KernelCodeError naming the tile, the exception its cause.
-            core, tile = where
-            phase = _phase_of(entry.plan, core, tile)
-            err = KernelCodeError(kernel, "compute", e, f", core {core}, tile {tile.tile_id}, phase {phase!r}")
-            err.core, err.tile, err.phase = core, int(tile.tile_id), phase
-            raise err from e
+            # A compute's own exception (sim.engine.results): named by its kernel and phase here.
+            tile = got.tile_object
+            phase = _phase_of(entry.plan, got.core, tile)
+            err = KernelCodeError(kernel, "compute", got.error, f", core {got.core}, tile {got.tile}, phase {phase!r}")
+            err.core, err.tile, err.phase, err.tile_object = got.core, got.tile, phase, tile
+            raise err from got.error
         return timing
 
     def _plan_and_run(self, symbol: str, tiling: Mapping[str, Any] | None, numerics: bool,
@@ -521,6 +523,13 @@ def _under_errstate(progress: Callable[[int, int], None], settings: Any) -> Call
         with np.errstate(**settings):
             progress(tiles, cycle)
     return tick
+
+
+def _original(e: E) -> E:
+    """``e`` itself, or the exception it copies: SimPy re-raises a failed process's exception as a new one of the
+    same type and message, the original (with its attributes) as its cause."""
+    cause = e.__cause__
+    return cause if type(cause) is type(e) and cause.args == e.args else e
 
 
 def _phase_of(plan: Plan, core: int | None, tile: object) -> str | None:

@@ -495,3 +495,31 @@ def test_the_byte_ledger_tracks_the_last_writer_of_every_byte():
         seen = {byte: seg.by if seg else None for lo, hi, seg in ledger.pieces(probe, 0, 70) for byte in range(lo, hi)}
         assert seen == {byte: truth.get(byte) for byte in range(70)}
         assert {(byte, c.victim, c.by.who) for c in ledger.clobbered for byte in range(c.start, c.end)} == lost
+
+
+#: Two GEMMs writing the left and the right halves of t (ldc 128): the right one's C starts 256 bytes in.
+HALVES = """\
+tensors:
+  - {name: a, shape: [16, 16], dtype: float32}
+  - {name: b, shape: [16, 64], dtype: float32}
+  - {name: t, shape: [16, 128], dtype: float32, addr: 0x80100000}
+data:
+  - {tensor: a, random: {seed: 1}}
+  - {tensor: b, random: {seed: 2}}
+calls:
+  - {name: left, symbol: fp_gemm_s, args: {a: a, b: b, c: 0x80100000, m: 16, n: 64, k: 16, ldc: 128}}
+  - {name: right, symbol: fp_gemm_s, args: {a: a, b: b, c: 0x80100100, m: 16, n: 64, k: 16, ldc: 128}}
+outputs:
+  - {tensor: t}
+"""
+
+
+def test_two_pitched_views_writing_a_tensors_halves_fit_it(tmp_path):
+    """The right half's C, [16, 128] from 256 bytes into t, spans past t's end by its last row's padding, which GEMM
+    never touches: it lies in t (tensor-bounds judges the bytes touched), and t ends up as both products."""
+    m = sim.Simulator("FT78NE")
+    result = m.run_program(load_program(program(tmp_path, HALVES), allow_kernels=True))
+    a = m.read(result.plan["a"].addr, (16, 16), np.float32)
+    b = m.read(result.plan["b"].addr, (16, 64), np.float32)
+    t = m.read(0x80100000, (16, 128), np.float32)
+    assert np.allclose(t, np.concatenate([a @ b, a @ b], axis=1), rtol=1e-5, atol=1e-5)

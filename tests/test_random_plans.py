@@ -144,7 +144,7 @@ def test_a_replay_leaves_the_bytes_a_simulating_run_leaves(plan, fail_at):
     computes = sum(1 for e in fx if len(e) == 3)
     replayed.memory.begin()
     if fail_at < computes:
-        with pytest.raises(ValueError, match="a tile that fails"):  # (the engine: the facade wraps it)
+        with pytest.raises(sim.KernelCodeError, match="its compute raised ValueError: a tile that fails"):
             Engine(replayed.target, replayed.memory, Recorder(), numerics=True).replay(fx)
         replayed.memory.rollback()
         assert _bytes(replayed) == before

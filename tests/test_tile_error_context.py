@@ -166,3 +166,42 @@ def test_the_command_line_says_a_kernels_exception_in_one_line_naming_the_call(t
     err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
     assert len(err) == 1 and re.search(r"prog\.yaml: call 'boom' \(fp_raising_relu_grad_s\), starting at cycle 0 of "
                                        r"the program: kernel 'raising_relu_grad', core 0, tile 0", err[0]), err
+
+
+class _BadLen(list):
+    def __len__(self):
+        raise RuntimeError("len boom")
+
+
+class _BadArray:
+    def __array__(self, *args, **kwargs):
+        raise RuntimeError("array boom")
+
+
+class _NoSet(Exception):
+    def __setattr__(self, name, value):
+        raise AttributeError("read-only")
+
+
+def _raise_no_set(dy, x):
+    raise _NoSet("mine")
+
+
+@pytest.mark.parametrize("fn, kind, words", [
+    (lambda dy, x: _BadLen([dy]), RuntimeError, "len boom"),
+    (lambda dy, x: [_BadArray()], RuntimeError, "array boom"),
+    (_raise_no_set, _NoSet, "mine"),
+])
+def test_what_a_compute_returns_failing_is_the_kernels_code_too(fn, kind, words):
+    """A result whose own methods raise (a sequence's length, an object's array conversion), or an exception that
+    refuses new attributes: each a KernelCodeError naming the tile, the exception its cause, memory as before."""
+    m = sim.Simulator("FT78NE")
+    m.write(DY, np.ones(4096, np.float32))
+    m.write(X, np.ones(4096, np.float32))
+    before = m.memory.snapshot()
+    with sim.registered_kernel(_kernel_whose_first_compute_is(fn)), pytest.raises(sim.KernelCodeError) as info:
+        m.call("fp_broken_relu_grad_s", dy=DY, x=X, dx=DX, shape=[4096], core_mask=0x3,
+               tiling={"tile_elements": 1024})
+    assert isinstance(info.value.__cause__, kind) and words in str(info.value)
+    assert (info.value.core, info.value.tile, info.value.phase) == (0, 0, "relu_grad")
+    assert m.memory.snapshot() == before

@@ -479,7 +479,7 @@ def test_a_tile_cannot_write_simulated_memory_through_its_inputs():
                                                            loops=(fma_stream(t, 4),)), ()),)}),), "fp32")
     rec, mem = Recorder(), AddressSpace(t)
     mem.write(a.addr, np.arange(4, dtype=np.float32), core=0)
-    with pytest.raises(ValueError, match="read-only"):
+    with pytest.raises(sim.KernelCodeError, match="read-only"):
         Engine(t, mem, rec).run(plan)
     assert (mem.read(a.addr, (4,), np.float32, core=0) == np.arange(4)).all()
     # Swap: outputs (a, b) = inputs (b, a); the second result is a's old bytes, not what the first write left.

@@ -540,6 +540,32 @@ def test_running_a_sweep_file_as_a_config_says_to_sweep_it(tmp_path, capsys):
         capsys.readouterr().err
 
 
+def test_a_trace_named_as_an_output_is_refused_before_the_run(tmp_path, capsys):
+    """The trace would be written over the output's .npy (or the other way round): refused, nothing written."""
+    config = Path(__file__).resolve().parent.parent / "configs" / "ft78ne_batch_norm_grad_s.yaml"
+    for argv in (["--trace", "ft78ne_batch_norm_grad_s.dx.npy"], ["--trace", "ft78ne_batch_norm_grad_s.dx.npy",
+                                                                  "--csv"]):
+        assert main(["run", str(config), "--out-dir", str(tmp_path / "o"), *argv]) == 2
+        assert "would be written over output 'dx'" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_switch_set_to_neither_on_nor_off_stops_every_command(tmp_path, capsys, monkeypatch):
+    """Checked before any work, once: a sweep's points would each fail on it."""
+    from sim.sweep import load_sweep
+    config = Path(__file__).resolve().parent.parent / "configs" / "ft78ne_batch_norm_grad_s.yaml"
+    for name in ("DSPSIM_NO_CACHE", "DSPSIM_NO_STEADY", "DSPSIM_ALLOW_KERNELS"):
+        monkeypatch.setenv(name, "garbage")
+        assert main(["run", str(config), "--out-dir", str(tmp_path / "o")]) == 2
+        assert f"environment variable {name}='garbage'" in capsys.readouterr().err
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("DSPSIM_NO_CACHE", "garbage")
+    sweep = sorted((Path(__file__).resolve().parent.parent / "configs" / "sweeps").glob("*.yaml"))[0]
+    with pytest.raises(sim.ConfigError, match="DSPSIM_NO_CACHE='garbage'"):
+        load_sweep(sweep)
+    assert not (tmp_path / "o").exists()
+
+
 def test_an_out_dir_that_is_a_file_is_named_so(tmp_path, capsys):
     config = Path(__file__).resolve().parent.parent / "configs" / "ft78ne_batch_norm_grad_s.yaml"
     (tmp_path / "afile").write_text("")

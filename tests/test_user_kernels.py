@@ -447,3 +447,40 @@ def test_the_same_kernel_imported_twice_is_one_kernel(tmp_path):
         other.extra = 1
         with pytest.raises(sim.KernelDefinitionError, match="the name is taken by"):
             sim.register_kernel(other)
+        # Attributes equal to == but not bit for bit (True is 1), or that cannot be compared, are two kernels.
+        first.flag, truthy = 1, imported("relu_grad_truthy", source)
+        truthy.flag = True
+        with pytest.raises(sim.KernelDefinitionError, match="the name is taken by"):
+            sim.register_kernel(truthy)
+
+        class Unequal:
+            def __eq__(self, other):
+                raise RuntimeError("cannot compare")
+        first.odd, odd = Unequal(), imported("relu_grad_odd", source)
+        odd.odd = Unequal()
+        with pytest.raises(sim.KernelDefinitionError, match="the name is taken by"):
+            sim.register_kernel(odd)
+
+
+def test_kernels_of_classes_made_inside_a_function_are_never_one(tmp_path):
+    """A factory making a kernel class per call (each closing over its own scale): the same name, file and
+    attributes, yet different kernels: the second registration is a clash, as before."""
+    import importlib.util
+
+    source = (Path(__file__).resolve().parent.parent / "examples" / "relu_grad.py").read_text()
+    (tmp_path / "factory.py").write_text(source + '''
+
+def make(scale):
+    class Scaled(ReluGrad):
+        name = "scaled_factory"
+
+        def plan(self, call, ctx):
+            return super().plan(call, ctx)  # (scale would change what it computes)
+    return Scaled()
+''')
+    spec = importlib.util.spec_from_file_location("factory_for_tests", tmp_path / "factory.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with sim.registered_kernel(module.make(1.0)):
+        with pytest.raises(sim.KernelDefinitionError, match="the name is taken by"):
+            sim.register_kernel(module.make(100.0))

@@ -18,6 +18,7 @@ from sim.cli.program import run_program_command, validate_program_command
 from sim.cli.trace import add_trace_commands
 from sim.config.run_config import RunConfig, kernel_source, load_config
 from sim.config.user_kernels import ALLOW_ENV_VAR, ALLOW_FLAG, load_kernel, stdout_to_stderr
+from sim.env_flags import check_switches
 from sim.errors import ConfigError, LayoutError, SimError
 from sim.files.atomic import written_together
 from sim.inspect.layout_map import layout_map, layout_report
@@ -26,7 +27,7 @@ from sim.model.target_loader import available_targets, load_target
 from sim.program import is_program_file
 from sim.run.preflight import EntryIssue, Preflight, check_before_run, preflight
 from sim.run.progress import execute_with_progress, progress_phases
-from sim.run.runner import save_outputs
+from sim.run.runner import check_trace_names, save_outputs
 from sim.run.signals import signal_number, sigterm_raises
 from sim.simulator import SHIPPED, Simulator, kernel_entry_point_errors, kernel_symbols
 from sim.tuning import TilingChoice
@@ -106,6 +107,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, allow_kernels=allow_kernels(args))
     if args.time_limit is not None:  # the flag wins over the config's time_limit_seconds
         cfg = dataclasses.replace(cfg, time_limit_seconds=flag_time_limit(args.time_limit))
+    trace_name = args.trace or cfg.trace
+    check_trace_names(cfg.path, [o.name for o in cfg.outputs] if cfg.numerics else [],
+                      [trace_name] + ([str(Path(trace_name).with_suffix(".csv"))] if args.csv else []))
     # One pipeline: bind and check once, place, choose the tiling, simulate (sim.run.runner).
     bound, _ = check_before_run(cfg, strict=args.strict)
     m, run = execute_with_progress(cfg, bound=bound)  # progress bars on a terminal once a phase passes a second
@@ -375,6 +379,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _no_cache(args)
     try:
+        check_switches()  # a switch set to neither on nor off: refused before any work (in a sweep, not per point)
         with sigterm_raises():
             code = args.func(args)
             sys.stdout.flush()  # a short output meets a closed pipe here rather than in the interpreter's exit

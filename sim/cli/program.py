@@ -18,6 +18,7 @@ from sim.files.atomic import written_together
 from sim.program import load_program, prepare_program, run_program, save_program_outputs, simulator_for
 from sim.program.report import program_map, program_report, write_program_report
 from sim.run.progress import progress_phases
+from sim.run.runner import check_trace_names
 
 
 def run_program_command(args: argparse.Namespace) -> int:
@@ -27,6 +28,9 @@ def run_program_command(args: argparse.Namespace) -> int:
     if args.time_limit is not None:  # the flag wins over the file's time_limit_seconds (each call's limit)
         limit = flag_time_limit(args.time_limit)
         program = dataclasses.replace(program, common=dataclasses.replace(program.common, time_limit_seconds=limit))
+    trace_name = args.trace or program.common.trace
+    check_trace_names(program.path, [o.spec.name for o in program.outputs] if program.numerics else [],
+                      [trace_name] + ([str(Path(trace_name).with_suffix(".csv"))] if args.csv else []))
     m = simulator_for(program)
     with progress_phases(sys.stderr) as phases:
         result = run_program(program, m, progress=phases)

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.errors import ComputeOutputError, brief, one_line
+from sim.errors import ComputeOutputError, KernelCodeError, SimError, brief, one_line
 from sim.model.plan import Compute, Operand, Tile
 
 
@@ -55,20 +55,27 @@ def checked_results(results: Any, outputs: Sequence[Operand], core: int, tile: T
 
 def tile_results(c: Compute, arrays: Sequence[np.ndarray], core: int, tile: Tile) -> list[np.ndarray]:
     """Call compute ``c``'s function on its input ``arrays`` and return its results, checked
-    (:func:`checked_results`), ready to be written in order.  The kernel's own exception propagates as it is, noted
-    with where it was raised (``dspsim_tile``: the facade names the tile)."""
+    (:func:`checked_results`), ready to be written in order.  The kernel's own exception, from the function or
+    from what it returned (a sequence or an array whose methods raise), is a :class:`KernelCodeError` of no kernel
+    yet, its ``core``, ``tile`` and ``tile_object`` set: the facade names the kernel and the phase."""
     try:
         returned = c.fn(*arrays)
-    except Exception as e:
-        e.dspsim_tile = (core, tile)  # type: ignore[attr-defined]
+        outputs = c.outputs
+        # (plain arrays of their operands' dtypes and shapes, what most functions return, pass the check as they
+        # are)
+        if type(returned) in (list, tuple) and len(returned) == len(outputs) and all(
+                type(r) is np.ndarray and r.dtype == op.dtype and r.shape == op.shape
+                for r, op in zip(returned, outputs)):
+            results = list(returned)
+        else:
+            results = checked_results(returned, outputs, core, tile)
+    except SimError:
         raise
-    outputs = c.outputs
-    # (plain arrays of their operands' dtypes and shapes, what most functions return, pass the check as they are)
-    if type(returned) in (list, tuple) and len(returned) == len(outputs) and all(
-            type(r) is np.ndarray and r.dtype == op.dtype and r.shape == op.shape for r, op in zip(returned, outputs)):
-        results = list(returned)
-    else:
-        results = checked_results(returned, outputs, core, tile)
+    except Exception as e:
+        err = KernelCodeError(None, "compute", e, f", core {core}, tile {tile.tile_id}")
+        err.core, err.tile = core, int(tile.tile_id)
+        err.tile_object = tile
+        raise err from e
     if len(results) > 1:
         # A result that is (a view of) a read-only input must not change under an earlier output's write.
         results = [r.copy() if isinstance(r, np.ndarray) and not r.flags.writeable else r for r in results]

@@ -293,7 +293,7 @@ def _draw_bandwidth(ax, trace: Trace) -> None:
 def gantt_figure(trace: Trace, title: str | None = None, window: tuple[int, int] | None = None,
                  dpi: int = 130):
     """The matplotlib figure of a trace's Gantt chart and bandwidth panel."""
-    need("plots", "a Gantt chart", ("matplotlib",))
+    need("plots", "a Gantt chart", ("matplotlib", "matplotlib.pyplot"))
     import matplotlib
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
@@ -337,7 +337,7 @@ def gantt_figure(trace: Trace, title: str | None = None, window: tuple[int, int]
 def plot_gantt(trace: Trace, path: str | Path, title: str | None = None,
                window: tuple[int, int] | None = None, dpi: int = 130) -> Path:
     """Draw the Gantt chart of ``trace`` into a PNG (or any format matplotlib knows by suffix), atomically."""
-    need("plots", "a Gantt chart", ("matplotlib",))
+    need("plots", "a Gantt chart", ("matplotlib", "matplotlib.pyplot"))
     import matplotlib.pyplot as plt
     from matplotlib.backend_bases import FigureCanvasBase
 

@@ -187,7 +187,7 @@ def _sizes_panel(ax: Any, report: dict, bad: set[str]) -> None:
 def layout_figure(report: dict) -> Any:
     """The matplotlib figure of ``report`` (from :func:`sim.model.layout.layout_report`): per region an overview and
     a zoomed broken-axis row, then the sizes panel."""
-    need("plots", "a layout picture", ("matplotlib",))
+    need("plots", "a layout picture", ("matplotlib", "matplotlib.pyplot"))
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -219,7 +219,7 @@ def picture_format(path: str | Path) -> str:
     if fmt is None:
         raise SimError(f"--plot {p}: unknown picture format {p.suffix or '(none)'!r} "
                        f"(use {', '.join(FORMATS)})")
-    need("plots", "--plot", ("matplotlib",))
+    need("plots", "--plot", ("matplotlib", "matplotlib.pyplot"))
     return fmt
 
 

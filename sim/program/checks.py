@@ -269,14 +269,16 @@ def check_calls(target: Target, plan: MemoryPlan, calls: Sequence[CallBuffers],
                                      f"(give the tensor core: {core}, or run the call on core {foreign.core})",
                                      None, b.addr, b.end, foreign.region.name))
                 continue
+            touched = b.touched()
             if home is not None:
                 t = home.tensor
-                if b.end > home.end:
+                if touched[-1][1] > home.end:  # (a pitched view's last row ends at its elements, not its pitch)
                     out.append(Violation(t.name, "tensor-bounds",
                                          f"{who}'s buffer '{b.name}' {_range(b.addr, b.end)} ({b.size_bytes} bytes) "
                                          f"starts in tensor '{t.name}' {_range(home.addr, home.end)} "
                                          f"({t.size_bytes} bytes, {t.dtype.name}{list(t.shape)}) and runs "
-                                         f"{b.end - home.end} bytes past its end", None, b.addr, b.end, key[0]))
+                                         f"{touched[-1][1] - home.end} bytes past its end", None, b.addr, b.end,
+                                         key[0]))
                     continue
                 if b.dtype != t.dtype:
                     out.append(Violation(t.name, "tensor-dtype",
@@ -284,7 +286,6 @@ def check_calls(target: Target, plan: MemoryPlan, calls: Sequence[CallBuffers],
                                          f"as {b.dtype}, but tensor '{t.name}' holds {t.dtype.name}: declare the "
                                          f"tensor as {b.dtype}", None, b.addr, b.end, key[0]))
                     continue
-            touched = b.touched()
             a = Access(who, b.name, key, b.addr, b.end, None if home is None else home.tensor.name, _where(key),
                        runs=None if touched == [(b.addr, b.end)] else tuple(touched))
             if b.role == "input" or b.reads_too:  # an output updated in place reads what was there first

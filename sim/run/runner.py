@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -11,7 +11,7 @@ import numpy as np
 
 from sim.config.run_config import ArraySpec, RunConfig
 from sim.config.user_kernels import load_kernels
-from sim.errors import SimError, renamed
+from sim.errors import ConfigError, SimError, renamed
 from sim.files.atomic import atomic_write
 from sim.model.call import BoundCall
 from sim.model.layout import enforce_layout
@@ -225,6 +225,21 @@ def _npy_writer(arr: np.ndarray) -> Callable[[Path], None]:
     return write
 
 
+def output_file_name(config: Path, name: str) -> str:
+    """The file an output entry ``name`` of the config (or program) at ``config`` is saved as."""
+    return f"{config.stem}.{name}.npy"
+
+
+def check_trace_names(config: Path, output_names: Sequence[str], traces: Sequence[str]) -> None:
+    """A ConfigError when a trace file (``traces``: its JSON, its CSV) would take an output's file name: one of
+    them would be written over the other."""
+    outputs = {output_file_name(config, n): n for n in output_names}
+    for trace in traces:
+        if trace in outputs:
+            raise ConfigError(f"{config}: the trace {trace!r} would be written over output '{outputs[trace]}' "
+                              f"(saved as {trace}): give the trace another name")
+
+
 def save_outputs(cfg: RunConfig, m: Simulator, out_dir: Path,
                  progress: Callable[[str, int, int], None] | None = None) -> list[Path]:
     """Read the config's outputs back and save each as ``<out_dir>/<config stem>.<name>.npy`` (atomically);
@@ -238,5 +253,5 @@ def save_outputs(cfg: RunConfig, m: Simulator, out_dir: Path,
             arr = m.memory.read_only_view(spec.addr, spec.shape, spec.dtype, core=spec.core)
         except SimError as e:
             raise renamed(e, f"{cfg.path}: output '{spec.name}': {e}") from None
-        paths.append(atomic_write(out_dir / f"{cfg.path.stem}.{spec.name}.npy", _npy_writer(arr)))
+        paths.append(atomic_write(out_dir / output_file_name(cfg.path, spec.name), _npy_writer(arr)))
     return paths

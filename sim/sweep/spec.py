@@ -19,6 +19,7 @@ from typing import Any
 
 from sim.config.run_config import ArraySpec, RunConfig, data_file_digest, load_config
 from sim.config.user_kernels import load_kernels, source_digest
+from sim.env_flags import check_switches
 from sim.errors import ConfigError, SimError, TargetError
 from sim.files.docedit import quote, set_path, split_path
 from sim.files.schema import decode
@@ -153,6 +154,7 @@ def load_sweep(path: str | Path, *, allow_kernels: bool | None = None) -> SweepS
     p = Path(path)
     text = decode_yaml_bytes(read_yaml_bytes(p, str(p), ConfigError, "sweep file"), str(p), ConfigError,
                              "sweep file")
+    check_switches()  # (each point would fail on a switch set to neither on nor off: refused here, once)
     spec = decode(load_yaml(text, str(p), ConfigError), SweepFile, str(p), ConfigError, top_scalars=False)
     grid = spec.grid or {}
     for axis, values in grid.items():

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sim.model.call_key import call_key, exact_text
 from sim.tuning.limits import LISTED_DROPS
 
 
@@ -90,7 +91,7 @@ class TilingCache:
 
     @staticmethod
     def _key(symbol: str, call: Any, fixed: Mapping[str, Any], tolerance: float) -> tuple[str, str, str, float]:
-        return symbol, repr(call), repr(sorted(fixed.items())), tolerance
+        return symbol, call_key(call), exact_text(sorted(fixed.items())), tolerance
 
     def get(self, symbol: str, call: Any, tolerance: float, fixed: Mapping[str, Any] | None = None) \
             -> TilingChoice | None:

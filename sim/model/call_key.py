@@ -1,0 +1,55 @@
+"""An exact text of a bound call, for the caches that key on it (plans, tiling choices, the tuning cache).
+
+``repr`` is not one: numpy shortens an array of more than a thousand elements to its ends and prints floats to 8
+digits, so two calls whose attributes (a table a user kernel reads at bind time) differ in the middle, or in the
+ninth digit, would share a plan.  Here an array is its dtype, shape and a digest of its bytes; a float its exact
+hexadecimal form (``-0.0`` is not ``0.0``); a dataclass its type and fields; containers their items; anything else
+its ``repr``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+#: Deepest nesting followed (a value nested deeper is refused: no attribute of a real call is).
+MAX_DEPTH = 64
+
+
+def exact_text(value: Any, depth: int = 0) -> str:
+    """A text that two values share only when they are equal, element by element and bit by bit (see the module's
+    doc); ValueError for a value nested deeper than :data:`MAX_DEPTH`."""
+    if depth > MAX_DEPTH:
+        raise ValueError(f"a value nested more than {MAX_DEPTH} levels deep")
+    if value is None or isinstance(value, (bool, int, str, bytes)):
+        return f"{type(value).__name__}:{value!r}"
+    if isinstance(value, float):
+        return f"float:{value.hex()}"
+    if isinstance(value, np.ndarray):
+        data = np.ascontiguousarray(value)
+        return f"ndarray:{data.dtype.str}:{data.shape}:{hashlib.sha256(data.tobytes()).hexdigest()}"
+    if isinstance(value, np.generic):
+        return f"{type(value).__name__}:{value.tobytes().hex()}"
+    if isinstance(value, np.dtype):
+        return f"dtype:{value.str}"
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        inner = ",".join(f"{f.name}={exact_text(getattr(value, f.name), depth + 1)}" for f in dataclasses.fields(value))
+        return f"{type(value).__qualname__}({inner})"
+    if isinstance(value, Mapping):
+        items = sorted((exact_text(k, depth + 1), exact_text(v, depth + 1)) for k, v in value.items())
+        return "{" + ",".join(f"{k}:{v}" for k, v in items) + "}"
+    if isinstance(value, (tuple, list, set, frozenset)):
+        parts = [exact_text(v, depth + 1) for v in value]
+        if isinstance(value, (set, frozenset)):
+            parts.sort()
+        return f"{type(value).__name__}[" + ",".join(parts) + "]"
+    return f"{type(value).__qualname__}:{value!r}"
+
+
+def call_key(call: Any) -> str:
+    """The exact text of a bound call (its symbol, cores, buffers and attributes) as a short digest."""
+    return hashlib.sha256(exact_text(call).encode("utf-8", "surrogatepass")).hexdigest()
