@@ -32,7 +32,9 @@ def _loads(*channels: int | None) -> tuple[Transfer, ...]:
 def _events(*channels: int | None) -> list[tuple[int, int]]:
     plan = Plan((0,), (Phase("p", {0: (Tile(0, _loads(*channels), None, ()),)}, barrier_after=False),), "fp32")
     run = simulate(plan, FT, AddressSpace(FT), numerics=False)
-    return [(e.start, e.end) for e in run.events if e.kind == "dma_in"]
+    dmas = [e for e in run.events if e.kind == "dma_in"]
+    assert sorted(e.channel for e in dmas if e.channel is not None) == sorted(c for c in channels if c is not None)
+    return [(e.start, e.end) for e in dmas]
 
 
 def test_transfers_on_one_channel_take_turns_and_on_two_share_ddr():
@@ -89,9 +91,17 @@ def _call(kernel, target=FT):
     return m, run, x
 
 
-def test_a_kernel_names_channels_through_the_simulator():
+def test_a_kernel_names_channels_through_the_simulator(tmp_path):
+    from sim.inspect.trace_tools import load_trace
     m, run, x = _call(_OnChannels("on_channels", 0, 19))
     assert np.array_equal(m.read(0xA1000000, (512,), np.float32), x)
+    # The trace names each DMA's channel, and a written trace reads back with it.
+    assert sorted((e.kind, e.channel) for e in run.events if e.kind in ("dma_in", "dma_out")) == [
+        ("dma_in", 0), ("dma_out", 19)]
+    for name in ("t.json", "t.csv"):
+        back = load_trace(run.write_trace(tmp_path / name))
+        assert sorted((e.kind, e.channel) for e in back.events if e.kind in ("dma_in", "dma_out")) == [
+            ("dma_in", 0), ("dma_out", 19)]
 
 
 @pytest.mark.parametrize("channel, why", [(20, "from 0 to 19 (FT78NE's dma.channels_per_core)"), (-1, "got -1"),

@@ -151,7 +151,7 @@ class Dma:
                               self.size_bytes, t.src, t.dst, self.src[0].name, self.dst[0].name,
                               self.tile.tile_id, self.phase, 0, cycle - self.stream_start - self.alone_cycles,
                               self.stream_start + off, None, sum(r[1] for r in self.rows) if self.rows else 0,
-                              t.sync))
+                              t.sync, t.channel))
         if eng.rprov is not None:
             eng.rprov.append((self.core, self.index, self.kind, self.pos))
         self.group.lands_at(landed)

@@ -35,6 +35,8 @@ class TraceEvent(NamedTuple):
     DRAM with rows, and in traces written before).  ``sync`` is, for a DMA that is a member of a synchronised
     transfer (``Transfer.sync``), its group's key (None otherwise): ``wait_start - start`` minus the DMA setup is
     then what it waited for the other members, and the group's row activations are on its first member's event.
+    ``channel`` is, for a DMA issued on a numbered channel of its core (``Transfer.channel``), that channel (None
+    otherwise): ``start`` is then when the channel was its, after the transfer before it there landed.
     """
 
     core: int
@@ -55,6 +57,7 @@ class TraceEvent(NamedTuple):
     loops: str | None = None
     row_activations: int = 0
     sync: str | None = None
+    channel: int | None = None
 
     @property
     def cycles(self) -> int:

@@ -100,7 +100,7 @@ _INT_RANGES: dict[str, tuple[int, int]] = {
     "core": (0, MAX_CORES - 1), "start": (0, MAX_TRACE_CYCLE), "end": (0, MAX_TRACE_CYCLE),
     "bytes": (0, MAX_TRACE_COUNT), "src": (0, MAX_TRACE_ADDRESS), "dst": (0, MAX_TRACE_ADDRESS),
     "tile": (0, MAX_TRACE_COUNT), "flops": (0, MAX_TRACE_COUNT), "wait_cycles": (0, MAX_TRACE_CYCLE),
-    "wait_start": (0, MAX_TRACE_CYCLE), "row_activations": (0, MAX_TRACE_COUNT)}
+    "wait_start": (0, MAX_TRACE_CYCLE), "row_activations": (0, MAX_TRACE_COUNT), "channel": (0, MAX_TRACE_COUNT)}
 #: A unit's name: ``compute``, ``dma<k>``, ``sync`` (ASCII, so that its digits are digits ``int`` reads).
 _UNIT_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}", re.ASCII)
 #: A track's name in traces written before the args carried core and unit: ``core 3 · DMA 0``.
