@@ -144,3 +144,30 @@ def test_a_long_walk_on_channels_gives_the_same_run_with_the_steady_state_on_or_
         cycles = Engine(FT, AddressSpace(FT), rec, numerics=False, steady=on).run(plan)
         runs.append((cycles, [(e.start, e.end, e.unit) for e in rec.events]))
     assert runs[0] == runs[1]
+
+
+def test_a_channel_can_shorten_a_run_by_landing_the_first_load_sooner():
+    """Two tiles each load 4 KiB from DDR, then compute d cycles.  Without channels the loads share DDR and both
+    land at 64 + ceil(8192 / 20) + 200 = 674 cycles after the launch, so the computes end at 674 + 2d.  On one
+    channel the first lands alone at 64 + ceil(4096 / 20) + 200 = 469 and the second 469 later, while the first
+    computes (d > 469): the run ends at 469 + 2d, sooner.  (A channel orders transfers: no bound moves.)"""
+    from kernels.common.loops import elementwise
+    from sim.model.plan import Compute, Operand
+
+    def plan(channel):
+        tiles = []
+        for i in range(2):
+            at = AM.base + i * 65536
+            load = dataclasses.replace(Transfer.contiguous(DDR.base + i * 65536, at, 4096), channel=channel)
+            op = Operand(at, (1024,), np.dtype(np.float32))
+            loop = elementwise(FT.core, "fp32", 1024 * 32, loads=1, stores=0, fmac=1)
+            tiles.append(Tile(i, (load,), Compute(lambda a: (a,), (op,), (op,), flops=1024, precision="fp32",
+                                                  loops=(loop,)), (), slot=i))
+        return Plan((0,), (Phase("p", {0: tuple(tiles)}, barrier_after=False),), "fp32")
+
+    shared = simulate(plan(None), FT, AddressSpace(FT), numerics=False)
+    ordered = simulate(plan(0), FT, AddressSpace(FT), numerics=False)
+    d = next(e.end - e.start for e in shared.events if e.kind == "compute")
+    assert d > SETUP + 205 + LATENCY
+    assert shared.cycles == LAUNCH + SETUP + 410 + LATENCY + 2 * d
+    assert ordered.cycles == LAUNCH + SETUP + 205 + LATENCY + 2 * d
