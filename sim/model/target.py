@@ -109,7 +109,7 @@ class DmaModel:
     engine_bytes_per_cycle: float
     #: Logical channels each core numbers its transfers on (``Transfer.channel``): a channel takes one transfer at a
     #: time, in issue order (the chip's numbered channels: hthreads' ``dma_p2p_opt(..., chno)``).
-    channels_per_core: int = 20
+    channels_per_core: int
 
 
 @dataclass(frozen=True)

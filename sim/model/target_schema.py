@@ -170,7 +170,8 @@ class Dma(Spec):
         "it crosses; the shipped chips assume 64)", ge=MIN_RATE, le=MAX_RATE, unit="bytes/cycle", note=_TYPO)]
     channels_per_core: Annotated[int, param(
         "numbered DMA channels of each core a plan's transfers may name (Transfer.channel): a channel carries one "
-        "transfer at a time, in issue order", ge=1, le=MAX_DMA_CHANNELS, unit="channels")] = 20
+        "transfer at a time, in issue order", ge=1, le=MAX_DMA_CHANNELS, unit="channels",
+        absent="20, the shipped chips' assumption (a target file written before channels were modelled)")] = 20
 
 
 #: Most banks a DRAM may have, and the longest row (bytes): beyond any DDR, LPDDR or HBM device.
