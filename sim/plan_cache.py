@@ -10,7 +10,7 @@ from typing import Any
 
 from sim.engine.engine import SimulatedTiming
 from sim.model.call import BoundCall
-from sim.model.call_key import call_key, exact_text
+from sim.model.call_key import call_key, exact_text, kernel_state
 from sim.model.plan import Plan
 from sim.model.target import Target
 from sim.timing import Roofline, roofline
@@ -47,9 +47,10 @@ class PlanCache:
         self._plans: OrderedDict[str, CachedPlan] = OrderedDict()
 
     @staticmethod
-    def key(call: BoundCall, tiling: Mapping[str, Any] | None) -> str:
-        """A plan is a function of the bound call (its buffers, attributes, cores) and the tiling only."""
-        return call_key(call) + "|" + exact_text(sorted((tiling or {}).items()))
+    def key(call: BoundCall, tiling: Mapping[str, Any] | None, kernel: Any) -> str:
+        """A plan is a function of the bound call (its buffers, attributes, cores), the tiling and the kernel
+        object's own attributes only (:func:`~sim.model.call_key.kernel_state`)."""
+        return call_key(call) + "|" + exact_text(sorted((tiling or {}).items())) + "|" + kernel_state(kernel)
 
     def get(self, key: str) -> CachedPlan | None:
         """The entry under ``key`` (now the most recently used), or None."""

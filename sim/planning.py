@@ -23,7 +23,7 @@ from kernels.registry import lookup
 from sim.errors import KernelArgError, KernelCodeError, LayoutError, PlanError, brief, in_kernel_code
 from sim.files import tuning_cache as disk_tunings
 from sim.model.call import BoundCall, Buffer
-from sim.model.call_key import call_key, exact_text
+from sim.model.call_key import call_key, exact_text, kernel_state
 from sim.model.layout import fit_violation, layout_error
 from sim.model.memory import AddressSpace
 from sim.model.plan import DoesNotFit, Plan
@@ -200,7 +200,7 @@ class CallPlanner:
                   fixed: dict[str, Any], progress: Progress | None) -> Planned:
         """The search's choice for ``call`` with ``fixed`` keys: remembered, read from disk, or searched now."""
         tolerance = self._tolerance()
-        remembered = self.choices.get(call.symbol, call, tolerance, fixed)
+        remembered = self.choices.get(call.symbol, call, tolerance, fixed, kernel=kernel)
         if remembered is not None:
             return Planned(self.lower(kernel, call, replace(ctx, tiling=remembered.tiling)), remembered)
         disk_key = self.disk_key(kernel, call, fixed) if self._use_disk() else None
@@ -215,7 +215,7 @@ class CallPlanner:
 
             stored = self._stored(disk_key, kernel, call, ctx, as_searched, space.canonical)
             if stored is not None:
-                self.choices.put(call.symbol, call, tolerance, stored.choice, fixed)
+                self.choices.put(call.symbol, call, tolerance, stored.choice, fixed, kernel=kernel)
                 return stored
         entries: dict[str, tuple[dict, CachedPlan]] = {}
 
@@ -240,9 +240,9 @@ class CallPlanner:
         picked.timing = found.timing
         for tiling, entry in entries.values():
             if entry is not picked:  # a layer's losing plans would keep their hundreds of thousands of objects
-                self.plans.discard(PlanCache.key(call, tiling))
+                self.plans.discard(PlanCache.key(call, tiling, kernel))
         choice = found.choice
-        self.choices.put(call.symbol, call, tolerance, choice, fixed)
+        self.choices.put(call.symbol, call, tolerance, choice, fixed, kernel=kernel)
         self._store(disk_key, call, choice)
         return Planned(picked, choice)
 
@@ -260,7 +260,7 @@ class CallPlanner:
         """A kernel of the older form: each tiling ``tilings(call, ctx)`` lists that plans, priced; the rest
         dropped with the reason."""
         tolerance = self._tolerance()
-        remembered = self.choices.get(call.symbol, call, tolerance)
+        remembered = self.choices.get(call.symbol, call, tolerance, kernel=kernel)
         if remembered is not None:
             return Planned(self.lower(kernel, call, replace(ctx, tiling=remembered.tiling)), remembered)
         if progress is not None:
@@ -278,7 +278,7 @@ class CallPlanner:
 
             stored = self._stored(disk_key, kernel, call, ctx, as_listed, lambda t: as_listed(t) or dict(t))
             if stored is not None:
-                self.choices.put(call.symbol, call, tolerance, stored.choice)
+                self.choices.put(call.symbol, call, tolerance, stored.choice, kernel=kernel)
                 return stored
         planned: list[tuple[dict, CachedPlan]] = []
         dropped: list[tuple[dict, str]] = []
@@ -297,7 +297,7 @@ class CallPlanner:
         if len(planned) <= 1:
             if planned:
                 choice = TilingChoice(planned[0][0], "kernel", dropped=tuple(dropped))
-                self.choices.put(call.symbol, call, tolerance, choice)
+                self.choices.put(call.symbol, call, tolerance, choice, kernel=kernel)
                 return Planned(planned[0][1], choice)
             return Planned(self.lower(kernel, call, ctx), TilingChoice(None, "kernel", dropped=tuple(dropped)))
         pick, choice, timing = choose_tiling(
@@ -308,8 +308,8 @@ class CallPlanner:
         planned[pick][1].timing = timing
         for i, (tiling_i, _) in enumerate(planned):
             if i != pick:
-                self.plans.discard(PlanCache.key(call, tiling_i))
-        self.choices.put(call.symbol, call, tolerance, choice)
+                self.plans.discard(PlanCache.key(call, tiling_i, kernel))
+        self.choices.put(call.symbol, call, tolerance, choice, kernel=kernel)
         self._store(disk_key, call, choice)
         return Planned(planned[pick][1], choice)
 
@@ -330,7 +330,11 @@ class CallPlanner:
             return None
         if self._target_text is None:  # the parsed target, wherever its file lies: its content is what prices
             self._target_text = repr(replace(self.target, path=""))
-        call_text = call_key(call) + (f"|fixed {exact_text(sorted(fixed.items()))}" if fixed else "")
+        state = kernel_state(kernel)
+        if state.startswith("unkeyed:"):
+            return None
+        fixed_text = f"|fixed {exact_text(sorted(fixed.items()))}" if fixed else ""
+        call_text = f"{call_key(call)}|kernel {state}{fixed_text}"
         return disk_tunings.entry_key(self._target_text, call.symbol, call_text, self._tolerance(), kernel_id)
 
     def _stored(self, key: str, kernel: Any, call: BoundCall, ctx: PlanContext,
@@ -372,7 +376,7 @@ class CallPlanner:
         """``kernel.plan(call, ctx)``, reused when the same call was planned with the same tiling before, and
         checked against the plan IR's rules once (``check`` False: not yet, the caller checks it before it
         runs); DoesNotFit when the tiling does not fit."""
-        key = PlanCache.key(call, ctx.tiling)
+        key = PlanCache.key(call, ctx.tiling, kernel)
         entry = self.plans.get(key)
         if entry is not None:
             if check and not entry.checked:
@@ -405,7 +409,7 @@ class CallPlanner:
                        (ctx.vector_level,) + ((ctx.scalar_level,) if ctx.scalar_level is not None else ()),
                        kernel.name, functools.partial(loop_cycles, core=self.target.core))
         except BaseException:
-            self.plans.discard(PlanCache.key(call, ctx.tiling))
+            self.plans.discard(PlanCache.key(call, ctx.tiling, kernel))
             raise
         entry.checked = True
 

@@ -67,3 +67,52 @@ def test_a_call_whose_bind_time_table_differs_in_the_middle_gets_its_own_plan():
             m.write(TABLE, table)
             m.call("fp_scaled_relu_grad_s", dy=DY, x=X, dx=DX, shape=[4096])
             assert m.read(DX, (1,), np.float32)[0] == gain
+
+
+def test_a_kernel_object_changed_between_two_calls_plans_again():
+    """A kernel's plan may read the kernel object's own attributes: changed between two identical calls (not
+    registered again), the second call runs the new plan, and a new plan that breaks a rule is checked and
+    refused, memory untouched (the caches once kept the old plan and skipped both)."""
+    spec = importlib.util.spec_from_file_location("relu_grad_for_kernel_state", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    class Gained(module.ReluGrad):
+        name = "gained_relu_grad"
+        gain = 2.0
+        scribble = False
+
+        def plan(self, call, ctx):
+            plan = super().plan(call, ctx)
+            gain, dy = np.float32(self.gain), call.buffers[0]
+
+            def changed(t):
+                if t.compute is not None:
+                    fn = t.compute.fn
+                    t = dataclasses.replace(t, compute=dataclasses.replace(
+                        t.compute, fn=lambda dy, x: tuple(r * gain for r in fn(dy, x))))
+                if self.scribble and t.stores:  # the result written over the input dy too
+                    s = t.stores[0]
+                    t = dataclasses.replace(t, stores=t.stores + (dataclasses.replace(s, dst=dy.addr),))
+                return t
+            return dataclasses.replace(plan, phases=tuple(dataclasses.replace(
+                p, tiles={c: tuple(map(changed, ts)) for c, ts in p.tiles.items()}) for p in plan.phases))
+
+    m = sim.Simulator("FT78NE", tuning_cache=False)
+    m.write(DY, np.ones(4096, np.float32))
+    m.write(X, np.ones(4096, np.float32))
+    kernel = Gained()
+    with sim.registered_kernel(kernel):
+        for gain in (2.0, 5.0):
+            kernel.gain = gain
+            m.call("fp_gained_relu_grad_s", dy=DY, x=X, dx=DX, shape=[4096])
+            assert m.read(DX, (1,), np.float32)[0] == gain
+        kernel.scribble = True
+        before = m.memory.snapshot()
+        try:
+            m.call("fp_gained_relu_grad_s", dy=DY, x=X, dx=DX, shape=[4096])
+        except sim.PlanError as e:
+            assert e.rule == "input-written", e
+        else:
+            raise AssertionError("a plan writing the input ran")
+        assert m.memory.snapshot() == before

@@ -303,12 +303,13 @@ def test_the_tiling_choices_a_simulator_remembers_are_bounded(monkeypatch):
     from sim.tuning import choice as choice_module
     monkeypatch.setattr(choice_module, "MAX_CHOICES", 3)
     cache = choice_module.TilingCache()
+    kernel = object()
     for i in range(5):
-        cache.put("fp_x_s", ("call", i), 0.01, TilingChoice({"k": i}, "cost model"))
-    assert cache.get("fp_x_s", ("call", 2), 0.01) is not None  # (used: kept over the older ones)
-    cache.put("fp_x_s", ("call", 5), 0.01, TilingChoice({"k": 5}, "cost model"))
-    assert [cache.get("fp_x_s", ("call", i), 0.01) is not None for i in range(6)] == [False, False, True, False,
-                                                                                      True, True]
+        cache.put("fp_x_s", ("call", i), 0.01, TilingChoice({"k": i}, "cost model"), kernel=kernel)
+    assert cache.get("fp_x_s", ("call", 2), 0.01, kernel=kernel) is not None  # (used: kept over the older ones)
+    cache.put("fp_x_s", ("call", 5), 0.01, TilingChoice({"k": 5}, "cost model"), kernel=kernel)
+    assert [cache.get("fp_x_s", ("call", i), 0.01, kernel=kernel) is not None
+            for i in range(6)] == [False, False, True, False, True, True]
 
 
 def test_a_scheduler_address_that_is_no_address_is_refused_in_one_line():

@@ -687,3 +687,49 @@ def test_the_transfer_helpers_take_a_numpy_priority_as_the_int_it_is():
     c = Transfer.contiguous(X, Y, np.int64(64), priority=np.int32(2))
     assert (type(t.priority), t.priority, type(c.priority), c.priority) == (int, 1, int, 2)
     assert Transfer.contiguous(X, Y, 64, priority=True).priority is True
+
+
+def test_a_strided_store_is_judged_by_the_bytes_it_writes():
+    """One store writing a row into each of two outputs, its stride their distance: its span takes in the bytes
+    between them, which are no output's, but it writes none of them (legal); the same store with a row landing on
+    an input is refused naming that row, not the span."""
+    import numpy as np
+
+    from kernels.common.binding import bind_arguments, bound_call
+    from kernels.common.loops import elementwise
+    from sim.model.call import ArgSpec
+    from sim.model.plan import Compute, Operand, Phase, Plan, Tile, TileFn, Transfer
+
+    n, x, y, z = 256, 0xA0000000, 0xA0100000, 0xA0200000
+    f32 = np.dtype(np.float32)
+
+    class TwoOut:
+        name, precisions, variants = "two_out", ("fp32",), ("s",)
+        args = (ArgSpec("x", "in_ptr", "input"), ArgSpec("y", "out_ptr", "output"), ArgSpec("z", "out_ptr", "output"))
+        gap = z - y
+
+        def bind(self, symbol, precision, variant, cores, args, read):
+            a = bind_arguments(symbol, precision, self.args, args)
+            return bound_call(a, variant, cores, [a.buffer(b, (n,)) for b in ("x", "y", "z")], attrs=None)
+
+        def plan(self, call, ctx):
+            am = ctx.vector_level.base
+            double = Compute(TileFn(lambda a: (np.stack([a, a]),)), (Operand(am, (n,), f32),),
+                             (Operand(am + 4 * n, (2, n), f32),), flops=0, precision="fp32",
+                             loops=(elementwise(ctx.target.core, "fp32", 2 * n, loads=1, stores=1),))
+            store = Transfer(am + 4 * n, y, (2, n), 4, (4 * n, 4), (self.gap, 4))
+            return Plan((0,), (Phase("p", {0: (Tile(0, (Transfer.contiguous(x, am, 4 * n),), double, (store,)),)},
+                                     False),), "fp32")
+
+    k = TwoOut()
+    m = sim.Simulator("FT78NE")
+    m.write(x, np.arange(n, dtype=f32))
+    with sim.registered_kernel(k):
+        m.call("fp_two_out_s", x=x, y=y, z=z, core_mask=1)
+        assert np.array_equal(m.read(z, (n,), f32), np.arange(n, dtype=f32))
+        k.gap = x - y  # the second row onto the input
+        before = m.memory.snapshot()
+        with pytest.raises(sim.PlanError, match=r"'input-written': store 0 \(2048 bytes\) writes "
+                                                r"\[0xa0000000, 0xa0000400\): it overlaps input buffer 'x'"):
+            m.call("fp_two_out_s", x=x, y=y, z=z, core_mask=1)
+        assert m.memory.snapshot() == before

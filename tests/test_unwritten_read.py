@@ -175,3 +175,57 @@ def test_the_byte_set_against_a_set_of_bytes(seed):
         assert bs.covers(a, b) == (set(range(a, b)) <= truth)
         assert [byte for g in bs.gaps(a, b) for byte in range(*g)] == sorted(set(range(a, b)) - truth)
     assert all(e < s for e, s in zip(bs.ends, bs.starts[1:]))  # disjoint, never touching
+
+
+def test_a_strided_destination_writes_its_runs_not_the_gaps_between_them():
+    """A load that fills every other float of AM, then a compute on all of them: the floats in between hold what
+    an earlier call left (the rule once counted a destination by its span and passed it).  Filling the gaps with a
+    second strided load makes the same compute legal."""
+    half = Transfer(X, AM, (N // 2,), 4, (8,), (8,))  # x's even floats to AM's even floats
+
+    def gaps(call, ctx):
+        return _plan({0: (Tile(0, (half,), _copy_compute(ctx, AM, AM + 0x10000), (_load(AM + 0x10000, Y),)),)})
+    _refused(_run("gaps", gaps), "input operand 0 reads [0x20000000, 0x20000400), whose bytes "
+                                 "[0x20000004, 0x20000008)")
+
+    def both(call, ctx):
+        odd = Transfer(X + 4, AM + 4, (N // 2,), 4, (8,), (8,))
+        return _plan({0: (Tile(0, (half, odd), _copy_compute(ctx, AM, AM + 0x10000), (_load(AM + 0x10000, Y),)),)})
+    m = _run("both", both)
+    assert isinstance(m, sim.Simulator), m
+    assert np.array_equal(m.read(Y, (N,), F32), np.arange(N, dtype=F32) + 1)
+
+
+def test_a_later_generations_fill_does_not_count_for_an_earlier_generations_user():
+    """blk@0 fills AM's first half, blk@1 (which waits for blk@0's release) all of it: a tile using blk@0 that
+    computes on all of AM reads bytes only blk@1 writes, after it; refused.  With blk@0 filling all of it, legal."""
+    def make(first_bytes: int) -> Callable[[Any, Any], Plan]:
+        def plan(call, ctx):
+            tiles = (Tile(0, (Transfer.contiguous(X, AM, first_bytes),), None, (), fills=("blk@0",)),
+                     Tile(1, (), _copy_compute(ctx, AM, AM + 0x10000), (_load(AM + 0x10000, Y),), uses=("blk@0",)),
+                     Tile(2, (_load(X, AM),), None, (), fills=("blk@1",)),
+                     Tile(3, (), _copy_compute(ctx, AM, AM + 0x20000), (), uses=("blk@1",), slot=1))
+            return Plan((0,), (Phase("p", {0: tiles}, False),), "fp32")
+        return plan
+    _refused(_run("half_fill", make(N * 2)), "input operand 0 reads [0x20000000, 0x20000400), whose bytes "
+                                             "[0x20000200, 0x20000400)")
+    m = _run("whole_fill", make(N * 4))
+    assert isinstance(m, sim.Simulator), m
+    assert np.array_equal(m.read(Y, (N,), F32), np.arange(N, dtype=F32) + 1)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_byte_set_joins_a_blocks_runs_at_once_as_one_by_one(seed):
+    rng = np.random.default_rng(seed)
+    at_once, one_by_one = ByteSet(), ByteSet()
+    for _ in range(100):
+        lo = int(rng.integers(0, 400))
+        runs, at = [], lo
+        for _ in range(int(rng.integers(1, 6))):
+            at += int(rng.integers(1, 12))  # a gap, then a run
+            runs.append((at, at + int(rng.integers(1, 9))))
+            at = runs[-1][1]
+        at_once.add_sorted(runs)
+        for run in runs:
+            one_by_one.add(*run)
+        assert (at_once.starts, at_once.ends) == (one_by_one.starts, one_by_one.ends)

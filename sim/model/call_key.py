@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
@@ -53,3 +54,24 @@ def exact_text(value: Any, depth: int = 0) -> str:
 def call_key(call: Any) -> str:
     """The exact text of a bound call (its symbol, cores, buffers and attributes) as a short digest."""
     return hashlib.sha256(exact_text(call).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+#: Numbers kernel states that have no exact text (each such call plans anew).
+_UNKEYED = itertools.count()
+
+
+def kernel_state(kernel: Any) -> str:
+    """A digest of a kernel object's own attributes, exact as :func:`exact_text` makes them: a plan may read them,
+    so a kernel whose attributes changed between two calls plans again rather than reuse the plan of the old ones.
+    A kernel whose attributes have no exact text (nested too deep, or a ``repr`` that raises) gets a text of its
+    own each time: never a plan that was not made for it."""
+    try:
+        attrs = dict(vars(kernel))
+    except TypeError:  # (a class with __slots__)
+        attrs = {name: getattr(kernel, name) for name in getattr(type(kernel), "__slots__", ())
+                 if isinstance(name, str) and hasattr(kernel, name)}
+    try:
+        text = type(kernel).__qualname__ + exact_text(attrs)
+    except Exception:  # noqa: BLE001 (a user kernel's attribute whose repr raises, or one nested too deep)
+        return f"unkeyed:{next(_UNKEYED)}"
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

@@ -337,6 +337,10 @@ class _Checker:
         # and store sources), and each checked tile's footprint number (id -> number; the plan holds the tiles).
         self._sides: tuple[list[tuple[int, int]], ...] = ([], [], [], [])
         self._footprints: dict[int, int] = {}
+        # (core, staged buffer) -> its fills into the core's own staging levels not yet counted as written, by
+        # generation: (generation, lo, hi, transfer) (unwritten-read, :meth:`_fills_written`).
+        self._local_fills: dict[tuple[int, str], list[tuple[int, int, int, Transfer]]] = {}
+        self._local_fills_at: dict[tuple[int, str], int] = {}  # how many of them are counted
         # What the call has written so far, per core and in shared memory (unwritten-read).
         self._written = WrittenBytes(self._local, [(a.base, a.end) for a in self.levels if a.shared]
                                      + [(lo, hi) for lo, hi, _ in self.outputs],
@@ -395,6 +399,7 @@ class _Checker:
                                for ts in phase.tiles.values() if isinstance(ts, (tuple, list)) for t in ts)
             self._filled, self._filled_starts = (), []
             self._race_sides = {}
+            self._local_fills, self._local_fills_at = {}, {}
             if self._staged:
                 self._fills_written(phase)
             if self._accesses is None and len(cores) > 1:
@@ -580,6 +585,8 @@ class _Checker:
             if touched is not None and len(touched) > 2:
                 self._apart(touched, kind)
         # The tile in the engine's order: its loads read, then land; its compute reads and writes; its stores.
+        if self._local_fills and type(tile.uses) is tuple and tile.uses:
+            self._uses_filled(tile)
         self._moved(moved["load"], "load")
         if tile.compute is not None:
             self.compute(tile.compute)
@@ -621,22 +628,57 @@ class _Checker:
                 raise self.fail("buffers", f"the tile both fills and uses buffer {both[0]!r}")
 
     def _fills_written(self, phase: Phase) -> None:
-        """The bytes the phase's staged buffers fill count as written from its start (unwritten-read): a tile that
-        uses a buffer waits for its fill, wherever the fill stands in the walks (the buffers rule sees that every
-        generation used is filled).  Malformed tiles are left to the tile rules."""
+        """What the phase's staged buffers fill, for unwritten-read: a tile that uses a buffer generation waits
+        for its fill, wherever the fill stands in the walks (the buffers rule sees that every generation used is
+        filled).  A fill into shared memory counts as written from the phase's start (shared reads are judged at
+        its end, against every core's writes); a fill into the core's own staging levels counts from the first of
+        its tiles that uses that generation or a later one (:meth:`_uses_filled`): a later generation's fill
+        waits for the earlier one's release, so its bytes are not there for the earlier one's users.  Malformed
+        tiles are left to the tile rules."""
         for core, tiles in phase.tiles.items():
             if not isinstance(tiles, (tuple, list)) or not _is_int(core):
                 continue
             for tile in tiles:
-                if not isinstance(tile, Tile) or not tile.fills or type(tile.loads) is not tuple:
+                if not isinstance(tile, Tile) or not tile.fills or type(tile.loads) is not tuple \
+                        or type(tile.fills) is not tuple:
                     continue
+                try:
+                    refs = [self._ref(r) for r in tile.fills]
+                except ValueError:
+                    continue  # (the tile rules name it)
                 for t in tile.loads:
                     if isinstance(t, Transfer) and not _moves_nothing(t):
                         try:
                             _, _, lo, hi = self._transfer_spans(t)
                         except Exception:  # noqa: BLE001 (a malformed transfer: the tile rules name it)
                             continue
-                        self._written.write(int(core), lo, hi)
+                        if not self._written.is_local(lo, hi):
+                            self._written.write(int(core), lo, hi, t)
+                            continue
+                        for name, generation in refs:
+                            self._local_fills.setdefault((int(core), name), []).append((generation, lo, hi, t))
+        for fills in self._local_fills.values():
+            fills.sort(key=lambda fill: fill[0])
+
+    def _uses_filled(self, tile: Tile) -> None:
+        """The fills into the core's own staging levels of the generations ``tile`` uses, and of the earlier ones
+        of those buffers, counted as written (once each) before its reads are judged."""
+        core = self.where.core
+        assert core is not None
+        for ref in tile.uses:
+            try:
+                name, generation = self._ref(ref)
+            except ValueError:
+                continue  # (the tile rules name it)
+            fills = self._local_fills.get((core, name))
+            if fills is None:
+                continue
+            at = self._local_fills_at.get((core, name), 0)
+            while at < len(fills) and fills[at][0] <= generation:
+                _, lo, hi, t = fills[at]
+                self._written.write(core, lo, hi, t)
+                at += 1
+            self._local_fills_at[core, name] = at
 
     def _moved(self, transfers: list[tuple[int, Transfer, tuple[int, int, int, int]]], kind: str) -> None:
         """The ``unwritten-read`` rule on a tile's loads or stores (all read, then all write: they stream
@@ -649,8 +691,8 @@ class _Checker:
             gap = written.read(s_lo, s_hi, core, tile, (kind, i), t)
             if gap is not None:
                 raise self.fail("unwritten-read", _unwritten_words(f"{kind} {i}", s_lo, s_hi, gap, "this core's"))
-        for _, _, (_, _, d_lo, d_hi) in transfers:
-            written.write(core, d_lo, d_hi)
+        for _, t, (_, _, d_lo, d_hi) in transfers:
+            written.write(core, d_lo, d_hi, t)
 
     def _unwritten_operand(self, c: Compute, gap: tuple[int, int]) -> None:
         """The ``unwritten-read`` refusal of the first input operand of ``c`` meeting the unwritten ``gap``."""
@@ -951,20 +993,32 @@ class _Checker:
             if w_lo <= lo and hi <= w_hi:
                 return  # wholly inside one span this side may touch: the common case, decided here
         verdict = self._judge(lo, hi, writing)
-        if verdict is not None and verdict[0] == "read-outside-buffers" and self._runs_readable(t):
-            verdict = None  # a strided source whose span spans a gap, its runs all in buffers or levels
+        if verdict is not None and verdict[0] != "transfer-unmapped" and t.runs("dst" if writing else "src")[0] > 1:
+            # A strided side whose span takes in bytes between its runs (a gap between two buffers, an input
+            # between two rows of an output): judged by the bytes it touches, the first run that breaks a rule
+            # named.
+            lo, hi, verdict = self._runs_verdict(t, writing, lo, hi, verdict)
         if verdict is not None:
             rule, text = verdict
             raise self.fail(rule, f"{kind} {index} ({t.size_bytes} bytes) {'writes' if writing else 'reads'} "
                                   f"{_span(lo, hi)}: {text}")
 
-    def _runs_readable(self, t: Transfer) -> bool:
-        """Whether every run of ``t``'s source lies in a buffer of the call or a staging level."""
-        got = covered(layout_of(t, "src"))
+    def _runs_verdict(self, t: Transfer, writing: bool, lo: int, hi: int,
+                      verdict: tuple[str, str]) -> tuple[int, int, tuple[str, str] | None]:
+        """The first run of ``t``'s side that breaks a rule, and the rule (None: every run keeps them); the side's
+        span and ``verdict`` as they are when its runs are too many to list."""
+        got = covered(layout_of(t, "dst" if writing else "src"))
         if got is None:
-            return False
-        spans = merged(list(self.readable))
-        return all(_covered(lo, hi, spans) for lo, hi in got)
+            return lo, hi, verdict
+        for run_lo, run_hi in got:
+            for w_lo, w_hi in self.writable if writing else self.readable:
+                if w_lo <= run_lo and run_hi <= w_hi:
+                    break
+            else:
+                run_verdict = self._judge(run_lo, run_hi, writing)
+                if run_verdict is not None:
+                    return run_lo, run_hi, run_verdict
+        return lo, hi, None
 
     def _judge(self, lo: int, hi: int, writing: bool) -> tuple[str, str] | None:
         """The rule a transfer's side ``[lo, hi)`` breaks (and why), or None (a write over two adjacent outputs)."""

@@ -11,14 +11,18 @@ in order, a transfer's source and a compute's input operands must lie in
   memory (the shared staging levels, the outputs), anything written in an earlier phase, or in the same phase by
   any core (the cores run a phase together: ordering them is the race rules' business, not this one's).
 
-A transfer's destination counts by its span (a strided one writes the gaps of its span too, as far as this
-rule goes), a strided source is read run by run: the rule finds the reads of bytes nothing wrote, not every stale
-lane of a padded block.
+A strided transfer writes its destination's runs and reads its source's, not the gaps between them: a gather
+into every other float of AM leaves the floats between as the last call left them, and a compute on the whole
+block reads them.  A staged buffer's fill into a core's own levels counts from the first of its tiles that uses
+that generation or a later one (a later generation's fill waits for the earlier one's release).  What the rule
+cannot tell is whether a compute uses the stale lanes of an operand it reads whole (a padded row): it refuses
+them all, and a kernel zeroes such padding first.
 """
 
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -48,6 +52,30 @@ class ByteSet:
             lo, hi = min(lo, starts[i]), max(hi, ends[j - 1])
         starts[i:j] = [lo]
         ends[i:j] = [hi]
+
+    def add_sorted(self, spans: Sequence[tuple[int, int]]) -> None:
+        """Join ``spans`` (in address order, disjoint, none empty: a strided block's runs) at once: one look-up and
+        one splice for them all, where adding them one by one would splice each."""
+        if len(spans) == 1:
+            self.add(*spans[0])
+            return
+        starts, ends = self.starts, self.ends
+        i = bisect.bisect_left(ends, spans[0][0])
+        j = bisect.bisect_right(starts, spans[-1][1])
+        if j - i == len(spans) and all(s_lo <= lo and hi <= s_hi for (lo, hi), s_lo, s_hi
+                                       in zip(spans, starts[i:j], ends[i:j])):
+            return  # each run inside one interval already (a block written again, as C at every k block)
+        new_starts: list[int] = []
+        new_ends: list[int] = []
+        for lo, hi in heapq.merge(zip(starts[i:j], ends[i:j]), spans):
+            if new_ends and lo <= new_ends[-1]:
+                if hi > new_ends[-1]:
+                    new_ends[-1] = hi
+            else:
+                new_starts.append(lo)
+                new_ends.append(hi)
+        starts[i:j] = new_starts
+        ends[i:j] = new_ends
 
     def covers(self, lo: int, hi: int) -> bool:
         """Whether ``[lo, hi)`` lies inside the set (inside one interval: they never touch)."""
@@ -87,12 +115,12 @@ class Read(NamedTuple):
     transfer: Transfer | None = None
 
 
-def _runs(read: Read) -> list[tuple[int, int]]:
-    """The stretches of bytes ``read`` reads: its transfer's source runs, merged, or its span."""
-    t = read.transfer
+def _runs(t: Transfer | None, lo: int, hi: int) -> list[tuple[int, int]]:
+    """The stretches of bytes a read of span ``[lo, hi)`` reads: transfer ``t``'s source runs, merged, or the
+    span (a compute's operand, a transfer of one run, or one of too many runs to list)."""
     if t is None or t.runs("src")[0] == 1:
-        return [(read.lo, read.hi)]
-    return covered(layout_of(t, "src")) or [(read.lo, read.hi)]
+        return [(lo, hi)]
+    return covered(layout_of(t, "src")) or [(lo, hi)]
 
 
 class WrittenBytes:
@@ -111,8 +139,9 @@ class WrittenBytes:
         # Shared bytes written before the phase being walked; the outputs updated in place hold the caller's bytes
         # from the start (inputs lie elsewhere: never written, their reads are not this rule's).
         self.shared_before = ByteSet(given)
-        self.phase_by_core: dict[int, ByteSet] = {}  # shared bytes each core wrote in the phase, so far
-        self.phase_all = ByteSet()  # and all of them together
+        # Shared bytes each core wrote in the phase, so far (kept per core only: a strided block's runs leave gaps
+        # that other cores fill, and one set of them all would be spliced at every run).
+        self.phase_by_core: dict[int, ByteSet] = {}
         self.reads: list[tuple[Read, list[tuple[int, int]]]] = []  # reads left for the phase's end
 
     def is_local(self, lo: int, hi: int) -> bool:
@@ -142,16 +171,22 @@ class WrittenBytes:
             got = self.by_core[core] = ByteSet()
         return got
 
-    def write(self, core: int, lo: int, hi: int) -> None:
-        """``core`` writes ``[lo, hi)``: in its own staging levels, or in shared memory."""
+    def write(self, core: int, lo: int, hi: int, transfer: Transfer | None = None) -> None:
+        """``core`` writes ``[lo, hi)``: in its own staging levels, or in shared memory; the runs of ``transfer``'s
+        destination only, when it is strided (the gaps between them keep what they held)."""
         if self.is_local(lo, hi):
-            self.core(core).add(lo, hi)
+            into = self.core(core)
         elif self.is_shared(lo, hi):
             mine = self.phase_by_core.get(core)
             if mine is None:
                 mine = self.phase_by_core[core] = ByteSet()
-            mine.add(lo, hi)
-            self.phase_all.add(lo, hi)
+            into = mine
+        else:
+            return
+        if transfer is None or transfer.runs("dst")[0] == 1:
+            into.add(lo, hi)
+        else:
+            into.add_sorted(covered(layout_of(transfer, "dst")) or [(lo, hi)])
 
     def read(self, lo: int, hi: int, core: int, tile: int, what: str | tuple[str, int],
              transfer: Transfer | None = None) -> tuple[int, int] | None:
@@ -165,9 +200,7 @@ class WrittenBytes:
             mine = self.core(core)
             if mine.covers(lo, hi):
                 return None
-            read = Read(lo, hi, core, tile, what if isinstance(what, str) else f"{what[0]} {what[1]}",
-                        transfer)
-            for run in _runs(read):  # (a strided source's span may cover bytes it does not read)
+            for run in _runs(transfer, lo, hi):  # (a strided source's span may cover bytes it does not read)
                 if not mine.covers(*run):
                     return mine.first_gap(*run)
             return None
@@ -175,27 +208,29 @@ class WrittenBytes:
             if self.shared_before.covers(lo, hi):
                 return None
             # What an earlier phase or any core so far in this phase wrote (another core's later writes in the
-            # phase are looked at at its end: the cores run a phase together).
-            left = self._left(lo, hi)
-            if not left:
-                return None
-            read = Read(lo, hi, core, tile, what if isinstance(what, str) else f"{what[0]} {what[1]}",
-                        transfer)
-            if transfer is not None and transfer.runs("src")[0] > 1:
-                # (its span meets bytes nothing wrote yet: a strided source is judged by the runs it reads)
-                left = [g for run in _runs(read) for g in self._left(*run)]
+            # phase are looked at at its end: the cores run a phase together); a strided source by the runs it
+            # reads (its span takes in gaps that other cores' blocks fill).
+            left = [g for run in _runs(transfer, lo, hi) for g in self._left(*run, core)]
             if left:
+                read = Read(lo, hi, core, tile, what if isinstance(what, str) else f"{what[0]} {what[1]}", transfer)
                 self.reads.append((read, left))
         return None
 
-    def _left(self, lo: int, hi: int) -> list[tuple[int, int]]:
+    def _left(self, lo: int, hi: int, core: int) -> list[tuple[int, int]]:
         """The stretches of shared bytes of ``[lo, hi)`` that neither an earlier phase nor any core so far in this
-        one wrote."""
-        if self.phase_all.covers(lo, hi):
-            return []  # (most reads: what a core of the phase staged, such as GEMM's blocks of A)
+        one wrote (``core`` reads them: its own set first)."""
+        sets = self.phase_by_core
+        mine = sets.get(core)
+        if mine is not None and mine.covers(lo, hi):
+            return []
+        for theirs in sets.values():
+            if theirs is not mine and theirs.covers(lo, hi):
+                return []  # (most reads: what a core of the phase staged, such as GEMM's blocks of A)
         left = self.shared_before.gaps(lo, hi)
-        if left:
-            left = [g for piece in left for g in self.phase_all.gaps(*piece)]
+        for theirs in sets.values():
+            if not left:
+                break
+            left = [g for piece in left for g in theirs.gaps(*piece)]
         return [g for g in left if self.is_shared(*g)]  # (not an input's bytes)
 
     def end_phase(self) -> tuple[Read, tuple[int, int]] | None:
@@ -209,7 +244,8 @@ class WrittenBytes:
                     left = [g for piece in left for g in theirs.gaps(*piece)]
             if left:
                 return read, left[0]
-        for lo, hi in zip(self.phase_all.starts, self.phase_all.ends):
-            self.shared_before.add(lo, hi)
-        self.phase_by_core, self.phase_all = {}, ByteSet()
+        for theirs in phase.values():
+            if theirs.starts:
+                self.shared_before.add_sorted(list(zip(theirs.starts, theirs.ends)))
+        self.phase_by_core = {}
         return None

@@ -168,7 +168,8 @@ class _Bytes:
                                          f"tensor '{a.tensor}' in {a.where}, which {reader} still reads later: "
                                          f"{rule}", None, lo, hi, a.key[0]))
                     continue
-            held = "" if seg is None else f" (they hold {seg.by.who}'s '{seg.by.buffer}')"
+            held = "" if seg is None else (f" (they hold {seg.by.who})" if seg.by.who.endswith(f"'{seg.by.buffer}'")
+                                           else f" (they hold {seg.by.who}'s '{seg.by.buffer}')")  # (data 'x')
             out.append(Violation(a.tensor or a.buffer, "unwritten-read",
                                  f"{reader} reads {what} {_range(a.start, a.end)} in {a.where}, but its bytes "
                                  f"{_range(lo, hi)} were placed by no data entry and written by no earlier call"

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.model.call_key import call_key, exact_text
+from sim.model.call_key import call_key, exact_text, kernel_state
 from sim.tuning.limits import LISTED_DROPS
 
 
@@ -90,22 +90,23 @@ class TilingCache:
         self._choices: OrderedDict[tuple[str, str, str, float], TilingChoice] = OrderedDict()
 
     @staticmethod
-    def _key(symbol: str, call: Any, fixed: Mapping[str, Any], tolerance: float) -> tuple[str, str, str, float]:
-        return symbol, call_key(call), exact_text(sorted(fixed.items())), tolerance
+    def _key(symbol: str, call: Any, fixed: Mapping[str, Any], tolerance: float,
+             kernel: Any) -> tuple[str, str, str, float]:
+        return symbol, call_key(call) + "|" + kernel_state(kernel), exact_text(sorted(fixed.items())), tolerance
 
-    def get(self, symbol: str, call: Any, tolerance: float, fixed: Mapping[str, Any] | None = None) \
-            -> TilingChoice | None:
-        """The choice made for this call before, or None."""
-        key = self._key(symbol, call, fixed or {}, tolerance)
+    def get(self, symbol: str, call: Any, tolerance: float, fixed: Mapping[str, Any] | None = None, *,
+            kernel: Any) -> TilingChoice | None:
+        """The choice made for this call of ``kernel`` (as its attributes are now) before, or None."""
+        key = self._key(symbol, call, fixed or {}, tolerance, kernel)
         got = self._choices.get(key)
         if got is not None:
             self._choices.move_to_end(key)
         return got
 
     def put(self, symbol: str, call: Any, tolerance: float, choice: TilingChoice,
-            fixed: Mapping[str, Any] | None = None) -> None:
-        """Remember ``choice`` for this call."""
-        key = self._key(symbol, call, fixed or {}, tolerance)
+            fixed: Mapping[str, Any] | None = None, *, kernel: Any) -> None:
+        """Remember ``choice`` for this call of ``kernel``."""
+        key = self._key(symbol, call, fixed or {}, tolerance, kernel)
         self._choices[key] = choice
         self._choices.move_to_end(key)
         while len(self._choices) > MAX_CHOICES:
