@@ -109,26 +109,29 @@ class _Layout:
         """One row of a reduce tile: every core's partial row and the result row."""
         return [ocg * F32.itemsize * len(self.ctx.cores), ocg * self.isz]
 
-    def slices_fit(self, icg: int, ocg: int) -> tuple[bool, bool]:
-        """(accumulator fits half the scratchpad, that and a one-row tile and a reduce row fit a slot)."""
-        if self.acc_bytes(icg, ocg) > self.level.size_bytes // 2:
+    def slices_fit(self, icg: int, ocg: int, half: bool = True) -> tuple[bool, bool]:
+        """(the accumulator fits half the scratchpad, or with ``half`` False the scratchpad; that and a one-row
+        tile and a reduce row fit each of the two slots left).  Half is the slices the space prefers (row tiles of
+        half the scratchpad); larger accumulators leave shorter tiles, but fewer slices, and the search prices
+        both."""
+        if self.acc_bytes(icg, ocg) > (self.level.size_bytes // 2 if half else self.level.size_bytes):
             return False, False
         slot = Scratch.slot_bytes_for(self.level, self.acc_bytes(icg, ocg))
         return True, (fits(self.tile_bytes(icg, ocg, 1, 1), slot, self.align)
                       and fits(self.reduce_row_bytes(ocg), slot, self.align))
 
     def needed_bytes(self, icg: int, ocg: int) -> int:
-        """Bytes of the scratchpad slices of icg x ocg channels need: the accumulator (at most half of it) and two
-        slots of a one-row tile or reduce row, whichever is larger."""
+        """Bytes of the scratchpad slices of icg x ocg channels need: the accumulator and two slots of a one-row
+        tile or reduce row, whichever is larger."""
         row = max(aligned_bytes(self.tile_bytes(icg, ocg, 1, 1), self.align),
                   aligned_bytes(self.reduce_row_bytes(ocg), self.align))
-        acc = self.acc_bytes(icg, ocg)
-        return max(2 * acc, acc + 2 * row)
+        return self.acc_bytes(icg, ocg) + 2 * row
 
-    def fitting_slices(self, icg: int, ocg: int) -> tuple[int, int] | None:
-        """The largest (icg, ocg) whose accumulator takes at most half the scratchpad and a one-row tile fits."""
+    def fitting_slices(self, icg: int, ocg: int, half: bool = True) -> tuple[int, int] | None:
+        """The largest (icg, ocg) whose accumulator takes at most half the scratchpad (``half`` False: what leaves
+        two slots of a one-row tile) and a one-row tile fits."""
         while True:
-            acc_ok, all_ok = self.slices_fit(icg, ocg)
+            acc_ok, all_ok = self.slices_fit(icg, ocg, half)
             if all_ok:
                 return icg, ocg
             if icg == 1 and ocg == 1:
@@ -145,10 +148,11 @@ class _Layout:
             else:
                 ocg = self.shrink(ocg)
 
-    def fitting_out_c(self, icg: int) -> int | None:
-        """The largest out_c slice (halvings on whole vectors) that fits with ``icg`` input channels, or None."""
+    def fitting_out_c(self, icg: int, half: bool = True) -> int | None:
+        """The largest out_c slice (halvings on whole vectors) that fits with ``icg`` input channels, or None
+        (``half``: as :meth:`slices_fit`)."""
         ocg = self.out_c
-        while not self.slices_fit(icg, ocg)[1]:
+        while not self.slices_fit(icg, ocg, half)[1]:
             if ocg == 1:
                 return None
             ocg = self.shrink(ocg)

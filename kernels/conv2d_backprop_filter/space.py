@@ -21,6 +21,9 @@ SPLITS = ("spatial", "filter")
 #: Row tiles shorter than this (positions) make the kernel also price halved out_c slices, at most this often.
 LONG_TILE_POSITIONS = 256
 MORE_OUT_C_CUTS = 2
+#: Halvings of the preferred in_c slice also offered (fewer drain tiles per slice: a slice's accumulator drains
+#: tap by tap and input channel by input channel, so wide filters of small images plan far fewer tiles).
+MORE_IN_C_CUTS = 2
 
 
 @dataclass(frozen=True)
@@ -72,9 +75,28 @@ class _Planner:
         return filter_plan(tiles, choice.icg, choice.ocg)
 
     def _in_c_options(self, tiling: Mapping[str, Any]) -> list[int]:
-        """Input channels of a slice worth trying: the largest slices that fit (both sides shrunk together)."""
-        fit = self.lay.fitting_slices(self.lay.in_c, self.lay.out_c)
-        return [fit[0]] if fit is not None else []
+        """Input channels of a slice worth trying: those of the largest slices whose accumulator takes half the
+        scratchpad (both sides shrunk together; preferred), of the largest whose accumulator leaves two one-row
+        slots, and, where the accumulator cut the output channels, halvings of the first."""
+        lay = self.lay
+        out: list[int] = []
+        for half in (True, False):
+            fit = lay.fitting_slices(lay.in_c, lay.out_c, half)
+            if fit is not None and fit[0] not in out:
+                out.append(fit[0])
+        preferred = lay.fitting_slices(lay.in_c, lay.out_c)
+        if out and preferred is not None and preferred[1] < lay.out_c:
+            # (the accumulator cut the output channels: fewer input channels a slice buy more of them back)
+            icg = out[0]
+            for _ in range(MORE_IN_C_CUTS):
+                if icg <= 1:
+                    break
+                icg = lay.shrink(icg)
+                if icg < (self.asked.m_micro or 0):
+                    break  # (a slice that would clip the caller's micro-kernel rows: not a way to plan them)
+                if icg not in out:
+                    out.append(icg)
+        return out
 
     def _out_c_options(self, tiling: Mapping[str, Any]) -> list[int]:
         """Output channels of a slice worth trying with ``tiling``'s split and in_c_slice: the largest that fit;
@@ -85,9 +107,12 @@ class _Planner:
         icg = tiling["in_c_slice"]
         joint = lay.fitting_slices(lay.in_c, lay.out_c)
         ocg = joint[1] if joint is not None and joint[0] == icg else lay.fitting_out_c(icg)
+        wider = lay.fitting_out_c(icg, half=False)  # (an accumulator past half the scratchpad, shorter row tiles)
         if ocg is None:
-            return [1]  # not one output channel fits with these input channels: the space's fit says by how much
-        out = [ocg]
+            ocg = wider
+            if ocg is None:
+                return [1]  # not one output channel fits with these input channels: the space's fit says by how much
+        out = [ocg] + ([wider] if wider is not None and wider > ocg else [])
         if tiling["split"] != "filter":
             return out
         n = len(self.ctx.cores)
@@ -108,11 +133,11 @@ class _Planner:
         each core's partial dW rows fit its share of the shared level."""
         lay = self.lay
         icg, ocg = tiling["in_c_slice"], tiling["out_c_slice"]
-        if not lay.slices_fit(icg, ocg)[1]:
+        if not lay.slices_fit(icg, ocg, half=False)[1]:
             raise DoesNotFit(lay.level.name, lay.needed_bytes(icg, ocg), lay.level.size_bytes,
                              f"{self.call.symbol}: tiling in_c_slice={icg}, out_c_slice={ocg} does not fit the "
-                             f"{lay.level.size_bytes}-byte {lay.level.name} scratchpad (the fp32 accumulator may "
-                             f"take half of it; a one-row tile must fit one of the two slots left)")
+                             f"{lay.level.size_bytes}-byte {lay.level.name} scratchpad (the fp32 accumulator, "
+                             f"then a one-row tile in each of the two slots left)")
         if tiling["split"] == "spatial" and len(lay.active) > 1:
             share_stride(lay, ocg)  # DoesNotFit when a core's share of the shared level holds no row of dW
         asked = MicroAsk(tiling.get("a_operand"), tiling.get("m_micro"), tiling.get("n_micro"))

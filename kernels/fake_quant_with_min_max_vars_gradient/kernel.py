@@ -139,8 +139,9 @@ class _Planner:
         cores = tiling["cores"]
         span = self.shares(cores)[0][2] - self.shares(cores)[0][1]
         tile = self.heuristic_tile(span)
-        if cores < len(self.call.cores):  # fewer cores: the heuristic's tiles (one core: the whole call)
-            return [tile if cores > 1 else self.total]
+        if cores < len(self.call.cores):  # fewer cores: the heuristic's tiles (one core: the whole call, or as
+            # much of it as a slot holds when a caller asks for one core on a call the search would not give it)
+            return [tile if cores > 1 else min(self.total, self.budget)]
         return [tile, self.heuristic_tile(span, 1),
                 min(tile, max(self.lanes, tile // SHORT_TILE_FRACTION // self.lanes * self.lanes))]
 

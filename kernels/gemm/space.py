@@ -249,10 +249,7 @@ class GemmSpace(GemmLayouts):
                                                "from memory once instead of once per core); broadcast: split m, "
                                                "every core loads the block from memory into its AM as one "
                                                "synchronised transfer, which reads it once",
-                      # (broadcast only when asked for: searched, it leads the climb away from better plans of
-                      # thin B: 12288x32x1024 on FT78NE ends at 3,054,206 cycles, 2.4 % over the 2,981,899 it
-                      # finds without it; docs/gemm.md)
-                      values=lambda t: B_STAGINGS[:2] if t["split"] == "m" and self._may_share("m")
+                      values=lambda t: B_STAGINGS if t["split"] == "m" and self._may_share("m")
                       else B_STAGINGS[:1]),
             IntKey("m_micro", 1, 64, "rows of the micro-kernel's C block in registers (with n_micro: accumulators, a "
                                      "row of B and the broadcast A values within the core's vector registers)",
@@ -273,6 +270,11 @@ class GemmSpace(GemmLayouts):
             # preferred tiling, which the climb, its budget spent on the steps around it, often does not reach.
             starts=(*(({"nt_kernel": "reduce"},) if any(len(self._nt_kernels({"split": x})) > 1 for x in splits)
                       else ()),
+                    # (B broadcast to every core on split m: two keys from a climb on split n, where a core left
+                    # without a column block of its own idles: 384 x 512 x 512 on 7 of FT78NE's cores, 18 %)
+                    *(({"split": "m", "b_staging": "broadcast",
+                        **({"a_staging": "memory"} if self._a_staging_chosen() else {})},)
+                      if "m" in splits and self._may_share("m") and len(splits) > 1 else ()),
                     *(({"split": "m", "a_staging": "memory", "b_staging": "gsm", "n_block": g.n,
                         **({"n_micro": even} if (even := self._even_width(g.n, n_micro)) != n_micro else {})},)
                       if split == "m" and self._a_staging_only() is not None and self._may_share("m") else ())))

@@ -403,7 +403,10 @@ def union(key: ChoiceKey, spaces: Mapping[str, TilingSpace],
         are theirs together): KernelArgError naming ``tiling.<key>``."""
         space = spaces[tiling[key.name]]
         t = {k: v for k, v in tiling.items() if k in space.keys}
-        space.check(t)
+        try:
+            space.check(t)
+        except KernelArgError as e:  # (the union's range is every formulation's: name the one it is not in)
+            raise KernelArgError(f"{e} with {key.name} {tiling[key.name]}") from None
         return space, t
 
     def fit(tiling: dict[str, Any]) -> None:

@@ -58,7 +58,10 @@ def tiles_refusal(space: TilingSpace, tiling: Mapping[str, Any], *, hint: bool =
 def prefilter(space: TilingSpace, tiling: dict) -> SimError | None:
     """Why a full ``tiling`` cannot plan, found without planning it (the space's ``tiles`` and ``fit``: a
     KernelArgError beyond the plan-size budget, the DoesNotFit of the level it overflows), or None."""
-    too_many = tiles_refusal(space, tiling, hint=False)
+    try:
+        too_many = tiles_refusal(space, tiling, hint=False)
+    except KernelArgError as e:  # (a caller's value outside this completion's range: a formulation whose
+        return detached(e)  # keys mean something else, say)
     if too_many is not None:
         return KernelArgError(f"argument 'tiling': {too_many}")
     if space.fit is not None:

@@ -274,8 +274,9 @@ def test_every_candidate_plan_is_right(name, tmp_path):
 def test_in_c_slices_exchange_in_rounds(tmp_path):
     attrs = FORCED["in-c-slices"]
     target = small_target(tmp_path)
-    (choice,) = [c for c in _choices(target, attrs) if c.kind == "spatial"]
-    assert choice.icg < 40  # the input rows were cut into channel slices
+    spatial = [c for c in _choices(target, attrs) if c.kind == "spatial"]
+    assert all(c.icg < 40 for c in spatial)  # the input rows were cut into channel slices
+    choice = spatial[0]  # (the space's preferred one)
     x, dy = random_case(5, attrs)
     run = check_case(target, "fp32", "s", x, dy, attrs, reference(x, dy, **attrs), rtol=1e-5, atol=1e-5,
                      tiling=choice.as_tiling())
@@ -541,9 +542,10 @@ def test_slices_too_big_for_the_scratchpad_name_the_vector_level(tmp_path):
     call, asked = _context(m, FORCED["many-slices"], {"in_c_slice": 48, "out_c_slice": 40})
     with pytest.raises(DoesNotFit) as err:
         cbf.KERNEL.plan(call, asked)
-    # The accumulator alone, 3x3x48x40 fp32, is 69120 bytes: more than half the 32 KiB scratchpad.
+    # The accumulator alone, 3x3x48x40 fp32, is 69120 bytes: more than the 32 KiB scratchpad, and two one-row
+    # slots come on top of it.
     assert err.value.resource == ctx.vector_level.name == "am"
-    assert err.value.available_bytes == 0x8000 and err.value.needed_bytes >= 2 * 69120
+    assert err.value.available_bytes == 0x8000 and err.value.needed_bytes > 69120
 
 
 @pytest.mark.parametrize("name", ["many-slices", "in-c-slices", "nchw-rows"])

@@ -148,7 +148,8 @@ def test_transposed_a_costs_about_what_the_1x1_convolution_doing_the_same_produc
     conv = s.call("fp_conv2d_backprop_filter_s", input=DDR[0], out_backprop=DDR[1], output=DDR[2],
                   input_shape=[4, 16, 16, 256], filter_sizes=[1, 1, 256, 256], strides=[1, 1, 1, 1],
                   padding="VALID", numerics=False)
-    assert g.tiling.tiling["m_panel"] * 4 % 64 == 0
+    if g.tiling.tiling.get("a_staging", "gsm") == "memory":  # (panels from GSM pay no DDR burst each)
+        assert g.tiling.tiling["m_panel"] * 4 % 64 == 0
     assert g.cycles <= 1.25 * conv.cycles, (g.cycles, conv.cycles)
 
 
@@ -381,18 +382,18 @@ def test_the_nt_kernel_is_one_step_from_streamed_c_and_cheaper_with_few_rows_per
 def test_the_search_prices_the_nt_tiling_nearest_its_climbs_end():
     """FT78NE, 8 cores, 2048 x 64 x 512 with B transposed: the climb from the NN schedule steps through transposing
     tilings; once it ends, the NT tiling nearest its end is priced too (a step of one key cannot reach it), here
-    by its lower bound, which the climb's end beats: split m with B's blocks transposed in AM and shared through
-    GSM, A's panels straight from memory in one 2048-row block.  (The NT kernel won this call, 312,297 cycles,
-    before split m could read A from memory; 266,450 before that block grew to all of m.)  The pick is the
-    cheapest candidate."""
+    by its lower bound, which the climb's end beats: split m with B's blocks transposed in AM and broadcast to
+    every core (254,992 cycles; 266,450 shared through GSM, before the search tried the broadcast), A's panels
+    straight from memory in one 2048-row block.  (The NT kernel won this call, 312,297 cycles, before split m
+    could read A from memory.)  The pick is the cheapest candidate."""
     run = sim.Simulator("FT78NE", tuning_cache=False).call(
         "fp_gemm_s", a=DDR[0], b=DDR[1], c=DDR[2], m=2048, n=64, k=512, trans_b=1, core_mask=0xFF, numerics=False)
     candidates = run.tiling.candidates
     nt = [note for (t, _), note in zip(candidates, run.tiling.notes) if t["nt_kernel"] == "reduce"]
     assert len(nt) == 1 and "lower bound" in nt[0]
     got = run.tiling.tiling
-    assert (got["nt_kernel"], got["a_staging"], got["b_staging"], got["m_block"]) == ("transpose", "memory", "gsm",
-                                                                                       2048)
+    assert (got["nt_kernel"], got["a_staging"], got["b_staging"], got["m_block"]) == ("transpose", "memory",
+                                                                                       "broadcast", 2048)
     priced = [c for _, c in candidates if c is not None]
     assert run.cycles == min(priced) < 266_450
 
@@ -615,14 +616,15 @@ def test_the_next_b_blocks_copy_from_gsm_streams_within_the_step_not_after_it():
 
 
 def test_on_thin_b_the_search_prices_the_published_direct_scheme_once_its_climb_ends():
-    """FT78NE, 8 cores, 768 x 192 x 512 (B thin: split m preferred): the climb ends at split m, B shared through
-    GSM, A from memory, in 128-column blocks (237,638 cycles; its budget spent on the steps around the preferred
-    tiling); the space's thin-B start, the published direct scheme with all 192 columns a block, is priced then
-    and wins (158,327, with 96-column micro-kernels): more than 15 % fewer cycles than the climb's end."""
+    """FT78NE, 8 cores, 768 x 192 x 512 (B thin: split m preferred): the climb ends at split m, A from memory,
+    in 128-column blocks (its budget spent on the steps around the preferred tiling); the space's thin-B start,
+    the published direct scheme with all 192 columns a block, is priced then and wins, with 96-column
+    micro-kernels and B broadcast to the cores (148,005 cycles; 172,059 with B shared through GSM, the published
+    scheme as it is): more than 15 % fewer cycles than the climb's end with the same keys (220,009)."""
     run = sim.Simulator("FT78NE", tuning_cache=False).call(
         "fp_gemm_s", a=DDR[0], b=DDR[1], c=DDR[2], m=768, n=192, k=512, core_mask=0xFF, numerics=False)
     got = run.tiling.tiling
-    assert (got["split"], got["a_staging"], got["b_staging"], got["n_block"]) == ("m", "memory", "gsm", 192)
+    assert (got["split"], got["a_staging"], got["b_staging"], got["n_block"]) == ("m", "memory", "broadcast", 192)
     climbs_end = {**got, "n_block": 128, "n_micro": 128}
     other = sim.Simulator("FT78NE", tuning_cache=False).call(
         "fp_gemm_s", a=DDR[0], b=DDR[1], c=DDR[2], m=768, n=192, k=512, core_mask=0xFF, numerics=False,
