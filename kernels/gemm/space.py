@@ -45,6 +45,7 @@ class GemmSpace(GemmLayouts):
         g = self.g
         cores = len(self.ctx.cores)
         n_micro = min(4 * self.lanes, align_up(g.n, self.lanes))
+        staged = {"a_staging": "memory"} if self._a_staging_chosen() else {}  # (the split m starts' A panels)
         split = "n" if g.n >= 2 * n_micro * min(cores, 2) or cores == 1 else "m"
         if cores > 1 and g.k >= LONG_K * max(g.m, g.n):
             split = "k"  # small m x n, long k: the depth is the only dimension with work for every core
@@ -270,10 +271,12 @@ class GemmSpace(GemmLayouts):
             # preferred tiling, which the climb, its budget spent on the steps around it, often does not reach.
             starts=(*(({"nt_kernel": "reduce"},) if any(len(self._nt_kernels({"split": x})) > 1 for x in splits)
                       else ()),
-                    # (B broadcast to every core on split m: two keys from a climb on split n, where a core left
-                    # without a column block of its own idles: 384 x 512 x 512 on 7 of FT78NE's cores, 18 %)
-                    *(({"split": "m", "b_staging": "broadcast",
-                        **({"a_staging": "memory"} if self._a_staging_chosen() else {})},)
+                    # (B broadcast to every core on split m, all of B's columns a block or the nearest: keys away
+                    # from a climb on split n, where a core left without a column block of its own idles: 384 x
+                    # 512 x 512 on 7 of FT78NE's cores, 18 %)
+                    *(({"split": "m", "b_staging": "broadcast", **staged, "n_block": g.n,
+                        **({"n_micro": even} if (even := self._even_width(g.n, n_micro)) != n_micro else {})},
+                       {"split": "m", "b_staging": "broadcast", **staged})
                       if "m" in splits and self._may_share("m") and len(splits) > 1 else ()),
                     *(({"split": "m", "a_staging": "memory", "b_staging": "gsm", "n_block": g.n,
                         **({"n_micro": even} if (even := self._even_width(g.n, n_micro)) != n_micro else {})},)
