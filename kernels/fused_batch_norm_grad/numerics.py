@@ -110,11 +110,38 @@ def fused_batch_norm_grad_reference(dy: np.ndarray, x: np.ndarray, scale: np.nda
 
 # --- the tiles' compute functions (module-level, so that a tile states them as TileFn values) ---------------
 
+def _channel(v: np.ndarray) -> np.ndarray:
+    """A per-channel vector in fp32, shaped to broadcast along a [a, c, b] block (as :func:`_per_channel`)."""
+    return (v if v.dtype == F32 else v.astype(F32)).reshape(1, -1, 1)
+
+
+def _fresh_f32(block: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """``block`` in fp32 and where an operation on it may write its result: into the widened copy of an fp16
+    block, or a new array (None) for an fp32 block, which is read-only memory."""
+    wide = widened(block)
+    return wide, (None if wide is block else wide)
+
+
+def _xhat_block(x: np.ndarray, mean: np.ndarray, rs: np.ndarray) -> np.ndarray:
+    """:func:`_xhat` in two ufunc calls: (x - mean) · rs in fp32, in a new array."""
+    xw, into = _fresh_f32(x)
+    xh = np.subtract(xw, _channel(mean), out=into)
+    return np.multiply(xh, _channel(rs), out=xh)
+
+
+# The tiles' functions below run once per tile, on small blocks, so each is written as the few ufunc calls it needs
+# (no helper calls, the reductions called directly): the same operations on the same operands in the same order as
+# the reference functions above, so the same bits (tests/test_tile_numerics.py compares them).
+
 def sums_tile(x: np.ndarray, dy: np.ndarray, mean: np.ndarray, rs: np.ndarray, s1: np.ndarray,
               s2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A row block's two sums added to the running ones."""
-    d1, d2 = partial_sums(x, dy, mean, rs)
-    return s1 + d1, s2 + d2
+    """A row block's two sums (:func:`partial_sums`) added to the running ones."""
+    dyf = widened(dy)
+    prod = _xhat_block(x, mean, rs)
+    np.multiply(dyf, prod, out=prod)
+    d1 = np.add.reduce(dyf, axis=(0, 2), dtype=F32)
+    d2 = np.add.reduce(prod, axis=(0, 2), dtype=F32)
+    return np.add(s1, d1, out=d1), np.add(s2, d2, out=d2)
 
 
 def sums_and_dx_infer_tile(dtype: np.dtype, x: np.ndarray, dy: np.ndarray, mean: np.ndarray, rs: np.ndarray,
@@ -126,8 +153,18 @@ def sums_and_dx_infer_tile(dtype: np.dtype, x: np.ndarray, dy: np.ndarray, mean:
 
 def dx_train_tile(m: int, dtype: np.dtype, x: np.ndarray, dy: np.ndarray, mean: np.ndarray, rs: np.ndarray,
                   scale: np.ndarray, s1: np.ndarray, s2: np.ndarray) -> tuple[np.ndarray]:
-    """Training's row block: x_backprop (in ``dtype``) from the reduced sums over ``m`` elements per channel."""
-    return (x_backprop_train(x, dy, mean, rs, scale, s1, s2, m).astype(dtype, copy=False),)
+    """Training's row block: x_backprop (:func:`x_backprop_train`, in ``dtype``) from the reduced sums over ``m``
+    elements per channel."""
+    mf = F32.type(m)
+    dyw, into = _fresh_f32(dy)
+    t = np.multiply(mf, dyw, out=into)
+    np.subtract(t, _channel(s1), out=t)
+    xh = _xhat_block(x, mean, rs)
+    np.multiply(xh, _channel(s2), out=xh)
+    np.subtract(t, xh, out=t)
+    k = np.multiply(scale if scale.dtype == F32 else scale.astype(F32), rs)
+    np.divide(k, mf, out=k)
+    return (np.multiply(k.reshape(1, -1, 1), t, out=t).astype(dtype, copy=False),)
 
 
 def rs_and_zero_sums_tile(epsilon: float | None, channels: int, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

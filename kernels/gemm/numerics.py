@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.common.halves import widened
+from kernels.common.halves import widened, widened_again
 from kernels.gemm.constants import F32
 
 
@@ -28,7 +28,8 @@ def tile_product(trans_a: bool, trans_b: bool, ncols: int, first: bool, beta: bo
     # fp32 operands as they lie (no copy), fp16 ones widened by table look-up: the same values as astype gives, in
     # the same memory order (a transposed operand widened first, then transposed), so the same product.
     oa = widened(panel).T if trans_a else widened(panel)
-    ob = widened(bblock).T if trans_b else widened(bblock)
+    # (the B block stays in place for a row of panels: its fp32 values are looked up while its bytes are unchanged)
+    ob = widened_again(bblock).T if trans_b else widened_again(bblock)
     acc = oa @ ob
     if not first or beta:
         old = widened(rest[0])  # the accumulator, or the old C on the first k block

@@ -11,6 +11,13 @@ operations, in exactly the order, of :meth:`Engine.copy_bytes <sim.engine.engine
 :meth:`Engine.compute_numerics <sim.engine.engine.Engine.compute_numerics>`, which an effect whose bytes span pages
 of several runs still takes.
 
+A compute's step holds its function's whole argument list (a :class:`~sim.model.plan.TileFn`'s parameters then
+the input views), so a replay calls the module-level function at once, and what it returned, when it is what a
+tile function usually returns (a list or tuple of plain arrays of the output operands' dtypes and shapes), is
+assigned to the output views as it is; anything else goes through :func:`~sim.engine.results.tile_results`'s own
+check and conversion, and an exception raised by the function becomes the same
+:class:`~sim.errors.KernelCodeError`.
+
 The call's journal (:meth:`AddressSpace.touch <sim.model.memory.AddressSpace.touch>`) saves each chunk's bytes
 before the call first changes them, so that a failing call leaves memory as it was.  The program journals every
 chunk its steps write before its first step, all at once: the bytes saved are the same (nothing has changed them
@@ -20,14 +27,16 @@ yet), a rolled-back call restores the same chunks, and the steps pay no journal 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from sim.engine.results import tile_results
+from sim.model.plan import TileFn
 
 if TYPE_CHECKING:
     from sim.engine.engine import Effect, Engine
+    from sim.model.plan import Compute, Tile
 
 #: Program steps: a planned copy, a compute through kept views, an effect taken the engine's own way, a report.
 _COPY, _COMPUTE, _SLOW, _TICK = 0, 1, 2, 3
@@ -40,9 +49,10 @@ def replay(eng: Engine, effects: Sequence[Effect]) -> None:
     kept = memory.kept(("replay", id(effects)), lambda: (effects, *_program(eng, effects)))
     assert kept[0] is effects
     touch, tick = memory.touch, eng.on_tile
-    for key, lo, hi in kept[2]:
+    for key, lo, hi in kept[3]:
         touch(key, lo, hi)
-    for step in kept[1]:
+    # (without a progress callback, the program without its reports: a third of the steps of a plan of small tiles)
+    for step in kept[1] if tick is not None else kept[2]:
         kind = step[0]
         if kind == _COPY:
             step[2][...] = step[1]  # numpy buffers the copy itself when source and destination overlap
@@ -55,13 +65,15 @@ def replay(eng: Engine, effects: Sequence[Effect]) -> None:
             else:
                 tile, core, cycle = effect
                 eng.compute_numerics(core, tile, cycle)
-        elif tick is not None:
+        else:
+            assert tick is not None  # (reports are left out of the program run without a callback)
             tick(*step[1])
 
 
-def _program(eng: Engine, effects: Sequence[Effect]) -> tuple[list[tuple], list[tuple[int, int, int]]]:
-    """The steps that carry out ``effects`` on ``eng``'s memory (views resolved once), and the spans ``(store key,
-    lo, hi)`` their copies and computes write, merged (the engine's own way journals its own)."""
+def _program(eng: Engine, effects: Sequence[Effect]) -> tuple[list[tuple], list[tuple], list[tuple[int, int, int]]]:
+    """The steps that carry out ``effects`` on ``eng``'s memory (views resolved once), the same without the progress
+    reports, and the spans ``(store key, lo, hi)`` their copies and computes write, merged (the engine's own way
+    journals its own)."""
     memory = eng.memory
     out: list[tuple] = []
     written: list[tuple[int, int, int]] = []
@@ -76,13 +88,12 @@ def _program(eng: Engine, effects: Sequence[Effect]) -> tuple[list[tuple], list[
                 out.append((_COPY, *planned[:2]))
                 written.append(planned[2:])
         elif len(effect) == 3:
-            step = _compute_step(eng, *effect)
+            step, spans = _compute_step(eng, *effect)
             out.append(step)
-            if step[0] == _COMPUTE:
-                written.extend((key, lo, hi) for _, key, lo, hi, _, _ in step[3])
+            written.extend(spans)
         else:
             out.append((_TICK, effect))
-    return out, _merged(written)
+    return out, [step for step in out if step[0] != _TICK], _merged(written)
 
 
 def _merged(spans: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
@@ -97,26 +108,87 @@ def _merged(spans: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
     return out
 
 
-def _compute_step(eng: Engine, tile: Any, core: int, cycle: int) -> tuple:
-    """A compute's step: its inputs' read-only views and its outputs' views (the engine's own way if one of its
-    operands spans pages of several runs)."""
+def _compute_step(eng: Engine, tile: Tile, core: int, cycle: int) -> tuple[tuple, list[tuple[int, int, int]]]:
+    """A compute's step and the spans its outputs write: the compute's function and, when it is a :class:`TileFn`,
+    its parameters; its whole argument list (those parameters, then the inputs' read-only views); its outputs'
+    views, dtypes and shapes.  The engine's own way (no spans: it journals its own) if one of its operands spans
+    pages of several runs."""
     c = tile.compute
+    assert c is not None  # (a run records computes of tiles that have one)
     inputs = []
     for op in c.inputs:
         _, _, _, _, frozen = eng.operand_view(core, tile, op, "compute operand", "read", cycle)
         if frozen is None:
-            return _SLOW, (tile, core, cycle)
+            return (_SLOW, (tile, core, cycle)), []
         inputs.append(frozen)
-    outputs = []  # (view, store key, lo, hi, little-endian dtype, shape)
+    outputs = []  # (view, little-endian dtype, shape)
+    spans = []
     for op in c.outputs:
         key, n, dt, view, _ = eng.operand_view(core, tile, op, "compute output", "write", cycle)
         if view is None:
-            return _SLOW, (tile, core, cycle)
-        outputs.append((view, key, op.addr, op.addr + n, dt, tuple(op.shape)))
-    return _COMPUTE, c, tuple(inputs), tuple(outputs), core, tile
+            return (_SLOW, (tile, core, cycle)), []
+        outputs.append((view, dt, tuple(op.shape)))
+        spans.append((key, op.addr, op.addr + n))
+    stated = c.fn
+    params = stated.params if type(stated) is TileFn else None
+    return (_COMPUTE, c, stated, params, (*(params or ()), *inputs), tuple(outputs), core, tile), spans
 
 
-def _compute(c: Any, inputs: tuple, outputs: tuple, core: int, tile: Any) -> None:
-    """One compute through its kept views (as :meth:`Engine.compute_numerics` runs it, its outputs journaled)."""
-    for (view, _, _, _, dt, shape), value in zip(outputs, tile_results(c, inputs, core, tile)):
+def _compute(c: Compute, stated: Any, params: tuple | None, args: tuple, outputs: tuple, core: int,
+             tile: Tile) -> None:
+    """One compute through its kept views, as :meth:`Engine.compute_numerics` runs it (its outputs journaled).
+
+    ``args`` is the ``stated`` function's whole argument list: a :class:`TileFn`'s ``params`` (its module-level
+    function is called at once, without the TileFn's own call in between), then the inputs' views.  A compute whose
+    function is no longer the one the program was made of (another function, or TileFn parameters) is called
+    through :func:`tile_results` as the engine calls it."""
+    fn = c.fn
+    if fn is not stated or (params is not None and fn.params is not params):
+        results = tile_results(c, args[len(args) - len(c.inputs):], core, tile)
+    else:
+        try:
+            returned = fn.fn(*args) if params is not None else fn(*args)
+        except Exception as e:  # noqa: BLE001 (named as the engine names it, below)
+            returned = _Raised(e)
+        if type(returned) in (list, tuple) and len(returned) == len(outputs):
+            for (_, dt, shape), r in zip(outputs, returned):
+                if type(r) is not np.ndarray or r.dtype != dt or r.shape != shape:
+                    break
+            else:
+                # (what tile_results passes as it is; a read-only result, a view of an input, copied as it copies
+                # one before an earlier output's write can change it)
+                if len(outputs) == 1:
+                    outputs[0][0][...] = returned[0]
+                else:
+                    for (view, _, _), r in zip(outputs, [r if r.flags.writeable else r.copy() for r in returned]):
+                        view[...] = r
+                return
+        # (a stand-in with the compute's outputs and a function giving back what was returned: all tile_results reads)
+        results = tile_results(cast("Compute", _Returned(c, returned)), (), core, tile)
+    for (view, dt, shape), value in zip(outputs, results):
         view[...] = np.asarray(value, dtype=dt).reshape(shape)
+
+
+class _Raised:
+    """An exception a tile function raised, kept to be raised again where :func:`tile_results` names it."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception):
+        self.error = error
+
+
+class _Returned:
+    """A compute whose function, called again, gives back what the real one already returned (or raises what it
+    raised): :func:`tile_results` checks it and names a failure exactly as it does for a call it makes itself."""
+
+    __slots__ = ("outputs", "value")
+
+    def __init__(self, c: Compute, value: Any):
+        self.outputs, self.value = c.outputs, value
+
+    def fn(self) -> Any:
+        """What the compute's function returned, or its exception raised again."""
+        if type(self.value) is _Raised:
+            raise self.value.error
+        return self.value
