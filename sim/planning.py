@@ -162,6 +162,10 @@ class CallPlanner:
     def _in_space(self, kernel: Any, call: BoundCall, ctx: PlanContext, tiling: Mapping[str, Any] | None,
                   progress: Progress | None) -> Planned:
         """The plan of ``call`` by the kernel's tiling space: ``tiling`` if it is complete, else the search's."""
+        if tiling is None:  # (a repeated call: its choice remembered, the space not built again)
+            remembered = self.choices.get(call.symbol, call, self._tolerance(), {}, kernel=kernel)
+            if remembered is not None:
+                return Planned(self.lower(kernel, call, replace(ctx, tiling=remembered.tiling)), remembered)
         # (the space is asked for with the caller's tiling: a kernel may offer a key only where it is asked for)
         space = self.space(kernel, call, ctx if tiling is None else replace(ctx, tiling=dict(tiling)))
         fixed = space.fixed(tiling)

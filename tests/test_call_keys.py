@@ -116,3 +116,20 @@ def test_a_kernel_object_changed_between_two_calls_plans_again():
         else:
             raise AssertionError("a plan writing the input ran")
         assert m.memory.snapshot() == before
+
+
+def test_a_repeated_call_takes_its_remembered_choice_without_building_the_space_again(monkeypatch):
+    from kernels.registry import lookup
+    kernel = lookup("fp_gemm_s").kernel
+    built = []
+    space = type(kernel).tiling_space
+    monkeypatch.setattr(type(kernel), "tiling_space",
+                        lambda self, call, ctx: (built.append(1), space(self, call, ctx))[1])
+    m = sim.Simulator("FT78NE", tuning_cache=False)
+    args = dict(a=0x80000000, b=0x90000000, c=0xA0000000, m=64, n=64, k=64, numerics=False)
+    first = m.call("fp_gemm_s", **args)
+    asked = len(built)
+    again = m.call("fp_gemm_s", **args)
+    assert asked >= 1 and len(built) == asked and again.cycles == first.cycles
+    m.call("fp_gemm_s", **{**args, "k": 128})  # (another call: its own space)
+    assert len(built) > asked
