@@ -155,11 +155,19 @@ def run_starts(base: int, dims: Sequence[tuple[int, int]]) -> np.ndarray:
 def covered(layout: Layout) -> list[tuple[int, int]] | None:
     """The bytes of a block of ``layout`` as disjoint intervals in address order (its runs merged); None for a
     block of more than :data:`MAX_RUNS_LISTED` runs."""
-    got = covered_offsets(layout[1], layout[2])
+    got = _covered_pairs(layout[1], layout[2])
     if got is None:
         return None
     base = layout[0]
-    return [(base + lo, base + hi) for lo, hi in zip(got[0].tolist(), got[1].tolist())]
+    return [(base + lo, base + hi) for lo, hi in got]
+
+
+@functools.lru_cache(maxsize=1024)
+def _covered_pairs(run: int, dims: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...] | None:
+    """:func:`covered_offsets` as Python ints, pairs of (start, end) (the plan rules shift them by a block's first
+    byte at every transfer: a plan's blocks come in a few layouts)."""
+    got = covered_offsets(run, dims)
+    return None if got is None else tuple(zip(got[0].tolist(), got[1].tolist()))
 
 
 @functools.lru_cache(maxsize=256)
