@@ -229,3 +229,20 @@ def test_the_byte_set_joins_a_blocks_runs_at_once_as_one_by_one(seed):
         for run in runs:
             one_by_one.add(*run)
         assert (at_once.starts, at_once.ends) == (one_by_one.starts, one_by_one.ends)
+
+
+def test_the_byte_set_merges_many_runs_and_sets_as_it_adds_them_one_by_one():
+    rng = np.random.default_rng(9)
+    big, one_by_one = ByteSet(), ByteSet()
+    runs = [(int(lo), int(lo) + int(n)) for lo, n in zip(np.arange(0, 40_000, 97), rng.integers(1, 90, 413))]
+    big.add_sorted(runs)  # (past the numpy threshold)
+    for run in runs:
+        one_by_one.add(*run)
+    assert (big.starts, big.ends) == (one_by_one.starts, one_by_one.ends)
+    others = [ByteSet([(int(a), int(a) + 50)]) for a in rng.integers(0, 41_000, 300)]
+    joined, added = ByteSet(runs), ByteSet(runs)
+    joined.join(others)
+    for b in others:
+        for lo, hi in zip(b.starts, b.ends):
+            added.add(lo, hi)
+    assert (joined.starts, joined.ends) == (added.starts, added.ends)

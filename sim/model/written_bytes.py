@@ -26,8 +26,27 @@ import heapq
 from collections.abc import Sequence
 from typing import NamedTuple
 
+import numpy as np
+
 from sim.model.block_overlap import covered, layout_of
 from sim.model.plan import Transfer
+
+#: Intervals merged with numpy past this many (a Python merge is faster for the few of a typical block's runs).
+_MERGED_IN_NUMPY = 256
+
+
+def _coalesced(starts: list[int], ends: list[int]) -> tuple[list[int], list[int]]:
+    """Intervals ``[starts[i], ends[i])`` (none empty, in any order) merged where they meet or touch, sorted."""
+    lo = np.array(starts, dtype=np.int64)
+    hi = np.array(ends, dtype=np.int64)
+    order = np.argsort(lo, kind="stable")
+    lo, hi = lo[order], hi[order]
+    reach = np.maximum.accumulate(hi)
+    opens = np.ones(lo.size, dtype=bool)
+    opens[1:] = lo[1:] > reach[:-1]
+    first = np.flatnonzero(opens)
+    last = np.append(first[1:], lo.size) - 1
+    return lo[first].tolist(), reach[last].tolist()
 
 
 class ByteSet:
@@ -65,17 +84,29 @@ class ByteSet:
         if j - i == len(spans) and all(s_lo <= lo and hi <= s_hi for (lo, hi), s_lo, s_hi
                                        in zip(spans, starts[i:j], ends[i:j])):
             return  # each run inside one interval already (a block written again, as C at every k block)
-        new_starts: list[int] = []
-        new_ends: list[int] = []
-        for lo, hi in heapq.merge(zip(starts[i:j], ends[i:j]), spans):
-            if new_ends and lo <= new_ends[-1]:
-                if hi > new_ends[-1]:
-                    new_ends[-1] = hi
-            else:
-                new_starts.append(lo)
-                new_ends.append(hi)
+        if j - i + len(spans) > _MERGED_IN_NUMPY:
+            new_starts, new_ends = _coalesced(starts[i:j] + [lo for lo, _ in spans],
+                                              ends[i:j] + [hi for _, hi in spans])
+        else:
+            new_starts, new_ends = [], []
+            for lo, hi in heapq.merge(zip(starts[i:j], ends[i:j]), spans):
+                if new_ends and lo <= new_ends[-1]:
+                    if hi > new_ends[-1]:
+                        new_ends[-1] = hi
+                else:
+                    new_starts.append(lo)
+                    new_ends.append(hi)
         starts[i:j] = new_starts
         ends[i:j] = new_ends
+
+    def join(self, others: Sequence[ByteSet]) -> None:
+        """Join every set of ``others`` (a phase's per-core writes) at once."""
+        pieces = [b for b in others if b.starts]
+        if not pieces:
+            return
+        all_starts = self.starts + [lo for b in pieces for lo in b.starts]
+        all_ends = self.ends + [hi for b in pieces for hi in b.ends]
+        self.starts, self.ends = _coalesced(all_starts, all_ends)
 
     def covers(self, lo: int, hi: int) -> bool:
         """Whether ``[lo, hi)`` lies inside the set (inside one interval: they never touch)."""
@@ -244,8 +275,6 @@ class WrittenBytes:
                     left = [g for piece in left for g in theirs.gaps(*piece)]
             if left:
                 return read, left[0]
-        for theirs in phase.values():
-            if theirs.starts:
-                self.shared_before.add_sorted(list(zip(theirs.starts, theirs.ends)))
+        self.shared_before.join(list(phase.values()))
         self.phase_by_core = {}
         return None
