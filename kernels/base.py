@@ -19,7 +19,7 @@ from sim.model.call import ArgSpec, BoundCall, MemoryReader
 from sim.model.plan import DoesNotFit, Loop, Plan
 from sim.model.target import StagingArea, Target
 from sim.model.tiling import TilingSpace
-from sim.timing import cheapest_loops, loops_cycles
+from sim.timing import cheapest_loops, flops_at_peak_cycles, loops_cycles
 
 #: An option's label in :meth:`PlanContext.cheapest_loops`.
 T = TypeVar("T")
@@ -88,6 +88,11 @@ class PlanContext:
         """Cycles the engine charges a tile's compute that issues ``loops`` (:func:`sim.timing.loops_cycles`): what
         a kernel's tiling-space ``bound`` sums without building the tiles."""
         return loops_cycles(loops, self.target)
+
+    def flops_at_peak_cycles(self, flops: float, cores: int) -> float:
+        """The fewest cycles ``flops`` element operations at this precision take on ``cores`` cores at their FMAC
+        peak (:func:`sim.timing.flops_at_peak_cycles`): a lower bound a tiling space's ``bound`` may build on."""
+        return flops_at_peak_cycles(flops, self.precision, self.target, cores)
 
     @property
     def peak_flops_per_cycle(self) -> int:

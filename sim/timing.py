@@ -788,6 +788,12 @@ def serial_compute_cycles(plan: Plan, target: Target, memo: object = None) -> di
     return out
 
 
+def flops_at_peak_cycles(flops: float, precision: str, target: Target, cores: int) -> float:
+    """The fewest cycles ``flops`` element operations at ``precision`` take on ``cores`` cores of ``target``, every
+    FMAC unit busy on every core (a lower bound of any plan that does them: a tiling space's ``bound``)."""
+    return flops / (max(cores, 1) * target.core.precisions[precision].peak_flops_per_cycle)
+
+
 def peak_flops_per_cycle(rf: Roofline, target: Target, cores: int) -> float:
     """The cores' peak in element operations per cycle at the precisions the plan computes in.
 

@@ -316,3 +316,54 @@ def test_partial_tilings_that_have_a_completion_plan():
     with pytest.raises(sim.KernelArgError, match=r"tiling\.n_block': expected an integer in 1\.\.7, got 128 with "
                                                  r"formulation direct"):
         gemm("FT78NE", "fp_gemm_s", 1025, 7, 257, 0xFF, tiling={"formulation": "direct", "n_block": 128})
+
+
+def test_each_formulation_is_climbed_on_its_own():
+    """C = Aᵀ·Bᵀ of 3136 x 64 x 32 on one FT78NE core: the transposed formulation's climb reaches C streamed in
+    512-column blocks (102,027 cycles) only if it stays among its own tilings; a direct tiling priced in its first
+    round once ended it there, and the pick was the direct one's 122,509."""
+    run = gemm("FT78NE", "fp_gemm_s", 3136, 64, 32, 0x1, trans_a=1, trans_b=1)
+    assert run.cycles <= 102_027
+
+
+def test_every_formulation_has_completions_of_its_own():
+    """C = Aᵀ·Bᵀ of 300 x 200 x 700 on FT78NE: the transposed formulation's 4,068 completions came first and the
+    direct one's best (A from memory, B broadcast: 124,964 cycles) was past the search's limit of completions, so
+    its climb could not reach it; each now has a limit of its own, and the direct one's climb starts from its
+    tiling nearest the first climb's end as well."""
+    run = gemm("FT78NE", "fp_gemm_s", 300, 200, 700, 0xFF, trans_a=1, trans_b=1)
+    assert run.tiling.tiling["formulation"] == "direct" and run.cycles <= 124_964
+
+
+def test_a_small_space_with_a_bound_is_searched_whole():
+    """Conv2DBackpropFilter of a 1x1 1024 -> 256 layer on five FT78NE cores: 18 fitting tilings, which a climb of
+    one key at a time left at 512 x 64 slices (337,515 cycles); with a bound (the multiply-adds at the FMAC peak of
+    the cores with work) the space is planned whole, lowest bound first, and the 256 x 256 slices are found."""
+    run = sim.Simulator("FT78NE", tuning_cache=False).call(
+        "fp_conv2d_backprop_filter_s", input=A, out_backprop=B, output=C, input_shape=[1, 1024, 14, 14],
+        filter_sizes=[1, 1, 1024, 256], strides=[1, 1, 1, 1], padding="VALID", data_format="NCHW",
+        core_mask=0x1F, numerics=False)
+    assert run.cycles < 0.8 * 337_515
+
+
+@pytest.mark.parametrize("chip,symbol,shape,filt,mask", [
+    ("FT78NE", "fp_conv2d_backprop_filter_s", [1, 14, 14, 64], [3, 3, 64, 96], 0x1F),
+    ("MT7004", "hp_conv2d_backprop_filter_s", [2, 7, 7, 128], [1, 1, 128, 160], 0x7),
+])
+def test_the_filter_gradients_bound_is_below_every_run_of_its_tilings(chip, symbol, shape, filt, mask):
+    from kernels.registry import lookup
+    m = sim.Simulator(chip, tuning_cache=False)
+    args = dict(input=A, out_backprop=B, output=C, input_shape=shape, filter_sizes=filt, strides=[1, 1, 1, 1],
+                padding="SAME", core_mask=mask)
+    call = m.bind(symbol, **args)
+    space = lookup(symbol).kernel.tiling_space(call, m.context(call))
+    tilings, _ = space.completions({}, 64)
+    ran = 0
+    for t in tilings:
+        try:
+            run = sim.Simulator(chip, tuning_cache=False).call(symbol, numerics=False, tiling=t, **args)
+        except sim.SimError:
+            continue  # (a tiling that does not fit)
+        assert space.bound(dict(t)) <= run.cycles, t
+        ran += 1
+    assert ran >= 3

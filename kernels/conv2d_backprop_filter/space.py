@@ -57,7 +57,7 @@ class _Planner:
                    values=range(1, MICRO_M_ROWS + 1)),
             IntKey("n_micro", 1, lay.out_c, "micro-kernel columns of dW (output channels)", scope="compute",
                    values=[j * lay.lanes for j in range(1, MICRO_N_VECTORS + 1)]),
-            fit=self._fit, tiles=self._tiles)
+            fit=self._fit, tiles=self._tiles, bound=self._bound)
         asked = self.space.parse(ctx)
         self.asked = MicroAsk(asked["a_operand"], asked["m_micro"], asked["n_micro"])
 
@@ -147,6 +147,20 @@ class _Planner:
             # naming the key): refused here, so that no "nearest that fit" names such a slice.
             loops = _Tiles(lay, asked).tile_loops(_Group(0, min(icg, lay.in_c), 0, min(ocg, lay.out_c)))
             loops.micros(asked)
+
+    def _bound(self, tiling: Mapping[str, Any]) -> float:
+        """The space's ``bound``: the product's multiply-adds at the FMAC peak (of the call's precision: no slower
+        than the one the micro-kernels accumulate in) of the cores that get work (the spatial
+        split: cores with an output row; the filter split: at most one a slice), the work shared evenly among them
+        (a lower bound whatever the shares: the busiest core has at least the mean)."""
+        lay, g = self.lay, self.lay.geo
+        icg, ocg = tiling["in_c_slice"], tiling["out_c_slice"]
+        if tiling["split"] == "spatial":
+            busy = len(lay.active)
+        else:
+            busy = min(len(self.ctx.cores), -(-lay.in_c // icg) * -(-lay.out_c // ocg))
+        flops = 2 * g.batch * g.out_h * g.out_w * lay.taps * lay.in_c * lay.out_c
+        return self.ctx.flops_at_peak_cycles(flops, busy)
 
     def _tiles(self, tiling: Mapping[str, Any]) -> int:
         """The space's ``tiles``: row tiles of every slice over the whole input (each at least one output row)

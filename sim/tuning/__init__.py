@@ -7,14 +7,16 @@ the reason), prices the rest with timing-only simulations (the engine moves no b
 so memory is untouched) and picks: candidates within the tolerance of the cheapest tie, and the tie goes to
 the fewest tiles.
 
-How much it plans: a space of at most :data:`EXHAUSTIVE_CANDIDATES` fitting tilings is planned whole;
-a larger one is searched from the kernel's preferred tiling by steps of one key (each round plans the best
-tiling's neighbours: the same tiling with another choice of one key, or the next smaller or larger value of
-one integer key), until the best is its own best neighbour or :data:`MAX_PLANNED` tilings are planned; then,
-for each of the space's ``starts`` (an algorithm two choices away), the tiling of it nearest the climb's end is
-priced (even past the budget), and the climb goes on from it, :data:`MAX_STARTED` tilings more at most, if it
-is the cheapest; and for each of its ``alternatives`` (a formulation whose keys mean something else), a climb of
-its own among that formulation's tilings, from its preferred one, with a budget of its own.
+How much it plans: a space of at most :data:`EXHAUSTIVE_CANDIDATES` fitting tilings is planned whole, and so is one
+with a ``bound`` and at most :data:`EXHAUSTIVE_BOUNDED_CANDIDATES` (lowest bound first, the rest left unplanned once
+the cheapest is out of their reach); a larger one is searched from the kernel's preferred tiling by steps of one key
+(each round plans the best tiling's neighbours: the same tiling with another choice of one key, or the next smaller
+or larger value of one integer key), until the best is its own best neighbour or :data:`MAX_PLANNED` tilings are
+planned; then, for each of the space's ``starts`` (an algorithm two choices away), the tiling of it nearest the
+climb's end is priced (even past the budget), and the climb goes on from it, :data:`MAX_STARTED` tilings more at
+most, if it is the cheapest; and for each of its ``alternatives`` (a formulation whose keys mean something else), a
+climb of its own among that formulation's tilings, from its tiling nearest the first climb's end and from its
+preferred one, with a budget of its own.
 Planned candidates are simulated fewest tiles first; one still running when it
 can no longer tie is stopped there, and a round ends as soon as no candidate left can change the pick by a
 lower bound of any run of it (:func:`sim.timing.run_lower_bound_cycles`): on a DDR-bound layer, a candidate
@@ -29,6 +31,7 @@ per call (and :mod:`sim.files.tuning_cache` across processes).
 
 from sim.tuning.choice import TilingCache, TilingChoice
 from sim.tuning.limits import (
+    EXHAUSTIVE_BOUNDED_CANDIDATES,
     EXHAUSTIVE_CANDIDATES,
     LISTED_DROPS,
     MAX_COMPLETIONS,
@@ -43,7 +46,8 @@ from sim.tuning.pool import Pool
 from sim.tuning.pricing import Candidate, Planner, Progress, choose_tiling
 from sim.tuning.search import SearchResult, neighbours, search
 
-__all__ = ["TilingCache", "TilingChoice", "EXHAUSTIVE_CANDIDATES", "LISTED_DROPS", "MAX_COMPLETIONS", "MAX_PLAN_TILES",
-           "MAX_PLANNED", "MAX_STARTED", "MAX_TILING_CANDIDATES", "TILING_TOLERANCE", "fit_hint", "nearest_fitting",
-           "no_candidate_error", "prefilter", "reason_of", "tiles_refusal", "Candidate", "Planner", "Progress",
-           "choose_tiling", "Pool", "SearchResult", "neighbours", "search"]
+__all__ = ["TilingCache", "TilingChoice", "EXHAUSTIVE_BOUNDED_CANDIDATES", "EXHAUSTIVE_CANDIDATES", "LISTED_DROPS",
+           "MAX_COMPLETIONS", "MAX_PLAN_TILES", "MAX_PLANNED", "MAX_STARTED", "MAX_TILING_CANDIDATES",
+           "TILING_TOLERANCE", "fit_hint", "nearest_fitting", "no_candidate_error", "prefilter",
+           "reason_of", "tiles_refusal", "Candidate", "Planner", "Progress", "choose_tiling", "Pool",
+           "SearchResult", "neighbours", "search"]

@@ -17,6 +17,11 @@ MAX_PLAN_TILES = 100_000
 MAX_COMPLETIONS = 4096
 #: A space with at most this many fitting tilings is planned whole; a larger one is searched key by key.
 EXHAUSTIVE_CANDIDATES = 6
+#: ... and a space with a ``bound`` (a lower bound of a tiling's cycles, known before planning it) with at most this
+#: many: its tilings are planned lowest bound first and those the cheapest leaves behind never are, so the whole of
+#: a small space costs about what a climb through it does, and finds what a climb's steps of one key miss (slices
+#: whose input and output channels move together: Conv2DBackpropFilter on five FT78NE cores, up to 38 %).
+EXHAUSTIVE_BOUNDED_CANDIDATES = 32
 #: Most candidates one search plans (the kernel's preferred tiling and its neighbours, round after round).
 MAX_PLANNED = 20
 #: Most candidates a climb from one of a space's ``starts`` plans beyond :data:`MAX_PLANNED` (when that start's

@@ -13,12 +13,23 @@ from sim.tuning.misses import prefilter, reason_of
 
 
 class Pool:
-    """The completions of ``fixed`` in ``space`` (the kernel's order of preference), the verdict of each one
-    looked at, and those that cannot plan with the reason (``dropped``) and the error (``errors``)."""
+    """The completions of ``fixed`` in ``space`` (the kernel's order of preference; at most
+    :data:`~sim.tuning.limits.MAX_COMPLETIONS` of each formulation the search climbs through), the verdict of each
+    one looked at, and those that cannot plan with the reason (``dropped``) and the error (``errors``)."""
 
     def __init__(self, space: TilingSpace, fixed: Mapping[str, Any]):
         self.space = space
         self.tilings, _ = space.completions(fixed, MAX_COMPLETIONS)
+        # A space of several formulations lists the first's completions first: past the limit, the others' would
+        # be missing, and their climbs (sim.tuning.search) would have nowhere to go.  Each has a limit of its own.
+        seen = {repr(t) for t in self.tilings}
+        for alternative in space.alternatives:
+            if any(k in fixed and fixed[k] != v for k, v in alternative.items()):
+                continue
+            for t in space.completions({**fixed, **alternative}, MAX_COMPLETIONS)[0]:
+                if repr(t) not in seen:
+                    seen.add(repr(t))
+                    self.tilings.append(t)
         self.dropped: list[tuple[dict, str]] = []
         self.errors: list[tuple[dict, SimError]] = []
         self._fits: dict[int, bool] = {}  # index into tilings -> whether it passed the prefilter
