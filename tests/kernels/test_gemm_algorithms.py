@@ -619,8 +619,8 @@ def test_on_thin_b_the_search_prices_the_published_direct_scheme_once_its_climb_
     """FT78NE, 8 cores, 768 x 192 x 512 (B thin: split m preferred): the climb ends at split m, A from memory,
     in 128-column blocks (its budget spent on the steps around the preferred tiling); the space's thin-B start,
     the published direct scheme with all 192 columns a block, is priced then and wins, with 96-column
-    micro-kernels and B broadcast to the cores (148,005 cycles; 172,059 with B shared through GSM, the published
-    scheme as it is): more than 15 % fewer cycles than the climb's end with the same keys (220,009)."""
+    micro-kernels and B broadcast to the cores (142,129 cycles; 159,515 with B shared through GSM, the published
+    scheme as it is): more than 15 % fewer cycles than the climb's end with the same keys (219,790)."""
     run = sim.Simulator("FT78NE", tuning_cache=False).call(
         "fp_gemm_s", a=DDR[0], b=DDR[1], c=DDR[2], m=768, n=192, k=512, core_mask=0xFF, numerics=False)
     got = run.tiling.tiling
