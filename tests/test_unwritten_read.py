@@ -246,3 +246,15 @@ def test_the_byte_set_merges_many_runs_and_sets_as_it_adds_them_one_by_one():
         for lo, hi in zip(b.starts, b.ends):
             added.add(lo, hi)
     assert (joined.starts, joined.ends) == (added.starts, added.ends)
+
+
+def test_the_byte_set_joins_a_block_given_as_arrays_as_its_runs_one_by_one():
+    rng = np.random.default_rng(11)
+    for n in (5, 600):  # (below and past the numpy threshold)
+        starts = np.cumsum(rng.integers(10, 30, n)).astype(np.int64)
+        ends = starts + rng.integers(1, 9, n)
+        block, one_by_one = ByteSet([(0, 40), (500, 900)]), ByteSet([(0, 40), (500, 900)])
+        block.add_block(1000, starts, ends)
+        for lo, hi in zip(starts.tolist(), ends.tolist()):
+            one_by_one.add(1000 + lo, 1000 + hi)
+        assert (block.starts, block.ends) == (one_by_one.starts, one_by_one.ends)

@@ -28,17 +28,17 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sim.model.block_overlap import covered, layout_of
+from sim.model.block_overlap import covered, covered_offsets, layout_of
 from sim.model.plan import Transfer
 
 #: Intervals merged with numpy past this many (a Python merge is faster for the few of a typical block's runs).
 _MERGED_IN_NUMPY = 256
 
 
-def _coalesced(starts: list[int], ends: list[int]) -> tuple[list[int], list[int]]:
+def _coalesced(starts: list[int] | np.ndarray, ends: list[int] | np.ndarray) -> tuple[list[int], list[int]]:
     """Intervals ``[starts[i], ends[i])`` (none empty, in any order) merged where they meet or touch, sorted."""
-    lo = np.array(starts, dtype=np.int64)
-    hi = np.array(ends, dtype=np.int64)
+    lo = np.asarray(starts, dtype=np.int64)
+    hi = np.asarray(ends, dtype=np.int64)
     order = np.argsort(lo, kind="stable")
     lo, hi = lo[order], hi[order]
     reach = np.maximum.accumulate(hi)
@@ -98,6 +98,20 @@ class ByteSet:
                     new_ends.append(hi)
         starts[i:j] = new_starts
         ends[i:j] = new_ends
+
+    def add_block(self, base: int, starts: np.ndarray, ends: np.ndarray) -> None:
+        """Join a block's runs ``[base + starts[i], base + ends[i])`` (in address order, disjoint; many: merged
+        in numpy, without a Python pair per run)."""
+        if starts.size <= _MERGED_IN_NUMPY:
+            self.add_sorted([(base + lo, base + hi) for lo, hi in zip(starts.tolist(), ends.tolist())])
+            return
+        first, last = base + int(starts[0]), base + int(ends[-1])
+        i = bisect.bisect_left(self.ends, first)
+        j = bisect.bisect_right(self.starts, last)
+        new_starts, new_ends = _coalesced(np.concatenate([np.array(self.starts[i:j], dtype=np.int64), starts + base]),
+                                          np.concatenate([np.array(self.ends[i:j], dtype=np.int64), ends + base]))
+        self.starts[i:j] = new_starts
+        self.ends[i:j] = new_ends
 
     def join(self, others: Sequence[ByteSet]) -> None:
         """Join every set of ``others`` (a phase's per-core writes) at once."""
@@ -216,8 +230,13 @@ class WrittenBytes:
             return
         if transfer is None or transfer.runs("dst")[0] == 1:
             into.add(lo, hi)
+            return
+        base, run, dims = layout_of(transfer, "dst")
+        got = covered_offsets(run, dims)
+        if got is None:  # (more runs than are listed: its span, gaps and all)
+            into.add(lo, hi)
         else:
-            into.add_sorted(covered(layout_of(transfer, "dst")) or [(lo, hi)])
+            into.add_block(base, *got)
 
     def read(self, lo: int, hi: int, core: int, tile: int, what: str | tuple[str, int],
              transfer: Transfer | None = None) -> tuple[int, int] | None:
