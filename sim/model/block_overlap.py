@@ -179,7 +179,13 @@ def covered_offsets(run: int, dims: tuple[tuple[int, int], ...]) -> tuple[np.nda
     if run_count(dims) > MAX_RUNS_LISTED:
         return None
     starts = np.sort(run_starts(0, dims))
-    reach = np.maximum.accumulate(starts + run)
+    return coalesced_sorted(starts, starts + run)
+
+
+def coalesced_sorted(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Intervals ``[starts[i], ends[i])``, sorted by start, merged where they meet or touch: the merged ones'
+    starts and ends."""
+    reach = np.maximum.accumulate(ends)
     opens = np.ones(starts.size, dtype=bool)
     opens[1:] = starts[1:] > reach[:-1]
     first = np.flatnonzero(opens)

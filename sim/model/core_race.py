@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.model.block_overlap import Layout, layout_of, sides_meet
+from sim.model.block_overlap import Layout, coalesced_sorted, layout_of, sides_meet
 from sim.model.block_runs import BlockGroup
 from sim.model.plan import Tile, Transfer
 
@@ -219,14 +219,9 @@ def _merge(runs: Sequence[_Runs]) -> _Intervals:
     shift = int(end.max()) + 1
     key_start, key_end = start + core * shift, end + core * shift
     order = np.argsort(key_start, kind="stable")
-    key_start, key_end = key_start[order], key_end[order]
-    reach = np.maximum.accumulate(key_end)
-    opens = np.ones(key_start.size, dtype=bool)
-    opens[1:] = key_start[1:] > reach[:-1]
-    first = np.flatnonzero(opens)
-    last = np.append(first[1:], key_start.size) - 1
-    m_core = key_start[first] // shift
-    m_start, m_end = key_start[first] - m_core * shift, reach[last] - m_core * shift
+    key_start, key_end = coalesced_sorted(key_start[order], key_end[order])
+    m_core = key_start // shift
+    m_start, m_end = key_start - m_core * shift, key_end - m_core * shift
     order = np.argsort(m_start, kind="stable")
     return m_start[order], m_end[order], m_core[order]
 

@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sim.model.block_overlap import covered, covered_offsets, layout_of
+from sim.model.block_overlap import coalesced_sorted, covered, covered_offsets, layout_of
 from sim.model.plan import Transfer
 
 #: Intervals merged with numpy past this many (a Python merge is faster for the few of a typical block's runs).
@@ -40,13 +40,8 @@ def _coalesced(starts: list[int] | np.ndarray, ends: list[int] | np.ndarray) -> 
     lo = np.asarray(starts, dtype=np.int64)
     hi = np.asarray(ends, dtype=np.int64)
     order = np.argsort(lo, kind="stable")
-    lo, hi = lo[order], hi[order]
-    reach = np.maximum.accumulate(hi)
-    opens = np.ones(lo.size, dtype=bool)
-    opens[1:] = lo[1:] > reach[:-1]
-    first = np.flatnonzero(opens)
-    last = np.append(first[1:], lo.size) - 1
-    return lo[first].tolist(), reach[last].tolist()
+    merged_lo, merged_hi = coalesced_sorted(lo[order], hi[order])
+    return merged_lo.tolist(), merged_hi.tolist()
 
 
 class ByteSet:
