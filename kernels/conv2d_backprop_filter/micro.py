@@ -170,6 +170,11 @@ class TileLoops:
         loops += [self.gather_loop(shape.positions)] if micro[0] == "im2col" else list(shape.padding)
         return tuple(loops + self.micro_loops(shape.positions, first, micro))
 
+    def gathers(self) -> bool:
+        """Whether the im2col gather of a slice's window row fits the core's vector registers (it moves the row's
+        fw·icg elements in one trip: wide slices of wide filters do not)."""
+        return self.gather_loop(1).vector_registers <= self.core.vector_registers
+
     def micro_fits(self, m_r: int, n_r: int) -> bool:
         """True when an m_r x n_r micro-kernel's live vectors fit the core's register file."""
         return _micro_fits(self.core, self.precision, self.op_isz, m_r, n_r)
@@ -184,7 +189,12 @@ class TileLoops:
         """The micro-kernel shapes of :meth:`options`: a shape that does not fit the vector registers is skipped,
         so only the caller's own values can leave none, refused naming the key the caller gave."""
         lanes = lp.lanes(self.core, self.precision)
-        modes = [asked.a_operand] if asked.a_operand else list(A_OPERANDS)
+        modes = [m for m in ([asked.a_operand] if asked.a_operand else A_OPERANDS) if m != "im2col" or self.gathers()]
+        if not modes:
+            raise KernelArgError(f"argument 'tiling.a_operand': im2col gathers a position's {self.geo.filter_w} x "
+                                 f"{self.icg} window row through more than the core's {self.core.vector_registers} "
+                                 f"vector registers ({self.gather_loop(1).vector_registers}); take window, or a "
+                                 f"smaller tiling.in_c_slice")
         n_opts = [min(asked.n_micro, self.ocg)] if asked.n_micro else sorted(
             {min(self.ocg, j * lanes) for j in range(1, MICRO_N_VECTORS + 1)})
         out: list[Micro] = []

@@ -575,3 +575,16 @@ def test_the_kernel_keeps_no_timing_model_of_its_own():
     for path in modules:
         tree = ast.parse(path.read_text())
         assert not {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)} & timing, path.name
+
+
+def test_a_window_row_too_wide_to_gather_in_the_registers_takes_the_window_operand():
+    """A 1x4 filter over 290 input channels: the im2col gather moves a position's 4 x 290 elements in one trip,
+    76 vector registers on FT78NE's 64; every tiling once planned it and broke `loop-registers`.  The micro-kernels
+    now read the window there; asked for im2col, the key is refused, naming it."""
+    args = dict(input=0xA0000000, out_backprop=0xA0100000, output=0xA0200000, input_shape=[1, 3, 2, 290],
+                filter_sizes=[1, 4, 290, 3], strides=[1, 1, 3, 1], padding="SAME", core_mask=0x7E, numerics=False)
+    run = sim.Simulator("FT78NE", tuning_cache=False).call(f"fp_{KERNEL}_s", **args)
+    assert not any(loop.label.startswith("im2col gather") for phase in run.plan.phases for tiles in
+                   phase.tiles.values() for t in tiles if t.compute is not None for loop in t.compute.loops)
+    with pytest.raises(sim.KernelArgError, match=r"tiling\.a_operand': im2col gathers .* 64 vector registers"):
+        sim.Simulator("FT78NE", tuning_cache=False).call(f"fp_{KERNEL}_s", tiling={"a_operand": "im2col"}, **args)
