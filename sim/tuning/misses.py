@@ -135,9 +135,11 @@ def no_candidate_error(space: TilingSpace, fixed: Mapping[str, Any],
                        errors: Sequence[tuple[dict, SimError]]) -> SimError:
     """The error of a search none of whose candidates plans: the nearest misses (fewest bytes over first), each
     with its reason, and the key to change."""
+    # (a caller who gave no tiling asked for none: the call as a whole is what no tiling plans)
+    blamed = "argument 'tiling'" if fixed else "the call (no tiling given)"
     if not errors:
         given = f" with {dict(fixed)} given" if fixed else ""
-        return KernelArgError(f"argument 'tiling': the kernel's tiling space has no tiling{given}")
+        return KernelArgError(f"{blamed}: the kernel's tiling space has no tiling{given}")
     # Fewest bytes over first; among tilings refused for other reasons (the plan-size budget), fewest tiles first.
     ranked = sorted(errors, key=lambda te: (_over(te[1]), _tiles_or_zero(space, te[0])))
     first_t, first_e = ranked[0]
@@ -152,4 +154,4 @@ def no_candidate_error(space: TilingSpace, fixed: Mapping[str, Any],
         return DoesNotFit(first_e.resource, first_e.needed_bytes, first_e.available_bytes, text)
     if isinstance(first_e, LayoutError) and getattr(first_e, "violations", None):
         return first_e
-    return KernelArgError(f"argument 'tiling': {text}")
+    return KernelArgError(f"{blamed}: {text}")
