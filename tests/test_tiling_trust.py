@@ -368,3 +368,11 @@ def test_the_filter_gradients_bound_is_below_every_run_of_its_tilings(chip, symb
         assert space.bound(dict(t)) <= run.cycles, t
         ran += 1
     assert ran >= 3
+
+
+def test_a_start_whose_nearest_tiling_its_bound_rules_out_is_tried_at_its_lowest_bound():
+    """300 x 200 x 700 with B transposed on MT7004: the NT kernel's tiling nearest the climb's end (B loaded by every
+    core, 128-column blocks) is out of reach by its bound and was all the search tried of it (the pick 320,378
+    cycles); the NT kernel's tiling of the lowest bound (B broadcast, all 200 columns a block) is 285,888."""
+    run = gemm("MT7004", "fp_gemm_s", 300, 200, 700, 0xF, trans_b=1)
+    assert run.tiling.tiling["nt_kernel"] == "reduce" and run.cycles <= 285_888

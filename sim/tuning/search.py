@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -79,6 +80,23 @@ def _nearest_step(pool: Pool, tiling: Mapping[str, Any], choices: Sequence[str],
     tilings = pool.tilings
     same = [i for i in idxs if all(tilings[i].get(c, tiling[c]) == tiling[c] for c in choices)]
     return next((i for i in sorted(same, key=lambda i: _distance(tilings[i], tiling)) if pool.fits(i)), None)
+
+
+#: Tilings of a start's algorithm whose bounds are compared when its nearest one is out of reach.
+_START_BOUNDS = 64
+
+
+def _lowest_bound_with(space: TilingSpace, pool: Pool, keys: Mapping[str, Any], fixed: Mapping[str, Any],
+                       planned: Mapping[str, int]) -> dict | None:
+    """Of the first :data:`_START_BOUNDS` fitting tilings of ``pool`` with ``keys``' values (the kernel's order),
+    not looked at yet, the one of the lowest bound from the tiling (None if none; the caller's keys excluding them,
+    none)."""
+    if any(fixed.get(k, v) != v for k, v in keys.items()) or space.bound is None:
+        return None
+    bound = space.bound
+    found = itertools.islice((t for i, t in enumerate(pool.tilings) if all(t.get(k) == v for k, v in keys.items())
+                              and repr(t) not in planned and pool.fits(i)), _START_BOUNDS)
+    return min(found, key=lambda t: bound(dict(t)), default=None)
 
 
 def _nearest_with(pool: Pool, keys: Mapping[str, Any], tiling: Mapping[str, Any],
@@ -191,6 +209,13 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
                 if jump is None or repr(jump) in planned:
                     continue
                 plan_all([jump], len(planned) + 1)
+                if planned[repr(jump)] == -2 and space.bound is not None:
+                    # Its bound leaves it out (the climb's other keys do not suit the algorithm): the algorithm's
+                    # tiling of the lowest bound instead, among the first few the kernel prefers.
+                    lowest = _lowest_bound_with(space, pool, start, fixed, planned)
+                    if lowest is not None:
+                        plan_all([lowest], len(planned) + 1)
+                        jump = lowest
                 cheapest = pricing.cheapest()
                 if cheapest is not None and pricing.candidates[cheapest].tiling == jump:
                     incumbent = climb(jump, len(planned) + MAX_STARTED)

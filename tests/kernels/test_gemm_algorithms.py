@@ -348,7 +348,8 @@ def test_the_nt_kernel_is_one_step_from_streamed_c_and_cheaper_with_few_rows_per
     """B transposed, one core, 24 x 1024 x 2048.  The space's first tiling transposes B in AM with C in AM (the
     published NN schedule); the NT kernel streams C, so it is one step from a tiling that transposes B with C
     streamed (a step changes one choice), with its 3 x 6 block.  With 24 rows of A per B block the transpose of
-    each block is paid over few rows: the NT kernel, forced, costs less than the search's transposing pick."""
+    each block is paid over few rows: the NT kernel costs less, and the search's pick is it (once its tiling of the
+    lowest bound is priced where the one nearest the climb's end is out of reach; the pick transposed until then)."""
     from sim.tuning.pool import Pool
     from sim.tuning.search import neighbours
     machine = sim.Simulator("FT78NE", tuning_cache=False)
@@ -366,9 +367,9 @@ def test_the_nt_kernel_is_one_step_from_streamed_c_and_cheaper_with_few_rows_per
     assert space.keys["n_block"].candidates(steps[0])[:2] == [128, 96]
     picked = machine.call("fp_gemm_s", numerics=False, **args)
     nt = machine.call("fp_gemm_s", numerics=False, tiling={"nt_kernel": "reduce"}, **args)
-    assert picked.tiling.tiling["nt_kernel"] == "transpose"
+    assert picked.tiling.tiling["nt_kernel"] == "reduce"
     assert all(t["nt_kernel"] == "reduce" for t, _ in nt.tiling.candidates)
-    assert nt.cycles < picked.cycles
+    assert picked.cycles <= nt.cycles * (1 + sim.TILING_TOLERANCE)
     # A call whose B is not transposed offers the transpose choice only, and a full tiling written without the
     # key is still a full one (given, not searched).
     nn = machine.bind("fp_gemm_s", a=DDR[0], b=DDR[1], c=DDR[2], m=24, n=1024, k=2048)
