@@ -335,8 +335,8 @@ class CallPlanner:
         if self._target_text is None:  # the parsed target, wherever its file lies: its content is what prices
             self._target_text = repr(replace(self.target, path=""))
         state = kernel_state(kernel)
-        if state.startswith("unkeyed:"):
-            return None
+        if state.startswith(("unkeyed:", "addressed:")):
+            return None  # (no text that another process would give it)
         fixed_text = f"|fixed {exact_text(sorted(fixed.items()))}" if fixed else ""
         call_text = f"{call_key(call)}|kernel {state}{fixed_text}"
         return disk_tunings.entry_key(self._target_text, call.symbol, call_text, self._tolerance(), kernel_id)

@@ -133,3 +133,19 @@ def test_a_repeated_call_takes_its_remembered_choice_without_building_the_space_
     assert asked >= 1 and len(built) == asked and again.cycles == first.cycles
     m.call("fp_gemm_s", **{**args, "k": 128})  # (another call: its own space)
     assert len(built) > asked
+
+
+def test_a_kernel_attribute_named_by_its_address_keys_no_tuning_cache_entry():
+    """An attribute with a default repr (its address) gives a state the same within a process, which the disk's
+    tuning cache never keys by (another process would give another text)."""
+    from sim.model.call_key import kernel_state
+
+    class Kernel:
+        pass
+
+    k = Kernel()
+    k.helper = object()  # type: ignore[attr-defined]
+    state = kernel_state(k)
+    assert state.startswith("addressed:") and kernel_state(k) == state
+    k.helper = 3  # type: ignore[attr-defined]
+    assert not kernel_state(k).startswith(("addressed:", "unkeyed:"))

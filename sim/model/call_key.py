@@ -64,7 +64,9 @@ def kernel_state(kernel: Any) -> str:
     """A digest of a kernel object's own attributes, exact as :func:`exact_text` makes them: a plan may read them,
     so a kernel whose attributes changed between two calls plans again rather than reuse the plan of the old ones.
     A kernel whose attributes have no exact text (nested too deep, or a ``repr`` that raises) gets a text of its
-    own each time: never a plan that was not made for it."""
+    own each time: never a plan that was not made for it.  One whose text names an object's address (a default
+    ``repr``) is marked ``addressed:``: the same within a process, never across processes (the disk's tuning
+    cache keys none by it)."""
     try:
         attrs = dict(vars(kernel))
     except TypeError:  # (a class with __slots__)
@@ -74,4 +76,5 @@ def kernel_state(kernel: Any) -> str:
         text = type(kernel).__qualname__ + exact_text(attrs)
     except Exception:  # noqa: BLE001 (a user kernel's attribute whose repr raises, or one nested too deep)
         return f"unkeyed:{next(_UNKEYED)}"
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"addressed:{digest}" if " at 0x" in text else digest

@@ -88,9 +88,9 @@ _START_BOUNDS = 64
 
 def _lowest_bound_with(space: TilingSpace, pool: Pool, keys: Mapping[str, Any], fixed: Mapping[str, Any],
                        planned: Mapping[str, int]) -> dict | None:
-    """Of the first :data:`_START_BOUNDS` fitting tilings of ``pool`` with ``keys``' values (the kernel's order),
-    not looked at yet, the one of the lowest bound from the tiling (None if none; the caller's keys excluding them,
-    none)."""
+    """Of the first :data:`_START_BOUNDS` fitting tilings of ``pool`` with ``keys``' values (the kernel's order)
+    not looked at yet, the one whose bound from the tiling is lowest; None when there is none, or when the caller's
+    fixed keys exclude ``keys``."""
     if any(fixed.get(k, v) != v for k, v in keys.items()) or space.bound is None:
         return None
     bound = space.bound
