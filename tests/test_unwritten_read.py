@@ -214,6 +214,28 @@ def test_a_later_generations_fill_does_not_count_for_an_earlier_generations_user
     assert np.array_equal(m.read(Y, (N,), F32), np.arange(N, dtype=F32) + 1)
 
 
+def test_a_later_generations_fill_of_a_shared_buffer_does_not_count_for_an_earlier_generations_user():
+    """The same in the GSM window (shared reads are otherwise judged against the whole phase's writes): blk@0 fills
+    the window's first half, blk@1 all of it; a tile using blk@0 that loads the whole window reads bytes only
+    blk@1 writes, after it.  Refused naming the later generation; with blk@0 filling the whole window, legal."""
+    def make(first_bytes: int) -> Callable[[Any, Any], Plan]:
+        def plan(call, ctx):
+            tiles = (Tile(0, (Transfer.contiguous(X, WINDOW, first_bytes),), None, (), fills=("blk@0",)),
+                     Tile(1, (_load(WINDOW, AM),), _copy_compute(ctx, AM, AM + 0x10000), (_load(AM + 0x10000, Y),),
+                          uses=("blk@0",)),
+                     Tile(2, (_load(X, WINDOW),), None, (), fills=("blk@1",)),
+                     Tile(3, (_load(WINDOW, AM + 0x20000),), None, (), uses=("blk@1",), slot=1))
+            return Plan((0,), (Phase("p", {0: tiles}, False),), "fp32")
+        return plan
+    got = _run("gsm_half_fill", make(N * 2))
+    assert isinstance(got, sim.PlanError) and got.rule == "unwritten-read", got
+    assert ("load 0 reads [0x40580000, 0x40580400), whose bytes [0x40580200, 0x40580400) only a later generation "
+            "of buffer 'blk' fills") in str(got), str(got)
+    m = _run("gsm_whole_fill", make(N * 4))
+    assert isinstance(m, sim.Simulator), m
+    assert np.array_equal(m.read(Y, (N,), F32), np.arange(N, dtype=F32) + 1)
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_the_byte_set_joins_a_blocks_runs_at_once_as_one_by_one(seed):
     rng = np.random.default_rng(seed)

@@ -111,7 +111,7 @@ from sim.model.plan import (
 from sim.model.plan_alias import AliasCheck, Spans, merged
 from sim.model.target import StagingArea, Target
 from sim.model.walk_race import Side, WalkRaces
-from sim.model.written_bytes import WrittenBytes
+from sim.model.written_bytes import LaterFills, WrittenBytes
 
 #: Most steps a loop's ``epilogue_chain`` may state (a reduction tree of 2**32 accumulators has 32 levels).
 MAX_EPILOGUE_STEPS = 256
@@ -341,6 +341,7 @@ class _Checker:
         # generation: (generation, lo, hi, transfer) (unwritten-read, :meth:`_fills_written`).
         self._local_fills: dict[tuple[int, str], list[tuple[int, int, int, Transfer]]] = {}
         self._local_fills_at: dict[tuple[int, str], int] = {}  # how many of them are counted
+        self._later = LaterFills()  # the phase's fills into shared memory, by buffer and generation
         # What the call has written so far, per core and in shared memory (unwritten-read).
         self._written = WrittenBytes(self._local, [(a.base, a.end) for a in self.levels if a.shared]
                                      + [(lo, hi) for lo, hi, _ in self.outputs],
@@ -399,7 +400,7 @@ class _Checker:
                                for ts in phase.tiles.values() if isinstance(ts, (tuple, list)) for t in ts)
             self._filled, self._filled_starts = (), []
             self._race_sides = {}
-            self._local_fills, self._local_fills_at = {}, {}
+            self._local_fills, self._local_fills_at, self._later = {}, {}, LaterFills()
             if self._staged:
                 self._fills_written(phase)
             if self._accesses is None and len(cores) > 1:
@@ -587,6 +588,8 @@ class _Checker:
         # The tile in the engine's order: its loads read, then land; its compute reads and writes; its stores.
         if self._local_fills and type(tile.uses) is tuple and tile.uses:
             self._uses_filled(tile)
+        if self._later and type(tile.uses) is tuple and tile.uses:
+            self._later_reads(tile, moved)
         self._moved(moved["load"], "load")
         if tile.compute is not None:
             self.compute(tile.compute)
@@ -654,6 +657,9 @@ class _Checker:
                             continue
                         if not self._written.is_local(lo, hi):
                             self._written.write(int(core), lo, hi, t)
+                            if self._written.is_shared(lo, hi):
+                                for name, generation in refs:
+                                    self._later.add(name, generation, lo, hi, t)
                             continue
                         for name, generation in refs:
                             self._local_fills.setdefault((int(core), name), []).append((generation, lo, hi, t))
@@ -679,6 +685,25 @@ class _Checker:
                 self._written.write(core, lo, hi, t)
                 at += 1
             self._local_fills_at[core, name] = at
+
+    def _later_reads(self, tile: Tile, moved: dict[str, list[tuple[int, Transfer, tuple[int, int, int, int]]]]
+                     ) -> None:
+        """The ``unwritten-read`` rule on a tile's reads of a shared staged buffer it uses: bytes that only a later
+        generation's fill writes are not there yet (that fill waits for this generation's release)."""
+        for ref in tile.uses:
+            try:
+                name, generation = self._ref(ref)
+            except ValueError:
+                continue  # (the tile rules name it)
+            for kind in ("load", "store"):
+                for i, t, (s_lo, s_hi, _, _) in moved[kind]:
+                    gap = self._later.first_read(name, generation, self._written.shared_before, s_lo, s_hi, t)
+                    if gap is not None:
+                        raise self.fail("unwritten-read", (
+                            f"{kind} {i} reads {_span(s_lo, s_hi)}, whose bytes {_span(*gap)} only a later "
+                            f"generation of buffer {name!r} fills, after the tiles using {ref} are done: this tile "
+                            f"uses {ref} and reads whatever an earlier call left there; fill them in {ref}'s own "
+                            f"fill"))
 
     def _moved(self, transfers: list[tuple[int, Transfer, tuple[int, int, int, int]]], kind: str) -> None:
         """The ``unwritten-read`` rule on a tile's loads or stores (all read, then all write: they stream

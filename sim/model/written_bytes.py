@@ -14,7 +14,9 @@ in order, a transfer's source and a compute's input operands must lie in
 A strided transfer writes its destination's runs and reads its source's, not the gaps between them: a gather
 into every other float of AM leaves the floats between as the last call left them, and a compute on the whole
 block reads them.  A staged buffer's fill into a core's own levels counts from the first of its tiles that uses
-that generation or a later one (a later generation's fill waits for the earlier one's release).  What the rule
+that generation or a later one (a later generation's fill waits for the earlier one's release); in shared memory,
+where reads are judged against the whole phase's writes, a buffer's user never counts the bytes only a later
+generation of that buffer fills (:class:`LaterFills`).  What the rule
 cannot tell is whether a compute uses the stale lanes of an operand it reads whole (a padded row): it refuses
 them all, and a kernel zeroes such padding first.
 """
@@ -155,6 +157,20 @@ class Read(NamedTuple):
     transfer: Transfer | None = None
 
 
+def _add_written(into: ByteSet, lo: int, hi: int, transfer: Transfer | None) -> None:
+    """Join to ``into`` what a write of span ``[lo, hi)`` writes: ``transfer``'s destination runs when it is strided
+    (the gaps between them keep what they held), else the span."""
+    if transfer is None or transfer.runs("dst")[0] == 1:
+        into.add(lo, hi)
+        return
+    base, run, dims = layout_of(transfer, "dst")
+    got = covered_offsets(run, dims)
+    if got is None:  # (more runs than are listed: its span, gaps and all)
+        into.add(lo, hi)
+    else:
+        into.add_block(base, *got)
+
+
 def _runs(t: Transfer | None, lo: int, hi: int) -> list[tuple[int, int]]:
     """The stretches of bytes a read of span ``[lo, hi)`` reads: transfer ``t``'s source runs, merged, or the
     span (a compute's operand, a transfer of one run, or one of too many runs to list)."""
@@ -223,15 +239,7 @@ class WrittenBytes:
             into = mine
         else:
             return
-        if transfer is None or transfer.runs("dst")[0] == 1:
-            into.add(lo, hi)
-            return
-        base, run, dims = layout_of(transfer, "dst")
-        got = covered_offsets(run, dims)
-        if got is None:  # (more runs than are listed: its span, gaps and all)
-            into.add(lo, hi)
-        else:
-            into.add_block(base, *got)
+        _add_written(into, lo, hi, transfer)
 
     def read(self, lo: int, hi: int, core: int, tile: int, what: str | tuple[str, int],
              transfer: Transfer | None = None) -> tuple[int, int] | None:
@@ -291,4 +299,68 @@ class WrittenBytes:
                 return read, left[0]
         self.shared_before.join(list(phase.values()))
         self.phase_by_core = {}
+        return None
+
+
+class LaterFills:
+    """The ``unwritten-read`` rule on staged buffers in shared memory (the GSM window): a buffer's fill of
+    generation g' waits for the release of every earlier generation, so a tile using generation g cannot read bytes
+    that only a later generation's fill writes.  (The phase's other shared writes count for every reader, from the
+    phase's start, as :class:`WrittenBytes` counts them: the cores run a phase together.)"""
+
+    def __init__(self) -> None:
+        self._fills: dict[str, list[tuple[int, int, int, Transfer]]] = {}  # buffer -> (generation, lo, hi, fill)
+        # buffer -> the bytes its generations after the first write first, as (lo, hi, that generation) in address
+        # order, less what other buffers' fills and earlier phases wrote; and the latest such generation
+        self._firsts: dict[str, tuple[list[int], list[tuple[int, int, int]], int]] | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self._fills)
+
+    def add(self, name: str, generation: int, lo: int, hi: int, transfer: Transfer) -> None:
+        """Generation ``generation`` of buffer ``name`` is filled by ``transfer``, whose destination spans
+        ``[lo, hi)`` in shared memory (every fill of the phase is added before the first read is judged)."""
+        self._fills.setdefault(name, []).append((generation, lo, hi, transfer))
+        self._firsts = None
+
+    def _first_writes(self, before: ByteSet) -> dict[str, tuple[list[int], list[tuple[int, int, int]], int]]:
+        """Per buffer, the bytes each generation writes first (once per phase: a byte's first generation)."""
+        out: dict[str, tuple[list[int], list[tuple[int, int, int]], int]] = {}
+        for name, fills in self._fills.items():
+            other = ByteSet()
+            for buffer, theirs in self._fills.items():
+                if buffer != name:
+                    for _, lo, hi, t in theirs:
+                        _add_written(other, lo, hi, t)
+            seen, pieces = ByteSet(), []
+            for g, lo, hi, t in sorted(fills, key=lambda fill: fill[0]):
+                mine = ByteSet()
+                _add_written(mine, lo, hi, t)
+                for m_lo, m_hi in zip(mine.starts, mine.ends):
+                    for new in seen.gaps(m_lo, m_hi):
+                        pieces += [(a, b, g) for piece in other.gaps(*new) for a, b in before.gaps(*piece)]
+                seen.add_sorted(list(zip(mine.starts, mine.ends)))
+            first_gen = min((g for g, _, _, _ in fills), default=0)
+            pieces = sorted(p for p in pieces if p[2] > first_gen)
+            out[name] = ([p[0] for p in pieces], pieces, max((p[2] for p in pieces), default=-1))
+        return out
+
+    def first_read(self, name: str, generation: int, before: ByteSet, lo: int, hi: int,
+                   transfer: Transfer | None) -> tuple[int, int] | None:
+        """The first stretch that a read of span ``[lo, hi)`` (``transfer``'s source runs, or the span) by a user of
+        generation ``generation`` of ``name`` reads and only a later generation writes (``before``: what earlier
+        phases wrote), or None."""
+        if self._firsts is None:
+            self._firsts = self._first_writes(before)
+        got = self._firsts.get(name)
+        if got is None or generation >= got[2]:
+            return None
+        starts, pieces, _ = got
+        for r_lo, r_hi in _runs(transfer, lo, hi):
+            i = max(0, bisect.bisect_right(starts, r_lo) - 1)
+            while i < len(pieces) and pieces[i][0] < r_hi:
+                p_lo, p_hi, g = pieces[i]
+                if g > generation and p_hi > r_lo:
+                    return max(r_lo, p_lo), min(r_hi, p_hi)
+                i += 1
         return None
