@@ -9,6 +9,7 @@ import pytest
 
 import sim
 from kernels.examples import example
+from sim.engine import forwarding
 from sim.engine.engine import Engine
 from sim.model import memory as memory_module
 
@@ -107,3 +108,62 @@ def test_a_result_of_another_kind_is_refused_in_a_replay_and_memory_is_left_as_i
     with pytest.raises(sim.ComputeOutputError, match="output 0 has dtype complex64"):
         m.call(ex.symbol, **ex.args)
     assert m.memory.snapshot() == before
+
+
+# -- copies left out of a replay (sim/engine/forwarding.py), on programs written out by hand -----------------------
+# Store -1 is shared memory (DDR), 0 a core's own; a load copies S = [0, 64) of DDR into D = [0, 64) of core 0.
+LOAD = (([(-1, 0, 64)], [(0, 0, 64)]), (-1, 0, 64, 0, 0), False)
+RELOAD = (([(-1, 64, 128)], [(0, 0, 64)]), (-1, 64, 128, 0, 0), False)  # the next block of S into D
+
+
+def _compute(reads, writes):
+    return (reads, writes), None, True
+
+
+def _forwarded(*steps):
+    return forwarding.forwarded([s[0] for s in steps], [s[1] for s in steps], [s[2] for s in steps])
+
+
+def test_a_load_only_computes_read_before_it_is_overwritten_is_left_out_and_they_read_its_source():
+    """Load, a compute reading its second half, reload (never overwritten: kept), a compute reading all of it:
+    the first load is left out and its reader reads S's second half instead."""
+    left_out, instead = _forwarded(LOAD, _compute([(0, 32, 64)], [(0, 256, 288)]), RELOAD,
+                                   _compute([(0, 0, 64)], [(0, 512, 576)]))
+    assert left_out == {0}
+    assert instead == {(1, 0): (-1, 32)}
+
+
+def test_a_load_another_copy_reads_is_kept():
+    """The load's bytes stored back by a copy (not a compute): kept, though the reload overwrites them."""
+    store = (([(0, 0, 64)], [(-1, 4096, 4160)]), (0, 0, 64, -1, 4096), False)
+    assert _forwarded(LOAD, store, RELOAD) == (set(), {})
+
+
+def test_a_load_whose_source_changes_while_its_bytes_are_read_is_kept():
+    """A compute writes into S between the load and the load's reader: the reader must see the bytes loaded."""
+    assert _forwarded(LOAD, _compute([], [(-1, 0, 16)]), _compute([(0, 0, 64)], [(0, 256, 320)]), RELOAD) \
+        == (set(), {})
+
+
+def test_a_load_read_across_bytes_overwritten_since_is_kept():
+    """Half of D overwritten by a compute, then D read whole: its reader reads bytes of two writers."""
+    assert _forwarded(LOAD, _compute([], [(0, 0, 32)]), _compute([(0, 0, 64)], [(0, 256, 320)]), RELOAD) \
+        == (set(), {})
+
+
+def test_a_load_never_overwritten_is_kept_and_a_step_of_unknown_accesses_keeps_every_copy():
+    """D still holds the load's bytes at the end (the caller sees them): kept; and a step the engine takes its own
+    way (accesses not known) keeps every copy of the program."""
+    assert _forwarded(LOAD, _compute([(0, 0, 64)], [(0, 256, 320)])) == (set(), {})
+    assert _forwarded(LOAD, _compute([(0, 0, 64)], [(0, 256, 320)]), RELOAD, (None, None, False)) == (set(), {})
+
+
+def test_a_stand_in_view_runs_the_same_loops_only_when_contiguous_alike_and_aligned_alike():
+    """same_loops: dtype, shape, C order and the address modulo 64 must all match."""
+    buf = np.zeros(1024, np.uint8)
+    at = 64 - buf.ctypes.data % 64
+    a = buf[at:at + 256].view(np.float32)
+    assert forwarding.same_loops(a, buf[at + 512:at + 768].view(np.float32))
+    assert not forwarding.same_loops(a, buf[at + 516:at + 772].view(np.float32))  # 4 bytes off
+    assert not forwarding.same_loops(a, buf[at + 512:at + 768].view(np.int32))
+    assert not forwarding.same_loops(a.reshape(8, 8), buf[at + 512:at + 768].view(np.float32).reshape(8, 8).T)

@@ -18,6 +18,10 @@ assigned to the output views as it is; anything else goes through :func:`~sim.en
 check and conversion, and an exception raised by the function becomes the same
 :class:`~sim.errors.KernelCodeError`.
 
+Run without a progress callback (nothing looks at memory between two steps), the program leaves out the loads
+whose bytes only computes read before a later step overwrites them all, and those computes read the same bytes at
+the load's source (:mod:`sim.engine.forwarding`): the same results, one pass over the bytes fewer.
+
 The call's journal (:meth:`AddressSpace.touch <sim.model.memory.AddressSpace.touch>`) saves each chunk's bytes
 before the call first changes them, so that a failing call leaves memory as it was.  The program journals every
 chunk its steps write before its first step, all at once: the bytes saved are the same (nothing has changed them
@@ -31,6 +35,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from sim.engine import forwarding
 from sim.engine.results import tile_results
 from sim.model.plan import TileFn
 
@@ -77,6 +82,9 @@ def _program(eng: Engine, effects: Sequence[Effect]) -> tuple[list[tuple], list[
     memory = eng.memory
     out: list[tuple] = []
     written: list[tuple[int, int, int]] = []
+    # Per step but the reports: its accesses, the copy it is if of one run a side, whether a compute (forwarding)
+    accesses: list[forwarding.Accesses] = []
+    copies: list[tuple[int, int, int, int, int] | None] = []
     for effect in effects:
         if len(effect) == 4:
             t, _, src_key, dst_key = effect
@@ -84,16 +92,30 @@ def _program(eng: Engine, effects: Sequence[Effect]) -> tuple[list[tuple], list[
                                             t.dst_strides)
             if planned is None:
                 out.append((_SLOW, effect))
+                accesses.append(None)
+                copies.append(None)
             else:
                 out.append((_COPY, *planned[:2]))
                 written.append(planned[2:])
+                src = (src_key, *t.span("src"))
+                accesses.append(([src], [planned[2:]]))
+                one_run = t.runs("src")[0] == 1 and t.runs("dst")[0] == 1
+                copies.append((*src, dst_key, planned[3]) if one_run else None)
         elif len(effect) == 3:
-            step, spans = _compute_step(eng, *effect)
+            step, spans, read = _compute_step(eng, *effect)
             out.append(step)
             written.extend(spans)
+            accesses.append((read, spans) if step[0] == _COMPUTE else None)
+            copies.append(None)
         else:
             out.append((_TICK, effect))
-    return out, [step for step in out if step[0] != _TICK], _merged(written)
+    quiet = [step for step in out if step[0] != _TICK]
+    left_out, instead = forwarding.forwarded(accesses, copies, [step[0] == _COMPUTE for step in quiet])
+    if left_out:
+        def view_at(key: int, addr: int, like: np.ndarray) -> np.ndarray | None:
+            return memory.kept_dense_views(key, addr, like.shape, like.dtype)[1]
+        quiet = forwarding.apply(quiet, left_out, instead, view_at, lambda step: len(step[3] or ())) or quiet
+    return out, quiet, _merged(written)
 
 
 def _merged(spans: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
@@ -108,30 +130,33 @@ def _merged(spans: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
     return out
 
 
-def _compute_step(eng: Engine, tile: Tile, core: int, cycle: int) -> tuple[tuple, list[tuple[int, int, int]]]:
-    """A compute's step and the spans its outputs write: the compute's function and, when it is a :class:`TileFn`,
-    its parameters; its whole argument list (those parameters, then the inputs' read-only views); its outputs'
-    views, dtypes and shapes.  The engine's own way (no spans: it journals its own) if one of its operands spans
-    pages of several runs."""
+def _compute_step(eng: Engine, tile: Tile, core: int, cycle: int
+                  ) -> tuple[tuple, list[tuple[int, int, int]], list[tuple[int, int, int]]]:
+    """A compute's step, the spans its outputs write and those its inputs read: the compute's function and, when
+    it is a :class:`TileFn`, its parameters; its whole argument list (those parameters, then the inputs' read-only
+    views); its outputs' views, dtypes and shapes.  The engine's own way (no spans: it journals its own) if one of
+    its operands spans pages of several runs."""
     c = tile.compute
     assert c is not None  # (a run records computes of tiles that have one)
     inputs = []
+    read = []
     for op in c.inputs:
-        _, _, _, _, frozen = eng.operand_view(core, tile, op, "compute operand", "read", cycle)
+        key, n, _, _, frozen = eng.operand_view(core, tile, op, "compute operand", "read", cycle)
         if frozen is None:
-            return (_SLOW, (tile, core, cycle)), []
+            return (_SLOW, (tile, core, cycle)), [], []
         inputs.append(frozen)
+        read.append((key, op.addr, op.addr + n))
     outputs = []  # (view, little-endian dtype, shape)
     spans = []
     for op in c.outputs:
         key, n, dt, view, _ = eng.operand_view(core, tile, op, "compute output", "write", cycle)
         if view is None:
-            return (_SLOW, (tile, core, cycle)), []
+            return (_SLOW, (tile, core, cycle)), [], []
         outputs.append((view, dt, tuple(op.shape)))
         spans.append((key, op.addr, op.addr + n))
     stated = c.fn
     params = stated.params if type(stated) is TileFn else None
-    return (_COMPUTE, c, stated, params, (*(params or ()), *inputs), tuple(outputs), core, tile), spans
+    return (_COMPUTE, c, stated, params, (*(params or ()), *inputs), tuple(outputs), core, tile), spans, read
 
 
 def _compute(c: Compute, stated: Any, params: tuple | None, args: tuple, outputs: tuple, core: int,
