@@ -345,13 +345,21 @@ class LaterFills:
             out[name] = ([p[0] for p in pieces], pieces, max((p[2] for p in pieces), default=-1))
         return out
 
-    def first_read(self, name: str, generation: int, before: ByteSet, lo: int, hi: int,
-                   transfer: Transfer | None) -> tuple[int, int] | None:
-        """The first stretch that a read of span ``[lo, hi)`` (``transfer``'s source runs, or the span) by a user of
-        generation ``generation`` of ``name`` reads and only a later generation writes (``before``: what earlier
-        phases wrote), or None."""
+    def latest(self, name: str, before: ByteSet) -> int:
+        """The latest generation of ``name`` that writes bytes first (-1 if none but its first: the users of
+        generations from that one on read no bytes a later one writes first); ``before``: what earlier phases
+        wrote."""
         if self._firsts is None:
             self._firsts = self._first_writes(before)
+        got = self._firsts.get(name)
+        return -1 if got is None else got[2]
+
+    def first_read(self, name: str, generation: int, lo: int, hi: int,
+                   transfer: Transfer | None) -> tuple[int, int] | None:
+        """The first stretch that a read of span ``[lo, hi)`` (``transfer``'s source runs, or the span) by a user of
+        generation ``generation`` of ``name`` reads and only a later generation writes first, or None (after
+        :meth:`latest` of ``name``)."""
+        assert self._firsts is not None
         got = self._firsts.get(name)
         if got is None or generation >= got[2]:
             return None
