@@ -117,6 +117,45 @@ def test_a_program_runs_its_calls_back_to_back_and_computes_the_chain(tmp_path):
     assert "total" in result.table_text()
 
 
+def test_tensors_named_in_a_params_list_are_the_buffers_the_pointer_table_gives(tmp_path):
+    """docs/programs.md: an entry of a params list may name a tensor.  BatchNormGrad's pointer table names five
+    auto tensors: they are those buffers (not raw addresses to keep clear of), and the gradients are SPEC's, with
+    mean 0 and invar 1 (xhat = x): dx = dy - mean(dy) - x * mean(dy * x), dbias = sum(dy), dscale = sum(dy * x)."""
+    prog = load_program(program(tmp_path, """\
+        tensors:
+          - {name: x, shape: [4, 64], dtype: float32}
+          - {name: dy, shape: [4, 64], dtype: float32}
+          - {name: dx, shape: [4, 64], dtype: float32}
+          - {name: mean, shape: [64], dtype: float32}
+          - {name: invar, shape: [64], dtype: float32}
+          - {name: scale, shape: [64], dtype: float32}
+          - {name: dbias, shape: [64], dtype: float32}
+          - {name: dscale, shape: [64], dtype: float32}
+        data:
+          - {tensor: x, random: {seed: 1}}
+          - {tensor: dy, random: {seed: 2}}
+          - {tensor: mean, fill: 0.0}
+          - {tensor: invar, fill: 1.0}
+          - {tensor: scale, fill: 1.0}
+        calls:
+          - {name: bn, symbol: fp_batch_norm_grad_s,
+             args: {x: x, dy: dy, dx: dx, params: [mean, invar, scale, dbias, dscale, 4, 64, 1]}}
+        outputs:
+          - {tensor: dx}
+          - {tensor: dbias}
+          - {tensor: dscale}
+        """), allow_kernels=True)
+    m = sim.Simulator("FT78NE")
+    plan = m.run_program(prog).plan
+    cfg = prog.as_run_config(plan.addrs)
+    x, dy = (cfg.materialise(s).astype(np.float64) for s in cfg.data[:2])
+    got = {name: m.read(plan[name].addr, shape, np.float32) for name, shape in
+           (("dx", (4, 64)), ("dbias", (64,)), ("dscale", (64,)))}
+    assert np.allclose(got["dx"], dy - dy.mean(0) - x * (dy * x).mean(0), atol=1e-5)
+    assert np.allclose(got["dbias"], dy.sum(0), atol=1e-5)
+    assert np.allclose(got["dscale"], (dy * x).sum(0), atol=1e-5)
+
+
 # -- refusals: before anything runs, memory exactly as it was -----------------------------------------------------
 
 
@@ -188,6 +227,14 @@ def test_a_pointer_argument_naming_no_tensor_is_refused_naming_the_call_and_key(
     prog = load_program(program(tmp_path, CHAIN.replace("x: x, dx: g", "x: xx, dx: g")), allow_kernels=True)
     with pytest.raises(ConfigError, match=r"calls\[0\]\.args\.x: 'xx' names no tensor of the program"):
         run_program(prog)
+
+
+def test_a_tensor_of_no_elements_is_refused_on_load(tmp_path):
+    """A tensor of shape [0] has no bytes for a buffer to lie in: refused naming its key, not planned around."""
+    body = CHAIN.replace("{name: g, shape: [4, 64], dtype: float32}", "{name: g, shape: [0], dtype: float32}")
+    with pytest.raises(ConfigError, match=re.escape("tensors[2].shape: a tensor holds at least one element, got "
+                                                    "shape [0]")):
+        load_program(program(tmp_path, body), allow_kernels=True)
 
 
 # -- the command line -------------------------------------------------------------------------------------------

@@ -66,6 +66,16 @@ def tensor_args(program: Program, index: int, kinds: Mapping[str, str]) -> dict[
             if isinstance(value, str) and kinds.get(arg) in POINTER_KINDS}
 
 
+def params_tensors(program: Program, index: int, kinds: Mapping[str, str], addrs: Mapping[str, int],
+                   call: BoundCall) -> dict[str, str]:
+    """Call ``index``'s buffers (bound as ``call``) whose address an entry of a ``params`` list gave by naming a
+    tensor: buffer name -> that tensor.  A kernel names the buffers of its pointer table itself, so a buffer is
+    matched by the address it was given (the tensor's own), as a pointer argument's buffer is by its name."""
+    by_addr = {addrs[v]: v for arg, value in program.calls[index].args.items()
+               if kinds.get(arg) == "params" and isinstance(value, list) for v in value if isinstance(v, str)}
+    return {b.name: by_addr[b.addr] for b in call.buffers if b.addr in by_addr}
+
+
 def lifetimes(program: Program, named: Sequence[Sequence[str]]) -> dict[str, Lifetime]:
     """Each tensor's lifetime from the steps that name it: data placed (step 0), the calls (``named[i]``, step
     ``i + 1``), outputs read back (the last step).  A tensor nothing names lives the whole program."""
@@ -109,4 +119,5 @@ def bind_call(m: Simulator, program: Program, index: int, args: Mapping[str, Any
         raise err from None
 
 
-__all__ = ["POINTER_KINDS", "arg_kinds", "named_tensors", "tensor_args", "lifetimes", "resolved_args", "bind_call"]
+__all__ = ["POINTER_KINDS", "arg_kinds", "named_tensors", "tensor_args", "params_tensors", "lifetimes", "resolved_args",
+           "bind_call"]

@@ -28,7 +28,8 @@ from sim.model.memory import MemoryMap
 from sim.model.target import Target
 from sim.model.target_loader import load_target
 from sim.planning import staging_areas
-from sim.program.binding import arg_kinds, bind_call, lifetimes, named_tensors, resolved_args, tensor_args
+from sim.program.binding import (arg_kinds, bind_call, lifetimes, named_tensors, params_tensors, resolved_args,
+                                 tensor_args)
 from sim.program.checks import Access, CallBuffers, check_calls, entry_access, locate, staged_bytes
 from sim.program.planner import Lifetime, MemoryPlan, Reserved, plan_memory
 from sim.program.schema import CallSpec, Program
@@ -120,8 +121,9 @@ def _bind_all(m: Simulator, program: Program, cfg: RunConfig, addrs: Mapping[str
         out = []
         for i, call in enumerate(program.calls):
             args = resolved_args(program, i, kinds[i], addrs)
-            out.append(CheckedCall(call, args, bind_call(m, program, i, args), tuple(named[i]),
-                                   tensor_args(program, i, kinds[i])))
+            bound = bind_call(m, program, i, args)
+            by_arg = {**params_tensors(program, i, kinds[i], addrs, bound), **tensor_args(program, i, kinds[i])}
+            out.append(CheckedCall(call, args, bound, tuple(named[i]), by_arg))
         return out
     finally:
         m.before_bind_read = None

@@ -237,6 +237,10 @@ def _tensor(p: Path, t: TensorEntry, key: str) -> TensorSpec:
         raise _fail(p, f"{key}.addr", f"expected an address (an integer; hex like 0xA0000000 is fine) or {AUTO}, "
                                       f"got {brief(t.addr)}")
     addr = None if isinstance(t.addr, str) else _int(p, t.addr, f"{key}.addr", why=" (addresses are at most 64 bits)")
+    if 0 in t.shape:
+        # (a tensor of no bytes has no address range: a buffer named by it would be no tensor's, and one planned
+        # at its address would land on the next tensor's bytes)
+        raise _fail(p, f"{key}.shape", f"a tensor holds at least one element, got shape {list(t.shape)}")
     return TensorSpec(name=t.name, shape=tuple(t.shape), dtype=np.dtype(t.dtype), region=t.region, addr=addr,
                       core=t.core)
 
