@@ -229,6 +229,34 @@ def test_a_pointer_argument_naming_no_tensor_is_refused_naming_the_call_and_key(
         run_program(prog)
 
 
+def test_a_raw_address_of_a_p_call_is_its_own_cores_copy_whatever_another_cores_copy_holds_there(tmp_path):
+    """SPEC: 0x10000000 on core 3 is not 0x10000000 on core 2.  A core-3 call writing the raw address where core
+    2's tensor p lies in core 2's copy touches no tensor (no other-core refusal), and core 2 then reads p as
+    placed: o = p * (x > 0)."""
+    prog = load_program(program(tmp_path, """\
+        tensors:
+          - {name: dy3, shape: [64], dtype: float32, region: l2, core: 3, addr: 0x10100000}
+          - {name: p, shape: [64], dtype: float32, region: l2, core: 2, addr: 0x10000000}
+          - {name: x, shape: [64], dtype: float32, region: l2, core: 2, addr: 0x10200000}
+          - {name: o, shape: [64], dtype: float32, region: l2, core: 2, addr: 0x10300000}
+        data:
+          - {tensor: dy3, random: {seed: 1}}
+          - {tensor: p, random: {seed: 4}}
+          - {tensor: x, random: {seed: 3}}
+        calls:
+          - {name: w3, symbol: fp_relu_grad_p, args: {dy: dy3, x: dy3, dx: 0x10000000, shape: [64], core: 3}}
+          - {name: r2, symbol: fp_relu_grad_p, args: {dy: p, x: x, dx: o, shape: [64], core: 2}}
+        outputs:
+          - {tensor: o}
+        """), allow_kernels=True)
+    m = sim.Simulator("FT78NE")
+    cfg = prog.as_run_config(m.run_program(prog).plan.addrs)
+    p, x = (cfg.materialise(s) for s in cfg.data[1:])
+    assert np.array_equal(m.read(0x10300000, (64,), np.float32, core=2), p * (x > 0))
+    dy3 = cfg.materialise(cfg.data[0])
+    assert np.array_equal(m.read(0x10000000, (64,), np.float32, core=3), dy3 * (dy3 > 0))
+
+
 def test_a_tensor_of_no_elements_is_refused_on_load(tmp_path):
     """A tensor of shape [0] has no bytes for a buffer to lie in: refused naming its key, not planned around."""
     body = CHAIN.replace("{name: g, shape: [4, 64], dtype: float32}", "{name: g, shape: [0], dtype: float32}")

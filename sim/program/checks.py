@@ -222,8 +222,9 @@ def _where(key: MemoryKey) -> str:
 def locate(mmap: MemoryMap, plan: MemoryPlan, b: Buffer, core: int | None, named: Sequence[str] = (),
            arg_tensor: str | None = None) -> tuple[MemoryKey | None, Placement | None, Placement | None]:
     """The memory a buffer lies in (None when unmapped), the tensor of that memory it starts in, and the tensor of
-    *another* core's copy it starts in instead.  ``arg_tensor``, the tensor the buffer's own argument names,
-    decides when it holds the buffer's start; else the tensors ``named`` by the call come first, then any."""
+    *another* core's copy its own argument names instead (``arg_tensor``: it decides when it holds the buffer's
+    start; else the tensors ``named`` by the call come first, then any of that memory).  A buffer at a raw address
+    lies in the call's own copy of a private region, whatever another core's copy holds there."""
     region = mmap.region_of(b.addr, b.size_bytes)
     if region is None:
         return None, None, None
@@ -233,9 +234,7 @@ def locate(mmap: MemoryMap, plan: MemoryPlan, b: Buffer, core: int | None, named
     if mine:
         return (key, mine[0], None) if mine[0].key == key else (key, None, mine[0])
     own = sorted((p for p in hits if p.key == key), key=lambda p: (p.tensor.name not in named, p.addr))
-    if own:
-        return key, own[0], None
-    return key, None, next(iter(hits), None)
+    return key, (own[0] if own else None), None
 
 
 def check_calls(target: Target, plan: MemoryPlan, calls: Sequence[CallBuffers],
