@@ -281,6 +281,18 @@ def test_validate_prints_the_memory_map_and_fails_on_a_violation(tmp_path, capsy
     assert {t["name"]: t["first_step"] for t in report["tensors"]} == {"dy": 0, "x": 1, "g": 1}
 
 
+def test_validate_refuses_a_data_file_run_would_refuse(tmp_path, capsys):
+    """README: validate fails exactly when run would refuse.  A tensor's data file that is missing, or of another
+    dtype than the tensor: both refuse it (exit 2) naming the file, before anything is placed."""
+    np.save(tmp_path / "x64.npy", np.zeros((4, 64), np.float64))
+    for source, words in (("file: nothere.npy", "nothere.npy does not exist"),
+                          ("file: x64.npy", "x64.npy has dtype float64, the config says float32")):
+        p = program(tmp_path, CHAIN.replace("{tensor: x, random: {seed: 2}}", f"{{tensor: x, {source}}}"))
+        for extra in ([], ["--out-dir", str(tmp_path / "o")]):
+            assert main(["run" if extra else "validate", str(p), "--allow-kernels", *extra]) == 2
+            assert words in capsys.readouterr().err
+
+
 def test_run_writes_one_trace_with_the_calls_as_slices_and_trace_tools_read_it(tmp_path, capsys):
     out = tmp_path / "out"
     first = program(tmp_path, CHAIN, "first")

@@ -333,24 +333,30 @@ def test_good_data_file_is_placed(tmp_path):
     ({"fill": float("nan")}, r"fill: nan is not a int8"),
     ({"values": [[1, 2], [3]]}, r"values: not 2-d int8 numbers"),
     ({"values": [1000, 1, 1, 1]}, r"values: not 2-d int8 numbers"),
-    ({"values": [1, 2, 3]}, r"values: shape \[3\] does not match shape \[2, 2\]"),
-    ({"random": {"low": -1000, "high": 0}}, r"leaves its range \[-128, 127\]"),
-    ({"random": {"low": 0.2, "high": 0.8}}, r"holds no int8 value"),
+    ({"values": [1, 2, 3]}, r"values: not 2-d int8 numbers of shape \[2, 2\]: got shape \[3\]"),
+    ({"values": [[1, 2], [3, 4.5]]}, r"values: not 2-d int8 numbers of shape \[2, 2\]: 4\.5 is not an integer"),
+    ({"values": [[1, 2], [3, -129]]}, r"values: .*: a value leaves its range \[-128, 127\]"),
+    ({"random": {"low": -1000, "high": 0}}, r"random: .* leaves its range \[-128, 127\]"),
+    ({"random": {"low": 0.2, "high": 0.8}}, r"random: .* holds no int8 value"),
 ])
 def test_bad_data_values_for_int8(tmp_path, entry, pattern):
+    """Refused when the config is read (so `dspsim validate` refuses what `run` would), naming the entry's key."""
     doc = config_with()
     doc["data"].append({"name": "q", "addr": 0xC3000000, "shape": [2, 2], "dtype": "int8", **entry})
-    cfg = load_config(write_config(tmp_path, doc))
-    with pytest.raises(sim.ConfigError, match=pattern):
-        prepare(cfg)
+    with pytest.raises(sim.ConfigError, match=r"data\[\d+\]\." + pattern):
+        load_config(write_config(tmp_path, doc))
 
 
-def test_float_fill_overflow_and_nan(tmp_path):
+@pytest.mark.parametrize("entry", [{"fill": 1e6}, {"values": [1.0, 70000.0]}, {"random": {"low": -1e5, "high": 1}}])
+def test_float_fill_overflow_and_nan(tmp_path, capsys, entry):
     doc = config_with()
-    doc["data"].append({"name": "h", "addr": 0xC3000000, "shape": [2], "dtype": "float16", "fill": 1e6})
-    with pytest.raises(sim.ConfigError, match="overflows float16"):
-        prepare(load_config(write_config(tmp_path, doc)))
-    doc["data"][-1]["fill"] = float("nan")  # legal: tests how kernels propagate NaN
+    doc["data"].append({"name": "h", "addr": 0xC3000000, "shape": [2], "dtype": "float16", **entry})
+    path = write_config(tmp_path, doc)
+    with pytest.raises(sim.ConfigError, match="overflows float16|does not fit float16"):
+        load_config(path)
+    assert main(["validate", str(path)]) == 2 and "float16" in capsys.readouterr().err
+    doc["data"][-1] = {"name": "h", "addr": 0xC3000000, "shape": [2], "dtype": "float16",
+                       "fill": float("nan")}  # legal: tests how kernels propagate NaN
     assert np.isnan(prepare(load_config(write_config(tmp_path, doc))).read(0xC3000000, 2, np.float16)).all()
 
 

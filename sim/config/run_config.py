@@ -136,18 +136,42 @@ class RunConfig:
         if "fill" in src:
             return np.full(spec.shape, _fill_value(spec, src["fill"], where), dtype=spec.dtype)
         if "values" in src:
-            try:
-                arr = np.asarray(src["values"], dtype=spec.dtype)
-            except (TypeError, ValueError, OverflowError) as e:
-                raise ConfigError(f"{where}.values: not {len(spec.shape)}-d {spec.dtype} numbers: {e}") from None
-            if arr.shape != spec.shape:
-                raise ConfigError(f"{where}.values: shape {list(arr.shape)} does not match shape {list(spec.shape)}")
-            return arr
+            return _values(spec, src["values"], where)
         return _load_npy(self.path, spec, src["file"], where)
 
 
-def _random(spec: ArraySpec, r: dict, where: str, out: np.ndarray | None = None) -> np.ndarray:
-    rng = np.random.default_rng(r.get("seed", 0))
+def _values(spec: ArraySpec, values: object, where: str) -> np.ndarray:
+    """A ``values:`` source's array: numbers of the entry's shape, each one a value of its dtype (an integer
+    dtype's an integer in its range, a float dtype's no finite number past its largest: as ``fill`` is checked)."""
+    try:
+        given = np.asarray(values)
+        if given.dtype.kind == "O" and all(type(v) is int for v in given.flat):  # (past 64 bits)
+            if spec.dtype.kind in "iu":
+                info = np.iinfo(spec.dtype)
+                raise ValueError(f"a value leaves its range [{info.min}, {info.max}]")
+            given = given.astype(np.float64)
+        if given.dtype.kind not in "iufb" or given.shape != spec.shape:
+            raise ValueError(f"got shape {list(given.shape)}" if given.dtype.kind in "iufb" else "not all numbers")
+        if spec.dtype.kind in "iu":
+            info = np.iinfo(spec.dtype)
+            bad = ~np.isfinite(given) | (given != np.floor(given)) if given.dtype.kind == "f" else None
+            if bad is not None and bad.any():
+                raise ValueError(f"{brief(given[bad].flat[0].item())} is not an integer")
+            if given.size and (given.min() < info.min or given.max() > info.max):
+                raise ValueError(f"a value leaves its range [{info.min}, {info.max}]")
+        elif spec.dtype.kind == "f" and given.size:
+            wide = given.astype(np.float64)
+            finite = np.abs(wide[np.isfinite(wide)])
+            if finite.size and finite.max() > float(np.finfo(spec.dtype).max):
+                raise ValueError(f"{brief(finite.max().item())} overflows {spec.dtype}")
+        return given.astype(spec.dtype)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise ConfigError(f"{where}.values: not {len(spec.shape)}-d {spec.dtype} numbers of shape "
+                          f"{list(spec.shape)}: {e}") from None
+
+
+def _random_range(spec: ArraySpec, r: dict, where: str) -> tuple[int | float, int | float]:
+    """A ``random:`` source's bounds, checked against its dtype: an integer dtype's whole numbers in them."""
     low, high = r.get("low", -1.0), r.get("high", 1.0)
     if low > high:
         raise ConfigError(f"{where}.random: low ({brief(low)}) is above high ({brief(high)})")
@@ -157,14 +181,34 @@ def _random(spec: ArraySpec, r: dict, where: str, out: np.ndarray | None = None)
         if lo > hi or lo < info.min or hi > info.max:
             raise ConfigError(f"{where}.random: [{brief(low)}, {brief(high)}] holds no {spec.dtype} value or leaves "
                               f"its range [{info.min}, {info.max}]")
+        return lo, hi
+    if not math.isfinite(high - low) or max(abs(low), abs(high)) > float(np.finfo(spec.dtype).max):
+        raise ConfigError(f"{where}.random: [{brief(low)}, {brief(high)}] does not fit {spec.dtype}")
+    return float(low), float(high)
+
+
+def check_source(spec: ArraySpec, where: str) -> None:
+    """Refuse a ``fill``, ``random`` or ``values`` source that does not fit the entry's dtype (as placing it
+    would: so ``validate`` refuses what ``run`` refuses; a ``file`` is :func:`check_data_file`'s)."""
+    src = spec.source
+    if "fill" in src:
+        _fill_value(spec, src["fill"], where)
+    elif "random" in src:
+        _random_range(spec, src["random"] or {}, where)
+    elif "values" in src:
+        _values(spec, src["values"], where)
+
+
+def _random(spec: ArraySpec, r: dict, where: str, out: np.ndarray | None = None) -> np.ndarray:
+    rng = np.random.default_rng(r.get("seed", 0))
+    lo, hi = _random_range(spec, r, where)
+    if spec.dtype.kind in "iu":
         ints = rng.integers(lo, hi, size=spec.shape, endpoint=True, dtype=spec.dtype)
         if out is None:
             return ints
         out[...] = ints
         return out
-    if not math.isfinite(high - low) or max(abs(low), abs(high)) > float(np.finfo(spec.dtype).max):
-        raise ConfigError(f"{where}.random: [{brief(low)}, {brief(high)}] does not fit {spec.dtype}")
-    return _uniform(rng, float(low), float(high), np.empty(spec.shape, spec.dtype) if out is None else out)
+    return _uniform(rng, float(lo), float(hi), np.empty(spec.shape, spec.dtype) if out is None else out)
 
 
 #: Doubles drawn per step of :func:`_uniform`: large enough to amortise the call, small enough to stay in cache.
@@ -298,7 +342,9 @@ def _array_spec(path: Path, raw: dict, entry: cs.Data | cs.Output, key: str) -> 
                 raise _fail(path, f"{key}.random", f"low ({brief(r.low)}) is above high ({brief(r.high)})")
         if entry.fill is not None and not _finite_number(entry.fill) and isinstance(entry.fill, int):
             raise _fail(path, f"{key}.fill", f"expected a number, got {brief(entry.fill)}")
-    return ArraySpec(name=entry.name, addr=addr, shape=shape, dtype=dtype, core=entry.core, source=src)
+    spec = ArraySpec(name=entry.name, addr=addr, shape=shape, dtype=dtype, core=entry.core, source=src)
+    check_source(spec, f"{path}: {key}")
+    return spec
 
 
 def _shape(path: Path, raw: list[int], key: str, dtype: np.dtype) -> tuple[int, ...]:

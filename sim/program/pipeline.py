@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.config.run_config import RunConfig
+from sim.config.run_config import RunConfig, check_data_file
 from sim.config.user_kernels import load_kernels
 from sim.errors import ConfigError, KernelArgError, LayoutError
 from sim.model.call import BoundCall
@@ -175,6 +175,9 @@ def prepare_program(program: Program, m: Simulator, *, choose_tilings: bool = Tr
                               f"raw-address buffers in {MAX_PLANNING_ROUNDS} rounds (last: {stray[0].what}): give "
                               f"those tensors fixed addresses")
         check_entries_map(cfg, m)
+        for spec in cfg.data:  # (as placing the data would: validate refuses what run refuses)
+            if "file" in spec.source:
+                check_data_file(cfg, spec)
         violations = [_in_call(c.spec, c.call, v) for c in calls for v in check_layout(c.call, m.target)]
         data, outputs = _entry_accesses(cfg, program, mmap, plan)
         violations += check_calls(m.target, plan, [CallBuffers(c.spec.name, c.call, c.named, c.by_arg) for c in calls],
