@@ -281,6 +281,25 @@ def test_validate_prints_the_memory_map_and_fails_on_a_violation(tmp_path, capsy
     assert {t["name"]: t["first_step"] for t in report["tensors"]} == {"dy": 0, "x": 1, "g": 1}
 
 
+def test_validate_plot_draws_the_programs_memory_plan(tmp_path, capsys):
+    """--plot on a program draws its plan: the tensors at their planned ranges, dy and x (placed by the data)
+    inputs, y (read back) the output, g the calls' own; x and y share bytes (disjoint lifetimes)."""
+    from sim.program import prepare_program, simulator_for
+    from sim.program.report import program_layout
+    prog = load_program(program(tmp_path, CHAIN), allow_kernels=True)
+    checked = prepare_program(prog, simulator_for(prog))
+    (ddr,) = program_layout(checked)["regions"]
+    got = {b["buffer"]: (b["role"], b["start"], b["end"]) for b in ddr["buffers"]}
+    plan = checked.plan
+    assert got == {name: (role, plan[name].addr, plan[name].addr + 1024) for name, role in
+                   (("dy", "input"), ("x", "input"), ("g", "tensor"), ("y", "output"))}
+    assert got["x"][1:] == got["y"][1:]
+    picture = tmp_path / "plan.png"
+    assert main(["validate", str(program(tmp_path, CHAIN)), "--allow-kernels", "--plot", str(picture)]) == 0
+    assert f"plot: {picture}" in capsys.readouterr().out
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_validate_refuses_a_data_file_run_would_refuse(tmp_path, capsys):
     """README: validate fails exactly when run would refuse.  A tensor's data file that is missing, or of another
     dtype than the tensor: both refuse it (exit 2) naming the file, before anything is placed."""

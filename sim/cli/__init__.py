@@ -333,7 +333,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--format", choices=("text", "json"), default="text", help="text map (default) or JSON for tools")
     v.add_argument("--plot", metavar="PICTURE", help="also draw the memory map to PICTURE (.png, .svg or .pdf)")
     v.add_argument("--strict", action="store_true",
-                   help="count an input buffer the config places no data in as an error (else a warning)")
+                   help="count an input buffer the config places no data in as an error (else a warning; a "
+                        "program's findings are all errors)")
     add_allow_kernels(v)
     v.set_defaults(func=cmd_validate)
     c = sub.add_parser("calibrate", help="fit a target's free parameters to measured cycle counts")

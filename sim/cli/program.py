@@ -16,7 +16,7 @@ from sim.config.user_kernels import stdout_to_stderr
 from sim.errors import SimError
 from sim.files.atomic import written_together
 from sim.program import load_program, prepare_program, run_program, save_program_outputs, simulator_for
-from sim.program.report import program_map, program_report, write_program_report
+from sim.program.report import program_layout, program_map, program_report, write_program_report
 from sim.run.progress import progress_phases
 from sim.run.runner import check_trace_names
 
@@ -62,6 +62,10 @@ def validate_program_command(args: argparse.Namespace) -> int:
         print(json.dumps(program_report(checked), indent=1))
     else:
         print(program_map(checked))
+    if args.plot:
+        from sim.inspect.layout_plot import plot_layout  # (matplotlib only when a picture is asked for)
+        path = plot_layout(program_layout(checked), args.plot)
+        print(f"plot: {path}", file=sys.stderr if args.format == "json" else sys.stdout)
     return 0 if checked.ok else 1
 
 

@@ -115,8 +115,9 @@ def _draw_buffers(ax: Any, reg: dict, bad: set[str], lo: int, hi: int, labels: b
             # Labels sit above the bars: a buffer may be far too thin to hold its name.
             ax.text(x, n_lanes + 0.1 + 0.45 * bump, it["buffer"], fontsize=6, ha="left", va="bottom",
                     rotation=30, color="#D62728" if broken else "black")
-    # The bytes an output shares with another buffer, across the lanes: what a no-overlap violation is about.
-    for i, a in enumerate(items):
+    # The bytes an output shares with another buffer, across the lanes: what a no-overlap violation is about (not
+    # in a region whose buffers may share bytes: a program's tensors of disjoint lifetimes).
+    for i, a in enumerate([] if reg.get("shares_bytes") else items):
         for b in items[i + 1:]:
             if b["start"] >= a["end"]:
                 break

@@ -58,6 +58,33 @@ def program_report(checked: CheckedProgram) -> dict:
             "calls": calls, "violations": [v.as_dict() for v in checked.violations]}
 
 
+def program_layout(checked: CheckedProgram) -> dict:
+    """The program's memory plan in the shape of :func:`sim.inspect.layout_map.layout_report` (what ``dspsim
+    validate --plot`` draws): per memory its tensors as buffers, inputs those the data places, outputs those read
+    back, the rest (made and used by the calls) drawn as neither; the violations by tensor."""
+    prog = checked.program
+    placed = {e.tensor for e in prog.data if e.tensor is not None}
+    read_back = {e.tensor for e in prog.outputs if e.tensor is not None}
+    by_key: dict[tuple, list[Placement]] = {}
+    for p in checked.plan.placements:
+        by_key.setdefault(p.key, []).append(p)
+    regions = []
+    for (name, core), ps in sorted(by_key.items(), key=lambda kv: (kv[0][0], kv[0][1] if kv[0][1] is not None
+                                                                    else -1)):
+        r = ps[0].region
+        buffers = [{"buffer": p.tensor.name, "start": p.addr, "end": p.end, "size_bytes": p.tensor.size_bytes,
+                    "region": name, "core": core,
+                    "role": "output" if p.tensor.name in read_back else "input" if p.tensor.name in placed
+                    else "tensor"} for p in sorted(ps, key=lambda p: (p.addr, p.tensor.name))]
+        reserved = [{"name": "workspace" if i == 0 else level.name, "start": level.base, "end": level.end}
+                    for i, level in enumerate(checked.target.shared_levels) if level.region == name]
+        regions.append({"name": name, "kind": r.kind, "base": r.base, "end": r.end, "size_bytes": r.size_bytes,
+                        "core": core, "buffers": buffers, "reserved": reserved,
+                        "shares_bytes": True})  # (tensors of disjoint lifetimes share bytes: no overlap is drawn)
+    return {"target": checked.target.name, "symbol": f"program {prog.name}", "regions": regions, "unmapped": [],
+            "violations": [v.as_dict() for v in checked.violations], "ok": checked.ok}
+
+
 def program_map(checked: CheckedProgram) -> str:
     """The text ``dspsim validate`` prints for a program: per memory its tensors in address order with their
     lifetimes, then each call, then one line per violation."""
@@ -151,4 +178,4 @@ def write_program_report(path: str | Path, out: str | Path, stream: IO[str] | No
     return atomic_write_text(out, program_report_html(result, program.common.description, program.path)), result
 
 
-__all__ = ["program_report", "program_map", "program_report_html", "write_program_report"]
+__all__ = ["program_report", "program_layout", "program_map", "program_report_html", "write_program_report"]
