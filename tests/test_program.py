@@ -257,6 +257,13 @@ def test_a_raw_address_of_a_p_call_is_its_own_cores_copy_whatever_another_cores_
     assert np.array_equal(m.read(0x10000000, (64,), np.float32, core=3), dy3 * (dy3 > 0))
 
 
+def test_a_program_without_calls_is_told_it_needs_them(tmp_path, capsys):
+    """A file with tensors but no calls is a program missing its calls, not a run-config with unknown keys."""
+    p = program(tmp_path, CHAIN.split("calls:")[0])
+    assert main(["validate", str(p), "--allow-kernels"]) == 2
+    assert "<top>.calls: required key is missing" in capsys.readouterr().err
+
+
 def test_a_tensor_of_no_elements_is_refused_on_load(tmp_path):
     """A tensor of shape [0] has no bytes for a buffer to lie in: refused naming its key, not planned around."""
     body = CHAIN.replace("{name: g, shape: [4, 64], dtype: float32}", "{name: g, shape: [0], dtype: float32}")

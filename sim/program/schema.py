@@ -273,13 +273,14 @@ def _call(p: Path, c: CallEntry, key: str, index: int) -> CallSpec:
 
 
 def is_program_file(path: str | Path) -> bool:
-    """Whether ``path`` is a program file (a YAML mapping with a top-level ``calls`` key) rather than a
-    run-config; False for anything unreadable (whose reader then says why)."""
+    """Whether ``path`` is a program file (a YAML mapping with a top-level ``calls`` key, or ``tensors``, which
+    only a program has: its reader then says ``calls`` is missing) rather than a run-config; False for anything
+    unreadable (whose reader then says why)."""
     try:
         doc = read_yaml_file(Path(path), str(path), ConfigError, what="program")
     except ConfigError:
         return False
-    return isinstance(doc, dict) and "calls" in doc
+    return isinstance(doc, dict) and ("calls" in doc or "tensors" in doc)
 
 
 def load_program(path: str | Path, *, allow_kernels: bool | None = None) -> Program:
