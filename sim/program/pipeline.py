@@ -28,8 +28,15 @@ from sim.model.memory import MemoryMap
 from sim.model.target import Target
 from sim.model.target_loader import load_target
 from sim.planning import staging_areas
-from sim.program.binding import (arg_kinds, bind_call, lifetimes, named_tensors, params_tensors, resolved_args,
-                                 tensor_args)
+from sim.program.binding import (
+    arg_kinds,
+    bind_call,
+    lifetimes,
+    named_tensors,
+    params_tensors,
+    resolved_args,
+    tensor_args,
+)
 from sim.program.checks import Access, CallBuffers, check_calls, entry_access, locate, staged_bytes
 from sim.program.planner import Lifetime, MemoryPlan, Reserved, plan_memory
 from sim.program.schema import CallSpec, Program
