@@ -203,7 +203,7 @@ def _random(spec: ArraySpec, r: dict, where: str, out: np.ndarray | None = None)
     rng = np.random.default_rng(r.get("seed", 0))
     lo, hi = _random_range(spec, r, where)
     if spec.dtype.kind in "iu":
-        ints = rng.integers(lo, hi, size=spec.shape, endpoint=True, dtype=spec.dtype)
+        ints = rng.integers(int(lo), int(hi), size=spec.shape, endpoint=True, dtype=spec.dtype)
         if out is None:
             return ints
         out[...] = ints
