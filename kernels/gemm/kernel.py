@@ -125,10 +125,24 @@ def _formulations(call: BoundCall, ctx: PlanContext) -> tuple[dict[str, GemmPlan
         planners, searched = {"direct": planner, "transposed": GemmPlanner(call, ctx, "transposed")}, \
             (str(ctx.tiling["formulation"]),)
     else:
+        refuse_what_no_completion_runs(ctx, [planner])
         return {"direct": planner}, planner.space
+    refuse_what_no_completion_runs(ctx, [planners[f] for f in searched])
     key = ChoiceKey("formulation", FORMULATIONS, FORMULATION_DOC, values=searched)
     return planners, union(key, {f: planners[f].space for f in FORMULATIONS},
                            alternatives=[{"formulation": f} for f in searched[1:]])
+
+
+def refuse_what_no_completion_runs(ctx: PlanContext, planners: list[GemmPlanner]) -> None:
+    """Refuse a caller's partial tiling that asks for an NT reduction kernel none of the ``planners`` (the
+    formulations searched) can run with the keys it gives: the space tells from the call alone, so the search
+    does not complete it (hundreds of completions, each refused for the same reason) only to list the misses.
+    The KernelArgError is the one a full tiling asking for it gets (:meth:`GemmPlanner.resolve`)."""
+    t = ctx.tiling or {}
+    refusals = [p.nt_refusal(t.get("nt_kernel"), t.get("split"), t.get("c_home")) for p in planners]
+    first = refusals[0] if refusals else None
+    if first is not None and all(r is not None for r in refusals):
+        raise first
 
 
 KERNEL = Gemm()

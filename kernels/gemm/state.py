@@ -102,6 +102,25 @@ class GemmCall:
         return (g.trans_b and not g.trans_a and self.prec == "fp32" and self.dt == F32 and self.sm is not None
                 and split != "k")
 
+    def nt_refusal(self, nt_kernel: str | None, split: str | None, c_home: str | None) -> KernelArgError | None:
+        """Why an NT reduction kernel cannot multiply this call with ``split`` and ``c_home`` (None: either not
+        given, any the call may take), or None.  A caller's partial tiling asking for one is refused with it before
+        the search completes it (:func:`kernels.gemm.kernel.refuse_what_no_completion_runs`): no completion could
+        change the answer."""
+        if nt_kernel not in NT_REDUCTIONS:
+            return None
+        # (_nt_allowed depends on the split only by refusing split k: with the split not given, split n is one the
+        # call may take)
+        if not self._nt_allowed(split or "n"):
+            return KernelArgError(f"argument 'tiling.nt_kernel': {nt_kernel} (an NT micro-kernel) multiplies a "
+                                  f"B stored transposed by an A that is not, in fp32, with C's rows in the scalar "
+                                  f"level, and not with split k (this call: trans_a {int(self.asked.trans_a)}, "
+                                  f"trans_b {int(self.asked.trans_b)}, {self.prec}, split {split or 'any'})")
+        if c_home is not None and c_home != "ddr":
+            return KernelArgError(f"argument 'tiling.nt_kernel': {nt_kernel} adds each dot product into C's "
+                                  f"rows in SM, which come from memory per k block: it goes with c_home ddr only")
+        return None
+
     def _nt_kernels(self, t: Mapping[str, Any]) -> tuple[str, ...]:
         """How the search may multiply a transposed B: B transposed in AM, then the published merged NT kernel
         where the call allows it (``reduce_serial`` only when asked for: the merged kernel does the same work in
@@ -196,15 +215,9 @@ class GemmCall:
         if t.m_block % t.m_panel and t.m_block != self.g.m:
             raise KernelArgError(f"argument 'tiling.m_block': {t.m_block} is not a multiple of m_panel "
                                  f"({t.m_panel})")
-        if t.nt_reduces:
-            if not self._nt_allowed(t.split):
-                raise KernelArgError(f"argument 'tiling.nt_kernel': {t.nt_kernel} (an NT micro-kernel) multiplies a "
-                                     f"B stored transposed by an A that is not, in fp32, with C's rows in the scalar "
-                                     f"level, and not with split k (this call: trans_a {int(self.asked.trans_a)}, "
-                                     f"trans_b {int(self.asked.trans_b)}, {self.prec}, split {t.split})")
-            if t.c_home != "ddr":
-                raise KernelArgError(f"argument 'tiling.nt_kernel': {t.nt_kernel} adds each dot product into C's "
-                                     f"rows in SM, which come from memory per k block: it goes with c_home ddr only")
+        refusal = self.nt_refusal(t.nt_kernel, t.split, t.c_home)
+        if refusal is not None:
+            raise refusal
         if self.c_transposed and t.split == "k":
             # (the reduce phase sums rows of C from the cores' partial rows; this formulation's partials are rows
             # of Cᵀ, and its tiles reach C's rows only through their transpose on the way out)

@@ -461,6 +461,24 @@ def test_the_serial_nt_kernel_is_asked_for_only_and_refused_where_it_cannot_run(
                  tiling={"nt_kernel": "reduce_serial", "c_home": "am"})
 
 
+@pytest.mark.parametrize("where, tiling, why", [
+    (dict(trans_a=1, trans_b=1), {"nt_kernel": "reduce_serial"}, "A that is not"),  # both formulations refuse it
+    (dict(trans_b=1, precision="hp"), {"nt_kernel": "reduce_serial"}, "A that is not"),  # fp16 on MT7004
+    (dict(trans_b=1), {"nt_kernel": "reduce_serial", "split": "k"}, "split k"),
+    (dict(trans_b=1), {"nt_kernel": "reduce", "c_home": "am"}, "c_home ddr only"),
+])
+def test_an_nt_kernel_the_call_cannot_run_is_refused_before_the_search_completes_it(where, tiling, why):
+    """A partial tiling asking for an NT reduction kernel that no completion can run is refused up front, with the
+    message a full tiling gets (naming tiling.nt_kernel), not after its hundreds of completions were each refused
+    and listed as the search's nearest misses."""
+    chip, symbol = ("MT7004", "hp_gemm_s") if where.pop("precision", None) == "hp" else ("FT78NE", "fp_gemm_s")
+    machine = sim.Simulator(chip, tuning_cache=False)
+    args = dict(a=DDR[0], b=DDR[1], c=DDR[2], m=300, n=200, k=700, **where)
+    with pytest.raises(sim.KernelArgError, match=r"^argument 'tiling\.nt_kernel'") as got:
+        machine.call(symbol, numerics=False, tiling=tiling, **args)
+    assert why in str(got.value) and "tried" not in str(got.value)
+
+
 @pytest.mark.parametrize("nt_kernel, floor", [("reduce", 6), ("reduce_serial", 8)])
 def test_deep_nt_blocks_halve_the_b_block_below_a_vector(nt_kernel, floor):
     """An NT kernel's B block is rows of B, not vectors: at a depth where two 32-row blocks and the A panels do not
