@@ -12,12 +12,12 @@ with a ``bound`` and at most :data:`EXHAUSTIVE_BOUNDED_CANDIDATES` (lowest bound
 the cheapest is out of their reach); a larger one is searched from the kernel's preferred tiling by steps of one key
 (each round plans the best tiling's neighbours: the same tiling with another choice of one key, or the next smaller
 or larger value of one integer key), until the best is its own best neighbour or :data:`MAX_PLANNED` tilings are
-planned; then, for each of the space's ``starts`` (an algorithm two choices away), the tiling of it nearest the
-climb's end is priced (even past the budget; where its bound leaves it out, the algorithm's tiling of the lowest
-bound among the first few), and the climb goes on from it, :data:`MAX_STARTED` tilings more at
-most, if it is the cheapest; and for each of its ``alternatives`` (a formulation whose keys mean something else), a
-climb of its own among that formulation's tilings, from its tiling nearest the first climb's end and from its
-preferred one, with a budget of its own.
+planned (those left unplanned by their bound not counted); then, for each of the space's ``starts`` (an algorithm
+two choices away), the tiling of it nearest the climb's end is priced (even past the budget; where its bound leaves
+it out, the algorithm's tiling of the lowest bound among the first few), and the climb goes on from it,
+:data:`MAX_STARTED` tilings more at most, if it is the cheapest; and for each of its ``alternatives`` (a formulation
+whose keys mean something else), a climb of its own among that formulation's tilings, from its tiling nearest the
+first climb's end and from its preferred one, with a budget of its own.
 Planned candidates are simulated fewest tiles first; one still running when it
 can no longer tie is stopped there, and a round ends as soon as no candidate left can change the pick by a
 lower bound of any run of it (:func:`sim.timing.run_lower_bound_cycles`): on a DDR-bound layer, a candidate

@@ -22,7 +22,8 @@ EXHAUSTIVE_CANDIDATES = 6
 #: a small space costs about what a climb through it does, and finds what a climb's steps of one key miss (slices
 #: whose input and output channels move together: Conv2DBackpropFilter on five FT78NE cores, up to 38 %).
 EXHAUSTIVE_BOUNDED_CANDIDATES = 32
-#: Most candidates one search plans (the kernel's preferred tiling and its neighbours, round after round).
+#: Most candidates one search plans (the kernel's preferred tiling and its neighbours, round after round); a tiling
+#: left unplanned by its bound from the tiling alone costs that bound only and is not counted.
 MAX_PLANNED = 20
 #: Most candidates a climb from one of a space's ``starts`` plans beyond :data:`MAX_PLANNED` (when that start's
 #: tiling nearest the first climb's end wins; each start's tiling is priced even past the budget).
