@@ -406,3 +406,15 @@ def test_tilings_left_unplanned_by_their_bound_do_not_spend_the_climbs_budget():
         "n_block": 64, "n_micro": 64})
     assert run.cycles <= forced.cycles < 14_163
 
+
+def test_a_formulation_whose_starts_its_bound_rules_out_is_climbed_from_its_lowest_bound():
+    """1000 x 10 x 100 with B transposed on two MT7004 cores (a thin C: both formulations searched): the direct
+    formulation's preferred tiling and its tiling nearest the transposed climb's end were both left out by their
+    bounds, so it was never climbed (the pick 38,772 cycles); a climb from its tiling of the lowest bound reaches
+    split m with B broadcast, at most what that tiling takes forced."""
+    run = gemm("MT7004", "fp_gemm_s", 1000, 10, 100, 0x3, trans_b=1)
+    forced = gemm("MT7004", "fp_gemm_s", 1000, 10, 100, 0x3, trans_b=1, tiling={
+        "formulation": "direct", "split": "m", "nt_kernel": "transpose", "c_home": "ddr", "a_staging": "memory",
+        "a_loader": "cores", "a_buffers": 2, "b_staging": "broadcast", "m_micro": 12, "k_block": 100,
+        "m_panel": 24, "m_block": 1000, "n_block": 10, "n_micro": 16})
+    assert run.cycles <= forced.cycles < 38_772

@@ -17,7 +17,8 @@ two choices away), the tiling of it nearest the climb's end is priced (even past
 it out, the algorithm's tiling of the lowest bound among the first few), and the climb goes on from it,
 :data:`MAX_STARTED` tilings more at most, if it is the cheapest; and for each of its ``alternatives`` (a formulation
 whose keys mean something else), a climb of its own among that formulation's tilings, from its tiling nearest the
-first climb's end and from its preferred one, with a budget of its own.
+first climb's end and from its preferred one (where its bound leaves both out, from its tiling of the lowest bound
+among the first few), with a budget of its own.
 Planned candidates are simulated fewest tiles first; one still running when it
 can no longer tie is stopped there, and a round ends as soon as no candidate left can change the pick by a
 lower bound of any run of it (:func:`sim.timing.run_lower_bound_cycles`): on a DDR-bound layer, a candidate
