@@ -418,3 +418,17 @@ def test_a_formulation_whose_starts_its_bound_rules_out_is_climbed_from_its_lowe
         "a_loader": "cores", "a_buffers": 2, "b_staging": "broadcast", "m_micro": 12, "k_block": 100,
         "m_panel": 24, "m_block": 1000, "n_block": 10, "n_micro": 16})
     assert run.cycles <= forced.cycles < 38_772
+
+
+def test_the_depthwise_search_prices_the_channel_splits_its_climb_stops_short_of():
+    """DepthwiseConv2dBackpropInput of a 1x56x56x128 MobileNet layer, 3x3, on seven FT78NE cores: the climb from 4
+    channel groups stepped to 3 with the 26-row tiles that suit 4 and stopped there (175,236 cycles); the channel
+    splits into equal groups are priced after the climb, and the pick is at most 2 groups of 19-row tiles, forced."""
+    args = dict(filter=A, out_backprop=B, output=C, input_sizes=[1, 56, 56, 128], filter_shape=[3, 3, 128, 1],
+                strides=[1, 1, 1, 1], padding="SAME", core_mask=0x7F)
+    run = sim.Simulator("FT78NE", tuning_cache=False).call("fp_depthwise_conv2d_backprop_input_s", numerics=False,
+                                                           **args)
+    forced = sim.Simulator("FT78NE", tuning_cache=False).call(
+        "fp_depthwise_conv2d_backprop_input_s", numerics=False,
+        tiling={"channel_parts": 2, "tile_channels": 32, "tile_cols": 56, "tile_rows": 19}, **args)
+    assert run.cycles <= forced.cycles < 175_236

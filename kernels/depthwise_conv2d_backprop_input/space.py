@@ -47,7 +47,8 @@ class CallTiling:
         # NHWC channel cuts: whole vectors, and whole bursts of the tensors' region.
         self.grain = channel_grain(ctx, call.buffer("out_backprop").addr, itemsize, self.taps.lanes)
         g = geo
-        max_parts = min(len(call.cores), g.in_c if g.nchw else ceil_div(g.in_c, self.grain))
+        units = g.in_c if g.nchw else ceil_div(g.in_c, self.grain)  # (what a channel cut cuts on)
+        max_parts = min(len(call.cores), units)
         self.space = TilingSpace(
             IntKey("channel_parts", 1, max_parts, "channel groups the cores form (1: rows only)",
                    values=range(max_parts, 0, -1)),
@@ -56,7 +57,14 @@ class CallTiling:
             IntKey("tile_rows", 1, g.in_h, "input rows of a tile", values=self._row_values),
             IntKey("register_block", 1, MAX_BLOCK, "output vectors a tap loop accumulates in registers",
                    scope="compute", values=range(1, self.taps.shape.largest_block() + 1)),
-            fit=self._fit, tiles=self._tiles)
+            fit=self._fit, tiles=self._tiles,
+            # Channel splits the climb's steps of one group at a time may not reach: the tile shape that suits the
+            # preferred split's shares (its first steps keep it) seldom suits a split two or more groups away, so
+            # the climb stops short of it (1x56x56x128 on seven FT78NE cores: 4 groups, 175,236 cycles; 2 groups,
+            # their own rows, 169,168).  Those that cut the channels into equal groups (an uneven cut leaves the
+            # busiest group a whole cut more, its cores' rows no fewer): each priced at its tiling nearest the
+            # climb's end, the climb going on from it if it is the cheapest.
+            starts=tuple({"channel_parts": p} for p in range(max_parts - 2, 0, -1) if units % p == 0))
         self.asked = self.space.parse(ctx)
 
     def shares(self, p_chans: int) -> list[Share]:
