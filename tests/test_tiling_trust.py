@@ -432,3 +432,15 @@ def test_the_depthwise_search_prices_the_channel_splits_its_climb_stops_short_of
         "fp_depthwise_conv2d_backprop_input_s", numerics=False,
         tiling={"channel_parts": 2, "tile_channels": 32, "tile_cols": 56, "tile_rows": 19}, **args)
     assert run.cycles <= forced.cycles < 175_236
+
+
+def test_a_round_the_budget_cuts_short_plans_its_lowest_bounds():
+    """256 x 512 x 512 on eight FT78NE cores (the bench's medium GEMM): a round cut short by the budget planned its
+    moves in the keys' order, and the climb ended at split m with B broadcast (144,379 cycles); in the bounds'
+    order it goes on to split n with 12-row micro-kernels, and the pick is at most that tiling, forced."""
+    run = gemm("FT78NE", "fp_gemm_s", 256, 512, 512, 0xFF)
+    forced = gemm("FT78NE", "fp_gemm_s", 256, 512, 512, 0xFF, tiling={
+        "split": "n", "nt_kernel": "transpose", "c_home": "am", "a_loader": "core0", "a_buffers": 2,
+        "b_staging": "am", "m_micro": 12, "k_block": 128, "m_panel": 24, "m_block": 256, "n_block": 64,
+        "n_micro": 64})
+    assert run.cycles <= forced.cycles < 144_379
