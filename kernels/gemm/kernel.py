@@ -127,7 +127,8 @@ def _formulations(call: BoundCall, ctx: PlanContext) -> tuple[dict[str, GemmPlan
     else:
         refuse_what_no_completion_runs(ctx, [planner])
         return {"direct": planner}, planner.space
-    refuse_what_no_completion_runs(ctx, [planners[f] for f in searched])
+    refuse_what_no_completion_runs(ctx, [planners[f] for f in searched if f in planners])  # (an unknown one: the
+    # union's check names it)
     key = ChoiceKey("formulation", FORMULATIONS, FORMULATION_DOC, values=searched)
     return planners, union(key, {f: planners[f].space for f in FORMULATIONS},
                            alternatives=[{"formulation": f} for f in searched[1:]])
