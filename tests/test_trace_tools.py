@@ -354,6 +354,26 @@ def test_diff_of_8_and_4_cores(run8, run4):
     assert "per unit (busy cycles):" in text and "core 7 · DMA 0" in text
 
 
+def test_diff_speed_compares_time_when_clocks_differ():
+    """A: 1800 cycles at 1.8 GHz = 1 us; B: 1500 cycles at 1 GHz = 1.5 us.  B has fewer cycles but takes 1.5x as
+    long; at the same clock the 1500 cycles make B 1800 / 1500 = 1.2x as fast; with one clock unknown no claim."""
+    ev = (TraceEvent(0, "core", "compute", 0, 10),)
+
+    def trace(cycles, clock):
+        meta = {"cycles": cycles, "cores": [0], **({"clock_hz": clock} if clock else {})}
+        return Trace(events=ev, metadata=meta, source=f"{cycles}@{clock}")
+
+    text = diff_text(diff_traces(trace(1800, 1_800_000_000), trace(1500, 1_000_000_000)))
+    assert "run cycles: A 1800, B 1500, change -300 (-16.7%)\n" in text
+    assert "as fast" not in text
+    assert ("run time (the clocks differ, 1.8 GHz -> 1 GHz, so time, not cycles, compares the speed): "
+            "A 1.000 us, B 1.500 us, B takes 1.50x as long") in text
+    same = diff_text(diff_traces(trace(1800, 1_000_000_000), trace(1500, 1_000_000_000)))
+    assert "run cycles: A 1800, B 1500, change -300 (-16.7%), B is 1.20x as fast" in same and "run time" not in same
+    one = diff_text(diff_traces(trace(1800, 1_800_000_000), trace(1500, None)))
+    assert "no speed comparison (B's clock is unknown)" in one and "as fast" not in one and "as long" not in one
+
+
 def test_unit_busy_unions_overlaps():
     ev = [TraceEvent(0, "dma0", "dma_in", 0, 10), TraceEvent(0, "dma0", "dma_in", 5, 20),
           TraceEvent(0, "dma0", "dma_in", 30, 31)]

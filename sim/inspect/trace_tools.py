@@ -602,9 +602,18 @@ def _table(rows: list[list[str]]) -> str:
                      for r in rows)
 
 
+def _speed(a: float, b: float) -> str:
+    """``, B is 1.43x as fast`` / ``, B takes 1.26x as long`` from A's and B's cycles or seconds ("" when equal)."""
+    if not a or not b or a == b:
+        return ""
+    return f", B is {a / b:.2f}x as fast" if b < a else f", B takes {b / a:.2f}x as long"
+
+
 def diff_text(d: TraceDiff) -> str:
     """The comparison as text: what differs in the two runs' setup first (chip, symbol, arguments, tiling),
-    then both runs, the change of cycles, per-core and per-unit tables."""
+    then both runs, the change of cycles, per-core and per-unit tables.  Which run is faster is said from the
+    cycles when both runs have the same clock, from the time (cycles / clock_hz) when their clocks differ, and
+    not at all when only one clock is known."""
     if d.metadata:
         lines = ["setup differs: " + "; ".join(f"{k} {_show(va)} -> {_show(vb)}" for k, va, vb in d.metadata)]
     elif d.a.metadata and d.b.metadata:
@@ -614,11 +623,18 @@ def diff_text(d: TraceDiff) -> str:
     lines += [f"A: {d.a.source}: {d.a.title}, {_cyc(d.a, d.a.cycles)}, cores {list(d.a.cores)}",
               f"B: {d.b.source}: {d.b.title}, {_cyc(d.b, d.b.cycles)}, cores {list(d.b.cores)}"]
     delta, pct = _change(d.total)
-    speed = ""
-    if d.a.cycles and d.b.cycles and d.a.cycles != d.b.cycles:
-        speed = (f", B is {d.a.cycles / d.b.cycles:.2f}x as fast" if d.b.cycles < d.a.cycles
-                 else f", B takes {d.b.cycles / d.a.cycles:.2f}x as long")
-    lines += [f"run cycles: A {d.total.a}, B {d.total.b}, change {delta} ({pct}){speed}", ""]
+    run = f"run cycles: A {d.total.a}, B {d.total.b}, change {delta} ({pct})"
+    clock_a, clock_b = d.a.clock_hz, d.b.clock_hz
+    if clock_a == clock_b:  # the same clock (or neither known): cycles compare the speed
+        lines.append(run + _speed(d.a.cycles, d.b.cycles))
+    elif clock_a and clock_b:  # different clocks: only time compares the speed
+        ta, tb = d.a.cycles / clock_a, d.b.cycles / clock_b
+        lines += [run,
+                  f"run time (the clocks differ, {clock_a / 1e9:g} GHz -> {clock_b / 1e9:g} GHz, so time, not cycles, "
+                  f"compares the speed): A {ta * 1e6:.3f} us, B {tb * 1e6:.3f} us{_speed(ta, tb)}"]
+    else:
+        lines.append(f"{run}, no speed comparison ({'A' if not clock_a else 'B'}'s clock is unknown)")
+    lines.append("")
     if d.calls:
         crows = [["call", "A", "B", "change", "%"]] + [[r.label, _fmt(r.a), _fmt(r.b), *_change(r)] for r in d.calls]
         lines += ["per call (cycles):", _table(crows), ""]
