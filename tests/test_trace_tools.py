@@ -41,6 +41,7 @@ from sim.inspect.trace_tools import (
     trace_of_run,
     unit_busy,
 )
+from sim.program import load_program
 from sim.report.page import report_html, timeline_data
 from sim.run.progress import (
     RunProgress,
@@ -291,6 +292,47 @@ def test_critical_path_by_hand():
     assert cp.cycles_by_kind() == {"launch": 100, "dma_in": 400, "sharing": 200, "compute": 200,
                                    "barrier_wait": 100}
     assert sum(cp.cycles_by_kind().values()) == cp.end_cycle
+
+
+# A program of two calls, back to back: call "a" ends when core 1's compute does (400); call "b" launches at 420
+# (a 20-cycle gap) and ends with core 0's compute at 670.
+TWO_CALLS = [
+    TraceEvent(0, "sync", "launch", 0, 100, phase="a"), TraceEvent(1, "sync", "launch", 0, 100, phase="a"),
+    TraceEvent(0, "compute", "compute", 100, 300, tile=0, phase="a"),
+    TraceEvent(1, "compute", "compute", 100, 400, tile=0, phase="a"),
+    TraceEvent(0, "sync", "launch", 420, 520, phase="b"), TraceEvent(1, "sync", "launch", 420, 520, phase="b"),
+    TraceEvent(0, "compute", "compute", 520, 670, tile=0, phase="b"),
+    TraceEvent(1, "compute", "compute", 520, 600, tile=0, phase="b"),
+]
+
+
+def test_critical_path_of_two_calls_by_hand():
+    """The walk from call b's last compute reaches b's launch, then goes on from call a's end (core 1's compute)
+    back to a's launch: 100 + 300 + 100 + 150 cycles of steps and the 20-cycle gap make the 670."""
+    cp = critical_path(TWO_CALLS)
+    assert cp.core == 0 and cp.end_cycle == 670
+    assert [(s.core, s.kind, s.phase, s.start) for s in cp.steps] == [
+        (1, "launch", "a", 0), (1, "compute", "a", 100), (0, "launch", "b", 420), (0, "compute", "b", 520)]
+    assert cp.idle == 20
+    assert sum(s.cycles for s in cp.steps) + cp.idle == cp.end_cycle
+    assert cp.cycles_by_kind() == {"launch": 200, "compute": 450, "idle": 20}
+
+
+def test_critical_path_of_a_program_trace_covers_every_call(tmp_path, capsys):
+    """The shipped ResNet-50 program (14 calls): its trace's critical path adds up to the program's cycles and
+    passes every call's launch, at the call's start."""
+    program = load_program(ROOT / "configs" / "programs" / "ft78ne_resnet50_bottleneck_bwd.yaml", allow_kernels=True)
+    result = sim.Simulator(program.target).run_program(program)
+    path = result.write_trace(tmp_path / "p.json")
+    cp = critical_path(load_trace(path).events)
+    assert cp.end_cycle == result.cycles
+    assert sum(s.cycles for s in cp.steps) + cp.idle == cp.end_cycle
+    for p, q in zip(cp.steps, cp.steps[1:]):
+        assert p.end <= q.start
+    launches = [(s.phase, s.start) for s in cp.steps if s.kind == "launch"]
+    assert launches == [(c.name, c.start_cycle) for c in result.calls] and len(launches) == 14
+    assert main(["trace", "summary", str(path)]) == 0
+    assert "events, through its 14 calls back to the first, took:" in capsys.readouterr().out
 
 
 def test_stalls_by_hand():

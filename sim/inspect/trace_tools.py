@@ -246,10 +246,11 @@ def load_trace(path: str | Path) -> Trace:
 class CriticalPath:
     """The chain of events that set the run's length, walked back from the core that finished last.
 
-    ``steps`` go from launch to the end; each step's predecessor ended at or
-    before it started (on its own core, or on the core that arrived last at a
-    barrier); ``idle`` is the total of the gaps between them.  The step
-    durations plus ``idle`` add up to ``end_cycle``.
+    ``steps`` go from the first launch to the end; each step's predecessor ended at or before it started (on
+    its own core, on the core that arrived last at a barrier, or, for the launch of a program's call, on the
+    core whose event ended last before that launch: the previous call's end); ``idle`` is the total of the
+    gaps between them.  The step durations plus ``idle`` add up to ``end_cycle``, for one call's run and for a
+    program's (whose path runs through every call back to the first).
     """
 
     core: int
@@ -293,19 +294,46 @@ def _last_arrival(events: Sequence[TraceEvent], barrier: TraceEvent) -> TraceEve
     return max(same, key=lambda e: (e.start, -e.core))
 
 
+def _end_key(e: TraceEvent) -> tuple:
+    """Ties between events ending together: the lowest core, a DMA-out, the first unit."""
+    return (-e.core, e.kind == "dma_out", -unit_order(e.unit))
+
+
+def _previous_call_end(events: Sequence[TraceEvent], launch: TraceEvent) -> TraceEvent | None:
+    """The event that ended last before ``launch`` (a program's later call): the previous call's end, on any
+    core (a work event before a barrier ending with it; a barrier's last arrival)."""
+    before = [p for p in events if p.end <= launch.start and p is not launch]
+    if not before:
+        return None
+    pred = max(before, key=lambda e: (e.end, e.kind in _WORK_KINDS, *_end_key(e)))
+    return _last_arrival(events, pred) if pred.kind == "barrier_wait" else pred
+
+
 def critical_path(events: Sequence[TraceEvent]) -> CriticalPath:
-    """Walk back from the last event of the core whose work finished last to the launch."""
+    """Walk back from the last event of the core whose work finished last to the launch.  In a program's trace
+    a call's launch starts when the previous call ends, so the walk goes on from there, from the event that
+    ended last before the launch (on any core), back to the first call's launch."""
     work = [e for e in events if e.kind in _WORK_KINDS] or list(events)
     if not work:
         return CriticalPath(core=0, end_cycle=0, steps=(), idle=0)
-    last = max(work, key=lambda e: (e.end, -e.core, e.kind == "dma_out", -unit_order(e.unit)))
+    last = max(work, key=lambda e: (e.end, *_end_key(e)))
     by_core: dict[int, list[TraceEvent]] = defaultdict(list)
     for e in events:
         by_core[e.core].append(e)
     steps = [last]
     idle = 0
     cur = last
-    while cur.kind != "launch":
+    while True:
+        if cur.kind == "launch":
+            # A later call's launch: the previous call's last event (on whichever core) held it back.
+            before = _previous_call_end(events, cur) if cur.start else None
+            if before is None:
+                idle += cur.start
+                break
+            idle += cur.start - before.end
+            steps.append(before)
+            cur = before
+            continue
         preds = [p for p in by_core[cur.core] if p.end <= cur.start and p is not cur]
         if not preds:
             idle += cur.start
@@ -429,19 +457,24 @@ def critical_text(trace: Trace, cp: CriticalPath) -> list[str]:
         return ["critical path: (no events)"]
     tied = sorted({e.core for e in trace.events if e.kind in _WORK_KINDS and e.end == cp.end_cycle} - {cp.core})
     tie = f" (tied with core{'s' if len(tied) > 1 else ''} {', '.join(map(str, tied))})" if tied else ""
+    launches = sum(1 for s in cp.steps if s.kind == "launch")  # a program's path passes every call's launch
+    through = f", through its {launches} calls back to the first," if launches > 1 else ""
     lines = [f"critical path: core {cp.core}{tie} finished last, at cycle {cp.end_cycle}"
              f"{'' if trace.us(cp.end_cycle) is None else f' ({trace.us(cp.end_cycle):.3f} us)'}; "
-             f"its chain of {len(cp.steps)} events took:"]
+             f"its chain of {len(cp.steps)} events{through} took:"]
     parts = sorted(cp.cycles_by_kind().items(), key=lambda kv: -kv[1])
     for kind, cyc in parts:
         lines.append(f"  {kind:<13} {cyc:>12} cycles  {_pct(cyc, cp.end_cycle):>6}")
     hops = sorted({s.core for s in cp.steps} - {cp.core})
     if hops:
-        lines.append(f"  (through barriers it passes through core(s) {', '.join(map(str, hops))}, "
-                     f"which arrived last)")
+        how = ("(through barriers and from each call to the next it passes through core(s) "
+               if launches > 1 else "(through barriers it passes through core(s) ")
+        lines.append(f"  {how}{', '.join(map(str, hops))}, which arrived last"
+                     f"{' or finished the previous call' if launches > 1 else ''})")
     waits = [(k, v) for k, v in parts if k != "compute"]
     what = {"dma_in": "its DMA-in transfers", "dma_out": "its DMA-out transfers",
-            "sharing": "sharing memory bandwidth with other streams", "launch": "the group launch",
+            "sharing": "sharing memory bandwidth with other streams",
+            "launch": "the calls' launches" if launches > 1 else "the group launch",
             "barrier_wait": "barriers", "idle": "nothing recorded (idle gaps)"}
     if waits:
         said = [f"{what.get(k, k)} ({v} cycles, {_pct(v, cp.end_cycle)})" for k, v in waits[:3]]
