@@ -105,3 +105,28 @@ def test_a_journal_row_whose_cycles_are_not_a_count_runs_again(tmp_path):
         journal.write_text(json.dumps(damaged) + "\n")
         again = run_sweep(load_sweep(sweep), out, workers=1)
         assert again.ran_now == 1 and again.rows[0]["cycles"] == first.rows[0]["cycles"]
+
+
+def test_a_journal_row_damaged_elsewhere_than_its_cycles_runs_again(tmp_path):
+    """A line that holds only an id and a "count" (the outside attack's: cycles 10**30, roofline_fraction "x"),
+    or a whole row with one column out of its range or type, its axis value missing or another, an unknown column,
+    another config or a failure mark, is damaged: the point runs again (the same cycles as the first run) and its
+    table row keeps every column, in order.  The row as written is reused."""
+    sweep = _params_sweep(tmp_path, batch=4)
+    out = tmp_path / "out"
+    first = run_sweep(load_sweep(sweep), out, workers=1)
+    journal = out / "points.jsonl"
+    (row,) = [json.loads(line) for line in journal.read_text().splitlines()]
+    header = (out / "sweep.csv").read_text().splitlines()[0]
+    assert row["target"] == "FT78NE" and header.startswith("id,config,target,chip,")
+    damaged_rows = [{"id": row["id"], "cycles": 10**30, "roofline_fraction": "x"},
+                    {**row, "cycles": 10**30}, {**row, "roofline_fraction": "x"}, {**row, "tiles": 2.5},
+                    {**row, "load_imbalance": -1.0}, {k: v for k, v in row.items() if k != "target"},
+                    {**row, "target": "MT7004"}, {**row, "foo": 1}, {**row, "config": "other.yaml"},
+                    {**row, "skipped": "no"}]
+    journal.write_text("".join(json.dumps(d) + "\n" for d in damaged_rows))
+    again = run_sweep(load_sweep(sweep), out, workers=1)
+    assert again.ran_now == 1 and again.rows[0]["cycles"] == first.rows[0]["cycles"]
+    assert (out / "sweep.csv").read_text().splitlines()[0] == header
+    journal.write_text(json.dumps(row) + "\n")
+    assert run_sweep(load_sweep(sweep), out, workers=1).ran_now == 0

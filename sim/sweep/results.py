@@ -16,6 +16,7 @@ from sim.extras import need
 from sim.files.atomic import atomic_write, atomic_write_text, folder_trouble
 from sim.files.jsonsafe import load_json
 from sim.files.regular_file import read_file
+from sim.inspect.trace_metadata import MAX_TRACE_CYCLE
 from sim.run.progress import PhaseBar
 from sim.run.signals import signal_number
 from sim.sweep.executors import run_dask, run_local, run_serial
@@ -77,8 +78,10 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, workers: int | None = Non
         raise SimError(f"output {out}: cannot create: {folder_trouble(out) or e.strerror or e}") from None
     journal = out / "points.jsonl"
     points = spec.points()
-    # Only successes are reused: a failed point runs again (its cause may be fixed outside the inputs).
-    done = {r["id"]: r for r in _read_jsonl(journal) if _reusable(r)}
+    # Only successes are reused: a failed point runs again (its cause may be fixed outside the inputs), and so
+    # does one whose line is damaged (the last whole success of a point is the one reused).
+    by_id = {p["id"]: p for p in points}
+    done = {r["id"]: r for r in _read_jsonl(journal) if r["id"] in by_id and _reusable(r, by_id[r["id"]])}
     todo = [p for p in points if p["id"] not in done]
     ran_now = 0
     bar = PhaseBar(f"sweep: running {len(todo)} points", progress, total=len(todo), unit="point")
@@ -150,13 +153,43 @@ class _open_journal:
                 raise SimError(f"output {self.path}: cannot write: {e.strerror or e}") from None
 
 
-def _reusable(row: Any) -> bool:
-    """Whether a journal row is a point's success to reuse: no error, and its cycles a count (a hand-edited or
-    damaged line runs again, as a line the reader refuses does)."""
-    if not isinstance(row, dict) or "id" not in row or row.get("error"):
+#: The columns of a point's success besides its axes (as :func:`sim.sweep.point.run_point` writes them), each
+#: with what its value must be.
+_COUNT, _NUMBER, _TEXT, _EMPTY = "count", "number", "text", "empty"
+_SUCCESS_COLUMNS = {"id": _TEXT, "config": _TEXT, "chip": _TEXT, "symbol": _TEXT, "cores": _COUNT,
+                    "cycles": _COUNT, "roofline_cycles": _NUMBER, "roofline_fraction": _NUMBER,
+                    "bound_by": _TEXT, "limited_by": _TEXT, "idle_cores": _COUNT, "load_imbalance": _NUMBER,
+                    "tiles": _COUNT, "tiling": _TEXT, "tiling_source": _TEXT, "error": _EMPTY, "skipped": _EMPTY,
+                    "wall_seconds": _NUMBER}
+
+
+def _fits(value: Any, kind: str) -> bool:
+    if kind == _COUNT:  # an int (not a bool) a run can reach: at most MAX_TRACE_CYCLE, like a trace's cycles
+        return type(value) is int and 0 <= value <= MAX_TRACE_CYCLE
+    if kind == _NUMBER:
+        return type(value) in (int, float) and math.isfinite(value) and 0 <= value <= MAX_TRACE_CYCLE
+    if kind == _EMPTY:
+        return value == ""
+    return isinstance(value, str)
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _reusable(row: dict, point: dict) -> bool:
+    """Whether a journal row is ``point``'s success to reuse: exactly the columns a success has (its config, each
+    axis with the point's value, the results), each of its kind (a count an int in range, a number finite and
+    not negative, a text a string, ``error`` and ``skipped`` empty).  A hand-edited or damaged line runs
+    again, as a line the reader refuses does."""
+    axes = point["settings"]
+    if set(row) != set(_SUCCESS_COLUMNS) | set(axes) or row["config"] != point["config_label"]:
         return False
-    cycles = row.get("cycles")
-    return type(cycles) is int and cycles >= 0
+    if not all(_fits(row[k], kind) for k, kind in _SUCCESS_COLUMNS.items()):
+        return False
+    # The axis values as the point's row records them (json.dumps, as the journal line was written); a ``cores``
+    # axis is also the count of cores the run used, a ``symbol`` axis the symbol run.
+    return all(_canonical(row[a]) == _canonical(json.loads(_canonical(v))) for a, v in axes.items())
 
 
 def _read_jsonl(path: Path) -> Iterable[dict]:
