@@ -407,3 +407,24 @@ def test_the_shipped_measurements_are_what_the_timing_model_gives_the_board():
     script = Path(__file__).resolve().parent.parent / "configs" / "calibration" / "generate.py"
     proc = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_measurement_that_cannot_run_is_named_by_its_file_and_line(tmp_path, capsys):
+    """The file's second measurement (line 3) writes dx 16 bytes into x's 64 x 64 floats: it cannot run on the
+    starting target, and the one-line error names the file and line 3, then the layout rule."""
+    good = bn(64, 64, mask=0x1)
+    bad = {**good, "dx": good["x"] + 16}
+    p = tmp_path / "m.csv"
+    with p.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["symbol", "args", "cycles"])
+        for args in (good, bad):
+            w.writerow(["fp_batch_norm_grad_s", json.dumps(args), 5000])
+    doc, _ = load_target_document("FT78NE")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(p))}: line 3: the measurement cannot run on the "
+                                          r"starting target: layout rule 'no-overlap': output buffer 'dx'"):
+        calibrate(doc, load_measurements(p), ["regions.ddr.bandwidth_bytes_per_cycle"])
+    assert main(["calibrate", str(p), "--target", "FT78NE", "-o", str(tmp_path / "o.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"dspsim: error: {p}: line 3: the measurement cannot run")
+

@@ -10,7 +10,7 @@ from typing import IO
 
 import numpy as np
 
-from sim.calibrate.measurements import Measurement
+from sim.calibrate.measurements import Measurement, MeasurementError
 from sim.calibrate.parameters import (
     check_parameter_names,
     free_parameters,
@@ -260,9 +260,12 @@ def calibrate(doc: Mapping, measurements: Sequence[Measurement], names: Sequence
     try:
         with PhaseBar(f"calibrate: simulating {n_meas} measurements on the starting target", progress,
                       total=n_meas, unit="call") as bar:
-            runs = runs_on(with_parameters(doc, start), measurements, "calibration", on_call=bar.advance)
+            runs = runs_on(with_parameters(doc, start), measurements, "calibration", on_call=bar.advance,
+                           failing="the measurement cannot run on the starting target")
+    except MeasurementError:
+        raise
     except SimError as e:
-        raise ConfigError(f"a measurement cannot run on the starting target: {e}") from None
+        raise ConfigError(f"the measurements cannot run on the starting target: {e}") from None
     cycles_before = np.array([run.cycles for run in runs], dtype=np.float64)
     unpinned = measurements
     measurements = pinned(measurements, runs)  # the starting target's tilings, for every evaluation

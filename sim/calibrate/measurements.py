@@ -25,13 +25,18 @@ MAX_ADDRESS = (1 << 64) - 1
 _RESERVED_ARGS = frozenset({"numerics", "progress"})
 
 
+class MeasurementError(ConfigError):
+    """A measured call the simulator refuses, named by its file and line."""
+
+
 @dataclass(frozen=True)
 class Measurement:
-    """One measured kernel call."""
+    """One measured kernel call (``where``: the file and line it was read from, ``c.csv: line 5``, if any)."""
 
     symbol: str
     args: dict
     cycles: int
+    where: str = ""
 
 
 def _addr(v: Any, where: str) -> Any:
@@ -64,7 +69,7 @@ def _measurement(row: Mapping[str, str], where: str) -> Measurement:
                          MAX_MEASURED_CYCLES, what="a whole number of cycles")
     if cycles <= 0:
         raise ConfigError(f"{where}: cycles must be positive, got {cycles}")
-    return Measurement(row["symbol"], args, cycles)
+    return Measurement(row["symbol"], args, cycles, where)
 
 
 def load_measurements(path: str | Path) -> list[Measurement]:

@@ -4,13 +4,14 @@ measurements take on a document (timing-only simulations)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from sim.calibrate.measurements import Measurement
-from sim.errors import ConfigError
+from sim.calibrate.measurements import Measurement, MeasurementError
+from sim.errors import ConfigError, SimError
 from sim.files.docedit import get_path, set_path, split_path
 from sim.model.target_loader import parse_target
 
@@ -108,15 +109,23 @@ def simulate(doc: Mapping, measurements: Sequence[Measurement], label: str = "ca
 
 
 def runs_on(doc: Mapping, measurements: Sequence[Measurement], label: str,
-          on_call: Callable[[], None] | None = None) -> list[Any]:
+          on_call: Callable[[], None] | None = None, failing: str | None = None) -> list[Any]:
     """The timing-only runs of ``measurements`` on the target document ``doc`` (one fresh simulator each);
-    ``on_call()`` after each."""
+    ``on_call()`` after each.  With ``failing`` (what a refused call means, e.g. "the measurement cannot run on
+    the starting target"), a call the simulator refuses raises :class:`MeasurementError` naming the
+    measurement's file and line (or its place in the list), ``failing`` and the simulator's reason."""
     from sim.simulator import Simulator
 
     target = parse_target(copy.deepcopy(dict(doc)), label)
     out = []
-    for meas in measurements:
-        out.append(Simulator(target).call(meas.symbol, numerics=False, **meas.args))
+    for i, meas in enumerate(measurements):
+        try:
+            out.append(Simulator(target).call(meas.symbol, numerics=False, **meas.args))
+        except SimError as e:
+            if failing is None:
+                raise
+            where = meas.where or f"measurement {i + 1} ({meas.symbol})"
+            raise MeasurementError(f"{where}: {failing}: {e}") from None
         if on_call is not None:
             on_call()
     return out
@@ -133,7 +142,7 @@ def pinned(measurements: Sequence[Measurement], runs: Sequence[Any]) -> list[Mea
         if "tiling" in meas.args or choice is None or choice.source != "cost model" or not choice.tiling:
             out.append(meas)
         else:
-            out.append(Measurement(meas.symbol, {**meas.args, "tiling": dict(choice.tiling)}, meas.cycles))
+            out.append(dataclasses.replace(meas, args={**meas.args, "tiling": dict(choice.tiling)}))
     return out
 
 
