@@ -428,3 +428,14 @@ def test_a_measurement_that_cannot_run_is_named_by_its_file_and_line(tmp_path, c
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"dspsim: error: {p}: line 3: the measurement cannot run")
 
+
+def test_a_measurements_file_with_a_utf8_bom_reads_as_without(tmp_path):
+    """Excel's "CSV UTF-8" starts the file with a byte order mark: the first column is still 'symbol'."""
+    text = 'symbol,args,cycles\nfp_batch_norm_grad_s,"{""x"": ""0x80000000"", ""core_mask"": 3}",1234\n'
+    p = tmp_path / "m.csv"
+    p.write_text(text, encoding="utf-8-sig")
+    assert p.read_bytes()[:3] == b"\xef\xbb\xbf"
+    (m,) = load_measurements(p)
+    assert (m.symbol, m.args, m.cycles, m.where) == ("fp_batch_norm_grad_s", {"x": 0x80000000, "core_mask": 3},
+                                                    1234, f"{p}: line 2")
+

@@ -1,9 +1,9 @@
 """The one CSV reader of dspsim: trace CSVs read back and ``dspsim calibrate`` measurements.
 
 A file is read as :mod:`sim.files.regular_file` reads every file (regular files only, at most the caller's
-number of bytes, UTF-8); the standard :mod:`csv` module parses it (its own limit of 131,072 characters a
-field stands).  A row with more fields than the header, or a malformed one, is refused on one line naming
-the file and the line; a row with fewer fields has its missing columns empty.
+number of bytes, UTF-8, a byte order mark skipped); the standard :mod:`csv` module parses it (its own limit of
+131,072 characters a field stands).  A row with more fields than the header, or a malformed one, is refused
+on one line naming the file and the line; a row with fewer fields has its missing columns empty.
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ def read_csv_rows(path: str | Path, where: str, error: type[SimError], max_bytes
                   what: str = "CSV file") -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
     """The header of the CSV file ``path`` and its rows, each with the line it starts on; ``error`` naming
     ``where`` (and the line) when the file cannot be read or parsed."""
-    text = read_text_file(path, where, error, max_bytes, what)
+    # A UTF-8 byte order mark (Excel's "CSV UTF-8" starts with one) is not part of the first column's name: the
+    # text as the 'utf-8-sig' codec reads it.
+    text = read_text_file(path, where, error, max_bytes, what).removeprefix("\ufeff")
     reader = csv.reader(io.StringIO(text, newline=""))
     try:
         header = next(reader, [])
