@@ -439,3 +439,26 @@ def test_a_measurements_file_with_a_utf8_bom_reads_as_without(tmp_path):
     assert (m.symbol, m.args, m.cycles, m.where) == ("fp_batch_norm_grad_s", {"x": 0x80000000, "core_mask": 3},
                                                     1234, f"{p}: line 2")
 
+
+@pytest.mark.parametrize("header,row,pattern", [
+    ("symbol,args,cycles,core_mask", '"{""core_mask"": 255}",100,15',
+     r"line 2: column 'core_mask': 15, but column 'args' gives core_mask 255: a call has one core_mask"),
+    ("symbol,args,cycles,core", '"{""core"": 1}",100,2',
+     r"line 2: column 'core': 2, but column 'args' gives core 1: a call has one core"),
+    ("symbol,args,cycles,foo", "{},100,1",
+     r"line 1: column 'foo' is not a measurements column \(allowed: symbol, args, cycles, core_mask, core\)"),
+    ("symbol,args,cycles,cycles", "{},100,100", r"line 1: column 'cycles' appears twice"),
+], ids=["core_mask twice", "core twice", "unknown column", "a column twice"])
+def test_conflicting_or_unknown_measurement_columns_are_refused(tmp_path, header, row, pattern):
+    p = tmp_path / "m.csv"
+    p.write_text(f"{header}\nfp_batch_norm_grad_s,{row}\n")
+    with pytest.raises(ConfigError, match=pattern) as info:
+        load_measurements(p)
+    assert str(info.value).startswith(f"{p}: line ") and "\n" not in str(info.value)
+
+
+def test_a_core_mask_column_agreeing_with_args_is_one_core_mask(tmp_path):
+    p = tmp_path / "m.csv"
+    p.write_text('symbol,args,cycles,core_mask\nfp_batch_norm_grad_s,"{""core_mask"": ""0xf""}",100,15\n'
+                 'fp_batch_norm_grad_s,{},200,3\n')
+    assert [m.args for m in load_measurements(p)] == [{"core_mask": 15}, {"core_mask": 3}]

@@ -3,9 +3,10 @@
 Measurements are a CSV with columns ``symbol``, ``args`` (a JSON object of the
 call's arguments, a ``tiling`` included when the board's kernel used a fixed
 one; addresses may be ints or "0x..." strings), ``cycles``, and optionally
-``core_mask`` or ``core``.  Pointer arguments must be given as lists or ints
-(a ``params`` array read from memory cannot be measured without its data).  Each measurement is re-simulated in
-timing-only mode under trial parameters; scipy's least squares minimises the
+``core_mask`` or ``core`` (not contradicting ``args``); any other column is
+refused.  Pointer arguments must be given as lists or ints (a ``params`` array
+read from memory cannot be measured without its data).  Each measurement is
+re-simulated in timing-only mode under trial parameters; scipy's least squares minimises the
 relative error of the cycles over the parameters in log space (so they stay
 positive).  The report lists each measurement's error before and after.
 

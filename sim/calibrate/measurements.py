@@ -25,6 +25,11 @@ MAX_ADDRESS = (1 << 64) - 1
 _RESERVED_ARGS = frozenset({"numerics", "progress"})
 
 
+#: The columns a measurements CSV may have: ``symbol``, ``args`` and ``cycles`` in every row, ``core_mask`` and
+#: ``core`` optional (each the argument of that name, when ``args`` does not give it).
+COLUMNS = ("symbol", "args", "cycles", "core_mask", "core")
+
+
 class MeasurementError(ConfigError):
     """A measured call the simulator refuses, named by its file and line."""
 
@@ -64,7 +69,11 @@ def _measurement(row: Mapping[str, str], where: str) -> Measurement:
     args = {k: _addr(v, f"{where}: column 'args': {brief(k, 40)[1:-1]}") for k, v in given.items()}
     for col, top in (("core_mask", (1 << MAX_CORES) - 1), ("core", MAX_CORES - 1)):
         if row.get(col):
-            args[col] = bounded_int(row[col], f"{where}: column '{col}'", ConfigError, 0, top)
+            value = bounded_int(row[col], f"{where}: column '{col}'", ConfigError, 0, top)
+            if col in args and not (type(args[col]) is int and args[col] == value):
+                raise ConfigError(f"{where}: column '{col}': {value}, but column 'args' gives {col} "
+                                  f"{brief(given[col], 40)}: a call has one {col} (give it in one column)")
+            args[col] = value
     cycles = bounded_int(row["cycles"], f"{where}: column 'cycles'", ConfigError, -MAX_MEASURED_CYCLES,
                          MAX_MEASURED_CYCLES, what="a whole number of cycles")
     if cycles <= 0:
@@ -73,7 +82,9 @@ def _measurement(row: Mapping[str, str], where: str) -> Measurement:
 
 
 def load_measurements(path: str | Path) -> list[Measurement]:
-    """Read a measurements CSV (ConfigError naming the line and column on a bad one).
+    """Read a measurements CSV (ConfigError naming the line and column on a bad one): the header names only
+    :data:`COLUMNS`, each once; a ``core_mask`` or ``core`` column may not contradict ``args``; a UTF-8 BOM
+    (Excel's "CSV UTF-8") is read as the start of the file.
 
     Read through the guarded readers: a regular file of at most :data:`MAX_MEASUREMENT_BYTES` bytes
     (:func:`sim.files.csvsafe.read_csv_rows`), each ``args`` by the strict JSON reader (nested at most
@@ -81,7 +92,13 @@ def load_measurements(path: str | Path) -> list[Measurement]:
     core the chips could have, addresses of 64 bits); every message one short line.
     """
     p = Path(path)
-    _, rows = read_csv_rows(p, str(p), ConfigError, MAX_MEASUREMENT_BYTES, what="measurements file")
+    header, rows = read_csv_rows(p, str(p), ConfigError, MAX_MEASUREMENT_BYTES, what="measurements file")
+    for i, col in enumerate(header):
+        if col not in COLUMNS:
+            raise ConfigError(f"{p}: line 1: column {brief(col, 40)} is not a measurements column "
+                              f"(allowed: {', '.join(COLUMNS)})")
+        if col in header[:i]:
+            raise ConfigError(f"{p}: line 1: column '{col}' appears twice")
     out = [_measurement(row, f"{p}: line {line}") for line, row in rows]
     if not out:
         raise ConfigError(f"{p}: no measurements")
