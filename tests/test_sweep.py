@@ -3,6 +3,7 @@
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -201,6 +202,24 @@ def test_cores_axis_is_chip_relative_and_skips_what_a_chip_lacks(tmp_path):
         load_sweep(write_sweep(tmp_path, {"cores": [1], "args.core_mask": [1]}, configs=[cfg]))
     with pytest.raises(ConfigError, match=r"grid\.cores\[1\]: expected a number of cores"):
         load_sweep(write_sweep(tmp_path, {"cores": [1, 0]}, configs=[cfg]))
+
+
+@pytest.mark.parametrize("values,bad", [("[0, 0.5, 1.0]", "[2]: expected a fraction in [0, 1), got 1.0"),
+                                        ("[0.5, -0.1]", "[1]: expected a fraction in [0, 1), got -0.1"),
+                                        ("[.nan]", "[0]: expected a fraction in [0, 1), got nan"),
+                                        ("[true]", "[0]: expected a fraction in [0, 1), got True"),
+                                        ("['0.1']", "[0]: expected a fraction in [0, 1), got '0.1'")],
+                         ids=["1.0", "negative", "NaN", "a boolean", "text"])
+def test_a_tiling_tolerance_out_of_range_is_refused_on_load(tmp_path, values, bad):
+    """As a run-config's tiling_tolerance, a value must be a fraction in [0, 1): the sweep file is refused when it
+    loads, naming the value, not each point when it runs (as ``cores: [0]`` is)."""
+    p = tmp_path / "sweep.yaml"
+    p.write_text(f"configs: [{BASE}]\nnumerics: false\ngrid:\n  tiling_tolerance: {values}\n")
+    with pytest.raises(ConfigError, match=re.escape(f"{p}: grid.tiling_tolerance{bad}")) as info:
+        load_sweep(p)
+    assert "\n" not in str(info.value)
+    assert [pt["settings"] for pt in load_sweep(write_sweep(tmp_path, {"tiling_tolerance": [0, 0.99]})).points()] \
+        == [{"tiling_tolerance": 0}, {"tiling_tolerance": 0.99}]
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "configs" / "sweeps").glob("*.yaml")), ids=lambda p: p.name)

@@ -228,6 +228,10 @@ def _check_axis(p: Path, axis: Any, values: Any) -> None:
         for i, v in enumerate(values):
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 64:
                 raise ConfigError(f"{p}: grid.cores[{i}]: expected a number of cores (1..64), got {quote(v)}")
+    if axis == TOLERANCE_AXIS:  # as a run-config's tiling_tolerance (and the simulator) takes it
+        for i, v in enumerate(values):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
+                raise ConfigError(f"{p}: grid.{TOLERANCE_AXIS}[{i}]: expected a fraction in [0, 1), got {quote(v)}")
     if axis == "symbol":
         for i, v in enumerate(values):
             if not isinstance(v, str):
