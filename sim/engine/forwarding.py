@@ -18,20 +18,17 @@ callback (which may read memory between tiles), keeps every copy.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Sequence
 
 import numpy as np
-
-#: Copies followed at once per destination store (a destination written once and never again is followed to the
-#: program's end: beyond this many, the oldest is given up).
-MAX_FOLLOWED = 64
 
 
 class _Followed:
     """A copy being followed: its source and destination spans, the destination bytes not yet overwritten, and the
     compute inputs that would read its source instead."""
 
-    __slots__ = ("index", "src_key", "src_lo", "src_hi", "dst_lo", "left", "reads")
+    __slots__ = ("index", "src_key", "src_lo", "src_hi", "dst_lo", "left", "reads", "live")
 
     def __init__(self, index: int, src_key: int, src_lo: int, src_hi: int, dst_lo: int, dst_hi: int):
         self.index = index
@@ -39,6 +36,7 @@ class _Followed:
         self.dst_lo = dst_lo
         self.left: list[tuple[int, int]] = [(dst_lo, dst_hi)]
         self.reads: list[tuple[int, int, int]] = []  # (step, input number, destination address)
+        self.live = True  # (False once left out or kept: the indexes drop it lazily)
 
     def holds(self, lo: int, hi: int) -> bool:
         """Whether ``[lo, hi)`` lies within bytes the copy wrote and nothing has overwritten since."""
@@ -62,6 +60,47 @@ class _Followed:
         self.left = left
 
 
+class _Spans:
+    """The live copies followed, by a span of theirs in one store (their sources, or their destinations): those
+    whose span meets a range, found by bisection (a program moves thousands of blocks: a scan of every copy
+    followed at every step would cost more than the copies left out save)."""
+
+    __slots__ = ("starts", "items", "longest", "dead")
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.items: list[tuple[int, int, _Followed]] = []  # (lo, hi, copy) in order of lo
+        self.longest = 0
+        self.dead = 0
+
+    def add(self, lo: int, hi: int, f: _Followed) -> None:
+        """Follow ``f`` by its span ``[lo, hi)``."""
+        i = bisect.bisect_right(self.starts, lo)
+        self.starts.insert(i, lo)
+        self.items.insert(i, (lo, hi, f))
+        self.longest = max(self.longest, hi - lo)
+
+    def meeting(self, lo: int, hi: int) -> list[_Followed]:
+        """The live copies whose span meets ``[lo, hi)``."""
+        i = bisect.bisect_left(self.starts, lo - self.longest)
+        out = []
+        items = self.items
+        while i < len(items) and items[i][0] < hi:
+            s_lo, s_hi, f = items[i]
+            if s_hi > lo and f.live:
+                out.append(f)
+            i += 1
+        return out
+
+    def drop_dead(self) -> None:
+        """Forget the copies no longer followed once they are most of the index."""
+        self.dead += 1
+        if self.dead > 64 and self.dead * 2 > len(self.items):
+            self.items = [it for it in self.items if it[2].live]
+            self.starts = [it[0] for it in self.items]
+            self.dead = 0
+
+
 #: A step's memory accesses: (reads, writes), each a list of (store key, lo, hi); for a compute the reads are its
 #: inputs in order.  None: a step whose accesses are not known (no forwarding in its program).
 Accesses = tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]] | None
@@ -75,39 +114,48 @@ def forwarded(accesses: Sequence[Accesses], copies: Sequence[tuple[int, int, int
     ``(source key, source lo, source hi, destination key, destination lo)`` (None for any other step);
     ``computes[i]`` whether step i is a compute.  Returns the steps left out, and for each substituted compute
     input ``(step, input number)`` its ``(source key, source address)``."""
-    followed: dict[int, list[_Followed]] = {}  # destination store key -> copies followed into it
+    by_dst: dict[int, _Spans] = {}  # store key -> the copies followed into it, by destination
+    by_src: dict[int, _Spans] = {}  # store key -> the copies followed from it, by source
     done: list[_Followed] = []
+
+    def stop(f: _Followed) -> None:  # (f is kept, or left out if it is done)
+        f.live = False
+        by_dst[dst_key_of[f.index]].drop_dead()
+        by_src[f.src_key].drop_dead()
+
+    dst_key_of: dict[int, int] = {}
     for i, acc in enumerate(accesses):
         if acc is None:
             return set(), {}
         reads, writes = acc
         for n, (key, lo, hi) in enumerate(reads):
-            for f in followed.get(key, ()):
-                if f.meets(lo, hi):
-                    if computes[i] and f.holds(lo, hi):
-                        f.reads.append((i, n, lo))
-                    else:
-                        f.left = []  # (read otherwise: the copy stays; dropped below)
-            _drop_given_up(followed, key)
+            spans = by_dst.get(key)
+            for f in spans.meeting(lo, hi) if spans is not None else ():
+                if not f.meets(lo, hi):
+                    continue
+                if computes[i] and f.holds(lo, hi):
+                    f.reads.append((i, n, lo))
+                else:
+                    stop(f)  # (read otherwise: the copy stays)
         for key, lo, hi in writes:
-            for fs in followed.values():
-                for f in fs:
-                    if f.src_key == key and lo < f.src_hi and f.src_lo < hi:
-                        f.left, f.reads = [], []  # (its source changes while its bytes may still be read)
-            for f in followed.get(key, ()):
-                if f.left and f.meets(lo, hi):
+            spans = by_src.get(key)
+            for f in spans.meeting(lo, hi) if spans is not None else ():
+                stop(f)  # (its source changes while its bytes may still be read)
+            spans = by_dst.get(key)
+            for f in spans.meeting(lo, hi) if spans is not None else ():
+                if f.meets(lo, hi):
                     f.overwrite(lo, hi)
                     if not f.left:
                         done.append(f)
-            _drop_given_up(followed, key)
+                        stop(f)
         copy = copies[i]
         if copy is not None:
             src_key, src_lo, src_hi, dst_key, dst_lo = copy
             if src_key != dst_key:
-                fs = followed.setdefault(dst_key, [])
-                fs.append(_Followed(i, src_key, src_lo, src_hi, dst_lo, dst_lo + src_hi - src_lo))
-                if len(fs) > MAX_FOLLOWED:
-                    del fs[0]
+                f = _Followed(i, src_key, src_lo, src_hi, dst_lo, dst_lo + src_hi - src_lo)
+                dst_key_of[i] = dst_key
+                by_dst.setdefault(dst_key, _Spans()).add(dst_lo, dst_lo + src_hi - src_lo, f)
+                by_src.setdefault(src_key, _Spans()).add(src_lo, src_hi, f)
     left_out: set[int] = set()
     instead: dict[tuple[int, int], tuple[int, int]] = {}
     for f in done:
@@ -115,14 +163,6 @@ def forwarded(accesses: Sequence[Accesses], copies: Sequence[tuple[int, int, int
         for step, n, addr in f.reads:
             instead[step, n] = (f.src_key, f.src_lo + addr - f.dst_lo)
     return left_out, instead
-
-
-def _drop_given_up(followed: dict[int, list[_Followed]], key: int) -> None:
-    """Stop following the copies into ``key`` that can no longer be left out (read otherwise, or wholly
-    overwritten: those are kept in the done list)."""
-    fs = followed.get(key)
-    if fs:
-        followed[key] = [f for f in fs if f.left]
 
 
 def same_loops(view: np.ndarray, instead: np.ndarray) -> bool:
