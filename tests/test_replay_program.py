@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from one_plan import AM, N, OnePlan, X, Y, copy_compute, plan_of
 
 import sim
 from kernels.examples import example
 from sim.engine import forwarding
 from sim.engine.engine import Engine
 from sim.model import memory as memory_module
+from sim.model.plan import Tile, Transfer
 
 CASES = [("batch_norm_grad", "medium", "FT78NE", "fp"), ("fused_batch_norm_grad", "medium", "MT7004", "hp"),
          ("fake_quant_with_min_max_vars_gradient", "medium", "MT7004", "hp"),
@@ -112,12 +114,12 @@ def test_a_result_of_another_kind_is_refused_in_a_replay_and_memory_is_left_as_i
 
 # -- copies left out of a replay (sim/engine/forwarding.py), on programs written out by hand -----------------------
 # Store -1 is shared memory (DDR), 0 a core's own; a load copies S = [0, 64) of DDR into D = [0, 64) of core 0.
-LOAD = (([(-1, 0, 64)], [(0, 0, 64)]), (-1, 0, 64, 0, 0), False)
-RELOAD = (([(-1, 64, 128)], [(0, 0, 64)]), (-1, 64, 128, 0, 0), False)  # the next block of S into D
+LOAD = (([(-1, 0, 64)], [(0, 0, 64, True)]), (-1, 0, 64, 0, 0), False)
+RELOAD = (([(-1, 64, 128)], [(0, 0, 64, True)]), (-1, 64, 128, 0, 0), False)  # the next block of S into D
 
 
 def _compute(reads, writes):
-    return (reads, writes), None, True
+    return (reads, [(*w, True) for w in writes]), None, True
 
 
 def _forwarded(*steps):
@@ -135,7 +137,7 @@ def test_a_load_only_computes_read_before_it_is_overwritten_is_left_out_and_they
 
 def test_a_load_another_copy_reads_is_kept():
     """The load's bytes stored back by a copy (not a compute): kept, though the reload overwrites them."""
-    store = (([(0, 0, 64)], [(-1, 4096, 4160)]), (0, 0, 64, -1, 4096), False)
+    store = (([(0, 0, 64)], [(-1, 4096, 4160, True)]), (0, 0, 64, -1, 4096), False)
     assert _forwarded(LOAD, store, RELOAD) == (set(), {})
 
 
@@ -156,6 +158,37 @@ def test_a_load_never_overwritten_is_kept_and_a_step_of_unknown_accesses_keeps_e
     way (accesses not known) keeps every copy of the program."""
     assert _forwarded(LOAD, _compute([(0, 0, 64)], [(0, 256, 320)])) == (set(), {})
     assert _forwarded(LOAD, _compute([(0, 0, 64)], [(0, 256, 320)]), RELOAD, (None, None, False)) == (set(), {})
+
+
+def test_a_load_a_strided_write_then_covers_is_kept():
+    """A strided copy's span over D (its runs leave gaps holding the load's bytes) does not overwrite D: a later
+    read of a gap reads the load's bytes, and the load is kept even when a dense write ends D after it."""
+    strided = (([(-1, 256, 320)], [(0, 0, 64, False)]), None, False)
+    assert _forwarded(LOAD, strided, _compute([(0, 16, 32)], [(0, 256, 272)]), RELOAD) == (set(), {})
+    assert _forwarded(LOAD, strided, RELOAD) == (set(), {})
+
+
+def test_a_replay_reads_the_gaps_a_strided_load_leaves_as_a_simulation_does():
+    """A user kernel: tile 0 loads x into AM (and copies it to y), tile 1 reloads x into AM by a strided load whose
+    runs leave every other 16 bytes as tile 0 left them (and its last 16 bytes), tile 2 copies AM to y.  Call after
+    call, with new x each time, y and AM hold this call's x: the gaps keep tile 0's load, which a replay must not
+    leave out."""
+    def plan(call, ctx):
+        strided = Transfer(X, AM, (N // 8, 4), 4, (32, 4), (32, 4))  # 16 bytes of every 32, to byte 1008
+        tail = Transfer.contiguous(X + 1008, AM + 1008, 16)  # (its span and the tail: all of tile 0's load)
+        tiles = (Tile(0, (Transfer.contiguous(X, AM, N * 4),), copy_compute(ctx, AM, AM + 0x10000),
+                      (Transfer.contiguous(AM + 0x10000, Y, N * 4),)),
+                 Tile(1, (strided, tail), copy_compute(ctx, AM, AM + 0x20000), ()),
+                 Tile(2, (), copy_compute(ctx, AM, AM + 0x30000), (Transfer.contiguous(AM + 0x30000, Y, N * 4),)))
+        return plan_of({0: tiles})
+    m = sim.Simulator("FT78NE")
+    with sim.registered_kernel(OnePlan("strided_gaps", plan)):
+        for seed in range(3):  # the first simulates, the next two replay
+            x = np.random.default_rng(seed).standard_normal(N).astype(np.float32)
+            m.write(X, x)
+            m.call("fp_strided_gaps_s", x=X, y=Y)
+            assert np.array_equal(m.read(Y, (N,), np.float32), x), seed
+            assert np.array_equal(m.read(AM, (N,), np.float32, core=0), x), seed
 
 
 def test_a_stand_in_view_runs_the_same_loops_only_when_contiguous_alike_and_aligned_alike():
@@ -185,9 +218,10 @@ def _forwarded_by_definition(accesses, copies, computes):
                    for key, lo, hi in reads):
                 break
             f.reads += [(j, n, lo) for n, (key, lo, hi) in enumerate(reads) if key == dst_key and f.meets(lo, hi)]
-            for key, lo, hi in writes:
-                if key == src_key and lo < src_hi and src_lo < hi:
-                    f.left = [(0, 1)]  # (kept)
+            for key, lo, hi, whole in writes:
+                source_changes = key == src_key and lo < src_hi and src_lo < hi
+                if source_changes or (key == dst_key and not whole and f.meets(lo, hi)):
+                    f.left = [(0, 1)]  # (kept: its source changes, or a strided write leaves some of its bytes)
                     break
                 if key == dst_key:
                     f.overwrite(lo, hi)
@@ -214,14 +248,14 @@ def test_the_copies_left_out_are_those_the_rule_gives_copy_by_copy(seed):
         other = int(rng.integers(0, 16)) * 32
         if kind < 2:  # a load, or a store
             src, dst = ((-1, other), (0, lo)) if kind == 0 else ((0, lo), (-1, other))
-            accesses.append(([(src[0], src[1], src[1] + n)], [(dst[0], dst[1], dst[1] + n)]))
+            accesses.append(([(src[0], src[1], src[1] + n)], [(dst[0], dst[1], dst[1] + n, True)]))
             copies.append((src[0], src[1], src[1] + n, dst[0], dst[1]))
             computes.append(False)
         else:
             reads = [(0, lo, lo + n), (0, other, other + 32)]
             out = (-1, other, other + 32) if rng.random() < 0.2 else (0, int(rng.integers(0, 16)) * 32,
                                                                        int(rng.integers(0, 16)) * 32 + 32)
-            accesses.append((reads, [out]))
+            accesses.append((reads, [(*out, rng.random() < 0.8)]))
             copies.append(None)
             computes.append(True)
     got = forwarding.forwarded(accesses, copies, computes)

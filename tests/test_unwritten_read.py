@@ -12,52 +12,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from one_plan import AM, F32, SM, WINDOW, N, OnePlan, X, Y, copy_compute, plan_of
 
 import sim
-from kernels.common.binding import bind_arguments, bound_call
-from kernels.common.loops import elementwise
-from sim.model.call import ArgSpec
-from sim.model.plan import Compute, Operand, Phase, Plan, Tile, TileFn, Transfer
+from sim.model.plan import Phase, Plan, Tile, Transfer
 from sim.model.written_bytes import ByteSet
-
-F32 = np.dtype(np.float32)
-N = 256
-X, Y = 0xA0000000, 0xA0100000
-AM = 0x20000000  # FT78NE's vector level
-SM = 0x30000000  # its scalar level
-WINDOW = 0x40580000  # its shared window in GSM
-
-
-def copy(a: np.ndarray) -> tuple[np.ndarray]:
-    return (np.array(a, copy=True),)
-
-
-class OnePlan:
-    """A kernel whose plan is ``make(call, ctx)``."""
-
-    precisions = ("fp32",)
-    variants = ("s",)
-    args = (ArgSpec("x", "in_ptr", "input"), ArgSpec("y", "out_ptr", "output"))
-
-    def __init__(self, name: str, make: Callable[[Any, Any], Plan]):
-        self.name, self.make = name, make
-
-    def bind(self, symbol, precision, variant, cores, args, read):
-        a = bind_arguments(symbol, precision, self.args, args)
-        return bound_call(a, variant, cores, [a.buffer("x", (N,)), a.buffer("y", (N,))], attrs=None)
-
-    def plan(self, call, ctx):
-        return self.make(call, ctx)
-
-
-def _copy_compute(ctx: Any, src: int, dst: int) -> Compute:
-    return Compute(TileFn(copy), (Operand(src, (N,), F32),), (Operand(dst, (N,), F32),), flops=0, precision="fp32",
-                   loops=(elementwise(ctx.target.core, "fp32", N, loads=1, stores=1),))
-
-
-def _plan(*phases: dict[int, tuple[Tile, ...]]) -> Plan:
-    cores = tuple(sorted({c for p in phases for c in p}))
-    return Plan(cores, tuple(Phase(f"p{i}", p, barrier_after=True) for i, p in enumerate(phases)), "fp32")
 
 
 def _load(src: int, dst: int) -> Transfer:
@@ -92,16 +51,16 @@ def test_stale_staging_bytes_moved_by_a_transfer_are_refused():
     """An AM-to-AM copy of bytes nothing wrote, a store of them straight to y, a load from the GSM window nothing
     wrote: each would carry an earlier call's bytes into the result."""
     def am_to_am(call, ctx):
-        return _plan({0: (Tile(0, (_load(AM + 0x40000, AM),), _copy_compute(ctx, AM, AM + 0x10000),
+        return plan_of({0: (Tile(0, (_load(AM + 0x40000, AM),), copy_compute(ctx, AM, AM + 0x10000),
                                (_load(AM + 0x10000, Y),)),)})
     _refused(_run("am_to_am", am_to_am), "load 0 reads [0x20040000, 0x20040400)")
 
     def store_stale(call, ctx):
-        return _plan({0: (Tile(0, (), None, (_load(AM + 0x40000, Y),)),)})
+        return plan_of({0: (Tile(0, (), None, (_load(AM + 0x40000, Y),)),)})
     _refused(_run("store_stale", store_stale), "store 0 reads [0x20040000, 0x20040400)")
 
     def window(call, ctx):
-        return _plan({0: (Tile(0, (_load(WINDOW, AM),), _copy_compute(ctx, AM, AM + 0x10000),
+        return plan_of({0: (Tile(0, (_load(WINDOW, AM),), copy_compute(ctx, AM, AM + 0x10000),
                                (_load(AM + 0x10000, Y),)),)})
     _refused(_run("window", window), "load 0 reads [0x40580000, 0x40580400)")
 
@@ -109,7 +68,7 @@ def test_stale_staging_bytes_moved_by_a_transfer_are_refused():
 def test_an_output_read_before_its_core_writes_it_is_refused():
     """Loading y before the same core stores it (later in the walk) reads what the caller left in y."""
     def read_first(call, ctx):
-        return _plan({0: (Tile(0, (_load(Y, AM),), _copy_compute(ctx, AM, AM + 0x10000),
+        return plan_of({0: (Tile(0, (_load(Y, AM),), copy_compute(ctx, AM, AM + 0x10000),
                                (_load(AM + 0x10000, Y),)),)})
     _refused(_run("read_first", read_first), "load 0 reads [0xa0100000, 0xa0100400)")
 
@@ -121,7 +80,7 @@ def test_a_partial_result_no_core_published_is_refused():
         publish = {c: (Tile(0, (_load(X, AM),), None, (Transfer.contiguous(AM, WINDOW + c * N * 4, N * 4),)),)
                    for c in (0, 1)}
         reduce = {0: (Tile(0, (Transfer.contiguous(WINDOW, AM + 0x10000, 3 * N * 4),), None, ()),)}
-        return _plan(publish, reduce)
+        return plan_of(publish, reduce)
     _refused(_run("gather", gather, core_mask=0x3), "bytes [0x40580800, 0x40580c00)")
 
 
@@ -130,17 +89,17 @@ def test_bytes_the_call_wrote_are_read_whoever_wrote_them_in_the_phase():
     rules order cores, not this one); an output written, then read back and updated: all legal, all right."""
     def through_sm(call, ctx):
         first = {0: (Tile(0, (_load(X, AM),), None, (Transfer.contiguous(AM, SM, N * 4),)),)}
-        second = {0: (Tile(0, (), _copy_compute(ctx, SM, AM + 0x10000), (_load(AM + 0x10000, Y),)),)}
-        return _plan(first, second)
+        second = {0: (Tile(0, (), copy_compute(ctx, SM, AM + 0x10000), (_load(AM + 0x10000, Y),)),)}
+        return plan_of(first, second)
     m = _run("through_sm", through_sm)
     assert isinstance(m, sim.Simulator), m
     assert np.array_equal(m.read(Y, (N,), F32), np.arange(N, dtype=F32) + 1)
 
     def back_and_forth(call, ctx):
         first = {0: (Tile(0, (_load(X, AM),), None, (_load(AM, Y),)),)}
-        second = {0: (Tile(0, (_load(Y, AM + 0x10000),), _copy_compute(ctx, AM + 0x10000, AM + 0x20000),
+        second = {0: (Tile(0, (_load(Y, AM + 0x10000),), copy_compute(ctx, AM + 0x10000, AM + 0x20000),
                            (_load(AM + 0x20000, Y),)),)}
-        return _plan(first, second)
+        return plan_of(first, second)
     m = _run("back_and_forth", back_and_forth)
     assert isinstance(m, sim.Simulator), m
     assert np.array_equal(m.read(Y, (N,), F32), np.arange(N, dtype=F32) + 1)
@@ -152,9 +111,9 @@ def test_a_strided_source_over_two_buffers_is_judged_by_its_runs():
     def two_rows(call, ctx):
         first = {0: (Tile(0, (_load(X, AM),), None, (_load(AM, Y),)),)}
         gather = Transfer(X, AM + 0x10000, (2, N // 2), 4, (Y - X, 4), (N * 2, 4))
-        second = {0: (Tile(0, (gather,), _copy_compute(ctx, AM + 0x10000, AM + 0x20000),
+        second = {0: (Tile(0, (gather,), copy_compute(ctx, AM + 0x10000, AM + 0x20000),
                            (_load(AM + 0x20000, Y),)),)}
-        return _plan(first, second)
+        return plan_of(first, second)
     m = _run("two_rows", two_rows)
     assert isinstance(m, sim.Simulator), m
     x = np.arange(N, dtype=F32) + 1
@@ -184,13 +143,13 @@ def test_a_strided_destination_writes_its_runs_not_the_gaps_between_them():
     half = Transfer(X, AM, (N // 2,), 4, (8,), (8,))  # x's even floats to AM's even floats
 
     def gaps(call, ctx):
-        return _plan({0: (Tile(0, (half,), _copy_compute(ctx, AM, AM + 0x10000), (_load(AM + 0x10000, Y),)),)})
+        return plan_of({0: (Tile(0, (half,), copy_compute(ctx, AM, AM + 0x10000), (_load(AM + 0x10000, Y),)),)})
     _refused(_run("gaps", gaps), "input operand 0 reads [0x20000000, 0x20000400), whose bytes "
                                  "[0x20000004, 0x20000008)")
 
     def both(call, ctx):
         odd = Transfer(X + 4, AM + 4, (N // 2,), 4, (8,), (8,))
-        return _plan({0: (Tile(0, (half, odd), _copy_compute(ctx, AM, AM + 0x10000), (_load(AM + 0x10000, Y),)),)})
+        return plan_of({0: (Tile(0, (half, odd), copy_compute(ctx, AM, AM + 0x10000), (_load(AM + 0x10000, Y),)),)})
     m = _run("both", both)
     assert isinstance(m, sim.Simulator), m
     assert np.array_equal(m.read(Y, (N,), F32), np.arange(N, dtype=F32) + 1)
@@ -202,9 +161,9 @@ def test_a_later_generations_fill_does_not_count_for_an_earlier_generations_user
     def make(first_bytes: int) -> Callable[[Any, Any], Plan]:
         def plan(call, ctx):
             tiles = (Tile(0, (Transfer.contiguous(X, AM, first_bytes),), None, (), fills=("blk@0",)),
-                     Tile(1, (), _copy_compute(ctx, AM, AM + 0x10000), (_load(AM + 0x10000, Y),), uses=("blk@0",)),
+                     Tile(1, (), copy_compute(ctx, AM, AM + 0x10000), (_load(AM + 0x10000, Y),), uses=("blk@0",)),
                      Tile(2, (_load(X, AM),), None, (), fills=("blk@1",)),
-                     Tile(3, (), _copy_compute(ctx, AM, AM + 0x20000), (), uses=("blk@1",), slot=1))
+                     Tile(3, (), copy_compute(ctx, AM, AM + 0x20000), (), uses=("blk@1",), slot=1))
             return Plan((0,), (Phase("p", {0: tiles}, False),), "fp32")
         return plan
     _refused(_run("half_fill", make(N * 2)), "input operand 0 reads [0x20000000, 0x20000400), whose bytes "
@@ -221,7 +180,7 @@ def test_a_later_generations_fill_of_a_shared_buffer_does_not_count_for_an_earli
     def make(first_bytes: int) -> Callable[[Any, Any], Plan]:
         def plan(call, ctx):
             tiles = (Tile(0, (Transfer.contiguous(X, WINDOW, first_bytes),), None, (), fills=("blk@0",)),
-                     Tile(1, (_load(WINDOW, AM),), _copy_compute(ctx, AM, AM + 0x10000), (_load(AM + 0x10000, Y),),
+                     Tile(1, (_load(WINDOW, AM),), copy_compute(ctx, AM, AM + 0x10000), (_load(AM + 0x10000, Y),),
                           uses=("blk@0",)),
                      Tile(2, (_load(X, WINDOW),), None, (), fills=("blk@1",)),
                      Tile(3, (_load(WINDOW, AM + 0x20000),), None, (), uses=("blk@1",), slot=1))
@@ -234,6 +193,22 @@ def test_a_later_generations_fill_of_a_shared_buffer_does_not_count_for_an_earli
     m = _run("gsm_whole_fill", make(N * 4))
     assert isinstance(m, sim.Simulator), m
     assert np.array_equal(m.read(Y, (N,), F32), np.arange(N, dtype=F32) + 1)
+
+
+def test_a_store_reading_a_staged_buffer_is_refused_since_its_tile_released_it():
+    """A tile using a@0 stores the GSM buffer's bytes straight to y; a@1 refills half of them.  The walk releases a
+    tile's buffers when its compute is done, before its stores run, so a@1's fill may land while the store reads:
+    refused (staging-alias), naming the store and the buffer; memory as it was."""
+    def plan(call, ctx):
+        tiles = (Tile(0, (_load(X, WINDOW),), None, (), fills=("a@0",)),
+                 Tile(1, (), None, (_load(WINDOW, Y),), uses=("a@0",)),
+                 Tile(2, (Transfer.contiguous(X, WINDOW, N * 2),), None, (), fills=("a@1",)),
+                 Tile(3, (Transfer.contiguous(WINDOW, AM, N * 2),), None, (), uses=("a@1",), slot=1))
+        return Plan((0,), (Phase("p", {0: tiles}, False),), "fp32")
+    got = _run("store_from_buffer", plan)
+    assert isinstance(got, sim.PlanError) and got.rule == "staging-alias", got
+    assert "tile 1 (slot 0) stores from [0x40580000, " in str(got), str(got)
+    assert "bytes of staged buffer 'a': a tile releases the buffers it uses once its compute is done" in str(got)
 
 
 @pytest.mark.parametrize("seed", range(3))

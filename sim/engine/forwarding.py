@@ -101,9 +101,11 @@ class _Spans:
             self.dead = 0
 
 
-#: A step's memory accesses: (reads, writes), each a list of (store key, lo, hi); for a compute the reads are its
-#: inputs in order.  None: a step whose accesses are not known (no forwarding in its program).
-Accesses = tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]] | None
+#: A step's memory accesses: (reads, writes), reads a list of (store key, lo, hi) (for a compute its inputs in
+#: order), writes of (store key, lo, hi, whole): ``whole`` False for the span of a strided destination, which
+#: writes its runs only (the bytes between keep what they held).  None: a step whose accesses are not known (no
+#: forwarding in its program).
+Accesses = tuple[list[tuple[int, int, int]], list[tuple[int, int, int, bool]]] | None
 
 
 def forwarded(accesses: Sequence[Accesses], copies: Sequence[tuple[int, int, int, int, int] | None],
@@ -137,17 +139,21 @@ def forwarded(accesses: Sequence[Accesses], copies: Sequence[tuple[int, int, int
                     f.reads.append((i, n, lo))
                 else:
                     stop(f)  # (read otherwise: the copy stays)
-        for key, lo, hi in writes:
+        for key, lo, hi, whole in writes:
             spans = by_src.get(key)
             for f in spans.meeting(lo, hi) if spans is not None else ():
                 stop(f)  # (its source changes while its bytes may still be read)
             spans = by_dst.get(key)
             for f in spans.meeting(lo, hi) if spans is not None else ():
-                if f.meets(lo, hi):
-                    f.overwrite(lo, hi)
-                    if not f.left:
-                        done.append(f)
-                        stop(f)
+                if not f.meets(lo, hi):
+                    continue
+                if not whole:
+                    stop(f)  # (some of its bytes overwritten, some not, which ones the span does not say)
+                    continue
+                f.overwrite(lo, hi)
+                if not f.left:
+                    done.append(f)
+                    stop(f)
         copy = copies[i]
         if copy is not None:
             src_key, src_lo, src_hi, dst_key, dst_lo = copy

@@ -98,14 +98,14 @@ def _program(eng: Engine, effects: Sequence[Effect]) -> tuple[list[tuple], list[
                 out.append((_COPY, *planned[:2]))
                 written.append(planned[2:])
                 src = (src_key, *t.span("src"))
-                accesses.append(([src], [planned[2:]]))
-                one_run = t.runs("src")[0] == 1 and t.runs("dst")[0] == 1
-                copies.append((*src, dst_key, planned[3]) if one_run else None)
+                dense_dst = t.runs("dst")[0] == 1  # (a strided destination writes its runs, not its span)
+                accesses.append(([src], [(*planned[2:], dense_dst)]))
+                copies.append((*src, dst_key, planned[3]) if dense_dst and t.runs("src")[0] == 1 else None)
         elif len(effect) == 3:
             step, spans, read = _compute_step(eng, *effect)
             out.append(step)
             written.extend(spans)
-            accesses.append((read, spans) if step[0] == _COMPUTE else None)
+            accesses.append((read, [(*span, True) for span in spans]) if step[0] == _COMPUTE else None)
             copies.append(None)
         else:
             out.append((_TICK, effect))

@@ -394,6 +394,12 @@ class AliasCheck:
                         return (f"tile {tile.tile_id} (slot {tile.slot}) {verb} [{lo:#x}, {hi:#x}) of "
                                 f"{self._level_of(lo)}, bytes of staged buffer {_names(names)}: only the tiles "
                                 f"that fill a buffer may write its bytes")
+                    if verb == "stores from":
+                        return (f"tile {tile.tile_id} (slot {tile.slot}) stores from [{lo:#x}, {hi:#x}) of "
+                                f"{self._level_of(lo)}, bytes of staged buffer {_names(names)}: a tile releases "
+                                f"the buffers it uses once its compute is done, before its stores run, so the next "
+                                f"generation's fill may overwrite them as the store reads them; load them into the "
+                                f"core's own level and store from there")
                     if used is None:
                         used = {self._parse(r)[0] for r in tile.uses}  # (a fill reading its own buffer's
                         # bytes races the buffer's other fills, and the generation before is not its to read)
