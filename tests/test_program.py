@@ -257,6 +257,35 @@ def test_a_raw_address_of_a_p_call_is_its_own_cores_copy_whatever_another_cores_
     assert np.array_equal(m.read(0x10000000, (64,), np.float32, core=3), dy3 * (dy3 > 0))
 
 
+def test_an_outputs_entry_at_a_raw_address_keeps_auto_tensors_off_its_bytes(tmp_path):
+    """F, fixed at the start of DDR, is written by the first call and read back by a raw-address outputs entry;
+    G, auto, is born after F's last call: the planner keeps it clear of the bytes the entry reads (it used to put G
+    there, and the overwrite rule refused the legal program)."""
+    prog = load_program(program(tmp_path, """\
+        tensors:
+          - {name: a, shape: [16, 16], dtype: float32}
+          - {name: b, shape: [16, 16], dtype: float32}
+          - {name: F, shape: [16, 16], dtype: float32, addr: 0x80000000}
+          - {name: G, shape: [16, 16], dtype: float32}
+        data:
+          - {tensor: a, random: {seed: 1}}
+          - {tensor: b, random: {seed: 2}}
+        calls:
+          - {name: c1, symbol: fp_binary_elementwise_s, args: {a: a, b: b, out: F, shape: [16, 16], op: add}}
+          - {name: c2, symbol: fp_binary_elementwise_s, args: {a: a, b: a, out: G, shape: [16, 16], op: add}}
+        outputs:
+          - {name: Fraw, addr: 0x80000000, shape: [16, 16], dtype: float32}
+          - {tensor: G}
+        """), allow_kernels=True)
+    m = sim.Simulator("FT78NE")
+    plan = m.run_program(prog).plan
+    assert plan["G"].addr >= DDR + 1024 or plan["G"].addr + 1024 <= DDR  # (clear of the bytes Fraw reads)
+    cfg = prog.as_run_config(plan.addrs)
+    a, b = (cfg.materialise(s) for s in cfg.data)
+    assert np.array_equal(m.read(DDR, (16, 16), np.float32), a + b)
+    assert np.array_equal(m.read(plan["G"].addr, (16, 16), np.float32), a + a)
+
+
 def test_a_program_without_calls_is_told_it_needs_them(tmp_path, capsys):
     """A file with tensors but no calls is a program missing its calls, not a run-config with unknown keys."""
     p = program(tmp_path, CHAIN.split("calls:")[0])

@@ -92,14 +92,16 @@ def _in_call(spec: CallSpec, call: BoundCall, v: Violation) -> Violation:
 
 
 def _raw_entries(program: Program, cfg: RunConfig, mmap: MemoryMap) -> list[Reserved]:
-    """The bytes the program's raw-address data entries hold: the planner keeps clear of them."""
+    """The bytes the program's raw-address data entries hold and its raw-address outputs entries read back: the
+    planner keeps clear of them (an auto tensor there would overwrite what the entry places, or what it reads)."""
     out = []
-    for e, spec in zip(program.data, cfg.data):
-        size = math.prod(spec.shape) * spec.dtype.itemsize
-        region = mmap.region_of(spec.addr, size)
-        if e.tensor is None and region is not None:
-            out.append(Reserved((region.name, None if region.shared else spec.core), spec.addr, spec.addr + size,
-                                f"data '{spec.name}'"))
+    for kind, entries, specs in (("data", program.data, cfg.data), ("outputs", program.outputs, cfg.outputs)):
+        for e, spec in zip(entries, specs):
+            size = math.prod(spec.shape) * spec.dtype.itemsize
+            region = mmap.region_of(spec.addr, size)
+            if e.tensor is None and region is not None:
+                out.append(Reserved((region.name, None if region.shared else spec.core), spec.addr,
+                                    spec.addr + size, f"{kind} '{spec.name}'"))
     return out
 
 
