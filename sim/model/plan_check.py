@@ -589,7 +589,7 @@ class _Checker:
         if self._local_fills and type(tile.uses) is tuple and tile.uses:
             self._uses_filled(tile)
         if self._later and type(tile.uses) is tuple and tile.uses:
-            self._later_reads(tile, moved)
+            self._later_reads(tile, moved["load"])
         self._moved(moved["load"], "load")
         if tile.compute is not None:
             self.compute(tile.compute)
@@ -686,10 +686,10 @@ class _Checker:
                 at += 1
             self._local_fills_at[core, name] = at
 
-    def _later_reads(self, tile: Tile, moved: dict[str, list[tuple[int, Transfer, tuple[int, int, int, int]]]]
-                     ) -> None:
-        """The ``unwritten-read`` rule on a tile's reads of a shared staged buffer it uses: bytes that only a later
-        generation's fill writes are not there yet (that fill waits for this generation's release)."""
+    def _later_reads(self, tile: Tile, loads: list[tuple[int, Transfer, tuple[int, int, int, int]]]) -> None:
+        """The ``unwritten-read`` rule on a tile's loads from a shared staged buffer it uses: bytes that only a later
+        generation's fill writes are not there yet (that fill waits for this generation's release).  A store
+        reading a staged buffer is ``staging-alias``'s to refuse (the tile released it before its stores run)."""
         for ref in tile.uses:
             try:
                 name, generation = self._ref(ref)
@@ -697,15 +697,13 @@ class _Checker:
                 continue  # (the tile rules name it)
             if generation >= self._later.latest(name, self._written.shared_before):
                 continue  # (most uses: the generation's users read no bytes a later generation writes first)
-            for kind in ("load", "store"):
-                for i, t, (s_lo, s_hi, _, _) in moved[kind]:
-                    gap = self._later.first_read(name, generation, s_lo, s_hi, t)
-                    if gap is not None:
-                        raise self.fail("unwritten-read", (
-                            f"{kind} {i} reads {_span(s_lo, s_hi)}, whose bytes {_span(*gap)} only a later "
-                            f"generation of buffer {name!r} fills, after the tiles using {ref} are done: this tile "
-                            f"uses {ref} and reads whatever an earlier call left there; fill them in {ref}'s own "
-                            f"fill"))
+            for i, t, (s_lo, s_hi, _, _) in loads:
+                gap = self._later.first_read(name, generation, s_lo, s_hi, t)
+                if gap is not None:
+                    raise self.fail("unwritten-read", (
+                        f"load {i} reads {_span(s_lo, s_hi)}, whose bytes {_span(*gap)} only a later generation of "
+                        f"buffer {name!r} fills, after the tiles using {ref} are done: this tile uses {ref} and reads "
+                        f"whatever an earlier call left there; fill them in {ref}'s own fill"))
 
     def _moved(self, transfers: list[tuple[int, Transfer, tuple[int, int, int, int]]], kind: str) -> None:
         """The ``unwritten-read`` rule on a tile's loads or stores (all read, then all write: they stream
