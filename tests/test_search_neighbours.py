@@ -48,3 +48,15 @@ def test_the_tiling_of_another_algorithm_nearest_the_climbs_end():
     assert _nearest_with(pool, space.starts[0], {"split": "b", "mode": "y", "depth": 2}, {}) is None
     with pytest.raises(sim.KernelArgError, match="unknown key"):
         TilingSpace(ChoiceKey("split", ("a", "b"), "split"), starts=({"mode": "y"},))
+
+
+def test_an_integer_step_passes_over_the_values_its_bound_rules_out():
+    """From size 2 the step above is 3; where the bound rules 3 out (``viable`` false) it is the next value above
+    that it does not, 4; where it rules out every value above, the nearest, 3 (its plan is then left out by the same
+    bound, as before)."""
+    space = TilingSpace(IntKey("size", 1, 4, "size", values=(2, 1, 3, 4)))
+    pool = Pool(space, {})
+    here = {"size": 2}
+    assert neighbours(space, here, pool, {}) == [{"size": 1}, {"size": 3}]
+    assert neighbours(space, here, pool, {}, lambda t: t["size"] != 3) == [{"size": 1}, {"size": 4}]
+    assert neighbours(space, here, pool, {}, lambda t: t["size"] < 3) == [{"size": 1}, {"size": 3}]

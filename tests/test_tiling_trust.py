@@ -444,3 +444,30 @@ def test_a_round_the_budget_cuts_short_plans_its_lowest_bounds():
         "b_staging": "am", "m_micro": 12, "k_block": 128, "m_panel": 24, "m_block": 256, "n_block": 64,
         "n_micro": 64})
     assert run.cycles <= forced.cycles < 144_379
+
+
+def test_a_search_of_small_plans_goes_on_past_the_budget():
+    """256 x 256 x 1024 with A transposed on eight FT78NE cores (the 1x1 filter gradient's product): its 20 plans
+    hold 120 to 818 tiles, and the budget of 20 cut the climb short at 151,741 cycles. Small plans are cheap, so a
+    budget goes on while the plans made so far hold fewer than PLANNED_TILES_FLOOR tiles: the pick is at most core
+    0 loading A's GSM blocks with 128-deep k blocks, forced. A large search's budget is as it was: the pick of
+    bench/plan_cost.py's case is still checked by tests/test_frozen_cycles.py."""
+    run = gemm("FT78NE", "fp_gemm_s", 256, 256, 1024, 0xFF, trans_a=1)
+    forced = gemm("FT78NE", "fp_gemm_s", 256, 256, 1024, 0xFF, trans_a=1, tiling={
+        "split": "m", "nt_kernel": "transpose", "c_home": "am", "a_staging": "gsm", "a_loader": "core0",
+        "a_buffers": 2, "b_staging": "broadcast", "m_micro": 6, "k_block": 128, "m_panel": 12, "m_block": 256,
+        "n_block": 256, "n_micro": 128})
+    assert run.cycles <= forced.cycles < 151_741
+
+
+def test_a_deeper_k_block_past_one_its_bound_rules_out_is_tried():
+    """configs/mt7004_gemm_p.yaml (100 x 72 x 300, B transposed, one core): from the NT kernel's 150-deep k blocks
+    the next deeper value, 256, is ruled out by its bound (two k blocks, the second 44 deep), and the climb stopped
+    (62,788 cycles); the step passes over it to 300, one block: the pick is at most that tiling, forced."""
+    args = dict(a=0x10000000, b=0x10100000, c=0x10200000, m=100, n=72, k=300, trans_b=1, beta=1, lda=303, ldb=303,
+                ldc=75, core=2, numerics=False)
+    run = sim.Simulator("MT7004", tuning_cache=False).call("fp_gemm_p", **args)
+    forced = sim.Simulator("MT7004", tuning_cache=False).call("fp_gemm_p", tiling={
+        "split": "n", "nt_kernel": "reduce", "c_home": "ddr", "a_loader": "cores", "a_buffers": 2, "b_staging": "am",
+        "m_micro": 3, "k_block": 300, "m_panel": 12, "m_block": 100, "n_block": 72, "n_micro": 6}, **args)
+    assert run.cycles <= forced.cycles < 62_788

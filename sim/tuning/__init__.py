@@ -11,10 +11,11 @@ How much it plans: a space of at most :data:`EXHAUSTIVE_CANDIDATES` fitting tili
 with a ``bound`` and at most :data:`EXHAUSTIVE_BOUNDED_CANDIDATES` (lowest bound first, the rest left unplanned once
 the cheapest is out of their reach); a larger one is searched from the kernel's preferred tiling by steps of one key
 (each round plans the best tiling's neighbours: the same tiling with another choice of one key, or the next smaller
-or larger value of one integer key), until the best is its own best neighbour or :data:`MAX_PLANNED` tilings are
-planned (those left unplanned by their bound not counted); then, for each of the space's ``starts`` (an algorithm
-two choices away), the tiling of it nearest the climb's end is priced (even past the budget; where its bound leaves
-it out, the algorithm's tiling of the lowest bound among the first few), and the climb goes on from it,
+or larger value of one integer key whose bound leaves it a chance), until the best is its own best neighbour or
+:data:`MAX_PLANNED` tilings are planned (those left unplanned by their bound not counted; up to twice as many while
+the plans made hold fewer than :data:`PLANNED_TILES_FLOOR` tiles in all); then, for each of the space's ``starts``
+(an algorithm two choices away), the tiling of it nearest the climb's end is priced (even past the budget; where its
+bound leaves it out, the algorithm's tiling of the lowest bound among the first few), and the climb goes on from it,
 :data:`MAX_STARTED` tilings more at most, if it is the cheapest; and for each of its ``alternatives`` (a formulation
 whose keys mean something else), a climb of its own among that formulation's tilings, from its tiling nearest the
 first climb's end and from its preferred one (where its bound leaves both out, from its tiling of the lowest bound
@@ -41,6 +42,7 @@ from sim.tuning.limits import (
     MAX_PLANNED,
     MAX_STARTED,
     MAX_TILING_CANDIDATES,
+    PLANNED_TILES_FLOOR,
     TILING_TOLERANCE,
 )
 from sim.tuning.misses import fit_hint, nearest_fitting, no_candidate_error, prefilter, reason_of, tiles_refusal
@@ -50,6 +52,7 @@ from sim.tuning.search import SearchResult, neighbours, search
 
 __all__ = ["TilingCache", "TilingChoice", "EXHAUSTIVE_BOUNDED_CANDIDATES", "EXHAUSTIVE_CANDIDATES", "LISTED_DROPS",
            "MAX_COMPLETIONS", "MAX_PLAN_TILES", "MAX_PLANNED", "MAX_STARTED", "MAX_TILING_CANDIDATES",
+           "PLANNED_TILES_FLOOR",
            "TILING_TOLERANCE", "fit_hint", "nearest_fitting", "no_candidate_error", "prefilter",
            "reason_of", "tiles_refusal", "Candidate", "Planner", "Progress", "choose_tiling", "Pool",
            "SearchResult", "neighbours", "search"]

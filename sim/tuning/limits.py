@@ -28,6 +28,13 @@ MAX_PLANNED = 20
 #: Most candidates a climb from one of a space's ``starts`` plans beyond :data:`MAX_PLANNED` (when that start's
 #: tiling nearest the first climb's end wins; each start's tiling is priced even past the budget).
 MAX_STARTED = MAX_PLANNED // 2
+#: ... unless its candidates are small: a budget (:data:`MAX_PLANNED`, a start's or a formulation's) goes on, up to
+#: twice its candidates, while the tilings the search has planned hold fewer tiles than this in all.  A
+#: candidate's cost grows with its tiles (a few tens of microseconds each in planning, the check and the
+#: simulation), so twenty plans of a few hundred tiles cost a fraction of what one large search does, and their
+#: climb is the one a budget cut short (256 x 256 x 1024 with A transposed on eight FT78NE cores: 20 plans of 120
+#: to 818 tiles, 151,741 cycles; five more reach 136,856).
+PLANNED_TILES_FLOOR = 10_000
 #: Most dropped candidates a summary or an error lists by name (the others are counted).
 LISTED_DROPS = 3
 #: Candidate tilings taken from a kernel's older ``tilings()`` list at most (those it lists beyond are ignored),

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,7 @@ from sim.tuning.limits import (
     EXHAUSTIVE_CANDIDATES,
     MAX_PLANNED,
     MAX_STARTED,
+    PLANNED_TILES_FLOOR,
     TILING_TOLERANCE,
 )
 from sim.tuning.misses import no_candidate_error, reason_of
@@ -40,12 +41,16 @@ def _distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> int:
     return sum(1 for k in set(a) | set(b) if a.get(k) != b.get(k))
 
 
-def neighbours(space: TilingSpace, tiling: Mapping[str, Any], pool: Pool, fixed: Mapping[str, Any]) -> list[dict]:
+def neighbours(space: TilingSpace, tiling: Mapping[str, Any], pool: Pool, fixed: Mapping[str, Any],
+               viable: Callable[[dict], bool] | None = None) -> list[dict]:
     """The fitting tilings of ``pool`` one step from ``tiling``: for each key it sets (but the fixed ones), each
     other choice of a choice key, and the next smaller and the next larger value of an integer key that a fitting
     tiling with the same choices has; each the fitting tiling with that value and every other choice key unchanged
     closest to ``tiling`` (fewest other keys changed, then the kernel's order); a value that needs another choice
-    is left out.  Only the tilings this looks at are checked for fit."""
+    is left out.  ``viable``: whether a tiling's bound leaves it a chance; an integer key's step passes over the
+    values whose tilings it rules out to the next one on that side it does not (k_block 150 -> 300 over a 256 that
+    its bound rules out: MT7004's 100 x 72 x 300 GEMM with B transposed, 62,788 -> 59,586 cycles), or is the
+    nearest value when it rules out every one.  Only the tilings this looks at are checked for fit."""
     out: list[dict] = []
     tilings = pool.tilings
     choices = [k for k in tiling if not isinstance(space.keys[k], IntKey)]
@@ -61,14 +66,28 @@ def neighbours(space: TilingSpace, tiling: Mapping[str, Any], pool: Pool, fixed:
             # only other choices fit is passed over: 128 -> 512 columns with C streamed, where 256 fit C in AM only).
             below = sorted((v for v in by_value if v < now), reverse=True)
             above = sorted(v for v in by_value if v > now)
-            steps = [next((i for v in side if (i := _nearest_step(pool, tiling, others, by_value[v])) is not None),
-                          None) for side in (below, above)]
+            steps = [_int_step(pool, tiling, others, [by_value[v] for v in side], viable) for side in (below, above)]
         else:
             steps = [_nearest_step(pool, tiling, others, idxs) for idxs in by_value.values()]
         for near in steps:
             if near is not None and tilings[near] not in out:
                 out.append(tilings[near])
     return out
+
+
+def _int_step(pool: Pool, tiling: Mapping[str, Any], choices: Sequence[str], sides: Sequence[Sequence[int]],
+              viable: Callable[[dict], bool] | None) -> int | None:
+    """An integer key's step on one side (:func:`neighbours`): ``sides`` the tilings of each value, nearest first."""
+    nearest: int | None = None
+    for idxs in sides:
+        i = _nearest_step(pool, tiling, choices, idxs)
+        if i is None:
+            continue
+        if viable is None or viable(pool.tilings[i]):
+            return i
+        if nearest is None:
+            nearest = i
+    return nearest
 
 
 def _nearest_step(pool: Pool, tiling: Mapping[str, Any], choices: Sequence[str], idxs: Sequence[int]) -> int | None:
@@ -120,10 +139,15 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
     dropped, errors = pool.dropped, pool.errors
     pricing = Pricing(target, memory, tolerance, progress)
     planned: dict[str, int] = {}  # repr(tiling) -> index into pricing.candidates; -1: could not plan; -2: bound
+    tiles = [0]  # the tiles of every plan made so far (PLANNED_TILES_FLOOR)
     unplanned: list[dict] = []  # left unplanned: their bound (from the tiling alone) could not change the pick
 
     if progress is not None:
         progress("planning tilings", 0, 0)  # 0 of a number not known yet: the search is taking the space in
+
+    def viable(t: dict) -> bool:
+        """Whether ``t``'s bound from the tiling leaves it a chance against the cheapest so far."""
+        return space.bound is None or pricing.best is None or space.bound(t) <= pricing.best * (1 + tolerance)
 
     def spent() -> int:
         """Tilings the budgets count: those planned (or that failed to plan); not those left unplanned by their
@@ -132,10 +156,19 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
         faster, was never looked at)."""
         return sum(1 for i in planned.values() if i != -2)
 
+    def has_room(cap: int) -> bool:
+        """Whether a budget of ``cap`` tilings has room for one more: fewer planned, or, while the plans made so far
+        are small (fewer than PLANNED_TILES_FLOOR tiles in all), fewer than ``cap`` plus MAX_PLANNED."""
+        n = spent()
+        return n < cap or (tiles[0] < PLANNED_TILES_FLOOR and n < cap + MAX_PLANNED)
+
     def plan_all(tilings: Sequence[dict], cap: int = MAX_PLANNED) -> None:
         new: list[Candidate] = []
         todo = [t for t in tilings if repr(t) not in planned]
-        room = max(0, cap - spent())
+        room = max(0, cap - spent())  # (beyond it, while has_room(cap): the plans are small)
+        if tiles[0] < PLANNED_TILES_FLOOR:
+            room = max(0, cap + MAX_PLANNED - spent())
+        first = max(0, cap - spent())
         bounds: list[float] = []
         if space.bound is not None:
             # Lowest bound first, each priced before the next is planned: the cheapest known early, the tilings
@@ -149,6 +182,8 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
         else:
             todo = todo[:room]
         for i, t in enumerate(todo):
+            if i >= first and not has_room(cap):
+                break
             if progress is not None:
                 progress("planning tilings", len(planned), len(planned) + len(todo) - i)
             if bounds and pricing.best is not None and bounds[i] > pricing.best * (1 + tolerance):
@@ -163,6 +198,7 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
                 errors.append((t, detached(e)))
                 continue
             planned[repr(t)] = len(pricing.candidates) + len(new)
+            tiles[0] += cand.plan.tile_count
             if bounds:
                 pricing.price([cand])
             else:
@@ -177,9 +213,9 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
         ``cap`` tilings are planned in all; the tiling it ends at.  ``within``: a formulation's keys, the climb
         stepping among its tilings only (another formulation's tiling priced early would stop this one's candidates
         as soon as they could not beat it, before the climb could follow them)."""
-        while spent() < cap:
+        while has_room(cap):
             here = pricing.cycles.get(planned[repr(incumbent)])
-            plan_all([t for t in neighbours(space, incumbent, pool, fixed)
+            plan_all([t for t in neighbours(space, incumbent, pool, fixed, viable)
                       if within is None or all(t.get(k) == v for k, v in within.items())], cap)
             # The climb follows the cheapest (the tie rule picks among the candidates at the end), while a step
             # gains more than TILING_TOLERANCE: a tie is no way up, and the next round would cost as much as this.
