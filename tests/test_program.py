@@ -528,24 +528,41 @@ outputs:
 """
 
 
-def test_a_tensor_a_call_stages_over_is_refused_and_the_program_is_right_elsewhere(tmp_path):
-    """The GEMM's plan writes its blocks of A over tensor t in GSM, which r2 reads after it: refused before
-    anything runs (it used to run and read the GEMM's A as t); with t in DDR the program runs and is right."""
+def test_a_tensor_a_call_stages_over_is_kept_clear_of_those_bytes_or_refused_at_a_fixed_address(tmp_path):
+    """The GEMM's plan stages its blocks of A in GSM, where tensor t, which r2 reads after it, was planned: t (auto)
+    is now planned clear of the bytes the GEMM's chosen plan stages (it used to run and read the GEMM's A as t, then
+    to be refused), and the program is right; at a fixed address on those bytes it is refused before anything runs,
+    memory as it was; in DDR it is right too."""
+    from sim.program.pipeline import prepare_program
+
+    def right(m: sim.Simulator, prog, result) -> None:
+        cfg = prog.as_run_config(result.plan.addrs)
+        dy, x, _, _ = (cfg.materialise(s) for s in cfg.data)
+        t_want = np.where(x > 0, dy, dy * np.float32(0))
+        got = m.read(result.plan["out"].addr, (64, 64), np.float32)
+        np.testing.assert_array_equal(got, np.where(x > 0, t_want, t_want * np.float32(0)))
+
     m = sim.Simulator("FT78NE")
     in_gsm = load_program(program(tmp_path, ACROSS_A_GEMM.replace("REGION", "gsm")), allow_kernels=True)
+    checked = prepare_program(in_gsm, m)
+    assert checked.ok
+    staged = [(lo, hi) for key, lo, hi, _ in checked.calls[1].staged if key == ("gsm", None)]
+    t = checked.plan["t"]
+    assert staged and t.region.name == "gsm" and not any(lo < t.end and t.addr < hi for lo, hi in staged)
+    result = m.run_program(in_gsm)
+    assert result.plan["t"].addr == t.addr
+    right(m, in_gsm, result)
+    # The bytes the GEMM stages at t's first planning (the start of GSM's free bytes): t fixed there is refused.
+    lo = staged[0][0]
+    fixed = ACROSS_A_GEMM.replace("REGION", f"gsm, addr: {lo:#x}")
     before = m.memory.snapshot()
     with pytest.raises(LayoutError, match=r"layout rule 'overwrite': call 'mm' \(fp_gemm_s\) stages blocks in gsm "
                                           r".* of tensor 't' in gsm, which call 'r2' \(fp_relu_grad_s\) \(its "
                                           r"buffer 'dy'\) still reads later"):
-        m.run_program(in_gsm)
+        m.run_program(load_program(program(tmp_path, fixed, "fixed"), allow_kernels=True))
     assert m.memory.snapshot() == before
     in_ddr = load_program(program(tmp_path, ACROSS_A_GEMM.replace("REGION", "ddr"), "ddr"), allow_kernels=True)
-    result = m.run_program(in_ddr)
-    cfg = in_ddr.as_run_config(result.plan.addrs)
-    dy, x, _, _ = (cfg.materialise(s) for s in cfg.data)
-    t_want = np.where(x > 0, dy, dy * np.float32(0))
-    got = m.read(result.plan["out"].addr, (64, 64), np.float32)
-    np.testing.assert_array_equal(got, np.where(x > 0, t_want, t_want * np.float32(0)))
+    right(m, in_ddr, m.run_program(in_ddr))
 
 
 #: A call's output at a raw address (the planner must keep the auto tensors clear of it: dy used to land there),

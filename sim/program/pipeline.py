@@ -5,8 +5,10 @@ its arguments (their lifetimes); the memory planned (:mod:`sim.program.planner`)
 addresses (a buffer at a raw address that lands on an ``auto`` tensor makes the planner keep clear of it, and
 plan again); each call's own layout checked (:mod:`sim.model.layout`, each violation naming its call); the rules
 across calls (:mod:`sim.program.checks`); then each call's tiling chosen (a tiling that cannot fit is the
-``scratchpad-fit`` violation), and the rules across calls judged again with what each call's plan writes in the
-staging levels (a tensor in GSM across a GEMM that stages its blocks of A there would lose its bytes).  What
+``scratchpad-fit`` violation): where a call's plan stages blocks over an ``auto`` tensor alive at its step (a
+tensor in GSM across a GEMM that stages its blocks of A there), the planner keeps that tensor clear of those bytes
+and plans again; and the rules across calls are judged again with what each call's plan writes in the staging
+levels (a fixed-address tensor there is refused).  What
 binding needs in memory (a pointer table placed by a ``values`` entry) is written under the memory's journal and
 rolled back at the end, so that checking leaves memory exactly as it was, refused or not.
 """
@@ -175,30 +177,48 @@ def prepare_program(program: Program, m: Simulator, *, choose_tilings: bool = Tr
                 raise ConfigError(f"{program.path}: {e}") from None
             cfg = program.as_run_config(plan.addrs)
             calls = _bind_all(m, program, cfg, plan.addrs, kinds, named)
-            stray = _stray_buffers(mmap, plan, calls)
-            if not stray:
-                break
-            reserved = reserved + stray
+            clear = _stray_buffers(mmap, plan, calls)
+            if clear:
+                reserved = reserved + clear
+                continue
+            check_entries_map(cfg, m)
+            for spec in cfg.data:  # (as placing the data would: validate refuses what run refuses)
+                if "file" in spec.source:
+                    check_data_file(cfg, spec)
+            violations = [_in_call(c.spec, c.call, v) for c in calls for v in check_layout(c.call, m.target)]
+            data, outputs = _entry_accesses(cfg, program, mmap, plan)
+            violations += check_calls(m.target, plan, [CallBuffers(c.spec.name, c.call, c.named, c.by_arg)
+                                                       for c in calls], data, outputs)
+            if choose_tilings and not violations:
+                calls = [_with_choice(m, program, c, violations) for c in calls]
+                clear = [] if violations else _staged_over_auto(plan, calls)
+                if clear:  # the tilings known: keep the auto tensors alive across a call clear of what it stages
+                    reserved = reserved + clear
+                    continue
+                if not violations:  # what each plan stages in the staging levels counts as written too
+                    violations += check_calls(m.target, plan, [CallBuffers(c.spec.name, c.call, c.named, c.by_arg,
+                                                                            c.staged) for c in calls], data, outputs)
+            break
         else:
             raise ConfigError(f"{program.path}: the planner could not keep the auto tensors clear of the calls' "
-                              f"raw-address buffers in {MAX_PLANNING_ROUNDS} rounds (last: {stray[0].what}): give "
-                              f"those tensors fixed addresses")
-        check_entries_map(cfg, m)
-        for spec in cfg.data:  # (as placing the data would: validate refuses what run refuses)
-            if "file" in spec.source:
-                check_data_file(cfg, spec)
-        violations = [_in_call(c.spec, c.call, v) for c in calls for v in check_layout(c.call, m.target)]
-        data, outputs = _entry_accesses(cfg, program, mmap, plan)
-        violations += check_calls(m.target, plan, [CallBuffers(c.spec.name, c.call, c.named, c.by_arg) for c in calls],
-                                  data, outputs)
-        if choose_tilings and not violations:
-            calls = [_with_choice(m, program, c, violations) for c in calls]
-            if not violations:  # the plans known: what each stages in the staging levels counts as written too
-                violations += check_calls(m.target, plan, [CallBuffers(c.spec.name, c.call, c.named, c.by_arg,
-                                                                        c.staged) for c in calls], data, outputs)
+                              f"raw-address buffers and staged blocks in {MAX_PLANNING_ROUNDS} rounds (last: "
+                              f"{clear[0].what}): give those tensors fixed addresses")
     finally:
         m.memory.rollback()
     return CheckedProgram(program, m.target, plan, tuple(calls), cfg, tuple(violations))
+
+
+def _staged_over_auto(plan: MemoryPlan, calls: list[CheckedCall]) -> list[Reserved]:
+    """The bytes a call's chosen plan stages in a staging level that land on an ``auto`` tensor alive at the call's
+    step (call ``i`` is step ``i + 1``: :mod:`sim.program.planner`): reserved, at that step, for the next round."""
+    out = []
+    for i, c in enumerate(calls):
+        step = Lifetime(i + 1, i + 1)
+        for key, lo, hi, level in c.staged:
+            if any(p.auto and p.key == key and p.addr < hi and lo < p.end and p.lifetime.overlaps(step)
+                   for p in plan.placements):
+                out.append(Reserved(key, lo, hi, f"call '{c.spec.name}' stages {level} blocks", step))
+    return out
 
 
 def _with_choice(m: Simulator, program: Program, c: CheckedCall, violations: list[Violation]) -> CheckedCall:

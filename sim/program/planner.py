@@ -1,14 +1,15 @@
 """The memory planner of programs: an address for every ``auto`` tensor, from the tensors' lifetimes.
 
-A tensor's lifetime is the span of *steps* from its first use to its last: step 0 places the program's data,
-step ``i + 1`` is call ``i``, the last step (``len(calls) + 1``) reads the outputs back.  Two tensors whose
-lifetimes do not overlap may share bytes (the later one overwrites a tensor nothing reads any more); two whose
-lifetimes overlap never do.  The placement is greedy by size, as TFLite's arena planner and XLA's heap
-simulator do: per memory (a shared region, or one core's copy of a private region), the largest ``auto``
-tensor first, each at the lowest address, aligned as the layout rules want it (the element size and the
-region's ``alignment_bytes``) and to the region's bursts, that overlaps no tensor alive at the same time (a
-fixed-address one included), no byte a ``reserved`` span holds (raw-address data and buffers), and no shared
-window the kernels own as a staging level.  Deterministic: ties go to the earlier first use, then the name.
+A tensor's lifetime is the span of *steps* from its first use to its last: step 0 places the program's data, step
+``i + 1`` is call ``i``, the last step (``len(calls) + 1``) reads the outputs back. Two tensors whose lifetimes do
+not overlap may share bytes (the later one overwrites a tensor nothing reads any more); two whose lifetimes overlap
+never do. The placement is greedy by size, as TFLite's arena planner and XLA's heap simulator do: per memory (a
+shared region, or one core's copy of a private region), the largest ``auto`` tensor first, each at the lowest
+address, aligned as the layout rules want it (the element size and the region's ``alignment_bytes``) and to the
+region's bursts, that overlaps no tensor alive at the same time (a fixed-address one included), no byte a
+``reserved`` span holds (raw- address data and buffers; the bytes a call's plan stages, for the tensors alive at its
+step), and no shared window the kernels own as a staging level. Deterministic: ties go to the earlier first use,
+then the name.
 """
 
 from __future__ import annotations
@@ -43,12 +44,15 @@ class Lifetime:
 
 @dataclass(frozen=True)
 class Reserved:
-    """Bytes of one memory the planner leaves alone the whole program: raw-address data and call buffers."""
+    """Bytes of one memory the planner leaves alone: the whole program (raw-address data and call buffers), or, with
+    ``steps``, to the tensors alive at one of those steps (the bytes a call's chosen plan stages in a staging level:
+    a tensor alive across the call would lose them)."""
 
     key: MemoryKey
     start: int
     end: int
     what: str
+    steps: Lifetime | None = None
 
 
 @dataclass(frozen=True)
@@ -167,7 +171,7 @@ def plan_memory(target: Target, tensors: Sequence[TensorSpec], lifetimes: Mappin
         key: MemoryKey = (region.name, None if region.shared else t.core)
         alive = [p for p in placed.values() if p.key == key and p.lifetime.overlaps(life)]
         blocked = [(p.addr, p.end) for p in alive]
-        blocked += [(r.start, r.end) for r in reserved if r.key == key]
+        blocked += [(r.start, r.end) for r in reserved if r.key == key and (r.steps is None or r.steps.overlaps(life))]
         blocked += [(lo, hi) for name, lo, hi in windows if name == region.name]
         addr = _lowest_fit(region, blocked, t.size_bytes, _alignment(t, region))
         if addr is None:
