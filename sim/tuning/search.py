@@ -145,9 +145,19 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
     if progress is not None:
         progress("planning tilings", 0, 0)  # 0 of a number not known yet: the search is taking the space in
 
+    bounds_of: dict[str, float] = {}  # repr(tiling) -> its bound from the tiling (a step looks, a round plans)
+
+    def bound(t: dict) -> float:
+        key = repr(t)
+        got = bounds_of.get(key)
+        if got is None:
+            assert space.bound is not None
+            got = bounds_of[key] = space.bound(t)
+        return got
+
     def viable(t: dict) -> bool:
         """Whether ``t``'s bound from the tiling leaves it a chance against the cheapest so far."""
-        return space.bound is None or pricing.best is None or space.bound(t) <= pricing.best * (1 + tolerance)
+        return space.bound is None or pricing.best is None or bound(t) <= pricing.best * (1 + tolerance)
 
     def spent() -> int:
         """Tilings the budgets count: those planned (or that failed to plan); not those left unplanned by their
@@ -176,7 +186,7 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
             # those of the lowest bounds, not the moves of the keys that come first (256 x 512 x 512 on eight FT78NE
             # cores: split m with B broadcast, 144,379 cycles, when a round cut short in the keys' order left out the
             # tiling the climb goes on to in the bounds' order, split n with 12-row micro-kernels: 141,205).
-            bounds = [space.bound(t) for t in todo]
+            bounds = [bound(t) for t in todo]
             order = sorted(range(len(todo)), key=lambda i: bounds[i])[:room]
             todo, bounds = [todo[i] for i in order], [bounds[i] for i in order]
         else:
