@@ -53,7 +53,7 @@ def batch_norm_grad_reference(x: np.ndarray, dy: np.ndarray, mean: np.ndarray, i
                               scale: np.ndarray, is_train: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(dx, dbias, dscale) of whole tensors, computed in fp32 like the chip (dx in x's dtype)."""
     dx, dscale, dbias = batch_norm_backprop(x[:, :, None], dy[:, :, None], mean, np.asarray(invar, F32), scale,
-                                            bool(is_train))
+                                            bool(is_train), False)
     return dx.reshape(x.shape), dbias, dscale
 
 
@@ -121,7 +121,8 @@ class BatchNormGrad(BatchNormPlanning):
         buffers += [a.buffer(n, (channel,), F32, addr=vec[n], role="input") for n in ("mean", "invar", "scale")]
         buffers.append(a.buffer("dx", rows, size_arg="params"))
         buffers += [a.buffer(n, (channel,), F32, addr=vec[n], role="output") for n in ("dbias", "dscale")]
-        attrs = BatchNormAttrs(View(batch, channel, 1, channels_on_lanes=True), bool(is_train), None, TENSORS)
+        attrs = BatchNormAttrs(View(batch, channel, 1, channels_on_lanes=True), bool(is_train), None, TENSORS,
+                               tf_form=False)
         return bound_call(a, variant, cores, buffers, attrs)
 
 

@@ -73,5 +73,9 @@ def test_batch_norm_blocks_match_the_formula_bit_for_bit(dt):
         want_dx = (scale * rs / m).reshape(1, -1, 1) * (m * dyf - pc[3] - xh * pc[4])
         assert [_bits(v) for v in partial_sums(x, dy, mean, rs)] == [_bits(dyf.sum(axis=(0, 2), dtype=F32)),
                                                                      _bits((dyf * xh).sum(axis=(0, 2), dtype=F32))]
-        assert _bits(x_backprop_train(x, dy, mean, rs, scale, s1, s2, 45)) == _bits(want_dx)
+        assert _bits(x_backprop_train(x, dy, mean, rs, scale, s1, s2, 45, False)) == _bits(want_dx)
+        # FusedBatchNormGrad: TensorFlow's form, scale·rs · ((dy − Σdy·(1/m)) − x̂·(Σdy·x̂/m))
+        want_tf = (scale * rs).reshape(1, -1, 1) * ((dyf - (s1 * (F32(1) / m)).reshape(1, -1, 1))
+                                                    - xh * (s2 / m).reshape(1, -1, 1))
+        assert _bits(x_backprop_train(x, dy, mean, rs, scale, s1, s2, 45, True)) == _bits(want_tf)
     assert _bits(x_backprop_infer(dy, rs, scale)) == _bits(dyf * (scale * rs).reshape(1, -1, 1))

@@ -45,9 +45,10 @@ def _frozen(*arrays: np.ndarray) -> list[np.ndarray]:
     return out
 
 
+@pytest.mark.parametrize("tf_form", [True, False])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("shape", [(42, 64, 1), (5, 3, 4), (1, 7, 1)])
-def test_batch_norm_row_tiles_give_the_reference_formulas_bits(dtype, shape):
+def test_batch_norm_row_tiles_give_the_reference_formulas_bits(dtype, shape, tf_form):
     rng = np.random.default_rng(hash((shape, dtype.__name__)) % 2**32)
     c = shape[1]
     x, dy = (_with_specials(rng, shape, dtype) for _ in range(2))
@@ -58,8 +59,8 @@ def test_batch_norm_row_tiles_give_the_reference_formulas_bits(dtype, shape):
         d1, d2 = partial_sums(x, dy, mean, rs)
         want = (s1 + d1, s2 + d2)
         m = shape[0] * shape[2] * 3
-        got_dx = dx_train_tile(m, np.dtype(dtype), x, dy, mean, rs, scale, s1, s2)
-        want_dx = x_backprop_train(x, dy, mean, rs, scale, s1, s2, m).astype(dtype)
+        got_dx = dx_train_tile(m, np.dtype(dtype), tf_form, x, dy, mean, rs, scale, s1, s2)
+        want_dx = x_backprop_train(x, dy, mean, rs, scale, s1, s2, m, tf_form).astype(dtype)
     for g, w in zip((*got, *got_dx), (*want, want_dx)):
         assert g.dtype == w.dtype and g.shape == w.shape and g.tobytes() == w.tobytes()
 

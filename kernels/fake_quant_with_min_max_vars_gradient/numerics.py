@@ -62,6 +62,10 @@ def nudge(min_value: float, max_value: float, num_bits: int, narrow_range: bool)
             zp = qmin
         elif zp_from_min > qmax:
             zp = qmax
+        elif np.isnan(zp_from_min):
+            # A range whose scale flushes to zero with min = 0 (0 / 0): TensorFlow's static_cast<uint16> of the
+            # rounded NaN, which x86 converts to 0 (cvttss2si gives 0x80000000; its low 16 bits), unclamped.
+            zp = F32.type(0)
         else:
             zp = F32.type(_round_half_away(zp_from_min))
         return flushed(F32.type(F32.type(qmin - zp) * scale)), flushed(F32.type(F32.type(qmax - zp) * scale))

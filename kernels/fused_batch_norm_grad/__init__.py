@@ -6,12 +6,17 @@ gives the four sizes), ``scale``, ``reserve_space_1`` (mean) and
 rsqrt(variance + epsilon) and x̂ = (x − mean)·rs, per channel:
 
 * offset_backprop = Σ dy, scale_backprop = Σ dy·x̂
-* training:  x_backprop = scale·rs/m · (m·dy − Σdy − x̂·Σdy·x̂)
+* training:  x_backprop = scale·rs · ((dy − Σdy/m) − x̂·Σdy·x̂/m)
 * inference: x_backprop = dy·scale·rs
 
 as TensorFlow's CPU kernels (FusedBatchNormGrad / FusedBatchNormFreezeGrad)
 compute them, in fp32 (fp16 tensors are widened on load and x_backprop is
-narrowed on store).
+narrowed on store), the training form's intermediates in range wherever dy
+is (TensorFlow's coef2 is rs²·Σdy·(x − mean)/m, which x̂·Σdy·x̂/m equals but
+for rounding; with an infinite rs, var + epsilon flushed to 0, TensorFlow's
+x_backprop is ±inf where this one is NaN).  BatchNormGrad (kernels/
+batch_norm_grad.py) shares the planning with its page's training form,
+scale·rs/m · (m·dy − Σdy − x̂·Σdy·x̂).
 
 Precision: ``fp_`` symbols store and compute everything in fp32.  ``hp_``
 symbols store y_backprop, x and x_backprop in fp16 and the per-channel vectors
@@ -27,10 +32,11 @@ turns them into issues on the target's units):
   and Σdy·x̂ += dy·x̂ (two FMAC ops into running sums: a carried chain, unrolled
   into enough independent accumulators to hide the FMAC latency, added together
   at the end);
-* x_backprop (training): x and dy loaded, x̂ (2), k·(m·dy − (x̂·b + a)) (two FMAs
-  and a multiply), stored; inference does the sums and dy·k in one loop;
+* x_backprop (training): x and dy loaded, x̂ (2), k·((dy − a) − x̂·b) (a subtract
+  beside x̂, an FMA and a multiply), stored; inference does the sums and dy·k in
+  one loop;
 * per-channel loops before and between them: rs = rsqrt(var + eps) (an add, the
-  ALU's estimate, a Newton step), the coefficients k = scale·rs/m, a, b;
+  ALU's estimate, a Newton step), the coefficients k = scale·rs, a, b;
 * NHWC (channels on the lanes): one loop over the block's vectors, the
   coefficients of its channel vectors held in registers (or loaded again with
   every vector when there are too many); NCHW (positions on the lanes): a loop

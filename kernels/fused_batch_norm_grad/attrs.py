@@ -57,6 +57,9 @@ class BatchNormAttrs:
     is_training: bool
     epsilon: float | None
     tensors: Tensors
+    #: The training x_backprop's form: TensorFlow's (FusedBatchNormGrad) or the library page's (BatchNormGrad):
+    #: :func:`~kernels.fused_batch_norm_grad.numerics.x_backprop_train`.
+    tf_form: bool = True
 
 
 FUSED_TENSORS = Tensors("y_backprop", "x", "scale", "reserve_space_1", "reserve_space_2", "x_backprop",

@@ -40,6 +40,7 @@ class _PlanBase:
         self.size = size
         self.train = attrs.is_training
         self.eps = attrs.epsilon
+        self.tf_form = attrs.tf_form
         #: Per-channel rsqrt work: none when the call gives rs.
         self.rs_flops = FLOPS_CHANNEL_RS if attrs.epsilon is not None else 0
         #: Each tensor by role (a field of :class:`Tensors`) as its transfers see it: x, dy and dx as the 3-D view
@@ -94,9 +95,11 @@ class CoreLoops:
         sums = 0 if kind == "dx" else 2
         stores = 0 if kind == "sums" else 1
         # x̂ = (x - mean)·rs (2); the sums: Σdy += dy, Σdy·x̂ += dy·x̂ (2); inference's dx = dy·k (1);
-        # training's dx = k·(m·dy - (x̂·b + a)) with a = Σdy, b = Σdy·x̂ (3: two FMAs and a multiply).
+        # training's dx (3): FusedBatchNormGrad's k·((dy - a) - x̂·b) with a = Σdy/m, b = Σdy·x̂/m, k = scale·rs (a
+        # subtract beside x̂, then an FMA and a multiply: 4 deep), BatchNormGrad's k·((m·dy - Σdy) - x̂·Σdy·x̂) with
+        # k = scale·rs/m (an FMA beside x̂, then an FMA and a multiply: 4 deep too).
         fmac = {"sums": 4, "both": 5, "dx": 5}[kind]
-        depth = {"sums": 3, "both": 3, "dx": 5}[kind]
+        depth = {"sums": 3, "both": 3, "dx": 4}[kind]
         consts = {"sums": 2, "both": 3, "dx": 5}[kind]  # per channel: mean, rs (k; k, a, b)
         label = {"sums": "partial sums", "both": "sums and x_backprop", "dx": "x_backprop"}[kind]
         loop = functools.partial(streaming, core, COMPUTE_PRECISION, loads=2, stores=stores, fmac=fmac, sums=sums,

@@ -122,7 +122,7 @@ class _ChannelsPlan(_PlanBase):
                 loops = (self.loops.channel(n, rsqrt=self.eps is not None, loads=2, fmac=1, stores=1,
                                             label="rs, coefficients"), self.loops.data(dims, "both"))
             per_elem = FLOPS_XHAT + FLOPS_SUMS + dx_flops
-            fn = TileFn(channel_block_tile, (self.eps, self.train))
+            fn = TileFn(channel_block_tile, (self.eps, self.train, self.tf_form))
             stream.add(loads, self.compute(fn, (ox, ody, om, ovar, osc), (odx, osb, oob), loops,
                                            flops=v.a * n * v.b * per_elem + n * chan_flops), stores)
         return tuple(stream.tiles)

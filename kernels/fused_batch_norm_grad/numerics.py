@@ -16,7 +16,7 @@ COMPUTE_PRECISION = "fp32"
 #: The flop table (BatchNormGrad's too). Vector element operations per element of a tile (FMA = 2):
 FLOPS_XHAT = 2          # (x - mean) * rs
 FLOPS_SUMS = 3          # Σdy += dy; Σdy·x̂ += dy·x̂ (FMA)
-FLOPS_DX_TRAIN = 4      # x̂·b + a (FMA), dy − that, · k
+FLOPS_DX_TRAIN = 4      # dy − a, x̂·b, that subtracted, · k
 FLOPS_DX_INFER = 1      # dy · k
 #: Per-channel vector work: rs = rsqrt(var + eps) (2; none when rs is given), k = scale·rs (1), a = Σdy/m,
 #: b = Σdy·x̂/m (2).
@@ -63,15 +63,31 @@ def partial_sums(x: np.ndarray, dy: np.ndarray, mean: np.ndarray, rs: np.ndarray
     return dyf.sum(axis=(0, 2), dtype=F32), prod.sum(axis=(0, 2), dtype=F32)
 
 
-def x_backprop_train(x: np.ndarray, dy: np.ndarray, mean: np.ndarray, rs: np.ndarray, scale: np.ndarray,
-                     sum_dy: np.ndarray, sum_dy_xhat: np.ndarray, m: int) -> np.ndarray:
-    """Training x_backprop of a [a, c, b] block from the whole-batch sums, in fp32:
-    k · ((m·dy − Σdy) − x̂·Σdy·x̂) with k = scale·rs/m, each step rounded to fp32 in that order
-    (and with its operands in that order: of two NaNs, x86 keeps the first's)."""
+def tf_coefficients(sum_dy: np.ndarray, sum_dy_xhat: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """(a, b) of TensorFlow's training x_backprop in fp32: a = Σdy · (1/m) (its ``rest_size_inv``, a float32
+    reciprocal), b = Σdy·x̂ / m."""
     mf = F32.type(m)
+    return np.multiply(sum_dy, F32.type(1.0) / mf, dtype=F32), np.divide(sum_dy_xhat, mf, dtype=F32)
+
+
+def x_backprop_train(x: np.ndarray, dy: np.ndarray, mean: np.ndarray, rs: np.ndarray, scale: np.ndarray,
+                     sum_dy: np.ndarray, sum_dy_xhat: np.ndarray, m: int, tf_form: bool) -> np.ndarray:
+    """Training x_backprop of a [a, c, b] block from the whole-batch sums, in fp32, each step rounded to fp32 in
+    its order (and with its operands in that order: of two NaNs, x86 keeps the first's).
+
+    ``tf_form`` (FusedBatchNormGrad, TensorFlow's CPU kernel): scale·rs · ((dy − a) − x̂·b) with a = Σdy/m and
+    b = Σdy·x̂/m (:func:`tf_coefficients`), whose intermediates stay in range where dy does; otherwise
+    (BatchNormGrad, the library's page) k · ((m·dy − Σdy) − x̂·Σdy·x̂) with k = scale·rs/m."""
+    mf = F32.type(m)
+    xh = _xhat(x, mean, rs)
+    if tf_form:
+        a, b = tf_coefficients(sum_dy, sum_dy_xhat, m)
+        t = _in_f32(np.subtract, _per_channel(a), dy, block_first=True)
+        np.multiply(xh, _per_channel(b), out=xh)
+        np.subtract(t, xh, out=t)
+        return np.multiply(_per_channel(np.asarray(scale, F32) * rs), t, out=t)
     t = _in_f32(np.multiply, mf, dy, block_first=False)
     np.subtract(t, _per_channel(sum_dy), out=t)
-    xh = _xhat(x, mean, rs)
     np.multiply(xh, _per_channel(sum_dy_xhat), out=xh)
     np.subtract(t, xh, out=t)
     return np.multiply(_per_channel(np.asarray(scale, F32) * rs / mf), t, out=t)
@@ -88,11 +104,12 @@ def rs_of(variance_or_rs: np.ndarray, epsilon: float | None) -> np.ndarray:
 
 
 def batch_norm_backprop(x: np.ndarray, dy: np.ndarray, mean: np.ndarray, rs: np.ndarray, scale: np.ndarray,
-                        is_training: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(x_backprop in x's dtype, Σdy·x̂, Σdy) of a whole [A, C, B] view, computed like the chip does."""
+                        is_training: bool, tf_form: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(x_backprop in x's dtype, Σdy·x̂, Σdy) of a whole [A, C, B] view, computed like the chip does
+    (``tf_form``: :func:`x_backprop_train`)."""
     s1, s2 = partial_sums(x, dy, mean, rs)
     if is_training:
-        dx = x_backprop_train(x, dy, mean, rs, scale, s1, s2, x.shape[0] * x.shape[2])
+        dx = x_backprop_train(x, dy, mean, rs, scale, s1, s2, x.shape[0] * x.shape[2], tf_form)
     else:
         dx = x_backprop_infer(dy, rs, scale)
     return dx.astype(x.dtype, copy=False), s2, s1
@@ -104,7 +121,7 @@ def fused_batch_norm_grad_reference(dy: np.ndarray, x: np.ndarray, scale: np.nda
     """(x_backprop, scale_backprop, offset_backprop) of whole 4-D tensors, computed like the chip does."""
     v = View.of(x.shape, data_format)
     dx, s2, s1 = batch_norm_backprop(x.reshape(v.shape), dy.reshape(v.shape), mean, rsqrt_var(variance, epsilon),
-                                     scale, is_training)
+                                     scale, is_training, True)
     return dx.reshape(x.shape), s2, s1
 
 
@@ -151,12 +168,20 @@ def sums_and_dx_infer_tile(dtype: np.dtype, x: np.ndarray, dy: np.ndarray, mean:
     return x_backprop_infer(dy, rs, scale).astype(dtype, copy=False), s1 + d1, s2 + d2
 
 
-def dx_train_tile(m: int, dtype: np.dtype, x: np.ndarray, dy: np.ndarray, mean: np.ndarray, rs: np.ndarray,
-                  scale: np.ndarray, s1: np.ndarray, s2: np.ndarray) -> tuple[np.ndarray]:
+def dx_train_tile(m: int, dtype: np.dtype, tf_form: bool, x: np.ndarray, dy: np.ndarray, mean: np.ndarray,
+                  rs: np.ndarray, scale: np.ndarray, s1: np.ndarray, s2: np.ndarray) -> tuple[np.ndarray]:
     """Training's row block: x_backprop (:func:`x_backprop_train`, in ``dtype``) from the reduced sums over ``m``
     elements per channel."""
     mf = F32.type(m)
     dyw, into = _fresh_f32(dy)
+    if tf_form:
+        a, b = tf_coefficients(s1, s2, m)
+        t = np.subtract(dyw, _channel(a), out=into)
+        xh = _xhat_block(x, mean, rs)
+        np.multiply(xh, _channel(b), out=xh)
+        np.subtract(t, xh, out=t)
+        k = np.multiply(scale if scale.dtype == F32 else scale.astype(F32), rs)
+        return (np.multiply(k.reshape(1, -1, 1), t, out=t).astype(dtype, copy=False),)
     t = np.multiply(mf, dyw, out=into)
     np.subtract(t, _channel(s1), out=t)
     xh = _xhat_block(x, mean, rs)
@@ -172,7 +197,7 @@ def rs_and_zero_sums_tile(epsilon: float | None, channels: int, var: np.ndarray)
     return rs_of(var, epsilon), np.zeros((2, channels), F32)
 
 
-def channel_block_tile(epsilon: float | None, training: bool, x: np.ndarray, dy: np.ndarray, mean: np.ndarray,
-                       var: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, ...]:
+def channel_block_tile(epsilon: float | None, training: bool, tf_form: bool, x: np.ndarray, dy: np.ndarray,
+                       mean: np.ndarray, var: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, ...]:
     """A whole-rows channel block: x_backprop and both per-channel gradients at once."""
-    return batch_norm_backprop(x, dy, mean, rs_of(var, epsilon), scale, training)
+    return batch_norm_backprop(x, dy, mean, rs_of(var, epsilon), scale, training, tf_form)

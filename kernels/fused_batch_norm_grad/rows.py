@@ -321,7 +321,8 @@ class _RowsPlan(_PlanBase):
         # The per-channel coefficients count as the math's once per channel: in the block holding the channel's
         # first element (every other block recomputes them).
         coef = nc * FLOPS_CHANNEL_COEF if a == 0 and b == 0 else 0
-        comp = block_compute(self.loops, fixed, self.v.m, self.align, kind, blk.addr, blk.dims, blk.resident, c, coef)
+        comp = block_compute(self.loops, fixed, self.v.m, self.tf_form, self.align, kind, blk.addr, blk.dims,
+                             blk.resident, c, coef)
         stores = () if kind == "sums" else (self.tensor_out(odx, start),)
         stream.add(loads, comp, stores, slot=blk.slot)
 
@@ -382,11 +383,12 @@ def block_operands(addr: int, dims: tuple[int, int, int], resident: bool, dtype:
 
 
 @memoized
-def block_compute(loops: CoreLoops, fixed: _Fixed, m: int, alignment: int, kind: str, addr: int,
+def block_compute(loops: CoreLoops, fixed: _Fixed, m: int, tf_form: bool, alignment: int, kind: str, addr: int,
                   dims: tuple[int, int, int], resident: bool, c: int, coef: int) -> Compute:
     """The compute of a block of ``dims`` at ``addr`` whose channels start at ``c`` of its group (``fixed``): its
     ``kind`` ('sums', 'both' or 'dx', see :meth:`_RowsPlan._stream_tile`) with ``coef`` flops of per-channel
-    coefficients; ``m`` elements per channel.
+    coefficients; ``m`` elements per channel; ``tf_form``: the training x_backprop's form
+    (:func:`~kernels.fused_batch_norm_grad.numerics.x_backprop_train`).
 
     It reads nothing but the block's operands, its channels in the group's fixed area, its size and ``coef``:
     remembered by value, blocks that agree on them (a stream's full blocks in the same slot) share one Compute,
@@ -403,5 +405,5 @@ def block_compute(loops: CoreLoops, fixed: _Fixed, m: int, alignment: int, kind:
         return _PlanBase.compute(TileFn(sums_and_dx_infer_tile, (dt,)), (ox, ody, mean, rs, scale, s1, s2),
                                  (odx, s1, s2), both, flops=count * (FLOPS_XHAT + FLOPS_SUMS + FLOPS_DX_INFER) + coef)
     dx = (loops.channel(nc, loads=4, fmac=3, stores=3, label="coefficients"), loops.data(dims, "dx"))
-    return _PlanBase.compute(TileFn(dx_train_tile, (m, dt)), (ox, ody, mean, rs, scale, s1, s2), (odx,), dx,
+    return _PlanBase.compute(TileFn(dx_train_tile, (m, dt, tf_form)), (ox, ody, mean, rs, scale, s1, s2), (odx,), dx,
                              flops=count * FLOPS_DX_TRAIN + coef)  # x̂ was the sums pass's math

@@ -200,6 +200,24 @@ def test_a_range_that_overflows_fp32_nudges_as_tensorflow_does(chip, prefix):
     assert out["backprop_wrt_min"] == 0 and out["backprop_wrt_max"] == 0
 
 
+@pytest.mark.parametrize("lo,hi", [(0.0, 2e-38), (-1e-39, 1e-37)])
+@pytest.mark.parametrize("chip,prefix", [("FT78NE", "fp"), ("MT7004", "hp")])
+def test_a_range_whose_scale_flushes_to_zero_nudges_as_tensorflow_does(chip, prefix, lo, hi):
+    """min 0 (or subnormal, read as 0) and a range so small that (max - min) / 255 is subnormal, read as 0: min /
+    scale is 0 / 0, and TensorFlow's zero point is its uint16 cast of the rounded NaN, 0 on x86, so the nudged
+    bounds are [0, 0] (TensorFlow 2.21 on x86: gradients [1, 2, 0, 0], wrt min 4, wrt max 3, for the inputs
+    [0, 5e-39, 2e-38, -1]). The call used to fail inside the tile, converting the NaN to an integer. In fp16 the
+    two smallest inputs are zeros, inside the bounds."""
+    dt = np.float16 if prefix == "hp" else np.float32
+    x = np.array([0.0, 5e-39, 2e-38, -1.0], np.float32).astype(dt)
+    g = np.array([1, 2, 3, 4], dt)
+    inside = (x == 0) | (np.abs(x.astype(np.float32)) < np.finfo(np.float32).tiny)
+    above = (x > 0) & ~inside
+    check_kernel(chip, prefix, "s", g, x, lo, hi, {"backprops_wrt_input": np.where(inside, g, 0).astype(dt),
+                                                     "backprop_wrt_min": np.float32(4),
+                                                     "backprop_wrt_max": np.float32(g[above].sum())})
+
+
 def test_input_exactly_on_fp32_nudged_bound_passes():
     # min=-0.1, max=127.4, 8 bits: fp32 nudging gives exactly [0, 127.5] (TensorFlow's test above);
     # the float32 scale is 0.5 exactly, so 127.5 itself must pass and its successor must not; below 0, the

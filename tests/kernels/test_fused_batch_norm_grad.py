@@ -138,6 +138,34 @@ def test_epsilon_zero_is_tensorflows_rsqrt_of_the_variance(epsilon, is_training)
     check_against_reference(data, out, 0.0, "NHWC", is_training)
 
 
+@pytest.mark.parametrize("split", ["channels", "rows"])
+@pytest.mark.parametrize("case", ["large dy", "tiny scale"])
+def test_training_x_backprop_in_tensorflows_form_stays_in_range(case, split):
+    """TensorFlow's CPU kernel computes x_backprop = scale·rs · ((dy − Σdy/m) − x̂·Σdy·x̂/m), whose intermediates
+    stay in range where dy and scale do. Formed as BatchNormGrad's page has it, k · (m·dy − Σdy − x̂·Σdy·x̂) with
+    k = scale·rs/m, m·dy overflowed for |dy| > FLT_MAX / m (1024 elements of ±1e36 per channel: every x_backprop
+    ±inf, where float64 gives about 1.7e36), and a scale near the smallest normal made k subnormal, read as 0."""
+    shape = (4, 16, 16, 8)
+    data = make_data(shape, "NHWC", seed=9)
+    if case == "large dy":  # Σdy = 0 and Σdy·x̂ in range: x rises along the rows, dy alternates in sign
+        rows = np.linspace(-1, 1, 1024, dtype=np.float32)
+        data["x"] = np.repeat(rows[:, None], 8, axis=1).reshape(shape)
+        data["y_backprop"] = np.repeat(np.where(np.arange(1024) % 2, 1e36, -1e36)[:, None], 8, axis=1).reshape(
+            shape).astype(np.float32)
+        data["reserve_space_1"] = np.full(8, rows.mean(), np.float32)
+        data["reserve_space_2"] = np.full(8, rows.var(), np.float32)
+    else:
+        data["scale"] = np.full(shape[-1], 1.3e-38, np.float32)
+    run, out = run_kernel(sim.Simulator("FT78NE"), "fp", "s", data, shape=list(shape), epsilon=1e-3,
+                          data_format="NHWC", is_training=True, tiling={"split": split})
+    assert np.isfinite(out["x_backprop"]).all()
+    dx = reference64(data["y_backprop"], data["x"], data["scale"], data["reserve_space_1"], data["reserve_space_2"],
+                     1e-3, "NHWC", True)[0]
+    # (fp32 rounding of the sums over 1024 elements: a few units in the last place of the largest element)
+    err = np.abs(out["x_backprop"].astype(np.float64) - dx).max() / np.abs(dx).max()
+    assert err < 1e-5, err
+
+
 @pytest.mark.parametrize("is_training", [True, False])
 @pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
 def test_float64_reference_private_mt7004(data_format, is_training):
