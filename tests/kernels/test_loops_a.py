@@ -125,11 +125,12 @@ def test_fused_batch_norm_grad_channel_block_by_hand():
     # k, a, b from the sums (4 vectors in, 3 FMAC ops, 3 out): 7 vls issues (4 cycles); fill 9 + 6 + 4 = 19.
     assert (c["coefficients"].ii, c["coefficients"].cycles) == (4, 8 + 19 + 4)
     # x_backprop: x, dy in, dx out, 5 FMAC ops per vector; two vectors per iteration: 3 vls issues (2 cycles),
-    # 10 FMAC issues (4 cycles): II 4 over 32 trips; fill 9 + 5 x 6 + 4 = 43; epilogue: the 5 coefficient vectors
-    # loaded (3 issues: 2 cycles) + the load's 9 = 11.  8 + 43 + 32 x 4 + 11 = 190.
+    # 10 FMAC issues (4 cycles): II 4 over 32 trips; fill 9 + 4 dependent FMACs x 6 + 4 = 37 (x̂ = (x - mean)·rs
+    # two deep, dy - a beside it, then the FMA t - x̂·b and the multiply by k); epilogue: the 5 coefficient vectors
+    # loaded (3 issues: 2 cycles) + the load's 9 = 11.  8 + 37 + 32 x 4 + 11 = 184.
     d = c["x_backprop"]
-    assert (d.trips, d.ii, d.fill, d.epilogue, d.cycles) == (32, 4, 43, 11, 190)
-    assert compute_cycles(tile.compute, m.target) == 24 + 49 + 149 + 31 + 190
+    assert (d.trips, d.ii, d.fill, d.epilogue, d.cycles) == (32, 4, 37, 11, 184)
+    assert compute_cycles(tile.compute, m.target) == 24 + 49 + 149 + 31 + 184
 
 
 def test_hp_batch_norm_loads_fp16_and_converts_on_the_vector_alu():
