@@ -15,6 +15,7 @@ breaks the IR's rules raises :class:`PlanError` before it runs.
 from sim.errors import (
            ComputeOutputError,
            ConfigError,
+           DeadlockError,
            KernelArgError,
            KernelCodeError,
            KernelDefinitionError,
@@ -38,6 +39,6 @@ from sim.simulator import (
 )
 
 __all__ = ["SimError", "TargetError", "KernelArgError", "LayoutError", "MemoryFault", "ConfigError", "PlanError",
-           "KernelDefinitionError", "ComputeOutputError", "KernelCodeError", "NestedCallError", "TimeLimitError",
-           "Simulator", "Run", "TILING_TOLERANCE", "Target", "load_target", "available_targets", "register_kernel",
-           "unregister_kernel", "registered_kernel"]
+           "KernelDefinitionError", "ComputeOutputError", "DeadlockError", "KernelCodeError", "NestedCallError",
+           "TimeLimitError", "Simulator", "Run", "TILING_TOLERANCE", "Target", "load_target", "available_targets",
+           "register_kernel", "unregister_kernel", "registered_kernel"]

@@ -106,6 +106,16 @@ class PlanError(SimError):
 
 
 
+class DeadlockError(PlanError):
+    """A plan whose run stalls (rule ``deadlock``): some cores never finish, each waiting for what another cannot
+    give, such as synchronised transfers whose members hold every DMA engine of a core while they wait for cores
+    that wait on that core.  Found while the plan runs (whether the engines run out depends on timing), so the call
+    rolls memory back; the search drops such a candidate, as one that breaks a rule of the check."""
+
+    def __init__(self, detail: str):
+        super().__init__("deadlock", detail)
+
+
 class ComputeOutputError(PlanError):
     """A tile's compute returned what its output operands cannot hold (rule ``compute-output``): not one array
     per output operand, an array of another number of elements, a dtype that is not a number (objects, text,

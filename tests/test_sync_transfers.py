@@ -313,3 +313,47 @@ def test_a_synchronised_copy_within_ddr_opens_the_rows_of_its_batches():
     for e in events:
         assert e.end - e.wait_start == 84 + LATENCY
     assert run.cycles >= run_lower_bound_cycles(roofline(_plan(members), FT), FT)
+
+
+def test_a_tiling_whose_run_stalls_is_a_deadlock_error_and_the_search_drops_it():
+    """A kernel whose tiling space orders two cores' synchronised groups either way: ``crossed`` (as above: each
+    core's first member waits for the other core's second) stalls as it runs, a PlanError of rule 'deadlock'
+    (sim.DeadlockError) when forced, memory as it was; the search prices both, drops the crossed one naming the
+    rule, and runs the other (a stalled candidate used to end the call with the stall)."""
+    from kernels.common.tiling_space import complete
+    from test_plan_check import _machine
+    from tiny_kernels import Twice
+
+    from sim.model.tiling import ChoiceKey, TilingSpace
+
+    class Ordered(Twice):
+        def tiling_space(self, call, ctx):
+            return TilingSpace(ChoiceKey("order", ("crossed", "same"), "the cores' order of the groups"))
+
+        def plan(self, call, ctx):
+            crossed = complete(self.tiling_space(call, ctx), ctx)["order"] == "crossed"
+            p = super().plan(call, ctx)
+            phase = p.phases[0]
+            t0, t1 = phase.tiles[call.cores[0]]
+
+            def synced(t, key, stores=True):
+                return dataclasses.replace(t, slot=0, loads=tuple(dataclasses.replace(ld, sync=key) for ld in t.loads),
+                                           stores=t.stores if stores else ())
+            second = (synced(t0, "B", False), synced(t1, "A", False)) if crossed else (
+                synced(t0, "A", False), synced(t1, "B", False))
+            tiles = {0: (synced(t0, "A"), synced(t1, "B")), 1: second}
+            return dataclasses.replace(p, cores=(0, 1), phases=(dataclasses.replace(phase, tiles=tiles),))
+
+    with sim.registered_kernel(Ordered("ordered")):
+        m, args, _ = _machine("s")
+        before = m.memory.snapshot()
+        with pytest.raises(sim.DeadlockError, match=r"breaks the plan rule 'deadlock': simulation stalled: cores "
+                                                    r"\[0, 1\] never finished") as e:
+            m.call("fp_ordered_s", tiling={"order": "crossed"}, **args)
+        assert e.value.rule == "deadlock" and isinstance(e.value, sim.PlanError)
+        assert m.memory.snapshot() == before
+        run = m.call("fp_ordered_s", **args)
+        assert run.tiling.tiling == {"order": "same"}
+        assert any(t == {"order": "crossed"} and "deadlock" in why for t, why in run.tiling.dropped)
+        np.testing.assert_array_equal(m.read(args["y"], (args["n"],), np.float32),
+                                      2 * np.arange(args["n"], dtype=np.float32))

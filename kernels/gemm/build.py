@@ -72,12 +72,21 @@ class GemmPlanner(GemmSpace):
         # A core's B blocks are numbered over the steps it works in only: a core with fewer column chunks (or,
         # split k, fewer k blocks) than others idles in the others' steps, and a generation numbered over those
         # would never be filled.
+        # A core with no panel in a step (split m, a block of fewer panels than cores) takes no B block in it, but
+        # with B staged in GSM, where it loads its share of every core's block: with B broadcast its member would
+        # hold one of its engines while it waits for the others, and the walk of a core that computes nothing
+        # passes through its staging tiles at once, so two such members took both engines while the cores they
+        # waited for waited for the A blocks it still had to load (37 x 45 x 29 on two cores, 12-row blocks).
+        def works_in(core: int, s: Step) -> bool:
+            return (self._chunk(chunks, core, s) is not None and self._core_k(t, core, s) is not None
+                    and (t.b_staging == "gsm" or bool(self._panels(t, core, s))))
+
         b_gen_of: dict[int, list[int]] = {}
         for core in cores:
             gens: list[int] = []
             last: tuple[int, int] | None = None
             for s in steps:
-                works = self._chunk(chunks, core, s) is not None and self._core_k(t, core, s) is not None
+                works = works_in(core, s)
                 if works and (s.kb, s.chunk) != last:
                     gens.append(gens[-1] + 1 if gens and last is not None else 0)
                     last = (s.kb, s.chunk)
@@ -96,9 +105,8 @@ class GemmPlanner(GemmSpace):
 
         first_of_gsm = {gen: i for i, gen in reversed(list(enumerate(gsm_gen)))}
         # Where each core's B generation is first used (a step it works in).
-        first_of_b = {core: {gen: i for i, gen in reversed(list(enumerate(b_gen_of[core])))
-                             if self._chunk(chunks, core, steps[i]) is not None
-                             and self._core_k(t, core, steps[i]) is not None} for core in cores}
+        first_of_b = {core: {gen: i for i, gen in reversed(list(enumerate(b_gen_of[core]))) if works_in(core, steps[i])}
+                      for core in cores}
 
         def staging(core: int, step_index: int, pieces: int) -> list[tuple[tuple[Transfer, ...], tuple[BufferRef, ...],
                                                                             tuple[BufferRef, ...]]]:

@@ -53,7 +53,7 @@ from sim.engine.sync import Rendezvous
 from sim.engine.turnaround import Turnaround
 from sim.engine.units import Group, Units
 from sim.engine.walk import Walk
-from sim.errors import MemoryFault, SimError
+from sim.errors import DeadlockError, MemoryFault
 from sim.model.memory import AddressSpace
 from sim.model.plan import Operand, Plan, Tile, Transfer
 from sim.model.target import Region, Target
@@ -537,8 +537,8 @@ class Engine:
             return None
         missing = [c for c in plan.cores if c not in self.core_end_cycles]
         if missing:
-            raise SimError(f"simulation stalled: cores {missing} never finished (deadlocked plan)"
-                           + (f": {stalled}" if stalled else ""))
+            raise DeadlockError(f"simulation stalled: cores {missing} never finished (deadlocked plan)"
+                                + (f": {stalled}" if stalled else ""))
         return max(self.core_end_cycles.values())
 
     @property

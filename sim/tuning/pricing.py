@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sim.engine.engine import SimulatedTiming, simulate
-from sim.errors import PlanError, TimeLimitError, detached
+from sim.errors import DeadlockError, PlanError, TimeLimitError, detached
 from sim.model.memory import AddressSpace
 from sim.model.plan import Plan
 from sim.model.target import Target
@@ -239,6 +239,12 @@ class Pricing:
                               on_tile=tick, until_cycles=limit, region_bytes=cand.region_bytes)
         except TimeLimitError:
             raise  # the call's time ran out: nothing to do with this plan
+        except DeadlockError as e:
+            # A run that stalls breaks the rule the check cannot judge before it runs: dropped as a candidate
+            # that breaks one (37 x 45 x 29 on two FT78NE cores with B broadcast and 12-row blocks of A stalled a
+            # partial tiling's call before its plan was mended)
+            self.failed[i] = detached(e)
+            return
         except Exception:
             if self._verified(i):
                 raise  # a plan that passes the check and fails to run: the engine's fault, not the plan's

@@ -680,3 +680,22 @@ def test_a_b_block_that_is_not_a_multiple_of_the_widest_micro_kernel_prefers_an_
          "a_buffers": 2, "b_staging": "gsm", "m_micro": 6, "k_block": 256, "m_panel": 12, "m_block": 3072}
     assert space.keys["n_micro"].candidates({**t, "n_block": 192})[:2] == [96, 128]
     assert space.keys["n_micro"].candidates({**t, "n_block": 128})[0] == 128
+
+
+@pytest.mark.parametrize("mask,shape,trans_b", [(0x3, (37, 45, 29), 0), (0xFF, (37, 45, 29), 0),
+                                                (0xF, (130, 70, 200), 1)])
+def test_b_broadcast_leaves_out_the_cores_without_rows_in_a_block(mask, shape, trans_b):
+    """Split m with B broadcast and A's blocks of fewer panels than cores: a core with no panel in a block took part
+    in its B block's broadcast all the same; with no tile computing, its walk passed through its staging tiles at
+    once, two members took both its engines while they waited for core 0, and core 0 waited for the A blocks that
+    core still had to load: the run stalled. Such a core now takes no B block, and C is right."""
+    m, n, k = shape
+    tiling = {"split": "m", "nt_kernel": "transpose", "c_home": "ddr", "a_staging": "gsm", "a_loader": "cores",
+              "a_buffers": 2, "b_staging": "broadcast", "m_micro": 6, "k_block": 14, "m_panel": 12, "m_block": 12,
+              "n_block": n, "n_micro": 64}
+    run, got, want, _ = run_gemm("FT78NE", "fp_gemm_s", m, n, k, trans_b=trans_b, where={"core_mask": mask},
+                                 tiling=tiling)
+    assert_close(got, want, k)
+    members = {e.core for e in run.events if e.kind == "dma_in" and e.src is not None
+               and DDR[1] <= e.src < DDR[1] + k * n * 4}
+    assert members == {0}  # 12-row blocks: one panel each, core 0's
