@@ -320,10 +320,10 @@ def test_a_tiling_whose_run_stalls_is_a_deadlock_error_and_the_search_drops_it()
     core's first member waits for the other core's second) stalls as it runs, a PlanError of rule 'deadlock'
     (sim.DeadlockError) when forced, memory as it was; the search prices both, drops the crossed one naming the
     rule, and runs the other (a stalled candidate used to end the call with the stall)."""
-    from kernels.common.tiling_space import complete
     from test_plan_check import _machine
     from tiny_kernels import Twice
 
+    from kernels.common.tiling_space import complete
     from sim.model.tiling import ChoiceKey, TilingSpace
 
     class Ordered(Twice):
