@@ -102,14 +102,16 @@ def tiling_space(call: BoundCall, ctx: PlanContext) -> TilingSpace:
     chans = _ChannelsPlan(call, ctx, None)
     v = chans.v
     by_channels = _channels_by_default(call, ctx)
-    blocks = ([chans.default_block()] if by_channels else []) + [chans.widest_block()]
+    widest = chans.widest_block()
+    blocks = ([chans.default_block()] if by_channels else []) + [widest] + _between(chans.unit, v.c)
     total = v.a * v.c * v.b
     rows_misfit: DoesNotFit | None = None
     try:
         first_want, largest_want = _RowsPlan(call, ctx, None).tile_sizes()
         # Never longer than the default tile: a call of fewer elements than a vector has lanes has no shorter
         # tile to offer.
-        sizes = [first_want, largest_want, min(first_want, max(chans.lanes, first_want // 4))]
+        sizes = [first_want, largest_want, min(first_want, max(chans.lanes, first_want // 4)),
+                 min(first_want, max(chans.lanes, first_want // 2 // chans.lanes * chans.lanes))]
     except DoesNotFit as e:
         rows_misfit, sizes = e, [total]  # the rows split cannot fit at all: its fit says why
 
@@ -143,6 +145,18 @@ def tiling_space(call: BoundCall, ctx: PlanContext) -> TilingSpace:
         IntKey("channel_block", 1, v.c, "channels per tile", only=("split", "channels"), values=blocks),
         IntKey("tile_elements", 1, total, "elements per tile", only=("split", "rows"), values=sizes),
         fit=fit, tiles=tiles)
+
+
+def _between(unit: int, most: int) -> list[int]:
+    """Whole ``unit``s from one to ``most`` by doubling, and ``most``: the sizes a climb steps through beside the
+    plans' own (a 64 x 256 BatchNormGrad on four MT7004 cores in fp16 took channel blocks of 64, its default, where
+    32 is 16 % faster, which the space did not offer; blocks wider than a core's even share leave cores idle, which
+    a small call may gain by)."""
+    out, size = [], unit
+    while size < most:
+        out.append(size)
+        size *= 2
+    return out + [most]
 
 
 def _channels_by_default(call: BoundCall, ctx: PlanContext) -> bool:
