@@ -262,7 +262,8 @@ class GemmSpace(GemmLayouts):
                                       "split m: the rows each B block serves", values=m_blocks),
             IntKey("n_block", 1, g.n, "columns of op(B) per B block in AM (a core's C block width)",
                    values=n_blocks),
-            IntKey("n_micro", 1, 4096, "columns of the micro-kernel's C block in registers (whole vectors)",
+            IntKey("n_micro", 1, 4096, "columns of the micro-kernel's C block in registers (the NN kernels: in "
+                                       "vectors, a part vector's lanes padded; the NT kernels: C's columns per block)",
                    values=micro_widths),
             fit=self._fit, tiles=self._tiles, bound=self._bound,
             # Priced once the climb ends, each the tiling nearest its end: the NT kernel (it streams C: two choices

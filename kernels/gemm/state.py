@@ -228,8 +228,9 @@ class GemmCall:
             self._check_split_k(t)
         regs = self._micro_registers(t.m_micro, t.n_micro, t.nt_kernel)
         if regs > self.core.vector_registers:
-            raise KernelArgError(f"argument 'tiling.m_micro': a {t.m_micro}x{t.n_micro} micro-kernel keeps {regs} "
-                                 f"vector registers live, the core has {self.core.vector_registers}")
+            raise KernelArgError(f"argument 'tiling.m_micro' x 'tiling.n_micro': a {t.m_micro}x{t.n_micro} "
+                                 f"micro-kernel keeps {regs} vector registers live, the core has "
+                                 f"{self.core.vector_registers}")
         if t.c_home == "ddr" and (self.dt != F32 or t.split == "k"):
             why = "an fp16 C is rounded once, after the last k block" if self.dt != F32 else \
                 "split k sums fp32 partials once, after the last k block"
