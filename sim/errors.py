@@ -112,8 +112,8 @@ class DeadlockError(PlanError):
     that wait on that core.  Found while the plan runs (whether the engines run out depends on timing), so the call
     rolls memory back; the search drops such a candidate, as one that breaks a rule of the check."""
 
-    def __init__(self, detail: str):
-        super().__init__("deadlock", detail)
+    def __init__(self, detail: str, *, kernel: str | None = None):
+        super().__init__("deadlock", detail, kernel=kernel)
 
 
 class ComputeOutputError(PlanError):

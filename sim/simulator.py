@@ -37,6 +37,7 @@ from sim.engine.engine import Engine, SimulatedTiming, simulate
 from sim.engine.events import Recorder
 from sim.errors import (
     ComputeOutputError,
+    DeadlockError,
     E,
     KernelArgError,
     KernelCodeError,
@@ -391,6 +392,8 @@ class Simulator:
                     entry.timing = timing
                 elif numerics:  # simulated before (by the tiling search or an earlier call): only the bytes move
                     Engine(self.target, self.memory, Recorder(), on_tile=tick).replay(timing.effects)
+        except DeadlockError as raised:  # (the engine does not know the kernel)
+            raise DeadlockError(_original(raised).detail, kernel=kernel) from None
         except ComputeOutputError as raised:  # the engine knows the core and the tile: name the kernel and phase too
             out = _original(raised)
             raise out.located(kernel, _phase_of(entry.plan, out.core, out.tile_object)) from None

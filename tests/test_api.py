@@ -106,7 +106,8 @@ def test_write_read_roundtrip_little_endian_and_sparse():
 def test_trace_json_and_csv(tmp_path):
     m = sim.Simulator("FT78NE")
     run = m.call("fp_batch_norm_grad_s", x=0xA0000000, dy=0xB0000000, dx=0xA1000000,
-                 params=[0xC0000000, 0xD0000000, 0xE0000000, 0xB1000000, 0xC1000000, 4, 64, 1])
+                 params=[0xC0000000, 0xD0000000, 0xE0000000, 0xB1000000, 0xC1000000, 4, 64, 1],
+                 tiling={"split": "channels", "channel_block": 8})  # (every core a block: its rows in the trace)
     doc = json.loads(run.write_trace(tmp_path / "bn.json").read_text())
     slices = [e for e in doc["traceEvents"] if e["ph"] == "X"]
     names = {e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}

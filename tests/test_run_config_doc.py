@@ -152,7 +152,7 @@ def test_without_tiling_the_cost_model_chooses(followed, tmp_path, capsys):
     edited.write_text(re.sub(r"^tiling: .*\n", "", text, flags=re.M))
     (tmp_path / "x.npy").write_bytes((path.parent / "x.npy").read_bytes())
     assert run_dspsim(["run", str(edited), "--out-dir", str(tmp_path / "out")], tmp_path) == 0
-    assert "chosen by the cost model among 5 candidates" in capsys.readouterr().out
+    assert re.search(r"chosen by the cost model among \d+ candidates", capsys.readouterr().out)
 
 
 def test_the_format_is_linked_from_the_readme_and_config_py():

@@ -110,8 +110,7 @@ def tiling_space(call: BoundCall, ctx: PlanContext) -> TilingSpace:
         first_want, largest_want = _RowsPlan(call, ctx, None).tile_sizes()
         # Never longer than the default tile: a call of fewer elements than a vector has lanes has no shorter
         # tile to offer.
-        sizes = [first_want, largest_want, min(first_want, max(chans.lanes, first_want // 4)),
-                 min(first_want, max(chans.lanes, first_want // 2 // chans.lanes * chans.lanes))]
+        sizes = [first_want, largest_want, min(first_want, max(chans.lanes, first_want // 4))]
     except DoesNotFit as e:
         rows_misfit, sizes = e, [total]  # the rows split cannot fit at all: its fit says why
 

@@ -189,8 +189,6 @@ RULES: dict[str, str] = {
                      "fills write them, only their users read them)",
     "sync-transfers": "the members of a synchronised transfer (one Transfer.sync key) are issued in one phase, "
                       "each by a different core, at one priority",
-    "deadlock": "every core finishes its walk: no core waits for what another cannot give (found as the plan runs: "
-                "synchronised members holding every DMA engine of a core while they wait for cores that wait on it)",
 }
 
 
