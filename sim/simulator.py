@@ -12,6 +12,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, cast
 
@@ -159,8 +160,10 @@ class Simulator:
     outputs; two calls from two threads run one after the other.  The lock is
     re-entrant, so a ``progress`` callback may read memory from the calling
     thread (a callback that waits for another thread to use the simulator
-    deadlocks).  ``m.memory`` accessed directly bypasses the lock.  For calls
-    that run in parallel, give each thread its own Simulator.
+    deadlocks).  ``m.memory`` accessed directly bypasses the lock; ``with
+    m.exclusive():`` holds it around several operations (a program holds it
+    from its first call to its last).  For calls that run in parallel, give
+    each thread its own Simulator.
 
     Tuning cache: the tiling the cost model chooses for a call is kept on disk
     (:mod:`sim.files.tuning_cache`, ``$DSPSIM_CACHE_DIR``), so the next process
@@ -471,6 +474,12 @@ class Simulator:
         """:meth:`call` of a call bound (from ``args``, its C arguments by name) and layout-checked already: the
         run pipeline's last stage (:mod:`sim.run.runner`), which binds and checks a run-config's call once."""
         return self._call(call.symbol, numerics, progress, tiling, time_limit_seconds, args, call)
+
+    def exclusive(self) -> AbstractContextManager[Any]:
+        """The simulator's lock as a ``with`` block: what runs inside it is one operation to other threads, no
+        call, read or write of theirs in between (:func:`sim.program.run_program` holds it for a whole program,
+        whose rollback must not undo another thread's write).  Re-entrant."""
+        return self._lock
 
     @_locked
     def run_program(self, program: RunsOnSimulator, **options: Any) -> Any:

@@ -512,3 +512,34 @@ def test_a_progress_callback_may_read_memory_from_the_calling_thread():
     m.call("fp_batch_norm_grad_s", progress=lambda tiles, cycle: peeks.append(
         m.read(0xA8000000, (1, 4), np.float32)), **LONG_BN)
     assert peeks and all(p.shape == (1, 4) for p in peeks)
+
+
+@pytest.mark.parametrize("how", ["method", "function"])
+def test_a_write_from_another_thread_during_a_failing_program_survives_its_rollback(how):
+    """``sim.program.run_program(program, m)`` holds the simulator's lock for the whole program, as
+    ``m.run_program(program)`` does: another thread's write waits for the program, and a program that fails after
+    its first call rolls back its own bytes only (the write used to land inside the program's journal and be undone
+    by its rollback)."""
+    from sim.program import load_program, run_program
+
+    class Stop(Exception):
+        pass
+
+    program = load_program(ROOT / "configs" / "programs" / "ft78ne_resnet50_bottleneck_bwd.yaml", allow_kernels=True)
+    m = sim.Simulator("FT78NE")
+    data = np.arange(16, dtype=np.float32) + 1
+    wrote = threading.Event()
+
+    def progress(phase, done, total):
+        if phase == "running calls" and done == 1:
+            threading.Thread(target=lambda: (m.write(0xFF000000, data), wrote.set()), daemon=True).start()
+            wrote.wait(1.0)  # (it cannot: the program holds the lock)
+            raise Stop("the program fails after its first call")
+
+    with pytest.raises(Stop):
+        if how == "method":
+            m.run_program(program, progress=progress)
+        else:
+            run_program(program, m, progress=progress)
+    assert wrote.wait(30)
+    np.testing.assert_array_equal(m.read(0xFF000000, (16,), np.float32), data)

@@ -37,14 +37,17 @@ def run_program(program: Program, simulator: Simulator | None = None, *,
     """
     t0 = time.perf_counter()
     m = simulator if simulator is not None else simulator_for(program)
-    checked = check_program(program, m)
-    m.memory.begin()
-    try:
-        runs = _run_checked(program, checked, m, progress)
-    except BaseException:
-        m.memory.rollback()
-        raise
-    m.memory.commit()
+    # The simulator's lock for the whole program: another thread's write between two calls would otherwise land
+    # in the program's journal, and a failing call's rollback would undo it.
+    with m.exclusive():
+        checked = check_program(program, m)
+        m.memory.begin()
+        try:
+            runs = _run_checked(program, checked, m, progress)
+        except BaseException:
+            m.memory.rollback()
+            raise
+        m.memory.commit()
     if progress is not None:
         progress("running calls", len(checked.calls), len(checked.calls))
     return ProgramRun(program.name, m.target, tuple(runs), checked.plan, numerics=checked.config.numerics,
