@@ -38,8 +38,10 @@ F32 = np.float32
 X, Y, N = 0xA0000000, 0xA0100000, 1024  # Twice's x and y (y = 2x in two tiles) in FT78NE's DDR
 TWICE_ARGS = dict(x=X, y=Y, n=N, core_mask=0x1)
 #: A BatchNormGrad on all cores in many tiles (dx is 8192 elements, as in the issue's report).
+# (a block of 8 channels per core: a tile per core, eight in all, for the callbacks that act at a given tile)
 BN = dict(x=0xA0000000, dy=0xA1000000, dx=0xA2000000,
-          params=[0xC0000000, 0xC0100000, 0xC0200000, 0xC0300000, 0xC0400000, 128, 64, 1])
+          params=[0xC0000000, 0xC0100000, 0xC0200000, 0xC0300000, 0xC0400000, 128, 64, 1],
+          tiling={"split": "channels", "channel_block": 8})
 SENTINEL = -7.0
 
 
