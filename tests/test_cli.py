@@ -1,6 +1,7 @@
 """The dspsim command on the shipped configs."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -57,6 +58,22 @@ def test_closed_pipe_is_no_traceback():
     proc.stdout.close()
     _, err = proc.communicate(timeout=120)
     assert b"Traceback" not in err and b"Exception ignored" not in err, err.decode()[-2000:]
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+def test_a_closed_or_full_standard_output_is_no_traceback(tmp_path):
+    """Started with stdout closed, dspsim prints nothing and does its work (Python's print writes nothing there);
+    on a full device (``> /dev/full``) it says so in one line and exits 2."""
+    cmd = [sys.executable, "-m", "sim.cli", "run", str(ROOT / "configs" / "ft78ne_batch_norm_grad_s.yaml"),
+           "--out-dir", str(tmp_path)]
+    closed = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            pass_fds=(), close_fds=True, preexec_fn=lambda: os.close(1))
+    assert closed.returncode == 0 and "Traceback" not in closed.stderr, closed.stderr
+    assert (tmp_path / "ft78ne_batch_norm_grad_s.json").exists()
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(cmd, stdout=full, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "dspsim: error: cannot write to standard output: No space left on device"], proc.stderr
 
 
 @pytest.mark.parametrize("config", ["ft78ne_batch_norm_grad_s.yaml", "mt7004_hp_gemm_s.yaml",

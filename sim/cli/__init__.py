@@ -383,7 +383,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_switches()  # a switch set to neither on nor off: refused before any work (in a sweep, not per point)
         with sigterm_raises():
             code = args.func(args)
-            sys.stdout.flush()  # a short output meets a closed pipe here rather than in the interpreter's exit
+            if sys.stdout is not None:  # (None: started with stdout closed, where print writes nothing)
+                sys.stdout.flush()  # a short output meets a closed pipe here rather than in the interpreter's exit
         return code
     except SimError as e:
         print(f"dspsim: error: {e}", file=sys.stderr)
@@ -393,8 +394,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 128 + signal_number(e)
     except BrokenPipeError:
         # The reader went away (``dspsim kernels | head``): not an error of ours, and nothing left to say.
-        # Point stdout at /dev/null so the interpreter's final flush does not fail again on the dead pipe.
+        _drop_stdout()
+        return 141
+    except OSError as e:
+        if e.filename is not None:
+            raise  # (a file of the command's own: its command names it)
+        # Standard output cannot take what the command prints (``> /dev/full``): one line, as any error.
+        _drop_stdout()
+        print(f"dspsim: error: cannot write to standard output: {e.strerror or e}", file=sys.stderr)
+        return 2
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's final flush does not fail again on what refused it."""
+    if sys.stdout is None:
+        return
+    try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        return 141
+    except (OSError, ValueError):
+        # (no descriptor to point anywhere: nothing more is printed)
+        sys.stdout = None
 

@@ -79,7 +79,8 @@ def stdout_to_stderr() -> Iterator[None]:
     A user's kernel may print while it is imported or run; stdout is kept for what dspsim prints (the JSON of
     ``validate --format json``).
     """
-    sys.stdout.flush()
+    if sys.stdout is not None:  # (None: the process started with stdout closed)
+        sys.stdout.flush()
     saved = None
     try:
         saved = os.dup(1)
