@@ -428,11 +428,13 @@ class Simulator:
 
     def _journaled_call(self, symbol: str, tiling: Mapping[str, Any] | None, numerics: bool,
                         progress: Callable[[int, int], None] | None, time_limit: float | None,
-                        kwargs: Mapping[str, Any], bound: BoundCall | None = None
-                        ) -> tuple[BoundCall, CachedPlan, TilingChoice, SimulatedTiming]:
+                        kwargs: Mapping[str, Any], bound: BoundCall | None,
+                        result: Callable[[BoundCall, CachedPlan, TilingChoice, SimulatedTiming], Run]) -> Run:
         """Plan and run a call within its time limit, every byte written meanwhile journaled (a ``write`` from
-        its progress callback included) and rolled back if anything fails.  The journal is begun, committed and
-        rolled back outside the time limit's watch, so that its interruption never lands in a rollback."""
+        its progress callback included) and rolled back if anything fails; ``result`` makes its Run before the
+        journal is committed, so that a call interrupted (Ctrl-C) while its Run is made rolls back as well.  The
+        journal is begun, committed and rolled back outside the time limit's watch, so that its interruption
+        never lands in a rollback."""
         stage = [PLANNING_STAGE]
 
         self.memory.begin()
@@ -440,13 +442,14 @@ class Simulator:
             got = run_within(time_limit, lambda: expired_message(symbol, cast(float, time_limit), stage[0]),
                              self._plan_and_run, symbol, tiling, numerics, progress, kwargs,
                              stage, bound)
+            run = result(*got)
         except BaseException as e:
             self.memory.rollback()
             if isinstance(e, TimeLimitError):  # stopped anywhere: keep no plan or choice it may have half made
                 self._planner.clear()
             raise
         self.memory.commit()
-        return got
+        return run
 
     @staticmethod
     def kernel_of(call: BoundCall) -> Any:
@@ -507,9 +510,7 @@ class Simulator:
         self._running = symbol_text(symbol)
         try:
             # The Run is made inside the pause too: its roofline and events are objects the run keeps.
-            with collector_paused():
-                call, entry, choice, timing = self._journaled_call(symbol, tiling, bool(numerics), progress, limit,
-                                                                   kwargs, bound)
+            def result(call: BoundCall, entry: CachedPlan, choice: TilingChoice, timing: SimulatedTiming) -> Run:
                 sym = lookup(call.symbol)
                 return Run(symbol=symbol, target=self.target, call=call, plan=entry.plan, cycles=timing.cycles,
                            events=list(timing.events), roofline=entry.roofline(self.target),
@@ -517,6 +518,9 @@ class Simulator:
                            sim_events=timing.sim_events, numerics=bool(numerics),
                            arg_kinds={a.name: a.kind for a in sym.kernel.args}, precision_note=sym.precision_note,
                            kernel_origin=sym.origin, user_kernel=bool(sym.origin) and sym.origin != SHIPPED)
+
+            with collector_paused():
+                return self._journaled_call(symbol, tiling, bool(numerics), progress, limit, kwargs, bound, result)
         finally:
             self._running = None
 
