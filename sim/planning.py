@@ -103,6 +103,11 @@ class Planned:
     choice: TilingChoice
 
 
+
+def _printable(text: str) -> str:
+    """``text`` without the characters a terminal would act on (escapes, newlines, other controls)."""
+    return "".join(ch for ch in text if ch.isprintable())
+
 class CallPlanner:
     """Plans calls on one chip (the simulator's planning half): spaces, choices, plans, each remembered.
 
@@ -217,7 +222,7 @@ class CallPlanner:
                 return t if space.is_complete(t) and space.offers(t, fixed) and prefilter(space, t) is None \
                     else None
 
-            stored = self._stored(disk_key, kernel, call, ctx, as_searched, space.canonical)
+            stored = self._stored(disk_key, kernel, call, ctx, as_searched, space.canonical, fixed)
             if stored is not None:
                 self.choices.put(call.symbol, call, tolerance, stored.choice, fixed, kernel=kernel)
                 return stored
@@ -280,7 +285,7 @@ class CallPlanner:
                 # Only a tiling the kernel still lists, as it lists it (its keys in the kernel's order).
                 return next((c for c in listed if c == tiling), None)
 
-            stored = self._stored(disk_key, kernel, call, ctx, as_listed, lambda t: as_listed(t) or dict(t))
+            stored = self._stored(disk_key, kernel, call, ctx, as_listed, lambda t: as_listed(t) or dict(t), {})
             if stored is not None:
                 self.choices.put(call.symbol, call, tolerance, stored.choice, kernel=kernel)
                 return stored
@@ -342,11 +347,14 @@ class CallPlanner:
         return disk_tunings.entry_key(self._target_text, call.symbol, call_text, self._tolerance(), kernel_id)
 
     def _stored(self, key: str, kernel: Any, call: BoundCall, ctx: PlanContext,
-                accept: Callable[[dict], dict | None], canonical: Callable[[dict], dict]) -> Planned | None:
+                accept: Callable[[dict], dict | None], canonical: Callable[[dict], dict],
+                fixed: Mapping[str, Any]) -> Planned | None:
         """The plan and choice the tuning cache holds for ``key``; None if it holds none or ``accept`` refuses
         its tiling (a stale or edited entry: ignored, never an error; the search that follows overwrites it).
         ``accept`` gives the tiling to plan (its keys in the kernel's order: a choice read back prints and
-        traces as a searched one does), ``canonical`` orders the keys of the other candidates listed."""
+        traces as a searched one does), ``canonical`` orders the keys of the other candidates listed.  The keys
+        the caller fixed are ``fixed`` (the key holds them: an entry's own say is not taken), and the entry's
+        notes and search time are text shown on a terminal: only printable characters of them are kept."""
         doc = disk_tunings.load(key)
         if doc is None:
             return None
@@ -357,14 +365,12 @@ class CallPlanner:
             entry = self.lower_raw(kernel, call, replace(ctx, tiling=tiling))
             candidates = tuple((canonical(dict(c)), cycles) for c, cycles in doc["candidates"])
             notes = doc.get("notes", [])
-            notes = tuple(str(n) for n in notes) if isinstance(notes, list) else ()
-            fixed = doc.get("fixed", {})
+            notes = tuple(_printable(str(n)) for n in notes) if isinstance(notes, list) else ()
             searched = doc.get("searched")
         except Exception:  # noqa: BLE001 (a hand-edited or stale entry the kernel refuses: search instead)
             return None
-        choice = TilingChoice(tiling, "cost model", candidates, doc["tolerance"], notes, (),
-                              dict(fixed) if isinstance(fixed, dict) else {}, 0, True,
-                              searched if isinstance(searched, str) else None)
+        choice = TilingChoice(tiling, "cost model", candidates, doc["tolerance"], notes, (), dict(fixed), 0, True,
+                              _printable(searched) if isinstance(searched, str) else None)
         return Planned(entry, choice)
 
     # -- plans -------------------------------------------------------------------------------------------------

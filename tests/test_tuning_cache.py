@@ -382,3 +382,23 @@ def test_a_stored_choice_the_space_no_longer_offers_is_searched_again(tmp_path, 
     again = call()
     assert not again.tiling.cached
     assert (again.tiling.tiling, again.cycles) == (fresh.tiling.tiling, fresh.cycles)
+
+
+def test_an_edited_entrys_text_reaches_no_terminal_and_its_fixed_keys_are_not_taken():
+    """An entry's search time and notes are shown in the run's summary: characters a terminal acts on (escapes,
+    newlines) are left out; the keys the caller fixed are the call's own (they are part of the key), not what an
+    edited entry says (it made a call that named no tiling read as one "with {'channel_block': 999} given")."""
+    fresh = _call()
+    [entry] = tuning_cache.entries()
+    doc = json.loads(entry.read_text())
+    doc["searched"] = "\x1b[2J\x1b[31mFAKE\x1b[0m\nsecond line"
+    doc["notes"] = ["\x1b[31mred\nline"] * len(doc.get("notes", [1]))
+    doc["fixed"] = {"channel_block": 999}
+    entry.write_text(json.dumps(doc))
+    run = _call()
+    assert run.tiling.cached and (run.cycles, run.tiling.tiling) == (fresh.cycles, fresh.tiling.tiling)
+    assert run.tiling.fixed == {} and "given" not in run.tiling.describe()
+    text = run.summary_text()
+    assert "\x1b" not in text and "second line" not in text.split("\n")[0]
+    assert "[2J[31mFAKE[0msecond line" in text  # (what is left of it, on its own line of the summary)
+    assert all(n.isprintable() for n in run.tiling.notes)
