@@ -51,8 +51,8 @@ def tiles_refusal(space: TilingSpace, tiling: Mapping[str, Any], *, hint: bool =
             if n < fewest:
                 blame, fewest = key.name, n
     raise_key = f": raise tiling.{blame} (now {tiling[blame]})" if blame is not None else ""
-    return (f"the tiling plans {count} tiles, more than the {MAX_PLAN_TILES} a plan may have "
-            f"(sim.tuning.MAX_PLAN_TILES){raise_key}")
+    return (f"the tiling plans up to {count} tiles (the kernel's count without planning: an upper bound), more "
+            f"than the {MAX_PLAN_TILES} a plan may have (sim.tuning.MAX_PLAN_TILES){raise_key}")
 
 
 def prefilter(space: TilingSpace, tiling: dict) -> SimError | None:
