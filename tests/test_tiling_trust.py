@@ -32,6 +32,14 @@ def gemm(chip: str, symbol: str, m: int, n: int, k: int, mask: int, **kw) -> sim
                                                         numerics=False, **kw)
 
 
+def assert_pick_beats(chip: str, shape: tuple[int, int, int], mask: int, tiling: dict, before: int, **kw) -> None:
+    """The search's pick for an fp32 GEMM costs at most ``tiling`` forced, which beats the pick of ``before``
+    cycles that a search miss left."""
+    run = gemm(chip, "fp_gemm_s", *shape, mask, **kw)
+    forced = gemm(chip, "fp_gemm_s", *shape, mask, tiling=tiling, **kw)
+    assert run.cycles <= forced.cycles < before
+
+
 # --- the shapes that aborted ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("chip,symbol,m,n,k,mask", [
@@ -400,12 +408,10 @@ def test_tilings_left_unplanned_by_their_bound_do_not_spend_the_climbs_budget():
     unplanned by their bound and counted against the budget, the third round had one plan left, and the climb ended
     at 128-deep k blocks (14,163 cycles). They cost a bound only and count no more: the pick is at most the 64-deep
     blocks of the same schedule, forced."""
-    run = gemm("MT7004", "fp_gemm_s", 128, 64, 128, 0xF, trans_b=1)
-    forced = gemm("MT7004", "fp_gemm_s", 128, 64, 128, 0xF, trans_b=1, tiling={
+    assert_pick_beats("MT7004", (128, 64, 128), 0xF, {
         "split": "m", "nt_kernel": "transpose", "c_home": "am", "a_staging": "memory", "a_loader": "cores",
         "a_buffers": 2, "b_staging": "broadcast", "m_micro": 6, "k_block": 64, "m_panel": 12, "m_block": 128,
-        "n_block": 64, "n_micro": 64})
-    assert run.cycles <= forced.cycles < 14_163
+        "n_block": 64, "n_micro": 64}, 14_163, trans_b=1)
 
 
 def test_a_formulation_whose_starts_its_bound_rules_out_is_climbed_from_its_lowest_bound():
@@ -453,12 +459,10 @@ def test_a_search_of_small_plans_goes_on_past_the_budget():
     budget goes on while the plans made so far hold fewer than PLANNED_TILES_FLOOR tiles: the pick is at most core
     0 loading A's GSM blocks with 128-deep k blocks, forced. A large search's budget is as it was: the pick of
     bench/plan_cost.py's case is still checked by tests/test_frozen_cycles.py."""
-    run = gemm("FT78NE", "fp_gemm_s", 256, 256, 1024, 0xFF, trans_a=1)
-    forced = gemm("FT78NE", "fp_gemm_s", 256, 256, 1024, 0xFF, trans_a=1, tiling={
+    assert_pick_beats("FT78NE", (256, 256, 1024), 0xFF, {
         "split": "m", "nt_kernel": "transpose", "c_home": "am", "a_staging": "gsm", "a_loader": "core0",
         "a_buffers": 2, "b_staging": "broadcast", "m_micro": 6, "k_block": 128, "m_panel": 12, "m_block": 256,
-        "n_block": 256, "n_micro": 128})
-    assert run.cycles <= forced.cycles < 151_741
+        "n_block": 256, "n_micro": 128}, 151_741, trans_a=1)
 
 
 def test_a_deeper_k_block_past_one_its_bound_rules_out_is_tried():
