@@ -72,11 +72,12 @@ class GemmPlanner(GemmSpace):
         # A core's B blocks are numbered over the steps it works in only: a core with fewer column chunks (or,
         # split k, fewer k blocks) than others idles in the others' steps, and a generation numbered over those
         # would never be filled.
-        # A core with no panel in a step (split m, a block of fewer panels than cores) takes no B block in it, but
-        # with B staged in GSM, where it loads its share of every core's block: with B broadcast its member would
-        # hold one of its engines while it waits for the others, and the walk of a core that computes nothing
-        # passes through its staging tiles at once, so two such members took both engines while the cores they
-        # waited for waited for the A blocks it still had to load (37 x 45 x 29 on two cores, 12-row blocks).
+        # A core with no panel in a step (split m, a block of fewer panels than cores) takes no B block in it,
+        # unless B is staged in GSM, where it loads its share of every core's block.  With B broadcast its member
+        # would hold one of its engines while it waited for the others, and the walk of a core that computes
+        # nothing passes through its staging tiles at once: two such members took both its engines while the
+        # cores they waited for waited for the A blocks it still had to load (37 x 45 x 29 on two cores, 12-row
+        # blocks: the run stalled).
         def works_in(core: int, s: Step) -> bool:
             return (self._chunk(chunks, core, s) is not None and self._core_k(t, core, s) is not None
                     and (t.b_staging == "gsm" or bool(self._panels(t, core, s))))

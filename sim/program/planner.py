@@ -7,7 +7,7 @@ never do. The placement is greedy by size, as TFLite's arena planner and XLA's h
 shared region, or one core's copy of a private region), the largest ``auto`` tensor first, each at the lowest
 address, aligned as the layout rules want it (the element size and the region's ``alignment_bytes``) and to the
 region's bursts, that overlaps no tensor alive at the same time (a fixed-address one included), no byte a
-``reserved`` span holds (raw- address data and buffers; the bytes a call's plan stages, for the tensors alive at its
+``reserved`` span holds (raw-address data and buffers; the bytes a call's plan stages, for the tensors alive at its
 step), and no shared window the kernels own as a staging level. Deterministic: ties go to the earlier first use,
 then the name.
 """
