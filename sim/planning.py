@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kernels.base import PlanContext
-from kernels.registry import lookup
+from kernels.registry import SHIPPED, lookup
 from sim.errors import KernelArgError, KernelCodeError, LayoutError, PlanError, brief, in_kernel_code
 from sim.files import tuning_cache as disk_tunings
 from sim.model.call import BoundCall, Buffer
@@ -228,9 +228,13 @@ class CallPlanner:
                 return stored
         entries: dict[str, tuple[dict, CachedPlan]] = {}
 
+        # A shipped kernel's candidates are checked only if simulated (a candidate its bound leaves out never
+        # runs; the pick is checked before it stands); a user's before they are priced, as its docs say: a plan
+        # that breaks a rule but prices cheap would pull the climb towards it, its pick dropped only at the end.
+        check_first = lookup(call.symbol).origin != SHIPPED
+
         def planner(tiling: dict) -> Candidate:
-            # Checked only if simulated: a candidate its bound leaves out never runs.
-            entry = self.lower_raw(kernel, call, replace(ctx, tiling=tiling), check=False)
+            entry = self.lower_raw(kernel, call, replace(ctx, tiling=tiling), check=check_first)
             entries[repr(tiling)] = (tiling, entry)
             try:
                 bound = self.lower_bound(entry)
@@ -393,7 +397,9 @@ class CallPlanner:
                 self.check(kernel, call, ctx, entry)
             return entry
         try:
-            plan = in_kernel_code(getattr(kernel, "name", None), "plan", kernel.plan, call, ctx)
+            # (a copy of the tiling: one the kernel changes is not the one its plan is remembered by)
+            plan = in_kernel_code(getattr(kernel, "name", None), "plan", kernel.plan, call,
+                                  ctx if ctx.tiling is None else replace(ctx, tiling=dict(ctx.tiling)))
         except DoesNotFit:
             raise
         except LayoutError as e:  # a kernel not yet moved to DoesNotFit: counts against the vector level

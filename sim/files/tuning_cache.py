@@ -110,27 +110,43 @@ def _code_digest(code: types.CodeType, h: Any) -> None:
             h.update(repr(const).encode())
 
 
-def _function_id(fn: Any) -> str | None:
-    """Where a planner function comes from and its bytecode; None for one without code (no stable identity)."""
+def _function_id(fn: Any, modules: set[str] | None = None, depth: int = 0) -> str | None:
+    """Where a planner function comes from and its bytecode, with what its closure holds: the functions it closes
+    over, alike (their modules join ``modules``: a kernel a factory builds from a lambda of the kernel's own file
+    is keyed by that file too), and plain values by their text; None for one without code (no stable identity)."""
     fn = getattr(fn, "__func__", fn)
     code = getattr(fn, "__code__", None)
     if not isinstance(code, types.CodeType):
         return None
     h = hashlib.sha256()
     _code_digest(code, h)
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            held = cell.cell_contents
+        except ValueError:  # (an empty cell: a name bound later)
+            continue
+        if isinstance(held, (int, float, str, bytes, bool, type(None))):
+            h.update(repr(held).encode("utf-8", "surrogatepass")[:4096])
+        elif callable(held) and depth < 4:
+            inner = _function_id(held, modules, depth + 1)
+            if inner is not None:
+                h.update(inner.encode())
+                if modules is not None and getattr(getattr(held, "__func__", held), "__module__", None):
+                    modules.add(getattr(held, "__func__", held).__module__)
     return f"{fn.__module__}.{fn.__qualname__}:{h.hexdigest()[:16]}"
 
 
 def kernel_fingerprint(kernel: Any) -> str | None:
-    """What identifies a kernel's planning: its ``plan`` and ``tiling_space`` (or ``tilings``) functions, and, for
-    a kernel outside dspsim (a user's), the source of the modules they and its class live in and of the local
-    modules those import, transitively (:func:`sim.files.local_modules.local_source_digest`).  None when there is
+    """What identifies a kernel's planning: its ``plan`` and ``tiling_space`` (or ``tilings``) functions (and the
+    functions and values their closures hold), and, for a kernel outside dspsim (a user's), the source of the
+    modules they, those closures' functions and its class live in and of the local modules those import,
+    transitively (:func:`sim.files.local_modules.local_source_digest`).  None when there is
     no stable identity (a kernel defined nowhere on disk)."""
     parts = []
     modules = {type(kernel).__module__}
     for name in ("plan", "tiling_space" if hasattr(kernel, "tiling_space") else "tilings"):
         fn = getattr(kernel, name, None)
-        got = _function_id(fn)
+        got = _function_id(fn, modules)
         if got is None:
             return None
         parts.append(got)

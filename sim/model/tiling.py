@@ -53,7 +53,7 @@ def _values_of(values: Values, chosen: Mapping[str, Any], name: str) -> list[Any
     if values is None:
         return []
     what = f"values of tiling key {name!r}"
-    got = in_kernel_code(None, what, values, chosen) if callable(values) else values
+    got = in_kernel_code(None, what, values, dict(chosen)) if callable(values) else values  # (a copy: see _checked)
     if not isinstance(got, Iterable):
         raise _space_error(f"tiling key {name!r}: its values are {brief(got)}, not a list of values")
     # (a generator's own exception, raised as it is read, is the kernel's code failing)
@@ -177,7 +177,7 @@ def _check_declared(name: str, values: Any, scope: Any, only: Any) -> None:
 def _kernel_code(fn: Callable[[dict[str, Any]], Any], what: str) -> Callable[[dict[str, Any]], Any]:
     """``fn`` whose own exceptions (not dspsim's: DoesNotFit, KernelArgError) are KernelCodeErrors naming ``what``."""
     def wrapped(tiling: dict[str, Any]) -> Any:
-        return in_kernel_code(None, what, fn, tiling)
+        return in_kernel_code(None, what, fn, dict(tiling))  # (a copy: see _checked)
     return wrapped
 
 
@@ -185,7 +185,8 @@ def _checked(fn: Callable[[dict[str, Any]], Any], what: str, number: Callable[[A
     """``fn`` whose result ``number`` checks (None: refused with the ``tiling-space`` PlanError naming ``what``); an
     exception of its own is a :class:`~sim.errors.KernelCodeError`."""
     def checked(tiling: dict[str, Any]) -> Any:
-        got = in_kernel_code(None, f"tiling space's {what}", fn, tiling)
+        # A copy: a callback that changed the search's own tiling would change what the search plans and picks.
+        got = in_kernel_code(None, f"tiling space's {what}", fn, dict(tiling))
         value = number(got)
         if value is None:
             raise _space_error(f"the tiling space's {what} gave {brief(got)} for {brief(tiling, 160)}")
@@ -193,15 +194,23 @@ def _checked(fn: Callable[[dict[str, Any]], Any], what: str, number: Callable[[A
     return checked
 
 
+#: A count of tiles past this is taken as this (a tiling beyond any budget; a number of thousands of digits would
+#: not even print).
+_MOST_TILES = 1 << 62
+
+
 def _count(value: Any) -> int | None:
     got = _integer(value)
-    return got if got is not None and got >= 0 else None
+    return min(got, _MOST_TILES) if got is not None and got >= 0 else None
 
 
 def _cycles(value: Any) -> float | None:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.integer, np.floating)):
         return None  # (a Fraction of cycles is a number: numbers.Real)
-    got = float(value)
+    try:
+        got = float(value)
+    except OverflowError:  # (an int beyond the floats: a bound no run beats, if positive)
+        return math.inf if isinstance(value, int) and value > 0 else None
     return got if got >= 0 else None  # (NaN compares false: refused; inf is a bound no run beats)
 
 

@@ -20,16 +20,17 @@ bound leaves it out, the algorithm's tiling of the lowest bound among the first 
 whose keys mean something else), a climb of its own among that formulation's tilings, from its tiling nearest the
 first climb's end and from its preferred one (where its bound leaves both out, from its tiling of the lowest bound
 among the first few), with a budget of its own.
-Planned candidates are simulated fewest tiles first; one still running when it
-can no longer tie is stopped there, and a round ends as soon as no candidate left can change the pick by a
-lower bound of any run of it (:func:`sim.timing.run_lower_bound_cycles`): on a DDR-bound layer, a candidate
-with smaller tiles moves the same bytes, cannot beat the first by more than the tolerance, and is never
-simulated.  A space with a ``bound`` from the tiling alone has each round planned lowest bound first, one
-candidate at a time, and a tiling whose bound cannot come within the tolerance of the cheapest is not even
-planned.  Tilings are checked for fit only when the search looks at them (:class:`Pool`), and candidates are
-simulated unchecked: the pick's plan is checked before the choice stands (one that breaks a rule is dropped
-and the pick made again).  :class:`TilingChoice` records what was chosen and how; :class:`TilingCache` remembers choices
-per call (and :mod:`sim.files.tuning_cache` across processes).
+Planned candidates are simulated fewest tiles first; one still running when it can no longer tie is stopped there,
+and a round ends as soon as no candidate left can change the pick by a lower bound of any run of it
+(:func:`sim.timing.run_lower_bound_cycles`): on a DDR-bound layer, a candidate with smaller tiles moves the same
+bytes, cannot beat the first by more than the tolerance, and is never simulated. A space with a ``bound`` from the
+tiling alone has each round planned lowest bound first, one candidate at a time, and a tiling whose bound cannot
+come within the tolerance of the cheapest is not even planned. Tilings are checked for fit only when the search
+looks at them (:class:`Pool`), and a shipped kernel's candidates are simulated unchecked (a user kernel's are
+checked first: the planner's): the pick's plan is checked before the choice stands (one that breaks a rule is
+dropped and the pick made again). A priced candidate whose run beats its ``bound`` is the kernel's error
+(``tiling-space``: a bound must be a lower bound). :class:`TilingChoice` records what was chosen and how;
+:class:`TilingCache` remembers choices per call (and :mod:`sim.files.tuning_cache` across processes).
 """
 
 from sim.tuning.choice import TilingCache, TilingChoice

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.engine.engine import SimulatedTiming
-from sim.errors import KernelArgError, LayoutError, PlanError, detached
+from sim.errors import KernelArgError, LayoutError, PlanError, brief, detached
 from sim.model.memory import AddressSpace
 from sim.model.target import Target
 from sim.model.tiling import IntKey, TilingSpace
@@ -99,6 +99,17 @@ def _nearest_step(pool: Pool, tiling: Mapping[str, Any], choices: Sequence[str],
     tilings = pool.tilings
     same = [i for i in idxs if all(tilings[i].get(c, tiling[c]) == tiling[c] for c in choices)]
     return next((i for i in sorted(same, key=lambda i: _distance(tilings[i], tiling)) if pool.fits(i)), None)
+
+
+def _bound_held(tiling: Mapping[str, Any], bound: float, cycles: int | None) -> None:
+    """The ``tiling-space`` PlanError when a run took fewer ``cycles`` than the space's ``bound`` said any run of
+    ``tiling`` takes: a bound above a run leaves out tilings that would win, and the pick is silently worse."""
+    if cycles is not None and cycles < bound * (1 - 1e-9):
+        raise PlanError("tiling-space", (
+            f"the tiling space's bound() gave {bound:.6g} cycles for {brief(dict(tiling), 160)}, whose plan ran in "
+            f"{cycles}: a bound must be a lower bound of every run of the tiling (the search leaves out the tilings "
+            f"whose bound is beyond the cheapest, so a bound too high drops tilings that would win; "
+            f"sim.testing.check_tiling_space checks it)"))
 
 
 #: Tilings of a start's algorithm whose bounds are compared when its nearest one is out of reach.
@@ -211,6 +222,7 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
             tiles[0] += cand.plan.tile_count
             if bounds:
                 pricing.price([cand])
+                _bound_held(t, bounds[i], pricing.cycles.get(planned[repr(t)]))
             else:
                 new.append(cand)
         if progress is not None:
