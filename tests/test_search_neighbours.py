@@ -46,7 +46,9 @@ def test_the_tiling_of_another_algorithm_nearest_the_climbs_end():
     assert _nearest_with(pool, space.starts[0], here, {}) == {"split": "b", "mode": "y", "depth": 1}
     assert _nearest_with(pool, space.starts[0], here, {"mode": "x"}) is None
     assert _nearest_with(pool, space.starts[0], {"split": "b", "mode": "y", "depth": 2}, {}) is None
-    with pytest.raises(sim.KernelArgError, match="unknown key"):
+    # A start naming a key the space lacks is the kernel's error (the space's), not the caller's.
+    with pytest.raises(sim.PlanError, match=r"'tiling-space': the tiling space's starts entry \{'mode': 'y'\}: "
+                                            r"'tiling': unknown key 'mode'"):
         TilingSpace(ChoiceKey("split", ("a", "b"), "split"), starts=({"mode": "y"},))
 
 

@@ -154,3 +154,24 @@ def test_a_kernel_a_factory_builds_is_keyed_by_the_file_that_configures_it(tmp_p
     assert before is not None and before == tuning_cache.kernel_fingerprint(kernel)
     (tmp_path / f"{module}.py").write_text(source.replace("SIZE = 0", "SIZE = 2048"))
     assert tuning_cache.kernel_fingerprint(kernel) != before
+
+
+def test_a_space_that_could_never_search_a_key_is_refused_naming_it():
+    """Kernel mistakes that left a key unsearched or the space empty were blamed on the call or passed silently:
+    an ``only`` naming no key, no such choice, or a key declared after it; a range with lo > hi; a start or an
+    alternative with a value outside its key's range. Each is the ``tiling-space`` PlanError naming the key."""
+    from sim.model.tiling import ChoiceKey
+
+    split = ChoiceKey("split", ("rows", "cols"), "split")
+    for keys, words in (
+            ((split, IntKey("tile", 1, 64, "", values=[8], only=("ghost", "rows"))), r"tiling key 'tile': only="),
+            ((split, IntKey("tile", 1, 64, "", values=[8], only=("split", "diagonal"))), r"tiling key 'tile': only="),
+            ((IntKey("tile", 1, 64, "", values=[8], only=("split", "rows")), split), r"tiling key 'tile': only="),
+    ):
+        with pytest.raises(sim.PlanError, match=r"'tiling-space': " + words):
+            TilingSpace(*keys)
+    with pytest.raises(sim.PlanError, match=r"'tiling-space': tiling key 'tile': its range 9..3 holds no value"):
+        IntKey("tile", 9, 3, "", values=[4])
+    with pytest.raises(sim.PlanError, match=r"the tiling space's alternatives entry \{'tile': -5\}: "
+                                            r"'tiling.tile': expected an integer in 1..64"):
+        TilingSpace(IntKey("tile", 1, 64, "", values=[8]), alternatives=[{"tile": -5}])

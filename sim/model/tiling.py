@@ -101,6 +101,8 @@ class IntKey:
         if not isinstance(self.name, str) or _integer(self.lo) is None or _integer(self.hi) is None:
             raise _space_error(f"an IntKey needs a name and integer bounds lo and hi, got IntKey({brief(self.name)}, "
                                f"{brief(self.lo)}, {brief(self.hi)})")
+        if self.lo > self.hi:
+            raise _space_error(f"tiling key {self.name!r}: its range {self.lo}..{self.hi} holds no value (lo > hi)")
         _check_declared(self.name, self.values, self.scope, self.only)
 
     def candidates(self, chosen: Mapping[str, Any]) -> list[int]:
@@ -251,10 +253,24 @@ class TilingSpace:
         self.fit = None if fit is None else _kernel_code(fit, "tiling space's fit()")
         self.tiles = None if tiles is None else _checked(tiles, "tiles()", _count)
         self.bound = None if bound is None else _checked(bound, "bound()", _cycles)
+        for k in self.keys.values():
+            if k.only is None:
+                continue
+            # (keys are completed in order: an only on a key declared later, or on no key, would never apply)
+            other = self.keys.get(k.only[0])
+            if not isinstance(other, ChoiceKey) or k.only[1] not in other.choices \
+                    or list(self.keys).index(k.only[0]) > list(self.keys).index(k.name):
+                raise _space_error(f"tiling key {k.name!r}: only={k.only!r} must name a ChoiceKey declared before it "
+                                   f"and one of its choices (the keys: {', '.join(self.keys)})")
         self.starts = tuple(dict(start) for start in starts)
         self.alternatives = tuple(dict(a) for a in alternatives)
-        for start in self.starts + self.alternatives:
-            self.check_names(start)
+        for what, partial in [("starts", s) for s in self.starts] + [("alternatives", a) for a in self.alternatives]:
+            try:
+                self.check_names(partial)
+                self.check(partial)
+            except KernelArgError as e:  # (the kernel's own partial tiling: the space is wrong, not the caller)
+                raise _space_error(f"the tiling space's {what} entry {brief(partial)}: "
+                                   f"{str(e).removeprefix('argument ')}") from None
 
     # -- checking a caller's tiling -------------------------------------------------------------------
 
