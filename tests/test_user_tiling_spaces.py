@@ -175,3 +175,16 @@ def test_a_space_that_could_never_search_a_key_is_refused_naming_it():
     with pytest.raises(sim.PlanError, match=r"the tiling space's alternatives entry \{'tile': -5\}: "
                                             r"'tiling.tile': expected an integer in 1..64"):
         TilingSpace(IntKey("tile", 1, 64, "", values=[8]), alternatives=[{"tile": -5}])
+
+
+def test_a_numpy_str_choice_and_a_str_of_values_are_taken_as_what_they_are():
+    """A caller's numpy str choice is kept as a str (it printed and cached as np.str_('b')); a ChoiceKey whose
+    values function gives a str is refused, not read letter by letter."""
+    from sim.model.tiling import ChoiceKey
+
+    key = ChoiceKey("mode", ("a", "b"), "mode")
+    got = key.check(np.str_("b"))
+    assert got == "b" and type(got) is str
+    words = ChoiceKey("mode", ("a", "b"), "mode", values=lambda chosen: "ab")
+    with pytest.raises(sim.PlanError, match=r"'tiling-space': tiling key 'mode': its values are 'ab', not a list"):
+        words.candidates({})

@@ -54,7 +54,7 @@ def _values_of(values: Values, chosen: Mapping[str, Any], name: str) -> list[Any
         return []
     what = f"values of tiling key {name!r}"
     got = in_kernel_code(None, what, values, dict(chosen)) if callable(values) else values  # (a copy: see _checked)
-    if not isinstance(got, Iterable):
+    if not isinstance(got, Iterable) or isinstance(got, (str, bytes, Mapping)):  # (a str is no list of its letters)
         raise _space_error(f"tiling key {name!r}: its values are {brief(got)}, not a list of values")
     # (a generator's own exception, raised as it is read, is the kernel's code failing)
     out = in_kernel_code(None, what, lambda: list(itertools.islice(got, MAX_KEY_VALUES + 1)))
@@ -137,7 +137,7 @@ class ChoiceKey:
         if not isinstance(value, str) or value not in self.choices:
             raise KernelArgError(f"argument 'tiling.{self.name}': expected one of {', '.join(self.choices)}, "
                                  f"got {brief(value)}")
-        return value
+        return str(value)  # (a numpy str is kept as the str it is: the tiling prints and caches as any other)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not isinstance(self.choices, tuple) or not self.choices \
