@@ -266,7 +266,7 @@ class CallPlanner:
         disk_tunings.store(disk_key, {
             "symbol": call.symbol, "target": self.target.name, "tiling": choice.tiling,
             "tolerance": choice.tolerance, "candidates": [[c, cycles] for c, cycles in choice.candidates],
-            "notes": list(choice.notes), "fixed": choice.fixed,
+            "notes": list(choice.notes), "fixed": choice.fixed, "budget_ended": choice.budget_ended,
             "searched": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")})
 
     def _listed(self, kernel: Any, call: BoundCall, ctx: PlanContext, progress: Progress | None) -> Planned:
@@ -374,7 +374,8 @@ class CallPlanner:
         except Exception:  # noqa: BLE001 (a hand-edited or stale entry the kernel refuses: search instead)
             return None
         choice = TilingChoice(tiling, "cost model", candidates, doc["tolerance"], notes, (), dict(fixed), 0, True,
-                              _printable(searched) if isinstance(searched, str) else None)
+                              _printable(searched) if isinstance(searched, str) else None,
+                              doc.get("budget_ended") is True)
         return Planned(entry, choice)
 
     # -- plans -------------------------------------------------------------------------------------------------

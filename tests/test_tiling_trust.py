@@ -502,3 +502,21 @@ def test_the_batch_norm_channel_split_offers_blocks_between_its_own(config, befo
             pass
         block *= 2
     assert run.cycles <= min(forced) * 1.01 and run.cycles < before
+
+
+def test_a_pick_where_the_budget_ended_the_climb_says_so(tmp_path, monkeypatch):
+    """256 x 512 x 512 on eight FT78NE cores (bench gemm/FT78NE/fp/medium): the climb's 20th plan (11,600 tiles in
+    all, past PLANNED_TILES_FLOOR) is the pick, one round before the climb would have looked around it, so the
+    summary says a cheaper tiling may lie a few keys away, read back from the tuning cache too. With a budget of 30
+    the climb ends by finding no cheaper neighbour (12 more candidates listed, the same pick), and says nothing."""
+    import importlib
+    monkeypatch.setenv(tuning_cache.ENV_VAR, str(tmp_path))
+    args = dict(a=A, b=B, c=C, m=256, n=512, k=512, core_mask=0xFF, numerics=False)
+    cut = sim.Simulator("FT78NE").call("fp_gemm_s", **args)
+    assert cut.tiling.budget_ended and "the search's budget ended its climb here" in cut.tiling.describe()
+    read_back = sim.Simulator("FT78NE").call("fp_gemm_s", **args).tiling
+    assert read_back.cached and read_back.budget_ended and "budget ended its climb" in read_back.describe()
+    monkeypatch.setattr(importlib.import_module("sim.tuning.search"), "MAX_PLANNED", 30)
+    whole = sim.Simulator("FT78NE", tuning_cache=False).call("fp_gemm_s", **args)
+    assert not whole.tiling.budget_ended and "budget ended" not in whole.tiling.describe()
+    assert len(whole.tiling.candidates) > len(cut.tiling.candidates) and whole.cycles == cut.cycles

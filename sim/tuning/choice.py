@@ -23,7 +23,9 @@ class TilingChoice:
     each why it lost or was not simulated ("" when its cycles say it all); ``dropped`` lists the tilings that
     could not plan, with the reason.  ``simulated`` counts the candidates the search simulated in this
     process (0 for a choice read from the on-disk tuning cache, ``cached`` True then, ``searched`` the day it
-    was searched).
+    was searched).  ``budget_ended``: the search's plan budget ended its climb at this tiling while the climb was
+    still finding cheaper neighbours, so a cheaper tiling may lie a few keys away (forcing keys with ``tiling=``
+    looks there).
     """
 
     tiling: dict | None
@@ -37,6 +39,7 @@ class TilingChoice:
     simulated: int = field(default=0, compare=False)
     cached: bool = field(default=False, compare=False)
     searched: str | None = field(default=None, compare=False)
+    budget_ended: bool = field(default=False, compare=False)
 
     def describe(self) -> str:
         """One line for summaries: the tiling, how it was chosen, and each other candidate by the keys it
@@ -60,7 +63,10 @@ class TilingChoice:
         among = f"the cost model{given} among {len(self.candidates)} candidates"
         how = (f"from the tuning cache (searched{' on ' + self.searched if self.searched else ''}: chosen by {among}"
                if self.cached else f"chosen by {among}")
-        return f"tiling {chosen} {how} ({'; '.join(priced)}{self._dropped_text('; ')})" + (")" if self.cached else "")
+        ended = ("; the search's budget ended its climb here, still descending: a cheaper tiling may lie a few keys "
+                 "away" if self.budget_ended else "")
+        return (f"tiling {chosen} {how} ({'; '.join(priced)}{self._dropped_text('; ')}{ended})"
+                + (")" if self.cached else ""))
 
     def _dropped_text(self, sep: str = "; ") -> str:
         if not self.dropped:

@@ -296,16 +296,18 @@ UNPLANNED_NOTE = "not planned: its bound from the tiling cannot change the pick"
 
 
 def priced_choice(pricing: Pricing, pick: int, dropped: Sequence[tuple[dict, str]], fixed: Mapping[str, Any],
-                  unplanned: Sequence[dict] = ()) -> TilingChoice:
+                  unplanned: Sequence[dict] = (), budget_ended: bool = False) -> TilingChoice:
     """The choice of ``pick``: every candidate the search planned (those that broke a plan rule among the
-    dropped), then those it left unplanned for their bound."""
+    dropped), then those it left unplanned for their bound; ``budget_ended``: the search's budget ended the climb
+    at the pick (:attr:`TilingChoice.budget_ended`)."""
     cands = [(i, c) for i, c in enumerate(pricing.candidates) if i not in pricing.failed]
     failed = [(pricing.candidates[i].tiling, reason_of(e)) for i, e in pricing.failed.items()]
     listed: tuple[tuple[dict, int | None], ...] = tuple((c.tiling, pricing.cycles.get(i)) for i, c in cands)
     return TilingChoice(pricing.candidates[pick].tiling, "cost model",
                         listed + tuple((t, None) for t in unplanned), pricing.tolerance,
                         tuple(pricing.note(i, pick) for i, _ in cands) + (UNPLANNED_NOTE,) * len(unplanned),
-                        tuple(dropped) + tuple(failed), dict(fixed), len(pricing.cycles))
+                        tuple(dropped) + tuple(failed), dict(fixed), len(pricing.cycles),
+                        budget_ended=budget_ended)
 
 
 # --- the search over a space --------------------------------------------------------------------------------

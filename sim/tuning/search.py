@@ -230,6 +230,8 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
         if new:
             pricing.price(new)
 
+    cut: set[str] = set()  # the tilings at which the budget ended a climb still descending
+
     def climb(incumbent: dict, cap: int = MAX_PLANNED, within: Mapping[str, Any] | None = None) -> dict:
         """From ``incumbent`` (planned and priced) to the cheapest of its neighbours, round after round, until
         ``cap`` tilings are planned in all; the tiling it ends at.  ``within``: a formulation's keys, the climb
@@ -251,6 +253,8 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
             if best == incumbent:
                 break
             incumbent = best
+        else:
+            cut.add(repr(incumbent))  # (the budget, not a local optimum, ended this climb)
         return incumbent
 
     few = pool.at_most(EXHAUSTIVE_CANDIDATES)
@@ -322,5 +326,6 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
         raise no_candidate_error(space, fixed, errors + [(pricing.candidates[i].tiling, e)
                                                          for i, e in pricing.failed.items()])
     return SearchResult(pricing.candidates, pick,
-                        priced_choice(pricing, pick, dropped, space.canonical(fixed), unplanned),
+                        priced_choice(pricing, pick, dropped, space.canonical(fixed), unplanned,
+                                      repr(pricing.candidates[pick].tiling) in cut),
                         pricing.timings[pick])
