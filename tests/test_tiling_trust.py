@@ -505,18 +505,46 @@ def test_the_batch_norm_channel_split_offers_blocks_between_its_own(config, befo
 
 
 def test_a_pick_where_the_budget_ended_the_climb_says_so(tmp_path, monkeypatch):
-    """256 x 512 x 512 on eight FT78NE cores (bench gemm/FT78NE/fp/medium): the climb's 20th plan (11,600 tiles in
-    all, past PLANNED_TILES_FLOOR) is the pick, one round before the climb would have looked around it, so the
-    summary says a cheaper tiling may lie a few keys away, read back from the tuning cache too. With a budget of 30
-    the climb ends by finding no cheaper neighbour (12 more candidates listed, the same pick), and says nothing."""
+    """128 x 128 x 256 on one MT7004 core, its search's budget cut to 3 plans and a start's to 1 (and no room for
+    small plans): the climb's third plan is its pick, one round before the climb would have looked around it, so the
+    summary says a cheaper tiling may lie a few keys away, read back from the tuning cache too. With the shipped
+    budget the climb ends by finding no cheaper neighbour, and says nothing."""
     import importlib
+    search = importlib.import_module("sim.tuning.search")
     monkeypatch.setenv(tuning_cache.ENV_VAR, str(tmp_path))
-    args = dict(a=A, b=B, c=C, m=256, n=512, k=512, core_mask=0xFF, numerics=False)
-    cut = sim.Simulator("FT78NE").call("fp_gemm_s", **args)
-    assert cut.tiling.budget_ended and "the search's budget ended its climb here" in cut.tiling.describe()
-    read_back = sim.Simulator("FT78NE").call("fp_gemm_s", **args).tiling
-    assert read_back.cached and read_back.budget_ended and "budget ended its climb" in read_back.describe()
-    monkeypatch.setattr(importlib.import_module("sim.tuning.search"), "MAX_PLANNED", 30)
-    whole = sim.Simulator("FT78NE", tuning_cache=False).call("fp_gemm_s", **args)
+    args = dict(a=A, b=B, c=C, m=128, n=128, k=256, core_mask=1, numerics=False)
+    whole = sim.Simulator("MT7004", tuning_cache=False).call("fp_gemm_s", **args)
     assert not whole.tiling.budget_ended and "budget ended" not in whole.tiling.describe()
-    assert len(whole.tiling.candidates) > len(cut.tiling.candidates) and whole.cycles == cut.cycles
+    monkeypatch.setattr(search, "MAX_PLANNED", 3)
+    monkeypatch.setattr(search, "PLANNED_TILES_FLOOR", 0)
+    monkeypatch.setattr(search, "MAX_STARTED", 1)
+    cut = sim.Simulator("MT7004").call("fp_gemm_s", **args)
+    assert cut.tiling.budget_ended and "the search's budget ended its climb here" in cut.tiling.describe()
+    assert cut.cycles > whole.cycles  # (the climb had further to go)
+    read_back = sim.Simulator("MT7004").call("fp_gemm_s", **args).tiling
+    assert read_back.cached and read_back.budget_ended and "budget ended its climb" in read_back.describe()
+
+
+def test_taller_micro_kernels_that_pad_fewer_rows_are_tried():
+    """One FT78NE core, 32 x 1024 x 16384: 6-row micro-kernels cover 32 rows in six blocks, the last computing 4
+    padded rows (36 rows of work for 32: 6,395,053 cycles, the pick before). The space offers the taller blocks the
+    registers hold that pad fewer rows (8: four whole blocks, no padding), and the pick is at most that tiling,
+    forced."""
+    args = dict(a=A, b=B, c=C, m=32, n=1024, k=16384, core_mask=1, numerics=False)
+    run = sim.Simulator("FT78NE", tuning_cache=False).call("fp_gemm_s", **args)
+    forced = sim.Simulator("FT78NE", tuning_cache=False).call("fp_gemm_s", tiling={
+        "split": "n", "nt_kernel": "transpose", "c_home": "am", "a_staging": "memory", "a_loader": "cores",
+        "a_buffers": 2, "b_staging": "am", "m_micro": 8, "k_block": 512, "m_panel": 16, "m_block": 32,
+        "n_block": 128, "n_micro": 128}, **args)
+    assert run.cycles <= forced.cycles < 6_395_053 * 0.95
+
+
+def test_a_start_past_the_first_completions_is_priced():
+    """FT78NE 300 x 300 x 300 with B transposed on eight cores: the space's first 4,096 tilings all transpose B's
+    blocks, so the NT kernel's start found no tiling in the search's pool and was never priced (96,784 cycles). A
+    start's completions join the pool with a limit of their own: the pick is at most the NT kernel, forced."""
+    args = dict(a=A, b=B, c=C, m=300, n=300, k=300, trans_b=1, core_mask=0xFF, numerics=False)
+    run = sim.Simulator("FT78NE", tuning_cache=False).call("fp_gemm_s", **args)
+    forced = sim.Simulator("FT78NE", tuning_cache=False).call("fp_gemm_s", tiling={"nt_kernel": "reduce"}, **args)
+    assert any(t.get("nt_kernel") == "reduce" for t, _ in run.tiling.candidates)
+    assert run.cycles <= forced.cycles < 96_784

@@ -115,9 +115,14 @@ class GemmSpace(GemmLayouts):
             per_core = g.n if t["split"] != "n" else ceil_div(g.n, cores)
             vectors = max(1, min(n_micro, align_up(per_core, self.lanes)) // self.lanes)
             rows = [min(MICRO_ROWS[0], g.m)]
+            taller = [v for v in MICRO_ROWS[1:]
+                      if self._micro_registers(v, vectors * self.lanes) <= self.core.vector_registers]
             if rows[0] * vectors < self._fmac_depth():
-                rows += [min(v, g.m) for v in MICRO_ROWS[1:]
-                         if self._micro_registers(v, vectors * self.lanes) <= self.core.vector_registers]
+                rows += [min(v, g.m) for v in taller]
+            else:
+                # Rows of C a last, partial micro-kernel would compute for nothing: the taller blocks that pad
+                # fewer (32 rows as 4 x 8, not 6 x 6 with 4 rows padded: 8.5 % of one core's 32 x 1024 x 16384).
+                rows += [v for v in taller if align_up(g.m, v) < align_up(g.m, rows[0])]
             return list(dict.fromkeys(rows))
 
         def n_blocks(t: Mapping[str, Any]) -> list[int]:

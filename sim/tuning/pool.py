@@ -22,8 +22,12 @@ class Pool:
         self.tilings, _ = space.completions(fixed, MAX_COMPLETIONS)
         # A space of several formulations lists the first's completions first: past the limit, the others' would
         # be missing, and their climbs (sim.tuning.search) would have nowhere to go.  Each has a limit of its own.
+        # So has each of the space's starts: a start is a few keys' values the enumeration may reach only past the
+        # limit (512 x 512 x 1024 on eight FT78NE cores: with 8-row micro-kernels among the values, B broadcast on
+        # split m with A from memory came after the 4,096th, and the start the pick of the shape had been was
+        # never priced).
         seen = {repr(t) for t in self.tilings}
-        for alternative in space.alternatives:
+        for alternative in (*space.alternatives, *space.starts):
             if any(k in fixed and fixed[k] != v for k, v in alternative.items()):
                 continue
             for t in space.completions({**fixed, **alternative}, MAX_COMPLETIONS)[0]:
