@@ -145,6 +145,10 @@ class CallPlanner:
                 raise KernelArgError(f"argument 'tiling': expected a mapping of tiling keys, got {brief(tiling)}")
             if not takes_tiling(kernel):
                 raise KernelArgError(f"argument 'tiling': {call.symbol} takes no tiling (it has a single plan)")
+            for key, value in tiling.items():
+                if value is None:  # (a blank value in a config would otherwise run whatever the search picks)
+                    raise KernelArgError(f"argument 'tiling.{key}': None is not a value; leave the key out for the "
+                                         f"search to choose it")
         if hasattr(kernel, "tiling_space"):
             try:
                 return self._in_space(kernel, call, ctx, tiling, progress)

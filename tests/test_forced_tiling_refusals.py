@@ -176,6 +176,22 @@ def test_gemm_split_k_with_one_k_block_names_tiling_k_block():
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-2, atol=0.25)
 
 
+def test_gemm_split_k_on_a_depth_of_one_names_tiling_split_and_the_values_offered():
+    """k = 1 on eight cores: the space offers no tiling with split k (no k block below k), and the refusal names
+    the key and the values the space has for it; it said only "the kernel's tiling space has no tiling"."""
+    text = _refusal(_gemm, "FT78NE", "fp_gemm_s", 64, 64, 1, {"split": "k"})
+    assert text.startswith("argument 'tiling.split': the kernel's tiling space offers no tiling with split 'k'")
+    assert "its values here: 'm', 'n'" in text
+
+
+@pytest.mark.parametrize("tiling", [{"split": None}, {"k_block": None}, {"split": "n", "c_home": None}])
+def test_a_tiling_key_given_as_none_is_refused_naming_it(tiling):
+    """A blank value (None; null in a run config) was dropped, and the search chose that key."""
+    key = next(k for k, v in tiling.items() if v is None)
+    text = _refusal(_gemm, "FT78NE", "fp_gemm_s", 64, 64, 64, tiling)
+    assert text == f"argument 'tiling.{key}': None is not a value; leave the key out for the search to choose it"
+
+
 def test_gemm_split_k_candidates_of_the_space_all_pass_its_checks():
     m = sim.Simulator("MT7004", tuning_cache=False)
     call = m.bind("hp_gemm_s", a=S, b=S + STEP_P, c=S + 2 * STEP_P, m=16, n=16, k=191, core_mask=0x5)

@@ -10,7 +10,7 @@ from typing import Any
 from sim.errors import KernelArgError, LayoutError, PlanError, SimError, detached
 from sim.model.plan import DoesNotFit
 from sim.model.tiling import IntKey, TilingSpace
-from sim.tuning.limits import LISTED_DROPS, MAX_PLAN_TILES
+from sim.tuning.limits import LISTED_DROPS, MAX_COMPLETIONS, MAX_PLAN_TILES
 
 
 def reason_of(e: SimError) -> str:
@@ -131,6 +131,23 @@ def fit_hint(space: TilingSpace, tiling: Mapping[str, Any]) -> str:
     return f"; the nearest that fit: {' or '.join(hints)}" if hints else ""
 
 
+def _blocking_key(space: TilingSpace, fixed: Mapping[str, Any]) -> KernelArgError | None:
+    """The refusal naming the first of the caller's keys (in the space's order) whose value leaves no tiling with
+    the keys before it, and the values the space offers it there; None if each leaves some."""
+    before: dict[str, Any] = {}
+    for key, value in fixed.items():
+        if space.completions({**before, key: value}, 1)[0]:
+            before[key] = value
+            continue
+        offered = list(dict.fromkeys(t[key] for t in space.completions(before, MAX_COMPLETIONS)[0] if key in t))
+        with_before = f" with {before} given" if before else ""
+        return KernelArgError(
+            f"argument 'tiling.{key}': the kernel's tiling space offers no tiling with {key} {value!r} for this "
+            f"call{with_before} (its values here: {', '.join(repr(v) for v in offered) or 'none'}; with the keys "
+            f"it leaves without a value given too, the tiling is planned as given and the plan says why it cannot)")
+    return None
+
+
 def no_candidate_error(space: TilingSpace, fixed: Mapping[str, Any],
                        errors: Sequence[tuple[dict, SimError]]) -> SimError:
     """The error of a search none of whose candidates plans: the nearest misses (fewest bytes over first), each
@@ -138,6 +155,9 @@ def no_candidate_error(space: TilingSpace, fixed: Mapping[str, Any],
     # (a caller who gave no tiling asked for none: the call as a whole is what no tiling plans)
     blamed = "argument 'tiling'" if fixed else "the call (no tiling given)"
     if not errors:
+        blocking = _blocking_key(space, fixed)
+        if blocking is not None:
+            return blocking
         given = f" with {dict(fixed)} given" if fixed else ""
         return KernelArgError(f"{blamed}: the kernel's tiling space has no tiling{given}")
     # Fewest bytes over first; among tilings refused for other reasons (the plan-size budget), fewest tiles first.
