@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 import sim  # noqa: E402
 from bench import cases as bench_cases  # noqa: E402
+from sim.inspect.dram_turns import turn_costs  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data"
 #: Addresses of the GEMM operands (DDR, 256 MiB apart).
@@ -73,22 +74,22 @@ def conv_shaped_gemm_before_after() -> str:
         peak = fmac_peak_cycles(target, "fp32", 2 * m * n * k, cores)
         old = before[key]["cycles"]
         rows.append([shape, cores, f"{old:,}", f"{peak / old:.1%}",
-                     f"{conv.cycles:,}", f"{peak / conv.cycles:.1%}", f"{g.cycles:,}", f"{peak / g.cycles:.1%}",
-                     g.roofline.bound_by])
+                     f"{conv.cycles:,}", f"{peak / conv.cycles:.1%}", conv.roofline.bound_by,
+                     f"{g.cycles:,}", f"{peak / g.cycles:.1%}", g.roofline.bound_by])
     return ("### GEMM-shaped Conv2DBackpropFilter (1x1 filter, m = in_c, n = out_c, k = pixels) on FT78NE, and GEMM\n\n"
             "*efficiency* against the cores' FMAC peak.  Before issue 14: flops over peak, DDR in port slices, every "
             "core streaming its own operands.  Now: the convolution's loops (im2col and micro-kernel) and the fluid "
             "DDR; the GEMM blocks A through GSM, shared by the cores.\n\n"
-            + table(["m x n x k", "cores", "conv before", "eff.", "conv now", "eff.", "gemm now", "eff.",
+            + table(["m x n x k", "cores", "conv before", "eff.", "conv now", "eff.", "conv bound", "gemm now", "eff.",
                      "gemm bound"], rows)
             + "\n\nOn one or two cores the convolution and the GEMM of its shape run at about the same fraction of "
             "the peak (both are the same micro-kernel; the convolution takes A from AM through the scalar-vector "
-            "registers, GEMM from SM).  From four cores on, the convolution streams every core's operands from DDR "
-            "and becomes DDR-bound, while GEMM shares A's blocks through GSM and stays compute-bound on the square "
-            "shapes.  Where m x n is small and k long, GEMM splits k and sums partial C blocks through GSM; on 8 "
-            "cores its A blocks no longer fit GSM twice and are staged again per column block, so the convolution "
-            "is the faster there: a known weakness of the GEMM's plan, not of the model.  With m = 32 the "
-            "micro-kernel's 6 rows leave a partial block per panel (87 % on one core).")
+            "registers, GEMM from SM); with m = 32, since stop 58, GEMM's 8-row micro-kernels cover the rows in "
+            "four whole blocks where 6-row ones padded 4 rows (87.4 % of the peak before on one core).  On more "
+            "cores the *bound* columns say what holds each back: the square 1024-a-side GEMM stays compute-bound "
+            "to 8 cores, sharing A's blocks through GSM, where the convolution falls behind it; where m x n is "
+            "small and k long (256 x 256 x 4096 on 8 cores, m = 32 from 2 cores) the GEMM is DDR-bound and still "
+            "the faster of the two.")
 
 
 def fp16_vs_fp32() -> str:
@@ -136,10 +137,15 @@ def ddr_bound() -> str:
         ddr = run.target.region("ddr")
         nbytes = run.roofline.region_bytes.get("ddr", 0)
         floor = nbytes / ddr.bandwidth_bytes_per_cycle
+        idle = turn_costs(run.events, run.target).get("ddr", (0, 0, 0, 0.0))[3]
         rows.append([cid, f"{nbytes:,}", f"{ddr.bandwidth_bytes_per_cycle:g}", f"{floor:,.0f}", f"{run.cycles:,}",
-                     f"{run.cycles / floor:.3f}" if floor else "-"])
+                     f"{run.cycles / floor:.3f}" if floor else "-", f"{idle:,.0f}",
+                     f"{(run.cycles - idle) / floor:.3f}" if floor else "-"])
     return ("### DDR-bound kernels: cycles against bytes / bandwidth\n\n"
-            + table(["case", "DDR bytes", "DDR B/cycle", "bytes / bandwidth", "cycles", "ratio"], rows))
+            "*turn cycles*: the cycles of DDR's whole bandwidth its read/write turns idle (the summary's `DRAM "
+            "read/write turns:` line, estimated from the trace); the last column takes them out of the cycles.\n\n"
+            + table(["case", "DDR bytes", "DDR B/cycle", "bytes / bandwidth", "cycles", "ratio", "turn cycles",
+                     "ratio without turns"], rows))
 
 
 def before_after(reasons: dict[str, str]) -> str:
@@ -153,8 +159,11 @@ def before_after(reasons: dict[str, str]) -> str:
         kernel, chip, prefix, _ = cid.split("/")
         why = reasons.get(f"{kernel}/{chip}/{prefix}") or reasons.get(kernel, "")
         rows.append([cid, f"{old:,}" if old else "-", f"{run.cycles:,}", change, run.roofline.bound_by, why])
-    return ("### Every benchmark case before and after issue 14 (timing-only, the tiling each call chooses)\n\n"
-            + table(["case", "before", "after", "change", "bound now", "why"], rows))
+    return ("### Every benchmark case before issue 14 and now (timing-only, the tiling each call chooses)\n\n"
+            "*why*: what issue 14 changed in the case. Later stops moved some cases again, each time with a "
+            "before/after table and a reason per line in that stop's note; tests/frozen/cycles.json holds today's "
+            "cycles and tests/test_frozen_cycles.py checks them.\n\n"
+            + table(["case", "before issue 14", "now", "change", "bound now", "why (issue 14)"], rows))
 
 
 def _load(path: Path) -> dict[str, Any]:

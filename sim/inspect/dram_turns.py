@@ -80,10 +80,11 @@ def written_beside_reads(events: Iterable[TraceEvent], target: Target) -> dict[s
     return out
 
 
-def turns_text(events: Iterable[TraceEvent], target: Target) -> str | None:
-    """The summary's line on read/write turns: per DRAM region, the bytes written beside reads, the turns they
-    cost and the cycles of the region's whole bandwidth they idle (None when no write met a read)."""
-    parts = []
+def turn_costs(events: Iterable[TraceEvent], target: Target) -> dict[str, tuple[float, int, float, float]]:
+    """Per DRAM region some of whose writes met a read: (bytes written beside reads, bytes written, the turns those
+    cost, the cycles of the region's whole bandwidth the turns idle), estimated from the trace as
+    :func:`written_beside_reads` does."""
+    out: dict[str, tuple[float, int, float, float]] = {}
     for name, (total, beside) in written_beside_reads(events, target).items():
         if beside <= 0:
             continue
@@ -91,7 +92,15 @@ def turns_text(events: Iterable[TraceEvent], target: Target) -> str | None:
         assert rows is not None
         turns = beside / rows.write_batch_bytes
         # Each turn idles one channel's bus: 1 / channels of the region's bandwidth.
-        idle = turns * (rows.write_to_read_cycles + rows.read_to_write_cycles) / rows.channels
-        parts.append(f"{name}: {beside:,.0f} of {total:,} bytes written beside reads, about {turns:,.0f} turns, "
-                     f"{idle:,.0f} cycles of its whole bandwidth lost")
+        out[name] = (beside, total, turns,
+                     turns * (rows.write_to_read_cycles + rows.read_to_write_cycles) / rows.channels)
+    return out
+
+
+def turns_text(events: Iterable[TraceEvent], target: Target) -> str | None:
+    """The summary's line on read/write turns: per DRAM region, the bytes written beside reads, the turns they
+    cost and the cycles of the region's whole bandwidth they idle (None when no write met a read)."""
+    parts = [f"{name}: {beside:,.0f} of {total:,} bytes written beside reads, about {turns:,.0f} turns, "
+             f"{idle:,.0f} cycles of its whole bandwidth lost"
+             for name, (beside, total, turns, idle) in turn_costs(events, target).items()]
     return "DRAM read/write turns: " + "; ".join(parts) if parts else None
