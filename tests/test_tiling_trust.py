@@ -340,9 +340,11 @@ def test_every_formulation_has_completions_of_its_own():
     """C = Aᵀ·Bᵀ of 300 x 200 x 700 on FT78NE: the transposed formulation's 4,068 completions came first and the
     direct one's best (A from memory, B broadcast: 124,964 cycles) was past the search's limit of completions, so
     its climb could not reach it; each now has a limit of its own, and the direct one's climb starts from its
-    tiling nearest the first climb's end as well."""
+    tiling nearest the first climb's end as well. (Since stop 58 the transposed one's 8-row micro-kernels win:
+    114,514.)"""
     run = gemm("FT78NE", "fp_gemm_s", 300, 200, 700, 0xFF, trans_a=1, trans_b=1)
-    assert run.tiling.tiling["formulation"] == "direct" and run.cycles <= 124_964
+    assert run.cycles <= 124_964
+    assert any(t.get("formulation") == "direct" for t, _ in run.tiling.candidates)
 
 
 def test_a_small_space_with_a_bound_is_searched_whole():
@@ -548,3 +550,29 @@ def test_a_start_past_the_first_completions_is_priced():
     forced = sim.Simulator("FT78NE", tuning_cache=False).call("fp_gemm_s", tiling={"nt_kernel": "reduce"}, **args)
     assert any(t.get("nt_kernel") == "reduce" for t, _ in run.tiling.candidates)
     assert run.cycles <= forced.cycles < 96_784
+
+
+def test_a_climb_at_a_local_optimum_of_one_step_tries_each_integer_keys_far_step():
+    """1000 x 100 x 300 on eight FT78NE cores: from k_block 256 the climb's steps are 150 and 300, both slower, and
+    it stopped at 99,018 cycles; the 128-deep blocks past 150 (rows of whole bursts, half of 256) are faster. At a
+    local optimum of one step, among small plans, a round of each integer key's far step on each side is planned
+    once: the pick is at most k_block 128, forced (the search completing the rest)."""
+    args = dict(a=A, b=B, c=C, m=1000, n=100, k=300, core_mask=0xFF, numerics=False)
+    run = sim.Simulator("FT78NE", tuning_cache=False).call("fp_gemm_s", **args)
+    forced = sim.Simulator("FT78NE", tuning_cache=False).call("fp_gemm_s", tiling={"k_block": 128}, **args)
+    assert run.cycles <= forced.cycles < 99_018 * 0.95
+
+
+def test_a_slope_of_small_steps_does_not_end_the_climb():
+    """The depthwise input gradient of MobileNet's last layer (1 x 7 x 7 x 960, 3 x 3, SAME) on one FT78NE core:
+    its tile_channels step a vector (32 channels) at a time, each step gaining under the 1 % a climb needs, and the
+    pick was 864-channel tiles, 20,015 cycles, where 96-channel tiles take 15,360. The far steps (half the
+    channels) go down the slope: the pick is within 3 % of that tiling, forced."""
+    args = dict(filter=0x10000000, out_backprop=0x10100000, output=0x10200000, input_sizes=[1, 7, 7, 960],
+                filter_shape=[3, 3, 960, 1], strides=[1, 1, 1, 1], padding="SAME", data_format="NHWC", core=5,
+                numerics=False)
+    symbol = "fp_depthwise_conv2d_backprop_input_p"
+    run = sim.Simulator("FT78NE", tuning_cache=False).call(symbol, **args)
+    forced = sim.Simulator("FT78NE", tuning_cache=False).call(symbol, tiling={
+        "channel_parts": 1, "tile_channels": 96, "tile_cols": 7, "tile_rows": 7}, **args)
+    assert run.cycles <= forced.cycles * 1.03 and forced.cycles < 20_015 * 0.8

@@ -27,10 +27,15 @@ class Pool:
         # split m with A from memory came after the 4,096th, and the start the pick of the shape had been was
         # never priced).
         seen = {repr(t) for t in self.tilings}
-        for alternative in (*space.alternatives, *space.starts):
+        starts = [(start, True) for start in space.starts]
+        for alternative, offered in [(a, False) for a in space.alternatives] + starts:
             if any(k in fixed and fixed[k] != v for k, v in alternative.items()):
                 continue
             for t in space.completions({**fixed, **alternative}, MAX_COMPLETIONS)[0]:
+                # (a start's values given to the completions are taken as a caller's would be: only the tilings
+                # the space offers with them, as the search's own enumeration would reach them)
+                if offered and not space.offers(t, fixed):
+                    continue
                 if repr(t) not in seen:
                     seen.add(repr(t))
                     self.tilings.append(t)

@@ -42,7 +42,7 @@ def _distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> int:
 
 
 def neighbours(space: TilingSpace, tiling: Mapping[str, Any], pool: Pool, fixed: Mapping[str, Any],
-               viable: Callable[[dict], bool] | None = None) -> list[dict]:
+               viable: Callable[[dict], bool] | None = None, far: bool = False) -> list[dict]:
     """The fitting tilings of ``pool`` one step from ``tiling``: for each key it sets (but the fixed ones), each
     other choice of a choice key, and the next smaller and the next larger value of an integer key that a fitting
     tiling with the same choices has; each the fitting tiling with that value and every other choice key unchanged
@@ -50,7 +50,9 @@ def neighbours(space: TilingSpace, tiling: Mapping[str, Any], pool: Pool, fixed:
     is left out.  ``viable``: whether a tiling's bound leaves it a chance; an integer key's step passes over the
     values whose tilings it rules out to the next one on that side it does not (k_block 150 -> 300 over a 256 that
     its bound rules out: MT7004's 100 x 72 x 300 GEMM with B transposed, 62,788 -> 59,586 cycles), or is the
-    nearest value when it rules out every one.  Only the tilings this looks at are checked for fit."""
+    nearest value when it rules out every one.  ``far``: instead, an integer key's far step on each side, past the
+    value the first step takes, to the value nearest half (below) or twice (above) the key's, and no choice key's.
+    Only the tilings this looks at are checked for fit."""
     out: list[dict] = []
     tilings = pool.tilings
     choices = [k for k in tiling if not isinstance(space.keys[k], IntKey)]
@@ -67,8 +69,13 @@ def neighbours(space: TilingSpace, tiling: Mapping[str, Any], pool: Pool, fixed:
             below = sorted((v for v in by_value if v < now), reverse=True)
             above = sorted(v for v in by_value if v > now)
             steps = [_int_step(pool, tiling, others, [by_value[v] for v in side], viable) for side in (below, above)]
-        else:
+            if far:
+                steps = [_far_step(pool, tiling, key, others, by_value, side, first, viable, target)
+                         for side, first, target in zip((below, above), steps, (now / 2, now * 2))]
+        elif not far:
             steps = [_nearest_step(pool, tiling, others, idxs) for idxs in by_value.values()]
+        else:
+            steps = []
         for near in steps:
             if near is not None and tilings[near] not in out:
                 out.append(tilings[near])
@@ -88,6 +95,19 @@ def _int_step(pool: Pool, tiling: Mapping[str, Any], choices: Sequence[str], sid
         if nearest is None:
             nearest = i
     return nearest
+
+
+def _far_step(pool: Pool, tiling: Mapping[str, Any], key: str, choices: Sequence[str],
+              by_value: Mapping[int, Sequence[int]], side: Sequence[int], first: int | None,
+              viable: Callable[[dict], bool] | None, target: float) -> int | None:
+    """An integer key's far step on one side (:func:`neighbours`): of the values ``side`` has past the first step's,
+    the one nearest ``target`` whose tiling fits and its bound leaves a chance."""
+    if first is None:
+        return None
+    past = side[side.index(pool.tilings[first][key]) + 1:]
+    step = _int_step(pool, tiling, choices, [by_value[v] for v in sorted(past, key=lambda v: abs(v - target))],
+                     viable)
+    return step if step is None or viable is None or viable(pool.tilings[step]) else None
 
 
 def _nearest_step(pool: Pool, tiling: Mapping[str, Any], choices: Sequence[str], idxs: Sequence[int]) -> int | None:
@@ -231,16 +251,14 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
             pricing.price(new)
 
     cut: set[str] = set()  # the tilings at which the budget ended a climb still descending
+    widened: set[str] = set()  # the tilings whose integer keys' far steps a climb has planned
 
     def climb(incumbent: dict, cap: int = MAX_PLANNED, within: Mapping[str, Any] | None = None) -> dict:
         """From ``incumbent`` (planned and priced) to the cheapest of its neighbours, round after round, until
         ``cap`` tilings are planned in all; the tiling it ends at.  ``within``: a formulation's keys, the climb
         stepping among its tilings only (another formulation's tiling priced early would stop this one's candidates
         as soon as they could not beat it, before the climb could follow them)."""
-        while has_room(cap):
-            here = pricing.cycles.get(planned[repr(incumbent)])
-            plan_all([t for t in neighbours(space, incumbent, pool, fixed, viable)
-                      if within is None or all(t.get(k) == v for k, v in within.items())], cap)
+        def better(here: int | None) -> dict | None:
             # The climb follows the cheapest (the tie rule picks among the candidates at the end), while a step
             # gains more than TILING_TOLERANCE: a tie is no way up, and the next round would cost as much as this.
             # The default tolerance, whatever the simulator's: every tolerance climbs the same way, so a strict
@@ -248,10 +266,29 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
             cheapest = pricing.cheapest(within)
             if cheapest is None or (here is not None
                                     and (pricing.cycles[cheapest] or 0) * (1 + TILING_TOLERANCE) > here):
-                break
+                return None
             best = pricing.candidates[cheapest].tiling
-            if best == incumbent:
-                break
+            return None if best == incumbent else best
+
+        while has_room(cap):
+            here = pricing.cycles.get(planned[repr(incumbent)])
+            plan_all([t for t in neighbours(space, incumbent, pool, fixed, viable)
+                      if within is None or all(t.get(k) == v for k, v in within.items())], cap)
+            best = better(here)
+            if best is None:
+                if repr(incumbent) in widened or not has_room(cap) or tiles[0] >= PLANNED_TILES_FLOOR:
+                    break
+                # A local optimum of one step, among small plans (cheap to make: PLANNED_TILES_FLOOR): once, a
+                # round of each integer key's far step on each side, past the first step's value to the one
+                # nearest half or twice the key's (1000 x 100 x 300 on eight FT78NE cores: k_block 256 to 150 and
+                # 300, both slower, over the 128 of whole bursts, 6 % faster; a depthwise gradient's 960-channel
+                # tiles, 30 values a vector apart, to 480).
+                widened.add(repr(incumbent))
+                plan_all([t for t in neighbours(space, incumbent, pool, fixed, viable, far=True)
+                          if within is None or all(t.get(k) == v for k, v in within.items())], cap)
+                best = better(here)
+                if best is None:
+                    break
             incumbent = best
         else:
             cut.add(repr(incumbent))  # (the budget, not a local optimum, ended this climb)
