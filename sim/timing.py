@@ -857,9 +857,8 @@ def estimate(plan: Plan, target: Target) -> int:
     dma = target.dma
     engines = dma.engines_per_core
     setup = dma.setup_cycles
-    multi = len(plan.cores) > 1
     clock = {core: float(target.launch_overhead_cycles) for core in plan.cores}
-    for phase in plan.phases:
+    for phase, meets in zip(plan.phases, plan.barriers()):
         shared_time: dict[str, float] = defaultdict(float)  # shared region -> every core's bytes at its bandwidth
         first_bytes: dict[str, int] = defaultdict(int)  # shared region -> the cores' first tiles' load bytes
         largest_first: dict[str, int] = defaultdict(int)  # shared region -> the largest of those loads
@@ -933,7 +932,7 @@ def estimate(plan: Plan, target: Target) -> int:
         shared = max(shared_time.values(), default=0.0)
         if shared:  # the last transfer still lands a setup and an access latency after its stream
             shared += first_fixed
-        if phase.barrier_after and multi:
+        if meets:
             end = max(max(ends.values()), max(clock.values()) + shared) + target.barrier_latency_cycles
             clock = {core: end for core in plan.cores}
         else:

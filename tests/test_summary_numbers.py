@@ -211,3 +211,34 @@ def test_metadata_of_numpy_arguments_is_plain_json():
     assert meta["args"]["x"] == "0xa0000000" and meta["args"]["core_mask"] == "0xff"
     assert meta["args"]["params"][5:] == [4, 64, 1] and math.isclose(meta["roofline_cycles"], run.roofline.cycles,
                                                                      abs_tol=1e-3)
+
+
+# --- a broadcast's source read once (an outside test's finding) ----------------------------------------------
+
+def test_a_broadcasts_source_bytes_count_once_in_the_summaries_and_the_trace(tmp_path):
+    """256 x 512 x 512 on eight FT78NE cores with B broadcast: each of a block's eight members carries its bytes,
+    but DDR reads the block once (the engine and the roofline count it so). The per-core table charged every member
+    its bytes at DDR: 4.5 times the run's DDR bytes over the cores. Now the first member (core order) reads, the
+    table's DDR bytes add up to the roofline's, as they do from the trace file, and the Chrome trace's DDR counter
+    never carries a block twice."""
+    import sim
+    from sim.engine.events import DMA_KINDS
+    from sim.inspect.trace import bytes_in_flight, step_series
+    m = sim.Simulator("FT78NE", tuning_cache=False)
+    run = m.call("fp_gemm_s", a=0x80000000, b=0x90000000, c=0xA0000000, m=256, n=512, k=512, numerics=False,
+                 tiling={"split": "m", "a_staging": "memory", "b_staging": "broadcast"})
+    members = [e for e in run.events if e.sync is not None]
+    assert len(members) >= 16 and {e.src_region for e in members} == {"ddr"}
+    ddr = run.roofline.region_bytes["ddr"]
+    assert sum(s.bytes_by_region.get("ddr", 0) for s in run.summaries()) == ddr
+    run.write_trace(tmp_path / "t.json")
+    loaded = load_trace(tmp_path / "t.json")
+    summed = core_summaries(list(loaded.events), loaded.cores, loaded.cycles, loaded.metadata.get("regions"))
+    assert sum(s.bytes_by_region.get("ddr", 0) for s in summed) == ddr
+    # Every member's block at once is in flight on DDR once: at most the bytes of the group's one read, plus the
+    # other transfers touching DDR then.
+    peak = max(v for _, v in bytes_in_flight(run.events, "ddr", loaded.metadata.get("regions")))
+    every_member = max(v for _, v in step_series((e.start, e.end, e.bytes) for e in run.events
+                                                 if e.kind in DMA_KINDS and "ddr" in (e.src_region, e.dst_region)))
+    block = max(e.bytes for e in members)
+    assert peak <= every_member - 7 * block  # (the seven other members of a block in flight together, left out)

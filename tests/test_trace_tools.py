@@ -662,3 +662,23 @@ def test_plot_of_a_private_run_shows_its_private_memory(tmp_path):
                         "am": {"kind": "private", "role": "scratchpad", "latency_cycles": 4,
                                "bandwidth_bytes_per_cycle": 128}}}
     assert _png_size(plot_gantt(Trace(events=ev, metadata=meta), tmp_path / "p.png"))[0] > 1000
+
+
+def test_no_barrier_after_the_last_phase_with_work():
+    """BatchNormGrad of one row of 605 channels (inference) on MT7004 cores 0, 1 and 3, forced to split rows: core
+    0 gets every tile, the reduce phase after them is empty, and the cores met at a barrier before it: the run ended
+    a barrier's latency (the target's 120 cycles) after its last store, and the critical path (which ends at the
+    last work) did not add up to the run's cycles (an outside test's finding). No barrier follows the last phase
+    with work now: the run ends when its last store lands."""
+    from sim.inspect import trace_tools
+    m = sim.Simulator("MT7004", tuning_cache=False)
+    a = [0x80000000 + k * (64 << 20) for k in range(8)]
+    run = m.call("fp_batch_norm_grad_s", numerics=False, x=a[0], dy=a[1], dx=a[2],
+                 params=[a[3], a[4], a[5], a[6], a[7], 1, 605, 0], core_mask=0b1011,
+                 tiling={"split": "rows", "tile_elements": 38})
+    assert [any(p.tiles.values()) for p in run.plan.phases] == [True, False] and run.plan.phases[0].barrier_after
+    assert run.plan.barriers() == (False, False)
+    assert not any(e.kind == "barrier_wait" for e in run.events)
+    assert run.cycles == max(e.end for e in run.events if e.kind in ("compute", "dma_in", "dma_out"))
+    critical = trace_tools.summarize(trace_tools.trace_of_run(run)).critical
+    assert critical.end_cycle == run.cycles == sum(s.end - s.start for s in critical.steps) + critical.idle

@@ -512,11 +512,9 @@ class Engine:
             self.rprov, self.elog = [], []
             if until_cycles is not None:
                 self.stop_log = StopLog(tuple(self.bytes_left or ()))
-        multi = len(plan.cores) > 1
         barriers = [
-            {"arrived": 0, "expected": len(plan.cores), "release": self.env.event()}
-            if (phase.barrier_after and multi) else None
-            for phase in plan.phases
+            {"arrived": 0, "expected": len(plan.cores), "release": self.env.event()} if meets else None
+            for meets in plan.barriers()
         ]
         # Staged buffers (Tile.fills / uses) are the phase's, shared by its cores' walks.
         buffers = [PhaseBuffers(phase) if PhaseBuffers.has_buffers(phase) else None for phase in plan.phases]

@@ -10,7 +10,7 @@ from pathlib import Path
 from sim.engine.collector import collector_paused
 from sim.engine.events import TraceEvent
 from sim.inspect.summary import CoreSummary, core_summaries, load_imbalance, run_summary_text
-from sim.inspect.trace import run_metadata, write_trace
+from sim.inspect.trace import region_facts, run_metadata, write_trace
 from sim.model.call import BoundCall
 from sim.model.plan import Plan
 from sim.model.target import Target
@@ -49,8 +49,10 @@ class Run:
 
     @property
     def idle_cores(self) -> tuple[int, ...]:
-        """The cores of the call that got no tile in any phase of the plan (empty when every core worked)."""
-        working = {core for phase in self.plan.phases for core, tiles in phase.tiles.items() if tiles}
+        """The cores of the call that got no work in any phase of the plan: no tile, or only tiles with nothing to
+        load, compute or store (a core's empty share of a staged block; empty when every core worked)."""
+        working = {core for phase in self.plan.phases for core, tiles in phase.tiles.items()
+                   if any(t.loads or t.stores or t.compute is not None for t in tiles)}
         return tuple(core for core in self.cores if core not in working)
 
     @property
@@ -83,7 +85,7 @@ class Run:
         """Per-core busy / compute / DMA / wait cycles and bytes per region."""
         key = (id(self.events), len(self.events), self.cycles)
         if self._summaries is None or self._summaries[0] != key:
-            self._summaries = (key, core_summaries(self.events, self.cores, self.cycles))
+            self._summaries = (key, core_summaries(self.events, self.cores, self.cycles, region_facts(self.target)))
         return list(self._summaries[1])
 
     def summary_text(self) -> str:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sim.engine.events import DMA_KINDS, TraceEvent
+from sim.inspect.broadcast_reads import repeated_reads
 from sim.inspect.dram_turns import turns_text
 from sim.model.plan import Plan
 from sim.model.target import Target
@@ -134,7 +135,7 @@ class _CoreSpans:
         self.end = 0
         self.flops = 0
 
-    def add(self, e: TraceEvent) -> None:
+    def add(self, e: TraceEvent, reads_source: bool = True) -> None:
         kind = e.kind
         if kind == "compute":
             self.compute.append((e.start, e.end))
@@ -150,8 +151,9 @@ class _CoreSpans:
                 self.wait.append((w0, w1))
             else:
                 self.dma.append((start, end))
-            self.by_region[e.src_region or ""] += e.bytes
-            if e.dst_region != e.src_region:
+            if reads_source:  # (a broadcast's later members read nothing: the first one's read serves them)
+                self.by_region[e.src_region or ""] += e.bytes
+            if e.dst_region != e.src_region or not reads_source:
                 self.by_region[e.dst_region or ""] += e.bytes
         elif kind in ("barrier_wait", "launch"):
             self.wait.append((e.start, e.end))
@@ -159,11 +161,15 @@ class _CoreSpans:
         self.flops += e.flops
 
 
-def core_summaries(events: Sequence[TraceEvent], cores: Sequence[int], total_cycles: int) -> list[CoreSummary]:
-    """Per core, the run's cycles split into compute / overlap / DMA / wait / idle, plus flops and bytes per region."""
+def core_summaries(events: Sequence[TraceEvent], cores: Sequence[int], total_cycles: int,
+                   regions: Mapping[str, Mapping] | None = None) -> list[CoreSummary]:
+    """Per core, the run's cycles split into compute / overlap / DMA / wait / idle, plus flops and bytes per region
+    (a broadcast's source bytes counted once, on its first member's core: ``regions``, the trace's region facts, say
+    which regions are shared; :mod:`sim.inspect.broadcast_reads`)."""
     by_core: dict[int, _CoreSpans] = defaultdict(_CoreSpans)
-    for e in events:
-        by_core[e.core].add(e)
+    repeats = repeated_reads(events, regions)
+    for i, e in enumerate(events):
+        by_core[e.core].add(e, i not in repeats)
     out = []
     for core in cores:
         spans = by_core.get(core) or _CoreSpans()
@@ -226,7 +232,7 @@ def load_imbalance(summaries: Sequence[CoreSummary]) -> float:
 
 
 def balance_text(run: Run) -> str:
-    """One line: which cores of the call idled (the plan gave them no tile) and the load imbalance."""
+    """One line: which cores of the call idled (the plan gave them no work) and the load imbalance."""
     idle = run.idle_cores
     imbalance = load_imbalance(run.summaries())
     words = f"load imbalance {imbalance:.2f} (the busiest core's busy cycles over the mean of {len(run.cores)} cores)"
@@ -237,7 +243,7 @@ def balance_text(run: Run) -> str:
     which = f"the tiling {tiling.tiling}" if tiling is not None and tiling.tiling else "the plan"
     parts = []
     if idle:
-        parts.append(f"cores {list(idle)} idle: {which} gives them no tile ({len(idle)} of {len(run.cores)} cores)")
+        parts.append(f"cores {list(idle)} idle: {which} gives them no work ({len(idle)} of {len(run.cores)} cores)")
     if movers:
         parts.append(f"cores {movers} compute nothing: {which} gives them only transfers")
     if not parts:

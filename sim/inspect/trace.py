@@ -28,6 +28,7 @@ import numpy as np
 from sim.engine.events import DMA_KINDS, TraceEvent
 from sim.files.atomic import atomic_write_text, output_path
 from sim.files.jsonsafe import plain_scalar
+from sim.inspect.broadcast_reads import repeated_reads
 
 if TYPE_CHECKING:
     from sim.inspect.run import Run
@@ -212,10 +213,14 @@ def step_series(intervals: Iterable[tuple[int, int, int]]) -> list[tuple[int, in
     return out
 
 
-def bytes_in_flight(events: Iterable[TraceEvent], region: str) -> list[tuple[int, int]]:
-    """Bytes of DMA transfers issued and not yet landed that touch ``region``, as a step series."""
-    return step_series((e.start, e.end, e.bytes) for e in events
-                       if e.kind in DMA_KINDS and region in (e.src_region, e.dst_region))
+def bytes_in_flight(events: Sequence[TraceEvent], region: str,
+                    regions: Mapping[str, Mapping] | None = None) -> list[tuple[int, int]]:
+    """Bytes of DMA transfers issued and not yet landed that touch ``region``, as a step series (a broadcast's
+    source block once: :mod:`sim.inspect.broadcast_reads`, ``regions`` the trace's region facts)."""
+    repeats = repeated_reads(events, regions)
+    return step_series((e.start, e.end, e.bytes) for i, e in enumerate(events)
+                       if e.kind in DMA_KINDS and (e.dst_region == region
+                                                   or (e.src_region == region and i not in repeats)))
 
 
 def busy_units(events: Iterable[TraceEvent], core: int) -> list[tuple[int, int]]:
@@ -290,7 +295,7 @@ def _from_zero(series: list[tuple[int, int]]) -> list[tuple[int, int]]:
 def _counter_events(events: Sequence[TraceEvent], clock: _Clock, metadata: Mapping[str, Any]) -> list[dict]:
     out: list[dict] = []
     for region in shared_regions(events, metadata.get("regions")):
-        for t, v in _from_zero(bytes_in_flight(events, region)):
+        for t, v in _from_zero(bytes_in_flight(events, region, metadata.get("regions"))):
             out.append({"ph": "C", "pid": PID, "name": region, "ts": clock.us(t),
                         "args": {"bytes in flight": v}})
     for core in sorted({e.core for e in events}):

@@ -437,7 +437,8 @@ def summarize(trace: Trace, top: int = 10) -> TraceSummary:
     totals: dict[str, int] = defaultdict(int)
     for s in all_stalls:
         totals[s.kind] += s.cycles
-    return TraceSummary(trace=trace, cores=tuple(core_summaries(events, trace.cores, trace.cycles)),
+    return TraceSummary(trace=trace, cores=tuple(core_summaries(events, trace.cores, trace.cycles,
+                                                                trace.metadata.get("regions"))),
                         critical=critical_path(events), top_stalls=tuple(all_stalls[:top]),
                         stall_totals=dict(totals))
 
@@ -572,8 +573,8 @@ _CORE_FIELDS = (("end", "end_cycle"), ("compute", "compute_only_cycles"), ("over
 
 def diff_traces(a: Trace, b: Trace) -> TraceDiff:
     """Compare two runs (another tiling, chip or core mask)."""
-    sa = {s.core: s for s in core_summaries(list(a.events), a.cores, a.cycles)}
-    sb = {s.core: s for s in core_summaries(list(b.events), b.cores, b.cycles)}
+    sa = {s.core: s for s in core_summaries(list(a.events), a.cores, a.cycles, a.metadata.get("regions"))}
+    sb = {s.core: s for s in core_summaries(list(b.events), b.cores, b.cycles, b.metadata.get("regions"))}
     cores = []
     for core in sorted(set(sa) | set(sb)):
         rows = tuple(DiffRow(label, getattr(sa[core], attr) if core in sa else None,

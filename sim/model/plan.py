@@ -501,6 +501,14 @@ class Plan:
         """Tiles of every core in every phase."""
         return sum(len(tiles) for phase in self.phases for tiles in phase.tiles.values())
 
+    def barriers(self) -> tuple[bool, ...]:
+        """Per phase, whether the cores meet at a barrier after it: its ``barrier_after`` on several cores, when a
+        later phase has a tile (after the last phase with work the cores have nothing left to wait for: a reduce
+        phase a small call leaves empty ended the run a barrier's latency after its work)."""
+        last_work = max((i for i, phase in enumerate(self.phases) if any(phase.tiles.values())), default=-1)
+        multi = len(self.cores) > 1
+        return tuple(phase.barrier_after and multi and i < last_work for i, phase in enumerate(self.phases))
+
 
 class DoesNotFit(LayoutError):
     """Planning's typed "does not fit": what a plan needs of a staging level is more than the level has.

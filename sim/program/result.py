@@ -148,7 +148,8 @@ class ProgramRun:
         return "\n".join([head, self.table_text(),
                           f"roofline bound {self.roofline_cycles:.0f} cycles (the calls' bounds summed; "
                           f"{100 * share:.1f}% of it achieved)",
-                          summary_table(core_summaries(self.events, self.cores, self.cycles))])
+                          summary_table(core_summaries(self.events, self.cores, self.cycles,
+                                                       region_facts(self.target)))])
 
     def metadata(self) -> dict:
         """The trace's metadata: the chip, the program, its cycles and bound, and each call's line."""
