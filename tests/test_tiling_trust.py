@@ -590,3 +590,33 @@ def test_a_slope_of_small_steps_does_not_end_the_climb():
     forced = sim.Simulator("FT78NE", tuning_cache=False).call(symbol, tiling={
         "channel_parts": 1, "tile_channels": 96, "tile_cols": 7, "tile_rows": 7}, **args)
     assert run.cycles <= forced.cycles * 1.03 and forced.cycles < 20_015 * 0.8
+
+
+def test_a_space_of_small_plans_is_searched_whole():
+    """BatchNormGrad 100 x 100 (training) on eight FT78NE cores: a space without a bound, of 7 tilings, was climbed
+    (whole only up to 6): from the rows split its one step into the channel split took 13-channel blocks, slower,
+    and the 64-channel blocks, 8.7 % faster than the pick of 10,856 cycles, were never priced. A space whose tilings
+    hold fewer than PLANNED_TILES_FLOOR tiles in all is priced whole: the pick is at most that tiling, forced."""
+    d = 0x80000000
+    args = dict(x=d, dy=d + 0x100000, dx=d + 0x200000, params=[d + 0x400000 + i * 0x10000 for i in range(5)]
+                + [100, 100, 1], numerics=False)
+    run = sim.Simulator("FT78NE", tuning_cache=False).call("fp_batch_norm_grad_s", **args)
+    forced = sim.Simulator("FT78NE", tuning_cache=False).call(
+        "fp_batch_norm_grad_s", tiling={"split": "channels", "channel_block": 64}, **args)
+    assert run.cycles <= forced.cycles < 10_856 * 0.95
+
+
+@pytest.mark.parametrize("symbol,mask,tile,before", [("hp_fake_quant_with_min_max_vars_gradient_s", 0x1, 2016, 4723),
+                                                     ("fp_fake_quant_with_min_max_vars_gradient_s", 0xF, 2000, 5502)])
+def test_fake_quant_offers_two_tiles_where_one_or_four_were_its_choices(symbol, mask, tile, before):
+    """4 x 1000 on MT7004: on its one core (fp16) the space offered the heuristic's 1,008-element tiles, on one core
+    of four (fp32) the whole call as one tile; two tiles overlap one's transfers with the other's computes, and
+    the pick is at most such a tiling, forced."""
+    d = 0x80000000
+    args = dict(gradients=d, inputs=d + 0x100000, min=d + 0x200000, max=d + 0x200040,
+                backprops_wrt_input=d + 0x300000, backprop_wrt_min=d + 0x200080, backprop_wrt_max=d + 0x2000C0,
+                shape=[4, 1000], core_mask=mask, numerics=False)
+    run = sim.Simulator("MT7004", tuning_cache=False).call(symbol, **args)
+    forced = sim.Simulator("MT7004", tuning_cache=False).call(symbol, tiling={"cores": 1, "tile_elements": tile},
+                                                              **args)
+    assert run.cycles <= forced.cycles < before * 0.95
