@@ -858,6 +858,13 @@ def estimate(plan: Plan, target: Target) -> int:
     engines = dma.engines_per_core
     setup = dma.setup_cycles
     clock = {core: float(target.launch_overhead_cycles) for core in plan.cores}
+    # A broadcast reads its source block once (sim.model.sync.source_reads): its other members' source side
+    # asks nothing of the shared region.
+    unread: set[int] = set()
+    for members in sync_groups(plan).values():
+        ts = [member.transfer for member in members]
+        reads = source_reads(ts, [regions.of(t, "src") for t in ts])
+        unread.update(id(t) for t, read in zip(ts, reads) if not read)
     for phase, meets in zip(plan.phases, plan.barriers()):
         shared_time: dict[str, float] = defaultdict(float)  # shared region -> every core's bytes at its bandwidth
         first_bytes: dict[str, int] = defaultdict(int)  # shared region -> the cores' first tiles' load bytes
@@ -888,6 +895,8 @@ def estimate(plan: Plan, target: Target) -> int:
                         total += stream + fixed
                         fixed_max = max(fixed_max, fixed)
                         for r, nbytes in stream_demands(src, dst, *transfer_bytes(t, src, dst)):
+                            if r is src and r is not dst and id(t) in unread:
+                                continue
                             need = nbytes / r.bandwidth_bytes_per_cycle
                             (shared_time if r.shared else private_time)[r.name] += need
                             group_time[r.name] += need

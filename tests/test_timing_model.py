@@ -402,9 +402,14 @@ def test_barrier_waits_for_the_slowest_core_and_costs_its_latency():
     # Core 1 streams twice core 0's elements, so core 0 waits at the barrier longer.
     work = {c: (Tile(0, (), Compute(lambda a: (a,), (op,), (op,), flops=2 * 64_000 * (c + 1), precision="fp32",
                                     loops=(fma_stream(t, 64_000 * (c + 1)),)), ()),) for c in range(2)}
-    cycles, events, _ = run_plan(t, Plan((0, 1), (Phase("a", work, barrier_after=True), Phase("b", {})), "fp32"))
+    after = {c: (Tile(1, (), Compute(lambda a: (a,), (op,), (op,), flops=2 * 640, precision="fp32",
+                                     loops=(fma_stream(t, 640),)), ()),) for c in range(2)}
+    cycles, events, _ = run_plan(t, Plan((0, 1), (Phase("a", work, barrier_after=True), Phase("b", after)), "fp32"))
     waits = {e.core: e for e in events if e.kind == "barrier_wait" and e.phase == "a"}
     assert set(waits) == {0, 1}
+    # (no barrier before a phase without work: the cores have nothing left to wait for)
+    _, alone, _ = run_plan(t, Plan((0, 1), (Phase("a", work, barrier_after=True), Phase("b", {})), "fp32"))
+    assert not any(e.kind == "barrier_wait" for e in alone)
     assert waits[0].end == waits[1].end == waits[1].start + t.barrier_latency_cycles
     assert waits[0].wait_cycles > waits[1].wait_cycles
 

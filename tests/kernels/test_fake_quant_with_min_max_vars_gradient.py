@@ -420,7 +420,7 @@ def fq_run(n: int, tiling: dict | None, chip="FT78NE"):
 @pytest.mark.parametrize("n", [40, 3000])
 def test_fake_quant_every_tiling_right_and_honoured(n):
     listed = candidates(sim.Simulator("FT78NE"), "fp_fake_quant_with_min_max_vars_gradient_s", **FQ, shape=[n])
-    assert 2 <= len(listed) <= 6
+    assert 2 <= len(listed) <= 8  # (per core count the heuristic's tile, a longer and a shorter one, twice it)
     if n == 40:
         assert {"cores": 1, "tile_elements": 40} in listed  # a call that fits one tile may skip the exchange
     for tiling in listed + [{"cores": 3, "tile_elements": 16}, {"tile_elements": 7}]:

@@ -78,7 +78,12 @@ def test_a_taller_micro_kernel_covers_the_fmac_latency_on_thin_columns():
     call = s.bind("fp_gemm_s", **args)
     thin = kernels.lookup("fp_gemm_s").kernel.tiling_space(call, s.context(call)).keys["m_micro"]
     assert thin.candidates({"split": "n"}) == [6, 8, 12]
-    assert thin.candidates({"split": "m"}) == [6]  # every core all 512 columns: 6 x 4 vectors = 24 accumulators
+    # Every core all 512 columns: 6 x 4 vectors = 24 accumulators cover the latency; 8 rows only because they pad
+    # none of the 256 rows (6 pad 2: 43 blocks for 258), as 6 rows pad none of 252.
+    assert thin.candidates({"split": "m"}) == [6, 8]
+    call = s.bind("fp_gemm_s", **{**args, "m": 252})
+    space = kernels.lookup("fp_gemm_s").kernel.tiling_space(call, s.context(call))
+    assert space.keys["m_micro"].candidates({"split": "m"}) == [6]
     with pytest.raises(sim.KernelArgError, match=r"tiling\.m_micro.*registers"):
         s.call("fp_gemm_s", numerics=False, tiling={"m_micro": 16, "n_micro": 128, "split": "m"}, **args)
 
