@@ -272,3 +272,19 @@ def test_batch_norm_hint_and_maximum_are_accepted_and_true(fn, too_big):
     # the maximum stated is the maximum: one more is refused, stating the same maximum (partial or full tiling)
     for full in (False, True):
         assert _stated(_scratchpad_refusal(fn, most + 1, full))[0] == most
+
+
+def test_a_tiling_over_the_plan_budget_that_no_one_key_brings_under_says_so():
+    """Conv2DBackpropFilter 1 x 7 x 7 x 512, 3 x 3, 512 -> 512 on one FT78NE core, spatial with 512-channel input
+    slices of 32 output channels: over the plan-size budget, and no one key's value that fits plans fewer (in_c
+    is at its most; wider output slices do not fit). The refusal named no key and said no more; it says so now."""
+    p = 0x10000000
+    m = sim.Simulator("FT78NE", tuning_cache=False)
+    with pytest.raises(sim.KernelArgError) as info:
+        m.call("fp_conv2d_backprop_filter_p", numerics=False, input=p, out_backprop=p + 0x100000,
+               output=p + 0x200000, input_shape=[1, 7, 7, 512], filter_sizes=[3, 3, 512, 512], strides=[1, 1, 1, 1],
+               padding="SAME", data_format="NHWC", core=5,
+               tiling={"split": "spatial", "in_c_slice": 512, "out_c_slice": 32})
+    text = str(info.value)
+    assert text.startswith("argument 'tiling': the tiling plans up to ") and "raise tiling." not in text
+    assert text.endswith("no one key's value that fits plans fewer (leave keys out for the search to choose them)")

@@ -50,7 +50,9 @@ def tiles_refusal(space: TilingSpace, tiling: Mapping[str, Any], *, hint: bool =
                 continue
             if n < fewest:
                 blame, fewest = key.name, n
-    raise_key = f": raise tiling.{blame} (now {tiling[blame]})" if blame is not None else ""
+    raise_key = (f": raise tiling.{blame} (now {tiling[blame]})" if blame is not None
+                 else ": no one key's value that fits plans fewer (leave keys out for the search to choose them)"
+                 if hint else "")
     return (f"the tiling plans up to {count} tiles (the kernel's count without planning: an upper bound), more "
             f"than the {MAX_PLAN_TILES} a plan may have (sim.tuning.MAX_PLAN_TILES){raise_key}")
 
