@@ -620,3 +620,16 @@ def test_fake_quant_offers_two_tiles_where_one_or_four_were_its_choices(symbol, 
     forced = sim.Simulator("MT7004", tuning_cache=False).call(symbol, tiling={"cores": 1, "tile_elements": tile},
                                                               **args)
     assert run.cycles <= forced.cycles < before * 0.95
+
+
+def test_the_channel_split_offers_a_block_for_every_core_where_a_share_is_under_a_vector():
+    """BatchNormGrad 256 x 64 (training) on FT78NE cores 0-2: 32-channel blocks (a vector) make two blocks, and
+    core 2 idled (13,812 cycles); the largest power of two within a core's 21-channel share, 16, gives every core
+    a block, and the pick is at most that tiling, forced, with no core idle."""
+    d = 0x80000000
+    args = dict(x=d, dy=d + 0x100000, dx=d + 0x200000, params=[d + 0x400000 + i * 0x10000 for i in range(5)]
+                + [256, 64, 1], core_mask=0x7, numerics=False)
+    run = sim.Simulator("FT78NE", tuning_cache=False).call("fp_batch_norm_grad_s", **args)
+    forced = sim.Simulator("FT78NE", tuning_cache=False).call(
+        "fp_batch_norm_grad_s", tiling={"split": "channels", "channel_block": 16}, **args)
+    assert run.cycles <= forced.cycles < 13_812 * 0.95 and forced.idle_cores == ()

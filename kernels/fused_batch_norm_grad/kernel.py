@@ -103,7 +103,11 @@ def tiling_space(call: BoundCall, ctx: PlanContext) -> TilingSpace:
     v = chans.v
     by_channels = _channels_by_default(call, ctx)
     widest = chans.widest_block()
-    blocks = ([chans.default_block()] if by_channels else []) + [widest] + _between(chans.unit, v.c)
+    # ... and, where a core's even share is less than a vector, the largest power of two within it: every core a
+    # block (256 x 64 on three FT78NE cores: 32-channel blocks leave a core idle, 16-channel ones are 8.6 % faster)
+    share = v.c // len(call.cores)
+    within = [1 << (share.bit_length() - 1)] if 0 < share < chans.unit else []
+    blocks = ([chans.default_block()] if by_channels else []) + [widest] + _between(chans.unit, v.c) + within
     total = v.a * v.c * v.b
     rows_misfit: DoesNotFit | None = None
     try:
