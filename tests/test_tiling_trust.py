@@ -633,3 +633,15 @@ def test_the_channel_split_offers_a_block_for_every_core_where_a_share_is_under_
     forced = sim.Simulator("FT78NE", tuning_cache=False).call(
         "fp_batch_norm_grad_s", tiling={"split": "channels", "channel_block": 16}, **args)
     assert run.cycles <= forced.cycles < 13_812 * 0.95 and forced.idle_cores == ()
+
+
+@pytest.mark.parametrize("chip,symbol,before", [("MT7004", "fp_gemm_s", 134_333), ("MT7004", "hp_gemm_s", 69_111),
+                                                ("FT78NE", "fp_gemm_s", 82_329)])
+def test_b_transposed_with_fewer_rows_of_c_than_columns_searches_the_transposed_formulation(chip, symbol, before):
+    """64 x 1024 x 256 with B transposed on every core: the direct formulation transposes each B block in AM (or
+    reduces B's rows); the transposed one transposes A's, the smaller operand's, and was searched only when asked
+    for. Both are searched now: the pick is within the tolerance of the transposed one, forced."""
+    args = dict(a=A, b=B, c=C, m=64, n=1024, k=256, trans_b=1, numerics=False)
+    run = sim.Simulator(chip, tuning_cache=False).call(symbol, **args)
+    forced = sim.Simulator(chip, tuning_cache=False).call(symbol, tiling={"formulation": "transposed"}, **args)
+    assert run.cycles <= forced.cycles * (1 + sim.TILING_TOLERANCE) and forced.cycles < before * 0.95

@@ -349,6 +349,13 @@ def test_an_nt_reduction_tile_costs_what_the_target_file_gives():
     assert [e.end - e.start for e in computes] == [want]
 
 
+def direct_space(machine: sim.Simulator, call):
+    """The direct formulation's tiling space of ``call`` (B transposed with fewer rows of C than columns searches the
+    transposed formulation too, under the key ``formulation``: these tests look at the NT kernels, direct's)."""
+    from kernels.gemm.build import GemmPlanner
+    return GemmPlanner(call, machine.context(call)).space
+
+
 def test_the_nt_kernel_is_one_step_from_streamed_c_and_cheaper_with_few_rows_per_b_block():
     """B transposed, one core, 24 x 1024 x 2048.  The space's first tiling transposes B in AM with C in AM (the
     published NN schedule); the NT kernel streams C, so it is one step from a tiling that transposes B with C
@@ -360,7 +367,7 @@ def test_the_nt_kernel_is_one_step_from_streamed_c_and_cheaper_with_few_rows_per
     machine = sim.Simulator("FT78NE", tuning_cache=False)
     args = dict(a=DDR[0], b=DDR[1], c=DDR[2], m=24, n=1024, k=2048, trans_b=1, core_mask=0x1)
     call = machine.bind("fp_gemm_s", **args)
-    space = kernels.lookup("fp_gemm_s").kernel.tiling_space(call, machine.context(call))
+    space = direct_space(machine, call)
     pool = Pool(space, {})
     first = next(pool.fitting())
     assert (first["nt_kernel"], first["c_home"]) == ("transpose", "am")
@@ -453,7 +460,7 @@ def test_the_serial_nt_kernel_is_asked_for_only_and_refused_where_it_cannot_run(
     machine = sim.Simulator("FT78NE", tuning_cache=False)
     args = dict(a=DDR[0], b=DDR[1], c=DDR[2], m=24, n=96, k=1024, trans_b=1, core_mask=0x1)
     call = machine.bind("fp_gemm_s", **args)
-    space = kernels.lookup("fp_gemm_s").kernel.tiling_space(call, machine.context(call))
+    space = direct_space(machine, call)
     assert space.keys["nt_kernel"].candidates({"split": "n"}) == ["transpose", "reduce"]
     serial = machine.call("fp_gemm_s", numerics=False, tiling={"nt_kernel": "reduce_serial"}, **args)
     merged = machine.call("fp_gemm_s", numerics=False, tiling={"nt_kernel": "reduce"}, **args)
@@ -493,13 +500,14 @@ def test_deep_nt_blocks_halve_the_b_block_below_a_vector(nt_kernel, floor):
     machine = sim.Simulator("FT78NE", tuning_cache=False)
     args = dict(a=DDR[0], b=DDR[1], c=DDR[2], m=12, n=64, k=4096, trans_b=1, core_mask=0x1)
     call = machine.bind("fp_gemm_s", **args)
-    space = kernels.lookup("fp_gemm_s").kernel.tiling_space(call, machine.context(call))
+    space = direct_space(machine, call)
     chosen = {"split": "n", "nt_kernel": nt_kernel, "c_home": "ddr", "a_loader": "cores", "a_buffers": 2,
               "b_staging": "am", "m_micro": 6 if nt_kernel == "reduce_serial" else 3, "k_block": 4096,
               "m_panel": 6, "m_block": 12}
     values = space.keys["n_block"].candidates(chosen)
     assert min(values) >= floor and any(v < 32 for v in values)
-    run = machine.call("fp_gemm_s", numerics=False, tiling={"nt_kernel": nt_kernel, "k_block": 4096}, **args)
+    run = machine.call("fp_gemm_s", numerics=False, tiling={"formulation": "direct", "nt_kernel": nt_kernel,
+                                                            "k_block": 4096}, **args)
     # AM: two B blocks and two 6-row A panels (one loading, one computing) of 16 KiB rows within 768 KiB:
     # 2 n + 12 <= 48, n <= 18: the published 16.
     assert run.tiling.tiling["n_block"] == 16 and run.tiling.tiling["k_block"] == 4096
