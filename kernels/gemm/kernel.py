@@ -91,9 +91,9 @@ class Gemm:
 #: The ``formulation`` key's doc.
 FORMULATION_DOC = ("direct: C = op(A)·op(B), A's rows in the panels, B's columns in the blocks; transposed: "
                    "Cᵀ = op(B)ᵀ·op(A)ᵀ, A's and B's roles swapped and each finished tile transposed into C's rows "
-                   "in AM (every other key then names the blocks of Cᵀ's product). A call of C = Aᵀ·Bᵀ, and a thin C "
-                   "(fewer columns than two vectors, at least that many rows), searches both, transposed first "
-                   "(for TT the published loop nest); any other call "
+                   "in AM (every other key then names the blocks of Cᵀ's product). A call of C = Aᵀ·Bᵀ, a thin C "
+                   "(fewer columns than two vectors, at least that many rows), and B transposed with fewer rows of "
+                   "C than columns search both, transposed first (for TT the published loop nest); any other call "
                    "searches direct and has the key only where a tiling names it. The transposed formulation has no "
                    "split k: a tiling asking for split k searches direct")
 
