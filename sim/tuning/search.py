@@ -340,10 +340,11 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
                 if cheapest is not None and pricing.candidates[cheapest].tiling == jump:
                     incumbent = climb(jump, spent() + MAX_STARTED)
                 elif cheapest is not None and at >= 0 and pricing.cycles.get(at) is not None and \
-                        (pricing.cycles[at] or 0) <= (pricing.cycles[cheapest] or 0) * (1 + TILING_TOLERANCE):
-                    # ... or tied with it: a start is tuned by the first climb's keys, not its own (MT7004 384 x 256
-                    # x 384 with A transposed: B broadcast on split m tied the cheapest within 1 % and won the tie,
-                    # unclimbed; its k_block 192, a step away, is 6 % faster)
+                        (pricing.cycles[at] or 0) <= (pricing.cycles[cheapest] or 0) * (1 + TILING_TOLERANCE) and \
+                        tiles[0] < PLANNED_TILES_FLOOR:
+                    # ... or tied with it, among small plans: a start is tuned by the first climb's keys, not its own
+                    # (MT7004 384 x 256 x 384 with A transposed: B broadcast on split m tied the cheapest within 1 %
+                    # and won the tie, unclimbed; its k_block 192, a step away, is 6 % faster)
                     climbed = climb(jump, spent() + MAX_STARTED)
                     best = pricing.cheapest()
                     if best is not None and pricing.candidates[best].tiling == climbed:
