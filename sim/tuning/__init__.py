@@ -37,6 +37,7 @@ from sim.tuning.choice import TilingCache, TilingChoice
 from sim.tuning.limits import (
     EXHAUSTIVE_BOUNDED_CANDIDATES,
     EXHAUSTIVE_CANDIDATES,
+    EXHAUSTIVE_SMALL_CANDIDATES,
     LISTED_DROPS,
     MAX_COMPLETIONS,
     MAX_PLAN_TILES,
@@ -51,7 +52,8 @@ from sim.tuning.pool import Pool
 from sim.tuning.pricing import Candidate, Planner, Progress, choose_tiling
 from sim.tuning.search import SearchResult, neighbours, search
 
-__all__ = ["TilingCache", "TilingChoice", "EXHAUSTIVE_BOUNDED_CANDIDATES", "EXHAUSTIVE_CANDIDATES", "LISTED_DROPS",
+__all__ = ["TilingCache", "TilingChoice", "EXHAUSTIVE_BOUNDED_CANDIDATES", "EXHAUSTIVE_CANDIDATES",
+           "EXHAUSTIVE_SMALL_CANDIDATES", "LISTED_DROPS",
            "MAX_COMPLETIONS", "MAX_PLAN_TILES", "MAX_PLANNED", "MAX_STARTED", "MAX_TILING_CANDIDATES",
            "PLANNED_TILES_FLOOR",
            "TILING_TOLERANCE", "fit_hint", "nearest_fitting", "no_candidate_error", "prefilter",

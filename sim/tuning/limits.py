@@ -22,6 +22,11 @@ EXHAUSTIVE_CANDIDATES = 6
 #: a small space costs about what a climb through it does, and finds what a climb's steps of one key miss (slices
 #: whose input and output channels move together: Conv2DBackpropFilter on five FT78NE cores, up to 38 %).
 EXHAUSTIVE_BOUNDED_CANDIDATES = 32
+#: ... and a space without a bound whose tilings, at most this many, hold fewer than :data:`PLANNED_TILES_FLOOR`
+#: tiles in all (BatchNormGrad's pools of 7 to 15 on small calls, whose climb's one step into the channel split
+#: missed blocks up to 13.5 % faster); more of them would price every candidate of a tiny call (a depthwise
+#: gradient's 24 tilings of 6 tiles each: 0.5 s where its climb takes 0.13).
+EXHAUSTIVE_SMALL_CANDIDATES = 16
 #: Most candidates one search plans (the kernel's preferred tiling and its neighbours, round after round); a tiling
 #: left unplanned by its bound from the tiling alone costs that bound only and is not counted.
 MAX_PLANNED = 20

@@ -17,6 +17,7 @@ from sim.tuning.choice import TilingChoice
 from sim.tuning.limits import (
     EXHAUSTIVE_BOUNDED_CANDIDATES,
     EXHAUSTIVE_CANDIDATES,
+    EXHAUSTIVE_SMALL_CANDIDATES,
     MAX_PLANNED,
     MAX_STARTED,
     PLANNED_TILES_FLOOR,
@@ -301,7 +302,7 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
         # A space of small plans is searched whole too, as cheap as a climb through it: the whole of it holds
         # fewer tiles than PLANNED_TILES_FLOOR (BatchNormGrad 100 x 100 on eight FT78NE cores: its climb's one step
         # into the channel split took 13-channel blocks, slower, and 64-channel ones were 8.7 % faster).
-        small = pool.at_most(EXHAUSTIVE_BOUNDED_CANDIDATES)
+        small = pool.at_most(EXHAUSTIVE_SMALL_CANDIDATES)
         if small is not None and sum(space.tiles(dict(t)) for t in small) < PLANNED_TILES_FLOOR:
             few = small
     if few is not None:
