@@ -152,7 +152,7 @@ class ChoiceKey:
         out: list[str] = []
         for v in got:
             if v in self.choices and v not in out:
-                out.append(v)
+                out.append(str(v))  # (a numpy str is the same choice, kept as the plain one: printed, cached alike)
         return out
 
     def takes(self) -> str:

@@ -25,7 +25,7 @@ class TilingChoice:
     process (0 for a choice read from the on-disk tuning cache, ``cached`` True then, ``searched`` the day it
     was searched).  ``budget_ended``: the search's plan budget ended its climb at this tiling while the climb was
     still finding cheaper neighbours, so a cheaper tiling may lie a few keys away (forcing keys with ``tiling=``
-    looks there).
+    looks there); also where the budget cut the climb's last round short.
     """
 
     tiling: dict | None

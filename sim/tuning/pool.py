@@ -33,8 +33,9 @@ class Pool:
                 continue
             for t in space.completions({**fixed, **alternative}, MAX_COMPLETIONS)[0]:
                 # (a start's values given to the completions are taken as a caller's would be: only the tilings
-                # the space offers with them, as the search's own enumeration would reach them)
-                if offered and not space.offers(t, fixed):
+                # the space offers with them, as the search's own enumeration would reach them; and no tiling with
+                # a key that does not apply to its choices, a start or formulation's key of another one's `only`)
+                if (offered and not space.offers(t, fixed)) or any(not space.applies(space.keys[k], t) for k in t):
                     continue
                 if repr(t) not in seen:
                     seen.add(repr(t))

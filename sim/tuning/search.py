@@ -204,9 +204,12 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
         n = spent()
         return n < cap or (tiles[0] < PLANNED_TILES_FLOOR and n < cap + MAX_PLANNED)
 
-    def plan_all(tilings: Sequence[dict], cap: int = MAX_PLANNED) -> None:
+    def plan_all(tilings: Sequence[dict], cap: int = MAX_PLANNED) -> bool:
+        """Plan (and price) ``tilings`` not planned yet, within the budget ``cap``; whether every one of them was
+        planned or left unplanned by its bound (False: the budget cut them short)."""
         new: list[Candidate] = []
         todo = [t for t in tilings if repr(t) not in planned]
+        given = list(todo)
         room = max(0, cap - spent())  # (beyond it, while has_room(cap): the plans are small)
         if tiles[0] < PLANNED_TILES_FLOOR:
             room = max(0, cap + MAX_PLANNED - spent())
@@ -250,6 +253,7 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
             progress("planning tilings", len(planned), len(planned))
         if new:
             pricing.price(new)
+        return all(repr(t) in planned or not viable(t) for t in given)
 
     cut: set[str] = set()  # the tilings at which the budget ended a climb still descending
     widened: set[str] = set()  # the tilings whose integer keys' far steps a climb has planned
@@ -273,10 +277,13 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
 
         while has_room(cap):
             here = pricing.cycles.get(planned[repr(incumbent)])
-            plan_all([t for t in neighbours(space, incumbent, pool, fixed, viable)
-                      if within is None or all(t.get(k) == v for k, v in within.items())], cap)
+            whole = plan_all([t for t in neighbours(space, incumbent, pool, fixed, viable)
+                              if within is None or all(t.get(k) == v for k, v in within.items())], cap)
             best = better(here)
             if best is None:
+                if not whole:
+                    cut.add(repr(incumbent))  # (the budget cut the round short: not a local optimum)
+                    break
                 if repr(incumbent) in widened or not has_room(cap) or tiles[0] >= PLANNED_TILES_FLOOR:
                     break
                 # A local optimum of one step, among small plans (cheap to make: PLANNED_TILES_FLOOR): once, a
@@ -285,10 +292,12 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
                 # 300, both slower, over the 128 of whole bursts, 6 % faster; a depthwise gradient's 960-channel
                 # tiles, 30 values a vector apart, to 480).
                 widened.add(repr(incumbent))
-                plan_all([t for t in neighbours(space, incumbent, pool, fixed, viable, far=True)
-                          if within is None or all(t.get(k) == v for k, v in within.items())], cap)
+                whole = plan_all([t for t in neighbours(space, incumbent, pool, fixed, viable, far=True)
+                                  if within is None or all(t.get(k) == v for k, v in within.items())], cap)
                 best = better(here)
                 if best is None:
+                    if not whole:
+                        cut.add(repr(incumbent))
                     break
             incumbent = best
         else:
@@ -306,7 +315,7 @@ def search(space: TilingSpace, fixed: Mapping[str, Any], planner: Planner, targe
         if small is not None and sum(space.tiles(dict(t)) for t in small) < PLANNED_TILES_FLOOR:
             few = small
     if few is not None:
-        plan_all(few)
+        plan_all(few, max(MAX_PLANNED, len(few)))  # (all of them, as the space is small enough to be priced whole)
     else:
         incumbent: dict | None = None
         for t in pool.fitting():  # the kernel's preferred tiling that plans and runs (the pick is checked at the end)
