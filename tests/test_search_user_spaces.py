@@ -4,7 +4,7 @@ key of another choice's ``only``, a choice key's numpy strings, a small space pr
 from __future__ import annotations
 
 import importlib
-import importlib.util
+import runpy
 from pathlib import Path
 
 import numpy as np
@@ -18,24 +18,18 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "relu_grad.py"
 ADDR = dict(dy=0x10000000, x=0x10100000, dx=0x10200000)
 
 
-def _relu_grad():
-    spec = importlib.util.spec_from_file_location("relu_grad_for_search_tests", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _kernel(name: str, space_of):
-    """ReluGrad whose tiling space is ``space_of(layout)``; its plan reads ``tile_elements``."""
-    rg = _relu_grad()
+    """examples/relu_grad.py's ReluGrad (run from its file) whose tiling space is ``space_of(layout)``; its plan
+    reads ``tile_elements``."""
+    example = runpy.run_path(str(EXAMPLE))
+    layout = example["_Layout"]
 
-    class Spaced(rg.ReluGrad):
+    class Spaced(example["ReluGrad"]):  # type: ignore[misc]
         def tiling_space(self, call, ctx):
-            return space_of(rg._Layout(call, ctx))
+            return space_of(layout(call, ctx))
 
         def plan(self, call, ctx):
-            lay = rg._Layout(call, ctx)
+            lay = layout(call, ctx)
             per = ctx.tiling["tile_elements"]
             lay.check(per)
             streams = {core: CoreStream() for core, _, _ in lay.shares}

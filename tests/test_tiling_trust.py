@@ -546,13 +546,10 @@ def test_taller_micro_kernels_that_pad_fewer_rows_are_tried():
     padded rows (36 rows of work for 32: 6,395,053 cycles, the pick before). The space offers the taller blocks the
     registers hold that pad fewer rows (8: four whole blocks, no padding), and the pick is at most that tiling,
     forced."""
-    args = dict(a=A, b=B, c=C, m=32, n=1024, k=16384, core_mask=1, numerics=False)
-    run = sim.Simulator("FT78NE", tuning_cache=False).call("fp_gemm_s", **args)
-    forced = sim.Simulator("FT78NE", tuning_cache=False).call("fp_gemm_s", tiling={
+    assert_pick_beats("FT78NE", (32, 1024, 16384), 1, {
         "split": "n", "nt_kernel": "transpose", "c_home": "am", "a_staging": "memory", "a_loader": "cores",
         "a_buffers": 2, "b_staging": "am", "m_micro": 8, "k_block": 512, "m_panel": 16, "m_block": 32,
-        "n_block": 128, "n_micro": 128}, **args)
-    assert run.cycles <= forced.cycles < 6_395_053 * 0.95
+        "n_block": 128, "n_micro": 128}, int(6_395_053 * 0.95))
 
 
 def test_a_start_past_the_first_completions_is_priced():
@@ -651,10 +648,7 @@ def test_a_start_tied_with_the_cheapest_is_climbed():
     """MT7004 384 x 256 x 384 with A transposed on four cores: B broadcast on split m, a start, tied the cheapest
     within the tolerance and won the tie unclimbed (233,250 cycles); a step from it, k_block 192, is 6 % faster. A
     start tied with the cheapest is climbed as one that is the cheapest: the pick is at most that tiling, forced."""
-    args = dict(a=A, b=B, c=C, m=384, n=256, k=384, trans_a=1, numerics=False)
-    run = sim.Simulator("MT7004", tuning_cache=False).call("fp_gemm_s", **args)
-    forced = sim.Simulator("MT7004", tuning_cache=False).call("fp_gemm_s", tiling={
+    assert_pick_beats("MT7004", (384, 256, 384), 0xF, {
         "split": "m", "nt_kernel": "transpose", "c_home": "am", "a_staging": "memory", "a_loader": "cores",
         "a_buffers": 2, "b_staging": "broadcast", "m_micro": 6, "k_block": 192, "m_panel": 12, "m_block": 384,
-        "n_block": 128, "n_micro": 64}, **args)
-    assert run.cycles <= forced.cycles < 233_250 * 0.95
+        "n_block": 128, "n_micro": 64}, int(233_250 * 0.95), trans_a=1)
