@@ -8,6 +8,7 @@ import runpy
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import sim
 from kernels.common.streams import CoreStream, phase_of, plan_of
@@ -43,12 +44,14 @@ def _kernel(name: str, space_of):
 
 
 def test_a_start_or_formulation_naming_a_key_of_another_choice_adds_no_tiling_where_it_does_not_apply():
-    """``extra`` applies to order rev only; an alternative naming it completed with order fwd gave tilings with a key
-    that does not apply (picked once, then refused when given back)."""
+    """``mode`` applies to order rev only; an alternative naming it completed with order fwd gave tilings with a key
+    that does not apply (picked once, then refused when given back). The entries are kept in their checked form
+    (order rev with it), and the pool keeps no such tiling."""
     space = TilingSpace(ChoiceKey("order", ("fwd", "rev"), "order"),
-                        IntKey("extra", 1, 4, "extra", values=(1, 2), only=("order", "rev")),
+                        ChoiceKey("mode", ("a", "b"), "mode", only=("order", "rev")),
                         IntKey("tile_elements", 1, 4096, "tile", values=(256, 512)),
-                        alternatives=[{"extra": 2}], starts=({"extra": 2},))
+                        alternatives=[{"mode": "b"}], starts=({"mode": "b"},))
+    assert space.alternatives == ({"order": "rev", "mode": "b"},) == space.starts
     for fixed in ({}, {"order": "fwd"}):
         pool = Pool(space, space.fixed(fixed))
         assert pool.tilings and all(space.applies(space.keys[k], t) for t in pool.tilings for k in t)
@@ -108,3 +111,21 @@ def test_a_pick_whose_round_the_budget_cut_short_says_so(monkeypatch):
     assert len(run.tiling.candidates) == sim.tuning.MAX_PLANNED  # (the budget, spent on the keys that do nothing)
     assert not any(t["tile_elements"] == 256 for t, _ in run.tiling.candidates)
     assert run.tiling.budget_ended and "budget ended its climb" in run.tiling.describe()
+
+
+@pytest.mark.parametrize("starts,alternatives,said", [
+    (None, (), "starts must be a sequence of partial tilings (dicts), got None"),
+    ({"order": "rev"}, (), "starts must be a sequence of partial tilings (dicts)"),
+    ("order", (), "starts must be a sequence of partial tilings (dicts), got 'order'"),
+    ((5,), (), "starts entry 5: not a partial tiling"),
+    ((), ({"order": None},), "alternatives entry {'order': None}: not a partial tiling"),
+    ((), ({"tile_elements": 256},), "a formulation names choice keys only"),
+])
+def test_malformed_starts_and_alternatives_are_the_spaces_error(starts, alternatives, said):
+    """Malformed entries were a TypeError located inside sim, a None value reached the kernel's callbacks, and an
+    integer key named as a formulation was held at its value in every climb."""
+    with pytest.raises(sim.PlanError, match="tiling-space") as info:
+        TilingSpace(ChoiceKey("order", ("fwd", "rev"), "order"),
+                    IntKey("tile_elements", 1, 4096, "tile", values=(256, 512)),
+                    starts=starts, alternatives=alternatives)
+    assert said in str(info.value)

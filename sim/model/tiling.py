@@ -262,15 +262,33 @@ class TilingSpace:
                     or list(self.keys).index(k.only[0]) > list(self.keys).index(k.name):
                 raise _space_error(f"tiling key {k.name!r}: only={k.only!r} must name a ChoiceKey declared before it "
                                    f"and one of its choices (the keys: {', '.join(self.keys)})")
-        self.starts = tuple(dict(start) for start in starts)
-        self.alternatives = tuple(dict(a) for a in alternatives)
-        for what, partial in [("starts", s) for s in self.starts] + [("alternatives", a) for a in self.alternatives]:
+        self.starts = self._partials("starts", starts)
+        self.alternatives = self._partials("alternatives", alternatives)
+        for a in self.alternatives:
+            if any(not isinstance(self.keys[k], ChoiceKey) for k in a):
+                raise _space_error(f"the tiling space's alternatives entry {brief(a)}: a formulation names choice "
+                                   f"keys only (an integer key there would be held at that value in every climb)")
+
+    def _partials(self, what: str, entries: Any) -> tuple[dict[str, Any], ...]:
+        """The space's ``starts`` or ``alternatives``: a sequence of partial tilings, each checked as a caller's
+        would be and kept in its checked form (a key of one choice of another sets that choice); the space's own
+        error naming the entry otherwise."""
+        if isinstance(entries, (str, bytes, Mapping)) or not isinstance(entries, Iterable):
+            raise _space_error(f"the tiling space's {what} must be a sequence of partial tilings (dicts), got "
+                               f"{brief(entries)}")
+        out = []
+        for partial in entries:
+            if not isinstance(partial, Mapping) or any(v is None for v in partial.values()):
+                raise _space_error(f"the tiling space's {what} entry {brief(partial)}: not a partial tiling (a dict "
+                                   f"of keys to values, none of them None)")
             try:
                 self.check_names(partial)
-                self.check(partial)
+                checked = self.check(partial)
             except KernelArgError as e:  # (the kernel's own partial tiling: the space is wrong, not the caller)
                 raise _space_error(f"the tiling space's {what} entry {brief(partial)}: "
                                    f"{str(e).removeprefix('argument ')}") from None
+            out.append({k: v for k, v in checked.items() if v is not None})
+        return tuple(out)
 
     # -- checking a caller's tiling -------------------------------------------------------------------
 
